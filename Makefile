@@ -1,0 +1,26 @@
+# Both targets create the virtual environment they need, then run.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+
+.PHONY: run test lint bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test,bench]'
+	rm -f $(VENV)/.installed-*; touch $@
+
+run: $(STAMP)
+	$(VENV)/bin/oncelog serve --log-dirs ./data
+
+lint: $(STAMP)
+	$(VENV)/bin/lint-imports
+
+test: $(STAMP)
+	$(VENV)/bin/lint-imports
+	$(PY) -m pytest -q -p no:cacheprovider --durations=15
+
+clean:
+	rm -rf $(VENV) data
