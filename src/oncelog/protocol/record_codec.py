@@ -1,0 +1,357 @@
+"""Client-side record encoding and decoding: record batch v2, and v0/v1 message sets for reading.
+
+Record batch v2 (KIP-98), all integers big-endian:
+    baseOffset i64 | batchLength i32 | partitionLeaderEpoch i32 | magic i8 (2) | crc u32 |
+    attributes i16 | lastOffsetDelta i32 | baseTimestamp i64 | maxTimestamp i64 |
+    producerId i64 | producerEpoch i16 | baseSequence i32 | recordCount i32 | records
+The CRC-32C covers attributes..end, so the broker can patch baseOffset and the leader epoch without
+recomputing it. Records use zig-zag varints; only the records section is compressed.
+
+The producer builds a batch incrementally: `encode_record` per record into a buffer, then
+`build_batch` once, so the hot path does one join and one CRC per batch.
+"""
+from __future__ import annotations
+
+import struct
+from typing import Iterable, Iterator, NamedTuple, Sequence
+
+from crc32c import crc32c
+
+from oncelog.protocol import compression
+from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")  # the 61-byte v2 batch header
+_CRC_START = 21  # offset of attributes: baseOffset(8) batchLength(4) epoch(4) magic(1) crc(4)
+_PRODUCER_FIELDS = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence at offset 43
+_PRODUCER_FIELDS_POS = 43
+BATCH_OVERHEAD = _HEADER.size
+
+ATTR_COMPRESSION_MASK = 0x07
+ATTR_TIMESTAMP_TYPE = 0x08
+ATTR_TRANSACTIONAL = 0x10
+ATTR_CONTROL = 0x20
+
+Header = tuple[str, bytes | None]
+
+
+class Record(NamedTuple):
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[Header, ...] = ()
+    timestamp_type: int = 0  # 0 CreateTime, 1 LogAppendTime
+
+
+class BatchInfo(NamedTuple):
+    """Batch-level facts a consumer needs besides the records."""
+    base_offset: int
+    last_offset: int
+    magic: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    is_transactional: bool
+    is_control: bool
+    size: int
+
+
+# ---------------------------------------------------------------- varints
+
+def _varint_bytes(n: int) -> bytes:
+    """Zig-zag varint of a signed 64-bit value."""
+    v = (n << 1) ^ (n >> 63)
+    if v < 0x80:
+        return _SMALL[v]
+    out = bytearray()
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+_SMALL = [bytes([i]) for i in range(0x80)]
+_MINUS_ONE = _varint_bytes(-1)
+
+
+def encode_varint(n: int) -> bytes:
+    return _varint_bytes(n)
+
+
+def decode_varint(buf, pos: int) -> tuple[int, int]:
+    """Decode a zig-zag varint at `pos`; returns (value, new position)."""
+    shift = 0
+    result = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            break
+        shift += 7
+        if shift > 63:
+            raise KafkaProtocolError(ErrorCode.CORRUPT_MESSAGE, "varint longer than 10 bytes")
+    return (result >> 1) ^ -(result & 1), pos
+
+
+# ---------------------------------------------------------------- encoding
+
+def _bytes_field(b: bytes | str | None) -> bytes:
+    if b is None:
+        return _MINUS_ONE
+    if isinstance(b, str):
+        b = b.encode()
+    return _varint_bytes(len(b)) + b
+
+
+def encode_record(offset_delta: int, timestamp_delta: int, key: bytes | None,
+                  value: bytes | None, headers: Sequence[Header] | None = None) -> bytes:
+    """One record of a v2 batch, length prefix included."""
+    if headers:
+        hparts = [_varint_bytes(len(headers))]
+        for hk, hv in headers:
+            hparts.append(_bytes_field(hk))
+            hparts.append(_bytes_field(hv))
+        hbytes = b"".join(hparts)
+    else:
+        hbytes = b"\x00"
+    body = b"".join((
+        b"\x00",  # record attributes (unused)
+        _varint_bytes(timestamp_delta),
+        _varint_bytes(offset_delta),
+        _MINUS_ONE if key is None else _varint_bytes(len(key)) + key,
+        _MINUS_ONE if value is None else _varint_bytes(len(value)) + value,
+        hbytes,
+    ))
+    return _varint_bytes(len(body)) + body
+
+
+def record_size_upper_bound(key: bytes | None, value: bytes | None, headers=None) -> int:
+    """Cheap estimate for `batch.size` accounting (varints at most 5 bytes for lengths here)."""
+    n = 21 + (len(key) if key else 0) + (len(value) if value else 0)
+    if headers:
+        for hk, hv in headers:
+            n += 10 + len(hk) + (len(hv) if hv else 0)
+    return n
+
+
+def build_batch(records_data: bytes | bytearray, count: int, *, base_offset: int = 0,
+                base_timestamp: int = 0, max_timestamp: int | None = None, compression_codec: int = 0,
+                producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
+                transactional: bool = False, timestamp_type: int = 0,
+                partition_leader_epoch: int = -1, last_offset_delta: int | None = None) -> bytes:
+    """Wrap already-encoded records (see `encode_record`) in a v2 batch header."""
+    if count <= 0:
+        raise ValueError("a record batch holds at least one record")
+    attributes = compression_codec & ATTR_COMPRESSION_MASK
+    if timestamp_type:
+        attributes |= ATTR_TIMESTAMP_TYPE
+    if transactional:
+        attributes |= ATTR_TRANSACTIONAL
+    payload = compression.compress(compression_codec, records_data) if compression_codec else records_data
+    batch_length = BATCH_OVERHEAD - 12 + len(payload)
+    header = bytearray(_HEADER.pack(
+        base_offset, batch_length, partition_leader_epoch, 2, 0, attributes,
+        count - 1 if last_offset_delta is None else last_offset_delta,
+        base_timestamp, base_timestamp if max_timestamp is None else max_timestamp,
+        producer_id, producer_epoch, base_sequence, count))
+    crc = crc32c(payload, crc32c(memoryview(header)[_CRC_START:]))
+    struct.pack_into(">I", header, 17, crc)
+    return bytes(header) + bytes(payload)
+
+
+def encode_batch(records: Iterable[Record | tuple], *, base_offset: int = 0, compression: int = 0,
+                 producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
+                 transactional: bool = False, timestamp_type: int = 0) -> bytes:
+    """Encode records as one v2 batch. Record offsets are taken relative to the first one's
+    position (offset deltas are 0..n-1); timestamps relative to the first record's."""
+    records = list(records)
+    if not records:
+        raise ValueError("a record batch holds at least one record")
+    base_ts = records[0][1]
+    max_ts = base_ts
+    parts = []
+    for i, r in enumerate(records):
+        ts = r[1]
+        if ts > max_ts:
+            max_ts = ts
+        headers = r[4] if len(r) > 4 else ()
+        parts.append(encode_record(i, ts - base_ts, r[2], r[3], headers))
+    return build_batch(b"".join(parts), len(records), base_offset=base_offset, base_timestamp=base_ts,
+                       max_timestamp=max_ts, compression_codec=compression, producer_id=producer_id,
+                       producer_epoch=producer_epoch, base_sequence=base_sequence,
+                       transactional=transactional, timestamp_type=timestamp_type)
+
+
+def rewrite_producer_state(batch: bytes | bytearray, producer_id: int, producer_epoch: int,
+                           base_sequence: int) -> bytes:
+    """The same batch under another producer id/epoch/sequence (epoch bump, fallback to plain
+    producing); recomputes the CRC, leaves the records untouched."""
+    buf = bytearray(batch)
+    _PRODUCER_FIELDS.pack_into(buf, _PRODUCER_FIELDS_POS, producer_id, producer_epoch, base_sequence)
+    struct.pack_into(">I", buf, 17, crc32c(memoryview(buf)[_CRC_START:]))
+    return bytes(buf)
+
+
+# ---------------------------------------------------------------- decoding
+
+def decode_batch(buf: bytes | bytearray | memoryview) -> list[Record]:
+    """All records of the first batch (or legacy message set entry) in `buf`."""
+    for _info, records in iter_record_batches(buf):
+        return records
+    raise KafkaProtocolError(ErrorCode.CORRUPT_MESSAGE, "no complete batch in buffer")
+
+
+def decode_records(buf: bytes | bytearray | memoryview, *, include_control: bool = False) -> list[Record]:
+    """Every record of every complete batch in `buf` (a Fetch response's records)."""
+    out: list[Record] = []
+    for info, records in iter_record_batches(buf):
+        if info.is_control and not include_control:
+            continue
+        out.extend(records)
+    return out
+
+
+def iter_record_batches(buf: bytes | bytearray | memoryview, *, check_crc: bool = True
+                        ) -> Iterator[tuple[BatchInfo, list[Record]]]:
+    """(batch info, records) for each complete batch; a truncated tail (normal in Fetch) is skipped."""
+    mv = memoryview(buf)
+    pos = 0
+    end = len(mv)
+    while end - pos >= 17:
+        base_offset, size = struct.unpack_from(">qi", mv, pos)
+        if size < 0 or pos + 12 + size > end:
+            return
+        magic = mv[pos + 16]
+        chunk = mv[pos:pos + 12 + size]
+        if magic == 2:
+            yield _decode_v2(chunk, check_crc)
+        elif magic in (0, 1):
+            yield _decode_legacy_entry(chunk, check_crc)
+        else:
+            raise KafkaProtocolError(ErrorCode.CORRUPT_MESSAGE, f"unknown magic byte {magic}")
+        pos += 12 + size
+
+
+def _decode_v2(mv: memoryview, check_crc: bool) -> tuple[BatchInfo, list[Record]]:
+    if len(mv) < BATCH_OVERHEAD:
+        raise KafkaProtocolError(ErrorCode.CORRUPT_MESSAGE, "record batch shorter than its header")
+    (base_offset, _length, _epoch, _magic, crc, attributes, last_delta, base_ts, max_ts, pid, pepoch,
+     base_seq, count) = _HEADER.unpack_from(mv, 0)
+    if check_crc and crc32c(mv[_CRC_START:]) != crc:
+        raise KafkaProtocolError(ErrorCode.CORRUPT_MESSAGE,
+                                 f"CRC mismatch in batch at offset {base_offset}")
+    codec = attributes & ATTR_COMPRESSION_MASK
+    ts_type = 1 if attributes & ATTR_TIMESTAMP_TYPE else 0
+    data = mv[BATCH_OVERHEAD:]
+    if codec:
+        data = memoryview(compression.decompress(codec, data))
+    records: list[Record] = []
+    append = records.append
+    pos = 0
+    log_append = ts_type == 1
+    try:
+        for _ in range(count):
+            length, pos = decode_varint(data, pos)
+            rec_end = pos + length
+            pos += 1  # record attributes
+            ts_delta, pos = decode_varint(data, pos)
+            off_delta, pos = decode_varint(data, pos)
+            klen, pos = decode_varint(data, pos)
+            if klen < 0:
+                key = None
+            else:
+                key = bytes(data[pos:pos + klen])
+                pos += klen
+            vlen, pos = decode_varint(data, pos)
+            if vlen < 0:
+                value = None
+            else:
+                value = bytes(data[pos:pos + vlen])
+                pos += vlen
+            hcount, pos = decode_varint(data, pos)
+            headers: tuple = ()
+            if hcount > 0:
+                hl = []
+                for _h in range(hcount):
+                    hklen, pos = decode_varint(data, pos)
+                    hk = bytes(data[pos:pos + hklen]).decode()
+                    pos += hklen
+                    hvlen, pos = decode_varint(data, pos)
+                    if hvlen < 0:
+                        hv = None
+                    else:
+                        hv = bytes(data[pos:pos + hvlen])
+                        pos += hvlen
+                    hl.append((hk, hv))
+                headers = tuple(hl)
+            if pos != rec_end:
+                raise KafkaProtocolError(ErrorCode.CORRUPT_MESSAGE, "record length mismatch")
+            append(Record(base_offset + off_delta, max_ts if log_append else base_ts + ts_delta,
+                          key, value, headers, ts_type))
+    except IndexError:
+        raise KafkaProtocolError(ErrorCode.CORRUPT_MESSAGE, "record runs past the batch end") from None
+    info = BatchInfo(base_offset, base_offset + last_delta, 2, pid, pepoch, base_seq,
+                     bool(attributes & ATTR_TRANSACTIONAL), bool(attributes & ATTR_CONTROL), len(mv))
+    return info, records
+
+
+# ---------------------------------------------------------------- v0 / v1 message sets
+
+_LEGACY_HEAD = struct.Struct(">qiIbb")  # offset, size, crc, magic, attributes
+
+
+def encode_legacy_message(offset: int, key: bytes | None, value: bytes | None, *, magic: int = 1,
+                          timestamp: int = -1, compression_codec: int = 0, timestamp_type: int = 0) -> bytes:
+    """One v0/v1 message (a message set entry). Used for tests and old-format fixtures."""
+    import zlib
+    attributes = (compression_codec & 0x07) | (ATTR_TIMESTAMP_TYPE if timestamp_type else 0)
+    body = bytearray(struct.pack(">bb", magic, attributes))
+    if magic == 1:
+        body += struct.pack(">q", timestamp)
+    for b in (key, value):
+        if b is None:
+            body += struct.pack(">i", -1)
+        else:
+            body += struct.pack(">i", len(b)) + b
+    crc = zlib.crc32(body)
+    return struct.pack(">qiI", offset, len(body) + 4, crc) + bytes(body)
+
+
+def _decode_legacy_entry(mv: memoryview, check_crc: bool) -> tuple[BatchInfo, list[Record]]:
+    import zlib
+    offset, size, crc, magic, attributes = _LEGACY_HEAD.unpack_from(mv, 0)
+    if check_crc and zlib.crc32(mv[16:12 + size]) != crc:
+        raise KafkaProtocolError(ErrorCode.CORRUPT_MESSAGE, f"CRC mismatch in message at offset {offset}")
+    pos = 18
+    timestamp = -1
+    if magic == 1:
+        (timestamp,) = struct.unpack_from(">q", mv, pos)
+        pos += 8
+    (klen,) = struct.unpack_from(">i", mv, pos)
+    pos += 4
+    key = None if klen < 0 else bytes(mv[pos:pos + klen])
+    pos += max(klen, 0)
+    (vlen,) = struct.unpack_from(">i", mv, pos)
+    pos += 4
+    value = None if vlen < 0 else bytes(mv[pos:pos + vlen])
+    codec = attributes & 0x07
+    ts_type = 1 if (magic == 1 and attributes & ATTR_TIMESTAMP_TYPE) else 0
+    if codec == 0:
+        records = [Record(offset, timestamp, key, value, (), ts_type)]
+    else:
+        inner: list[Record] = []
+        for _info, recs in iter_record_batches(compression.decompress(codec, value or b""),
+                                               check_crc=check_crc):
+            inner.extend(recs)
+        if magic == 1 and inner:
+            # v1 inner offsets are relative; the wrapper carries the absolute offset of the last one
+            shift = offset - inner[-1].offset
+            inner = [r._replace(offset=r.offset + shift) for r in inner]
+        if ts_type == 1:
+            inner = [r._replace(timestamp=timestamp, timestamp_type=1) for r in inner]
+        records = inner
+    last = records[-1].offset if records else offset
+    first = records[0].offset if records else offset
+    return BatchInfo(first, last, magic, -1, -1, -1, False, False, len(mv)), records
