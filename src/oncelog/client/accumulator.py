@@ -1,0 +1,164 @@
+"""Record accumulator: per-partition queues of open and closed batches (sans-IO, ms clock passed in).
+
+A batch collects encoded records until it reaches `batch.size`, lingers `linger.ms`, or a flush is
+requested. Bytes held by unfinished batches count against `buffer.memory`; `append` refuses a record
+that does not fit (the transport layer then waits for `memory_available`).
+Retried batches are put back in sequence order (`reenqueue`), ahead of batches without one.
+"""
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, NamedTuple
+
+from oncelog.protocol.record_codec import (
+    BATCH_OVERHEAD, build_batch, encode_record, record_size_upper_bound, rewrite_producer_state)
+
+
+class TopicPartition(NamedTuple):
+    topic: str
+    partition: int
+
+
+class ProducerBatch:
+    """Records for one partition, sent and acknowledged as a unit."""
+
+    __slots__ = ("tp", "parts", "size", "count", "base_ts", "max_ts", "timestamps", "cookies",
+                 "created_ms", "encoded", "producer_id", "producer_epoch", "base_sequence",
+                 "attempts", "retry_at_ms", "needs_head_of_line", "node", "sent_ms", "compression",
+                 "done")
+
+    def __init__(self, tp: TopicPartition, created_ms: int, compression: int) -> None:
+        self.tp = tp
+        self.parts: list[bytes] = []
+        self.size = BATCH_OVERHEAD
+        self.count = 0
+        self.base_ts = 0
+        self.max_ts = 0
+        self.timestamps: list[int] = []
+        self.cookies: list[Any] = []
+        self.created_ms = created_ms
+        self.encoded: bytes | None = None
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self.base_sequence = -1  # -1 until drained by an idempotent partition
+        self.attempts = 0
+        self.retry_at_ms = 0
+        self.needs_head_of_line = False
+        self.node = -1
+        self.sent_ms = 0
+        self.compression = compression
+        self.done = False
+
+    def try_append(self, ts: int, key, value, headers, cookie, batch_size: int) -> bool:
+        est = record_size_upper_bound(key, value, headers)
+        if self.count and self.size + est > batch_size:
+            return False
+        if self.count == 0:
+            self.base_ts = ts
+        rec = encode_record(self.count, ts - self.base_ts, key, value, headers)
+        self.parts.append(rec)
+        self.size += len(rec)
+        self.count += 1
+        if ts > self.max_ts:
+            self.max_ts = ts
+        self.timestamps.append(ts)
+        self.cookies.append(cookie)
+        return True
+
+    @property
+    def has_sequence(self) -> bool:
+        return self.base_sequence >= 0
+
+    @property
+    def last_sequence(self) -> int:
+        return (self.base_sequence + self.count - 1) % 2**31
+
+    def set_producer_state(self, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
+        self.producer_id, self.producer_epoch, self.base_sequence = producer_id, producer_epoch, base_sequence
+        if self.encoded is not None:
+            self.encoded = rewrite_producer_state(self.encoded, producer_id, producer_epoch, base_sequence)
+
+    def encode(self) -> bytes:
+        if self.encoded is None:
+            self.encoded = build_batch(
+                b"".join(self.parts), self.count, base_timestamp=self.base_ts, max_timestamp=self.max_ts,
+                compression_codec=self.compression, producer_id=self.producer_id,
+                producer_epoch=self.producer_epoch, base_sequence=self.base_sequence)
+            self.parts = []
+        return self.encoded
+
+    def __repr__(self) -> str:
+        return (f"ProducerBatch({self.tp.topic}-{self.tp.partition}, n={self.count}, "
+                f"pid={self.producer_id}/{self.producer_epoch}, seq={self.base_sequence})")
+
+
+class RecordAccumulator:
+    def __init__(self, batch_size: int, linger_ms: int, buffer_memory: int, compression: int = 0) -> None:
+        self.batch_size = batch_size
+        self.linger_ms = linger_ms
+        self.buffer_memory = buffer_memory
+        self.compression = compression
+        self.queues: dict[TopicPartition, deque[ProducerBatch]] = {}
+        self.used_bytes = 0
+        self.flushing = False
+
+    def append(self, tp: TopicPartition, ts: int, key, value, headers, cookie, now_ms: int
+               ) -> tuple[ProducerBatch, bool] | None:
+        """Add a record; returns (batch, whether a new batch was opened), or None when
+        `buffer.memory` is exhausted (nothing was added)."""
+        q = self.queues.get(tp)
+        if q is None:
+            q = self.queues[tp] = deque()
+        last = q[-1] if q else None
+        if last is not None and last.encoded is None and not last.has_sequence:
+            before = last.size
+            if last.try_append(ts, key, value, headers, cookie, self.batch_size):
+                self.used_bytes += last.size - before
+                return last, False
+        est = record_size_upper_bound(key, value, headers) + BATCH_OVERHEAD
+        if self.used_bytes + est > self.buffer_memory and self.used_bytes > 0:
+            return None
+        batch = ProducerBatch(tp, now_ms, self.compression)
+        batch.try_append(ts, key, value, headers, cookie, self.batch_size)
+        self.used_bytes += batch.size
+        q.append(batch)
+        return batch, True
+
+    def release(self, batch: ProducerBatch) -> None:
+        self.used_bytes -= batch.size
+
+    def memory_available(self, need: int) -> bool:
+        return self.used_bytes + need <= self.buffer_memory or self.used_bytes == 0
+
+    def is_sendable(self, batch: ProducerBatch, q: deque, now_ms: int) -> bool:
+        """Full, lingered long enough, flushing, a retry whose backoff passed, or not the last."""
+        if batch.attempts:
+            return now_ms >= batch.retry_at_ms
+        return (len(q) > 1 or batch.size >= self.batch_size or self.flushing
+                or now_ms - batch.created_ms >= self.linger_ms)
+
+    def next_ready_ms(self, batch: ProducerBatch) -> int:
+        if batch.attempts:
+            return batch.retry_at_ms
+        return batch.created_ms + self.linger_ms
+
+    def reenqueue(self, batch: ProducerBatch) -> None:
+        """Put a failed batch back so that the queue stays ordered by sequence."""
+        q = self.queues.setdefault(batch.tp, deque())
+        if not batch.has_sequence:
+            q.appendleft(batch)
+            return
+        i = 0
+        for i, other in enumerate(q):
+            if not other.has_sequence or _seq_before(batch.base_sequence, other.base_sequence):
+                q.insert(i, batch)
+                return
+        q.append(batch)
+
+    def has_unsent(self) -> bool:
+        return any(self.queues.values())
+
+
+def _seq_before(a: int, b: int) -> bool:
+    """True if sequence a comes before b (wraparound: the shorter distance wins)."""
+    return a != b and (b - a) % 2**31 < 2**30

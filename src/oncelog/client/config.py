@@ -1,0 +1,112 @@
+"""Producer settings under Kafka's names, validated once at construction."""
+from __future__ import annotations
+
+import enum
+import logging
+from dataclasses import dataclass
+
+from oncelog.client.errors import ConfigError
+from oncelog.protocol.compression import codec_for_name
+
+log = logging.getLogger("oncelog.client")
+
+DEFAULT_WINDOW = 5  # what every broker without KIP-1269 retains per producer and partition
+
+
+class Idempotence(enum.Enum):
+    OFF = "off"
+    REQUESTED = "requested"  # idempotent where broker and topic format allow, plain elsewhere
+    REQUIRED = "required"    # fail clearly where they do not
+
+    @classmethod
+    def parse(cls, value) -> "Idempotence":
+        if isinstance(value, Idempotence):
+            return value
+        if isinstance(value, bool):
+            return cls.REQUIRED if value else cls.OFF
+        v = str(value).strip().lower()
+        if v == "true":
+            return cls.REQUIRED
+        if v == "false":
+            return cls.OFF
+        try:
+            return cls(v)
+        except ValueError:
+            raise ConfigError(
+                f"enable.idempotence must be off|requested|required|true|false, got {value!r}") from None
+
+
+def _int(cfg: dict, name: str, default: int) -> int:
+    v = cfg.get(name, default)
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name} must be an integer, got {v!r}") from None
+
+
+@dataclass
+class ProducerConfig:
+    bootstrap_servers: list[str]
+    client_id: str = "oncelog-producer"
+    acks: int = -1
+    linger_ms: int = 5
+    batch_size: int = 16384
+    buffer_memory: int = 32 * 1024 * 1024
+    max_block_ms: int = 60000
+    compression: int = 0
+    idempotence: Idempotence = Idempotence.REQUESTED
+    max_in_flight: int = 5
+    retries: int = 2**31 - 1
+    retry_backoff_ms: int = 100
+    delivery_timeout_ms: int = 120000
+    request_timeout_ms: int = 30000
+    max_request_size: int = 1048576
+    metadata_max_age_ms: int = 300000
+
+    @classmethod
+    def from_dict(cls, cfg: dict) -> "ProducerConfig":
+        servers = cfg.get("bootstrap.servers")
+        if not servers:
+            raise ConfigError("bootstrap.servers is required")
+        if isinstance(servers, str):
+            servers = [s.strip() for s in servers.split(",") if s.strip()]
+        acks_raw = str(cfg.get("acks", "all")).lower()
+        acks = {"all": -1, "-1": -1, "1": 1, "0": 0}.get(acks_raw)
+        if acks is None:
+            raise ConfigError(f"acks must be all, -1, 0 or 1, got {cfg.get('acks')!r}")
+        idem = Idempotence.parse(cfg.get("enable.idempotence", "requested"))
+        if acks == 0 and idem is not Idempotence.OFF:
+            if idem is Idempotence.REQUIRED:
+                raise ConfigError("enable.idempotence=required needs acks=all or acks=1, not acks=0")
+            log.warning("acks=0 gives no acknowledgements to order by: idempotence turned off")
+            idem = Idempotence.OFF
+        try:
+            codec = codec_for_name(cfg.get("compression.type", "none"))
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        c = cls(
+            bootstrap_servers=list(servers),
+            client_id=str(cfg.get("client.id", "oncelog-producer")),
+            acks=acks,
+            linger_ms=_int(cfg, "linger.ms", 5),
+            batch_size=_int(cfg, "batch.size", 16384),
+            buffer_memory=_int(cfg, "buffer.memory", 32 * 1024 * 1024),
+            max_block_ms=_int(cfg, "max.block.ms", 60000),
+            compression=codec,
+            idempotence=idem,
+            # KIP-1269: no "at most 5" restriction; the per-partition window keeps dedup safe.
+            max_in_flight=_int(cfg, "max.in.flight.requests.per.connection", 5),
+            retries=_int(cfg, "retries", 2**31 - 1),
+            retry_backoff_ms=_int(cfg, "retry.backoff.ms", 100),
+            delivery_timeout_ms=_int(cfg, "delivery.timeout.ms", 120000),
+            request_timeout_ms=_int(cfg, "request.timeout.ms", 30000),
+            max_request_size=_int(cfg, "max.request.size", 1048576),
+            metadata_max_age_ms=_int(cfg, "metadata.max.age.ms", 300000),
+        )
+        if c.max_in_flight < 1:
+            raise ConfigError("max.in.flight.requests.per.connection must be at least 1")
+        if c.batch_size < 1 or c.buffer_memory < c.batch_size:
+            raise ConfigError("batch.size must be >= 1 and buffer.memory >= batch.size")
+        if c.linger_ms < 0:
+            raise ConfigError("linger.ms must be >= 0")
+        return c

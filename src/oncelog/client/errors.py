@@ -1,0 +1,52 @@
+"""Errors the client raises to the application."""
+from __future__ import annotations
+
+from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
+
+
+class KafkaClientError(Exception):
+    """Base class of client-side errors."""
+
+
+class ConfigError(KafkaClientError, ValueError):
+    """A producer/consumer setting is invalid or contradicts another one."""
+
+
+class BufferExhaustedError(KafkaClientError):
+    """`buffer.memory` is full and did not free up within `max.block.ms`."""
+
+
+class ProducerFatalError(KafkaClientError):
+    """The producer cannot continue (fenced, data loss detected); close it and inspect the log."""
+
+
+class DataLossError(ProducerFatalError):
+    """The broker no longer has records it acknowledged (OutOfOrderSequence / UnknownProducerId
+    that retention does not explain). Names the partition and offsets involved."""
+
+    def __init__(self, topic: str, partition: int, message: str) -> None:
+        self.topic = topic
+        self.partition = partition
+        super().__init__(f"{topic}-{partition}: {message}")
+
+
+class IdempotenceUnsupportedError(ProducerFatalError):
+    """`enable.idempotence=required` but the broker or the topic's message format cannot do it."""
+
+
+class DeliveryTimeoutError(KafkaClientError):
+    """A record was not acknowledged within `delivery.timeout.ms`."""
+
+
+class BrokerResponseError(KafkaClientError):
+    """The broker answered with a non-retriable error code (or retries ran out)."""
+
+    def __init__(self, code: int, message: str | None = None) -> None:
+        self.code = ErrorCode(code) if code in ErrorCode._value2member_map_ else code
+        name = getattr(self.code, "name", str(code))
+        super().__init__(f"{name}: {message}" if message else name)
+
+
+__all__ = ["KafkaClientError", "ConfigError", "BufferExhaustedError", "ProducerFatalError",
+           "DataLossError", "IdempotenceUnsupportedError", "DeliveryTimeoutError",
+           "BrokerResponseError", "KafkaProtocolError"]

@@ -1,0 +1,481 @@
+"""The producer's decisions, without I/O (h11 style): feed it records, metadata, responses and the
+clock; ask it what to send. The asyncio transport (`client/aio`) only moves bytes.
+
+Idempotence rules (KAFKA-5494, KIP-360, KIP-1269, KIP-758, "spurious OutOfOrderSequence"):
+- a sequence is assigned when a batch is drained, never at append; a retried batch keeps it and is
+  re-queued in sequence order;
+- while a partition recovers from an error, only its head-of-line batch (the one right after the
+  last acknowledged sequence) is in flight, alone;
+- OUT_OF_ORDER_SEQUENCE_NUMBER on the batch right after the last acknowledged one is a real gap:
+  bump the epoch (InitProducerId with the current id/epoch) and renumber that partition from 0; on a
+  later batch it is a knock-on effect of an earlier failure: retry;
+- UNKNOWN_PRODUCER_ID: log start offset above the last acknowledged offset means retention removed
+  the producer's state: bump and retry; otherwise acknowledged data is gone: fatal DataLossError;
+- DUPLICATE_SEQUENCE_NUMBER: delivered, offset unknown (None);
+- two in-flight checks before each send: per partition the window the leader reported
+  (ProducerStateBatchesToRetain, 5 until learned and after a leader change), per connection
+  `max.in.flight.requests.per.connection`; in range mode the unacknowledged sequences of a
+  partition stay under the broker's `max.in.flight.sequence.number.per.connection`.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from oncelog.client.accumulator import ProducerBatch, RecordAccumulator, TopicPartition, _seq_before
+from oncelog.client.config import DEFAULT_WINDOW, Idempotence, ProducerConfig
+from oncelog.client.errors import (
+    BrokerResponseError, DataLossError, DeliveryTimeoutError, IdempotenceUnsupportedError,
+    ProducerFatalError)
+from oncelog.core.sequence import increment
+from oncelog.protocol.errors import RETRIABLE, ErrorCode
+
+log = logging.getLogger("oncelog.client.producer")
+
+E = ErrorCode
+_REFRESH_METADATA = {E.NOT_LEADER_OR_FOLLOWER, E.UNKNOWN_TOPIC_OR_PARTITION, E.LEADER_NOT_AVAILABLE,
+                     E.FENCED_LEADER_EPOCH, E.UNKNOWN_LEADER_EPOCH, E.KAFKA_STORAGE_ERROR}
+_MAX_EPOCH = 32767
+
+
+@dataclass
+class PartitionState:
+    leader: int = -1
+    leader_epoch: int = -1
+    window: int = DEFAULT_WINDOW          # KIP-1269: batches the leader retains for us
+    max_inflight_sequences: int | None = None  # KIP-758 range mode threshold, once known
+    idempotent: bool = True
+    producer_id: int = -1                 # id/epoch the partition's sequences refer to
+    producer_epoch: int = -1
+    next_sequence: int = 0
+    last_acked_sequence: int = -1
+    last_acked_offset: int = -1
+    in_flight: int = 0                    # batches on the wire
+    unacked: list = field(default_factory=list)  # sequenced batches not yet acknowledged, in order
+    retrying: int = 0                     # unacked batches that must go head-of-line, alone
+    rewrite_pending: bool = False         # renumber under the new epoch once nothing is on the wire
+
+    def unacked_records(self) -> int:
+        return sum(b.count for b in self.unacked)
+
+
+@dataclass
+class Completion:
+    batch: ProducerBatch
+    error: BaseException | None
+    base_offset: int | None
+    log_append_time: int = -1
+
+
+@dataclass
+class PartitionResult:
+    """One partition's part of a ProduceResponse, as the core needs it."""
+    error_code: int = 0
+    base_offset: int = -1
+    log_append_time: int = -1
+    log_start_offset: int = -1
+    error_message: str | None = None
+    batches_to_retain: int | None = None       # ProduceResponse v14 tag 1; None = field absent
+    max_inflight_sequences: int | None = None  # range mode threshold, if the broker sent one
+
+
+class ProducerCore:
+    def __init__(self, config: ProducerConfig, *, idempotence_available: bool = True) -> None:
+        self.config = config
+        self.acc = RecordAccumulator(config.batch_size, config.linger_ms, config.buffer_memory,
+                                     config.compression)
+        self.partitions: dict[TopicPartition, PartitionState] = {}
+        self.node_in_flight: dict[int, int] = {}
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self.idempotent = config.idempotence is not Idempotence.OFF
+        self.init_pid_in_progress = False
+        self.bump_requested = False
+        self.fatal: BaseException | None = None
+        self.metadata_refresh_needed = False
+        self.completions: list[Completion] = []
+        self.topic_idempotent: dict[str, bool] = {}
+        if not idempotence_available:
+            self.broker_lacks_idempotence()
+
+    # ------------------------------------------------------------------ setup / metadata
+
+    def broker_lacks_idempotence(self) -> None:
+        """The cluster has no InitProducerId / record batch v2: requested → plain, required → fail."""
+        if not self.idempotent:
+            return
+        if self.config.idempotence is Idempotence.REQUIRED:
+            self._go_fatal(IdempotenceUnsupportedError(
+                "enable.idempotence=required but the broker does not support idempotent producing "
+                "(no InitProducerId / message format v2)"))
+        else:
+            log.warning("broker does not support idempotence: producing without it "
+                        "(enable.idempotence=requested)")
+            self.idempotent = False
+
+    def topic_message_format(self, topic: str, supports_v2: bool) -> None:
+        """Learned from DescribeConfigs `message.format.version` or an UNSUPPORTED_FOR_MESSAGE_FORMAT."""
+        if supports_v2 or not self.idempotent:
+            self.topic_idempotent[topic] = True
+            return
+        if self.config.idempotence is Idempotence.REQUIRED:
+            self.topic_idempotent[topic] = True  # stays idempotent; its batches fail below
+            return
+        if self.topic_idempotent.get(topic) is not False:
+            log.warning("topic %s has a message format older than v2: producing to it without "
+                        "idempotence (enable.idempotence=requested)", topic)
+        self.topic_idempotent[topic] = False
+        for tp, ps in self.partitions.items():
+            if tp.topic == topic:
+                ps.idempotent = False
+
+    def _state(self, tp: TopicPartition) -> PartitionState:
+        ps = self.partitions.get(tp)
+        if ps is None:
+            ps = self.partitions[tp] = PartitionState()
+            ps.idempotent = self.idempotent and self.topic_idempotent.get(tp.topic, True)
+        return ps
+
+    def update_leader(self, tp: TopicPartition, node: int, leader_epoch: int = -1) -> None:
+        ps = self._state(tp)
+        if ps.leader != node or (leader_epoch >= 0 and ps.leader_epoch >= 0 and leader_epoch != ps.leader_epoch):
+            if ps.leader != -1:
+                log.info("leader of %s-%d changed %d -> %d: in-flight window back to %d",
+                         tp.topic, tp.partition, ps.leader, node, DEFAULT_WINDOW)
+            # KIP-1269: the new leader may be an old broker with a hard-coded window of 5
+            ps.window = DEFAULT_WINDOW
+            ps.max_inflight_sequences = None
+        ps.leader = node
+        ps.leader_epoch = leader_epoch
+
+    # ------------------------------------------------------------------ producer id
+
+    def producer_id_request(self) -> tuple[int, int] | None:
+        """(producer id, epoch) to send in InitProducerId (-1/-1 for a fresh id), if one is due."""
+        if not self.idempotent or self.init_pid_in_progress or self.fatal:
+            return None
+        if self.producer_id < 0:
+            self.init_pid_in_progress = True
+            return (-1, -1)
+        if self.bump_requested:
+            self.init_pid_in_progress = True
+            if self.producer_epoch >= _MAX_EPOCH:
+                return (-1, -1)
+            return (self.producer_id, self.producer_epoch)  # KIP-360: bump keeping the id
+        return None
+
+    def on_producer_id(self, producer_id: int, producer_epoch: int) -> None:
+        if self.producer_id >= 0:
+            log.warning("producer epoch bumped: %d/%d -> %d/%d", self.producer_id, self.producer_epoch,
+                        producer_id, producer_epoch)
+        self.producer_id, self.producer_epoch = producer_id, producer_epoch
+        self.init_pid_in_progress = False
+        self.bump_requested = False
+
+    def on_producer_id_failed(self, error: BaseException, *, fatal: bool = False) -> None:
+        self.init_pid_in_progress = False
+        if fatal:
+            self._go_fatal(error if isinstance(error, ProducerFatalError) else ProducerFatalError(str(error)))
+
+    def _request_bump(self, tp: TopicPartition, reason: str) -> None:
+        log.warning("%s-%d: %s: bumping the producer epoch and renumbering the partition",
+                    tp.topic, tp.partition, reason)
+        self.bump_requested = True
+        self._state(tp).rewrite_pending = True
+
+    # ------------------------------------------------------------------ appending
+
+    def append(self, tp: TopicPartition, timestamp: int, key, value, headers, cookie: Any, now_ms: int):
+        """Queue one record. Returns (batch, new batch opened) or None if buffer.memory is full."""
+        if self.fatal:
+            raise self.fatal
+        return self.acc.append(tp, timestamp, key, value, headers, cookie, now_ms)
+
+    # ------------------------------------------------------------------ sending
+
+    def ready(self, now_ms: int) -> tuple[set[int], int | None, bool]:
+        """Nodes with something sendable, the next time something may become sendable, and whether
+        a partition has no known leader."""
+        nodes: set[int] = set()
+        next_ms: int | None = None
+        unknown_leader = False
+        for tp, q in self.acc.queues.items():
+            if not q:
+                continue
+            ps = self._state(tp)
+            if ps.leader < 0:
+                unknown_leader = True
+                continue
+            b = q[0]
+            if self.acc.is_sendable(b, q, now_ms):
+                if self._may_send(b, ps, now_ms):
+                    nodes.add(ps.leader)
+            else:
+                t = self.acc.next_ready_ms(b)
+                next_ms = t if next_ms is None else min(next_ms, t)
+        return nodes, next_ms, unknown_leader
+
+    def can_send_to(self, node: int) -> bool:
+        return self.node_in_flight.get(node, 0) < self.config.max_in_flight
+
+    def _may_send(self, b: ProducerBatch, ps: PartitionState, now_ms: int) -> bool:
+        if self.fatal:
+            return False
+        if ps.in_flight >= ps.window:
+            return False
+        if not ps.idempotent:
+            return True
+        if self.producer_id < 0:
+            return False
+        if ps.rewrite_pending:
+            if self.bump_requested or ps.in_flight:
+                return False
+            self._renumber(ps)
+        if b.has_sequence:
+            if b.needs_head_of_line:
+                return ps.in_flight == 0 and bool(ps.unacked) and ps.unacked[0] is b
+            return True
+        if ps.retrying:
+            return False
+        if (ps.producer_id, ps.producer_epoch) != (self.producer_id, self.producer_epoch) and ps.unacked:
+            return False  # old-epoch batches must settle before sequence 0 of the new epoch
+        if ps.max_inflight_sequences is not None and ps.unacked_records() + b.count > ps.max_inflight_sequences:
+            return False
+        return True
+
+    def _renumber(self, ps: PartitionState) -> None:
+        """After a bump: the partition's unacknowledged batches restart at 0 under the new epoch."""
+        ps.producer_id, ps.producer_epoch = self.producer_id, self.producer_epoch
+        seq = 0
+        for b in ps.unacked:
+            b.set_producer_state(self.producer_id, self.producer_epoch, seq)
+            b.needs_head_of_line = False
+            seq = increment(seq, b.count)
+        ps.next_sequence = seq
+        ps.last_acked_sequence = -1
+        ps.retrying = 0
+        ps.rewrite_pending = False
+
+    def _assign_sequence(self, b: ProducerBatch, ps: PartitionState) -> None:
+        if not ps.idempotent:
+            if b.producer_id != -1 or b.has_sequence:
+                b.set_producer_state(-1, -1, -1)
+            return
+        if (ps.producer_id, ps.producer_epoch) != (self.producer_id, self.producer_epoch):
+            ps.producer_id, ps.producer_epoch = self.producer_id, self.producer_epoch
+            ps.next_sequence = 0
+            ps.last_acked_sequence = -1
+        b.set_producer_state(self.producer_id, self.producer_epoch, ps.next_sequence)
+        ps.next_sequence = increment(ps.next_sequence, b.count)
+        ps.unacked.append(b)
+
+    def drain(self, node: int, now_ms: int) -> list[ProducerBatch]:
+        """Batches for one request to `node` (at most one per partition), each checked against
+        both in-flight limits. Counts the request as in flight if non-empty."""
+        if not self.can_send_to(node) or self.fatal:
+            return []
+        out: list[ProducerBatch] = []
+        size = 0
+        for tp, q in self.acc.queues.items():
+            if not q:
+                continue
+            ps = self._state(tp)
+            if ps.leader != node:
+                continue
+            b = q[0]
+            if not self.acc.is_sendable(b, q, now_ms) or not self._may_send(b, ps, now_ms):
+                continue
+            if out and size + b.size > self.config.max_request_size:
+                break
+            q.popleft()
+            if not b.has_sequence or not ps.idempotent:
+                self._assign_sequence(b, ps)
+            b.encode()
+            b.node = node
+            b.sent_ms = now_ms
+            ps.in_flight += 1
+            size += b.size
+            out.append(b)
+        if out:
+            self.node_in_flight[node] = self.node_in_flight.get(node, 0) + 1
+            if self.config.acks == 0:
+                self._complete_unacknowledged(node, out)
+        return out
+
+    def _complete_unacknowledged(self, node: int, batches: list[ProducerBatch]) -> None:
+        self.node_in_flight[node] -= 1
+        for b in batches:
+            self._state(b.tp).in_flight -= 1
+            self._finish(b, None, None)
+
+    # ------------------------------------------------------------------ responses
+
+    def on_response(self, node: int, results: Iterable[tuple[ProducerBatch, PartitionResult]],
+                    now_ms: int) -> None:
+        self.node_in_flight[node] = self.node_in_flight.get(node, 1) - 1
+        for b, r in results:
+            ps = self._state(b.tp)
+            ps.in_flight -= 1
+            if b.node == ps.leader and r.error_code in (0, E.DUPLICATE_SEQUENCE_NUMBER):
+                # KIP-1269: absent field = an old broker = 5
+                ps.window = r.batches_to_retain if r.batches_to_retain else DEFAULT_WINDOW
+                if r.max_inflight_sequences:
+                    ps.max_inflight_sequences = r.max_inflight_sequences
+            self._handle_result(b, ps, r, now_ms)
+
+    def on_request_failed(self, node: int, batches: list[ProducerBatch], now_ms: int,
+                          reason: str = "connection lost") -> None:
+        """No response (disconnect, timeout): outcome unknown, so retry under the same sequence."""
+        self.node_in_flight[node] = self.node_in_flight.get(node, 1) - 1
+        self.metadata_refresh_needed = True
+        for b in batches:
+            ps = self._state(b.tp)
+            ps.in_flight -= 1
+            self._retry_or_fail(b, ps, now_ms, BrokerResponseError(E.NETWORK_EXCEPTION, reason))
+
+    def _handle_result(self, b: ProducerBatch, ps: PartitionState, r: PartitionResult, now_ms: int) -> None:
+        code = r.error_code
+        if code == 0:
+            self._ack(b, ps, r.base_offset, r.log_append_time)
+            return
+        if code == E.DUPLICATE_SEQUENCE_NUMBER:
+            self._ack(b, ps, None, -1)
+            return
+        if b.done:
+            return
+        if code == E.OUT_OF_ORDER_SEQUENCE_NUMBER and ps.idempotent and b.has_sequence:
+            if b.base_sequence == increment(ps.last_acked_sequence, 1) and not ps.rewrite_pending:
+                msg = (f"OutOfOrderSequence on the batch after the last acknowledged sequence "
+                       f"{ps.last_acked_sequence} (offset {ps.last_acked_offset})")
+                if self.config.acks == 1:
+                    msg += "; with acks=1 acknowledged records may have been lost with a leader"
+                self._request_bump(b.tp, msg)
+            self._retry_or_fail(b, ps, now_ms, BrokerResponseError(code, r.error_message), count=False)
+            return
+        if code == E.UNKNOWN_PRODUCER_ID and ps.idempotent:
+            lso = r.log_start_offset
+            if lso == -1 or ps.rewrite_pending:
+                self._retry_or_fail(b, ps, now_ms, BrokerResponseError(code, r.error_message), count=False)
+            elif lso > ps.last_acked_offset:
+                self._request_bump(b.tp, f"UnknownProducerId after retention (log start offset {lso} > "
+                                          f"last acknowledged offset {ps.last_acked_offset})")
+                self._retry_or_fail(b, ps, now_ms, BrokerResponseError(code, r.error_message), count=False)
+            else:
+                self._go_fatal(DataLossError(
+                    b.tp.topic, b.tp.partition,
+                    f"broker lost this producer's state although log start offset {lso} <= last "
+                    f"acknowledged offset {ps.last_acked_offset}: acknowledged records up to offset "
+                    f"{ps.last_acked_offset} may be lost"))
+            return
+        if code == E.UNSUPPORTED_FOR_MESSAGE_FORMAT and ps.idempotent:
+            if self.config.idempotence is Idempotence.REQUESTED:
+                self.topic_message_format(b.tp.topic, False)
+                self._drop_sequences(ps)
+                self._retry_or_fail(b, ps, now_ms, BrokerResponseError(code, r.error_message), count=False)
+            else:
+                self._go_fatal(IdempotenceUnsupportedError(
+                    f"enable.idempotence=required but topic {b.tp.topic} uses a message format older "
+                    f"than v2 ({r.error_message or 'UNSUPPORTED_FOR_MESSAGE_FORMAT'})"))
+            return
+        if code in (E.INVALID_PRODUCER_EPOCH, E.PRODUCER_FENCED, E.INVALID_PRODUCER_ID_MAPPING,
+                    E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, E.CLUSTER_AUTHORIZATION_FAILED):
+            self._go_fatal(ProducerFatalError(
+                f"{b.tp.topic}-{b.tp.partition}: {ErrorCode(code).name}: {r.error_message or ''}"))
+            return
+        if code in _REFRESH_METADATA:
+            self.metadata_refresh_needed = True
+        err = BrokerResponseError(code, r.error_message)
+        if code in RETRIABLE:
+            self._retry_or_fail(b, ps, now_ms, err)
+        else:
+            self._fail_sequenced(b, ps, err)
+
+    def _drop_sequences(self, ps: PartitionState) -> None:
+        ps.idempotent = False
+        for ub in ps.unacked:
+            ub.needs_head_of_line = False
+        ps.unacked.clear()
+        ps.retrying = 0
+
+    def _retry_or_fail(self, b: ProducerBatch, ps: PartitionState, now_ms: int, err: BaseException,
+                       count: bool = True) -> None:
+        if b.done:
+            return
+        if count:
+            b.attempts += 1
+        else:
+            b.attempts = max(b.attempts, 1)
+        expired = now_ms - b.created_ms >= self.config.delivery_timeout_ms
+        if expired or b.attempts > self.config.retries:
+            self._fail_sequenced(b, ps, DeliveryTimeoutError(str(err)) if expired else err)
+            return
+        b.retry_at_ms = now_ms + self.config.retry_backoff_ms
+        if ps.idempotent and b.has_sequence and not b.needs_head_of_line and b in ps.unacked:
+            b.needs_head_of_line = True
+            ps.retrying += 1
+        self.acc.reenqueue(b)
+
+    def _fail_sequenced(self, b: ProducerBatch, ps: PartitionState, err: BaseException) -> None:
+        """A batch fails for good. If it had a sequence, the partition now has a gap: the batches
+        after it are renumbered under a bumped epoch."""
+        if ps.idempotent and b.has_sequence and b in ps.unacked:
+            self._remove_unacked(b, ps)
+            self._request_bump(b.tp, f"batch {b.base_sequence}..{b.last_sequence} failed ({err})")
+        self._finish(b, err, None)
+
+    def _remove_unacked(self, b: ProducerBatch, ps: PartitionState) -> None:
+        ps.unacked.remove(b)
+        if b.needs_head_of_line:
+            b.needs_head_of_line = False
+            ps.retrying -= 1
+
+    def _ack(self, b: ProducerBatch, ps: PartitionState, base_offset: int | None, log_append_time: int) -> None:
+        if b.done:
+            return
+        if ps.idempotent and b.has_sequence and b in ps.unacked:
+            self._remove_unacked(b, ps)
+            if ps.last_acked_sequence < 0 or _seq_before(ps.last_acked_sequence, b.last_sequence):
+                ps.last_acked_sequence = b.last_sequence
+        if base_offset is not None and base_offset >= 0:
+            ps.last_acked_offset = max(ps.last_acked_offset, base_offset + b.count - 1)
+        self._finish(b, None, base_offset, log_append_time)
+
+    def _finish(self, b: ProducerBatch, err: BaseException | None, base_offset: int | None,
+                log_append_time: int = -1) -> None:
+        b.done = True
+        self.acc.release(b)
+        self.completions.append(Completion(b, err, base_offset, log_append_time))
+
+    # ------------------------------------------------------------------ time and failure
+
+    def expire(self, now_ms: int) -> None:
+        """Fail queued batches older than delivery.timeout.ms."""
+        limit = self.config.delivery_timeout_ms
+        for tp, q in self.acc.queues.items():
+            while q and now_ms - q[0].created_ms >= limit:
+                b = q.popleft()
+                self._fail_sequenced(b, self._state(tp), DeliveryTimeoutError(
+                    f"{tp.topic}-{tp.partition}: {b.count} records not delivered within "
+                    f"delivery.timeout.ms={limit}"))
+
+    def _go_fatal(self, err: BaseException) -> None:
+        if self.fatal is None:
+            log.error("producer failed: %s", err)
+            self.fatal = err
+        for q in self.acc.queues.values():
+            while q:
+                self._finish(q.popleft(), err, None)
+
+    def fail_all(self, err: BaseException) -> None:
+        """Close without flushing: fail everything still queued."""
+        for q in self.acc.queues.values():
+            while q:
+                self._finish(q.popleft(), err, None)
+
+    def take_completions(self) -> list[Completion]:
+        c, self.completions = self.completions, []
+        return c
+
+    def has_pending(self) -> bool:
+        return self.acc.has_unsent() or any(n > 0 for n in self.node_in_flight.values())
