@@ -1,0 +1,96 @@
+"""Header-level batch validation: what the produce path relies on instead of decoding records."""
+import struct
+
+import pytest
+from hypothesis import given, strategies as st
+
+from oncelog.protocol import records
+from oncelog.protocol.compression import compress
+from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
+from oncelog.protocol.record_codec import (Record, decode_batch, encode_batch,
+                                           encode_legacy_message)
+
+
+def _batch(n=3, **kw) -> bytearray:
+    recs = [Record(i, 1000 + i, b"k%d" % i, b"v%d" % i) for i in range(n)]
+    return bytearray(encode_batch(recs, **kw))
+
+
+def test_header_fields_and_validation():
+    buf = _batch(4, producer_id=7, producer_epoch=2, base_sequence=2**31 - 2)
+    h = records.validate_batch(buf)
+    assert (h.magic, h.records_count, h.last_offset_delta) == (2, 4, 3)
+    assert (h.producer_id, h.producer_epoch, h.base_sequence) == (7, 2, 2**31 - 2)
+    assert h.last_sequence == 1  # wraps past 2^31-1
+    assert h.size == len(buf) and h.has_producer_id and not h.is_transactional
+
+
+def test_patch_keeps_crc_valid_and_readers_see_new_offset():
+    buf = _batch(3)
+    records.patch_batch(buf, 0, 1234, 9)
+    h = records.validate_batch(buf)
+    assert (h.base_offset, h.partition_leader_epoch) == (1234, 9)
+    assert [r.offset for r in decode_batch(bytes(buf))] == [1234, 1235, 1236]
+
+
+def test_flipped_byte_is_corrupt_message():
+    buf = _batch(3)
+    buf[-1] ^= 0xFF
+    with pytest.raises(KafkaProtocolError) as e:
+        records.validate_batch(buf)
+    assert e.value.code == ErrorCode.CORRUPT_MESSAGE
+
+
+def test_count_disagreeing_with_offsets_is_invalid_record():
+    buf = _batch(3)
+    struct.pack_into(">i", buf, 57, 5)  # recordsCount
+    with pytest.raises(KafkaProtocolError) as e:
+        records.validate_batch(buf)
+    assert e.value.code == ErrorCode.INVALID_RECORD
+
+
+def test_record_set_must_cover_buffer_exactly():
+    one, two = _batch(2), _batch(3)
+    assert len(records.validate_record_set(one + two)) == 2
+    with pytest.raises(KafkaProtocolError) as e:
+        records.validate_record_set(one + two[:-5])
+    assert e.value.code == ErrorCode.CORRUPT_MESSAGE
+
+
+def test_iter_batches_stops_before_torn_tail():
+    one, two = _batch(2), _batch(3)
+    found = list(records.iter_batches(one + two[:40]))
+    assert [pos for pos, _ in found] == [0]
+
+
+def test_legacy_sets_validate_and_take_offsets():
+    plain = b"".join(encode_legacy_message(0, None, b"x%d" % i, magic=1, timestamp=5 + i) for i in range(3))
+    info = records.validate_legacy_message_set(plain)
+    assert info == records.LegacySetInfo(1, 3, 7)
+    buf = bytearray(plain)
+    assert records.patch_legacy_offsets(buf, 100) == 102
+    assert [m.offset for m in records.iter_legacy_messages(buf)] == [100, 101, 102]
+
+    inner = b"".join(encode_legacy_message(i, None, b"y", magic=1, timestamp=1) for i in range(4))
+    wrapper = bytearray(encode_legacy_message(0, None, compress(1, inner), magic=1, timestamp=1,
+                                              compression_codec=1))
+    assert records.validate_legacy_message_set(wrapper).message_count == 4
+    assert records.patch_legacy_offsets(wrapper, 10) == 13
+    assert next(records.iter_legacy_messages(wrapper)).offset == 13
+
+
+def test_legacy_crc_mismatch_is_corrupt():
+    buf = bytearray(encode_legacy_message(0, b"k", b"v", magic=0))
+    buf[-1] ^= 1
+    with pytest.raises(KafkaProtocolError) as e:
+        records.validate_legacy_message_set(buf)
+    assert e.value.code == ErrorCode.CORRUPT_MESSAGE
+
+
+@given(st.binary(max_size=200))
+def test_random_bytes_never_escape_as_other_exceptions(data):
+    for fn in (records.validate_record_set, records.validate_legacy_message_set):
+        try:
+            fn(bytearray(data))
+        except KafkaProtocolError as e:
+            assert e.code in (ErrorCode.CORRUPT_MESSAGE, ErrorCode.INVALID_RECORD)
