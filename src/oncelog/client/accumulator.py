@@ -150,7 +150,7 @@ class RecordAccumulator:
             return
         i = 0
         for i, other in enumerate(q):
-            if not other.has_sequence or _seq_before(batch.base_sequence, other.base_sequence):
+            if not other.has_sequence or seq_before(batch.base_sequence, other.base_sequence):
                 q.insert(i, batch)
                 return
         q.append(batch)
@@ -159,6 +159,6 @@ class RecordAccumulator:
         return any(self.queues.values())
 
 
-def _seq_before(a: int, b: int) -> bool:
+def seq_before(a: int, b: int) -> bool:
     """True if sequence a comes before b (wraparound: the shorter distance wins)."""
     return a != b and (b - a) % 2**31 < 2**30

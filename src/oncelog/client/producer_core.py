@@ -10,20 +10,22 @@ Idempotence rules (KAFKA-5494, KIP-360, KIP-1269, KIP-758, "spurious OutOfOrderS
   bump the epoch (InitProducerId with the current id/epoch) and renumber that partition from 0; on a
   later batch it is a knock-on effect of an earlier failure: retry;
 - UNKNOWN_PRODUCER_ID: log start offset above the last acknowledged offset means retention removed
-  the producer's state: bump and retry; otherwise acknowledged data is gone: fatal DataLossError;
+  the producer's state: restart the partition's sequence at 0 and retry; otherwise acknowledged data
+  is gone: fatal DataLossError naming partition and offsets;
 - DUPLICATE_SEQUENCE_NUMBER: delivered, offset unknown (None);
 - two in-flight checks before each send: per partition the window the leader reported
   (ProducerStateBatchesToRetain, 5 until learned and after a leader change), per connection
-  `max.in.flight.requests.per.connection`; in range mode the unacknowledged sequences of a
-  partition stay under the broker's `max.in.flight.sequence.number.per.connection`.
+  `max.in.flight.requests.per.connection`; in range mode (the leader reported
+  MaxInFlightSequenceNumber) the unacknowledged sequences of a partition stay under that threshold
+  instead of a batch count.
 """
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
-from oncelog.client.accumulator import ProducerBatch, RecordAccumulator, TopicPartition, _seq_before
+from oncelog.client.accumulator import ProducerBatch, RecordAccumulator, TopicPartition, seq_before
 from oncelog.client.config import DEFAULT_WINDOW, Idempotence, ProducerConfig
 from oncelog.client.errors import (
     BrokerResponseError, DataLossError, DeliveryTimeoutError, IdempotenceUnsupportedError,
@@ -35,7 +37,10 @@ log = logging.getLogger("oncelog.client.producer")
 
 E = ErrorCode
 _REFRESH_METADATA = {E.NOT_LEADER_OR_FOLLOWER, E.UNKNOWN_TOPIC_OR_PARTITION, E.LEADER_NOT_AVAILABLE,
-                     E.FENCED_LEADER_EPOCH, E.UNKNOWN_LEADER_EPOCH, E.KAFKA_STORAGE_ERROR}
+                     E.FENCED_LEADER_EPOCH, E.UNKNOWN_LEADER_EPOCH, E.KAFKA_STORAGE_ERROR,
+                     E.NOT_ENOUGH_REPLICAS}
+_FATAL = {E.INVALID_PRODUCER_EPOCH, E.PRODUCER_FENCED, E.INVALID_PRODUCER_ID_MAPPING,
+          E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, E.CLUSTER_AUTHORIZATION_FAILED}
 _MAX_EPOCH = 32767
 
 
@@ -53,11 +58,18 @@ class PartitionState:
     last_acked_offset: int = -1
     in_flight: int = 0                    # batches on the wire
     unacked: list = field(default_factory=list)  # sequenced batches not yet acknowledged, in order
+    unacked_records: int = 0              # sum of their record counts (range mode budget)
     retrying: int = 0                     # unacked batches that must go head-of-line, alone
-    rewrite_pending: bool = False         # renumber under the new epoch once nothing is on the wire
+    rewrite_pending: bool = False         # renumber from 0 once nothing is on the wire
+    max_in_flight_seen: int = 0           # highest in_flight reached (tests and benchmarks)
 
-    def unacked_records(self) -> int:
-        return sum(b.count for b in self.unacked)
+    def limit_reached(self, b: ProducerBatch) -> bool:
+        if self.max_inflight_sequences is not None and self.idempotent:
+            # range mode: the broker deduplicates by distance, so count sequences, not batches
+            if b.has_sequence:
+                return False
+            return self.unacked_records + b.count > self.max_inflight_sequences
+        return self.in_flight >= self.window
 
 
 @dataclass
@@ -77,7 +89,7 @@ class PartitionResult:
     log_start_offset: int = -1
     error_message: str | None = None
     batches_to_retain: int | None = None       # ProduceResponse v14 tag 1; None = field absent
-    max_inflight_sequences: int | None = None  # range mode threshold, if the broker sent one
+    max_inflight_sequences: int | None = None  # tag 10000: range mode threshold, if sent
 
 
 class ProducerCore:
@@ -96,39 +108,50 @@ class ProducerCore:
         self.metadata_refresh_needed = False
         self.completions: list[Completion] = []
         self.topic_idempotent: dict[str, bool] = {}
+        self.topic_errors: dict[str, BaseException] = {}
+        self._drain_start = 0
         if not idempotence_available:
             self.broker_lacks_idempotence()
 
     # ------------------------------------------------------------------ setup / metadata
 
-    def broker_lacks_idempotence(self) -> None:
-        """The cluster has no InitProducerId / record batch v2: requested → plain, required → fail."""
+    def broker_lacks_idempotence(self, why: str = "no InitProducerId / message format v2") -> None:
+        """The cluster cannot do idempotence: requested -> plain producing, required -> fail."""
         if not self.idempotent:
             return
         if self.config.idempotence is Idempotence.REQUIRED:
             self._go_fatal(IdempotenceUnsupportedError(
-                "enable.idempotence=required but the broker does not support idempotent producing "
-                "(no InitProducerId / message format v2)"))
+                f"enable.idempotence=required but the broker does not support idempotent "
+                f"producing ({why})"))
         else:
-            log.warning("broker does not support idempotence: producing without it "
-                        "(enable.idempotence=requested)")
+            log.warning("broker does not support idempotence (%s): producing without it "
+                        "(enable.idempotence=requested)", why)
             self.idempotent = False
+            for ps in self.partitions.values():
+                self._drop_sequences(ps)
 
-    def topic_message_format(self, topic: str, supports_v2: bool) -> None:
-        """Learned from DescribeConfigs `message.format.version` or an UNSUPPORTED_FOR_MESSAGE_FORMAT."""
+    def topic_message_format(self, topic: str, supports_v2: bool, version: str = "") -> None:
+        """Learned from Metadata (our tag 10000), DescribeConfigs `message.format.version` or an
+        UNSUPPORTED_FOR_MESSAGE_FORMAT answer."""
         if supports_v2 or not self.idempotent:
             self.topic_idempotent[topic] = True
             return
+        what = f"topic {topic} uses message format {version or 'older than v2'}"
         if self.config.idempotence is Idempotence.REQUIRED:
-            self.topic_idempotent[topic] = True  # stays idempotent; its batches fail below
+            err = IdempotenceUnsupportedError(
+                f"enable.idempotence=required but {what}; idempotent producing needs v2")
+            self.topic_errors[topic] = err
+            for tp, q in self.acc.queues.items():
+                if tp.topic == topic:
+                    while q:
+                        self._finish(q.popleft(), err, None)
             return
         if self.topic_idempotent.get(topic) is not False:
-            log.warning("topic %s has a message format older than v2: producing to it without "
-                        "idempotence (enable.idempotence=requested)", topic)
+            log.warning("%s: producing to it without idempotence (enable.idempotence=requested)", what)
         self.topic_idempotent[topic] = False
         for tp, ps in self.partitions.items():
             if tp.topic == topic:
-                ps.idempotent = False
+                self._drop_sequences(ps)
 
     def _state(self, tp: TopicPartition) -> PartitionState:
         ps = self.partitions.get(tp)
@@ -137,12 +160,18 @@ class ProducerCore:
             ps.idempotent = self.idempotent and self.topic_idempotent.get(tp.topic, True)
         return ps
 
+    def partition_state(self, tp: TopicPartition) -> PartitionState:
+        return self._state(tp)
+
     def update_leader(self, tp: TopicPartition, node: int, leader_epoch: int = -1) -> None:
         ps = self._state(tp)
-        if ps.leader != node or (leader_epoch >= 0 and ps.leader_epoch >= 0 and leader_epoch != ps.leader_epoch):
+        changed = ps.leader != node or (leader_epoch >= 0 and ps.leader_epoch >= 0
+                                        and leader_epoch != ps.leader_epoch)
+        if changed:
             if ps.leader != -1:
-                log.info("leader of %s-%d changed %d -> %d: in-flight window back to %d",
-                         tp.topic, tp.partition, ps.leader, node, DEFAULT_WINDOW)
+                log.info("leader of %s-%d changed %d/%d -> %d/%d: in-flight window back to %d",
+                         tp.topic, tp.partition, ps.leader, ps.leader_epoch, node, leader_epoch,
+                         DEFAULT_WINDOW)
             # KIP-1269: the new leader may be an old broker with a hard-coded window of 5
             ps.window = DEFAULT_WINDOW
             ps.max_inflight_sequences = None
@@ -167,7 +196,7 @@ class ProducerCore:
 
     def on_producer_id(self, producer_id: int, producer_epoch: int) -> None:
         if self.producer_id >= 0:
-            log.warning("producer epoch bumped: %d/%d -> %d/%d", self.producer_id, self.producer_epoch,
+            log.warning("producer id/epoch %d/%d -> %d/%d", self.producer_id, self.producer_epoch,
                         producer_id, producer_epoch)
         self.producer_id, self.producer_epoch = producer_id, producer_epoch
         self.init_pid_in_progress = False
@@ -184,12 +213,20 @@ class ProducerCore:
         self.bump_requested = True
         self._state(tp).rewrite_pending = True
 
+    def _request_reset(self, tp: TopicPartition, reason: str) -> None:
+        log.warning("%s-%d: %s: restarting the partition's sequence at 0", tp.topic, tp.partition,
+                    reason)
+        self._state(tp).rewrite_pending = True
+
     # ------------------------------------------------------------------ appending
 
     def append(self, tp: TopicPartition, timestamp: int, key, value, headers, cookie: Any, now_ms: int):
         """Queue one record. Returns (batch, new batch opened) or None if buffer.memory is full."""
         if self.fatal:
             raise self.fatal
+        err = self.topic_errors.get(tp.topic)
+        if err is not None:
+            raise err
         return self.acc.append(tp, timestamp, key, value, headers, cookie, now_ms)
 
     # ------------------------------------------------------------------ sending
@@ -200,6 +237,8 @@ class ProducerCore:
         nodes: set[int] = set()
         next_ms: int | None = None
         unknown_leader = False
+        if self.fatal:
+            return nodes, None, False
         for tp, q in self.acc.queues.items():
             if not q:
                 continue
@@ -207,9 +246,11 @@ class ProducerCore:
             if ps.leader < 0:
                 unknown_leader = True
                 continue
+            if ps.leader in nodes:
+                continue
             b = q[0]
             if self.acc.is_sendable(b, q, now_ms):
-                if self._may_send(b, ps, now_ms):
+                if self._may_send(b, ps):
                     nodes.add(ps.leader)
             else:
                 t = self.acc.next_ready_ms(b)
@@ -219,17 +260,15 @@ class ProducerCore:
     def can_send_to(self, node: int) -> bool:
         return self.node_in_flight.get(node, 0) < self.config.max_in_flight
 
-    def _may_send(self, b: ProducerBatch, ps: PartitionState, now_ms: int) -> bool:
-        if self.fatal:
-            return False
-        if ps.in_flight >= ps.window:
+    def _may_send(self, b: ProducerBatch, ps: PartitionState) -> bool:
+        if ps.limit_reached(b):
             return False
         if not ps.idempotent:
             return True
         if self.producer_id < 0:
             return False
         if ps.rewrite_pending:
-            if self.bump_requested or ps.in_flight:
+            if self.bump_requested or self.init_pid_in_progress or ps.in_flight:
                 return False
             self._renumber(ps)
         if b.has_sequence:
@@ -240,12 +279,10 @@ class ProducerCore:
             return False
         if (ps.producer_id, ps.producer_epoch) != (self.producer_id, self.producer_epoch) and ps.unacked:
             return False  # old-epoch batches must settle before sequence 0 of the new epoch
-        if ps.max_inflight_sequences is not None and ps.unacked_records() + b.count > ps.max_inflight_sequences:
-            return False
         return True
 
     def _renumber(self, ps: PartitionState) -> None:
-        """After a bump: the partition's unacknowledged batches restart at 0 under the new epoch."""
+        """After a bump or reset: unacknowledged batches restart at 0 under the current id/epoch."""
         ps.producer_id, ps.producer_epoch = self.producer_id, self.producer_epoch
         seq = 0
         for b in ps.unacked:
@@ -269,6 +306,7 @@ class ProducerCore:
         b.set_producer_state(self.producer_id, self.producer_epoch, ps.next_sequence)
         ps.next_sequence = increment(ps.next_sequence, b.count)
         ps.unacked.append(b)
+        ps.unacked_records += b.count
 
     def drain(self, node: int, now_ms: int) -> list[ProducerBatch]:
         """Batches for one request to `node` (at most one per partition), each checked against
@@ -277,14 +315,22 @@ class ProducerCore:
             return []
         out: list[ProducerBatch] = []
         size = 0
-        for tp, q in self.acc.queues.items():
+        items = list(self.acc.queues.items())
+        n = len(items)
+        if not n:
+            return out
+        # rotate the start so that max.request.size never starves the same partitions
+        start = self._drain_start % n
+        self._drain_start += 1
+        for i in range(n):
+            tp, q = items[(start + i) % n]
             if not q:
                 continue
             ps = self._state(tp)
             if ps.leader != node:
                 continue
             b = q[0]
-            if not self.acc.is_sendable(b, q, now_ms) or not self._may_send(b, ps, now_ms):
+            if not self.acc.is_sendable(b, q, now_ms) or not self._may_send(b, ps):
                 continue
             if out and size + b.size > self.config.max_request_size:
                 break
@@ -295,6 +341,8 @@ class ProducerCore:
             b.node = node
             b.sent_ms = now_ms
             ps.in_flight += 1
+            if ps.in_flight > ps.max_in_flight_seen:
+                ps.max_in_flight_seen = ps.in_flight
             size += b.size
             out.append(b)
         if out:
@@ -317,11 +365,10 @@ class ProducerCore:
         for b, r in results:
             ps = self._state(b.tp)
             ps.in_flight -= 1
-            if b.node == ps.leader and r.error_code in (0, E.DUPLICATE_SEQUENCE_NUMBER):
-                # KIP-1269: absent field = an old broker = 5
+            if b.node == ps.leader:
+                # KIP-1269: the field is absent on old brokers (and older Produce versions) = 5
                 ps.window = r.batches_to_retain if r.batches_to_retain else DEFAULT_WINDOW
-                if r.max_inflight_sequences:
-                    ps.max_inflight_sequences = r.max_inflight_sequences
+                ps.max_inflight_sequences = r.max_inflight_sequences or None
             self._handle_result(b, ps, r, now_ms)
 
     def on_request_failed(self, node: int, batches: list[ProducerBatch], now_ms: int,
@@ -344,48 +391,51 @@ class ProducerCore:
             return
         if b.done:
             return
+        if self.fatal is not None:
+            self._finish_unacked(b, ps, self.fatal)
+            return
+        err = BrokerResponseError(code, r.error_message)
         if code == E.OUT_OF_ORDER_SEQUENCE_NUMBER and ps.idempotent and b.has_sequence:
-            if b.base_sequence == increment(ps.last_acked_sequence, 1) and not ps.rewrite_pending:
-                msg = (f"OutOfOrderSequence on the batch after the last acknowledged sequence "
-                       f"{ps.last_acked_sequence} (offset {ps.last_acked_offset})")
+            if (not ps.rewrite_pending and b.producer_epoch == ps.producer_epoch
+                    and b.base_sequence == increment(ps.last_acked_sequence, 1)):
+                msg = (f"OutOfOrderSequence on the batch right after the last acknowledged sequence "
+                       f"{ps.last_acked_sequence} (offset {ps.last_acked_offset}): the broker lost "
+                       f"acknowledged records or never got this batch's predecessor")
                 if self.config.acks == 1:
-                    msg += "; with acks=1 acknowledged records may have been lost with a leader"
+                    msg += " (acks=1: records may have been lost with a leader)"
                 self._request_bump(b.tp, msg)
-            self._retry_or_fail(b, ps, now_ms, BrokerResponseError(code, r.error_message), count=False)
+            self._retry_or_fail(b, ps, now_ms, err, count=False)
             return
         if code == E.UNKNOWN_PRODUCER_ID and ps.idempotent:
             lso = r.log_start_offset
-            if lso == -1 or ps.rewrite_pending:
-                self._retry_or_fail(b, ps, now_ms, BrokerResponseError(code, r.error_message), count=False)
+            if lso == -1 or ps.rewrite_pending or b.producer_epoch != ps.producer_epoch:
+                self._retry_or_fail(b, ps, now_ms, err, count=False)
             elif lso > ps.last_acked_offset:
-                self._request_bump(b.tp, f"UnknownProducerId after retention (log start offset {lso} > "
-                                          f"last acknowledged offset {ps.last_acked_offset})")
-                self._retry_or_fail(b, ps, now_ms, BrokerResponseError(code, r.error_message), count=False)
+                self._request_reset(b.tp, f"UnknownProducerId after retention (log start offset "
+                                          f"{lso} > last acknowledged offset {ps.last_acked_offset})")
+                self._retry_or_fail(b, ps, now_ms, err, count=False)
             else:
                 self._go_fatal(DataLossError(
                     b.tp.topic, b.tp.partition,
-                    f"broker lost this producer's state although log start offset {lso} <= last "
-                    f"acknowledged offset {ps.last_acked_offset}: acknowledged records up to offset "
-                    f"{ps.last_acked_offset} may be lost"))
+                    f"UNKNOWN_PRODUCER_ID although log start offset {lso} <= last acknowledged "
+                    f"offset {ps.last_acked_offset}: the broker lost this producer's state while "
+                    f"its records should still be there; acknowledged records at offsets "
+                    f"{lso}..{ps.last_acked_offset} may be lost"))
+                self._finish_unacked(b, ps, self.fatal)
             return
         if code == E.UNSUPPORTED_FOR_MESSAGE_FORMAT and ps.idempotent:
-            if self.config.idempotence is Idempotence.REQUESTED:
-                self.topic_message_format(b.tp.topic, False)
-                self._drop_sequences(ps)
-                self._retry_or_fail(b, ps, now_ms, BrokerResponseError(code, r.error_message), count=False)
-            else:
-                self._go_fatal(IdempotenceUnsupportedError(
-                    f"enable.idempotence=required but topic {b.tp.topic} uses a message format older "
-                    f"than v2 ({r.error_message or 'UNSUPPORTED_FOR_MESSAGE_FORMAT'})"))
+            self.topic_message_format(b.tp.topic, False)
+            if b.done:
+                return
+            self._retry_or_fail(b, ps, now_ms, err, count=False)
             return
-        if code in (E.INVALID_PRODUCER_EPOCH, E.PRODUCER_FENCED, E.INVALID_PRODUCER_ID_MAPPING,
-                    E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, E.CLUSTER_AUTHORIZATION_FAILED):
+        if code in _FATAL:
             self._go_fatal(ProducerFatalError(
                 f"{b.tp.topic}-{b.tp.partition}: {ErrorCode(code).name}: {r.error_message or ''}"))
+            self._finish_unacked(b, ps, self.fatal)
             return
         if code in _REFRESH_METADATA:
             self.metadata_refresh_needed = True
-        err = BrokerResponseError(code, r.error_message)
         if code in RETRIABLE:
             self._retry_or_fail(b, ps, now_ms, err)
         else:
@@ -396,11 +446,16 @@ class ProducerCore:
         for ub in ps.unacked:
             ub.needs_head_of_line = False
         ps.unacked.clear()
+        ps.unacked_records = 0
         ps.retrying = 0
+        ps.rewrite_pending = False
 
     def _retry_or_fail(self, b: ProducerBatch, ps: PartitionState, now_ms: int, err: BaseException,
                        count: bool = True) -> None:
         if b.done:
+            return
+        if self.fatal is not None:
+            self._finish_unacked(b, ps, self.fatal)
             return
         if count:
             b.attempts += 1
@@ -408,7 +463,10 @@ class ProducerCore:
             b.attempts = max(b.attempts, 1)
         expired = now_ms - b.created_ms >= self.config.delivery_timeout_ms
         if expired or b.attempts > self.config.retries:
-            self._fail_sequenced(b, ps, DeliveryTimeoutError(str(err)) if expired else err)
+            self._fail_sequenced(b, ps, DeliveryTimeoutError(
+                f"{b.tp.topic}-{b.tp.partition}: {b.count} records not delivered within "
+                f"delivery.timeout.ms={self.config.delivery_timeout_ms}; last error: {err}")
+                if expired else err)
             return
         b.retry_at_ms = now_ms + self.config.retry_backoff_ms
         if ps.idempotent and b.has_sequence and not b.needs_head_of_line and b in ps.unacked:
@@ -424,8 +482,14 @@ class ProducerCore:
             self._request_bump(b.tp, f"batch {b.base_sequence}..{b.last_sequence} failed ({err})")
         self._finish(b, err, None)
 
+    def _finish_unacked(self, b: ProducerBatch, ps: PartitionState, err: BaseException) -> None:
+        if b in ps.unacked:
+            self._remove_unacked(b, ps)
+        self._finish(b, err, None)
+
     def _remove_unacked(self, b: ProducerBatch, ps: PartitionState) -> None:
         ps.unacked.remove(b)
+        ps.unacked_records -= b.count
         if b.needs_head_of_line:
             b.needs_head_of_line = False
             ps.retrying -= 1
@@ -435,7 +499,8 @@ class ProducerCore:
             return
         if ps.idempotent and b.has_sequence and b in ps.unacked:
             self._remove_unacked(b, ps)
-            if ps.last_acked_sequence < 0 or _seq_before(ps.last_acked_sequence, b.last_sequence):
+            if b.producer_epoch == ps.producer_epoch and (
+                    ps.last_acked_sequence < 0 or seq_before(ps.last_acked_sequence, b.last_sequence)):
                 ps.last_acked_sequence = b.last_sequence
         if base_offset is not None and base_offset >= 0:
             ps.last_acked_offset = max(ps.last_acked_offset, base_offset + b.count - 1)
@@ -463,9 +528,7 @@ class ProducerCore:
         if self.fatal is None:
             log.error("producer failed: %s", err)
             self.fatal = err
-        for q in self.acc.queues.values():
-            while q:
-                self._finish(q.popleft(), err, None)
+        self.fail_all(err)
 
     def fail_all(self, err: BaseException) -> None:
         """Close without flushing: fail everything still queued."""
@@ -479,3 +542,6 @@ class ProducerCore:
 
     def has_pending(self) -> bool:
         return self.acc.has_unsent() or any(n > 0 for n in self.node_in_flight.values())
+
+    def in_flight_to(self, node: int) -> int:
+        return self.node_in_flight.get(node, 0)

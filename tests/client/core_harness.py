@@ -1,0 +1,127 @@
+"""Drives a ProducerCore against ModelPartitions without I/O: requests are lists of batches that
+the test delivers, fails or answers with injected errors, in any order."""
+from __future__ import annotations
+
+from oncelog.client.accumulator import TopicPartition
+from oncelog.client.config import ProducerConfig
+from oncelog.client.producer_core import PartitionResult, ProducerCore
+
+from model_broker import ModelPartition
+
+
+class Request:
+    def __init__(self, node: int, batches: list) -> None:
+        self.node = node
+        self.batches = batches
+        self.results: list | None = None  # set once the broker processed it
+
+    def __repr__(self) -> str:
+        return f"Request(node={self.node}, {self.batches})"
+
+
+class Harness:
+    def __init__(self, cfg: dict | None = None, **partitions: ModelPartition) -> None:
+        base = {"bootstrap.servers": "model:9092", "linger.ms": 0, "retry.backoff.ms": 0}
+        base.update(cfg or {})
+        self.core = ProducerCore(ProducerConfig.from_dict(base))
+        self.now = 0
+        self.models: dict[TopicPartition, ModelPartition] = {}
+        self.in_flight: list[Request] = []
+        self.results: dict = {}   # cookie -> (offset or None, error)
+        self.next_cookie = 0
+        self.max_window_seen: dict[TopicPartition, int] = {}
+        self.next_pid = 1000
+        for name, model in partitions.items():
+            topic, _, p = name.rpartition("_")
+            self.add_partition(TopicPartition(topic, int(p)), model)
+
+    def add_partition(self, tp: TopicPartition, model: ModelPartition, node: int = 1) -> None:
+        self.models[tp] = model
+        self.core.update_leader(tp, node, 0)
+
+    def init_pid(self) -> None:
+        req = self.core.producer_id_request()
+        if req is None:
+            return
+        pid, epoch = req
+        if pid < 0:
+            self.next_pid += 1
+            self.core.on_producer_id(self.next_pid, 0)
+        else:
+            self.core.on_producer_id(pid, epoch + 1)
+
+    def produce(self, tp: TopicPartition, n: int = 1) -> list[int]:
+        cookies = []
+        for _ in range(n):
+            c = self.next_cookie
+            self.next_cookie += 1
+            assert self.core.append(tp, self.now, None, b"v%d" % c, None, c, self.now) is not None
+            cookies.append(c)
+        return cookies
+
+    def send(self, node: int = 1) -> list[Request]:
+        self.init_pid()
+        out = []
+        while True:
+            batches = self.core.drain(node, self.now)
+            if not batches:
+                break
+            r = Request(node, batches)
+            out.append(r)
+            self.in_flight.append(r)
+        for tp, ps in self.core.partitions.items():
+            if ps.in_flight > ps.window and ps.max_inflight_sequences is None:
+                raise AssertionError(f"{tp}: {ps.in_flight} in flight above window {ps.window}")
+        if self.core.node_in_flight.get(node, 0) > self.core.config.max_in_flight:
+            raise AssertionError("per-connection limit exceeded")
+        return out
+
+    def process(self, req: Request) -> None:
+        """The broker handles the request (in arrival order); its answer is not delivered yet."""
+        req.results = [self.models[b.tp].append(b.producer_id, b.producer_epoch, b.base_sequence,
+                                                list(b.cookies)) for b in req.batches]
+
+    def error(self, req: Request, code: int) -> None:
+        """The broker refuses the whole request without appending (e.g. NOT_LEADER_OR_FOLLOWER)."""
+        req.results = [PartitionResult(error_code=code, log_start_offset=self.models[b.tp].log_start)
+                       for b in req.batches]
+
+    def deliver(self, req: Request) -> None:
+        assert req.results is not None
+        self.in_flight.remove(req)
+        self.core.on_response(req.node, list(zip(req.batches, req.results)), self.now)
+        self.collect()
+
+    def lose(self, req: Request) -> None:
+        """Connection dropped: processed or not, the client sees no answer."""
+        self.in_flight.remove(req)
+        self.core.on_request_failed(req.node, req.batches, self.now)
+        self.collect()
+
+    def roundtrip(self, node: int = 1) -> int:
+        reqs = self.send(node)
+        pending = list(self.in_flight)
+        for r in pending:
+            if r.results is None:
+                self.process(r)
+        for r in pending:
+            self.deliver(r)
+        return len(reqs)
+
+    def run_until_idle(self, limit: int = 1000) -> None:
+        for _ in range(limit):
+            if not self.core.has_pending() and not self.in_flight:
+                return
+            self.now += 1
+            if not self.roundtrip() and not self.in_flight:
+                if not self.core.acc.has_unsent():
+                    return
+        raise AssertionError("producer did not settle")
+
+    def collect(self) -> None:
+        for c in self.core.take_completions():
+            for i, cookie in enumerate(c.batch.cookies):
+                off = None if c.base_offset is None or c.error else c.base_offset + i
+                assert cookie not in self.results or self.results[cookie][1] is not None, \
+                    f"record {cookie} completed twice"
+                self.results[cookie] = (off, c.error)

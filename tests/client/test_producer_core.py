@@ -1,0 +1,401 @@
+"""The sans-IO producer core against a model broker: KIP-1269 in-flight policy, KAFKA-5494 ordering
+under errors, KIP-360 epoch bumps, UNKNOWN_PRODUCER_ID handling, DUPLICATE_SEQUENCE_NUMBER, modes."""
+import logging
+
+import pytest
+
+from oncelog.client.accumulator import TopicPartition
+from oncelog.client.config import Idempotence, ProducerConfig
+from oncelog.client.errors import ConfigError, DataLossError, IdempotenceUnsupportedError
+from oncelog.client.producer_core import PartitionResult, ProducerCore
+from oncelog.protocol.errors import ErrorCode as E
+
+from core_harness import Harness
+from model_broker import ModelPartition
+
+T0 = TopicPartition("t", 0)
+
+
+def many(n=60):
+    """max.in.flight high enough that only the per-partition window limits."""
+    return {"max.in.flight.requests.per.connection": n, "batch.size": 1}
+
+
+def fill(h, tp, batches):
+    """One record per batch (batch.size is tiny), so batches == records."""
+    return [h.produce(tp, 1)[0] for _ in range(batches)]
+
+
+def assert_log_is(h, tp, cookies):
+    assert h.models[tp].log == cookies, (h.models[tp].log, cookies)
+
+
+# ------------------------------------------------------------------ KIP-1269 in-flight policy
+
+def test_window_starts_at_5_then_learned_from_response():
+    h = Harness(many(), t_0=ModelPartition(window=20))
+    fill(h, T0, 40)
+    first = h.send()
+    assert len(first) == 5                     # 5 until the leader tells us more
+    h.process(first[0])
+    h.deliver(first[0])
+    assert h.core.partition_state(T0).window == 20
+    more = h.send()
+    assert len(more) == 16                     # 4 still out + 16 = 20
+    assert h.core.partition_state(T0).in_flight == 20
+
+
+def test_window_reset_to_5_on_leader_change_and_rediscovered():
+    h = Harness(many(), t_0=ModelPartition(window=20))
+    fill(h, T0, 10)
+    h.run_until_idle()
+    assert h.core.partition_state(T0).window == 20
+    # leader moves to an old broker that keeps 5 and does not send the field
+    h.models[T0].window, h.models[T0].report_window = 5, False
+    h.core.update_leader(T0, 2, 1)
+    assert h.core.partition_state(T0).window == 5
+    fill(h, T0, 30)
+    reqs = h.send(2)
+    assert len(reqs) == 5
+    for r in reqs:
+        h.process(r)
+        h.deliver(r)
+    assert h.core.partition_state(T0).window == 5  # absent field keeps 5
+    # the leader comes back to a new broker: rediscovered from its first answer
+    h.models[T0].window, h.models[T0].report_window = 20, True
+    h.core.update_leader(T0, 1, 2)
+    r = h.send(1)
+    assert len(r) == 5
+    h.process(r[0])
+    h.deliver(r[0])
+    assert h.core.partition_state(T0).window == 20
+
+
+def test_leader_epoch_change_on_same_node_also_resets():
+    h = Harness(many(), t_0=ModelPartition(window=20))
+    fill(h, T0, 3)
+    h.run_until_idle()
+    h.core.update_leader(T0, 1, 5)
+    assert h.core.partition_state(T0).window == 5
+
+
+def test_two_topics_on_one_broker_keep_their_own_windows():
+    a, b = TopicPartition("a", 0), TopicPartition("b", 0)
+    h = Harness(many(60))
+    h.add_partition(a, ModelPartition(window=5))
+    h.add_partition(b, ModelPartition(window=20))
+    fill(h, a, 1)
+    fill(h, b, 1)
+    h.run_until_idle()
+    fill(h, a, 40)
+    fill(h, b, 40)
+    h.send()
+    assert h.core.partition_state(a).in_flight == 5
+    assert h.core.partition_state(b).in_flight == 20
+
+
+def test_connection_limit_1_bounds_a_partition_with_window_20():
+    h = Harness({"max.in.flight.requests.per.connection": 1, "batch.size": 1},
+                t_0=ModelPartition(window=20))
+    fill(h, T0, 10)
+    h.run_until_idle()
+    fill(h, T0, 10)
+    assert len(h.send()) == 1
+    assert h.core.partition_state(T0).in_flight == 1
+
+
+def test_connection_limit_20_with_window_5():
+    h = Harness(many(20), t_0=ModelPartition(window=5))
+    fill(h, T0, 30)
+    h.send()
+    assert h.core.partition_state(T0).in_flight == 5
+    h.run_until_idle()
+    assert h.core.partition_state(T0).max_in_flight_seen == 5
+
+
+def test_old_broker_without_field_stays_at_5():
+    h = Harness(many(), t_0=ModelPartition(window=20, report_window=False))
+    cookies = fill(h, T0, 50)
+    h.run_until_idle()
+    assert h.core.partition_state(T0).max_in_flight_seen == 5
+    assert_log_is(h, T0, cookies)
+
+
+@pytest.mark.parametrize("n", [6, 20, 100, 1000])
+def test_no_config_error_above_5_with_idempotence(n):
+    cfg = ProducerConfig.from_dict({"bootstrap.servers": "x", "enable.idempotence": "true",
+                                    "max.in.flight.requests.per.connection": n})
+    assert cfg.max_in_flight == n and cfg.idempotence is Idempotence.REQUIRED
+
+
+def test_config_rejects_nonsense():
+    with pytest.raises(ConfigError):
+        ProducerConfig.from_dict({"bootstrap.servers": "x", "enable.idempotence": "maybe"})
+    with pytest.raises(ConfigError):
+        ProducerConfig.from_dict({"bootstrap.servers": "x", "acks": "0", "enable.idempotence": "required"})
+    with pytest.raises(ConfigError):
+        ProducerConfig.from_dict({"bootstrap.servers": "x", "max.in.flight.requests.per.connection": 0})
+
+
+# ------------------------------------------------------------------ sequences and ordering (KAFKA-5494)
+
+def test_sequence_assigned_at_drain_not_append():
+    h = Harness(many(), t_0=ModelPartition())
+    fill(h, T0, 3)
+    assert all(b.base_sequence == -1 for b in h.core.acc.queues[T0])
+    reqs = h.send()
+    assert [r.batches[0].base_sequence for r in reqs] == [0, 1, 2]
+
+
+def test_retriable_error_on_first_keeps_sequences_and_order():
+    h = Harness(many(), t_0=ModelPartition())
+    cookies = fill(h, T0, 1)
+    h.run_until_idle()
+    cookies += fill(h, T0, 5)
+    reqs = h.send()
+    h.error(reqs[0], E.NOT_LEADER_OR_FOLLOWER)
+    for r in reqs[1:]:
+        h.process(r)                       # the broker answers OutOfOrderSequence: gap at seq 0
+    assert all(r.results[0].error_code == E.OUT_OF_ORDER_SEQUENCE_NUMBER for r in reqs[1:])
+    for r in reversed(reqs):               # responses in any order
+        h.deliver(r)
+    assert not h.core.bump_requested       # knock-on errors, not a gap after the last ack
+    seqs = [b.base_sequence for b in h.core.acc.queues[T0]]
+    assert seqs == [1, 2, 3, 4, 5]         # re-queued in sequence order, sequences kept
+    # recovering: only the head-of-line batch goes, alone
+    r = h.send()
+    assert len(r) == 1 and r[0].batches[0].base_sequence == 1
+    h.process(r[0])
+    h.deliver(r[0])
+    h.run_until_idle()
+    assert_log_is(h, T0, cookies)
+    assert all(h.results[c][0] == i for i, c in enumerate(cookies))
+
+
+def test_lost_response_retry_is_deduplicated_with_original_offset():
+    h = Harness(many(), t_0=ModelPartition())
+    cookies = fill(h, T0, 5)
+    reqs = h.send()
+    for r in reqs:
+        h.process(r)
+    h.lose(reqs[1])                        # written, but the answer never came
+    for r in (reqs[0], reqs[2], reqs[3], reqs[4]):
+        h.deliver(r)
+    h.run_until_idle()
+    assert_log_is(h, T0, cookies)
+    assert h.results[cookies[1]] == (1, None)
+
+
+def test_new_batches_wait_while_partition_recovers():
+    h = Harness(many(), t_0=ModelPartition())
+    fill(h, T0, 3)
+    reqs = h.send()
+    h.error(reqs[0], E.REQUEST_TIMED_OUT)
+    h.deliver(reqs[0])
+    fill(h, T0, 3)
+    assert h.send() == []                  # 2 still in flight: the retry waits, new ones too
+    for r in reqs[1:]:
+        h.process(r)
+        h.deliver(r)
+    r = h.send()
+    assert [x.batches[0].base_sequence for x in r] == [0]
+
+
+def test_duplicate_sequence_number_is_success_with_offset_none():
+    h = Harness(many(), t_0=ModelPartition())
+    c = fill(h, T0, 1)
+    r = h.send()[0]
+    r.results = [PartitionResult(error_code=E.DUPLICATE_SEQUENCE_NUMBER)]
+    h.deliver(r)
+    assert h.results[c[0]] == (None, None)
+
+
+# ------------------------------------------------------------------ KIP-360
+
+def test_out_of_order_after_last_acked_bumps_epoch_and_renumbers():
+    h = Harness(many(), t_0=ModelPartition())
+    first = fill(h, T0, 3)
+    h.run_until_idle()
+    h.models[T0].lose_tail(1)               # the broker lost acknowledged record 2 (acks=1 leader loss)
+    later = fill(h, T0, 3)
+    reqs = h.send()
+    for r in reqs:
+        h.process(r)
+    assert reqs[0].results[0].error_code == E.OUT_OF_ORDER_SEQUENCE_NUMBER
+    for r in reqs:
+        h.deliver(r)
+    assert h.core.bump_requested
+    assert h.core.producer_id_request() == (h.core.producer_id, 0)   # InitProducerId with id/epoch
+    h.core.on_producer_id(h.core.producer_id, 1)
+    reqs = h.send()
+    assert [r.batches[0].base_sequence for r in reqs] == [0, 1, 2]
+    assert all(r.batches[0].producer_epoch == 1 for r in reqs)
+    for r in reqs:
+        h.process(r)
+        h.deliver(r)
+    assert h.models[T0].log == first[:2] + later
+    assert all(h.results[c][1] is None for c in later)
+
+
+def test_bump_only_renumbers_the_failed_partition_others_switch_lazily():
+    a, b = TopicPartition("a", 0), TopicPartition("b", 0)
+    h = Harness(many())
+    h.add_partition(a, ModelPartition())
+    h.add_partition(b, ModelPartition())
+    fill(h, a, 2)
+    fill(h, b, 2)
+    h.run_until_idle()
+    h.models[a].lose_tail(1)
+    fill(h, a, 1)
+    fill(h, b, 1)
+    reqs = h.send()
+    for r in reqs:
+        h.process(r)
+        h.deliver(r)
+    h.run_until_idle()
+    assert h.core.producer_epoch == 1
+    assert len(h.models[b].log) == 3 and len(h.models[a].log) == 2
+
+
+def test_fatal_batch_failure_leaves_no_gap():
+    h = Harness(many(), t_0=ModelPartition())
+    cookies = fill(h, T0, 4)
+    reqs = h.send()
+    h.error(reqs[1], E.INVALID_RECORD)      # non-retriable: batch 1 fails for good
+    for r in (reqs[0], reqs[2], reqs[3]):
+        h.process(r)
+    for r in reqs:
+        h.deliver(r)
+    h.run_until_idle()
+    assert h.results[cookies[1]][1] is not None
+    assert_log_is(h, T0, [cookies[0], cookies[2], cookies[3]])
+    assert h.core.producer_epoch == 1
+
+
+# ------------------------------------------------------------------ UNKNOWN_PRODUCER_ID
+
+def test_unknown_producer_after_retention_resets_and_retries():
+    h = Harness(many(), t_0=ModelPartition())
+    fill(h, T0, 3)
+    h.run_until_idle()
+    m = h.models[T0]
+    m.delete_before(3)                      # retention removed everything we wrote
+    m.expire_producers()
+    cookies = fill(h, T0, 2)
+    h.run_until_idle()
+    assert m.log == cookies
+    assert all(h.results[c] == (3 + i, None) for i, c in enumerate(cookies))
+    assert h.core.fatal is None
+
+
+def test_unknown_producer_without_retention_is_fatal_data_loss():
+    h = Harness(many(), t_0=ModelPartition())
+    fill(h, T0, 3)
+    h.run_until_idle()
+    h.models[T0].expire_producers()         # state gone but the records are still there
+    cookies = fill(h, T0, 2)
+    h.run_until_idle()
+    err = h.core.fatal
+    assert isinstance(err, DataLossError)
+    assert "t-0" in str(err) and "log start offset 0" in str(err) and "offset 2" in str(err)
+    assert all(isinstance(h.results[c][1], DataLossError) for c in cookies)
+    with pytest.raises(DataLossError):
+        h.produce(T0, 1)
+
+
+# ------------------------------------------------------------------ range mode (KIP-758)
+
+def test_range_mode_bounds_in_flight_sequences_not_batches():
+    h = Harness(many(200), t_0=ModelPartition(range_threshold=30))
+    fill(h, T0, 1)
+    h.run_until_idle()
+    assert h.core.partition_state(T0).max_inflight_sequences == 30
+    fill(h, T0, 100)
+    h.send()
+    ps = h.core.partition_state(T0)
+    assert ps.in_flight == 30 and ps.unacked_records == 30
+    h.run_until_idle()
+    assert len(h.models[T0].log) == 101
+
+
+def test_range_mode_duplicate_is_delivered_with_offset_none():
+    h = Harness(many(), t_0=ModelPartition(range_threshold=100))
+    fill(h, T0, 1)
+    h.run_until_idle()
+    cookies = fill(h, T0, 3)
+    reqs = h.send()
+    for r in reqs:
+        h.process(r)
+    h.lose(reqs[0])
+    for r in reqs[1:]:
+        h.deliver(r)
+    h.run_until_idle()
+    assert h.results[cookies[0]] == (None, None)   # older than the latest batch: DUPLICATE_SEQUENCE_NUMBER
+    assert len(h.models[T0].log) == 4
+
+
+# ------------------------------------------------------------------ idempotence modes
+
+def test_off_mode_sends_no_producer_id():
+    h = Harness({"enable.idempotence": "off", **many()}, t_0=ModelPartition())
+    fill(h, T0, 2)
+    reqs = h.send()
+    assert all(r.batches[0].producer_id == -1 and r.batches[0].base_sequence == -1 for r in reqs)
+    assert h.core.producer_id_request() is None
+
+
+def test_requested_falls_back_with_warning_for_broker_without_idempotence(caplog):
+    cfg = ProducerConfig.from_dict({"bootstrap.servers": "x", "enable.idempotence": "requested"})
+    with caplog.at_level(logging.WARNING):
+        core = ProducerCore(cfg, idempotence_available=False)
+    assert not core.idempotent and core.fatal is None
+    assert "without" in caplog.text
+
+
+def test_required_fails_clearly_for_broker_without_idempotence():
+    cfg = ProducerConfig.from_dict({"bootstrap.servers": "x", "enable.idempotence": "required"})
+    core = ProducerCore(cfg, idempotence_available=False)
+    assert isinstance(core.fatal, IdempotenceUnsupportedError)
+    assert "enable.idempotence=required" in str(core.fatal)
+
+
+def test_requested_old_format_topic_goes_plain_other_topics_stay_idempotent(caplog):
+    old, new = TopicPartition("old", 0), TopicPartition("new", 0)
+    h = Harness({"enable.idempotence": "requested", **many()})
+    h.add_partition(old, ModelPartition())
+    h.add_partition(new, ModelPartition())
+    with caplog.at_level(logging.WARNING):
+        h.core.topic_message_format("old", False, "0.10.2")
+    assert "old" in caplog.text
+    fill(h, old, 1)
+    fill(h, new, 1)
+    reqs = h.send()
+    by_tp = {b.tp: b for r in reqs for b in r.batches}
+    assert by_tp[old].producer_id == -1 and by_tp[new].producer_id >= 0
+
+
+def test_required_old_format_topic_fails_that_topic_only():
+    old, new = TopicPartition("old", 0), TopicPartition("new", 0)
+    h = Harness({"enable.idempotence": "required", **many()})
+    h.add_partition(old, ModelPartition())
+    h.add_partition(new, ModelPartition())
+    c = fill(h, old, 1)
+    h.core.topic_message_format("old", False, "0.10.2")
+    h.collect()
+    assert isinstance(h.results[c[0]][1], IdempotenceUnsupportedError)
+    with pytest.raises(IdempotenceUnsupportedError, match="old"):
+        h.produce(old, 1)
+    ok = fill(h, new, 1)
+    h.run_until_idle()
+    assert h.results[ok[0]] == (0, None)
+
+
+def test_unsupported_for_message_format_answer_falls_back_in_requested_mode():
+    h = Harness({"enable.idempotence": "requested", **many()}, t_0=ModelPartition())
+    cookies = fill(h, T0, 1)
+    r = h.send()[0]
+    h.error(r, E.UNSUPPORTED_FOR_MESSAGE_FORMAT)
+    h.deliver(r)
+    h.run_until_idle()
+    assert h.results[cookies[0]] == (0, None)
+    assert h.models[T0].log == cookies and not h.core.partition_state(T0).idempotent
