@@ -50,3 +50,11 @@ class BrokerResponseError(KafkaClientError):
 __all__ = ["KafkaClientError", "ConfigError", "BufferExhaustedError", "ProducerFatalError",
            "DataLossError", "IdempotenceUnsupportedError", "DeliveryTimeoutError",
            "BrokerResponseError", "KafkaProtocolError"]
+
+
+class ProducerClosedError(KafkaClientError):
+    """The producer was closed; records still queued were not sent."""
+
+
+class RecordTooLargeError(KafkaClientError, ValueError):
+    """A record is larger than `max.request.size`."""

@@ -381,3 +381,23 @@ def decode_entity(cls, buf, pos: int = 0):
 def check(code: int, what: str = "", message: str | None = None) -> None:
     if code:
         raise KafkaProtocolError(ErrorCode(code), f"{what}: {message}" if message else what or None)
+
+
+# ---------------------------------------------------------------- InitProducerId (tiny, idempotent only)
+
+def encode_init_producer_id(version: int, producer_id: int = -1, producer_epoch: int = -1) -> bytes:
+    """transactional id null, timeout Integer.MAX_VALUE as the Java idempotent producer sends."""
+    flex = version >= 2
+    out = [b"\x00" if flex else _I16.pack(-1), _I32.pack(2**31 - 1)]
+    if version >= 3:
+        out.append(_I64.pack(producer_id) + _I16.pack(producer_epoch))
+    if flex:
+        out.append(b"\x00")
+    return b"".join(out)
+
+
+def decode_init_producer_id(version: int, buf, pos: int = 0) -> tuple[int, int, int]:
+    """(error code, producer id, epoch)."""
+    r = Reader(buf, pos)
+    r.i32()
+    return r.i16(), r.i64(), r.i16()

@@ -1,0 +1,224 @@
+"""What a client knows about the cluster: bootstrap, brokers, topic metadata (leaders, leader
+epochs, topic ids, our MessageFormatVersion tag), one connection per broker with reconnects."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+
+from oncelog.client.aio import wire
+from oncelog.client.aio.connection import BrokerConnectionError, Connection
+from oncelog.client.errors import KafkaClientError
+from oncelog.protocol.errors import ErrorCode
+
+log = logging.getLogger("oncelog.client.cluster")
+
+RETRIABLE_METADATA = {ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                      ErrorCode.NOT_LEADER_OR_FOLLOWER}
+
+
+class UnknownTopicError(KafkaClientError):
+    """The topic does not exist (and was not auto-created) within the wait."""
+
+
+def parse_bootstrap(servers) -> list[tuple[str, int]]:
+    if isinstance(servers, str):
+        servers = [s for s in servers.split(",") if s.strip()]
+    out = []
+    for s in servers:
+        s = s.strip()
+        if "://" in s:
+            s = s.split("://", 1)[1]
+        host, _, port = s.rpartition(":")
+        out.append((host or "127.0.0.1", int(port)))
+    if not out:
+        raise KafkaClientError("bootstrap.servers is empty")
+    return out
+
+
+class Cluster:
+    def __init__(self, bootstrap, client_id: str = "oncelog", request_timeout_ms: int = 30000,
+                 reconnect_backoff_ms: int = 50, allow_auto_create: bool = True) -> None:
+        self.bootstrap = parse_bootstrap(bootstrap)
+        self.client_id = client_id
+        self.timeout_s = request_timeout_ms / 1000
+        self.reconnect_backoff_s = reconnect_backoff_ms / 1000
+        self.allow_auto_create = allow_auto_create
+        self.brokers: dict[int, wire.BrokerInfo] = {}
+        self.topics: dict[str, wire.TopicInfo] = {}
+        self.topic_ids: dict[str, object] = {}
+        self.topic_names: dict[object, str] = {}
+        self.controller_id = -1
+        self.conns: dict[int, Connection] = {}
+        self._connecting: dict[int, asyncio.Task] = {}
+        self._bootstrap_conn: Connection | None = None
+        self._refresh: asyncio.Task | None = None
+        self._wanted: set[str] = set()
+        self.last_refresh = 0.0
+        self.listeners: list = []   # callables(MetadataInfo) after each refresh
+        self.closed = False
+
+    # ------------------------------------------------------------------ connections
+
+    async def any_connection(self) -> Connection:
+        """A live connection to some broker (bootstrap if nothing is known yet)."""
+        for c in self.conns.values():
+            if not c.closed:
+                return c
+        if self._bootstrap_conn is not None and not self._bootstrap_conn.closed:
+            return self._bootstrap_conn
+        for node in list(self.brokers):
+            try:
+                return await self.connection(node)
+            except BrokerConnectionError:
+                continue
+        errors = []
+        for host, port in random.sample(self.bootstrap, len(self.bootstrap)):
+            c = Connection(host, port, self.client_id)
+            try:
+                await c.connect(self.timeout_s)
+            except (BrokerConnectionError, asyncio.TimeoutError) as e:
+                errors.append(str(e))
+                continue
+            self._bootstrap_conn = c
+            return c
+        raise BrokerConnectionError("no broker reachable: " + "; ".join(errors))
+
+    def ready_connection(self, node: int) -> Connection | None:
+        c = self.conns.get(node)
+        return c if c is not None and not c.closed else None
+
+    async def connection(self, node: int) -> Connection:
+        c = self.ready_connection(node)
+        if c is not None:
+            return c
+        t = self._connecting.get(node)
+        if t is None or t.done():
+            t = self._connecting[node] = asyncio.ensure_future(self._connect(node))
+        return await asyncio.shield(t)
+
+    def start_connect(self, node: int) -> None:
+        if self.ready_connection(node) is None:
+            t = self._connecting.get(node)
+            if t is None or t.done():
+                t = self._connecting[node] = asyncio.ensure_future(self._connect(node))
+                t.add_done_callback(lambda f: f.cancelled() or f.exception())
+
+    async def _connect(self, node: int) -> Connection:
+        b = self.brokers.get(node)
+        if b is None:
+            raise BrokerConnectionError(f"unknown broker {node}")
+        old = self.conns.get(node)
+        if old is not None and old.closed:
+            await asyncio.sleep(self.reconnect_backoff_s)
+        c = Connection(b.host, b.port, self.client_id, node)
+        await c.connect(self.timeout_s)
+        self.conns[node] = c
+        return c
+
+    def version(self, api_key: int) -> int | None:
+        """The highest version every connected broker accepts for this API."""
+        vs = [c.version(api_key) for c in self.conns.values() if not c.closed]
+        if not vs and self._bootstrap_conn is not None:
+            vs = [self._bootstrap_conn.version(api_key)]
+        if not vs or any(v is None for v in vs):
+            return None
+        return min(vs)
+
+    # ------------------------------------------------------------------ metadata
+
+    async def request_any(self, api_key: int, body_for_version, max_version: int | None = None):
+        c = await self.any_connection()
+        v = c.version(api_key)
+        if v is None:
+            raise KafkaClientError(f"broker {c.addr} does not support API {api_key}")
+        if max_version is not None:
+            v = min(v, max_version)
+        return v, await asyncio.wait_for(c.request(api_key, v, body_for_version(v)), self.timeout_s)
+
+    async def refresh(self, topics: list[str] | None = None) -> wire.MetadataInfo:
+        """Fetch metadata for `topics` (None = all) plus every topic already of interest."""
+        want = None if topics is None else sorted(set(topics) | self._wanted)
+        for attempt in range(3):
+            try:
+                v, body = await self.request_any(
+                    wire.METADATA, lambda v: wire.encode_metadata(v, want, self.allow_auto_create))
+                break
+            except (BrokerConnectionError, asyncio.TimeoutError):
+                if attempt == 2:
+                    raise
+                await asyncio.sleep(self.reconnect_backoff_s * (attempt + 1))
+        info = wire.decode_metadata_response(v, body)
+        self._apply(info)
+        return info
+
+    def _apply(self, info: wire.MetadataInfo) -> None:
+        if info.brokers:
+            for node, b in info.brokers.items():
+                old = self.brokers.get(node)
+                if old is not None and (old.host, old.port) != (b.host, b.port):
+                    c = self.conns.pop(node, None)
+                    if c is not None:
+                        c.close()
+            self.brokers = info.brokers
+        self.controller_id = info.controller_id
+        for name, t in info.topics.items():
+            if t.error_code == 0:
+                self.topics[name] = t
+                if t.topic_id is not None and t.topic_id.int:
+                    self.topic_ids[name] = t.topic_id
+                    self.topic_names[t.topic_id] = name
+            elif t.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                self.topics.pop(name, None)
+        self.last_refresh = time.monotonic()
+        for fn in self.listeners:
+            fn(info)
+
+    def request_refresh(self) -> None:
+        """Refresh in the background once (coalesced)."""
+        if self._refresh is None or self._refresh.done():
+            self._refresh = asyncio.ensure_future(self._refresh_quietly())
+
+    async def _refresh_quietly(self) -> None:
+        try:
+            await self.refresh(sorted(self._wanted) if self._wanted else [])
+        except Exception as e:  # noqa: BLE001 - background refresh: retried on the next need
+            log.debug("metadata refresh failed: %r", e)
+            await asyncio.sleep(self.reconnect_backoff_s)
+
+    async def topic(self, name: str, timeout_s: float) -> wire.TopicInfo:
+        """Metadata for one topic, waiting for leaders (a freshly created topic has none yet)."""
+        self._wanted.add(name)
+        deadline = time.monotonic() + timeout_s
+        delay = 0.01
+        while True:
+            t = self.topics.get(name)
+            if t is not None and t.partitions and all(p.leader >= 0 for p in t.partitions):
+                return t
+            try:
+                info = await self.refresh([name])
+                t = info.topics.get(name)
+                if t is not None and t.error_code not in (0, *RETRIABLE_METADATA):
+                    raise KafkaClientError(
+                        f"metadata for topic {name}: {ErrorCode(t.error_code).name}")
+            except (BrokerConnectionError, asyncio.TimeoutError) as e:
+                log.debug("metadata for %s: %r", name, e)
+            t = self.topics.get(name)
+            if t is not None and t.partitions and all(p.leader >= 0 for p in t.partitions):
+                return t
+            if time.monotonic() >= deadline:
+                raise UnknownTopicError(f"topic {name} not available within {timeout_s:.1f}s")
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.5)
+
+    def close(self) -> None:
+        self.closed = True
+        for c in self.conns.values():
+            c.close()
+        if self._bootstrap_conn is not None:
+            self._bootstrap_conn.close()
+        for t in self._connecting.values():
+            t.cancel()
+        if self._refresh is not None:
+            self._refresh.cancel()

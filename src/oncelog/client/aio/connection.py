@@ -1,0 +1,186 @@
+"""One TCP connection to a broker: size-prefixed frames, correlation ids, pipelined requests,
+ApiVersions negotiation. Requests are written in order and answered in order (Kafka's guarantee
+per connection); a lost connection fails every outstanding request with ConnectionError."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+from collections import deque
+
+from oncelog.client.aio import wire
+from oncelog.client.errors import KafkaClientError
+
+log = logging.getLogger("oncelog.client.connection")
+
+_SIZE = struct.Struct(">i")
+_CORR = struct.Struct(">i")
+MAX_FRAME = 512 * 1024 * 1024
+
+
+class BrokerConnectionError(KafkaClientError, ConnectionError):
+    """The connection to a broker failed or closed; outstanding requests have unknown outcomes."""
+
+
+class _Protocol(asyncio.Protocol):
+    def __init__(self, conn: "Connection") -> None:
+        self.conn = conn
+        self.buf = bytearray()
+        self.paused = False
+        self.drain_waiters: list[asyncio.Future] = []
+
+    def data_received(self, data: bytes) -> None:
+        buf = self.buf
+        buf += data
+        pos = 0
+        n = len(buf)
+        while n - pos >= 4:
+            size = _SIZE.unpack_from(buf, pos)[0]
+            if size < 4 or size > MAX_FRAME:
+                self.conn._fail(BrokerConnectionError(f"bad frame size {size} from {self.conn.addr}"))
+                return
+            if n - pos - 4 < size:
+                break
+            frame = bytes(buf[pos + 4:pos + 4 + size])
+            pos += 4 + size
+            self.conn._on_frame(frame)
+        if pos:
+            del buf[:pos]
+
+    def connection_lost(self, exc) -> None:
+        self.conn._fail(BrokerConnectionError(f"connection to {self.conn.addr} lost: {exc or 'closed'}"))
+        for w in self.drain_waiters:
+            if not w.done():
+                w.set_result(None)
+
+    def pause_writing(self) -> None:
+        self.paused = True
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        for w in self.drain_waiters:
+            if not w.done():
+                w.set_result(None)
+        self.drain_waiters.clear()
+
+
+class Connection:
+    def __init__(self, host: str, port: int, client_id: str, node_id: int = -1) -> None:
+        self.host, self.port, self.node_id = host, port, node_id
+        self.addr = f"{host}:{port}"
+        self.client_id = client_id
+        self.transport: asyncio.Transport | None = None
+        self.proto: _Protocol | None = None
+        self.pending: deque[tuple[int, int, int, asyncio.Future]] = deque()
+        self.correlation = 0
+        self.versions: dict[int, tuple[int, int]] = {}  # api key -> usable (min, max)
+        self.broker_versions: dict[int, tuple[int, int]] = {}
+        self.closed = False
+        self.error: BaseException | None = None
+
+    async def connect(self, timeout_s: float) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            self.transport, self.proto = await asyncio.wait_for(
+                loop.create_connection(lambda: _Protocol(self), self.host, self.port), timeout_s)
+        except (OSError, asyncio.TimeoutError) as e:
+            raise BrokerConnectionError(f"cannot connect to {self.addr}: {e!r}") from None
+        sock = self.transport.get_extra_info("socket")
+        if sock is not None:
+            import socket
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.transport.set_write_buffer_limits(high=4 * 1024 * 1024)
+        await self._negotiate(timeout_s)
+
+    async def _negotiate(self, timeout_s: float) -> None:
+        # v3 first (flexible); a broker that cannot answer it (librdkafka's mock sends a malformed
+        # body) or says UNSUPPORTED_VERSION gets v0, which every broker understands
+        apis: dict[int, tuple[int, int]] = {}
+        try:
+            body = await asyncio.wait_for(
+                self.request(wire.API_VERSIONS, 3, wire.encode_api_versions(3)), timeout_s)
+            err, apis = wire.decode_api_versions(3, body)
+            if err:
+                apis = {}
+        except (IndexError, struct.error, UnicodeDecodeError, ValueError):
+            apis = {}
+        if not apis:
+            if self.closed:
+                raise self.error or BrokerConnectionError(f"{self.addr} closed during ApiVersions")
+            body = await asyncio.wait_for(self.request(wire.API_VERSIONS, 0, b""), timeout_s)
+            err, apis = wire.decode_api_versions(0, body)
+            if err:
+                raise BrokerConnectionError(f"ApiVersions to {self.addr} failed with error {err}")
+        self.broker_versions = apis
+        for key, (lo, hi) in wire.CLIENT_VERSIONS.items():
+            b = apis.get(key)
+            if b is None:
+                continue
+            top = min(hi, b[1])
+            if top >= max(lo, b[0]):
+                self.versions[key] = (max(lo, b[0]), top)
+
+    def version(self, api_key: int) -> int | None:
+        v = self.versions.get(api_key)
+        return v[1] if v else None
+
+    def send(self, api_key: int, version: int, body: bytes, expect_response: bool = True
+             ) -> asyncio.Future | None:
+        """Write one request now; returns a future of the response body (header stripped)."""
+        if self.closed or self.transport is None:
+            raise self.error or BrokerConnectionError(f"connection to {self.addr} is closed")
+        self.correlation = (self.correlation + 1) & 0x7FFFFFFF
+        cid = self.correlation
+        header = wire.request_header(api_key, version, cid, self.client_id)
+        self.transport.write(b"".join((_SIZE.pack(len(header) + len(body)), header, body)))
+        if not expect_response:
+            return None
+        fut = asyncio.get_running_loop().create_future()
+        self.pending.append((cid, api_key, version, fut))
+        return fut
+
+    async def request(self, api_key: int, version: int, body: bytes):
+        fut = self.send(api_key, version, body)
+        return await fut
+
+    async def drain(self) -> None:
+        """Wait while the socket's write buffer is above its high mark."""
+        if self.proto is not None and self.proto.paused and not self.closed:
+            w = asyncio.get_running_loop().create_future()
+            self.proto.drain_waiters.append(w)
+            await w
+
+    def _on_frame(self, frame: bytes) -> None:
+        cid = _CORR.unpack_from(frame, 0)[0]
+        if not self.pending or self.pending[0][0] != cid:
+            self._fail(BrokerConnectionError(
+                f"{self.addr}: response with correlation id {cid} out of order"))
+            return
+        _, api_key, version, fut = self.pending.popleft()
+        if fut.done():
+            return
+        try:
+            start = wire.response_header_size(api_key, version, frame)
+        except (IndexError, struct.error) as e:
+            fut.set_exception(BrokerConnectionError(f"{self.addr}: bad response header: {e}"))
+            return
+        fut.set_result(memoryview(frame)[start:])
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.pending)
+
+    def _fail(self, err: BaseException) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.error = err
+        if self.transport is not None:
+            self.transport.abort()
+        while self.pending:
+            fut = self.pending.popleft()[3]
+            if not fut.done():
+                fut.set_exception(err)
+
+    def close(self) -> None:
+        self._fail(BrokerConnectionError(f"connection to {self.addr} closed by the client"))

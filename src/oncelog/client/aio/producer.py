@@ -1,0 +1,520 @@
+"""The asyncio producer: moves bytes for `ProducerCore`, which makes every decision.
+
+The core is guarded by a threading lock so that the synchronous facade can append records from
+the caller's thread without a hop through the event loop per record; the loop is only woken when
+a batch becomes sendable."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from typing import Any, Callable, NamedTuple
+
+from oncelog.client.accumulator import TopicPartition
+from oncelog.client.aio import wire
+from oncelog.client.aio.cluster import Cluster
+from oncelog.client.aio.connection import BrokerConnectionError
+from oncelog.client.config import Idempotence, ProducerConfig
+from oncelog.client.errors import (
+    BufferExhaustedError, KafkaClientError, ProducerClosedError, RecordTooLargeError)
+from oncelog.client.partitioner import StickyPartitioner
+from oncelog.client.producer_core import PartitionResult, ProducerCore
+from oncelog.protocol.errors import ErrorCode
+from oncelog.protocol.record_codec import BATCH_OVERHEAD, record_size_upper_bound
+
+log = logging.getLogger("oncelog.client.producer")
+
+_RETRIABLE_PID = {ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                  ErrorCode.NOT_COORDINATOR, ErrorCode.CONCURRENT_TRANSACTIONS,
+                  ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NETWORK_EXCEPTION}
+_BUMP_REFUSED = {ErrorCode.INVALID_PRODUCER_ID_MAPPING, ErrorCode.INVALID_PRODUCER_EPOCH,
+                 ErrorCode.PRODUCER_FENCED, ErrorCode.UNSUPPORTED_VERSION, ErrorCode.INVALID_REQUEST}
+
+
+class RecordMetadata(NamedTuple):
+    topic: str
+    partition: int
+    offset: int | None   # None after DUPLICATE_SEQUENCE_NUMBER: delivered, offset unknown
+    timestamp: int
+
+
+def _wake(fut: asyncio.Future) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+def now_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+def _bytes(v) -> bytes | None:
+    if v is None or isinstance(v, bytes):
+        return v
+    if isinstance(v, str):
+        return v.encode()
+    if isinstance(v, (bytearray, memoryview)):
+        return bytes(v)
+    raise TypeError(f"key/value must be bytes, str or None, not {type(v).__name__}")
+
+
+def parse_format_version(v: str | None) -> int:
+    """message.format.version ("0.10.2-IV0", "2.8", "3.0-IV1") -> record batch magic."""
+    if not v:
+        return 2
+    try:
+        parts = [int(x) for x in v.split("-")[0].split(".")[:2]]
+    except ValueError:
+        return 2
+    if parts[0] >= 1 or (len(parts) > 1 and parts[1] >= 11):
+        return 2
+    return 1 if len(parts) > 1 and parts[1] >= 10 else 0
+
+
+class AIOProducer:
+    """`await AIOProducer(config).start()`, then `await send(...)` -> asyncio future of
+    RecordMetadata; `flush()`, `close()`."""
+
+    def __init__(self, config: dict) -> None:
+        self.raw_config = dict(config)
+        self.config = ProducerConfig.from_dict(config)
+        self.core = ProducerCore(self.config)
+        self.lock = threading.Lock()
+        self.cluster = Cluster(self.config.bootstrap_servers, self.config.client_id,
+                               self.config.request_timeout_ms,
+                               allow_auto_create=str(config.get("allow.auto.create.topics", "true")).lower() != "false")
+        self.cluster.listeners.append(self._on_metadata)
+        self.partitioner = StickyPartitioner()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Future | None = None
+        self._wake_pending = False
+        self._sender: asyncio.Task | None = None
+        self._ready_topics: dict[str, int] = {}   # topic -> partition count, format checked
+        self._topic_tasks: dict[str, asyncio.Task] = {}
+        self._pid_task: asyncio.Task | None = None
+        self._pid_retry_at = 0
+        self._mem_cond = threading.Condition(self.lock)
+        self._mem_waiters = 0
+        self._async_mem: list[asyncio.Future] = []
+        self._flush_waiters: list[asyncio.Future] = []
+        self._closing = False
+        self._closed = False
+        self._loop_thread: threading.Thread | None = None
+        self.requests_sent = 0
+        self.is_ours = False           # the broker speaks Produce v14 (KIP-1269 field)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> "AIOProducer":
+        self.loop = asyncio.get_running_loop()
+        self._loop_thread = threading.current_thread()
+        conn = await self.cluster.any_connection()
+        await self.cluster.refresh([])
+        pv = conn.version(wire.PRODUCE)
+        self.is_ours = pv is not None and pv >= 14
+        if pv is None:
+            raise KafkaClientError(f"broker {conn.addr} cannot take Produce v3+ (record batch v2)")
+        with self.lock:
+            if wire.INIT_PRODUCER_ID not in conn.versions:
+                self.core.broker_lacks_idempotence("no InitProducerId in ApiVersions")
+        self._sender = asyncio.ensure_future(self._run())
+        return self
+
+    async def __aenter__(self) -> "AIOProducer":
+        return await self.start()
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    async def flush(self, timeout: float | None = None) -> None:
+        with self.lock:
+            self.core.acc.flushing = True
+        self.wakeup()
+        try:
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while True:
+                with self.lock:
+                    if not self.core.has_pending():
+                        return
+                fut = self.loop.create_future()
+                self._flush_waiters.append(fut)
+                self.wakeup()
+                remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+                if remaining == 0.0:
+                    raise asyncio.TimeoutError("flush timed out")
+                try:
+                    await asyncio.wait_for(fut, remaining)
+                except asyncio.TimeoutError:
+                    with self.lock:
+                        if not self.core.has_pending():
+                            return
+                    raise
+        finally:
+            with self.lock:
+                self.core.acc.flushing = False
+
+    async def close(self, timeout: float | None = None) -> None:
+        if self._closed:
+            return
+        self._closing = True
+        try:
+            if self._sender is not None and self.core.fatal is None:
+                await self.flush(timeout)
+        except asyncio.TimeoutError:
+            log.warning("close: records still unsent after %.1fs are failed", timeout)
+        finally:
+            self._closed = True
+            with self.lock:
+                self.core.fail_all(ProducerClosedError("producer closed before delivery"))
+                done = self.core.take_completions()
+            self._deliver(done)
+            if self._sender is not None:
+                self._sender.cancel()
+                try:
+                    await self._sender
+                except (asyncio.CancelledError, Exception):  # noqa: BLE001
+                    pass
+            for t in list(self._topic_tasks.values()) + ([self._pid_task] if self._pid_task else []):
+                t.cancel()
+            self.cluster.close()
+
+    # ------------------------------------------------------------------ sending
+
+    async def send(self, topic: str, value=None, key=None, headers=None, partition: int | None = None,
+                   timestamp: int | None = None, on_delivery: Callable | None = None) -> asyncio.Future:
+        """Queue a record; returns a future of its RecordMetadata."""
+        if topic not in self._ready_topics:
+            await self.ensure_topic(topic)
+        fut = self.loop.create_future()
+        while True:
+            r = self.append(topic, value, key, headers, partition, timestamp, (fut, on_delivery))
+            if r:
+                return fut
+            w = self.loop.create_future()
+            self._async_mem.append(w)
+            try:
+                await asyncio.wait_for(w, self.config.max_block_ms / 1000)
+            except asyncio.TimeoutError:
+                raise BufferExhaustedError(
+                    f"buffer.memory={self.config.buffer_memory} full for max.block.ms="
+                    f"{self.config.max_block_ms}") from None
+
+    async def send_and_wait(self, topic: str, value=None, key=None, **kw) -> RecordMetadata:
+        return await (await self.send(topic, value, key, **kw))
+
+    def append(self, topic: str, value, key, headers, partition, timestamp, cookie: Any) -> bool:
+        """Thread-safe: add a record for a topic whose metadata is loaded. False when
+        buffer.memory is full (nothing was added)."""
+        if self._closing:
+            raise ProducerClosedError("producer is closed")
+        value, key = _bytes(value), _bytes(key)
+        if headers:
+            headers = [(k if isinstance(k, str) else k.decode(), _bytes(v)) for k, v in
+                       (headers.items() if isinstance(headers, dict) else headers)]
+        n = self._ready_topics[topic]
+        if partition is None:
+            partition = self.partitioner.partition(topic, key, n)
+        elif not 0 <= partition < n:
+            raise KafkaClientError(f"topic {topic} has {n} partitions, no partition {partition}")
+        size = record_size_upper_bound(key, value, headers) + BATCH_OVERHEAD
+        if size > self.config.max_request_size:
+            raise RecordTooLargeError(
+                f"record of {size} bytes exceeds max.request.size={self.config.max_request_size}")
+        ts = int(time.time() * 1000) if timestamp is None else int(timestamp)
+        tp = TopicPartition(topic, partition)
+        with self.lock:
+            r = self.core.append(tp, ts, key, value, headers, cookie, now_ms())
+            if r is None:
+                return False
+            batch, new = r
+            full = batch.size >= self.config.batch_size
+        if full and key is None:
+            self.partitioner.on_new_batch(topic, n, partition)
+        if (new or full) and not self._wake_pending:
+            if threading.current_thread() is self._loop_thread:
+                self.wakeup()
+            else:
+                self.wakeup_threadsafe()
+        return True
+
+    def wakeup(self) -> None:
+        self._wake_pending = True
+        if self._wake is not None and not self._wake.done():
+            self._wake.set_result(None)
+
+    def wakeup_threadsafe(self) -> None:
+        self._wake_pending = True
+        self.loop.call_soon_threadsafe(self.wakeup)
+
+    async def ensure_topic(self, topic: str) -> int:
+        """Load a topic's metadata and message format once; returns its partition count."""
+        n = self._ready_topics.get(topic)
+        if n is not None:
+            return n
+        t = self._topic_tasks.get(topic)
+        if t is None or t.done() and t.exception() is not None:
+            t = self._topic_tasks[topic] = asyncio.ensure_future(self._load_topic(topic))
+        return await asyncio.shield(t)
+
+    async def _load_topic(self, topic: str) -> int:
+        info = await self.cluster.topic(topic, self.config.max_block_ms / 1000)
+        if self.core.idempotent:
+            magic = await self._topic_magic(info)
+            with self.lock:
+                self.core.topic_message_format(topic, magic >= 2, f"v{magic}")
+        with self.lock:
+            self._on_metadata_topic(info)
+        self._ready_topics[topic] = len(info.partitions)
+        return len(info.partitions)
+
+    async def _topic_magic(self, info: wire.TopicInfo) -> int:
+        if info.message_format_version is not None:
+            return info.message_format_version
+        if self.is_ours:
+            return 2   # our broker sends tag 10000 whenever the format is below v2
+        if self.cluster.version(wire.DESCRIBE_CONFIGS) is None:
+            return 2
+        from oncelog.client.aio.admin import describe_topic_config
+        try:
+            cfg = await describe_topic_config(self.cluster, info.name, ["message.format.version"])
+        except Exception as e:  # noqa: BLE001 - no rights / not supported: assume a modern format
+            log.debug("DescribeConfigs for %s failed (%r): assuming message format v2", info.name, e)
+            return 2
+        return parse_format_version(cfg.get("message.format.version"))
+
+    def _on_metadata(self, info: wire.MetadataInfo) -> None:
+        with self.lock:
+            for t in info.topics.values():
+                if t.error_code == 0:
+                    self._on_metadata_topic(t)
+        self.wakeup()
+
+    def _on_metadata_topic(self, t: wire.TopicInfo) -> None:
+        for p in t.partitions:
+            self.core.update_leader(TopicPartition(t.name, p.index), p.leader, p.leader_epoch)
+        if t.name in self._ready_topics:
+            self._ready_topics[t.name] = len(t.partitions)
+
+    # ------------------------------------------------------------------ sender loop
+
+    async def _run(self) -> None:
+        loop = self.loop
+        try:
+            while True:
+                fut = self._wake = loop.create_future()
+                self._wake_pending = False
+                timeout = self._step()
+                if fut.done() or timeout == 0:
+                    continue
+                h = None if timeout is None else loop.call_later(timeout / 1000, _wake, fut)
+                await fut
+                if h is not None:
+                    h.cancel()
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # noqa: BLE001
+            log.exception("producer sender loop crashed")
+            with self.lock:
+                self.core._go_fatal(KafkaClientError("producer sender loop crashed; see the log"))
+                done = self.core.take_completions()
+            self._deliver(done)
+
+    def _step(self) -> int | None:
+        """One pass of the sender: returns ms to sleep (None = until woken)."""
+        now = now_ms()
+        sleep: int | None = 100
+        with self.lock:
+            core = self.core
+            req = core.producer_id_request() if now >= self._pid_retry_at else None
+            if req is not None:
+                self._pid_task = asyncio.ensure_future(self._init_pid(*req))
+            elif core.idempotent and core.producer_id < 0 and not core.init_pid_in_progress:
+                sleep = max(1, self._pid_retry_at - now)
+            core.expire(now)
+            nodes, next_ms, unknown = core.ready(now)
+            if unknown or core.metadata_refresh_needed:
+                core.metadata_refresh_needed = False
+                self.cluster.request_refresh()
+            for node in nodes:
+                conn = self.cluster.ready_connection(node)
+                if conn is None:
+                    if node in self.cluster.brokers:
+                        self.cluster.start_connect(node)
+                        t = self.cluster._connecting.get(node)
+                        if t is not None:
+                            t.add_done_callback(lambda _f: self.wakeup())
+                    else:
+                        self.cluster.request_refresh()
+                    continue
+                while core.can_send_to(node):
+                    batches = core.drain(node, now)
+                    if not batches:
+                        break
+                    self._send_produce(conn, node, batches, now)
+            if next_ms is not None:
+                sleep = max(0, min(sleep, next_ms - now)) if sleep is not None else max(0, next_ms - now)
+            done = core.take_completions()
+            pending = core.has_pending()
+        self._deliver(done)
+        if not pending and self._flush_waiters:
+            for f in self._flush_waiters:
+                if not f.done():
+                    f.set_result(None)
+            self._flush_waiters.clear()
+        return sleep
+
+    def _send_produce(self, conn, node: int, batches: list, now: int) -> None:
+        version = conn.version(wire.PRODUCE)
+        ids = self.cluster.topic_ids
+        if version >= 13 and any(b.tp.topic not in ids for b in batches):
+            version = 12
+        topics: dict[Any, list] = {}
+        for b in batches:
+            key = ids[b.tp.topic] if version >= 13 else b.tp.topic
+            topics.setdefault(key, []).append((b.tp.partition, b.encoded))
+        body = wire.encode_produce(version, self.config.acks, self.config.request_timeout_ms, topics)
+        acks0 = self.config.acks == 0
+        try:
+            fut = conn.send(wire.PRODUCE, version, body, expect_response=not acks0)
+        except BrokerConnectionError as e:
+            if not acks0:
+                self.core.on_request_failed(node, batches, now, str(e))
+            return
+        self.requests_sent += 1
+        if fut is None:
+            return
+        timer = self.loop.call_later(self.config.request_timeout_ms / 1000, self._request_timed_out,
+                                     conn, fut)
+        fut.add_done_callback(lambda f: self._on_produce_done(node, version, batches, f, timer))
+
+    def _request_timed_out(self, conn, fut) -> None:
+        if not fut.done():
+            # Kafka closes the connection on a request timeout: every in-flight request on it
+            # then fails and is retried under its sequence
+            conn._fail(BrokerConnectionError(
+                f"request to {conn.addr} timed out after request.timeout.ms="
+                f"{self.config.request_timeout_ms}"))
+
+    def _on_produce_done(self, node: int, version: int, batches: list, fut: asyncio.Future, timer) -> None:
+        timer.cancel()
+        now = now_ms()
+        try:
+            body = fut.result()
+            topics = wire.decode_produce_response(version, body)
+        except BaseException as e:  # noqa: BLE001 - connection lost or garbage: outcome unknown
+            with self.lock:
+                self.core.on_request_failed(node, batches, now, str(e))
+            self.wakeup()
+            return
+        results: dict[tuple, PartitionResult] = {}
+        names = self.cluster.topic_names
+        for t in topics:
+            name = names.get(t.topic, t.topic) if version >= 13 else t.topic
+            for p in t.partitions:
+                results[(name, p.index)] = PartitionResult(
+                    p.error_code, p.base_offset, p.log_append_time, p.log_start_offset,
+                    p.error_message, t.batches_to_retain, t.max_inflight_sequences)
+        missing = PartitionResult(error_code=ErrorCode.NETWORK_EXCEPTION,
+                                  error_message="partition missing from the Produce response")
+        pairs = [(b, results.get(b.tp, missing)) for b in batches]
+        with self.lock:
+            self.core.on_response(node, pairs, now)
+        self.wakeup()
+
+    async def _init_pid(self, pid: int, epoch: int) -> None:
+        try:
+            conn = await self.cluster.any_connection()
+            v = conn.version(wire.INIT_PRODUCER_ID)
+            if v is None:
+                with self.lock:
+                    self.core.on_producer_id_failed(KafkaClientError("no InitProducerId"))
+                    self.core.broker_lacks_idempotence("no InitProducerId in ApiVersions")
+                return
+            if pid >= 0 and v < 3:
+                pid, epoch = -1, -1   # no KIP-360 bump on this broker: take a fresh id
+            err, new_pid, new_epoch = await self._init_pid_request(conn, v, pid, epoch)
+            if err and pid >= 0 and err in _BUMP_REFUSED:
+                log.warning("InitProducerId bump refused (%s): taking a fresh producer id",
+                            ErrorCode(err).name)
+                err, new_pid, new_epoch = await self._init_pid_request(conn, v, -1, -1)
+        except (BrokerConnectionError, asyncio.TimeoutError, OSError) as e:
+            log.info("InitProducerId failed (%r); retrying", e)
+            with self.lock:
+                self.core.on_producer_id_failed(e)
+                self._pid_retry_at = now_ms() + self.config.retry_backoff_ms
+            self.wakeup()
+            return
+        with self.lock:
+            if err == 0:
+                self.core.on_producer_id(new_pid, new_epoch)
+            elif err in _RETRIABLE_PID:
+                self.core.on_producer_id_failed(KafkaClientError(ErrorCode(err).name))
+                self._pid_retry_at = now_ms() + self.config.retry_backoff_ms
+            elif pid < 0 and self.core.producer_id < 0:
+                self.core.on_producer_id_failed(KafkaClientError(ErrorCode(err).name))
+                self.core.broker_lacks_idempotence(f"InitProducerId failed with {ErrorCode(err).name}")
+            else:
+                self.core.on_producer_id_failed(
+                    KafkaClientError(f"InitProducerId failed: {ErrorCode(err).name}"), fatal=True)
+            done = self.core.take_completions()
+        self._deliver(done)
+        self.wakeup()
+
+    async def _init_pid_request(self, conn, v: int, pid: int, epoch: int) -> tuple[int, int, int]:
+        body = await asyncio.wait_for(
+            conn.request(wire.INIT_PRODUCER_ID, v, wire.encode_init_producer_id(v, pid, epoch)),
+            self.config.request_timeout_ms / 1000)
+        return wire.decode_init_producer_id(v, body)
+
+    # ------------------------------------------------------------------ completions
+
+    def _deliver(self, completions: list) -> None:
+        if not completions:
+            return
+        for c in completions:
+            b = c.batch
+            topic, partition = b.tp
+            err = c.error
+            base = c.base_offset
+            lat = c.log_append_time
+            tss = b.timestamps
+            for i, (fut, cb) in enumerate(b.cookies):
+                if err is None:
+                    meta = RecordMetadata(topic, partition, None if base is None else base + i,
+                                          lat if lat >= 0 else tss[i])
+                    if fut is not None and not fut.done():
+                        fut.set_result(meta)
+                else:
+                    meta = None
+                    if fut is not None and not fut.done():
+                        fut.set_exception(err)
+                if cb is not None:
+                    try:
+                        cb(err, meta)
+                    except Exception:  # noqa: BLE001 - a user callback must not kill the sender
+                        log.exception("on_delivery callback raised")
+        with self.lock:
+            if self._mem_waiters:
+                self._mem_cond.notify_all()
+        for w in self._async_mem:
+            if not w.done():
+                w.set_result(None)
+        self._async_mem.clear()
+
+    # ------------------------------------------------------------------ introspection
+
+    def partition_window(self, topic: str, partition: int) -> int:
+        with self.lock:
+            return self.core.partition_state(TopicPartition(topic, partition)).window
+
+    def max_in_flight_seen(self, topic: str, partition: int) -> int:
+        with self.lock:
+            return self.core.partition_state(TopicPartition(topic, partition)).max_in_flight_seen
+
+    @property
+    def idempotent(self) -> bool:
+        return self.core.idempotent
+
+    @property
+    def idempotence_mode(self) -> Idempotence:
+        return self.config.idempotence

@@ -1,0 +1,123 @@
+"""Synchronous facade: each client runs its asyncio counterpart on a private event-loop thread.
+
+Producer.send appends to the accumulator from the caller's thread (the producer core is
+lock-guarded) and wakes the loop only when a batch becomes sendable, so a send costs no thread
+hop per record."""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+import time
+from typing import Callable
+
+from oncelog.client.aio.producer import AIOProducer
+from oncelog.client.errors import BufferExhaustedError, KafkaClientError
+
+
+class LoopThread:
+    def __init__(self, name: str) -> None:
+        try:
+            import uvloop
+            self.loop = uvloop.new_event_loop()
+        except ImportError:  # pragma: no cover - uvloop is a dependency on Linux/macOS
+            self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self._main, name=name, daemon=True)
+        self.thread.start()
+
+    def _main(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def run(self, coro, timeout: float | None = None):
+        if threading.current_thread() is self.thread:
+            coro.close()
+            raise KafkaClientError("blocking client call from inside a delivery callback")
+        fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return fut.result(timeout)
+        except concurrent.futures.TimeoutError:
+            fut.cancel()
+            raise
+
+    def stop(self) -> None:
+        if self.loop.is_closed():
+            return
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+        if not self.thread.is_alive():
+            self.loop.close()
+
+
+class Producer:
+    """`Producer({"bootstrap.servers": ...})`; `send()` returns a concurrent.futures.Future of
+    RecordMetadata (offset None after DUPLICATE_SEQUENCE_NUMBER)."""
+
+    def __init__(self, config: dict) -> None:
+        self._lt = LoopThread("oncelog-producer")
+        self._p = AIOProducer(config)
+        try:
+            self._lt.run(self._p.start(), self._p.config.max_block_ms / 1000)
+        except BaseException:
+            try:
+                self._lt.run(self._p.close(0), 5)
+            finally:
+                self._lt.stop()
+            raise
+        self._max_block_s = self._p.config.max_block_ms / 1000
+
+    @property
+    def aio(self) -> AIOProducer:
+        return self._p
+
+    def send(self, topic: str, value=None, key=None, headers=None, partition: int | None = None,
+             timestamp: int | None = None, on_delivery: Callable | None = None
+             ) -> concurrent.futures.Future:
+        p = self._p
+        if topic not in p._ready_topics:
+            self._lt.run(p.ensure_topic(topic), self._max_block_s + 1)
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        cookie = (fut, on_delivery)
+        if p.append(topic, value, key, headers, partition, timestamp, cookie):
+            return fut
+        deadline = time.monotonic() + self._max_block_s
+        while True:
+            with p.lock:
+                p._mem_waiters += 1
+                try:
+                    p._mem_cond.wait(0.05)
+                finally:
+                    p._mem_waiters -= 1
+            if p.append(topic, value, key, headers, partition, timestamp, cookie):
+                return fut
+            if time.monotonic() >= deadline:
+                raise BufferExhaustedError(
+                    f"buffer.memory={p.config.buffer_memory} full for max.block.ms="
+                    f"{p.config.max_block_ms}")
+
+    produce = send
+
+    def flush(self, timeout: float | None = None) -> None:
+        self._lt.run(self._p.flush(timeout), None if timeout is None else timeout + 5)
+
+    def close(self, timeout: float | None = None) -> None:
+        if self._lt.loop.is_closed():
+            return
+        try:
+            self._lt.run(self._p.close(timeout), None if timeout is None else timeout + 5)
+        finally:
+            self._lt.stop()
+
+    def __enter__(self) -> "Producer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def partition_window(self, topic: str, partition: int) -> int:
+        """The per-partition in-flight limit learned from the leader (KIP-1269)."""
+        return self._p.partition_window(topic, partition)
+
+    @property
+    def idempotent(self) -> bool:
+        return self._p.idempotent
