@@ -121,3 +121,101 @@ class Producer:
     @property
     def idempotent(self) -> bool:
         return self._p.idempotent
+
+
+class _SyncWrapper:
+    """Runs an asyncio client's coroutines on a private loop thread."""
+
+    _name = "oncelog-client"
+
+    def __init__(self, impl) -> None:
+        self._lt = LoopThread(self._name)
+        self._impl = impl
+        try:
+            self._lt.run(impl.start(), 60)
+        except BaseException:
+            self._lt.run(impl.close(), 5)
+            self._lt.stop()
+            raise
+
+    def _run(self, coro, timeout: float | None = 120):
+        return self._lt.run(coro, timeout)
+
+    def close(self) -> None:
+        if self._lt.loop.is_closed():
+            return
+        try:
+            self._run(self._impl.close(), 10)
+        finally:
+            self._lt.stop()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class Consumer(_SyncWrapper):
+    """Manual-assignment consumer: assign, seek, poll, offsets."""
+
+    _name = "oncelog-consumer"
+
+    def __init__(self, config: dict) -> None:
+        from oncelog.client.aio.consumer import AIOConsumer
+        super().__init__(AIOConsumer(config))
+
+    def assign(self, tps) -> None:
+        self._impl.assign(tps)
+
+    def assignment(self):
+        return self._impl.assignment()
+
+    def seek(self, tp, offset: int) -> None:
+        self._impl.seek(tp, offset)
+
+    def position(self, tp):
+        return self._impl.position(tp)
+
+    def poll(self, timeout_s: float = 1.0, max_records: int | None = None):
+        return self._run(self._impl.poll(timeout_s, max_records), timeout_s + 120)
+
+    def beginning_offsets(self, tps):
+        return self._run(self._impl.beginning_offsets(tps))
+
+    def end_offsets(self, tps):
+        return self._run(self._impl.end_offsets(tps))
+
+    def offsets_for_times(self, timestamps: dict):
+        return self._run(self._impl.offsets_for_times(timestamps))
+
+    def list_topics(self) -> dict[str, int]:
+        return self._run(self._impl.list_topics())
+
+
+class AdminClient(_SyncWrapper):
+    """create_topics, delete_topics, describe_configs, alter_configs (incremental), list_topics."""
+
+    _name = "oncelog-admin"
+
+    def __init__(self, config: dict) -> None:
+        from oncelog.client.aio.admin import AIOAdminClient
+        super().__init__(AIOAdminClient(config))
+
+    def create_topics(self, topics, **kw) -> None:
+        self._run(self._impl.create_topics(topics, **kw))
+
+    def delete_topics(self, names, **kw) -> None:
+        self._run(self._impl.delete_topics(list(names), **kw))
+
+    def describe_configs(self, topic: str, keys=None) -> dict:
+        return self._run(self._impl.describe_configs(topic, keys))
+
+    def alter_configs(self, topic: str, configs: dict) -> None:
+        self._run(self._impl.alter_configs(topic, configs))
+
+    def list_topics(self) -> dict[str, int]:
+        return self._run(self._impl.list_topics())
+
+    def delete_records(self, offsets: dict) -> dict:
+        return self._run(self._impl.delete_records(offsets))

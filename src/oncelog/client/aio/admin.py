@@ -1,0 +1,192 @@
+"""Asyncio admin client: topics, configs (incremental), delete records."""
+from __future__ import annotations
+
+import asyncio
+from typing import NamedTuple
+
+from oncelog.client.aio import kio_util as K
+from oncelog.client.aio import wire
+from oncelog.client.aio.cluster import Cluster
+from oncelog.client.errors import KafkaClientError
+from oncelog.protocol.errors import ErrorCode
+
+TOPIC_RESOURCE = 2
+BROKER_RESOURCE = 4
+
+
+class NewTopic(NamedTuple):
+    name: str
+    num_partitions: int = 1
+    replication_factor: int = 1
+    config: dict | None = None
+
+
+class AdminError(KafkaClientError):
+    def __init__(self, code: int, what: str, message: str | None = None) -> None:
+        self.code = ErrorCode(code) if code in ErrorCode._value2member_map_ else code
+        name = getattr(self.code, "name", str(code))
+        super().__init__(f"{what}: {name}" + (f": {message}" if message else ""))
+
+
+async def _request(cluster: Cluster, api_key: int, build, parse, *, controller: bool = False):
+    conn = None
+    if controller and cluster.controller_id >= 0 and cluster.controller_id in cluster.brokers:
+        try:
+            conn = await cluster.connection(cluster.controller_id)
+        except Exception:  # noqa: BLE001 - fall back to any broker; it forwards or refuses
+            conn = None
+    if conn is None:
+        conn = await cluster.any_connection()
+    v = conn.version(api_key)
+    if v is None:
+        raise KafkaClientError(f"broker {conn.addr} does not support API key {api_key}")
+    body = await asyncio.wait_for(conn.request(api_key, v, build(v)), cluster.timeout_s)
+    return parse(v, body)
+
+
+async def describe_topic_config(cluster: Cluster, topic: str, keys: list[str] | None = None,
+                                resource_type: int = TOPIC_RESOURCE) -> dict[str, str | None]:
+    def build(v):
+        m = K.module(wire.DESCRIBE_CONFIGS, v, "request")
+        res = K.make(m, "DescribeConfigsResource", resource_type=resource_type, resource_name=topic,
+                     configuration_keys=tuple(keys) if keys else None)
+        return wire.encode_entity(K.make(m, "DescribeConfigsRequest", resources=(res,),
+                                         include_synonyms=False, include_documentation=False))
+
+    def parse(v, body):
+        r = K.decode(wire.DESCRIBE_CONFIGS, v, "DescribeConfigsResponse", body)
+        out = {}
+        for res in r.results:
+            if res.error_code:
+                raise AdminError(res.error_code, f"describe configs of {topic}", res.error_message)
+            for c in res.configs:
+                out[c.name] = c.value
+        return out
+    return await _request(cluster, wire.DESCRIBE_CONFIGS, build, parse)
+
+
+class AIOAdminClient:
+    def __init__(self, config: dict) -> None:
+        self.config = dict(config)
+        servers = config.get("bootstrap.servers")
+        if not servers:
+            raise KafkaClientError("bootstrap.servers is required")
+        self.cluster = Cluster(servers, str(config.get("client.id", "oncelog-admin")),
+                               int(config.get("request.timeout.ms", 30000)), allow_auto_create=False)
+
+    async def start(self) -> "AIOAdminClient":
+        await self.cluster.any_connection()
+        await self.cluster.refresh([])
+        return self
+
+    async def __aenter__(self):
+        return await self.start()
+
+    async def __aexit__(self, *exc):
+        await self.close()
+
+    async def close(self) -> None:
+        self.cluster.close()
+
+    async def create_topics(self, topics, *, num_partitions: int = 1, replication_factor: int = 1,
+                            config: dict | None = None, timeout_ms: int = 30000,
+                            exist_ok: bool = False) -> None:
+        new = [t if isinstance(t, NewTopic) else NewTopic(t, num_partitions, replication_factor, config)
+               for t in topics]
+
+        def build(v):
+            m = K.module(wire.CREATE_TOPICS, v, "request")
+            ts = tuple(K.make(m, "CreatableTopic", name=t.name, num_partitions=t.num_partitions,
+                              replication_factor=t.replication_factor, assignments=(),
+                              configs=tuple(K.make(m, "CreatableTopicConfig", name=k, value=str(val))
+                                            for k, val in (t.config or {}).items()))
+                       for t in new)
+            return wire.encode_entity(K.make(m, "CreateTopicsRequest", topics=ts,
+                                             timeout=K.ms(timeout_ms), validate_only=False))
+
+        def parse(v, body):
+            r = K.decode(wire.CREATE_TOPICS, v, "CreateTopicsResponse", body)
+            for t in r.topics:
+                if t.error_code == ErrorCode.TOPIC_ALREADY_EXISTS and exist_ok:
+                    continue
+                if t.error_code:
+                    raise AdminError(t.error_code, f"create topic {t.name}",
+                                     getattr(t, "error_message", None))
+        await _request(self.cluster, wire.CREATE_TOPICS, build, parse, controller=True)
+        for t in new:
+            await self.cluster.topic(t.name, timeout_ms / 1000)
+
+    async def delete_topics(self, names: list[str], *, timeout_ms: int = 30000) -> None:
+        def build(v):
+            m = K.module(wire.DELETE_TOPICS, v, "request")
+            if v >= 6:
+                raise KafkaClientError("DeleteTopics v6+ not used")
+            return wire.encode_entity(K.make(m, "DeleteTopicsRequest", topic_names=tuple(names),
+                                             timeout=K.ms(timeout_ms)))
+
+        def parse(v, body):
+            r = K.decode(wire.DELETE_TOPICS, v, "DeleteTopicsResponse", body)
+            for t in r.responses:
+                if t.error_code:
+                    raise AdminError(t.error_code, f"delete topic {t.name}",
+                                     getattr(t, "error_message", None))
+        await _request(self.cluster, wire.DELETE_TOPICS, build, parse, controller=True)
+        for n in names:
+            self.cluster.topics.pop(n, None)
+
+    async def describe_configs(self, topic: str, keys: list[str] | None = None) -> dict[str, str | None]:
+        return await describe_topic_config(self.cluster, topic, keys)
+
+    async def describe_broker_configs(self, node: int, keys: list[str] | None = None) -> dict:
+        return await describe_topic_config(self.cluster, str(node), keys, BROKER_RESOURCE)
+
+    async def alter_configs(self, topic: str, configs: dict[str, str | None]) -> None:
+        """Incremental: a value sets the key, None deletes the override."""
+        def build(v):
+            m = K.module(wire.INCREMENTAL_ALTER_CONFIGS, v, "request")
+            items = tuple(K.make(m, "AlterableConfig", name=k, config_operation=0 if val is not None else 1,
+                                 value=None if val is None else str(val)) for k, val in configs.items())
+            res = K.make(m, "AlterConfigsResource", resource_type=TOPIC_RESOURCE, resource_name=topic,
+                         configs=items)
+            return wire.encode_entity(K.make(m, "IncrementalAlterConfigsRequest", resources=(res,),
+                                             validate_only=False))
+
+        def parse(v, body):
+            r = K.decode(wire.INCREMENTAL_ALTER_CONFIGS, v, "IncrementalAlterConfigsResponse", body)
+            for res in r.responses:
+                if res.error_code:
+                    raise AdminError(res.error_code, f"alter configs of {topic}", res.error_message)
+        await _request(self.cluster, wire.INCREMENTAL_ALTER_CONFIGS, build, parse)
+
+    async def list_topics(self) -> dict[str, int]:
+        """Topic name -> partition count."""
+        info = await self.cluster.refresh(None)
+        return {n: len(t.partitions) for n, t in info.topics.items() if t.error_code == 0}
+
+    async def delete_records(self, offsets: dict) -> dict:
+        """{(topic, partition): offset} -> {(topic, partition): new low watermark}; sent to leaders."""
+        by_leader: dict[int, dict] = {}
+        for (topic, part), off in offsets.items():
+            t = await self.cluster.topic(topic, self.cluster.timeout_s)
+            leader = t.partitions[part].leader
+            by_leader.setdefault(leader, {}).setdefault(topic, []).append((part, off))
+        out = {}
+        for leader, topics in by_leader.items():
+            conn = await self.cluster.connection(leader)
+            v = conn.version(wire.DELETE_RECORDS)
+            if v is None:
+                raise KafkaClientError("broker does not support DeleteRecords")
+            m = K.module(wire.DELETE_RECORDS, v, "request")
+            req = K.make(m, "DeleteRecordsRequest", timeout=K.ms(30000), topics=tuple(
+                K.make(m, "DeleteRecordsTopic", name=t, partitions=tuple(
+                    K.make(m, "DeleteRecordsPartition", partition_index=p, offset=o) for p, o in ps))
+                for t, ps in topics.items()))
+            body = await asyncio.wait_for(
+                conn.request(wire.DELETE_RECORDS, v, wire.encode_entity(req)), self.cluster.timeout_s)
+            r = K.decode(wire.DELETE_RECORDS, v, "DeleteRecordsResponse", body)
+            for t in r.topics:
+                for p in t.partitions:
+                    if p.error_code:
+                        raise AdminError(p.error_code, f"delete records of {t.name}-{p.partition_index}")
+                    out[(t.name, p.partition_index)] = p.low_watermark
+        return out

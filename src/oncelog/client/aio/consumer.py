@@ -1,0 +1,257 @@
+"""Asyncio consumer with manual assignment: assign, seek, poll (Fetch), offsets (ListOffsets)."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+
+from oncelog.client.aio import kio_util as K
+from oncelog.client.aio import wire
+from oncelog.client.aio.cluster import Cluster
+from oncelog.client.aio.connection import BrokerConnectionError
+from oncelog.client.errors import KafkaClientError
+from oncelog.client.types import EARLIEST, LATEST, ConsumerRecord, TopicPartition
+from oncelog.protocol.errors import ErrorCode
+from oncelog.protocol.record_codec import iter_record_batches
+
+log = logging.getLogger("oncelog.client.consumer")
+
+_REFRESH = {ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.FENCED_LEADER_EPOCH,
+            ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.KAFKA_STORAGE_ERROR}
+
+
+def _tp(tp) -> TopicPartition:
+    return TopicPartition(tp[0], tp[1])
+
+
+class AIOConsumer:
+    def __init__(self, config: dict) -> None:
+        servers = config.get("bootstrap.servers")
+        if not servers:
+            raise KafkaClientError("bootstrap.servers is required")
+        self.config = dict(config)
+        self.cluster = Cluster(servers, str(config.get("client.id", "oncelog-consumer")),
+                               int(config.get("request.timeout.ms", 30000)), allow_auto_create=False)
+        self.reset = str(config.get("auto.offset.reset", "earliest")).lower()
+        if self.reset not in ("earliest", "latest", "none"):
+            raise KafkaClientError("auto.offset.reset must be earliest, latest or none")
+        self.max_wait_ms = int(config.get("fetch.max.wait.ms", 500))
+        self.min_bytes = int(config.get("fetch.min.bytes", 1))
+        self.max_bytes = int(config.get("fetch.max.bytes", 52428800))
+        self.partition_max_bytes = int(config.get("max.partition.fetch.bytes", 1048576))
+        self.check_crcs = str(config.get("check.crcs", "true")).lower() != "false"
+        self.positions: dict[TopicPartition, int | None] = {}
+        self.buffer: deque[ConsumerRecord] = deque()
+        self.high_watermarks: dict[TopicPartition, int] = {}
+
+    async def start(self) -> "AIOConsumer":
+        await self.cluster.any_connection()
+        return self
+
+    async def __aenter__(self):
+        return await self.start()
+
+    async def __aexit__(self, *exc):
+        await self.close()
+
+    async def close(self) -> None:
+        self.cluster.close()
+
+    # ------------------------------------------------------------------ assignment
+
+    def assign(self, tps) -> None:
+        self.positions = {}
+        for tp in tps:
+            self.positions[_tp(tp)] = tp[2] if len(tp) > 2 and tp[2] is not None and tp[2] >= 0 else None
+        self.buffer.clear()
+
+    def assignment(self) -> list[TopicPartition]:
+        return list(self.positions)
+
+    def seek(self, tp, offset: int) -> None:
+        key = _tp(tp)
+        if key not in self.positions:
+            raise KafkaClientError(f"{key.topic}-{key.partition} is not assigned")
+        self.positions[key] = offset
+        self.buffer = deque(r for r in self.buffer if (r.topic, r.partition) != key)
+
+    def position(self, tp) -> int | None:
+        return self.positions.get(_tp(tp))
+
+    # ------------------------------------------------------------------ offsets
+
+    async def _leader(self, tp: TopicPartition) -> int:
+        t = await self.cluster.topic(tp.topic, self.cluster.timeout_s)
+        if tp.partition >= len(t.partitions):
+            raise KafkaClientError(f"{tp.topic} has no partition {tp.partition}")
+        return t.partitions[tp.partition].leader
+
+    async def list_offsets(self, tps, timestamp) -> dict[TopicPartition, int | None]:
+        """ListOffsets for each partition; `timestamp` is EARLIEST, LATEST, a time in ms, or a
+        dict {tp: timestamp}."""
+        by_leader: dict[int, list[tuple[TopicPartition, int]]] = {}
+        for tp in tps:
+            key = _tp(tp)
+            ts = timestamp[tp] if isinstance(timestamp, dict) else timestamp
+            by_leader.setdefault(await self._leader(key), []).append((key, ts))
+        out: dict[TopicPartition, int | None] = {}
+        for leader, items in by_leader.items():
+            for attempt in range(5):
+                try:
+                    out.update(await self._list_offsets_at(leader, items))
+                    break
+                except (BrokerConnectionError, asyncio.TimeoutError):
+                    if attempt == 4:
+                        raise
+                    await self.cluster.refresh([tp.topic for tp, _ in items])
+                    await asyncio.sleep(0.05 * (attempt + 1))
+        return out
+
+    async def _list_offsets_at(self, leader: int, items):
+        conn = await self.cluster.connection(leader)
+        v = conn.version(wire.LIST_OFFSETS)
+        if v is None:
+            raise KafkaClientError("broker does not support ListOffsets v1+")
+        m = K.module(wire.LIST_OFFSETS, v, "request")
+        topics: dict[str, list] = {}
+        for tp, ts in items:
+            topics.setdefault(tp.topic, []).append(
+                K.make(m, "ListOffsetsPartition", partition_index=tp.partition, timestamp=ts,
+                       current_leader_epoch=-1, max_num_offsets=1))
+        req = K.make(m, "ListOffsetsRequest", replica_id=-1, isolation_level=0, topics=tuple(
+            K.make(m, "ListOffsetsTopic", name=t, partitions=tuple(ps)) for t, ps in topics.items()))
+        body = await asyncio.wait_for(conn.request(wire.LIST_OFFSETS, v, wire.encode_entity(req)),
+                                      self.cluster.timeout_s)
+        r = K.decode(wire.LIST_OFFSETS, v, "ListOffsetsResponse", body)
+        out = {}
+        for t in r.topics:
+            for p in t.partitions:
+                if p.error_code:
+                    raise KafkaClientError(f"ListOffsets {t.name}-{p.partition_index}: "
+                                           f"{ErrorCode(p.error_code).name}")
+                out[TopicPartition(t.name, p.partition_index)] = None if p.offset < 0 else p.offset
+        return out
+
+    async def beginning_offsets(self, tps) -> dict[TopicPartition, int]:
+        return await self.list_offsets(tps, EARLIEST)
+
+    async def end_offsets(self, tps) -> dict[TopicPartition, int]:
+        return await self.list_offsets(tps, LATEST)
+
+    async def offsets_for_times(self, timestamps: dict) -> dict[TopicPartition, int | None]:
+        return await self.list_offsets(list(timestamps), {_tp(k): v for k, v in timestamps.items()})
+
+    async def list_topics(self) -> dict[str, int]:
+        info = await self.cluster.refresh(None)
+        return {n: len(t.partitions) for n, t in info.topics.items() if t.error_code == 0}
+
+    # ------------------------------------------------------------------ polling
+
+    async def _resolve_positions(self) -> None:
+        missing = [tp for tp, off in self.positions.items() if off is None]
+        if not missing:
+            return
+        if self.reset == "none":
+            raise KafkaClientError(f"no position for {missing} and auto.offset.reset=none")
+        offs = await self.list_offsets(missing, EARLIEST if self.reset == "earliest" else LATEST)
+        for tp, off in offs.items():
+            self.positions[tp] = off or 0
+
+    async def poll(self, timeout_s: float = 1.0, max_records: int | None = None) -> list[ConsumerRecord]:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.buffer:
+                n = len(self.buffer) if max_records is None else min(max_records, len(self.buffer))
+                return [self.buffer.popleft() for _ in range(n)]
+            if not self.positions:
+                await asyncio.sleep(max(0.0, min(timeout_s, 0.05)))
+                return []
+            await self._resolve_positions()
+            remaining = deadline - time.monotonic()
+            wait_ms = max(0, min(self.max_wait_ms, int(remaining * 1000)))
+            await self._fetch_once(wait_ms)
+            if self.buffer or time.monotonic() >= deadline:
+                n = len(self.buffer) if max_records is None else min(max_records, len(self.buffer))
+                return [self.buffer.popleft() for _ in range(n)]
+
+    async def _fetch_once(self, wait_ms: int) -> None:
+        by_leader: dict[int, list[TopicPartition]] = {}
+        for tp in self.positions:
+            try:
+                by_leader.setdefault(await self._leader(tp), []).append(tp)
+            except KafkaClientError as e:
+                log.debug("no leader for %s: %r", tp, e)
+        if not by_leader:
+            await asyncio.sleep(0.05)
+            return
+        results = await asyncio.gather(*(self._fetch_from(l, tps, wait_ms) for l, tps in by_leader.items()),
+                                       return_exceptions=True)
+        for r in results:
+            if isinstance(r, BaseException):
+                log.debug("fetch failed: %r", r)
+                if not isinstance(r, (BrokerConnectionError, asyncio.TimeoutError, KafkaClientError)):
+                    raise r
+                await asyncio.sleep(0.05)
+
+    async def _fetch_from(self, leader: int, tps: list[TopicPartition], wait_ms: int) -> None:
+        conn = await self.cluster.connection(leader)
+        v = conn.version(wire.FETCH)
+        if v is None:
+            raise KafkaClientError("broker does not support Fetch v4+")
+        m = K.module(wire.FETCH, v, "request")
+        topics: dict[str, list] = {}
+        for tp in tps:
+            topics.setdefault(tp.topic, []).append(K.make(
+                m, "FetchPartition", partition=tp.partition, current_leader_epoch=-1,
+                fetch_offset=self.positions[tp], last_fetched_epoch=-1, log_start_offset=-1,
+                partition_max_bytes=self.partition_max_bytes))
+        req = K.make(m, "FetchRequest", replica_id=-1, max_wait=K.ms(wait_ms), min_bytes=self.min_bytes,
+                     max_bytes=self.max_bytes, isolation_level=0, session_id=0, session_epoch=-1,
+                     topics=tuple(K.make(m, "FetchTopic", topic=t, partitions=tuple(ps))
+                                  for t, ps in topics.items()),
+                     forgotten_topics_data=(), rack_id="", cluster_id=None)
+        body = await asyncio.wait_for(conn.request(wire.FETCH, v, wire.encode_entity(req)),
+                                      self.cluster.timeout_s + wait_ms / 1000)
+        r = K.decode(wire.FETCH, v, "FetchResponse", body)
+        if getattr(r, "error_code", 0):
+            raise KafkaClientError(f"Fetch: {ErrorCode(r.error_code).name}")
+        for t in r.responses:
+            for p in t.partitions:
+                tp = TopicPartition(t.topic, p.partition_index)
+                if tp not in self.positions:
+                    continue
+                if p.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
+                    if self.reset == "none":
+                        raise KafkaClientError(f"offset {self.positions[tp]} out of range for {tp}")
+                    log.warning("%s-%d: offset %s out of range, resetting to %s", tp.topic,
+                                tp.partition, self.positions[tp], self.reset)
+                    self.positions[tp] = None
+                    continue
+                if p.error_code:
+                    if p.error_code in _REFRESH:
+                        self.cluster.request_refresh()
+                    log.debug("fetch %s: %s", tp, ErrorCode(p.error_code).name)
+                    continue
+                self.high_watermarks[tp] = p.high_watermark
+                if p.records:
+                    self._add_records(tp, p.records)
+
+    def _add_records(self, tp: TopicPartition, data: bytes) -> None:
+        pos = self.positions[tp]
+        topic, part = tp.topic, tp.partition
+        last = None
+        for info, records in iter_record_batches(data, check_crc=self.check_crcs):
+            if info.last_offset < pos:
+                continue
+            if info.is_control:
+                last = info.last_offset
+                continue
+            for r in records:
+                if r.offset >= pos:
+                    self.buffer.append(ConsumerRecord(topic, part, r.offset, r.timestamp,
+                                                      r.timestamp_type, r.key, r.value, r.headers))
+            last = info.last_offset
+        if last is not None and last + 1 > pos:
+            self.positions[tp] = last + 1
