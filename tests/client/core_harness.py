@@ -66,12 +66,15 @@ class Harness:
             batches = self.core.drain(node, self.now)
             if not batches:
                 break
+            for b in batches:
+                ps = self.core.partition_state(b.tp)
+                if ps.max_inflight_sequences is None:
+                    assert ps.in_flight <= ps.window, f"{b.tp}: {ps.in_flight} above window {ps.window}"
+                else:
+                    assert ps.unacked_records <= ps.max_inflight_sequences
             r = Request(node, batches)
             out.append(r)
             self.in_flight.append(r)
-        for tp, ps in self.core.partitions.items():
-            if ps.in_flight > ps.window and ps.max_inflight_sequences is None:
-                raise AssertionError(f"{tp}: {ps.in_flight} in flight above window {ps.window}")
         if self.core.node_in_flight.get(node, 0) > self.core.config.max_in_flight:
             raise AssertionError("per-connection limit exceeded")
         return out

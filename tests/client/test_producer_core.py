@@ -26,6 +26,14 @@ def fill(h, tp, batches):
     return [h.produce(tp, 1)[0] for _ in range(batches)]
 
 
+def warm(h, tp=T0):
+    """First batch of the epoch acknowledged: from then on the window applies (before that, one
+    batch at a time; see test_first_batch_of_an_epoch_goes_alone)."""
+    out = fill(h, tp, 1)
+    h.run_until_idle()
+    return out
+
+
 def assert_log_is(h, tp, cookies):
     assert h.models[tp].log == cookies, (h.models[tp].log, cookies)
 
@@ -33,7 +41,9 @@ def assert_log_is(h, tp, cookies):
 # ------------------------------------------------------------------ KIP-1269 in-flight policy
 
 def test_window_starts_at_5_then_learned_from_response():
-    h = Harness(many(), t_0=ModelPartition(window=20))
+    h = Harness(many(), t_0=ModelPartition(window=20, report_window=False))
+    warm(h)
+    h.models[T0].report_window = True
     fill(h, T0, 40)
     first = h.send()
     assert len(first) == 5                     # 5 until the leader tells us more
@@ -106,6 +116,7 @@ def test_connection_limit_1_bounds_a_partition_with_window_20():
 
 def test_connection_limit_20_with_window_5():
     h = Harness(many(20), t_0=ModelPartition(window=5))
+    warm(h)
     fill(h, T0, 30)
     h.send()
     assert h.core.partition_state(T0).in_flight == 5
@@ -141,10 +152,11 @@ def test_config_rejects_nonsense():
 
 def test_sequence_assigned_at_drain_not_append():
     h = Harness(many(), t_0=ModelPartition())
+    warm(h)
     fill(h, T0, 3)
     assert all(b.base_sequence == -1 for b in h.core.acc.queues[T0])
     reqs = h.send()
-    assert [r.batches[0].base_sequence for r in reqs] == [0, 1, 2]
+    assert [r.batches[0].base_sequence for r in reqs] == [1, 2, 3]
 
 
 def test_retriable_error_on_first_keeps_sequences_and_order():
@@ -174,7 +186,7 @@ def test_retriable_error_on_first_keeps_sequences_and_order():
 
 def test_lost_response_retry_is_deduplicated_with_original_offset():
     h = Harness(many(), t_0=ModelPartition())
-    cookies = fill(h, T0, 5)
+    cookies = warm(h) + fill(h, T0, 5)
     reqs = h.send()
     for r in reqs:
         h.process(r)
@@ -183,11 +195,12 @@ def test_lost_response_retry_is_deduplicated_with_original_offset():
         h.deliver(r)
     h.run_until_idle()
     assert_log_is(h, T0, cookies)
-    assert h.results[cookies[1]] == (1, None)
+    assert h.results[cookies[2]] == (2, None)
 
 
 def test_new_batches_wait_while_partition_recovers():
     h = Harness(many(), t_0=ModelPartition())
+    warm(h)
     fill(h, T0, 3)
     reqs = h.send()
     h.error(reqs[0], E.REQUEST_TIMED_OUT)
@@ -198,7 +211,21 @@ def test_new_batches_wait_while_partition_recovers():
         h.process(r)
         h.deliver(r)
     r = h.send()
-    assert [x.batches[0].base_sequence for x in r] == [0]
+    assert [x.batches[0].base_sequence for x in r] == [1]
+
+
+def test_first_batch_of_an_epoch_goes_alone():
+    """A broker without state for a producer accepts any first sequence (Kafka does): if batch 0
+    failed with a retriable error while batch 1 was in flight, 1 would land before 0."""
+    h = Harness(many(), t_0=ModelPartition())
+    cookies = fill(h, T0, 4)
+    reqs = h.send()
+    assert len(reqs) == 1
+    h.error(reqs[0], E.NOT_ENOUGH_REPLICAS)
+    h.deliver(reqs[0])
+    assert len(h.send()) == 1                  # still alone: nothing acknowledged yet
+    h.run_until_idle()
+    assert_log_is(h, T0, cookies)
 
 
 def test_duplicate_sequence_number_is_success_with_offset_none():
@@ -228,11 +255,11 @@ def test_out_of_order_after_last_acked_bumps_epoch_and_renumbers():
     assert h.core.producer_id_request() == (h.core.producer_id, 0)   # InitProducerId with id/epoch
     h.core.on_producer_id(h.core.producer_id, 1)
     reqs = h.send()
-    assert [r.batches[0].base_sequence for r in reqs] == [0, 1, 2]
-    assert all(r.batches[0].producer_epoch == 1 for r in reqs)
-    for r in reqs:
-        h.process(r)
-        h.deliver(r)
+    assert [r.batches[0].base_sequence for r in reqs] == [0]    # renumbered; alone until acked
+    assert reqs[0].batches[0].producer_epoch == 1
+    h.run_until_idle()
+    seqs = sorted(b.base_sequence for b in h.core.acc.queues[T0])
+    assert seqs == []
     assert h.models[T0].log == first[:2] + later
     assert all(h.results[c][1] is None for c in later)
 
@@ -259,7 +286,7 @@ def test_bump_only_renumbers_the_failed_partition_others_switch_lazily():
 
 def test_fatal_batch_failure_leaves_no_gap():
     h = Harness(many(), t_0=ModelPartition())
-    cookies = fill(h, T0, 4)
+    cookies = warm(h) + fill(h, T0, 4)
     reqs = h.send()
     h.error(reqs[1], E.INVALID_RECORD)      # non-retriable: batch 1 fails for good
     for r in (reqs[0], reqs[2], reqs[3]):
@@ -267,8 +294,8 @@ def test_fatal_batch_failure_leaves_no_gap():
     for r in reqs:
         h.deliver(r)
     h.run_until_idle()
-    assert h.results[cookies[1]][1] is not None
-    assert_log_is(h, T0, [cookies[0], cookies[2], cookies[3]])
+    assert h.results[cookies[2]][1] is not None
+    assert_log_is(h, T0, [cookies[0], cookies[1], cookies[3], cookies[4]])
     assert h.core.producer_epoch == 1
 
 

@@ -64,6 +64,11 @@ class PartitionState:
     max_in_flight_seen: int = 0           # highest in_flight reached (tests and benchmarks)
 
     def limit_reached(self, b: ProducerBatch) -> bool:
+        if self.idempotent and self.last_acked_sequence < 0 and self.in_flight:
+            # Until the first batch of an epoch is acknowledged, one at a time: a broker without
+            # state for us accepts any first sequence (Kafka does), so if sequence 0 failed
+            # while sequence 1 was in flight, 1 would be written before 0.
+            return True
         if self.max_inflight_sequences is not None and self.idempotent:
             # range mode: the broker deduplicates by distance, so count sequences, not batches
             if b.has_sequence:
