@@ -1,19 +1,32 @@
-"""One partition as the broker sees it: validate a produced record set, append it, read it back.
+"""One partition as the broker sees it: validate a produced record set, deduplicate, append, read.
 
-This is the plain-append slice: records are validated (v2 batches by header and CRC-32C, v0/v1
-message sets message by message) and appended. Producer-state deduplication is added inside
-`append_from_client` as prepare -> append -> commit.
+`append_from_client` is prepare -> append -> commit: the producer state decides without changing
+anything, the log appends whole batches, and only then does the state record the batch. A
+duplicate is answered with the original offset and timestamp and appends nothing.
+
+Producer state follows the log: a snapshot at every segment roll and at clean shutdown; on open the
+newest readable snapshot is loaded (a corrupt one is set aside with a log line and an older one is
+tried) and the log above it is replayed. State outlives the segments that wrote it, as in Kafka:
+only `producer.id.expiration.ms` removes producers.
 """
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
-from typing import Any
+import time
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Iterator
 
-from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
+from oncelog.core import producer_state as ps
+from oncelog.core.producer_state import ProducerStateConfig, ProducerStateManager
 from oncelog.protocol import records as rec
+from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
+from oncelog.storage import producer_snapshots as snaps
 
 log = logging.getLogger(__name__)
+
+DEFAULT_EXPIRATION_CHECK_INTERVAL_MS = 600_000  # Kafka's producer.id.expiration.check.interval.ms
+SNAPSHOTS_TO_KEEP = 3
 
 
 @dataclass(slots=True)
@@ -23,16 +36,91 @@ class AppendResult:
     log_append_time: int = -1
     log_start_offset: int = -1
     error_message: str | None = None
+    # "producer_state_batches_to_retain" (ProduceResponse v14 tag 1, always),
+    # "max_in_flight_sequence_number" (tag 10000, range-mode topics only, else None),
+    # "duplicate" (the duplicate kind when the answer came from producer state).
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(slots=True)
+class ProducerStateCounters:
+    """Monotonic counts for metrics (BROKER sums them per topic); gauges are Partition properties."""
+    duplicates_latest: int = 0    # retry of the producer's latest batch, answered with its offset
+    duplicates_window: int = 0    # an older retained batch, answered with its offset
+    duplicates_tail: int = 0      # found by the log-tail lookup, answered with its offset
+    duplicates_sequence: int = 0  # range mode, offset unknown: DUPLICATE_SEQUENCE_NUMBER
+    out_of_order: int = 0         # OUT_OF_ORDER_SEQUENCE_NUMBER answers
+    unknown_producer: int = 0     # UNKNOWN_PRODUCER_ID answers
+    invalid_epoch: int = 0        # INVALID_PRODUCER_EPOCH answers
+    unsupported_format: int = 0   # idempotent produce to a topic below message format v2
+    expirations: int = 0          # producers removed by producer.id.expiration.ms
+    snapshots_written: int = 0
+    snapshots_set_aside: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+_ERROR_COUNTER = {
+    ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER: "out_of_order",
+    ErrorCode.UNKNOWN_PRODUCER_ID: "unknown_producer",
+    ErrorCode.INVALID_PRODUCER_EPOCH: "invalid_epoch",
+    ErrorCode.DUPLICATE_SEQUENCE_NUMBER: "duplicates_sequence",
+}
+
+
+def message_format_magic(value: Any) -> int:
+    """The record magic a `message.format.version` allows: "0.8.x"/"0.9.x" -> 0, "0.10.x" -> 1,
+    "0.11.0" and later (and "3.0", "v2", 2) -> 2."""
+    if value is None:
+        return 2
+    if isinstance(value, int):
+        return max(0, min(2, value))
+    text = str(value).strip().lower().lstrip("v")
+    if text in ("0", "1", "2"):
+        return int(text)
+    parts = text.split(".")
+    try:
+        major = int(parts[0])
+        minor = int(parts[1]) if len(parts) > 1 else 0
+    except ValueError:
+        return 2
+    if major == 0 and minor < 10:
+        return 0
+    if major == 0 and minor == 10:
+        return 1
+    return 2
+
+
+def _config_value(config: Any, kafka_name: str, attr: str) -> Any:
+    if config is None:
+        return None
+    if isinstance(config, dict):
+        return config.get(kafka_name, config.get(attr))
+    return getattr(config, attr, None)
+
+
 class Partition:
-    def __init__(self, topic: str, index: int, log, config=None, **_kwargs) -> None:
+    def __init__(self, topic: str, index: int, log, config: Any = None, *, directory: str | Path | None = None,
+                 producer_config: Any = None, now_ms: int | None = None, **_ignored: Any) -> None:
         self.topic = topic
         self.index = index
         self.log = log
         self.config = config if config is not None else getattr(log, "config", None)
-        self.producer_state = None
+        self.directory = Path(directory) if directory is not None else _log_directory(log)
+        self.counters = ProducerStateCounters()
+        self.producer_state = ProducerStateManager(ProducerStateConfig.from_any(self.config, producer_config))
+        self._producer_overrides = producer_config
+        self._format_magic = message_format_magic(
+            _config_value(self.config, "message.format.version", "message_format_version"))
+        self._in_append = False
+        self._roll_pending = False
+        self._last_snapshot_offset = -1
+        self._next_expiration_check = -1
+        now = _now() if now_ms is None else now_ms
+        self._map_end = self._load_producer_state(now)
+        if hasattr(log, "on_roll"):
+            log.on_roll(self._on_roll)
 
     # ------------------------------------------------------------------ reads
     @property
@@ -50,9 +138,52 @@ class Partition:
     def read(self, offset: int, max_bytes: int) -> bytes:
         return self.log.read(offset, max_bytes)
 
-    def update_config(self, config) -> None:
-        self.config = config
-        self.log.config = config
+    # ---------------------------------------------------- producer-state facts
+    @property
+    def producer_state_batches_to_retain(self) -> int:
+        """ProduceResponse v14 tag 1 (KIP-1269)."""
+        return self.producer_state.config.batches_to_retain
+
+    @property
+    def max_in_flight_sequence_number(self) -> int | None:
+        """ProduceResponse v14 tag 10000: sent only for range-mode topics (its presence = range)."""
+        cfg = self.producer_state.config
+        return cfg.max_in_flight_sequence_number if cfg.dedup_mode == ps.RANGE else None
+
+    @property
+    def dedup_mode(self) -> str:
+        return self.producer_state.mode
+
+    @property
+    def message_format_magic(self) -> int:
+        return self._format_magic
+
+    @property
+    def producers_tracked(self) -> int:
+        return len(self.producer_state)
+
+    @property
+    def producer_state_bytes(self) -> int:
+        return self.producer_state.memory_bytes()
+
+    def _extra(self, **more: Any) -> dict[str, Any]:
+        extra = {"producer_state_batches_to_retain": self.producer_state_batches_to_retain,
+                 "max_in_flight_sequence_number": self.max_in_flight_sequence_number}
+        extra.update(more)
+        return extra
+
+    # ---------------------------------------------------------------- config
+    def update_config(self, config: Any = None, producer_config: Any = None) -> None:
+        """Runtime topic-config change: the log takes its part, the window applies to the next batch."""
+        if config is not None:
+            self.config = config
+            if not isinstance(config, dict) and hasattr(self.log, "config"):
+                self.log.config = config
+        if producer_config is not None:
+            self._producer_overrides = producer_config
+        self.producer_state.reconfigure(ProducerStateConfig.from_any(self.config, self._producer_overrides))
+        self._format_magic = message_format_magic(
+            _config_value(self.config, "message.format.version", "message_format_version"))
 
     # ----------------------------------------------------------------- writes
     def append_from_client(self, records, now_ms: int) -> AppendResult:
@@ -60,17 +191,208 @@ class Partition:
             buf = records if isinstance(records, bytearray) else bytearray(records)
             if len(buf) == 0:
                 raise KafkaProtocolError(ErrorCode.INVALID_RECORD, "empty record set")
+            check = None
             if rec.magic_of(buf) >= 2:
-                rec.validate_record_set(buf)
+                headers = rec.validate_record_set(buf)
+                if any(h.has_producer_id for h in headers):
+                    check = self._prepare(headers)
+                    if check.kind != ps.APPEND:
+                        return self._answer_without_append(check)
             else:
                 rec.validate_legacy_message_set(buf)
-            info = self.log.append(buf, now_ms)
+            self._in_append = True
+            try:
+                info = self.log.append(buf, now_ms)
+                if check is not None:
+                    self.producer_state.commit(check, info.first_offset, info.log_append_time, now_ms)
+                self._map_end = self.log.log_end_offset
+            finally:
+                self._in_append = False
+            if self._roll_pending:
+                self._roll_pending = False
+                self.take_snapshot(sync=False)
         except KafkaProtocolError as exc:
-            return AppendResult(int(exc.code), -1, -1, self._safe_log_start(), str(exc))
-        return AppendResult(0, info.first_offset, info.log_append_time, self.log.log_start_offset)
+            return AppendResult(int(exc.code), -1, -1, self._safe_log_start(), exc.message or exc.code.name,
+                                self._extra())
+        return AppendResult(0, info.first_offset, info.log_append_time, self.log.log_start_offset, None,
+                            self._extra())
+
+    def _prepare(self, headers: list[rec.BatchHeader]) -> ps.Check:
+        if self._format_magic < 2:
+            self.counters.unsupported_format += 1
+            raise KafkaProtocolError(
+                ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
+                f"topic {self.topic} uses message format v{self._format_magic}: idempotent and "
+                "transactional produce need v2 (use enable.idempotence=requested or off)")
+        if len(headers) != 1:
+            raise KafkaProtocolError(ErrorCode.INVALID_RECORD,
+                                     "an idempotent record set must hold exactly one batch per partition")
+        h = headers[0]
+        if h.is_control:
+            raise KafkaProtocolError(ErrorCode.INVALID_RECORD, "clients may not produce control batches")
+        if h.base_sequence < 0 or h.producer_epoch < 0:
+            raise KafkaProtocolError(ErrorCode.INVALID_RECORD,
+                                     f"batch with producer id {h.producer_id} has sequence {h.base_sequence} "
+                                     f"and epoch {h.producer_epoch}")
+        return self.producer_state.check(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence)
+
+    def _answer_without_append(self, check: ps.Check) -> AppendResult:
+        if check.kind == ps.LOOKUP:
+            check = self._lookup_older_duplicate(check)
+        if check.kind == ps.DUPLICATE:
+            setattr(self.counters, "duplicates_" + check.duplicate_kind,
+                    getattr(self.counters, "duplicates_" + check.duplicate_kind) + 1)
+            return AppendResult(0, check.base_offset, check.timestamp, self.log.log_start_offset, None,
+                                self._extra(duplicate=check.duplicate_kind))
+        counter = _ERROR_COUNTER.get(check.error)
+        if counter:
+            setattr(self.counters, counter, getattr(self.counters, counter) + 1)
+        extra = self._extra(duplicate=ps.DUP_SEQUENCE) if check.error == ErrorCode.DUPLICATE_SEQUENCE_NUMBER \
+            else self._extra()
+        return AppendResult(int(check.error), -1, -1, self.log.log_start_offset, check.message, extra)
+
+    def _lookup_older_duplicate(self, check: ps.Check) -> ps.Check:
+        """KAFKA-5494's tail scan: find the exact original batch below the retained ones.
+
+        Only an exact (producer, epoch, first, last) match counts, and the scan covers fewer than
+        2**30 offsets, so a sequence reused after wraparound can never match: the answer is the
+        right offset or the mode's error.
+        """
+        reach = self.producer_state.config.duplicate_lookup_offsets
+        if reach <= 0:
+            return check
+        start = max(self.log.log_start_offset, check.base_offset - reach)
+        if start >= check.base_offset:
+            return check
+        for h in self._iter_headers(start):
+            if h.base_offset >= check.base_offset:
+                break
+            if (h.producer_id == check.producer_id and h.producer_epoch == check.epoch
+                    and h.base_sequence == check.first_seq and h.last_sequence == check.last_seq
+                    and h.base_offset >= start):
+                ts = h.max_timestamp if h.timestamp_type == 1 else -1
+                return check._replace(kind=ps.DUPLICATE, base_offset=h.base_offset, timestamp=ts,
+                                      duplicate_kind=ps.DUP_TAIL, error=0, message=None)
+        return check
 
     def _safe_log_start(self) -> int:
         try:
             return self.log.log_start_offset
         except Exception:  # the answer must still go out if the log is unusable
             return -1
+
+    # ---------------------------------------------------------- periodic work
+    def remove_expired_producers(self, now_ms: int) -> int:
+        n = self.producer_state.remove_expired(now_ms)
+        self.counters.expirations += n
+        return n
+
+    def tick(self, now_ms: int, check_interval_ms: int = DEFAULT_EXPIRATION_CHECK_INTERVAL_MS) -> None:
+        """Kafka's PeriodicProducerExpirationCheck; the log manager calls this on its tick."""
+        if now_ms >= self._next_expiration_check:
+            self._next_expiration_check = now_ms + check_interval_ms
+            self.remove_expired_producers(now_ms)
+
+    # ------------------------------------------------------------- snapshots
+    def _on_roll(self, new_segment_base_offset: int) -> None:
+        if self._in_append:
+            # The batch being appended is not committed yet: snapshot once it is.
+            self._roll_pending = True
+        else:
+            self.take_snapshot(sync=False)
+
+    def take_snapshot(self, sync: bool = True) -> Path | None:
+        """Write the state covering offsets below `_map_end`; skipped when nothing changed."""
+        if self.directory is None or self._map_end <= self._last_snapshot_offset:
+            return None
+        path = snaps.write_snapshot(self.directory, self._map_end, self.producer_state.columns(), sync=sync)
+        self._last_snapshot_offset = self._map_end
+        self.counters.snapshots_written += 1
+        snaps.remove_stale(self.directory, self._map_end, SNAPSHOTS_TO_KEEP)
+        return path
+
+    def close(self) -> None:
+        """Clean shutdown: a final snapshot so the next start replays nothing."""
+        try:
+            self.take_snapshot(sync=True)
+        finally:
+            self.log.close()
+
+    def _load_producer_state(self, now_ms: int) -> int:
+        """Newest readable snapshot, then the log above it. Returns the offset the state covers."""
+        log_end = self.log.log_end_offset
+        log_start = self.log.log_start_offset
+        start = log_start
+        if self.directory is not None:
+            for offset, path in reversed(snaps.list_snapshots(self.directory)):
+                if offset > log_end:
+                    # The log was truncated below it (torn write): its state is ahead of the log.
+                    log.info("producer snapshot %s is beyond the log end %d; removed", path.name, log_end)
+                    snaps.delete_snapshots([path])
+                    continue
+                try:
+                    _off, cols = snaps.read_snapshot(path)
+                    self.producer_state.load_columns(cols, now_ms)
+                except (snaps.CorruptSnapshotError, ValueError) as exc:
+                    snaps.set_aside(path, str(exc))
+                    self.counters.snapshots_set_aside += 1
+                    self.producer_state.clear()
+                    continue
+                start = max(offset, log_start)
+                self._last_snapshot_offset = offset
+                break
+        replayed = self._replay(start, log_end, now_ms)
+        if replayed and self.directory is not None:
+            self._map_end = log_end
+            self.take_snapshot(sync=False)
+        return log_end
+
+    def _replay(self, start: int, end: int, now_ms: int) -> int:
+        """Rebuild from the log without validation (it was validated when appended)."""
+        if start >= end:
+            return 0
+        n = 0
+        state = self.producer_state
+        for h in self._iter_headers(start):
+            if h.base_offset >= end:
+                break
+            if h.producer_id < 0 or h.is_control or h.base_offset < start:
+                continue
+            ts = h.max_timestamp if h.timestamp_type == 1 else -1
+            # Replayed producers count as seen now: their true idle time is unknown, and expiring
+            # one too early would turn its next batch into a spurious UNKNOWN_PRODUCER_ID.
+            state.record(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence, h.base_offset,
+                         ts, now_ms)
+            n += 1
+        return n
+
+    def _iter_headers(self, start: int) -> Iterator[rec.BatchHeader]:
+        """v2 batch headers from the log at `start` (v0/v1 messages carry no producer ids)."""
+        try:
+            items = self.log.iter_batches_from(start)
+        except KafkaProtocolError:
+            return
+        for item in items:
+            if isinstance(item, rec.BatchHeader):
+                yield item
+            elif isinstance(item, (bytes, bytearray, memoryview)):
+                if len(item) >= rec.BATCH_OVERHEAD and rec.magic_of(item) >= 2:
+                    for _pos, h in rec.iter_batches(item):
+                        yield h
+            elif isinstance(item, tuple):
+                for part in item:
+                    if isinstance(part, rec.BatchHeader):
+                        yield part
+                        break
+
+
+def _log_directory(log_obj) -> Path | None:
+    for name in ("directory", "dir", "path"):
+        value = getattr(log_obj, name, None)
+        if value is not None:
+            return Path(value)
+    return None
+
+
+def _now() -> int:
+    return int(time.time() * 1000)

@@ -1,0 +1,172 @@
+"""Producer-state snapshot files: every retained batch of every producer, versioned, CRC-32C.
+
+Kafka's snapshot keeps only each producer's last batch, so its dedup window shrinks to one batch
+after a restart; ours stores the whole rings so the window is whole again after a restart.
+
+File `<offset:020d>.pstate` in the partition directory; `offset` is exclusive (the state covers
+the log below it), as Kafka's `.snapshot`. Layout (header big-endian, columns little-endian so
+the in-memory arrays are written and read without per-producer work):
+
+    magic "OLPS" | version i16 = 1 | crc u32 (CRC-32C of every byte after it) |
+    flags i16 = 0 | stride i32 | producers i32 | map end offset i64 |
+    pid q[n] | epoch h[n] | last update ms q[n] | ring head H[n] | ring count H[n] |
+    first seq i[n*stride] | last seq i[n*stride] | base offset q[n*stride] | timestamp q[n*stride]
+"""
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import sys
+from array import array
+from pathlib import Path
+
+from crc32c import crc32c
+
+from oncelog.core.producer_state import ProducerSnapshotColumns
+
+log = logging.getLogger(__name__)
+
+MAGIC = b"OLPS"
+VERSION = 1
+SUFFIX = ".pstate"
+CORRUPT_SUFFIX = ".corrupt"
+_HEAD = struct.Struct(">4shI")          # magic, version, crc
+_BODY_HEAD = struct.Struct(">hiiq")     # flags, stride, producers, map end offset
+_BIG_ENDIAN = sys.byteorder == "big"
+_PER_PRODUCER = (("q", "pid"), ("h", "epoch"), ("q", "updated"), ("H", "head"), ("H", "count"))
+_PER_BATCH = (("i", "first"), ("i", "last"), ("q", "offset"), ("q", "timestamp"))
+
+
+class CorruptSnapshotError(Exception):
+    pass
+
+
+def snapshot_path(directory: Path, offset: int) -> Path:
+    return Path(directory) / f"{offset:020d}{SUFFIX}"
+
+
+def list_snapshots(directory: Path) -> list[tuple[int, Path]]:
+    """(offset, path) of every snapshot file, oldest first."""
+    found = []
+    for p in Path(directory).glob(f"*{SUFFIX}"):
+        stem = p.name[:-len(SUFFIX)]
+        if len(stem) == 20 and stem.isdigit():
+            found.append((int(stem), p))
+    found.sort()
+    return found
+
+
+def _le_bytes(arr: array) -> bytes:
+    if _BIG_ENDIAN:
+        arr = array(arr.typecode, arr)
+        arr.byteswap()
+    return arr.tobytes()
+
+
+def encode_snapshot(offset: int, cols: ProducerSnapshotColumns) -> bytes:
+    n = len(cols.pid)
+    parts = [_BODY_HEAD.pack(0, cols.stride, n, offset)]
+    for _code, name in _PER_PRODUCER + _PER_BATCH:
+        parts.append(_le_bytes(getattr(cols, name)))
+    body = b"".join(parts)
+    return _HEAD.pack(MAGIC, VERSION, crc32c(body)) + body
+
+
+def decode_snapshot(data: bytes) -> tuple[int, ProducerSnapshotColumns]:
+    """Parse and verify a snapshot; raises CorruptSnapshotError on any inconsistency."""
+    if len(data) < _HEAD.size + _BODY_HEAD.size:
+        raise CorruptSnapshotError(f"snapshot of {len(data)} bytes is shorter than its header")
+    magic, version, crc = _HEAD.unpack_from(data)
+    if magic != MAGIC:
+        raise CorruptSnapshotError(f"bad magic {magic!r}")
+    if version != VERSION:
+        raise CorruptSnapshotError(f"unsupported snapshot version {version}")
+    body = memoryview(data)[_HEAD.size:]
+    if crc32c(body) != crc:
+        raise CorruptSnapshotError("snapshot CRC-32C mismatch")
+    _flags, stride, n, offset = _BODY_HEAD.unpack_from(body)
+    if stride < 1 or n < 0 or offset < 0:
+        raise CorruptSnapshotError(f"bad snapshot header (stride {stride}, producers {n}, offset {offset})")
+    pos = _BODY_HEAD.size
+    values = {"stride": stride}
+    for group, count in ((_PER_PRODUCER, n), (_PER_BATCH, n * stride)):
+        for code, name in group:
+            arr = array(code)
+            size = arr.itemsize * count
+            if pos + size > len(body):
+                raise CorruptSnapshotError("snapshot is truncated")
+            arr.frombytes(body[pos:pos + size])
+            if _BIG_ENDIAN:
+                arr.byteswap()
+            values[name] = arr
+            pos += size
+    if pos != len(body):
+        raise CorruptSnapshotError(f"{len(body) - pos} unexpected bytes after the snapshot columns")
+    return offset, ProducerSnapshotColumns(**values)
+
+
+def write_snapshot(directory: Path, offset: int, cols: ProducerSnapshotColumns, *, sync: bool = True) -> Path:
+    """Write atomically (temp file, fsync, rename) so a crash leaves the old file or the new one."""
+    path = snapshot_path(directory, offset)
+    tmp = path.with_name(path.name + ".tmp")
+    data = encode_snapshot(offset, cols)
+    with open(tmp, "wb") as f:
+        f.write(data)
+        if sync:
+            f.flush()
+            os.fsync(f.fileno())
+    os.replace(tmp, path)
+    if sync:
+        _fsync_dir(Path(directory))
+    return path
+
+
+def read_snapshot(path: Path) -> tuple[int, ProducerSnapshotColumns]:
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise CorruptSnapshotError(f"cannot read: {exc}") from None
+    offset, cols = decode_snapshot(data)
+    if snapshot_path(Path(path).parent, offset).name != Path(path).name:
+        raise CorruptSnapshotError(f"file name disagrees with its offset {offset}")
+    return offset, cols
+
+
+def set_aside(path: Path, reason: str) -> Path:
+    """Rename a bad snapshot out of the way (kept for inspection) and say so in the log."""
+    target = Path(path).with_name(Path(path).name + CORRUPT_SUFFIX)
+    os.replace(path, target)
+    log.warning("producer snapshot %s is unusable (%s); set aside as %s", path, reason, target.name)
+    return target
+
+
+def delete_snapshots(paths) -> None:
+    for p in paths:
+        try:
+            os.unlink(p)
+        except FileNotFoundError:
+            pass
+
+
+def remove_stale(directory: Path, log_end_offset: int, keep: int) -> None:
+    """Drop snapshots beyond the log end (after truncation) and all but the newest `keep`."""
+    snaps = list_snapshots(directory)
+    delete_snapshots(p for off, p in snaps if off > log_end_offset)
+    valid = [p for off, p in snaps if off <= log_end_offset]
+    delete_snapshots(valid[:-keep] if keep > 0 else valid)
+    for tmp in Path(directory).glob(f"*{SUFFIX}.tmp"):
+        delete_snapshots([tmp])
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

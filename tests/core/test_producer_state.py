@@ -1,0 +1,316 @@
+"""Producer state rules, including our versions of Kafka's ProducerStateManagerTest and the
+UnifiedLogTest duplicate cases (kafka_broker.md §4), on the sans-IO core."""
+from __future__ import annotations
+
+import pytest
+
+from oncelog.core import producer_state as ps
+from oncelog.core.producer_state import (APPEND, DUPLICATE, LOOKUP, REFUSE, ProducerStateConfig,
+                                         ProducerStateManager)
+from oncelog.core.sequence import MAX_SEQUENCE, last_sequence
+from oncelog.protocol.errors import ErrorCode as E
+
+PID = 1000
+
+
+def manager(**kw) -> ProducerStateManager:
+    return ProducerStateManager(ProducerStateConfig(**kw))
+
+
+class Log:
+    """Drives a manager like a partition does: check, then append at the next offset and commit."""
+
+    def __init__(self, m: ProducerStateManager) -> None:
+        self.m = m
+        self.next_offset = 0
+
+    def produce(self, pid: int, epoch: int, first: int, count: int = 1, now: int = 0):
+        c = self.m.check(pid, epoch, first, last_sequence(first, count - 1))
+        if c.kind == APPEND:
+            base = self.next_offset
+            self.next_offset += count
+            self.m.commit(c, base, 1000 + base, now)
+            return ("appended", base)
+        if c.kind == DUPLICATE:
+            return ("duplicate", c.base_offset)
+        return ("error", E(c.error), c)
+
+
+def err(result) -> E | None:
+    return result[1] if result[0] == "error" else None
+
+
+# ---------------------------------------------------------------- ProducerStateManagerTest
+
+def test_basic_id_mapping():
+    log = Log(manager())
+    assert log.produce(PID, 0, 0) == ("appended", 0)
+    assert log.produce(PID, 0, 1) == ("appended", 1)
+    # Kafka's manager says OutOfOrder here because dedup happens in the log; ours answers it.
+    assert log.produce(PID, 0, 1) == ("duplicate", 1)
+    assert err(log.produce(PID, 0, 5)) == E.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert log.produce(PID, 1, 0) == ("appended", 2)
+    assert err(log.produce(PID, 0, 2)) == E.INVALID_PRODUCER_EPOCH
+
+
+def test_producer_sequence_wrap_around():
+    m = manager()
+    m.record(PID, 0, MAX_SEQUENCE - 1, MAX_SEQUENCE, 10, -1, 0)
+    log = Log(m)
+    log.next_offset = 11
+    assert log.produce(PID, 0, 0) == ("appended", 11)
+
+
+def test_producer_sequence_with_wrap_around_batch_record():
+    m = manager()
+    m.record(PID, 0, MAX_SEQUENCE - 20, MAX_SEQUENCE - 11, 0, -1, 0)
+    log = Log(m)
+    log.next_offset = 10
+    assert log.produce(PID, 0, MAX_SEQUENCE - 10, 21) == ("appended", 10)  # MAX-10 .. 9
+    assert m.entry(PID).last_sequence == 9
+    assert log.produce(PID, 0, MAX_SEQUENCE - 10, 21) == ("duplicate", 10)
+    assert log.produce(PID, 0, 10) == ("appended", 31)
+
+
+def test_producer_sequence_invalid_wrap_around():
+    m = manager()
+    m.record(PID, 0, MAX_SEQUENCE, MAX_SEQUENCE, 0, -1, 0)
+    assert err(Log(m).produce(PID, 0, 1)) == E.OUT_OF_ORDER_SEQUENCE_NUMBER
+
+
+def test_no_validation_on_first_entry_when_loading_log():
+    m = manager()
+    m.record(PID, 5, 16, 16, 0, -1, 0)  # replay of the log accepts anything
+    assert m.entry(PID).epoch == 5 and m.entry(PID).last_sequence == 16
+
+
+def test_prepare_update_does_not_mutate():
+    m = manager()
+    log = Log(m)
+    log.produce(PID, 0, 0, 3)
+    before = (list(m.entries()), m.memory_bytes())
+    for args in ((PID, 0, 3, 5), (PID, 0, 0, 2), (PID, 1, 0, 0), (PID, 0, 9, 9), (PID + 1, 0, 0, 0),
+                 (PID + 1, 0, 4, 4)):
+        m.check(*args)
+    assert (list(m.entries()), m.memory_bytes()) == before
+    assert PID + 1 not in m
+
+
+def test_pid_expiration_timeout():
+    m = manager(expiration_ms=5000)
+    log = Log(m)
+    log.produce(PID, 0, 0, now=100)
+    assert m.remove_expired(5099) == 0
+    assert m.remove_expired(5100) == 1
+    assert PID not in m
+    # Kafka 2.5+ accepts seq 1 here; the seed's rule answers UNKNOWN_PRODUCER_ID instead.
+    assert err(log.produce(PID, 0, 1)) == E.UNKNOWN_PRODUCER_ID
+    assert log.produce(PID, 0, 0)[0] == "appended"
+
+
+def test_allow_zero_sequence_on_first_append_any_epoch():
+    # Kafka's testAllowNonZeroSequenceOnFirstAppendNonZeroEpoch: we require 0 from an unknown
+    # producer (anything else is UNKNOWN_PRODUCER_ID), whatever its epoch.
+    log = Log(manager())
+    assert err(log.produce(PID, 3, 7)) == E.UNKNOWN_PRODUCER_ID
+    assert log.produce(PID, 3, 0) == ("appended", 0)
+
+
+def test_new_epoch_must_start_at_zero():
+    log = Log(manager())
+    log.produce(PID, 0, 0, 4)
+    r = log.produce(PID, 1, 4)
+    assert err(r) == E.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert "new epoch" in r[2].message
+    assert log.produce(PID, 1, 0) == ("appended", 4)
+    # the old epoch's batches can no longer be duplicates
+    assert err(log.produce(PID, 0, 0, 4)) == E.INVALID_PRODUCER_EPOCH
+
+
+def test_remove_expired_pids_on_reload():
+    m = manager(expiration_ms=1000)
+    log = Log(m)
+    log.produce(1, 0, 0, now=0)
+    log.produce(2, 0, 0, now=900)
+    cols = m.columns()
+    m2 = manager(expiration_ms=1000)
+    m2.load_columns(cols, now_ms=1500)
+    assert 1 not in m2 and 2 in m2
+    assert m2.entry(2).batches == m.entry(2).batches
+
+
+# ---------------------------------------------------------------- UnifiedLogTest.testDuplicateAppends
+
+def test_duplicate_appends_window_5():
+    log = Log(manager())
+    offsets = [log.produce(PID, 0, seq * 2, 2)[1] for seq in range(10)]  # 10 batches of 2
+    # the tail batch
+    assert log.produce(PID, 0, 18, 2) == ("duplicate", offsets[9])
+    # a partial duplicate
+    assert err(log.produce(PID, 0, 17, 2)) == E.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert err(log.produce(PID, 0, 18, 1)) == E.OUT_OF_ORDER_SEQUENCE_NUMBER
+    # 4th from the tail (still retained)
+    assert log.produce(PID, 0, 12, 2) == ("duplicate", offsets[6])
+    assert log.produce(PID, 0, 10, 2) == ("duplicate", offsets[5])
+    # older than the 5 retained: the mode's error (after an optional log-tail lookup)
+    c = log.m.check(PID, 0, 8, 9)
+    assert c.kind == LOOKUP and c.error == E.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert c.base_offset == offsets[5]  # scan strictly below the oldest retained batch
+    assert log.next_offset == 20
+
+
+def test_non_sequential_append_and_old_epoch():
+    log = Log(manager())
+    log.produce(PID, 2, 0)
+    assert err(log.produce(PID, 2, 2)) == E.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert err(log.produce(PID, 1, 1)) == E.INVALID_PRODUCER_EPOCH
+
+
+# ---------------------------------------------------------------- the issue's cases
+
+def _fill(log: Log, n: int, size: int = 3) -> list[int]:
+    return [log.produce(PID, 0, i * size, size)[1] for i in range(n)]
+
+
+def test_duplicate_15_back_on_window_20_answers_original_offset():
+    log = Log(manager(batches_to_retain=20))
+    offsets = _fill(log, 30)
+    assert log.produce(PID, 0, 14 * 3, 3) == ("duplicate", offsets[14])
+    c = log.m.check(PID, 0, 14 * 3, 14 * 3 + 2)
+    assert c.duplicate_kind == ps.DUP_WINDOW
+    assert log.m.check(PID, 0, 29 * 3, 29 * 3 + 2).duplicate_kind == ps.DUP_LATEST
+
+
+def test_duplicate_15_back_on_window_5_is_refused():
+    log = Log(manager(batches_to_retain=5))
+    _fill(log, 30)
+    end = log.next_offset
+    c = log.m.check(PID, 0, 14 * 3, 14 * 3 + 2)
+    assert c.kind == LOOKUP and c.error == E.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert log.next_offset == end
+
+
+def test_window_change_takes_effect_for_next_batches():
+    m = manager(batches_to_retain=5)
+    log = Log(m)
+    offsets = _fill(log, 8)
+    m.reconfigure(ProducerStateConfig(batches_to_retain=20))
+    # the five retained survive the re-layout; older ones are gone
+    assert log.produce(PID, 0, 3 * 3, 3) == ("duplicate", offsets[3])
+    assert m.check(PID, 0, 2 * 3, 2 * 3 + 2).kind == LOOKUP
+    offsets += _fill_from(log, 8, 20)
+    assert log.produce(PID, 0, 9 * 3, 3) == ("duplicate", offsets[9])  # 19 back
+    m.reconfigure(ProducerStateConfig(batches_to_retain=5))
+    assert m.check(PID, 0, 9 * 3, 9 * 3 + 2).kind == LOOKUP
+    assert log.produce(PID, 0, 23 * 3, 3) == ("duplicate", offsets[23])
+    assert len(m.entry(PID).batches) == 5
+
+
+def _fill_from(log: Log, start: int, n: int, size: int = 3) -> list[int]:
+    return [log.produce(PID, 0, i * size, size)[1] for i in range(start, start + n)]
+
+
+def test_range_mode_duplicate_within_range_out_of_order_beyond():
+    m = manager(dedup_mode="range", max_in_flight_sequence_number=1000)
+    log = Log(m)
+    offsets = _fill(log, 500, 3)  # sequences 0..1499
+    assert len(m.entry(PID).batches) == 1
+    assert log.produce(PID, 0, 1497, 3) == ("duplicate", offsets[-1])  # the latest: offset known
+    c = m.check(PID, 0, 1200, 1202)
+    assert c.kind == LOOKUP and c.error == E.DUPLICATE_SEQUENCE_NUMBER
+    c = m.check(PID, 0, 500, 502)  # 999 below the latest last sequence 1499
+    assert c.kind == LOOKUP
+    c = m.check(PID, 0, 499, 501)  # 1000 below: outside the range
+    assert c.kind == REFUSE and c.error == E.OUT_OF_ORDER_SEQUENCE_NUMBER
+    c = m.check(PID, 0, 1498, 1502)  # straddles the latest: not all appended
+    assert c.kind == REFUSE and c.error == E.OUT_OF_ORDER_SEQUENCE_NUMBER
+    c = m.check(PID, 0, 1501, 1501)  # a gap ahead
+    assert c.kind == REFUSE and c.error == E.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert log.produce(PID, 0, 1500, 1)[0] == "appended"
+
+
+def test_range_mode_across_wraparound():
+    m = manager(dedup_mode="range", max_in_flight_sequence_number=100)
+    m.record(PID, 0, MAX_SEQUENCE - 49, 20, 0, -1, 0)  # latest batch wraps: MAX-49 .. 20
+    assert m.check(PID, 0, 21, 21).kind == APPEND
+    for first, last in ((MAX_SEQUENCE - 60, MAX_SEQUENCE - 55), (MAX_SEQUENCE, 5), (0, 0),
+                        (MAX_SEQUENCE - 78, MAX_SEQUENCE - 78)):
+        c = m.check(PID, 0, first, last)
+        assert c.kind == LOOKUP and c.error == E.DUPLICATE_SEQUENCE_NUMBER, (first, c)
+    c = m.check(PID, 0, MAX_SEQUENCE - 79, MAX_SEQUENCE - 79)  # exactly 100 below 20
+    assert c.kind == REFUSE and c.error == E.OUT_OF_ORDER_SEQUENCE_NUMBER
+    c = m.check(PID, 0, 22, 30)
+    assert c.kind == REFUSE and c.error == E.OUT_OF_ORDER_SEQUENCE_NUMBER
+    c = m.check(PID, 0, MAX_SEQUENCE - 49, 20)
+    assert c.kind == DUPLICATE and c.duplicate_kind == ps.DUP_LATEST
+
+
+def test_window_mode_duplicate_across_wraparound():
+    m = manager(batches_to_retain=5)
+    log = Log(m)
+    m.record(PID, 0, MAX_SEQUENCE - 9, MAX_SEQUENCE - 5, 0, -1, 0)
+    log.next_offset = 5
+    assert log.produce(PID, 0, MAX_SEQUENCE - 4, 10) == ("appended", 5)  # MAX-4 .. 4
+    assert log.produce(PID, 0, 5, 5) == ("appended", 15)
+    assert log.produce(PID, 0, MAX_SEQUENCE - 4, 10) == ("duplicate", 5)
+    assert log.produce(PID, 0, MAX_SEQUENCE - 9, 5) == ("duplicate", 0)
+
+
+def test_mode_switch_keeps_latest_batch():
+    m = manager()
+    log = Log(m)
+    offsets = _fill(log, 6)
+    m.reconfigure(ProducerStateConfig(dedup_mode="range"))
+    assert m.entry(PID).batches == ((15, 17, offsets[5], 1000 + offsets[5]),)
+    assert m.check(PID, 0, 12, 14).kind == LOOKUP
+    m.reconfigure(ProducerStateConfig(dedup_mode="window", batches_to_retain=7))
+    assert log.produce(PID, 0, 18, 3)[0] == "appended"
+    assert len(m.entry(PID).batches) == 2
+
+
+def test_many_producers_hash_table_insert_expire_lookup():
+    m = manager(expiration_ms=10)
+    log = Log(m)
+    pids = [p * 7919 + (p << 40) for p in range(5000)]
+    for i, p in enumerate(pids):
+        log.produce(p, 0, 0, now=i % 2 * 100)
+    assert len(m) == 5000
+    assert m.remove_expired(50) == 2500  # those seen at 0
+    for i, p in enumerate(pids):
+        assert (p in m) == (i % 2 == 1)
+        if i % 2:
+            assert log.produce(p, 0, 0)[0] == "duplicate"
+            assert log.produce(p, 0, 1)[0] == "appended"
+        else:
+            assert err(log.produce(p, 0, 1)) == E.UNKNOWN_PRODUCER_ID
+
+
+def test_config_validation_and_from_any():
+    with pytest.raises(ValueError):
+        ProducerStateConfig(batches_to_retain=4)
+    with pytest.raises(ValueError):
+        ProducerStateConfig(max_in_flight_sequence_number=2**30 + 1)
+    with pytest.raises(ValueError):
+        ProducerStateConfig(dedup_mode="latest")
+    cfg = ProducerStateConfig.from_any({"producer.state.batches.to.retain": "20",
+                                        "producer.state.dedup.mode": "RANGE"})
+    assert cfg.batches_to_retain == 20 and cfg.dedup_mode == "range" and cfg.stride == 1
+
+    class C:
+        producer_state_batches_to_retain = 7
+        message_format_version = "2"
+    assert ProducerStateConfig.from_any(C()).batches_to_retain == 7
+
+
+def test_memory_is_packed():
+    m = manager(batches_to_retain=5)
+    log = Log(m)
+    for p in range(20000):
+        log.produce(p, 0, 0)
+    per = m.memory_bytes() / len(m)
+    assert per <= 200, per
+    r = manager(dedup_mode="range")
+    log = Log(r)
+    for p in range(20000):
+        log.produce(p, 0, 0)
+    assert r.memory_bytes() / len(r) <= 64
