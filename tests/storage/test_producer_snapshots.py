@@ -1,0 +1,100 @@
+"""Snapshot files: our versions of Kafka's testReadWriteSnapshot, testLoadFrom{Empty,Truncated,
+Corrupt}SnapshotFile, plus the point of our format: every retained batch survives."""
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from oncelog.core.producer_state import ProducerStateConfig, ProducerStateManager
+from oncelog.storage import producer_snapshots as snaps
+
+
+def _state(window=20, producers=50, batches=30) -> ProducerStateManager:
+    m = ProducerStateManager(ProducerStateConfig(batches_to_retain=window))
+    off = 0
+    for pid in range(producers):
+        for b in range(batches):
+            m.record(pid * 1_000_003, pid % 3, b * 2, b * 2 + 1, off, 1_000 + off, 5_000 + pid)
+            off += 2
+    return m
+
+
+def test_read_write_snapshot_keeps_every_retained_batch(tmp_path):
+    m = _state()
+    path = snaps.write_snapshot(tmp_path, 3000, m.columns())
+    assert path.name == "00000000000000003000.pstate"
+    offset, cols = snaps.read_snapshot(path)
+    assert offset == 3000
+    m2 = ProducerStateManager(ProducerStateConfig(batches_to_retain=20))
+    m2.load_columns(cols)
+    assert list(m2.entries()) == list(m.entries())
+    assert all(len(e.batches) == 20 for e in m2.entries())  # Kafka's would hold 1
+
+
+def test_snapshot_into_smaller_window_keeps_newest(tmp_path):
+    m = _state(window=20, producers=3)
+    _off, cols = snaps.read_snapshot(snaps.write_snapshot(tmp_path, 10, m.columns()))
+    m5 = ProducerStateManager(ProducerStateConfig(batches_to_retain=5))
+    m5.load_columns(cols)
+    for e, full in zip(m5.entries(), m.entries()):
+        assert e.batches == full.batches[-5:]
+
+
+def test_empty_state_round_trips(tmp_path):
+    m = ProducerStateManager()
+    _off, cols = snaps.read_snapshot(snaps.write_snapshot(tmp_path, 0, m.columns()))
+    m2 = ProducerStateManager()
+    m2.load_columns(cols)
+    assert len(m2) == 0
+
+
+@pytest.mark.parametrize("damage", ["empty", "truncated", "flipped", "version", "magic", "trailing"])
+def test_damaged_snapshots_are_refused(tmp_path, damage):
+    path = snaps.write_snapshot(tmp_path, 100, _state(producers=5).columns())
+    data = bytearray(path.read_bytes())
+    if damage == "empty":
+        data = bytearray()
+    elif damage == "truncated":
+        data = data[:len(data) // 2]
+    elif damage == "flipped":
+        data[len(data) // 2] ^= 0x40
+    elif damage == "version":
+        struct.pack_into(">h", data, 4, 2)
+    elif damage == "magic":
+        data[0:4] = b"XXXX"
+    elif damage == "trailing":
+        data += b"\0" * 8
+    path.write_bytes(bytes(data))
+    with pytest.raises(snaps.CorruptSnapshotError):
+        snaps.read_snapshot(path)
+
+
+def test_set_aside_and_stale_removal(tmp_path, caplog):
+    cols = _state(producers=2).columns()
+    for off in (10, 20, 30, 40, 50):
+        snaps.write_snapshot(tmp_path, off, cols, sync=False)
+    bad = snaps.snapshot_path(tmp_path, 50)
+    with caplog.at_level("WARNING"):
+        moved = snaps.set_aside(bad, "test")
+    assert moved.exists() and not bad.exists() and "set aside" in caplog.text
+    snaps.remove_stale(tmp_path, log_end_offset=35, keep=2)
+    assert [o for o, _ in snaps.list_snapshots(tmp_path)] == [20, 30]
+    assert moved.exists()  # kept for inspection
+
+
+def test_file_name_must_match_offset(tmp_path):
+    path = snaps.write_snapshot(tmp_path, 7, _state(producers=1).columns())
+    other = snaps.snapshot_path(tmp_path, 8)
+    path.rename(other)
+    with pytest.raises(snaps.CorruptSnapshotError):
+        snaps.read_snapshot(other)
+
+
+def test_duplicate_producer_in_snapshot_is_refused():
+    m = _state(producers=2)
+    cols = m.columns()
+    cols.pid[1] = cols.pid[0]
+    _off, cols2 = snaps.decode_snapshot(snaps.encode_snapshot(1, cols))
+    with pytest.raises(ValueError):
+        ProducerStateManager(ProducerStateConfig(batches_to_retain=20)).load_columns(cols2)
