@@ -25,7 +25,7 @@ class ProducerBatch:
     __slots__ = ("tp", "parts", "size", "count", "base_ts", "max_ts", "timestamps", "cookies",
                  "created_ms", "encoded", "producer_id", "producer_epoch", "base_sequence",
                  "attempts", "retry_at_ms", "needs_head_of_line", "node", "sent_ms", "compression",
-                 "done")
+                 "done", "ordinal")
 
     def __init__(self, tp: TopicPartition, created_ms: int, compression: int) -> None:
         self.tp = tp
@@ -48,6 +48,7 @@ class ProducerBatch:
         self.sent_ms = 0
         self.compression = compression
         self.done = False
+        self.ordinal = 0  # position among the partition's sequenced batches of this epoch
 
     def try_append(self, ts: int, key, value, headers, cookie, batch_size: int) -> bool:
         est = record_size_upper_bound(key, value, headers)

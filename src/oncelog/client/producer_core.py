@@ -30,7 +30,7 @@ from oncelog.client.config import DEFAULT_WINDOW, Idempotence, ProducerConfig
 from oncelog.client.errors import (
     BrokerResponseError, DataLossError, DeliveryTimeoutError, IdempotenceUnsupportedError,
     ProducerFatalError)
-from oncelog.core.sequence import increment
+from oncelog.core.sequence import SEQUENCE_SPACE, increment
 from oncelog.protocol.errors import RETRIABLE, ErrorCode
 
 log = logging.getLogger("oncelog.client.producer")
@@ -58,23 +58,31 @@ class PartitionState:
     last_acked_offset: int = -1
     in_flight: int = 0                    # batches on the wire
     unacked: list = field(default_factory=list)  # sequenced batches not yet acknowledged, in order
-    unacked_records: int = 0              # sum of their record counts (range mode budget)
+    unacked_records: int = 0              # sum of their record counts
+    next_ordinal: int = 0                 # sequenced batches assigned in this epoch
     retrying: int = 0                     # unacked batches that must go head-of-line, alone
     rewrite_pending: bool = False         # renumber from 0 once nothing is on the wire
     max_in_flight_seen: int = 0           # highest in_flight reached (tests and benchmarks)
 
     def limit_reached(self, b: ProducerBatch) -> bool:
-        if self.idempotent and self.last_acked_sequence < 0 and self.in_flight:
+        if not self.idempotent:
+            return self.in_flight >= self.window
+        if self.last_acked_sequence < 0 and self.in_flight:
             # Until the first batch of an epoch is acknowledged, one at a time: a broker without
             # state for us accepts any first sequence (Kafka does), so if sequence 0 failed
             # while sequence 1 was in flight, 1 would be written before 0.
             return True
-        if self.max_inflight_sequences is not None and self.idempotent:
-            # range mode: the broker deduplicates by distance, so count sequences, not batches
-            if b.has_sequence:
-                return False
-            return self.unacked_records + b.count > self.max_inflight_sequences
-        return self.in_flight >= self.window
+        if b.has_sequence:
+            return self.in_flight >= self.window and self.max_inflight_sequences is None
+        if not self.unacked:
+            return False
+        # Count the span from the oldest unacknowledged batch, not just what is on the wire:
+        # batches acknowledged after it still occupy the broker's retained window, and the
+        # oldest one must still be recognisable as a duplicate when it is retried.
+        if self.max_inflight_sequences is not None:
+            span = (self.next_sequence - self.unacked[0].base_sequence) % SEQUENCE_SPACE
+            return span + b.count > self.max_inflight_sequences
+        return self.next_ordinal - self.unacked[0].ordinal >= self.window
 
 
 @dataclass
@@ -290,11 +298,13 @@ class ProducerCore:
         """After a bump or reset: unacknowledged batches restart at 0 under the current id/epoch."""
         ps.producer_id, ps.producer_epoch = self.producer_id, self.producer_epoch
         seq = 0
-        for b in ps.unacked:
+        for i, b in enumerate(ps.unacked):
             b.set_producer_state(self.producer_id, self.producer_epoch, seq)
             b.needs_head_of_line = False
+            b.ordinal = i
             seq = increment(seq, b.count)
         ps.next_sequence = seq
+        ps.next_ordinal = len(ps.unacked)
         ps.last_acked_sequence = -1
         ps.retrying = 0
         ps.rewrite_pending = False
@@ -307,7 +317,10 @@ class ProducerCore:
         if (ps.producer_id, ps.producer_epoch) != (self.producer_id, self.producer_epoch):
             ps.producer_id, ps.producer_epoch = self.producer_id, self.producer_epoch
             ps.next_sequence = 0
+            ps.next_ordinal = 0
             ps.last_acked_sequence = -1
+        b.ordinal = ps.next_ordinal
+        ps.next_ordinal += 1
         b.set_producer_state(self.producer_id, self.producer_epoch, ps.next_sequence)
         ps.next_sequence = increment(ps.next_sequence, b.count)
         ps.unacked.append(b)
