@@ -72,7 +72,8 @@ class AIOAdminClient:
         if not servers:
             raise KafkaClientError("bootstrap.servers is required")
         self.cluster = Cluster(servers, str(config.get("client.id", "oncelog-admin")),
-                               int(config.get("request.timeout.ms", 30000)), allow_auto_create=False)
+                               int(config.get("request.timeout.ms", 30000)), allow_auto_create=False,
+                               address_map=config.get("oncelog.address.map"))
 
     async def start(self) -> "AIOAdminClient":
         await self.cluster.any_connection()

@@ -37,10 +37,26 @@ def parse_bootstrap(servers) -> list[tuple[str, int]]:
     return out
 
 
+def parse_address_map(m) -> dict:
+    if not m:
+        return {}
+    if isinstance(m, str):
+        m = dict(item.split("=", 1) for item in m.split(",") if item.strip())
+    out = {}
+    for k, v in m.items():
+        (kh, kp), = parse_bootstrap(k)
+        (vh, vp), = parse_bootstrap(v)
+        out[(kh, kp)] = (vh, vp)
+    return out
+
+
 class Cluster:
     def __init__(self, bootstrap, client_id: str = "oncelog", request_timeout_ms: int = 30000,
-                 reconnect_backoff_ms: int = 50, allow_auto_create: bool = True) -> None:
+                 reconnect_backoff_ms: int = 50, allow_auto_create: bool = True,
+                 address_map: dict | str | None = None) -> None:
         self.bootstrap = parse_bootstrap(bootstrap)
+        # "advertised host:port -> host:port to dial": reach brokers through a proxy
+        self.address_map = parse_address_map(address_map)
         self.client_id = client_id
         self.timeout_s = request_timeout_ms / 1000
         self.reconnect_backoff_s = reconnect_backoff_ms / 1000
@@ -112,7 +128,8 @@ class Cluster:
         old = self.conns.get(node)
         if old is not None and old.closed:
             await asyncio.sleep(self.reconnect_backoff_s)
-        c = Connection(b.host, b.port, self.client_id, node)
+        host, port = self.address_map.get((b.host, b.port), (b.host, b.port))
+        c = Connection(host, port, self.client_id, node)
         await c.connect(self.timeout_s)
         self.conns[node] = c
         return c

@@ -33,7 +33,8 @@ class AIOConsumer:
             raise KafkaClientError("bootstrap.servers is required")
         self.config = dict(config)
         self.cluster = Cluster(servers, str(config.get("client.id", "oncelog-consumer")),
-                               int(config.get("request.timeout.ms", 30000)), allow_auto_create=False)
+                               int(config.get("request.timeout.ms", 30000)), allow_auto_create=False,
+                               address_map=config.get("oncelog.address.map"))
         self.reset = str(config.get("auto.offset.reset", "earliest")).lower()
         if self.reset not in ("earliest", "latest", "none"):
             raise KafkaClientError("auto.offset.reset must be earliest, latest or none")

@@ -82,7 +82,8 @@ class AIOProducer:
         self.lock = threading.Lock()
         self.cluster = Cluster(self.config.bootstrap_servers, self.config.client_id,
                                self.config.request_timeout_ms,
-                               allow_auto_create=str(config.get("allow.auto.create.topics", "true")).lower() != "false")
+                               allow_auto_create=str(config.get("allow.auto.create.topics", "true")).lower() != "false",
+                               address_map=config.get("oncelog.address.map"))
         self.cluster.listeners.append(self._on_metadata)
         self.partitioner = StickyPartitioner()
         self.loop: asyncio.AbstractEventLoop | None = None
