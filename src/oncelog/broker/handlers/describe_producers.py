@@ -1,0 +1,49 @@
+"""DescribeProducers (API 61, v0): the producers a partition's state tracks, for anyone to inspect.
+
+Each partition answers from `Partition.producer_state`; ours holds no transactions, so the
+coordinator epoch and transaction start offset are always -1. An unknown topic or partition gets
+UNKNOWN_TOPIC_OR_PARTITION in its own entry; the rest of the request is still answered.
+"""
+from __future__ import annotations
+
+import datetime
+from typing import Callable
+
+from kio.schema.describe_producers.v0.request import DescribeProducersRequest
+from kio.schema.describe_producers.v0.response import (DescribeProducersResponse, PartitionResponse,
+                                                       ProducerState, TopicResponse)
+from kio.schema.errors import ErrorCode as KioError
+from kio.schema.types import ProducerId, TopicName
+from kio.static.primitive import i32, i32Timedelta, i64
+
+API_KEY = 61
+VERSIONS = (0, 0)
+
+
+def describe_producers(request: DescribeProducersRequest,
+                       get_partition: Callable[[str, int], object | None]) -> DescribeProducersResponse:
+    """`get_partition(topic, index)` returns the Partition, or None when this broker has none."""
+    topics = []
+    for t in request.topics:
+        parts = []
+        for index in t.partition_indexes:
+            partition = get_partition(str(t.name), int(index))
+            if partition is None:
+                parts.append(PartitionResponse(partition_index=i32(index),
+                                               error_code=KioError.unknown_topic_or_partition,
+                                               error_message=f"no partition {t.name}-{index} on this broker",
+                                               active_producers=()))
+                continue
+            parts.append(PartitionResponse(partition_index=i32(index), error_code=KioError.none,
+                                           error_message=None,
+                                           active_producers=tuple(_producers(partition))))
+        topics.append(TopicResponse(name=TopicName(t.name), partitions=tuple(parts)))
+    return DescribeProducersResponse(throttle_time=i32Timedelta.parse(datetime.timedelta(0)),
+                                     topics=tuple(topics))
+
+
+def _producers(partition) -> list[ProducerState]:
+    return [ProducerState(producer_id=ProducerId(e.producer_id), producer_epoch=i32(e.epoch),
+                          last_sequence=i32(e.last_sequence), last_timestamp=i64(e.last_timestamp),
+                          coordinator_epoch=i32(-1), current_txn_start_offset=i64(-1))
+            for e in partition.producer_state.entries()]
