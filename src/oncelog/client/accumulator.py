@@ -51,15 +51,16 @@ class ProducerBatch:
         self.ordinal = 0  # position among the partition's sequenced batches of this epoch
 
     def try_append(self, ts: int, key, value, headers, cookie, batch_size: int) -> bool:
-        est = record_size_upper_bound(key, value, headers)
-        if self.count and self.size + est > batch_size:
-            return False
-        if self.count == 0:
+        count = self.count
+        if count == 0:
             self.base_ts = ts
-        rec = encode_record(self.count, ts - self.base_ts, key, value, headers)
+        rec = encode_record(count, ts - self.base_ts, key, value, headers)
+        n = len(rec)
+        if count and self.size + n > batch_size:
+            return False
         self.parts.append(rec)
-        self.size += len(rec)
-        self.count += 1
+        self.size += n
+        self.count = count + 1
         if ts > self.max_ts:
             self.max_ts = ts
         self.timestamps.append(ts)
@@ -111,7 +112,7 @@ class RecordAccumulator:
         if q is None:
             q = self.queues[tp] = deque()
         last = q[-1] if q else None
-        if last is not None and last.encoded is None and not last.has_sequence:
+        if last is not None and last.encoded is None and last.base_sequence < 0:
             before = last.size
             if last.try_append(ts, key, value, headers, cookie, self.batch_size):
                 self.used_bytes += last.size - before

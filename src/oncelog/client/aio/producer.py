@@ -103,6 +103,9 @@ class AIOProducer:
         self._loop_thread: threading.Thread | None = None
         self.requests_sent = 0
         self.is_ours = False           # the broker speaks Produce v14 (KIP-1269 field)
+        self._tps: dict[tuple, TopicPartition] = {}
+        self._batch_size = self.config.batch_size
+        self._big_record = self.config.max_request_size - 2048
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -208,28 +211,34 @@ class AIOProducer:
         buffer.memory is full (nothing was added)."""
         if self._closing:
             raise ProducerClosedError("producer is closed")
-        value, key = _bytes(value), _bytes(key)
+        if value.__class__ is not bytes:
+            value = _bytes(value)
+        if key is not None and key.__class__ is not bytes:
+            key = _bytes(key)
         if headers:
             headers = [(k if isinstance(k, str) else k.decode(), _bytes(v)) for k, v in
                        (headers.items() if isinstance(headers, dict) else headers)]
         n = self._ready_topics[topic]
         if partition is None:
-            partition = self.partitioner.partition(topic, key, n)
+            partition = self.partitioner.partition(topic, key, n) if n > 1 else 0
         elif not 0 <= partition < n:
             raise KafkaClientError(f"topic {topic} has {n} partitions, no partition {partition}")
-        size = record_size_upper_bound(key, value, headers) + BATCH_OVERHEAD
-        if size > self.config.max_request_size:
-            raise RecordTooLargeError(
-                f"record of {size} bytes exceeds max.request.size={self.config.max_request_size}")
+        if value is not None and len(value) > self._big_record or headers or (key and len(key) > 1024):
+            size = record_size_upper_bound(key, value, headers) + BATCH_OVERHEAD
+            if size > self.config.max_request_size:
+                raise RecordTooLargeError(
+                    f"record of {size} bytes exceeds max.request.size={self.config.max_request_size}")
         ts = int(time.time() * 1000) if timestamp is None else int(timestamp)
-        tp = TopicPartition(topic, partition)
+        tp = self._tps.get((topic, partition))
+        if tp is None:
+            tp = self._tps[(topic, partition)] = TopicPartition(topic, partition)
         with self.lock:
-            r = self.core.append(tp, ts, key, value, headers, cookie, now_ms())
+            r = self.core.append(tp, ts, key, value, headers, cookie, int(time.monotonic() * 1000))
             if r is None:
                 return False
             batch, new = r
-            full = batch.size >= self.config.batch_size
-        if full and key is None:
+            full = batch.size >= self._batch_size
+        if full and key is None and n > 1:
             self.partitioner.on_new_batch(topic, n, partition)
         if (new or full) and not self._wake_pending:
             if threading.current_thread() is self._loop_thread:

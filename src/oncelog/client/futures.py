@@ -1,0 +1,84 @@
+"""A cheaper concurrent.futures.Future for per-record delivery results.
+
+The standard Future builds a Condition (and its RLock) per instance and takes it on completion;
+at tens of thousands of records per second that is most of a send's cost. Here the Condition is
+created only if someone actually blocks on this future; state changes go through one module lock
+(held for a few attribute writes). It stays a real `concurrent.futures.Future` subclass, so
+`result()`, `exception()`, `add_done_callback()`, `concurrent.futures.wait/as_completed` work.
+"""
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future
+from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING, LOGGER
+
+_LOCK = threading.Lock()
+
+
+class RecordFuture(Future):
+    def __init__(self) -> None:  # noqa: D107 - deliberately not calling Future.__init__
+        self._state = PENDING
+        self._result = None
+        self._exception = None
+        self._waiters = []
+        self._done_callbacks = []
+        self._cond = None
+
+    @property
+    def _condition(self) -> threading.Condition:
+        c = self._cond
+        if c is None:
+            with _LOCK:
+                c = self._cond
+                if c is None:
+                    c = self._cond = threading.Condition()
+        return c
+
+    def _complete(self, result, exception) -> bool:
+        with _LOCK:
+            if self._state != PENDING:
+                return False
+            self._result = result
+            self._exception = exception
+            self._state = FINISHED
+            cond = self._cond
+            callbacks = self._done_callbacks
+            self._done_callbacks = []
+        if cond is not None:
+            with cond:
+                for w in self._waiters:
+                    if exception is None:
+                        w.add_result(self)
+                    else:
+                        w.add_exception(self)
+                cond.notify_all()
+        for cb in callbacks:
+            try:
+                cb(self)
+            except Exception:  # noqa: BLE001 - as Future does
+                LOGGER.exception("exception calling callback for %r", self)
+        return True
+
+    def set_result(self, result) -> None:
+        self._complete(result, None)
+
+    def set_exception(self, exception) -> None:
+        self._complete(None, exception)
+
+    def add_done_callback(self, fn) -> None:
+        with _LOCK:
+            if self._state == PENDING:
+                self._done_callbacks.append(fn)
+                return
+        try:
+            fn(self)
+        except Exception:  # noqa: BLE001
+            LOGGER.exception("exception calling callback for %r", self)
+
+    def cancel(self) -> bool:
+        """A record handed to the producer cannot be taken back."""
+        with _LOCK:
+            return self._state in (CANCELLED, CANCELLED_AND_NOTIFIED)
+
+    def done(self) -> bool:
+        return self._state in (CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED)
