@@ -1,0 +1,351 @@
+"""Partition over a real PartitionLog in a temp directory: dedup, epochs, expiry, snapshots,
+restart, the log-tail lookup and old message formats. Our versions of UnifiedLogTest's duplicate
+and producer-state cases (kafka_broker.md §4) plus the issue's cases."""
+from __future__ import annotations
+
+import pytest
+
+from oncelog.core.sequence import MAX_SEQUENCE
+from oncelog.protocol import records as rec
+from oncelog.protocol.errors import ErrorCode as E
+from oncelog.protocol.record_codec import Record, encode_batch
+from oncelog.storage import producer_snapshots as snaps
+from oncelog.storage.partition import Partition
+
+_log = pytest.importorskip("oncelog.storage.log", reason="storage/log.py (STORAGE) has not landed yet")
+LogConfig, PartitionLog = _log.LogConfig, _log.PartitionLog
+
+NOW = 1_700_000_000_000
+PID = 4242
+
+
+def batch(seq: int, n: int = 2, pid: int = PID, epoch: int = 0, tag: bytes = b"v") -> bytearray:
+    records = [Record(i, NOW, None, tag + b"%d-%d" % (seq, i), []) for i in range(n)]
+    return bytearray(encode_batch(records, producer_id=pid, producer_epoch=epoch, base_sequence=seq))
+
+
+def plain(n: int = 1) -> bytearray:
+    return bytearray(encode_batch([Record(i, NOW, None, b"p%d" % i, []) for i in range(n)]))
+
+
+class Env:
+    def __init__(self, directory, log_config=None, **producer_config):
+        self.directory = directory
+        self.log_config = log_config or LogConfig()
+        self.producer_config = {k.replace("_", "."): v for k, v in producer_config.items()}
+        self.partition = self.open()
+
+    def open(self, now=NOW) -> Partition:
+        log = PartitionLog.open(self.directory, self.log_config, now)
+        return Partition("t", 0, log, self.log_config, directory=self.directory,
+                         producer_config=self.producer_config, now_ms=now)
+
+    def restart(self, clean=True, now=NOW):
+        if clean:
+            self.partition.close()
+        else:
+            self.partition.log.close()  # no producer snapshot: as after a crash
+        self.partition = self.open(now)
+        return self.partition
+
+    def append(self, records, now=NOW):
+        return self.partition.append_from_client(records, now)
+
+    @property
+    def end(self):
+        return self.partition.log_end_offset
+
+
+@pytest.fixture
+def env(tmp_path):
+    return lambda log_config=None, **kw: Env(tmp_path / "t-0", log_config, **kw)
+
+
+def fill(e: Env, batches: int, size: int = 2, pid: int = PID, epoch: int = 0, start: int = 0):
+    out = []
+    for i in range(batches):
+        r = e.append(batch(start + i * size, size, pid, epoch))
+        assert r.error_code == 0, r
+        out.append(r.base_offset)
+    return out
+
+
+# -------------------------------------------------------------- UnifiedLogTest cases
+
+def test_duplicate_appends(env):
+    e = env()
+    offsets = fill(e, 10)
+    end = e.end
+    r = e.append(batch(18))
+    assert (r.error_code, r.base_offset) == (0, offsets[9])
+    assert r.extra["duplicate"] == "latest"
+    assert e.append(batch(17)).error_code == E.OUT_OF_ORDER_SEQUENCE_NUMBER  # partial duplicate
+    r = e.append(batch(12))  # 4th from the tail
+    assert (r.error_code, r.base_offset) == (0, offsets[6])
+    r = e.append(batch(8))  # older than the 5 retained
+    assert r.error_code == E.OUT_OF_ORDER_SEQUENCE_NUMBER and r.log_start_offset == 0
+    assert e.end == end  # nothing appended by any of these
+    assert e.partition.counters.duplicates_latest == 1 and e.partition.counters.duplicates_window == 1
+    assert e.partition.counters.out_of_order == 2
+
+
+def test_non_sequential_append_and_old_epoch(env):
+    e = env()
+    fill(e, 1, epoch=3)
+    assert e.append(batch(5, epoch=3)).error_code == E.OUT_OF_ORDER_SEQUENCE_NUMBER
+    r = e.append(batch(2, epoch=2))
+    assert r.error_code == E.INVALID_PRODUCER_EPOCH and r.error_message
+    assert e.append(batch(2, epoch=4)).error_code == E.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert e.append(batch(0, epoch=4)).error_code == 0
+
+
+def test_producer_state_survives_segment_deletion(env):
+    e = env(LogConfig(segment_bytes=600))
+    offsets = fill(e, 12)
+    e.partition.log.delete_records_before(offsets[-1])
+    assert e.partition.log_start_offset > offsets[5]
+    r = e.append(batch(22))  # the latest batch: still a duplicate though its segment is gone
+    assert (r.error_code, r.base_offset) == (0, offsets[-1])
+    assert e.append(batch(24)).error_code == 0  # and the producer continues in sequence
+
+
+def test_periodic_producer_expiration(env):
+    e = env(producer_id_expiration_ms=60_000)
+    fill(e, 3)
+    e.partition.tick(NOW + 30_000)
+    assert e.partition.producers_tracked == 1
+    e.partition.tick(NOW + 30_000 + 599_999)  # the next check is not due yet
+    assert e.partition.producers_tracked == 1
+    e.partition.tick(NOW + 30_000 + 600_000)
+    assert e.partition.producers_tracked == 0 and e.partition.counters.expirations == 1
+    r = e.append(batch(6), now=NOW + 11 * 60_000)
+    assert r.error_code == E.UNKNOWN_PRODUCER_ID
+    assert r.log_start_offset == 0  # the client compares it with its last acknowledged offset
+    assert e.append(batch(0, epoch=1)).error_code == 0
+
+
+def test_unknown_producer_after_deletion_and_expiry_carries_log_start(env):
+    e = env(LogConfig(segment_bytes=600), producer_id_expiration_ms=1000)
+    fill(e, 10)
+    e.partition.log.delete_records_before(e.end)
+    e.partition.remove_expired_producers(NOW + 5000)
+    r = e.append(batch(20), now=NOW + 5000)
+    assert r.error_code == E.UNKNOWN_PRODUCER_ID and r.log_start_offset == e.partition.log_start_offset > 0
+
+
+# -------------------------------------------------------------- the issue's cases
+
+def test_duplicate_15_back_on_window_20_answers_original_offset_and_timestamp(env):
+    e = env(producer_state_batches_to_retain=20)
+    offsets = fill(e, 30)
+    first = e.partition.log.read(offsets[14], 1)
+    end = e.end
+    r = e.append(batch(14 * 2))
+    assert (r.error_code, r.base_offset) == (0, offsets[14])
+    assert r.extra == {"producer_state_batches_to_retain": 20, "max_in_flight_sequence_number": None,
+                       "duplicate": "window"}
+    assert e.end == end and e.partition.log.read(offsets[14], 1) == first
+
+
+def test_duplicate_15_back_on_window_5_is_refused_and_appends_nothing(env):
+    e = env(producer_state_batches_to_retain=5)
+    fill(e, 30)
+    end = e.end
+    r = e.append(batch(14 * 2))
+    assert r.error_code == E.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert r.extra["producer_state_batches_to_retain"] == 5
+    assert e.end == end
+
+
+def _log_with_batches(directory, batches, log_config=None):
+    """Write batches straight into a log (as replication or an old broker would), then close it."""
+    cfg = log_config or LogConfig()
+    log = PartitionLog.open(directory, cfg, NOW)
+    for b in batches:
+        log.append(b, NOW)
+    log.close()
+
+
+def test_range_mode_duplicate_sequence_within_range_out_of_order_beyond_across_wrap(tmp_path):
+    # The producer is near the wrap: its history comes from the log (replayed without validation).
+    directory = tmp_path / "t-0"
+    _log_with_batches(directory, [batch(MAX_SEQUENCE - 99, 50), batch(MAX_SEQUENCE - 49, 71)])  # .. 20
+    e = Env(directory, producer_state_dedup_mode="range", max_in_flight_sequence_number_per_connection=100)
+    p = e.partition
+    assert p.max_in_flight_sequence_number == 100
+    end = e.end
+    r = e.append(batch(MAX_SEQUENCE - 49, 71))  # the latest: offset known
+    assert (r.error_code, r.base_offset) == (0, 50)
+    for first, n in ((MAX_SEQUENCE - 60, 5), (MAX_SEQUENCE - 10, 5), (0, 21), (MAX_SEQUENCE - 78, 1)):
+        r = e.append(batch(first, n))
+        assert r.error_code == E.DUPLICATE_SEQUENCE_NUMBER, (first, n, r)
+        assert r.extra["max_in_flight_sequence_number"] == 100
+    assert e.append(batch(MAX_SEQUENCE - 79, 1)).error_code == E.OUT_OF_ORDER_SEQUENCE_NUMBER  # 100 below
+    assert e.append(batch(MAX_SEQUENCE - 99, 50)).error_code == E.OUT_OF_ORDER_SEQUENCE_NUMBER  # 120 below
+    assert e.append(batch(15, 10)).error_code == E.OUT_OF_ORDER_SEQUENCE_NUMBER  # straddles the latest
+    assert e.append(batch(22, 1)).error_code == E.OUT_OF_ORDER_SEQUENCE_NUMBER  # gap
+    assert e.end == end
+    assert e.append(batch(21, 3)).error_code == 0
+    assert p.counters.duplicates_sequence == 4 and p.counters.duplicates_latest == 1
+
+
+def test_full_window_still_deduplicates_after_restart(env):
+    e = env(producer_state_batches_to_retain=20)
+    offsets = fill(e, 25)
+    e.restart(clean=True)
+    assert list(snaps.list_snapshots(e.directory))
+    end = e.end
+    for i in range(5, 25):
+        r = e.append(batch(i * 2))
+        assert (r.error_code, r.base_offset) == (0, offsets[i]), i
+    assert e.append(batch(4 * 2)).error_code == E.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert e.end == end
+    assert e.append(batch(50)).error_code == 0
+
+
+def test_full_window_after_crash_rebuilds_from_snapshot_and_log(env):
+    e = env(LogConfig(segment_bytes=1500), producer_state_batches_to_retain=20)
+    offsets = fill(e, 40)
+    assert snaps.list_snapshots(e.directory), "segment rolls write snapshots"
+    e.restart(clean=False)
+    for i in range(20, 40):
+        r = e.append(batch(i * 2))
+        assert (r.error_code, r.base_offset) == (0, offsets[i]), i
+
+
+def test_corrupt_snapshot_is_set_aside_and_state_rebuilt(env, caplog):
+    e = env(LogConfig(segment_bytes=1500), producer_state_batches_to_retain=20)
+    offsets = fill(e, 40)
+    e.partition.close()
+    newest = snaps.list_snapshots(e.directory)[-1][1]
+    data = bytearray(newest.read_bytes())
+    newest.write_bytes(bytes(data[: len(data) - 7]))  # truncated
+    with caplog.at_level("WARNING"):
+        p = e.open()
+    e.partition = p
+    assert "set aside" in caplog.text
+    assert newest.with_name(newest.name + ".corrupt").exists()
+    assert p.counters.snapshots_set_aside == 1
+    for i in range(20, 40):
+        r = e.append(batch(i * 2))
+        assert (r.error_code, r.base_offset) == (0, offsets[i]), i
+
+
+def test_all_snapshots_corrupt_rebuilds_from_whole_log(env):
+    e = env(LogConfig(segment_bytes=1500))
+    offsets = fill(e, 20)
+    e.partition.close()
+    for _off, path in snaps.list_snapshots(e.directory):
+        path.write_bytes(b"garbage")
+    e.partition = e.open()
+    r = e.append(batch(38))
+    assert (r.error_code, r.base_offset) == (0, offsets[-1])
+
+
+def test_window_change_at_runtime(env):
+    e = env()
+    offsets = fill(e, 30)
+    assert e.append(batch(14 * 2)).error_code == E.OUT_OF_ORDER_SEQUENCE_NUMBER
+    e.partition.update_config(producer_config={"producer.state.batches.to.retain": 20})
+    assert e.partition.producer_state_batches_to_retain == 20
+    offsets += fill(e, 20, start=60)
+    r = e.append(batch(60 + 2))  # 19 batches back
+    assert (r.error_code, r.base_offset) == (0, offsets[31])
+    assert e.append(batch(0)).error_code == E.OUT_OF_ORDER_SEQUENCE_NUMBER  # far below the window
+    e.partition.update_config(producer_config={"producer.state.batches.to.retain": 5})
+    assert e.append(batch(60 + 2)).error_code == E.OUT_OF_ORDER_SEQUENCE_NUMBER
+    r = e.append(batch(60 + 15 * 2))
+    assert (r.error_code, r.base_offset) == (0, offsets[45])
+
+
+# -------------------------------------------------------------- older duplicates: the tail lookup
+
+def test_tail_lookup_finds_the_original_offset(env):
+    e = env(producer_state_duplicate_lookup_offsets=10_000)
+    offsets = []
+    for i in range(30):
+        offsets.append(e.append(batch(i * 2)).base_offset)
+        e.append(plain(3))
+        e.append(batch(i, 1, pid=PID + 1))
+    end = e.end
+    r = e.append(batch(3 * 2))
+    assert (r.error_code, r.base_offset) == (0, offsets[3]) and r.extra["duplicate"] == "tail"
+    assert e.append(batch(3 * 2 + 1)).error_code == E.OUT_OF_ORDER_SEQUENCE_NUMBER  # no exact batch
+    assert e.end == end
+
+
+def test_tail_lookup_is_bounded(env):
+    e = env(producer_state_duplicate_lookup_offsets=20)
+    for i in range(30):
+        e.append(batch(i * 2))
+    assert e.append(batch(22 * 2)).error_code == 0  # 2 below the window: within 20 offsets
+    assert e.append(batch(3 * 2)).error_code == E.OUT_OF_ORDER_SEQUENCE_NUMBER  # too far back
+
+
+def test_tail_lookup_never_answers_another_epoch(env):
+    e = env(producer_state_dedup_mode="range", producer_state_duplicate_lookup_offsets=10_000)
+    fill(e, 5, epoch=0)           # epoch 0 sequences 0..9
+    new = fill(e, 5, epoch=1)     # epoch 1 sequences 0..9 again, later offsets
+    r = e.append(batch(2, epoch=1))
+    assert (r.error_code, r.base_offset) == (0, new[1])
+    assert e.append(batch(2, epoch=0)).error_code == E.INVALID_PRODUCER_EPOCH
+
+
+def test_range_mode_tail_lookup_answers_offsets(env):
+    e = env(producer_state_dedup_mode="range", producer_state_duplicate_lookup_offsets=1000)
+    offsets = fill(e, 10)
+    r = e.append(batch(4))
+    assert (r.error_code, r.base_offset) == (0, offsets[2])
+    r = e.append(batch(5, 2))  # within range but not a batch boundary: no offset known
+    assert r.error_code == E.DUPLICATE_SEQUENCE_NUMBER
+
+
+def test_tail_lookup_respects_log_start(env):
+    e = env(LogConfig(segment_bytes=600), producer_state_duplicate_lookup_offsets=10_000)
+    fill(e, 20)
+    e.partition.log.delete_records_before(30)
+    start = e.partition.log_start_offset
+    r = e.append(batch(0))
+    assert r.error_code == E.OUT_OF_ORDER_SEQUENCE_NUMBER and r.log_start_offset == start
+
+
+# -------------------------------------------------------------- formats and bad input
+
+def test_idempotent_produce_to_old_format_is_refused(env):
+    e = env(LogConfig(message_format_version="0.10.2"))
+    r = e.append(batch(0))
+    assert r.error_code == E.UNSUPPORTED_FOR_MESSAGE_FORMAT and "v1" in r.error_message
+    assert e.end == 0 and r.log_start_offset == 0
+    assert e.partition.counters.unsupported_format == 1
+    assert e.append(plain(2)).error_code == 0  # non-idempotent writes still work
+
+
+def test_bad_idempotent_record_sets(env):
+    e = env()
+    two = batch(0) + batch(2)
+    assert e.append(two).error_code == E.INVALID_RECORD
+    b = batch(0)
+    b[-1] ^= 1
+    r = e.append(b)
+    assert r.error_code == E.CORRUPT_MESSAGE and r.log_start_offset == 0
+    assert e.end == 0
+    assert e.partition.producers_tracked == 0
+    assert e.append(batch(0)).error_code == 0
+
+
+def test_plain_batches_bypass_producer_state(env):
+    e = env()
+    r1 = e.append(plain(3))
+    r2 = e.append(plain(3))
+    assert (r1.base_offset, r2.base_offset) == (0, 3)
+    assert r1.extra["producer_state_batches_to_retain"] == 5
+    assert e.partition.producers_tracked == 0
+
+
+def test_state_gauges(env):
+    e = env()
+    for pid in range(100):
+        e.append(batch(0, 1, pid=pid))
+    assert e.partition.producers_tracked == 100
+    assert 0 < e.partition.producer_state_bytes < 100 * 400
+    assert isinstance(next(iter(rec.iter_batches(e.partition.read(0, 1 << 20))))[1], rec.BatchHeader)
