@@ -349,3 +349,15 @@ def test_state_gauges(env):
     assert e.partition.producers_tracked == 100
     assert 0 < e.partition.producer_state_bytes < 100 * 400
     assert isinstance(next(iter(rec.iter_batches(e.partition.read(0, 1 << 20))))[1], rec.BatchHeader)
+
+
+def test_truncation_rebuilds_producer_state(env):
+    e = env(LogConfig(segment_bytes=600))
+    offsets = fill(e, 12)
+    e.partition.truncate_to(offsets[6], now_ms=NOW)
+    assert e.end == offsets[6]
+    assert e.append(batch(6 * 2 + 2)).error_code == E.OUT_OF_ORDER_SEQUENCE_NUMBER  # batch 7 is gone
+    r = e.append(batch(5 * 2))
+    assert (r.error_code, r.base_offset) == (0, offsets[5])  # still the latest
+    r = e.append(batch(6 * 2))
+    assert (r.error_code, r.base_offset) == (0, offsets[6])  # appended again

@@ -311,6 +311,17 @@ class Partition:
         snaps.remove_stale(self.directory, self._map_end, SNAPSHOTS_TO_KEEP)
         return path
 
+    def truncate_to(self, offset: int, now_ms: int | None = None) -> None:
+        """Cut the log to `offset` and rebuild producer state for what is left (Kafka's
+        truncateTo -> rebuildProducerState): snapshots beyond it go, then snapshot + replay."""
+        self.log.truncate_to(offset)
+        if self.directory is not None:
+            snaps.delete_snapshots(p for off, p in snaps.list_snapshots(self.directory)
+                                   if off > self.log.log_end_offset)
+        self.producer_state.clear()
+        self._last_snapshot_offset = -1
+        self._map_end = self._load_producer_state(_now() if now_ms is None else now_ms)
+
     def close(self) -> None:
         """Clean shutdown: a final snapshot so the next start replays nothing."""
         try:
