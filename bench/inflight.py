@@ -1,0 +1,190 @@
+"""KIP-1269's table, reproduced: producer throughput against in-flight requests at a high round
+trip, and the low-latency comparison with librdkafka.
+
+    .venv/bin/python bench/inflight.py [--rtt-ms 50] [--seconds 4] [--png docs/bench-inflight.png]
+
+One oncelog broker (subprocess, `oncelog serve`) behind a delay proxy (RTT/2 each way; the broker
+advertises the proxy so every client goes through it). Same run, same broker, 1 KB records,
+acks=all, idempotence on, 1 partition per topic:
+- oncelog producer, max.in.flight.requests.per.connection = W and a topic with
+  producer.state.batches.to.retain = max(W, 5), for W in 1, 5, 10, 20, 50;
+- librdkafka (confluent-kafka), which caps idempotent in-flight at 5;
+both with batch.size 16384 and linger.ms 5, so that a batch holds 16 records.
+Then, without the proxy: oncelog vs librdkafka producing 1 KB records as fast as they can.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+from oncelog.cli.perf import ProxyProcess, free_port, run_produce
+from oncelog.client import AdminClient
+
+WINDOWS = [1, 5, 10, 20, 50]
+
+
+class Server:
+    """`oncelog serve` in a child process."""
+
+    def __init__(self, data_dir: str, overrides: dict) -> None:
+        cmd = [sys.executable, "-c", "from oncelog.cli.main import main; main()", "serve",
+               "--log-dirs", data_dir, "--listeners", "PLAINTEXT://127.0.0.1:0"]
+        for k, v in overrides.items():
+            cmd += ["--override", f"{k}={v}"]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline = time.monotonic() + 60
+        while True:
+            line = self.proc.stdout.readline()
+            m = re.search(r"listening on ([\d.]+):(\d+)", line or "")
+            if m:
+                self.address = f"{m.group(1)}:{m.group(2)}"
+                break
+            if not line and self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("oncelog serve did not start")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def librdkafka_produce(bootstrap: str, topic: str, n: int, record_size: int, **extra) -> dict:
+    import confluent_kafka
+    conf = {"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+            "linger.ms": 5, "batch.size": 16384, "queue.buffering.max.messages": 1000000,
+            "queue.buffering.max.kbytes": 2097151}
+    conf.update(extra)
+    p = confluent_kafka.Producer(conf)
+    payload = os.urandom(record_size)
+    errors = []
+
+    def cb(err, msg):
+        if err is not None:
+            errors.append(err)
+    p.produce(topic, payload, on_delivery=cb)
+    p.flush(60)
+    start = time.monotonic()
+    for _ in range(n):
+        while True:
+            try:
+                p.produce(topic, payload, on_delivery=cb)
+                break
+            except BufferError:
+                p.poll(0.01)
+        p.poll(0)
+    p.flush(600)
+    elapsed = time.monotonic() - start
+    if errors:
+        raise RuntimeError(f"librdkafka: {len(errors)} errors, first {errors[0]}")
+    return {"records": n, "elapsed_s": elapsed, "records_per_sec": n / elapsed,
+            "mb_per_sec": n * record_size / elapsed / 1048576}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rtt-ms", type=float, default=50)
+    ap.add_argument("--seconds", type=float, default=4, help="target duration of each high-RTT run")
+    ap.add_argument("--record-size", type=int, default=1000)
+    ap.add_argument("--low-latency-records", type=int, default=100000)
+    ap.add_argument("--png", default="docs/bench-inflight.png")
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--windows", default=",".join(map(str, WINDOWS)))
+    args = ap.parse_args()
+    windows = [int(w) for w in args.windows.split(",")]
+    per_batch = 16384 // (args.record_size + 20)
+    results: dict = {"rtt_ms": args.rtt_ms, "record_size": args.record_size, "high_rtt": {},
+                     "low_latency": {}}
+
+    with tempfile.TemporaryDirectory(prefix="oncelog-bench-") as data:
+        proxy_port = free_port()
+        server = Server(data, {"advertised.listeners": f"PLAINTEXT://127.0.0.1:{proxy_port}"})
+        proxy = ProxyProcess(server.address, args.rtt_ms / 2, proxy_port)
+        boot = proxy.address
+        try:
+            with AdminClient({"bootstrap.servers": boot}) as admin:
+                for w in windows:
+                    admin.create_topics([f"inflight-{w}"], config={
+                        "producer.state.batches.to.retain": str(max(w, 5))}, exist_ok=True)
+                admin.create_topics(["inflight-librdkafka", "lowlat-oncelog", "lowlat-librdkafka"],
+                                    exist_ok=True)
+            for w in windows:
+                n = max(500, int(w * per_batch * args.seconds * 1000 / args.rtt_ms))
+                r = run_produce(f"inflight-{w}", n, args.record_size, -1, {
+                    "bootstrap.servers": boot, "acks": "all", "enable.idempotence": "required",
+                    "max.in.flight.requests.per.connection": str(w), "linger.ms": "5",
+                    "batch.size": "16384", "buffer.memory": str(256 << 20)}, progress=False)
+                r.pop("line")
+                results["high_rtt"][f"oncelog-{w}"] = r
+                print(f"oncelog   window {w:>3}: {r['records_per_sec']:10.1f} records/sec "
+                      f"({r['mb_per_sec']:.2f} MB/sec), learned window {r['window']}", flush=True)
+            n = max(500, int(5 * per_batch * args.seconds * 1000 / args.rtt_ms))
+            r = librdkafka_produce(boot, "inflight-librdkafka", n, args.record_size)
+            results["high_rtt"]["librdkafka"] = r
+            print(f"librdkafka (max 5) : {r['records_per_sec']:10.1f} records/sec "
+                  f"({r['mb_per_sec']:.2f} MB/sec)", flush=True)
+        finally:
+            proxy.stop()
+
+        # low latency: restart the broker on the same data without the proxy in its address
+        server.stop()
+        server = Server(data, {})
+        try:
+            n = args.low_latency_records
+            r = run_produce("lowlat-oncelog", n, args.record_size, -1, {
+                "bootstrap.servers": server.address, "acks": "all", "enable.idempotence": "required",
+                "linger.ms": "5", "batch.size": "262144", "max.request.size": "4194304"},
+                progress=False)
+            r.pop("line")
+            results["low_latency"]["oncelog"] = r
+            r2 = librdkafka_produce(server.address, "lowlat-librdkafka", n, args.record_size,
+                                    **{"batch.size": 262144})
+            results["low_latency"]["librdkafka"] = r2
+            ratio = r["records_per_sec"] / r2["records_per_sec"]
+            results["low_latency"]["ratio"] = ratio
+            print(f"low latency: oncelog {r['records_per_sec']:.0f} rec/s, librdkafka "
+                  f"{r2['records_per_sec']:.0f} rec/s, ratio {ratio:.2f}", flush=True)
+        finally:
+            server.stop()
+
+    hr = results["high_rtt"]
+    if "oncelog-20" in hr and "oncelog-5" in hr:
+        a = hr["oncelog-20"]["records_per_sec"]
+        print(f"window 20 / window 5 = {a / hr['oncelog-5']['records_per_sec']:.2f}x; "
+              f"window 20 / librdkafka = {a / hr['librdkafka']['records_per_sec']:.2f}x")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+    plot(results, args.png)
+
+
+def plot(results: dict, path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    hr = results["high_rtt"]
+    labels = [k.replace("oncelog-", "oncelog\nW=") for k in hr]
+    values = [v["records_per_sec"] for v in hr.values()]
+    colors = ["#3b7dd8" if k.startswith("oncelog") else "#d8703b" for k in hr]
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    bars = ax.bar(labels, values, color=colors)
+    for b, v in zip(bars, values):
+        ax.annotate(f"{v:,.0f}", (b.get_x() + b.get_width() / 2, v), ha="center", va="bottom", fontsize=8)
+    ax.set_ylabel("records/sec (1 KB records)")
+    ax.set_title(f"Idempotent producer throughput at {results['rtt_ms']:.0f} ms round trip "
+                 f"(batch.size 16384)")
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    fig.savefig(path, dpi=110)
+    print(f"plot: {path}")
+
+
+if __name__ == "__main__":
+    main()
