@@ -32,6 +32,8 @@ def _lib():
         lib.rd_kafka_mock_partition_set_leader.argtypes = [ctypes.c_void_p, ctypes.c_char_p,
                                                            ctypes.c_int32, ctypes.c_int32]
         lib.rd_kafka_mock_broker_set_rtt.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.c_int]
+        lib.rd_kafka_mock_set_apiversion.argtypes = [ctypes.c_void_p, ctypes.c_int16, ctypes.c_int16,
+                                                     ctypes.c_int16]
         _LIB = lib
     return _LIB
 
@@ -54,6 +56,10 @@ class MockCluster:
     def push_errors(self, api_key: int, *errors: int) -> None:
         arr = (ctypes.c_int * len(errors))(*errors)
         _lib().rd_kafka_mock_push_request_errors_array(self._mc, api_key, len(errors), arr)
+
+    def set_apiversion(self, api_key: int, min_version: int, max_version: int) -> None:
+        """(-1, -1) removes the API from the mock's ApiVersions answer."""
+        _lib().rd_kafka_mock_set_apiversion(self._mc, api_key, min_version, max_version)
 
     def set_leader(self, topic: str, partition: int, broker: int) -> None:
         _lib().rd_kafka_mock_partition_set_leader(self._mc, topic.encode(), partition, broker)

@@ -121,7 +121,19 @@ class AIOProducer:
         with self.lock:
             if wire.INIT_PRODUCER_ID not in conn.versions:
                 self.core.broker_lacks_idempotence("no InitProducerId in ApiVersions")
+        if self.core.fatal is not None:
+            raise self.core.fatal
         self._sender = asyncio.ensure_future(self._run())
+        if self.core.idempotent:
+            # learn now whether the broker grants a producer id, so that `required` fails at
+            # construction and `requested` falls back before the first record
+            deadline = time.monotonic() + self.config.max_block_ms / 1000
+            while self.core.idempotent and self.core.producer_id < 0 and self.core.fatal is None:
+                if time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.005)
+            if self.core.fatal is not None:
+                raise self.core.fatal
         return self
 
     async def __aenter__(self) -> "AIOProducer":
