@@ -127,3 +127,35 @@ def test_tansu_idempotence_modes(tansu, mode):
         a.create_topics([topic])
     metas, _, _ = produce_numbered(tansu, topic, 200, **{"enable.idempotence": mode})
     check_exactly_once(read_all(tansu, topic, 1, 200), metas, 200)
+
+
+def test_tansu_exactly_once_and_order_through_connection_resets(tansu):
+    """KAFKA-5494 under faults: connections cut mid-request (some requests written, some not,
+    answers lost); with 20 requests allowed per connection the producer reconnects, retries in
+    sequence order, and the log holds every record once, in order. Tansu answers replays with
+    DUPLICATE_SEQUENCE_NUMBER, so those records report offset None."""
+    from oncelog.client import AdminClient
+
+    from reset_proxy import ResetProxy
+    with AdminClient({"bootstrap.servers": tansu}) as a:
+        a.create_topics(["fr"], num_partitions=1)
+    host, port = tansu.split(":")
+    proxy = ResetProxy((host, int(port)), (20000, 120000))
+    try:
+        n = 4000
+        conf = {"bootstrap.servers": proxy.address, "oncelog.address.map": f"{tansu}={proxy.address}",
+                "linger.ms": 2, "batch.size": 3000, "max.in.flight.requests.per.connection": 20,
+                "enable.idempotence": "required", "retry.backoff.ms": 5, "request.timeout.ms": 5000}
+        with Producer(conf) as p:
+            futs = [p.send("fr", b"%06d" % i + b"y" * 200) for i in range(n)]
+            p.flush(120)
+            metas = [f.result(30) for f in futs]
+        assert proxy.resets >= 3
+    finally:
+        proxy.close()
+    out = read_all(tansu, "fr", 1, n)
+    values = [int(r.value[:6]) for r in out[0]]
+    assert values == list(range(n)), "duplicate, gap or reorder"
+    offsets = {r.offset: int(r.value[:6]) for r in out[0]}
+    for i, m in enumerate(metas):
+        assert m.offset is None or offsets[m.offset] == i
