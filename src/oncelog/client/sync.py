@@ -220,3 +220,6 @@ class AdminClient(_SyncWrapper):
 
     def delete_records(self, offsets: dict) -> dict:
         return self._run(self._impl.delete_records(offsets))
+
+    def describe_producers(self, topic: str, partition: int) -> list[dict]:
+        return self._run(self._impl.describe_producers(topic, partition))

@@ -191,3 +191,26 @@ class AIOAdminClient:
                         raise AdminError(p.error_code, f"delete records of {t.name}-{p.partition_index}")
                     out[(t.name, p.partition_index)] = p.low_watermark
         return out
+
+    async def describe_producers(self, topic: str, partition: int) -> list[dict]:
+        """Active producers of one partition (DescribeProducers, asked of its leader)."""
+        t = await self.cluster.topic(topic, self.cluster.timeout_s)
+        conn = await self.cluster.connection(t.partitions[partition].leader)
+        v = conn.version(wire.DESCRIBE_PRODUCERS)
+        if v is None:
+            raise KafkaClientError("broker does not support DescribeProducers")
+        m = K.module(wire.DESCRIBE_PRODUCERS, v, "request")
+        req = K.make(m, "DescribeProducersRequest", topics=(
+            K.make(m, "TopicRequest", name=topic, partition_indexes=(partition,)),))
+        body = await asyncio.wait_for(
+            conn.request(wire.DESCRIBE_PRODUCERS, v, wire.encode_entity(req)), self.cluster.timeout_s)
+        r = K.decode(wire.DESCRIBE_PRODUCERS, v, "DescribeProducersResponse", body)
+        out = []
+        for tr in r.topics:
+            for p in tr.partitions:
+                if p.error_code:
+                    raise AdminError(p.error_code, f"describe producers of {topic}-{partition}",
+                                     p.error_message)
+                out += [{"producer_id": s.producer_id, "producer_epoch": s.producer_epoch,
+                         "last_sequence": s.last_sequence} for s in p.active_producers]
+        return out

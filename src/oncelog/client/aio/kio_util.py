@@ -12,7 +12,7 @@ from oncelog.client.aio import wire
 _MODULES = {wire.FETCH: "fetch", wire.LIST_OFFSETS: "list_offsets", wire.CREATE_TOPICS: "create_topics",
             wire.DELETE_TOPICS: "delete_topics", wire.DESCRIBE_CONFIGS: "describe_configs",
             wire.INCREMENTAL_ALTER_CONFIGS: "incremental_alter_configs",
-            wire.DELETE_RECORDS: "delete_records"}
+            wire.DELETE_RECORDS: "delete_records", wire.DESCRIBE_PRODUCERS: "describe_producers"}
 
 
 @lru_cache(maxsize=None)

@@ -354,7 +354,8 @@ class AIOProducer:
                 sleep = max(1, self._pid_retry_at - now)
             core.expire(now)
             nodes, next_ms, unknown = core.ready(now)
-            if unknown or core.metadata_refresh_needed:
+            stale = time.monotonic() - self.cluster.last_refresh > self.config.metadata_max_age_ms / 1000
+            if unknown or core.metadata_refresh_needed or stale:
                 core.metadata_refresh_needed = False
                 self.cluster.request_refresh()
             for node in nodes:

@@ -1,0 +1,250 @@
+"""The client against the real oncelog broker: KIP-1269's integration Test Plan, range mode,
+UNKNOWN_PRODUCER_ID after retention vs without, old message formats and the idempotence modes,
+exactly-once through connection resets. A delay proxy keeps requests in flight long enough for
+the windows to fill (no timing is asserted)."""
+import logging
+import time
+
+import pytest
+
+from oncelog.cli.perf import ProxyProcess
+from oncelog.client import AdminClient, Consumer, Producer, TopicPartition
+from oncelog.client.accumulator import TopicPartition as TP
+from oncelog.client.errors import DataLossError, IdempotenceUnsupportedError
+
+from reset_proxy import ResetProxy
+
+
+@pytest.fixture
+def broker(oncelog_broker):
+    return oncelog_broker()
+
+
+def create(boot, topic, partitions=1, **config):
+    with AdminClient({"bootstrap.servers": boot}) as a:
+        a.create_topics([topic], num_partitions=partitions,
+                        config={k.replace("_", "."): str(v) for k, v in config.items()})
+
+
+def via_proxy(boot, rtt_ms=30):
+    px = ProxyProcess(boot, rtt_ms / 2)
+    return px, {"bootstrap.servers": px.address, "oncelog.address.map": f"{boot}={px.address}"}
+
+
+def read(boot, topic, partition=0, expected=None, timeout_s=30):
+    tp = TopicPartition(topic, partition)
+    with Consumer({"bootstrap.servers": boot}) as c:
+        end = c.end_offsets([tp])[TopicPartition(topic, partition)]
+        c.assign([TopicPartition(topic, partition, 0)])
+        out = []
+        deadline = time.monotonic() + timeout_s
+        while (len(out) < (expected if expected is not None else end)) and time.monotonic() < deadline:
+            out += c.poll(0.5)
+        return out
+
+
+def run(conf, sends, topic_for=lambda i: "t"):
+    with Producer(conf) as p:
+        futs = [p.send(topic_for(i), b"%06d" % i) for i in range(sends)]
+        p.flush(120)
+        metas = [f.result(30) for f in futs]
+        core = p.aio.core
+        seen = {tp.topic: ps.max_in_flight_seen for tp, ps in core.partitions.items()}
+        windows = {tp.topic: ps.window for tp, ps in core.partitions.items()}
+    return metas, seen, windows
+
+
+BASE = {"batch.size": "1", "linger.ms": "0", "enable.idempotence": "required"}
+
+
+# ------------------------------------------------------------------ KIP-1269 Test Plan
+
+def test_limits_discovered_from_produce_response(broker):
+    create(broker.bootstrap, "w20", producer_state_batches_to_retain=20)
+    px, conf = via_proxy(broker.bootstrap)
+    try:
+        metas, seen, windows = run({**conf, **BASE, "max.in.flight.requests.per.connection": 50},
+                                   300, lambda i: "w20")
+    finally:
+        px.stop()
+    assert windows["w20"] == 20
+    assert 5 < seen["w20"] <= 20
+    assert [int(r.value) for r in read(broker.bootstrap, "w20", expected=300)] == list(range(300))
+    assert [m.offset for m in metas] == list(range(300))
+
+
+def test_connection_limit_1_with_topic_window_20(broker):
+    create(broker.bootstrap, "c1", producer_state_batches_to_retain=20)
+    px, conf = via_proxy(broker.bootstrap)
+    try:
+        _, seen, windows = run({**conf, **BASE, "max.in.flight.requests.per.connection": 1}, 50,
+                               lambda i: "c1")
+    finally:
+        px.stop()
+    assert windows["c1"] == 20 and seen["c1"] == 1
+
+
+def test_connection_limit_20_with_topic_window_5(broker):
+    create(broker.bootstrap, "c5", producer_state_batches_to_retain=5)
+    px, conf = via_proxy(broker.bootstrap)
+    try:
+        _, seen, windows = run({**conf, **BASE, "max.in.flight.requests.per.connection": 20}, 200,
+                               lambda i: "c5")
+    finally:
+        px.stop()
+    assert windows["c5"] == 5 and seen["c5"] == 5
+
+
+def test_two_topics_with_different_windows_on_one_broker(broker):
+    create(broker.bootstrap, "two5", producer_state_batches_to_retain=5)
+    create(broker.bootstrap, "two20", producer_state_batches_to_retain=20)
+    px, conf = via_proxy(broker.bootstrap)
+    try:
+        _, seen, windows = run({**conf, **BASE, "max.in.flight.requests.per.connection": 20}, 600,
+                               lambda i: "two5" if i % 2 else "two20")
+    finally:
+        px.stop()
+    assert windows == {"two5": 5, "two20": 20}
+    assert seen["two5"] == 5 and 5 < seen["two20"] <= 20
+
+
+def test_window_change_at_runtime_is_followed(broker):
+    create(broker.bootstrap, "rt", producer_state_batches_to_retain=20)
+    with Producer({"bootstrap.servers": broker.bootstrap, **BASE,
+                   "max.in.flight.requests.per.connection": 50}) as p:
+        p.send("rt", b"a").result(30)
+        assert p.partition_window("rt", 0) == 20
+        with AdminClient({"bootstrap.servers": broker.bootstrap}) as a:
+            a.alter_configs("rt", {"producer.state.batches.to.retain": "7"})
+        p.send("rt", b"b").result(30)
+        assert p.partition_window("rt", 0) == 7
+
+
+def test_no_config_error_above_5_against_a_real_broker(broker):
+    create(broker.bootstrap, "big")
+    metas, _, windows = run({"bootstrap.servers": broker.bootstrap, "enable.idempotence": "true",
+                             "max.in.flight.requests.per.connection": 1000}, 100, lambda i: "big")
+    assert windows["big"] == 5 and [m.offset for m in metas] == list(range(100))
+
+
+# ------------------------------------------------------------------ range mode (KIP-758)
+
+def test_range_mode_threshold_learned_and_exactly_once(broker):
+    create(broker.bootstrap, "rng", producer_state_dedup_mode="range")
+    with Producer({"bootstrap.servers": broker.bootstrap, "max.in.flight.requests.per.connection": 100,
+                   "batch.size": "2000", "linger.ms": "1"}) as p:
+        futs = [p.send("rng", b"%06d" % i) for i in range(3000)]
+        p.flush(60)
+        [f.result(30) for f in futs]
+        ps = p.aio.core.partition_state(TP("rng", 0))
+        assert ps.max_inflight_sequences is not None and ps.max_inflight_sequences > 0
+    assert [int(r.value) for r in read(broker.bootstrap, "rng", expected=3000)] == list(range(3000))
+
+
+# ------------------------------------------------------------------ faults
+
+def test_exactly_once_and_order_through_connection_resets(broker):
+    """KAFKA-5494 under faults, window 20, against the real dedup."""
+    create(broker.bootstrap, "rs", producer_state_batches_to_retain=20)
+    host, port = broker.bootstrap.split(":")
+    proxy = ResetProxy((host, int(port)), (5000, 60000))
+    try:
+        conf = {"bootstrap.servers": proxy.address, "oncelog.address.map": f"{broker.bootstrap}={proxy.address}",
+                "batch.size": "1500", "linger.ms": "1", "max.in.flight.requests.per.connection": 20,
+                "retry.backoff.ms": 5, "request.timeout.ms": 5000}
+        metas, _, _ = run(conf, 5000, lambda i: "rs")
+        assert proxy.resets >= 3
+    finally:
+        proxy.close()
+    recs = read(broker.bootstrap, "rs", expected=5000)
+    assert [int(r.value) for r in recs] == list(range(5000)), "duplicate, gap or reorder"
+    by_off = {r.offset: int(r.value) for r in recs}
+    for i, m in enumerate(metas):
+        assert m.offset is None or by_off[m.offset] == i
+
+
+# ------------------------------------------------------------------ UNKNOWN_PRODUCER_ID
+
+def wait_producer_expired(boot, topic, timeout_s=30):
+    deadline = time.monotonic() + timeout_s
+    with AdminClient({"bootstrap.servers": boot}) as a:
+        while a.describe_producers(topic, 0):
+            if time.monotonic() > deadline:
+                pytest.fail("producer state did not expire")
+            time.sleep(0.1)
+
+
+@pytest.fixture
+def expiring_broker(oncelog_broker):
+    return oncelog_broker({"producer.id.expiration.ms": "1000",
+                           "producer.id.expiration.check.interval.ms": "100"})
+
+
+def test_unknown_producer_after_retention_resets_and_retries(expiring_broker):
+    boot = expiring_broker.bootstrap
+    create(boot, "up")
+    with Producer({"bootstrap.servers": boot, "linger.ms": 0}) as p:
+        for i in range(3):
+            p.send("up", b"%d" % i).result(30)
+        with AdminClient({"bootstrap.servers": boot}) as a:
+            a.delete_records({("up", 0): 3})
+        wait_producer_expired(boot, "up")
+        m = p.send("up", b"3").result(30)
+        assert m.offset == 3
+    assert [r.value for r in read(boot, "up", expected=1)] == [b"3"]
+
+
+def test_unknown_producer_without_retention_is_fatal_data_loss(expiring_broker):
+    boot = expiring_broker.bootstrap
+    create(boot, "ul")
+    with Producer({"bootstrap.servers": boot, "linger.ms": 0}) as p:
+        for i in range(3):
+            p.send("ul", b"%d" % i).result(30)
+        wait_producer_expired(boot, "ul")
+        with pytest.raises(DataLossError, match=r"ul-0.*log start offset 0.*offset 2"):
+            p.send("ul", b"3").result(30)
+
+
+# ------------------------------------------------------------------ old message formats
+
+def test_requested_produces_plainly_to_an_old_format_topic(broker, caplog):
+    create(broker.bootstrap, "fmt-old", message_format_version="0.10.2")
+    create(broker.bootstrap, "fmt-new")
+    with caplog.at_level(logging.WARNING, logger="oncelog.client"):
+        with Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": "requested"}) as p:
+            a = p.send("fmt-old", b"x").result(30)
+            b = p.send("fmt-new", b"y").result(30)
+            assert not p.aio.core.partition_state(TP("fmt-old", 0)).idempotent
+            assert p.aio.core.partition_state(TP("fmt-new", 0)).idempotent
+    assert a.offset == 0 and b.offset == 0
+    assert "fmt-old" in caplog.text and "without idempotence" in caplog.text
+
+
+def test_required_refuses_an_old_format_topic_clearly(broker):
+    create(broker.bootstrap, "fmt-old2", message_format_version="0.10.2")
+    with Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": "required"}) as p:
+        with pytest.raises(IdempotenceUnsupportedError, match="fmt-old2.*v2"):
+            p.send("fmt-old2", b"x").result(30)
+
+
+# ------------------------------------------------------------------ consumer
+
+def test_consumer_offsets_seek_and_times(broker):
+    create(broker.bootstrap, "cons", partitions=2)
+    with Producer({"bootstrap.servers": broker.bootstrap}) as p:
+        metas = [p.send("cons", b"v%d" % i, partition=i % 2, timestamp=1000 + i).result(30)
+                 for i in range(20)]
+    tps = [TopicPartition("cons", 0), TopicPartition("cons", 1)]
+    with Consumer({"bootstrap.servers": broker.bootstrap}) as c:
+        assert c.beginning_offsets(tps) == {tps[0]: 0, tps[1]: 0}
+        assert c.end_offsets(tps) == {tps[0]: 10, tps[1]: 10}
+        assert c.offsets_for_times({tps[0]: 1010})[tps[0]] == 5
+        c.assign([TopicPartition("cons", 0, 0)])
+        c.seek(tps[0], 7)
+        got = []
+        deadline = time.monotonic() + 20
+        while len(got) < 3 and time.monotonic() < deadline:
+            got += c.poll(0.5)
+        assert [(r.offset, r.value) for r in got] == [(7, b"v14"), (8, b"v16"), (9, b"v18")]
+        assert got[0].timestamp == 1014
+    assert metas[14].offset == 7
