@@ -159,3 +159,25 @@ def test_tansu_exactly_once_and_order_through_connection_resets(tansu):
     offsets = {r.offset: int(r.value[:6]) for r in out[0]}
     for i, m in enumerate(metas):
         assert m.offset is None or offsets[m.offset] == i
+
+
+def test_kip360_bump_after_out_of_order_on_next_batch(rdkafka_mock, caplog):
+    """OutOfOrderSequence on the batch right after the last acknowledged one: the producer asks
+    InitProducerId for a bump with its current id/epoch (the mock refuses a bump without a
+    transactional id, INVALID_PRODUCER_ID_MAPPING, so a fresh id is taken), renumbers from 0 and
+    delivers; a warning names the partition and the last acknowledged offset."""
+    import logging
+    rdkafka_mock.create_topic("k360", 1)
+    boot = rdkafka_mock.bootstrap
+    with Producer({"bootstrap.servers": boot, "linger.ms": 0, "enable.idempotence": "required"}) as p:
+        first = [p.send("k360", b"%06d" % i).result(10) for i in range(5)]
+        pid = p.aio.core.producer_id
+        rdkafka_mock.push_errors(PRODUCE, E.OUT_OF_ORDER_SEQUENCE_NUMBER)
+        with caplog.at_level(logging.WARNING, logger="oncelog.client"):
+            later = [p.send("k360", b"%06d" % i) for i in range(5, 10)]
+            p.flush(30)
+            later = [f.result(10) for f in later]
+        assert p.aio.core.producer_id != pid
+    assert "k360-0" in caplog.text and "last acknowledged" in caplog.text and "offset 4" in caplog.text
+    assert [m.offset for m in first + later] == list(range(10))
+    check_exactly_once(read_all(boot, "k360", 1, 10), first + later, 10)

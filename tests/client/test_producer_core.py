@@ -426,3 +426,24 @@ def test_unsupported_for_message_format_answer_falls_back_in_requested_mode():
     h.run_until_idle()
     assert h.results[cookies[0]] == (0, None)
     assert h.models[T0].log == cookies and not h.core.partition_state(T0).idempotent
+
+
+def test_bump_at_max_epoch_asks_for_a_fresh_producer_id():
+    h = Harness(many(), t_0=ModelPartition())
+    warm(h)
+    h.core.producer_epoch = 32767
+    h.core.bump_requested = True
+    assert h.core.producer_id_request() == (-1, -1)
+
+
+def test_out_of_order_on_a_later_batch_retries_without_bump():
+    h = Harness(many(), t_0=ModelPartition())
+    warm(h)
+    fill(h, T0, 3)
+    reqs = h.send()
+    h.error(reqs[0], E.NOT_LEADER_OR_FOLLOWER)
+    for r in reqs[1:]:
+        h.process(r)
+    for r in reqs:
+        h.deliver(r)
+    assert not h.core.bump_requested and h.core.producer_epoch == 0
