@@ -181,3 +181,13 @@ def test_kip360_bump_after_out_of_order_on_next_batch(rdkafka_mock, caplog):
     assert "k360-0" in caplog.text and "last acknowledged" in caplog.text and "offset 4" in caplog.text
     assert [m.offset for m in first + later] == list(range(10))
     check_exactly_once(read_all(boot, "k360", 1, 10), first + later, 10)
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_compressed_batches_round_trip(tansu, codec):
+    from oncelog.client import AdminClient
+    topic = f"fc-{codec}"
+    with AdminClient({"bootstrap.servers": tansu}) as a:
+        a.create_topics([topic])
+    metas, _, _ = produce_numbered(tansu, topic, 500, **{"compression.type": codec})
+    check_exactly_once(read_all(tansu, topic, 1, 500), metas, 500)
