@@ -102,7 +102,7 @@ def test_non_sequential_append_and_old_epoch(env):
 def test_producer_state_survives_segment_deletion(env):
     e = env(LogConfig(segment_bytes=600))
     offsets = fill(e, 12)
-    e.partition.log.delete_records_before(offsets[-1])
+    e.partition.delete_records_before(offsets[-1])
     assert e.partition.log_start_offset > offsets[5]
     r = e.append(batch(22))  # the latest batch: still a duplicate though its segment is gone
     assert (r.error_code, r.base_offset) == (0, offsets[-1])
@@ -127,7 +127,7 @@ def test_periodic_producer_expiration(env):
 def test_unknown_producer_after_deletion_and_expiry_carries_log_start(env):
     e = env(LogConfig(segment_bytes=600), producer_id_expiration_ms=1000)
     fill(e, 10)
-    e.partition.log.delete_records_before(e.end)
+    e.partition.delete_records_before(e.end)
     e.partition.remove_expired_producers(NOW + 5000)
     r = e.append(batch(20), now=NOW + 5000)
     assert r.error_code == E.UNKNOWN_PRODUCER_ID and r.log_start_offset == e.partition.log_start_offset > 0
@@ -303,7 +303,7 @@ def test_range_mode_tail_lookup_answers_offsets(env):
 def test_tail_lookup_respects_log_start(env):
     e = env(LogConfig(segment_bytes=600), producer_state_duplicate_lookup_offsets=10_000)
     fill(e, 20)
-    e.partition.log.delete_records_before(30)
+    e.partition.delete_records_before(30)
     start = e.partition.log_start_offset
     r = e.append(batch(0))
     assert r.error_code == E.OUT_OF_ORDER_SEQUENCE_NUMBER and r.log_start_offset == start

@@ -121,6 +121,8 @@ class Partition:
         self._map_end = self._load_producer_state(now)
         if hasattr(log, "on_roll"):
             log.on_roll(self._on_roll)
+        if hasattr(log, "on_segments_deleted"):
+            log.on_segments_deleted(self._on_segments_deleted)
 
     # ------------------------------------------------------------------ reads
     @property
@@ -181,7 +183,11 @@ class Partition:
                 self.log.config = config
         if producer_config is not None:
             self._producer_overrides = producer_config
+        stride = self.producer_state.stride
         self.producer_state.reconfigure(ProducerStateConfig.from_any(self.config, self._producer_overrides))
+        if self.producer_state.stride != stride and not self._in_append:
+            # The rings were re-laid: snapshot them, or a crash would rebuild the old layout.
+            self.take_snapshot(sync=False, force=True)
         self._format_magic = message_format_magic(
             _config_value(self.config, "message.format.version", "message_format_version"))
 
@@ -285,6 +291,10 @@ class Partition:
     def remove_expired_producers(self, now_ms: int) -> int:
         n = self.producer_state.remove_expired(now_ms)
         self.counters.expirations += n
+        if n and not self._in_append:
+            # Otherwise a crash would replay the expired producers' batches from the log and
+            # bring them back as if just seen.
+            self.take_snapshot(sync=False, force=True)
         return n
 
     def tick(self, now_ms: int, check_interval_ms: int = DEFAULT_EXPIRATION_CHECK_INTERVAL_MS) -> None:
@@ -301,9 +311,20 @@ class Partition:
         else:
             self.take_snapshot(sync=False)
 
-    def take_snapshot(self, sync: bool = True) -> Path | None:
-        """Write the state covering offsets below `_map_end`; skipped when nothing changed."""
-        if self.directory is None or self._map_end <= self._last_snapshot_offset:
+    def _on_segments_deleted(self, new_log_start_offset: int) -> None:
+        # The replay source below the new start is gone: the state must be in a snapshot.
+        if new_log_start_offset > self._last_snapshot_offset and not self._in_append:
+            self.take_snapshot(sync=True)
+
+    def delete_records_before(self, offset: int) -> None:
+        """DeleteRecords: snapshot first, so no crash can lose state whose batches are deleted."""
+        self.take_snapshot(sync=True)
+        self.log.delete_records_before(offset)
+
+    def take_snapshot(self, sync: bool = True, force: bool = False) -> Path | None:
+        """Write the state covering offsets below `_map_end`; skipped when the log did not move
+        since the last one unless `force` (the state changed without the log: expiry)."""
+        if self.directory is None or (self._map_end <= self._last_snapshot_offset and not force):
             return None
         path = snaps.write_snapshot(self.directory, self._map_end, self.producer_state.columns(), sync=sync)
         self._last_snapshot_offset = self._map_end
