@@ -361,3 +361,17 @@ def test_truncation_rebuilds_producer_state(env):
     assert (r.error_code, r.base_offset) == (0, offsets[5])  # still the latest
     r = e.append(batch(6 * 2))
     assert (r.error_code, r.base_offset) == (0, offsets[6])  # appended again
+
+
+def test_producer_state_metrics_per_topic(env):
+    from oncelog.storage.partition import PRODUCER_STATE_METRICS, producer_state_metrics
+    e = env()
+    fill(e, 3)
+    e.append(batch(4))
+    e.append(batch(40))
+    m = producer_state_metrics([e.partition])
+    assert set(m) == {name for name, *_ in PRODUCER_STATE_METRICS}
+    assert m["oncelog_producer_state_producers"] == [({"topic": "t"}, 1)]
+    assert ({"topic": "t", "kind": "latest"}, 1) in m["oncelog_producer_state_duplicates_total"]
+    assert m["oncelog_producer_state_out_of_order_total"] == [({"topic": "t"}, 1)]
+    assert m["oncelog_producer_state_bytes"][0][1] > 0

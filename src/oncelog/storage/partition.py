@@ -428,3 +428,47 @@ def _log_directory(log_obj) -> Path | None:
 
 def _now() -> int:
     return int(time.time() * 1000)
+
+
+# Metric names for the broker's metrics module: (name, type, help, labels from the counter).
+PRODUCER_STATE_METRICS = (
+    ("oncelog_producer_state_producers", "gauge", "producers tracked by partition producer state", None),
+    ("oncelog_producer_state_bytes", "gauge", "bytes held by producer state arrays", None),
+    ("oncelog_producer_state_duplicates_total", "counter",
+     "duplicate batches answered, by kind: latest/window/tail (with the original offset) or "
+     "sequence (DUPLICATE_SEQUENCE_NUMBER)", "kind"),
+    ("oncelog_producer_state_out_of_order_total", "counter", "OUT_OF_ORDER_SEQUENCE_NUMBER answers", None),
+    ("oncelog_producer_state_unknown_producer_total", "counter", "UNKNOWN_PRODUCER_ID answers", None),
+    ("oncelog_producer_state_invalid_epoch_total", "counter", "INVALID_PRODUCER_EPOCH answers", None),
+    ("oncelog_producer_state_unsupported_format_total", "counter",
+     "idempotent produce refused on topics below message format v2", None),
+    ("oncelog_producer_state_expirations_total", "counter", "producers removed by producer.id.expiration.ms", None),
+)
+
+
+def producer_state_metrics(partitions) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """Per-topic sums over `partitions`: {metric name: [(labels, value), ...]}, labels always
+    holding `topic` (and `kind` for duplicates). Names and help texts: PRODUCER_STATE_METRICS."""
+    per_topic: dict[str, dict[str, int]] = {}
+    for p in partitions:
+        t = per_topic.setdefault(p.topic, dict.fromkeys(
+            ("producers", "bytes", "latest", "window", "tail", "sequence", "out_of_order",
+             "unknown_producer", "invalid_epoch", "unsupported_format", "expirations"), 0))
+        c = p.counters
+        t["producers"] += p.producers_tracked
+        t["bytes"] += p.producer_state_bytes
+        t["latest"] += c.duplicates_latest
+        t["window"] += c.duplicates_window
+        t["tail"] += c.duplicates_tail
+        t["sequence"] += c.duplicates_sequence
+        for k in ("out_of_order", "unknown_producer", "invalid_epoch", "unsupported_format", "expirations"):
+            t[k] += getattr(c, k)
+    out: dict[str, list[tuple[dict[str, str], float]]] = {name: [] for name, *_ in PRODUCER_STATE_METRICS}
+    for topic, t in sorted(per_topic.items()):
+        out["oncelog_producer_state_producers"].append(({"topic": topic}, t["producers"]))
+        out["oncelog_producer_state_bytes"].append(({"topic": topic}, t["bytes"]))
+        for kind in ("latest", "window", "tail", "sequence"):
+            out["oncelog_producer_state_duplicates_total"].append(({"topic": topic, "kind": kind}, t[kind]))
+        for k in ("out_of_order", "unknown_producer", "invalid_epoch", "unsupported_format", "expirations"):
+            out[f"oncelog_producer_state_{k}_total"].append(({"topic": topic}, t[k]))
+    return out
