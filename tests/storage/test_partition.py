@@ -375,3 +375,14 @@ def test_producer_state_metrics_per_topic(env):
     assert ({"topic": "t", "kind": "latest"}, 1) in m["oncelog_producer_state_duplicates_total"]
     assert m["oncelog_producer_state_out_of_order_total"] == [({"topic": "t"}, 1)]
     assert m["oncelog_producer_state_bytes"][0][1] > 0
+
+
+def test_replay_skips_legacy_messages_between_batches(env):
+    from oncelog.protocol.record_codec import encode_legacy_message
+    from oncelog.storage.partition import _v2_headers
+    b1 = encode_batch([Record(0, NOW, None, b"a", [])], producer_id=5, producer_epoch=0, base_sequence=0)
+    legacy = encode_legacy_message(1, None, b"xyz") + encode_legacy_message(2, b"k", b"xyzw", magic=0)
+    b2 = encode_batch([Record(i, NOW, None, b"b", []) for i in range(2)], producer_id=5, producer_epoch=0,
+                      base_sequence=1, base_offset=3)
+    assert [h.base_sequence for h in _v2_headers(b1 + legacy + b2)] == [0, 1]
+    assert [h.base_sequence for h in _v2_headers(legacy + b2 + b"\0\0\0")] == [1]

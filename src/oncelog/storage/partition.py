@@ -408,14 +408,33 @@ class Partition:
             if isinstance(item, rec.BatchHeader):
                 yield item
             elif isinstance(item, (bytes, bytearray, memoryview)):
-                if len(item) >= rec.BATCH_OVERHEAD and rec.magic_of(item) >= 2:
-                    for _pos, h in rec.iter_batches(item):
-                        yield h
+                yield from _v2_headers(item)
             elif isinstance(item, tuple):
                 for part in item:
                     if isinstance(part, rec.BatchHeader):
                         yield part
                         break
+
+
+def _v2_headers(buf) -> Iterator[rec.BatchHeader]:
+    """Headers of the v2 batches in a chunk of log that may also hold v0/v1 messages (a topic
+    whose format changed); all formats share offset, size and magic positions."""
+    pos, end = 0, len(buf)
+    while end - pos > rec.LOG_OVERHEAD + 4:
+        magic = buf[pos + 16]
+        if magic >= 2:
+            if end - pos < rec.BATCH_OVERHEAD:
+                return
+            h = rec.read_batch_header(buf, pos)
+            if h.batch_length < rec.BATCH_OVERHEAD - rec.LOG_OVERHEAD or pos + h.size > end:
+                return
+            yield h
+            pos += h.size
+        else:
+            size = int.from_bytes(buf[pos + 8:pos + 12], "big", signed=True)
+            if size <= 0:
+                return
+            pos += rec.LOG_OVERHEAD + size
 
 
 def _log_directory(log_obj) -> Path | None:
