@@ -68,6 +68,8 @@ class Cluster:
         self.controller_id = -1
         self.conns: dict[int, Connection] = {}
         self._connecting: dict[int, asyncio.Task] = {}
+        self._failures: dict[int, int] = {}
+        self._retry_at: dict[int, float] = {}
         self._bootstrap_conn: Connection | None = None
         self._refresh: asyncio.Task | None = None
         self._wanted: set[str] = set()
@@ -115,6 +117,8 @@ class Cluster:
         return await asyncio.shield(t)
 
     def start_connect(self, node: int) -> None:
+        if time.monotonic() < self._retry_at.get(node, 0):
+            return
         if self.ready_connection(node) is None:
             t = self._connecting.get(node)
             if t is None or t.done():
@@ -130,7 +134,15 @@ class Cluster:
             await asyncio.sleep(self.reconnect_backoff_s)
         host, port = self.address_map.get((b.host, b.port), (b.host, b.port))
         c = Connection(host, port, self.client_id, node)
-        await c.connect(self.timeout_s)
+        try:
+            await c.connect(self.timeout_s)
+        except BaseException:
+            # back off exponentially (to 1 s) so that a dead broker does not spin the sender
+            n = self._failures[node] = self._failures.get(node, 0) + 1
+            self._retry_at[node] = time.monotonic() + min(1.0, self.reconnect_backoff_s * 2 ** (n - 1))
+            raise
+        self._failures.pop(node, None)
+        self._retry_at.pop(node, None)
         self.conns[node] = c
         return c
 
