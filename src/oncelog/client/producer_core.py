@@ -66,7 +66,7 @@ class PartitionState:
 
     def limit_reached(self, b: ProducerBatch) -> bool:
         if not self.idempotent:
-            return self.in_flight >= self.window
+            return False   # no dedup window to protect: only the per-connection limit applies
         if self.last_acked_sequence < 0 and self.in_flight:
             # Until the first batch of an epoch is acknowledged, one at a time: a broker without
             # state for us accepts any first sequence (Kafka does), so if sequence 0 failed
