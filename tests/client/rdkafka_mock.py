@@ -34,6 +34,8 @@ def _lib():
         lib.rd_kafka_mock_broker_set_rtt.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.c_int]
         lib.rd_kafka_mock_set_apiversion.argtypes = [ctypes.c_void_p, ctypes.c_int16, ctypes.c_int16,
                                                      ctypes.c_int16]
+        lib.rd_kafka_mock_broker_set_down.argtypes = [ctypes.c_void_p, ctypes.c_int32]
+        lib.rd_kafka_mock_broker_set_up.argtypes = [ctypes.c_void_p, ctypes.c_int32]
         _LIB = lib
     return _LIB
 
@@ -63,6 +65,12 @@ class MockCluster:
 
     def set_leader(self, topic: str, partition: int, broker: int) -> None:
         _lib().rd_kafka_mock_partition_set_leader(self._mc, topic.encode(), partition, broker)
+
+    def set_down(self, broker: int) -> None:
+        _lib().rd_kafka_mock_broker_set_down(self._mc, broker)
+
+    def set_up(self, broker: int) -> None:
+        _lib().rd_kafka_mock_broker_set_up(self._mc, broker)
 
     def set_rtt(self, broker: int, rtt_ms: int) -> None:
         _lib().rd_kafka_mock_broker_set_rtt(self._mc, broker, rtt_ms)
