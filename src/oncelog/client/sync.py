@@ -81,6 +81,9 @@ class Producer:
         cookie = (fut, on_delivery)
         if p.append(topic, value, key, headers, partition, timestamp, cookie):
             return fut
+        if threading.current_thread() is self._lt.thread:
+            # inside a delivery callback the loop cannot free memory while we wait
+            raise BufferExhaustedError("buffer.memory full while sending from a delivery callback")
         deadline = time.monotonic() + self._max_block_s
         while True:
             with p.lock:
