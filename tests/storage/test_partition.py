@@ -389,3 +389,20 @@ def test_replay_skips_legacy_messages_between_batches(env):
                       base_sequence=1, base_offset=3)
     assert [h.base_sequence for h in _v2_headers(b1 + legacy + b2)] == [0, 1]
     assert [h.base_sequence for h in _v2_headers(legacy + b2 + b"\0\0\0")] == [1]
+
+
+def test_storage_error_commits_nothing(env, monkeypatch):
+    import errno
+    e = env()
+    fill(e, 2)
+    real_append = e.partition.log.append
+
+    def full_disk(buf, now_ms):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(e.partition.log, "append", full_disk)
+    r = e.append(batch(4))
+    assert r.error_code == E.KAFKA_STORAGE_ERROR and r.log_start_offset == 0
+    monkeypatch.setattr(e.partition.log, "append", real_append)
+    r = e.append(batch(4))
+    assert (r.error_code, r.base_offset) == (0, 4)
+    assert r.extra.get("duplicate") is None  # judged afresh, appended once

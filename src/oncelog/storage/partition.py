@@ -220,6 +220,11 @@ class Partition:
         except KafkaProtocolError as exc:
             return AppendResult(int(exc.code), -1, -1, self._safe_log_start(), exc.message or exc.code.name,
                                 self._extra())
+        except OSError as exc:
+            # Nothing was committed to producer state, so a retry of this batch is judged afresh.
+            log.error("append to %s-%d failed: %s", self.topic, self.index, exc)
+            return AppendResult(int(ErrorCode.KAFKA_STORAGE_ERROR), -1, -1, self._safe_log_start(),
+                                f"storage error: {exc.strerror or exc}", self._extra())
         return AppendResult(0, info.first_offset, info.log_append_time, self.log.log_start_offset, None,
                             self._extra())
 
