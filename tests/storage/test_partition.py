@@ -406,3 +406,36 @@ def test_storage_error_commits_nothing(env, monkeypatch):
     r = e.append(batch(4))
     assert (r.error_code, r.base_offset) == (0, 4)
     assert r.extra.get("duplicate") is None  # judged afresh, appended once
+
+
+def test_take_snapshot_and_skip_if_offset_unchanged(env):
+    e = env()
+    fill(e, 3)
+    p = e.partition
+    path = p.take_snapshot()
+    assert path is not None and path.name == f"{e.end:020d}.pstate"
+    assert p.take_snapshot() is None  # Kafka's testSkipSnapshotIfOffsetUnchanged
+    fill(e, 1, start=6)
+    assert p.take_snapshot() is not None
+    assert [o for o, _ in snaps.list_snapshots(e.directory)] == [6, 8]
+
+
+def test_snapshots_beyond_the_log_end_are_removed_on_open(env):
+    e = env()
+    offsets = fill(e, 6)
+    e.partition.take_snapshot()
+    e.partition.truncate_to(offsets[3], now_ms=NOW)  # as if recovery cut the tail
+    assert [o for o, _ in snaps.list_snapshots(e.directory) if o > e.end] == []
+    r = e.append(batch(4))  # batch 2 is the latest again
+    assert (r.error_code, r.base_offset, r.extra["duplicate"]) == (0, offsets[2], "latest")
+    r = e.append(batch(6))  # batch 3 was cut: appended anew at the same offset
+    assert (r.error_code, r.base_offset) == (0, offsets[3]) and "duplicate" not in r.extra
+
+
+def test_million_style_many_producers_survive_restart(env):
+    e = env(producer_state_batches_to_retain=5)
+    for pid in range(2000):
+        assert e.append(batch(0, 1, pid=pid)).error_code == 0
+    e.restart(clean=True)
+    assert e.partition.producers_tracked == 2000
+    assert e.append(batch(0, 1, pid=1234)).extra["duplicate"] == "latest"
