@@ -30,13 +30,21 @@ WINDOWS = [1, 5, 10, 20, 50]
 
 
 class Server:
-    """`oncelog serve` in a child process."""
+    """`oncelog serve` in a child process, or bench/inflight_broker.py (the stand-in)."""
 
-    def __init__(self, data_dir: str, overrides: dict) -> None:
-        cmd = [sys.executable, "-c", "from oncelog.cli.main import main; main()", "serve",
-               "--log-dirs", data_dir, "--listeners", "PLAINTEXT://127.0.0.1:0"]
-        for k, v in overrides.items():
-            cmd += ["--override", f"{k}={v}"]
+    def __init__(self, data_dir: str, overrides: dict, standin_windows: dict | None = None) -> None:
+        if standin_windows is not None:
+            cmd = [sys.executable, os.path.join(os.path.dirname(__file__), "inflight_broker.py")]
+            adv = overrides.get("advertised.listeners")
+            if adv:
+                cmd += ["--advertise", adv.split("://", 1)[1]]
+            for t, w in standin_windows.items():
+                cmd += ["--window", f"{t}={w}"]
+        else:
+            cmd = [sys.executable, "-c", "from oncelog.cli.main import main; main()", "serve",
+                   "--log-dirs", data_dir, "--listeners", "PLAINTEXT://127.0.0.1:0"]
+            for k, v in overrides.items():
+                cmd += ["--override", f"{k}={v}"]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         deadline = time.monotonic() + 60
         while True:
@@ -54,6 +62,17 @@ class Server:
             self.proc.wait(10)
         except subprocess.TimeoutExpired:
             self.proc.kill()
+
+
+class _Nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        pass
+
+    def create_topics(self, *a, **kw):
+        pass
 
 
 def librdkafka_produce(bootstrap: str, topic: str, n: int, record_size: int, **extra) -> dict:
@@ -97,19 +116,30 @@ def main() -> None:
     ap.add_argument("--png", default="docs/bench-inflight.png")
     ap.add_argument("--json", default=None)
     ap.add_argument("--windows", default=",".join(map(str, WINDOWS)))
+    ap.add_argument("--broker", choices=["auto", "oncelog", "standin"], default="auto",
+                    help="standin = bench/inflight_broker.py (in memory, oncelog's dedup core)")
     args = ap.parse_args()
+    if args.broker == "auto":
+        import importlib.util
+        args.broker = "oncelog" if importlib.util.find_spec("oncelog.broker.server") else "standin"
     windows = [int(w) for w in args.windows.split(",")]
     per_batch = 16384 // (args.record_size + 20)
     results: dict = {"rtt_ms": args.rtt_ms, "record_size": args.record_size, "high_rtt": {},
-                     "low_latency": {}}
+                     "low_latency": {}, "broker": args.broker}
+    print(f"broker: {args.broker}", flush=True)
+    standin = {f"inflight-{w}": max(w, 5) for w in windows} if args.broker == "standin" else None
 
     with tempfile.TemporaryDirectory(prefix="oncelog-bench-") as data:
         proxy_port = free_port()
-        server = Server(data, {"advertised.listeners": f"PLAINTEXT://127.0.0.1:{proxy_port}"})
+        server = Server(data, {"advertised.listeners": f"PLAINTEXT://127.0.0.1:{proxy_port}"}, standin)
         proxy = ProxyProcess(server.address, args.rtt_ms / 2, proxy_port)
         boot = proxy.address
         try:
-            with AdminClient({"bootstrap.servers": boot}) as admin:
+            if standin is None:
+                admin = AdminClient({"bootstrap.servers": boot})
+            else:
+                admin = None   # the stand-in creates topics on first use
+            with admin or _Nothing() as admin:
                 for w in windows:
                     admin.create_topics([f"inflight-{w}"], config={
                         "producer.state.batches.to.retain": str(max(w, 5))}, exist_ok=True)
@@ -135,7 +165,7 @@ def main() -> None:
 
         # low latency: restart the broker on the same data without the proxy in its address
         server.stop()
-        server = Server(data, {})
+        server = Server(data, {}, standin)
         try:
             n = args.low_latency_records
             r = run_produce("lowlat-oncelog", n, args.record_size, -1, {
@@ -179,7 +209,7 @@ def plot(results: dict, path: str) -> None:
         ax.annotate(f"{v:,.0f}", (b.get_x() + b.get_width() / 2, v), ha="center", va="bottom", fontsize=8)
     ax.set_ylabel("records/sec (1 KB records)")
     ax.set_title(f"Idempotent producer throughput at {results['rtt_ms']:.0f} ms round trip "
-                 f"(batch.size 16384)")
+                 f"(batch.size 16384, broker: {results['broker']})", fontsize=10)
     fig.tight_layout()
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     fig.savefig(path, dpi=110)
