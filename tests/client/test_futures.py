@@ -40,3 +40,19 @@ def test_exception_and_no_cancel():
     assert isinstance(g.exception(), ValueError)
     with pytest.raises(cf.TimeoutError):
         RecordFuture().result(0.01)
+
+
+def test_complete_all_wakes_waiters_and_runs_callbacks():
+    from oncelog.client.futures import complete_all
+    fs = [RecordFuture() for _ in range(5)]
+    seen = []
+    fs[1].add_done_callback(lambda f: seen.append(f.result()))
+    waiter = threading.Thread(target=lambda: seen.append(("waited", fs[3].result(5))))
+    waiter.start()
+    complete_all(fs, list(range(5)), None)
+    waiter.join(5)
+    assert [f.result(0) for f in fs] == list(range(5))
+    assert 1 in seen and ("waited", 3) in seen
+    gs = [RecordFuture() for _ in range(3)]
+    complete_all(gs, None, RuntimeError("x"))
+    assert all(isinstance(g.exception(0), RuntimeError) for g in gs)

@@ -82,3 +82,35 @@ class RecordFuture(Future):
 
     def done(self) -> bool:
         return self._state in (CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED)
+
+
+def complete_all(futures: list, results: list | None, exception: BaseException | None) -> None:
+    """Complete many RecordFutures under one acquisition of the module lock (one batch's worth)."""
+    woken = []
+    callbacks = []
+    with _LOCK:
+        for i, f in enumerate(futures):
+            if f._state != PENDING:
+                continue
+            f._result = None if results is None else results[i]
+            f._exception = exception
+            f._state = FINISHED
+            if f._cond is not None:
+                woken.append(f)
+            if f._done_callbacks:
+                callbacks.append((f, f._done_callbacks))
+                f._done_callbacks = []
+    for f in woken:
+        with f._cond:
+            for w in f._waiters:
+                if exception is None:
+                    w.add_result(f)
+                else:
+                    w.add_exception(f)
+            f._cond.notify_all()
+    for f, cbs in callbacks:
+        for cb in cbs:
+            try:
+                cb(f)
+            except Exception:  # noqa: BLE001
+                LOGGER.exception("exception calling callback for %r", f)

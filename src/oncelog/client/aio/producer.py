@@ -18,6 +18,7 @@ from oncelog.client.aio.connection import BrokerConnectionError
 from oncelog.client.config import Idempotence, ProducerConfig
 from oncelog.client.errors import (
     BufferExhaustedError, KafkaClientError, ProducerClosedError, RecordTooLargeError)
+from oncelog.client.futures import RecordFuture, complete_all
 from oncelog.client.partitioner import StickyPartitioner
 from oncelog.client.producer_core import PartitionResult, ProducerCore
 from oncelog.protocol.errors import ErrorCode
@@ -500,17 +501,24 @@ class AIOProducer:
             err = c.error
             base = c.base_offset
             lat = c.log_append_time
-            tss = b.timestamps
-            for i, (fut, cb) in enumerate(b.cookies):
-                if err is None:
-                    meta = RecordMetadata(topic, partition, None if base is None else base + i,
-                                          lat if lat >= 0 else tss[i])
+            cookies = b.cookies
+            if err is None:
+                tss = b.timestamps
+                metas = [RecordMetadata(topic, partition, None if base is None else base + i,
+                                        lat if lat >= 0 else tss[i]) for i in range(len(cookies))]
+            else:
+                metas = [None] * len(cookies)
+            futs = [ck[0] for ck in cookies]
+            if futs and futs[0].__class__ is RecordFuture:
+                complete_all(futs, metas, err)        # the sync facade's futures, one lock per batch
+            else:
+                for fut, meta in zip(futs, metas):
                     if fut is not None and not fut.done():
-                        fut.set_result(meta)
-                else:
-                    meta = None
-                    if fut is not None and not fut.done():
-                        fut.set_exception(err)
+                        if err is None:
+                            fut.set_result(meta)
+                        else:
+                            fut.set_exception(err)
+            for (_fut, cb), meta in zip(cookies, metas):
                 if cb is not None:
                     try:
                         cb(err, meta)
