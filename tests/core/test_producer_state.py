@@ -1,5 +1,29 @@
 """Producer state rules, including our versions of Kafka's ProducerStateManagerTest and the
-UnifiedLogTest duplicate cases (kafka_broker.md §4), on the sans-IO core."""
+UnifiedLogTest duplicate cases (kafka_broker.md §4), on the sans-IO core.
+
+Kafka test -> ours (partition- and file-level ones are in tests/storage/test_partition*.py and
+tests/storage/test_producer_snapshots.py):
+  testBasicIdMapping                      test_basic_id_mapping
+  testProducerSequenceWrapAround          test_producer_sequence_wrap_around
+  testProducerSequenceWithWrapAroundBatchRecord  test_producer_sequence_with_wrap_around_batch_record
+  testProducerSequenceInvalidWrapAround   test_producer_sequence_invalid_wrap_around
+  testNoValidationOnFirstEntryWhenLoadingLog     test_no_validation_on_first_entry_when_loading_log
+  testAcceptAppendWithSequenceGapsOnReplica      test_accept_sequence_gaps_on_replay
+  testPrepareUpdateDoesNotMutate          test_prepare_update_does_not_mutate
+  testPidExpirationTimeout                test_pid_expiration_timeout (UNKNOWN_PRODUCER_ID, by the seed)
+  testRemoveExpiredPidsOnReload / testLoadFromSnapshotRetainsNonExpiredProducers
+                                          test_remove_expired_pids_on_reload
+  testAllowNonZeroSequenceOnFirstAppendNonZeroEpoch  test_allow_zero_sequence_on_first_append_any_epoch
+  UnifiedLogTest.testDuplicateAppends     test_duplicate_appends_window_5 (+ test_partition.py)
+  UnifiedLogTest.testNonSequentialAppend / testOldProducerEpoch  test_non_sequential_append_and_old_epoch
+  testReadWriteSnapshot, testLoadFrom{Empty,Truncated,Corrupt}SnapshotFile  test_producer_snapshots.py
+  testTakeSnapshot, testSkipSnapshotIfOffsetUnchanged, testTruncateAndReloadRemovesOutOfRangeSnapshots,
+  testProducerIdExpirationOnSegmentDeletion, testPeriodicProducerIdExpiration,
+  testProducerSnapshotAfterSegmentRollOnAppend, testProducerIdMapTruncateTo   test_partition.py
+Not applicable (oncelog has no transactions, coordinators or followers): the txn-marker, control
+record epoch bump, coordinator fencing, ongoing-transaction, first-unstable-offset and
+verification-state tests, and the follower (REPLICATION origin) dedup tests.
+"""
 from __future__ import annotations
 
 import pytest
@@ -314,3 +338,13 @@ def test_memory_is_packed():
     for p in range(20000):
         log.produce(p, 0, 0)
     assert r.memory_bytes() / len(r) <= 64
+
+
+def test_accept_sequence_gaps_on_replay():
+    m = manager()
+    m.record(PID, 0, 0, 0, 0, -1, 0)
+    m.record(PID, 0, 7, 9, 1, -1, 0)   # the log is trusted at replay: no sequence check
+    m.record(PID, 0, 40, 40, 4, -1, 0)
+    assert [b[:2] for b in m.entry(PID).batches] == [(0, 0), (7, 9), (40, 40)]
+    assert m.check(PID, 0, 41, 41).kind == APPEND
+    assert m.check(PID, 0, 7, 9).kind == DUPLICATE
