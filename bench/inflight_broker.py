@@ -25,7 +25,10 @@ from oncelog.protocol.records import iter_batches, patch_batch
 
 I16, I32, I64 = struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">q")
 VERSIONS = {wire.API_VERSIONS: (0, 3), wire.METADATA: (1, 10), wire.INIT_PRODUCER_ID: (0, 4),
-            wire.PRODUCE: (3, 14)}
+            wire.PRODUCE: (3, 14),
+            # advertised, not served: librdkafka only enables message format v2 when a broker
+            # lists Fetch v4+ next to Produce v3+ (its MsgVer2 feature)
+            wire.FETCH: (4, 12)}
 
 
 def s16(s: str | None, flex: bool) -> bytes:
@@ -48,12 +51,36 @@ class Partition:
 
 
 class StandInBroker:
+    """Node 1 serves everything unless `add_old_node` added a second listener: then
+    `move_leader(topic, 2)` hands the (shared) partition to node 2, which behaves like a broker
+    without KIP-1269 (retains 5 batches, no tag 1), as in KIP-1269's leader-change test."""
+
     def __init__(self, advertise: tuple[str, int] | None, windows: dict[str, int]) -> None:
         self.advertise = advertise
         self.windows = windows
         self.topics: dict[str, tuple[uuid.UUID, Partition]] = {}
         self.by_id: dict[uuid.UUID, str] = {}
         self.next_pid = 1000
+        self.nodes: dict[int, tuple[str, int]] = {}
+        self.old_nodes: set[int] = set()
+        self.leaders: dict[str, int] = {}
+        self.leader_epochs: dict[str, int] = {}
+
+    async def start_node(self, node: int, port: int = 0, old: bool = False) -> tuple[str, int]:
+        server = await asyncio.start_server(lambda r, w: self.client(r, w, node), "127.0.0.1", port)
+        addr = server.sockets[0].getsockname()[:2]
+        self.nodes[node] = addr
+        if old:
+            self.old_nodes.add(node)
+        return addr
+
+    def move_leader(self, topic: str, node: int) -> None:
+        self.leaders[topic] = node
+        self.leader_epochs[topic] = self.leader_epochs.get(topic, 0) + 1
+        p = self.topic(topic)[1]
+        window = 5 if node in self.old_nodes else self.windows.get(topic, 5)
+        p.window = window
+        p.state.reconfigure(ProducerStateConfig(batches_to_retain=window))
 
     def topic(self, name: str):
         t = self.topics.get(name)
@@ -66,18 +93,19 @@ class StandInBroker:
     async def serve(self, port: int) -> None:
         server = await asyncio.start_server(self.client, "127.0.0.1", port)
         host, bound = server.sockets[0].getsockname()[:2]
+        self.nodes[1] = (host, bound)
         if self.advertise is None:
             self.advertise = (host, bound)
         print(f"oncelog: listening on {host}:{bound}", flush=True)
         async with server:
             await server.serve_forever()
 
-    async def client(self, reader, writer) -> None:
+    async def client(self, reader, writer, node: int = 1) -> None:
         try:
             while True:
                 size = I32.unpack(await reader.readexactly(4))[0]
                 frame = await reader.readexactly(size)
-                out = self.handle(frame)
+                out = self.handle(frame, node)
                 if out is not None:
                     writer.write(I32.pack(len(out)) + out)
         except (asyncio.IncompleteReadError, ConnectionError):
@@ -85,7 +113,7 @@ class StandInBroker:
         finally:
             writer.close()
 
-    def handle(self, frame: bytes) -> bytes | None:
+    def handle(self, frame: bytes, node: int = 1) -> bytes | None:
         r = Reader(frame)
         key, version, corr = r.i16(), r.i16(), r.i32()
         r.string(False)
@@ -100,7 +128,7 @@ class StandInBroker:
         if key == wire.INIT_PRODUCER_ID:
             return head + self.init_pid(version, r)
         if key == wire.PRODUCE:
-            body = self.produce(version, r)
+            body = self.produce(version, r, node)
             return None if body is None else head + body
         return None
 
@@ -128,9 +156,12 @@ class StandInBroker:
         if n < 0:
             names = list(self.topics)
         tag = b"\x00" if flex else b""
-        host, port = self.advertise
-        out = [I32.pack(0) if v >= 3 else b"", arr(1, flex), I32.pack(1), s16(host, flex), I32.pack(port),
-               s16(None, flex), tag]
+        nodes = self.nodes or {1: self.advertise}
+        if self.advertise is not None and 1 in nodes:
+            nodes = {**nodes, 1: self.advertise}
+        out = [I32.pack(0) if v >= 3 else b"", arr(len(nodes), flex)]
+        for nid, (host, port) in sorted(nodes.items()):
+            out.append(I32.pack(nid) + s16(host, flex) + I32.pack(port) + s16(None, flex) + tag)
         if v >= 2:
             out.append(s16("standin", flex))
         out.append(I32.pack(1))
@@ -138,10 +169,11 @@ class StandInBroker:
         for name in names:
             tid, _p = self.topic(name)
             out.append(I16.pack(0) + s16(name, flex) + (tid.bytes if v >= 10 else b"") + b"\x00")
-            out.append(arr(1, flex) + I16.pack(0) + I32.pack(0) + I32.pack(1))
+            leader = self.leaders.get(name, 1)
+            out.append(arr(1, flex) + I16.pack(0) + I32.pack(0) + I32.pack(leader))
             if v >= 7:
-                out.append(I32.pack(0))
-            out.append(arr(1, flex) + I32.pack(1) + arr(1, flex) + I32.pack(1))
+                out.append(I32.pack(self.leader_epochs.get(name, 0)))
+            out.append(arr(1, flex) + I32.pack(leader) + arr(1, flex) + I32.pack(leader))
             if v >= 5:
                 out.append(arr(0, flex))
             out.append(tag)
@@ -165,7 +197,7 @@ class StandInBroker:
             self.next_pid += 1
         return I32.pack(0) + I16.pack(0) + I64.pack(pid) + I16.pack(epoch) + (b"\x00" if flex else b"")
 
-    def produce(self, v: int, r: Reader) -> bytes | None:
+    def produce(self, v: int, r: Reader, node: int = 1) -> bytes | None:
         flex = v >= 9
         r.string(flex)
         acks = r.i16()
@@ -184,7 +216,10 @@ class StandInBroker:
                 records = r.bytes_(flex)
                 if flex:
                     r.skip_tags()
-                parts.append((idx, self.append(name, records, now)))
+                if name is not None and self.leaders.get(name, 1) != node:
+                    parts.append((idx, (ErrorCode.NOT_LEADER_OR_FOLLOWER, -1)))
+                else:
+                    parts.append((idx, self.append(name, records, now)))
             if flex:
                 r.skip_tags()
             topics.append((tid, name, parts))
@@ -203,7 +238,7 @@ class StandInBroker:
                 if flex:
                     out.append(b"\x00")
             if flex:
-                if v >= 14 and name in self.topics:
+                if v >= 14 and name in self.topics and node not in self.old_nodes:
                     w = I32.pack(self.topics[name][1].window)
                     out.append(b"\x01" + uvarint(1) + uvarint(len(w)) + w)
                 else:
@@ -220,6 +255,8 @@ class StandInBroker:
         buf = bytearray(records)
         batches = list(iter_batches(buf))
         first = -1
+        if not batches or any(h.magic != 2 for _pos, h in batches):
+            return ErrorCode.CORRUPT_MESSAGE, -1   # only record batch v2 here
         for pos, h in batches:
             if h.producer_id >= 0:
                 c = p.state.check(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import array
 import asyncio
+from functools import partial
 import os
 import socket
 import subprocess
@@ -179,19 +180,21 @@ def run_produce(topic: str, num_records: int, record_size: int, throughput: floa
             producer.send(topic, payload).result(60)   # metadata, producer id, first window
             start = time.monotonic()
 
-            def make_cb(i, t0):
-                def cb(err, meta):
-                    latencies[i] = int((time.monotonic() - t0) * 1000)
-                    done[0] += 1
-                    if err is not None and len(errors) < 5:
-                        errors.append(err)
-                return cb
+            sent = array.array("d", bytes(8 * num_records))
+            clock = time.monotonic
+
+            def delivered(i, err, meta):
+                latencies[i] = int((clock() - sent[i]) * 1000)
+                done[0] += 1
+                if err is not None and len(errors) < 5:
+                    errors.append(err)
 
             prog = _progress(num_records) if progress else None
             last_ui = start
+            send = producer.send
             for i in range(num_records):
-                now = time.monotonic()
-                producer.send(topic, payload, on_delivery=make_cb(i, now))
+                now = sent[i] = clock()
+                send(topic, payload, on_delivery=partial(delivered, i))
                 if throughput > 0:
                     ahead = (i + 1) / throughput - (now - start)
                     if ahead > 0.001:
