@@ -1,0 +1,162 @@
+"""History checker: after faults stop, compare what producers were told with what the log holds.
+
+A history is what the workload recorded (every send, acknowledgement and error); the log is
+every partition read from its start. Findings say which side is to blame:
+"broker" when the log contradicts an acknowledgement (loss, another value at an acked offset),
+"client" for fatal producer errors, and "both" for duplicates and reorderings, which can come
+from a client retrying without idempotence or from a broker failing to deduplicate.
+"""
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from typing import Iterable
+
+
+@dataclass(frozen=True)
+class Event:
+    """One thing a producer saw. kind: send | ack | error | fatal."""
+
+    t: int                      # position in the history (monotonic per run)
+    client: str                 # oncelog | librdkafka | kafka-python
+    producer: str               # one producer instance
+    kind: str
+    value: bytes
+    partition: int | None = None
+    offset: int | None = None
+    error: str | None = None
+
+
+@dataclass
+class Finding:
+    kind: str                   # duplicate | lost | inconsistent | reorder | fatal
+    blame: str                  # broker | client | both
+    partition: int | None
+    value: bytes | None
+    detail: str
+    history: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["value"] = self.value.decode("utf-8", "replace") if self.value is not None else None
+        return d
+
+
+@dataclass
+class Report:
+    findings: list[Finding]
+    sent: int
+    acked: int
+    errors: int
+    read: int
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+    def counts(self) -> dict[str, int]:
+        c: dict[str, int] = defaultdict(int)
+        for f in self.findings:
+            c[f.kind] += 1
+        return dict(c)
+
+    def to_json(self) -> dict:
+        return {"ok": self.ok, "sent": self.sent, "acked": self.acked, "errors": self.errors,
+                "read": self.read, "counts": self.counts(),
+                "findings": [f.to_json() for f in self.findings]}
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=2)
+
+
+def _fmt(e: Event) -> str:
+    where = f" p{e.partition}" if e.partition is not None else ""
+    at = f"@{e.offset}" if e.offset is not None else ""
+    err = f" {e.error}" if e.error else ""
+    return f"t={e.t} {e.client}/{e.producer} {e.kind} {e.value!r}{where}{at}{err}"
+
+
+def check(history: Iterable[Event], log: dict[int, list[tuple[int, bytes]]],
+          *, ordered_producers: set[str] | None = None, excerpt: int = 6) -> Report:
+    """Check `history` against `log` (partition -> [(offset, value)] read from the log start).
+
+    `ordered_producers`: producers that promise per-partition order (idempotent ones); by default
+    every producer in the history. Order is judged by send order of acknowledged values.
+    """
+    events = sorted(history, key=lambda e: e.t)
+    by_value: dict[bytes, list[Event]] = defaultdict(list)
+    for e in events:
+        by_value[e.value].append(e)
+
+    def hist(value: bytes) -> list[str]:
+        return [_fmt(e) for e in by_value.get(value, [])][:excerpt]
+
+    findings: list[Finding] = []
+    where: dict[bytes, list[tuple[int, int]]] = defaultdict(list)
+    at: dict[tuple[int, int], bytes] = {}
+    read = 0
+    for p, recs in log.items():
+        for off, val in recs:
+            read += 1
+            where[val].append((p, off))
+            at[(p, off)] = val
+
+    for val, places in where.items():
+        if len(places) > 1:
+            findings.append(Finding("duplicate", "both", places[0][0], val,
+                                    f"one value at {len(places)} offsets: {places}", hist(val)))
+
+    sent = acked = errors = 0
+    send_t: dict[bytes, int] = {}
+    acks: list[Event] = []
+    for e in events:
+        if e.kind == "send":
+            sent += 1
+            send_t.setdefault(e.value, e.t)
+        elif e.kind == "ack":
+            acked += 1
+            acks.append(e)
+        elif e.kind == "error":
+            errors += 1
+        elif e.kind == "fatal":
+            errors += 1
+            findings.append(Finding("fatal", "client", e.partition, e.value,
+                                    f"fatal producer error {e.error}", hist(e.value)))
+
+    for e in acks:
+        if e.value not in where:
+            findings.append(Finding("lost", "broker", e.partition, e.value,
+                                    f"acknowledged at p{e.partition}@{e.offset}, not in the log",
+                                    hist(e.value)))
+            continue
+        if e.offset is None or e.partition is None:
+            continue  # e.g. DUPLICATE_SEQUENCE_NUMBER: acked without an offset
+        held = at.get((e.partition, e.offset))
+        if held is not None and held != e.value:
+            findings.append(Finding("inconsistent", "broker", e.partition, e.value,
+                                    f"acknowledged p{e.partition}@{e.offset} holds {held!r}",
+                                    hist(e.value) + hist(held)[:2]))
+
+    # Order: for each producer and partition, values sent earlier sit at lower offsets.
+    producers = {e.producer for e in events}
+    ordered = producers if ordered_producers is None else ordered_producers
+    owner = {e.value: e.producer for e in events if e.kind == "send"}
+    per: dict[tuple[str, int], list[tuple[int, int, bytes]]] = defaultdict(list)
+    for val, places in where.items():
+        prod = owner.get(val)
+        if prod is None or prod not in ordered or val not in send_t:
+            continue
+        p, off = min(places, key=lambda x: x[1])
+        per[(prod, p)].append((off, send_t[val], val))
+    for (prod, p), rows in per.items():
+        rows.sort()
+        best_t, best_val = -1, None
+        for off, t, val in rows:
+            if t < best_t:
+                findings.append(Finding("reorder", "both", p, val,
+                                        f"{prod}: {val!r} sent before {best_val!r} but stored after it"
+                                        f" (p{p}@{off})", hist(val) + hist(best_val)[:3]))
+            else:
+                best_t, best_val = t, val
+    return Report(findings, sent, acked, errors, read)

@@ -1,0 +1,72 @@
+from oncelog.testing.checker import Event, check
+
+
+def _history(values, partition=0, producer="p1", client="oncelog", first_offset=0):
+    ev, t = [], 0
+    for i, v in enumerate(values):
+        ev.append(Event(t, client, producer, "send", v, partition)); t += 1
+    for i, v in enumerate(values):
+        ev.append(Event(t, client, producer, "ack", v, partition, first_offset + i)); t += 1
+    return ev
+
+
+VALUES = [f"v{i}".encode() for i in range(5)]
+
+
+def test_clean_history_has_no_findings():
+    log = {0: list(enumerate(VALUES))}
+    r = check(_history(VALUES), log)
+    assert r.ok, r.dumps()
+    assert (r.sent, r.acked, r.read) == (5, 5, 5)
+
+
+def test_planted_duplicate_is_reported():
+    log = {0: list(enumerate(VALUES)) + [(5, b"v2")]}
+    r = check(_history(VALUES), log)
+    assert r.counts() == {"duplicate": 1}
+    f = r.findings[0]
+    assert f.value == b"v2" and "[(0, 2), (0, 5)]" in f.detail and f.history
+
+
+def test_planted_loss_is_reported_with_broker_blame():
+    log = {0: [(o, v) for o, v in enumerate(VALUES) if v != b"v3"]}
+    r = check(_history(VALUES), log)
+    assert [f.kind for f in r.findings] == ["lost"]
+    assert r.findings[0].blame == "broker" and r.findings[0].value == b"v3"
+
+
+def test_acked_offset_holding_another_value_is_inconsistent():
+    log = {0: [(0, b"v0"), (1, b"v1"), (2, b"other"), (3, b"v3"), (4, b"v4"), (5, b"v2")]}
+    r = check(_history(VALUES), log)
+    assert "inconsistent" in r.counts()
+    assert "reorder" in r.counts()  # v2 sent before v3, stored after it
+
+
+def test_planted_reordering_is_reported():
+    log = {0: [(0, b"v0"), (1, b"v2"), (2, b"v1"), (3, b"v3"), (4, b"v4")]}
+    hist = _history(VALUES)
+    r = check(hist, log)
+    assert "reorder" in r.counts()
+    assert any(f.value == b"v1" for f in r.findings if f.kind == "reorder")
+
+
+def test_reordering_ignored_for_producers_without_an_order_promise():
+    log = {0: [(0, b"v0"), (1, b"v2"), (2, b"v1"), (3, b"v3"), (4, b"v4")]}
+    hist = [e for e in _history(VALUES) if e.kind == "send"]  # no acks: offsets not compared
+    assert check(hist, log, ordered_producers=set()).ok
+
+
+def test_fatal_error_blamed_on_client_and_unacked_error_is_not_loss():
+    hist = _history(VALUES[:2]) + [Event(100, "librdkafka", "p2", "send", b"x", 1),
+                                   Event(101, "librdkafka", "p2", "fatal", b"x", 1,
+                                         error="OUT_OF_ORDER_SEQUENCE_NUMBER")]
+    r = check(hist, {0: [(0, b"v0"), (1, b"v1")], 1: []})
+    assert r.counts() == {"fatal": 1}
+    assert r.findings[0].blame == "client" and r.errors == 1
+
+
+def test_report_json_round_trips():
+    import json
+    r = check(_history(VALUES), {0: list(enumerate(VALUES))[:4]})
+    d = json.loads(r.dumps())
+    assert d["ok"] is False and d["counts"] == {"lost": 1}
