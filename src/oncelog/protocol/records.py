@@ -20,7 +20,6 @@ from typing import Iterator, NamedTuple
 
 from crc32c import crc32c
 
-from oncelog.core.sequence import last_sequence
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
@@ -62,7 +61,8 @@ class BatchHeader(NamedTuple):
 
     @property
     def last_sequence(self) -> int:
-        return last_sequence(self.base_sequence, self.last_offset_delta)
+        # sequences wrap from 2**31-1 to 0 (core.sequence holds the rest of that arithmetic)
+        return (self.base_sequence + self.last_offset_delta) % 2**31
 
     @property
     def is_transactional(self) -> bool:

@@ -1,0 +1,146 @@
+"""Topic-level configuration: Kafka's names, types, defaults and validation, in one table.
+
+Storage builds a partition's `LogConfig` and producer-state settings from these values; the broker
+serves them through DescribeConfigs, validates CreateTopics / IncrementalAlterConfigs with them and
+takes server-wide defaults from their `log.`-prefixed twins (Kafka's `LogConfig` synonyms).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
+
+LONG_MAX = 2**63 - 1
+WEEK_MS = 7 * 24 * 3600 * 1000
+
+
+class ConfigError(ValueError):
+    """A value that does not parse or validate; the broker answers INVALID_CONFIG."""
+
+
+def _int(text: Any) -> int:
+    try:
+        return int(str(text).strip())
+    except ValueError:
+        raise ConfigError(f"{text!r} is not an integer") from None
+
+
+def _bool(text: Any) -> bool:
+    if isinstance(text, bool):
+        return text
+    t = str(text).strip().lower()
+    if t in ("true", "false"):
+        return t == "true"
+    raise ConfigError(f"{text!r} is not true or false")
+
+
+@dataclass(frozen=True)
+class ConfigDef:
+    name: str
+    kind: str  # "int" | "long" | "string" | "boolean" | "list" | "double"
+    default: Any
+    doc: str
+    server_name: str | None = None  # the broker-wide default's name
+    minimum: int | None = None
+    maximum: int | None = None
+    choices: tuple[str, ...] | None = None
+    check: Callable[[Any], None] | None = None
+
+    def parse(self, raw: Any) -> Any:
+        if raw is None:
+            return self.default
+        if self.kind in ("int", "long"):
+            value = _int(raw)
+            if self.minimum is not None and value < self.minimum:
+                raise ConfigError(f"{self.name}={value} is below the minimum {self.minimum}")
+            if self.maximum is not None and value > self.maximum:
+                raise ConfigError(f"{self.name}={value} is above the maximum {self.maximum}")
+            return value
+        if self.kind == "boolean":
+            return _bool(raw)
+        if self.kind == "double":
+            try:
+                return float(raw)
+            except ValueError:
+                raise ConfigError(f"{raw!r} is not a number") from None
+        value = str(raw).strip()
+        if self.choices is not None:
+            low = value.lower() if self.name != "message.timestamp.type" else value
+            if low not in self.choices:
+                raise ConfigError(f"{self.name}={value!r} is not one of {', '.join(self.choices)}")
+            value = low
+        if self.check is not None:
+            self.check(value)
+        return value
+
+    def render(self, value: Any) -> str:
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        return str(value)
+
+
+def _message_format(value: str) -> None:
+    # "0.8.0".."3.x", or "v0"/"v1"/"v2": anything the magic mapper can read.
+    head = value.lower().lstrip("v").split(".")[0]
+    if not head.isdigit():
+        raise ConfigError(f"message.format.version={value!r} is not a version like 0.10.2 or 3.0")
+
+
+TOPIC_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in (
+    ConfigDef("cleanup.policy", "list", "delete", "Only delete is supported (no compaction).",
+              "log.cleanup.policy", choices=("delete",)),
+    ConfigDef("segment.bytes", "int", 1 << 30, "Segment file size before a roll.",
+              "log.segment.bytes", minimum=14),
+    ConfigDef("segment.ms", "long", WEEK_MS, "Segment age before a roll.", "log.roll.ms", minimum=1),
+    ConfigDef("retention.ms", "long", WEEK_MS, "Age after which whole segments are deleted (-1: never).",
+              "log.retention.ms", minimum=-1),
+    ConfigDef("retention.bytes", "long", -1, "Partition size above which old segments are deleted "
+              "(-1: no limit).", "log.retention.bytes", minimum=-1),
+    ConfigDef("flush.messages", "long", LONG_MAX, "fsync after this many messages "
+              "(default: leave it to the OS, as Kafka does).", "log.flush.interval.messages", minimum=1),
+    ConfigDef("flush.ms", "long", LONG_MAX, "fsync when the oldest unflushed data is this old.",
+              "log.flush.interval.ms", minimum=0),
+    ConfigDef("index.interval.bytes", "int", 4096, "Bytes between offset-index entries.",
+              "log.index.interval.bytes", minimum=0),
+    ConfigDef("max.message.bytes", "int", 1048588, "Largest record batch accepted.",
+              "message.max.bytes", minimum=0),
+    ConfigDef("message.timestamp.type", "string", "CreateTime", "CreateTime or LogAppendTime.",
+              "log.message.timestamp.type", choices=("CreateTime", "LogAppendTime")),
+    ConfigDef("message.format.version", "string", "3.0", "Record format: below 0.11 (v0/v1 message "
+              "sets) refuses idempotent produce.", "log.message.format.version", check=_message_format),
+    ConfigDef("producer.state.dedup.mode", "string", "window", "window (KIP-1269) or range (KIP-758).",
+              "log.producer.state.dedup.mode", choices=("window", "range")),
+    ConfigDef("producer.state.batches.to.retain", "int", 5, "Batches retained per producer in window "
+              "mode (KIP-1269).", "log.producer.state.batches.to.retain", minimum=5, maximum=1000),
+    ConfigDef("max.in.flight.sequence.number.per.connection", "int", 10_000_000, "Range mode: how far "
+              "below the latest sequence a duplicate may lie (KIP-758).",
+              "max.in.flight.sequence.number.per.connection", minimum=1, maximum=2**30),
+    ConfigDef("producer.state.duplicate.lookup.offsets", "long", 0, "How many offsets of the log tail "
+              "are scanned for a duplicate older than the window (0: off).",
+              "producer.state.duplicate.lookup.offsets", minimum=0),
+)}
+
+SERVER_NAME_TO_TOPIC = {c.server_name: c.name for c in TOPIC_CONFIGS.values() if c.server_name}
+
+
+def parse_topic_configs(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """Typed values for overrides given as strings; unknown names and bad values raise."""
+    out = {}
+    for name, value in raw.items():
+        definition = TOPIC_CONFIGS.get(name)
+        if definition is None:
+            raise KafkaProtocolError(ErrorCode.INVALID_CONFIG, f"unknown topic config {name!r}")
+        try:
+            out[name] = definition.parse(value)
+        except ConfigError as e:
+            raise KafkaProtocolError(ErrorCode.INVALID_CONFIG, str(e)) from None
+    return out
+
+
+def effective_topic_config(server_defaults: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """Every topic config, typed: the topic's override, else the server default, else Kafka's."""
+    out = {name: d.default for name, d in TOPIC_CONFIGS.items()}
+    out.update({k: v for k, v in server_defaults.items() if k in TOPIC_CONFIGS})
+    out.update(parse_topic_configs(overrides))
+    return out
