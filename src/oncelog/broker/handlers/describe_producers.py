@@ -47,3 +47,9 @@ def _producers(partition) -> list[ProducerState]:
                           last_sequence=i32(e.last_sequence), last_timestamp=i64(e.last_timestamp),
                           coordinator_epoch=i32(-1), current_txn_start_offset=i64(-1))
             for e in partition.producer_state.entries()]
+
+
+def handle(broker, version: int, body) -> bytes:
+    from oncelog.protocol import entities
+    request = entities.decode_request(API_KEY, version, body)
+    return entities.encode(describe_producers(request, broker.logs.get_partition))

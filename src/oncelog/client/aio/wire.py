@@ -16,6 +16,7 @@ from typing import Any
 from kio.serial import entity_reader, entity_writer
 
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
+from oncelog.protocol.primitives import Reader, uvarint  # noqa: F401  (re-exported for the client)
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
 API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS, INIT_PRODUCER_ID = 18, 19, 20, 21, 22
@@ -46,15 +47,6 @@ def flexible(api_key: int, version: int) -> bool:
     return version >= FIRST_FLEXIBLE.get(api_key, 1 << 15)
 
 
-def uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def request_header(api_key: int, version: int, correlation_id: int, client_id: str | None) -> bytes:
     cid = client_id.encode() if client_id is not None else None
     parts = [_HDR.pack(api_key, version, correlation_id),
@@ -72,87 +64,6 @@ def response_header_size(api_key: int, version: int, buf: bytes | memoryview) ->
     r = Reader(buf, 4)
     r.skip_tags()
     return r.pos
-
-
-class Reader:
-    """Sequential reader of Kafka primitives over one response body."""
-
-    __slots__ = ("buf", "pos")
-
-    def __init__(self, buf, pos: int = 0) -> None:
-        self.buf = buf
-        self.pos = pos
-
-    def i8(self) -> int:
-        v = self.buf[self.pos]
-        self.pos += 1
-        return v - 256 if v > 127 else v
-
-    def i16(self) -> int:
-        v = _I16.unpack_from(self.buf, self.pos)[0]
-        self.pos += 2
-        return v
-
-    def i32(self) -> int:
-        v = _I32.unpack_from(self.buf, self.pos)[0]
-        self.pos += 4
-        return v
-
-    def i64(self) -> int:
-        v = _I64.unpack_from(self.buf, self.pos)[0]
-        self.pos += 8
-        return v
-
-    def uvarint(self) -> int:
-        shift = result = 0
-        while True:
-            b = self.buf[self.pos]
-            self.pos += 1
-            result |= (b & 0x7F) << shift
-            if b < 0x80:
-                return result
-            shift += 7
-
-    def uuid(self) -> uuid.UUID:
-        v = uuid.UUID(bytes=bytes(self.buf[self.pos:self.pos + 16]))
-        self.pos += 16
-        return v
-
-    def boolean(self) -> bool:
-        return self.i8() != 0
-
-    def string(self, compact: bool) -> str | None:
-        n = self.uvarint() - 1 if compact else self.i16()
-        if n < 0:
-            return None
-        s = bytes(self.buf[self.pos:self.pos + n]).decode()
-        self.pos += n
-        return s
-
-    def bytes_(self, compact: bool) -> bytes | None:
-        n = self.uvarint() - 1 if compact else self.i32()
-        if n < 0:
-            return None
-        s = bytes(self.buf[self.pos:self.pos + n])
-        self.pos += n
-        return s
-
-    def array_len(self, compact: bool) -> int:
-        return self.uvarint() - 1 if compact else self.i32()
-
-    def tags(self) -> dict[int, memoryview]:
-        out = {}
-        for _ in range(self.uvarint()):
-            tag = self.uvarint()
-            size = self.uvarint()
-            out[tag] = memoryview(self.buf)[self.pos:self.pos + size]
-            self.pos += size
-        return out
-
-    def skip_tags(self) -> None:
-        for _ in range(self.uvarint()):
-            self.uvarint()
-            self.pos += self.uvarint()
 
 
 # ---------------------------------------------------------------- Produce (hand-written, hot path)

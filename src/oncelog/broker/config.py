@@ -1,0 +1,176 @@
+"""Broker settings under Kafka's names: type, default, validation, and which may change at runtime.
+
+Sources, later ones winning: Kafka's defaults, a `server.properties` file, `--override name=value`.
+Topic-level settings take their server-wide default from their `log.`-prefixed twin
+(`core.topic_config`); Kafka's hour/minute synonyms (`log.retention.hours`, `log.roll.hours`) are
+read the way Kafka reads them so an existing server.properties keeps its meaning.
+"""
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from oncelog.core.topic_config import SERVER_NAME_TO_TOPIC, TOPIC_CONFIGS, ConfigDef, ConfigError
+
+log = logging.getLogger(__name__)
+
+_BROKER_ONLY = (
+    ConfigDef("listeners", "string", "PLAINTEXT://127.0.0.1:9092",
+              "Where the broker listens: PLAINTEXT://host:port (port 0 picks a free port)."),
+    ConfigDef("advertised.listeners", "string", "", "What clients are told to connect to "
+              "(default: the bound listener)."),
+    ConfigDef("log.dirs", "string", "./data", "Comma-separated data directories."),
+    ConfigDef("node.id", "int", 1, "This broker's id.", minimum=0),
+    ConfigDef("cluster.id", "string", "", "Cluster id (default: generated once and kept in log.dirs)."),
+    ConfigDef("num.partitions", "int", 1, "Partitions of auto-created topics and CreateTopics "
+              "without a count.", minimum=1),
+    ConfigDef("default.replication.factor", "int", 1, "Accepted for compatibility; oncelog keeps "
+              "one copy (a single replica per partition).", minimum=1, maximum=1),
+    ConfigDef("auto.create.topics.enable", "boolean", True, "Create a topic on first Metadata or "
+              "Produce for it."),
+    ConfigDef("socket.request.max.bytes", "int", 104857600, "Largest request frame; a bigger one "
+              "closes the connection before anything is allocated.", minimum=1),
+    ConfigDef("producer.id.expiration.ms", "int", 86400000, "Idle time after which a producer's "
+              "state is removed.", minimum=1),
+    ConfigDef("producer.id.expiration.check.interval.ms", "int", 600000, "How often expiry runs.",
+              minimum=1),
+    ConfigDef("log.retention.check.interval.ms", "long", 300000, "How often retention and the "
+              "flush policy run.", minimum=1),
+    ConfigDef("metrics.port", "int", -1, "Prometheus /metrics HTTP port (-1: off, 0: any free "
+              "port).", minimum=-1, maximum=65535),
+    ConfigDef("metrics.host", "string", "127.0.0.1", "Address of the /metrics endpoint."),
+    ConfigDef("log.retention.hours", "long", None, "Kafka's synonym: retention.ms in hours."),
+    ConfigDef("log.retention.minutes", "long", None, "Kafka's synonym: retention.ms in minutes."),
+    ConfigDef("log.roll.hours", "long", None, "Kafka's synonym: segment.ms in hours."),
+)
+
+# topic-level defaults under their broker names ("log.segment.bytes" ...), minus the topic name
+_TOPIC_DEFAULTS = tuple(
+    ConfigDef(d.server_name, d.kind, d.default, d.doc, minimum=d.minimum, maximum=d.maximum,
+              choices=d.choices, check=d.check)
+    for d in TOPIC_CONFIGS.values() if d.server_name)
+
+SETTINGS: dict[str, ConfigDef] = {d.name: d for d in (*_BROKER_ONLY, *_TOPIC_DEFAULTS)}
+SYNONYMS = {"log.dir": "log.dirs", "broker.id": "node.id"}
+# dynamic broker configs (IncrementalAlterConfigs on the BROKER resource): topic defaults only
+DYNAMIC = frozenset(d.name for d in _TOPIC_DEFAULTS)
+
+
+@dataclass(frozen=True)
+class Listener:
+    name: str
+    host: str
+    port: int
+
+    @classmethod
+    def parse(cls, text: str) -> "Listener":
+        name, sep, rest = text.strip().partition("://")
+        if not sep:
+            raise ConfigError(f"listener {text!r} is not NAME://host:port")
+        host, colon, port = rest.rpartition(":")
+        if not colon or not port.isdigit():
+            raise ConfigError(f"listener {text!r} has no port")
+        if name.upper() not in ("PLAINTEXT",):
+            raise ConfigError(f"listener {text!r}: only PLAINTEXT is supported on the client listener")
+        return cls(name.upper(), host.strip("[]"), int(port))
+
+
+class BrokerConfig:
+    """Typed settings by Kafka name. `config["log.segment.bytes"]`."""
+
+    def __init__(self, values: Mapping[str, Any] | None = None) -> None:
+        self._values = {name: d.default for name, d in SETTINGS.items()}
+        if values:
+            self.update(values)
+
+    @classmethod
+    def load(cls, properties_file: str | Path | None = None,
+             overrides: Mapping[str, Any] | None = None) -> "BrokerConfig":
+        raw: dict[str, Any] = {}
+        if properties_file is not None:
+            raw.update(read_properties(Path(properties_file)))
+        raw.update(overrides or {})
+        return cls(raw)
+
+    def update(self, values: Mapping[str, Any]) -> None:
+        for name, value in values.items():
+            name = SYNONYMS.get(name, name)
+            definition = SETTINGS.get(name)
+            if definition is None:
+                log.warning("ignoring unknown setting %r (not a config oncelog knows)", name)
+                continue
+            try:
+                self._values[name] = definition.parse(value)
+            except ConfigError as e:
+                raise ConfigError(f"{name}: {e}") from None
+        self._apply_synonyms(explicit=set(values))
+        for text in filter(None, self["listeners"].split(",")):
+            Listener.parse(text)
+
+    def _apply_synonyms(self, explicit: set[str]) -> None:
+        # Kafka's precedence: log.retention.ms > .minutes > .hours; log.roll.ms > log.roll.hours
+        hours, minutes = self._values.pop("log.retention.hours", None), self._values.pop(
+            "log.retention.minutes", None)
+        if "log.retention.ms" not in explicit:
+            if minutes is not None:
+                self._values["log.retention.ms"] = minutes * 60_000
+            elif hours is not None:
+                self._values["log.retention.ms"] = hours * 3_600_000
+        roll = self._values.pop("log.roll.hours", None)
+        if roll is not None and "log.roll.ms" not in explicit:
+            self._values["log.roll.ms"] = roll * 3_600_000
+
+    def __getitem__(self, name: str) -> Any:
+        return self._values[SYNONYMS.get(name, name)]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self._values.get(SYNONYMS.get(name, name), default)
+
+    def items(self) -> Iterable[tuple[str, Any]]:
+        return self._values.items()
+
+    @property
+    def listeners(self) -> list[Listener]:
+        return [Listener.parse(t) for t in self["listeners"].split(",") if t.strip()]
+
+    @property
+    def advertised_listeners(self) -> list[Listener]:
+        text = self["advertised.listeners"]
+        return [Listener.parse(t) for t in text.split(",") if t.strip()] if text else []
+
+    @property
+    def log_dirs(self) -> list[str]:
+        return [d.strip() for d in self["log.dirs"].split(",") if d.strip()]
+
+    def topic_defaults(self) -> dict[str, Any]:
+        """Server defaults under topic-config names, for LogManager."""
+        return {SERVER_NAME_TO_TOPIC[n]: self._values[n] for n in SERVER_NAME_TO_TOPIC if n in self._values}
+
+    def producer_config(self) -> dict[str, Any]:
+        return {"producer.id.expiration.ms": self["producer.id.expiration.ms"]}
+
+
+def read_properties(path: Path) -> dict[str, str]:
+    """Java .properties as Kafka uses them: `key=value` or `key: value`, # and ! comments."""
+    out: dict[str, str] = {}
+    for lineno, line in enumerate(path.read_text().splitlines(), 1):
+        line = line.strip()
+        if not line or line[0] in "#!":
+            continue
+        for sep in ("=", ":"):
+            if sep in line:
+                key, _, value = line.partition(sep)
+                out[key.strip()] = value.strip()
+                break
+        else:
+            raise ConfigError(f"{path}:{lineno}: expected key=value, got {line!r}")
+    return out
+
+
+def new_cluster_id() -> str:
+    """Kafka's cluster ids are 22-character url-safe base64 of a uuid."""
+    import base64
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")

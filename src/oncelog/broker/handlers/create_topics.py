@@ -1,0 +1,57 @@
+"""CreateTopics (API 19), v2-v7. One replica per partition: a replication factor other than 1
+(or -1, the default) is refused; configs are validated before anything is created."""
+from __future__ import annotations
+
+from oncelog.broker.handlers.describe_configs import topic_config_entries
+from oncelog.core.topic_config import parse_topic_configs
+from oncelog.protocol import entities
+from oncelog.protocol.api import ApiKey
+from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
+
+API_KEY = ApiKey.CREATE_TOPICS
+
+
+def handle(broker, version: int, body) -> bytes:
+    request = entities.decode_request(API_KEY, version, body)
+    rb = entities.ResponseBuilder(API_KEY, version)
+    results = []
+    for t in request.topics:
+        name = str(t.name)
+        try:
+            partitions = _partitions(broker, t)
+            overrides = {c.name: c.value for c in t.configs if c.value is not None}
+            parse_topic_configs(overrides)
+            if request.validate_only:
+                if name in broker.logs.topics:
+                    raise KafkaProtocolError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} exists")
+                topic_id = None
+            else:
+                topic_id = broker.logs.create_topic(name, partitions, overrides, broker.now_ms()).topic_id
+        except KafkaProtocolError as e:
+            results.append(rb("CreatableTopicResult", name=t.name, topic_id=None, error_code=e.code,
+                              error_message=e.message, num_partitions=-1, replication_factor=-1,
+                              configs=None))
+            continue
+        configs = None
+        if version >= 5 and topic_id is not None:
+            configs = tuple(rb("CreatableTopicConfigs", name=n, value=v, read_only=False,
+                               config_source=src, is_sensitive=False)
+                            for n, v, src, _doc, _kind in topic_config_entries(broker, name))
+        results.append(rb("CreatableTopicResult", name=t.name, topic_id=topic_id, error_code=ErrorCode.NONE,
+                          error_message=None, num_partitions=partitions, replication_factor=1,
+                          configs=configs))
+    return rb.encode(throttle_time=0, topics=tuple(results))
+
+
+def _partitions(broker, t) -> int:
+    if int(t.replication_factor) not in (-1, 1):
+        raise KafkaProtocolError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                                 "oncelog keeps one replica per partition: use replication factor 1")
+    if t.assignments:
+        return len(t.assignments)
+    n = int(t.num_partitions)
+    if n == -1:
+        return broker.config["num.partitions"]
+    if n < 1:
+        raise KafkaProtocolError(ErrorCode.INVALID_PARTITIONS, f"{n} partitions")
+    return n

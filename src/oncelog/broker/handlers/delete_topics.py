@@ -1,0 +1,34 @@
+"""DeleteTopics (API 20), v1-v6 (v6 names topics by name or id)."""
+from __future__ import annotations
+
+from oncelog.protocol import entities
+from oncelog.protocol.api import ApiKey
+from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
+
+API_KEY = ApiKey.DELETE_TOPICS
+
+
+def handle(broker, version: int, body) -> bytes:
+    request = entities.decode_request(API_KEY, version, body)
+    rb = entities.ResponseBuilder(API_KEY, version)
+    if version >= 6:
+        wanted = [(t.name, t.topic_id) for t in request.topics]
+    else:
+        wanted = [(name, None) for name in request.topic_names]
+    results = []
+    for name, topic_id in wanted:
+        if name is None and topic_id is not None:
+            name = broker.logs.topic_name(topic_id)
+        code, message = ErrorCode.NONE, None
+        if name is None:
+            code = ErrorCode.UNKNOWN_TOPIC_ID
+        else:
+            info = broker.logs.topics.get(str(name))
+            topic_id = info.topic_id if info is not None else topic_id
+            try:
+                broker.logs.delete_topic(str(name))
+            except KafkaProtocolError as e:
+                code, message = e.code, e.message
+        results.append(rb("DeletableTopicResult", name=name, topic_id=topic_id, error_code=code,
+                          error_message=message))
+    return rb.encode(throttle_time=0, responses=tuple(results))

@@ -1,0 +1,24 @@
+"""DescribeCluster (API 60), v0-v1: this broker, the cluster id, and who the controller is."""
+from __future__ import annotations
+
+from oncelog.protocol import entities
+from oncelog.protocol.api import ApiKey
+from oncelog.protocol.errors import ErrorCode
+
+API_KEY = ApiKey.DESCRIBE_CLUSTER
+_AUTHORIZED_OPERATIONS_OMITTED = -2147483648
+
+
+def handle(broker, version: int, body) -> bytes:
+    request = entities.decode_request(API_KEY, version, body)
+    rb = entities.ResponseBuilder(API_KEY, version)
+    if int(getattr(request, "endpoint_type", 1)) != 1:  # 1 = brokers; 2 = controllers
+        return rb.encode(throttle_time=0, error_code=ErrorCode.UNSUPPORTED_ENDPOINT_TYPE,
+                         error_message="only broker endpoints are described", endpoint_type=1,
+                         cluster_id=broker.cluster_id, controller_id=-1, brokers=(),
+                         cluster_authorized_operations=_AUTHORIZED_OPERATIONS_OMITTED)
+    me = rb("DescribeClusterBroker", broker_id=broker.node_id, host=broker.advertised_host,
+            port=broker.advertised_port, rack=None)
+    return rb.encode(throttle_time=0, error_code=ErrorCode.NONE, error_message=None, endpoint_type=1,
+                     cluster_id=broker.cluster_id, controller_id=broker.node_id, brokers=(me,),
+                     cluster_authorized_operations=_AUTHORIZED_OPERATIONS_OMITTED)

@@ -1,0 +1,47 @@
+"""IncrementalAlterConfigs (API 44), v0-v1: set or delete topic overrides at runtime. A new
+`producer.state.batches.to.retain` applies to the next batches, without a restart (KIP-1269).
+All of a resource's changes are validated before any is applied."""
+from __future__ import annotations
+
+from oncelog.core.topic_config import parse_topic_configs
+from oncelog.protocol import entities
+from oncelog.protocol.api import ApiKey
+from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
+
+API_KEY = ApiKey.INCREMENTAL_ALTER_CONFIGS
+TOPIC = 2
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+
+
+def handle(broker, version: int, body) -> bytes:
+    request = entities.decode_request(API_KEY, version, body)
+    rb = entities.ResponseBuilder(API_KEY, version)
+    responses = []
+    for res in request.resources:
+        rtype, rname = int(res.resource_type), str(res.resource_name)
+        code, message = ErrorCode.NONE, None
+        try:
+            if rtype != TOPIC:
+                raise KafkaProtocolError(ErrorCode.INVALID_REQUEST, "only topic configs can be altered "
+                                         "at runtime; broker settings come from server.properties")
+            if rname not in broker.logs.topics:
+                raise KafkaProtocolError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {rname!r}")
+            to_set, to_delete = {}, []
+            for c in res.configs:
+                op = int(c.config_operation)
+                if op == SET:
+                    to_set[c.name] = c.value
+                elif op == DELETE:
+                    to_delete.append(c.name)
+                else:
+                    raise KafkaProtocolError(ErrorCode.INVALID_CONFIG, f"{c.name}: APPEND/SUBTRACT "
+                                             "apply to list configs, which oncelog's topics do not have")
+            if not request.validate_only:
+                broker.logs.alter_topic_config(rname, to_set, to_delete)
+            else:
+                parse_topic_configs(to_set)
+        except KafkaProtocolError as e:
+            code, message = e.code, e.message
+        responses.append(rb("AlterConfigsResourceResponse", error_code=code, error_message=message,
+                            resource_type=rtype, resource_name=rname))
+    return rb.encode(throttle_time=0, responses=tuple(responses))

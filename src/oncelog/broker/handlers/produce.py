@@ -1,0 +1,70 @@
+"""Produce (API 0), v3-v14: validate, deduplicate and append through each Partition.
+
+Every answer carries the partition's log start offset, errors included: a producer tells a lost
+write (UNKNOWN_PRODUCER_ID above its last acknowledged offset) from retention by comparing them.
+"""
+from __future__ import annotations
+
+from oncelog.protocol import produce as wire
+from oncelog.protocol.errors import ErrorCode
+from oncelog.protocol.records import iter_batches
+
+API_KEY = 0
+
+
+def handle(broker, version: int, body) -> bytes | None:
+    request = wire.decode_request(version, body)
+    now = broker.now_ms()
+    topics = []
+    appended = False
+    refuse = _refusal(request)
+    for topic_key, parts in request.topics:
+        name = broker.logs.topic_name(topic_key) if version >= 13 else topic_key
+        answer = wire.TopicResponse(topic_key, [])
+        for index, records in parts:
+            partition = broker.logs.get_partition(name, index) if name is not None else None
+            if refuse is not None:
+                answer.partitions.append(wire.PartitionResponse(index, refuse[0], error_message=refuse[1]))
+                continue
+            if partition is None:
+                code = ErrorCode.UNKNOWN_TOPIC_ID if name is None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                answer.partitions.append(wire.PartitionResponse(index, code))
+                continue
+            answer.batches_to_retain = partition.producer_state_batches_to_retain
+            answer.max_in_flight_sequence_number = partition.max_in_flight_sequence_number
+            too_large = _too_large(records, broker.logs.topic_config(name)["max.message.bytes"])
+            if too_large is not None:
+                answer.partitions.append(wire.PartitionResponse(
+                    index, ErrorCode.MESSAGE_TOO_LARGE, log_start_offset=partition.log_start_offset,
+                    error_message=too_large))
+                continue
+            result = partition.append_from_client(records if records is not None else b"", now)
+            appended = appended or (result.error_code == 0 and "duplicate" not in result.extra)
+            answer.partitions.append(wire.PartitionResponse(
+                index, result.error_code, result.base_offset, result.log_append_time,
+                result.log_start_offset, result.error_message))
+            if result.error_code:
+                broker.metrics.errors.labels("produce", ErrorCode(result.error_code).name).inc()
+        topics.append(answer)
+    if appended:
+        broker.data_appended()
+    if request.acks == 0:
+        return None
+    return wire.encode_response(version, topics)
+
+
+def _refusal(request) -> tuple[int, str] | None:
+    if request.transactional_id is not None:
+        return ErrorCode.INVALID_REQUEST, "transactions are not supported by oncelog yet"
+    if request.acks not in (-1, 0, 1):
+        return ErrorCode.INVALID_REQUIRED_ACKS, f"acks={request.acks} (use -1, 0 or 1)"
+    return None
+
+
+def _too_large(records, limit: int) -> str | None:
+    if records is None or len(records) <= limit:
+        return None
+    for _pos, header in iter_batches(records):
+        if header.size > limit:
+            return f"a batch of {header.size} bytes is above max.message.bytes={limit}"
+    return None

@@ -1,0 +1,84 @@
+"""Prometheus metrics: requests, bytes and latency per API; partitions, log sizes and producer
+state per topic. Each Broker has its own registry so several brokers can share a process (tests)."""
+from __future__ import annotations
+
+import logging
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from oncelog.storage.partition import PRODUCER_STATE_METRICS, producer_state_metrics
+
+log = logging.getLogger(__name__)
+
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+
+class BrokerMetrics:
+    def __init__(self, partitions) -> None:
+        """`partitions()` returns the broker's Partition objects at scrape time."""
+        self.registry = CollectorRegistry()
+        self.requests = Counter("oncelog_requests", "requests handled", ["api"], registry=self.registry)
+        self.request_bytes = Counter("oncelog_request_bytes", "request bytes received", ["api"],
+                                     registry=self.registry)
+        self.response_bytes = Counter("oncelog_response_bytes", "response bytes sent", ["api"],
+                                      registry=self.registry)
+        self.latency = Histogram("oncelog_request_latency_seconds", "time from a request's arrival "
+                                 "to its response", ["api"], buckets=_LATENCY_BUCKETS,
+                                 registry=self.registry)
+        self.errors = Counter("oncelog_request_errors", "error codes answered, per partition or "
+                              "resource", ["api", "error"], registry=self.registry)
+        self.connections_closed = Counter("oncelog_connections_closed_on_bad_input",
+                                          "connections closed for an oversized or malformed frame",
+                                          registry=self.registry)
+        self.registry.register(_PartitionCollector(partitions))
+        self._server = None
+
+    def observe(self, api: str, request_bytes: int, response_bytes: int, seconds: float) -> None:
+        self.requests.labels(api).inc()
+        self.request_bytes.labels(api).inc(request_bytes)
+        self.response_bytes.labels(api).inc(response_bytes)
+        self.latency.labels(api).observe(seconds)
+
+    def serve(self, host: str, port: int) -> int:
+        """Start the /metrics HTTP endpoint; returns its port."""
+        server, _thread = start_http_server(port, addr=host, registry=self.registry)
+        self._server = server
+        return server.server_address[1]
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+
+class _PartitionCollector:
+    def __init__(self, partitions) -> None:
+        self._partitions = partitions
+
+    def collect(self):
+        parts = list(self._partitions())
+        count = GaugeMetricFamily("oncelog_partitions", "partitions this broker leads")
+        count.add_metric([], len(parts))
+        yield count
+        size = GaugeMetricFamily("oncelog_log_size_bytes", "bytes on disk per partition",
+                                 labels=["topic", "partition"])
+        start = GaugeMetricFamily("oncelog_log_start_offset", "log start offset per partition",
+                                  labels=["topic", "partition"])
+        end = GaugeMetricFamily("oncelog_log_end_offset", "log end offset per partition",
+                                labels=["topic", "partition"])
+        for p in parts:
+            labels = [p.topic, str(p.index)]
+            size.add_metric(labels, getattr(p.log, "size_bytes", 0))
+            start.add_metric(labels, p.log_start_offset)
+            end.add_metric(labels, p.log_end_offset)
+        yield from (size, start, end)
+        values = producer_state_metrics(parts)
+        for name, kind, doc, extra_label in PRODUCER_STATE_METRICS:
+            labels = ["topic"] + ([extra_label] if extra_label else [])
+            family = (GaugeMetricFamily(name, doc, labels=labels) if kind == "gauge"
+                      else CounterMetricFamily(name.removesuffix("_total"), doc, labels=labels))
+            for label_values, value in values[name]:
+                family.add_metric([label_values[k] for k in labels], value)
+            yield family

@@ -1,0 +1,255 @@
+"""The broker: one asyncio server, one connection object per client, one handler module per API.
+
+Requests on a connection are handled one at a time and answered in order (Kafka's guarantee, which
+idempotent producers rely on). Bad input costs only the connection that sent it: an oversized frame
+is refused from its size prefix, a malformed request or an unsupported version closes the
+connection with a log line, and nothing half-applied remains because handlers validate before
+they append.
+"""
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import socket
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any, Mapping
+
+from oncelog.broker.config import BrokerConfig, new_cluster_id
+from oncelog.broker.handlers import HANDLERS
+from oncelog.broker.local_producer_ids import LocalProducerIds
+from oncelog.broker.metrics import BrokerMetrics
+from oncelog.protocol.api import BROKER_VERSIONS, ApiKey, api_name
+from oncelog.protocol.framing import FrameDecoder, FrameError
+from oncelog.protocol.headers import correlation_id_of, read_request_header, response_header
+from oncelog.protocol.primitives import I32
+from oncelog.storage.log_manager import LogManager
+
+log = logging.getLogger("oncelog.broker")
+
+_MAX_QUEUED_FRAMES = 64  # stop reading from a client that pipelines more than this
+
+
+class BadRequest(Exception):
+    """The request cannot be answered in its own format; the connection is closed."""
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig | Mapping[str, Any] | None = None, producer_ids=None,
+                 clock=time.time) -> None:
+        self.config = config if isinstance(config, BrokerConfig) else BrokerConfig(config or {})
+        self.node_id = self.config["node.id"]
+        self._clock = clock
+        self.logs = LogManager(self.config.log_dirs, self.config.topic_defaults(),
+                               self.config.producer_config())
+        self.producer_ids = producer_ids
+        self.metrics = BrokerMetrics(self.logs.partitions)
+        self.cluster_id = self.config["cluster.id"]
+        self.host, self.port = "", 0
+        self.advertised_host, self.advertised_port = "", 0
+        self.metrics_port: int | None = None
+        self._server: asyncio.base_events.Server | None = None
+        self._connections: set[_Connection] = set()
+        self._data_event = asyncio.Event()
+        self._ticker: asyncio.Task | None = None
+
+    def now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> tuple[str, int]:
+        first_dir = Path(self.config.log_dirs[0])
+        first_dir.mkdir(parents=True, exist_ok=True)
+        self.cluster_id = self.cluster_id or _stored_cluster_id(first_dir)
+        self.logs.open(self.now_ms())
+        if self.producer_ids is None:
+            self.producer_ids = LocalProducerIds(first_dir)
+        listener = self.config.listeners[0]
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: _Connection(self), listener.host or None,
+                                                listener.port, reuse_address=True)
+        sock = self._server.sockets[0]
+        self.host, self.port = sock.getsockname()[:2]
+        advertised = self.config.advertised_listeners
+        if advertised:
+            self.advertised_host = advertised[0].host
+            self.advertised_port = advertised[0].port or self.port
+        else:
+            bind = listener.host
+            self.advertised_host = bind if bind not in ("", "0.0.0.0", "::") else socket.getfqdn()
+            self.advertised_port = self.port
+        if self.config["metrics.port"] >= 0:
+            self.metrics_port = self.metrics.serve(self.config["metrics.host"], self.config["metrics.port"])
+        self._ticker = asyncio.create_task(self._tick_loop())
+        log.info("broker %d listening on %s:%d (advertised %s:%d), data in %s", self.node_id,
+                 self.host, self.port, self.advertised_host, self.advertised_port,
+                 ",".join(self.config.log_dirs))
+        return self.host, self.port
+
+    async def stop(self) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
+            await asyncio.gather(self._ticker, return_exceptions=True)
+            self._ticker = None
+        if self._server is not None:
+            self._server.close()
+            for conn in list(self._connections):
+                conn.close()
+            await self._server.wait_closed()
+            self._server = None
+        self.metrics.close()
+        self.logs.close()
+        log.info("broker %d stopped", self.node_id)
+
+    async def _tick_loop(self) -> None:
+        interval = min(self.config["log.retention.check.interval.ms"], 1000) / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                self.logs.tick(self.now_ms())
+            except Exception:
+                log.exception("periodic log maintenance failed; will retry")
+
+    # ------------------------------------------------------------------ fetch wake-ups
+    def data_appended(self) -> None:
+        """Wake long-polling fetches: a new event per append so waiters never miss one."""
+        event, self._data_event = self._data_event, asyncio.Event()
+        event.set()
+
+    async def wait_for_data(self, timeout_s: float) -> None:
+        try:
+            await asyncio.wait_for(self._data_event.wait(), timeout_s)
+        except asyncio.TimeoutError:
+            pass
+
+    # ------------------------------------------------------------------ dispatch
+    async def dispatch(self, frame: memoryview) -> bytes | None:
+        """The framed response, or None when the request gets none (Produce with acks=0)."""
+        try:
+            header = read_request_header(frame)
+        except (ValueError, IndexError, UnicodeDecodeError) as e:
+            raise BadRequest(f"unreadable request header (correlation id "
+                             f"{correlation_id_of(frame)}): {e}") from None
+        api_key, version = header.api_key, header.api_version
+        handler = HANDLERS.get(api_key)
+        supported = BROKER_VERSIONS.get(api_key)
+        if handler is None or supported is None:
+            raise BadRequest(f"unknown API key {api_key} from client {header.client_id!r}")
+        if not supported[0] <= version <= supported[1]:
+            if api_key == ApiKey.API_VERSIONS:
+                body = handler.unsupported_version()
+                return _framed(I32.pack(header.correlation_id), body)
+            raise BadRequest(f"{api_name(api_key)} v{version} is not supported "
+                             f"(this broker serves v{supported[0]}-v{supported[1]})")
+        body = frame[header.body_offset:]
+        started = time.perf_counter()
+        try:
+            result = handler.handle(self, version, body)
+            if inspect.isawaitable(result):
+                result = await result
+        except (ValueError, IndexError, TypeError, UnicodeDecodeError, EOFError) as e:
+            raise BadRequest(f"malformed {api_name(api_key)} v{version} request "
+                             f"(correlation id {header.correlation_id}): {e}") from None
+        if result is None:
+            self.metrics.observe(api_name(api_key), len(frame), 0, time.perf_counter() - started)
+            return None
+        response = _framed(response_header(api_key, version, header.correlation_id), result)
+        self.metrics.observe(api_name(api_key), len(frame), len(response), time.perf_counter() - started)
+        return response
+
+
+def _framed(header: bytes, body: bytes) -> bytes:
+    return b"".join((I32.pack(len(header) + len(body)), header, body))
+
+
+def _stored_cluster_id(directory: Path) -> str:
+    path = directory / "cluster.id"
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        cid = new_cluster_id()
+        path.write_text(cid + "\n")
+        return cid
+
+
+class _Connection(asyncio.Protocol):
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.decoder = FrameDecoder(broker.config["socket.request.max.bytes"])
+        self.queue: deque[memoryview] = deque()
+        self.transport: asyncio.Transport | None = None
+        self.peer = "?"
+        self.worker: asyncio.Task | None = None
+        self.wakeup = asyncio.Event()
+        self.reading_paused = False
+        self.closing = False
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.broker._connections.add(self)
+        self.worker = asyncio.create_task(self._work())
+
+    def data_received(self, data: bytes) -> None:
+        if self.closing:
+            return
+        try:
+            frames = self.decoder.feed(data)
+        except FrameError as e:
+            self._refuse(str(e))
+            return
+        if frames:
+            self.queue.extend(frames)
+            self.wakeup.set()
+            if len(self.queue) >= _MAX_QUEUED_FRAMES and not self.reading_paused:
+                self.reading_paused = True
+                self.transport.pause_reading()
+
+    def connection_lost(self, exc) -> None:
+        self.closing = True
+        self.broker._connections.discard(self)
+        self.wakeup.set()
+
+    def _refuse(self, why: str) -> None:
+        log.warning("closing connection from %s: %s", self.peer, why)
+        self.broker.metrics.connections_closed.inc()
+        self.close()
+
+    def close(self) -> None:
+        self.closing = True
+        self.queue.clear()
+        if self.transport is not None:
+            self.transport.close()
+        self.wakeup.set()
+
+    async def _work(self) -> None:
+        while not self.closing:
+            if not self.queue:
+                self.wakeup.clear()
+                await self.wakeup.wait()
+                continue
+            frame = self.queue.popleft()
+            if self.reading_paused and len(self.queue) < _MAX_QUEUED_FRAMES // 2:
+                self.reading_paused = False
+                self.transport.resume_reading()
+            try:
+                response = await self.broker.dispatch(frame)
+            except BadRequest as e:
+                self._refuse(str(e))
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("internal error handling a request from %s; closing that connection",
+                              self.peer)
+                self.broker.metrics.connections_closed.inc()
+                self.close()
+                return
+            if response is not None and not self.closing:
+                self.transport.write(response)

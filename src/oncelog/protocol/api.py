@@ -1,0 +1,76 @@
+"""API keys, the versions the broker serves, and where each API becomes flexible.
+
+Version ranges are chosen so that confluent-kafka (librdkafka), kafka-python, aiokafka and
+oncelog's own client all negotiate a version we implement (reference/clients.md lists theirs).
+"""
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ApiKey(IntEnum):
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
+    DELETE_RECORDS = 21
+    INIT_PRODUCER_ID = 22
+    DESCRIBE_CONFIGS = 32
+    INCREMENTAL_ALTER_CONFIGS = 44
+    DESCRIBE_CLUSTER = 60
+    DESCRIBE_PRODUCERS = 61
+
+
+# (min, max) served by the broker. Produce v14 is KIP-1269's (v13 on the wire + tagged fields).
+BROKER_VERSIONS: dict[int, tuple[int, int]] = {
+    ApiKey.PRODUCE: (3, 14),
+    ApiKey.FETCH: (4, 12),
+    ApiKey.LIST_OFFSETS: (1, 6),
+    ApiKey.METADATA: (1, 12),
+    ApiKey.API_VERSIONS: (0, 4),
+    ApiKey.CREATE_TOPICS: (2, 7),
+    ApiKey.DELETE_TOPICS: (1, 6),
+    ApiKey.DELETE_RECORDS: (0, 2),
+    ApiKey.INIT_PRODUCER_ID: (0, 5),
+    ApiKey.DESCRIBE_CONFIGS: (1, 4),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
+    ApiKey.DESCRIBE_CLUSTER: (0, 1),
+    ApiKey.DESCRIBE_PRODUCERS: (0, 0),
+}
+
+# first version using flexible encoding (request header v2, response header v1, compact types)
+FIRST_FLEXIBLE: dict[int, int] = {
+    ApiKey.PRODUCE: 9, ApiKey.FETCH: 12, ApiKey.LIST_OFFSETS: 6, ApiKey.METADATA: 9,
+    ApiKey.API_VERSIONS: 3, ApiKey.CREATE_TOPICS: 5, ApiKey.DELETE_TOPICS: 4,
+    ApiKey.DELETE_RECORDS: 2, ApiKey.INIT_PRODUCER_ID: 2, ApiKey.DESCRIBE_CONFIGS: 4,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: 1, ApiKey.DESCRIBE_CLUSTER: 0, ApiKey.DESCRIBE_PRODUCERS: 0,
+    # controller listener APIs
+    17: 1 << 15, 36: 2, 62: 0, 63: 0, 67: 0,
+}
+
+# kio's package name per API (kio.schema.<name>.v<N>.request / .response)
+KIO_NAMES: dict[int, str] = {
+    ApiKey.PRODUCE: "produce", ApiKey.FETCH: "fetch", ApiKey.LIST_OFFSETS: "list_offsets",
+    ApiKey.METADATA: "metadata", ApiKey.API_VERSIONS: "api_versions",
+    ApiKey.CREATE_TOPICS: "create_topics", ApiKey.DELETE_TOPICS: "delete_topics",
+    ApiKey.DELETE_RECORDS: "delete_records", ApiKey.INIT_PRODUCER_ID: "init_producer_id",
+    ApiKey.DESCRIBE_CONFIGS: "describe_configs",
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: "incremental_alter_configs",
+    ApiKey.DESCRIBE_CLUSTER: "describe_cluster", ApiKey.DESCRIBE_PRODUCERS: "describe_producers",
+    17: "sasl_handshake", 36: "sasl_authenticate", 62: "broker_registration",
+    63: "broker_heartbeat", 67: "allocate_producer_ids",
+}
+
+
+def is_flexible(api_key: int, version: int) -> bool:
+    return version >= FIRST_FLEXIBLE.get(api_key, 1 << 15)
+
+
+def api_name(api_key: int) -> str:
+    try:
+        return ApiKey(api_key).name.lower()
+    except ValueError:
+        return KIO_NAMES.get(api_key, f"api_{api_key}")

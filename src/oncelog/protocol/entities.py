@@ -1,0 +1,92 @@
+"""kio entities by (api key, version): each version is its own generated module.
+
+`make` builds an entity of whatever version was negotiated from one set of keyword arguments:
+fields that version lacks are dropped (Kafka's "ignorable" rule) and millisecond integers become
+the timedelta/datetime values kio expects, so handlers are written once for all versions.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import importlib
+import io
+from functools import lru_cache
+from typing import Any
+
+from kio.serial import entity_reader, entity_writer
+
+from oncelog.protocol.api import KIO_NAMES
+
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+
+
+@lru_cache(maxsize=None)
+def module(api_key: int, version: int, kind: str):
+    """kind: "request" or "response"."""
+    return importlib.import_module(f"kio.schema.{KIO_NAMES[api_key]}.v{version}.{kind}")
+
+
+@lru_cache(maxsize=None)
+def entity_class(api_key: int, version: int, kind: str):
+    camel = "".join(part.capitalize() for part in KIO_NAMES[api_key].split("_"))
+    return getattr(module(api_key, version, kind), camel + kind.capitalize())
+
+
+@lru_cache(maxsize=None)
+def _fields(cls) -> dict[str, str]:
+    return {f.name: f.metadata.get("kafka_type", "") for f in dataclasses.fields(cls)}
+
+
+def _convert(kafka_type: str, value: Any) -> Any:
+    if isinstance(value, int) and not isinstance(value, bool):
+        if kafka_type in ("timedelta_i32", "timedelta_i64"):
+            return datetime.timedelta(milliseconds=value)
+        if kafka_type == "datetime_i64":
+            return None if value < 0 else _EPOCH + datetime.timedelta(milliseconds=value)
+    return value
+
+
+def make(cls, **kwargs: Any):
+    names = _fields(cls)
+    return cls(**{k: _convert(names[k], v) for k, v in kwargs.items() if k in names})
+
+
+def nested(api_key: int, version: int, kind: str, cls_name: str):
+    return getattr(module(api_key, version, kind), cls_name)
+
+
+def decode_request(api_key: int, version: int, body) -> Any:
+    value, _size = entity_reader(entity_class(api_key, version, "request"))(bytes(body), 0)
+    return value
+
+
+def encode(entity: Any) -> bytes:
+    b = io.BytesIO()
+    entity_writer(type(entity))(b, entity)
+    return b.getvalue()
+
+
+def millis(value: Any) -> int:
+    """A kio timedelta/datetime (or int) back to milliseconds."""
+    if isinstance(value, datetime.timedelta):
+        return int(value / datetime.timedelta(milliseconds=1))
+    if isinstance(value, datetime.datetime):
+        return int((value - _EPOCH) / datetime.timedelta(milliseconds=1))
+    if value is None:
+        return -1
+    return int(value)
+
+
+class ResponseBuilder:
+    """Builds one negotiated version's response entities by class name: `rb("Topic", ...)`."""
+
+    __slots__ = ("api_key", "version")
+
+    def __init__(self, api_key: int, version: int) -> None:
+        self.api_key, self.version = api_key, version
+
+    def __call__(self, cls_name: str, **kwargs: Any):
+        return make(nested(self.api_key, self.version, "response", cls_name), **kwargs)
+
+    def encode(self, **kwargs: Any) -> bytes:
+        return encode(make(entity_class(self.api_key, self.version, "response"), **kwargs))

@@ -1,0 +1,44 @@
+"""Request header v0-v2 and response header v0-v1.
+
+Request header v1 has the client id; v2 (flexible APIs) adds tagged fields. Response header v1
+(flexible APIs) adds tagged fields, except for ApiVersions whose response header stays v0 so that
+a client can always read the answer to a version it guessed too high.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from oncelog.protocol.api import ApiKey, is_flexible
+from oncelog.protocol.primitives import I32, Reader
+
+
+class RequestHeader(NamedTuple):
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body_offset: int  # where the request body starts in the frame
+
+
+def read_request_header(frame) -> RequestHeader:
+    """Parse the header; raises ValueError on a frame too short to hold one."""
+    if len(frame) < 8:
+        raise ValueError(f"request of {len(frame)} bytes is shorter than a request header")
+    r = Reader(frame)
+    api_key, version, correlation_id = r.i16(), r.i16(), r.i32()
+    client_id = r.string(compact=False) if len(frame) >= 10 else None
+    if is_flexible(api_key, version):
+        r.skip_tags()
+    return RequestHeader(api_key, version, correlation_id, client_id, r.pos)
+
+
+def response_header(api_key: int, version: int, correlation_id: int) -> bytes:
+    if api_key != ApiKey.API_VERSIONS and is_flexible(api_key, version):
+        return I32.pack(correlation_id) + b"\x00"
+    return I32.pack(correlation_id)
+
+
+def correlation_id_of(frame) -> int | None:
+    """Best effort for logging a frame whose header does not parse."""
+    return I32.unpack_from(frame, 4)[0] if len(frame) >= 8 else None
+
