@@ -191,3 +191,20 @@ def test_admin_clients_describe_configs_and_delete_topics(shared_broker, unique_
     while unique_topic in a.list_topics(timeout=5).topics and time.monotonic() < deadline:
         time.sleep(0.05)
     assert unique_topic not in a.list_topics(timeout=5).topics
+
+
+def test_torn_tail_written_by_hand_is_truncated_with_a_log_line(broker, unique_topic):
+    create_topic(broker.bootstrap, unique_topic, 1)
+    acked = produce_confluent(broker.bootstrap, unique_topic, values("torn", 500))
+    broker.kill()
+    [segment] = sorted((broker.data_dir / f"{unique_topic}-0").glob("*.log"))[-1:]
+    whole = segment.stat().st_size
+    with open(segment, "ab") as f:
+        # the first 40 bytes of a batch header: a write cut short by the crash
+        f.write(b"\x00" * 8 + (5000).to_bytes(4, "big") + b"\x00" * 28)
+    broker.start()
+    assert segment.stat().st_size == whole
+    assert "truncat" in broker.log_tail().lower()
+    assert_exact(acked, consume_aiokafka(broker.bootstrap, unique_topic, 1, len(acked)))
+    more = produce_kafka_python(broker.bootstrap, unique_topic, values("next", 10))
+    assert [o for _p, o, _v in more] == list(range(500, 510))
