@@ -37,6 +37,8 @@ _BROKER_ONLY = (
               "state is removed.", minimum=1),
     ConfigDef("producer.id.expiration.check.interval.ms", "int", 600000, "How often expiry runs.",
               minimum=1),
+    ConfigDef("group.initial.rebalance.delay.ms", "int", 100, "How long a new consumer group waits "
+              "for more members before its first rebalance (Kafka: 3000).", minimum=0),
     ConfigDef("log.retention.check.interval.ms", "long", 300000, "How often retention and the "
               "flush policy run.", minimum=1),
     ConfigDef("metrics.port", "int", -1, "Prometheus /metrics HTTP port (-1: off, 0: any free "

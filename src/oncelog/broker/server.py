@@ -18,13 +18,16 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from oncelog.broker.config import BrokerConfig, new_cluster_id
+from oncelog.broker.group_coordinator import GroupCoordinator
 from oncelog.broker.handlers import HANDLERS
 from oncelog.broker.local_producer_ids import LocalProducerIds
 from oncelog.broker.metrics import BrokerMetrics
+from oncelog.broker.request_context import CLIENT
 from oncelog.protocol.api import BROKER_VERSIONS, ApiKey, api_name
 from oncelog.protocol.framing import FrameDecoder, FrameError
 from oncelog.protocol.headers import correlation_id_of, read_request_header, response_header
 from oncelog.protocol.primitives import I32
+from oncelog.storage.group_offsets import GroupOffsetStore
 from oncelog.storage.log_manager import LogManager
 
 log = logging.getLogger("oncelog.broker")
@@ -45,6 +48,7 @@ class Broker:
         self.logs = LogManager(self.config.log_dirs, self.config.topic_defaults(),
                                self.config.producer_config())
         self.producer_ids = producer_ids
+        self.groups: GroupCoordinator | None = None
         self.metrics = BrokerMetrics(self.logs.partitions)
         self.cluster_id = self.config["cluster.id"]
         self.host, self.port = "", 0
@@ -64,6 +68,8 @@ class Broker:
         first_dir.mkdir(parents=True, exist_ok=True)
         self.cluster_id = self.cluster_id or _stored_cluster_id(first_dir)
         self.logs.open(self.now_ms())
+        self.groups = GroupCoordinator(GroupOffsetStore(first_dir / "__consumer_offsets"), self.now_ms,
+                                       self.config["group.initial.rebalance.delay.ms"])
         if self.producer_ids is None:
             self.producer_ids = LocalProducerIds(first_dir)
         listener = self.config.listeners[0]
@@ -108,6 +114,7 @@ class Broker:
         while True:
             await asyncio.sleep(interval)
             try:
+                self.groups.expire()
                 self.logs.tick(self.now_ms())
             except Exception:
                 log.exception("periodic log maintenance failed; will retry")
@@ -125,7 +132,7 @@ class Broker:
             pass
 
     # ------------------------------------------------------------------ dispatch
-    async def dispatch(self, frame: memoryview) -> bytes | None:
+    async def dispatch(self, frame: memoryview, peer: str = "") -> bytes | None:
         """The framed response, or None when the request gets none (Produce with acks=0)."""
         try:
             header = read_request_header(frame)
@@ -144,6 +151,7 @@ class Broker:
             raise BadRequest(f"{api_name(api_key)} v{version} is not supported "
                              f"(this broker serves v{supported[0]}-v{supported[1]})")
         body = frame[header.body_offset:]
+        CLIENT.set((header.client_id, peer))
         started = time.perf_counter()
         try:
             result = handler.handle(self, version, body)
@@ -181,6 +189,7 @@ class _Connection(asyncio.Protocol):
         self.queue: deque[memoryview] = deque()
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
+        self.peer_host = ""
         self.worker: asyncio.Task | None = None
         self.wakeup = asyncio.Event()
         self.reading_paused = False
@@ -190,6 +199,7 @@ class _Connection(asyncio.Protocol):
         self.transport = transport
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.peer_host = f"/{peer[0]}" if peer else ""
         sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -239,7 +249,7 @@ class _Connection(asyncio.Protocol):
                 self.reading_paused = False
                 self.transport.resume_reading()
             try:
-                response = await self.broker.dispatch(frame)
+                response = await self.broker.dispatch(frame, self.peer_host)
             except BadRequest as e:
                 self._refuse(str(e))
                 return

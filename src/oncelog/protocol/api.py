@@ -13,6 +13,15 @@ class ApiKey(IntEnum):
     FETCH = 1
     LIST_OFFSETS = 2
     METADATA = 3
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
+    FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
@@ -30,6 +39,15 @@ BROKER_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.FETCH: (4, 12),
     ApiKey.LIST_OFFSETS: (1, 6),
     ApiKey.METADATA: (1, 12),
+    ApiKey.OFFSET_COMMIT: (2, 8),
+    ApiKey.OFFSET_FETCH: (1, 7),
+    ApiKey.FIND_COORDINATOR: (0, 4),
+    ApiKey.JOIN_GROUP: (0, 7),
+    ApiKey.HEARTBEAT: (0, 4),
+    ApiKey.LEAVE_GROUP: (0, 4),
+    ApiKey.SYNC_GROUP: (0, 5),
+    ApiKey.DESCRIBE_GROUPS: (0, 5),
+    ApiKey.LIST_GROUPS: (0, 4),
     ApiKey.API_VERSIONS: (0, 4),
     ApiKey.CREATE_TOPICS: (2, 7),
     ApiKey.DELETE_TOPICS: (1, 6),
@@ -44,6 +62,9 @@ BROKER_VERSIONS: dict[int, tuple[int, int]] = {
 # first version using flexible encoding (request header v2, response header v1, compact types)
 FIRST_FLEXIBLE: dict[int, int] = {
     ApiKey.PRODUCE: 9, ApiKey.FETCH: 12, ApiKey.LIST_OFFSETS: 6, ApiKey.METADATA: 9,
+    ApiKey.OFFSET_COMMIT: 8, ApiKey.OFFSET_FETCH: 6, ApiKey.FIND_COORDINATOR: 3,
+    ApiKey.JOIN_GROUP: 6, ApiKey.HEARTBEAT: 4, ApiKey.LEAVE_GROUP: 4, ApiKey.SYNC_GROUP: 4,
+    ApiKey.DESCRIBE_GROUPS: 5, ApiKey.LIST_GROUPS: 3,
     ApiKey.API_VERSIONS: 3, ApiKey.CREATE_TOPICS: 5, ApiKey.DELETE_TOPICS: 4,
     ApiKey.DELETE_RECORDS: 2, ApiKey.INIT_PRODUCER_ID: 2, ApiKey.DESCRIBE_CONFIGS: 4,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: 1, ApiKey.DESCRIBE_CLUSTER: 0, ApiKey.DESCRIBE_PRODUCERS: 0,
@@ -55,6 +76,10 @@ FIRST_FLEXIBLE: dict[int, int] = {
 KIO_NAMES: dict[int, str] = {
     ApiKey.PRODUCE: "produce", ApiKey.FETCH: "fetch", ApiKey.LIST_OFFSETS: "list_offsets",
     ApiKey.METADATA: "metadata", ApiKey.API_VERSIONS: "api_versions",
+    ApiKey.OFFSET_COMMIT: "offset_commit", ApiKey.OFFSET_FETCH: "offset_fetch",
+    ApiKey.FIND_COORDINATOR: "find_coordinator", ApiKey.JOIN_GROUP: "join_group",
+    ApiKey.HEARTBEAT: "heartbeat", ApiKey.LEAVE_GROUP: "leave_group", ApiKey.SYNC_GROUP: "sync_group",
+    ApiKey.DESCRIBE_GROUPS: "describe_groups", ApiKey.LIST_GROUPS: "list_groups",
     ApiKey.CREATE_TOPICS: "create_topics", ApiKey.DELETE_TOPICS: "delete_topics",
     ApiKey.DELETE_RECORDS: "delete_records", ApiKey.INIT_PRODUCER_ID: "init_producer_id",
     ApiKey.DESCRIBE_CONFIGS: "describe_configs",

@@ -1,0 +1,26 @@
+"""JoinGroup (API 11), v0-v7. From v4 a new member first gets MEMBER_ID_REQUIRED with its id
+(KIP-394). The answer waits for the rebalance to complete."""
+from __future__ import annotations
+
+from oncelog.broker.request_context import CLIENT
+from oncelog.protocol import entities
+from oncelog.protocol.api import ApiKey
+
+API_KEY = ApiKey.JOIN_GROUP
+
+
+async def handle(broker, version: int, body) -> bytes:
+    r = entities.decode_request(API_KEY, version, body)
+    client_id, host = CLIENT.get()
+    session_ms = entities.millis(r.session_timeout)
+    rebalance_ms = entities.millis(getattr(r, "rebalance_timeout", r.session_timeout))
+    result = await broker.groups.join(
+        str(r.group_id), r.member_id, getattr(r, "group_instance_id", None), client_id or "", host,
+        r.protocol_type, [(p.name, p.metadata) for p in r.protocols], session_ms, rebalance_ms,
+        require_known_member=version >= 4)
+    rb = entities.ResponseBuilder(API_KEY, version)
+    members = tuple(rb("JoinGroupResponseMember", member_id=mid, group_instance_id=iid, metadata=meta)
+                    for mid, iid, meta in result.members)
+    return rb.encode(throttle_time=0, error_code=result.error, generation_id=result.generation,
+                     protocol_type=result.protocol_type, protocol_name=result.protocol or "",
+                     leader=result.leader, member_id=result.member_id, members=members)

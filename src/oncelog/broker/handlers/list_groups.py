@@ -1,0 +1,17 @@
+"""ListGroups (API 16), v0-v4."""
+from __future__ import annotations
+
+from oncelog.protocol import entities
+from oncelog.protocol.api import ApiKey
+from oncelog.protocol.errors import ErrorCode
+
+API_KEY = ApiKey.LIST_GROUPS
+
+
+def handle(broker, version: int, body) -> bytes:
+    r = entities.decode_request(API_KEY, version, body)
+    rb = entities.ResponseBuilder(API_KEY, version)
+    states = set(getattr(r, "states_filter", ()) or ())
+    groups = tuple(rb("ListedGroup", group_id=gid, protocol_type=ptype, group_state=state)
+                   for gid, ptype, state in broker.groups.listing() if not states or state in states)
+    return rb.encode(throttle_time=0, error_code=ErrorCode.NONE, groups=groups)

@@ -1,0 +1,34 @@
+"""OffsetCommit (API 8), v2-v8: durable before it is acknowledged. Generation -1 with no member
+id is a standalone commit (a consumer using assign), accepted while the group has no members."""
+from __future__ import annotations
+
+from oncelog.protocol import entities
+from oncelog.protocol.api import ApiKey
+from oncelog.protocol.errors import ErrorCode
+from oncelog.storage.group_offsets import Committed
+
+API_KEY = ApiKey.OFFSET_COMMIT
+
+
+def handle(broker, version: int, body) -> bytes:
+    r = entities.decode_request(API_KEY, version, body)
+    rb = entities.ResponseBuilder(API_KEY, version)
+    offsets, unknown = {}, set()
+    for t in r.topics:
+        for p in t.partitions:
+            if broker.logs.get_partition(str(t.name), int(p.partition_index)) is None:
+                unknown.add((str(t.name), int(p.partition_index)))
+                continue
+            offsets[(str(t.name), int(p.partition_index))] = Committed(
+                int(p.committed_offset), p.committed_metadata,
+                int(getattr(p, "committed_leader_epoch", -1)))
+    generation = int(getattr(r, "generation_id_or_member_epoch", getattr(r, "generation_id", -1)))
+    error = broker.groups.commit(str(r.group_id), generation, r.member_id, offsets) if offsets else 0
+    topics = tuple(
+        rb("OffsetCommitResponseTopic", name=t.name, partitions=tuple(
+            rb("OffsetCommitResponsePartition", partition_index=p.partition_index,
+               error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+               if (str(t.name), int(p.partition_index)) in unknown else error)
+            for p in t.partitions))
+        for t in r.topics)
+    return rb.encode(throttle_time=0, topics=topics)

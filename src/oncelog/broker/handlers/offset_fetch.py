@@ -1,0 +1,33 @@
+"""OffsetFetch (API 9), v1-v7: committed offsets, -1 where none (null topics: all of them)."""
+from __future__ import annotations
+
+from collections import defaultdict
+
+from oncelog.protocol import entities
+from oncelog.protocol.api import ApiKey
+from oncelog.protocol.errors import ErrorCode
+
+API_KEY = ApiKey.OFFSET_FETCH
+
+
+def handle(broker, version: int, body) -> bytes:
+    r = entities.decode_request(API_KEY, version, body)
+    rb = entities.ResponseBuilder(API_KEY, version)
+    committed = broker.groups.committed(str(r.group_id))
+    if r.topics is None:
+        wanted = defaultdict(list)
+        for (topic, partition) in sorted(committed):
+            wanted[topic].append(partition)
+    else:
+        wanted = {str(t.name): [int(i) for i in t.partition_indexes] for t in r.topics}
+    topics = []
+    for name, partitions in wanted.items():
+        parts = []
+        for index in partitions:
+            c = committed.get((name, index))
+            parts.append(rb("OffsetFetchResponsePartition", partition_index=index,
+                            committed_offset=c.offset if c else -1,
+                            committed_leader_epoch=c.leader_epoch if c else -1,
+                            metadata=c.metadata if c else "", error_code=ErrorCode.NONE))
+        topics.append(rb("OffsetFetchResponseTopic", name=name, partitions=tuple(parts)))
+    return rb.encode(throttle_time=0, topics=tuple(topics), error_code=ErrorCode.NONE)

@@ -1,0 +1,17 @@
+"""SyncGroup (API 14), v0-v5: the leader hands in the assignment; followers wait for it."""
+from __future__ import annotations
+
+from oncelog.protocol import entities
+from oncelog.protocol.api import ApiKey
+
+API_KEY = ApiKey.SYNC_GROUP
+
+
+async def handle(broker, version: int, body) -> bytes:
+    r = entities.decode_request(API_KEY, version, body)
+    error, ptype, protocol, assignment = await broker.groups.sync(
+        str(r.group_id), int(r.generation_id), r.member_id,
+        {a.member_id: a.assignment for a in r.assignments})
+    return entities.ResponseBuilder(API_KEY, version).encode(
+        throttle_time=0, error_code=error, protocol_type=ptype, protocol_name=protocol,
+        assignment=assignment)
