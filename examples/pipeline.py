@@ -33,13 +33,14 @@ def expected_totals(n_events: int) -> dict[str, tuple[int, int]]:
     return out
 
 
-def produce_events(spark, bootstrap: str, topic: str, first: int, count: int) -> None:
+def produce_events(spark, bootstrap: str, topic: str, first: int, count: int,
+                   writer_options: dict | None = None) -> None:
     (spark.range(first, first + count, numPartitions=2)
      .selectExpr(f"concat('user-', CAST(id % {USERS} AS STRING)) AS key",
                  "to_json(named_struct('id', id, 'user', "
                  f"concat('user-', CAST(id % {USERS} AS STRING)), 'amount', (id * 7) % 100)) AS value")
-     .write.format("oncelog").option("bootstrap.servers", bootstrap).option("topic", topic)
-     .mode("append").save())
+     .write.format("oncelog").options(**(writer_options or {}))
+     .option("bootstrap.servers", bootstrap).option("topic", topic).mode("append").save())
 
 
 def run_stream(spark, bootstrap: str, topic: str, out: str, checkpoint: str,
@@ -72,7 +73,7 @@ def totals_from_parquet(spark, out: str) -> dict[str, tuple[int, int]]:
 
 
 def main(bootstrap: str | None = None, workdir: str | None = None, first_batch: int = 12000,
-         second_batch: int = 5000, spark=None) -> dict:
+         second_batch: int = 5000, spark=None, writer_options: dict | None = None) -> dict:
     workdir = workdir or tempfile.mkdtemp(prefix="oncelog-pipeline-")
     broker = None
     if bootstrap is None:
@@ -89,9 +90,9 @@ def main(bootstrap: str | None = None, workdir: str | None = None, first_batch: 
         spark = spark or local_session("local[2]", app="oncelog-pipeline")
         out, ckpt = os.path.join(workdir, "totals"), os.path.join(workdir, "checkpoint")
 
-        produce_events(spark, bootstrap, topic, 0, first_batch)
+        produce_events(spark, bootstrap, topic, 0, first_batch, writer_options)
         batches1 = run_stream(spark, bootstrap, topic, out, ckpt)
-        produce_events(spark, bootstrap, topic, first_batch, second_batch)
+        produce_events(spark, bootstrap, topic, first_batch, second_batch, writer_options)
         batches2 = run_stream(spark, bootstrap, topic, out, ckpt)   # restart from the checkpoint
 
         got = totals_from_parquet(spark, out)

@@ -107,31 +107,80 @@ def make_topic(spark_broker, request):
     return make
 
 
-def _session(master):
-    from oncelog.spark.session import local_session
-    return local_session(master, app=f"oncelog-tests-{master}")
+class _Sessions:
+    """Only one SparkContext may live in a process: asking for another master stops the current
+    one first. Tests that need retries use `spark_retry` (local[2,3]); put them together."""
+
+    def __init__(self):
+        self.current = None
+        self.master = None
+
+    def get(self, master):
+        if self.master != master:
+            self.stop()
+            from oncelog.spark.session import local_session
+            self.current = local_session(master, app=f"oncelog-tests-{master}")
+            self.master = master
+        return self.current
+
+    def stop(self):
+        if self.current is not None:
+            from pyspark.sql import SparkSession
+            self.current.stop()
+            SparkSession._instantiatedSession = None
+            SparkSession._activeSession = None
+            self.current = self.master = None
 
 
 @pytest.fixture(scope="session")
-def spark():
-    """local[2]: a failed task fails the job (Spark's local mode never retries)."""
-    from pyspark.sql import SparkSession
-    s = _session("local[2]")
-    yield s
-    s.stop()
-    SparkSession._instantiatedSession = None
+def _spark_sessions():
+    sessions = _Sessions()
+    yield sessions
+    sessions.stop()
 
 
 @pytest.fixture
-def spark_retry(spark):
-    """local[2,3]: up to 3 attempts per task. Only one SparkContext may live in a process, so this
-    stops the shared local[2] session and brings it back afterwards."""
-    from pyspark.sql import SparkSession
-    spark.stop()
-    s = _session("local[2,3]")
-    yield s
-    s.stop()
-    SparkSession._instantiatedSession = None
-    # the next user of `spark` gets a fresh local[2] session with the same object
-    fresh = _session("local[2]")
-    spark.__dict__.update(fresh.__dict__)
+def spark(_spark_sessions):
+    """local[2]: a failed task fails the job (Spark's local mode never retries)."""
+    return _spark_sessions.get("local[2]")
+
+
+@pytest.fixture
+def spark_retry(_spark_sessions):
+    """local[2,3]: up to 3 attempts per task, so a failed task is retried."""
+    return _spark_sessions.get("local[2,3]")
+
+
+@pytest.fixture
+def write_opts(spark_broker, broker_name):
+    """Options for df.write.format("oncelog"). Tansu's ListOffsets answers the last batch's base
+    offset + 1 as the end of a partition, so on Tansu every record goes in its own batch."""
+    opts = {"bootstrap.servers": spark_broker}
+    if broker_name == "Tansu":
+        opts.update({"kafka.batch.size": "1", "kafka.linger.ms": "0"})
+    return opts
+
+
+@pytest.fixture
+def produce(spark_broker, broker_name):
+    """produce(topic, values, partition=None) through oncelog's producer; waits for every ack."""
+    from oncelog.client import Producer
+
+    def run(topic, values, partition=None, keys=None):
+        cfg = {"bootstrap.servers": spark_broker}
+        if broker_name == "Tansu":
+            cfg.update({"batch.size": "1", "linger.ms": "0"})
+        with Producer(cfg) as p:
+            futs = [p.send(topic, v, None if keys is None else keys[i], partition=partition)
+                    for i, v in enumerate(values)]
+            p.flush()
+            return [f.result(30) for f in futs]
+    return run
+
+
+def read_topic(spark, bootstrap, topic, **options):
+    reader = spark.read.format("oncelog").option("bootstrap.servers", bootstrap) \
+        .option("subscribe", topic)
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return reader.load()

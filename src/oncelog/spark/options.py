@@ -17,7 +17,7 @@ class OncelogSparkError(ValueError):
 
 
 def _bool(options, name: str, default: bool) -> bool:
-    raw = options.get(name)
+    raw = options.get(name.lower())
     if raw is None:
         return default
     v = str(raw).strip().lower()
@@ -29,7 +29,7 @@ def _bool(options, name: str, default: bool) -> bool:
 
 
 def _int(options, name: str, default: int | None, minimum: int = 1) -> int | None:
-    raw = options.get(name)
+    raw = options.get(name.lower())
     if raw is None or str(raw).strip() == "":
         return default
     try:
@@ -114,7 +114,7 @@ class ReadOptions:
 
 
 def _position(options, name: str, default: str, allow_latest: bool, allow_earliest: bool):
-    raw = options.get(name)
+    raw = options.get(name.lower())
     if raw is None:
         return default
     v = str(raw).strip()
@@ -167,17 +167,17 @@ def read_options(options, streaming: bool) -> ReadOptions:
                 f'option assign must be JSON like {{"topicA":[0,1]}}; got {opts["assign"]!r} ({e})'
             ) from None
         ro.assign = {t: sorted(set(ps)) for t, ps in obj.items()}
-    ro.starting = _position(opts, "startingoffsets", "latest" if streaming else "earliest",
+    ro.starting = _position(opts, "startingOffsets", "latest" if streaming else "earliest",
                             allow_latest=streaming, allow_earliest=True)
     if streaming and opts.get("endingoffsets"):
         raise OncelogSparkError("option endingOffsets is for batch reads only")
-    ro.ending = _position(opts, "endingoffsets", "latest", allow_latest=True, allow_earliest=False)
-    ro.include_headers = _bool(opts, "includeheaders", False)
-    ro.fail_on_data_loss = _bool(opts, "failondataloss", True)
-    ro.max_offsets_per_trigger = _int(opts, "maxoffsetspertrigger", None)
-    ro.min_partitions = _int(opts, "minpartitions", None)
-    ro.max_records_per_partition = _int(opts, "maxrecordsperpartition", None)
-    ro.poll_timeout_ms = _int(opts, "kafkaconsumer.polltimeoutms", 120000)
+    ro.ending = _position(opts, "endingOffsets", "latest", allow_latest=True, allow_earliest=False)
+    ro.include_headers = _bool(opts, "includeHeaders", False)
+    ro.fail_on_data_loss = _bool(opts, "failOnDataLoss", True)
+    ro.max_offsets_per_trigger = _int(opts, "maxOffsetsPerTrigger", None)
+    ro.min_partitions = _int(opts, "minPartitions", None)
+    ro.max_records_per_partition = _int(opts, "maxRecordsPerPartition", None)
+    ro.poll_timeout_ms = _int(opts, "kafkaConsumer.pollTimeoutMs", 120000)
     return ro
 
 
@@ -198,6 +198,6 @@ def write_options(options) -> WriteOptions:
     cfg.setdefault("acks", "all")
     cfg.setdefault("linger.ms", "5")
     return WriteOptions(client=cfg, topic=opts.get("topic") or None,
-                        include_headers=_bool(opts, "includeheaders", False),
+                        include_headers=_bool(opts, "includeHeaders", False),
                         sink_id=opts.get("sinkid") or None,
                         marker_topic=opts.get("committopic") or MARKER_TOPIC)

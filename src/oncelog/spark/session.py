@@ -42,6 +42,9 @@ def local_session(master: str = "local[2]", app: str = "oncelog", **conf):
         b = b.config(k.replace("_", "."), v) if "." not in k else b.config(k, v)
     spark = b.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
-    from oncelog.spark.source import OncelogDataSource
-    spark.dataSource.register(OncelogDataSource)
+    try:
+        import pyspark_oncelog  # noqa: F401 - Spark registers it by itself (pyspark_* lookup)
+    except ImportError:
+        from oncelog.spark.source import OncelogDataSource
+        spark.dataSource.register(OncelogDataSource)
     return spark
