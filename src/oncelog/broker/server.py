@@ -47,6 +47,7 @@ class Broker:
         self._clock = clock
         self.logs = LogManager(self.config.log_dirs, self.config.topic_defaults(),
                                self.config.producer_config())
+        self.logs.expiration_check_interval_ms = self.config["producer.id.expiration.check.interval.ms"]
         self.producer_ids = producer_ids
         self.groups: GroupCoordinator | None = None
         self.metrics = BrokerMetrics(self.logs.partitions)

@@ -14,6 +14,7 @@ from functools import lru_cache
 from typing import Any
 
 from kio.serial import entity_reader, entity_writer
+from kio.serial.errors import DecodeError
 
 from oncelog.protocol.api import KIO_NAMES
 
@@ -55,8 +56,15 @@ def nested(api_key: int, version: int, kind: str, cls_name: str):
     return getattr(module(api_key, version, kind), cls_name)
 
 
+class MalformedRequest(ValueError):
+    """The bytes do not decode as the request they claim to be."""
+
+
 def decode_request(api_key: int, version: int, body) -> Any:
-    value, _size = entity_reader(entity_class(api_key, version, "request"))(bytes(body), 0)
+    try:
+        value, _size = entity_reader(entity_class(api_key, version, "request"))(bytes(body), 0)
+    except (DecodeError, ValueError, IndexError, TypeError, OverflowError) as e:
+        raise MalformedRequest(f"{type(e).__name__}: {e}") from None
     return value
 
 

@@ -1,0 +1,540 @@
+"""One partition's log: segment files named by base offset, a sparse offset index per segment,
+roll by size and age, retention by time and size, DeleteRecords, recovery and a flush policy.
+
+Layout of a partition directory:
+    00000000000000000000.log     record batches (v2) or v0/v1 messages, exactly as produced
+    00000000000000000000.index   (relative offset int32, position int32) every index.interval.bytes
+    log-start-offset             the log start offset (DeleteRecords, retention), replaced atomically
+    .clean-shutdown              present only after a clean close: the next open skips the CRC scan
+
+Everything here is header-level: offsets are assigned by patching each batch's base offset, reads
+return whole batches found from the index plus a scan of headers, and no record is decoded.
+
+Recovery: after an unclean stop the active (last) segment is scanned and every batch's CRC is
+checked; a torn or corrupt tail is cut off with a WARNING naming the file, position and bytes.
+Rolled segments were fsynced when they were rolled and are trusted. Indexes are rebuilt from the
+segment whenever they are missing or do not match it.
+
+Flush policy: Kafka's default, which leaves writing back to the operating system (no fsync on the
+produce path). An acknowledged record is then safe against a crash of the broker process but not
+against a power loss before the kernel writes it; `flush.messages` / `flush.ms` (topic) or
+`log.flush.interval.messages` / `log.flush.interval.ms` (broker) force fsyncs. Rolled segments,
+indexes and the start-offset checkpoint are always fsynced.
+"""
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import struct
+from array import array
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator, NamedTuple
+
+from oncelog.protocol import records as rec
+from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
+
+log = logging.getLogger(__name__)
+
+LONG_MAX = 2**63 - 1
+_SCAN_CHUNK = 4 << 20
+_INDEX_ENTRY = struct.Struct(">ii")
+_LEGACY_OFFSET = struct.Struct(">q")
+CLEAN_SHUTDOWN = ".clean-shutdown"
+START_OFFSET_FILE = "log-start-offset"
+
+
+@dataclass
+class LogConfig:
+    segment_bytes: int = 1 << 30
+    segment_ms: int = 7 * 24 * 3600 * 1000
+    retention_ms: int = 7 * 24 * 3600 * 1000
+    retention_bytes: int = -1
+    flush_messages: int = LONG_MAX
+    flush_ms: int = LONG_MAX
+    index_interval_bytes: int = 4096
+    message_format_version: str = "3.0"
+    message_timestamp_type: str = "CreateTime"
+    max_message_bytes: int = 1048588
+
+    @classmethod
+    def from_topic_config(cls, cfg: dict[str, Any]) -> "LogConfig":
+        """From the typed topic configs of `core.topic_config.effective_topic_config`."""
+        names = {"segment.bytes": "segment_bytes", "segment.ms": "segment_ms",
+                 "retention.ms": "retention_ms", "retention.bytes": "retention_bytes",
+                 "flush.messages": "flush_messages", "flush.ms": "flush_ms",
+                 "index.interval.bytes": "index_interval_bytes",
+                 "message.format.version": "message_format_version",
+                 "message.timestamp.type": "message_timestamp_type",
+                 "max.message.bytes": "max_message_bytes"}
+        return cls(**{attr: cfg[name] for name, attr in names.items() if name in cfg})
+
+
+class AppendInfo(NamedTuple):
+    first_offset: int
+    last_offset: int
+    log_append_time: int
+
+
+class Entry(NamedTuple):
+    """A v2 batch or a top-level v0/v1 message, as stored."""
+    position: int
+    size: int
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    header: rec.BatchHeader | None  # None for v0/v1 messages
+
+
+def scan_entries(buf, base_position: int = 0) -> Iterator[Entry]:
+    """Complete entries of a chunk of log (any format); stops before an incomplete tail."""
+    pos, end = 0, len(buf)
+    while end - pos >= rec.LOG_OVERHEAD + 5:
+        magic = buf[pos + 16]
+        if magic >= 2:
+            if end - pos < rec.BATCH_OVERHEAD:
+                return
+            h = rec.read_batch_header(buf, pos)
+            size = h.size
+            if h.batch_length < rec.BATCH_OVERHEAD - rec.LOG_OVERHEAD or pos + size > end:
+                return
+            yield Entry(base_position + pos, size, h.base_offset, h.last_offset, h.max_timestamp, h)
+        else:
+            offset, length = struct.unpack_from(">qi", buf, pos)
+            size = rec.LOG_OVERHEAD + length
+            if length < 14 or pos + size > end:
+                return
+            ts = struct.unpack_from(">q", buf, pos + 18)[0] if magic == 1 and end - pos >= 26 else -1
+            yield Entry(base_position + pos, size, offset, offset, ts, None)
+        pos += size
+
+
+def _check_entry(buf, e: Entry, base_position: int) -> None:
+    pos = e.position - base_position
+    if e.header is not None:
+        rec.check_batch(buf, pos, e.header)
+    else:
+        rec.validate_legacy_message_set(memoryview(buf)[pos:pos + e.size])
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Segment:
+    """One `.log` file and its in-memory sparse index (first offset of an entry -> position)."""
+
+    def __init__(self, directory: Path, base_offset: int, now_ms: int) -> None:
+        self.base_offset = base_offset
+        self.path = directory / f"{base_offset:020d}.log"
+        self.index_path = directory / f"{base_offset:020d}.index"
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.size = os.fstat(self.fd).st_size
+        self.next_offset = base_offset
+        self.max_timestamp = -1
+        self.created_ms = now_ms
+        self.index_offsets = array("q")
+        self.index_positions = array("q")
+        self._since_index = 0
+
+    # ---------------------------------------------------------------- index
+    def add_to_index(self, entry: Entry, interval: int) -> None:
+        if not self.index_offsets or self._since_index >= interval:
+            self.index_offsets.append(entry.first_offset)
+            self.index_positions.append(entry.position)
+            self._since_index = 0
+        self._since_index += entry.size
+        self.next_offset = entry.last_offset + 1
+        if entry.max_timestamp > self.max_timestamp:
+            self.max_timestamp = entry.max_timestamp
+
+    def load_or_rebuild(self, interval: int, validate: bool) -> int:
+        """Scan the file (checking CRCs when `validate`); returns the byte length of the valid prefix."""
+        self.index_offsets, self.index_positions = array("q"), array("q")
+        self._since_index = 0
+        self.next_offset, self.max_timestamp = self.base_offset, -1
+        valid = 0
+        pos = 0
+        while pos < self.size:
+            chunk = os.pread(self.fd, max(_SCAN_CHUNK, 0), pos)
+            progressed = False
+            for e in scan_entries(chunk, pos):
+                if validate:
+                    try:
+                        _check_entry(chunk, e, pos)
+                    except KafkaProtocolError as exc:
+                        log.warning("%s: entry at position %d fails validation (%s)", self.path, e.position,
+                                    exc.message)
+                        return valid
+                self.add_to_index(e, interval)
+                valid = e.position + e.size
+                progressed = True
+            if not progressed:
+                if pos + len(chunk) >= self.size:
+                    break  # a torn tail
+                # an entry larger than the chunk: read exactly it
+                head = os.pread(self.fd, rec.LOG_OVERHEAD, pos)
+                need = rec.LOG_OVERHEAD + struct.unpack_from(">i", head, 8)[0] if len(head) == 12 else 0
+                if need <= len(chunk) or pos + need > self.size:
+                    break
+                chunk = os.pread(self.fd, need, pos)
+                entries = list(scan_entries(chunk, pos))
+                if not entries:
+                    break
+                if validate:
+                    try:
+                        _check_entry(chunk, entries[0], pos)
+                    except KafkaProtocolError:
+                        return valid
+                self.add_to_index(entries[0], interval)
+                valid = entries[0].position + entries[0].size
+            pos = valid
+        return valid
+
+    def write_index(self) -> None:
+        data = bytearray()
+        for off, position in zip(self.index_offsets, self.index_positions):
+            data += _INDEX_ENTRY.pack(off - self.base_offset, position)
+        tmp = self.index_path.with_suffix(".index.tmp")
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.index_path)
+
+    def position_for(self, offset: int) -> int:
+        i = bisect.bisect_right(self.index_offsets, offset) - 1
+        return self.index_positions[i] if i >= 0 else 0
+
+    # ---------------------------------------------------------------- io
+    def entries_from(self, position: int, end: int | None = None) -> Iterator[tuple[Entry, bytes]]:
+        """(entry, chunk holding it) from `position` to `end`, reading in large chunks."""
+        end = self.size if end is None else end
+        pos = position
+        while pos < end:
+            chunk = os.pread(self.fd, min(_SCAN_CHUNK, end - pos), pos)
+            last = pos
+            for e in scan_entries(chunk, pos):
+                yield e, chunk
+                last = e.position + e.size
+            if last == pos:  # an entry larger than the chunk
+                head = os.pread(self.fd, rec.LOG_OVERHEAD, pos)
+                if len(head) < rec.LOG_OVERHEAD:
+                    return
+                need = rec.LOG_OVERHEAD + struct.unpack_from(">i", head, 8)[0]
+                chunk = os.pread(self.fd, need, pos)
+                entries = list(scan_entries(chunk, pos))
+                if not entries:
+                    return
+                yield entries[0], chunk
+                last = pos + entries[0].size
+            pos = last
+
+    def truncate(self, size: int) -> None:
+        os.ftruncate(self.fd, size)
+        self.size = size
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def delete(self) -> None:
+        self.close()
+        for p in (self.path, self.index_path):
+            try:
+                p.unlink()
+            except FileNotFoundError:
+                pass
+
+
+class PartitionLog:
+    def __init__(self, directory: Path, config: LogConfig) -> None:
+        self.directory = Path(directory)
+        self.config = config
+        self.segments: list[Segment] = []
+        self.log_start_offset = 0
+        self._roll_callbacks: list[Callable[[int], None]] = []
+        self._delete_callbacks: list[Callable[[int], None]] = []
+        self._unflushed_messages = 0
+        self._last_flush_ms = 0
+
+    # ------------------------------------------------------------------ open / recovery
+    @classmethod
+    def open(cls, directory, config: LogConfig, now_ms: int) -> "PartitionLog":
+        self = cls(directory, config)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._last_flush_ms = now_ms
+        clean_marker = self.directory / CLEAN_SHUTDOWN
+        clean = clean_marker.exists()
+        try:
+            self.log_start_offset = int((self.directory / START_OFFSET_FILE).read_text().strip())
+        except (FileNotFoundError, ValueError):
+            self.log_start_offset = 0
+        bases = sorted(int(p.stem) for p in self.directory.glob("*.log") if p.stem.isdigit())
+        for i, base in enumerate(bases):
+            seg = Segment(self.directory, base, now_ms)
+            last = i == len(bases) - 1
+            valid = seg.load_or_rebuild(config.index_interval_bytes, validate=last and not clean)
+            if valid < seg.size:
+                log.warning("%s: truncating %d bytes of a torn or corrupt tail at position %d "
+                            "(a write cut short by a crash)", seg.path, seg.size - valid, valid)
+                seg.truncate(valid)
+            try:
+                seg.created_ms = int(os.stat(seg.path).st_mtime * 1000) if seg.size else now_ms
+            except OSError:
+                pass
+            self.segments.append(seg)
+        if not self.segments:
+            self.segments.append(Segment(self.directory, self.log_start_offset, now_ms))
+        # a start offset beyond the data (all records deleted) keeps the log end there too
+        active = self.segments[-1]
+        if active.size == 0 and active.next_offset < self.log_start_offset:
+            active.next_offset = self.log_start_offset
+        if clean:
+            clean_marker.unlink()
+            _fsync_dir(self.directory)
+        return self
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def log_end_offset(self) -> int:
+        return max(self.segments[-1].next_offset, self.log_start_offset)
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    def on_roll(self, callback: Callable[[int], None]) -> None:
+        self._roll_callbacks.append(callback)
+
+    def on_segments_deleted(self, callback: Callable[[int], None]) -> None:
+        self._delete_callbacks.append(callback)
+
+    # ------------------------------------------------------------------ append
+    def append(self, batches, now_ms: int, leader_epoch: int = 0) -> AppendInfo:
+        """Assign offsets to whole, already validated batches and write them: all or nothing."""
+        buf = batches if isinstance(batches, bytearray) else bytearray(batches)
+        if not buf:
+            raise KafkaProtocolError(ErrorCode.INVALID_RECORD, "empty record set")
+        self._maybe_roll(len(buf), now_ms)
+        seg = self.segments[-1]
+        first = offset = self.log_end_offset
+        append_time = -1
+        log_append_time = self.config.message_timestamp_type == "LogAppendTime"
+        entries = []
+        if rec.magic_of(buf) >= 2:
+            for pos, h in rec.iter_batches(buf):
+                rec.patch_batch(buf, pos, offset, leader_epoch)
+                if log_append_time:
+                    rec.set_max_timestamp(buf, pos, h, now_ms)
+                    append_time = now_ms
+                ts = now_ms if log_append_time else h.max_timestamp
+                entries.append(Entry(seg.size + pos, h.size, offset, offset + h.last_offset_delta, ts, h))
+                offset += h.last_offset_delta + 1
+            last = offset - 1
+        else:
+            last = rec.patch_legacy_offsets(buf, offset)
+            entries = list(scan_entries(buf, seg.size))
+        try:
+            written = os.pwrite(seg.fd, buf, seg.size)
+            if written != len(buf):
+                raise OSError(f"short write: {written} of {len(buf)} bytes")
+        except OSError as e:
+            try:
+                os.ftruncate(seg.fd, seg.size)
+            except OSError:
+                pass
+            log.error("%s: write failed, nothing appended: %s", seg.path, e)
+            raise KafkaProtocolError(ErrorCode.KAFKA_STORAGE_ERROR, f"write failed: {e}") from None
+        seg.size += len(buf)
+        interval = self.config.index_interval_bytes
+        for e in entries:
+            seg.add_to_index(e, interval)
+        seg.next_offset = last + 1
+        self._unflushed_messages += last - first + 1
+        self.maybe_flush(now_ms)
+        return AppendInfo(first, last, append_time)
+
+    def _maybe_roll(self, incoming: int, now_ms: int) -> None:
+        seg = self.segments[-1]
+        if seg.size == 0:
+            return
+        if seg.size + incoming > self.config.segment_bytes or now_ms - seg.created_ms >= self.config.segment_ms:
+            self.roll(now_ms)
+
+    def roll(self, now_ms: int) -> None:
+        old = self.segments[-1]
+        os.fsync(old.fd)
+        old.write_index()
+        new = Segment(self.directory, self.log_end_offset, now_ms)
+        self.segments.append(new)
+        _fsync_dir(self.directory)
+        for cb in self._roll_callbacks:
+            cb(new.base_offset)
+
+    # ------------------------------------------------------------------ flush
+    def maybe_flush(self, now_ms: int) -> None:
+        if not self._unflushed_messages:
+            return
+        if (self._unflushed_messages >= self.config.flush_messages
+                or now_ms - self._last_flush_ms >= self.config.flush_ms):
+            self.flush(now_ms)
+
+    def flush(self, now_ms: int | None = None) -> None:
+        os.fsync(self.segments[-1].fd)
+        self._unflushed_messages = 0
+        if now_ms is not None:
+            self._last_flush_ms = now_ms
+
+    # ------------------------------------------------------------------ reads
+    def _check_offset(self, offset: int) -> None:
+        if offset < self.log_start_offset or offset > self.log_end_offset:
+            raise KafkaProtocolError(ErrorCode.OFFSET_OUT_OF_RANGE,
+                                     f"offset {offset} is outside {self.log_start_offset}..{self.log_end_offset}")
+
+    def _segment_for(self, offset: int) -> int:
+        bases = [s.base_offset for s in self.segments]
+        return max(0, bisect.bisect_right(bases, offset) - 1)
+
+    def read(self, offset: int, max_bytes: int) -> bytes:
+        """Whole entries from the one holding `offset`; at least one, even above max_bytes."""
+        self._check_offset(offset)
+        if offset == self.log_end_offset:
+            return b""
+        for seg in self.segments[self._segment_for(offset):]:
+            start = self._find(seg, offset)
+            if start is None:
+                continue
+            pos, first_size = start
+            want = max(max_bytes, first_size)
+            data = os.pread(seg.fd, min(want, seg.size - pos), pos)
+            end = 0
+            for e in scan_entries(data):
+                if e.position + e.size > len(data) or (end and e.position + e.size > max_bytes):
+                    break
+                end = e.position + e.size
+            return data[:end] if end < len(data) else data
+        return b""
+
+    def _find(self, seg: Segment, offset: int) -> tuple[int, int] | None:
+        """(position, size) of the first entry of `seg` whose last offset is >= offset."""
+        for e, _chunk in seg.entries_from(seg.position_for(offset)):
+            if e.last_offset >= offset:
+                return e.position, e.size
+        return None
+
+    def iter_batches_from(self, offset: int) -> Iterator[rec.BatchHeader]:
+        """v2 batch headers from the batch holding `offset` (for producer-state rebuilds and tail
+        lookups); v0/v1 messages carry no producer state and are skipped."""
+        self._check_offset(offset)
+        for seg in self.segments[self._segment_for(offset):]:
+            for e, _chunk in seg.entries_from(seg.position_for(offset)):
+                if e.last_offset >= offset and e.header is not None:
+                    yield e.header
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first entry whose max timestamp is >= `timestamp`."""
+        for seg in self.segments:
+            if seg.max_timestamp < timestamp:
+                continue
+            for e, _chunk in seg.entries_from(0):
+                if e.max_timestamp >= timestamp and e.last_offset >= self.log_start_offset:
+                    return max(e.first_offset, self.log_start_offset), e.max_timestamp
+        return None
+
+    # ------------------------------------------------------------------ deletion
+    def _write_start_offset(self) -> None:
+        path = self.directory / START_OFFSET_FILE
+        tmp = path.with_suffix(".tmp")
+        with open(tmp, "w") as f:
+            f.write(f"{self.log_start_offset}\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        _fsync_dir(self.directory)
+
+    def delete_records_before(self, offset: int) -> None:
+        if offset > self.log_end_offset:
+            raise KafkaProtocolError(ErrorCode.OFFSET_OUT_OF_RANGE,
+                                     f"offset {offset} is beyond the log end {self.log_end_offset}")
+        if offset <= self.log_start_offset:
+            return
+        self.log_start_offset = offset
+        self._write_start_offset()
+        self._delete_segments_below(offset, "DeleteRecords")
+
+    def _delete_segments_below(self, offset: int, why: str) -> None:
+        deleted = 0
+        while len(self.segments) > 1 and self.segments[1].base_offset <= offset:
+            seg = self.segments.pop(0)
+            seg.delete()
+            deleted += 1
+        if deleted:
+            log.info("%s: deleted %d segment(s) below offset %d (%s)", self.directory, deleted, offset, why)
+        for cb in self._delete_callbacks:
+            cb(self.log_start_offset)
+
+    def enforce_retention(self, now_ms: int) -> int:
+        """Delete whole non-active segments beyond retention.ms / retention.bytes; returns how many."""
+        cfg = self.config
+        doomed = 0
+        total = self.size_bytes
+        for seg in self.segments[:-1]:
+            too_old = cfg.retention_ms >= 0 and self._segment_age_ms(seg, now_ms) > cfg.retention_ms
+            too_big = cfg.retention_bytes >= 0 and total - seg.size >= cfg.retention_bytes
+            if not (too_old or too_big):
+                break
+            total -= seg.size
+            doomed += 1
+        if not doomed:
+            return 0
+        new_start = self.segments[doomed].base_offset
+        self.log_start_offset = max(self.log_start_offset, new_start)
+        self._write_start_offset()
+        self._delete_segments_below(new_start, "retention")
+        return doomed
+
+    @staticmethod
+    def _segment_age_ms(seg: Segment, now_ms: int) -> int:
+        if seg.max_timestamp >= 0:
+            return now_ms - seg.max_timestamp
+        try:
+            return now_ms - int(os.stat(seg.path).st_mtime * 1000)
+        except OSError:
+            return 0
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every entry at or above `offset` (whole entries)."""
+        if offset >= self.log_end_offset:
+            return
+        while len(self.segments) > 1 and self.segments[-1].base_offset >= offset:
+            self.segments.pop().delete()
+        seg = self.segments[-1]
+        cut = seg.size
+        for e, _chunk in seg.entries_from(seg.position_for(offset)):
+            if e.last_offset >= offset:
+                cut = e.position
+                break
+        seg.truncate(cut)
+        seg.load_or_rebuild(self.config.index_interval_bytes, validate=False)
+        if seg.size == 0:
+            seg.next_offset = max(seg.base_offset, min(offset, self.log_start_offset))
+
+    # ------------------------------------------------------------------ close
+    def close(self) -> None:
+        """Flush everything and leave a clean-shutdown marker so the next open skips recovery."""
+        if not self.segments or self.segments[-1].fd < 0:
+            return
+        active = self.segments[-1]
+        os.fsync(active.fd)
+        active.write_index()
+        for seg in self.segments:
+            seg.close()
+        (self.directory / CLEAN_SHUTDOWN).touch()
+        _fsync_dir(self.directory)

@@ -1,0 +1,206 @@
+"""All partitions of a broker: directories `<log dir>/<topic>-<partition>`, a durable topic
+registry (name, topic id, partition count, config overrides) and the periodic work (retention,
+flush policy, producer-id expiry).
+
+The registry is one JSON file per log dir, replaced atomically (write, fsync, rename, fsync the
+directory), so a crash leaves either the old or the new registry, never a mix. A partition
+directory without a registry entry is logged and left alone.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from oncelog.core.topic_config import effective_topic_config, parse_topic_configs
+from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
+from oncelog.storage.log import LogConfig, PartitionLog
+from oncelog.storage.partition import Partition
+
+log = logging.getLogger(__name__)
+
+REGISTRY = "__oncelog_topics.json"
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+
+
+@dataclass
+class TopicInfo:
+    name: str
+    topic_id: uuid.UUID
+    partitions: int
+    overrides: dict[str, str] = field(default_factory=dict)
+    log_dir: str = ""
+
+
+def check_topic_name(name: str) -> None:
+    if name in (".", "..") or not _LEGAL_TOPIC.match(name or ""):
+        raise KafkaProtocolError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                                 f"topic name {name!r}: 1-249 characters of [a-zA-Z0-9._-], not '.' or '..'")
+
+
+class LogManager:
+    def __init__(self, log_dirs: list[str], server_defaults: dict[str, Any],
+                 producer_config: dict[str, Any] | None = None) -> None:
+        self.log_dirs = [Path(d) for d in log_dirs]
+        self.server_defaults = dict(server_defaults)
+        self.producer_config = dict(producer_config or {})
+        self.topics: dict[str, TopicInfo] = {}
+        self._by_id: dict[uuid.UUID, str] = {}
+        self._partitions: dict[tuple[str, int], Partition] = {}
+        self.expiration_check_interval_ms = 600_000
+
+    # ------------------------------------------------------------------ open / close
+    def open(self, now_ms: int) -> None:
+        for d in self.log_dirs:
+            d.mkdir(parents=True, exist_ok=True)
+            path = d / REGISTRY
+            if not path.exists():
+                continue
+            for t in json.loads(path.read_text()):
+                info = TopicInfo(t["name"], uuid.UUID(t["topic_id"]), t["partitions"], t.get("overrides", {}), str(d))
+                self.topics[info.name] = info
+                self._by_id[info.topic_id] = info.name
+        for info in self.topics.values():
+            for p in range(info.partitions):
+                self._open_partition(info, p, now_ms)
+        known = {f"{t.name}-{p}" for t in self.topics.values() for p in range(t.partitions)}
+        for d in self.log_dirs:
+            for child in d.iterdir():
+                if child.is_dir() and re.match(r".+-\d+$", child.name) and child.name not in known:
+                    log.warning("%s: a partition directory with no topic in the registry; left alone", child)
+
+    def _open_partition(self, info: TopicInfo, index: int, now_ms: int) -> Partition:
+        directory = Path(info.log_dir) / f"{info.name}-{index}"
+        cfg = self._partition_config(info.name)
+        plog = PartitionLog.open(directory, LogConfig.from_topic_config(cfg), now_ms)
+        partition = Partition(info.name, index, plog, config=cfg, directory=directory, now_ms=now_ms)
+        self._partitions[(info.name, index)] = partition
+        return partition
+
+    def close(self) -> None:
+        for key, partition in list(self._partitions.items()):
+            try:
+                partition.close()
+            except Exception:
+                log.exception("closing partition %s-%d failed", *key)
+        self._partitions.clear()
+
+    # ------------------------------------------------------------------ lookups
+    def get_partition(self, topic: str, index: int) -> Partition | None:
+        return self._partitions.get((topic, index))
+
+    def partitions(self) -> Iterator[Partition]:
+        return iter(list(self._partitions.values()))
+
+    def topic_name(self, topic_id) -> str | None:
+        return self._by_id.get(topic_id)
+
+    def topic_config(self, name: str) -> dict[str, Any]:
+        return effective_topic_config(self.server_defaults, self.topics[name].overrides)
+
+    def _partition_config(self, name: str) -> dict[str, Any]:
+        return {**self.topic_config(name), **self.producer_config}
+
+    # ------------------------------------------------------------------ changes
+    def create_topic(self, name: str, partitions: int, overrides: dict[str, str], now_ms: int) -> TopicInfo:
+        check_topic_name(name)
+        if name in self.topics:
+            raise KafkaProtocolError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
+        if partitions < 1:
+            raise KafkaProtocolError(ErrorCode.INVALID_PARTITIONS, f"{partitions} partitions")
+        parse_topic_configs(overrides)
+        log_dir = min(self.log_dirs, key=lambda d: sum(
+            t.partitions for t in self.topics.values() if t.log_dir == str(d)))
+        info = TopicInfo(name, uuid.uuid4(), partitions, {k: str(v) for k, v in overrides.items()}, str(log_dir))
+        self.topics[name] = info
+        self._by_id[info.topic_id] = name
+        try:
+            self._save_registry(log_dir)
+            for p in range(partitions):
+                self._open_partition(info, p, now_ms)
+        except Exception:
+            self.topics.pop(name, None)
+            self._by_id.pop(info.topic_id, None)
+            raise
+        log.info("created topic %s (%s) with %d partitions%s", name, info.topic_id, partitions,
+                 f", overrides {info.overrides}" if info.overrides else "")
+        return info
+
+    def delete_topic(self, name: str) -> None:
+        info = self.topics.get(name)
+        if info is None:
+            raise KafkaProtocolError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}")
+        for p in range(info.partitions):
+            partition = self._partitions.pop((name, p), None)
+            if partition is not None:
+                partition.close()
+        del self.topics[name]
+        self._by_id.pop(info.topic_id, None)
+        self._save_registry(Path(info.log_dir))
+        for p in range(info.partitions):
+            directory = Path(info.log_dir) / f"{name}-{p}"
+            if directory.exists():
+                doomed = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}-delete")
+                directory.rename(doomed)
+                shutil.rmtree(doomed, ignore_errors=True)
+        log.info("deleted topic %s", name)
+
+    def alter_topic_config(self, name: str, set_: dict[str, str], delete: list[str]) -> None:
+        info = self.topics.get(name)
+        if info is None:
+            raise KafkaProtocolError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}")
+        parse_topic_configs(set_)
+        for key in delete:
+            parse_topic_configs({key: None})
+        overrides = {**info.overrides, **{k: str(v) for k, v in set_.items()}}
+        for key in delete:
+            overrides.pop(key, None)
+        info.overrides = overrides
+        self._save_registry(Path(info.log_dir))
+        self._apply_config(name)
+        log.info("topic %s: config overrides now %s", name, overrides)
+
+    def set_server_defaults(self, defaults: dict[str, Any]) -> None:
+        self.server_defaults = dict(defaults)
+        for name in self.topics:
+            self._apply_config(name)
+
+    def _apply_config(self, name: str) -> None:
+        cfg = self._partition_config(name)
+        for p in range(self.topics[name].partitions):
+            partition = self._partitions.get((name, p))
+            if partition is not None:
+                partition.log.config = LogConfig.from_topic_config(cfg)
+                partition.update_config(cfg)
+
+    def _save_registry(self, log_dir: Path) -> None:
+        entries = [{"name": t.name, "topic_id": str(t.topic_id), "partitions": t.partitions,
+                    "overrides": t.overrides} for t in self.topics.values() if t.log_dir == str(log_dir)]
+        path = log_dir / REGISTRY
+        tmp = path.with_suffix(".tmp")
+        with open(tmp, "w") as f:
+            json.dump(entries, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        fd = os.open(log_dir, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    # ------------------------------------------------------------------ periodic work
+    def tick(self, now_ms: int) -> None:
+        for key, partition in list(self._partitions.items()):
+            try:
+                partition.log.enforce_retention(now_ms)
+                partition.log.maybe_flush(now_ms)
+                partition.tick(now_ms, self.expiration_check_interval_ms)
+            except KafkaProtocolError as e:
+                log.warning("partition %s-%d maintenance: %s", key[0], key[1], e)
