@@ -1,0 +1,117 @@
+"""Spark connector benchmark: write and read N rows (100-byte values) through format("oncelog")
+beside Spark writing and reading the same cached DataFrame as Parquet, in the same run.
+
+    .venv/bin/python bench/spark_connector.py                 # embedded oncelog broker, 1,000,000 rows
+    .venv/bin/python bench/spark_connector.py --rows 200000 --bootstrap 127.0.0.1:9092
+
+Reads are forced to materialise every row with the `noop` sink. Ratios are Parquet time /
+connector time (1.0 = as fast as Parquet; the goal is >= 0.5)."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def timed(fn) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--value-bytes", type=int, default=100)
+    ap.add_argument("--partitions", type=int, default=4, help="topic partitions = DataFrame partitions")
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--bootstrap", help="an existing broker (default: start oncelog serve)")
+    ap.add_argument("--repeat", type=int, default=2, help="runs of each step; the best is reported")
+    ap.add_argument("--json", help="write the results here too")
+    args = ap.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="oncelog-spark-bench-"))
+    broker = None
+    if args.bootstrap is None:
+        from oncelog.testing.embedded import BrokerProcess
+        broker = BrokerProcess(work / "broker").start()
+        bootstrap, broker_name = broker.bootstrap, "oncelog serve (embedded)"
+    else:
+        bootstrap, broker_name = args.bootstrap, f"external {args.bootstrap}"
+    from oncelog.client import AdminClient
+    from oncelog.spark.session import local_session
+    spark = local_session(args.master, app="oncelog-spark-bench")
+    try:
+        n, vb, parts = args.rows, args.value_bytes, args.partitions
+        df = spark.range(n, numPartitions=parts).selectExpr(
+            "CAST(id AS STRING) AS key",
+            f"CAST(rpad(CAST(id AS STRING), {vb}, 'x') AS BINARY) AS value").cache()
+        assert df.count() == n
+        # warm-up: Python workers and both code paths, outside the timings
+        warm = f"bench-warm-{os.getpid()}"
+        with AdminClient({"bootstrap.servers": bootstrap}) as admin:
+            admin.create_topics([warm], num_partitions=parts)
+        df.limit(1000).write.format("oncelog").option("bootstrap.servers", bootstrap) \
+            .option("topic", warm).mode("append").save()
+        spark.read.format("oncelog").option("bootstrap.servers", bootstrap) \
+            .option("subscribe", warm).load().write.format("noop").mode("overwrite").save()
+        df.limit(1000).write.mode("overwrite").parquet(str(work / "warm.parquet"))
+
+        results: dict[str, list[float]] = {k: [] for k in
+                                           ("parquet_write", "parquet_read", "oncelog_write", "oncelog_read")}
+        mismatches: list[str] = []
+        for i in range(args.repeat):
+            pq = str(work / f"bench-{i}.parquet")
+            topic = f"bench-{os.getpid()}-{i}"
+            with AdminClient({"bootstrap.servers": bootstrap}) as admin:
+                admin.create_topics([topic], num_partitions=parts)
+            results["parquet_write"].append(timed(lambda: df.write.mode("overwrite").parquet(pq)))
+            results["parquet_read"].append(timed(
+                lambda: spark.read.parquet(pq).write.format("noop").mode("overwrite").save()))
+            results["oncelog_write"].append(timed(
+                lambda: df.write.format("oncelog").option("bootstrap.servers", bootstrap)
+                .option("topic", topic).mode("append").save()))
+            reader = (spark.read.format("oncelog").option("bootstrap.servers", bootstrap)
+                      .option("subscribe", topic))
+            results["oncelog_read"].append(timed(
+                lambda: reader.load().write.format("noop").mode("overwrite").save()))
+            got = reader.load().count()
+            if got != n:
+                mismatches.append(f"run {i}: read back {got:,} rows, wrote {n:,}")
+            shutil.rmtree(pq, ignore_errors=True)
+        best = {k: min(v) for k, v in results.items()}
+        out = {
+            "rows": n, "value_bytes": vb, "partitions": parts, "master": args.master,
+            "broker": broker_name, "python": platform.python_version(),
+            "cpus": os.cpu_count(), "runs": results, "best_s": best,
+            "ratio_write": best["parquet_write"] / best["oncelog_write"],
+            "ratio_read": best["parquet_read"] / best["oncelog_read"],
+            "oncelog_write_rows_per_s": n / best["oncelog_write"],
+            "oncelog_read_rows_per_s": n / best["oncelog_read"],
+        }
+        print(f"{n:,} rows x {vb} B, {parts} partitions, {args.master}, broker: {broker_name}")
+        print(f"{'step':<16}{'best s':>9}{'rows/s':>12}   all runs")
+        for k, v in best.items():
+            print(f"{k:<16}{v:>9.2f}{n / v:>12,.0f}   {', '.join(f'{x:.2f}' for x in results[k])}")
+        print(f"connector/Parquet speed ratio: write {out['ratio_write']:.2f}x, "
+              f"read {out['ratio_read']:.2f}x (goal >= 0.5x)")
+        if args.json:
+            Path(args.json).write_text(json.dumps(out, indent=2))
+        for m in mismatches:
+            print("ERROR:", m)
+        return 1 if mismatches else 0
+    finally:
+        spark.stop()
+        if broker is not None:
+            broker.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
