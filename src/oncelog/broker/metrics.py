@@ -7,6 +7,7 @@ import logging
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from oncelog.protocol.api import api_name
 from oncelog.storage.partition import PRODUCER_STATE_METRICS, producer_state_metrics
 
 log = logging.getLogger(__name__)
@@ -33,12 +34,20 @@ class BrokerMetrics:
                                           registry=self.registry)
         self.registry.register(_PartitionCollector(partitions))
         self._server = None
+        self._children: dict[int, tuple] = {}  # labelled children per API, looked up once
 
-    def observe(self, api: str, request_bytes: int, response_bytes: int, seconds: float) -> None:
-        self.requests.labels(api).inc()
-        self.request_bytes.labels(api).inc(request_bytes)
-        self.response_bytes.labels(api).inc(response_bytes)
-        self.latency.labels(api).observe(seconds)
+    def observe(self, api_key: int, request_bytes: int, response_bytes: int, seconds: float) -> None:
+        children = self._children.get(api_key)
+        if children is None:
+            api = api_name(api_key)
+            children = self._children[api_key] = (
+                self.requests.labels(api), self.request_bytes.labels(api),
+                self.response_bytes.labels(api), self.latency.labels(api))
+        requests, req_bytes, resp_bytes, latency = children
+        requests.inc()
+        req_bytes.inc(request_bytes)
+        resp_bytes.inc(response_bytes)
+        latency.observe(seconds)
 
     def serve(self, host: str, port: int) -> int:
         """Start the /metrics HTTP endpoint; returns its port."""

@@ -12,6 +12,7 @@ import asyncio
 import inspect
 import logging
 import socket
+import struct
 import time
 from collections import deque
 from pathlib import Path
@@ -133,8 +134,10 @@ class Broker:
             pass
 
     # ------------------------------------------------------------------ dispatch
-    async def dispatch(self, frame: memoryview, peer: str = "") -> bytes | None:
-        """The framed response, or None when the request gets none (Produce with acks=0)."""
+    def dispatch(self, frame: memoryview, peer: str = ""):
+        """The framed response, None when the request gets none (Produce with acks=0), or an
+        awaitable of either for handlers that wait (Fetch, JoinGroup...). Sync handlers answer
+        without a task switch, which is most of a small request's latency."""
         try:
             header = read_request_header(frame)
         except (ValueError, IndexError, UnicodeDecodeError) as e:
@@ -147,26 +150,42 @@ class Broker:
             raise BadRequest(f"unknown API key {api_key} from client {header.client_id!r}")
         if not supported[0] <= version <= supported[1]:
             if api_key == ApiKey.API_VERSIONS:
-                body = handler.unsupported_version()
-                return _framed(I32.pack(header.correlation_id), body)
+                return _framed(I32.pack(header.correlation_id), handler.unsupported_version())
             raise BadRequest(f"{api_name(api_key)} v{version} is not supported "
                              f"(this broker serves v{supported[0]}-v{supported[1]})")
-        body = frame[header.body_offset:]
-        CLIENT.set((header.client_id, peer))
         started = time.perf_counter()
         try:
-            result = handler.handle(self, version, body)
-            if inspect.isawaitable(result):
-                result = await result
-        except (ValueError, IndexError, TypeError, UnicodeDecodeError, EOFError) as e:
-            raise BadRequest(f"malformed {api_name(api_key)} v{version} request "
-                             f"(correlation id {header.correlation_id}): {e}") from None
-        if result is None:
-            self.metrics.observe(api_name(api_key), len(frame), 0, time.perf_counter() - started)
-            return None
-        response = _framed(response_header(api_key, version, header.correlation_id), result)
-        self.metrics.observe(api_name(api_key), len(frame), len(response), time.perf_counter() - started)
+            result = handler.handle(self, version, frame[header.body_offset:])
+        except _MALFORMED as e:
+            raise _malformed(header, e) from None
+        if inspect.isawaitable(result):
+            return self._finish_later(result, header, peer, len(frame), started)
+        return self._finish(result, header, len(frame), started)
+
+    async def _finish_later(self, pending, header, peer: str, request_size: int, started: float
+                            ) -> bytes | None:
+        # the handler's body runs here, in the connection's task: tell it who is asking
+        CLIENT.set((header.client_id, peer))
+        try:
+            result = await pending
+        except _MALFORMED as e:
+            raise _malformed(header, e) from None
+        return self._finish(result, header, request_size, started)
+
+    def _finish(self, result: bytes | None, header, request_size: int, started: float) -> bytes | None:
+        response = None if result is None else _framed(
+            response_header(header.api_key, header.api_version, header.correlation_id), result)
+        self.metrics.observe(header.api_key, request_size, len(response) if response else 0,
+                             time.perf_counter() - started)
         return response
+
+
+_MALFORMED = (ValueError, IndexError, TypeError, UnicodeDecodeError, EOFError, struct.error)
+
+
+def _malformed(header, e: Exception) -> BadRequest:
+    return BadRequest(f"malformed {api_name(header.api_key)} v{header.api_version} request "
+                      f"(correlation id {header.correlation_id}): {e}")
 
 
 def _framed(header: bytes, body: bytes) -> bytes:
@@ -195,6 +214,8 @@ class _Connection(asyncio.Protocol):
         self.wakeup = asyncio.Event()
         self.reading_paused = False
         self.closing = False
+        self.busy = False
+        self.current = None
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -215,12 +236,29 @@ class _Connection(asyncio.Protocol):
         except FrameError as e:
             self._refuse(str(e))
             return
-        if frames:
-            self.queue.extend(frames)
+        for frame in frames:
+            if self.busy or self.queue:
+                self.queue.append(frame)
+                continue
+            try:
+                response = self.broker.dispatch(frame, self.peer_host)
+            except BadRequest as e:
+                self._refuse(str(e))
+                return
+            except Exception:
+                self._internal_error()
+                return
+            if inspect.isawaitable(response):
+                self.busy = True
+                self.current = response
+                self.wakeup.set()
+            elif response is not None:
+                self.transport.write(response)
+        if len(self.queue) >= _MAX_QUEUED_FRAMES and not self.reading_paused:
+            self.reading_paused = True
+            self.transport.pause_reading()
+        if self.queue:
             self.wakeup.set()
-            if len(self.queue) >= _MAX_QUEUED_FRAMES and not self.reading_paused:
-                self.reading_paused = True
-                self.transport.pause_reading()
 
     def connection_lost(self, exc) -> None:
         self.closing = True
@@ -239,28 +277,39 @@ class _Connection(asyncio.Protocol):
             self.transport.close()
         self.wakeup.set()
 
+    def _internal_error(self) -> None:
+        log.exception("internal error handling a request from %s; closing that connection", self.peer)
+        self.broker.metrics.connections_closed.inc()
+        self.close()
+
     async def _work(self) -> None:
+        """Runs requests that wait, and whatever arrived behind them, in order."""
         while not self.closing:
-            if not self.queue:
+            if self.current is None and not self.queue:
+                self.busy = False
                 self.wakeup.clear()
                 await self.wakeup.wait()
                 continue
-            frame = self.queue.popleft()
-            if self.reading_paused and len(self.queue) < _MAX_QUEUED_FRAMES // 2:
-                self.reading_paused = False
-                self.transport.resume_reading()
+            self.busy = True
             try:
-                response = await self.broker.dispatch(frame, self.peer_host)
+                if self.current is not None:
+                    pending, self.current = self.current, None
+                    response = await pending
+                else:
+                    frame = self.queue.popleft()
+                    if self.reading_paused and len(self.queue) < _MAX_QUEUED_FRAMES // 2:
+                        self.reading_paused = False
+                        self.transport.resume_reading()
+                    response = self.broker.dispatch(frame, self.peer_host)
+                    if inspect.isawaitable(response):
+                        response = await response
             except BadRequest as e:
                 self._refuse(str(e))
                 return
             except asyncio.CancelledError:
                 raise
             except Exception:
-                log.exception("internal error handling a request from %s; closing that connection",
-                              self.peer)
-                self.broker.metrics.connections_closed.inc()
-                self.close()
+                self._internal_error()
                 return
             if response is not None and not self.closing:
                 self.transport.write(response)
