@@ -21,9 +21,6 @@ _counter = itertools.count()
 _which_broker: list[str] = []
 
 
-def pytest_report_header(config):
-    return "spark tests: broker chosen at first use (see 'spark broker:' line)"
-
 
 def _find_tansu():
     for base in sys.path:
@@ -184,3 +181,8 @@ def read_topic(spark, bootstrap, topic, **options):
     for k, v in options.items():
         reader = reader.option(k, v)
     return reader.load()
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _which_broker:
+        terminalreporter.write_line(f"spark tests ran against: {_which_broker[-1]}")

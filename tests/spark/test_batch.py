@@ -78,6 +78,24 @@ def test_subscribe_pattern(spark, spark_broker, make_topic, produce):
     assert sorted(r["topic"] for r in df.select("topic").collect()) == sorted([a] * 3 + [b] * 4)
 
 
+def test_fail_on_data_loss(spark, spark_broker, make_topic, produce, broker_name):
+    from oncelog.client import AdminClient
+    topic = make_topic(1)
+    produce(topic, [f"d{i}".encode() for i in range(100)])
+    try:
+        with AdminClient({"bootstrap.servers": spark_broker}) as admin:
+            admin.delete_records({(topic, 0): 50})
+    except Exception as e:  # noqa: BLE001
+        pytest.skip(f"{broker_name} cannot DeleteRecords: {e!r}")
+    start = f'{{"{topic}":{{"0":10}}}}'
+    with pytest.raises(Exception) as e:
+        read_topic(spark, spark_broker, topic, startingOffsets=start).count()
+    assert f"{topic}-0: offsets 10..49 were deleted" in _error_text(e)
+    assert "failOnDataLoss=false" in _error_text(e)
+    kept = read_topic(spark, spark_broker, topic, startingOffsets=start, failOnDataLoss="false")
+    assert sorted(r["offset"] for r in kept.select("offset").collect()) == list(range(50, 100))
+
+
 def _error_text(excinfo) -> str:
     return str(excinfo.value)
 

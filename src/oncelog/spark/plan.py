@@ -50,7 +50,10 @@ def topic_partitions(consumer: Consumer, ro: ReadOptions) -> list[tuple[str, int
         return sorted((t, p) for t in ro.subscribe for p in range(topics[t]))
     if ro.pattern is not None:
         rx = re.compile(ro.pattern)
-        return sorted((t, p) for t, n in topics.items() if rx.fullmatch(t) for p in range(n))
+        # internal topics ("__" prefix, e.g. the sink's commit markers) are never matched, as
+        # Kafka's consumers exclude internal topics from pattern subscriptions
+        return sorted((t, p) for t, n in topics.items()
+                      if not t.startswith("__") and rx.fullmatch(t) for p in range(n))
     out = []
     for t, ps in (ro.assign or {}).items():
         if t not in topics:
