@@ -41,6 +41,12 @@ _BROKER_ONLY = (
               "for more members before its first rebalance (Kafka: 3000).", minimum=0),
     ConfigDef("log.retention.check.interval.ms", "long", 300000, "How often retention and the "
               "flush policy run.", minimum=1),
+    ConfigDef("controller.quorum.bootstrap.servers", "string", "", "The controller's listener "
+              "(host:port). Empty: `oncelog serve` runs a controller in-process on loopback."),
+    ConfigDef("controller.sasl.plain.username", "string", "", "SASL/PLAIN user for the controller listener."),
+    ConfigDef("controller.sasl.plain.password", "string", "", "SASL/PLAIN password for the controller listener."),
+    ConfigDef("broker.heartbeat.interval.ms", "int", 500, "Heartbeats to the controller (Kafka: 2000).",
+              minimum=10),
     ConfigDef("metrics.port", "int", -1, "Prometheus /metrics HTTP port (-1: off, 0: any free "
               "port).", minimum=-1, maximum=65535),
     ConfigDef("metrics.host", "string", "127.0.0.1", "Address of the /metrics endpoint."),

@@ -19,10 +19,13 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from oncelog.broker.config import BrokerConfig, new_cluster_id
+from oncelog.broker.controller_client import ControllerClient
+from oncelog.broker.controller_link import ControllerLink
 from oncelog.broker.group_coordinator import GroupCoordinator
 from oncelog.broker.handlers import HANDLERS
 from oncelog.broker.local_producer_ids import LocalProducerIds
 from oncelog.broker.metrics import BrokerMetrics
+from oncelog.broker.producer_id_manager import ProducerIdManager
 from oncelog.broker.request_context import CLIENT
 from oncelog.protocol.api import BROKER_VERSIONS, ApiKey, api_name
 from oncelog.protocol.framing import FrameDecoder, FrameError
@@ -51,6 +54,9 @@ class Broker:
         self.logs.expiration_check_interval_ms = self.config["producer.id.expiration.check.interval.ms"]
         self.producer_ids = producer_ids
         self.groups: GroupCoordinator | None = None
+        self.controller_link: ControllerLink | None = None
+        self.fatal = asyncio.Event()  # set when the broker must stop (e.g. no cluster rights)
+        self.fatal_message = ""
         self.metrics = BrokerMetrics(self.logs.partitions)
         self.cluster_id = self.config["cluster.id"]
         self.host, self.port = "", 0
@@ -72,8 +78,6 @@ class Broker:
         self.logs.open(self.now_ms())
         self.groups = GroupCoordinator(GroupOffsetStore(first_dir / "__consumer_offsets"), self.now_ms,
                                        self.config["group.initial.rebalance.delay.ms"])
-        if self.producer_ids is None:
-            self.producer_ids = LocalProducerIds(first_dir)
         listener = self.config.listeners[0]
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(lambda: _Connection(self), listener.host or None,
@@ -88,6 +92,7 @@ class Broker:
             bind = listener.host
             self.advertised_host = bind if bind not in ("", "0.0.0.0", "::") else socket.getfqdn()
             self.advertised_port = self.port
+        await self._connect_controller(first_dir)
         if self.config["metrics.port"] >= 0:
             self.metrics_port = self.metrics.serve(self.config["metrics.host"], self.config["metrics.port"])
         self._ticker = asyncio.create_task(self._tick_loop())
@@ -96,7 +101,32 @@ class Broker:
                  ",".join(self.config.log_dirs))
         return self.host, self.port
 
+    async def _connect_controller(self, first_dir: Path) -> None:
+        """Producer ids from the controller's KIP-730 blocks when one is configured (the CLI always
+        configures one, in-process by default); a bare Broker() in tests uses a local allocator."""
+        address = self.config["controller.quorum.bootstrap.servers"]
+        if self.producer_ids is not None:
+            return
+        if not address:
+            self.producer_ids = LocalProducerIds(first_dir)
+            return
+        host, _, port = address.rpartition(":")
+        user, password = self.config["controller.sasl.plain.username"], self.config["controller.sasl.plain.password"]
+        self.controller_link = ControllerLink(ControllerClient(host, int(port), user, password), self.node_id,
+                                              self.cluster_id, self.advertised_host, self.advertised_port,
+                                              self.config["broker.heartbeat.interval.ms"])
+        await self.controller_link.register()
+        self.controller_link.start()
+        self.producer_ids = ProducerIdManager(ControllerClient(host, int(port), user, password), self.node_id,
+                                              lambda: self.controller_link.epoch, on_fatal=self._fatal)
+
+    def _fatal(self, message: str) -> None:
+        self.fatal_message = message
+        self.fatal.set()
+
     async def stop(self) -> None:
+        if self.controller_link is not None:
+            await self.controller_link.stop()
         if self._ticker is not None:
             self._ticker.cancel()
             await asyncio.gather(self._ticker, return_exceptions=True)

@@ -63,8 +63,34 @@ def serve(properties, overrides, listeners, advertised_listeners, log_dirs, log_
         pass
 
 
+async def _in_process_controller(config: BrokerConfig):
+    """The single-node default: a controller in this process, reached over loopback through the
+    same SASL-authenticated request path a separate controller uses."""
+    import secrets
+    from pathlib import Path
+
+    from oncelog.broker.local_producer_ids import LocalProducerIds
+    from oncelog.controller.service import Controller, ControllerConfig
+
+    data = Path(config.log_dirs[0])
+    data.mkdir(parents=True, exist_ok=True)
+    password = secrets.token_urlsafe(16)
+    # KIP-730's upgrade rule: ids reserved by the local allocator of an older data dir stay used
+    floor = LocalProducerIds(data).highest_reserved
+    controller = Controller(ControllerConfig(str(data / "__cluster_metadata"), users={"oncelog-broker": password},
+                                             cluster_principals={"oncelog-broker"}, producer_id_floor=floor))
+    host, port = await controller.start()
+    config.update({"controller.quorum.bootstrap.servers": f"{host}:{port}",
+                   "controller.sasl.plain.username": "oncelog-broker",
+                   "controller.sasl.plain.password": password})
+    return controller
+
+
 async def _serve(config: BrokerConfig) -> None:
     from oncelog.broker.server import Broker
+    controller = None
+    if not config["controller.quorum.bootstrap.servers"]:
+        controller = await _in_process_controller(config)
     broker = Broker(config)
     host, port = await broker.start()
     advertised = f"{broker.advertised_host}:{broker.advertised_port}"
@@ -77,9 +103,46 @@ async def _serve(config: BrokerConfig) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    click.echo("oncelog: shutting down")
+    stopped = asyncio.ensure_future(stop.wait())
+    failed = asyncio.ensure_future(broker.fatal.wait())
+    await asyncio.wait([stopped, failed], return_when=asyncio.FIRST_COMPLETED)
+    click.echo("oncelog: shutting down" + (f": {broker.fatal_message}" if broker.fatal.is_set() else ""))
     await broker.stop()
+    if controller is not None:
+        await controller.stop()
+    if broker.fatal.is_set():
+        raise SystemExit(2)
+
+
+@oncelog.command("controller")
+@click.option("--metadata-dir", required=True, help="Where the metadata log and snapshots live.")
+@click.option("--listener", default="127.0.0.1:0", show_default=True, help="host:port of the controller listener.")
+@click.option("--user", "users", multiple=True, metavar="NAME:PASSWORD", help="A SASL/PLAIN user (repeatable).")
+@click.option("--cluster-principal", "principals", multiple=True, metavar="NAME",
+              help="A user with cluster rights (repeatable); others get CLUSTER_AUTHORIZATION_FAILED.")
+@click.option("--session-timeout-ms", default=3000, show_default=True, help="A broker silent this long is dead.")
+@click.option("--producer-id-floor", default=0, show_default=True, help="Never issue producer ids below this.")
+@click.option("--log-level", default="INFO", show_default=True)
+def controller_command(metadata_dir, listener, users, principals, session_timeout_ms, producer_id_floor,
+                       log_level) -> None:
+    """Run a controller on its own (for `serve --brokers N` and tests)."""
+    from oncelog.controller.service import Controller, ControllerConfig
+    logs.configure(log_level)
+    host, _, port = listener.rpartition(":")
+    creds = dict(u.split(":", 1) for u in users)
+
+    async def run() -> None:
+        c = Controller(ControllerConfig(metadata_dir, host, int(port), creds, set(principals), session_timeout_ms,
+                                        producer_id_floor))
+        h, p = await c.start()
+        click.echo(f"oncelog: controller listening on {h}:{p}")
+        sys.stdout.flush()
+        stop = asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+        await stop.wait()
+        await c.stop()
+    asyncio.run(run())
 
 
 oncelog.add_command(perf)

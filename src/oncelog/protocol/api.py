@@ -31,6 +31,13 @@ class ApiKey(IntEnum):
     INCREMENTAL_ALTER_CONFIGS = 44
     DESCRIBE_CLUSTER = 60
     DESCRIBE_PRODUCERS = 61
+    # controller listener
+    SASL_HANDSHAKE = 17
+    SASL_AUTHENTICATE = 36
+    ALTER_PARTITION_REASSIGNMENTS = 45
+    BROKER_REGISTRATION = 62
+    BROKER_HEARTBEAT = 63
+    ALLOCATE_PRODUCER_IDS = 67
 
 
 # (min, max) served by the broker. Produce v14 is KIP-1269's (v13 on the wire + tagged fields).
@@ -59,6 +66,21 @@ BROKER_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_PRODUCERS: (0, 0),
 }
 
+# (min, max) served on the controller listener
+CONTROLLER_VERSIONS: dict[int, tuple[int, int]] = {
+    ApiKey.API_VERSIONS: (0, 3),
+    ApiKey.SASL_HANDSHAKE: (1, 1),
+    ApiKey.SASL_AUTHENTICATE: (0, 2),
+    ApiKey.BROKER_REGISTRATION: (0, 1),
+    ApiKey.BROKER_HEARTBEAT: (0, 0),
+    ApiKey.ALLOCATE_PRODUCER_IDS: (0, 0),
+    ApiKey.METADATA: (12, 12),
+    ApiKey.CREATE_TOPICS: (7, 7),
+    ApiKey.DELETE_TOPICS: (6, 6),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: (1, 1),
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0),
+}
+
 # first version using flexible encoding (request header v2, response header v1, compact types)
 FIRST_FLEXIBLE: dict[int, int] = {
     ApiKey.PRODUCE: 9, ApiKey.FETCH: 12, ApiKey.LIST_OFFSETS: 6, ApiKey.METADATA: 9,
@@ -68,8 +90,8 @@ FIRST_FLEXIBLE: dict[int, int] = {
     ApiKey.API_VERSIONS: 3, ApiKey.CREATE_TOPICS: 5, ApiKey.DELETE_TOPICS: 4,
     ApiKey.DELETE_RECORDS: 2, ApiKey.INIT_PRODUCER_ID: 2, ApiKey.DESCRIBE_CONFIGS: 4,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: 1, ApiKey.DESCRIBE_CLUSTER: 0, ApiKey.DESCRIBE_PRODUCERS: 0,
-    # controller listener APIs
-    17: 1 << 15, 36: 2, 62: 0, 63: 0, 67: 0,
+    ApiKey.SASL_HANDSHAKE: 1 << 15, ApiKey.SASL_AUTHENTICATE: 2, ApiKey.ALTER_PARTITION_REASSIGNMENTS: 0,
+    ApiKey.BROKER_REGISTRATION: 0, ApiKey.BROKER_HEARTBEAT: 0, ApiKey.ALLOCATE_PRODUCER_IDS: 0,
 }
 
 # kio's package name per API (kio.schema.<name>.v<N>.request / .response)
@@ -85,8 +107,10 @@ KIO_NAMES: dict[int, str] = {
     ApiKey.DESCRIBE_CONFIGS: "describe_configs",
     ApiKey.INCREMENTAL_ALTER_CONFIGS: "incremental_alter_configs",
     ApiKey.DESCRIBE_CLUSTER: "describe_cluster", ApiKey.DESCRIBE_PRODUCERS: "describe_producers",
-    17: "sasl_handshake", 36: "sasl_authenticate", 62: "broker_registration",
-    63: "broker_heartbeat", 67: "allocate_producer_ids",
+    ApiKey.SASL_HANDSHAKE: "sasl_handshake", ApiKey.SASL_AUTHENTICATE: "sasl_authenticate",
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: "alter_partition_reassignments",
+    ApiKey.BROKER_REGISTRATION: "broker_registration", ApiKey.BROKER_HEARTBEAT: "broker_heartbeat",
+    ApiKey.ALLOCATE_PRODUCER_IDS: "allocate_producer_ids",
 }
 
 

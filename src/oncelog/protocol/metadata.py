@@ -35,6 +35,7 @@ class TopicEntry:
     topic_id: uuid.UUID = NULL_UUID
     partitions: tuple[PartitionEntry, ...] = ()
     message_format_magic: int = 2
+    extra_tags: dict[int, bytes] | None = None  # the controller's own fields for brokers
 
 
 def encode_response(version: int, brokers: list[BrokerEntry], cluster_id: str | None,
@@ -73,7 +74,9 @@ def encode_response(version: int, brokers: list[BrokerEntry], cluster_id: str | 
         if version >= 8:
             out.append(I32.pack(_AUTHORIZED_OPERATIONS_OMITTED))
         if flex:
-            tags = {TAG_MESSAGE_FORMAT_VERSION: I8.pack(t.message_format_magic)} if t.message_format_magic < 2 else None
+            tags = dict(t.extra_tags or {})
+            if t.message_format_magic < 2:
+                tags[TAG_MESSAGE_FORMAT_VERSION] = I8.pack(t.message_format_magic)
             out.append(tagged_fields(tags))
     if 8 <= version <= 10:
         out.append(I32.pack(_AUTHORIZED_OPERATIONS_OMITTED))

@@ -1,0 +1,105 @@
+"""A broker's connection to the controller listener: SASL/PLAIN, then Kafka requests in order.
+
+Used for registration and heartbeats, producer-id blocks (KIP-730) and, in a cluster, the
+metadata view and forwarded topic changes. One request at a time per connection keeps it simple;
+the callers (heartbeat loop, id prefetch, metadata poll) each hold their own client.
+"""
+from __future__ import annotations
+
+import asyncio
+import io
+import itertools
+import struct
+from typing import Any
+
+from kio.serial import entity_reader, entity_writer
+
+from oncelog.protocol import entities
+from oncelog.protocol.api import ApiKey, is_flexible
+from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
+from oncelog.protocol.primitives import I16, I32, Reader, string
+
+
+class ControllerUnavailable(ConnectionError):
+    """The controller could not be reached or closed the connection."""
+
+
+class ControllerClient:
+    def __init__(self, host: str, port: int, username: str, password: str, client_id: str = "oncelog-broker",
+                 timeout_s: float = 10.0) -> None:
+        self.host, self.port = host, port
+        self.username, self.password = username, password
+        self.client_id = client_id
+        self.timeout_s = timeout_s
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._ids = itertools.count(1)
+        self._lock = asyncio.Lock()
+
+    async def _connect(self) -> None:
+        try:
+            self._reader, self._writer = await asyncio.wait_for(
+                asyncio.open_connection(self.host, self.port), self.timeout_s)
+        except (OSError, asyncio.TimeoutError) as e:
+            raise ControllerUnavailable(f"controller {self.host}:{self.port}: {e}") from None
+        hs = await self._call(ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN")
+        if hs.error_code != 0:
+            raise KafkaProtocolError(ErrorCode(int(hs.error_code)), "controller refused SASL/PLAIN")
+        token = b"\x00" + self.username.encode() + b"\x00" + self.password.encode()
+        auth = await self._call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=token)
+        if auth.error_code != 0:
+            self.close()
+            raise KafkaProtocolError(ErrorCode(int(auth.error_code)), auth.error_message)
+
+    async def request(self, api_key: int, version: int, **fields: Any):
+        """Send one request and return the decoded kio response entity."""
+        async with self._lock:
+            if self._writer is None:
+                await self._connect()
+            try:
+                return await self._call(api_key, version, **fields)
+            except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError) as e:
+                self.close()
+                raise ControllerUnavailable(f"controller {self.host}:{self.port}: {e!r}") from None
+
+    async def raw(self, api_key: int, version: int, body: bytes) -> bytes:
+        """Send a pre-encoded request body; returns the response body (after its header)."""
+        async with self._lock:
+            if self._writer is None:
+                await self._connect()
+            try:
+                return await self._exchange(api_key, version, body)
+            except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError) as e:
+                self.close()
+                raise ControllerUnavailable(f"controller {self.host}:{self.port}: {e!r}") from None
+
+    async def _call(self, api_key: int, version: int, **fields: Any):
+        request = entities.make(entities.entity_class(api_key, version, "request"), **fields)
+        buf = io.BytesIO()
+        entity_writer(type(request))(buf, request)
+        body = await self._exchange(api_key, version, buf.getvalue())
+        value, _ = entity_reader(entities.entity_class(api_key, version, "response"))(body, 0)
+        return value
+
+    async def _exchange(self, api_key: int, version: int, body: bytes) -> bytes:
+        assert self._reader is not None and self._writer is not None
+        corr = next(self._ids)
+        header = I16.pack(api_key) + I16.pack(version) + I32.pack(corr) + string(self.client_id, False)
+        flexible = is_flexible(api_key, version)
+        if flexible:
+            header += b"\x00"
+        self._writer.write(I32.pack(len(header) + len(body)) + header + body)
+        await self._writer.drain()
+        size = struct.unpack(">i", await asyncio.wait_for(self._reader.readexactly(4), self.timeout_s))[0]
+        data = await asyncio.wait_for(self._reader.readexactly(size), self.timeout_s)
+        r = Reader(data)
+        if r.i32() != corr:
+            raise ControllerUnavailable("correlation id mismatch from the controller")
+        if flexible and api_key != ApiKey.API_VERSIONS:
+            r.skip_tags()
+        return data[r.pos:]
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        self._reader = self._writer = None

@@ -1,0 +1,397 @@
+"""The controller: owns cluster metadata (producer-id blocks, broker registrations, topics and
+partition leaders) in its metadata log and serves it on its own listener, in Kafka's request
+format, to authenticated brokers and admin tools.
+
+Every change is decided by a pure function (core.producer_ids, core.leadership), appended and
+fsynced, then replayed; the reply goes out only after that, so a reply never describes state a
+crash could lose. Callers authenticate with SASL/PLAIN; only principals with cluster rights may
+register, allocate ids or change topics (others get CLUSTER_AUTHORIZATION_FAILED).
+Liveness: a broker that misses heartbeats for `broker.session.timeout.ms` is considered dead and
+its partitions get new leaders (with a higher leader epoch).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import struct
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from oncelog.core.leadership import NO_LEADER, Leadership
+from oncelog.core.producer_ids import BROKER, PID_BLOCK, ControllerState, TokenBucket
+from oncelog.core.topic_config import parse_topic_configs
+from oncelog.protocol import entities
+from oncelog.protocol import metadata as md
+from oncelog.protocol.api import CONTROLLER_VERSIONS, ApiKey, api_name
+from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
+from oncelog.protocol.headers import read_request_header, response_header
+from oncelog.protocol.primitives import I16, I32
+from oncelog.storage.metadata_log import MetadataLog
+
+log = logging.getLogger("oncelog.controller")
+
+SNAPSHOT_EVERY = 1000
+TAG_TOPIC_OVERRIDES = 10001  # controller -> broker Metadata: a topic's config overrides as JSON
+_OPEN_APIS = {ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE}
+
+
+@dataclass
+class ControllerConfig:
+    metadata_dir: str
+    host: str = "127.0.0.1"
+    port: int = 0
+    users: dict[str, str] = field(default_factory=dict)      # SASL/PLAIN user -> password
+    cluster_principals: set[str] = field(default_factory=set)  # users with cluster rights
+    session_timeout_ms: int = 3000
+    producer_id_floor: int = 0
+    allocations_per_s: float = 200.0
+    allocation_burst: int = 50
+
+
+class Controller:
+    def __init__(self, config: ControllerConfig, clock=time.time) -> None:
+        self.config = config
+        self._clock = clock
+        self.log = MetadataLog(config.metadata_dir)
+        self.state = ControllerState()
+        self.leadership = Leadership()
+        self._load()
+        self.live: dict[int, int] = {}  # broker id -> last heartbeat (ms)
+        self.rate = TokenBucket(config.allocations_per_s, config.allocation_burst)
+        self._server: asyncio.base_events.Server | None = None
+        self._watch: asyncio.Task | None = None
+        self._lock = asyncio.Lock()
+        self.address: tuple[str, int] = ("", 0)
+        self._commit(self.state.decide_floor(config.producer_id_floor))
+
+    def now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    # ------------------------------------------------------------------ state
+    def _load(self) -> None:
+        start = 0
+        snap = self.log.latest_snapshot()
+        if snap is not None:
+            start, data = snap
+            self.state = ControllerState.from_snapshot(data["producer_ids"])
+            for r in data["leadership"]:
+                self.leadership.replay(r)
+        for _offset, record in self.log.read(start):
+            self._replay(record)
+        log.info("controller state: next producer id %d, %d brokers, %d topics, metadata log at %d",
+                 self.state.next_producer_id, len(self.state.brokers), len(self.leadership.topics),
+                 self.log.end_offset)
+
+    def _replay(self, record: dict) -> None:
+        if record["type"] in (PID_BLOCK, BROKER):
+            self.state.replay(record)
+        else:
+            self.leadership.replay(record)
+
+    def _commit(self, records: list[dict]) -> None:
+        """Append + fsync, then replay: the only way state changes."""
+        if not records:
+            return
+        before = self.log.end_offset
+        self.log.append(records)
+        for r in records:
+            self._replay(r)
+        if self.log.end_offset // SNAPSHOT_EVERY > before // SNAPSHOT_EVERY:
+            self.snapshot()
+
+    def snapshot(self) -> None:
+        records = []
+        for t in self.leadership.topics.values():
+            records.append({"type": "topic", "name": t.name, "topic_id": t.topic_id,
+                            "partitions": t.partitions, "overrides": t.overrides})
+        for (topic, p), (leader, epoch) in sorted(self.leadership.leaders.items()):
+            records.append({"type": "leader", "topic": topic, "partition": p, "leader": leader, "epoch": epoch})
+        self.log.write_snapshot(self.log.end_offset, {"producer_ids": self.state.to_snapshot(),
+                                                       "leadership": records})
+
+    def live_brokers(self) -> list[int]:
+        return sorted(self.live)
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> tuple[str, int]:
+        self._server = await asyncio.start_server(self._serve, self.config.host, self.config.port)
+        self.address = self._server.sockets[0].getsockname()[:2]
+        self._watch = asyncio.create_task(self._watch_liveness())
+        log.info("controller accepts brokers on %s:%d", *self.address)
+        return self.address
+
+    async def stop(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+            await asyncio.gather(self._watch, return_exceptions=True)
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+        self.snapshot()
+        self.log.close()
+
+    async def _watch_liveness(self) -> None:
+        while True:
+            await asyncio.sleep(min(0.25, self.config.session_timeout_ms / 4000))
+            now = self.now_ms()
+            dead = [b for b, seen in self.live.items() if now - seen > self.config.session_timeout_ms]
+            if dead:
+                for b in dead:
+                    del self.live[b]
+                    log.warning("broker %d missed heartbeats for %d ms: moving its partitions", b,
+                                self.config.session_timeout_ms)
+                async with self._lock:
+                    self._commit(self.leadership.decide_brokers_changed(self.live_brokers()))
+
+    # ------------------------------------------------------------------ connections
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        principal: str | None = None
+        handshake_done = False
+        try:
+            while True:
+                size = struct.unpack(">i", await reader.readexactly(4))[0]
+                if not 0 <= size <= 10 << 20:
+                    log.warning("controller: frame of %d bytes from %s, closing", size, peer)
+                    return
+                frame = memoryview(await reader.readexactly(size))
+                h = read_request_header(frame)
+                versions = CONTROLLER_VERSIONS.get(h.api_key)
+                if versions is None or not versions[0] <= h.api_version <= versions[1]:
+                    if h.api_key == ApiKey.API_VERSIONS:
+                        body = I16.pack(ErrorCode.UNSUPPORTED_VERSION) + self._version_list()
+                        writer.write(_framed(I32.pack(h.correlation_id), body))
+                        continue
+                    log.warning("controller: %s v%d from %s is not served, closing",
+                                api_name(h.api_key), h.api_version, peer)
+                    return
+                body = frame[h.body_offset:]
+                if h.api_key not in _OPEN_APIS and principal is None:
+                    log.warning("controller: %s from unauthenticated %s, closing", api_name(h.api_key), peer)
+                    return
+                if h.api_key == ApiKey.SASL_HANDSHAKE:
+                    handshake_done = True
+                    answer = self._sasl_handshake(h.api_version, body)
+                elif h.api_key == ApiKey.SASL_AUTHENTICATE:
+                    if not handshake_done:
+                        return
+                    answer, principal = self._sasl_authenticate(h.api_version, body)
+                else:
+                    answer = await self._handle(h.api_key, h.api_version, body, principal)
+                writer.write(_framed(response_header(h.api_key, h.api_version, h.correlation_id), answer))
+                await writer.drain()
+                if h.api_key == ApiKey.SASL_AUTHENTICATE and principal is None:
+                    return
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
+            pass  # the peer went away, or the controller is stopping
+        except entities.MalformedRequest as e:
+            log.warning("controller: malformed request from %s: %s", peer, e)
+        finally:
+            writer.close()
+
+    def _version_list(self) -> bytes:
+        out = [I32.pack(len(CONTROLLER_VERSIONS))]
+        for k, (lo, hi) in sorted(CONTROLLER_VERSIONS.items()):
+            out.append(I16.pack(k) + I16.pack(lo) + I16.pack(hi))
+        return b"".join(out)
+
+    def _sasl_handshake(self, version: int, body) -> bytes:
+        r = entities.decode_request(ApiKey.SASL_HANDSHAKE, version, body)
+        code = ErrorCode.NONE if r.mechanism == "PLAIN" else ErrorCode.UNSUPPORTED_SASL_MECHANISM
+        return entities.ResponseBuilder(ApiKey.SASL_HANDSHAKE, version).encode(error_code=code, mechanisms=("PLAIN",))
+
+    def _sasl_authenticate(self, version: int, body) -> tuple[bytes, str | None]:
+        r = entities.decode_request(ApiKey.SASL_AUTHENTICATE, version, body)
+        rb = entities.ResponseBuilder(ApiKey.SASL_AUTHENTICATE, version)
+        parts = bytes(r.auth_bytes).split(b"\x00")
+        user = password = None
+        if len(parts) == 3:
+            user, password = parts[1].decode(errors="replace"), parts[2].decode(errors="replace")
+        if user is None or self.config.users.get(user) != password:
+            log.warning("controller: SASL/PLAIN authentication failed for %r", user)
+            return rb.encode(error_code=ErrorCode.SASL_AUTHENTICATION_FAILED,
+                             error_message="authentication failed: invalid username or password",
+                             auth_bytes=b"", session_lifetime=0), None
+        return rb.encode(error_code=ErrorCode.NONE, error_message=None, auth_bytes=b"", session_lifetime=0), user
+
+    # ------------------------------------------------------------------ requests
+    async def _handle(self, api_key: int, version: int, body, principal: str) -> bytes:
+        r = entities.decode_request(api_key, version, body)
+        rb = entities.ResponseBuilder(api_key, version)
+        authorized = principal in self.config.cluster_principals
+        if api_key == ApiKey.API_VERSIONS:
+            entry = lambda k, lo, hi: rb("ApiVersion", api_key=k, min_version=lo, max_version=hi)  # noqa: E731
+            return rb.encode(error_code=0, api_keys=tuple(entry(k, *v) for k, v in sorted(CONTROLLER_VERSIONS.items())),
+                             throttle_time=0, supported_features=(), finalized_features_epoch=-1,
+                             finalized_features=(), zk_migration_ready=False)
+        async with self._lock:
+            if api_key == ApiKey.ALLOCATE_PRODUCER_IDS:
+                return self._allocate(rb, r, principal, authorized)
+            if api_key == ApiKey.BROKER_REGISTRATION:
+                return self._register(rb, r, authorized)
+            if api_key == ApiKey.BROKER_HEARTBEAT:
+                return self._heartbeat(rb, r, authorized)
+            if api_key == ApiKey.METADATA:
+                return self._metadata(version)
+            if api_key == ApiKey.CREATE_TOPICS:
+                return self._create_topics(rb, r, authorized)
+            if api_key == ApiKey.DELETE_TOPICS:
+                return self._delete_topics(rb, r, authorized)
+            if api_key == ApiKey.INCREMENTAL_ALTER_CONFIGS:
+                return self._alter_configs(rb, r, authorized)
+            if api_key == ApiKey.ALTER_PARTITION_REASSIGNMENTS:
+                return self._reassign(rb, r, authorized)
+        raise entities.MalformedRequest(f"{api_name(api_key)} is not served by the controller")
+
+    def _allocate(self, rb, r, principal: str, authorized: bool) -> bytes:
+        fail = dict(throttle_time=0, producer_id_start=-1, producer_id_len=0)
+        if not authorized:
+            log.warning("controller: %r has no cluster rights: AllocateProducerIds refused", principal)
+            return rb.encode(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, **fail)
+        throttle = self.rate.take(principal, self.now_ms())
+        if throttle:
+            return rb.encode(error_code=ErrorCode.THROTTLING_QUOTA_EXCEEDED,
+                             **{**fail, "throttle_time": throttle})
+        try:
+            records, block = self.state.decide_allocate(int(r.broker_id), int(r.broker_epoch))
+        except KafkaProtocolError as e:
+            return rb.encode(error_code=e.code, **fail)
+        self._commit(records)
+        log.info("controller: producer ids %d..%d to broker %d (epoch %d)", block.first, block.last,
+                 block.broker_id, int(r.broker_epoch))
+        return rb.encode(throttle_time=0, error_code=ErrorCode.NONE, producer_id_start=block.first,
+                         producer_id_len=block.size)
+
+    def _register(self, rb, r, authorized: bool) -> bytes:
+        if not authorized:
+            return rb.encode(throttle_time=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, broker_epoch=-1)
+        listener = r.listeners[0] if r.listeners else None
+        records, epoch = self.state.decide_register(int(r.broker_id), listener.host if listener else "",
+                                                    int(listener.port) if listener else -1)
+        self._commit(records)
+        self.live[int(r.broker_id)] = self.now_ms()
+        self._commit(self.leadership.decide_brokers_changed(self.live_brokers()))
+        log.info("controller: broker %d registered with epoch %d at %s:%s", int(r.broker_id), epoch,
+                 listener.host if listener else "?", listener.port if listener else "?")
+        return rb.encode(throttle_time=0, error_code=ErrorCode.NONE, broker_epoch=epoch)
+
+    def _heartbeat(self, rb, r, authorized: bool) -> bytes:
+        flags = dict(throttle_time=0, is_caught_up=True, is_fenced=False, should_shut_down=False)
+        if not authorized:
+            return rb.encode(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, **flags)
+        try:
+            self.state.check_broker_epoch(int(r.broker_id), int(r.broker_epoch))
+        except KafkaProtocolError as e:
+            return rb.encode(error_code=e.code, **{**flags, "is_fenced": True})
+        first = int(r.broker_id) not in self.live
+        self.live[int(r.broker_id)] = self.now_ms()
+        if first:
+            self._commit(self.leadership.decide_brokers_changed(self.live_brokers()))
+        return rb.encode(error_code=ErrorCode.NONE, **flags)
+
+    def _metadata(self, version: int) -> bytes:
+        brokers = [md.BrokerEntry(b.broker_id, b.host, b.port) for b in self.state.brokers.values()
+                   if b.broker_id in self.live]
+        topics = []
+        for t in self.leadership.topics.values():
+            parts = []
+            for p in range(t.partitions):
+                leader, epoch = self.leadership.leaders.get((t.name, p), (NO_LEADER, 0))
+                parts.append(md.PartitionEntry(p, 0 if leader != NO_LEADER else ErrorCode.LEADER_NOT_AVAILABLE,
+                                               leader, epoch))
+            entry = md.TopicEntry(t.name, 0, uuid.UUID(t.topic_id), tuple(parts))
+            entry.extra_tags = {TAG_TOPIC_OVERRIDES: json.dumps(t.overrides).encode()}
+            topics.append(entry)
+        return md.encode_response(version, brokers, None, -1, topics)
+
+    def _check(self, authorized: bool) -> None:
+        if not authorized:
+            raise KafkaProtocolError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "no cluster rights")
+
+    def _create_topics(self, rb, r, authorized: bool) -> bytes:
+        results = []
+        for t in r.topics:
+            try:
+                self._check(authorized)
+                overrides = {c.name: c.value for c in t.configs if c.value is not None}
+                parse_topic_configs(overrides)
+                n = int(t.num_partitions)
+                if n < 1:
+                    raise KafkaProtocolError(ErrorCode.INVALID_PARTITIONS, f"{n} partitions")
+                topic_id = uuid.uuid4()
+                records = self.leadership.decide_create_topic(str(t.name), str(topic_id), n, overrides,
+                                                              self.live_brokers())
+                if not r.validate_only:
+                    self._commit(records)
+                results.append(rb("CreatableTopicResult", name=t.name, topic_id=topic_id, error_code=0,
+                                  error_message=None, num_partitions=n, replication_factor=1, configs=None))
+            except KafkaProtocolError as e:
+                results.append(rb("CreatableTopicResult", name=t.name, topic_id=None, error_code=e.code,
+                                  error_message=e.message, num_partitions=-1, replication_factor=-1, configs=None))
+        return rb.encode(throttle_time=0, topics=tuple(results))
+
+    def _delete_topics(self, rb, r, authorized: bool) -> bytes:
+        results = []
+        for t in r.topics:
+            code, message = ErrorCode.NONE, None
+            try:
+                self._check(authorized)
+                self._commit(self.leadership.decide_delete_topic(str(t.name)))
+            except KafkaProtocolError as e:
+                code, message = e.code, e.message
+            results.append(rb("DeletableTopicResult", name=t.name, topic_id=t.topic_id, error_code=code,
+                              error_message=message))
+        return rb.encode(throttle_time=0, responses=tuple(results))
+
+    def _alter_configs(self, rb, r, authorized: bool) -> bytes:
+        out = []
+        for res in r.resources:
+            code, message = ErrorCode.NONE, None
+            try:
+                self._check(authorized)
+                topic = self.leadership.topics.get(str(res.resource_name))
+                if int(res.resource_type) != 2 or topic is None:
+                    raise KafkaProtocolError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {res.resource_name!r}")
+                overrides = dict(topic.overrides)
+                for c in res.configs:
+                    if int(c.config_operation) == 0:
+                        overrides[c.name] = c.value
+                    elif int(c.config_operation) == 1:
+                        overrides.pop(c.name, None)
+                    else:
+                        raise KafkaProtocolError(ErrorCode.INVALID_CONFIG, "only SET and DELETE")
+                parse_topic_configs(overrides)
+                if not r.validate_only:
+                    self._commit(self.leadership.decide_topic_config(topic.name, overrides))
+            except KafkaProtocolError as e:
+                code, message = e.code, e.message
+            out.append(rb("AlterConfigsResourceResponse", error_code=code, error_message=message,
+                          resource_type=res.resource_type, resource_name=res.resource_name))
+        return rb.encode(throttle_time=0, responses=tuple(out))
+
+    def _reassign(self, rb, r, authorized: bool) -> bytes:
+        """A reassignment to [broker] moves the partition's leadership to that broker."""
+        topics = []
+        for t in r.topics:
+            parts = []
+            for p in t.partitions:
+                code, message = ErrorCode.NONE, None
+                try:
+                    self._check(authorized)
+                    if not p.replicas or len(p.replicas) != 1:
+                        raise KafkaProtocolError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                                 "give exactly one broker: the new leader")
+                    self._commit(self.leadership.decide_move(str(t.name), int(p.partition_index),
+                                                             int(p.replicas[0]), self.live_brokers()))
+                except KafkaProtocolError as e:
+                    code, message = e.code, e.message
+                parts.append(rb("ReassignablePartitionResponse", partition_index=p.partition_index,
+                                error_code=code, error_message=message))
+            topics.append(rb("ReassignableTopicResponse", name=t.name, partitions=tuple(parts)))
+        return rb.encode(throttle_time=0, error_code=0, error_message=None, responses=tuple(topics))
+
+
+def _framed(header: bytes, body: bytes) -> bytes:
+    return b"".join((I32.pack(len(header) + len(body)), header, body))

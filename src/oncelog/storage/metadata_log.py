@@ -1,0 +1,126 @@
+"""The controller's metadata log: append-only records, each fsynced before `append` returns.
+
+File `metadata.log`, one frame per record:
+    length  uint32  (bytes of payload)
+    crc     uint32  CRC-32C of payload
+    payload         UTF-8 JSON object with a "type" field
+Record offsets count frames from 0. Snapshots `snapshot-<offset>.json` hold the state that replays
+the records below <offset>, wrapped as {"crc": CRC-32C of the canonical state JSON, "state": ...};
+written to a temporary file, fsynced, then renamed. Recovery loads the newest snapshot whose CRC
+checks (others are set aside) and replays the records from its offset. A torn or corrupt tail
+(a write cut by a crash) is truncated with a WARNING; nothing after it was ever acknowledged,
+because a record counts only once its fsync returned.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import struct
+from pathlib import Path
+from typing import Any, Iterator
+
+from crc32c import crc32c
+
+log = logging.getLogger(__name__)
+
+_FRAME = struct.Struct(">II")
+LOG_FILE = "metadata.log"
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _canonical(obj: Any) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
+
+
+class MetadataLog:
+    def __init__(self, directory: str | Path) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.path = self.directory / LOG_FILE
+        self._records: list[dict[str, Any]] = []
+        self._recover()
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def _recover(self) -> None:
+        data = self.path.read_bytes() if self.path.exists() else b""
+        pos = 0
+        while pos + _FRAME.size <= len(data):
+            length, crc = _FRAME.unpack_from(data, pos)
+            payload = data[pos + _FRAME.size:pos + _FRAME.size + length]
+            if len(payload) < length or crc32c(payload) != crc:
+                break
+            try:
+                self._records.append(json.loads(payload))
+            except ValueError:
+                break
+            pos += _FRAME.size + length
+        if pos < len(data):
+            log.warning("%s: ignoring a torn or corrupt tail of %d bytes at position %d (truncated)",
+                        self.path, len(data) - pos, pos)
+            with open(self.path, "r+b") as f:
+                f.truncate(pos)
+                os.fsync(f.fileno())
+
+    @property
+    def end_offset(self) -> int:
+        return len(self._records)
+
+    def append(self, records: list[dict[str, Any]]) -> int:
+        """Write and fsync; returns the offset of the first record."""
+        first = len(self._records)
+        if not records:
+            return first
+        frames = bytearray()
+        for r in records:
+            payload = _canonical(r)
+            frames += _FRAME.pack(len(payload), crc32c(payload)) + payload
+        os.write(self._fd, frames)
+        os.fsync(self._fd)
+        self._records.extend(records)
+        return first
+
+    def read(self, start: int = 0) -> Iterator[tuple[int, dict[str, Any]]]:
+        for i in range(start, len(self._records)):
+            yield i, self._records[i]
+
+    # ------------------------------------------------------------------ snapshots
+    def write_snapshot(self, offset: int, state: dict[str, Any]) -> Path:
+        path = self.directory / f"snapshot-{offset:020d}.json"
+        tmp = path.with_suffix(".tmp")
+        body = {"crc": crc32c(_canonical(state)), "offset": offset, "state": state}
+        with open(tmp, "w") as f:
+            json.dump(body, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        _fsync_dir(self.directory)
+        for old in sorted(self.directory.glob("snapshot-*.json"))[:-2]:
+            old.unlink()
+        return path
+
+    def latest_snapshot(self) -> tuple[int, dict[str, Any]] | None:
+        for path in sorted(self.directory.glob("snapshot-*.json"), reverse=True):
+            try:
+                body = json.loads(path.read_text())
+                if crc32c(_canonical(body["state"])) != body["crc"] or body["offset"] > self.end_offset:
+                    raise ValueError("CRC mismatch" if body.get("offset", 0) <= self.end_offset
+                                     else "snapshot beyond the log")
+                return body["offset"], body["state"]
+            except (ValueError, KeyError, OSError) as e:
+                aside = path.with_suffix(".corrupt")
+                log.warning("%s: unreadable snapshot (%s), set aside as %s", path, e, aside.name)
+                path.rename(aside)
+        return None
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
