@@ -50,6 +50,29 @@ def test_restart_from_checkpoint_reads_every_record_once(spark, spark_broker, ma
     assert list(json.loads(stored)[topic]) == ["0", "1"]
 
 
+def test_stream_default_starts_at_latest_and_reads_headers(spark, spark_broker, make_topic,
+                                                          produce, tmp_path):
+    from oncelog.client import Producer
+    topic = make_topic(1)
+    produce(topic, [b"before"] * 5)
+    out, ckpt = str(tmp_path / "out"), str(tmp_path / "ckpt")
+
+    def run():
+        q = (spark.readStream.format("oncelog").option("bootstrap.servers", spark_broker)
+             .option("subscribe", topic).option("includeHeaders", "true").load()
+             .selectExpr("value", "headers").writeStream.format("parquet").option("path", out)
+             .option("checkpointLocation", ckpt).trigger(availableNow=True).start())
+        return _run(q)
+
+    assert run() == []            # startingOffsets defaults to latest for a new stream
+    with Producer({"bootstrap.servers": spark_broker}) as p:
+        p.send(topic, b"after", headers=[("trace", b"42")]).result(30)
+    assert run() == [1]
+    (row,) = spark.read.parquet(out).collect()
+    assert row["value"] == b"after" and [(h["key"], h["value"]) for h in row["headers"]] == [
+        ("trace", b"42")]
+
+
 def test_max_offsets_per_trigger_makes_the_expected_micro_batches(spark, spark_broker,
                                                                   make_topic, produce, tmp_path):
     topic = make_topic(2)

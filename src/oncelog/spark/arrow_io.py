@@ -33,10 +33,26 @@ def arrow_schema(include_headers: bool):
     return pa.schema(fields)
 
 
+def _binary(pa, items):
+    """A binary Arrow array from a sequence of bytes: one join and the offsets, which is ~20x
+    faster than pa.array() for short distinct keys; nulls (tombstones, keyless records) take
+    the general path."""
+    if None in items:
+        return pa.array(items, pa.binary())
+    import numpy as np
+    n = len(items)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, items), dtype=np.int64, count=n), out=offsets[1:])
+    if offsets[-1] < 2**31:
+        return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets.astype(np.int32)),
+                                                      pa.py_buffer(b"".join(items))])
+    return pa.array(items, pa.binary())
+
+
 def _to_batch(pa, schema, records, include_headers: bool):
     n = len(records)
     _topic, _part, offsets, timestamps, ts_types, keys, values, headers = zip(*records)
-    cols = [pa.array(keys, pa.binary()), pa.array(values, pa.binary()),
+    cols = [_binary(pa, keys), _binary(pa, values),
             pa.array([records[0].topic] * n, pa.string()),
             pa.array([records[0].partition] * n, pa.int32()),
             pa.array(offsets, pa.int64()),
