@@ -1,0 +1,284 @@
+"""KIP-730 producer-id blocks, mirroring Kafka's ProducerIdControlManagerTest,
+ProducerIdManagerTest and ProducerIdsIntegrationTest.testUniqueProducerIds."""
+import asyncio
+import socket
+import struct
+
+import pytest
+from hypothesis import given, strategies as st
+
+from oncelog.broker.controller_client import ControllerClient
+from oncelog.broker.producer_id_manager import ProducerIdManager
+from oncelog.client.aio import wire
+from oncelog.controller.service import Controller, ControllerConfig
+from oncelog.core.producer_ids import BLOCK_SIZE, ControllerState, ProducerIdsBlock
+from oncelog.protocol.api import ApiKey
+from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
+from oncelog.storage.metadata_log import MetadataLog
+from oncelog.testing.embedded import BrokerProcess
+
+from conftest import PASSWORD, USER, ControllerProcess, broker_overrides
+
+
+def registered(*brokers):
+    s = ControllerState()
+    for b in brokers:
+        records, _epoch = s.decide_register(b, "h", 1)
+        for r in records:
+            s.replay(r)
+    return s
+
+
+def allocate(s, broker, epoch):
+    records, block = s.decide_allocate(broker, epoch)
+    for r in records:
+        s.replay(r)
+    return block
+
+
+# ---------------------------------------------------------------- ProducerIdControlManagerTest
+
+def test_initial_result_is_block_zero_and_record_carries_the_next_id():
+    s = registered(1)
+    records, block = s.decide_allocate(1, 1)
+    assert block == ProducerIdsBlock(1, 0, 1000)
+    assert records[0]["next_producer_id"] == 1000
+    assert s.next_producer_id == 0  # a decision changes nothing
+
+
+def test_monotonic_replay_refuses_going_back_but_allows_gaps():
+    s = registered(1)
+    s.replay({"type": "pid_block", "broker_id": 1, "broker_epoch": 1, "next_producer_id": 5000})
+    with pytest.raises(ValueError):
+        s.replay({"type": "pid_block", "broker_id": 1, "broker_epoch": 1, "next_producer_id": 5000})
+    with pytest.raises(ValueError):
+        s.replay({"type": "pid_block", "broker_id": 1, "broker_epoch": 1, "next_producer_id": 1000})
+    assert allocate(s, 1, 1).first == 5000
+
+
+def test_unknown_broker_or_stale_epoch():
+    s = registered(1)
+    with pytest.raises(KafkaProtocolError) as e:
+        s.decide_allocate(2, 1)
+    assert e.value.code == ErrorCode.BROKER_ID_NOT_REGISTERED
+    with pytest.raises(KafkaProtocolError) as e:
+        s.decide_allocate(1, 7)
+    assert e.value.code == ErrorCode.STALE_BROKER_EPOCH
+
+
+def test_max_value():
+    s = registered(1)
+    s.replay({"type": "pid_block", "broker_id": 1, "broker_epoch": 1, "next_producer_id": 2**63 - 10})
+    with pytest.raises(KafkaProtocolError) as e:
+        s.decide_allocate(1, 1)
+    assert e.value.code == ErrorCode.UNKNOWN_SERVER_ERROR
+
+
+def test_generate_producer_ids_100_calls():
+    s = registered(3)
+    for _ in range(100):
+        allocate(s, 3, 1)
+    assert allocate(s, 3, 1) == ProducerIdsBlock(3, 100_000, BLOCK_SIZE)
+
+
+def test_upgrade_floor_continues_above_earlier_ids():
+    s = registered(1)
+    for r in s.decide_floor(4321):
+        s.replay(r)
+    assert allocate(s, 1, 1).first == 4321
+    assert s.decide_floor(10) == []
+
+
+@given(st.lists(st.integers(1, 3), min_size=1, max_size=60))
+def test_blocks_never_overlap_whoever_asks(brokers):
+    s = registered(1, 2, 3)
+    epochs = {b.broker_id: b.epoch for b in s.brokers.values()}
+    blocks = [allocate(s, b, epochs[b]) for b in brokers]
+    for a, b in zip(blocks, blocks[1:]):
+        assert b.first == a.next_first
+
+
+# ---------------------------------------------------------------- metadata log
+
+def test_torn_metadata_log_tail_is_ignored_and_truncated(tmp_path, caplog):
+    log = MetadataLog(tmp_path)
+    log.append([{"type": "pid_block", "n": 1}, {"type": "pid_block", "n": 2}])
+    log.close()
+    path = tmp_path / "metadata.log"
+    good = path.stat().st_size
+    with open(path, "ab") as f:
+        f.write(struct.pack(">II", 100, 0) + b'{"type": "pid_bl')
+    again = MetadataLog(tmp_path)
+    assert [r["n"] for _o, r in again.read()] == [1, 2]
+    assert path.stat().st_size == good
+    assert "torn or corrupt tail" in caplog.text
+    again.append([{"type": "x", "n": 3}])
+    assert [r["n"] for _o, r in MetadataLog(tmp_path).read()] == [1, 2, 3]
+
+
+def test_corrupt_snapshot_is_set_aside(tmp_path):
+    log = MetadataLog(tmp_path)
+    log.append([{"type": "a"}])
+    path = log.write_snapshot(1, {"k": 1})
+    path.write_text(path.read_text().replace('"k": 1', '"k": 2'))
+    assert log.latest_snapshot() is None
+    assert path.with_suffix(".corrupt").exists()
+
+
+# ---------------------------------------------------------------- controller + ProducerIdManager
+
+async def start_controller(tmp_path, **kw):
+    c = Controller(ControllerConfig(str(tmp_path / "meta"), users={USER: PASSWORD, "guest": "pw"},
+                                    cluster_principals={USER}, **kw))
+    host, port = await c.start()
+    return c, host, port
+
+
+async def manager_for(host, port, broker_id=1, user=USER, password=PASSWORD, prefetch=True):
+    reg = ControllerClient(host, port, user, password)
+    r = await reg.request(ApiKey.BROKER_REGISTRATION, 1, broker_id=broker_id, cluster_id="c", incarnation_id=None,
+                          listeners=(), features=(), rack=None, is_migrating_zk_broker=False)
+    epoch = int(r.broker_epoch)
+    return ProducerIdManager(ControllerClient(host, port, user, password), broker_id, lambda: epoch,
+                             prefetch=prefetch), epoch
+
+
+async def test_prefetch_at_90_percent_so_callers_never_wait(tmp_path):
+    c, host, port = await start_controller(tmp_path)
+    try:
+        m, _ = await manager_for(host, port)
+        ids = [await m.generate_producer_id() for _ in range(901)]
+        assert ids == list(range(901))
+        deadline = asyncio.get_running_loop().time() + 5
+        while m.next_block is None and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)
+        assert m.next_block == ProducerIdsBlock(1, 1000, 1000)  # fetched before the block ran out
+        more = [await m.generate_producer_id() for _ in range(200)]
+        assert more == list(range(901, 1101))
+    finally:
+        await c.stop()
+
+
+async def test_concurrent_callers_get_unique_ids(tmp_path):
+    c, host, port = await start_controller(tmp_path)
+    try:
+        m, _ = await manager_for(host, port)
+
+        async def one():
+            for _ in range(20):
+                try:
+                    return await m.generate_producer_id()
+                except KafkaProtocolError as e:
+                    assert e.code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+                    await asyncio.sleep(0.01)
+        ids = await asyncio.gather(*(one() for _ in range(3000)))
+        assert len(set(ids)) == 3000
+    finally:
+        await c.stop()
+
+
+async def test_retriable_error_when_empty_and_backoff_after_errors(tmp_path):
+    c, host, port = await start_controller(tmp_path)
+    m, _ = await manager_for(host, port, prefetch=False)
+    assert await m.generate_producer_id() == 0
+    await c.stop()  # the controller goes away: the block is all there is
+    for _ in range(999):
+        await m.generate_producer_id()
+    with pytest.raises(KafkaProtocolError) as e:
+        await m.generate_producer_id()
+    assert e.value.code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+    assert m._backoff_ms >= 50
+
+
+async def test_stale_epoch_gets_stale_broker_epoch(tmp_path):
+    c, host, port = await start_controller(tmp_path)
+    try:
+        _, epoch = await manager_for(host, port)
+        client = ControllerClient(host, port, USER, PASSWORD)
+        r = await client.request(ApiKey.ALLOCATE_PRODUCER_IDS, 0, broker_id=1, broker_epoch=epoch + 5)
+        assert int(r.error_code) == ErrorCode.STALE_BROKER_EPOCH
+        await manager_for(host, port)  # a re-registration makes the old epoch stale too
+        r = await client.request(ApiKey.ALLOCATE_PRODUCER_IDS, 0, broker_id=1, broker_epoch=epoch)
+        assert int(r.error_code) == ErrorCode.STALE_BROKER_EPOCH
+        client.close()
+    finally:
+        await c.stop()
+
+
+async def test_unauthorized_caller_gets_cluster_authorization_failed(tmp_path):
+    c, host, port = await start_controller(tmp_path)
+    try:
+        guest = ControllerClient(host, port, "guest", "pw")
+        r = await guest.request(ApiKey.ALLOCATE_PRODUCER_IDS, 0, broker_id=1, broker_epoch=1)
+        assert int(r.error_code) == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        guest.close()
+        with pytest.raises(KafkaProtocolError) as e:
+            await ControllerClient(host, port, USER, "wrong").request(ApiKey.API_VERSIONS, 3)
+        assert e.value.code == ErrorCode.SASL_AUTHENTICATION_FAILED
+    finally:
+        await c.stop()
+
+
+def test_broker_without_cluster_rights_stops_with_a_clear_message(tmp_path):
+    c = ControllerProcess(tmp_path / "meta", extra_users=["guest:pw"]).start()
+    try:
+        b = BrokerProcess(tmp_path / "b", broker_overrides(c, 1, "guest", "pw"))
+        with pytest.raises(RuntimeError):
+            b.start(timeout_s=20)
+        assert "no cluster rights" in b.log_tail()
+    finally:
+        c.stop()
+
+
+# ---------------------------------------------------------------- ProducerIdsIntegrationTest
+
+def init_producer_ids(bootstrap: str, n: int) -> list[int]:
+    """n InitProducerId v4 requests pipelined on one connection; retried on error 14."""
+    host, port = bootstrap.split(":")
+    s = socket.create_connection((host, int(port)), timeout=30)
+    body = wire.encode_init_producer_id(4)
+    out = []
+    pending = n
+    while pending:
+        frames = b""
+        for i in range(pending):
+            hdr = wire.request_header(22, 4, i, "ids")
+            frames += struct.pack(">i", len(hdr) + len(body)) + hdr + body
+        s.sendall(frames)
+        retry = 0
+        for _ in range(pending):
+            size = struct.unpack(">i", _exact(s, 4))[0]
+            data = _exact(s, size)
+            code, pid, _epoch = wire.decode_init_producer_id(4, data, wire.response_header_size(22, 4, data))
+            if code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+                retry += 1
+            else:
+                assert code == 0, code
+                out.append(pid)
+        pending = retry
+    s.close()
+    return out
+
+
+def _exact(s, n):
+    buf = b""
+    while len(buf) < n:
+        chunk = s.recv(n - len(buf))
+        assert chunk, "connection closed"
+        buf += chunk
+    return buf
+
+
+def test_unique_ids_across_three_brokers_and_after_kill_9(cluster):
+    controller, brokers = cluster(3)
+    first = [pid for b in brokers for pid in init_producer_ids(b.bootstrap, 2000)]
+    assert len(first) == 6000 and len(set(first)) == 6000
+    for b in brokers:
+        b.kill()
+    controller.kill()
+    controller.start()
+    for b in brokers:
+        b.start()
+    second = [pid for b in brokers for pid in init_producer_ids(b.bootstrap, 500)]
+    assert len(set(second)) == 1500
+    assert min(second) > max(first)  # a restart never reuses an id
