@@ -45,6 +45,8 @@ _BROKER_ONLY = (
               "(host:port). Empty: `oncelog serve` runs a controller in-process on loopback."),
     ConfigDef("controller.sasl.plain.username", "string", "", "SASL/PLAIN user for the controller listener."),
     ConfigDef("controller.sasl.plain.password", "string", "", "SASL/PLAIN password for the controller listener."),
+    ConfigDef("producer.id.block.prefetch", "boolean", True, "Ask the controller for the next "
+              "producer-id block at 90% use (KIP-730); off only to measure what prefetch saves."),
     ConfigDef("broker.heartbeat.interval.ms", "int", 500, "Heartbeats to the controller (Kafka: 2000).",
               minimum=10),
     ConfigDef("metrics.port", "int", -1, "Prometheus /metrics HTTP port (-1: off, 0: any free "

@@ -118,7 +118,8 @@ class Broker:
         await self.controller_link.register()
         self.controller_link.start()
         self.producer_ids = ProducerIdManager(ControllerClient(host, int(port), user, password), self.node_id,
-                                              lambda: self.controller_link.epoch, on_fatal=self._fatal)
+                                              lambda: self.controller_link.epoch, on_fatal=self._fatal,
+                                              prefetch=self.config["producer.id.block.prefetch"])
 
     def _fatal(self, message: str) -> None:
         self.fatal_message = message
