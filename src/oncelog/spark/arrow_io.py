@@ -37,9 +37,12 @@ def _binary(pa, items):
     """A binary Arrow array from a sequence of bytes: one join and the offsets, which is ~20x
     faster than pa.array() for short distinct keys; nulls (tombstones, keyless records) take
     the general path."""
+    try:
+        import numpy as np   # comes with pyspark[sql]
+    except ImportError:
+        return pa.array(items, pa.binary())
     if None in items:
         return pa.array(items, pa.binary())
-    import numpy as np
     n = len(items)
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.fromiter(map(len, items), dtype=np.int64, count=n), out=offsets[1:])

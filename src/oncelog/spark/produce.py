@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from typing import Iterable
 
 from oncelog.client import AdminClient, Producer, TopicPartition
@@ -100,38 +101,64 @@ def ensure_marker_topic(client: dict, topic: str) -> None:
         raise OncelogSparkError(f"cannot create the commit marker topic {topic!r}: {e}") from e
 
 
-def read_markers(client: dict, topic: str, sink_id: str) -> tuple[set[int], set[tuple[int, int]]]:
-    """(committed batch ids, {(batch id, task partition id)} fully written) of one sink."""
+def read_markers(client: dict, topic: str, sink_id: str, batch_id: int | None = None,
+                 window: int = 2000) -> tuple[set[int], set[tuple[int, int]]]:
+    """(committed batch ids, {(batch id, task partition id)} fully written) of one sink.
+
+    A sink's markers are appended in batch order and Spark only replays batches after the last
+    committed one, so with `batch_id` given the topic is read backwards in growing windows from
+    its end until a marker of an earlier batch of this sink shows up: the cost follows the recent
+    history, not the topic's size."""
     consumer = connect(client, "markers")
     try:
         tp = TopicPartition(topic, 0)
         end = consumer.end_offsets([tp]).get(tp) or 0
-        start = consumer.beginning_offsets([tp]).get(tp) or 0
-        batches, tasks = set(), set()
-        if end <= start:
-            return batches, tasks
-        consumer.assign([TopicPartition(topic, 0, start)])
+        lo = consumer.beginning_offsets([tp]).get(tp) or 0
+        batches: set[int] = set()
+        tasks: set[tuple[int, int]] = set()
         want = sink_id.encode()
-        nxt = start
-        while nxt < end:
-            got = consumer.poll(1.0)
-            if not got:
-                pos = consumer.position(tp)
-                if pos is not None and pos >= end:
-                    break
-                continue
-            for r in got:
-                nxt = r.offset + 1
-                if r.key != want or r.offset >= end:
-                    continue
-                m = json.loads(r.value)
-                if m.get("task") is None:
-                    batches.add(int(m["batch"]))
-                else:
-                    tasks.add((int(m["batch"]), int(m["task"])))
+        while end > lo:
+            start = lo if batch_id is None else max(lo, end - window)
+            older = _scan_markers(consumer, tp, start, end, want, batches, tasks, batch_id)
+            if older or start == lo:
+                break
+            end, window = start, window * 4
         return batches, tasks
     finally:
         consumer.close()
+
+
+def _scan_markers(consumer, tp, start: int, end: int, want: bytes, batches: set, tasks: set,
+                  batch_id: int | None) -> bool:
+    """Adds this sink's markers in [start, end); True if one is from a batch before batch_id."""
+    consumer.assign([TopicPartition(tp.topic, tp.partition, start)])
+    older = False
+    nxt = start
+    deadline = time.monotonic() + 60
+    while nxt < end:
+        got = consumer.poll(1.0)
+        if not got:
+            pos = consumer.position(tp)
+            if pos is not None and pos >= end:
+                break
+            if time.monotonic() > deadline:
+                raise OncelogSparkError(f"cannot read the commit markers in {tp.topic} "
+                                        f"(stuck at offset {pos} of {end})")
+            continue
+        deadline = time.monotonic() + 60
+        for r in got:
+            nxt = r.offset + 1
+            if r.offset >= end or r.key != want:
+                continue
+            m = json.loads(r.value)
+            b = int(m["batch"])
+            if batch_id is not None and b < batch_id:
+                older = True
+            if m.get("task") is None:
+                batches.add(b)
+            else:
+                tasks.add((b, int(m["task"])))
+    return older
 
 
 def write_marker(producer: Producer, topic: str, sink_id: str, batch_id: int,

@@ -256,7 +256,8 @@ class StreamWriter(DataSourceStreamArrowWriter):
         sink = self._sink_id(ctx)
         batch_id = int(ctx.getLocalProperty("streaming.sql.batchId"))
         task, attempt = ctx.partitionId(), ctx.attemptNumber()
-        batches, tasks = produce.read_markers(self.wo.client, self.wo.marker_topic, sink)
+        batches, tasks = produce.read_markers(self.wo.client, self.wo.marker_topic, sink,
+                                               batch_id)
         if batch_id in batches or (batch_id, task) in tasks:
             log.info("oncelog sink %s: batch %d task %d already written, skipping replay",
                      sink, batch_id, task)
