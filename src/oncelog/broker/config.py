@@ -45,6 +45,9 @@ _BROKER_ONLY = (
               "(host:port). Empty: `oncelog serve` runs a controller in-process on loopback."),
     ConfigDef("controller.sasl.plain.username", "string", "", "SASL/PLAIN user for the controller listener."),
     ConfigDef("controller.sasl.plain.password", "string", "", "SASL/PLAIN password for the controller listener."),
+    ConfigDef("oncelog.cluster", "boolean", False, "Run as one broker of a cluster on one machine: "
+              "log.dirs is shared with the other brokers and this broker leads the partitions the "
+              "controller assigns it (set by `oncelog serve --brokers N`)."),
     ConfigDef("producer.id.block.prefetch", "boolean", True, "Ask the controller for the next "
               "producer-id block at 90% use (KIP-730); off only to measure what prefetch saves."),
     ConfigDef("broker.heartbeat.interval.ms", "int", 500, "Heartbeats to the controller (Kafka: 2000).",

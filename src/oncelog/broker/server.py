@@ -14,10 +14,12 @@ import logging
 import socket
 import struct
 import time
+import zlib
 from collections import deque
 from pathlib import Path
 from typing import Any, Mapping
 
+from oncelog.broker.cluster_logs import ClusterLogs
 from oncelog.broker.config import BrokerConfig, new_cluster_id
 from oncelog.broker.controller_client import ControllerClient
 from oncelog.broker.controller_link import ControllerLink
@@ -57,7 +59,7 @@ class Broker:
         self.controller_link: ControllerLink | None = None
         self.fatal = asyncio.Event()  # set when the broker must stop (e.g. no cluster rights)
         self.fatal_message = ""
-        self.metrics = BrokerMetrics(self.logs.partitions)
+        self.metrics = BrokerMetrics(lambda: self.logs.partitions())
         self.cluster_id = self.config["cluster.id"]
         self.host, self.port = "", 0
         self.advertised_host, self.advertised_port = "", 0
@@ -75,8 +77,10 @@ class Broker:
         first_dir = Path(self.config.log_dirs[0])
         first_dir.mkdir(parents=True, exist_ok=True)
         self.cluster_id = self.cluster_id or _stored_cluster_id(first_dir)
-        self.logs.open(self.now_ms())
-        self.groups = GroupCoordinator(GroupOffsetStore(first_dir / "__consumer_offsets"), self.now_ms,
+        clustered = self.config["oncelog.cluster"]
+        if not clustered:
+            self.logs.open(self.now_ms())
+        self.groups = GroupCoordinator(GroupOffsetStore(first_dir / "__consumer_offsets", shared=clustered), self.now_ms,
                                        self.config["group.initial.rebalance.delay.ms"])
         listener = self.config.listeners[0]
         loop = asyncio.get_running_loop()
@@ -93,6 +97,8 @@ class Broker:
             self.advertised_host = bind if bind not in ("", "0.0.0.0", "::") else socket.getfqdn()
             self.advertised_port = self.port
         await self._connect_controller(first_dir)
+        if self.config["oncelog.cluster"]:
+            await self._join_cluster()
         if self.config["metrics.port"] >= 0:
             self.metrics_port = self.metrics.serve(self.config["metrics.host"], self.config["metrics.port"])
         self._ticker = asyncio.create_task(self._tick_loop())
@@ -120,6 +126,33 @@ class Broker:
         self.producer_ids = ProducerIdManager(ControllerClient(host, int(port), user, password), self.node_id,
                                               lambda: self.controller_link.epoch, on_fatal=self._fatal,
                                               prefetch=self.config["producer.id.block.prefetch"])
+
+    async def _join_cluster(self) -> None:
+        """Shared storage: partitions follow the controller's leadership instead of a local registry."""
+        if self.controller_link is None:
+            raise RuntimeError("oncelog.cluster needs controller.quorum.bootstrap.servers")
+        ctl = self.controller_link.client
+        self.logs = ClusterLogs(self.config.log_dirs[0], self.config.topic_defaults(),
+                                self.config.producer_config(),
+                                ControllerClient(ctl.host, ctl.port, ctl.username, ctl.password),
+                                self.node_id, self.now_ms)
+        self.logs.expiration_check_interval_ms = self.config["producer.id.expiration.check.interval.ms"]
+        self.logs.open(self.now_ms())
+        await self.logs.refresh()
+        self.logs.start()
+
+    def group_coordinator(self, group_id: str) -> tuple[int, str, int]:
+        """(node id, host, port) of the broker coordinating `group_id`: this one on a single node; in
+        a cluster, one live broker chosen by a hash of the group id, as Kafka maps groups to
+        partitions of __consumer_offsets."""
+        brokers = sorted(getattr(self.logs, "brokers", None) or [], key=lambda b: b.node_id)
+        if not brokers:
+            return self.node_id, self.advertised_host, self.advertised_port
+        b = brokers[zlib.crc32(group_id.encode()) % len(brokers)]
+        return b.node_id, b.host, b.port
+
+    def coordinates(self, group_id: str) -> bool:
+        return self.group_coordinator(group_id)[0] == self.node_id
 
     def _fatal(self, message: str) -> None:
         self.fatal_message = message

@@ -11,6 +11,7 @@ import click
 
 from oncelog.broker.config import BrokerConfig, ConfigError
 from oncelog.cli import logs
+from oncelog.cli.admin import admin
 from oncelog.cli.perf import perf
 
 log = logging.getLogger("oncelog.cli")
@@ -41,7 +42,10 @@ def _overrides(ctx, param, values) -> dict[str, str]:
 @click.option("--log-dirs", help="Shortcut for --override log.dirs=...")
 @click.option("--log-level", default="INFO", show_default=True)
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
-def serve(properties, overrides, listeners, advertised_listeners, log_dirs, log_level, log_format) -> None:
+@click.option("--brokers", type=int, default=0, help="Run a controller and this many broker processes "
+              "sharing the data directory (a cluster on one machine); listener ports count up from "
+              "the given one.")
+def serve(properties, overrides, listeners, advertised_listeners, log_dirs, log_level, log_format, brokers) -> None:
     """Run a broker (single node, controller in-process). Ctrl-C stops it cleanly."""
     logs.configure(log_level, log_format)
     for name, value in (("listeners", listeners), ("advertised.listeners", advertised_listeners),
@@ -52,6 +56,10 @@ def serve(properties, overrides, listeners, advertised_listeners, log_dirs, log_
         config = BrokerConfig.load(properties, overrides)
     except (ConfigError, OSError) as e:
         raise click.ClickException(f"bad configuration: {e}") from None
+    if brokers:
+        from oncelog.cli.cluster import serve_cluster
+        serve_cluster(config, brokers, properties, overrides, log_level)
+        return
     try:
         import uvloop
         uvloop.install()
@@ -146,6 +154,7 @@ def controller_command(metadata_dir, listener, users, principals, session_timeou
 
 
 oncelog.add_command(perf)
+oncelog.add_command(admin)
 
 
 def main() -> None:

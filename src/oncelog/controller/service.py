@@ -188,6 +188,8 @@ class Controller:
             pass  # the peer went away, or the controller is stopping
         except entities.MalformedRequest as e:
             log.warning("controller: malformed request from %s: %s", peer, e)
+        except Exception:
+            log.exception("controller: internal error on a request from %s; closing that connection", peer)
         finally:
             writer.close()
 

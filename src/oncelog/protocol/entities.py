@@ -14,6 +14,7 @@ from functools import lru_cache
 from typing import Any
 
 from kio.serial import entity_reader, entity_writer
+from kio.schema.errors import ErrorCode as KioErrorCode
 from kio.serial.errors import DecodeError
 
 from oncelog.protocol.api import KIO_NAMES
@@ -39,6 +40,8 @@ def _fields(cls) -> dict[str, str]:
 
 
 def _convert(kafka_type: str, value: Any) -> Any:
+    if kafka_type == "error_code":
+        return KioErrorCode(int(value))  # kio writes `.value` of its own enum
     if isinstance(value, int) and not isinstance(value, bool):
         if kafka_type in ("timedelta_i32", "timedelta_i64"):
             return datetime.timedelta(milliseconds=value)

@@ -83,3 +83,37 @@ def encode_response(version: int, brokers: list[BrokerEntry], cluster_id: str | 
     if flex:
         out.append(b"\x00")
     return b"".join(out)
+
+
+def decode_response(version: int, body) -> tuple[list[BrokerEntry], list[TopicEntry]]:
+    """The inverse of `encode_response` (flexible versions 9-12), keeping every tagged field of a
+    topic in `extra_tags`; used by brokers to read the controller's view."""
+    from oncelog.protocol.primitives import Reader
+    r = Reader(body)
+    r.i32()  # throttle
+    brokers = []
+    for _ in range(r.array_len(True)):
+        node, host, port, rack = r.i32(), r.string(True), r.i32(), r.string(True)
+        r.skip_tags()
+        brokers.append(BrokerEntry(node, host or "", port, rack))
+    r.string(True)  # cluster id
+    r.i32()  # controller id
+    topics = []
+    for _ in range(r.array_len(True)):
+        code, name = r.i16(), r.string(True)
+        topic_id = r.uuid() if version >= 10 else NULL_UUID
+        r.boolean()
+        parts = []
+        for _ in range(r.array_len(True)):
+            pcode, index, leader, epoch = r.i16(), r.i32(), r.i32(), r.i32()
+            for _ in range(3):  # replicas, isr, offline replicas
+                for _ in range(r.array_len(True)):
+                    r.i32()
+            r.skip_tags()
+            parts.append(PartitionEntry(index, pcode, leader, epoch))
+        if 8 <= version:
+            r.i32()  # topic authorized operations
+        tags = {k: bytes(v) for k, v in r.tags().items()}
+        magic = tags.pop(TAG_MESSAGE_FORMAT_VERSION, None)
+        topics.append(TopicEntry(name, code, topic_id, tuple(parts), magic[0] if magic else 2, tags or None))
+    return brokers, topics

@@ -16,7 +16,10 @@ class Committed(NamedTuple):
 
 
 class GroupOffsetStore:
-    def __init__(self, directory: str | Path) -> None:
+    def __init__(self, directory: str | Path, shared: bool = False) -> None:
+        """`shared`: brokers of a cluster share the directory and a group's coordinator can move,
+        so every read goes to the file (never a cached copy another broker may have replaced)."""
+        self.shared = shared
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self._groups: dict[str, dict[tuple[str, int], Committed]] = {}
@@ -31,11 +34,21 @@ class GroupOffsetStore:
         return list(self._groups)
 
     def get(self, group: str) -> dict[tuple[str, int], Committed]:
+        if self.shared:
+            self._groups.pop(group, None)
+            path = self._path(group)
+            if path.exists():
+                self._groups[group] = {(e["topic"], e["partition"]): Committed(e["offset"], e.get("metadata"),
+                                                                               e.get("leader_epoch", -1))
+                                       for e in json.loads(path.read_text())}
         return self._groups.get(group, {})
 
+    def _path(self, group: str) -> Path:
+        return self.directory / (urllib.parse.quote(group, safe="") + ".json")
+
     def commit(self, group: str, offsets: dict[tuple[str, int], Committed]) -> None:
-        merged = {**self._groups.get(group, {}), **offsets}
-        path = self.directory / (urllib.parse.quote(group, safe="") + ".json")
+        merged = {**self.get(group), **offsets}
+        path = self._path(group)
         tmp = path.with_suffix(".tmp")
         data = [{"topic": t, "partition": p, "offset": c.offset, "metadata": c.metadata,
                  "leader_epoch": c.leader_epoch} for (t, p), c in sorted(merged.items())]

@@ -263,6 +263,7 @@ class PartitionLog:
         self._delete_callbacks: list[Callable[[int], None]] = []
         self._unflushed_messages = 0
         self._last_flush_ms = 0
+        self.leader_epoch = 0  # stamped on appended batches; set by the cluster on a leader change
 
     # ------------------------------------------------------------------ open / recovery
     @classmethod
@@ -317,9 +318,10 @@ class PartitionLog:
         self._delete_callbacks.append(callback)
 
     # ------------------------------------------------------------------ append
-    def append(self, batches, now_ms: int, leader_epoch: int = 0) -> AppendInfo:
+    def append(self, batches, now_ms: int, leader_epoch: int | None = None) -> AppendInfo:
         """Assign offsets to whole, already validated batches and write them: all or nothing."""
         buf = batches if isinstance(batches, bytearray) else bytearray(batches)
+        leader_epoch = self.leader_epoch if leader_epoch is None else leader_epoch
         if not buf:
             raise KafkaProtocolError(ErrorCode.INVALID_RECORD, "empty record set")
         self._maybe_roll(len(buf), now_ms)

@@ -95,6 +95,10 @@ class LogManager:
     def get_partition(self, topic: str, index: int) -> Partition | None:
         return self._partitions.get((topic, index))
 
+    def partition_error(self, topic: str, index: int) -> int:
+        """Why `get_partition` found nothing (a cluster answers NOT_LEADER_OR_FOLLOWER instead)."""
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
     def partitions(self) -> Iterator[Partition]:
         return iter(list(self._partitions.values()))
 

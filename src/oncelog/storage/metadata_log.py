@@ -41,13 +41,16 @@ def _canonical(obj: Any) -> bytes:
 
 
 class MetadataLog:
-    def __init__(self, directory: str | Path) -> None:
+    def __init__(self, directory: str | Path, read_only: bool = False) -> None:
+        """`read_only` (audits while a controller runs): read what is complete, change nothing."""
         self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self.read_only = read_only
+        if not read_only:
+            self.directory.mkdir(parents=True, exist_ok=True)
         self.path = self.directory / LOG_FILE
         self._records: list[dict[str, Any]] = []
         self._recover()
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._fd = -1 if read_only else os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
     def _recover(self) -> None:
         data = self.path.read_bytes() if self.path.exists() else b""
@@ -62,7 +65,7 @@ class MetadataLog:
             except ValueError:
                 break
             pos += _FRAME.size + length
-        if pos < len(data):
+        if pos < len(data) and not self.read_only:
             log.warning("%s: ignoring a torn or corrupt tail of %d bytes at position %d (truncated)",
                         self.path, len(data) - pos, pos)
             with open(self.path, "r+b") as f:

@@ -19,7 +19,7 @@ def handle(broker, version: int, body) -> bytes:
             partition = broker.logs.get_partition(str(t.name), int(p.partition_index))
             code, low = ErrorCode.NONE, -1
             if partition is None:
-                code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                code = broker.logs.partition_error(str(t.name), int(p.partition_index))
             else:
                 offset = partition.high_watermark if int(p.offset) == -1 else int(p.offset)
                 try:

@@ -1,6 +1,7 @@
 """DeleteTopics (API 20), v1-v6 (v6 names topics by name or id)."""
 from __future__ import annotations
 
+from oncelog.broker.request_context import maybe_await
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
@@ -8,7 +9,7 @@ from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 API_KEY = ApiKey.DELETE_TOPICS
 
 
-def handle(broker, version: int, body) -> bytes:
+async def handle(broker, version: int, body) -> bytes:
     request = entities.decode_request(API_KEY, version, body)
     rb = entities.ResponseBuilder(API_KEY, version)
     if version >= 6:
@@ -26,7 +27,7 @@ def handle(broker, version: int, body) -> bytes:
             info = broker.logs.topics.get(str(name))
             topic_id = info.topic_id if info is not None else topic_id
             try:
-                broker.logs.delete_topic(str(name))
+                await maybe_await(broker.logs.delete_topic(str(name)))
             except KafkaProtocolError as e:
                 code, message = e.code, e.message
         results.append(rb("DeletableTopicResult", name=name, topic_id=topic_id, error_code=code,

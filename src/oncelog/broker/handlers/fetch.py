@@ -41,7 +41,7 @@ def _read(broker, request):
             index = int(fp.partition)
             partition = broker.logs.get_partition(name, index)
             if partition is None:
-                parts.append(wire.PartitionData(index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                parts.append(wire.PartitionData(index, broker.logs.partition_error(name, index)))
                 continue
             data = wire.PartitionData(index, 0, partition.high_watermark, partition.log_start_offset)
             # The first partition with data may exceed the budget (one whole batch at least), as in

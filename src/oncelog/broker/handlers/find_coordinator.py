@@ -1,4 +1,4 @@
-"""FindCoordinator (API 10), v0-v4: this broker coordinates every group (single node)."""
+"""FindCoordinator (API 10), v0-v4: which broker coordinates a group (`Broker.group_coordinator`)."""
 from __future__ import annotations
 
 from oncelog.protocol import entities
@@ -16,9 +16,12 @@ def handle(broker, version: int, body) -> bytes:
     code, message = ErrorCode.NONE, None
     if key_type != GROUP:
         code, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, "transactions are not supported"
-    me = dict(node_id=broker.node_id if not code else -1, host=broker.advertised_host if not code else "",
-              port=broker.advertised_port if not code else -1, error_code=code, error_message=message)
+    def answer(key: str) -> dict:
+        if code:
+            return dict(node_id=-1, host="", port=-1, error_code=code, error_message=message)
+        node, host, port = broker.group_coordinator(key)
+        return dict(node_id=node, host=host, port=port, error_code=ErrorCode.NONE, error_message=None)
     if version >= 4:
         return rb.encode(throttle_time=0, coordinators=tuple(
-            rb("Coordinator", key=key, **me) for key in request.coordinator_keys))
-    return rb.encode(throttle_time=0, **me)
+            rb("Coordinator", key=key, **answer(key)) for key in request.coordinator_keys))
+    return rb.encode(throttle_time=0, **answer(request.key))

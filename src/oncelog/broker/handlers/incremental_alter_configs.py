@@ -3,6 +3,7 @@
 All of a resource's changes are validated before any is applied."""
 from __future__ import annotations
 
+from oncelog.broker.request_context import maybe_await
 from oncelog.core.topic_config import parse_topic_configs
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
@@ -13,7 +14,7 @@ TOPIC = 2
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 
-def handle(broker, version: int, body) -> bytes:
+async def handle(broker, version: int, body) -> bytes:
     request = entities.decode_request(API_KEY, version, body)
     rb = entities.ResponseBuilder(API_KEY, version)
     responses = []
@@ -37,7 +38,7 @@ def handle(broker, version: int, body) -> bytes:
                     raise KafkaProtocolError(ErrorCode.INVALID_CONFIG, f"{c.name}: APPEND/SUBTRACT "
                                              "apply to list configs, which oncelog's topics do not have")
             if not request.validate_only:
-                broker.logs.alter_topic_config(rname, to_set, to_delete)
+                await maybe_await(broker.logs.alter_topic_config(rname, to_set, to_delete))
             else:
                 parse_topic_configs(to_set)
         except KafkaProtocolError as e:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from oncelog.broker.request_context import CLIENT
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
+from oncelog.protocol.errors import ErrorCode
 
 API_KEY = ApiKey.JOIN_GROUP
 
@@ -12,13 +13,16 @@ API_KEY = ApiKey.JOIN_GROUP
 async def handle(broker, version: int, body) -> bytes:
     r = entities.decode_request(API_KEY, version, body)
     client_id, host = CLIENT.get()
+    rb = entities.ResponseBuilder(API_KEY, version)
+    if not broker.coordinates(str(r.group_id)):
+        return rb.encode(throttle_time=0, error_code=ErrorCode.NOT_COORDINATOR, generation_id=-1,
+                         protocol_type=None, protocol_name="", leader="", member_id=r.member_id, members=())
     session_ms = entities.millis(r.session_timeout)
     rebalance_ms = entities.millis(getattr(r, "rebalance_timeout", r.session_timeout))
     result = await broker.groups.join(
         str(r.group_id), r.member_id, getattr(r, "group_instance_id", None), client_id or "", host,
         r.protocol_type, [(p.name, p.metadata) for p in r.protocols], session_ms, rebalance_ms,
         require_known_member=version >= 4)
-    rb = entities.ResponseBuilder(API_KEY, version)
     members = tuple(rb("JoinGroupResponseMember", member_id=mid, group_instance_id=iid, metadata=meta)
                     for mid, iid, meta in result.members)
     return rb.encode(throttle_time=0, error_code=result.error, generation_id=result.generation,

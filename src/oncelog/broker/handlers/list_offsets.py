@@ -28,7 +28,7 @@ def handle(broker, version: int, body) -> bytes:
 def _lookup(broker, topic: str, index: int, timestamp: int) -> tuple[int, int, int]:
     partition = broker.logs.get_partition(topic, index)
     if partition is None:
-        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1
+        return broker.logs.partition_error(topic, index), -1, -1
     try:
         if timestamp == LATEST:
             return ErrorCode.NONE, -1, partition.high_watermark

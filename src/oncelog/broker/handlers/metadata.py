@@ -1,9 +1,11 @@
-"""Metadata (API 3), v1-v12: brokers, topics with ids (v10+), partition leaders; auto-creation
-when `auto.create.topics.enable` and the client allows it."""
+"""Metadata (API 3), v1-v12: brokers, topics with ids (v10+), partition leaders and leader epochs;
+auto-creation when `auto.create.topics.enable` and the client allows it. In a cluster the brokers
+and leaders come from the controller's view, so a client learns where a partition moved."""
 from __future__ import annotations
 
 import logging
 
+from oncelog.broker.request_context import maybe_await
 from oncelog.protocol import entities
 from oncelog.protocol import metadata as wire
 from oncelog.protocol.api import ApiKey
@@ -14,7 +16,7 @@ API_KEY = ApiKey.METADATA
 log = logging.getLogger(__name__)
 
 
-def handle(broker, version: int, body) -> bytes:
+async def handle(broker, version: int, body) -> bytes:
     request = entities.decode_request(API_KEY, version, body)
     if request.topics is None:
         wanted = sorted(broker.logs.topics)
@@ -25,23 +27,34 @@ def handle(broker, version: int, body) -> bytes:
                 getattr(t, "topic_id", None))
             wanted.append(name if name is not None else getattr(t, "topic_id", None))
     allow_create = getattr(request, "allow_auto_topic_creation", True)
-    topics = [topic_entry(broker, name, allow_create) for name in wanted]
-    brokers = [wire.BrokerEntry(broker.node_id, broker.advertised_host, broker.advertised_port)]
+    topics = [await topic_entry(broker, name, allow_create) for name in wanted]
+    cluster_brokers = getattr(broker.logs, "brokers", None)
+    if cluster_brokers:
+        brokers = [wire.BrokerEntry(b.node_id, b.host, b.port) for b in cluster_brokers]
+    else:
+        brokers = [wire.BrokerEntry(broker.node_id, broker.advertised_host, broker.advertised_port)]
     return wire.encode_response(version, brokers, broker.cluster_id, broker.node_id, topics)
 
 
-def topic_entry(broker, name, allow_create: bool) -> wire.TopicEntry:
+async def topic_entry(broker, name, allow_create: bool) -> wire.TopicEntry:
     if not isinstance(name, str):  # a topic id we do not know
         return wire.TopicEntry(None, ErrorCode.UNKNOWN_TOPIC_ID, topic_id=name)
     info = broker.logs.topics.get(name)
     if info is None and allow_create and broker.config["auto.create.topics.enable"]:
         try:
-            info = broker.logs.create_topic(name, broker.config["num.partitions"], {}, broker.now_ms())
+            info = await maybe_await(broker.logs.create_topic(name, broker.config["num.partitions"], {},
+                                                              broker.now_ms()))
             log.info("auto-created topic %s with %d partitions", name, info.partitions)
         except KafkaProtocolError as e:
-            return wire.TopicEntry(name, e.code)
+            if e.code != ErrorCode.TOPIC_ALREADY_EXISTS:
+                return wire.TopicEntry(name, e.code)
+            info = broker.logs.topics.get(name)
     if info is None:
         return wire.TopicEntry(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-    partitions = tuple(wire.PartitionEntry(i, 0, broker.node_id, 0) for i in range(info.partitions))
+    leaders = getattr(broker.logs, "leaders", None)
+    partitions = []
+    for i in range(info.partitions):
+        leader, epoch = leaders.get((name, i), (-1, 0)) if leaders is not None else (broker.node_id, 0)
+        partitions.append(wire.PartitionEntry(i, 0 if leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE, leader, epoch))
     magic = message_format_magic(broker.logs.topic_config(name)["message.format.version"])
-    return wire.TopicEntry(name, 0, info.topic_id, partitions, magic)
+    return wire.TopicEntry(name, 0, info.topic_id, tuple(partitions), magic)

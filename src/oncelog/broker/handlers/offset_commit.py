@@ -23,7 +23,10 @@ def handle(broker, version: int, body) -> bytes:
                 int(p.committed_offset), p.committed_metadata,
                 int(getattr(p, "committed_leader_epoch", -1)))
     generation = int(getattr(r, "generation_id_or_member_epoch", getattr(r, "generation_id", -1)))
-    error = broker.groups.commit(str(r.group_id), generation, r.member_id, offsets) if offsets else 0
+    if not broker.coordinates(str(r.group_id)):
+        error = ErrorCode.NOT_COORDINATOR
+    else:
+        error = broker.groups.commit(str(r.group_id), generation, r.member_id, offsets) if offsets else 0
     topics = tuple(
         rb("OffsetCommitResponseTopic", name=t.name, partitions=tuple(
             rb("OffsetCommitResponsePartition", partition_index=p.partition_index,

@@ -13,6 +13,8 @@ API_KEY = ApiKey.OFFSET_FETCH
 def handle(broker, version: int, body) -> bytes:
     r = entities.decode_request(API_KEY, version, body)
     rb = entities.ResponseBuilder(API_KEY, version)
+    if not broker.coordinates(str(r.group_id)):
+        return rb.encode(throttle_time=0, topics=(), error_code=ErrorCode.NOT_COORDINATOR)
     committed = broker.groups.committed(str(r.group_id))
     if r.topics is None:
         wanted = defaultdict(list)

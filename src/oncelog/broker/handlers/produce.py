@@ -27,7 +27,7 @@ def handle(broker, version: int, body) -> bytes | None:
                 answer.partitions.append(wire.PartitionResponse(index, refuse[0], error_message=refuse[1]))
                 continue
             if partition is None:
-                code = ErrorCode.UNKNOWN_TOPIC_ID if name is None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                code = ErrorCode.UNKNOWN_TOPIC_ID if name is None else broker.logs.partition_error(name, index)
                 answer.partitions.append(wire.PartitionResponse(index, code))
                 continue
             answer.batches_to_retain = partition.producer_state_batches_to_retain

@@ -3,12 +3,17 @@ from __future__ import annotations
 
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
+from oncelog.protocol.errors import ErrorCode
 
 API_KEY = ApiKey.SYNC_GROUP
 
 
 async def handle(broker, version: int, body) -> bytes:
     r = entities.decode_request(API_KEY, version, body)
+    if not broker.coordinates(str(r.group_id)):
+        return entities.ResponseBuilder(API_KEY, version).encode(
+            throttle_time=0, error_code=ErrorCode.NOT_COORDINATOR, protocol_type=None, protocol_name=None,
+            assignment=b"")
     error, ptype, protocol, assignment = await broker.groups.sync(
         str(r.group_id), int(r.generation_id), r.member_id,
         {a.member_id: a.assignment for a in r.assignments})

@@ -1,0 +1,254 @@
+"""A broker's partitions in a cluster on one machine: the controller decides who leads what; this
+module follows its view and opens exactly the partitions this broker leads.
+
+Storage is shared (every broker's `log.dirs` is the same directory), so a partition moves by
+handing over its directory: the old leader, once the controller's view names another leader,
+closes the partition (a producer-state snapshot, the clean-shutdown marker) and releases the
+directory lock; the new leader takes the lock, which also covers a dead leader (the kernel drops
+the lock of a killed process), recovers log and producer state from the directory, and appends
+with the new leader epoch. Two brokers never write one partition: the lock is exclusive, and a
+broker gives a partition up as soon as it sees a newer leader epoch for it.
+
+Same interface as `storage.log_manager.LogManager` for the handlers; topic changes are forwarded
+to the controller and answered once this broker's view shows them.
+"""
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import json
+import logging
+import os
+import uuid
+from pathlib import Path
+from typing import Any, Iterator
+
+from oncelog.broker.controller_client import ControllerClient, ControllerUnavailable
+from oncelog.core.topic_config import effective_topic_config, parse_topic_configs
+from oncelog.protocol import entities
+from oncelog.protocol import metadata as md
+from oncelog.protocol.api import ApiKey
+from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
+from oncelog.storage.log import LogConfig, PartitionLog
+from oncelog.storage.log_manager import TopicInfo, check_topic_name
+from oncelog.storage.partition import Partition
+
+log = logging.getLogger(__name__)
+
+TAG_TOPIC_OVERRIDES = 10001
+POLL_S = 0.1
+
+
+class _Led:
+    """A partition this broker has open, with the lock that makes it the only writer."""
+
+    def __init__(self, partition: Partition, lock_fd: int, epoch: int) -> None:
+        self.partition, self.lock_fd, self.epoch = partition, lock_fd, epoch
+
+
+class ClusterLogs:
+    def __init__(self, log_dir: str, server_defaults: dict[str, Any], producer_config: dict[str, Any],
+                 client: ControllerClient, node_id: int, now_ms) -> None:
+        self.log_dir = Path(log_dir)
+        self.server_defaults = dict(server_defaults)
+        self.producer_config = dict(producer_config)
+        self.client = client
+        self.node_id = node_id
+        self.now_ms = now_ms
+        self.topics: dict[str, TopicInfo] = {}
+        self.brokers: list[md.BrokerEntry] = []
+        self.leaders: dict[tuple[str, int], tuple[int, int]] = {}
+        self._by_id: dict[uuid.UUID, str] = {}
+        self._led: dict[tuple[str, int], _Led] = {}
+        self._task: asyncio.Task | None = None
+        self._changed = asyncio.Event()
+        self.expiration_check_interval_ms = 600_000
+
+    # ------------------------------------------------------------------ lifecycle
+    def open(self, now_ms: int) -> None:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._follow())
+
+    async def _follow(self) -> None:
+        while True:
+            try:
+                await self.refresh()
+            except ControllerUnavailable as e:
+                log.warning("cannot reach the controller for the cluster view: %s", e)
+            except Exception:
+                log.exception("following the controller's view failed; will retry")
+            await asyncio.sleep(POLL_S)
+
+    async def refresh(self) -> None:
+        body = await self.client.raw(ApiKey.METADATA, 12, _metadata_request_all())
+        brokers, topics = md.decode_response(12, body)
+        self.brokers = brokers
+        infos, leaders = {}, {}
+        for t in topics:
+            overrides = json.loads((t.extra_tags or {}).get(TAG_TOPIC_OVERRIDES, b"{}"))
+            old = self.topics.get(t.name)
+            info = TopicInfo(t.name, t.topic_id, len(t.partitions), overrides, str(self.log_dir))
+            infos[t.name] = info
+            for p in t.partitions:
+                leaders[(t.name, p.index)] = (p.leader_id, p.leader_epoch)
+            if old is not None and old.overrides != overrides:
+                self._apply_config(info)
+        for name in set(self.topics) - set(infos):
+            self._forget_topic(name)
+        self.topics = infos
+        self._by_id = {i.topic_id: n for n, i in infos.items()}
+        self.leaders = leaders
+        self._reconcile()
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    def _reconcile(self) -> None:
+        now = self.now_ms()
+        for key, led in list(self._led.items()):
+            leader, epoch = self.leaders.get(key, (-1, -1))
+            if leader != self.node_id or epoch != led.epoch:
+                log.info("partition %s-%d: leader is now %d (epoch %d); handing it over", *key, leader, epoch)
+                self._close(key)
+        for key, (leader, epoch) in self.leaders.items():
+            if leader == self.node_id and key not in self._led and key[0] in self.topics:
+                self._try_open(key, epoch, now)
+
+    def _try_open(self, key: tuple[str, int], epoch: int, now_ms: int) -> None:
+        directory = self.log_dir / f"{key[0]}-{key[1]}"
+        directory.mkdir(parents=True, exist_ok=True)
+        fd = os.open(directory / ".leader.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)  # the old leader still has it: try again at the next view
+            return
+        try:
+            cfg = self._partition_config(key[0])
+            plog = PartitionLog.open(directory, LogConfig.from_topic_config(cfg), now_ms)
+            plog.leader_epoch = epoch
+            partition = Partition(key[0], key[1], plog, config=cfg, directory=directory, now_ms=now_ms)
+        except Exception:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+            raise
+        self._led[key] = _Led(partition, fd, epoch)
+        log.info("partition %s-%d: leading at epoch %d (log end %d, %d producers)", *key, epoch,
+                 partition.log_end_offset, partition.producers_tracked)
+
+    def _close(self, key: tuple[str, int]) -> None:
+        led = self._led.pop(key)
+        try:
+            led.partition.close()
+        finally:
+            fcntl.flock(led.lock_fd, fcntl.LOCK_UN)
+            os.close(led.lock_fd)
+
+    def _forget_topic(self, name: str) -> None:
+        for key in [k for k in self._led if k[0] == name]:
+            self._close(key)
+
+    def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+        for key in list(self._led):
+            self._close(key)
+
+    # ------------------------------------------------------------------ lookups (LogManager's interface)
+    def get_partition(self, topic: str, index: int) -> Partition | None:
+        led = self._led.get((topic, index))
+        return led.partition if led is not None else None
+
+    def partition_error(self, topic: str, index: int) -> int:
+        if (topic, index) in self.leaders:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+    def partitions(self) -> Iterator[Partition]:
+        return iter([led.partition for led in self._led.values()])
+
+    def topic_name(self, topic_id) -> str | None:
+        return self._by_id.get(topic_id)
+
+    def topic_config(self, name: str) -> dict[str, Any]:
+        return effective_topic_config(self.server_defaults, self.topics[name].overrides)
+
+    def _partition_config(self, name: str) -> dict[str, Any]:
+        return {**self.topic_config(name), **self.producer_config}
+
+    def _apply_config(self, info: TopicInfo) -> None:
+        self.topics[info.name] = info
+        cfg = self._partition_config(info.name)
+        for (t, _p), led in self._led.items():
+            if t == info.name:
+                led.partition.log.config = LogConfig.from_topic_config(cfg)
+                led.partition.update_config(cfg)
+
+    # ------------------------------------------------------------------ changes, through the controller
+    async def _forward(self, api_key: int, version: int, **fields: Any):
+        try:
+            return await self.client.request(api_key, version, **fields)
+        except ControllerUnavailable as e:
+            raise KafkaProtocolError(ErrorCode.REQUEST_TIMED_OUT, f"controller unreachable: {e}") from None
+
+    async def _until(self, done) -> None:
+        for _ in range(100):
+            if done():
+                return
+            try:
+                await asyncio.wait_for(self._changed.wait(), 1)
+            except asyncio.TimeoutError:
+                pass
+
+    async def create_topic(self, name: str, partitions: int, overrides: dict[str, str], now_ms: int) -> TopicInfo:
+        check_topic_name(name)
+        parse_topic_configs(overrides)
+        mod = entities.module(ApiKey.CREATE_TOPICS, 7, "request")
+        topic = entities.make(mod.CreatableTopic, name=name, num_partitions=partitions, replication_factor=1,
+                              assignments=(), configs=tuple(entities.make(mod.CreatableTopicConfig, name=k, value=str(v))
+                                                           for k, v in overrides.items()))
+        r = await self._forward(ApiKey.CREATE_TOPICS, 7, topics=(topic,), timeout=30000, validate_only=False)
+        result = r.topics[0]
+        if int(result.error_code):
+            raise KafkaProtocolError(ErrorCode(int(result.error_code)), result.error_message)
+        await self._until(lambda: name in self.topics)
+        return self.topics[name]
+
+    async def delete_topic(self, name: str) -> None:
+        mod = entities.module(ApiKey.DELETE_TOPICS, 6, "request")
+        r = await self._forward(ApiKey.DELETE_TOPICS, 6, topics=(entities.make(mod.DeleteTopicState, name=name,
+                                                                                     topic_id=None),), timeout=30000)
+        if int(r.responses[0].error_code):
+            raise KafkaProtocolError(ErrorCode(int(r.responses[0].error_code)), r.responses[0].error_message)
+        await self._until(lambda: name not in self.topics)
+
+    async def alter_topic_config(self, name: str, set_: dict[str, str], delete: list[str]) -> None:
+        mod = entities.module(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, "request")
+        configs = tuple([entities.make(mod.AlterableConfig, name=k, config_operation=0, value=str(v))
+                         for k, v in set_.items()] +
+                        [entities.make(mod.AlterableConfig, name=k, config_operation=1, value=None) for k in delete])
+        r = await self._forward(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, resources=(entities.make(
+            mod.AlterConfigsResource, resource_type=2, resource_name=name, configs=configs),), validate_only=False)
+        res = r.responses[0]
+        if int(res.error_code):
+            raise KafkaProtocolError(ErrorCode(int(res.error_code)), res.error_message)
+        expected = {**self.topics[name].overrides, **{k: str(v) for k, v in set_.items()}}
+        for k in delete:
+            expected.pop(k, None)
+        await self._until(lambda: name in self.topics and self.topics[name].overrides == expected)
+
+    # ------------------------------------------------------------------ periodic work
+    def tick(self, now_ms: int) -> None:
+        for key, led in list(self._led.items()):
+            try:
+                led.partition.log.enforce_retention(now_ms)
+                led.partition.log.maybe_flush(now_ms)
+                led.partition.tick(now_ms, self.expiration_check_interval_ms)
+            except KafkaProtocolError as e:
+                log.warning("partition %s-%d maintenance: %s", key[0], key[1], e)
+
+
+def _metadata_request_all() -> bytes:
+    # MetadataRequest v12: all topics (null array), no auto-creation, no authorized operations
+    return b"\x00" + b"\x00" + b"\x00" + b"\x00"
