@@ -73,6 +73,32 @@ def test_stream_default_starts_at_latest_and_reads_headers(spark, spark_broker, 
         ("trace", b"42")]
 
 
+def test_pattern_stream_picks_up_a_new_topic_from_its_earliest(spark, spark_broker, make_topic,
+                                                                produce, tmp_path):
+    first = make_topic(1)
+    prefix = first.rsplit("-", 1)[0]
+    produce(first, [b"a"] * 7)
+    out, ckpt = str(tmp_path / "out"), str(tmp_path / "ckpt")
+
+    def run():
+        q = (spark.readStream.format("oncelog").option("bootstrap.servers", spark_broker)
+             .option("subscribePattern", f"{prefix}-[0-9]+").option("startingOffsets", "earliest")
+             .load().selectExpr("topic", "offset").writeStream.format("parquet")
+             .option("path", out).option("checkpointLocation", ckpt)
+             .trigger(availableNow=True).start())
+        return _run(q)
+
+    assert sum(run()) == 7
+    second = make_topic(2)
+    assert second.rsplit("-", 1)[0] == prefix
+    produce(second, [b"b"] * 5)
+    assert sum(run()) == 5          # the new topic is read from its earliest offset
+    rows = spark.read.parquet(out).collect()
+    assert sorted((r["topic"], r["offset"]) for r in rows if r["topic"] == first) == [
+        (first, o) for o in range(7)]
+    assert sum(1 for r in rows if r["topic"] == second) == 5
+
+
 def test_max_offsets_per_trigger_makes_the_expected_micro_batches(spark, spark_broker,
                                                                   make_topic, produce, tmp_path):
     topic = make_topic(2)

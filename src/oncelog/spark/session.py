@@ -18,6 +18,14 @@ def check_environment() -> None:
             "and put `java` on PATH or set JAVA_HOME"
             + (f" (JAVA_HOME={java_home} has no bin/java)" if java_home else ""))
     try:
+        import pyspark
+        major, minor = (int(x) for x in pyspark.__version__.split(".")[:2])
+    except ImportError:
+        raise OncelogSparkError("pyspark is not installed: pip install 'oncelog[spark]'") from None
+    if (major, minor) < (4, 2):
+        raise OncelogSparkError(f"the oncelog connector needs pyspark 4.2 or newer (admission "
+                                f"control for Python streaming sources); found {pyspark.__version__}")
+    try:
         import pyarrow  # noqa: F401
     except ImportError:
         raise OncelogSparkError("the oncelog connector needs pyarrow: pip install 'oncelog[spark]'"
