@@ -60,6 +60,7 @@ class FaultProxy:
         self._host, self._port = host, port
         self._server: asyncio.base_events.Server | None = None
         self._conns: set[asyncio.StreamWriter] = set()
+        self._handlers: set[asyncio.Task] = set()
 
     @property
     def address(self) -> tuple[str, int]:
@@ -80,6 +81,9 @@ class FaultProxy:
             self._server.close()
             for w in list(self._conns):
                 w.transport.abort()
+            for t in list(self._handlers):
+                t.cancel()
+            await asyncio.gather(*self._handlers, return_exceptions=True)
             await self._server.wait_closed()
             self._server = None
 
@@ -91,6 +95,10 @@ class FaultProxy:
 
     async def _handle(self, creader: asyncio.StreamReader, cwriter: asyncio.StreamWriter) -> None:
         self.stats.connections += 1
+        me = asyncio.current_task()
+        if me is not None:
+            self._handlers.add(me)
+            me.add_done_callback(self._handlers.discard)
         try:
             breader, bwriter = await asyncio.open_connection(*self.upstream)
         except OSError:
