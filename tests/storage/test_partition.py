@@ -121,7 +121,27 @@ def test_periodic_producer_expiration(env):
     assert e.partition.producers_tracked == 1
     e.partition.tick(NOW + 30_000 + 600_000)
     assert e.partition.producers_tracked == 0 and e.partition.counters.expirations == 1
+    # its batches are still in the log: it is restored from the tail and simply continues,
+    # rather than meeting UNKNOWN_PRODUCER_ID below its last acknowledged offset (a false alarm
+    # of data loss for its client)
     r = e.append(batch(6), now=NOW + 11 * 60_000)
+    assert (r.error_code, r.base_offset) == (0, 6)
+    assert e.partition.counters.restored == 1 and e.partition.producers_tracked == 1
+
+
+def test_expired_producer_restored_from_the_tail_answers_its_duplicates(env):
+    e = env(producer_id_expiration_ms=1000)
+    offsets = fill(e, 3)
+    e.partition.remove_expired_producers(NOW + 5000)
+    r = e.append(batch(4), now=NOW + 5000)  # a retry of the last batch, after expiry
+    assert (r.error_code, r.base_offset) == (0, offsets[-1]) and e.end == offsets[-1] + 2
+
+
+def test_expired_producer_beyond_the_lookup_gets_unknown_producer_id(env):
+    e = env(producer_id_expiration_ms=1000, producer_state_expired_lookup_offsets=0)
+    fill(e, 3)
+    e.partition.remove_expired_producers(NOW + 5000)
+    r = e.append(batch(6), now=NOW + 5000)
     assert r.error_code == E.UNKNOWN_PRODUCER_ID
     assert r.log_start_offset == 0  # the client compares it with its last acknowledged offset
     assert e.append(batch(0, epoch=1)).error_code == 0

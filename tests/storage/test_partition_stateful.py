@@ -48,6 +48,7 @@ class PartitionMachine(RuleBasedStateMachine):
         self.now = T0
         self.partition = self._open()
         self.producers: dict[int, dict] = {}  # pid -> {epoch, history [(first, last, offset)], retained}
+        self.appended: list[tuple[int, int, int, int, int]] = []  # (pid, epoch, first, last, offset) in the log
 
     def teardown(self):
         try:
@@ -61,8 +62,20 @@ class PartitionMachine(RuleBasedStateMachine):
                          producer_config={"producer.state.batches.to.retain": self.window,
                                           "producer.id.expiration.ms": EXPIRY})
 
+    def _restore(self, pid):
+        """An expired producer whose batches are still in the log is restored from them."""
+        start = self.partition.log_start_offset
+        mine = [b for b in self.appended if b[0] == pid and b[4] >= start][-self.window:]
+        if mine:
+            last_epoch = mine[-1][1]
+            history = [(f, l, o) for _pid, e, f, l, o in mine if e == last_epoch]
+            self.producers[pid] = {"epoch": last_epoch, "history": history, "retained": len(history)}
+
     def _expect(self, pid, epoch, f, l):
         p = self.producers.get(pid)
+        if p is None and f != 0:
+            self._restore(pid)
+            p = self.producers.get(pid)
         if p is None:
             return ("ok", None) if f == 0 else ("err", E.UNKNOWN_PRODUCER_ID)
         if epoch < p["epoch"]:
@@ -96,6 +109,7 @@ class PartitionMachine(RuleBasedStateMachine):
         if p is None or p["epoch"] != epoch:
             p = self.producers[pid] = {"epoch": epoch, "history": [], "retained": 0}
         p["history"].append((f, l, r.base_offset))
+        self.appended.append((pid, epoch, f, l, r.base_offset))
         p["retained"] = min(p["retained"] + 1, self.window)
 
     @rule(pid=st.sampled_from([11, 12, 13]), n=st.integers(1, 4))

@@ -13,6 +13,7 @@ from oncelog.broker.config import BrokerConfig, ConfigError
 from oncelog.cli import logs
 from oncelog.cli.admin import admin
 from oncelog.cli.perf import perf
+from oncelog.cli.verify import verify
 
 log = logging.getLogger("oncelog.cli")
 
@@ -155,6 +156,7 @@ def controller_command(metadata_dir, listener, users, principals, session_timeou
 
 oncelog.add_command(perf)
 oncelog.add_command(admin)
+oncelog.add_command(verify)
 
 
 def main() -> None:

@@ -21,6 +21,7 @@ Idempotence rules (KAFKA-5494, KIP-360, KIP-1269, KIP-758, "spurious OutOfOrderS
 """
 from __future__ import annotations
 
+from collections import Counter
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Iterable
@@ -123,6 +124,9 @@ class ProducerCore:
         self.topic_idempotent: dict[str, bool] = {}
         self.topic_errors: dict[str, BaseException] = {}
         self._drain_start = 0
+        # what recovery cost, for operators and `oncelog verify`: retries, epoch_bumps,
+        # sequence_resets (UNKNOWN_PRODUCER_ID after retention), duplicates (acked as duplicates)
+        self.stats: Counter[str] = Counter()
         if not idempotence_available:
             self.broker_lacks_idempotence()
 
@@ -223,12 +227,15 @@ class ProducerCore:
     def _request_bump(self, tp: TopicPartition, reason: str) -> None:
         log.warning("%s-%d: %s: bumping the producer epoch and renumbering the partition",
                     tp.topic, tp.partition, reason)
+        if not self.bump_requested:
+            self.stats["epoch_bumps"] += 1
         self.bump_requested = True
         self._state(tp).rewrite_pending = True
 
     def _request_reset(self, tp: TopicPartition, reason: str) -> None:
         log.warning("%s-%d: %s: restarting the partition's sequence at 0", tp.topic, tp.partition,
                     reason)
+        self.stats["sequence_resets"] += 1
         self._state(tp).rewrite_pending = True
 
     # ------------------------------------------------------------------ appending
@@ -405,6 +412,7 @@ class ProducerCore:
             self._ack(b, ps, r.base_offset, r.log_append_time)
             return
         if code == E.DUPLICATE_SEQUENCE_NUMBER:
+            self.stats["duplicates"] += 1
             self._ack(b, ps, None, -1)
             return
         if b.done:
@@ -487,6 +495,7 @@ class ProducerCore:
                 if expired else err)
             return
         b.retry_at_ms = now_ms + self.config.retry_backoff_ms
+        self.stats["retries"] += 1
         if ps.idempotent and b.has_sequence and not b.needs_head_of_line and b in ps.unacked:
             b.needs_head_of_line = True
             ps.retrying += 1

@@ -126,6 +126,11 @@ class Producer:
     def idempotent(self) -> bool:
         return self._p.idempotent
 
+    @property
+    def stats(self) -> dict[str, int]:
+        """Recovery counters: retries, epoch_bumps, sequence_resets, duplicates."""
+        return dict(self._p.core.stats)
+
 
 class _SyncWrapper:
     """Runs an asyncio client's coroutines on a private loop thread."""

@@ -38,6 +38,7 @@ MAX_BATCHES_TO_RETAIN = 1000  # ring head/count are uint16; 1000 is far beyond a
 DEFAULT_MAX_IN_FLIGHT_SEQUENCES = 10_000_000
 MAX_IN_FLIGHT_SEQUENCES = 2**30  # KIP-758: "below" and "ahead" ranges must not overlap
 DEFAULT_EXPIRATION_MS = 86_400_000
+DEFAULT_EXPIRED_LOOKUP_OFFSETS = 100_000
 HALF_SPACE = 2**30
 
 # check() outcomes
@@ -60,6 +61,7 @@ class ProducerStateConfig:
     max_in_flight_sequence_number: int = DEFAULT_MAX_IN_FLIGHT_SEQUENCES
     expiration_ms: int = DEFAULT_EXPIRATION_MS
     duplicate_lookup_offsets: int = 0  # how far below the retained batches a tail scan may look
+    expired_lookup_offsets: int = DEFAULT_EXPIRED_LOOKUP_OFFSETS  # log tail scanned to restore an expired producer
 
     def __post_init__(self) -> None:
         if self.dedup_mode not in MODES:
@@ -73,6 +75,8 @@ class ProducerStateConfig:
             raise ValueError("producer.id.expiration.ms must be at least 1")
         if not 0 <= self.duplicate_lookup_offsets < HALF_SPACE:
             raise ValueError("producer.state.duplicate.lookup.offsets must be in [0, 2**30)")
+        if not 0 <= self.expired_lookup_offsets < HALF_SPACE:
+            raise ValueError("producer.state.expired.lookup.offsets must be in [0, 2**30)")
 
     @property
     def stride(self) -> int:
@@ -91,6 +95,8 @@ class ProducerStateConfig:
         "duplicate_lookup_offsets": ("producer.state.duplicate.lookup.offsets",
                                      "producer_state_duplicate_lookup_offsets",
                                      "duplicate_lookup_offsets"),
+        "expired_lookup_offsets": ("producer.state.expired.lookup.offsets",
+                                   "producer_state_expired_lookup_offsets", "expired_lookup_offsets"),
     }
 
     @classmethod
@@ -113,7 +119,7 @@ class ProducerStateConfig:
                         break
         values["dedup_mode"] = str(values["dedup_mode"]).lower()
         for k in ("batches_to_retain", "max_in_flight_sequence_number", "expiration_ms",
-                  "duplicate_lookup_offsets"):
+                  "duplicate_lookup_offsets", "expired_lookup_offsets"):
             values[k] = int(values[k])
         return cls(**values)
 

@@ -119,6 +119,10 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in (
     ConfigDef("producer.state.duplicate.lookup.offsets", "long", 0, "How many offsets of the log tail "
               "are scanned for a duplicate older than the window (0: off).",
               "producer.state.duplicate.lookup.offsets", minimum=0),
+    ConfigDef("producer.state.expired.lookup.offsets", "long", 100_000, "How many offsets of the log "
+              "tail are scanned to restore an expired producer whose batches are still in the log "
+              "(0: off; then its next batch gets UNKNOWN_PRODUCER_ID).",
+              "producer.state.expired.lookup.offsets", minimum=0, maximum=2**30 - 1),
 )}
 
 SERVER_NAME_TO_TOPIC = {c.server_name: c.name for c in TOPIC_CONFIGS.values() if c.server_name}

@@ -51,6 +51,7 @@ class ProducerStateCounters:
     duplicates_sequence: int = 0  # range mode, offset unknown: DUPLICATE_SEQUENCE_NUMBER
     out_of_order: int = 0         # OUT_OF_ORDER_SEQUENCE_NUMBER answers
     unknown_producer: int = 0     # UNKNOWN_PRODUCER_ID answers
+    restored: int = 0             # expired producers restored from the log tail
     invalid_epoch: int = 0        # INVALID_PRODUCER_EPOCH answers
     unsupported_format: int = 0   # idempotent produce to a topic below message format v2
     expirations: int = 0          # producers removed by producer.id.expiration.ms
@@ -202,6 +203,8 @@ class Partition:
                 headers = rec.validate_record_set(buf)
                 if any(h.has_producer_id for h in headers):
                     check = self._prepare(headers)
+                    if check.error == ErrorCode.UNKNOWN_PRODUCER_ID and self._restore_expired(check, now_ms):
+                        check = self._prepare(headers)
                     if check.kind != ps.APPEND:
                         return self._answer_without_append(check)
             else:
@@ -285,6 +288,32 @@ class Partition:
                 return check._replace(kind=ps.DUPLICATE, base_offset=h.base_offset, timestamp=ts,
                                       duplicate_kind=ps.DUP_TAIL, error=0, message=None)
         return check
+
+    def _restore_expired(self, check: ps.Check, now_ms: int) -> bool:
+        """An unknown producer sent a non-zero sequence. If expiry (not retention) removed it, its
+        batches are still in the log tail: put them back into the state, as recovery would, so
+        that an idle producer continues instead of meeting UNKNOWN_PRODUCER_ID with a log start
+        offset below its last acknowledged offset (which its client must take for data loss).
+        The scan is bounded by producer.state.expired.lookup.offsets."""
+        if self.producer_state.entry(check.producer_id) is not None:
+            return False  # state exists (an epoch with no batches yet): nothing to restore
+        reach = self.producer_state.config.expired_lookup_offsets
+        end = self.log.log_end_offset
+        start = max(self.log.log_start_offset, end - reach)
+        if reach <= 0 or start >= end:
+            return False
+        found = [h for h in self._iter_headers(start)
+                 if h.producer_id == check.producer_id and start <= h.base_offset < end and not h.is_control]
+        if not found:
+            return False
+        for h in found[-self.producer_state.stride:]:
+            ts = h.max_timestamp if h.timestamp_type == 1 else -1
+            self.producer_state.record(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
+                                       h.base_offset, ts, now_ms)
+        self.counters.restored += 1
+        log.info("%s-%d: producer %d restored from the log tail (%d batches found after its expiry)",
+                 self.topic, self.index, check.producer_id, len(found))
+        return True
 
     def _safe_log_start(self) -> int:
         try:
@@ -467,7 +496,10 @@ PRODUCER_STATE_METRICS = (
     ("oncelog_producer_state_unsupported_format_total", "counter",
      "idempotent produce refused on topics below message format v2", None),
     ("oncelog_producer_state_expirations_total", "counter", "producers removed by producer.id.expiration.ms", None),
+    ("oncelog_producer_state_restored_total", "counter",
+     "expired producers restored from the log tail when they came back", None),
 )
+_COUNTED = ("out_of_order", "unknown_producer", "invalid_epoch", "unsupported_format", "expirations", "restored")
 
 
 def producer_state_metrics(partitions) -> dict[str, list[tuple[dict[str, str], float]]]:
@@ -477,7 +509,7 @@ def producer_state_metrics(partitions) -> dict[str, list[tuple[dict[str, str], f
     for p in partitions:
         t = per_topic.setdefault(p.topic, dict.fromkeys(
             ("producers", "bytes", "latest", "window", "tail", "sequence", "out_of_order",
-             "unknown_producer", "invalid_epoch", "unsupported_format", "expirations"), 0))
+             "unknown_producer", "invalid_epoch", "unsupported_format", "expirations", "restored"), 0))
         c = p.counters
         t["producers"] += p.producers_tracked
         t["bytes"] += p.producer_state_bytes
@@ -485,7 +517,7 @@ def producer_state_metrics(partitions) -> dict[str, list[tuple[dict[str, str], f
         t["window"] += c.duplicates_window
         t["tail"] += c.duplicates_tail
         t["sequence"] += c.duplicates_sequence
-        for k in ("out_of_order", "unknown_producer", "invalid_epoch", "unsupported_format", "expirations"):
+        for k in _COUNTED:
             t[k] += getattr(c, k)
     out: dict[str, list[tuple[dict[str, str], float]]] = {name: [] for name, *_ in PRODUCER_STATE_METRICS}
     for topic, t in sorted(per_topic.items()):
@@ -493,6 +525,6 @@ def producer_state_metrics(partitions) -> dict[str, list[tuple[dict[str, str], f
         out["oncelog_producer_state_bytes"].append(({"topic": topic}, t["bytes"]))
         for kind in ("latest", "window", "tail", "sequence"):
             out["oncelog_producer_state_duplicates_total"].append(({"topic": topic, "kind": kind}, t[kind]))
-        for k in ("out_of_order", "unknown_producer", "invalid_epoch", "unsupported_format", "expirations"):
+        for k in _COUNTED:
             out[f"oncelog_producer_state_{k}_total"].append(({"topic": topic}, t[k]))
     return out

@@ -36,6 +36,7 @@ class Finding:
     value: bytes | None
     detail: str
     history: list[str] = field(default_factory=list)
+    client: str | None = None   # whose value (or whose fatal error) it is
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -55,6 +56,11 @@ class Report:
     def ok(self) -> bool:
         return not self.findings
 
+    @property
+    def broker_ok(self) -> bool:
+        """No finding the broker could have caused (a client's own fatal error is not one)."""
+        return all(f.blame == "client" for f in self.findings)
+
     def counts(self) -> dict[str, int]:
         c: dict[str, int] = defaultdict(int)
         for f in self.findings:
@@ -62,7 +68,7 @@ class Report:
         return dict(c)
 
     def to_json(self) -> dict:
-        return {"ok": self.ok, "sent": self.sent, "acked": self.acked, "errors": self.errors,
+        return {"ok": self.ok, "broker_ok": self.broker_ok, "sent": self.sent, "acked": self.acked, "errors": self.errors,
                 "read": self.read, "counts": self.counts(),
                 "findings": [f.to_json() for f in self.findings]}
 
@@ -110,6 +116,7 @@ def check(history: Iterable[Event], log: dict[int, list[tuple[int, bytes]]],
     sent = acked = errors = 0
     send_t: dict[bytes, int] = {}
     acks: list[Event] = []
+    fatal: dict[str, list[Event]] = {}
     for e in events:
         if e.kind == "send":
             sent += 1
@@ -121,8 +128,13 @@ def check(history: Iterable[Event], log: dict[int, list[tuple[int, bytes]]],
             errors += 1
         elif e.kind == "fatal":
             errors += 1
-            findings.append(Finding("fatal", "client", e.partition, e.value,
-                                    f"fatal producer error {e.error}", hist(e.value)))
+            fatal.setdefault(e.producer, []).append(e)
+
+    for prod, failed in fatal.items():
+        first = failed[0]
+        findings.append(Finding("fatal", "client", first.partition, first.value,
+                                f"{first.client}/{prod}: fatal producer error {first.error}; "
+                                f"{len(failed)} records failed with it", hist(first.value), first.client))
 
     for e in acks:
         if e.value not in where:
@@ -159,4 +171,8 @@ def check(history: Iterable[Event], log: dict[int, list[tuple[int, bytes]]],
                                         f" (p{p}@{off})", hist(val) + hist(best_val)[:3]))
             else:
                 best_t, best_val = t, val
+    client_of = {e.value: e.client for e in events if e.kind == "send"}
+    for f in findings:
+        if f.client is None and f.value is not None:
+            f.client = client_of.get(f.value)
     return Report(findings, sent, acked, errors, read)

@@ -28,12 +28,29 @@ async def handle(broker, version: int, body) -> bytes:
             wanted.append(name if name is not None else getattr(t, "topic_id", None))
     allow_create = getattr(request, "allow_auto_topic_creation", True)
     topics = [await topic_entry(broker, name, allow_create) for name in wanted]
+    me = wire.BrokerEntry(broker.node_id, broker.advertised_host, broker.advertised_port)
     cluster_brokers = getattr(broker.logs, "brokers", None)
-    if cluster_brokers:
-        brokers = [wire.BrokerEntry(b.node_id, b.host, b.port) for b in cluster_brokers]
+    if cluster_brokers is None:
+        brokers = [me]
     else:
-        brokers = [wire.BrokerEntry(broker.node_id, broker.advertised_host, broker.advertised_port)]
+        brokers = [wire.BrokerEntry(b.node_id, b.host, b.port) for b in cluster_brokers]
+        if all(b.node_id != broker.node_id for b in brokers):
+            brokers.append(me)  # the controller has not seen our heartbeat yet, clients have
+        # As Kafka's metadata cache does: a leader the controller does not know as alive (it
+        # died, or the controller restarted and has not heard from it) is not offered to clients,
+        # who would otherwise look for a broker id missing from the list.
+        alive = {b.node_id for b in brokers}
+        topics = [_without_dead_leaders(t, alive) for t in topics]
     return wire.encode_response(version, brokers, broker.cluster_id, broker.node_id, topics)
+
+
+def _without_dead_leaders(topic: wire.TopicEntry, alive: set[int]) -> wire.TopicEntry:
+    if not topic.partitions or all(p.leader_id in alive or p.leader_id < 0 for p in topic.partitions):
+        return topic
+    topic.partitions = tuple(p if p.leader_id in alive or p.leader_id < 0 else
+                             wire.PartitionEntry(p.index, ErrorCode.LEADER_NOT_AVAILABLE, -1,
+                                                 p.leader_epoch) for p in topic.partitions)
+    return topic
 
 
 async def topic_entry(broker, name, allow_create: bool) -> wire.TopicEntry:

@@ -1,0 +1,266 @@
+"""Faults for `oncelog verify`: the proxy's network faults (reset, drop, delay) and the process
+faults run one after another by a FaultRunner against a LocalCluster: kill -9 and restart (a
+broker, the controller, everything), leader moves, producer-state expiry with the log start
+offset moved under idle producers, and a full disk under a partition directory.
+
+The schedule comes from a seeded random.Random: the same seed gives the same sequence of faults,
+targets and pauses. Every enabled process fault fires once, in a seeded order, before the rest
+are drawn at random, so that even a short run exercises each of them."""
+from __future__ import annotations
+
+import errno
+import random
+import resource
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from oncelog.testing.cluster import LocalCluster
+from oncelog.testing.fault_proxy import FaultConfig
+from oncelog.testing.workloads import end_offsets, read_range
+
+NETWORK_FAULTS = ("reset", "drop", "delay")
+PROCESS_FAULTS = ("kill", "move", "expiry", "disk")
+ALL_FAULTS = NETWORK_FAULTS + PROCESS_FAULTS
+
+# producer-state expiry as the expiry fault runs it: short, so that a pause can outlast it
+EXPIRATION_MS, EXPIRATION_CHECK_MS = 2000, 250
+
+
+def proxy_config(faults: set[str], seed: int) -> FaultConfig:
+    return FaultConfig(latency_ms_up=3 if "delay" in faults else 0,
+                       latency_ms_down=3 if "delay" in faults else 0,
+                       reset_probability=0.05 if "reset" in faults else 0,
+                       drop_response_probability=0.05 if "drop" in faults else 0,
+                       seed=seed)
+
+
+def broker_overrides(faults: set[str]) -> dict[str, str]:
+    if "expiry" not in faults:
+        return {}
+    return {"producer.id.expiration.ms": str(EXPIRATION_MS),
+            "producer.id.expiration.check.interval.ms": str(EXPIRATION_CHECK_MS)}
+
+
+class FullDisk:
+    """A partition directory on a size-limited tmpfs that `fill()` fills to the last byte (real
+    ENOSPC); where mounting is not allowed, the brokers' file-size limit is lowered instead
+    (RLIMIT_FSIZE: every write that grows a file fails with EFBIG, an injected write error)."""
+
+    def __init__(self, directory: Path, cluster: LocalCluster, size_mb: int = 256) -> None:
+        self.directory, self.cluster, self.size_mb = directory, cluster, size_mb
+        self.mounted = False
+        self._filler: Path | None = None
+        self._limited: dict[int, tuple[int, int]] = {}
+
+    @property
+    def method(self) -> str:
+        return "tmpfs" if self.mounted else "RLIMIT_FSIZE"
+
+    def prepare(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={self.size_mb}m", "tmpfs",
+                            str(self.directory)], capture_output=True)
+        self.mounted = r.returncode == 0
+
+    def fill(self) -> None:
+        if self.mounted:
+            self._filler = self.directory / "zz-verify-filler"
+            chunk = b"\0" * (1 << 20)
+            with open(self._filler, "wb", buffering=0) as f:
+                while True:
+                    try:
+                        f.write(chunk)
+                    except OSError as e:
+                        if e.errno != errno.ENOSPC:
+                            raise
+                        if len(chunk) == 1:
+                            break
+                        chunk = chunk[: len(chunk) // 2]
+            return
+        for i, b in self.cluster.brokers.items():
+            if b.running:
+                pid = b.proc.pid
+                self._limited[pid] = resource.prlimit(pid, resource.RLIMIT_FSIZE)
+                resource.prlimit(pid, resource.RLIMIT_FSIZE, (1, self._limited[pid][1]))
+
+    def release(self) -> None:
+        if self._filler is not None:
+            self._filler.unlink(missing_ok=True)
+            self._filler = None
+        for pid, limits in self._limited.items():
+            try:
+                resource.prlimit(pid, resource.RLIMIT_FSIZE, limits)
+            except ProcessLookupError:
+                pass
+        self._limited.clear()
+
+    def close(self) -> None:
+        self.release()
+        if self.mounted:
+            subprocess.run(["umount", "-l", str(self.directory)], capture_output=True)
+            self.mounted = False
+
+
+@dataclass
+class FaultEvent:
+    at_s: float
+    fault: str
+    what: str
+    took_s: float = 0.0
+
+    def line(self) -> str:
+        return f"{self.at_s:7.1f}s  {self.fault:<6} {self.what} ({self.took_s:.1f}s)"
+
+
+@dataclass
+class FaultRunner:
+    """Runs process faults one at a time until `stop()`; each fault is complete (processes
+    restarted, producers resumed) before the next starts or the runner returns."""
+
+    cluster: LocalCluster
+    topic: str
+    partitions: int
+    faults: list[str]
+    seed: int
+    gate: threading.Event                 # set = workloads may send
+    disk: FullDisk | None = None
+    events: list[FaultEvent] = field(default_factory=list)
+    archive: dict[int, list[tuple[int, bytes]]] = field(default_factory=dict)
+    error: BaseException | None = None
+    on_event: Callable[[FaultEvent], None] | None = None
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(self.seed)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="fault-runner", daemon=True)
+        self._t0 = time.monotonic()
+
+    def start(self) -> "FaultRunner":
+        self._t0 = time.monotonic()
+        if self.faults:
+            self._thread.start()
+        return self
+
+    def stop(self, timeout_s: float = 120) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+
+    def plan(self):
+        """(pause before, fault) forever: each fault once in a seeded order, then at random."""
+        first = list(self.faults)
+        self.rng.shuffle(first)
+        for fault in first:
+            yield self.rng.uniform(0.5, 2.0), fault
+        while True:
+            yield self.rng.uniform(0.5, 2.0), self.rng.choice(self.faults)
+
+    def _run(self) -> None:
+        try:
+            for pause, fault in self.plan():
+                if self._stop.wait(pause):
+                    return
+                start = time.monotonic()
+                what = getattr(self, f"_{fault}")()
+                event = FaultEvent(round(start - self._t0, 1), fault, what, round(time.monotonic() - start, 1))
+                self.events.append(event)
+                if self.on_event is not None:
+                    self.on_event(event)
+        except BaseException as e:  # reported by verify: a fault that cannot run is a failed run
+            self.error = e
+            self.gate.set()
+
+    # ---------------------------------------------------------------- the faults
+
+    def _kill(self) -> str:
+        c, n = self.cluster, self.cluster.n
+        target = self.rng.choice(["broker"] * 3 + ["controller", "all"])
+        down = self.rng.uniform(0.3, 1.5)
+        if target == "broker":
+            i = self.rng.randint(1, n)
+            c.kill_broker(i)
+            time.sleep(down)
+            c.start_broker(i)
+            return f"kill -9 broker {i}, down {down:.1f}s"
+        if target == "controller":
+            c.kill_controller()
+            time.sleep(down)
+            c.start_controller()
+            return f"kill -9 controller, down {down:.1f}s"
+        c.kill_controller()
+        for i in c.brokers:
+            c.kill_broker(i)
+        time.sleep(down)
+        c.start_controller()
+        for i in c.brokers:
+            c.start_broker(i)
+        return f"kill -9 controller and all {n} brokers, down {down:.1f}s"
+
+    def _move(self) -> str:
+        p, b = self.rng.randrange(self.partitions), self.rng.randint(1, self.cluster.n)
+        code = self.cluster.move_leader(self.topic, p, b)
+        return f"move {self.topic}-{p} to broker {b}" + (f": refused, error {code}" if code else "")
+
+    def _expiry(self) -> str:
+        """Idle every producer past producer.id.expiration.ms, then move the log start offset to
+        the end (DeleteRecords, as retention would): their next batch meets UNKNOWN_PRODUCER_ID
+        with a log start offset above everything they had acknowledged. What is deleted is read
+        first and kept for the checker."""
+        self.gate.clear()
+        try:
+            bootstrap = self.cluster.bootstrap
+            self._wait_quiet(bootstrap)
+            time.sleep((EXPIRATION_MS + 2 * EXPIRATION_CHECK_MS) / 1000 + 0.5)
+            self.cluster.set_faults(False)
+            try:
+                records, ends = read_range(bootstrap, self.topic)
+                for p, recs in records.items():
+                    self.archive.setdefault(p, []).extend(recs)
+                moved = _delete_records(bootstrap, self.topic, ends)
+            finally:
+                self.cluster.set_faults(True)
+        finally:
+            self.gate.set()
+        return f"producers idle {EXPIRATION_MS} ms+, log start moved to {moved}"
+
+    def _wait_quiet(self, bootstrap: str, quiet_s: float = 1.0, timeout_s: float = 60) -> None:
+        """Until no partition's end offset moved for `quiet_s` (in-flight batches are done)."""
+        deadline = time.monotonic() + timeout_s
+        last, since = None, time.monotonic()
+        while time.monotonic() < deadline:
+            try:
+                now = end_offsets(bootstrap, self.topic)
+            except Exception:
+                now = None
+            if now != last:
+                last, since = now, time.monotonic()
+            elif now is not None and time.monotonic() - since >= quiet_s:
+                return
+            time.sleep(0.2)
+
+    def _disk(self) -> str:
+        assert self.disk is not None
+        held = self.rng.uniform(1.0, 3.0)
+        self.disk.fill()
+        try:
+            time.sleep(held)
+        finally:
+            self.disk.release()
+        where = f"{self.disk.directory.name}" if self.disk.mounted else "every broker"
+        return f"disk full ({self.disk.method}) under {where} for {held:.1f}s"
+
+
+def _delete_records(bootstrap: str, topic: str, ends: dict[int, int]) -> dict[int, int]:
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    futures = admin.delete_records([TopicPartition(topic, p, off) for p, off in ends.items() if off > 0])
+    moved = {}
+    for tp, fut in futures.items():
+        moved[tp.partition] = fut.result(30).low_watermark
+    return dict(sorted(moved.items()))
+

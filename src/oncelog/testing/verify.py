@@ -1,0 +1,228 @@
+"""`oncelog verify`: a cluster on this machine behind fault proxies, producers of several clients
+writing unique values while faults run, then every partition read from its start and checked.
+
+The result holds the checker's report, the faults that fired, what the clients said recovery cost
+(retries, epoch bumps, sequence resets) and what the brokers answered (error codes, duplicates),
+so that a run shows both that nothing was lost and that the faults really bit."""
+from __future__ import annotations
+
+import shutil
+import tempfile
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from oncelog.testing.checker import Event, Report, check
+from oncelog.testing.cluster import LocalCluster
+from oncelog.testing.faults import (ALL_FAULTS, NETWORK_FAULTS, PROCESS_FAULTS, FaultEvent, FaultRunner,
+                                    FullDisk, broker_overrides, proxy_config)
+from oncelog.testing.workloads import WORKLOADS, Workload, read_range
+
+CLIENTS = tuple(WORKLOADS)
+
+
+@dataclass
+class VerifyOptions:
+    faults: tuple[str, ...] = ALL_FAULTS
+    records: int = 10_000
+    clients: tuple[str, ...] = CLIENTS
+    seed: int = 0
+    partitions: int = 4
+    brokers: int = 2
+    duration_s: float | None = None   # spread the records over this long; default from the faults
+    workdir: Path | None = None       # kept when given; a temporary directory otherwise
+    timeout_s: float = 180
+
+    def __post_init__(self) -> None:
+        unknown = set(self.faults) - set(ALL_FAULTS)
+        if unknown:
+            raise ValueError(f"unknown faults {sorted(unknown)}; choose from {', '.join(ALL_FAULTS)}")
+        unknown = set(self.clients) - set(CLIENTS)
+        if unknown:
+            raise ValueError(f"unknown clients {sorted(unknown)}; choose from {', '.join(CLIENTS)}")
+        if "move" in self.faults and self.brokers < 2:
+            raise ValueError("the move fault needs at least 2 brokers")
+
+    def duration(self) -> float | None:
+        if self.duration_s is not None:
+            return self.duration_s or None
+        # paced, so that there are many requests for the network faults to hit
+        return max(10.0, 8.0 * sum(f in PROCESS_FAULTS for f in self.faults))
+
+
+@dataclass
+class VerifyResult:
+    options: VerifyOptions
+    report: Report
+    faults: list[FaultEvent]
+    proxy: dict[str, int]
+    clients: dict[str, dict[str, int]]
+    broker: dict[str, int]
+    seconds: float
+    notes: list[str] = field(default_factory=list)
+    client_errors: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.report.broker_ok and not any(n.startswith("HARNESS") for n in self.notes)
+
+    def to_json(self) -> dict:
+        o = self.options
+        return {"ok": self.ok, "seed": o.seed, "faults": list(o.faults), "clients": list(o.clients),
+                "records": o.records, "seconds": round(self.seconds, 1),
+                "fault_counts": dict(Counter(e.fault for e in self.faults)),
+                "fault_events": [e.__dict__ for e in self.faults], "proxy": self.proxy,
+                "client_stats": self.clients, "client_errors": self.client_errors, "broker_answers": self.broker, "notes": self.notes,
+                "report": self.report.to_json()}
+
+
+# broker counters worth showing, and the names they get in the report
+_BROKER_COUNTERS = {
+    "oncelog_request_errors_total{api=produce,error=OUT_OF_ORDER_SEQUENCE_NUMBER}": "produce OUT_OF_ORDER_SEQUENCE_NUMBER",
+    "oncelog_request_errors_total{api=produce,error=UNKNOWN_PRODUCER_ID}": "produce UNKNOWN_PRODUCER_ID",
+    "oncelog_request_errors_total{api=produce,error=DUPLICATE_SEQUENCE_NUMBER}": "produce DUPLICATE_SEQUENCE_NUMBER",
+    "oncelog_request_errors_total{api=produce,error=INVALID_PRODUCER_EPOCH}": "produce INVALID_PRODUCER_EPOCH",
+    "oncelog_request_errors_total{api=produce,error=NOT_LEADER_OR_FOLLOWER}": "produce NOT_LEADER_OR_FOLLOWER",
+    "oncelog_request_errors_total{api=produce,error=KAFKA_STORAGE_ERROR}": "produce KAFKA_STORAGE_ERROR",
+    "oncelog_request_errors_total{api=init_producer_id,error=COORDINATOR_LOAD_IN_PROGRESS}":
+        "init_producer_id COORDINATOR_LOAD_IN_PROGRESS",
+    "oncelog_requests_total{api=init_producer_id}": "init_producer_id requests",
+    "oncelog_producer_state_duplicates_total{kind=window}": "duplicates answered from the window",
+    "oncelog_producer_state_duplicates_total{kind=tail}": "duplicates answered from the log tail",
+    "oncelog_producer_state_expirations_total": "producer states expired",
+    "oncelog_producer_state_restored_total": "expired producers restored from the log tail",
+}
+
+
+def run(options: VerifyOptions, progress=None) -> VerifyResult:
+    """Runs one verification; `progress(message)` is called as phases start."""
+    say = progress or (lambda _msg: None)
+    faults = set(options.faults)
+    own_dir = options.workdir is None
+    root = Path(tempfile.mkdtemp(prefix="oncelog-verify-")) if own_dir else Path(options.workdir)
+    topic = "verify"
+    cluster = LocalCluster(root, options.brokers, broker_overrides(faults),
+                           proxy_config(faults & set(NETWORK_FAULTS), options.seed))
+    disk = FullDisk(cluster.data / f"{topic}-0", cluster) if "disk" in faults else None
+    gate = threading.Event()
+    gate.set()
+    notes: list[str] = []
+    began = time.monotonic()
+    try:
+        say(f"starting a controller and {options.brokers} brokers in {root}")
+        cluster.start()
+        if disk is not None:
+            disk.prepare()
+            notes.append(f"disk fault by {disk.method}")
+        cluster.set_faults(False)
+        _create_topic(cluster.bootstrap, topic, options.partitions)
+        cluster.set_faults(True)
+
+        duration = options.duration()
+        share, extra = divmod(options.records, len(options.clients))
+        workloads: list[Workload] = []
+        for k, client in enumerate(options.clients):
+            n = share + (1 if k < extra else 0)
+            workloads.append(WORKLOADS[client](cluster.bootstrap, topic, n, client,
+                                               rate=n / duration if duration else None, gate=gate,
+                                               timeout_s=options.timeout_s))
+        runner = FaultRunner(cluster, topic, options.partitions,
+                             [f for f in options.faults if f in PROCESS_FAULTS], options.seed, gate, disk,
+                             on_event=lambda e: say(e.line()))
+        say(f"producing {options.records} records with {', '.join(options.clients)} under "
+            f"{', '.join(options.faults) or 'no faults'}")
+        threads = [threading.Thread(target=_guard(w), name=f"workload-{w.producer}", daemon=True)
+                   for w in workloads]
+        runner.start()
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + options.timeout_s + (duration or 0) + 60
+        for t in threads:
+            t.join(max(deadline - time.monotonic(), 1))
+        say("stopping the faults")
+        runner.stop()
+        if runner.error is not None:
+            notes.append(f"HARNESS: a fault could not run: {runner.error!r}")
+        for w, t in zip(workloads, threads):
+            if t.is_alive():  # a client stuck past its own delivery timeout: its finding, not a hang
+                w.events.append(Event(10**12, w.client, w.producer, "fatal", b"", None, None,
+                                      f"did not finish within {options.timeout_s:.0f}s of its delivery timeout"))
+        cluster.set_faults(False)
+        say("reading every partition from its start")
+        log, _ends = read_range(cluster.bootstrap, topic, timeout_s=options.timeout_s)
+        for p, kept in runner.archive.items():  # what the expiry fault deleted, read before
+            log[p] = kept + [r for r in log.get(p, []) if not kept or r[0] > kept[-1][0]]
+        events = [e for w in workloads for e in list(w.events)]
+        report = check(events, log)
+        counters = cluster.broker_counters()
+        broker = {name: counters.get(key, 0) for key, name in _BROKER_COUNTERS.items()}
+        broker["leader moves (controller)"] = sum(1 for e in runner.events if e.fault == "move")
+        for w in workloads:
+            kinds = Counter(e.kind for e in events if e.producer == w.producer)
+            w.stats.update(sent=kinds["send"], acknowledged=kinds["ack"])
+        client_errors = {w.producer: dict(Counter((e.error or "?")[:120] for e in events
+                                                  if e.producer == w.producer and e.kind in ("error", "fatal")))
+                         for w in workloads}
+        return VerifyResult(options, report, runner.events, dict(cluster.proxy_stats()),
+                            {w.producer: dict(w.stats) for w in workloads}, broker,
+                            time.monotonic() - began, notes, client_errors)
+    finally:
+        cluster.stop()
+        if disk is not None:
+            disk.close()
+        if own_dir:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def _guard(w: Workload):
+    def target() -> None:
+        try:
+            w.run()
+        except Exception as e:  # a crashed workload is a client finding, not a hang
+            w.events.append(Event(10**12, w.client, w.producer, "fatal", b"", None, None,
+                                  f"workload crashed: {type(e).__name__}: {e}"[:300]))
+    return target
+
+
+def _create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+
+
+def render(result: VerifyResult) -> str:
+    """The readable report."""
+    o, r = result.options, result.report
+    lines = [f"oncelog verify: seed {o.seed}, faults {','.join(o.faults) or '-'}, clients "
+             f"{','.join(o.clients)}, {o.records} records, {o.brokers} brokers, "
+             f"{o.partitions} partitions, {result.seconds:.0f}s",
+             "",
+             f"sent {r.sent}, acknowledged {r.acked}, failed {r.errors}, read back {r.read}"]
+    counts = Counter(e.fault for e in result.faults)
+    lines.append("faults fired: " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none")
+                 + f"; proxy: {result.proxy.get('resets', 0)} resets, "
+                 f"{result.proxy.get('dropped_responses', 0)} responses dropped after the broker "
+                 f"wrote, {result.proxy.get('connections', 0)} connections")
+    lines += ["  " + e.line() for e in result.faults[:30]]
+    if len(result.faults) > 30:
+        lines.append(f"  ... {len(result.faults) - 30} more")
+    lines.append("clients (what recovery cost them; records that failed, by error):")
+    for name, stats in result.clients.items():
+        lines.append(f"  {name:<13} " + (", ".join(f"{k} {v}" for k, v in sorted(stats.items())) or "-"))
+        for error, n in sorted(result.client_errors.get(name, {}).items()):
+            lines.append(f"  {'':<13} failed: {n} x {error}")
+    lines.append("brokers answered:")
+    lines += [f"  {k:<48} {v}" for k, v in result.broker.items() if v]
+    lines += [f"note: {n}" for n in result.notes]
+    lines.append("")
+    if r.ok:
+        lines.append("OK: no duplicates, no lost acknowledged writes, no inconsistent offsets, "
+                     "no reordering, no fatal client errors")
+    for f in r.findings:
+        lines.append(f"FINDING {f.kind} (blame: {f.blame}) partition {f.partition}: {f.detail}")
+        lines += [f"    {h}" for h in f.history]
+    if r.findings and r.broker_ok:
+        lines.append("only client findings: the brokers kept every promise")
+    return "\n".join(lines)
