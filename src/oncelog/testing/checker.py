@@ -134,7 +134,8 @@ def check(history: Iterable[Event], log: dict[int, list[tuple[int, bytes]]],
         first = failed[0]
         findings.append(Finding("fatal", "client", first.partition, first.value,
                                 f"{first.client}/{prod}: fatal producer error {first.error}; "
-                                f"{len(failed)} records failed with it", hist(first.value), first.client))
+                                f"{len(failed)} records failed with it",
+                                [_fmt(e) for e in failed[:excerpt]], first.client))
 
     for e in acks:
         if e.value not in where:

@@ -159,11 +159,13 @@ def run(options: VerifyOptions, progress=None) -> VerifyResult:
         counters = cluster.broker_counters()
         broker = {name: counters.get(key, 0) for key, name in _BROKER_COUNTERS.items()}
         broker["leader moves (controller)"] = sum(1 for e in runner.events if e.fault == "move")
+        def mine(w: Workload, e: Event) -> bool:  # every instance of the workload's producer
+            return e.producer == w.producer or e.producer.startswith(w.producer + "#")
         for w in workloads:
-            kinds = Counter(e.kind for e in events if e.producer == w.producer)
+            kinds = Counter(e.kind for e in events if mine(w, e))
             w.stats.update(sent=kinds["send"], acknowledged=kinds["ack"])
         client_errors = {w.producer: dict(Counter((e.error or "?")[:120] for e in events
-                                                  if e.producer == w.producer and e.kind in ("error", "fatal")))
+                                                  if mine(w, e) and e.kind in ("error", "fatal")))
                          for w in workloads}
         return VerifyResult(options, report, runner.events, dict(cluster.proxy_stats()),
                             {w.producer: dict(w.stats) for w in workloads}, broker,
@@ -220,9 +222,17 @@ def render(result: VerifyResult) -> str:
     if r.ok:
         lines.append("OK: no duplicates, no lost acknowledged writes, no inconsistent offsets, "
                      "no reordering, no fatal client errors")
+    shown: Counter[str] = Counter()
     for f in r.findings:
+        key = f"{f.blame}/{f.client}"
+        shown[key] += 1
+        if f.blame == "client" and shown[key] > 3:
+            continue  # a client that fails the same way every time needs three examples, not forty
         lines.append(f"FINDING {f.kind} (blame: {f.blame}) partition {f.partition}: {f.detail}")
-        lines += [f"    {h}" for h in f.history]
+        lines += [f"    {h}" for h in f.history[:4]]
+    for key, n in sorted(shown.items()):
+        if key.startswith("client/") and n > 3:
+            lines.append(f"... and {n - 3} more fatal errors of {key.split('/', 1)[1]}")
     if r.findings and r.broker_ok:
         lines.append("only client findings: the brokers kept every promise")
     return "\n".join(lines)

@@ -4,7 +4,6 @@ acknowledgement and error recorded as checker Events, plus what the client says 
 from __future__ import annotations
 
 import itertools
-import json
 import threading
 import time
 from collections import Counter
@@ -12,13 +11,10 @@ from dataclasses import dataclass, field
 
 from oncelog.testing.checker import Event
 
-_clock = itertools.count()
-_lock = threading.Lock()
-
-
-def _t() -> int:
-    with _lock:
-        return next(_clock)
+# A position in the run's history, shared by every workload thread. count.__next__ is one C
+# call, atomic under the GIL: no lock, which a delivery callback run from a finalizer on a
+# thread already inside _t() could deadlock on (a 1M-record run did).
+_t = itertools.count().__next__
 
 
 @dataclass
@@ -30,10 +26,22 @@ class Workload:
     rate: float | None = None            # records/s; None = as fast as the client goes
     gate: threading.Event | None = None  # cleared = pause sending (the expiry fault idles producers)
     timeout_s: float = 120
+    stall_s: float = 30                  # third-party clients: no acknowledgement this long = stuck
     events: list[Event] = field(default_factory=list)
     stats: Counter = field(default_factory=Counter)
 
     client = "?"
+
+    def __post_init__(self) -> None:
+        self.instance = self.producer    # events name the producer instance: order is per instance
+
+    def restart(self, why: str) -> None:
+        """A third-party producer went fatal or got stuck: as an application would, replace it
+        with a new instance (a new producer id) and go on. The old instance's fate is a finding
+        blamed on the client; its unacknowledged records are not losses."""
+        self.stats["restarts"] += 1
+        self.events.append(Event(_t(), self.client, self.instance, "fatal", b"", None, None, why[:300]))
+        self.instance = f"{self.producer}#{self.stats['restarts'] + 1}"
 
     def values(self):
         """Yields the values to send, honouring the pace and the gate."""
@@ -48,7 +56,7 @@ class Workload:
                 if ahead > 0:
                     time.sleep(ahead)
             value = f"{self.producer}-{i}".encode()
-            self.events.append(Event(_t(), self.client, self.producer, "send", value))
+            self.events.append(Event(_t(), self.client, self.instance, "send", value))
             yield value
 
 
@@ -56,49 +64,55 @@ class LibrdkafkaWorkload(Workload):
     client = "librdkafka"
 
     def run(self) -> None:
-        from confluent_kafka import Producer
-        last_stats: dict = {}
+        from confluent_kafka import KafkaException, Producer
+        fatal: list[str] = []
 
-        def on_stats(raw: str) -> None:
-            last_stats.update(json.loads(raw))
-
-        def cb(err, msg) -> None:
+        def cb(err, msg, instance) -> None:
             v = msg.value()
             if err is None:
-                self.events.append(Event(_t(), self.client, self.producer, "ack", v, msg.partition(), msg.offset()))
+                self.events.append(Event(_t(), self.client, instance, "ack", v, msg.partition(), msg.offset()))
             else:
-                kind = "fatal" if err.fatal() else "error"
-                self.events.append(Event(_t(), self.client, self.producer, kind, v, msg.partition(), None,
+                self.events.append(Event(_t(), self.client, instance, "error", v, msg.partition(), None,
                                          err.name()))
+                if err.fatal() and not fatal:
+                    fatal.append(f"{err.name()}: {err.str()}")
 
-        p = Producer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True, "linger.ms": 5,
-                      "message.timeout.ms": int(self.timeout_s * 1000), "socket.timeout.ms": 5000,
-                      "reconnect.backoff.ms": 20, "reconnect.backoff.max.ms": 500,
-                      "statistics.interval.ms": 500, "stats_cb": on_stats, "log_level": 3})
-        from confluent_kafka import KafkaException
-        for v in self.values():
-            if v is None:
-                p.poll(0.05)
-                continue
+        def start():
+            return Producer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True, "linger.ms": 5,
+                             "message.timeout.ms": int(self.timeout_s * 1000), "socket.timeout.ms": 5000,
+                             "reconnect.backoff.ms": 20, "reconnect.backoff.max.ms": 500, "log_level": 3})
+
+        def replace(p, why: str):
             try:
+                p.flush(5)   # librdkafka fails what it holds after a fatal error: collect those answers
+            except KafkaException:
+                pass
+            self.restart(why)
+            fatal.clear()
+            return start()
+
+        p = start()
+        for v in self.values():
+            try:
+                if v is None:
+                    p.poll(0.05)
+                    continue
+                instance = self.instance
                 while True:
                     try:
-                        p.produce(self.topic, v, key=v, on_delivery=cb)
+                        p.produce(self.topic, v, key=v, on_delivery=lambda e, m, i=instance: cb(e, m, i))
                         break
                     except BufferError:
                         p.poll(0.05)
-            except KafkaException as e:  # fatal: the producer takes nothing more
-                self.events.append(Event(_t(), self.client, self.producer, "fatal", v, None, None,
-                                         e.args[0].name() if e.args else str(e)))
-                break
-            p.poll(0)
-        p.flush(self.timeout_s)
-        p.poll(0.6)  # one more statistics callback after the last delivery
-        if last_stats:  # librdkafka's own counters, when its statistics callback ran
-            brokers = last_stats.get("brokers", {}).values()
-            self.stats["retries"] = sum(b.get("txretries", 0) for b in brokers)
-            # epoch_cnt counts every id/epoch change, the first InitProducerId included
-            self.stats["epoch_bumps"] = max(last_stats.get("eos", {}).get("epoch_cnt", 0) - 1, 0)
+                p.poll(0)
+            except KafkaException as e:
+                fatal.append(str(e.args[0]) if e.args else str(e))
+            if fatal:
+                p = replace(p, fatal[0])
+        try:
+            p.flush(self.timeout_s)
+        except KafkaException as e:
+            self.restart(str(e))
 
 
 class KafkaPythonWorkload(Workload):
@@ -106,33 +120,62 @@ class KafkaPythonWorkload(Workload):
 
     def run(self) -> None:
         from kafka import KafkaProducer
-        kp = KafkaProducer(bootstrap_servers=self.bootstrap, enable_idempotence=True, acks="all",
-                           linger_ms=5, request_timeout_ms=5000, retry_backoff_ms=20,
-                           delivery_timeout_ms=int(self.timeout_s * 1000))
-        futs = []
-        for v in self.values():
+
+        def start():
+            return KafkaProducer(bootstrap_servers=self.bootstrap, enable_idempotence=True, acks="all",
+                                 linger_ms=5, request_timeout_ms=5000, retry_backoff_ms=20,
+                                 delivery_timeout_ms=int(self.timeout_s * 1000))
+
+        kp, pending = start(), []
+        last_ack = time.monotonic()
+        for n, v in enumerate(self.values()):
             if v is not None:
-                futs.append((v, kp.send(self.topic, v, key=v)))
+                pending.append((v, self.instance, kp.send(self.topic, v, key=v)))
+            if n % 100 == 0:
+                pending, acked = self._harvest(pending)
+                now = time.monotonic()
+                if acked or not pending:
+                    last_ack = now
+                elif now - last_ack > self.stall_s:  # e.g. its UNKNOWN_PRODUCER_ID loop
+                    _close(kp, 0)
+                    self._harvest(pending, abandon=f"abandoned: its producer made no progress for {self.stall_s:.0f}s")
+                    self.restart(f"stuck: no acknowledgement for {self.stall_s:.0f}s with "
+                                 f"{len(pending)} records pending")
+                    kp, pending, last_ack = start(), [], now
         try:
             kp.flush(self.timeout_s)
         except Exception:  # what did not make it is on the futures
             pass
-        for v, f in futs:
-            try:
-                md = f.get(timeout=1)
-                self.events.append(Event(_t(), self.client, self.producer, "ack", v, md.partition, md.offset))
-            except Exception as e:  # the checker records it; unacknowledged is not lost
-                kind = "fatal" if _kafka_python_fatal(kp) else "error"
-                self.events.append(Event(_t(), self.client, self.producer, kind, v, None, None,
-                                         f"{type(e).__name__}: {e}"[:200]))
-        metrics = kp.metrics().get("producer-metrics", {})
-        self.stats["retries"] = int(metrics.get("record-retry-total", 0))
-        kp.close(5)
+        pending, _ = self._harvest(pending)
+        if pending:
+            self.restart(f"stuck: {len(pending)} records unanswered after flush({self.timeout_s:.0f}s)")
+            self._harvest(pending, abandon="not acknowledged within its delivery timeout")
+        _close(kp, 0 if pending else 5)
+
+    def _harvest(self, pending, abandon: str | None = None):
+        """Records the outcome of finished sends; returns (still pending, how many were acked)."""
+        left, acked = [], 0
+        for v, instance, f in pending:
+            if f.is_done:
+                if f.succeeded():
+                    md = f.value
+                    self.events.append(Event(_t(), self.client, instance, "ack", v, md.partition, md.offset))
+                    acked += 1
+                else:
+                    self.events.append(Event(_t(), self.client, instance, "error", v, None, None,
+                                             f"{type(f.exception).__name__}: {f.exception}"[:200]))
+            elif abandon is not None:
+                self.events.append(Event(_t(), self.client, instance, "error", v, None, None, abandon))
+            else:
+                left.append((v, instance, f))
+        return left, acked
 
 
-def _kafka_python_fatal(kp) -> bool:
-    tm = getattr(getattr(kp, "_sender", None), "_transaction_manager", None)
-    return bool(tm is not None and getattr(tm, "has_fatal_error", lambda: False)())
+def _close(kp, timeout_s: float) -> None:
+    try:
+        kp.close(timeout_s)
+    except Exception:  # kafka-python raises when its sender does not stop in time; it is abandoned
+        pass
 
 
 class OncelogWorkload(Workload):
