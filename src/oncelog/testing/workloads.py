@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from oncelog.testing.checker import Event
 
 # A position in the run's history, shared by every workload thread. count.__next__ is one C
-# call, atomic under the GIL: no lock, which a delivery callback run from a finalizer on a
-# thread already inside _t() could deadlock on (a 1M-record run did).
+# call, atomic under the GIL, so no lock is needed (a 1M-record run once hung with every
+# workload thread waiting on the lock that used to guard it).
 _t = itertools.count().__next__
 
 
