@@ -137,6 +137,35 @@ def test_expired_producer_restored_from_the_tail_answers_its_duplicates(env):
     assert (r.error_code, r.base_offset) == (0, offsets[-1]) and e.end == offsets[-1] + 2
 
 
+def test_retry_at_sequence_0_after_expiry_is_a_duplicate_not_a_second_append(env):
+    # librdkafka after an epoch bump writes at sequence 0; the answer is lost; the producer
+    # idles past expiry (the partition was unavailable) and then retries the same batch.
+    e = env(producer_id_expiration_ms=1000)
+    first = e.append(batch(0, 3, epoch=1), now=NOW).base_offset
+    e.partition.remove_expired_producers(NOW + 5000)
+    end = e.end
+    r = e.append(batch(0, 3, epoch=1), now=NOW + 5000)
+    assert (r.error_code, r.base_offset, e.end) == (0, first, end)
+    assert e.partition.counters.restored == 1
+
+
+def test_a_new_producer_costs_no_log_lookup(env):
+    e = env(producer_id_expiration_ms=1000)
+    fill(e, 3)
+    e.partition.remove_expired_producers(NOW + 5000)
+    assert e.append(batch(0, pid=999), now=NOW + 5000).error_code == 0
+    assert e.partition.counters.restored == 0 and PID in e.partition.producer_state.expired
+
+
+def test_expired_producers_are_forgotten_once_the_log_start_passes_them(env):
+    e = env(LogConfig(segment_bytes=600), producer_id_expiration_ms=1000)
+    fill(e, 3)
+    e.partition.remove_expired_producers(NOW + 5000)
+    assert PID in e.partition.producer_state.expired
+    e.partition.delete_records_before(e.end)
+    assert PID not in e.partition.producer_state.expired
+
+
 def test_expired_producer_beyond_the_lookup_gets_unknown_producer_id(env):
     e = env(producer_id_expiration_ms=1000, producer_state_expired_lookup_offsets=0)
     fill(e, 3)

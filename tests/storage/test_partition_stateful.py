@@ -49,6 +49,7 @@ class PartitionMachine(RuleBasedStateMachine):
         self.partition = self._open()
         self.producers: dict[int, dict] = {}  # pid -> {epoch, history [(first, last, offset)], retained}
         self.appended: list[tuple[int, int, int, int, int]] = []  # (pid, epoch, first, last, offset) in the log
+        self.expired: set[int] = set()  # expired pids the broker still remembers (until a restart)
 
     def teardown(self):
         try:
@@ -64,6 +65,7 @@ class PartitionMachine(RuleBasedStateMachine):
 
     def _restore(self, pid):
         """An expired producer whose batches are still in the log is restored from them."""
+        self.expired.discard(pid)
         start = self.partition.log_start_offset
         mine = [b for b in self.appended if b[0] == pid and b[4] >= start][-self.window:]
         if mine:
@@ -73,7 +75,7 @@ class PartitionMachine(RuleBasedStateMachine):
 
     def _expect(self, pid, epoch, f, l):
         p = self.producers.get(pid)
-        if p is None and f != 0:
+        if p is None and (f != 0 or pid in self.expired):
             self._restore(pid)
             p = self.producers.get(pid)
         if p is None:
@@ -150,22 +152,27 @@ class PartitionMachine(RuleBasedStateMachine):
     def expire_all(self):
         self.now += EXPIRY + 1
         self.partition.tick(self.now, check_interval_ms=1)
+        start = self.partition.log_start_offset
+        self.expired |= {pid for pid, p in self.producers.items() if p["history"][-1][2] >= start}
         self.producers.clear()
 
     @precondition(lambda self: self.partition.log_end_offset > self.partition.log_start_offset)
     @rule()
     def retention(self):
         self.partition.delete_records_before(self.partition.log_end_offset)
+        self.expired.clear()  # every expired producer's newest batch is now below the log start
 
     @rule()
     def clean_restart(self):
         self.partition.close()
         self.partition = self._open()
+        self.expired.clear()  # kept in memory only
 
     @rule()
     def crash(self):
         self.partition.log.close()  # the log's data is on disk; producer state only in snapshots
         self.partition = self._open()
+        self.expired.clear()
 
     @invariant()
     def state_matches(self):

@@ -39,6 +39,7 @@ DEFAULT_MAX_IN_FLIGHT_SEQUENCES = 10_000_000
 MAX_IN_FLIGHT_SEQUENCES = 2**30  # KIP-758: "below" and "ahead" ranges must not overlap
 DEFAULT_EXPIRATION_MS = 86_400_000
 DEFAULT_EXPIRED_LOOKUP_OFFSETS = 100_000
+MAX_EXPIRED_REMEMBERED = 100_000
 HALF_SPACE = 2**30
 
 # check() outcomes
@@ -184,6 +185,12 @@ class ProducerStateManager:
         self._ts = array("q")
         self._bits = 4
         self._table = array("i", [_EMPTY]) * (1 << self._bits)
+        # Producers removed by expiry whose batches may still be in the log: pid -> offset of their
+        # newest batch. A batch from one of them is looked up in the log tail before it is judged
+        # (storage does the scan), so that a retry arriving after expiry -- even one at sequence 0
+        # after an epoch bump -- is answered as the duplicate it is rather than appended again.
+        # New producer ids are never in it, so their first batches cost no scan.
+        self.expired: dict[int, int] = {}
 
     # ------------------------------------------------------------ configuration
     @property
@@ -383,6 +390,8 @@ class ProducerStateManager:
         """Record a batch without validation (commit, and replay of the log at recovery)."""
         s = self._find(producer_id)
         if s < 0:
+            if self.expired:
+                self.expired.pop(producer_id, None)
             s = self._new_slot(producer_id, epoch)
         elif self._epoch[s] != epoch:
             # A new epoch starts a new sequence space; older batches can no longer match.
@@ -407,9 +416,21 @@ class ProducerStateManager:
         """Forget producers idle for producer.id.expiration.ms; returns how many."""
         cutoff = now_ms - self.config.expiration_ms
         expired = [s for s, t in enumerate(self._updated) if t <= cutoff]
+        stride = self._stride
+        for s in expired:
+            if self._count[s]:
+                newest = s * stride + (self._head[s] + self._count[s] - 1) % stride
+                self.expired[self._pid[s]] = self._offset[newest]
+        while len(self.expired) > MAX_EXPIRED_REMEMBERED:  # oldest first: dicts keep insertion order
+            del self.expired[next(iter(self.expired))]
         for s in reversed(expired):  # highest first, so swap-remove never moves a pending slot
             self._remove_slot(s)
         return len(expired)
+
+    def forget_expired_before(self, log_start_offset: int) -> None:
+        """Expired producers whose newest batch the log no longer holds need no lookup."""
+        if self.expired:
+            self.expired = {p: o for p, o in self.expired.items() if o >= log_start_offset}
 
     def clear(self) -> None:
         self.__init__(self.config)

@@ -116,6 +116,7 @@ class Partition:
             _config_value(self.config, "message.format.version", "message_format_version"))
         self._in_append = False
         self._roll_pending = False
+        self._state_dirty = False  # state changed without the log moving (a restore): snapshot it
         self._last_snapshot_offset = -1
         self._next_expiration_check = -1
         now = _now() if now_ms is None else now_ms
@@ -203,7 +204,9 @@ class Partition:
                 headers = rec.validate_record_set(buf)
                 if any(h.has_producer_id for h in headers):
                     check = self._prepare(headers)
-                    if check.error == ErrorCode.UNKNOWN_PRODUCER_ID and self._restore_expired(check, now_ms):
+                    if ((check.error == ErrorCode.UNKNOWN_PRODUCER_ID
+                         or check.producer_id in self.producer_state.expired)
+                            and self._restore_expired(check, now_ms)):
                         check = self._prepare(headers)
                     if check.kind != ps.APPEND:
                         return self._answer_without_append(check)
@@ -290,13 +293,16 @@ class Partition:
         return check
 
     def _restore_expired(self, check: ps.Check, now_ms: int) -> bool:
-        """An unknown producer sent a non-zero sequence. If expiry (not retention) removed it, its
-        batches are still in the log tail: put them back into the state, as recovery would, so
-        that an idle producer continues instead of meeting UNKNOWN_PRODUCER_ID with a log start
-        offset below its last acknowledged offset (which its client must take for data loss).
-        The scan is bounded by producer.state.expired.lookup.offsets."""
+        """A producer without state sent a non-zero sequence, or is one that expiry removed. If
+        expiry (not retention) removed it, its batches are still in the log tail: put them back
+        into the state, as recovery would. Then an idle producer continues instead of meeting
+        UNKNOWN_PRODUCER_ID with a log start offset below its last acknowledged offset (which its
+        client must take for data loss), and a retry that arrives after expiry is recognised as
+        a duplicate instead of being appended again. The scan is bounded by
+        producer.state.expired.lookup.offsets."""
         if self.producer_state.entry(check.producer_id) is not None:
             return False  # state exists (an epoch with no batches yet): nothing to restore
+        self.producer_state.expired.pop(check.producer_id, None)  # one lookup per expiry
         reach = self.producer_state.config.expired_lookup_offsets
         end = self.log.log_end_offset
         start = max(self.log.log_start_offset, end - reach)
@@ -311,6 +317,7 @@ class Partition:
             self.producer_state.record(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
                                        h.base_offset, ts, now_ms)
         self.counters.restored += 1
+        self._state_dirty = True
         log.info("%s-%d: producer %d restored from the log tail (%d batches found after its expiry)",
                  self.topic, self.index, check.producer_id, len(found))
         return True
@@ -346,6 +353,7 @@ class Partition:
             self.take_snapshot(sync=False)
 
     def _on_segments_deleted(self, new_log_start_offset: int) -> None:
+        self.producer_state.forget_expired_before(new_log_start_offset)
         # The replay source below the new start is gone: the state must be in a snapshot.
         if new_log_start_offset > self._last_snapshot_offset and not self._in_append:
             self.take_snapshot(sync=True)
@@ -358,8 +366,10 @@ class Partition:
     def take_snapshot(self, sync: bool = True, force: bool = False) -> Path | None:
         """Write the state covering offsets below `_map_end`; skipped when the log did not move
         since the last one unless `force` (the state changed without the log: expiry)."""
-        if self.directory is None or (self._map_end <= self._last_snapshot_offset and not force):
+        if self.directory is None or (self._map_end <= self._last_snapshot_offset
+                                      and not (force or self._state_dirty)):
             return None
+        self._state_dirty = False
         path = snaps.write_snapshot(self.directory, self._map_end, self.producer_state.columns(), sync=sync)
         self._last_snapshot_offset = self._map_end
         self.counters.snapshots_written += 1
