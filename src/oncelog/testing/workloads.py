@@ -107,6 +107,8 @@ class LibrdkafkaWorkload(Workload):
                 p.poll(0)
             except KafkaException as e:
                 fatal.append(str(e.args[0]) if e.args else str(e))
+            except Exception as e:  # confluent-kafka has raised SystemError from inside a callback
+                fatal.append(f"{type(e).__name__}: {e}")
             if fatal:
                 p = replace(p, fatal[0])
         try:
