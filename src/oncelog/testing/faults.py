@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import random
 import resource
+import shutil
 import subprocess
 import threading
 import time
@@ -98,8 +99,12 @@ class FullDisk:
                 pass
         self._limited.clear()
 
-    def close(self) -> None:
+    def close(self, keep_in: Path | None = None) -> None:
+        """Unmount; `keep_in`: copy the partition's files there first (a kept work directory
+        should still hold every partition for a post-mortem)."""
         self.release()
+        if self.mounted and keep_in is not None:
+            shutil.copytree(self.directory, keep_in / f"{self.directory.name}.from-tmpfs", dirs_exist_ok=True)
         if self.mounted:
             subprocess.run(["umount", "-l", str(self.directory)], capture_output=True)
             self.mounted = False

@@ -173,7 +173,7 @@ def run(options: VerifyOptions, progress=None) -> VerifyResult:
     finally:
         cluster.stop()
         if disk is not None:
-            disk.close()
+            disk.close(keep_in=None if own_dir else root)
         if own_dir:
             shutil.rmtree(root, ignore_errors=True)
 
