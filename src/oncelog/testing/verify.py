@@ -147,26 +147,17 @@ def run(options: VerifyOptions, progress=None) -> VerifyResult:
             notes.append(f"HARNESS: a fault could not run: {runner.error!r}")
         for w, t in zip(workloads, threads):
             if t.is_alive():  # a client stuck past its own delivery timeout: its finding, not a hang
-                w.events.append(Event(10**12, w.client, w.producer, "fatal", b"", None, None,
+                w.events.append(Event(10**12, w.client, w.instance, "fatal", b"", None, None,
                                       f"did not finish within {options.timeout_s:.0f}s of its delivery timeout"))
         cluster.set_faults(False)
         say("reading every partition from its start")
-        log, _ends = read_range(cluster.bootstrap, topic, timeout_s=options.timeout_s)
-        for p, kept in runner.archive.items():  # what the expiry fault deleted, read before
-            log[p] = kept + [r for r in log.get(p, []) if not kept or r[0] > kept[-1][0]]
+        log = _read_back(cluster.bootstrap, topic, runner.archive, options.timeout_s)
         events = [e for w in workloads for e in list(w.events)]
         report = check(events, log)
         counters = cluster.broker_counters()
         broker = {name: counters.get(key, 0) for key, name in _BROKER_COUNTERS.items()}
         broker["leader moves (controller)"] = sum(1 for e in runner.events if e.fault == "move")
-        def mine(w: Workload, e: Event) -> bool:  # every instance of the workload's producer
-            return e.producer == w.producer or e.producer.startswith(w.producer + "#")
-        for w in workloads:
-            kinds = Counter(e.kind for e in events if mine(w, e))
-            w.stats.update(sent=kinds["send"], acknowledged=kinds["ack"])
-        client_errors = {w.producer: dict(Counter((e.error or "?")[:120] for e in events
-                                                  if mine(w, e) and e.kind in ("error", "fatal")))
-                         for w in workloads}
+        client_errors = _per_client(workloads, events)
         return VerifyResult(options, report, runner.events, dict(cluster.proxy_stats()),
                             {w.producer: dict(w.stats) for w in workloads}, broker,
                             time.monotonic() - began, notes, client_errors)
@@ -178,12 +169,32 @@ def run(options: VerifyOptions, progress=None) -> VerifyResult:
             shutil.rmtree(root, ignore_errors=True)
 
 
+def _read_back(bootstrap: str, topic: str, archive: dict, timeout_s: float) -> dict:
+    """Every partition from its start, behind what the expiry fault read before deleting it."""
+    log, _ends = read_range(bootstrap, topic, timeout_s=timeout_s)
+    for p, kept in archive.items():
+        log[p] = kept + [r for r in log.get(p, []) if not kept or r[0] > kept[-1][0]]
+    return log
+
+
+def _per_client(workloads: list[Workload], events: list[Event]) -> dict[str, dict[str, int]]:
+    """Adds sent/acknowledged to each workload's stats; returns its failed records by error.
+    A workload's events span every instance of its producer (`name`, `name#2`, ...)."""
+    errors: dict[str, dict[str, int]] = {}
+    for w in workloads:
+        mine = [e for e in events if e.producer == w.producer or e.producer.startswith(w.producer + "#")]
+        kinds = Counter(e.kind for e in mine)
+        w.stats.update(sent=kinds["send"], acknowledged=kinds["ack"])
+        errors[w.producer] = dict(Counter((e.error or "?")[:120] for e in mine if e.kind in ("error", "fatal")))
+    return errors
+
+
 def _guard(w: Workload):
     def target() -> None:
         try:
             w.run()
         except Exception as e:  # a crashed workload is a client finding, not a hang
-            w.events.append(Event(10**12, w.client, w.producer, "fatal", b"", None, None,
+            w.events.append(Event(10**12, w.client, w.instance, "fatal", b"", None, None,
                                   f"workload crashed: {type(e).__name__}: {e}"[:300]))
     return target
 
