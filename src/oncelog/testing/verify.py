@@ -214,7 +214,7 @@ def render(result: VerifyResult) -> str:
              "",
              f"sent {r.sent}, acknowledged {r.acked}, failed {r.errors}, read back {r.read}"]
     counts = Counter(e.fault for e in result.faults)
-    lines.append("faults fired: " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none")
+    lines.append("process faults fired: " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none")
                  + f"; proxy: {result.proxy.get('resets', 0)} resets, "
                  f"{result.proxy.get('dropped_responses', 0)} responses dropped after the broker "
                  f"wrote, {result.proxy.get('connections', 0)} connections")
