@@ -70,3 +70,46 @@ def test_report_json_round_trips():
     r = check(_history(VALUES), {0: list(enumerate(VALUES))[:4]})
     d = json.loads(r.dumps())
     assert d["ok"] is False and d["counts"] == {"lost": 1}
+
+
+def history(client="oncelog", producer="p", values=(b"a", b"b", b"c"), partition=0, offsets=None):
+    events, t = [], 0
+    for v in values:
+        events.append(Event(t, client, producer, "send", v))
+        t += 1
+    for i, v in enumerate(values):
+        events.append(Event(t, client, producer, "ack", v, partition, (offsets or range(len(values)))[i]))
+        t += 1
+    return events
+
+
+def test_order_is_per_producer_and_partition():
+    a = history(producer="p1", values=(b"a1", b"a2"), offsets=[0, 2])
+    b = [Event(e.t + 100, e.client, "p2", e.kind, e.value.replace(b"a", b"b"), e.partition,
+               None if e.offset is None else e.offset * 2 + 1 if e.kind == "ack" else None)
+         for e in history(producer="p2", values=(b"a1", b"a2"))]
+    report = check(a + b, {0: [(0, b"a1"), (1, b"b1"), (2, b"a2"), (3, b"b2")]})
+    assert report.ok, report.dumps()
+
+
+def test_fatal_client_errors_are_grouped_and_blamed_on_the_client():
+    events = history(values=(b"a",)) + [
+        Event(10 + i, "librdkafka", "r", kind, b"r%d" % i, None, None, "OUT_OF_ORDER_SEQUENCE_NUMBER")
+        for i, kind in enumerate(["send", "fatal", "send", "fatal"])]
+    report = check(events, {0: [(0, b"a")]})
+    [f] = report.findings
+    assert (f.kind, f.blame) == ("fatal", "client") and "2 records failed" in f.detail
+    assert report.broker_ok and not report.ok
+
+
+def test_findings_name_the_client_whose_value_it_is():
+    events = history(client="kafka-python")
+    report = check(events, {0: [(0, b"a"), (2, b"c")]})
+    assert [f.client for f in report.findings] == ["kafka-python"]
+
+
+def test_unacknowledged_value_missing_is_not_a_loss():
+    events = history(values=(b"a",)) + [Event(10, "oncelog", "p", "send", b"z"),
+                                        Event(11, "oncelog", "p", "error", b"z", None, None, "timeout")]
+    report = check(events, {0: [(0, b"a")]})
+    assert report.ok and report.errors == 1
