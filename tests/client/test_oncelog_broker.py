@@ -242,9 +242,22 @@ def test_unknown_producer_after_retention_resets_and_retries(expiring_broker):
     assert [r.value for r in read(boot, "up", expected=1)] == [b"3"]
 
 
-def test_unknown_producer_without_retention_is_fatal_data_loss(expiring_broker):
+def test_idle_producer_past_expiry_continues_where_it_was(expiring_broker):
+    # its batches are still in the log: the broker restores its state from them
     boot = expiring_broker.bootstrap
-    create(boot, "ul")
+    create(boot, "idle")
+    with Producer({"bootstrap.servers": boot, "linger.ms": 0}) as p:
+        for i in range(3):
+            p.send("idle", b"%d" % i).result(30)
+        wait_producer_expired(boot, "idle")
+        assert p.send("idle", b"3").result(30).offset == 3
+    assert [r.value for r in read(boot, "idle", expected=4)] == [b"0", b"1", b"2", b"3"]
+
+
+def test_unknown_producer_without_retention_is_fatal_data_loss(expiring_broker):
+    # no log lookup for expired producers: UNKNOWN_PRODUCER_ID below the last acknowledged offset
+    boot = expiring_broker.bootstrap
+    create(boot, "ul", producer_state_expired_lookup_offsets="0")
     with Producer({"bootstrap.servers": boot, "linger.ms": 0}) as p:
         for i in range(3):
             p.send("ul", b"%d" % i).result(30)

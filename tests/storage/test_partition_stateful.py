@@ -84,7 +84,7 @@ class PartitionMachine(RuleBasedStateMachine):
             return ("err", E.INVALID_PRODUCER_EPOCH)
         if epoch > p["epoch"]:
             return ("ok", None) if f == 0 else ("err", E.OUT_OF_ORDER_SEQUENCE_NUMBER)
-        for bf, bl, off in p["history"][-p["retained"]:]:
+        for bf, bl, off in reversed(p["history"][-p["retained"]:]):  # the newest copy answers
             if (bf, bl) == (f, l):
                 return ("ok", off)
         if f == (p["history"][-1][1] + 1) % SPACE:

@@ -116,7 +116,6 @@ class Partition:
             _config_value(self.config, "message.format.version", "message_format_version"))
         self._in_append = False
         self._roll_pending = False
-        self._state_dirty = False  # state changed without the log moving (a restore): snapshot it
         self._last_snapshot_offset = -1
         self._next_expiration_check = -1
         now = _now() if now_ms is None else now_ms
@@ -317,7 +316,7 @@ class Partition:
             self.producer_state.record(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
                                        h.base_offset, ts, now_ms)
         self.counters.restored += 1
-        self._state_dirty = True
+        self.take_snapshot(sync=False, force=True)  # the state changed without the log moving
         log.info("%s-%d: producer %d restored from the log tail (%d batches found after its expiry)",
                  self.topic, self.index, check.producer_id, len(found))
         return True
@@ -366,10 +365,8 @@ class Partition:
     def take_snapshot(self, sync: bool = True, force: bool = False) -> Path | None:
         """Write the state covering offsets below `_map_end`; skipped when the log did not move
         since the last one unless `force` (the state changed without the log: expiry)."""
-        if self.directory is None or (self._map_end <= self._last_snapshot_offset
-                                      and not (force or self._state_dirty)):
+        if self.directory is None or (self._map_end <= self._last_snapshot_offset and not force):
             return None
-        self._state_dirty = False
         path = snaps.write_snapshot(self.directory, self._map_end, self.producer_state.columns(), sync=sync)
         self._last_snapshot_offset = self._map_end
         self.counters.snapshots_written += 1
