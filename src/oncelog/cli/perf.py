@@ -14,7 +14,6 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 import time
 
 import click
@@ -158,7 +157,6 @@ def run_produce(topic: str, num_records: int, record_size: int, throughput: floa
                 ) -> dict:
     """Run the test; returns the figures (also used by bench/inflight.py)."""
     from oncelog.client import Producer
-    from oncelog.client.aio.cluster import Cluster
 
     props = dict(props)
     proxies: list[ProxyProcess] = []

@@ -9,13 +9,11 @@ import re
 import socket
 import subprocess
 import sys
-import threading
-import time
 import urllib.request
 from collections import Counter
 from pathlib import Path
 
-from oncelog.testing.embedded import BrokerProcess
+from oncelog.testing.embedded import BrokerProcess, wait_for_line
 from oncelog.testing.fault_proxy import FaultConfig, ThreadedFaultProxy
 
 USER, PASSWORD = "broker", "broker-secret"
@@ -47,18 +45,11 @@ class ControllerProcess:
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log)
         if self.log_file:
             log.close()
-        deadline = time.monotonic() + timeout_s
-        assert self.proc.stdout is not None
-        while True:
-            line = self.proc.stdout.readline().decode(errors="replace")
-            m = _CONTROLLER_LISTENING.search(line)
-            if m:
-                self.port = int(m.group(2))
-                break
-            if not line or time.monotonic() > deadline:
-                self.kill()
-                raise RuntimeError("controller did not start")
-        threading.Thread(target=self.proc.stdout.read, daemon=True).start()
+        m = wait_for_line(self.proc, _CONTROLLER_LISTENING, timeout_s)
+        if m is None:
+            self.kill()
+            raise RuntimeError("controller did not start")
+        self.port = int(m.group(2))
         return self
 
     @property

@@ -14,6 +14,21 @@ from pathlib import Path
 _LISTENING = re.compile(r"oncelog: listening on ([\d.]+):(\d+)")
 
 
+def wait_for_line(proc: subprocess.Popen, pattern: re.Pattern, timeout_s: float) -> re.Match | None:
+    """Reads the process's stdout until a line matches `pattern` (None: it exited or the time ran
+    out), then keeps draining stdout in the background so the process never blocks on the pipe."""
+    assert proc.stdout is not None
+    deadline = time.monotonic() + timeout_s
+    while True:
+        line = proc.stdout.readline().decode(errors="replace")
+        match = pattern.search(line)
+        if match:
+            threading.Thread(target=proc.stdout.read, daemon=True).start()
+            return match
+        if not line or time.monotonic() > deadline:
+            return None
+
+
 class BrokerProcess:
     def __init__(self, data_dir: str | Path, overrides: dict[str, str] | None = None,
                  port: int = 0, host: str = "127.0.0.1", log_file: str | Path | None = None) -> None:
@@ -22,7 +37,6 @@ class BrokerProcess:
         self.host, self.port = host, port
         self.log_file = Path(log_file) if log_file else self.data_dir.parent / f"{self.data_dir.name}.log"
         self.proc: subprocess.Popen | None = None
-        self._drain: threading.Thread | None = None
 
     @property
     def bootstrap(self) -> str:
@@ -41,20 +55,11 @@ class BrokerProcess:
         self.proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=log,
                                      env={**os.environ, "PYTHONUNBUFFERED": "1"})
         log.close()
-        deadline = time.monotonic() + timeout_s
-        assert self.proc.stdout is not None
-        while True:
-            line = self.proc.stdout.readline().decode(errors="replace")
-            match = _LISTENING.search(line)
-            if match:
-                self.host, self.port = match.group(1), int(match.group(2))
-                break
-            if not line or time.monotonic() > deadline:
-                self.kill()
-                raise RuntimeError(f"oncelog serve did not start; log tail:\n{self.log_tail()}")
-        # keep reading stdout so the broker never blocks on a full pipe
-        self._drain = threading.Thread(target=self.proc.stdout.read, daemon=True)
-        self._drain.start()
+        match = wait_for_line(self.proc, _LISTENING, timeout_s)
+        if match is None:
+            self.kill()
+            raise RuntimeError(f"oncelog serve did not start; log tail:\n{self.log_tail()}")
+        self.host, self.port = match.group(1), int(match.group(2))
         return self
 
     def log_tail(self, n: int = 4000) -> str:

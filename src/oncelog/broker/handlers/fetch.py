@@ -8,7 +8,7 @@ import time
 from oncelog.protocol import entities
 from oncelog.protocol import fetch as wire
 from oncelog.protocol.api import ApiKey
-from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
+from oncelog.protocol.errors import KafkaProtocolError
 
 API_KEY = ApiKey.FETCH
 
