@@ -27,9 +27,17 @@ def create(bootstrap, topic):
     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
 
 
-def leader_of(bootstrap, topic, partition=0):
-    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
-    return md.topics[topic].partitions[partition].leader
+def leader_of(bootstrap, topic, partition=0, timeout_s=10):
+    """The partition's leader; right after CreateTopics a broker may not know the topic yet
+    (it follows the controller), so poll until it does, as a client would."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    deadline = time.monotonic() + timeout_s
+    while True:
+        parts = admin.list_topics(topic, timeout=10).topics[topic].partitions
+        if partition in parts:
+            return parts[partition].leader
+        assert time.monotonic() < deadline, f"{topic} has no partition {partition} in metadata"
+        time.sleep(0.1)
 
 
 def move(c, topic, partition, broker):
