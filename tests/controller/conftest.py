@@ -1,7 +1,7 @@
 """A controller and brokers as real processes for the cluster tests."""
 import pytest
 
-from oncelog.testing.cluster import PASSWORD, USER, ControllerProcess, broker_overrides  # noqa: F401
+from oncelog.testing.cluster import ControllerProcess, broker_overrides
 from oncelog.testing.embedded import BrokerProcess
 
 

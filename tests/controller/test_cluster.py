@@ -11,7 +11,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from oncelog.testing.embedded import BrokerProcess
 
-from conftest import PASSWORD, USER, ControllerProcess, broker_overrides
+from oncelog.testing.cluster import PASSWORD, USER, ControllerProcess, broker_overrides
 
 
 def start_cluster(tmp_path, n=3):

@@ -17,7 +17,7 @@ from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.storage.metadata_log import MetadataLog
 from oncelog.testing.embedded import BrokerProcess
 
-from conftest import PASSWORD, USER, ControllerProcess, broker_overrides
+from oncelog.testing.cluster import PASSWORD, USER, ControllerProcess, broker_overrides
 
 
 def registered(*brokers):

@@ -62,6 +62,17 @@ class ControllerClient:
                 self.close()
                 raise ControllerUnavailable(f"controller {self.host}:{self.port}: {e!r}") from None
 
+    async def move_leader(self, topic: str, partition: int, broker: int,
+                          timeout_ms: int = 30000) -> tuple[int, str | None]:
+        """AlterPartitionReassignments with one replica: make `broker` the partition's leader.
+        Returns (error code, message); 0 = moved (or already there)."""
+        mod = entities.module(ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, "request")
+        part = entities.make(mod.ReassignablePartition, partition_index=partition, replicas=(broker,))
+        r = await self.request(ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, timeout=timeout_ms, topics=(
+            entities.make(mod.ReassignableTopic, name=topic, partitions=(part,)),))
+        p = r.responses[0].partitions[0] if r.responses else None
+        return (int(p.error_code), p.error_message) if p is not None else (int(r.error_code), r.error_message)
+
     async def raw(self, api_key: int, version: int, body: bytes) -> bytes:
         """Send a pre-encoded request body; returns the response body (after its header)."""
         async with self._lock:

@@ -73,21 +73,14 @@ def _controller_client(data_dir, controller, user, password):
 @click.option("--password", help="Its password.")
 def move_leader(topic, partition, broker, data_dir, controller, user, password) -> None:
     """Make BROKER the leader of TOPIC's PARTITION (a new leader epoch fences the old leader)."""
-    from oncelog.protocol import entities
-    from oncelog.protocol.api import ApiKey
 
     async def run():
         client = _controller_client(data_dir, controller, user, password)
         try:
-            mod = entities.module(ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, "request")
-            part = entities.make(mod.ReassignablePartition, partition_index=partition, replicas=(broker,))
-            r = await client.request(ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, timeout=30000, topics=(
-                entities.make(mod.ReassignableTopic, name=topic, partitions=(part,)),))
+            return await client.move_leader(topic, partition, broker)
         finally:
             client.close()
-        p = r.responses[0].partitions[0] if r.responses else None
-        code = int(p.error_code) if p is not None else int(r.error_code)
-        if code:
-            raise click.ClickException(f"move refused: error {code}: {p.error_message if p else r.error_message}")
-        click.echo(f"{topic}-{partition}: leader is now broker {broker}")
-    asyncio.run(run())
+    code, message = asyncio.run(run())
+    if code:
+        raise click.ClickException(f"move refused: error {code}: {message}")
+    click.echo(f"{topic}-{partition}: leader is now broker {broker}")

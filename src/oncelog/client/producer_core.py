@@ -21,8 +21,8 @@ Idempotence rules (KAFKA-5494, KIP-360, KIP-1269, KIP-758, "spurious OutOfOrderS
 """
 from __future__ import annotations
 
-from collections import Counter
 import logging
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 

@@ -286,8 +286,7 @@ class Partition:
             if (h.producer_id == check.producer_id and h.producer_epoch == check.epoch
                     and h.base_sequence == check.first_seq and h.last_sequence == check.last_seq
                     and h.base_offset >= start):
-                ts = h.max_timestamp if h.timestamp_type == 1 else -1
-                return check._replace(kind=ps.DUPLICATE, base_offset=h.base_offset, timestamp=ts,
+                return check._replace(kind=ps.DUPLICATE, base_offset=h.base_offset, timestamp=_append_time(h),
                                       duplicate_kind=ps.DUP_TAIL, error=0, message=None)
         return check
 
@@ -312,9 +311,8 @@ class Partition:
         if not found:
             return False
         for h in found[-self.producer_state.stride:]:
-            ts = h.max_timestamp if h.timestamp_type == 1 else -1
             self.producer_state.record(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
-                                       h.base_offset, ts, now_ms)
+                                       h.base_offset, _append_time(h), now_ms)
         self.counters.restored += 1
         self.take_snapshot(sync=False, force=True)  # the state changed without the log moving
         log.info("%s-%d: producer %d restored from the log tail (%d batches found after its expiry)",
@@ -431,7 +429,7 @@ class Partition:
                 break
             if h.producer_id < 0 or h.is_control or h.base_offset < start:
                 continue
-            ts = h.max_timestamp if h.timestamp_type == 1 else -1
+            ts = _append_time(h)
             # Replayed producers count as seen now: their true idle time is unknown, and expiring
             # one too early would turn its next batch into a spurious UNKNOWN_PRODUCER_ID.
             state.record(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence, h.base_offset,
@@ -476,6 +474,11 @@ def _v2_headers(buf) -> Iterator[rec.BatchHeader]:
             if size <= 0:
                 return
             pos += rec.LOG_OVERHEAD + size
+
+
+def _append_time(h: rec.BatchHeader) -> int:
+    """What producer state keeps as a batch's timestamp: its log append time, or -1 (CreateTime)."""
+    return h.max_timestamp if h.timestamp_type == 1 else -1
 
 
 def _log_directory(log_obj) -> Path | None:

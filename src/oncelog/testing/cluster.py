@@ -147,22 +147,14 @@ class LocalCluster:
     def move_leader(self, topic: str, partition: int, broker: int, timeout_s: float = 30) -> int:
         """AlterPartitionReassignments on the controller; returns the Kafka error code (0 = moved)."""
         from oncelog.broker.controller_client import ControllerClient
-        from oncelog.protocol import entities
-        from oncelog.protocol.api import ApiKey
 
         async def run() -> int:
             client = ControllerClient("127.0.0.1", self.controller.port, USER, PASSWORD,
                                       client_id="oncelog-verify")
             try:
-                mod = entities.module(ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, "request")
-                part = entities.make(mod.ReassignablePartition, partition_index=partition, replicas=(broker,))
-                r = await client.request(ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, timeout=int(timeout_s * 1000),
-                                         topics=(entities.make(mod.ReassignableTopic, name=topic,
-                                                               partitions=(part,)),))
+                return (await client.move_leader(topic, partition, broker, int(timeout_s * 1000)))[0]
             finally:
                 client.close()
-            p = r.responses[0].partitions[0] if r.responses else None
-            return int(p.error_code) if p is not None else int(r.error_code)
         return asyncio.run(asyncio.wait_for(run(), timeout_s))
 
     # ---------------------------------------------------------------- observation
