@@ -73,7 +73,9 @@ def test_running_query_stopped_midway_and_restarted_reads_every_record_once(
     rest = sum(_run(start(availableNow=True)))
     rows = spark.read.parquet(out).collect()
     assert len(rows) == 1000 and len({(r["partition"], r["offset"]) for r in rows}) == 1000
-    assert first + rest >= 1000                # a batch cut by stop() is replayed, not lost
+    # the restart resumed from the checkpoint (progress events of the stopped query may lag, so
+    # `first` can undercount; the stored rows above are the exactly-once proof)
+    assert rest < 1000
 
 
 def test_stream_default_starts_at_latest_and_reads_headers(spark, spark_broker, make_topic,

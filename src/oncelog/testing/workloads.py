@@ -1,6 +1,6 @@
 """Workloads: unique values produced by one client (oncelog, librdkafka, kafka-python), every
 acknowledgement and error recorded as checker Events, plus what the client says recovery cost
-(retries, epoch bumps). `read_range` reads every partition for the checker."""
+(retries, epoch bumps). `read_range` reads partitions back for the checker."""
 from __future__ import annotations
 
 import itertools
@@ -250,6 +250,3 @@ def read_range(bootstrap: str, topic: str, stop: dict[int, int] | None = None, t
     finally:
         c.close()
 
-
-def read_all(bootstrap: str, topic: str, timeout_s: float = 120) -> dict[int, list[tuple[int, bytes]]]:
-    return read_range(bootstrap, topic, timeout_s=timeout_s)[0]
