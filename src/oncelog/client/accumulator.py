@@ -25,7 +25,7 @@ class ProducerBatch:
     __slots__ = ("tp", "parts", "size", "count", "base_ts", "max_ts", "timestamps", "cookies",
                  "created_ms", "encoded", "producer_id", "producer_epoch", "base_sequence",
                  "attempts", "retry_at_ms", "needs_head_of_line", "node", "sent_ms", "compression",
-                 "done", "ordinal")
+                 "done", "ordinal", "whole")
 
     def __init__(self, tp: TopicPartition, created_ms: int, compression: int) -> None:
         self.tp = tp
@@ -49,6 +49,7 @@ class ProducerBatch:
         self.compression = compression
         self.done = False
         self.ordinal = 0  # position among the partition's sequenced batches of this epoch
+        self.whole = False  # encoded by the caller (send_encoded): closed, one cookie for all records
 
     def try_append(self, ts: int, key, value, headers, cookie, batch_size: int) -> bool:
         count = self.count
@@ -112,7 +113,7 @@ class RecordAccumulator:
         if q is None:
             q = self.queues[tp] = deque()
         last = q[-1] if q else None
-        if last is not None and last.encoded is None and last.base_sequence < 0:
+        if last is not None and last.encoded is None and last.base_sequence < 0 and not last.whole:
             before = last.size
             if last.try_append(ts, key, value, headers, cookie, self.batch_size):
                 self.used_bytes += last.size - before
@@ -126,6 +127,22 @@ class RecordAccumulator:
         q.append(batch)
         return batch, True
 
+    def append_encoded(self, tp: TopicPartition, records, count: int, base_ts: int, max_ts: int,
+                       cookie, now_ms: int) -> ProducerBatch | None:
+        """Queue a records section the caller encoded (offset deltas 0..count-1) as its own
+        batch, behind the partition's queued records; None when `buffer.memory` is exhausted."""
+        size = BATCH_OVERHEAD + len(records)
+        if self.used_bytes + size > self.buffer_memory and self.used_bytes > 0:
+            return None
+        batch = ProducerBatch(tp, now_ms, self.compression)
+        batch.parts = [records]
+        batch.size, batch.count, batch.base_ts, batch.max_ts = size, count, base_ts, max_ts
+        batch.cookies = [cookie]
+        batch.whole = True
+        self.queues.setdefault(tp, deque()).append(batch)
+        self.used_bytes += size
+        return batch
+
     def release(self, batch: ProducerBatch) -> None:
         self.used_bytes -= batch.size
 
@@ -136,7 +153,7 @@ class RecordAccumulator:
         """Full, lingered long enough, flushing, a retry whose backoff passed, or not the last."""
         if batch.attempts:
             return now_ms >= batch.retry_at_ms
-        return (len(q) > 1 or batch.size >= self.batch_size or self.flushing
+        return (len(q) > 1 or batch.size >= self.batch_size or batch.whole or self.flushing
                 or now_ms - batch.created_ms >= self.linger_ms)
 
     def next_ready_ms(self, batch: ProducerBatch) -> int:

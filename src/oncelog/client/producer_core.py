@@ -249,6 +249,16 @@ class ProducerCore:
             raise err
         return self.acc.append(tp, timestamp, key, value, headers, cookie, now_ms)
 
+    def append_encoded(self, tp: TopicPartition, records, count: int, base_ts: int, max_ts: int,
+                       cookie: Any, now_ms: int):
+        """Queue a caller-encoded records section as one batch; None if buffer.memory is full."""
+        if self.fatal:
+            raise self.fatal
+        err = self.topic_errors.get(tp.topic)
+        if err is not None:
+            raise err
+        return self.acc.append_encoded(tp, records, count, base_ts, max_ts, cookie, now_ms)
+
     # ------------------------------------------------------------------ sending
 
     def ready(self, now_ms: int) -> tuple[set[int], int | None, bool]:

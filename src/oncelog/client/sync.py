@@ -81,6 +81,29 @@ class Producer:
         cookie = (fut, on_delivery)
         if p.append(topic, value, key, headers, partition, timestamp, cookie):
             return fut
+        self._wait_for_memory(lambda: p.append(topic, value, key, headers, partition, timestamp, cookie))
+        return fut
+
+    def send_encoded(self, topic: str, partition: int, records, count: int, base_timestamp: int,
+                     max_timestamp: int | None = None, on_delivery: Callable | None = None
+                     ) -> concurrent.futures.Future:
+        """Batch-level send for callers that encode records themselves (columnar writers such
+        as the Spark connector): `records` is the records section of a v2 record batch, `count`
+        records with offset deltas 0..count-1 and timestamp deltas from `base_timestamp`. It
+        travels as one batch with the producer's id, epoch and sequence, retries and dedup like
+        any other; the future's result is a BatchMetadata."""
+        p = self._p
+        if topic not in p._ready_topics:
+            self._lt.run(p.ensure_topic(topic), self._max_block_s + 1)
+        fut: concurrent.futures.Future = RecordFuture()
+        args = (topic, partition, records, count, base_timestamp,
+                base_timestamp if max_timestamp is None else max_timestamp, (fut, on_delivery))
+        if not p.append_encoded(*args):
+            self._wait_for_memory(lambda: p.append_encoded(*args))
+        return fut
+
+    def _wait_for_memory(self, retry: Callable[[], bool]) -> None:
+        p = self._p
         if threading.current_thread() is self._lt.thread:
             # inside a delivery callback the loop cannot free memory while we wait
             raise BufferExhaustedError("buffer.memory full while sending from a delivery callback")
@@ -92,8 +115,8 @@ class Producer:
                     p._mem_cond.wait(0.05)
                 finally:
                     p._mem_waiters -= 1
-            if p.append(topic, value, key, headers, partition, timestamp, cookie):
-                return fut
+            if retry():
+                return
             if time.monotonic() >= deadline:
                 raise BufferExhaustedError(
                     f"buffer.memory={p.config.buffer_memory} full for max.block.ms="
@@ -117,6 +140,11 @@ class Producer:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+    def partitions_for(self, topic: str) -> int:
+        """The topic's partition count (loads its metadata on first use)."""
+        n = self._p._ready_topics.get(topic)
+        return n if n is not None else self._lt.run(self._p.ensure_topic(topic), self._max_block_s + 1)
 
     def partition_window(self, topic: str, partition: int) -> int:
         """The per-partition in-flight limit learned from the leader (KIP-1269)."""
@@ -188,6 +216,10 @@ class Consumer(_SyncWrapper):
 
     def poll(self, timeout_s: float = 1.0, max_records: int | None = None):
         return self._run(self._impl.poll(timeout_s, max_records), timeout_s + 120)
+
+    def poll_raw(self, timeout_s: float = 1.0):
+        """Whole record batches per partition (see AIOConsumer.poll_raw)."""
+        return self._run(self._impl.poll_raw(timeout_s), timeout_s + 120)
 
     def beginning_offsets(self, tps):
         return self._run(self._impl.beginning_offsets(tps))

@@ -251,6 +251,37 @@ def iter_record_batches(buf: bytes | bytearray | memoryview, *, check_crc: bool 
         pos += 12 + size
 
 
+class BatchSpan(NamedTuple):
+    """Where one complete batch (or legacy message-set entry) sits in a buffer."""
+    start: int
+    end: int
+    base_offset: int
+    last_offset: int
+    magic: int
+
+
+def batch_spans(buf: bytes | bytearray | memoryview) -> Iterator[BatchSpan]:
+    """The complete batches in `buf`, from their headers alone (no CRC, no records): what a
+    consumer that hands raw batches to a columnar decoder needs to advance its position."""
+    pos = 0
+    end = len(buf)
+    while end - pos >= 17:
+        base_offset, size = struct.unpack_from(">qi", buf, pos)
+        if size < 0 or pos + 12 + size > end:
+            return
+        magic = buf[pos + 16]
+        if magic == 2:
+            if size < BATCH_OVERHEAD - 12:
+                raise KafkaProtocolError(ErrorCode.CORRUPT_MESSAGE, "record batch shorter than its header")
+            last = base_offset + struct.unpack_from(">i", buf, pos + 23)[0]
+        elif magic in (0, 1):
+            last = base_offset   # a compressed wrapper's offset is its last inner record's
+        else:
+            raise KafkaProtocolError(ErrorCode.CORRUPT_MESSAGE, f"unknown magic byte {magic}")
+        yield BatchSpan(pos, pos + 12 + size, base_offset, last, magic)
+        pos += 12 + size
+
+
 def _decode_v2(mv: memoryview, check_crc: bool) -> tuple[BatchInfo, list[Record]]:
     if len(mv) < BATCH_OVERHEAD:
         raise KafkaProtocolError(ErrorCode.CORRUPT_MESSAGE, "record batch shorter than its header")

@@ -3,11 +3,11 @@ where the streaming sink records which (sink, batch id[, task]) it has fully wri
 from __future__ import annotations
 
 import json
-import threading
 import time
 from typing import Iterable
 
 from oncelog.client import AdminClient, Producer, TopicPartition
+from oncelog.spark.arrow_io import require_pyarrow
 from oncelog.spark.options import OncelogSparkError
 from oncelog.spark.plan import connect
 
@@ -26,6 +26,112 @@ def _column(batch, name: str):
     return None if i < 0 else batch.column(i)
 
 
+# a Kafka batch per chunk of rows: under the broker's default max.message.bytes (1 MB + 12)
+_CHUNK_BYTES = 1_000_000
+
+
+class _Writer:
+    """One task's rows -> Kafka record batches encoded column-wise (arrow_records) and handed to
+    the idempotent producer whole (`send_encoded`): no Python work per row, except for rows with
+    headers, which go through `send` one by one."""
+
+    def __init__(self, producer: Producer, topic_option: str | None, include_headers: bool) -> None:
+        self.producer = producer
+        self.topic_option = topic_option
+        self.include_headers = include_headers
+        self.futures: list = []
+        self.sticky: dict[str, int] = {}
+        require_pyarrow()   # a clear message when an executor lacks it
+        from oncelog.spark import arrow_records
+        self.ar = arrow_records
+        self.chunk_bytes = min(_CHUNK_BYTES, producer.aio.config.max_request_size - 1024)
+
+    def write(self, batch) -> None:
+        import pyarrow.compute as pc
+        value_col = _column(batch, "value")
+        if value_col is None:
+            raise OncelogSparkError("the DataFrame written to oncelog needs a `value` column "
+                                    "(string or binary)")
+        if self.include_headers and _column(batch, "headers") is not None:
+            self._write_rows(batch)
+            return
+        if self.topic_option:
+            self._write_topic(self.topic_option, batch)
+            return
+        topic_col = _column(batch, "topic")
+        if topic_col is None:
+            raise OncelogSparkError("set the option `topic` or give the DataFrame a `topic` column")
+        if topic_col.null_count:
+            raise OncelogSparkError("a row has a null `topic` and no `topic` option is set")
+        for topic in pc.unique(topic_col).to_pylist():
+            rows = batch if len(batch) and pc.all(pc.equal(topic_col, topic)).as_py() else \
+                batch.filter(pc.equal(topic_col, topic))
+            self._write_topic(topic, rows)
+
+    def _write_topic(self, topic: str, batch) -> None:
+        import numpy as np
+        n_parts = self.producer.partitions_for(topic)
+        part_col = _column(batch, "partition")
+        keys = self.ar.binary_column(_column(batch, "key"))
+        if part_col is not None and part_col.null_count == 0:
+            parts = part_col.to_numpy(zero_copy_only=False).astype(np.int64)
+            bad = (parts < 0) | (parts >= n_parts)
+            if bad.any():
+                raise OncelogSparkError(f"topic {topic} has {n_parts} partitions; a row names "
+                                        f"partition {int(parts[bad][0])}")
+        else:
+            # Kafka's default partitioner: murmur2 of the key, a sticky partition without one
+            sticky = self.sticky.get(topic, -1) + 1
+            self.sticky[topic] = sticky = sticky % n_parts
+            parts = np.full(len(batch), sticky, dtype=np.int64)
+            if keys is not None and keys.null_count < len(keys):
+                keyed = np.flatnonzero(keys.is_valid().to_numpy(zero_copy_only=False))
+                parts[keyed] = self.ar.murmur2_partitions(keys.take(keyed), n_parts)
+            if part_col is not None:   # partition given for some rows only
+                given = part_col.is_valid().to_numpy(zero_copy_only=False)
+                parts[given] = part_col.to_numpy(zero_copy_only=False)[given]
+        values = self.ar.binary_column(_column(batch, "value"))
+        for p in np.unique(parts):
+            rows = None if len(parts) and (parts == p).all() else np.flatnonzero(parts == p)
+            k = keys if rows is None or keys is None else keys.take(rows)
+            v = values if rows is None else values.take(rows)
+            self._send_partition(topic, int(p), k, v)
+
+    def _send_partition(self, topic: str, partition: int, keys, values) -> None:
+        klen, vlen, sizes = self.ar.record_sizes(keys, values)
+        for lo, hi in self.ar.split_by_size(sizes, self.chunk_bytes):
+            k = None if keys is None else keys.slice(lo, hi - lo)
+            records = self.ar.encode_records(k, values.slice(lo, hi - lo), klen[lo:hi], vlen[lo:hi])
+            self.futures.append(self.producer.send_encoded(
+                topic, partition, records, hi - lo, int(time.time() * 1000)))
+
+    def _write_rows(self, batch) -> None:
+        n = batch.num_rows
+        values = _as_bytes(_column(batch, "value").to_pylist())
+        key_col = _column(batch, "key")
+        keys = _as_bytes(key_col.to_pylist()) if key_col is not None else [None] * n
+        topic_col = _column(batch, "topic")
+        if not self.topic_option and topic_col is None:
+            raise OncelogSparkError("set the option `topic` or give the DataFrame a `topic` column")
+        topics = [self.topic_option] * n if self.topic_option else topic_col.to_pylist()
+        if any(t is None for t in topics):
+            raise OncelogSparkError("a row has a null `topic` and no `topic` option is set")
+        part_col = _column(batch, "partition")
+        parts = part_col.to_pylist() if part_col is not None else [None] * n
+        headers = [[(h["key"], h["value"]) for h in hs] if hs else None
+                   for hs in _column(batch, "headers").to_pylist()]
+        send = self.producer.send
+        for i in range(n):
+            self.futures.append(send(topics[i], values[i], keys[i], headers[i], parts[i]))
+
+    def finish(self) -> None:
+        self.producer.flush()
+        for f in self.futures:
+            e = f.exception()
+            if e is not None:
+                raise OncelogSparkError(f"producing to oncelog failed: {e!r}") from e
+
+
 def _as_bytes(values: list) -> list:
     return [v.encode() if isinstance(v, str) else v for v in values]
 
@@ -34,57 +140,13 @@ def write_batches(producer: Producer, batches: Iterable, topic_option: str | Non
                   include_headers: bool) -> int:
     """Send every row; returns the row count once all are acknowledged, raises on the first
     delivery error (the task fails and Spark may retry it)."""
-    errors: list = []
-    lock = threading.Lock()
-
-    def on_delivery(err, _meta):
-        if err is not None:
-            with lock:
-                if not errors:
-                    errors.append(err)
-
+    writer = _Writer(producer, topic_option, include_headers)
     rows = 0
-    send = producer.send
     for batch in batches:
-        n = batch.num_rows
-        if n == 0:
-            continue
-        value_col = _column(batch, "value")
-        if value_col is None:
-            raise OncelogSparkError("the DataFrame written to oncelog needs a `value` column "
-                                    "(string or binary)")
-        values = _as_bytes(value_col.to_pylist())
-        key_col = _column(batch, "key")
-        keys = _as_bytes(key_col.to_pylist()) if key_col is not None else [None] * n
-        if topic_option:
-            topics = None
-        else:
-            topic_col = _column(batch, "topic")
-            if topic_col is None:
-                raise OncelogSparkError("set the option `topic` or give the DataFrame a `topic` "
-                                        "column")
-            topics = topic_col.to_pylist()
-            if any(t is None for t in topics):
-                raise OncelogSparkError("a row has a null `topic` and no `topic` option is set")
-        part_col = _column(batch, "partition")
-        parts = part_col.to_pylist() if part_col is not None else None
-        headers = None
-        if include_headers:
-            hcol = _column(batch, "headers")
-            if hcol is not None:
-                headers = [[(h["key"], h["value"]) for h in hs] if hs else None
-                           for hs in hcol.to_pylist()]
-        for i in range(n):
-            send(topic_option or topics[i], values[i], keys[i],
-                 headers[i] if headers else None,
-                 parts[i] if parts is not None else None, None, on_delivery)
-        rows += n
-        if errors:
-            break
-    producer.flush()
-    if errors:
-        raise OncelogSparkError(f"producing to oncelog failed: {errors[0]!r}") from (
-            errors[0] if isinstance(errors[0], BaseException) else None)
+        if batch.num_rows:
+            writer.write(batch)
+            rows += batch.num_rows
+    writer.finish()
     return rows
 
 

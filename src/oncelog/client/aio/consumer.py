@@ -13,7 +13,7 @@ from oncelog.client.aio.connection import BrokerConnectionError
 from oncelog.client.errors import KafkaClientError
 from oncelog.client.types import EARLIEST, LATEST, ConsumerRecord, TopicPartition
 from oncelog.protocol.errors import ErrorCode
-from oncelog.protocol.record_codec import iter_record_batches
+from oncelog.protocol.record_codec import batch_spans, iter_record_batches
 
 log = logging.getLogger("oncelog.client.consumer")
 
@@ -45,6 +45,9 @@ class AIOConsumer:
         self.check_crcs = str(config.get("check.crcs", "true")).lower() != "false"
         self.positions: dict[TopicPartition, int | None] = {}
         self.buffer: deque[ConsumerRecord] = deque()
+        # raw mode (poll_raw): whole record batches per partition, decoded by the caller
+        self.raw = False
+        self.raw_buffer: list[tuple[TopicPartition, bytes]] = []
         self.high_watermarks: dict[TopicPartition, int] = {}
 
     async def start(self) -> "AIOConsumer":
@@ -67,6 +70,7 @@ class AIOConsumer:
         for tp in tps:
             self.positions[_tp(tp)] = tp[2] if len(tp) > 2 and tp[2] is not None and tp[2] >= 0 else None
         self.buffer.clear()
+        self.raw_buffer.clear()
 
     def assignment(self) -> list[TopicPartition]:
         return list(self.positions)
@@ -77,6 +81,7 @@ class AIOConsumer:
             raise KafkaClientError(f"{key.topic}-{key.partition} is not assigned")
         self.positions[key] = offset
         self.buffer = deque(r for r in self.buffer if (r.topic, r.partition) != key)
+        self.raw_buffer = [x for x in self.raw_buffer if x[0] != key]
 
     def position(self, tp) -> int | None:
         return self.positions.get(_tp(tp))
@@ -161,6 +166,7 @@ class AIOConsumer:
             self.positions[tp] = off or 0
 
     async def poll(self, timeout_s: float = 1.0, max_records: int | None = None) -> list[ConsumerRecord]:
+        self.raw = False
         deadline = time.monotonic() + timeout_s
         while True:
             if self.buffer:
@@ -176,6 +182,23 @@ class AIOConsumer:
             if self.buffer or time.monotonic() >= deadline:
                 n = len(self.buffer) if max_records is None else min(max_records, len(self.buffer))
                 return [self.buffer.popleft() for _ in range(n)]
+
+    async def poll_raw(self, timeout_s: float = 1.0) -> list[tuple[TopicPartition, int, memoryview]]:
+        """Whole record batches instead of records, for columnar readers (the Spark connector):
+        (partition, the position fetched from, its complete batches as fetched). Positions move
+        past those batches; the first batch may begin before the position. Checking CRCs and
+        decoding is the caller's."""
+        self.raw = True
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.raw_buffer or not self.positions:
+                out, self.raw_buffer = self.raw_buffer, []
+                return out
+            await self._resolve_positions()
+            remaining = deadline - time.monotonic()
+            await self._fetch_once(max(0, min(self.max_wait_ms, int(remaining * 1000))))
+            if not self.raw_buffer and time.monotonic() >= deadline:
+                return []
 
     async def _fetch_once(self, wait_ms: int) -> None:
         by_leader: dict[int, list[TopicPartition]] = {}
@@ -237,7 +260,17 @@ class AIOConsumer:
                     continue
                 self.high_watermarks[tp] = p.high_watermark
                 if p.records:
-                    self._add_records(tp, p.records)
+                    (self._add_raw if self.raw else self._add_records)(tp, p.records)
+
+    def _add_raw(self, tp: TopicPartition, data: bytes) -> None:
+        pos = self.positions[tp]
+        end = last = None
+        for span in batch_spans(data):
+            end, last = span.end, span.last_offset
+        if last is None or last < pos:
+            return
+        self.raw_buffer.append((tp, pos, memoryview(data)[:end]))
+        self.positions[tp] = last + 1
 
     def _add_records(self, tp: TopicPartition, data: bytes) -> None:
         pos = self.positions[tp]

@@ -40,6 +40,15 @@ class RecordMetadata(NamedTuple):
     timestamp: int
 
 
+class BatchMetadata(NamedTuple):
+    """The result of `send_encoded`: where a caller-encoded batch landed."""
+    topic: str
+    partition: int
+    base_offset: int | None   # None after DUPLICATE_SEQUENCE_NUMBER
+    count: int
+    timestamp: int            # the batch's max timestamp, or the broker's LogAppendTime
+
+
 def _wake(fut: asyncio.Future) -> None:
     if not fut.done():
         fut.set_result(None)
@@ -254,6 +263,35 @@ class AIOProducer:
         if full and key is None and n > 1:
             self.partitioner.on_new_batch(topic, n, partition)
         if (new or full) and not self._wake_pending:
+            if threading.current_thread() is self._loop_thread:
+                self.wakeup()
+            else:
+                self.wakeup_threadsafe()
+        return True
+
+    def append_encoded(self, topic: str, partition: int, records, count: int, base_ts: int,
+                       max_ts: int, cookie: Any) -> bool:
+        """Thread-safe batch-level append (see Producer.send_encoded); False when buffer.memory
+        is full."""
+        if self._closing:
+            raise ProducerClosedError("producer is closed")
+        n = self._ready_topics[topic]
+        if not 0 <= partition < n:
+            raise KafkaClientError(f"topic {topic} has {n} partitions, no partition {partition}")
+        if count <= 0:
+            raise ValueError("a batch holds at least one record")
+        if len(records) + BATCH_OVERHEAD > self.config.max_request_size:
+            raise RecordTooLargeError(
+                f"batch of {len(records) + BATCH_OVERHEAD} bytes exceeds max.request.size="
+                f"{self.config.max_request_size}")
+        tp = self._tps.get((topic, partition))
+        if tp is None:
+            tp = self._tps[(topic, partition)] = TopicPartition(topic, partition)
+        with self.lock:
+            if self.core.append_encoded(tp, records, count, base_ts, max_ts, cookie,
+                                        int(time.monotonic() * 1000)) is None:
+                return False
+        if not self._wake_pending:
             if threading.current_thread() is self._loop_thread:
                 self.wakeup()
             else:
@@ -502,7 +540,10 @@ class AIOProducer:
             base = c.base_offset
             lat = c.log_append_time
             cookies = b.cookies
-            if err is None:
+            if b.whole:
+                metas = [None if err is not None else BatchMetadata(
+                    topic, partition, base, b.count, lat if lat >= 0 else b.max_ts)]
+            elif err is None:
                 tss = b.timestamps
                 metas = [RecordMetadata(topic, partition, None if base is None else base + i,
                                         lat if lat >= 0 else tss[i]) for i in range(len(cookies))]
