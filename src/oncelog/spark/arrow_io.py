@@ -33,6 +33,9 @@ def arrow_schema(include_headers: bool):
     return pa.schema(fields)
 
 
+_SLICE_ROWS = 4096
+
+
 def read_range(client: dict, r: OffsetRange, include_headers: bool, fail_on_data_loss: bool,
                poll_timeout_ms: int) -> Iterator:
     """The records of an offset range as Arrow record batches (one per fetch), decoded
@@ -68,7 +71,11 @@ def read_range(client: dict, r: OffsetRange, include_headers: bool, fail_on_data
                 for _tp, fetched_from, data in got:
                     ar.decode_into(cols, data, fetched_from, r.end, True, include_headers)
                 if cols.rows:
-                    yield ar.to_record_batch(cols, r.topic, r.partition, schema)
+                    # Spark moves small Arrow batches to the JVM faster than big ones (measured:
+                    # 2-5k rows about twice as fast as 50k), so a fetch is handed over in slices
+                    batch = ar.to_record_batch(cols, r.topic, r.partition, schema)
+                    for i in range(0, batch.num_rows, _SLICE_ROWS):
+                        yield batch.slice(i, _SLICE_ROWS)
             # the position is exact after each fetch (it can pass the range end with no
             # record: control batches, compacted gaps)
             pos = consumer.position(tp)

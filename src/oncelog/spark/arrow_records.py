@@ -180,9 +180,15 @@ def _varints_at(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarra
     if short0.all():                       # deltas, small lengths, header counts
         return (b0 >> 1) ^ -(b0 & 1), np.ones(len(pos), dtype=np.int64)
     b1 = buf[np.minimum(pos + 1, last)].astype(np.int64)
-    if (short0 | (b1 < 0x80)).all():       # lengths up to 8 KB
+    short1 = b1 < 0x80
+    if (short0 | short1).all():            # lengths and offset deltas up to 8 K
         z = np.where(short0, b0, (b0 & 0x7F) | (b1 << 7))
         return (z >> 1) ^ -(z & 1), np.where(short0, 1, 2)
+    b2 = buf[np.minimum(pos + 2, last)].astype(np.int64)
+    if (short0 | short1 | (b2 < 0x80)).all():   # up to 1 M
+        z = np.where(short0, b0, np.where(short1, (b0 & 0x7F) | (b1 << 7),
+                                          (b0 & 0x7F) | ((b1 & 0x7F) << 7) | (b2 << 14)))
+        return (z >> 1) ^ -(z & 1), np.where(short0, 1, np.where(short1, 2, 3))
     cols = 10
     idx = pos[:, None] + np.arange(cols)[None, :]
     b = buf[np.minimum(idx, last)].astype(np.uint64)
@@ -198,40 +204,66 @@ def _varints_at(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarra
 
 
 def _record_bodies(d, pos: int, end: int, count: int) -> tuple[np.ndarray, np.ndarray]:
-    """Start and end of each record's body (after its length prefix); one pass in Python
-    because each record's position depends on the previous one's length."""
-    starts = [0] * count
-    zs = [0] * count
-    for i in range(count):
-        b = d[pos]
-        if b < 0x80:
-            z = b
-            pos += 1
-        else:
-            c = d[pos + 1]
-            if c < 0x80:
-                z = (b & 0x7F) | (c << 7)
-                pos += 2
+    """Start and end of each record's body (after its length prefix).
+
+    Each record's position depends on the previous one's length, so this is a walk. Records of
+    one batch often have the same size (fixed-size values and keys): when the next few records
+    repeat the current one's length prefix at the spacing it implies, the rest of the run is
+    confirmed with one vectorised comparison (a prefix that matches at every predicted position
+    proves, record by record, that the spacing holds). Otherwise it walks record by record."""
+    buf = np.frombuffer(d, dtype=np.uint8)
+    starts: list[int] = []      # walked records, not yet moved into `runs`
+    lengths: list[int] = []
+    runs: list[tuple[np.ndarray, np.ndarray]] = []
+    i = 0
+    while i < count:
+        walk_until = min(count, i + 64)
+        while i < walk_until:
+            first = b = d[pos]
+            if b < 0x80:
+                z, w = b, 1
+            elif d[pos + 1] < 0x80:
+                z, w = (b & 0x7F) | (d[pos + 1] << 7), 2
             else:
-                z, shift = (b & 0x7F) | ((c & 0x7F) << 7), 14
-                pos += 2
+                z, w, shift = b & 0x7F, 1, 7
                 while True:
-                    b = d[pos]
-                    pos += 1
+                    b = d[pos + w]
+                    w += 1
                     z |= (b & 0x7F) << shift
                     if b < 0x80:
                         break
                     shift += 7
                     if shift > 63:
                         raise KafkaProtocolError(ErrorCode.CORRUPT_MESSAGE, "varint longer than 10 bytes")
-        starts[i] = pos
-        zs[i] = z
-        pos += z >> 1
-    z = np.array(zs, dtype=np.int64)
-    if pos != end or (z & 1).any():
+            if z & 1:
+                raise KafkaProtocolError(ErrorCode.CORRUPT_MESSAGE, "negative record length")
+            step = w + (z >> 1)
+            i += 1
+            starts.append(pos + w)
+            lengths.append(z >> 1)
+            pos += step
+            # a run of equal-size records ahead? probe two, then confirm the rest at once
+            if i + 8 < count and pos + step + w <= end and d[pos] == first and d[pos + step] == first \
+                    and d[pos:pos + w] == d[pos - step:pos - step + w] \
+                    and d[pos + step:pos + step + w] == d[pos:pos + w]:
+                prefix = d[pos:pos + w]
+                k = min(count - i, (end - pos) // step)
+                at = pos + step * np.arange(k, dtype=np.int64)
+                ok = np.ones(k, dtype=bool)
+                for j in range(w):
+                    ok &= buf[at + j] == prefix[j]
+                m = k if ok.all() else int(ok.argmin())
+                runs.append((np.array(starts, dtype=np.int64), np.array(lengths, dtype=np.int64)))
+                runs.append((at[:m] + w, np.full(m, z >> 1, dtype=np.int64)))
+                starts, lengths = [], []
+                i += m
+                pos += m * step
+                break
+    if pos != end:
         raise KafkaProtocolError(ErrorCode.CORRUPT_MESSAGE, "records do not fill their batch")
-    s = np.array(starts, dtype=np.int64)
-    return s, s + (z >> 1)
+    runs.append((np.array(starts, dtype=np.int64), np.array(lengths, dtype=np.int64)))
+    s = np.concatenate([r[0] for r in runs])
+    return s, s + np.concatenate([r[1] for r in runs])
 
 
 def _view_array(buf: np.ndarray, pybuf: pa.Buffer, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
