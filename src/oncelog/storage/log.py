@@ -404,8 +404,9 @@ class PartitionLog:
         bases = [s.base_offset for s in self.segments]
         return max(0, bisect.bisect_right(bases, offset) - 1)
 
-    def read(self, offset: int, max_bytes: int) -> bytes:
-        """Whole entries from the one holding `offset`; at least one, even above max_bytes."""
+    def read(self, offset: int, max_bytes: int) -> bytes | memoryview:
+        """Whole entries from the one holding `offset`; at least one, even above max_bytes
+        (a view of what was read when the tail is cut: no second copy of a large read)."""
         self._check_offset(offset)
         if offset == self.log_end_offset:
             return b""
@@ -421,7 +422,7 @@ class PartitionLog:
                 if e.position + e.size > len(data) or (end and e.position + e.size > max_bytes):
                     break
                 end = e.position + e.size
-            return data[:end] if end < len(data) else data
+            return memoryview(data)[:end] if end < len(data) else data
         return b""
 
     def _find(self, seg: Segment, offset: int) -> tuple[int, int] | None:

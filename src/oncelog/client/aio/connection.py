@@ -25,27 +25,38 @@ class BrokerConnectionError(KafkaClientError, ConnectionError):
 class _Protocol(asyncio.Protocol):
     def __init__(self, conn: "Connection") -> None:
         self.conn = conn
-        self.buf = bytearray()
+        # received chunks are kept as they came and joined once the frame they belong to is
+        # complete: a multi-megabyte Fetch response is copied once, not once per chunk
+        self.chunks: list[bytes] = []
+        self.have = 0
+        self.need = 4
         self.paused = False
         self.drain_waiters: list[asyncio.Future] = []
 
     def data_received(self, data: bytes) -> None:
-        buf = self.buf
-        buf += data
+        self.chunks.append(data)
+        self.have += len(data)
+        if self.have < self.need:
+            return
+        buf = b"".join(self.chunks) if len(self.chunks) > 1 else data
         pos = 0
         n = len(buf)
+        need = 4
         while n - pos >= 4:
             size = _SIZE.unpack_from(buf, pos)[0]
             if size < 4 or size > MAX_FRAME:
                 self.conn._fail(BrokerConnectionError(f"bad frame size {size} from {self.conn.addr}"))
                 return
             if n - pos - 4 < size:
+                need = 4 + size
                 break
-            frame = bytes(buf[pos + 4:pos + 4 + size])
+            frame = buf[pos + 4:pos + 4 + size]
             pos += 4 + size
             self.conn._on_frame(frame)
-        if pos:
-            del buf[:pos]
+        rest = buf[pos:] if pos else buf
+        self.chunks = [rest] if rest else []
+        self.have = len(rest)
+        self.need = need
 
     def connection_lost(self, exc) -> None:
         self.conn._fail(BrokerConnectionError(f"connection to {self.conn.addr} lost: {exc or 'closed'}"))
