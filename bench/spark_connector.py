@@ -5,7 +5,9 @@ beside Spark writing and reading the same cached DataFrame as Parquet, in the sa
     .venv/bin/python bench/spark_connector.py --rows 200000 --bootstrap 127.0.0.1:9092
 
 Reads are forced to materialise every row with the `noop` sink. Ratios are Parquet time /
-connector time (1.0 = as fast as Parquet; the goal is >= 0.5)."""
+connector time (1.0 = as fast as Parquet; the goal is >= 0.5). The `floor` steps time a Python
+data source that only hands over (or takes) ready-made Arrow batches of the same shape: the cost
+of PySpark's Python Data Source API itself, the bound for any connector written on it."""
 from __future__ import annotations
 
 import argparse
@@ -17,6 +19,55 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+
+def floor_source(rows_per_partition: int, partitions: int, value_bytes: int):
+    """Python data sources that do nothing but hand Spark ready-made Arrow batches of the
+    connector's row schema (read), or take and drop them (write): the cost of the Python Data
+    Source API itself on this machine, which no connector built on it can go below."""
+    from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter, DataSourceReader,
+                                        InputPartition, WriterCommitMessage)
+
+    class FloorReader(DataSourceReader):
+        def partitions(self):
+            return [InputPartition(i) for i in range(partitions)]
+
+        def read(self, partition):
+            import numpy as np
+            import pyarrow as pa
+            from oncelog.spark.arrow_io import arrow_schema
+            n = 4096
+            cols = [pa.array([b"%d" % i for i in range(n)], pa.binary()),
+                    pa.array([b"x" * value_bytes] * n, pa.binary()), pa.array(["t"] * n),
+                    pa.array(np.zeros(n, np.int32)), pa.array(np.arange(n, dtype=np.int64)),
+                    pa.array(np.zeros(n, np.int64)).cast(pa.timestamp("us", tz="UTC")),
+                    pa.array(np.zeros(n, np.int32))]
+            batch = pa.RecordBatch.from_arrays(cols, schema=arrow_schema(False))
+            for start in range(0, rows_per_partition, n):
+                yield batch.slice(0, min(n, rows_per_partition - start))
+
+    class FloorWriter(DataSourceArrowWriter):
+        def write(self, iterator):
+            for _batch in iterator:
+                pass
+            return WriterCommitMessage()
+
+    class Floor(DataSource):
+        @classmethod
+        def name(cls):
+            return "bench_floor"
+
+        def schema(self):
+            return ("key binary, value binary, topic string, partition int, offset long, "
+                    "timestamp timestamp, timestampType int")
+
+        def reader(self, schema):
+            return FloorReader()
+
+        def writer(self, schema, overwrite):
+            return FloorWriter()
+
+    return Floor
 
 
 def timed(fn) -> float:
@@ -62,9 +113,13 @@ def main() -> int:
         spark.read.format("oncelog").option("bootstrap.servers", bootstrap) \
             .option("subscribe", warm).load().write.format("noop").mode("overwrite").save()
         df.limit(1000).write.mode("overwrite").parquet(str(work / "warm.parquet"))
+        spark.dataSource.register(floor_source(n // parts, parts, vb))
+        spark.read.format("bench_floor").load().write.format("noop").mode("overwrite").save()
+        df.limit(1000).write.format("bench_floor").mode("append").save()
 
         results: dict[str, list[float]] = {k: [] for k in
-                                           ("parquet_write", "parquet_read", "oncelog_write", "oncelog_read")}
+                                           ("parquet_write", "parquet_read", "oncelog_write", "oncelog_read",
+                                            "floor_write", "floor_read")}
         mismatches: list[str] = []
         for i in range(args.repeat):
             pq = str(work / f"bench-{i}.parquet")
@@ -81,6 +136,11 @@ def main() -> int:
                       .option("subscribe", topic))
             results["oncelog_read"].append(timed(
                 lambda: reader.load().write.format("noop").mode("overwrite").save()))
+            results["floor_write"].append(timed(
+                lambda: df.write.format("bench_floor").mode("append").save()))
+            results["floor_read"].append(timed(
+                lambda: spark.read.format("bench_floor").load().write.format("noop")
+                .mode("overwrite").save()))
             got = reader.load().count()
             if got != n:
                 mismatches.append(f"run {i}: read back {got:,} rows, wrote {n:,}")
@@ -92,6 +152,8 @@ def main() -> int:
             "cpus": os.cpu_count(), "runs": results, "best_s": best,
             "ratio_write": best["parquet_write"] / best["oncelog_write"],
             "ratio_read": best["parquet_read"] / best["oncelog_read"],
+            "floor_ratio_write": best["parquet_write"] / best["floor_write"],
+            "floor_ratio_read": best["parquet_read"] / best["floor_read"],
             "oncelog_write_rows_per_s": n / best["oncelog_write"],
             "oncelog_read_rows_per_s": n / best["oncelog_read"],
         }
@@ -101,6 +163,8 @@ def main() -> int:
             print(f"{k:<16}{v:>9.2f}{n / v:>12,.0f}   {', '.join(f'{x:.2f}' for x in results[k])}")
         print(f"connector/Parquet speed ratio: write {out['ratio_write']:.2f}x, "
               f"read {out['ratio_read']:.2f}x (goal >= 0.5x)")
+        print(f"a Python data source doing nothing (the API's floor)/Parquet: write "
+              f"{out['floor_ratio_write']:.2f}x, read {out['floor_ratio_read']:.2f}x")
         if args.json:
             Path(args.json).write_text(json.dumps(out, indent=2))
         for m in mismatches:

@@ -84,7 +84,7 @@ class ProducerBatch:
     def encode(self) -> bytes:
         if self.encoded is None:
             self.encoded = build_batch(
-                b"".join(self.parts), self.count, base_timestamp=self.base_ts, max_timestamp=self.max_ts,
+                self.parts[0] if len(self.parts) == 1 else b"".join(self.parts), self.count, base_timestamp=self.base_ts, max_timestamp=self.max_ts,
                 compression_codec=self.compression, producer_id=self.producer_id,
                 producer_epoch=self.producer_epoch, base_sequence=self.base_sequence)
             self.parts = []

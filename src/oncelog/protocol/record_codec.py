@@ -175,7 +175,7 @@ def build_batch(records_data: bytes | bytearray, count: int, *, base_offset: int
         producer_id, producer_epoch, base_sequence, count))
     crc = crc32c(payload, crc32c(memoryview(header)[_CRC_START:]))
     struct.pack_into(">I", header, 17, crc)
-    return bytes(header) + bytes(payload)
+    return b"".join((header, payload))
 
 
 def encode_batch(records: Iterable[Record | tuple], *, base_offset: int = 0, compression: int = 0,

@@ -77,34 +77,50 @@ def binary_column(col) -> pa.Array | None:
 
 # ---------------------------------------------------------------- writing
 
-def record_sizes(keys: pa.Array | None, values: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(key lengths, value lengths, encoded record sizes) with offset deltas taken as 0..n-1
-    within each future batch bounded by the caller (sizes use the widest delta varint, 3 bytes,
-    so that batches can be cut before their deltas are known)."""
-    n = len(values)
-    vlen = pc.fill_null(pc.binary_length(values), -1).to_numpy(zero_copy_only=False).astype(np.int64)
-    klen = (np.full(n, -1, dtype=np.int64) if keys is None else
-            pc.fill_null(pc.binary_length(keys), -1).to_numpy(zero_copy_only=False).astype(np.int64))
-    body = 3 + 3 + _varint_width(_zigzag_lengths(klen)) + np.maximum(klen, 0) \
-        + _varint_width(_zigzag_lengths(vlen)) + np.maximum(vlen, 0)
-    return klen, vlen, body + _varint_width(body * 2)
+def _lengths(col: pa.Array | None, n: int) -> np.ndarray:
+    if col is None:
+        return np.full(n, -1, dtype=np.int64)
+    return pc.fill_null(pc.binary_length(col), -1).to_numpy(zero_copy_only=False).astype(np.int64)
 
 
-def encode_records(keys: pa.Array | None, values: pa.Array, klen: np.ndarray, vlen: np.ndarray) -> pa.Buffer:
-    """The records section of one v2 batch: no headers, timestamp delta 0, offset deltas 0..n-1."""
+def encode_partitioned(keys: pa.Array | None, values: pa.Array, partitions: np.ndarray,
+                       chunk_bytes: int) -> Iterator[tuple[int, int, pa.Buffer]]:
+    """Rows -> (partition, record count, records section of one v2 batch) for each batch to
+    send: rows grouped by partition (order kept within one), cut into batches of at most
+    `chunk_bytes`, and encoded all at once (no headers, timestamp delta 0, offset deltas
+    0..count-1 within each batch)."""
     n = len(values)
-    od = np.arange(n, dtype=np.int64) * 2
+    if n == 0:
+        return
+    if (partitions[1:] < partitions[:-1]).any():
+        order = np.argsort(partitions, kind="stable")
+        partitions = partitions[order]
+        values = values.take(order)
+        keys = None if keys is None else keys.take(order)
+    klen, vlen = _lengths(keys, n), _lengths(values, n)
     zk, zv = _zigzag_lengths(klen), _zigzag_lengths(vlen)
-    body = 1 + 1 + _varint_width(od) + _varint_width(zk) + np.maximum(klen, 0) \
-        + _varint_width(zv) + np.maximum(vlen, 0) + 1
+    # an upper bound of each record's size (offset delta varint of 3 bytes) to cut batches
+    # before the deltas are known
+    fixed = 3 + _varint_width(zk) + np.maximum(klen, 0) + _varint_width(zv) + np.maximum(vlen, 0)
+    bound = fixed + 3 + _varint_width((fixed + 3) * 2)
+    edges = np.flatnonzero(partitions[1:] != partitions[:-1]) + 1
+    chunks: list[tuple[int, int]] = []
+    for lo, hi in zip(np.r_[0, edges], np.r_[edges, n]):
+        chunks.extend((lo + a, lo + b) for a, b in split_by_size(bound[lo:hi], chunk_bytes))
+    chunk_starts = np.array([c[0] for c in chunks], dtype=np.int64)
+    chunk_lens = np.array([c[1] - c[0] for c in chunks], dtype=np.int64)
+    od = (np.arange(n, dtype=np.int64) - np.repeat(chunk_starts, chunk_lens)) * 2
+    body = fixed + _varint_width(od)
     empty = pa.scalar(b"", pa.binary())
-    parts = [_varint_array(body * 2), pa.scalar(b"\x00\x00", pa.binary()),  # attributes, ts delta 0
-             _varint_array(od), _varint_array(zk), empty if keys is None else keys,
-             _varint_array(zv), values, pa.scalar(b"\x00", pa.binary())]       # no headers
-    joined = pc.binary_join_element_wise(*parts, empty, null_handling="replace",
-                                         null_replacement=b"")
+    joined = pc.binary_join_element_wise(
+        _varint_array(body * 2), pa.scalar(b"\x00\x00", pa.binary()),   # attributes, ts delta 0
+        _varint_array(od), _varint_array(zk), empty if keys is None else keys,
+        _varint_array(zv), values, pa.scalar(b"\x00", pa.binary()),     # no headers
+        empty, null_handling="replace", null_replacement=b"")
     offsets = np.frombuffer(joined.buffers()[1], dtype=np.int32, count=n + 1, offset=joined.offset * 4)
-    return joined.buffers()[2][int(offsets[0]):int(offsets[-1])]
+    data = joined.buffers()[2]
+    for lo, hi in chunks:
+        yield int(partitions[lo]), hi - lo, data[int(offsets[lo]):int(offsets[hi])]
 
 
 def split_by_size(sizes: np.ndarray, limit: int) -> list[tuple[int, int]]:

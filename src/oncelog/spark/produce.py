@@ -91,19 +91,10 @@ class _Writer:
                 given = part_col.is_valid().to_numpy(zero_copy_only=False)
                 parts[given] = part_col.to_numpy(zero_copy_only=False)[given]
         values = self.ar.binary_column(_column(batch, "value"))
-        for p in np.unique(parts):
-            rows = None if len(parts) and (parts == p).all() else np.flatnonzero(parts == p)
-            k = keys if rows is None or keys is None else keys.take(rows)
-            v = values if rows is None else values.take(rows)
-            self._send_partition(topic, int(p), k, v)
-
-    def _send_partition(self, topic: str, partition: int, keys, values) -> None:
-        klen, vlen, sizes = self.ar.record_sizes(keys, values)
-        for lo, hi in self.ar.split_by_size(sizes, self.chunk_bytes):
-            k = None if keys is None else keys.slice(lo, hi - lo)
-            records = self.ar.encode_records(k, values.slice(lo, hi - lo), klen[lo:hi], vlen[lo:hi])
-            self.futures.append(self.producer.send_encoded(
-                topic, partition, records, hi - lo, int(time.time() * 1000)))
+        now = int(time.time() * 1000)
+        for partition, count, records in self.ar.encode_partitioned(keys, values, parts,
+                                                                    self.chunk_bytes):
+            self.futures.append(self.producer.send_encoded(topic, partition, records, count, now))
 
     def _write_rows(self, batch) -> None:
         n = batch.num_rows

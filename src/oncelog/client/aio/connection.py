@@ -135,15 +135,20 @@ class Connection:
         v = self.versions.get(api_key)
         return v[1] if v else None
 
-    def send(self, api_key: int, version: int, body: bytes, expect_response: bool = True
+    def send(self, api_key: int, version: int, body: bytes | list, expect_response: bool = True
              ) -> asyncio.Future | None:
-        """Write one request now; returns a future of the response body (header stripped)."""
+        """Write one request now; returns a future of the response body (header stripped).
+        `body` may be a list of parts (large Produce requests: written without joining)."""
         if self.closed or self.transport is None:
             raise self.error or BrokerConnectionError(f"connection to {self.addr} is closed")
         self.correlation = (self.correlation + 1) & 0x7FFFFFFF
         cid = self.correlation
         header = wire.request_header(api_key, version, cid, self.client_id)
-        self.transport.write(b"".join((_SIZE.pack(len(header) + len(body)), header, body)))
+        if isinstance(body, list):
+            size = len(header) + sum(map(len, body))
+            self.transport.writelines([_SIZE.pack(size) + header, *body])
+        else:
+            self.transport.write(b"".join((_SIZE.pack(len(header) + len(body)), header, body)))
         if not expect_response:
             return None
         fut = asyncio.get_running_loop().create_future()

@@ -434,7 +434,7 @@ class AIOProducer:
         for b in batches:
             key = ids[b.tp.topic] if version >= 13 else b.tp.topic
             topics.setdefault(key, []).append((b.tp.partition, b.encoded))
-        body = wire.encode_produce(version, self.config.acks, self.config.request_timeout_ms, topics)
+        body = wire.encode_produce_parts(version, self.config.acks, self.config.request_timeout_ms, topics)
         acks0 = self.config.acks == 0
         try:
             fut = conn.send(wire.PRODUCE, version, body, expect_response=not acks0)

@@ -72,6 +72,12 @@ def encode_produce(version: int, acks: int, timeout_ms: int,
                    topics: dict[Any, list[tuple[int, bytes]]]) -> bytes:
     """ProduceRequest body v3..v14 (v14 = v13 on the wire). `topics` maps a topic name (v3-12) or
     topic id (uuid, v13+) to [(partition, record set bytes)]."""
+    return b"".join(encode_produce_parts(version, acks, timeout_ms, topics))
+
+
+def encode_produce_parts(version: int, acks: int, timeout_ms: int,
+                         topics: dict[Any, list[tuple[int, bytes]]]) -> list[bytes]:
+    """encode_produce as a list of parts, so that the record sets are written without a copy."""
     flex = version >= 9
     out = [b"\xff\xff" if not flex else b"\x00", _I16.pack(acks), _I32.pack(timeout_ms)]
     out.append(uvarint(len(topics) + 1) if flex else _I32.pack(len(topics)))
@@ -92,7 +98,7 @@ def encode_produce(version: int, acks: int, timeout_ms: int,
             out.append(b"\x00")
     if flex:
         out.append(b"\x00")
-    return b"".join(out)
+    return out
 
 
 @dataclass
