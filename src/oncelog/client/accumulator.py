@@ -11,7 +11,7 @@ from collections import deque
 from typing import Any, NamedTuple
 
 from oncelog.protocol.record_codec import (
-    BATCH_OVERHEAD, build_batch, encode_record, record_size_upper_bound, rewrite_producer_state)
+    BATCH_OVERHEAD, build_batch, encode_record_parts, record_size_upper_bound, rewrite_producer_state)
 
 
 class TopicPartition(NamedTuple):
@@ -55,11 +55,11 @@ class ProducerBatch:
         count = self.count
         if count == 0:
             self.base_ts = ts
-        rec = encode_record(count, ts - self.base_ts, key, value, headers)
-        n = len(rec)
+        rec = encode_record_parts(count, ts - self.base_ts, key, value, headers)
+        n = len(rec[0]) + len(rec[1]) + 1 if len(rec) == 3 else len(rec[0])
         if count and self.size + n > batch_size:
             return False
-        self.parts.append(rec)
+        self.parts += rec
         self.size += n
         self.count = count + 1
         if ts > self.max_ts:
@@ -105,8 +105,8 @@ class RecordAccumulator:
         self.used_bytes = 0
         self.flushing = False
 
-    def append(self, tp: TopicPartition, ts: int, key, value, headers, cookie, now_ms: int
-               ) -> tuple[ProducerBatch, bool] | None:
+    def append(self, tp: TopicPartition, ts: int, key, value, headers, cookie, now_ms: int,
+               admitted: bool = False) -> tuple[ProducerBatch, bool] | None:
         """Add a record; returns (batch, whether a new batch was opened), or None when
         `buffer.memory` is exhausted (nothing was added)."""
         q = self.queues.get(tp)
@@ -119,7 +119,7 @@ class RecordAccumulator:
                 self.used_bytes += last.size - before
                 return last, False
         est = record_size_upper_bound(key, value, headers) + BATCH_OVERHEAD
-        if self.used_bytes + est > self.buffer_memory and self.used_bytes > 0:
+        if self.used_bytes + est > self.buffer_memory and self.used_bytes > 0 and not admitted:
             return None
         batch = ProducerBatch(tp, now_ms, self.compression)
         batch.try_append(ts, key, value, headers, cookie, self.batch_size)

@@ -16,13 +16,23 @@ _LOCK = threading.Lock()
 
 
 class RecordFuture(Future):
+    # defaults live on the class: creating one sets nothing (a send creates one per record)
+    _state = PENDING
+    _result = None
+    _exception = None
+    _done_callbacks: list | tuple = ()
+    _cond = None
+
     def __init__(self) -> None:  # noqa: D107 - deliberately not calling Future.__init__
-        self._state = PENDING
-        self._result = None
-        self._exception = None
-        self._waiters = []
-        self._done_callbacks = []
-        self._cond = None
+        pass
+
+    @property
+    def _waiters(self) -> list:
+        """concurrent.futures.wait/as_completed register here (under `_condition`)."""
+        w = self.__dict__.get("_waiter_list")
+        if w is None:
+            w = self.__dict__["_waiter_list"] = []
+        return w
 
     @property
     def _condition(self) -> threading.Condition:
@@ -43,7 +53,7 @@ class RecordFuture(Future):
             self._state = FINISHED
             cond = self._cond
             callbacks = self._done_callbacks
-            self._done_callbacks = []
+            self._done_callbacks = ()
         if cond is not None:
             with cond:
                 for w in self._waiters:
@@ -68,6 +78,8 @@ class RecordFuture(Future):
     def add_done_callback(self, fn) -> None:
         with _LOCK:
             if self._state == PENDING:
+                if not self._done_callbacks:
+                    self._done_callbacks = []
                 self._done_callbacks.append(fn)
                 return
         try:
@@ -99,7 +111,7 @@ def complete_all(futures: list, results: list | None, exception: BaseException |
                 woken.append(f)
             if f._done_callbacks:
                 callbacks.append((f, f._done_callbacks))
-                f._done_callbacks = []
+                f._done_callbacks = ()
     for f in woken:
         with f._cond:
             for w in f._waiters:

@@ -144,6 +144,24 @@ def encode_record(offset_delta: int, timestamp_delta: int, key: bytes | None,
     return _varint_bytes(len(body)) + body
 
 
+_ZERO = b"\x00"
+
+
+def encode_record_parts(offset_delta: int, timestamp_delta: int, key: bytes | None,
+                        value: bytes | None, headers: Sequence[Header] | None = None) -> tuple:
+    """`encode_record` as pieces to be joined later with the rest of the batch: for the common
+    record (no key, no headers) a small prefix, the value itself and the headers count, so a
+    producer holding many records does not allocate and copy each value a second time."""
+    if not headers and key is None and value is not None and 0 <= timestamp_delta < _CACHE_LIMIT \
+            and offset_delta < _CACHE_LIMIT and len(value) < _CACHE_LIMIT - 64:
+        c = _CACHE
+        vl = len(value)
+        td, od, vb = c[timestamp_delta], c[offset_delta], c[vl]
+        n = 3 + len(td) + len(od) + len(vb) + vl
+        return b"".join((c[n], _ZERO, td, od, b"\x01", vb)), value, _ZERO
+    return (encode_record(offset_delta, timestamp_delta, key, value, headers),)
+
+
 def record_size_upper_bound(key: bytes | None, value: bytes | None, headers=None) -> int:
     """Cheap estimate for `batch.size` accounting (varints at most 5 bytes for lengths here)."""
     n = 21 + (len(key) if key else 0) + (len(value) if value else 0)

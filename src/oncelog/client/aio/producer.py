@@ -9,6 +9,8 @@ import asyncio
 import logging
 import threading
 import time
+from collections import deque
+from threading import get_ident
 from typing import Any, Callable, NamedTuple
 
 from oncelog.client.accumulator import TopicPartition
@@ -111,17 +113,28 @@ class AIOProducer:
         self._closing = False
         self._closed = False
         self._loop_thread: threading.Thread | None = None
+        self._loop_ident = -1
         self.requests_sent = 0
         self.is_ours = False           # the broker speaks Produce v14 (KIP-1269 field)
         self._tps: dict[tuple, TopicPartition] = {}
         self._batch_size = self.config.batch_size
+        self._buffer_memory = self.config.buffer_memory
+        self._linger_ms = self.config.linger_ms
         self._big_record = self.config.max_request_size - 2048
+        # Records sent from other threads (the sync facade) wait here for the loop thread,
+        # which alone appends them to the accumulator: a sender never contends with the sender
+        # loop for a lock (with the GIL, that contention made each side wait for the other).
+        self._handoff: deque = deque()
+        self._handoff_added = 0      # bytes; written by sending threads only
+        self._handoff_taken = 0      # bytes; written by the loop thread only
+        self._wake_at_ms = 0         # when the sleeping loop will look at the handoff anyway
 
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> "AIOProducer":
         self.loop = asyncio.get_running_loop()
         self._loop_thread = threading.current_thread()
+        self._loop_ident = threading.get_ident()
         conn = await self.cluster.any_connection()
         await self.cluster.refresh([])
         pv = conn.version(wire.PRODUCE)
@@ -160,7 +173,7 @@ class AIOProducer:
             deadline = None if timeout is None else time.monotonic() + timeout
             while True:
                 with self.lock:
-                    if not self.core.has_pending():
+                    if not self.core.has_pending() and not self._handoff:
                         return
                 fut = self.loop.create_future()
                 self._flush_waiters.append(fut)
@@ -172,7 +185,7 @@ class AIOProducer:
                     await asyncio.wait_for(fut, remaining)
                 except asyncio.TimeoutError:
                     with self.lock:
-                        if not self.core.has_pending():
+                        if not self.core.has_pending() and not self._handoff:
                             return
                     raise
         finally:
@@ -190,6 +203,7 @@ class AIOProducer:
             log.warning("close: records still unsent after %.1fs are failed", timeout)
         finally:
             self._closed = True
+            self._take_handoff(now_ms())
             with self.lock:
                 self.core.fail_all(ProducerClosedError("producer closed before delivery"))
                 done = self.core.take_completions()
@@ -254,6 +268,8 @@ class AIOProducer:
         tp = self._tps.get((topic, partition))
         if tp is None:
             tp = self._tps[(topic, partition)] = TopicPartition(topic, partition)
+        if get_ident() != self._loop_ident:
+            return self._hand_over(tp, ts, key, value, headers, cookie)
         with self.lock:
             r = self.core.append(tp, ts, key, value, headers, cookie, int(time.monotonic() * 1000))
             if r is None:
@@ -263,11 +279,68 @@ class AIOProducer:
         if full and key is None and n > 1:
             self.partitioner.on_new_batch(topic, n, partition)
         if (new or full) and not self._wake_pending:
-            if threading.current_thread() is self._loop_thread:
-                self.wakeup()
-            else:
-                self.wakeup_threadsafe()
+            self.wakeup()
         return True
+
+    def _hand_over(self, tp: TopicPartition, ts: int, key, value, headers, cookie) -> bool:
+        core = self.core
+        if core.fatal:
+            raise core.fatal
+        err = core.topic_errors.get(tp.topic)
+        if err is not None:
+            raise err
+        size = 21 + (len(value) if value else 0) + (len(key) if key else 0) if not headers else \
+            record_size_upper_bound(key, value, headers)
+        waiting = max(0, self._handoff_added - self._handoff_taken)
+        used = core.acc.used_bytes + waiting
+        if used + size > self._buffer_memory and used > 0:
+            return False
+        self._handoff.append((tp, ts, key, value, headers, cookie, size))
+        self._handoff_added += size
+        # wake the loop if this fills a batch, or if it sleeps past this record's linger
+        # (_wake_at_ms is 0 while it runs: it takes the handoff before it sleeps again)
+        if not self._wake_pending and (
+                waiting + size >= self._batch_size
+                or self._wake_at_ms and self._wake_at_ms > time.monotonic() * 1000 + self._linger_ms):
+            self.wakeup_threadsafe()
+        return True
+
+    def _take_handoff(self, now: int) -> None:
+        """Loop thread: move handed-over records into the accumulator, in order."""
+        h = self._handoff
+        taken = 0
+        failed = []
+        full_keyless = []
+        batch_size = self._batch_size
+        with self.lock:
+            core = self.core
+            append = core.acc.append
+            while h:
+                tp, ts, key, value, headers, cookie, size = h.popleft()
+                taken += size
+                # the producer may have gone fatal, or the topic failed, since it was admitted
+                e = core.fatal or core.topic_errors.get(tp.topic)
+                if e is not None:
+                    failed.append((cookie, e))
+                    continue
+                batch, _new = append(tp, ts, key, value, headers, cookie, now, True)
+                if key is None and batch.size >= batch_size:
+                    full_keyless.append(tp)
+            self._handoff_taken += taken
+            if not h:   # resynchronise: a sender's lost update (two threads) cannot drift
+                self._handoff_taken = self._handoff_added
+        for tp in full_keyless:
+            n = self._ready_topics.get(tp.topic, 1)
+            if n > 1:
+                self.partitioner.on_new_batch(tp.topic, n, tp.partition)
+        for (fut, cb), e in failed:
+            if fut is not None and not fut.done():
+                fut.set_exception(e)
+            if cb is not None:
+                try:
+                    cb(e, None)
+                except Exception:  # noqa: BLE001
+                    log.exception("on_delivery callback raised")
 
     def append_encoded(self, topic: str, partition: int, records, count: int, base_ts: int,
                        max_ts: int, cookie: Any) -> bool:
@@ -292,7 +365,7 @@ class AIOProducer:
                                         int(time.monotonic() * 1000)) is None:
                 return False
         if not self._wake_pending:
-            if threading.current_thread() is self._loop_thread:
+            if get_ident() == self._loop_ident:
                 self.wakeup()
             else:
                 self.wakeup_threadsafe()
@@ -367,8 +440,16 @@ class AIOProducer:
                 timeout = self._step()
                 if fut.done() or timeout == 0:
                     continue
+                self._wake_at_ms = float("inf") if timeout is None else now_ms() + timeout
+                if self._handoff and (timeout is None or timeout > self._linger_ms):
+                    # handed over after _step took the handoff and before _wake_at_ms was set:
+                    # that sender saw the loop running and did not wake it
+                    self._wake_at_ms = 0
+                    await asyncio.sleep(0)   # let responses in before the next pass
+                    continue
                 h = None if timeout is None else loop.call_later(timeout / 1000, _wake, fut)
                 await fut
+                self._wake_at_ms = 0
                 if h is not None:
                     h.cancel()
         except asyncio.CancelledError:
@@ -384,6 +465,8 @@ class AIOProducer:
         """One pass of the sender: returns ms to sleep (None = until woken)."""
         now = now_ms()
         sleep: int | None = 100
+        if self._handoff:
+            self._take_handoff(now)
         with self.lock:
             core = self.core
             req = core.producer_id_request() if now >= self._pid_retry_at else None
@@ -416,7 +499,7 @@ class AIOProducer:
             if next_ms is not None:
                 sleep = max(0, min(sleep, next_ms - now)) if sleep is not None else max(0, next_ms - now)
             done = core.take_completions()
-            pending = core.has_pending()
+            pending = core.has_pending() or bool(self._handoff)
         self._deliver(done)
         if not pending and self._flush_waiters:
             for f in self._flush_waiters:
