@@ -309,3 +309,77 @@ def test_consumer_offsets_seek_and_times(broker):
         assert [(r.offset, r.value) for r in got] == [(7, b"v14"), (8, b"v16"), (9, b"v18")]
         assert got[0].timestamp == 1014
     assert metas[14].offset == 7
+
+
+# ------------------------------------------------------------------ batch-level entry points
+
+def test_threads_sending_at_once_each_keep_order_and_nothing_doubles(broker):
+    """Sends from other threads go through the handoff to the loop thread; with four threads
+    and a small buffer.memory (so senders also wait for memory), every record lands once and
+    each thread's records keep their order."""
+    import threading
+    create(broker.bootstrap, "threads")
+    per = 3000
+    with Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": "2", "batch.size": "4096",
+                   "buffer.memory": "65536", "enable.idempotence": "required"}) as p:
+        futs: dict[int, list] = {}
+
+        def sender(t):
+            futs[t] = [p.send("threads", b"%d-%06d" % (t, i)) for i in range(per)]
+        threads = [threading.Thread(target=sender, args=(t,)) for t in range(4)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(120)
+        p.flush(120)
+        offsets = [f.result(30).offset for t in range(4) for f in futs[t]]
+    assert len(set(offsets)) == 4 * per
+    got = read(broker.bootstrap, "threads", expected=4 * per)
+    assert len(got) == 4 * per
+    for t in range(4):
+        mine = [r.value for r in got if r.value.startswith(b"%d-" % t)]
+        assert mine == [b"%d-%06d" % (t, i) for i in range(per)]
+    for t in range(4):
+        assert [f.result().offset for f in futs[t]] == sorted(f.result().offset for f in futs[t])
+
+
+def test_send_encoded_batches_get_sequences_and_read_back(broker):
+    from oncelog.protocol.record_codec import encode_record
+    create(broker.bootstrap, "encoded", partitions=2)
+    with Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": "required"}) as p:
+        p.send("encoded", b"before", partition=1)
+        futs = []
+        for b in range(5):
+            records = b"".join(encode_record(i, i, b"k", b"%d-%d" % (b, i)) for i in range(100))
+            futs.append(p.send_encoded("encoded", 1, records, 100, base_timestamp=1000 + b,
+                                       max_timestamp=1099 + b))
+        p.send("encoded", b"after", partition=1)
+        metas = [f.result(30) for f in futs]
+        assert p.partitions_for("encoded") == 2
+    assert [m.base_offset for m in metas] == [1 + 100 * b for b in range(5)]
+    assert all(m.count == 100 and m.partition == 1 for m in metas)
+    got = read(broker.bootstrap, "encoded", partition=1, expected=502)
+    assert [r.value for r in got] == ([b"before"] + [b"%d-%d" % (b, i) for b in range(5)
+                                                     for i in range(100)] + [b"after"])
+    assert got[1].timestamp == 1000 and got[100].timestamp == 1099
+
+
+def test_poll_raw_returns_whole_batches_and_moves_past_them(broker):
+    from oncelog.protocol.record_codec import decode_records
+    create(broker.bootstrap, "raw")
+    with Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": "0"}) as p:
+        for i in range(50):
+            p.send("raw", b"%d" % i)
+            if i % 10 == 9:
+                p.flush()
+    tp = TopicPartition("raw", 0)
+    with Consumer({"bootstrap.servers": broker.bootstrap}) as c:
+        c.assign([TopicPartition("raw", 0, 25)])
+        records = []
+        deadline = time.monotonic() + 20
+        while c.position(tp) < 50 and time.monotonic() < deadline:
+            for got_tp, fetched_from, data in c.poll_raw(0.5):
+                assert got_tp == tp
+                records += [r for r in decode_records(data) if r.offset >= fetched_from]
+        assert c.position(tp) == 50
+    assert [r.value for r in records] == [b"%d" % i for i in range(25, 50)]

@@ -128,11 +128,11 @@ class RecordAccumulator:
         return batch, True
 
     def append_encoded(self, tp: TopicPartition, records, count: int, base_ts: int, max_ts: int,
-                       cookie, now_ms: int) -> ProducerBatch | None:
+                       cookie, now_ms: int, admitted: bool = False) -> ProducerBatch | None:
         """Queue a records section the caller encoded (offset deltas 0..count-1) as its own
         batch, behind the partition's queued records; None when `buffer.memory` is exhausted."""
         size = BATCH_OVERHEAD + len(records)
-        if self.used_bytes + size > self.buffer_memory and self.used_bytes > 0:
+        if self.used_bytes + size > self.buffer_memory and self.used_bytes > 0 and not admitted:
             return None
         batch = ProducerBatch(tp, now_ms, self.compression)
         batch.parts = [records]

@@ -10,6 +10,8 @@ import logging
 import threading
 import time
 from collections import deque
+from functools import partial
+from itertools import repeat
 from threading import get_ident
 from typing import Any, Callable, NamedTuple
 
@@ -49,6 +51,10 @@ class BatchMetadata(NamedTuple):
     base_offset: int | None   # None after DUPLICATE_SEQUENCE_NUMBER
     count: int
     timestamp: int            # the batch's max timestamp, or the broker's LogAppendTime
+
+
+_new_metadata = partial(tuple.__new__, RecordMetadata)
+_ENCODED = object()   # marks a send_encoded batch in the handoff (its "key")
 
 
 def _wake(fut: asyncio.Future) -> None:
@@ -269,7 +275,9 @@ class AIOProducer:
         if tp is None:
             tp = self._tps[(topic, partition)] = TopicPartition(topic, partition)
         if get_ident() != self._loop_ident:
-            return self._hand_over(tp, ts, key, value, headers, cookie)
+            size = 21 + (len(value) if value else 0) + (len(key) if key else 0) if not headers else \
+                record_size_upper_bound(key, value, headers)
+            return self._hand_over(tp, ts, key, value, headers, cookie, size)
         with self.lock:
             r = self.core.append(tp, ts, key, value, headers, cookie, int(time.monotonic() * 1000))
             if r is None:
@@ -282,15 +290,13 @@ class AIOProducer:
             self.wakeup()
         return True
 
-    def _hand_over(self, tp: TopicPartition, ts: int, key, value, headers, cookie) -> bool:
+    def _hand_over(self, tp: TopicPartition, ts: int, key, value, headers, cookie, size: int) -> bool:
         core = self.core
         if core.fatal:
             raise core.fatal
         err = core.topic_errors.get(tp.topic)
         if err is not None:
             raise err
-        size = 21 + (len(value) if value else 0) + (len(key) if key else 0) if not headers else \
-            record_size_upper_bound(key, value, headers)
         waiting = max(0, self._handoff_added - self._handoff_taken)
         used = core.acc.used_bytes + waiting
         if used + size > self._buffer_memory and used > 0:
@@ -322,6 +328,9 @@ class AIOProducer:
                 e = core.fatal or core.topic_errors.get(tp.topic)
                 if e is not None:
                     failed.append((cookie, e))
+                    continue
+                if key is _ENCODED:
+                    core.acc.append_encoded(tp, *value, cookie, now, admitted=True)
                     continue
                 batch, _new = append(tp, ts, key, value, headers, cookie, now, True)
                 if key is None and batch.size >= batch_size:
@@ -360,15 +369,17 @@ class AIOProducer:
         tp = self._tps.get((topic, partition))
         if tp is None:
             tp = self._tps[(topic, partition)] = TopicPartition(topic, partition)
+        size = BATCH_OVERHEAD + len(records)
+        if get_ident() != self._loop_ident:
+            # through the handoff like `send`, so that both keep one order per thread
+            return self._hand_over(tp, 0, _ENCODED, (records, count, base_ts, max_ts), None,
+                                   cookie, size)
         with self.lock:
             if self.core.append_encoded(tp, records, count, base_ts, max_ts, cookie,
                                         int(time.monotonic() * 1000)) is None:
                 return False
         if not self._wake_pending:
-            if get_ident() == self._loop_ident:
-                self.wakeup()
-            else:
-                self.wakeup_threadsafe()
+            self.wakeup()
         return True
 
     def wakeup(self) -> None:
@@ -627,9 +638,12 @@ class AIOProducer:
                 metas = [None if err is not None else BatchMetadata(
                     topic, partition, base, b.count, lat if lat >= 0 else b.max_ts)]
             elif err is None:
-                tss = b.timestamps
-                metas = [RecordMetadata(topic, partition, None if base is None else base + i,
-                                        lat if lat >= 0 else tss[i]) for i in range(len(cookies))]
+                n = len(cookies)
+                # built by C-level iteration: a RecordMetadata per record is most of delivery
+                metas = list(map(_new_metadata, zip(
+                    repeat(topic, n), repeat(partition, n),
+                    repeat(None, n) if base is None else range(base, base + n),
+                    b.timestamps if lat < 0 else repeat(lat, n))))
             else:
                 metas = [None] * len(cookies)
             futs = [ck[0] for ck in cookies]
