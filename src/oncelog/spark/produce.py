@@ -12,9 +12,15 @@ from oncelog.spark.options import OncelogSparkError
 from oncelog.spark.plan import connect
 
 
+# A writer task sends ~1 MB batches for several partitions at once: let one request carry
+# several of them and keep more requests in flight than the client's defaults (the per-partition
+# window learned from the broker still applies). `kafka.`-prefixed options override these.
+_WRITER_DEFAULTS = {"max.request.size": str(8 << 20), "max.in.flight.requests.per.connection": "20"}
+
+
 def open_producer(client: dict) -> Producer:
     try:
-        return Producer(dict(client))
+        return Producer({**_WRITER_DEFAULTS, **client})
     except Exception as e:  # noqa: BLE001
         raise OncelogSparkError(
             f"cannot start a producer for bootstrap.servers={client['bootstrap.servers']!r} "
