@@ -45,9 +45,8 @@ def read_range(client: dict, r: OffsetRange, include_headers: bool, fail_on_data
     schema = arrow_schema(include_headers)
     if r.end <= r.start:
         return
-    cfg = dict(client)
-    cfg.update({"auto.offset.reset": "none", "max.partition.fetch.bytes": str(8 << 20),
-                "fetch.max.bytes": str(64 << 20), "check.crcs": "true"})
+    cfg = {"max.partition.fetch.bytes": str(8 << 20), "fetch.max.bytes": str(64 << 20), **client}
+    cfg.update({"auto.offset.reset": "none", "check.crcs": "true"})
     consumer = connect(cfg, "reader")
     try:
         tp = TopicPartition(r.topic, r.partition)
