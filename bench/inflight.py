@@ -101,8 +101,12 @@ def librdkafka_produce(bootstrap: str, topic: str, n: int, record_size: int, **e
         p.poll(0)
     p.flush(600)
     elapsed = time.monotonic() - start
+    return _figures("librdkafka", errors, n, record_size, elapsed)
+
+
+def _figures(client: str, errors: list, n: int, record_size: int, elapsed: float) -> dict:
     if errors:
-        raise RuntimeError(f"librdkafka: {len(errors)} errors, first {errors[0]}")
+        raise RuntimeError(f"{client}: {len(errors)} errors, first {errors[0]}")
     return {"records": n, "elapsed_s": elapsed, "records_per_sec": n / elapsed,
             "mb_per_sec": n * record_size / elapsed / 1048576}
 
@@ -129,10 +133,7 @@ def oncelog_produce(bootstrap: str, topic: str, n: int, record_size: int, **extr
             send(topic, payload, on_delivery=cb)
         p.flush(600)
         elapsed = time.monotonic() - start
-    if errors:
-        raise RuntimeError(f"oncelog: {len(errors)} errors, first {errors[0]}")
-    return {"records": n, "elapsed_s": elapsed, "records_per_sec": n / elapsed,
-            "mb_per_sec": n * record_size / elapsed / 1048576}
+    return _figures("oncelog", errors, n, record_size, elapsed)
 
 
 def main() -> None:

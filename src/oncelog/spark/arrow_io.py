@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Iterator
 
-from oncelog.client import Consumer, TopicPartition
+from oncelog.client import TopicPartition
 from oncelog.spark.options import OncelogSparkError
 from oncelog.spark.plan import OffsetRange, connect
 

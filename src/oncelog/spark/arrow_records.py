@@ -21,7 +21,7 @@ from oncelog.protocol import compression
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.protocol.record_codec import (
     ATTR_COMPRESSION_MASK, ATTR_CONTROL, ATTR_TIMESTAMP_TYPE, BATCH_OVERHEAD, batch_spans,
-    iter_record_batches)
+    decode_varint, iter_record_batches)
 from crc32c import crc32c
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
@@ -240,17 +240,9 @@ def _record_bodies(d, pos: int, end: int, count: int) -> tuple[np.ndarray, np.nd
                 z, w = b, 1
             elif d[pos + 1] < 0x80:
                 z, w = (b & 0x7F) | (d[pos + 1] << 7), 2
-            else:
-                z, w, shift = b & 0x7F, 1, 7
-                while True:
-                    b = d[pos + w]
-                    w += 1
-                    z |= (b & 0x7F) << shift
-                    if b < 0x80:
-                        break
-                    shift += 7
-                    if shift > 63:
-                        raise KafkaProtocolError(ErrorCode.CORRUPT_MESSAGE, "varint longer than 10 bytes")
+            else:   # records of 8 KB and more
+                length, after = decode_varint(d, pos)
+                z, w = length * 2 if length >= 0 else 1, after - pos
             if z & 1:
                 raise KafkaProtocolError(ErrorCode.CORRUPT_MESSAGE, "negative record length")
             step = w + (z >> 1)
