@@ -127,6 +127,32 @@ class RecordAccumulator:
         q.append(batch)
         return batch, True
 
+    def extend(self, tp: TopicPartition, records: list, now_ms: int) -> bool:
+        """Append records of one partition in order, each (tp, ts, key, value, headers, cookie,
+        size), already counted against buffer.memory by the caller. True if a batch filled."""
+        q = self.queues.get(tp)
+        if q is None:
+            q = self.queues[tp] = deque()
+        batch_size = self.batch_size
+        last = q[-1] if q else None
+        batch = last if (last is not None and last.encoded is None and last.base_sequence < 0
+                         and not last.whole) else None
+        filled = False
+        used = 0
+        for _tp, ts, key, value, headers, cookie, _size in records:
+            if batch is not None:
+                before = batch.size
+                if batch.try_append(ts, key, value, headers, cookie, batch_size):
+                    used += batch.size - before
+                    continue
+                filled = True
+            batch = ProducerBatch(tp, now_ms, self.compression)
+            batch.try_append(ts, key, value, headers, cookie, batch_size)
+            used += batch.size
+            q.append(batch)
+        self.used_bytes += used
+        return filled or batch.size >= batch_size
+
     def append_encoded(self, tp: TopicPartition, records, count: int, base_ts: int, max_ts: int,
                        cookie, now_ms: int, admitted: bool = False) -> ProducerBatch | None:
         """Queue a records section the caller encoded (offset deltas 0..count-1) as its own

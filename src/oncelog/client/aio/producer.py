@@ -12,6 +12,7 @@ import time
 from collections import deque
 from functools import partial
 from itertools import repeat
+from operator import itemgetter
 from threading import get_ident
 from typing import Any, Callable, NamedTuple
 
@@ -54,6 +55,7 @@ class BatchMetadata(NamedTuple):
 
 
 _new_metadata = partial(tuple.__new__, RecordMetadata)
+_first = itemgetter(0)
 _ENCODED = object()   # marks a send_encoded batch in the handoff (its "key")
 
 
@@ -122,7 +124,7 @@ class AIOProducer:
         self._loop_ident = -1
         self.requests_sent = 0
         self.is_ours = False           # the broker speaks Produce v14 (KIP-1269 field)
-        self._tps: dict[tuple, TopicPartition] = {}
+        self._tps: dict[str, list[TopicPartition]] = {}
         self._batch_size = self.config.batch_size
         self._buffer_memory = self.config.buffer_memory
         self._linger_ms = self.config.linger_ms
@@ -271,9 +273,7 @@ class AIOProducer:
                 raise RecordTooLargeError(
                     f"record of {size} bytes exceeds max.request.size={self.config.max_request_size}")
         ts = int(time.time() * 1000) if timestamp is None else int(timestamp)
-        tp = self._tps.get((topic, partition))
-        if tp is None:
-            tp = self._tps[(topic, partition)] = TopicPartition(topic, partition)
+        tp = self._tp(topic, partition)
         if get_ident() != self._loop_ident:
             size = 21 + (len(value) if value else 0) + (len(key) if key else 0) if not headers else \
                 record_size_upper_bound(key, value, headers)
@@ -290,6 +290,15 @@ class AIOProducer:
             self.wakeup()
         return True
 
+    def _tp(self, topic: str, partition: int) -> TopicPartition:
+        """One TopicPartition object per partition (compared by identity in the handoff)."""
+        tps = self._tps.get(topic)
+        if tps is None or len(tps) <= partition:
+            old = tps or []   # a new list, swapped in whole: senders may race here
+            tps = self._tps[topic] = old + [TopicPartition(topic, i)
+                                            for i in range(len(old), partition + 1)]
+        return tps[partition]
+
     def _hand_over(self, tp: TopicPartition, ts: int, key, value, headers, cookie, size: int) -> bool:
         core = self.core
         if core.fatal:
@@ -297,7 +306,9 @@ class AIOProducer:
         err = core.topic_errors.get(tp.topic)
         if err is not None:
             raise err
-        waiting = max(0, self._handoff_added - self._handoff_taken)
+        waiting = self._handoff_added - self._handoff_taken
+        if waiting < 0:
+            waiting = 0
         used = core.acc.used_bytes + waiting
         if used + size > self._buffer_memory and used > 0:
             return False
@@ -315,26 +326,22 @@ class AIOProducer:
         """Loop thread: move handed-over records into the accumulator, in order."""
         h = self._handoff
         taken = 0
-        failed = []
-        full_keyless = []
-        batch_size = self._batch_size
+        failed: list = []
+        full_keyless: list = []
+        run: list = []     # consecutive records of one partition, appended in one call
         with self.lock:
-            core = self.core
-            append = core.acc.append
             while h:
-                tp, ts, key, value, headers, cookie, size = h.popleft()
-                taken += size
-                # the producer may have gone fatal, or the topic failed, since it was admitted
-                e = core.fatal or core.topic_errors.get(tp.topic)
-                if e is not None:
-                    failed.append((cookie, e))
-                    continue
-                if key is _ENCODED:
-                    core.acc.append_encoded(tp, *value, cookie, now, admitted=True)
-                    continue
-                batch, _new = append(tp, ts, key, value, headers, cookie, now, True)
-                if key is None and batch.size >= batch_size:
-                    full_keyless.append(tp)
+                item = h.popleft()
+                taken += item[6]
+                if run and (item[0] is not run[0][0] or item[2] is _ENCODED):
+                    self._append_run(run, now, failed, full_keyless)
+                    run = []
+                if item[2] is _ENCODED:
+                    self._append_run([item], now, failed, full_keyless)
+                else:
+                    run.append(item)
+            if run:
+                self._append_run(run, now, failed, full_keyless)
             self._handoff_taken += taken
             if not h:   # resynchronise: a sender's lost update (two threads) cannot drift
                 self._handoff_taken = self._handoff_added
@@ -351,6 +358,19 @@ class AIOProducer:
                 except Exception:  # noqa: BLE001
                     log.exception("on_delivery callback raised")
 
+    def _append_run(self, run: list, now: int, failed: list, full_keyless: list) -> None:
+        tp = run[0][0]
+        core = self.core
+        # the producer may have gone fatal, or the topic failed, since they were admitted
+        e = core.fatal or core.topic_errors.get(tp.topic)
+        if e is not None:
+            failed.extend((item[5], e) for item in run)
+        elif run[0][2] is _ENCODED:
+            _tp, _ts, _key, value, _headers, cookie, _size = run[0]
+            core.acc.append_encoded(tp, *value, cookie, now, admitted=True)
+        elif core.acc.extend(tp, run, now) and run[-1][2] is None:
+            full_keyless.append(tp)
+
     def append_encoded(self, topic: str, partition: int, records, count: int, base_ts: int,
                        max_ts: int, cookie: Any) -> bool:
         """Thread-safe batch-level append (see Producer.send_encoded); False when buffer.memory
@@ -366,9 +386,7 @@ class AIOProducer:
             raise RecordTooLargeError(
                 f"batch of {len(records) + BATCH_OVERHEAD} bytes exceeds max.request.size="
                 f"{self.config.max_request_size}")
-        tp = self._tps.get((topic, partition))
-        if tp is None:
-            tp = self._tps[(topic, partition)] = TopicPartition(topic, partition)
+        tp = self._tp(topic, partition)
         size = BATCH_OVERHEAD + len(records)
         if get_ident() != self._loop_ident:
             # through the handoff like `send`, so that both keep one order per thread
@@ -646,7 +664,7 @@ class AIOProducer:
                     b.timestamps if lat < 0 else repeat(lat, n))))
             else:
                 metas = [None] * len(cookies)
-            futs = [ck[0] for ck in cookies]
+            futs = list(map(_first, cookies))
             if futs and futs[0].__class__ is RecordFuture:
                 complete_all(futs, metas, err)        # the sync facade's futures, one lock per batch
             else:
