@@ -273,7 +273,8 @@ class AIOProducer:
                 raise RecordTooLargeError(
                     f"record of {size} bytes exceeds max.request.size={self.config.max_request_size}")
         ts = int(time.time() * 1000) if timestamp is None else int(timestamp)
-        tp = self._tp(topic, partition)
+        tps = self._tps.get(topic)
+        tp = tps[partition] if tps is not None and partition < len(tps) else self._tp(topic, partition)
         if get_ident() != self._loop_ident:
             size = 21 + (len(value) if value else 0) + (len(key) if key else 0) if not headers else \
                 record_size_upper_bound(key, value, headers)
@@ -301,11 +302,10 @@ class AIOProducer:
 
     def _hand_over(self, tp: TopicPartition, ts: int, key, value, headers, cookie, size: int) -> bool:
         core = self.core
-        if core.fatal:
-            raise core.fatal
-        err = core.topic_errors.get(tp.topic)
-        if err is not None:
-            raise err
+        if core.fatal or core.topic_errors:
+            err = core.fatal or core.topic_errors.get(tp.topic)
+            if err is not None:
+                raise err
         waiting = self._handoff_added - self._handoff_taken
         if waiting < 0:
             waiting = 0
