@@ -11,7 +11,7 @@ from collections import deque
 from typing import Any, NamedTuple
 
 from oncelog.protocol.record_codec import (
-    BATCH_OVERHEAD, build_batch, encode_record_parts, record_size_upper_bound, rewrite_producer_state)
+    BATCH_OVERHEAD, build_batch, encode_plain_records, encode_record, record_size_upper_bound, rewrite_producer_state)
 
 
 class TopicPartition(NamedTuple):
@@ -22,14 +22,18 @@ class TopicPartition(NamedTuple):
 class ProducerBatch:
     """Records for one partition, sent and acknowledged as a unit."""
 
-    __slots__ = ("tp", "parts", "size", "count", "base_ts", "max_ts", "timestamps", "cookies",
+    __slots__ = ("tp", "parts", "values", "keys", "headers", "size", "count", "base_ts", "max_ts",
+                 "timestamps", "cookies",
                  "created_ms", "encoded", "producer_id", "producer_epoch", "base_sequence",
                  "attempts", "retry_at_ms", "needs_head_of_line", "node", "sent_ms", "compression",
                  "done", "ordinal", "whole")
 
     def __init__(self, tp: TopicPartition, created_ms: int, compression: int) -> None:
         self.tp = tp
-        self.parts: list[bytes] = []
+        self.parts: list = []          # a caller-encoded records section (send_encoded)
+        self.values: list = []         # records are kept as given and encoded at drain
+        self.keys: list | None = None  # created, with the headers, when a record has either
+        self.headers: list | None = None
         self.size = BATCH_OVERHEAD
         self.count = 0
         self.base_ts = 0
@@ -55,11 +59,21 @@ class ProducerBatch:
         count = self.count
         if count == 0:
             self.base_ts = ts
-        rec = encode_record_parts(count, ts - self.base_ts, key, value, headers)
-        n = len(rec[0]) + len(rec[1]) + 1 if len(rec) == 3 else len(rec[0])
+        if key is None and not headers and value is not None and len(value) < 1 << 20:
+            # bound: length and offset-delta varints of 4 bytes, value length 3, a timestamp delta
+            # of up to 10, attributes, null key, header count
+            n = len(value) + 24
+        else:
+            n = record_size_upper_bound(key, value, headers) + 16
+            if self.keys is None:
+                self.keys = [None] * count
+                self.headers = [None] * count
         if count and self.size + n > batch_size:
             return False
-        self.parts += rec
+        self.values.append(value)
+        if self.keys is not None:
+            self.keys.append(key)
+            self.headers.append(headers)
         self.size += n
         self.count = count + 1
         if ts > self.max_ts:
@@ -67,6 +81,17 @@ class ProducerBatch:
         self.timestamps.append(ts)
         self.cookies.append(cookie)
         return True
+
+    def records(self):
+        """The records section (sizes above are bounds; the encoding is exact)."""
+        if self.whole:
+            return self.parts[0]
+        base = self.base_ts
+        deltas = [ts - base for ts in self.timestamps]
+        if self.keys is None:
+            return encode_plain_records(self.values, deltas)
+        return b"".join([encode_record(i, d, k, v, h) for i, (d, k, v, h) in enumerate(
+            zip(deltas, self.keys, self.values, self.headers))])
 
     @property
     def has_sequence(self) -> bool:
@@ -84,10 +109,10 @@ class ProducerBatch:
     def encode(self) -> bytes:
         if self.encoded is None:
             self.encoded = build_batch(
-                self.parts[0] if len(self.parts) == 1 else b"".join(self.parts), self.count, base_timestamp=self.base_ts, max_timestamp=self.max_ts,
+                self.records(), self.count, base_timestamp=self.base_ts, max_timestamp=self.max_ts,
                 compression_codec=self.compression, producer_id=self.producer_id,
                 producer_epoch=self.producer_epoch, base_sequence=self.base_sequence)
-            self.parts = []
+            self.parts = self.values = self.keys = self.headers = None
         return self.encoded
 
     def __repr__(self) -> str:
