@@ -13,7 +13,7 @@ from typing import Callable
 
 from oncelog.client.aio.producer import AIOProducer
 from oncelog.client.errors import BufferExhaustedError, KafkaClientError
-from oncelog.client.futures import RecordFuture
+from oncelog.client.futures import RecordFuture, new_record_future
 
 
 class LoopThread:
@@ -77,7 +77,7 @@ class Producer:
         p = self._p
         if topic not in p._ready_topics:
             self._lt.run(p.ensure_topic(topic), self._max_block_s + 1)
-        fut: concurrent.futures.Future = RecordFuture()
+        fut: concurrent.futures.Future = new_record_future()
         cookie = (fut, on_delivery)
         if p.append(topic, value, key, headers, partition, timestamp, cookie):
             return fut
