@@ -11,7 +11,8 @@ from collections import deque
 from typing import Any, NamedTuple
 
 from oncelog.protocol.record_codec import (
-    BATCH_OVERHEAD, build_batch, encode_plain_records, encode_record, record_size_upper_bound, rewrite_producer_state)
+    BATCH_OVERHEAD, build_batch, encode_plain_records, encode_record, record_size_upper_bound,
+    rewrite_producer_state)
 
 
 class TopicPartition(NamedTuple):
@@ -137,8 +138,8 @@ class RecordAccumulator:
         q = self.queues.get(tp)
         if q is None:
             q = self.queues[tp] = deque()
-        last = q[-1] if q else None
-        if last is not None and last.encoded is None and last.base_sequence < 0 and not last.whole:
+        last = _open_batch(q)
+        if last is not None:
             before = last.size
             if last.try_append(ts, key, value, headers, cookie, self.batch_size):
                 self.used_bytes += last.size - before
@@ -159,9 +160,7 @@ class RecordAccumulator:
         if q is None:
             q = self.queues[tp] = deque()
         batch_size = self.batch_size
-        last = q[-1] if q else None
-        batch = last if (last is not None and last.encoded is None and last.base_sequence < 0
-                         and not last.whole) else None
+        batch = _open_batch(q)
         filled = False
         used = 0
         for _tp, ts, key, value, headers, cookie, _size in records:
@@ -227,6 +226,14 @@ class RecordAccumulator:
 
     def has_unsent(self) -> bool:
         return any(self.queues.values())
+
+
+def _open_batch(q: deque) -> ProducerBatch | None:
+    """The partition's last batch if records may still join it (not drained, not caller-encoded)."""
+    last = q[-1] if q else None
+    if last is not None and last.encoded is None and last.base_sequence < 0 and not last.whole:
+        return last
+    return None
 
 
 def seq_before(a: int, b: int) -> bool:
