@@ -11,8 +11,8 @@ from collections import deque
 from typing import Any, NamedTuple
 
 from oncelog.protocol.record_codec import (
-    BATCH_OVERHEAD, build_batch, encode_plain_records, encode_record, record_size_upper_bound,
-    rewrite_producer_state)
+    BATCH_OVERHEAD, RECORD_OVERHEAD, build_batch, encode_plain_records, encode_record,
+    record_size_upper_bound, rewrite_producer_state)
 
 
 class TopicPartition(NamedTuple):
@@ -60,12 +60,10 @@ class ProducerBatch:
         count = self.count
         if count == 0:
             self.base_ts = ts
-        if key is None and not headers and value is not None and len(value) < 1 << 20:
-            # bound: length and offset-delta varints of 4 bytes, value length 3, a timestamp delta
-            # of up to 10, attributes, null key, header count
-            n = len(value) + 24
+        if key is None and not headers and value is not None:
+            n = len(value) + RECORD_OVERHEAD   # record_size_upper_bound, without the call
         else:
-            n = record_size_upper_bound(key, value, headers) + 16
+            n = record_size_upper_bound(key, value, headers)
             if self.keys is None:
                 self.keys = [None] * count
                 self.headers = [None] * count
@@ -131,8 +129,8 @@ class RecordAccumulator:
         self.used_bytes = 0
         self.flushing = False
 
-    def append(self, tp: TopicPartition, ts: int, key, value, headers, cookie, now_ms: int,
-               admitted: bool = False) -> tuple[ProducerBatch, bool] | None:
+    def append(self, tp: TopicPartition, ts: int, key, value, headers, cookie, now_ms: int
+               ) -> tuple[ProducerBatch, bool] | None:
         """Add a record; returns (batch, whether a new batch was opened), or None when
         `buffer.memory` is exhausted (nothing was added)."""
         q = self.queues.get(tp)
@@ -145,7 +143,7 @@ class RecordAccumulator:
                 self.used_bytes += last.size - before
                 return last, False
         est = record_size_upper_bound(key, value, headers) + BATCH_OVERHEAD
-        if self.used_bytes + est > self.buffer_memory and self.used_bytes > 0 and not admitted:
+        if self.used_bytes + est > self.buffer_memory and self.used_bytes > 0:
             return None
         batch = ProducerBatch(tp, now_ms, self.compression)
         batch.try_append(ts, key, value, headers, cookie, self.batch_size)

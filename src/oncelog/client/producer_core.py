@@ -240,26 +240,24 @@ class ProducerCore:
 
     # ------------------------------------------------------------------ appending
 
-    def append(self, tp: TopicPartition, timestamp: int, key, value, headers, cookie: Any, now_ms: int,
-               admitted: bool = False):
-        """Queue one record. Returns (batch, new batch opened) or None if buffer.memory is full
-        (never when `admitted`: the caller already counted it against buffer.memory)."""
-        if self.fatal:
-            raise self.fatal
-        err = self.topic_errors.get(tp.topic)
-        if err is not None:
-            raise err
-        return self.acc.append(tp, timestamp, key, value, headers, cookie, now_ms, admitted)
+    def append(self, tp: TopicPartition, timestamp: int, key, value, headers, cookie: Any, now_ms: int):
+        """Queue one record. Returns (batch, new batch opened) or None if buffer.memory is full."""
+        self.check_accepting(tp)
+        return self.acc.append(tp, timestamp, key, value, headers, cookie, now_ms)
 
     def append_encoded(self, tp: TopicPartition, records, count: int, base_ts: int, max_ts: int,
                        cookie: Any, now_ms: int):
         """Queue a caller-encoded records section as one batch; None if buffer.memory is full."""
+        self.check_accepting(tp)
+        return self.acc.append_encoded(tp, records, count, base_ts, max_ts, cookie, now_ms)
+
+    def check_accepting(self, tp: TopicPartition) -> None:
+        """Raise the producer's fatal error, or the partition's topic's, if there is one."""
         if self.fatal:
             raise self.fatal
         err = self.topic_errors.get(tp.topic)
         if err is not None:
             raise err
-        return self.acc.append_encoded(tp, records, count, base_ts, max_ts, cookie, now_ms)
 
     # ------------------------------------------------------------------ sending
 

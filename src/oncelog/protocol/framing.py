@@ -18,10 +18,11 @@ class FrameDecoder:
     """Received chunks are kept as they came and joined once the frame they complete is whole,
     so a megabyte Produce request is copied once, not once per socket read."""
 
-    __slots__ = ("max_size", "_chunks", "_have", "_need")
+    __slots__ = ("max_size", "limit_name", "_chunks", "_have", "_need")
 
-    def __init__(self, max_size: int) -> None:
+    def __init__(self, max_size: int, limit_name: str = "socket.request.max.bytes") -> None:
         self.max_size = max_size
+        self.limit_name = limit_name
         self._chunks: list[bytes] = []
         self._have = 0
         self._need = 4
@@ -41,7 +42,7 @@ class FrameDecoder:
             size = _SIZE.unpack_from(buf, pos)[0]
             if size < 0 or size > self.max_size:
                 raise FrameError(f"frame size {size} outside 0..{self.max_size} "
-                                 f"(socket.request.max.bytes)")
+                                 f"({self.limit_name})")
             if n - pos - 4 < size:
                 need = 4 + size
                 break

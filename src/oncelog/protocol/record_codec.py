@@ -20,11 +20,11 @@ from crc32c import crc32c
 from oncelog.protocol import compression
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 
-_HEADER = struct.Struct(">qiibIhiqqqhii")  # the 61-byte v2 batch header
-_CRC_START = 21  # offset of attributes: baseOffset(8) batchLength(4) epoch(4) magic(1) crc(4)
+BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")  # the 61-byte v2 batch header
+CRC_START = 21  # offset of attributes: baseOffset(8) batchLength(4) epoch(4) magic(1) crc(4)
 _PRODUCER_FIELDS = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence at offset 43
 _PRODUCER_FIELDS_POS = 43
-BATCH_OVERHEAD = _HEADER.size
+BATCH_OVERHEAD = BATCH_HEADER.size
 
 ATTR_COMPRESSION_MASK = 0x07
 ATTR_TIMESTAMP_TYPE = 0x08
@@ -165,9 +165,14 @@ def encode_plain_records(values: list, timestamp_deltas: list) -> bytes:
     return b"".join(out)
 
 
+# the most a record adds to its key, value and headers: varints of its length (5), timestamp
+# delta (10), offset delta (5), key and value lengths (5 each), header count (5); attributes (1)
+RECORD_OVERHEAD = 36
+
+
 def record_size_upper_bound(key: bytes | None, value: bytes | None, headers=None) -> int:
-    """Cheap estimate for `batch.size` accounting (varints at most 5 bytes for lengths here)."""
-    n = 21 + (len(key) if key else 0) + (len(value) if value else 0)
+    """A record's encoded size at most, for `batch.size` and `buffer.memory` accounting."""
+    n = RECORD_OVERHEAD + (len(key) if key else 0) + (len(value) if value else 0)
     if headers:
         for hk, hv in headers:
             n += 10 + len(hk) + (len(hv) if hv else 0)
@@ -189,12 +194,12 @@ def build_batch(records_data: bytes | bytearray, count: int, *, base_offset: int
         attributes |= ATTR_TRANSACTIONAL
     payload = compression.compress(compression_codec, records_data) if compression_codec else records_data
     batch_length = BATCH_OVERHEAD - 12 + len(payload)
-    header = bytearray(_HEADER.pack(
+    header = bytearray(BATCH_HEADER.pack(
         base_offset, batch_length, partition_leader_epoch, 2, 0, attributes,
         count - 1 if last_offset_delta is None else last_offset_delta,
         base_timestamp, base_timestamp if max_timestamp is None else max_timestamp,
         producer_id, producer_epoch, base_sequence, count))
-    crc = crc32c(payload, crc32c(memoryview(header)[_CRC_START:]))
+    crc = crc32c(payload, crc32c(memoryview(header)[CRC_START:]))
     struct.pack_into(">I", header, 17, crc)
     return b"".join((header, payload))
 
@@ -228,7 +233,7 @@ def rewrite_producer_state(batch: bytes | bytearray, producer_id: int, producer_
     producing); recomputes the CRC, leaves the records untouched."""
     buf = bytearray(batch)
     _PRODUCER_FIELDS.pack_into(buf, _PRODUCER_FIELDS_POS, producer_id, producer_epoch, base_sequence)
-    struct.pack_into(">I", buf, 17, crc32c(memoryview(buf)[_CRC_START:]))
+    struct.pack_into(">I", buf, 17, crc32c(memoryview(buf)[CRC_START:]))
     return bytes(buf)
 
 
@@ -307,8 +312,8 @@ def _decode_v2(mv: memoryview, check_crc: bool) -> tuple[BatchInfo, list[Record]
     if len(mv) < BATCH_OVERHEAD:
         raise KafkaProtocolError(ErrorCode.CORRUPT_MESSAGE, "record batch shorter than its header")
     (base_offset, _length, _epoch, _magic, crc, attributes, last_delta, base_ts, max_ts, pid, pepoch,
-     base_seq, count) = _HEADER.unpack_from(mv, 0)
-    if check_crc and crc32c(mv[_CRC_START:]) != crc:
+     base_seq, count) = BATCH_HEADER.unpack_from(mv, 0)
+    if check_crc and crc32c(mv[CRC_START:]) != crc:
         raise KafkaProtocolError(ErrorCode.CORRUPT_MESSAGE,
                                  f"CRC mismatch in batch at offset {base_offset}")
     codec = attributes & ATTR_COMPRESSION_MASK

@@ -10,8 +10,9 @@ arrays; values and keys are gathered through Arrow binary views without a Python
 """
 from __future__ import annotations
 
-import struct
 from typing import Iterator
+
+from crc32c import crc32c
 
 import numpy as np
 import pyarrow as pa
@@ -20,11 +21,9 @@ import pyarrow.compute as pc
 from oncelog.protocol import compression
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.protocol.record_codec import (
-    ATTR_COMPRESSION_MASK, ATTR_CONTROL, ATTR_TIMESTAMP_TYPE, BATCH_OVERHEAD, batch_spans,
-    decode_varint, iter_record_batches)
-from crc32c import crc32c
+    ATTR_COMPRESSION_MASK, ATTR_CONTROL, ATTR_TIMESTAMP_TYPE, BATCH_HEADER, BATCH_OVERHEAD, CRC_START,
+    batch_spans, decode_varint, iter_record_batches)
 
-_HEADER = struct.Struct(">qiibIhiqqqhii")
 _U32 = np.uint32
 
 
@@ -34,9 +33,7 @@ def _varint_array(z: np.ndarray) -> pa.Array:
     """Binary array whose i-th value is the varint of z[i] (already zig-zagged, < 2**35)."""
     z = z.astype(np.uint64, copy=False)
     n = len(z)
-    width = np.ones(n, dtype=np.int32)
-    for bits in (7, 14, 21, 28):
-        width += z >= (1 << bits)
+    width = _varint_width(z)
     w = int(width.max()) if n else 1
     mat = np.empty((n, w), dtype=np.uint8)
     for j in range(w):
@@ -332,8 +329,8 @@ def decode_into(out: Columns, data, lo: int, hi: int, check_crc: bool, include_h
                 _add_rows(out, [r for r in recs if lo <= r.offset < hi], include_headers)
             continue
         (base_offset, _len, _epoch, _magic, crc, attributes, _last, base_ts, max_ts, _pid, _pe,
-         _seq, count) = _HEADER.unpack_from(chunk, 0)
-        if check_crc and crc32c(chunk[21:]) != crc:
+         _seq, count) = BATCH_HEADER.unpack_from(chunk, 0)
+        if check_crc and crc32c(chunk[CRC_START:]) != crc:
             raise KafkaProtocolError(ErrorCode.CORRUPT_MESSAGE, f"CRC mismatch in batch at offset {base_offset}")
         if attributes & ATTR_CONTROL or count <= 0:
             continue
@@ -348,14 +345,14 @@ def decode_into(out: Columns, data, lo: int, hi: int, check_crc: bool, include_h
         try:
             _decode_v2_columns(out, body, base, body_end, count, base_offset, base_ts, max_ts,
                                1 if attributes & ATTR_TIMESTAMP_TYPE else 0, lo, hi, include_headers,
-                               chunk, check_crc)
+                               chunk)
         except IndexError:
             raise KafkaProtocolError(ErrorCode.CORRUPT_MESSAGE, "record runs past the batch end") from None
 
 
 def _decode_v2_columns(out: Columns, body, base: int, end: int, count: int, base_offset: int,
                        base_ts: int, max_ts: int, ts_type: int, lo: int, hi: int,
-                       include_headers: bool, chunk, check_crc: bool) -> None:
+                       include_headers: bool, chunk) -> None:
     starts, rec_end = _record_bodies(body, base, end, count)
     buf = np.frombuffer(body, dtype=np.uint8)
     pos = starts + 1                                  # attributes byte

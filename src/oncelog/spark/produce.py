@@ -54,8 +54,7 @@ class _Writer:
 
     def write(self, batch) -> None:
         import pyarrow.compute as pc
-        value_col = _column(batch, "value")
-        if value_col is None:
+        if _column(batch, "value") is None:
             raise OncelogSparkError("the DataFrame written to oncelog needs a `value` column "
                                     "(string or binary)")
         if self.include_headers and _column(batch, "headers") is not None:
@@ -79,23 +78,24 @@ class _Writer:
         n_parts = self.producer.partitions_for(topic)
         part_col = _column(batch, "partition")
         keys = self.ar.binary_column(_column(batch, "key"))
-        if part_col is not None and part_col.null_count == 0:
-            parts = part_col.to_numpy(zero_copy_only=False).astype(np.int64)
-            bad = (parts < 0) | (parts >= n_parts)
-            if bad.any():
-                raise OncelogSparkError(f"topic {topic} has {n_parts} partitions; a row names "
-                                        f"partition {int(parts[bad][0])}")
-        else:
+        if part_col is None or part_col.null_count:
             # Kafka's default partitioner: murmur2 of the key, a sticky partition without one
-            sticky = self.sticky.get(topic, -1) + 1
-            self.sticky[topic] = sticky = sticky % n_parts
+            sticky = self.sticky[topic] = (self.sticky.get(topic, -1) + 1) % n_parts
             parts = np.full(len(batch), sticky, dtype=np.int64)
             if keys is not None and keys.null_count < len(keys):
                 keyed = np.flatnonzero(keys.is_valid().to_numpy(zero_copy_only=False))
                 parts[keyed] = self.ar.murmur2_partitions(keys.take(keyed), n_parts)
-            if part_col is not None:   # partition given for some rows only
-                given = part_col.is_valid().to_numpy(zero_copy_only=False)
-                parts[given] = part_col.to_numpy(zero_copy_only=False)[given]
+        if part_col is not None:   # a partition column wins wherever it is set
+            given = part_col.is_valid().to_numpy(zero_copy_only=False)
+            named = part_col.to_numpy(zero_copy_only=False)
+            if given.all():
+                parts = named.astype(np.int64)
+            else:
+                parts[given] = named[given]
+            bad = (parts < 0) | (parts >= n_parts)
+            if bad.any():
+                raise OncelogSparkError(f"topic {topic} has {n_parts} partitions; a row names "
+                                        f"partition {int(parts[bad][0])}")
         values = self.ar.binary_column(_column(batch, "value"))
         now = int(time.time() * 1000)
         for partition, count, records in self.ar.encode_partitioned(keys, values, parts,

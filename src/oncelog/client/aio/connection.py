@@ -10,6 +10,7 @@ from collections import deque
 
 from oncelog.client.aio import wire
 from oncelog.client.errors import KafkaClientError
+from oncelog.protocol.framing import FrameDecoder, FrameError
 
 log = logging.getLogger("oncelog.client.connection")
 
@@ -25,38 +26,20 @@ class BrokerConnectionError(KafkaClientError, ConnectionError):
 class _Protocol(asyncio.Protocol):
     def __init__(self, conn: "Connection") -> None:
         self.conn = conn
-        # received chunks are kept as they came and joined once the frame they belong to is
-        # complete: a multi-megabyte Fetch response is copied once, not once per chunk
-        self.chunks: list[bytes] = []
-        self.have = 0
-        self.need = 4
+        self.decoder = FrameDecoder(MAX_FRAME, "the client's largest response")
         self.paused = False
         self.drain_waiters: list[asyncio.Future] = []
 
     def data_received(self, data: bytes) -> None:
-        self.chunks.append(data)
-        self.have += len(data)
-        if self.have < self.need:
+        try:
+            frames = self.decoder.feed(data)
+        except FrameError as e:
+            self.conn._fail(BrokerConnectionError(f"bad frame from {self.conn.addr}: {e}"))
             return
-        buf = b"".join(self.chunks) if len(self.chunks) > 1 else data
-        pos = 0
-        n = len(buf)
-        need = 4
-        while n - pos >= 4:
-            size = _SIZE.unpack_from(buf, pos)[0]
-            if size < 4 or size > MAX_FRAME:
-                self.conn._fail(BrokerConnectionError(f"bad frame size {size} from {self.conn.addr}"))
+        for frame in frames:
+            if self.conn.closed:
                 return
-            if n - pos - 4 < size:
-                need = 4 + size
-                break
-            frame = buf[pos + 4:pos + 4 + size]
-            pos += 4 + size
             self.conn._on_frame(frame)
-        rest = buf[pos:] if pos else buf
-        self.chunks = [rest] if rest else []
-        self.have = len(rest)
-        self.need = need
 
     def connection_lost(self, exc) -> None:
         self.conn._fail(BrokerConnectionError(f"connection to {self.conn.addr} lost: {exc or 'closed'}"))
@@ -166,7 +149,10 @@ class Connection:
             self.proto.drain_waiters.append(w)
             await w
 
-    def _on_frame(self, frame: bytes) -> None:
+    def _on_frame(self, frame) -> None:
+        if len(frame) < 4:
+            self._fail(BrokerConnectionError(f"{self.addr}: response of {len(frame)} bytes"))
+            return
         cid = _CORR.unpack_from(frame, 0)[0]
         if not self.pending or self.pending[0][0] != cid:
             self._fail(BrokerConnectionError(

@@ -27,7 +27,7 @@ from oncelog.client.futures import RecordFuture, complete_all
 from oncelog.client.partitioner import StickyPartitioner
 from oncelog.client.producer_core import PartitionResult, ProducerCore
 from oncelog.protocol.errors import ErrorCode
-from oncelog.protocol.record_codec import BATCH_OVERHEAD, record_size_upper_bound
+from oncelog.protocol.record_codec import BATCH_OVERHEAD, RECORD_OVERHEAD, record_size_upper_bound
 
 log = logging.getLogger("oncelog.client.producer")
 
@@ -120,7 +120,6 @@ class AIOProducer:
         self._flush_waiters: list[asyncio.Future] = []
         self._closing = False
         self._closed = False
-        self._loop_thread: threading.Thread | None = None
         self._loop_ident = -1
         self.requests_sent = 0
         self.is_ours = False           # the broker speaks Produce v14 (KIP-1269 field)
@@ -141,7 +140,6 @@ class AIOProducer:
 
     async def start(self) -> "AIOProducer":
         self.loop = asyncio.get_running_loop()
-        self._loop_thread = threading.current_thread()
         self._loop_ident = threading.get_ident()
         conn = await self.cluster.any_connection()
         await self.cluster.refresh([])
@@ -276,8 +274,8 @@ class AIOProducer:
         tps = self._tps.get(topic)
         tp = tps[partition] if tps is not None and partition < len(tps) else self._tp(topic, partition)
         if get_ident() != self._loop_ident:
-            size = 21 + (len(value) if value else 0) + (len(key) if key else 0) if not headers else \
-                record_size_upper_bound(key, value, headers)
+            size = RECORD_OVERHEAD + (len(value) if value else 0) + (len(key) if key else 0) \
+                if not headers else record_size_upper_bound(key, value, headers)
             return self._hand_over(tp, ts, key, value, headers, cookie, size)
         with self.lock:
             r = self.core.append(tp, ts, key, value, headers, cookie, int(time.monotonic() * 1000))
@@ -302,10 +300,8 @@ class AIOProducer:
 
     def _hand_over(self, tp: TopicPartition, ts: int, key, value, headers, cookie, size: int) -> bool:
         core = self.core
-        if core.fatal or core.topic_errors:
-            err = core.fatal or core.topic_errors.get(tp.topic)
-            if err is not None:
-                raise err
+        if core.fatal or core.topic_errors:   # checked as a whole first: usually neither is set
+            core.check_accepting(tp)
         waiting = self._handoff_added - self._handoff_taken
         if waiting < 0:
             waiting = 0
