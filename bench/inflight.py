@@ -136,6 +136,82 @@ def oncelog_produce(bootstrap: str, topic: str, n: int, record_size: int, **extr
     return _figures("oncelog", errors, n, record_size, elapsed)
 
 
+def high_rtt(args, windows: list[int], data: str, standin: dict | None, results: dict) -> None:
+    """KIP-1269's table: oncelog at each window and librdkafka, through a delay proxy."""
+    per_batch = 16384 // (args.record_size + 20)
+    proxy_port = free_port()
+    server = Server(data, {"advertised.listeners": f"PLAINTEXT://127.0.0.1:{proxy_port}"}, standin)
+    proxy = ProxyProcess(server.address, args.rtt_ms / 2, proxy_port)
+    boot = proxy.address
+    try:
+        if standin is None:
+            admin = AdminClient({"bootstrap.servers": boot})
+        else:
+            admin = None   # the stand-in creates topics on first use
+        with admin or _Nothing() as admin:
+            for w in windows:
+                admin.create_topics([f"inflight-{w}"], config={
+                    "producer.state.batches.to.retain": str(max(w, 5))}, exist_ok=True)
+            admin.create_topics(["inflight-librdkafka"], exist_ok=True)
+        for w in windows:
+            n = max(500, int(w * per_batch * args.seconds * 1000 / args.rtt_ms))
+            r = run_produce(f"inflight-{w}", n, args.record_size, -1, {
+                "bootstrap.servers": boot, "acks": "all", "enable.idempotence": "required",
+                "max.in.flight.requests.per.connection": str(w), "linger.ms": "5",
+                "batch.size": "16384", "buffer.memory": str(256 << 20)}, progress=False)
+            r.pop("line")
+            results["high_rtt"][f"oncelog-{w}"] = r
+            print(f"oncelog   window {w:>3}: {r['records_per_sec']:10.1f} records/sec "
+                  f"({r['mb_per_sec']:.2f} MB/sec), learned window {r['window']}", flush=True)
+        n = max(500, int(5 * per_batch * args.seconds * 1000 / args.rtt_ms))
+        r = librdkafka_produce(boot, "inflight-librdkafka", n, args.record_size)
+        results["high_rtt"]["librdkafka"] = r
+        print(f"librdkafka (max 5) : {r['records_per_sec']:10.1f} records/sec "
+              f"({r['mb_per_sec']:.2f} MB/sec)", flush=True)
+        # context, not the comparison: librdkafka's own default batch.size (1 MB)
+        r = librdkafka_produce(boot, "inflight-librdkafka", 20000, args.record_size,
+                               **{"batch.size": 1000000})
+        results["librdkafka_default_batch"] = r
+        print(f"librdkafka, batch.size 1 MB (context): {r['records_per_sec']:10.1f} records/sec",
+              flush=True)
+    finally:
+        proxy.stop()
+        server.stop()
+
+
+def low_latency(args, data: str, standin: dict | None, results: dict) -> None:
+    """oncelog vs librdkafka without the proxy: the same loop, alternated over rounds."""
+    # a broker of its own, without the proxy in its address
+    server = Server(data, {}, standin)
+    try:
+        n = args.low_latency_records
+        # the same loop for both clients (send with a delivery callback, then flush),
+        # alternated over rounds on fresh topics; the best round of each is compared
+        runs: dict[str, list] = {"oncelog": [], "librdkafka": []}
+        with AdminClient({"bootstrap.servers": server.address}) as admin:
+            admin.create_topics([f"lowlat-{c}-{i}" for c in runs for i in range(args.rounds)],
+                                exist_ok=True)
+        for i in range(args.rounds):
+            runs["oncelog"].append(oncelog_produce(server.address, f"lowlat-oncelog-{i}", n,
+                                                   args.record_size, **{"batch.size": 262144}))
+            runs["librdkafka"].append(librdkafka_produce(
+                server.address, f"lowlat-librdkafka-{i}", n, args.record_size,
+                **{"batch.size": 262144}))
+            print(f"  round {i + 1}: oncelog {runs['oncelog'][-1]['records_per_sec']:.0f}, "
+                  f"librdkafka {runs['librdkafka'][-1]['records_per_sec']:.0f} rec/s", flush=True)
+        r = max(runs["oncelog"], key=lambda x: x["records_per_sec"])
+        r2 = max(runs["librdkafka"], key=lambda x: x["records_per_sec"])
+        results["low_latency"]["oncelog"] = r
+        results["low_latency"]["librdkafka"] = r2
+        results["low_latency"]["rounds"] = {c: [x["records_per_sec"] for x in v] for c, v in runs.items()}
+        ratio = r["records_per_sec"] / r2["records_per_sec"]
+        results["low_latency"]["ratio"] = ratio
+        print(f"low latency: oncelog {r['records_per_sec']:.0f} rec/s, librdkafka "
+              f"{r2['records_per_sec']:.0f} rec/s, ratio {ratio:.2f}", flush=True)
+    finally:
+        server.stop()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rtt-ms", type=float, default=50)
@@ -146,6 +222,8 @@ def main() -> None:
     ap.add_argument("--png", default="docs/bench-inflight.png")
     ap.add_argument("--json", default=None)
     ap.add_argument("--windows", default=",".join(map(str, WINDOWS)))
+    ap.add_argument("--only", choices=["high-rtt", "low-latency"], default=None,
+                    help="run one of the two parts")
     ap.add_argument("--broker", choices=["auto", "oncelog", "standin"], default="auto",
                     help="standin = bench/inflight_broker.py (in memory, oncelog's dedup core)")
     args = ap.parse_args()
@@ -153,82 +231,15 @@ def main() -> None:
         import importlib.util
         args.broker = "oncelog" if importlib.util.find_spec("oncelog.broker.server") else "standin"
     windows = [int(w) for w in args.windows.split(",")]
-    per_batch = 16384 // (args.record_size + 20)
     results: dict = {"rtt_ms": args.rtt_ms, "record_size": args.record_size, "high_rtt": {},
                      "low_latency": {}, "broker": args.broker}
     print(f"broker: {args.broker}", flush=True)
     standin = {f"inflight-{w}": max(w, 5) for w in windows} if args.broker == "standin" else None
-
     with tempfile.TemporaryDirectory(prefix="oncelog-bench-") as data:
-        proxy_port = free_port()
-        server = Server(data, {"advertised.listeners": f"PLAINTEXT://127.0.0.1:{proxy_port}"}, standin)
-        proxy = ProxyProcess(server.address, args.rtt_ms / 2, proxy_port)
-        boot = proxy.address
-        try:
-            if standin is None:
-                admin = AdminClient({"bootstrap.servers": boot})
-            else:
-                admin = None   # the stand-in creates topics on first use
-            with admin or _Nothing() as admin:
-                for w in windows:
-                    admin.create_topics([f"inflight-{w}"], config={
-                        "producer.state.batches.to.retain": str(max(w, 5))}, exist_ok=True)
-                admin.create_topics(["inflight-librdkafka", "lowlat-oncelog", "lowlat-librdkafka"],
-                                    exist_ok=True)
-            for w in windows:
-                n = max(500, int(w * per_batch * args.seconds * 1000 / args.rtt_ms))
-                r = run_produce(f"inflight-{w}", n, args.record_size, -1, {
-                    "bootstrap.servers": boot, "acks": "all", "enable.idempotence": "required",
-                    "max.in.flight.requests.per.connection": str(w), "linger.ms": "5",
-                    "batch.size": "16384", "buffer.memory": str(256 << 20)}, progress=False)
-                r.pop("line")
-                results["high_rtt"][f"oncelog-{w}"] = r
-                print(f"oncelog   window {w:>3}: {r['records_per_sec']:10.1f} records/sec "
-                      f"({r['mb_per_sec']:.2f} MB/sec), learned window {r['window']}", flush=True)
-            n = max(500, int(5 * per_batch * args.seconds * 1000 / args.rtt_ms))
-            r = librdkafka_produce(boot, "inflight-librdkafka", n, args.record_size)
-            results["high_rtt"]["librdkafka"] = r
-            print(f"librdkafka (max 5) : {r['records_per_sec']:10.1f} records/sec "
-                  f"({r['mb_per_sec']:.2f} MB/sec)", flush=True)
-            # context, not the comparison: librdkafka's own default batch.size (1 MB)
-            r = librdkafka_produce(boot, "inflight-librdkafka", 20000, args.record_size,
-                                   **{"batch.size": 1000000})
-            results["librdkafka_default_batch"] = r
-            print(f"librdkafka, batch.size 1 MB (context): {r['records_per_sec']:10.1f} records/sec",
-                  flush=True)
-        finally:
-            proxy.stop()
-
-        # low latency: restart the broker on the same data without the proxy in its address
-        server.stop()
-        server = Server(data, {}, standin)
-        try:
-            n = args.low_latency_records
-            # the same loop for both clients (send with a delivery callback, then flush),
-            # alternated over rounds on fresh topics; the best round of each is compared
-            runs: dict[str, list] = {"oncelog": [], "librdkafka": []}
-            with AdminClient({"bootstrap.servers": server.address}) as admin:
-                admin.create_topics([f"lowlat-{c}-{i}" for c in runs for i in range(args.rounds)],
-                                    exist_ok=True)
-            for i in range(args.rounds):
-                runs["oncelog"].append(oncelog_produce(server.address, f"lowlat-oncelog-{i}", n,
-                                                       args.record_size, **{"batch.size": 262144}))
-                runs["librdkafka"].append(librdkafka_produce(
-                    server.address, f"lowlat-librdkafka-{i}", n, args.record_size,
-                    **{"batch.size": 262144}))
-                print(f"  round {i + 1}: oncelog {runs['oncelog'][-1]['records_per_sec']:.0f}, "
-                      f"librdkafka {runs['librdkafka'][-1]['records_per_sec']:.0f} rec/s", flush=True)
-            r = max(runs["oncelog"], key=lambda x: x["records_per_sec"])
-            r2 = max(runs["librdkafka"], key=lambda x: x["records_per_sec"])
-            results["low_latency"]["oncelog"] = r
-            results["low_latency"]["librdkafka"] = r2
-            results["low_latency"]["rounds"] = {c: [x["records_per_sec"] for x in v] for c, v in runs.items()}
-            ratio = r["records_per_sec"] / r2["records_per_sec"]
-            results["low_latency"]["ratio"] = ratio
-            print(f"low latency: oncelog {r['records_per_sec']:.0f} rec/s, librdkafka "
-                  f"{r2['records_per_sec']:.0f} rec/s, ratio {ratio:.2f}", flush=True)
-        finally:
-            server.stop()
+        if args.only != "low-latency":
+            high_rtt(args, windows, data, standin, results)
+        if args.only != "high-rtt":
+            low_latency(args, data, standin, results)
 
     hr = results["high_rtt"]
     if "oncelog-20" in hr and "oncelog-5" in hr:
@@ -238,7 +249,8 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)
-    plot(results, args.png)
+    if results["high_rtt"]:
+        plot(results, args.png)
 
 
 def plot(results: dict, path: str) -> None:

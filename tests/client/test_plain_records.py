@@ -19,3 +19,14 @@ def test_offset_deltas_past_the_varint_cache():
     values = [b"x"] * 20000
     want = b"".join(encode_record(i, 0, None, b"x") for i in range(20000))
     assert encode_plain_records(values, [0] * 20000) == want
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.binary(max_size=300) | st.binary(min_size=16250, max_size=16400),
+                          st.integers(0, 16383)), min_size=1, max_size=60))
+def test_vectorised_path_equals_record_by_record_encoding(recs):
+    # values present, deltas and lengths within the varint cache: the C-level path
+    values = [v for v, _ in recs]
+    deltas = [d for _, d in recs]
+    want = b"".join(encode_record(i, d, None, v) for i, (v, d) in enumerate(recs))
+    assert encode_plain_records(values, deltas) == want

@@ -7,7 +7,10 @@ Retried batches are put back in sequence order (`reenqueue`), ahead of batches w
 """
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import deque
+from itertools import accumulate, repeat
+from operator import sub
 from typing import Any, NamedTuple
 
 from oncelog.protocol.record_codec import (
@@ -60,8 +63,9 @@ class ProducerBatch:
         count = self.count
         if count == 0:
             self.base_ts = ts
-        if key is None and not headers and value is not None:
-            n = len(value) + RECORD_OVERHEAD   # record_size_upper_bound, without the call
+        if key is None and not headers:
+            # record_size_upper_bound, without the call
+            n = RECORD_OVERHEAD if value is None else len(value) + RECORD_OVERHEAD
         else:
             n = record_size_upper_bound(key, value, headers)
             if self.keys is None:
@@ -81,12 +85,28 @@ class ProducerBatch:
         self.cookies.append(cookie)
         return True
 
+    def add_plain(self, timestamps, values, cookies, size: int) -> None:
+        """Add records without key or headers whose sizes (bounds) sum to `size`; the caller
+        has checked that they fit."""
+        if not self.count:
+            self.base_ts = timestamps[0]
+        m = max(timestamps)
+        if m > self.max_ts:
+            self.max_ts = m
+        self.values += values
+        self.timestamps += timestamps
+        self.cookies += cookies
+        if self.keys is not None:
+            self.keys += [None] * len(values)
+            self.headers += [None] * len(values)
+        self.count += len(values)
+        self.size += size
+
     def records(self):
         """The records section (sizes above are bounds; the encoding is exact)."""
         if self.whole:
             return self.parts[0]
-        base = self.base_ts
-        deltas = [ts - base for ts in self.timestamps]
+        deltas = list(map(sub, self.timestamps, repeat(self.base_ts)))
         if self.keys is None:
             return encode_plain_records(self.values, deltas)
         return b"".join([encode_record(i, d, k, v, h) for i, (d, k, v, h) in enumerate(
@@ -151,28 +171,59 @@ class RecordAccumulator:
         q.append(batch)
         return batch, True
 
-    def extend(self, tp: TopicPartition, records: list, now_ms: int) -> bool:
-        """Append records of one partition in order, each (tp, ts, key, value, headers, cookie,
-        size), already counted against buffer.memory by the caller. True if a batch filled."""
+    def extend(self, tp: TopicPartition, timestamps, keys, values, headers, cookies, sizes,
+               now_ms: int) -> bool:
+        """Append records of one partition in order, given as columns (`sizes`: each record's
+        size bound, already counted against buffer.memory by the caller). True if a batch
+        filled."""
         q = self.queues.get(tp)
         if q is None:
             q = self.queues[tp] = deque()
-        batch_size = self.batch_size
         batch = _open_batch(q)
+        if keys.count(None) == len(keys) and not any(headers):
+            return self._extend_plain(q, batch, tp, timestamps, values, cookies, sizes, now_ms)
+        batch_size = self.batch_size
         filled = False
         used = 0
-        for _tp, ts, key, value, headers, cookie, _size in records:
+        for ts, key, value, hdrs, cookie in zip(timestamps, keys, values, headers, cookies):
             if batch is not None:
                 before = batch.size
-                if batch.try_append(ts, key, value, headers, cookie, batch_size):
+                if batch.try_append(ts, key, value, hdrs, cookie, batch_size):
                     used += batch.size - before
                     continue
                 filled = True
             batch = ProducerBatch(tp, now_ms, self.compression)
-            batch.try_append(ts, key, value, headers, cookie, batch_size)
+            batch.try_append(ts, key, value, hdrs, cookie, batch_size)
             used += batch.size
             q.append(batch)
         self.used_bytes += used
+        return filled or batch.size >= batch_size
+
+    def _extend_plain(self, q: deque, batch: ProducerBatch | None, tp: TopicPartition, timestamps,
+                      values, cookies, sizes, now_ms: int) -> bool:
+        """`extend` for records without key or headers: batch boundaries found on the running
+        sum of sizes, records moved by slices (no per-record Python work)."""
+        batch_size = self.batch_size
+        ends = list(accumulate(sizes))
+        n = len(ends)
+        i = 0
+        filled = False
+        while i < n:
+            if batch is None:
+                batch = ProducerBatch(tp, now_ms, self.compression)
+                q.append(batch)
+                self.used_bytes += BATCH_OVERHEAD
+            start = ends[i - 1] if i else 0
+            j = bisect_right(ends, start + batch_size - batch.size, i)
+            if j == i:
+                if batch.count:
+                    batch = None
+                    filled = True
+                    continue
+                j = i + 1   # an empty batch takes a record of any size
+            batch.add_plain(timestamps[i:j], values[i:j], cookies[i:j], ends[j - 1] - start)
+            self.used_bytes += ends[j - 1] - start
+            i = j
         return filled or batch.size >= batch_size
 
     def append_encoded(self, tp: TopicPartition, records, count: int, base_ts: int, max_ts: int,

@@ -9,7 +9,10 @@ created only if someone actually blocks on this future; state changes go through
 from __future__ import annotations
 
 import threading
+from collections import deque
 from functools import partial
+from itertools import repeat
+from operator import attrgetter
 from concurrent.futures import Future
 from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING, LOGGER
 
@@ -98,21 +101,27 @@ class RecordFuture(Future):
 
 
 def complete_all(futures: list, results: list | None, exception: BaseException | None) -> None:
-    """Complete many RecordFutures under one acquisition of the module lock (one batch's worth)."""
-    woken = []
-    callbacks = []
+    """Complete many RecordFutures (one batch's worth) under one acquisition of the module lock.
+    Attributes are set by C-level iteration; only futures that someone waits on or that have
+    done-callbacks are visited one by one."""
+    n = len(futures)
+    if results is None:
+        results = [None] * n
     with _LOCK:
-        for i, f in enumerate(futures):
-            if f._state != PENDING:
-                continue
-            f._result = None if results is None else results[i]
-            f._exception = exception
-            f._state = FINISHED
-            if f._cond is not None:
-                woken.append(f)
-            if f._done_callbacks:
-                callbacks.append((f, f._done_callbacks))
-                f._done_callbacks = ()
+        if list(map(_state_of, futures)).count(PENDING) != n:
+            # some are done already (a batch failed at close, then answered): skip those
+            keep = [i for i, f in enumerate(futures) if f._state == PENDING]
+            futures = [futures[i] for i in keep]
+            results = [results[i] for i in keep]
+            n = len(futures)
+        _drain(map(setattr, futures, repeat("_result", n), results))
+        if exception is not None:
+            _drain(map(setattr, futures, repeat("_exception", n), repeat(exception, n)))
+        _drain(map(setattr, futures, repeat("_state", n), repeat(FINISHED, n)))
+        woken = list(filter(_cond_of, futures))
+        callbacks = [(f, f._done_callbacks) for f in filter(_callbacks_of, futures)]
+        for f, _cbs in callbacks:
+            f._done_callbacks = ()
     for f in woken:
         with f._cond:
             for w in f._waiters:
@@ -127,6 +136,12 @@ def complete_all(futures: list, results: list | None, exception: BaseException |
                 cb(f)
             except Exception:  # noqa: BLE001
                 LOGGER.exception("exception calling callback for %r", f)
+
+
+_state_of = attrgetter("_state")
+_cond_of = attrgetter("_cond")
+_callbacks_of = attrgetter("_done_callbacks")
+_drain = deque(maxlen=0).extend   # runs an iterator to its end
 
 
 # A send creates one future per record: this skips even the empty __init__'s Python frame

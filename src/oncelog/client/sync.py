@@ -74,13 +74,16 @@ class Producer:
     def send(self, topic: str, value=None, key=None, headers=None, partition: int | None = None,
              timestamp: int | None = None, on_delivery: Callable | None = None
              ) -> concurrent.futures.Future:
-        p = self._p
-        if topic not in p._ready_topics:
-            self._lt.run(p.ensure_topic(topic), self._max_block_s + 1)
         fut: concurrent.futures.Future = new_record_future()
         cookie = (fut, on_delivery)
-        if p.append(topic, value, key, headers, partition, timestamp, cookie):
+        p = self._p
+        r = p.append(topic, value, key, headers, partition, timestamp, cookie)
+        if r:
             return fut
+        if r is None:   # the topic's first record: load its metadata
+            self._lt.run(p.ensure_topic(topic), self._max_block_s + 1)
+            if p.append(topic, value, key, headers, partition, timestamp, cookie):
+                return fut
         self._wait_for_memory(lambda: p.append(topic, value, key, headers, partition, timestamp, cookie))
         return fut
 
