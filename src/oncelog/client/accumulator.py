@@ -14,8 +14,8 @@ from operator import sub
 from typing import Any, NamedTuple
 
 from oncelog.protocol.record_codec import (
-    BATCH_OVERHEAD, RECORD_OVERHEAD, build_batch, encode_plain_records, encode_record,
-    record_size_upper_bound, rewrite_producer_state)
+    BATCH_OVERHEAD, HEADER_ROOM, RECORD_OVERHEAD, build_batch, encode_plain_records, encode_record,
+    record_size_upper_bound, rewrite_producer_state, seal_batch)
 
 
 class TopicPartition(NamedTuple):
@@ -106,11 +106,15 @@ class ProducerBatch:
         """The records section (sizes above are bounds; the encoding is exact)."""
         if self.whole:
             return self.parts[0]
+        return self._records(False)
+
+    def _records(self, header_room: bool):
         deltas = list(map(sub, self.timestamps, repeat(self.base_ts)))
         if self.keys is None:
-            return encode_plain_records(self.values, deltas)
-        return b"".join([encode_record(i, d, k, v, h) for i, (d, k, v, h) in enumerate(
-            zip(deltas, self.keys, self.values, self.headers))])
+            return encode_plain_records(self.values, deltas, header_room)
+        parts = [encode_record(i, d, k, v, h) for i, (d, k, v, h) in enumerate(
+            zip(deltas, self.keys, self.values, self.headers))]
+        return (bytearray().join([HEADER_ROOM, *parts]) if header_room else b"".join(parts))
 
     @property
     def has_sequence(self) -> bool:
@@ -125,12 +129,19 @@ class ProducerBatch:
         if self.encoded is not None:
             self.encoded = rewrite_producer_state(self.encoded, producer_id, producer_epoch, base_sequence)
 
-    def encode(self) -> bytes:
+    def encode(self) -> bytes | bytearray:
         if self.encoded is None:
-            self.encoded = build_batch(
-                self.records(), self.count, base_timestamp=self.base_ts, max_timestamp=self.max_ts,
-                compression_codec=self.compression, producer_id=self.producer_id,
-                producer_epoch=self.producer_epoch, base_sequence=self.base_sequence)
+            if self.compression or self.whole:
+                self.encoded = build_batch(
+                    self.records(), self.count, base_timestamp=self.base_ts,
+                    max_timestamp=self.max_ts, compression_codec=self.compression,
+                    producer_id=self.producer_id, producer_epoch=self.producer_epoch,
+                    base_sequence=self.base_sequence)
+            else:   # records laid out behind room for the header: one copy of them, not two
+                self.encoded = seal_batch(
+                    self._records(True), self.count, base_timestamp=self.base_ts,
+                    max_timestamp=self.max_ts, producer_id=self.producer_id,
+                    producer_epoch=self.producer_epoch, base_sequence=self.base_sequence)
             self.parts = self.values = self.keys = self.headers = None
         return self.encoded
 

@@ -26,6 +26,7 @@ class RecordFuture(Future):
     _exception = None
     _done_callbacks: list | tuple = ()
     _cond = None
+    _on_delivery = None   # the producer's delivery callback for this record, if any
 
     def __init__(self) -> None:  # noqa: D107 - deliberately not calling Future.__init__
         pass

@@ -11,9 +11,9 @@ import threading
 import time
 from typing import Callable
 
-from oncelog.client.aio.producer import AIOProducer
+from oncelog.client.aio.producer import AIOProducer, DeliveryCallback
 from oncelog.client.errors import BufferExhaustedError, KafkaClientError
-from oncelog.client.futures import RecordFuture, new_record_future
+from oncelog.client.futures import new_record_future
 
 
 class LoopThread:
@@ -66,6 +66,7 @@ class Producer:
                 self._lt.stop()
             raise
         self._max_block_s = self._p.config.max_block_ms / 1000
+        self._callback_cookies: dict = {}
 
     @property
     def aio(self) -> AIOProducer:
@@ -74,18 +75,40 @@ class Producer:
     def send(self, topic: str, value=None, key=None, headers=None, partition: int | None = None,
              timestamp: int | None = None, on_delivery: Callable | None = None
              ) -> concurrent.futures.Future:
-        fut: concurrent.futures.Future = new_record_future()
-        cookie = (fut, on_delivery)
+        fut = new_record_future()
+        if on_delivery is not None:
+            fut._on_delivery = on_delivery
+        if not self._p.append(topic, value, key, headers, partition, timestamp, fut):
+            self._append_slowly(topic, value, key, headers, partition, timestamp, fut)
+        return fut
+
+    def produce(self, topic: str, value=None, key=None, partition: int | None = None,
+                on_delivery: Callable | None = None, timestamp: int | None = None, headers=None,
+                *, callback: Callable | None = None) -> None:
+        """confluent-kafka's `produce`, with its parameters (partition -1 and timestamp 0 mean
+        "choose"): no future, the outcome reaches only `on_delivery(err, metadata)`. The
+        cheapest way to send many records: nothing per record outlives the record itself.
+        Unlike confluent-kafka it blocks up to max.block.ms when buffer.memory is full, and
+        callbacks run on the producer's thread (no poll needed)."""
+        cb = on_delivery if on_delivery is not None else callback
+        cookie = self._callback_cookies.get(cb)
+        if cookie is None:
+            cookie = DeliveryCallback(cb)
+            if len(self._callback_cookies) < 64:   # callbacks made per record are not kept
+                self._callback_cookies[cb] = cookie
+        if partition is not None and partition < 0:
+            partition = None
+        if not self._p.append(topic, value, key, headers, partition, timestamp or None, cookie):
+            self._append_slowly(topic, value, key, headers, partition, timestamp or None, cookie)
+
+    def _append_slowly(self, topic, value, key, headers, partition, timestamp, cookie) -> None:
+        """The first record of a topic (metadata to load) or a full buffer.memory (wait)."""
         p = self._p
-        r = p.append(topic, value, key, headers, partition, timestamp, cookie)
-        if r:
-            return fut
-        if r is None:   # the topic's first record: load its metadata
+        if topic not in p._ready_topics:
             self._lt.run(p.ensure_topic(topic), self._max_block_s + 1)
             if p.append(topic, value, key, headers, partition, timestamp, cookie):
-                return fut
+                return
         self._wait_for_memory(lambda: p.append(topic, value, key, headers, partition, timestamp, cookie))
-        return fut
 
     def send_encoded(self, topic: str, partition: int, records, count: int, base_timestamp: int,
                      max_timestamp: int | None = None, on_delivery: Callable | None = None
@@ -98,9 +121,11 @@ class Producer:
         p = self._p
         if topic not in p._ready_topics:
             self._lt.run(p.ensure_topic(topic), self._max_block_s + 1)
-        fut: concurrent.futures.Future = RecordFuture()
+        fut = new_record_future()
+        if on_delivery is not None:
+            fut._on_delivery = on_delivery
         args = (topic, partition, records, count, base_timestamp,
-                base_timestamp if max_timestamp is None else max_timestamp, (fut, on_delivery))
+                base_timestamp if max_timestamp is None else max_timestamp, fut)
         if not p.append_encoded(*args):
             self._wait_for_memory(lambda: p.append_encoded(*args))
         return fut
@@ -124,8 +149,6 @@ class Producer:
                 raise BufferExhaustedError(
                     f"buffer.memory={p.config.buffer_memory} full for max.block.ms="
                     f"{p.config.max_block_ms}")
-
-    produce = send
 
     def flush(self, timeout: float | None = None) -> None:
         self._lt.run(self._p.flush(timeout), None if timeout is None else timeout + 5)

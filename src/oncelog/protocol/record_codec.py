@@ -27,6 +27,7 @@ CRC_START = 21  # offset of attributes: baseOffset(8) batchLength(4) epoch(4) ma
 _PRODUCER_FIELDS = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence at offset 43
 _PRODUCER_FIELDS_POS = 43
 BATCH_OVERHEAD = BATCH_HEADER.size
+HEADER_ROOM = bytes(BATCH_OVERHEAD)   # where seal_batch writes the header
 
 ATTR_COMPRESSION_MASK = 0x07
 ATTR_TIMESTAMP_TYPE = 0x08
@@ -146,29 +147,38 @@ def encode_record(offset_delta: int, timestamp_delta: int, key: bytes | None,
     return _varint_bytes(len(body)) + body
 
 
-def encode_plain_records(values: list, timestamp_deltas: list) -> bytes:
+def encode_plain_records(values: list, timestamp_deltas: list, header_room: bool = False
+                         ) -> bytes | bytearray:
     """The records section of a batch whose records have no key and no headers (the producer's
-    common case), offset deltas 0..n-1, in one join."""
+    common case), offset deltas 0..n-1, in one join. With `header_room`, a bytearray that
+    starts with BATCH_OVERHEAD zero bytes for `seal_batch` to fill."""
+    join = bytearray().join if header_room else b"".join
+    first = (HEADER_ROOM,) if header_room else ()
     n = len(values)
     lim = _CACHE_LIMIT
-    if 0 < n < lim and None not in values and min(timestamp_deltas) >= 0 \
-            and max(timestamp_deltas) < lim:
+    if 0 < n < lim and None not in values:
         lengths = list(map(len, values))
-        if max(lengths) < lim - 64:
-            # every varint comes from the cache and every step is a C-level map: a record is
-            # length, attributes 0, timestamp delta, offset delta, key -1, value length, value,
-            # no headers
-            get = _CACHE.__getitem__
+        low, high, size = min(timestamp_deltas), max(timestamp_deltas), lengths[0]
+        get = _CACHE.__getitem__
+        if low >= 0 and high < 64 and size < lim - 64 and lengths.count(size) == n:
+            # values of one size, timestamp deltas of one byte: all that is not the value or
+            # the delta repeats from batch to batch (_uniform_parts)
+            before, after = _uniform_parts(size, n)
+            return join(chain(first, chain.from_iterable(zip(
+                before, map(get, timestamp_deltas), after, values)), (b"\x00",)))
+        if low >= 0 and high < lim and max(lengths) < lim - 64:
+            # every varint from the cache, every step a C-level map: a record is length,
+            # attributes 0, timestamp delta, offset delta, key -1, value length, value, no headers
             ts = list(map(get, timestamp_deltas))
             offs = _CACHE[:n]
             lens = list(map(get, lengths))
             sizes = map(add, map(add, map(len, ts), map(len, offs)), map(add, map(len, lens), lengths))
             prefixes = map(get, map(add, sizes, repeat(3)))
-            return b"".join(chain.from_iterable(zip(
-                prefixes, repeat(b"\x00"), ts, offs, repeat(b"\x01"), lens, values, repeat(b"\x00"))))
+            return join(chain(first, chain.from_iterable(zip(
+                prefixes, repeat(b"\x00"), ts, offs, repeat(b"\x01"), lens, values, repeat(b"\x00")))))
     c = _CACHE
     vb = _varint_bytes
-    out: list = []
+    out: list = list(first)
     ext = out.extend
     for i, (v, td) in enumerate(zip(values, timestamp_deltas)):
         t = c[td] if 0 <= td < lim else vb(td)
@@ -180,7 +190,29 @@ def encode_plain_records(values: list, timestamp_deltas: list) -> bytes:
         lb = c[ln] if ln < lim else vb(ln)
         ln += 3 + len(t) + len(o) + len(lb)
         ext((c[ln] if ln < lim else vb(ln), b"\x00", t, o, b"\x01", lb, v, b"\x00"))
-    return b"".join(out)
+    return join(out)
+
+
+_UNIFORM: dict[int, tuple[list, list]] = {}
+
+
+def _uniform_parts(size: int, n: int) -> tuple[list, list]:
+    """For records of `size`-byte values with a one-byte timestamp delta, what comes before the
+    delta (the previous record's empty header count, the length, attributes) and between the
+    delta and the value (offset delta, key -1, value length), for offsets 0..n-1 at least.
+    Cached per value size; entries are replaced whole, never changed, so threads may share them."""
+    parts = _UNIFORM.get(size)
+    if parts is not None and len(parts[0]) >= n:
+        return parts
+    n = max(n, 256)
+    vlen = _CACHE[size]
+    after = [o + b"\x01" + vlen for o in _CACHE[:n]]
+    before = [b"\x00" + _CACHE[4 + len(o) + len(vlen) + size] + b"\x00" for o in _CACHE[:n]]
+    before[0] = before[0][1:]   # the first record follows no other
+    if len(_UNIFORM) >= 16:
+        _UNIFORM.pop(next(iter(_UNIFORM)), None)
+    parts = _UNIFORM[size] = (before, after)
+    return parts
 
 
 # the most a record adds to its key, value and headers: varints of its length (5), timestamp
@@ -201,25 +233,38 @@ def build_batch(records_data: bytes | bytearray, count: int, *, base_offset: int
                 base_timestamp: int = 0, max_timestamp: int | None = None, compression_codec: int = 0,
                 producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
                 transactional: bool = False, timestamp_type: int = 0,
-                partition_leader_epoch: int = -1, last_offset_delta: int | None = None) -> bytes:
+                partition_leader_epoch: int = -1, last_offset_delta: int | None = None) -> bytearray:
     """Wrap already-encoded records (see `encode_record`) in a v2 batch header."""
-    if count <= 0:
-        raise ValueError("a record batch holds at least one record")
     attributes = compression_codec & ATTR_COMPRESSION_MASK
     if timestamp_type:
         attributes |= ATTR_TIMESTAMP_TYPE
     if transactional:
         attributes |= ATTR_TRANSACTIONAL
     payload = compression.compress(compression_codec, records_data) if compression_codec else records_data
-    batch_length = BATCH_OVERHEAD - 12 + len(payload)
-    header = bytearray(BATCH_HEADER.pack(
-        base_offset, batch_length, partition_leader_epoch, 2, 0, attributes,
+    return seal_batch(bytearray().join((HEADER_ROOM, payload)), count, base_offset=base_offset,
+                      base_timestamp=base_timestamp, max_timestamp=max_timestamp,
+                      attributes=attributes, producer_id=producer_id,
+                      producer_epoch=producer_epoch, base_sequence=base_sequence,
+                      partition_leader_epoch=partition_leader_epoch,
+                      last_offset_delta=last_offset_delta)
+
+
+def seal_batch(buf: bytearray, count: int, *, base_offset: int = 0, base_timestamp: int = 0,
+               max_timestamp: int | None = None, attributes: int = 0, producer_id: int = -1,
+               producer_epoch: int = -1, base_sequence: int = -1, partition_leader_epoch: int = -1,
+               last_offset_delta: int | None = None) -> bytearray:
+    """Write the v2 batch header and CRC into the first BATCH_OVERHEAD bytes of `buf`, which
+    holds the (possibly compressed) records after them: a batch is built with one copy of its
+    records, not two."""
+    if count <= 0:
+        raise ValueError("a record batch holds at least one record")
+    BATCH_HEADER.pack_into(
+        buf, 0, base_offset, len(buf) - 12, partition_leader_epoch, 2, 0, attributes,
         count - 1 if last_offset_delta is None else last_offset_delta,
         base_timestamp, base_timestamp if max_timestamp is None else max_timestamp,
-        producer_id, producer_epoch, base_sequence, count))
-    crc = crc32c(payload, crc32c(memoryview(header)[CRC_START:]))
-    struct.pack_into(">I", header, 17, crc)
-    return b"".join((header, payload))
+        producer_id, producer_epoch, base_sequence, count)
+    struct.pack_into(">I", buf, 17, crc32c(memoryview(buf)[CRC_START:]))
+    return buf
 
 
 def encode_batch(records: Iterable[Record | tuple], *, base_offset: int = 0, compression: int = 0,

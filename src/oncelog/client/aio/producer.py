@@ -11,8 +11,8 @@ import threading
 import time
 from collections import deque
 from functools import partial
-from itertools import groupby, repeat
-from operator import itemgetter
+from itertools import compress, repeat
+from operator import attrgetter, is_not, itemgetter
 from threading import get_ident
 from typing import Any, Callable, NamedTuple
 
@@ -57,13 +57,49 @@ class BatchMetadata(NamedTuple):
 _new_metadata = partial(tuple.__new__, RecordMetadata)
 _first = itemgetter(0)
 _second = itemgetter(1)
-_size_of = itemgetter(6)   # of a handoff item
+_on_delivery_of = attrgetter("_on_delivery")
+HANDOFF_FIELDS = 7   # tp, timestamp, key, value, headers, cookie, size
 _ENCODED = object()   # marks a send_encoded batch in the handoff (its "key")
 
 
 def _wake(fut: asyncio.Future) -> None:
     if not fut.done():
         fut.set_result(None)
+
+
+class DeliveryCallback:
+    """The cookie of a record sent without a future (`Producer.produce`)."""
+    __slots__ = ("_on_delivery",)
+
+    def __init__(self, on_delivery: Callable | None) -> None:
+        self._on_delivery = on_delivery
+
+
+# A record's cookie says how its outcome is reported: a RecordFuture (the sync facade's send;
+# its callback, if any, in `_on_delivery`), a DeliveryCallback (produce: callback only), or an
+# (asyncio future, callback) pair (AIOProducer.send). One object per record, none per field:
+# the collector tracks every object that lives until delivery.
+def resolve(cookie, meta, err) -> None:
+    """Report one record's outcome (batches of one cookie kind are reported in bulk)."""
+    if cookie.__class__ is tuple:
+        fut, cb = cookie
+        if fut is not None and not fut.done():
+            if err is None:
+                fut.set_result(meta)
+            else:
+                fut.set_exception(err)
+    else:
+        if cookie.__class__ is RecordFuture:
+            if err is None:
+                cookie.set_result(meta)
+            else:
+                cookie.set_exception(err)
+        cb = cookie._on_delivery
+    if cb is not None:
+        try:
+            cb(err, meta)
+        except Exception:  # noqa: BLE001 - a user callback must not kill the sender
+            log.exception("on_delivery callback raised")
 
 
 def call_back(callbacks: list, metas: list, err) -> None:
@@ -153,7 +189,7 @@ class AIOProducer:
         # Records sent from other threads (the sync facade) wait here for the loop thread,
         # which alone appends them to the accumulator: a sender never contends with the sender
         # loop for a lock (with the GIL, that contention made each side wait for the other).
-        self._handoff: deque = deque()
+        self._handoff: list = []
         self._handoff_added = 0      # bytes; written by sending threads only
         self._handoff_taken = 0      # bytes; written by the loop thread only
         self._wake_at_ms = 0         # when the sleeping loop will look at the handoff anyway
@@ -314,7 +350,7 @@ class AIOProducer:
         used = core.acc.used_bytes + (waiting if waiting > 0 else 0)
         if used + size > self._buffer_memory and used > 0:
             return False
-        self._handoff.append((tp, ts, key, value, headers, cookie, size))
+        self._handoff.extend((tp, ts, key, value, headers, cookie, size))
         self._handoff_added += size
         if not self._wake_pending:
             self._wake_for(waiting + size)
@@ -352,7 +388,7 @@ class AIOProducer:
         used = core.acc.used_bytes + (waiting if waiting > 0 else 0)
         if used + size > self._buffer_memory and used > 0:
             return False
-        self._handoff.append((tp, ts, key, value, headers, cookie, size))
+        self._handoff.extend((tp, ts, key, value, headers, cookie, size))
         self._handoff_added += size
         if not self._wake_pending:
             self._wake_for(waiting + size)
@@ -367,41 +403,50 @@ class AIOProducer:
             self.wakeup_threadsafe()
 
     def _take_handoff(self, now: int) -> None:
-        """Loop thread: move handed-over records into the accumulator, in order."""
+        """Loop thread: move handed-over records into the accumulator, in order.
+
+        The handoff is a flat list: each record is HANDOFF_FIELDS consecutive items, added by
+        one `list.extend` (atomic under the GIL; no tuple per record lives on for the collector
+        to track). Senders only add at the end, so the first k items are copied and then
+        deleted in two C-level steps, without a lock; columns are cut out by slicing."""
         h = self._handoff
-        popleft = h.popleft
-        items = [popleft() for _ in range(len(h))]   # senders only append: all are there
+        k = len(h)
+        if not k:
+            return
+        items = h[:k]
+        del h[:k]
+        cols = [items[i::HANDOFF_FIELDS] for i in range(HANDOFF_FIELDS)]
+        tps = cols[0]
+        m = len(tps)
         failed: list = []
         full_keyless: list = []
         with self.lock:
-            # consecutive records of one partition are appended as one run, by columns
-            for tp, run in groupby(items, _first):
-                cols = list(zip(*run))
-                if _ENCODED in cols[2]:
-                    for item in zip(*cols):
-                        self._append_run(tp, list(zip(item)), now, failed, full_keyless)
+            if tps.count(tps[0]) == m:
+                runs = [(0, m)]
+            else:   # consecutive records of one partition are appended as one run
+                cuts = [0, *compress(range(1, m), map(is_not, tps[1:], tps[:-1])), m]
+                runs = list(zip(cuts, cuts[1:]))
+            for i, j in runs:
+                run = [c[i:j] for c in cols]
+                if _ENCODED in run[2]:   # caller-encoded batches are queued one by one
+                    for one in range(j - i):
+                        self._append_run([c[one:one + 1] for c in run], now, failed, full_keyless)
                 else:
-                    self._append_run(tp, cols, now, failed, full_keyless)
-            self._handoff_taken += sum(map(_size_of, items))
+                    self._append_run(run, now, failed, full_keyless)
+            self._handoff_taken += sum(cols[6])
             if not h:   # resynchronise: a sender's lost update (two threads) cannot drift
                 self._handoff_taken = self._handoff_added
         for tp in full_keyless:
             n = self._ready_topics.get(tp.topic, 1)
             if n > 1:
                 self.partitioner.on_new_batch(tp.topic, n, tp.partition)
-        for (fut, cb), e in failed:
-            if fut is not None and not fut.done():
-                fut.set_exception(e)
-            if cb is not None:
-                try:
-                    cb(e, None)
-                except Exception:  # noqa: BLE001
-                    log.exception("on_delivery callback raised")
+        for cookie, e in failed:
+            resolve(cookie, None, e)
 
-    def _append_run(self, tp: TopicPartition, cols: list, now: int, failed: list,
-                    full_keyless: list) -> None:
+    def _append_run(self, cols: list, now: int, failed: list, full_keyless: list) -> None:
         """Records of one partition as columns (tp, ts, key, value, headers, cookie, size)."""
-        _tps, tss, keys, values, headers, cookies, sizes = cols
+        tps, tss, keys, values, headers, cookies, sizes = cols
+        tp = tps[0]
         core = self.core
         # the producer may have gone fatal, or the topic failed, since they were admitted
         e = core.fatal or core.topic_errors.get(tp.topic)
@@ -705,17 +750,23 @@ class AIOProducer:
                     b.timestamps if lat < 0 else repeat(lat, n))))
             else:
                 metas = [None] * len(cookies)
-            futs = list(map(_first, cookies))
-            if list(map(type, futs)).count(RecordFuture) == len(futs):
-                complete_all(futs, metas, err)        # the sync facade's futures, one lock per batch
-            else:
-                for fut, meta in zip(futs, metas):
+            kind = cookies[0].__class__
+            if list(map(type, cookies)).count(kind) != len(cookies):
+                for cookie, meta in zip(cookies, metas):   # mixed kinds: one by one
+                    resolve(cookie, meta, err)
+                continue
+            if kind is RecordFuture:
+                complete_all(cookies, metas, err)   # one lock per batch
+            elif kind is tuple:
+                for (fut, _cb), meta in zip(cookies, metas):
                     if fut is not None and not fut.done():
                         if err is None:
                             fut.set_result(meta)
                         else:
                             fut.set_exception(err)
-            call_back(list(map(_second, cookies)), metas, err)
+                call_back(list(map(_second, cookies)), metas, err)
+                continue
+            call_back(list(map(_on_delivery_of, cookies)), metas, err)
         with self.lock:
             if self._mem_waiters:
                 self._mem_cond.notify_all()
