@@ -383,3 +383,60 @@ def test_poll_raw_returns_whole_batches_and_moves_past_them(broker):
                 records += [r for r in decode_records(data) if r.offset >= fetched_from]
         assert c.position(tp) == 50
     assert [r.value for r in records] == [b"%d" % i for i in range(25, 50)]
+
+
+def test_produce_send_and_async_send_report_each_record_once(broker):
+    """produce (callback only), send (future, with or without a callback) and the asyncio
+    producer's send land in the same batches; each record is reported once, with the offset
+    it was read back at, and each partition keeps the order of sending."""
+    create(broker.bootstrap, "mixed", partitions=3)
+    reports: dict[bytes, list] = {}
+
+    def cb(err, meta, value):
+        reports.setdefault(value, []).append((err, meta))
+    futures = {}
+    with Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": "20",
+                   "enable.idempotence": "required"}) as p:
+        for i in range(600):
+            v = b"%04d" % i
+            kind = i % 4
+            if kind == 0:
+                assert p.produce("mixed", v, key=b"k%d" % (i % 5), partition=-1, timestamp=0,
+                                 on_delivery=lambda e, m, v=v: cb(e, m, v)) is None
+            elif kind == 1:
+                futures[v] = p.send("mixed", v, partition=i % 3,
+                                    on_delivery=lambda e, m, v=v: cb(e, m, v))
+            elif kind == 2:
+                futures[v] = p.send("mixed", v, partition=i % 3)
+            else:
+                futures[v] = p._lt.run(p.aio.send("mixed", v, partition=i % 3,
+                                                  on_delivery=lambda e, m, v=v: cb(e, m, v)))
+        p.flush(60)
+    got = {(r.value): (tp, r.offset) for tp in range(3)
+           for r in read(broker.bootstrap, "mixed", partition=tp)}
+    assert len(got) == 600
+    for i in range(600):
+        v = b"%04d" % i
+        partition, offset = got[v]
+        if i % 4 != 2:
+            (err, meta), = reports[v]   # exactly once
+            assert err is None and (meta.partition, meta.offset) == (partition, offset)
+        if v in futures:
+            meta = futures[v].result()   # done: flushed
+            assert (meta.partition, meta.offset) == (partition, offset)
+    for tp in range(3):
+        values = [r.value for r in read(broker.bootstrap, "mixed", partition=tp)]
+        assert values == sorted(values)
+
+
+def test_records_failed_at_close_reach_their_callbacks_and_futures(broker):
+    create(broker.bootstrap, "closing")
+    errors = []
+    p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": "600000",
+                  "batch.size": "1000000", "enable.idempotence": "required"})
+    for i in range(20):
+        p.produce("closing", b"%d" % i, on_delivery=lambda e, m: errors.append((e, m)))
+    futs = [p.send("closing", b"s%d" % i) for i in range(20)]
+    p.close(0)
+    assert len(errors) == 20 and all(e is not None and m is None for e, m in errors)
+    assert all(f.exception(0) is not None for f in futs)

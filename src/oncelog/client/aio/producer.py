@@ -357,6 +357,10 @@ class AIOProducer:
         return True
 
     def _append_on_loop(self, tp: TopicPartition, ts: int, key, value, headers, cookie, n: int) -> bool:
+        if self._handoff:
+            # records other threads handed over before this one go first: a caller that sent
+            # from a thread and then from the loop (or waited on one) sees its order kept
+            self._take_handoff(now_ms())
         with self.lock:
             r = self.core.append(tp, ts, key, value, headers, cookie, int(time.monotonic() * 1000))
             if r is None:
@@ -478,6 +482,8 @@ class AIOProducer:
             # through the handoff like `send`, so that both keep one order per thread
             return self._hand_over(tp, 0, _ENCODED, (records, count, base_ts, max_ts), None,
                                    cookie, size)
+        if self._handoff:
+            self._take_handoff(now_ms())   # as in _append_on_loop: earlier records first
         with self.lock:
             if self.core.append_encoded(tp, records, count, base_ts, max_ts, cookie,
                                         int(time.monotonic() * 1000)) is None:
