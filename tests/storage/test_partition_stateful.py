@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from itertools import takewhile
 from pathlib import Path
 
 import pytest
@@ -69,8 +70,11 @@ class PartitionMachine(RuleBasedStateMachine):
         start = self.partition.log_start_offset
         mine = [b for b in self.appended if b[0] == pid and b[4] >= start][-self.window:]
         if mine:
+            # the batches since the last change of epoch: a change resets the state, in the
+            # log as in memory (after expiry a producer id may even come back at a lower epoch)
             last_epoch = mine[-1][1]
-            history = [(f, l, o) for _pid, e, f, l, o in mine if e == last_epoch]
+            run = list(takewhile(lambda b: b[1] == last_epoch, reversed(mine)))[::-1]
+            history = [(f, l, o) for _pid, _e, f, l, o in run]
             self.producers[pid] = {"epoch": last_epoch, "history": history, "retained": len(history)}
 
     def _expect(self, pid, epoch, f, l):
