@@ -1,8 +1,7 @@
 """Synchronous facade: each client runs its asyncio counterpart on a private event-loop thread.
 
-Producer.send appends to the accumulator from the caller's thread (the producer core is
-lock-guarded) and wakes the loop only when a batch becomes sendable, so a send costs no thread
-hop per record."""
+Producer.send and Producer.produce hand the record to the loop thread (AIOProducer.append) and
+wake it only when a batch's worth is waiting, so a send costs no thread hop per record."""
 from __future__ import annotations
 
 import asyncio

@@ -7,8 +7,10 @@ Record batch v2 (KIP-98), all integers big-endian:
 The CRC-32C covers attributes..end, so the broker can patch baseOffset and the leader epoch without
 recomputing it. Records use zig-zag varints; only the records section is compressed.
 
-The producer builds a batch incrementally: `encode_record` per record into a buffer, then
-`build_batch` once, so the hot path does one join and one CRC per batch.
+The producer keeps a batch's records as given and encodes them at drain: `encode_plain_records`
+for records without key or headers (C-level steps, one join) or `encode_record` per record, laid
+out behind room for the header that `seal_batch` fills in (one copy and one CRC per batch);
+`build_batch` wraps records encoded elsewhere.
 """
 from __future__ import annotations
 

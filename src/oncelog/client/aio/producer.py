@@ -1,8 +1,9 @@
 """The asyncio producer: moves bytes for `ProducerCore`, which makes every decision.
 
-The core is guarded by a threading lock so that the synchronous facade can append records from
-the caller's thread without a hop through the event loop per record; the loop is only woken when
-a batch becomes sendable."""
+Records sent from other threads (the synchronous facade) are handed to the loop thread through a
+flat list, without a lock and without a hop through the event loop per record; the loop takes
+them a partition run at a time and is only woken when a batch's worth is waiting. The core is
+guarded by a threading lock for the few calls that come from other threads."""
 from __future__ import annotations
 
 import asyncio
@@ -12,7 +13,7 @@ import time
 from collections import deque
 from functools import partial
 from itertools import compress, repeat
-from operator import attrgetter, is_not, itemgetter
+from operator import attrgetter, is_not
 from threading import get_ident
 from typing import Any, Callable, NamedTuple
 
@@ -55,8 +56,6 @@ class BatchMetadata(NamedTuple):
 
 
 _new_metadata = partial(tuple.__new__, RecordMetadata)
-_first = itemgetter(0)
-_second = itemgetter(1)
 _on_delivery_of = attrgetter("_on_delivery")
 HANDOFF_FIELDS = 7   # tp, timestamp, key, value, headers, cookie, size
 _ENCODED = object()   # marks a send_encoded batch in the handoff (its "key")
@@ -105,7 +104,9 @@ def resolve(cookie, meta, err) -> None:
 def call_back(callbacks: list, metas: list, err) -> None:
     """Run a batch's delivery callbacks; one that raises is logged and the rest still run."""
     cb = callbacks[0]
-    if cb is not None and callbacks.count(cb) == len(callbacks):
+    if callbacks.count(cb) == len(callbacks):
+        if cb is None:
+            return
         # one callback for the whole batch (the usual case): called from C, no loop in Python
         it = iter(metas)
         while True:
@@ -310,10 +311,7 @@ class AIOProducer:
     def append(self, topic: str, value, key, headers, partition, timestamp, cookie: Any
                ) -> bool | None:
         """Thread-safe: add a record. False when buffer.memory is full, None when the topic's
-        metadata is not loaded yet (`ensure_topic`); nothing was added in either case.
-
-        This runs once per record in the caller's thread: the common case is kept to one
-        frame (the handoff is inlined), which is measurable at this rate."""
+        metadata is not loaded yet (`ensure_topic`); nothing was added in either case."""
         n = self._ready_topics.get(topic)
         if n is None:
             return None
@@ -342,19 +340,7 @@ class AIOProducer:
         tp = tps[partition] if tps is not None and partition < len(tps) else self._tp(topic, partition)
         if get_ident() == self._loop_ident:
             return self._append_on_loop(tp, ts, key, value, headers, cookie, n)
-        # the handoff (see _hand_over), inline
-        core = self.core
-        if core.fatal or core.topic_errors:   # checked as a whole first: usually neither is set
-            core.check_accepting(tp)
-        waiting = self._handoff_added - self._handoff_taken
-        used = core.acc.used_bytes + (waiting if waiting > 0 else 0)
-        if used + size > self._buffer_memory and used > 0:
-            return False
-        self._handoff.extend((tp, ts, key, value, headers, cookie, size))
-        self._handoff_added += size
-        if not self._wake_pending:
-            self._wake_for(waiting + size)
-        return True
+        return self._hand_over(tp, ts, key, value, headers, cookie, size)
 
     def _append_on_loop(self, tp: TopicPartition, ts: int, key, value, headers, cookie, n: int) -> bool:
         if self._handoff:
@@ -394,17 +380,13 @@ class AIOProducer:
             return False
         self._handoff.extend((tp, ts, key, value, headers, cookie, size))
         self._handoff_added += size
-        if not self._wake_pending:
-            self._wake_for(waiting + size)
-        return True
-
-    def _wake_for(self, waiting: int) -> None:
-        """Wake the loop if the handoff now holds a batch's worth, or if the loop sleeps past
-        this record's linger (_wake_at_ms is 0 while it runs: it takes the handoff before it
-        sleeps again)."""
-        if waiting >= self._batch_size or \
-                self._wake_at_ms and self._wake_at_ms > time.monotonic() * 1000 + self._linger_ms:
+        # wake the loop if this fills a batch, or if it sleeps past this record's linger
+        # (_wake_at_ms is 0 while it runs: it takes the handoff before it sleeps again)
+        if not self._wake_pending and (
+                waiting + size >= self._batch_size
+                or self._wake_at_ms and self._wake_at_ms > time.monotonic() * 1000 + self._linger_ms):
             self.wakeup_threadsafe()
+        return True
 
     def _take_handoff(self, now: int) -> None:
         """Loop thread: move handed-over records into the accumulator, in order.
@@ -757,21 +739,12 @@ class AIOProducer:
             else:
                 metas = [None] * len(cookies)
             kind = cookies[0].__class__
-            if list(map(type, cookies)).count(kind) != len(cookies):
-                for cookie, meta in zip(cookies, metas):   # mixed kinds: one by one
+            if kind is tuple or list(map(type, cookies)).count(kind) != len(cookies):
+                for cookie, meta in zip(cookies, metas):   # asyncio sends, mixed kinds
                     resolve(cookie, meta, err)
                 continue
             if kind is RecordFuture:
                 complete_all(cookies, metas, err)   # one lock per batch
-            elif kind is tuple:
-                for (fut, _cb), meta in zip(cookies, metas):
-                    if fut is not None and not fut.done():
-                        if err is None:
-                            fut.set_result(meta)
-                        else:
-                            fut.set_exception(err)
-                call_back(list(map(_second, cookies)), metas, err)
-                continue
             call_back(list(map(_on_delivery_of, cookies)), metas, err)
         with self.lock:
             if self._mem_waiters:
