@@ -380,6 +380,9 @@ class AIOProducer:
             return False
         self._handoff.extend((tp, ts, key, value, headers, cookie, size))
         self._handoff_added += size
+        if self._closed:   # close() took the handoff before this record arrived
+            self._fail_late_handoff()
+            return True
         # wake the loop if this fills a batch, or if it sleeps past this record's linger
         # (_wake_at_ms is 0 while it runs: it takes the handoff before it sleeps again)
         if not self._wake_pending and (
@@ -388,25 +391,36 @@ class AIOProducer:
             self.wakeup_threadsafe()
         return True
 
+    def _fail_late_handoff(self) -> None:
+        """A sender that passed the closing check just before close() began, and handed its
+        record over after close() took the handoff: nobody else will, so fail what is there."""
+        with self.lock:
+            h = self._handoff
+            items = h[:]
+            del h[:len(items)]
+        err = ProducerClosedError("producer closed before delivery")
+        for cookie in items[5::HANDOFF_FIELDS]:   # the cookies
+            resolve(cookie, None, err)
+
     def _take_handoff(self, now: int) -> None:
         """Loop thread: move handed-over records into the accumulator, in order.
 
         The handoff is a flat list: each record is HANDOFF_FIELDS consecutive items, added by
         one `list.extend` (atomic under the GIL; no tuple per record lives on for the collector
-        to track). Senders only add at the end, so the first k items are copied and then
-        deleted in two C-level steps, without a lock; columns are cut out by slicing."""
+        to track). Senders only add at the end and never lock, so the first k items are copied
+        and then deleted in two C-level steps; columns are cut out by slicing."""
         h = self._handoff
-        k = len(h)
-        if not k:
+        if not h:
             return
-        items = h[:k]
-        del h[:k]
-        cols = [items[i::HANDOFF_FIELDS] for i in range(HANDOFF_FIELDS)]
-        tps = cols[0]
-        m = len(tps)
         failed: list = []
         full_keyless: list = []
-        with self.lock:
+        with self.lock:   # taken under the lock: _fail_late_handoff cannot take them too
+            k = len(h)
+            items = h[:k]
+            del h[:k]
+            cols = [items[i::HANDOFF_FIELDS] for i in range(HANDOFF_FIELDS)]
+            tps = cols[0]
+            m = len(tps)
             if tps.count(tps[0]) == m:
                 runs = [(0, m)]
             else:   # consecutive records of one partition are appended as one run
