@@ -26,7 +26,7 @@ class TopicPartition(NamedTuple):
 class ProducerBatch:
     """Records for one partition, sent and acknowledged as a unit."""
 
-    __slots__ = ("tp", "parts", "values", "keys", "headers", "size", "count", "base_ts", "max_ts",
+    __slots__ = ("tp", "caller_records", "values", "keys", "headers", "size", "count", "base_ts", "max_ts",
                  "timestamps", "cookies",
                  "created_ms", "encoded", "producer_id", "producer_epoch", "base_sequence",
                  "attempts", "retry_at_ms", "needs_head_of_line", "node", "sent_ms", "compression",
@@ -34,7 +34,7 @@ class ProducerBatch:
 
     def __init__(self, tp: TopicPartition, created_ms: int, compression: int) -> None:
         self.tp = tp
-        self.parts: list = []          # a caller-encoded records section (send_encoded)
+        self.caller_records = None     # a records section encoded by the caller (send_encoded)
         self.values: list = []         # records are kept as given and encoded at drain
         self.keys: list | None = None  # created, with the headers, when a record has either
         self.headers: list | None = None
@@ -102,13 +102,8 @@ class ProducerBatch:
         self.count += len(values)
         self.size += size
 
-    def records(self):
-        """The records section (sizes above are bounds; the encoding is exact)."""
-        if self.whole:
-            return self.parts[0]
-        return self._records(False)
-
     def _records(self, header_room: bool):
+        """The records section (sizes above are bounds; the encoding is exact)."""
         deltas = list(map(sub, self.timestamps, repeat(self.base_ts)))
         if self.keys is None:
             return encode_plain_records(self.values, deltas, header_room)
@@ -131,18 +126,16 @@ class ProducerBatch:
 
     def encode(self) -> bytes | bytearray:
         if self.encoded is None:
+            fields = dict(base_timestamp=self.base_ts, max_timestamp=self.max_ts,
+                          producer_id=self.producer_id, producer_epoch=self.producer_epoch,
+                          base_sequence=self.base_sequence)
             if self.compression or self.whole:
-                self.encoded = build_batch(
-                    self.records(), self.count, base_timestamp=self.base_ts,
-                    max_timestamp=self.max_ts, compression_codec=self.compression,
-                    producer_id=self.producer_id, producer_epoch=self.producer_epoch,
-                    base_sequence=self.base_sequence)
+                records = self.caller_records if self.whole else self._records(False)
+                self.encoded = build_batch(records, self.count,
+                                           compression_codec=self.compression, **fields)
             else:   # records laid out behind room for the header: one copy of them, not two
-                self.encoded = seal_batch(
-                    self._records(True), self.count, base_timestamp=self.base_ts,
-                    max_timestamp=self.max_ts, producer_id=self.producer_id,
-                    producer_epoch=self.producer_epoch, base_sequence=self.base_sequence)
-            self.parts = self.values = self.keys = self.headers = None
+                self.encoded = seal_batch(self._records(True), self.count, **fields)
+            self.caller_records = self.values = self.keys = self.headers = None
         return self.encoded
 
     def __repr__(self) -> str:
@@ -245,7 +238,7 @@ class RecordAccumulator:
         if self.used_bytes + size > self.buffer_memory and self.used_bytes > 0 and not admitted:
             return None
         batch = ProducerBatch(tp, now_ms, self.compression)
-        batch.parts = [records]
+        batch.caller_records = records
         batch.size, batch.count, batch.base_ts, batch.max_ts = size, count, base_ts, max_ts
         batch.cookies = [cookie]
         batch.whole = True

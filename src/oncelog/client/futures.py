@@ -49,36 +49,11 @@ class RecordFuture(Future):
                     c = self._cond = threading.Condition()
         return c
 
-    def _complete(self, result, exception) -> bool:
-        with _LOCK:
-            if self._state != PENDING:
-                return False
-            self._result = result
-            self._exception = exception
-            self._state = FINISHED
-            cond = self._cond
-            callbacks = self._done_callbacks
-            self._done_callbacks = ()
-        if cond is not None:
-            with cond:
-                for w in self._waiters:
-                    if exception is None:
-                        w.add_result(self)
-                    else:
-                        w.add_exception(self)
-                cond.notify_all()
-        for cb in callbacks:
-            try:
-                cb(self)
-            except Exception:  # noqa: BLE001 - as Future does
-                LOGGER.exception("exception calling callback for %r", self)
-        return True
-
     def set_result(self, result) -> None:
-        self._complete(result, None)
+        complete_all([self], [result], None)
 
     def set_exception(self, exception) -> None:
-        self._complete(None, exception)
+        complete_all([self], [None], exception)
 
     def add_done_callback(self, fn) -> None:
         with _LOCK:

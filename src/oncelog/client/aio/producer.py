@@ -82,23 +82,16 @@ def resolve(cookie, meta, err) -> None:
     """Report one record's outcome (batches of one cookie kind are reported in bulk)."""
     if cookie.__class__ is tuple:
         fut, cb = cookie
-        if fut is not None and not fut.done():
-            if err is None:
-                fut.set_result(meta)
-            else:
-                fut.set_exception(err)
     else:
-        if cookie.__class__ is RecordFuture:
-            if err is None:
-                cookie.set_result(meta)
-            else:
-                cookie.set_exception(err)
+        fut = cookie if cookie.__class__ is RecordFuture else None
         cb = cookie._on_delivery
+    if fut is not None and not fut.done():
+        if err is None:
+            fut.set_result(meta)
+        else:
+            fut.set_exception(err)
     if cb is not None:
-        try:
-            cb(err, meta)
-        except Exception:  # noqa: BLE001 - a user callback must not kill the sender
-            log.exception("on_delivery callback raised")
+        _report(cb, err, meta)
 
 
 def call_back(callbacks: list, metas: list, err) -> None:
@@ -117,10 +110,14 @@ def call_back(callbacks: list, metas: list, err) -> None:
                 log.exception("on_delivery callback raised")
     for cb, meta in zip(callbacks, metas):
         if cb is not None:
-            try:
-                cb(err, meta)
-            except Exception:  # noqa: BLE001
-                log.exception("on_delivery callback raised")
+            _report(cb, err, meta)
+
+
+def _report(cb: Callable, err, meta) -> None:
+    try:
+        cb(err, meta)
+    except Exception:  # noqa: BLE001 - a user callback must not kill the sender
+        log.exception("on_delivery callback raised")
 
 
 def now_ms() -> int:
@@ -343,12 +340,13 @@ class AIOProducer:
         return self._hand_over(tp, ts, key, value, headers, cookie, size)
 
     def _append_on_loop(self, tp: TopicPartition, ts: int, key, value, headers, cookie, n: int) -> bool:
+        now = now_ms()
         if self._handoff:
             # records other threads handed over before this one go first: a caller that sent
             # from a thread and then from the loop (or waited on one) sees its order kept
-            self._take_handoff(now_ms())
+            self._take_handoff(now)
         with self.lock:
-            r = self.core.append(tp, ts, key, value, headers, cookie, int(time.monotonic() * 1000))
+            r = self.core.append(tp, ts, key, value, headers, cookie, now)
             if r is None:
                 return False
             batch, new = r
@@ -395,29 +393,33 @@ class AIOProducer:
         """A sender that passed the closing check just before close() began, and handed its
         record over after close() took the handoff: nobody else will, so fail what is there."""
         with self.lock:
-            h = self._handoff
-            items = h[:]
-            del h[:len(items)]
+            items = self._pop_handoff()
         err = ProducerClosedError("producer closed before delivery")
         for cookie in items[5::HANDOFF_FIELDS]:   # the cookies
             resolve(cookie, None, err)
+
+    def _pop_handoff(self) -> list:
+        """Everything handed over so far (under the lock, so that one taker gets each record).
+        Senders only add at the end and never lock: the items are copied, then deleted, in two
+        C-level steps."""
+        h = self._handoff
+        items = h[:]
+        del h[:len(items)]
+        return items
 
     def _take_handoff(self, now: int) -> None:
         """Loop thread: move handed-over records into the accumulator, in order.
 
         The handoff is a flat list: each record is HANDOFF_FIELDS consecutive items, added by
         one `list.extend` (atomic under the GIL; no tuple per record lives on for the collector
-        to track). Senders only add at the end and never lock, so the first k items are copied
-        and then deleted in two C-level steps; columns are cut out by slicing."""
+        to track); columns are cut out by slicing."""
         h = self._handoff
         if not h:
             return
         failed: list = []
         full_keyless: list = []
-        with self.lock:   # taken under the lock: _fail_late_handoff cannot take them too
-            k = len(h)
-            items = h[:k]
-            del h[:k]
+        with self.lock:
+            items = self._pop_handoff()
             cols = [items[i::HANDOFF_FIELDS] for i in range(HANDOFF_FIELDS)]
             tps = cols[0]
             m = len(tps)
@@ -478,11 +480,11 @@ class AIOProducer:
             # through the handoff like `send`, so that both keep one order per thread
             return self._hand_over(tp, 0, _ENCODED, (records, count, base_ts, max_ts), None,
                                    cookie, size)
+        now = now_ms()
         if self._handoff:
-            self._take_handoff(now_ms())   # as in _append_on_loop: earlier records first
+            self._take_handoff(now)   # as in _append_on_loop: earlier records first
         with self.lock:
-            if self.core.append_encoded(tp, records, count, base_ts, max_ts, cookie,
-                                        int(time.monotonic() * 1000)) is None:
+            if self.core.append_encoded(tp, records, count, base_ts, max_ts, cookie, now) is None:
                 return False
         if not self._wake_pending:
             self.wakeup()
