@@ -722,9 +722,7 @@ class AIOProducer:
         except BaseException as e:  # noqa: BLE001 - connection lost or garbage: outcome unknown
             with self.lock:
                 self.core.on_request_failed(node, batches, now, str(e))
-                done = self.core.take_completions()
-            self._deliver(done)
-            self.wakeup()
+            self._completed()
             return
         results: dict[tuple, PartitionResult] = {}
         names = self.cluster.topic_names
@@ -739,11 +737,18 @@ class AIOProducer:
         pairs = [(b, results.get(b.tp, missing)) for b in batches]
         with self.lock:
             self.core.on_response(node, pairs, now)
+        self._completed()
+
+    def _completed(self) -> None:
+        """After an answer: the sender loop's next pass sends what may now go, then delivers
+        (the broker works on the next request while callbacks run). Without a running loop
+        (closing, or it crashed) the outcomes are delivered here, so that none waits forever."""
+        if self._sender is not None and not self._sender.done():
+            self.wakeup()
+            return
+        with self.lock:
             done = self.core.take_completions()
-        # delivered here, not by the sender loop's next pass: a flush that runs in between
-        # must not find the batch complete and its callbacks not yet run
         self._deliver(done)
-        self.wakeup()
 
     async def _init_pid(self, pid: int, epoch: int) -> None:
         try:
