@@ -83,10 +83,13 @@ class StickyPartitioner:
         if key is not None and not self.ignore_keys:
             return partition_for_key(key, num_partitions)
         s = self._sticky.get(topic)
-        if s is None or (s[1] < size and s[1] < self._room) or s[0] >= num_partitions:
-            # nothing yet, or this record would not fit the batch the partition is filling
-            s = self._sticky[topic] = [self._next(topic, num_partitions), self._room]
-        s[1] -= size
+        if s is not None:
+            left = s[1]
+            # stay while the record fits the batch being filled (any record fits an empty one)
+            if (size <= left or left == self._room) and s[0] < num_partitions:
+                s[1] = left - size
+                return s[0]
+        s = self._sticky[topic] = [self._next(topic, num_partitions), self._room - size]
         return s[0]
 
     def _next(self, topic: str, n: int) -> int:
