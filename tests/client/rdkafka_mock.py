@@ -34,6 +34,7 @@ def _lib():
         lib.rd_kafka_mock_broker_set_rtt.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.c_int]
         lib.rd_kafka_mock_set_apiversion.argtypes = [ctypes.c_void_p, ctypes.c_int16, ctypes.c_int16,
                                                      ctypes.c_int16]
+        lib.rd_kafka_mock_topic_set_error.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int]
         lib.rd_kafka_mock_broker_set_down.argtypes = [ctypes.c_void_p, ctypes.c_int32]
         lib.rd_kafka_mock_broker_set_up.argtypes = [ctypes.c_void_p, ctypes.c_int32]
         _LIB = lib
@@ -58,6 +59,10 @@ class MockCluster:
     def push_errors(self, api_key: int, *errors: int) -> None:
         arr = (ctypes.c_int * len(errors))(*errors)
         _lib().rd_kafka_mock_push_request_errors_array(self._mc, api_key, len(errors), arr)
+
+    def set_topic_error(self, topic: str, error: int) -> None:
+        """Metadata answers carry `error` for this topic (0 clears it)."""
+        _lib().rd_kafka_mock_topic_set_error(self._mc, topic.encode(), error)
 
     def set_apiversion(self, api_key: int, min_version: int, max_version: int) -> None:
         """(-1, -1) removes the API from the mock's ApiVersions answer."""

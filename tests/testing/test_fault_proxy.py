@@ -118,6 +118,35 @@ async def test_drop_response_after_broker_processed(echo):
         await proxy.stop()
 
 
+async def test_hold_keeps_answers_in_order_until_released(echo):
+    server, addr = echo
+    proxy = FaultProxy(addr)
+    await proxy.start()
+    try:
+        h, p = proxy.bootstrap.rsplit(":", 1)
+        r, w = await asyncio.open_connection(h, int(p))
+        proxy.hold()
+        for frame in (request(0, 1), request(3, 2), request(0, 3)):
+            w.write(frame)   # the Metadata answer waits behind the held Produce answer
+        await w.drain()
+        deadline = time.monotonic() + 5
+        while proxy.held < 3 and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        assert proxy.held == 3 and len(server.processed) == 3   # done, not answered
+
+        async def answer():
+            head = await r.readexactly(4)
+            return struct.unpack(">i", await r.readexactly(struct.unpack(">i", head)[0]))[0]
+        proxy.release(1)
+        assert await answer() == 1 and proxy.held == 2
+        proxy.hold(False)
+        proxy.release()
+        assert [await answer(), await answer()] == [2, 3]
+        w.close()
+    finally:
+        await proxy.stop()
+
+
 async def test_same_seed_same_fault_schedule(echo):
     server, addr = echo
 

@@ -151,7 +151,7 @@ class RecordAccumulator:
         self.compression = compression
         self.queues: dict[TopicPartition, deque[ProducerBatch]] = {}
         self.used_bytes = 0
-        self.flushing = False
+        self.flushing = 0   # flushes in progress: while any waits, nothing lingers
 
     def append(self, tp: TopicPartition, ts: int, key, value, headers, cookie, now_ms: int
                ) -> tuple[ProducerBatch, bool] | None:

@@ -1,7 +1,7 @@
 """Errors the client raises to the application."""
 from __future__ import annotations
 
-from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
+from oncelog.protocol.errors import KafkaProtocolError, error_code
 
 
 class KafkaClientError(Exception):
@@ -42,8 +42,8 @@ class BrokerResponseError(KafkaClientError):
     """The broker answered with a non-retriable error code (or retries ran out)."""
 
     def __init__(self, code: int, message: str | None = None) -> None:
-        self.code = ErrorCode(code) if code in ErrorCode._value2member_map_ else code
-        name = getattr(self.code, "name", str(code))
+        self.code = error_code(code)
+        name = self.code.name
         super().__init__(f"{name}: {message}" if message else name)
 
 

@@ -2,9 +2,17 @@
 
 Same arithmetic as `org.apache.kafka.common.utils.Utils.murmur2` / `toPositive`, so a keyed record
 lands on the same partition as with the Java client (and librdkafka's `murmur2_random`).
-Keyless records use sticky partitioning (KIP-480): one partition per topic until its batch closes.
+Keyless records use sticky partitioning (KIP-480, KIP-794): see StickyPartitioner.
 """
 from __future__ import annotations
+
+import random
+import time
+from bisect import bisect_right
+from itertools import accumulate
+from typing import Callable
+
+from oncelog.protocol.record_codec import BATCH_OVERHEAD
 
 _M = 0x5BD1E995
 _SEED = 0x9747B28C
@@ -43,23 +51,67 @@ def partition_for_key(key: bytes, num_partitions: int) -> int:
 
 
 class StickyPartitioner:
-    """Keyless records stick to one partition per topic until `on_new_batch` moves them on."""
+    """Kafka's built-in partitioner (KIP-794, `BuiltInPartitioner`) for records without a key
+    (or with `partitioner.ignore.keys`): a topic's records go to one partition until a batch's
+    worth (`batch.size`) went there, then to a partition drawn at random — the first one too, so
+    that producers do not all start on partition 0.
 
-    def __init__(self) -> None:
-        self._sticky: dict[str, int] = {}
-        self._counter = 0
+    The switch is decided by a byte count kept as the records are partitioned, on whatever
+    thread sends them: Kafka switches once a batch fills, but here batches are built later on
+    the sender's thread. Counting with the accumulator's size bounds against the room of a
+    batch makes each stay on a partition fill one batch (Kafka's `enableSwitch` also defers the
+    switch while the partition's last batch is not full; that refinement is not done here).
 
-    def partition(self, topic: str, key: bytes | None, num_partitions: int) -> int:
-        if key is not None:
+    Adaptive partitioning (`partitioner.adaptive.partitioning.enable`): `load(topic, n)` gives,
+    for the partitions with a leader, how many batches wait in each queue; the draw is weighted
+    by `max + 1 - queued`, so that partitions whose brokers drain slowly get fewer records.
+    Computed once per `load_ttl_ms` per topic, not per switch."""
+
+    def __init__(self, batch_size: int = 16384, *, ignore_keys: bool = False,
+                 load: Callable[[str, int], tuple[list[int], list[int]] | None] | None = None,
+                 rng: random.Random | None = None, load_ttl_ms: float = 10.0) -> None:
+        self.ignore_keys = ignore_keys
+        self._room = max(1, batch_size - BATCH_OVERHEAD)
+        self._sticky: dict[str, list] = {}   # topic -> [partition, bytes of room left]
+        self._rng = rng if rng is not None else random.Random()
+        self._load = load
+        self._load_ttl_s = load_ttl_ms / 1000
+        self._weights: dict[str, tuple[float, list[int] | None, list[int] | None]] = {}
+
+    def partition(self, topic: str, key: bytes | None, num_partitions: int, size: int = 1) -> int:
+        """The partition of one record; `size` is its size bound (as the accumulator counts)."""
+        if key is not None and not self.ignore_keys:
             return partition_for_key(key, num_partitions)
-        p = self._sticky.get(topic)
-        if p is None or p >= num_partitions:
-            p = self._counter % num_partitions
-            self._counter += 1
-            self._sticky[topic] = p
-        return p
+        s = self._sticky.get(topic)
+        if s is not None:
+            left = s[1]
+            # stay while the record fits the batch being filled (any record fits an empty one)
+            if (size <= left or left == self._room) and s[0] < num_partitions:
+                s[1] = left - size
+                return s[0]
+        s = self._sticky[topic] = [self._next(topic, num_partitions), self._room - size]
+        return s[0]
 
-    def on_new_batch(self, topic: str, num_partitions: int, previous: int) -> None:
-        """A batch for the sticky partition closed: choose another partition for what follows."""
-        if self._sticky.get(topic) == previous and num_partitions > 1:
-            self._sticky[topic] = (previous + 1) % num_partitions
+    def _next(self, topic: str, n: int) -> int:
+        r = self._rng.getrandbits(31)
+        if self._load is not None:
+            cft, ids = self._weights_for(topic, n)
+            if cft is not None:
+                return ids[bisect_right(cft, r % cft[-1])]
+        return r % n
+
+    def _weights_for(self, topic: str, n: int) -> tuple[list[int] | None, list[int] | None]:
+        now = time.monotonic()
+        w = self._weights.get(topic)
+        if w is not None and now < w[0]:
+            return w[1], w[2]
+        cft = ids = None
+        stats = self._load(topic, n)
+        if stats is not None:
+            queued, ids = stats
+            top = max(queued, default=0) + 1
+            # all equal with every partition available: a uniform draw (Kafka does the same)
+            if queued and (len(ids) < n or queued.count(top - 1) != len(queued)):
+                cft = list(accumulate(top - q for q in queued))
+        self._weights[topic] = (now + self._load_ttl_s, cft, ids)
+        return cft, ids

@@ -573,6 +573,19 @@ class ProducerCore:
             while q:
                 self._finish(q.popleft(), err, None)
 
+    def abort_incomplete(self, on_wire: Iterable[ProducerBatch], err: BaseException,
+                         unknown: BaseException) -> None:
+        """Close without waiting any longer (Java's abortIncompleteBatches): every batch not yet
+        done fails, queued ones with `err`, those that may have been written (on the wire, or
+        sent before and queued for a retry) with `unknown`. A later answer finds them done."""
+        for q in self.acc.queues.values():
+            while q:
+                b = q.popleft()
+                self._finish_unacked(b, self._state(b.tp), unknown if b.attempts else err)
+        for b in on_wire:
+            if not b.done:
+                self._finish_unacked(b, self._state(b.tp), unknown)
+
     def take_completions(self) -> list[Completion]:
         c, self.completions = self.completions, []
         return c

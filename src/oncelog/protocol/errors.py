@@ -154,11 +154,35 @@ RETRIABLE = frozenset({
 })
 
 
+class UnknownErrorCode(int):
+    """A code this version does not know (a newer broker's, or garbage): still its number, and
+    named by it, so that it is reported like any error instead of raising ValueError."""
+    __slots__ = ()
+
+    @property
+    def name(self) -> str:
+        return f"UNKNOWN_ERROR_{int(self)}"
+
+    @property
+    def value(self) -> int:
+        return int(self)
+
+    def __repr__(self) -> str:
+        return f"<UnknownErrorCode {int(self)}>"
+
+
+def error_code(code: int) -> ErrorCode | UnknownErrorCode:
+    """The ErrorCode for a number read off the wire, or an UnknownErrorCode carrying it: never
+    `ErrorCode(n)` on received numbers, which raises for codes the enum lacks."""
+    member = ErrorCode._value2member_map_.get(code)
+    return member if member is not None else UnknownErrorCode(code)
+
+
 class KafkaProtocolError(Exception):
     """An error that maps to one Kafka error code; `message` may be sent as ErrorMessage."""
 
     def __init__(self, code: ErrorCode, message: str | None = None) -> None:
-        self.code = ErrorCode(code)
+        self.code = error_code(code)
         self.message = message
         super().__init__(f"{self.code.name}: {message}" if message else self.code.name)
 

@@ -61,6 +61,11 @@ class FaultProxy:
         self._server: asyncio.base_events.Server | None = None
         self._conns: set[asyncio.StreamWriter] = set()
         self._handlers: set[asyncio.Task] = set()
+        # "the broker did the work, the answer never comes, the connection stays open": while
+        # holding, responses to drop_api_keys are kept; later answers on that connection queue
+        # behind them (Kafka answers in order) until `release`
+        self.holding = False
+        self._held: dict[asyncio.StreamWriter, list[bytes]] = {}
 
     @property
     def address(self) -> tuple[str, int]:
@@ -87,6 +92,23 @@ class FaultProxy:
             await self._server.wait_closed()
             self._server = None
 
+    def hold(self, on: bool = True) -> None:
+        """Start (or stop) keeping responses to drop_api_keys from the client."""
+        self.holding = on
+
+    def release(self, count: int | None = None) -> None:
+        """Forward the first `count` held responses of each connection (all if None)."""
+        for w, frames in self._held.items():
+            n = len(frames) if count is None else min(count, len(frames))
+            for frame in frames[:n]:
+                w.write(frame)
+            del frames[:n]
+
+    @property
+    def held(self) -> int:
+        """Responses kept from clients right now."""
+        return sum(map(len, self._held.values()))
+
     def reset_all(self) -> None:
         """Abort every open connection now (a network blip)."""
         for w in list(self._conns):
@@ -108,6 +130,7 @@ class FaultProxy:
         # Responses come back in request order on a Kafka connection, so a FIFO of api keys
         # tells which request each response answers.
         pending: asyncio.Queue[int] = asyncio.Queue()
+        held = self._held[cwriter] = []
 
         def abort() -> None:
             cwriter.transport.abort()
@@ -134,6 +157,9 @@ class FaultProxy:
             while True:
                 frame = await _read_frame(breader)
                 api_key = pending.get_nowait() if not pending.empty() else -1
+                if held or (self.holding and api_key in self.config.drop_api_keys):
+                    held.append(frame)
+                    continue
                 if (self.enabled and api_key in self.config.drop_api_keys
                         and self.rng.random() < self.config.drop_response_probability):
                     self.stats.dropped_responses += 1
@@ -154,6 +180,7 @@ class FaultProxy:
             abort()
             self._conns.discard(cwriter)
             self._conns.discard(bwriter)
+            self._held.pop(cwriter, None)
 
 
 def _produce_acks(frame: bytes) -> int | None:
@@ -196,6 +223,10 @@ def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
         shift += 7
 
 
+async def _call(fn, *args):
+    return fn(*args)
+
+
 class ThreadedFaultProxy:
     """The proxy on its own event loop thread, for synchronous tests, the CLI and bench/."""
 
@@ -220,6 +251,17 @@ class ThreadedFaultProxy:
 
     def reset_all(self) -> None:
         self._loop.call_soon_threadsafe(self.proxy.reset_all)
+
+    def hold(self, on: bool = True) -> None:
+        asyncio.run_coroutine_threadsafe(_call(self.proxy.hold, on), self._loop).result(10)
+
+    def release(self, count: int | None = None) -> None:
+        asyncio.run_coroutine_threadsafe(_call(self.proxy.release, count), self._loop).result(10)
+
+    @property
+    def held(self) -> int:
+        return asyncio.run_coroutine_threadsafe(
+            _call(lambda: self.proxy.held), self._loop).result(10)
 
     def stop(self) -> None:
         asyncio.run_coroutine_threadsafe(self.proxy.stop(), self._loop).result(10)

@@ -8,7 +8,7 @@ from oncelog.client.aio import kio_util as K
 from oncelog.client.aio import wire
 from oncelog.client.aio.cluster import Cluster
 from oncelog.client.errors import KafkaClientError
-from oncelog.protocol.errors import ErrorCode
+from oncelog.protocol.errors import ErrorCode, error_code
 
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
@@ -23,8 +23,8 @@ class NewTopic(NamedTuple):
 
 class AdminError(KafkaClientError):
     def __init__(self, code: int, what: str, message: str | None = None) -> None:
-        self.code = ErrorCode(code) if code in ErrorCode._value2member_map_ else code
-        name = getattr(self.code, "name", str(code))
+        self.code = error_code(code)
+        name = self.code.name
         super().__init__(f"{what}: {name}" + (f": {message}" if message else ""))
 
 

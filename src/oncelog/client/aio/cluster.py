@@ -10,7 +10,7 @@ import time
 from oncelog.client.aio import wire
 from oncelog.client.aio.connection import BrokerConnectionError, Connection
 from oncelog.client.errors import KafkaClientError
-from oncelog.protocol.errors import ErrorCode
+from oncelog.protocol.errors import ErrorCode, error_code
 
 log = logging.getLogger("oncelog.client.cluster")
 
@@ -230,7 +230,7 @@ class Cluster:
                 t = info.topics.get(name)
                 if t is not None and t.error_code not in (0, *RETRIABLE_METADATA):
                     raise KafkaClientError(
-                        f"metadata for topic {name}: {ErrorCode(t.error_code).name}")
+                        f"metadata for topic {name}: {error_code(t.error_code).name}")
             except (BrokerConnectionError, asyncio.TimeoutError) as e:
                 log.debug("metadata for %s: %r", name, e)
             t = self.topics.get(name)

@@ -12,7 +12,7 @@ from oncelog.client.aio.cluster import Cluster
 from oncelog.client.aio.connection import BrokerConnectionError
 from oncelog.client.errors import KafkaClientError
 from oncelog.client.types import EARLIEST, LATEST, ConsumerRecord, TopicPartition
-from oncelog.protocol.errors import ErrorCode
+from oncelog.protocol.errors import ErrorCode, error_code
 from oncelog.protocol.record_codec import batch_spans, iter_record_batches
 
 log = logging.getLogger("oncelog.client.consumer")
@@ -136,7 +136,7 @@ class AIOConsumer:
             for p in t.partitions:
                 if p.error_code:
                     raise KafkaClientError(f"ListOffsets {t.name}-{p.partition_index}: "
-                                           f"{ErrorCode(p.error_code).name}")
+                                           f"{error_code(p.error_code).name}")
                 out[TopicPartition(t.name, p.partition_index)] = None if p.offset < 0 else p.offset
         return out
 
@@ -240,7 +240,7 @@ class AIOConsumer:
                                       self.cluster.timeout_s + wait_ms / 1000)
         r = K.decode(wire.FETCH, v, "FetchResponse", body)
         if getattr(r, "error_code", 0):
-            raise KafkaClientError(f"Fetch: {ErrorCode(r.error_code).name}")
+            raise KafkaClientError(f"Fetch: {error_code(r.error_code).name}")
         for t in r.responses:
             for p in t.partitions:
                 tp = TopicPartition(t.topic, p.partition_index)
@@ -256,7 +256,7 @@ class AIOConsumer:
                 if p.error_code:
                     if p.error_code in _REFRESH:
                         self.cluster.request_refresh()
-                    log.debug("fetch %s: %s", tp, ErrorCode(p.error_code).name)
+                    log.debug("fetch %s: %s", tp, error_code(p.error_code).name)
                     continue
                 self.high_watermarks[tp] = p.high_watermark
                 if p.records:

@@ -8,6 +8,7 @@ import importlib
 from functools import lru_cache
 
 from oncelog.client.aio import wire
+from oncelog.client.errors import KafkaClientError
 
 _MODULES = {wire.FETCH: "fetch", wire.LIST_OFFSETS: "list_offsets", wire.CREATE_TOPICS: "create_topics",
             wire.DELETE_TOPICS: "delete_topics", wire.DESCRIBE_CONFIGS: "describe_configs",
@@ -40,4 +41,11 @@ def encode(api_key: int, version: int, cls_name: str, **kwargs) -> bytes:
 
 
 def decode(api_key: int, version: int, cls_name: str, body):
-    return wire.decode_entity(getattr(module(api_key, version, "response"), cls_name), bytes(body))
+    try:
+        return wire.decode_entity(getattr(module(api_key, version, "response"), cls_name), bytes(body))
+    except ValueError as e:
+        # kio reads error codes into its own enum, which raises for a code it lacks
+        if "ErrorCode" not in str(e):
+            raise
+        raise KafkaClientError(f"{cls_name} carries an error code this client does not know "
+                               f"({e})") from None

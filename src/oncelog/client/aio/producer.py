@@ -23,11 +23,11 @@ from oncelog.client.aio.cluster import Cluster
 from oncelog.client.aio.connection import BrokerConnectionError
 from oncelog.client.config import Idempotence, ProducerConfig
 from oncelog.client.errors import (
-    BufferExhaustedError, KafkaClientError, ProducerClosedError, RecordTooLargeError)
+    BufferExhaustedError, ConfigError, KafkaClientError, ProducerClosedError, RecordTooLargeError)
 from oncelog.client.futures import RecordFuture, complete_all
 from oncelog.client.partitioner import StickyPartitioner
 from oncelog.client.producer_core import PartitionResult, ProducerCore
-from oncelog.protocol.errors import ErrorCode
+from oncelog.protocol.errors import ErrorCode, error_code
 from oncelog.protocol.record_codec import BATCH_OVERHEAD, RECORD_OVERHEAD, record_size_upper_bound
 
 log = logging.getLogger("oncelog.client.producer")
@@ -64,6 +64,11 @@ _ENCODED = object()   # marks a send_encoded batch in the handoff (its "key")
 def _wake(fut: asyncio.Future) -> None:
     if not fut.done():
         fut.set_result(None)
+
+
+class _FlushWaiter(NamedTuple):
+    batches: set        # the batches still to complete of those incomplete when flush began
+    done: asyncio.Future
 
 
 class DeliveryCallback:
@@ -120,6 +125,15 @@ def _report(cb: Callable, err, meta) -> None:
         log.exception("on_delivery callback raised")
 
 
+def _flag(config: dict, name: str, default: bool) -> bool:
+    v = config.get(name, default)
+    if isinstance(v, bool):
+        return v
+    if str(v).strip().lower() in ("true", "false"):
+        return str(v).strip().lower() == "true"
+    raise ConfigError(f"{name} must be true or false, got {v!r}")
+
+
 def now_ms() -> int:
     return int(time.monotonic() * 1000)
 
@@ -161,7 +175,10 @@ class AIOProducer:
                                allow_auto_create=str(config.get("allow.auto.create.topics", "true")).lower() != "false",
                                address_map=config.get("oncelog.address.map"))
         self.cluster.listeners.append(self._on_metadata)
-        self.partitioner = StickyPartitioner()
+        self.partitioner = StickyPartitioner(
+            self.config.batch_size, ignore_keys=_flag(config, "partitioner.ignore.keys", False),
+            load=self._partition_load if _flag(
+                config, "partitioner.adaptive.partitioning.enable", True) else None)
         self.loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Future | None = None
         self._wake_pending = False
@@ -173,9 +190,12 @@ class AIOProducer:
         self._mem_cond = threading.Condition(self.lock)
         self._mem_waiters = 0
         self._async_mem: list[asyncio.Future] = []
-        self._flush_waiters: list[asyncio.Future] = []
+        self._flushes: list[_FlushWaiter] = []
+        # requests on the wire -> their batches: what flush waits for and close fails
+        self._requests: dict[asyncio.Future, list] = {}
         self._closing = False
         self._closed = False
+        self._close_task: asyncio.Future | None = None
         self._loop_ident = -1
         self.requests_sent = 0
         self.is_ours = False           # the broker speaks Produce v14 (KIP-1269 field)
@@ -219,6 +239,11 @@ class AIOProducer:
                 await asyncio.sleep(0.005)
             if self.core.fatal is not None:
                 raise self.core.fatal
+            if (self.core.idempotent and self.core.producer_id < 0
+                    and self.config.idempotence is Idempotence.REQUIRED):
+                raise KafkaClientError(
+                    f"enable.idempotence=required: no producer id from the broker within "
+                    f"max.block.ms={self.config.max_block_ms}")
         return self
 
     async def __aenter__(self) -> "AIOProducer":
@@ -228,46 +253,68 @@ class AIOProducer:
         await self.close()
 
     async def flush(self, timeout: float | None = None) -> None:
+        """Return once every record sent before the call is complete — its future done and its
+        callback run, delivered or failed (Java's flush). Records sent meanwhile are not waited
+        for. While any flush waits, batches go out without lingering. asyncio.TimeoutError if
+        `timeout` (seconds) passes first."""
+        self._take_handoff(now_ms())   # records other threads sent before this call
         with self.lock:
-            self.core.acc.flushing = True
-        self.wakeup()
+            done = self.core.take_completions()
+            waiter = _FlushWaiter(self._incomplete_batches(), self.loop.create_future())
+            self.core.acc.flushing += 1
         try:
-            deadline = None if timeout is None else time.monotonic() + timeout
-            while True:
-                with self.lock:
-                    if not self.core.has_pending() and not self._handoff:
-                        return
-                fut = self.loop.create_future()
-                self._flush_waiters.append(fut)
-                self.wakeup()
-                remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-                if remaining == 0.0:
-                    raise asyncio.TimeoutError("flush timed out")
-                try:
-                    await asyncio.wait_for(fut, remaining)
-                except asyncio.TimeoutError:
-                    with self.lock:
-                        if not self.core.has_pending() and not self._handoff:
-                            return
-                    raise
+            self._deliver(done)
+            if not waiter.batches:
+                return
+            self._flushes.append(waiter)
+            self.wakeup()
+            try:
+                await asyncio.wait_for(waiter.done, timeout)
+            except asyncio.TimeoutError:
+                raise asyncio.TimeoutError(
+                    f"flush timed out after {timeout}s: {sum(b.count for b in waiter.batches)} "
+                    f"records sent before it are not complete") from None
+            finally:
+                self._flushes.remove(waiter)
         finally:
             with self.lock:
-                self.core.acc.flushing = False
+                self.core.acc.flushing -= 1
+
+    def _incomplete_batches(self) -> set:
+        """Every batch not yet completed: queued, or in a request on the wire (caller holds the
+        lock; completed batches not yet delivered were taken from the core just before)."""
+        pending = {b for q in self.core.acc.queues.values() for b in q}
+        for batches in self._requests.values():
+            pending.update(b for b in batches if not b.done)
+        return pending
 
     async def close(self, timeout: float | None = None) -> None:
-        if self._closed:
-            return
+        """Send what was handed over (up to `timeout` seconds), then fail what is left: every
+        record reaches its future or callback exactly once. A batch still on the wire fails with
+        ProducerClosedError saying that it may have been written; an answer that comes later is
+        ignored."""
+        if self._close_task is None:
+            self._close_task = asyncio.ensure_future(self._close(timeout))
+        await asyncio.shield(self._close_task)
+
+    async def _close(self, timeout: float | None) -> None:
         self._closing = True
         try:
-            if self._sender is not None and self.core.fatal is None:
+            if self._sender is not None:
+                # also after a fatal error: batches on the wire are still answered (Java waits too)
                 await self.flush(timeout)
         except asyncio.TimeoutError:
-            log.warning("close: records still unsent after %.1fs are failed", timeout)
+            log.warning("close: records not delivered within %.1fs are failed", timeout)
         finally:
             self._closed = True
             self._take_handoff(now_ms())
             with self.lock:
-                self.core.fail_all(ProducerClosedError("producer closed before delivery"))
+                on_wire = [b for batches in self._requests.values() for b in batches]
+                self._requests.clear()
+                self.core.abort_incomplete(
+                    on_wire, ProducerClosedError("producer closed before delivery"),
+                    ProducerClosedError("producer closed while the records' outcome was unknown: "
+                                        "they may or may not have been written"))
                 done = self.core.take_completions()
             self._deliver(done)
             if self._sender is not None:
@@ -329,7 +376,7 @@ class AIOProducer:
             raise RecordTooLargeError(f"record of {size + BATCH_OVERHEAD} bytes exceeds "
                                       f"max.request.size={self.config.max_request_size}")
         if partition is None:
-            partition = self.partitioner.partition(topic, key, n) if n > 1 else 0
+            partition = self.partitioner.partition(topic, key, n, size) if n > 1 else 0
         elif not 0 <= partition < n:
             raise KafkaClientError(f"topic {topic} has {n} partitions, no partition {partition}")
         ts = int(time.time() * 1000) if timestamp is None else int(timestamp)
@@ -351,11 +398,26 @@ class AIOProducer:
                 return False
             batch, new = r
             full = batch.size >= self._batch_size
-        if full and key is None and n > 1:
-            self.partitioner.on_new_batch(tp.topic, n, tp.partition)
         if (new or full) and not self._wake_pending:
             self.wakeup()
         return True
+
+    def _partition_load(self, topic: str, n: int) -> tuple[list[int], list[int]]:
+        """Batches queued per partition that has a leader, for adaptive partitioning (read
+        without the lock from a sending thread: a slightly stale count only skews a draw)."""
+        tps = self._tps.get(topic) or ()
+        queues = self.core.acc.queues
+        states = self.core.partitions
+        queued, ids = [], []
+        for p in range(n):
+            tp = tps[p] if p < len(tps) else TopicPartition(topic, p)
+            ps = states.get(tp)
+            if ps is not None and ps.leader < 0:
+                continue
+            q = queues.get(tp)
+            queued.append(len(q) if q else 0)
+            ids.append(p)
+        return queued, ids
 
     def _tp(self, topic: str, partition: int) -> TopicPartition:
         """One TopicPartition object per partition (compared by identity in the handoff)."""
@@ -417,7 +479,6 @@ class AIOProducer:
         if not h:
             return
         failed: list = []
-        full_keyless: list = []
         with self.lock:
             items = self._pop_handoff()
             cols = [items[i::HANDOFF_FIELDS] for i in range(HANDOFF_FIELDS)]
@@ -432,20 +493,16 @@ class AIOProducer:
                 run = [c[i:j] for c in cols]
                 if _ENCODED in run[2]:   # caller-encoded batches are queued one by one
                     for one in range(j - i):
-                        self._append_run([c[one:one + 1] for c in run], now, failed, full_keyless)
+                        self._append_run([c[one:one + 1] for c in run], now, failed)
                 else:
-                    self._append_run(run, now, failed, full_keyless)
+                    self._append_run(run, now, failed)
             self._handoff_taken += sum(cols[6])
             if not h:   # resynchronise: a sender's lost update (two threads) cannot drift
                 self._handoff_taken = self._handoff_added
-        for tp in full_keyless:
-            n = self._ready_topics.get(tp.topic, 1)
-            if n > 1:
-                self.partitioner.on_new_batch(tp.topic, n, tp.partition)
         for cookie, e in failed:
             resolve(cookie, None, e)
 
-    def _append_run(self, cols: list, now: int, failed: list, full_keyless: list) -> None:
+    def _append_run(self, cols: list, now: int, failed: list) -> None:
         """Records of one partition as columns (tp, ts, key, value, headers, cookie, size)."""
         tps, tss, keys, values, headers, cookies, sizes = cols
         tp = tps[0]
@@ -456,8 +513,8 @@ class AIOProducer:
             failed.extend(zip(cookies, repeat(e)))
         elif keys[0] is _ENCODED:
             core.acc.append_encoded(tp, *values[0], cookies[0], now, admitted=True)
-        elif core.acc.extend(tp, tss, keys, values, headers, cookies, sizes, now) and keys[-1] is None:
-            full_keyless.append(tp)
+        else:
+            core.acc.extend(tp, tss, keys, values, headers, cookies, sizes, now)
 
     def append_encoded(self, topic: str, partition: int, records, count: int, base_ts: int,
                        max_ts: int, cookie: Any) -> bool:
@@ -618,13 +675,7 @@ class AIOProducer:
             if next_ms is not None:
                 sleep = max(0, min(sleep, next_ms - now)) if sleep is not None else max(0, next_ms - now)
             done = core.take_completions()
-            pending = core.has_pending() or bool(self._handoff)
         self._deliver(done)
-        if not pending and self._flush_waiters:
-            for f in self._flush_waiters:
-                if not f.done():
-                    f.set_result(None)
-            self._flush_waiters.clear()
         return sleep
 
     def _send_produce(self, conn, node: int, batches: list, now: int) -> None:
@@ -647,6 +698,7 @@ class AIOProducer:
         self.requests_sent += 1
         if fut is None:
             return
+        self._requests[fut] = batches
         timer = self.loop.call_later(self.config.request_timeout_ms / 1000, self._request_timed_out,
                                      conn, fut)
         fut.add_done_callback(lambda f: self._on_produce_done(node, version, batches, f, timer))
@@ -661,6 +713,8 @@ class AIOProducer:
 
     def _on_produce_done(self, node: int, version: int, batches: list, fut: asyncio.Future, timer) -> None:
         timer.cancel()
+        if self._requests.pop(fut, None) is None:
+            return   # close() failed these batches already
         now = now_ms()
         try:
             body = fut.result()
@@ -668,7 +722,7 @@ class AIOProducer:
         except BaseException as e:  # noqa: BLE001 - connection lost or garbage: outcome unknown
             with self.lock:
                 self.core.on_request_failed(node, batches, now, str(e))
-            self.wakeup()
+            self._completed()
             return
         results: dict[tuple, PartitionResult] = {}
         names = self.cluster.topic_names
@@ -683,9 +737,32 @@ class AIOProducer:
         pairs = [(b, results.get(b.tp, missing)) for b in batches]
         with self.lock:
             self.core.on_response(node, pairs, now)
-        self.wakeup()
+        self._completed()
+
+    def _completed(self) -> None:
+        """After an answer: the sender loop's next pass sends what may now go, then delivers
+        (the broker works on the next request while callbacks run). Without a running loop
+        (closing, or it crashed) the outcomes are delivered here, so that none waits forever."""
+        if self._sender is not None and not self._sender.done():
+            self.wakeup()
+            return
+        with self.lock:
+            done = self.core.take_completions()
+        self._deliver(done)
 
     async def _init_pid(self, pid: int, epoch: int) -> None:
+        try:
+            await self._init_pid_once(pid, epoch)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - e.g. a garbled answer: never leave it in progress
+            log.exception("InitProducerId handling failed; retrying")
+            with self.lock:
+                self.core.on_producer_id_failed(e)
+                self._pid_retry_at = now_ms() + self.config.retry_backoff_ms
+            self.wakeup()
+
+    async def _init_pid_once(self, pid: int, epoch: int) -> None:
         try:
             conn = await self.cluster.any_connection()
             v = conn.version(wire.INIT_PRODUCER_ID)
@@ -699,7 +776,7 @@ class AIOProducer:
             err, new_pid, new_epoch = await self._init_pid_request(conn, v, pid, epoch)
             if err and pid >= 0 and err in _BUMP_REFUSED:
                 log.warning("InitProducerId bump refused (%s): taking a fresh producer id",
-                            ErrorCode(err).name)
+                            error_code(err).name)
                 err, new_pid, new_epoch = await self._init_pid_request(conn, v, -1, -1)
         except (BrokerConnectionError, asyncio.TimeoutError, OSError) as e:
             log.info("InitProducerId failed (%r); retrying", e)
@@ -712,14 +789,14 @@ class AIOProducer:
             if err == 0:
                 self.core.on_producer_id(new_pid, new_epoch)
             elif err in _RETRIABLE_PID:
-                self.core.on_producer_id_failed(KafkaClientError(ErrorCode(err).name))
+                self.core.on_producer_id_failed(KafkaClientError(error_code(err).name))
                 self._pid_retry_at = now_ms() + self.config.retry_backoff_ms
             elif pid < 0 and self.core.producer_id < 0:
-                self.core.on_producer_id_failed(KafkaClientError(ErrorCode(err).name))
-                self.core.broker_lacks_idempotence(f"InitProducerId failed with {ErrorCode(err).name}")
+                self.core.on_producer_id_failed(KafkaClientError(error_code(err).name))
+                self.core.broker_lacks_idempotence(f"InitProducerId failed with {error_code(err).name}")
             else:
                 self.core.on_producer_id_failed(
-                    KafkaClientError(f"InitProducerId failed: {ErrorCode(err).name}"), fatal=True)
+                    KafkaClientError(f"InitProducerId failed: {error_code(err).name}"), fatal=True)
             done = self.core.take_completions()
         self._deliver(done)
         self.wakeup()
@@ -762,6 +839,12 @@ class AIOProducer:
             if kind is RecordFuture:
                 complete_all(cookies, metas, err)   # one lock per batch
             call_back(list(map(_on_delivery_of, cookies)), metas, err)
+        if self._flushes:
+            finished = [c.batch for c in completions]
+            for w in self._flushes:
+                w.batches.difference_update(finished)
+                if not w.batches and not w.done.done():
+                    w.done.set_result(None)
         with self.lock:
             if self._mem_waiters:
                 self._mem_cond.notify_all()

@@ -297,7 +297,7 @@ def decode_entity(cls, buf, pos: int = 0):
 
 def check(code: int, what: str = "", message: str | None = None) -> None:
     if code:
-        raise KafkaProtocolError(ErrorCode(code), f"{what}: {message}" if message else what or None)
+        raise KafkaProtocolError(code, f"{what}: {message}" if message else what or None)
 
 
 # ---------------------------------------------------------------- InitProducerId (tiny, idempotent only)
