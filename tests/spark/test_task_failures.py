@@ -2,9 +2,9 @@
 retries them: every input event reaches the output, duplicates come only from failed attempts.
 
 The failure is a Python UDF upstream of the sink raising in the middle of a task. Spark then ends
-the Python writer's input without an error (the JVM shuts the socket's output, pyarrow reads that
-as the end of the stream), so the sink's write() returns for an attempt that Spark fails: the sink
-must not take that for success. Arrow batches of 10 rows and values of 2 KB (the JVM sends the
+the Python writer's input without an error (the JVM drops the worker's socket, pyarrow reads the
+end of file as the end of the stream), so the sink's write() returns for an attempt that Spark
+failed: the sink must not take that for success. Arrow batches of 10 rows and values of 2 KB (the JVM sends the
 writer its input in chunks of spark.buffer.size, 64 KB), so the failed attempt has handed most
 of the rows before the failure to the producer, and they are in the output."""
 from collections import Counter

@@ -3,9 +3,9 @@ where the streaming sink's driver records which (sink, batch id[, task]) Spark r
 
 Only the driver writes markers, from the commit messages Spark hands it: a write task cannot know
 whether its own attempt succeeded. When the JVM side of a task fails while it feeds the Python
-writer (a Python UDF upstream raised, say), Spark shuts the socket's output and pyarrow ends the
-writer's input as if it were complete; write() returns normally for an attempt Spark then fails
-(docs/spark.md, "A task cannot know that it succeeded")."""
+writer (a Python UDF upstream raised, say), Spark drops the socket to the writer's worker and
+pyarrow ends the writer's input as if it were complete; write() returns normally for an attempt
+Spark has failed (docs/spark.md, "A task cannot know that it succeeded")."""
 from __future__ import annotations
 
 import json
