@@ -1,5 +1,11 @@
 """Executor-side writing: Arrow batches -> oncelog's idempotent producer; and the marker topic
-where the streaming sink records which (sink, batch id[, task]) it has fully written."""
+where the streaming sink's driver records which (sink, batch id[, task]) Spark reported written.
+
+Only the driver writes markers, from the commit messages Spark hands it: a write task cannot know
+whether its own attempt succeeded. When the JVM side of a task fails while it feeds the Python
+writer (a Python UDF upstream raised, say), Spark drops the socket to the writer's worker and
+pyarrow ends the writer's input as if it were complete; write() returns normally for an attempt
+Spark has failed (docs/spark.md, "A task cannot know that it succeeded")."""
 from __future__ import annotations
 
 import json
@@ -162,7 +168,8 @@ def ensure_marker_topic(client: dict, topic: str) -> None:
 
 def read_markers(client: dict, topic: str, sink_id: str, batch_id: int | None = None,
                  window: int = 2000) -> tuple[set[int], set[tuple[int, int]]]:
-    """(committed batch ids, {(batch id, task partition id)} fully written) of one sink.
+    """(committed batch ids, {(batch id, task partition id)} whose attempt Spark reported
+    successful) of one sink.
 
     A sink's markers are appended in batch order and Spark only replays batches after the last
     committed one, so with `batch_id` given the topic is read backwards in growing windows from
@@ -215,13 +222,25 @@ def _scan_markers(consumer, tp, start: int, end: int, want: bytes, batches: set,
                 older = True
             if m.get("task") is None:
                 batches.add(b)
-            else:
+            elif m.get("confirmed"):
+                # task markers without it were written by the tasks themselves (before this
+                # connector version), possibly by an attempt that failed after its input was cut
                 tasks.add((b, int(m["task"])))
     return older
 
 
-def write_marker(producer: Producer, topic: str, sink_id: str, batch_id: int,
-                 task: int | None, rows: int) -> None:
-    value = json.dumps({"sink": sink_id, "batch": batch_id, "task": task, "rows": rows},
-                       sort_keys=True).encode()
-    producer.send(topic, value, sink_id.encode(), partition=0).result(60)
+def write_markers(producer: Producer, topic: str, sink_id: str, batch_id: int,
+                  rows_by_task: dict[int | None, int]) -> None:
+    """Appends one marker per entry and waits for all: task None = the whole batch committed,
+    a task id = that task's attempt was reported successful by Spark (its commit message reached
+    the driver), so a replay of the batch may skip it."""
+    futures = []
+    for task, rows in rows_by_task.items():
+        m = {"sink": sink_id, "batch": batch_id, "task": task, "rows": rows}
+        if task is not None:
+            m["confirmed"] = True
+        futures.append(producer.send(topic, json.dumps(m, sort_keys=True).encode(),
+                                     sink_id.encode(), partition=0))
+    producer.flush()
+    for f in futures:
+        f.result(60)

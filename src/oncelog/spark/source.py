@@ -231,9 +231,12 @@ class BatchWriter(DataSourceArrowWriter):
 
 
 class StreamWriter(DataSourceStreamArrowWriter):
-    """Idempotent across replays of a micro-batch: a task that finished writes a marker
-    (sink, batch, task) after its rows are acknowledged, the driver's commit writes (sink, batch);
-    a replayed batch skips tasks (or the whole batch) already marked."""
+    """Idempotent across replays of a micro-batch, as far as Spark tells the driver what was
+    written: the driver's commit marks the batch (sink, batch), its abort marks each task whose
+    attempt succeeded (sink, batch, task); a replayed batch skips the batch or the tasks marked.
+
+    A task never marks itself: its input can end early without an error (see produce.py), so
+    only a commit message that reached the driver proves that an attempt wrote all its rows."""
 
     def __init__(self, options, schema) -> None:
         self.wo = write_options(options)
@@ -266,28 +269,33 @@ class StreamWriter(DataSourceStreamArrowWriter):
         producer = produce.open_producer(self.wo.client)
         try:
             rows = produce.write_batches(producer, iterator, self.wo.topic, self.wo.include_headers)
-            produce.write_marker(producer, self.wo.marker_topic, sink, batch_id, task, rows)
         finally:
             producer.close()
         return TaskCommit(sink, batch_id, task, attempt, rows)
+
+    def _mark(self, sink: str, batch_id: int, rows_by_task: dict) -> None:
+        producer = produce.open_producer(self.wo.client)
+        try:
+            produce.write_markers(producer, self.wo.marker_topic, sink, batch_id, rows_by_task)
+        finally:
+            producer.close()
 
     def commit(self, messages, batchId: int) -> None:
         done = [m for m in messages if m is not None]
         if self.fail_commit is not None and int(self.fail_commit) == batchId:
             raise OncelogSparkError(f"injected sink commit failure for batch {batchId} "
                                     "(option _failCommitBatch)")
-        if not done:
-            return
-        producer = produce.open_producer(self.wo.client)
-        try:
-            produce.write_marker(producer, self.wo.marker_topic, done[0].sink_id, batchId, None,
-                                 sum(m.rows for m in done))
-        finally:
-            producer.close()
+        if done:
+            self._mark(done[0].sink_id, batchId, {None: sum(m.rows for m in done)})
 
     def abort(self, messages, batchId: int) -> None:
-        log.warning("oncelog sink: batch %d aborted; finished tasks keep their markers and are "
-                    "skipped when the batch is replayed", batchId)
+        """The job failed (or commit() did): the tasks Spark reported successful are marked so
+        that the replay of this batch skips them; the others are written again in full."""
+        done = [m for m in messages if m is not None and not m.skipped]
+        log.warning("oncelog sink: batch %d aborted; %d task(s) that finished are marked and "
+                    "skipped when the batch is replayed", batchId, len(done))
+        if done:
+            self._mark(done[0].sink_id, batchId, {m.task: m.rows for m in done})
 
 
 def _check_write_schema(schema, wo) -> None:
