@@ -225,6 +225,19 @@ def test_expired_producers_are_remembered_across_a_restart(env, clean):
     assert (r.error_code, r.base_offset, e.end) == (0, first, end)
 
 
+def test_a_restored_producer_keeps_its_window_through_a_crash(env):
+    # A restore writes no snapshot (that would cost the whole state per request); a crash after
+    # the producer appended again must still give back its whole window, by replay.
+    e = env(producer_id_expiration_ms=1000)
+    offsets = fill(e, 3)
+    e.partition.remove_expired_producers(NOW + 5000)
+    assert e.append(batch(6), now=NOW + 5000).base_offset == offsets[-1] + 2
+    e.restart(clean=False, now=NOW + 6000)
+    r = e.append(batch(0), now=NOW + 6000)  # the oldest batch of its window, retried
+    assert (r.error_code, r.base_offset) == (0, offsets[0])
+    assert [b[2] for b in e.partition.producer_state.entry(PID).batches] == offsets + [offsets[-1] + 2]
+
+
 def test_a_never_seen_producer_at_a_non_zero_sequence_reads_nothing_from_the_log(env):
     e = env()
     fill(e, 200, pid=5)

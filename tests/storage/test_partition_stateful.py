@@ -178,6 +178,13 @@ class PartitionMachine(RuleBasedStateMachine):
     def crash(self):
         self.partition.log.close()  # the log's data is on disk; producer state only in snapshots
         self.partition = self._open()
+        # A producer restored after the last snapshot, with no batch appended since, is
+        # remembered as expired again (its next batch restores it once more: same answers).
+        ps = self.partition.producer_state
+        for pid in [pid for pid in self.producers if pid not in ps and pid in ps.expired]:
+            p = self.producers.pop(pid)
+            assert ps.expired.get(pid)[1] == p["history"][-1][2]
+            self.expired[pid] = p["retained"]
 
     @invariant()
     def state_matches(self):

@@ -122,6 +122,7 @@ class Partition:
         self._last_snapshot_offset = -1
         self._next_expiration_check = -1
         self._next_capacity_sweep = -1
+        self._restored_since_snapshot = False  # the next snapshot is due even if the log did not move
         now = _now() if now_ms is None else now_ms
         self._map_end = self._load_producer_state(now)
         if hasattr(log, "on_roll"):
@@ -209,7 +210,7 @@ class Partition:
                     check = self._prepare(headers)
                     if check.producer_id in self.producer_state.expired:
                         check = self._restore_expired(headers, check, now_ms)
-                    if check.error == ErrorCode.THROTTLING_QUOTA_EXCEEDED and self._sweep_for_room(now_ms):
+                    elif check.error == ErrorCode.THROTTLING_QUOTA_EXCEEDED and self._sweep_for_room(now_ms):
                         check = self._prepare(headers)
                     if check.kind != ps.APPEND:
                         return self._answer_without_append(check)
@@ -309,13 +310,24 @@ class Partition:
         pid = check.producer_id
         if pid in state:
             return check
-        if state.at_capacity and not (self._sweep_for_room(now_ms) and not state.at_capacity):
-            # Keep it remembered: its answer must not turn into UNKNOWN_PRODUCER_ID (false data
-            # loss for its client) just because the partition is full for now.
-            return state.capacity_refusal(pid, check.epoch, check.first_seq, check.last_seq)
+        if state.at_capacity:
+            self._sweep_for_room(now_ms)
+            if state.at_capacity:
+                # Keep it remembered: its answer must not turn into UNKNOWN_PRODUCER_ID (false
+                # data loss for its client) just because the partition is full for now.
+                return state.capacity_refusal(pid, check.epoch, check.first_seq, check.last_seq)
+        # No snapshot follows (it would cost the whole state per request): after a crash the
+        # producer is remembered again, or, if it appended since, restored again by the replay.
+        return self._prepare(headers) if self._restore_from_log(pid, now_ms) else check
+
+    def _restore_from_log(self, pid: int, now_ms: int) -> bool:
+        """Put a remembered expired producer's batches back into the state: bounded reads
+        through the offset index from its oldest retained batch (or from
+        producer.state.expired.lookup.offsets below its newest) to its newest."""
+        state = self.producer_state
         remembered = state.expired.pop(pid)  # one restore per expiry
         if remembered is None:  # forgotten while room was made (the remembered set was full)
-            return check
+            return False
         oldest, newest = remembered
         reach = state.config.expired_lookup_offsets
         start = max(oldest, newest - reach, self.log.log_start_offset)
@@ -324,18 +336,16 @@ class Partition:
         if not found or found[-1].base_offset != newest:
             log.warning("%s-%d: expired producer %d's newest batch is not at offset %d; not restored",
                         self.topic, self.index, pid, newest)
-            return check
+            return False
         kept = found[-state.stride:]
         for h in kept:
             state.record(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
                          h.base_offset, _append_time(h), now_ms)
         self.counters.restored += 1
-        # The state changed without the log moving: a crash must not bring back the state of
-        # before (a restored producer's next batches would then be replayed onto nothing).
-        self.take_snapshot(sync=False, force=True)
+        self._restored_since_snapshot = True
         log.info("%s-%d: expired producer %d restored from the log (%d batches from offset %d)",
                  self.topic, self.index, pid, len(kept), kept[0].base_offset)
-        return self._prepare(headers)
+        return True
 
     def _sweep_for_room(self, now_ms: int) -> bool:
         """At producer.state.max.producers.per.partition, expire idle producers now instead of
@@ -401,11 +411,14 @@ class Partition:
 
     def take_snapshot(self, sync: bool = True, force: bool = False) -> Path | None:
         """Write the state covering offsets below `_map_end`; skipped when the log did not move
-        since the last one unless `force` (the state changed without the log: expiry)."""
-        if self.directory is None or (self._map_end <= self._last_snapshot_offset and not force):
+        since the last one unless `force` (the state changed without the log: expiry) or an
+        expired producer was restored since."""
+        if self.directory is None or (self._map_end <= self._last_snapshot_offset and not force
+                                      and not self._restored_since_snapshot):
             return None
         path = snaps.write_snapshot(self.directory, self._map_end, self.producer_state.columns(), sync=sync)
         self._last_snapshot_offset = self._map_end
+        self._restored_since_snapshot = False
         self.counters.snapshots_written += 1
         snaps.remove_stale(self.directory, self._map_end, SNAPSHOTS_TO_KEEP)
         return path
@@ -470,6 +483,10 @@ class Partition:
                 break
             if h.producer_id < 0 or h.is_control or h.base_offset < start:
                 continue
+            if h.producer_id in state.expired and h.producer_id not in state:
+                # Restored after the snapshot was taken and appended since: restore it again
+                # first, so that its window holds what it held before the crash.
+                self._restore_from_log(h.producer_id, now_ms)
             ts = _append_time(h)
             # Replayed producers count as seen now: their true idle time is unknown, and expiring
             # one too early would turn its next batch into a spurious UNKNOWN_PRODUCER_ID.
