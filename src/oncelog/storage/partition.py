@@ -285,7 +285,7 @@ class Partition:
         start = max(self.log.log_start_offset, check.base_offset - reach)
         if start >= check.base_offset:
             return check
-        for h in self._iter_headers(start):
+        for h in self._headers_between(start, check.base_offset):  # reads only that range
             if h.base_offset >= check.base_offset:
                 break
             if (h.producer_id == check.producer_id and h.producer_epoch == check.epoch
