@@ -254,16 +254,26 @@ def test_idle_producer_past_expiry_continues_where_it_was(expiring_broker):
     assert [r.value for r in read(boot, "idle", expected=4)] == [b"0", b"1", b"2", b"3"]
 
 
-def test_unknown_producer_without_retention_is_fatal_data_loss(expiring_broker):
-    # no log lookup for expired producers: UNKNOWN_PRODUCER_ID below the last acknowledged offset
-    boot = expiring_broker.bootstrap
-    create(boot, "ul", producer_state_expired_lookup_offsets="0")
-    with Producer({"bootstrap.servers": boot, "linger.ms": 0}) as p:
-        for i in range(3):
-            p.send("ul", b"%d" % i).result(30)
-        wait_producer_expired(boot, "ul")
-        with pytest.raises(DataLossError, match=r"ul-0.*log start offset 0.*offset 2"):
-            p.send("ul", b"3").result(30)
+def test_unknown_producer_after_real_loss_is_fatal_data_loss(tmp_path):
+    # The broker really lost what it acknowledged (the partition's data gone, as after a disk
+    # failure): UNKNOWN_PRODUCER_ID with a log start offset at or below the last acknowledged
+    # offset, which the client must report. (An expired producer whose batches are still in the
+    # log is restored by the broker and no longer gets here: see the test above.)
+    from oncelog.testing.embedded import BrokerProcess
+    b = BrokerProcess(tmp_path / "data").start()
+    try:
+        create(b.bootstrap, "ul")
+        with Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 0}) as p:
+            for i in range(3):
+                p.send("ul", b"%d" % i).result(30)
+            b.kill()
+            for segment in (tmp_path / "data" / "ul-0").glob("*.log"):
+                segment.write_bytes(b"")
+            b.start()
+            with pytest.raises(DataLossError, match=r"ul-0.*log start offset 0.*offset 2"):
+                p.send("ul", b"3").result(30)
+    finally:
+        b.stop()
 
 
 # ------------------------------------------------------------------ old message formats

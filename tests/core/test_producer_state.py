@@ -32,6 +32,7 @@ from oncelog.core import producer_state as ps
 from oncelog.core.producer_state import (APPEND, DUPLICATE, LOOKUP, REFUSE, ProducerStateConfig,
                                          ProducerStateManager)
 from oncelog.core.sequence import MAX_SEQUENCE, last_sequence
+from oncelog.protocol.errors import RETRIABLE
 from oncelog.protocol.errors import ErrorCode as E
 
 PID = 1000
@@ -348,3 +349,97 @@ def test_accept_sequence_gaps_on_replay():
     assert [b[:2] for b in m.entry(PID).batches] == [(0, 0), (7, 9), (40, 40)]
     assert m.check(PID, 0, 41, 41).kind == APPEND
     assert m.check(PID, 0, 7, 9).kind == DUPLICATE
+
+
+# -------------------------------------------------------------- issue 13: bounded work per request
+
+def _ids_colliding_under_the_public_hash(n: int) -> list[int]:
+    """Producer ids that all share one home slot under the old, public multiplicative hash
+    (pid * 0x9E3779B97F4A7C15): pid * MUL = 1, 2, 3, ... so their top bits are all zero."""
+    mul_inverse = pow(0x9E3779B97F4A7C15, -1, 1 << 64)
+    ids, i = [], 1
+    while len(ids) < n:
+        pid = (mul_inverse * i) & ((1 << 64) - 1)
+        if pid < 2**63:
+            ids.append(pid)
+        i += 1
+    return ids
+
+
+def test_chosen_producer_ids_do_not_share_a_probe_chain():
+    ids = _ids_colliding_under_the_public_hash(8000)
+    m = manager()
+    log = Log(m)
+    for pid in ids:
+        assert log.produce(pid, 0, 0)[0] == "appended"
+    probes = [m.probe_length(pid) for pid in ids]
+    # Linear probing at most 3/4 full: a few probes on average whatever the ids; with the public
+    # hash every id sat on one chain (8000 probes for the last, 12 s of CPU for these inserts).
+    assert sum(probes) / len(probes) < 4 and max(probes) < 100
+    for pid in ids[::97]:
+        assert log.produce(pid, 0, 0)[0] == "duplicate"
+    assert m.remove_expired(10**15) == 8000 and len(m) == 0
+
+
+def test_the_hash_key_differs_per_manager():
+    a, b = ProducerStateManager(), ProducerStateManager()
+    ids = list(range(64))
+    assert [a._index._home(p) for p in ids] != [b._index._home(p) for p in ids]
+    c = ProducerStateManager(hash_key=a._key)
+    assert [a._index._home(p) for p in ids] == [c._index._home(p) for p in ids]
+
+
+def test_producer_cap_refuses_a_new_producer_with_a_retriable_error():
+    m = manager(max_producers=2)
+    log = Log(m)
+    log.produce(1, 0, 0)
+    log.produce(2, 0, 0)
+    c = m.check(3, 0, 0, 0)
+    assert (c.kind, c.error) == (REFUSE, E.THROTTLING_QUOTA_EXCEEDED) and E.THROTTLING_QUOTA_EXCEEDED in RETRIABLE
+    assert err(log.produce(3, 0, 5)) == E.UNKNOWN_PRODUCER_ID  # no state would be created anyway
+    assert log.produce(1, 0, 1)[0] == "appended" and log.produce(1, 0, 0)[0] == "duplicate"
+    m.record(3, 0, 0, 0, 99, -1, 0)  # the log is trusted at replay: no cap there
+    assert len(m) == 3
+
+
+def test_expired_producers_are_remembered_with_their_batch_offsets():
+    m = manager(expiration_ms=10)
+    log = Log(m)
+    for first in (0, 2, 4):
+        log.produce(PID, 0, first, 2)
+    log.produce(7, 0, 0, now=100)
+    assert m.remove_expired(50) == 1
+    assert m.expired.get(PID) == (0, 4) and 7 not in m.expired
+    m.forget_expired_before(4)
+    assert PID in m.expired
+    m.forget_expired_before(5)
+    assert PID not in m.expired
+    m.remove_expired(10**6)
+    m.record(7, 0, 1, 1, 200, -1, 10**6)  # back in the log: no longer remembered
+    assert 7 not in m.expired and 7 in m
+
+
+def test_remembered_expired_producers_are_bounded():
+    m = manager(expiration_ms=1)
+    m.expired.capacity = 1000
+    for pid in range(1500):
+        m.record(pid, 0, 0, 0, pid, -1, 0)
+    m.remove_expired(10)
+    assert len(m.expired) == 900 and min(o for _p, (_a, o) in m.expired.items()) == 600
+    assert m.expired.forgotten == 600
+
+
+def test_lookup_bounds_are_what_the_topic_config_accepts():
+    from oncelog.core.topic_config import TOPIC_CONFIGS
+    for name, field in (("producer.state.duplicate.lookup.offsets", "duplicate_lookup_offsets"),
+                        ("producer.state.expired.lookup.offsets", "expired_lookup_offsets"),
+                        ("producer.state.batches.to.retain", "batches_to_retain"),
+                        ("max.in.flight.sequence.number.per.connection", "max_in_flight_sequence_number"),
+                        ("producer.state.max.producers.per.partition", "max_producers")):
+        d = TOPIC_CONFIGS[name]
+        ProducerStateConfig(**{field: d.minimum})
+        ProducerStateConfig(**{field: d.maximum})
+        with pytest.raises(ValueError):
+            ProducerStateConfig(**{field: d.maximum + 1})
+        with pytest.raises(ValueError):
+            ProducerStateConfig(**{field: d.minimum - 1})

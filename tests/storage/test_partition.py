@@ -166,14 +166,141 @@ def test_expired_producers_are_forgotten_once_the_log_start_passes_them(env):
     assert PID not in e.partition.producer_state.expired
 
 
-def test_expired_producer_beyond_the_lookup_gets_unknown_producer_id(env):
+def test_lookup_reach_0_still_restores_the_newest_batch_through_the_index(env):
     e = env(producer_id_expiration_ms=1000, producer_state_expired_lookup_offsets=0)
-    fill(e, 3)
+    offsets = fill(e, 3)
     e.partition.remove_expired_producers(NOW + 5000)
     r = e.append(batch(6), now=NOW + 5000)
-    assert r.error_code == E.UNKNOWN_PRODUCER_ID
-    assert r.log_start_offset == 0  # the client compares it with its last acknowledged offset
-    assert e.append(batch(0, epoch=1)).error_code == 0
+    assert (r.error_code, r.base_offset) == (0, offsets[-1] + 2)
+    assert [b[2] for b in e.partition.producer_state.entry(PID).batches] == [offsets[-1], offsets[-1] + 2]
+
+
+# -------------------------------------------------------------- issue 13, items 2 and 3
+
+class CountingReads:
+    """Counts the batch headers the partition reads from its (real) log."""
+
+    def __init__(self, log):
+        self.log, self.headers = log, 0
+        for name in ("iter_batches_from", "batch_headers_between"):
+            real = getattr(log, name)
+            setattr(log, name, self._counted(real))
+
+    def _counted(self, real):
+        def read(*args):
+            for h in real(*args):
+                self.headers += 1
+                yield h
+        return read
+
+
+def test_idle_producer_beyond_the_lookup_reach_continues_without_false_data_loss(env):
+    # The issue's case: offsets 0..5 from producer 1, 60 other records, expiry, then seq 6..7.
+    # A scan of the last 50 offsets misses its batches; the remembered offsets do not.
+    e = env(producer_id_expiration_ms=1000, producer_state_expired_lookup_offsets=50)
+    offsets = fill(e, 3, pid=1)
+    assert offsets == [0, 2, 4]
+    for _ in range(60):
+        assert e.append(plain()).error_code == 0
+    e.partition.remove_expired_producers(NOW + 5000)
+    r = e.append(batch(6, pid=1), now=NOW + 5000)
+    assert (r.error_code, r.base_offset) == (0, 66), r
+    r = e.append(batch(2, pid=1), now=NOW + 5000)  # and its window is whole: an older retry is a duplicate
+    assert (r.error_code, r.base_offset) == (0, 2)
+
+
+@pytest.mark.parametrize("clean", [True, False], ids=["clean-restart", "crash"])
+def test_expired_producers_are_remembered_across_a_restart(env, clean):
+    # Before: the remembered set lived in memory only, and after a restart a seq-0 retry of a
+    # producer that expired before it was appended a second time.
+    e = env(producer_id_expiration_ms=1000)
+    first = e.append(batch(0, 3, epoch=1), now=NOW).base_offset
+    fill(e, 2, pid=77)
+    e.partition.remove_expired_producers(NOW + 5000)
+    assert PID in e.partition.producer_state.expired
+    e.restart(clean=clean, now=NOW + 6000)
+    assert PID in e.partition.producer_state.expired
+    end = e.end
+    r = e.append(batch(0, 3, epoch=1), now=NOW + 6000)
+    assert (r.error_code, r.base_offset, e.end) == (0, first, end)
+
+
+def test_a_restored_producer_keeps_its_window_through_a_crash(env):
+    # A restore writes no snapshot (that would cost the whole state per request); a crash after
+    # the producer appended again must still give back its whole window, by replay.
+    e = env(producer_id_expiration_ms=1000)
+    offsets = fill(e, 3)
+    e.partition.remove_expired_producers(NOW + 5000)
+    assert e.append(batch(6), now=NOW + 5000).base_offset == offsets[-1] + 2
+    e.restart(clean=False, now=NOW + 6000)
+    r = e.append(batch(0), now=NOW + 6000)  # the oldest batch of its window, retried
+    assert (r.error_code, r.base_offset) == (0, offsets[0])
+    assert [b[2] for b in e.partition.producer_state.entry(PID).batches] == offsets + [offsets[-1] + 2]
+
+
+def test_a_never_seen_producer_at_a_non_zero_sequence_reads_nothing_from_the_log(env):
+    e = env()
+    fill(e, 200, pid=5)
+    reads = CountingReads(e.partition.log)
+    for pid in range(1000, 1100):
+        r = e.append(batch(1, pid=pid))
+        assert r.error_code == E.UNKNOWN_PRODUCER_ID and r.log_start_offset == 0
+    assert reads.headers == 0
+    assert e.partition.counters.unknown_producer == 100
+
+
+def test_restoring_an_expired_producer_reads_its_own_batches_not_the_tail(env):
+    e = env(producer_id_expiration_ms=1000)
+    offsets = fill(e, 3, pid=1)
+    for i in range(2000):
+        assert e.append(plain()).error_code == 0
+    e.partition.remove_expired_producers(NOW + 5000)
+    reads = CountingReads(e.partition.log)
+    r = e.append(batch(4, pid=1), now=NOW + 5000)  # a retry of its last batch
+    assert (r.error_code, r.base_offset) == (0, offsets[-1])
+    assert reads.headers <= 10, reads.headers  # the 3 batches and what the index reaches past
+    assert e.append(batch(6, pid=1), now=NOW + 5000).error_code == 0
+    assert e.append(batch(1, pid=2), now=NOW + 5000).error_code == E.UNKNOWN_PRODUCER_ID
+    assert reads.headers <= 10  # neither the live producer nor a stranger reads again
+
+
+def test_producer_cap_refuses_new_producers_and_keeps_the_tracked_ones(env):
+    e = env(producer_state_max_producers_per_partition=3, producer_id_expiration_ms=60_000)
+    for pid in (1, 2, 3):
+        fill(e, 1, pid=pid)
+    end = e.end
+    r = e.append(batch(0, pid=4))
+    assert r.error_code == E.THROTTLING_QUOTA_EXCEEDED and "max.producers.per.partition" in r.error_message
+    assert e.end == end and 4 not in e.partition.producer_state
+    assert e.partition.counters.producers_refused == 1
+    for pid in (1, 2, 3):  # the tracked producers keep their deduplication and continue
+        assert e.append(batch(0, pid=pid)).base_offset == (pid - 1) * 2
+        assert e.append(batch(2, pid=pid)).error_code == 0
+    assert e.append(batch(1, pid=5)).error_code == E.UNKNOWN_PRODUCER_ID  # not a new producer: as before
+
+
+def test_producer_cap_expires_idle_producers_at_once_to_make_room(env):
+    e = env(producer_state_max_producers_per_partition=2, producer_id_expiration_ms=60_000)
+    fill(e, 1, pid=1)
+    fill(e, 1, pid=2)
+    r = e.append(batch(0, pid=3), now=NOW + 61_000)  # producers 1 and 2 are past expiry by now
+    assert (r.error_code, r.base_offset) == (0, 4)
+    assert 1 in e.partition.producer_state.expired and 2 in e.partition.producer_state.expired
+
+
+def test_expired_producer_returning_to_a_full_partition_is_told_to_retry_not_unknown(env):
+    # UNKNOWN_PRODUCER_ID with log start 0 <= its last acknowledged offset would be data loss to
+    # its client; the partition is only full.
+    e = env(producer_state_max_producers_per_partition=2, producer_id_expiration_ms=60_000)
+    fill(e, 2, pid=1)
+    e.partition.remove_expired_producers(NOW + 61_000)
+    for pid in (2, 3):
+        assert e.append(batch(0, pid=pid), now=NOW + 61_000).error_code == 0
+    r = e.append(batch(4, pid=1), now=NOW + 61_500)
+    assert r.error_code == E.THROTTLING_QUOTA_EXCEEDED
+    assert 1 in e.partition.producer_state.expired
+    r = e.append(batch(4, pid=1), now=NOW + 200_000)  # 2 and 3 have expired meanwhile: room again
+    assert (r.error_code, r.base_offset) == (0, 8)  # after 0, 2 (its own), 4 and 6
 
 
 def test_unknown_producer_after_deletion_and_expiry_carries_log_start(env):

@@ -50,7 +50,8 @@ class PartitionMachine(RuleBasedStateMachine):
         self.partition = self._open()
         self.producers: dict[int, dict] = {}  # pid -> {epoch, history [(first, last, offset)], retained}
         self.appended: list[tuple[int, int, int, int, int]] = []  # (pid, epoch, first, last, offset) in the log
-        self.expired: set[int] = set()  # expired pids the broker still remembers (until a restart)
+        # expired pids the broker remembers (snapshots keep them) -> batches retained at expiry
+        self.expired: dict[int, int] = {}
 
     def teardown(self):
         try:
@@ -65,10 +66,11 @@ class PartitionMachine(RuleBasedStateMachine):
                                           "producer.id.expiration.ms": EXPIRY})
 
     def _restore(self, pid):
-        """An expired producer whose batches are still in the log is restored from them."""
-        self.expired.discard(pid)
+        """An expired producer whose batches are still in the log is restored from them: the
+        batches it retained when it expired (the state remembers where they are)."""
+        retained = self.expired.pop(pid)
         start = self.partition.log_start_offset
-        mine = [b for b in self.appended if b[0] == pid and b[4] >= start][-self.window:]
+        mine = [b for b in self.appended if b[0] == pid and b[4] >= start][-min(self.window, retained):]
         if mine:
             # the batches since the last change of epoch: a change resets the state, in the
             # log as in memory (after expiry a producer id may even come back at a lower epoch)
@@ -79,7 +81,7 @@ class PartitionMachine(RuleBasedStateMachine):
 
     def _expect(self, pid, epoch, f, l):
         p = self.producers.get(pid)
-        if p is None and (f != 0 or pid in self.expired):
+        if p is None and pid in self.expired:
             self._restore(pid)
             p = self.producers.get(pid)
         if p is None:
@@ -157,7 +159,8 @@ class PartitionMachine(RuleBasedStateMachine):
         self.now += EXPIRY + 1
         self.partition.tick(self.now, check_interval_ms=1)
         start = self.partition.log_start_offset
-        self.expired |= {pid for pid, p in self.producers.items() if p["history"][-1][2] >= start}
+        self.expired.update({pid: p["retained"] for pid, p in self.producers.items()
+                             if p["history"][-1][2] >= start})
         self.producers.clear()
 
     @precondition(lambda self: self.partition.log_end_offset > self.partition.log_start_offset)
@@ -170,13 +173,18 @@ class PartitionMachine(RuleBasedStateMachine):
     def clean_restart(self):
         self.partition.close()
         self.partition = self._open()
-        self.expired.clear()  # kept in memory only
 
     @rule()
     def crash(self):
         self.partition.log.close()  # the log's data is on disk; producer state only in snapshots
         self.partition = self._open()
-        self.expired.clear()
+        # A producer restored after the last snapshot, with no batch appended since, is
+        # remembered as expired again (its next batch restores it once more: same answers).
+        ps = self.partition.producer_state
+        for pid in [pid for pid in self.producers if pid not in ps and pid in ps.expired]:
+            p = self.producers.pop(pid)
+            assert ps.expired.get(pid)[1] == p["history"][-1][2]
+            self.expired[pid] = p["retained"]
 
     @invariant()
     def state_matches(self):

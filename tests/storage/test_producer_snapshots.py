@@ -3,6 +3,7 @@ Corrupt}SnapshotFile, plus the point of our format: every retained batch survive
 from __future__ import annotations
 
 import struct
+from array import array
 
 import pytest
 
@@ -60,7 +61,7 @@ def test_damaged_snapshots_are_refused(tmp_path, damage):
     elif damage == "flipped":
         data[len(data) // 2] ^= 0x40
     elif damage == "version":
-        struct.pack_into(">h", data, 4, 2)
+        struct.pack_into(">h", data, 4, 3)
     elif damage == "magic":
         data[0:4] = b"XXXX"
     elif damage == "trailing":
@@ -98,3 +99,45 @@ def test_duplicate_producer_in_snapshot_is_refused():
     _off, cols2 = snaps.decode_snapshot(snaps.encode_snapshot(1, cols))
     with pytest.raises(ValueError):
         ProducerStateManager(ProducerStateConfig(batches_to_retain=20)).load_columns(cols2)
+
+
+# ------------------------------------------------ version 2: expired producers are remembered
+
+def _encode_v1(offset: int, cols) -> bytes:
+    """A version-1 file as oncelog wrote it before version 2 (no expired producers)."""
+    from crc32c import crc32c
+    body = struct.pack(">hiiq", 0, cols.stride, len(cols.pid), offset) + b"".join(
+        snaps._le_bytes(getattr(cols, name)) for _code, name in snaps._PER_PRODUCER + snaps._PER_BATCH)
+    return b"OLPS" + struct.pack(">hI", 1, crc32c(body)) + body
+
+
+def test_expired_producers_round_trip(tmp_path):
+    m = _state(window=5, producers=6, batches=3)
+    m.remove_expired(5_000 + 86_400_000 + 2)  # producers 0..2 were seen at 5000..5002
+    assert len(m.expired) == 3 and len(m) == 3
+    _off, cols = snaps.read_snapshot(snaps.write_snapshot(tmp_path, 500, m.columns()))
+    m2 = ProducerStateManager(ProducerStateConfig(batches_to_retain=5))
+    m2.load_columns(cols)
+    assert sorted(m2.expired.items()) == sorted(m.expired.items())
+    assert list(m2.entries()) == list(m.entries())
+    assert snaps.snapshot_path(tmp_path, 500).read_bytes()[4:6] == b"\x00\x02"
+
+
+def test_version_1_snapshots_are_still_read(tmp_path):
+    m = _state(window=5, producers=4, batches=3)
+    path = snaps.snapshot_path(tmp_path, 36)
+    path.write_bytes(_encode_v1(36, m.columns()))
+    offset, cols = snaps.read_snapshot(path)
+    m2 = ProducerStateManager(ProducerStateConfig(batches_to_retain=5))
+    m2.load_columns(cols)
+    assert offset == 36 and list(m2.entries()) == list(m.entries()) and len(m2.expired) == 0
+
+
+def test_a_producer_both_tracked_and_remembered_is_tracked():
+    m = _state(window=5, producers=2, batches=2)
+    cols = m.columns()._replace(expired_pid=array("q", [0]), expired_oldest=array("q", [0]),
+                                expired_newest=array("q", [2]))
+    _off, cols2 = snaps.decode_snapshot(snaps.encode_snapshot(4, cols))
+    m2 = ProducerStateManager(ProducerStateConfig(batches_to_retain=5))
+    m2.load_columns(cols2)
+    assert 0 in m2 and 0 not in m2.expired

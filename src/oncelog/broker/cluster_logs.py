@@ -30,7 +30,7 @@ from oncelog.protocol import metadata as md
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.storage.log import LogConfig, PartitionLog
-from oncelog.storage.log_manager import TopicInfo, check_topic_name
+from oncelog.storage.log_manager import TopicInfo, check_topic_name, report_invalid_overrides
 from oncelog.storage.partition import Partition
 
 log = logging.getLogger(__name__)
@@ -91,6 +91,8 @@ class ClusterLogs:
             old = self.topics.get(t.name)
             info = TopicInfo(t.name, t.topic_id, len(t.partitions), overrides, str(self.log_dir))
             infos[t.name] = info
+            if old is None or old.overrides != overrides:
+                report_invalid_overrides(t.name, overrides, "the controller's metadata")
             for p in t.partitions:
                 leaders[(t.name, p.index)] = (p.leader_id, p.leader_epoch)
             if old is not None and old.overrides != overrides:

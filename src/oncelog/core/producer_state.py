@@ -19,14 +19,27 @@ open-addressing hash table (pid -> slot) in an array. Retained batches live in f
 pid 8 + epoch 2 + last update 8 + ring head/count 4 + ~8 of hash table; per retained batch:
 first seq 4 + last seq 4 + base offset 8 + timestamp 8. No Python object per producer or batch,
 so a million producers cost what the arrays cost (see bench/producer_state_memory.py).
+
+Bounded work (DESIGN.md): the hash table's home slots come from a keyed mixer whose key is drawn
+at random for each manager, so no client can choose producer ids that pile up on one probe chain;
+a partition tracks at most `producer.state.max.producers.per.partition` producers, and a new one
+beyond that is refused with the retriable THROTTLING_QUOTA_EXCEEDED (Kafka has no cap; Redpanda
+evicts the least recently used producer, whose next batch then fails). Refusing, not evicting,
+keeps every tracked producer's deduplication intact until `producer.id.expiration.ms`.
+
+Expired producers whose batches may still be in the log are remembered (pid, offset of the oldest
+and newest retained batch: 24 B each, packed the same way), so that storage can restore one with
+a bounded read of the log when it comes back, and a producer id never seen costs no read at all.
 """
 from __future__ import annotations
 
+import secrets
 import sys
 from array import array
 from dataclasses import dataclass
 from typing import Any, Iterator, NamedTuple
 
+from oncelog.core.pid_index import ExpiredProducers, PidIndex
 from oncelog.core.sequence import distance_below, increment
 from oncelog.protocol.errors import ErrorCode
 
@@ -38,8 +51,11 @@ MAX_BATCHES_TO_RETAIN = 1000  # ring head/count are uint16; 1000 is far beyond a
 DEFAULT_MAX_IN_FLIGHT_SEQUENCES = 10_000_000
 MAX_IN_FLIGHT_SEQUENCES = 2**30  # KIP-758: "below" and "ahead" ranges must not overlap
 DEFAULT_EXPIRATION_MS = 86_400_000
-DEFAULT_EXPIRED_LOOKUP_OFFSETS = 100_000
-MAX_EXPIRED_REMEMBERED = 100_000
+DEFAULT_EXPIRED_LOOKUP_OFFSETS = 10_000
+MAX_LOOKUP_OFFSETS = 2**30 - 1  # a lookup spans fewer than 2**30 offsets: no wrapped sequence can match
+DEFAULT_MAX_PRODUCERS = 100_000
+MIN_EXPIRED_REMEMBERED = 100_000  # expired producers remembered: max(this, the producer cap)
+MAX_MAX_PRODUCERS = 2**31 - 1  # slots are int32 in the hash table
 HALF_SPACE = 2**30
 
 # check() outcomes
@@ -62,7 +78,9 @@ class ProducerStateConfig:
     max_in_flight_sequence_number: int = DEFAULT_MAX_IN_FLIGHT_SEQUENCES
     expiration_ms: int = DEFAULT_EXPIRATION_MS
     duplicate_lookup_offsets: int = 0  # how far below the retained batches a tail scan may look
-    expired_lookup_offsets: int = DEFAULT_EXPIRED_LOOKUP_OFFSETS  # log tail scanned to restore an expired producer
+    # how far below an expired producer's newest batch the log is read to restore its window
+    expired_lookup_offsets: int = DEFAULT_EXPIRED_LOOKUP_OFFSETS
+    max_producers: int = DEFAULT_MAX_PRODUCERS  # producers tracked per partition
 
     def __post_init__(self) -> None:
         if self.dedup_mode not in MODES:
@@ -74,10 +92,12 @@ class ProducerStateConfig:
             raise ValueError("max.in.flight.sequence.number.per.connection must be in [1, 2**30]")
         if self.expiration_ms < 1:
             raise ValueError("producer.id.expiration.ms must be at least 1")
-        if not 0 <= self.duplicate_lookup_offsets < HALF_SPACE:
+        if not 0 <= self.duplicate_lookup_offsets <= MAX_LOOKUP_OFFSETS:
             raise ValueError("producer.state.duplicate.lookup.offsets must be in [0, 2**30)")
-        if not 0 <= self.expired_lookup_offsets < HALF_SPACE:
+        if not 0 <= self.expired_lookup_offsets <= MAX_LOOKUP_OFFSETS:
             raise ValueError("producer.state.expired.lookup.offsets must be in [0, 2**30)")
+        if not 1 <= self.max_producers <= MAX_MAX_PRODUCERS:
+            raise ValueError(f"producer.state.max.producers.per.partition must be in [1, {MAX_MAX_PRODUCERS}]")
 
     @property
     def stride(self) -> int:
@@ -98,6 +118,8 @@ class ProducerStateConfig:
                                      "duplicate_lookup_offsets"),
         "expired_lookup_offsets": ("producer.state.expired.lookup.offsets",
                                    "producer_state_expired_lookup_offsets", "expired_lookup_offsets"),
+        "max_producers": ("producer.state.max.producers.per.partition",
+                          "producer_state_max_producers_per_partition", "max_producers"),
     }
 
     @classmethod
@@ -120,7 +142,7 @@ class ProducerStateConfig:
                         break
         values["dedup_mode"] = str(values["dedup_mode"]).lower()
         for k in ("batches_to_retain", "max_in_flight_sequence_number", "expiration_ms",
-                  "duplicate_lookup_offsets", "expired_lookup_offsets"):
+                  "duplicate_lookup_offsets", "expired_lookup_offsets", "max_producers"):
             values[k] = int(values[k])
         return cls(**values)
 
@@ -143,7 +165,8 @@ class Check(NamedTuple):
 
 
 class ProducerSnapshotColumns(NamedTuple):
-    """The whole state as plain arrays (what snapshots store); batch arrays use `stride`."""
+    """The whole state as plain arrays (what snapshots store); batch arrays use `stride`.
+    The expired_* columns are the remembered expired producers (absent in version-1 snapshots)."""
     stride: int
     pid: array
     epoch: array
@@ -154,6 +177,9 @@ class ProducerSnapshotColumns(NamedTuple):
     last: array
     offset: array
     timestamp: array
+    expired_pid: array | None = None
+    expired_oldest: array | None = None
+    expired_newest: array | None = None
 
 
 class ProducerEntry(NamedTuple):
@@ -165,16 +191,17 @@ class ProducerEntry(NamedTuple):
     batches: tuple[tuple[int, int, int, int], ...]  # (first_seq, last_seq, base_offset, timestamp), oldest first
 
 
-_HASH_MUL = 0x9E3779B97F4A7C15
-_M64 = (1 << 64) - 1
-_EMPTY = -1
+def _remembered(config: ProducerStateConfig) -> int:
+    return max(config.max_producers, MIN_EXPIRED_REMEMBERED)
 
 
 class ProducerStateManager:
-    def __init__(self, config: ProducerStateConfig | None = None) -> None:
+    def __init__(self, config: ProducerStateConfig | None = None, *, hash_key: int | None = None) -> None:
         self.config = config or ProducerStateConfig()
+        # A fresh key per manager (the clock is passed in, randomness is drawn here: it is no I/O).
+        self._key = secrets.randbits(64) if hash_key is None else hash_key
         self._stride = self.config.stride
-        self._pid = array("q")
+        self._index = PidIndex(self._key)
         self._epoch = array("h")
         self._updated = array("q")
         self._head = array("H")
@@ -183,14 +210,7 @@ class ProducerStateManager:
         self._last = array("i")
         self._offset = array("q")
         self._ts = array("q")
-        self._bits = 4
-        self._table = array("i", [_EMPTY]) * (1 << self._bits)
-        # Producers removed by expiry whose batches may still be in the log: pid -> offset of their
-        # newest batch. A batch from one of them is looked up in the log tail before it is judged
-        # (storage does the scan), so that a retry arriving after expiry -- even one at sequence 0
-        # after an epoch bump -- is answered as the duplicate it is rather than appended again.
-        # New producer ids are never in it, so their first batches cost no scan.
-        self.expired: dict[int, int] = {}
+        self.expired = ExpiredProducers(self._key ^ 0x5DEECE66D, _remembered(self.config))
 
     # ------------------------------------------------------------ configuration
     @property
@@ -201,15 +221,22 @@ class ProducerStateManager:
     def stride(self) -> int:
         return self._stride
 
+    @property
+    def at_capacity(self) -> bool:
+        """No room for another producer (producer.state.max.producers.per.partition)."""
+        return len(self._index) >= self.config.max_producers
+
     def reconfigure(self, config: ProducerStateConfig) -> None:
         """Take a new config at once; a new window re-lays the rings keeping the newest batches."""
         self.config = config
+        self.expired.capacity = _remembered(config)
+        self.expired.shed()
         if config.stride != self._stride:
             self._relayout(config.stride)
 
     def _relayout(self, stride: int) -> None:
         old = self._stride
-        n = len(self._pid)
+        n = len(self._index)
         first, last = array("i", bytes(4 * n * stride)), array("i", bytes(4 * n * stride))
         offset, ts = array("q", bytes(8 * n * stride)), array("q", bytes(8 * n * stride))
         for s in range(n):
@@ -225,66 +252,12 @@ class ProducerStateManager:
         self._first, self._last, self._offset, self._ts = first, last, offset, ts
         self._stride = stride
 
-    # ------------------------------------------------------------ hash table
-    def _home(self, pid: int) -> int:
-        return ((pid * _HASH_MUL) & _M64) >> (64 - self._bits)
-
-    def _find(self, pid: int) -> int:
-        table, pids, mask = self._table, self._pid, (1 << self._bits) - 1
-        i = self._home(pid)
-        while True:
-            s = table[i]
-            if s == _EMPTY:
-                return -1
-            if pids[s] == pid:
-                return s
-            i = (i + 1) & mask
-
-    def _table_put(self, pid: int, slot: int) -> None:
-        table, mask = self._table, (1 << self._bits) - 1
-        i = self._home(pid)
-        while table[i] != _EMPTY:
-            i = (i + 1) & mask
-        table[i] = slot
-
-    def _grow_table(self) -> None:
-        self._bits += 1
-        self._table = array("i", [_EMPTY]) * (1 << self._bits)
-        for s, pid in enumerate(self._pid):
-            self._table_put(pid, s)
-
-    def _table_index(self, pid: int) -> int:
-        table, pids, mask = self._table, self._pid, (1 << self._bits) - 1
-        i = self._home(pid)
-        while pids[table[i]] != pid:
-            i = (i + 1) & mask
-        return i
-
-    def _table_delete(self, pid: int) -> None:
-        # Linear probing with backward-shift deletion: no tombstones, lookups stay short.
-        table, pids, mask = self._table, self._pid, (1 << self._bits) - 1
-        i = self._table_index(pid)
-        table[i] = _EMPTY
-        j = i
-        while True:
-            j = (j + 1) & mask
-            s = table[j]
-            if s == _EMPTY:
-                return
-            k = self._home(pids[s])
-            # the entry at j may fill the hole at i unless its home lies cyclically in (i, j]
-            if (i < k <= j) if i <= j else (k > i or k <= j):
-                continue
-            table[i] = s
-            table[j] = _EMPTY
-            i = j
-
     # ------------------------------------------------------------ slots
+    def _find(self, pid: int) -> int:
+        return self._index.find(pid)
+
     def _new_slot(self, pid: int, epoch: int) -> int:
-        s = len(self._pid)
-        if (s + 1) * 4 > (3 << self._bits):  # keep the table at most 3/4 full
-            self._grow_table()
-        self._pid.append(pid)
+        s = self._index.add(pid)
         self._epoch.append(epoch)
         self._updated.append(0)
         self._head.append(0)
@@ -295,23 +268,19 @@ class ProducerStateManager:
         self._last.extend(zeros_i)
         self._offset.extend(zeros_q)
         self._ts.extend(zeros_q)
-        self._table_put(pid, s)
         return s
 
     def _remove_slot(self, s: int) -> None:
         """Swap-remove: the last slot moves into `s` so the arrays stay dense."""
-        self._table_delete(self._pid[s])
-        last = len(self._pid) - 1
+        last = self._index.remove(s)
         stride = self._stride
         if s != last:
-            moved = self._pid[last]
-            self._table[self._table_index(moved)] = s
-            for arr in (self._pid, self._epoch, self._updated, self._head, self._count):
+            for arr in (self._epoch, self._updated, self._head, self._count):
                 arr[s] = arr[last]
             a, b = s * stride, last * stride
             for arr in (self._first, self._last, self._offset, self._ts):
                 arr[a:a + stride] = arr[b:b + stride]
-        for arr in (self._pid, self._epoch, self._updated, self._head, self._count):
+        for arr in (self._epoch, self._updated, self._head, self._count):
             arr.pop()
         for arr in (self._first, self._last, self._offset, self._ts):
             del arr[last * stride:]
@@ -326,6 +295,8 @@ class ProducerStateManager:
                 # the client compares our log start offset with its last acknowledged offset.
                 return Check(REFUSE, producer_id, epoch, first_seq, last_seq, ErrorCode.UNKNOWN_PRODUCER_ID,
                              f"no state for producer {producer_id} and sequence {first_seq} is not 0")
+            if self.at_capacity:
+                return self.capacity_refusal(producer_id, epoch, first_seq, last_seq)
             return Check(APPEND, producer_id, epoch, first_seq, last_seq)
         current = self._epoch[s]
         if epoch < current:
@@ -380,6 +351,15 @@ class ProducerStateManager:
                      f"expected sequence {increment(latest_last, 1)}, got {first_seq}..{last_seq}")
 
     # ------------------------------------------------------------ updates
+    def capacity_refusal(self, producer_id: int, epoch: int, first_seq: int, last_seq: int) -> Check:
+        """The answer to a producer that would exceed producer.state.max.producers.per.partition:
+        retriable, nothing appended, no tracked producer disturbed."""
+        return Check(REFUSE, producer_id, epoch, first_seq, last_seq, ErrorCode.THROTTLING_QUOTA_EXCEEDED,
+                     f"the partition tracks {len(self._index)} producers, its limit "
+                     f"(producer.state.max.producers.per.partition={self.config.max_producers}); "
+                     "retry once idle producers expire (producer.id.expiration.ms)")
+
+    # ------------------------------------------------------------ updates
     def commit(self, check: Check, base_offset: int, timestamp: int, now_ms: int) -> None:
         """Record a batch the log has taken (`check.kind == APPEND`)."""
         self.record(check.producer_id, check.epoch, check.first_seq, check.last_seq, base_offset,
@@ -390,8 +370,8 @@ class ProducerStateManager:
         """Record a batch without validation (commit, and replay of the log at recovery)."""
         s = self._find(producer_id)
         if s < 0:
-            if self.expired:
-                self.expired.pop(producer_id, None)
+            if len(self.expired):
+                self.expired.pop(producer_id)
             s = self._new_slot(producer_id, epoch)
         elif self._epoch[s] != epoch:
             # A new epoch starts a new sequence space; older batches can no longer match.
@@ -413,31 +393,32 @@ class ProducerStateManager:
             self._updated[s] = updated_ms
 
     def remove_expired(self, now_ms: int) -> int:
-        """Forget producers idle for producer.id.expiration.ms; returns how many."""
+        """Forget producers idle for producer.id.expiration.ms, remembering where their batches
+        are; returns how many."""
         cutoff = now_ms - self.config.expiration_ms
         expired = [s for s, t in enumerate(self._updated) if t <= cutoff]
-        stride = self._stride
+        stride, pids = self._stride, self._index.pids
         for s in expired:
-            if self._count[s]:
-                newest = s * stride + (self._head[s] + self._count[s] - 1) % stride
-                self.expired[self._pid[s]] = self._offset[newest]
-        while len(self.expired) > MAX_EXPIRED_REMEMBERED:  # oldest first: dicts keep insertion order
-            del self.expired[next(iter(self.expired))]
+            count = self._count[s]
+            if count:
+                base, head = s * stride, self._head[s]
+                self.expired.add(pids[s], self._offset[base + head],
+                                 self._offset[base + (head + count - 1) % stride])
+        self.expired.shed()
         for s in reversed(expired):  # highest first, so swap-remove never moves a pending slot
             self._remove_slot(s)
         return len(expired)
 
     def forget_expired_before(self, log_start_offset: int) -> None:
         """Expired producers whose newest batch the log no longer holds need no lookup."""
-        if self.expired:
-            self.expired = {p: o for p, o in self.expired.items() if o >= log_start_offset}
+        self.expired.forget_outside(log_start_offset)
 
     def clear(self) -> None:
-        self.__init__(self.config)
+        self.__init__(self.config, hash_key=self._key)
 
     # ------------------------------------------------------------ inspection
     def __len__(self) -> int:
-        return len(self._pid)
+        return len(self._index)
 
     def __contains__(self, producer_id: int) -> bool:
         return self._find(producer_id) >= 0
@@ -452,27 +433,31 @@ class ProducerStateManager:
         for k in range(count):
             p = s * stride + (head + k) % stride
             batches.append((self._first[p], self._last[p], self._offset[p], self._ts[p]))
-        return ProducerEntry(self._pid[s], self._epoch[s], batches[-1][1] if batches else -1,
+        return ProducerEntry(self._index.pids[s], self._epoch[s], batches[-1][1] if batches else -1,
                              self._updated[s], tuple(batches))
 
     def entries(self) -> Iterator[ProducerEntry]:
-        for s in range(len(self._pid)):
+        for s in range(len(self._index)):
             yield self._entry(s)
+
+    def probe_length(self, producer_id: int) -> int:
+        return self._index.probe_length(producer_id)
 
     def memory_bytes(self) -> int:
         """Bytes held by the arrays (what the state costs; the manager object itself is constant)."""
-        return sum(sys.getsizeof(a) for a in (
-            self._pid, self._epoch, self._updated, self._head, self._count,
-            self._first, self._last, self._offset, self._ts, self._table))
+        return self._index.memory_bytes() + self.expired.memory_bytes() + sum(sys.getsizeof(a) for a in (
+            self._epoch, self._updated, self._head, self._count,
+            self._first, self._last, self._offset, self._ts))
 
     # ------------------------------------------------------------ snapshots
     def columns(self) -> ProducerSnapshotColumns:
-        return ProducerSnapshotColumns(self._stride, self._pid, self._epoch, self._updated, self._head,
-                                       self._count, self._first, self._last, self._offset, self._ts)
+        return ProducerSnapshotColumns(self._stride, self._index.pids, self._epoch, self._updated, self._head,
+                                       self._count, self._first, self._last, self._offset, self._ts,
+                                       *self.expired.columns())
 
     def load_columns(self, cols: ProducerSnapshotColumns, now_ms: int | None = None) -> None:
         """Replace the state with snapshot columns; re-lays them if the window changed since, and
-        drops producers already expired at `now_ms`."""
+        drops producers already expired at `now_ms` (remembering them as expired)."""
         n = len(cols.pid)
         for arr, per in ((cols.epoch, 1), (cols.updated, 1), (cols.head, 1), (cols.count, 1),
                          (cols.first, cols.stride), (cols.last, cols.stride), (cols.offset, cols.stride),
@@ -481,21 +466,21 @@ class ProducerStateManager:
                 raise ValueError("snapshot columns disagree in length")
         if any(c > cols.stride for c in cols.count) or any(h >= cols.stride for h in cols.head):
             raise ValueError("snapshot ring positions out of range")
+        index = PidIndex(self._key, array("q", cols.pid))  # raises on a producer listed twice
+        expired = ExpiredProducers(self.expired._index._key, _remembered(self.config))
+        if cols.expired_pid is not None:
+            expired.load(cols.expired_pid, cols.expired_oldest, cols.expired_newest)
+            live = [p for p, _o in expired.items() if index.find(p) >= 0]
+            for p in live:  # tracked and remembered at once: the tracked state wins
+                expired.pop(p)
         self._stride = cols.stride
-        self._pid, self._epoch, self._updated = array("q", cols.pid), array("h", cols.epoch), array("q", cols.updated)
+        self._index = index
+        self._epoch, self._updated = array("h", cols.epoch), array("q", cols.updated)
         self._head, self._count = array("H", cols.head), array("H", cols.count)
         self._first, self._last = array("i", cols.first), array("i", cols.last)
         self._offset, self._ts = array("q", cols.offset), array("q", cols.timestamp)
-        self._bits = 4
-        while n * 4 > (3 << self._bits):
-            self._bits += 1
-        self._table = array("i", [_EMPTY]) * (1 << self._bits)
-        for s, pid in enumerate(self._pid):
-            if self._find(pid) >= 0:
-                raise ValueError(f"snapshot lists producer {pid} twice")
-            self._table_put(pid, s)
+        self.expired = expired
         if self.config.stride != self._stride:
             self._relayout(self.config.stride)
         if now_ms is not None:
             self.remove_expired(now_ms)
-

@@ -1,17 +1,26 @@
 """Topic-level configuration: Kafka's names, types, defaults and validation, in one table.
 
 Storage builds a partition's `LogConfig` and producer-state settings from these values; the broker
-serves them through DescribeConfigs, validates CreateTopics / IncrementalAlterConfigs with them and
-takes server-wide defaults from their `log.`-prefixed twins (Kafka's `LogConfig` synonyms).
+serves them through DescribeConfigs, validates CreateTopics / IncrementalAlterConfigs with them (the
+controller too, in cluster mode) and takes server-wide defaults from their `log.`-prefixed twins
+(Kafka's `LogConfig` synonyms).
+
+Every bound here is the bound the consumer of the value accepts (producer-state limits come from
+`core.producer_state`, an "int" is a Kafka INT32, a "long" an INT64), so a value that passes
+validation can always be applied. Values read back from storage go through
+`effective_topic_config`, which never raises: an override that no longer validates (written by an
+older version, or edited by hand) is reported and the default used, so it cannot stop a start.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+from oncelog.core import producer_state as ps
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 
-LONG_MAX = 2**63 - 1
+INT_MIN, INT_MAX = -2**31, 2**31 - 1
+LONG_MIN, LONG_MAX = -2**63, 2**63 - 1
 WEEK_MS = 7 * 24 * 3600 * 1000
 
 
@@ -52,10 +61,13 @@ class ConfigDef:
             return self.default
         if self.kind in ("int", "long"):
             value = _int(raw)
-            if self.minimum is not None and value < self.minimum:
-                raise ConfigError(f"{self.name}={value} is below the minimum {self.minimum}")
-            if self.maximum is not None and value > self.maximum:
-                raise ConfigError(f"{self.name}={value} is above the maximum {self.maximum}")
+            low, high = (INT_MIN, INT_MAX) if self.kind == "int" else (LONG_MIN, LONG_MAX)
+            low = low if self.minimum is None else max(low, self.minimum)
+            high = high if self.maximum is None else min(high, self.maximum)
+            if value < low:
+                raise ConfigError(f"{self.name}={value} is below the minimum {low}")
+            if value > high:
+                raise ConfigError(f"{self.name}={value} is above the maximum {high}")
             return value
         if self.kind == "boolean":
             return _bool(raw)
@@ -111,18 +123,26 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in (
               "sets) refuses idempotent produce.", "log.message.format.version", check=_message_format),
     ConfigDef("producer.state.dedup.mode", "string", "window", "window (KIP-1269) or range (KIP-758).",
               "log.producer.state.dedup.mode", choices=("window", "range")),
-    ConfigDef("producer.state.batches.to.retain", "int", 5, "Batches retained per producer in window "
-              "mode (KIP-1269).", "log.producer.state.batches.to.retain", minimum=5, maximum=1000),
-    ConfigDef("max.in.flight.sequence.number.per.connection", "int", 10_000_000, "Range mode: how far "
-              "below the latest sequence a duplicate may lie (KIP-758).",
-              "max.in.flight.sequence.number.per.connection", minimum=1, maximum=2**30),
+    ConfigDef("producer.state.batches.to.retain", "int", ps.MIN_BATCHES_TO_RETAIN, "Batches retained "
+              "per producer in window mode (KIP-1269).", "log.producer.state.batches.to.retain",
+              minimum=ps.MIN_BATCHES_TO_RETAIN, maximum=ps.MAX_BATCHES_TO_RETAIN),
+    ConfigDef("max.in.flight.sequence.number.per.connection", "int", ps.DEFAULT_MAX_IN_FLIGHT_SEQUENCES,
+              "Range mode: how far below the latest sequence a duplicate may lie (KIP-758).",
+              "max.in.flight.sequence.number.per.connection", minimum=1, maximum=ps.MAX_IN_FLIGHT_SEQUENCES),
     ConfigDef("producer.state.duplicate.lookup.offsets", "long", 0, "How many offsets of the log tail "
               "are scanned for a duplicate older than the window (0: off).",
-              "producer.state.duplicate.lookup.offsets", minimum=0),
-    ConfigDef("producer.state.expired.lookup.offsets", "long", 100_000, "How many offsets of the log "
-              "tail are scanned to restore an expired producer whose batches are still in the log "
-              "(0: off; then its next batch gets UNKNOWN_PRODUCER_ID).",
-              "producer.state.expired.lookup.offsets", minimum=0, maximum=2**30 - 1),
+              "producer.state.duplicate.lookup.offsets", minimum=0, maximum=ps.MAX_LOOKUP_OFFSETS),
+    ConfigDef("producer.state.expired.lookup.offsets", "long", ps.DEFAULT_EXPIRED_LOOKUP_OFFSETS,
+              "When an expired producer whose batches are still in the log comes back, its newest "
+              "batch is read through the offset index; the rest of its window is read when it lies "
+              "within this many offsets below the newest (0: the newest batch only).",
+              "producer.state.expired.lookup.offsets", minimum=0, maximum=ps.MAX_LOOKUP_OFFSETS),
+    ConfigDef("producer.state.max.producers.per.partition", "int", ps.DEFAULT_MAX_PRODUCERS,
+              "Producers whose state a partition tracks. Beyond it a new producer's batch is refused "
+              "with THROTTLING_QUOTA_EXCEEDED (retriable; nothing appended) until idle producers "
+              "expire (producer.id.expiration.ms); tracked producers are never evicted, so their "
+              "deduplication is never cut short. Kafka has no such limit.",
+              "log.producer.state.max.producers.per.partition", minimum=1, maximum=ps.MAX_MAX_PRODUCERS),
 )}
 
 SERVER_NAME_TO_TOPIC = {c.server_name: c.name for c in TOPIC_CONFIGS.values() if c.server_name}
@@ -142,9 +162,28 @@ def parse_topic_configs(raw: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def invalid_topic_configs(overrides: Mapping[str, Any]) -> dict[str, str]:
+    """{name: why} for stored overrides that do not validate (unknown names included)."""
+    bad = {}
+    for name, value in overrides.items():
+        definition = TOPIC_CONFIGS.get(name)
+        if definition is None:
+            bad[name] = f"unknown topic config {name!r}"
+            continue
+        try:
+            definition.parse(value)
+        except ConfigError as e:
+            bad[name] = str(e)
+    return bad
+
+
 def effective_topic_config(server_defaults: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
-    """Every topic config, typed: the topic's override, else the server default, else Kafka's."""
+    """Every topic config, typed: the topic's override, else the server default, else Kafka's.
+
+    Never raises for stored overrides: one that does not validate is skipped (the server default
+    applies); callers that load stored configs report `invalid_topic_configs` once."""
     out = {name: d.default for name, d in TOPIC_CONFIGS.items()}
     out.update({k: v for k, v in server_defaults.items() if k in TOPIC_CONFIGS})
-    out.update(parse_topic_configs(overrides))
+    bad = invalid_topic_configs(overrides)
+    out.update(parse_topic_configs({k: v for k, v in overrides.items() if k not in bad}))
     return out

@@ -441,6 +441,24 @@ class PartitionLog:
                 if e.last_offset >= offset and e.header is not None:
                     yield e.header
 
+    def batch_headers_between(self, start: int, end: int) -> Iterator[rec.BatchHeader]:
+        """v2 batch headers of the batches holding offsets in [start, end), found through the
+        offset index and read only across the byte range the index says they span (restoring
+        an expired producer reads this much, not the log tail)."""
+        start = max(start, self.log_start_offset)
+        if start >= min(end, self.log_end_offset):
+            return
+        for seg in self.segments[self._segment_for(start):]:
+            if seg.base_offset >= end:
+                return
+            i = bisect.bisect_right(seg.index_offsets, end - 1)
+            stop = seg.index_positions[i] if i < len(seg.index_positions) else seg.size
+            for e, _chunk in seg.entries_from(seg.position_for(start), stop):
+                if e.first_offset >= end:
+                    return
+                if e.last_offset >= start and e.header is not None:
+                    yield e.header
+
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first entry whose max timestamp is >= `timestamp`."""
         for seg in self.segments:

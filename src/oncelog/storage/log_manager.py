@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from oncelog.core.topic_config import effective_topic_config, parse_topic_configs
+from oncelog.core.topic_config import effective_topic_config, invalid_topic_configs, parse_topic_configs
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.storage.log import LogConfig, PartitionLog
 from oncelog.storage.partition import Partition
@@ -44,6 +44,13 @@ def check_topic_name(name: str) -> None:
                                  f"topic name {name!r}: 1-249 characters of [a-zA-Z0-9._-], not '.' or '..'")
 
 
+def report_invalid_overrides(topic: str, overrides: dict[str, Any], where: Any) -> None:
+    """A stored override that no longer validates must not stop a start: say so, use the default."""
+    for name, why in invalid_topic_configs(overrides).items():
+        log.error("topic %s: stored config %s=%r (%s) is invalid: %s; using the default until it is "
+                  "altered or deleted", topic, name, overrides[name], where, why)
+
+
 class LogManager:
     def __init__(self, log_dirs: list[str], server_defaults: dict[str, Any],
                  producer_config: dict[str, Any] | None = None) -> None:
@@ -66,6 +73,7 @@ class LogManager:
                 info = TopicInfo(t["name"], uuid.UUID(t["topic_id"]), t["partitions"], t.get("overrides", {}), str(d))
                 self.topics[info.name] = info
                 self._by_id[info.topic_id] = info.name
+                report_invalid_overrides(info.name, info.overrides, path)
         for info in self.topics.values():
             for p in range(info.partitions):
                 self._open_partition(info, p, now_ms)

@@ -26,6 +26,7 @@ from oncelog.storage import producer_snapshots as snaps
 log = logging.getLogger(__name__)
 
 DEFAULT_EXPIRATION_CHECK_INTERVAL_MS = 600_000  # Kafka's producer.id.expiration.check.interval.ms
+CAPACITY_SWEEP_INTERVAL_MS = 1_000  # at the producer cap, expire idle producers at most this often
 SNAPSHOTS_TO_KEEP = 3
 
 
@@ -51,7 +52,8 @@ class ProducerStateCounters:
     duplicates_sequence: int = 0  # range mode, offset unknown: DUPLICATE_SEQUENCE_NUMBER
     out_of_order: int = 0         # OUT_OF_ORDER_SEQUENCE_NUMBER answers
     unknown_producer: int = 0     # UNKNOWN_PRODUCER_ID answers
-    restored: int = 0             # expired producers restored from the log tail
+    restored: int = 0             # expired producers restored from the log (their remembered batches)
+    producers_refused: int = 0    # THROTTLING_QUOTA_EXCEEDED: producer.state.max.producers.per.partition
     invalid_epoch: int = 0        # INVALID_PRODUCER_EPOCH answers
     unsupported_format: int = 0   # idempotent produce to a topic below message format v2
     expirations: int = 0          # producers removed by producer.id.expiration.ms
@@ -67,6 +69,7 @@ _ERROR_COUNTER = {
     ErrorCode.UNKNOWN_PRODUCER_ID: "unknown_producer",
     ErrorCode.INVALID_PRODUCER_EPOCH: "invalid_epoch",
     ErrorCode.DUPLICATE_SEQUENCE_NUMBER: "duplicates_sequence",
+    ErrorCode.THROTTLING_QUOTA_EXCEEDED: "producers_refused",
 }
 
 
@@ -118,6 +121,8 @@ class Partition:
         self._roll_pending = False
         self._last_snapshot_offset = -1
         self._next_expiration_check = -1
+        self._next_capacity_sweep = -1
+        self._restored_since_snapshot = False  # the next snapshot is due even if the log did not move
         now = _now() if now_ms is None else now_ms
         self._map_end = self._load_producer_state(now)
         if hasattr(log, "on_roll"):
@@ -203,9 +208,9 @@ class Partition:
                 headers = rec.validate_record_set(buf)
                 if any(h.has_producer_id for h in headers):
                     check = self._prepare(headers)
-                    if ((check.error == ErrorCode.UNKNOWN_PRODUCER_ID
-                         or check.producer_id in self.producer_state.expired)
-                            and self._restore_expired(check, now_ms)):
+                    if check.producer_id in self.producer_state.expired:
+                        check = self._restore_expired(headers, check, now_ms)
+                    elif check.error == ErrorCode.THROTTLING_QUOTA_EXCEEDED and self._sweep_for_room(now_ms):
                         check = self._prepare(headers)
                     if check.kind != ps.APPEND:
                         return self._answer_without_append(check)
@@ -280,7 +285,7 @@ class Partition:
         start = max(self.log.log_start_offset, check.base_offset - reach)
         if start >= check.base_offset:
             return check
-        for h in self._iter_headers(start):
+        for h in self._headers_between(start, check.base_offset):  # reads only that range
             if h.base_offset >= check.base_offset:
                 break
             if (h.producer_id == check.producer_id and h.producer_epoch == check.epoch
@@ -290,34 +295,78 @@ class Partition:
                                       duplicate_kind=ps.DUP_TAIL, error=0, message=None)
         return check
 
-    def _restore_expired(self, check: ps.Check, now_ms: int) -> bool:
-        """A producer without state sent a non-zero sequence, or is one that expiry removed. If
-        expiry (not retention) removed it, its batches are still in the log tail: put them back
-        into the state, as recovery would. Then an idle producer continues instead of meeting
-        UNKNOWN_PRODUCER_ID with a log start offset below its last acknowledged offset (which its
-        client must take for data loss), and a retry that arrives after expiry is recognised as
-        a duplicate instead of being appended again. The scan is bounded by
-        producer.state.expired.lookup.offsets."""
-        if self.producer_state.entry(check.producer_id) is not None:
-            return False  # state exists (an epoch with no batches yet): nothing to restore
-        self.producer_state.expired.pop(check.producer_id, None)  # one lookup per expiry
-        reach = self.producer_state.config.expired_lookup_offsets
-        end = self.log.log_end_offset
-        start = max(self.log.log_start_offset, end - reach)
-        if reach <= 0 or start >= end:
+    def _restore_expired(self, headers: list[rec.BatchHeader], check: ps.Check, now_ms: int) -> ps.Check:
+        """A batch from a producer that expiry removed while its batches are still in the log:
+        put them back into the state, as recovery would, then judge the batch. Then an idle
+        producer continues instead of meeting UNKNOWN_PRODUCER_ID with a log start offset below
+        its last acknowledged offset (which its client must take for data loss), and a retry
+        that arrives after expiry is recognised as a duplicate instead of being appended again.
+
+        The state remembered where the producer's oldest and newest retained batches are, so
+        this reads the log through the offset index from there: its newest batch always, and
+        the rest of its window when it lies within producer.state.expired.lookup.offsets below
+        the newest. Producer ids never seen are not remembered and cost no read at all."""
+        state = self.producer_state
+        pid = check.producer_id
+        if pid in state:
+            return check
+        if state.at_capacity:
+            self._sweep_for_room(now_ms)
+            if state.at_capacity:
+                # Keep it remembered: its answer must not turn into UNKNOWN_PRODUCER_ID (false
+                # data loss for its client) just because the partition is full for now.
+                return state.capacity_refusal(pid, check.epoch, check.first_seq, check.last_seq)
+        # No snapshot follows (it would cost the whole state per request): after a crash the
+        # producer is remembered again, or, if it appended since, restored again by the replay.
+        return self._prepare(headers) if self._restore_from_log(pid, now_ms) else check
+
+    def _restore_from_log(self, pid: int, now_ms: int) -> bool:
+        """Put a remembered expired producer's batches back into the state: bounded reads
+        through the offset index from its oldest retained batch (or from
+        producer.state.expired.lookup.offsets below its newest) to its newest."""
+        state = self.producer_state
+        remembered = state.expired.pop(pid)  # one restore per expiry
+        if remembered is None:  # forgotten while room was made (the remembered set was full)
             return False
-        found = [h for h in self._iter_headers(start)
-                 if h.producer_id == check.producer_id and start <= h.base_offset < end and not h.is_control]
-        if not found:
+        oldest, newest = remembered
+        reach = state.config.expired_lookup_offsets
+        start = max(oldest, newest - reach, self.log.log_start_offset)
+        found = [h for h in self._headers_between(start, newest + 1)
+                 if h.producer_id == pid and not h.is_control and start <= h.base_offset <= newest]
+        if not found or found[-1].base_offset != newest:
+            log.warning("%s-%d: expired producer %d's newest batch is not at offset %d; not restored",
+                        self.topic, self.index, pid, newest)
             return False
-        for h in found[-self.producer_state.stride:]:
-            self.producer_state.record(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
-                                       h.base_offset, _append_time(h), now_ms)
+        kept = found[-state.stride:]
+        for h in kept:
+            state.record(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
+                         h.base_offset, _append_time(h), now_ms)
         self.counters.restored += 1
-        self.take_snapshot(sync=False, force=True)  # the state changed without the log moving
-        log.info("%s-%d: producer %d restored from the log tail (%d batches found after its expiry)",
-                 self.topic, self.index, check.producer_id, len(found))
+        self._restored_since_snapshot = True
+        log.info("%s-%d: expired producer %d restored from the log (%d batches from offset %d)",
+                 self.topic, self.index, pid, len(kept), kept[0].base_offset)
         return True
+
+    def _sweep_for_room(self, now_ms: int) -> bool:
+        """At producer.state.max.producers.per.partition, expire idle producers now instead of
+        at the next periodic check (at most once a second); True if that made room."""
+        if now_ms < self._next_capacity_sweep:
+            return False
+        self._next_capacity_sweep = now_ms + CAPACITY_SWEEP_INTERVAL_MS
+        return self.remove_expired_producers(now_ms) > 0
+
+    def _headers_between(self, start: int, end: int) -> Iterator[rec.BatchHeader]:
+        between = getattr(self.log, "batch_headers_between", None)
+        if between is not None:
+            try:
+                yield from between(start, end)
+            except KafkaProtocolError:
+                return
+            return
+        for h in self._iter_headers(start):
+            if h.base_offset >= end:
+                return
+            yield h
 
     def _safe_log_start(self) -> int:
         try:
@@ -362,11 +411,14 @@ class Partition:
 
     def take_snapshot(self, sync: bool = True, force: bool = False) -> Path | None:
         """Write the state covering offsets below `_map_end`; skipped when the log did not move
-        since the last one unless `force` (the state changed without the log: expiry)."""
-        if self.directory is None or (self._map_end <= self._last_snapshot_offset and not force):
+        since the last one unless `force` (the state changed without the log: expiry) or an
+        expired producer was restored since."""
+        if self.directory is None or (self._map_end <= self._last_snapshot_offset and not force
+                                      and not self._restored_since_snapshot):
             return None
         path = snaps.write_snapshot(self.directory, self._map_end, self.producer_state.columns(), sync=sync)
         self._last_snapshot_offset = self._map_end
+        self._restored_since_snapshot = False
         self.counters.snapshots_written += 1
         snaps.remove_stale(self.directory, self._map_end, SNAPSHOTS_TO_KEEP)
         return path
@@ -412,6 +464,8 @@ class Partition:
                 start = max(offset, log_start)
                 self._last_snapshot_offset = offset
                 break
+        # Remembered batches the log no longer holds (deleted, or cut off by a truncation).
+        self.producer_state.expired.forget_outside(log_start, log_end)
         replayed = self._replay(start, log_end, now_ms)
         if replayed and self.directory is not None:
             self._map_end = log_end
@@ -429,6 +483,10 @@ class Partition:
                 break
             if h.producer_id < 0 or h.is_control or h.base_offset < start:
                 continue
+            if h.producer_id in state.expired and h.producer_id not in state:
+                # Restored after the snapshot was taken and appended since: restore it again
+                # first, so that its window holds what it held before the crash.
+                self._restore_from_log(h.producer_id, now_ms)
             ts = _append_time(h)
             # Replayed producers count as seen now: their true idle time is unknown, and expiring
             # one too early would turn its next batch into a spurious UNKNOWN_PRODUCER_ID.
@@ -507,9 +565,14 @@ PRODUCER_STATE_METRICS = (
      "idempotent produce refused on topics below message format v2", None),
     ("oncelog_producer_state_expirations_total", "counter", "producers removed by producer.id.expiration.ms", None),
     ("oncelog_producer_state_restored_total", "counter",
-     "expired producers restored from the log tail when they came back", None),
+     "expired producers restored from the log when they came back", None),
+    ("oncelog_producer_state_producers_refused_total", "counter",
+     "batches of new producers refused at producer.state.max.producers.per.partition", None),
+    ("oncelog_producer_state_expired_remembered", "gauge",
+     "expired producers remembered with the log position of their batches", None),
 )
-_COUNTED = ("out_of_order", "unknown_producer", "invalid_epoch", "unsupported_format", "expirations", "restored")
+_COUNTED = ("out_of_order", "unknown_producer", "invalid_epoch", "unsupported_format", "expirations", "restored",
+            "producers_refused")
 
 
 def producer_state_metrics(partitions) -> dict[str, list[tuple[dict[str, str], float]]]:
@@ -519,9 +582,11 @@ def producer_state_metrics(partitions) -> dict[str, list[tuple[dict[str, str], f
     for p in partitions:
         t = per_topic.setdefault(p.topic, dict.fromkeys(
             ("producers", "bytes", "latest", "window", "tail", "sequence", "out_of_order",
-             "unknown_producer", "invalid_epoch", "unsupported_format", "expirations", "restored"), 0))
+             "unknown_producer", "invalid_epoch", "unsupported_format", "expirations", "restored",
+             "producers_refused", "expired_remembered"), 0))
         c = p.counters
         t["producers"] += p.producers_tracked
+        t["expired_remembered"] += len(p.producer_state.expired)
         t["bytes"] += p.producer_state_bytes
         t["latest"] += c.duplicates_latest
         t["window"] += c.duplicates_window
@@ -533,6 +598,7 @@ def producer_state_metrics(partitions) -> dict[str, list[tuple[dict[str, str], f
     for topic, t in sorted(per_topic.items()):
         out["oncelog_producer_state_producers"].append(({"topic": topic}, t["producers"]))
         out["oncelog_producer_state_bytes"].append(({"topic": topic}, t["bytes"]))
+        out["oncelog_producer_state_expired_remembered"].append(({"topic": topic}, t["expired_remembered"]))
         for kind in ("latest", "window", "tail", "sequence"):
             out["oncelog_producer_state_duplicates_total"].append(({"topic": topic, "kind": kind}, t[kind]))
         for k in _COUNTED:

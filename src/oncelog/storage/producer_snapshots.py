@@ -7,10 +7,15 @@ File `<offset:020d>.pstate` in the partition directory; `offset` is exclusive (t
 the log below it), as Kafka's `.snapshot`. Layout (header big-endian, columns little-endian so
 the in-memory arrays are written and read without per-producer work):
 
-    magic "OLPS" | version i16 = 1 | crc u32 (CRC-32C of every byte after it) |
-    flags i16 = 0 | stride i32 | producers i32 | map end offset i64 |
+    magic "OLPS" | version i16 = 2 | crc u32 (CRC-32C of every byte after it) |
+    flags i16 = 0 | stride i32 | producers i32 | map end offset i64 | expired producers i32 (m) |
     pid q[n] | epoch h[n] | last update ms q[n] | ring head H[n] | ring count H[n] |
-    first seq i[n*stride] | last seq i[n*stride] | base offset q[n*stride] | timestamp q[n*stride]
+    first seq i[n*stride] | last seq i[n*stride] | base offset q[n*stride] | timestamp q[n*stride] |
+    expired pid q[m] | oldest retained batch offset q[m] | newest batch offset q[m]
+
+Version 2 added the expired producers the partition remembers (without them a restart forgot
+that an expired producer's batches are in the log, and its retry at sequence 0 was appended a
+second time). Version 1 (no `m`, no expired columns) is still read: it loads with none remembered.
 """
 from __future__ import annotations
 
@@ -28,14 +33,17 @@ from oncelog.core.producer_state import ProducerSnapshotColumns
 log = logging.getLogger(__name__)
 
 MAGIC = b"OLPS"
-VERSION = 1
+VERSION = 2
+READABLE_VERSIONS = (1, 2)
 SUFFIX = ".pstate"
 CORRUPT_SUFFIX = ".corrupt"
 _HEAD = struct.Struct(">4shI")          # magic, version, crc
-_BODY_HEAD = struct.Struct(">hiiq")     # flags, stride, producers, map end offset
+_BODY_HEAD_V1 = struct.Struct(">hiiq")  # flags, stride, producers, map end offset
+_BODY_HEAD = struct.Struct(">hiiqi")    # ... and (v2) expired producers remembered
 _BIG_ENDIAN = sys.byteorder == "big"
 _PER_PRODUCER = (("q", "pid"), ("h", "epoch"), ("q", "updated"), ("H", "head"), ("H", "count"))
 _PER_BATCH = (("i", "first"), ("i", "last"), ("q", "offset"), ("q", "timestamp"))
+_PER_EXPIRED = (("q", "expired_pid"), ("q", "expired_oldest"), ("q", "expired_newest"))
 
 
 class CorruptSnapshotError(Exception):
@@ -66,31 +74,40 @@ def _le_bytes(arr: array) -> bytes:
 
 def encode_snapshot(offset: int, cols: ProducerSnapshotColumns) -> bytes:
     n = len(cols.pid)
-    parts = [_BODY_HEAD.pack(0, cols.stride, n, offset)]
+    expired = [getattr(cols, name) if getattr(cols, name) is not None else array(code)
+               for code, name in _PER_EXPIRED]
+    parts = [_BODY_HEAD.pack(0, cols.stride, n, offset, len(expired[0]))]
     for _code, name in _PER_PRODUCER + _PER_BATCH:
         parts.append(_le_bytes(getattr(cols, name)))
+    parts += [_le_bytes(arr) for arr in expired]
     body = b"".join(parts)
     return _HEAD.pack(MAGIC, VERSION, crc32c(body)) + body
 
 
 def decode_snapshot(data: bytes) -> tuple[int, ProducerSnapshotColumns]:
     """Parse and verify a snapshot; raises CorruptSnapshotError on any inconsistency."""
-    if len(data) < _HEAD.size + _BODY_HEAD.size:
+    if len(data) < _HEAD.size + _BODY_HEAD_V1.size:
         raise CorruptSnapshotError(f"snapshot of {len(data)} bytes is shorter than its header")
     magic, version, crc = _HEAD.unpack_from(data)
     if magic != MAGIC:
         raise CorruptSnapshotError(f"bad magic {magic!r}")
-    if version != VERSION:
+    if version not in READABLE_VERSIONS:
         raise CorruptSnapshotError(f"unsupported snapshot version {version}")
     body = memoryview(data)[_HEAD.size:]
     if crc32c(body) != crc:
         raise CorruptSnapshotError("snapshot CRC-32C mismatch")
-    _flags, stride, n, offset = _BODY_HEAD.unpack_from(body)
-    if stride < 1 or n < 0 or offset < 0:
-        raise CorruptSnapshotError(f"bad snapshot header (stride {stride}, producers {n}, offset {offset})")
-    pos = _BODY_HEAD.size
+    head = _BODY_HEAD if version >= 2 else _BODY_HEAD_V1
+    if len(body) < head.size:
+        raise CorruptSnapshotError("snapshot is truncated")
+    _flags, stride, n, offset, *rest = head.unpack_from(body)
+    m = rest[0] if rest else 0
+    if stride < 1 or n < 0 or offset < 0 or m < 0:
+        raise CorruptSnapshotError(f"bad snapshot header (stride {stride}, producers {n}, offset {offset}, "
+                                   f"expired {m})")
+    pos = head.size
     values = {"stride": stride}
-    for group, count in ((_PER_PRODUCER, n), (_PER_BATCH, n * stride)):
+    groups = [(_PER_PRODUCER, n), (_PER_BATCH, n * stride)] + ([(_PER_EXPIRED, m)] if version >= 2 else [])
+    for group, count in groups:
         for code, name in group:
             arr = array(code)
             size = arr.itemsize * count

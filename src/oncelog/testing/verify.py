@@ -92,7 +92,7 @@ _BROKER_COUNTERS = {
     "oncelog_producer_state_duplicates_total{kind=window}": "duplicates answered from the window",
     "oncelog_producer_state_duplicates_total{kind=tail}": "duplicates answered from the log tail",
     "oncelog_producer_state_expirations_total": "producer states expired",
-    "oncelog_producer_state_restored_total": "expired producers restored from the log tail",
+    "oncelog_producer_state_restored_total": "expired producers restored from the log",
 }
 
 
