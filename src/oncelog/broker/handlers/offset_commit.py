@@ -1,5 +1,6 @@
 """OffsetCommit (API 8), v2-v8: durable before it is acknowledged. Generation -1 with no member
-id is a standalone commit (a consumer using assign), accepted while the group has no members."""
+id is a standalone commit (a consumer using assign), accepted while the group has no members.
+v2-v4 may ask for their own retention time; v7+ names the static instance."""
 from __future__ import annotations
 
 from oncelog.protocol import entities
@@ -25,8 +26,12 @@ def handle(broker, version: int, body) -> bytes:
     generation = int(getattr(r, "generation_id_or_member_epoch", getattr(r, "generation_id", -1)))
     if not broker.coordinates(str(r.group_id)):
         error = ErrorCode.NOT_COORDINATOR
+    elif offsets:
+        error = broker.groups.commit(
+            str(r.group_id), generation, r.member_id, offsets, getattr(r, "group_instance_id", None),
+            entities.millis(getattr(r, "retention_time", None)))
     else:
-        error = broker.groups.commit(str(r.group_id), generation, r.member_id, offsets) if offsets else 0
+        error = ErrorCode.NONE
     topics = tuple(
         rb("OffsetCommitResponseTopic", name=t.name, partitions=tuple(
             rb("OffsetCommitResponsePartition", partition_index=p.partition_index,
