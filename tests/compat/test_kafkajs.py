@@ -105,3 +105,39 @@ def test_kafkajs_idempotent_producer_and_two_member_group(kafkajs, shared_broker
     assert consumed["perMember"]["a"] > 0 and consumed["perMember"]["b"] > 0
     assert consumed["committed"] == consumed["endOffsets"] == produced["endOffsets"]
     assert not unexpected_errors(out), unexpected_errors(out)[:20]
+
+
+# kafkajs's admin calls oncelog does not serve yet (the step must fail with this, so that serving
+# it later shows up here)
+KNOWN_GAPS = {"admin.createPartitions": "does not support the requested API"}
+
+
+def test_kafkajs_produces_consumes_and_administers(kafkajs, shared_broker, unique_topic):
+    """Everyday calls: topics and configs, plain gzip and idempotent producing with keys and
+    headers, a group reading two topics, offsets fetched, reset and set, records deleted, seek,
+    pause and resume, groups and topics deleted."""
+    out = run_node(kafkajs, "kafkajs_basic.js", shared_broker.bootstrap, unique_topic)
+    failed = {s["step"]: s["detail"] for s in out["steps"] if not s["ok"]}
+    for step, why in KNOWN_GAPS.items():
+        assert why in (failed.pop(step, None) or ""), f"{step} now works: remove it from KNOWN_GAPS"
+    assert not failed, failed
+    assert len(out["steps"]) == 19
+
+
+def test_kafkajs_group_reads_what_librdkafka_and_oncelog_wrote(kafkajs, shared_broker, unique_topic):
+    from test_third_party_clients import create_topic, produce_confluent
+    from oncelog.client import Producer
+    create_topic(shared_broker.bootstrap, unique_topic, 3)
+    produce_confluent(shared_broker.bootstrap, unique_topic, [f"rdk-{i}".encode() for i in range(3000)])
+    with Producer({"bootstrap.servers": shared_broker.bootstrap, "enable.idempotence": "required",
+                   "compression.type": "gzip"}) as p:
+        futures = [p.send(unique_topic, f"onc-{i}".encode(), key=str(i).encode()) for i in range(3000)]
+        p.flush(60)
+        assert all(f.result(30).offset is not None for f in futures)
+    out = run_node(kafkajs, "kafkajs_group.js", shared_broker.bootstrap, unique_topic,
+                   f"{unique_topic}-group", "6000", "consume")
+    consumed = out["consume"]
+    values = {d[3] for d in consumed["deliveries"]}
+    assert values == {f"{w}-{i}" for w in ("rdk", "onc") for i in range(3000)}
+    assert not redeliveries_without_loss(consumed["deliveries"], consumed["joins"])
+    assert consumed["committed"] == consumed["endOffsets"]

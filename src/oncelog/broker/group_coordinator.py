@@ -579,6 +579,18 @@ class GroupCoordinator:
     def committed(self, group_id: str) -> dict[tuple[str, int], Committed]:
         return self.store.get(group_id)
 
+    def delete_group(self, group_id: str) -> int:
+        """DeleteGroups: only an empty group goes, with its offsets."""
+        g = self.groups.get(group_id)
+        if g is None and not self.store.get(group_id):
+            return E.GROUP_ID_NOT_FOUND
+        if g is not None and (g.state != EMPTY or g.members):
+            return E.NON_EMPTY_GROUP
+        self.groups.pop(group_id, None)
+        self.store.remove(group_id)
+        log.info("group %s deleted", group_id)
+        return E.NONE
+
     def delete_topic(self, topic: str) -> None:
         """A deleted topic's committed offsets go with it (Kafka's handleDeletedPartitions)."""
         self.store.delete_topic(topic)
