@@ -18,6 +18,7 @@ from oncelog.protocol.errors import ErrorCode as E
 from test_dedup_raw import Conn
 
 JOIN, SYNC, HEARTBEAT, LEAVE, COMMIT, FETCH_OFFSETS, CREATE, DELETE, DESCRIBE = 11, 14, 12, 13, 8, 9, 19, 20, 15
+DELETE_GROUPS = 42
 
 
 def subscription(*topics: str) -> bytes:
@@ -393,3 +394,15 @@ async def test_deleting_a_topic_deletes_its_committed_offsets(cluster):
     assert r.responses[0].error_code.value == 0
     await create_topic(solo, "u", 2)
     assert await solo.committed("u", 0) == -1
+
+
+async def test_delete_groups_removes_only_empty_groups_with_their_offsets(cluster):
+    broker, _clock, member = cluster
+    a, b = await stable_pair(member, "g16")
+    assert await a.commit({("t", 0): 4}) == [E.NONE]
+    solo = await member("g17")
+    assert await solo.commit({("t", 0): 6}, generation=-1, member_id="") == [E.NONE]
+    r = await a.call(DELETE_GROUPS, 2, groups_names=("g16", "g17", "never-seen"))
+    assert [x.error_code.value for x in r.results] == [E.NON_EMPTY_GROUP, E.NONE, E.GROUP_ID_NOT_FOUND]
+    assert await solo.committed("t", 0) == -1
+    assert await a.committed("t", 0) == 4
