@@ -125,3 +125,12 @@ def test_partition_tag_1_ignored_below_v14_beside_current_leader():
     assert (t.partitions[0].leader_id, t.partitions[0].leader_epoch) == (3, 9)
     [t] = wire.decode_produce_response(14, body)
     assert t.partitions[0].reported_batches_to_retain == 20 and t.partitions[0].leader_id == 3
+
+
+def test_a_window_below_1_is_taken_as_absent():
+    body = produce_response_v14(uuid.uuid4(), {1: struct.pack(">i", 12)}, {1: struct.pack(">i", 0)})
+    [t] = wire.decode_produce_response(14, body)
+    assert t.partitions[0].reported_batches_to_retain == 12
+    body = produce_response_v14(uuid.uuid4(), {1: struct.pack(">i", -3)}, {})
+    [t] = wire.decode_produce_response(14, body)
+    assert t.partitions[0].reported_batches_to_retain is None

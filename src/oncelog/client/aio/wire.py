@@ -156,19 +156,25 @@ def decode_produce_response(version: int, buf, pos: int = 0) -> list[ProduceTopi
                     p.leader_id, p.leader_epoch = lr.i32(), lr.i32()
                     lr.skip_tags()
                 if TAG_BATCHES_TO_RETAIN in tags and version >= 14:
-                    p.batches_to_retain = _I32.unpack_from(tags[TAG_BATCHES_TO_RETAIN])[0]
+                    p.batches_to_retain = _window(tags[TAG_BATCHES_TO_RETAIN])
             parts.append(p)
         t = ProduceTopicResponse(topic, parts)
         if flex:
             tags = r.tags()
             if TAG_BATCHES_TO_RETAIN in tags and version >= 14:
-                t.batches_to_retain = _I32.unpack_from(tags[TAG_BATCHES_TO_RETAIN])[0]
+                t.batches_to_retain = _window(tags[TAG_BATCHES_TO_RETAIN])
                 for p in parts:
                     p.topic_batches_to_retain = t.batches_to_retain
             if TAG_MAX_INFLIGHT_SEQUENCES in tags:
                 t.max_inflight_sequences = _I32.unpack_from(tags[TAG_MAX_INFLIGHT_SEQUENCES])[0]
         topics.append(t)
     return topics
+
+
+def _window(value) -> int | None:
+    """A window below 1 cannot be honoured (nothing could be sent): taken as absent."""
+    n = _I32.unpack_from(value)[0]
+    return n if n >= 1 else None
 
 
 # ---------------------------------------------------------------- Metadata (hand-written: tag 10000)
