@@ -167,3 +167,31 @@ async def test_the_producer_learns_the_window_from_a_real_broker(broker):
         assert ps.window == 20
     finally:
         await p.close()
+
+
+# ------------------------------------------------------------------ read_committed (kafkajs's default)
+
+async def test_read_committed_fetch_and_list_offsets_see_everything_without_transactions(broker):
+    """kafkajs and librdkafka consumers read read_committed by default: with no transactions the
+    last stable offset is the high watermark, and nothing is aborted."""
+    from oncelog.protocol import entities
+    c, _b, _ = broker
+    await c.create_topic("rc")
+    for i in range(3):
+        assert (await produce_raw(c, "rc", batch(i * 2, pid=31)))["error_code"] == 0
+    fp = entities.nested(1, 11, "request", "FetchPartition")
+    ft = entities.nested(1, 11, "request", "FetchTopic")
+    req = entities.make(entities.entity_class(1, 11, "request"), max_wait=100, min_bytes=1,
+                        isolation_level=1, topics=(ft(topic="rc", partitions=(
+                            fp(partition=0, fetch_offset=0, partition_max_bytes=1 << 20),)),),
+                        forgotten_topics_data=())
+    resp = await c.conn.kio(req, entities.entity_class(1, 11, "response"))
+    p = resp.responses[0].partitions[0]
+    assert (p.error_code.value, int(p.high_watermark), int(p.last_stable_offset)) == (0, 6, 6)
+    assert not p.aborted_transactions and p.records
+    lp = entities.nested(2, 5, "request", "ListOffsetsPartition")
+    lt = entities.nested(2, 5, "request", "ListOffsetsTopic")
+    req = entities.make(entities.entity_class(2, 5, "request"), replica_id=-1, isolation_level=1,
+                        topics=(lt(name="rc", partitions=(lp(partition_index=0, timestamp=-1),)),))
+    resp = await c.conn.kio(req, entities.entity_class(2, 5, "response"))
+    assert int(resp.topics[0].partitions[0].offset) == 6
