@@ -162,10 +162,9 @@ def test_tansu_exactly_once_and_order_through_connection_resets(tansu):
 
 
 def test_kip360_bump_after_out_of_order_on_next_batch(rdkafka_mock, caplog):
-    """OutOfOrderSequence on the batch right after the last acknowledged one: the producer asks
-    InitProducerId for a bump with its current id/epoch (the mock refuses a bump without a
-    transactional id, INVALID_PRODUCER_ID_MAPPING, so a fresh id is taken), renumbers from 0 and
-    delivers; a warning names the partition and the last acknowledged offset."""
+    """OutOfOrderSequence on the batch right after the last acknowledged one: the producer bumps
+    its epoch itself (KIP-360, as Kafka's idempotent producer does; no InitProducerId), renumbers
+    from 0 and delivers; a warning names the partition and the last acknowledged offset."""
     import logging
     rdkafka_mock.create_topic("k360", 1)
     boot = rdkafka_mock.bootstrap
@@ -177,7 +176,7 @@ def test_kip360_bump_after_out_of_order_on_next_batch(rdkafka_mock, caplog):
             later = [p.send("k360", b"%06d" % i) for i in range(5, 10)]
             p.flush(30)
             later = [f.result(10) for f in later]
-        assert p.aio.core.producer_id != pid
+        assert (p.aio.core.producer_id, p.aio.core.producer_epoch) == (pid, 1)
     assert "k360-0" in caplog.text and "last acknowledged" in caplog.text and "offset 4" in caplog.text
     assert [m.offset for m in first + later] == list(range(10))
     check_exactly_once(read_all(boot, "k360", 1, 10), first + later, 10)

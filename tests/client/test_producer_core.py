@@ -252,8 +252,9 @@ def test_out_of_order_after_last_acked_bumps_epoch_and_renumbers():
     for r in reqs:
         h.deliver(r)
     assert h.core.bump_requested
-    assert h.core.producer_id_request() == (h.core.producer_id, 0)   # InitProducerId with id/epoch
-    h.core.on_producer_id(h.core.producer_id, 1)
+    pid = h.core.producer_id
+    assert h.core.producer_id_request() is None       # bumped locally: no InitProducerId
+    assert (h.core.producer_id, h.core.producer_epoch) == (pid, 1) and not h.core.bump_requested
     reqs = h.send()
     assert [r.batches[0].base_sequence for r in reqs] == [0]    # renumbered; alone until acked
     assert reqs[0].batches[0].producer_epoch == 1

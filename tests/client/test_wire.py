@@ -100,3 +100,37 @@ def test_init_producer_id_bump_request():
     from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
     value, _ = entity_reader(InitProducerIdRequest)(wire.encode_init_producer_id(4, 77, 3), 0)
     assert value.transactional_id is None and value.producer_id == 77 and value.producer_epoch == 3
+
+
+# KIP-1269's window may come on the partition (the KIP's prose), on the topic (a reading of its JSON
+# diff) or both (oncelog until the KIP settles): the partition's wins, then the topic's, else None
+# (the producer then assumes 5).
+@pytest.mark.parametrize("partition_value, topic_value, reported", [
+    (20, None, 20), (None, 12, 12), (20, 12, 20), (None, None, None)])
+def test_produce_response_v14_window_from_partition_then_topic(partition_value, topic_value, reported):
+    part = {1: struct.pack(">i", partition_value)} if partition_value is not None else {}
+    topic = {1: struct.pack(">i", topic_value)} if topic_value is not None else {}
+    [t] = wire.decode_produce_response(14, produce_response_v14(uuid.uuid4(), topic, part))
+    p = t.partitions[0]
+    assert (p.batches_to_retain, p.topic_batches_to_retain, t.batches_to_retain) == (
+        partition_value, topic_value, topic_value)
+    assert p.reported_batches_to_retain == reported
+
+
+def test_partition_tag_1_ignored_below_v14_beside_current_leader():
+    lead = struct.pack(">ii", 3, 9) + b"\x00"
+    body = produce_response_v14(uuid.uuid4(), {}, {0: lead, 1: struct.pack(">i", 20)})
+    [t] = wire.decode_produce_response(13, body)
+    assert t.partitions[0].reported_batches_to_retain is None
+    assert (t.partitions[0].leader_id, t.partitions[0].leader_epoch) == (3, 9)
+    [t] = wire.decode_produce_response(14, body)
+    assert t.partitions[0].reported_batches_to_retain == 20 and t.partitions[0].leader_id == 3
+
+
+def test_a_window_below_1_is_taken_as_absent():
+    body = produce_response_v14(uuid.uuid4(), {1: struct.pack(">i", 12)}, {1: struct.pack(">i", 0)})
+    [t] = wire.decode_produce_response(14, body)
+    assert t.partitions[0].reported_batches_to_retain == 12
+    body = produce_response_v14(uuid.uuid4(), {1: struct.pack(">i", -3)}, {})
+    [t] = wire.decode_produce_response(14, body)
+    assert t.partitions[0].reported_batches_to_retain is None

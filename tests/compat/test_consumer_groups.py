@@ -81,3 +81,45 @@ def test_aiokafka_group_consumes_and_commits(shared_broker, unique_topic):
     n, committed = asyncio.run(go())
     assert n == 300
     assert sum(committed) == 300
+
+
+def test_restarted_static_confluent_member_gets_its_partitions_back_without_a_rebalance(
+        shared_broker, unique_topic):
+    """KIP-345 with librdkafka: a static member (group.instance.id) closes without leaving and a
+    new process with the same instance id takes its place; the other member sees no rebalance."""
+    from confluent_kafka import Consumer
+    create_topic(shared_broker.bootstrap, unique_topic, 4)
+    produce_confluent(shared_broker.bootstrap, unique_topic, values("s", 40))
+    events: dict[str, list] = {"a": [], "b": [], "a2": []}
+
+    def consumer(name: str, instance: str) -> Consumer:
+        c = Consumer({"bootstrap.servers": shared_broker.bootstrap, "group.id": unique_topic,
+                      "group.instance.id": instance, "session.timeout.ms": 45000,
+                      "auto.offset.reset": "earliest", "enable.auto.commit": False})
+        c.subscribe([unique_topic],
+                    on_assign=lambda _c, ps: events[name].append(("assign", {p.partition for p in ps})),
+                    on_revoke=lambda _c, ps: events[name].append(("revoke", {p.partition for p in ps})))
+        return c
+
+    def poll_until(consumers, done, deadline_s=40.0):
+        end = time.monotonic() + deadline_s
+        while time.monotonic() < end and not done():
+            for c in consumers:
+                c.poll(0.1)
+        assert done(), events
+
+    a, b = consumer("a", "inst-a"), consumer("b", "inst-b")
+    split = lambda: (events["a"] and events["b"] and events["a"][-1][0] == "assign"  # noqa: E731
+                     and events["b"][-1][0] == "assign"
+                     and len(events["a"][-1][1]) + len(events["b"][-1][1]) == 4)
+    poll_until([a, b], split)
+    a_partitions, b_events = events["a"][-1][1], len(events["b"])
+    a.close()  # a static member does not send LeaveGroup: the broker keeps its place
+    a2 = consumer("a2", "inst-a")
+    poll_until([a2, b], lambda: bool(events["a2"]))
+    for _ in range(20):  # b keeps polling for a while: nothing must happen to it
+        b.poll(0.1)
+    assert events["a2"] == [("assign", a_partitions)]
+    assert len(events["b"]) == b_events, events["b"]
+    a2.close()
+    b.close()

@@ -48,6 +48,20 @@ def test_produce_response_reads_back_in_the_client(version, range_mode):
         assert decoded.responses[0].partition_responses[0].index == 2
 
 
+@pytest.mark.parametrize("version", range(9, 15))
+def test_produce_response_window_on_partitions_and_topics_reads_back(version):
+    """v14: tag 1 on each existing partition and on the topic; none for a missing partition."""
+    topic = TID if version >= 13 else "orders"
+    resp = produce.TopicResponse(topic, [produce.PartitionResponse(0, 0, 5, -1, 0, batches_to_retain=20),
+                                         produce.PartitionResponse(9, 3)], batches_to_retain=20)
+    [t] = client_wire.decode_produce_response(version, produce.encode_response(version, [resp]))
+    present, missing = t.partitions
+    expected = 20 if version >= 14 else None
+    assert (present.batches_to_retain, present.topic_batches_to_retain) == (expected, expected)
+    assert (missing.batches_to_retain, missing.topic_batches_to_retain) == (None, expected)
+    assert present.base_offset == 5 and missing.error_code == 3
+
+
 @pytest.mark.parametrize("version", range(1, 13))
 @pytest.mark.parametrize("magic", [1, 2])
 def test_metadata_response_reads_back_in_kio_and_the_client(version, magic):

@@ -39,6 +39,15 @@ _BROKER_ONLY = (
               minimum=1),
     ConfigDef("group.initial.rebalance.delay.ms", "int", 100, "How long a new consumer group waits "
               "for more members before its first rebalance (Kafka: 3000).", minimum=0),
+    ConfigDef("group.min.session.timeout.ms", "int", 6000, "Shortest session timeout a consumer "
+              "group member may ask for (else INVALID_SESSION_TIMEOUT).", minimum=0),
+    ConfigDef("group.max.session.timeout.ms", "int", 1800000, "Longest session timeout a consumer "
+              "group member may ask for.", minimum=0),
+    ConfigDef("offsets.retention.minutes", "int", 10080, "How long committed offsets outlive their "
+              "group: from when it became empty, or from the commit for a group without members.",
+              minimum=1),
+    ConfigDef("offsets.retention.check.interval.ms", "long", 600000, "How often expired committed "
+              "offsets are removed.", minimum=1),
     ConfigDef("log.retention.check.interval.ms", "long", 300000, "How often retention and the "
               "flush policy run.", minimum=1),
     ConfigDef("controller.quorum.bootstrap.servers", "string", "", "The controller's listener "

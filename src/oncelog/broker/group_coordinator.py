@@ -1,11 +1,28 @@
 """Classic consumer-group coordination (JoinGroup / SyncGroup / Heartbeat / LeaveGroup) and
-committed offsets, so that `subscribe()` with a `group.id` works in unmodified clients.
+committed offsets, with the semantics of Kafka's GroupCoordinator (core/.../coordinator/group/
+GroupCoordinator.scala, GroupMetadata.scala), so that unmodified clients behave as they do on Kafka.
 
-The state machine is Kafka's: Empty -> PreparingRebalance (members rejoin; a new group waits
-`group.initial.rebalance.delay.ms` for more joiners) -> CompletingRebalance (the leader computes the
-assignment and sends it with SyncGroup) -> Stable. A member that stops heartbeating for its session
-timeout is removed and the group rebalances. JoinGroup and a follower's SyncGroup wait for the
-rebalance, as in Kafka; other connections are not held up.
+States: Empty -> PreparingRebalance (members rejoin; a group coming from Empty waits
+`group.initial.rebalance.delay.ms`, extended while new members keep arriving, up to the rebalance
+timeout) -> CompletingRebalance (the leader computes the assignment and hands it in with SyncGroup)
+-> Stable. Rules clients depend on:
+- A commit from a member of the current generation is accepted in Stable and PreparingRebalance;
+  only CompletingRebalance answers REBALANCE_IN_PROGRESS. A member learns of a rebalance from its
+  heartbeat and commits what it consumed before it rejoins; refusing that commit makes the
+  partitions' next owners read those records again.
+- JoinGroup v4+ from a new dynamic member answers MEMBER_ID_REQUIRED with its id (KIP-394); the group
+  waits for such pending members (or their session timeout) before completing a rebalance.
+- Static members (`group.instance.id`, KIP-345): a restarted instance rejoining with an unknown member
+  id takes over its old member; in Stable with an unchanged protocol this needs no rebalance. The old
+  member id is fenced (FENCED_INSTANCE_ID), and static members that did not rejoin stay in the group
+  until their session times out.
+- A member leaves when it misses its session timeout (members waiting in JoinGroup or SyncGroup are
+  alive; a new member's first join may wait 5 minutes), or does not rejoin within the rebalance
+  timeout (dynamic members), or does not send SyncGroup within the rebalance timeout.
+- Committed offsets outlive an empty group for `offsets.retention.minutes` counted from when it became
+  empty; offsets of a group without members (commits from `assign` users) expire by commit time, and
+  a Stable consumer group loses only offsets of topics it no longer subscribes to.
+JoinGroup and a follower's SyncGroup wait for the rebalance, as in Kafka; other requests never do.
 """
 from __future__ import annotations
 
@@ -13,16 +30,21 @@ import asyncio
 import logging
 import uuid
 from dataclasses import dataclass, field
+from typing import Callable
 
 from oncelog.protocol.errors import ErrorCode
-from oncelog.storage.group_offsets import Committed, GroupOffsetStore
+from oncelog.protocol.primitives import Reader
+from oncelog.storage.group_offsets import Committed, GroupMeta, GroupOffsetStore
 
 log = logging.getLogger(__name__)
 
 EMPTY, PREPARING, COMPLETING, STABLE = "Empty", "PreparingRebalance", "CompletingRebalance", "Stable"
+NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000  # Kafka's GroupCoordinator.NewMemberJoinTimeoutMs
+CONSUMER_PROTOCOL = "consumer"
+E = ErrorCode
 
 
-@dataclass
+@dataclass(eq=False)
 class Member:
     member_id: str
     instance_id: str | None
@@ -31,10 +53,19 @@ class Member:
     protocols: list[tuple[str, bytes]]
     session_timeout_ms: int
     rebalance_timeout_ms: int
-    last_seen_ms: int
+    heartbeat_deadline_ms: int
     assignment: bytes = b""
-    join_waiter: asyncio.Future | None = None
-    sync_waiter: asyncio.Future | None = None
+    is_new: bool = True
+    join_waiters: list[asyncio.Future] = field(default_factory=list)
+    sync_waiters: list[asyncio.Future] = field(default_factory=list)
+
+    def metadata(self, protocol: str | None) -> bytes:
+        return next((meta for name, meta in self.protocols if name == protocol), b"")
+
+    def alive(self, now_ms: int) -> bool:
+        if not self.is_new and (self.join_waiters or self.sync_waiters):
+            return True  # waiting for the rebalance counts as a heartbeat
+        return now_ms <= self.heartbeat_deadline_ms
 
 
 @dataclass
@@ -48,212 +79,576 @@ class JoinResult:
     members: list[tuple[str, str | None, bytes]] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(eq=False)
 class Group:
     group_id: str
     state: str = EMPTY
+    state_since_ms: int = 0
     generation: int = 0
     protocol_type: str | None = None
     protocol: str | None = None
     leader: str | None = None
     members: dict[str, Member] = field(default_factory=dict)
-    pending: set[str] = field(default_factory=set)  # ids handed out with MEMBER_ID_REQUIRED
-    timer: asyncio.TimerHandle | None = None
-    initial: bool = False
+    static: dict[str, str] = field(default_factory=dict)      # group.instance.id -> member id
+    pending: dict[str, int] = field(default_factory=dict)     # MEMBER_ID_REQUIRED ids -> deadline
+    pending_sync: set[str] = field(default_factory=set)       # members yet to send SyncGroup
+    subscribed: frozenset[str] | None = None                  # topics of a consumer group, if known
+    join_timer: asyncio.TimerHandle | None = None
+    sync_timer: asyncio.TimerHandle | None = None
+    initial_join: bool = False       # the join timer is the initial delay (never completes early)
+    initial_remaining_ms: int = 0
+    new_member_added: bool = False
+
+    def rebalance_timeout_ms(self) -> int:
+        return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
+
+    def all_joined(self) -> bool:
+        return not self.pending and all(m.join_waiters for m in self.members.values())
+
+    def supports(self, protocol_type: str, names: list[str]) -> bool:
+        if not self.members:
+            return bool(protocol_type) and bool(names)
+        return protocol_type == self.protocol_type and any(
+            all(n in {p for p, _ in m.protocols} for m in self.members.values()) for n in names)
+
+    def select_protocol(self) -> str:
+        """Each member votes for its most preferred protocol that all members support."""
+        common = set.intersection(*({p for p, _ in m.protocols} for m in self.members.values()))
+        votes: dict[str, int] = {}
+        for m in self.members.values():
+            choice = next(p for p, _ in m.protocols if p in common)
+            votes[choice] = votes.get(choice, 0) + 1
+        return max(votes, key=votes.__getitem__)
 
 
 class GroupCoordinator:
-    def __init__(self, store: GroupOffsetStore, now_ms, initial_rebalance_delay_ms: int = 100) -> None:
+    def __init__(self, store: GroupOffsetStore, now_ms: Callable[[], int],
+                 initial_rebalance_delay_ms: int = 100, *, min_session_timeout_ms: int = 6000,
+                 max_session_timeout_ms: int = 1800000, offsets_retention_ms: int = 7 * 24 * 3600 * 1000,
+                 offsets_retention_check_interval_ms: int = 600000,
+                 owns: Callable[[str], bool] = lambda group_id: True) -> None:
+        """`owns`: whether this broker coordinates a group (only those are expired here)."""
         self.store = store
         self.now_ms = now_ms
         self.initial_delay_ms = initial_rebalance_delay_ms
+        self.min_session_ms, self.max_session_ms = min_session_timeout_ms, max_session_timeout_ms
+        self.retention_ms = offsets_retention_ms
+        self.retention_interval_ms = offsets_retention_check_interval_ms
+        self.owns = owns
         self.groups: dict[str, Group] = {}
+        self.started_ms = now_ms()
+        self._next_retention_ms = self.started_ms + offsets_retention_check_interval_ms
 
-    # ------------------------------------------------------------------ membership
+    # ------------------------------------------------------------------ JoinGroup
     async def join(self, group_id: str, member_id: str, instance_id: str | None, client_id: str,
                    client_host: str, protocol_type: str, protocols: list[tuple[str, bytes]],
                    session_timeout_ms: int, rebalance_timeout_ms: int, require_known_member: bool
                    ) -> JoinResult:
         if not group_id:
-            return JoinResult(ErrorCode.INVALID_GROUP_ID)
-        g = self.groups.setdefault(group_id, Group(group_id))
-        if g.members and g.protocol_type != protocol_type:
-            return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
-        if g.members and not self._common_protocols(g, protocols):
-            return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+            return JoinResult(E.INVALID_GROUP_ID, member_id=member_id)
+        if not self.min_session_ms <= session_timeout_ms <= self.max_session_ms:
+            return JoinResult(E.INVALID_SESSION_TIMEOUT, member_id=member_id)
+        g = self.groups.get(group_id)
+        if g is None:
+            if member_id:  # a member of a group this coordinator does not know
+                return JoinResult(E.UNKNOWN_MEMBER_ID, member_id=member_id)
+            g = self._group(group_id)
+        if not g.supports(protocol_type, [name for name, _ in protocols]):
+            return JoinResult(E.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
+        timeouts = (session_timeout_ms, rebalance_timeout_ms)
         if not member_id:
-            member_id = f"{client_id or 'member'}-{uuid.uuid4()}"
-            if require_known_member:  # KIP-394: the client rejoins with this id
-                g.pending.add(member_id)
-                return JoinResult(ErrorCode.MEMBER_ID_REQUIRED, member_id=member_id)
-        elif member_id not in g.members and member_id not in g.pending:
-            return JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id=member_id)
-        g.pending.discard(member_id)
-        now = self.now_ms()
-        m = g.members.get(member_id)
-        if m is None:
-            m = g.members[member_id] = Member(member_id, instance_id, client_id, client_host, protocols,
-                                              session_timeout_ms, rebalance_timeout_ms, now)
+            new_id = f"{instance_id or client_id}-{uuid.uuid4()}"
+            if instance_id is not None:
+                if instance_id in g.static:
+                    return await self._replace_static_member(g, instance_id, new_id, protocols, *timeouts)
+                waiter = self._add_member(g, new_id, instance_id, client_id, client_host,
+                                          protocol_type, protocols, *timeouts)
+            elif require_known_member:  # KIP-394: the client rejoins with this id
+                g.pending[new_id] = self.now_ms() + session_timeout_ms
+                return JoinResult(E.MEMBER_ID_REQUIRED, member_id=new_id)
+            else:
+                waiter = self._add_member(g, new_id, None, client_id, client_host, protocol_type,
+                                          protocols, *timeouts)
+        elif member_id in g.pending:
+            del g.pending[member_id]
+            if instance_id is not None:  # a static member is never sent MEMBER_ID_REQUIRED
+                self._try_complete_join(g)
+                return JoinResult(E.UNKNOWN_MEMBER_ID, member_id=member_id)
+            waiter = self._add_member(g, member_id, None, client_id, client_host, protocol_type,
+                                      protocols, *timeouts)
         else:
-            m.protocols, m.last_seen_ms = protocols, now
-            m.session_timeout_ms, m.rebalance_timeout_ms = session_timeout_ms, rebalance_timeout_ms
-        g.protocol_type = protocol_type
-        if m.join_waiter is not None and not m.join_waiter.done():
-            m.join_waiter.set_result(JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id=member_id))
-        m.join_waiter = asyncio.get_running_loop().create_future()
-        waiter = m.join_waiter
-        if g.state != PREPARING:
-            self._prepare_rebalance(g, initial=g.state == EMPTY)
-        self._maybe_complete_join(g)
+            error = self._validate_member(g, member_id, instance_id)
+            if error:
+                return JoinResult(error, member_id=member_id)
+            m = g.members[member_id]
+            if g.state == EMPTY:
+                return JoinResult(E.UNKNOWN_MEMBER_ID, member_id=member_id)
+            unchanged = m.protocols == protocols
+            if g.state == COMPLETING and unchanged:
+                return self._join_result(g, m)  # it missed its JoinGroup answer: the same again
+            if g.state == STABLE and unchanged and member_id != g.leader:
+                return self._join_result(g, m)  # a follower with nothing new: no rebalance
+            # the leader rejoining in Stable asks for a rebalance (e.g. its topics changed)
+            waiter = self._update_member(m, protocols, *timeouts)
+            self._maybe_prepare_rebalance(g, f"member {member_id} rejoined")
+        self._try_complete_join(g)
         return await waiter
 
-    def _common_protocols(self, g: Group, protocols) -> list[str]:
-        names = [n for n, _ in protocols]
-        return [n for n in names if all(n in {p for p, _ in m.protocols} for m in g.members.values())]
+    def _join_result(self, g: Group, m: Member, leader: str | None = None) -> JoinResult:
+        members = ([(x.member_id, x.instance_id, x.metadata(g.protocol)) for x in g.members.values()]
+                   if m.member_id == g.leader and leader is None else [])
+        return JoinResult(E.NONE, g.generation, g.protocol_type, g.protocol,
+                          leader if leader is not None else g.leader or "", m.member_id, members)
 
-    def _prepare_rebalance(self, g: Group, initial: bool) -> None:
-        for m in g.members.values():
-            if m.sync_waiter is not None and not m.sync_waiter.done():
-                m.sync_waiter.set_result((ErrorCode.REBALANCE_IN_PROGRESS, b""))
-            m.sync_waiter = None
-        g.state = PREPARING
-        g.initial = initial
-        delay = self.initial_delay_ms if initial else max(
-            (m.rebalance_timeout_ms for m in g.members.values()), default=0)
-        if g.timer is not None:
-            g.timer.cancel()
-        g.timer = asyncio.get_running_loop().call_later(delay / 1000, self._rebalance_deadline, g)
+    def _validate_member(self, g: Group, member_id: str, instance_id: str | None) -> int:
+        """Kafka's validateCurrentMember: a static instance must map to this member id."""
+        if instance_id is not None:
+            current = g.static.get(instance_id)
+            if current is None:
+                return E.UNKNOWN_MEMBER_ID
+            if current != member_id:
+                log.info("group %s: member %s of instance %s is fenced by member %s", g.group_id,
+                         member_id, instance_id, current)
+                return E.FENCED_INSTANCE_ID
+            return E.NONE
+        return E.NONE if member_id in g.members else E.UNKNOWN_MEMBER_ID
 
-    def _rebalance_deadline(self, g: Group) -> None:
-        g.timer = None
-        g.initial = False
-        # members that did not rejoin in time leave the group
-        for mid in [mid for mid, m in g.members.items() if m.join_waiter is None]:
-            log.info("group %s: member %s did not rejoin in time, removed", g.group_id, mid)
-            del g.members[mid]
-        self._maybe_complete_join(g)
+    def _add_member(self, g: Group, member_id: str, instance_id: str | None, client_id: str,
+                    client_host: str, protocol_type: str, protocols, session_ms: int,
+                    rebalance_ms: int) -> asyncio.Future:
+        if not g.members:
+            g.protocol_type = protocol_type
+        m = Member(member_id, instance_id, client_id, client_host, list(protocols), session_ms,
+                   rebalance_ms, self.now_ms() + NEW_MEMBER_JOIN_TIMEOUT_MS)
+        if g.state == PREPARING and g.generation == 0:
+            g.new_member_added = True  # lets the initial delay wait a little longer
+        g.members[member_id] = m
+        if instance_id is not None:
+            g.static[instance_id] = member_id
+        if g.leader is None:
+            g.leader = member_id
+        waiter = self._waiter(m.join_waiters)
+        log.info("group %s: member %s (instance %s) joins in state %s", g.group_id, member_id,
+                 instance_id, g.state)
+        self._maybe_prepare_rebalance(g, f"new member {member_id}")
+        return waiter
 
-    def _maybe_complete_join(self, g: Group) -> None:
-        if g.state != PREPARING or g.initial:
+    def _update_member(self, m: Member, protocols, session_ms: int, rebalance_ms: int) -> asyncio.Future:
+        m.protocols = list(protocols)
+        m.session_timeout_ms, m.rebalance_timeout_ms = session_ms, rebalance_ms
+        return self._waiter(m.join_waiters)
+
+    @staticmethod
+    def _waiter(waiters: list[asyncio.Future]) -> asyncio.Future:
+        # a member's request retried on another connection gets the same answer as the first
+        fut = asyncio.get_running_loop().create_future()
+        waiters.append(fut)
+        return fut
+
+    async def _replace_static_member(self, g: Group, instance_id: str, new_id: str, protocols,
+                                     session_ms: int, rebalance_ms: int) -> JoinResult:
+        old_id = g.static[instance_id]
+        old_leader = g.leader
+        m = g.members.pop(old_id)
+        # the old incarnation's waiting requests are fenced at once
+        _resolve(m.join_waiters, JoinResult(E.FENCED_INSTANCE_ID, member_id=old_id))
+        _resolve(m.sync_waiters, (E.FENCED_INSTANCE_ID, b""))
+        m.member_id = new_id
+        g.members[new_id] = m
+        g.static[instance_id] = new_id
+        if g.leader == old_id:
+            g.leader = new_id
+        if old_id in g.pending_sync:
+            g.pending_sync.discard(old_id)
+            g.pending_sync.add(new_id)
+        m.is_new = False
+        m.heartbeat_deadline_ms = self.now_ms() + session_ms
+        log.info("group %s: static member %s replaces %s in state %s", g.group_id, new_id, old_id, g.state)
+        if g.state == STABLE:
+            m.protocols, m.session_timeout_ms, m.rebalance_timeout_ms = list(protocols), session_ms, rebalance_ms
+            if g.select_protocol() == g.protocol:
+                # no rebalance: the member gets the current generation and, with SyncGroup, its
+                # old assignment. It is told the old leader id, so a restarted leader does not
+                # compute an assignment that a Stable group would not hand out.
+                return self._join_result(g, m, leader=old_leader or "")
+            waiter = self._waiter(m.join_waiters)
+            self._maybe_prepare_rebalance(g, f"static member {new_id} changed its protocols")
+        else:
+            waiter = self._update_member(m, protocols, session_ms, rebalance_ms)
+            if g.state == COMPLETING:
+                # the leader may have been given the old member id: assign again
+                self._prepare_rebalance(g, f"static member {new_id} rejoined during the sync")
+        self._try_complete_join(g)
+        return await waiter
+
+    # ------------------------------------------------------------------ rebalance
+    def _maybe_prepare_rebalance(self, g: Group, reason: str) -> None:
+        if g.state in (STABLE, COMPLETING, EMPTY):
+            self._prepare_rebalance(g, reason)
+
+    def _prepare_rebalance(self, g: Group, reason: str) -> None:
+        if g.state == COMPLETING:
+            for m in g.members.values():
+                m.assignment = b""
+                _resolve(m.sync_waiters, (E.REBALANCE_IN_PROGRESS, b""))
+        self._cancel(g, "sync_timer")
+        g.pending_sync.clear()
+        self._cancel(g, "join_timer")
+        if g.state == EMPTY:
+            delay = self.initial_delay_ms
+            g.initial_join = True
+            g.initial_remaining_ms = max(g.rebalance_timeout_ms() - delay, 0)
+        else:
+            delay = g.rebalance_timeout_ms()
+            g.initial_join = False
+        log.info("group %s: preparing to rebalance from %s, generation %d (%s)", g.group_id, g.state,
+                 g.generation, reason)
+        self._set_state(g, PREPARING)
+        g.join_timer = asyncio.get_running_loop().call_later(delay / 1000, self._join_timer_fired, g, delay)
+        self._try_complete_join(g)
+
+    def _join_timer_fired(self, g: Group, delay_ms: int) -> None:
+        g.join_timer = None
+        if g.state != PREPARING:
             return
-        if any(m.join_waiter is None for m in g.members.values()):
+        if g.initial_join and g.new_member_added and g.initial_remaining_ms > 0:
+            g.new_member_added = False
+            next_delay = min(self.initial_delay_ms, g.initial_remaining_ms)
+            g.initial_remaining_ms = max(g.initial_remaining_ms - delay_ms, 0)
+            g.join_timer = asyncio.get_running_loop().call_later(
+                next_delay / 1000, self._join_timer_fired, g, next_delay)
             return
-        if g.timer is not None:
-            g.timer.cancel()
-            g.timer = None
+        g.initial_join = False
+        self._complete_join(g)
+
+    def _try_complete_join(self, g: Group) -> None:
+        if g.state == PREPARING and not g.initial_join and g.all_joined():
+            self._cancel(g, "join_timer")
+            self._complete_join(g)
+
+    def _complete_join(self, g: Group) -> None:
+        for m in [m for m in g.members.values() if not m.join_waiters and m.instance_id is None]:
+            self._drop(g, m, "did not rejoin within the rebalance timeout")
+        if g.members and not any(m.join_waiters for m in g.members.values()):
+            # only static members that have not rejoined: wait for them or their session timeout
+            log.warning("group %s: no member rejoined; waiting another rebalance timeout", g.group_id)
+            delay = g.rebalance_timeout_ms()
+            g.join_timer = asyncio.get_running_loop().call_later(delay / 1000, self._join_timer_fired, g, delay)
+            return
+        if g.leader not in g.members or not g.members[g.leader].join_waiters:
+            g.leader = next((mid for mid, m in g.members.items() if m.join_waiters), None)
         g.generation += 1
         if not g.members:
-            g.state, g.protocol, g.leader = EMPTY, None, None
+            g.protocol, g.leader, g.subscribed = None, None, None
+            self._set_state(g, EMPTY)
+            log.info("group %s: generation %d is empty", g.group_id, g.generation)
             return
-        if g.leader not in g.members:
-            g.leader = next(iter(g.members))
-        leader = g.members[g.leader]
-        g.protocol = next(n for n, _ in leader.protocols
-                          if all(n in {p for p, _ in m.protocols} for m in g.members.values()))
-        g.state = COMPLETING
-        everyone = [(m.member_id, m.instance_id, dict(m.protocols)[g.protocol]) for m in g.members.values()]
+        g.protocol = g.select_protocol()
+        g.subscribed = _subscribed_topics(g)
+        self._set_state(g, COMPLETING)
+        self.store.set_meta(g.group_id, self._meta(g))  # no longer empty (written only if it was)
+        now = self.now_ms()
         for m in g.members.values():
-            result = JoinResult(ErrorCode.NONE, g.generation, g.protocol_type, g.protocol, g.leader,
-                                m.member_id, everyone if m.member_id == g.leader else [])
-            waiter, m.join_waiter = m.join_waiter, None
-            m.last_seen_ms = self.now_ms()
-            if waiter is not None and not waiter.done():
-                waiter.set_result(result)
-        log.info("group %s: generation %d with %d members, protocol %s", g.group_id, g.generation,
-                 len(g.members), g.protocol)
+            m.is_new = False
+            m.heartbeat_deadline_ms = now + m.session_timeout_ms
+            _resolve(m.join_waiters, self._join_result(g, m))
+            g.pending_sync.add(m.member_id)
+        delay = g.rebalance_timeout_ms()
+        g.sync_timer = asyncio.get_running_loop().call_later(
+            delay / 1000, self._sync_timer_fired, g, g.generation)
+        log.info("group %s: generation %d with %d members, protocol %s, leader %s", g.group_id,
+                 g.generation, len(g.members), g.protocol, g.leader)
 
-    async def sync(self, group_id: str, generation: int, member_id: str,
-                   assignments: dict[str, bytes]) -> tuple[int, str | None, str | None, bytes]:
+    def _sync_timer_fired(self, g: Group, generation: int) -> None:
+        g.sync_timer = None
+        if generation != g.generation or g.state not in (COMPLETING, STABLE) or not g.pending_sync:
+            return
+        for mid in list(g.pending_sync):
+            if mid in g.members:
+                self._drop(g, g.members[mid], "did not send SyncGroup within the rebalance timeout")
+        self._prepare_rebalance(g, "members missed the SyncGroup deadline")
+
+    # ------------------------------------------------------------------ SyncGroup
+    async def sync(self, group_id: str, generation: int, member_id: str, assignments: dict[str, bytes],
+                   instance_id: str | None = None, protocol_type: str | None = None,
+                   protocol_name: str | None = None) -> tuple[int, str | None, str | None, bytes]:
+        if not group_id:
+            return E.INVALID_GROUP_ID, None, None, b""
         g = self.groups.get(group_id)
-        if g is None or member_id not in g.members:
-            return ErrorCode.UNKNOWN_MEMBER_ID, None, None, b""
-        if generation != g.generation:
-            return ErrorCode.ILLEGAL_GENERATION, None, None, b""
-        if g.state == PREPARING:
-            return ErrorCode.REBALANCE_IN_PROGRESS, None, None, b""
+        if g is None:
+            return E.UNKNOWN_MEMBER_ID, None, None, b""
+        error = self._validate_member(g, member_id, instance_id)
+        if not error and generation != g.generation:
+            error = E.ILLEGAL_GENERATION
+        if not error and ((protocol_type is not None and protocol_type != g.protocol_type)
+                          or (protocol_name is not None and protocol_name != g.protocol)):
+            error = E.INCONSISTENT_GROUP_PROTOCOL
+        if not error and g.state == EMPTY:
+            error = E.UNKNOWN_MEMBER_ID
+        if not error and g.state == PREPARING:
+            error = E.REBALANCE_IN_PROGRESS
+        if error:
+            return error, None, None, b""
         m = g.members[member_id]
-        m.last_seen_ms = self.now_ms()
+        self._synced(g, member_id)
         if g.state == STABLE:
-            return ErrorCode.NONE, g.protocol_type, g.protocol, m.assignment
+            m.heartbeat_deadline_ms = self.now_ms() + m.session_timeout_ms
+            return E.NONE, g.protocol_type, g.protocol, m.assignment
+        waiter = self._waiter(m.sync_waiters)
         if member_id == g.leader:
+            now = self.now_ms()
             for mid, member in g.members.items():
                 member.assignment = assignments.get(mid, b"")
-            g.state = STABLE
-            for member in g.members.values():
-                if member.sync_waiter is not None and not member.sync_waiter.done():
-                    member.sync_waiter.set_result((ErrorCode.NONE, member.assignment))
-                member.sync_waiter = None
-            return ErrorCode.NONE, g.protocol_type, g.protocol, m.assignment
-        m.sync_waiter = asyncio.get_running_loop().create_future()
-        error, assignment = await m.sync_waiter
-        return error, g.protocol_type, g.protocol, assignment
+                if member.sync_waiters:
+                    member.heartbeat_deadline_ms = now + member.session_timeout_ms
+                _resolve(member.sync_waiters, (E.NONE, member.assignment))
+            self._set_state(g, STABLE)
+            log.info("group %s: generation %d is stable", g.group_id, g.generation)
+        error, assignment = await waiter
+        if error:
+            return error, None, None, b""
+        return E.NONE, g.protocol_type, g.protocol, assignment
 
-    def heartbeat(self, group_id: str, generation: int, member_id: str) -> int:
+    def _synced(self, g: Group, member_id: str) -> None:
+        g.pending_sync.discard(member_id)
+        if not g.pending_sync:
+            self._cancel(g, "sync_timer")
+
+    # ------------------------------------------------------------------ Heartbeat / LeaveGroup
+    def heartbeat(self, group_id: str, generation: int, member_id: str,
+                  instance_id: str | None = None) -> int:
+        if not group_id:
+            return E.INVALID_GROUP_ID
         g = self.groups.get(group_id)
-        if g is None or member_id not in g.members:
-            return ErrorCode.UNKNOWN_MEMBER_ID
-        g.members[member_id].last_seen_ms = self.now_ms()
-        if g.state == PREPARING:
-            return ErrorCode.REBALANCE_IN_PROGRESS
+        if g is None:
+            return E.UNKNOWN_MEMBER_ID
+        error = self._validate_member(g, member_id, instance_id)
+        if error:
+            return error
         if generation != g.generation:
-            return ErrorCode.ILLEGAL_GENERATION
-        return ErrorCode.NONE
+            return E.ILLEGAL_GENERATION
+        if g.state == EMPTY:
+            return E.UNKNOWN_MEMBER_ID
+        m = g.members[member_id]
+        m.heartbeat_deadline_ms = self.now_ms() + m.session_timeout_ms
+        return E.REBALANCE_IN_PROGRESS if g.state == PREPARING else E.NONE
 
-    def leave(self, group_id: str, member_id: str) -> int:
+    def leave(self, group_id: str, members: list[tuple[str, str | None]]) -> list[int]:
+        """One error per (member id, group instance id); an empty member id names a static member
+        by its instance id (an administrator removing it)."""
         g = self.groups.get(group_id)
-        if g is None or member_id not in g.members:
-            return ErrorCode.UNKNOWN_MEMBER_ID
-        self._remove(g, member_id, "left the group")
-        return ErrorCode.NONE
+        if g is None:
+            return [E.UNKNOWN_MEMBER_ID] * len(members)
+        out = []
+        for member_id, instance_id in members:
+            if not member_id:
+                current = g.static.get(instance_id) if instance_id is not None else None
+                if current is None:
+                    out.append(E.UNKNOWN_MEMBER_ID)
+                    continue
+                member_id = current
+            elif member_id in g.pending:
+                del g.pending[member_id]
+                self._try_complete_join(g)
+                out.append(E.NONE)
+                continue
+            else:
+                error = self._validate_member(g, member_id, instance_id)
+                if error:
+                    out.append(error)
+                    continue
+            self._remove(g, g.members[member_id], "left the group")
+            out.append(E.NONE)
+        return out
 
-    def _remove(self, g: Group, member_id: str, why: str) -> None:
-        m = g.members.pop(member_id)
-        log.info("group %s: member %s %s", g.group_id, member_id, why)
-        if m.join_waiter is not None and not m.join_waiter.done():
-            m.join_waiter.set_result(JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id=member_id))
-        if not g.members:
-            if g.timer is not None:
-                g.timer.cancel()
-                g.timer = None
-            g.state, g.leader, g.protocol = EMPTY, None, None
-            g.generation += 1
+    def _remove(self, g: Group, m: Member, why: str) -> None:
+        """Kafka's removeMemberAndUpdateGroup."""
+        self._drop(g, m, why)
+        if g.state in (STABLE, COMPLETING):
+            self._prepare_rebalance(g, f"member {m.member_id} {why}")
         elif g.state == PREPARING:
-            self._maybe_complete_join(g)
-        else:
-            self._prepare_rebalance(g, initial=False)
+            self._try_complete_join(g)
 
+    def _drop(self, g: Group, m: Member, why: str) -> None:
+        _resolve(m.join_waiters, JoinResult(E.UNKNOWN_MEMBER_ID, member_id=m.member_id))
+        _resolve(m.sync_waiters, (E.UNKNOWN_MEMBER_ID, b""))
+        del g.members[m.member_id]
+        if m.instance_id is not None and g.static.get(m.instance_id) == m.member_id:
+            del g.static[m.instance_id]
+        g.pending_sync.discard(m.member_id)
+        if g.leader == m.member_id:
+            g.leader = next(iter(g.members), None)
+        log.info("group %s: member %s %s", g.group_id, m.member_id, why)
+
+    # ------------------------------------------------------------------ timers (the broker's tick)
     def expire(self) -> None:
-        """Remove members whose session timed out (members waiting in JoinGroup are alive)."""
+        """Sessions, pending member ids, and (every `offsets.retention.check.interval.ms`) offsets."""
         now = self.now_ms()
         for g in list(self.groups.values()):
-            for mid, m in list(g.members.items()):
-                if m.join_waiter is None and now - m.last_seen_ms > m.session_timeout_ms:
-                    self._remove(g, mid, f"missed its session timeout ({m.session_timeout_ms} ms)")
+            for mid, deadline in list(g.pending.items()):
+                if now > deadline:
+                    del g.pending[mid]
+                    log.info("group %s: pending member %s did not rejoin in its session timeout",
+                             g.group_id, mid)
+                    self._try_complete_join(g)
+            for m in list(g.members.values()):
+                if m.member_id in g.members and not m.alive(now):
+                    self._remove(g, m, f"missed its session timeout ({m.session_timeout_ms} ms)")
+        if now >= self._next_retention_ms:
+            self._next_retention_ms = now + self.retention_interval_ms
+            self.expire_offsets(now)
+
+    def expire_offsets(self, now: int) -> int:
+        """Kafka's GroupMetadata.removeExpiredOffsets for every group this broker coordinates; a
+        group left empty without offsets is forgotten. Returns how many offsets expired."""
+        removed = 0
+        for group_id in set(self.groups) | set(self.store.groups()):
+            if not self.owns(group_id):
+                continue
+            g = self.groups.get(group_id)
+            offsets = self.store.get(group_id)
+            if g is None:
+                meta = self.store.meta(group_id)
+                state, ptype = EMPTY, meta.protocol_type
+                empty_since = meta.empty_since_ms if meta.empty_since_ms is not None else self.started_ms
+            else:
+                state, ptype, empty_since = g.state, g.protocol_type, g.state_since_ms
+            if ptype is not None and state == EMPTY:
+                gone = [k for k, c in offsets.items() if self._expired(c, empty_since, now)]
+            elif ptype == CONSUMER_PROTOCOL and state == STABLE and g.subscribed is not None:
+                gone = [k for k, c in offsets.items()
+                        if k[0] not in g.subscribed and self._expired(c, self._committed_at(c), now)]
+            elif ptype is None:
+                gone = [k for k, c in offsets.items() if self._expired(c, self._committed_at(c), now)]
+            else:
+                gone = []
+            if gone:
+                log.info("group %s: %d committed offsets expired (offsets.retention.minutes)",
+                         group_id, len(gone))
+                self.store.remove(group_id, gone)
+                removed += len(gone)
+            if (g is not None and g.state == EMPTY and not g.members and not g.pending
+                    and not self.store.get(group_id)):
+                del self.groups[group_id]
+        return removed
+
+    def _expired(self, c: Committed, base_ms: int, now: int) -> bool:
+        if c.expire_timestamp >= 0:  # OffsetCommit v2-v4 asked for its own retention
+            return now >= c.expire_timestamp
+        return now - base_ms >= self.retention_ms
+
+    def _committed_at(self, c: Committed) -> int:
+        return c.commit_timestamp if c.commit_timestamp >= 0 else self.started_ms
 
     # ------------------------------------------------------------------ offsets
     def commit(self, group_id: str, generation: int, member_id: str,
-               offsets: dict[tuple[str, int], Committed]) -> int:
+               offsets: dict[tuple[str, int], Committed], instance_id: str | None = None,
+               retention_ms: int = -1) -> int:
+        """`retention_ms`: OffsetCommit v2-v4's retention time (-1: `offsets.retention.minutes`)."""
         g = self.groups.get(group_id)
-        if g is not None and g.members:
-            if member_id not in g.members:
-                return ErrorCode.UNKNOWN_MEMBER_ID
-            if generation != g.generation:
-                return ErrorCode.ILLEGAL_GENERATION
-            if g.state == PREPARING:
-                return ErrorCode.REBALANCE_IN_PROGRESS
-            g.members[member_id].last_seen_ms = self.now_ms()
-        elif generation >= 0 or member_id:
-            # a commit from a member of a group that no longer has it
-            return ErrorCode.ILLEGAL_GENERATION if generation >= 0 else ErrorCode.UNKNOWN_MEMBER_ID
-        self.store.commit(group_id, offsets)
-        return ErrorCode.NONE
+        if g is None:
+            if generation >= 0:  # a member of a generation this coordinator does not know
+                return E.ILLEGAL_GENERATION
+            g = self._group(group_id)  # offsets only: a consumer using assign()
+        error = self._validate_commit(g, generation, member_id, instance_id)
+        if error:
+            return error
+        if g.state == COMPLETING:
+            # the member already has the new generation's JoinGroup answer, not yet its assignment
+            return E.REBALANCE_IN_PROGRESS
+        if g.state in (STABLE, PREPARING):
+            m = g.members[member_id]
+            m.heartbeat_deadline_ms = self.now_ms() + m.session_timeout_ms
+        now = self.now_ms()
+        expire = now + retention_ms if retention_ms >= 0 else -1
+        self.store.commit(group_id, {k: c._replace(commit_timestamp=now, expire_timestamp=expire)
+                                     for k, c in offsets.items()}, self._meta(g))
+        return E.NONE
+
+    def _validate_commit(self, g: Group, generation: int, member_id: str, instance_id: str | None) -> int:
+        """Kafka's validateOffsetCommit."""
+        if generation < 0 and g.state == EMPTY:
+            return E.NONE  # the admin client, or a consumer without group management
+        if generation >= 0 or member_id or instance_id is not None:
+            error = self._validate_member(g, member_id, instance_id)
+            if error:
+                return error
+            return E.ILLEGAL_GENERATION if generation != g.generation else E.NONE
+        return E.UNKNOWN_MEMBER_ID  # only members commit to a group that has members
 
     def committed(self, group_id: str) -> dict[tuple[str, int], Committed]:
         return self.store.get(group_id)
 
+    def delete_group(self, group_id: str) -> int:
+        """DeleteGroups: only an empty group goes, with its offsets."""
+        g = self.groups.get(group_id)
+        if g is None and not self.store.get(group_id):
+            return E.GROUP_ID_NOT_FOUND
+        if g is not None and (g.state != EMPTY or g.members):
+            return E.NON_EMPTY_GROUP
+        self.groups.pop(group_id, None)
+        self.store.remove(group_id)
+        log.info("group %s deleted", group_id)
+        return E.NONE
+
+    def delete_topic(self, topic: str) -> None:
+        """A deleted topic's committed offsets go with it (Kafka's handleDeletedPartitions)."""
+        self.store.delete_topic(topic)
+
     def listing(self) -> list[tuple[str, str, str]]:
         """(group id, protocol type, state) of every known group, including offset-only ones."""
-        out = {gid: (gid, g.protocol_type or "consumer", g.state) for gid, g in self.groups.items()}
+        out = {gid: (gid, g.protocol_type or "", g.state) for gid, g in self.groups.items()}
         for gid in self.store.groups():
-            out.setdefault(gid, (gid, "consumer", EMPTY))
+            out.setdefault(gid, (gid, self.store.meta(gid).protocol_type or "", EMPTY))
         return sorted(out.values())
+
+    # ------------------------------------------------------------------ helpers
+    def _group(self, group_id: str) -> Group:
+        """A group object, picking up what the store remembers of it (after a restart)."""
+        meta = self.store.meta(group_id)
+        since = meta.empty_since_ms
+        if since is None:
+            since = self.started_ms if self.store.get(group_id) else self.now_ms()
+        g = self.groups[group_id] = Group(group_id, state_since_ms=since, protocol_type=meta.protocol_type)
+        return g
+
+    def _set_state(self, g: Group, state: str) -> None:
+        was_empty = g.state == EMPTY
+        g.state, g.state_since_ms = state, self.now_ms()
+        if state == EMPTY and not was_empty:
+            self.store.set_meta(g.group_id, self._meta(g))
+
+    @staticmethod
+    def _meta(g: Group) -> GroupMeta:
+        return GroupMeta(g.protocol_type, g.state_since_ms if g.state == EMPTY else None)
+
+    @staticmethod
+    def _cancel(g: Group, timer: str) -> None:
+        handle = getattr(g, timer)
+        if handle is not None:
+            handle.cancel()
+            setattr(g, timer, None)
+
+
+def _resolve(waiters: list[asyncio.Future], result) -> None:
+    for fut in waiters:
+        if not fut.done():
+            fut.set_result(result)
+    waiters.clear()
+
+
+def _subscribed_topics(g: Group) -> frozenset[str] | None:
+    """Topics of a consumer group from its members' subscriptions (ConsumerProtocolSubscription,
+    whose v0 prefix every version shares); None when unknown."""
+    if g.protocol_type != CONSUMER_PROTOCOL:
+        return None
+    topics: set[str] = set()
+    try:
+        for m in g.members.values():
+            r = Reader(m.metadata(g.protocol))
+            r.i16()
+            for _ in range(r.array_len(False)):
+                topics.add(r.string(False) or "")
+    except (ValueError, IndexError, UnicodeDecodeError, EOFError):
+        return None
+    return frozenset(topics)

@@ -80,8 +80,13 @@ class Broker:
         clustered = self.config["oncelog.cluster"]
         if not clustered:
             self.logs.open(self.now_ms())
-        self.groups = GroupCoordinator(GroupOffsetStore(first_dir / "__consumer_offsets", shared=clustered), self.now_ms,
-                                       self.config["group.initial.rebalance.delay.ms"])
+        c = self.config
+        self.groups = GroupCoordinator(
+            GroupOffsetStore(first_dir / "__consumer_offsets", shared=clustered), self.now_ms,
+            c["group.initial.rebalance.delay.ms"], min_session_timeout_ms=c["group.min.session.timeout.ms"],
+            max_session_timeout_ms=c["group.max.session.timeout.ms"],
+            offsets_retention_ms=c["offsets.retention.minutes"] * 60000,
+            offsets_retention_check_interval_ms=c["offsets.retention.check.interval.ms"], owns=self.coordinates)
         listener = self.config.listeners[0]
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(lambda: _Connection(self), listener.host or None,

@@ -7,8 +7,10 @@ Idempotence rules (KAFKA-5494, KIP-360, KIP-1269, KIP-758, "spurious OutOfOrderS
 - while a partition recovers from an error, only its head-of-line batch (the one right after the
   last acknowledged sequence) is in flight, alone;
 - OUT_OF_ORDER_SEQUENCE_NUMBER on the batch right after the last acknowledged one is a real gap:
-  bump the epoch (InitProducerId with the current id/epoch) and renumber that partition from 0; on a
-  later batch it is a knock-on effect of an earlier failure: retry;
+  bump the epoch and renumber that partition from 0; on a later batch it is a knock-on effect of an
+  earlier failure: retry. The idempotent producer bumps its epoch itself, as Kafka's does (KIP-360:
+  a higher epoch at sequence 0 starts afresh; InitProducerId without a transactional id always
+  answers a new id), and asks for a new id only when the epoch is exhausted;
 - UNKNOWN_PRODUCER_ID: log start offset above the last acknowledged offset means retention removed
   the producer's state: restart the partition's sequence at 0 and retry; otherwise acknowledged data
   is gone: fatal DataLossError naming partition and offsets;
@@ -205,10 +207,10 @@ class ProducerCore:
             self.init_pid_in_progress = True
             return (-1, -1)
         if self.bump_requested:
-            self.init_pid_in_progress = True
             if self.producer_epoch >= _MAX_EPOCH:
-                return (-1, -1)
-            return (self.producer_id, self.producer_epoch)  # KIP-360: bump keeping the id
+                self.init_pid_in_progress = True
+                return (-1, -1)  # the epoch is exhausted: a new id
+            self.on_producer_id(self.producer_id, self.producer_epoch + 1)  # KIP-360, no request
         return None
 
     def on_producer_id(self, producer_id: int, producer_epoch: int) -> None:

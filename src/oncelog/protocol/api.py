@@ -28,6 +28,7 @@ class ApiKey(IntEnum):
     DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
     DESCRIBE_CONFIGS = 32
+    DELETE_GROUPS = 42
     INCREMENTAL_ALTER_CONFIGS = 44
     DESCRIBE_CLUSTER = 60
     DESCRIBE_PRODUCERS = 61
@@ -61,6 +62,7 @@ BROKER_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DELETE_RECORDS: (0, 2),
     ApiKey.INIT_PRODUCER_ID: (0, 5),
     ApiKey.DESCRIBE_CONFIGS: (1, 4),
+    ApiKey.DELETE_GROUPS: (0, 2),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
     ApiKey.DESCRIBE_CLUSTER: (0, 1),
     ApiKey.DESCRIBE_PRODUCERS: (0, 0),
@@ -86,7 +88,7 @@ FIRST_FLEXIBLE: dict[int, int] = {
     ApiKey.PRODUCE: 9, ApiKey.FETCH: 12, ApiKey.LIST_OFFSETS: 6, ApiKey.METADATA: 9,
     ApiKey.OFFSET_COMMIT: 8, ApiKey.OFFSET_FETCH: 6, ApiKey.FIND_COORDINATOR: 3,
     ApiKey.JOIN_GROUP: 6, ApiKey.HEARTBEAT: 4, ApiKey.LEAVE_GROUP: 4, ApiKey.SYNC_GROUP: 4,
-    ApiKey.DESCRIBE_GROUPS: 5, ApiKey.LIST_GROUPS: 3,
+    ApiKey.DESCRIBE_GROUPS: 5, ApiKey.LIST_GROUPS: 3, ApiKey.DELETE_GROUPS: 2,
     ApiKey.API_VERSIONS: 3, ApiKey.CREATE_TOPICS: 5, ApiKey.DELETE_TOPICS: 4,
     ApiKey.DELETE_RECORDS: 2, ApiKey.INIT_PRODUCER_ID: 2, ApiKey.DESCRIBE_CONFIGS: 4,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: 1, ApiKey.DESCRIBE_CLUSTER: 0, ApiKey.DESCRIBE_PRODUCERS: 0,
@@ -102,6 +104,7 @@ KIO_NAMES: dict[int, str] = {
     ApiKey.FIND_COORDINATOR: "find_coordinator", ApiKey.JOIN_GROUP: "join_group",
     ApiKey.HEARTBEAT: "heartbeat", ApiKey.LEAVE_GROUP: "leave_group", ApiKey.SYNC_GROUP: "sync_group",
     ApiKey.DESCRIBE_GROUPS: "describe_groups", ApiKey.LIST_GROUPS: "list_groups",
+    ApiKey.DELETE_GROUPS: "delete_groups",
     ApiKey.CREATE_TOPICS: "create_topics", ApiKey.DELETE_TOPICS: "delete_topics",
     ApiKey.DELETE_RECORDS: "delete_records", ApiKey.INIT_PRODUCER_ID: "init_producer_id",
     ApiKey.DESCRIBE_CONFIGS: "describe_configs",

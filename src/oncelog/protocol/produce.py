@@ -1,9 +1,12 @@
 """Produce v3-v14, broker side, written by hand: it is the hot path, and v14's topic responses
 carry tagged fields kio does not know.
 
-v14 (KIP-1269) is v13 on the wire plus, on each TopicProduceResponse, tag 1
-`ProducerStateBatchesToRetain` (int32, always sent) and our tag 10000
-`MaxInFlightSequenceNumber` (int32, only for range-mode topics: its presence means range mode).
+v14 (KIP-1269) is v13 on the wire plus tag 1 `ProducerStateBatchesToRetain` (int32, the topic's
+`producer.state.batches.to.retain`, default 5) for every partition that exists, written twice until
+the KIP settles: on each PartitionProduceResponse (the KIP's prose; tag 1 beside CurrentLeader's
+tag 0) and on each TopicProduceResponse (a reading of its JSON diff). Range-mode topics add our tag
+10000 `MaxInFlightSequenceNumber` (int32) on the TopicProduceResponse: its presence means range mode,
+and tag 1 still carries the per-partition batch limit there.
 Record sets stay memoryviews into the request frame; nothing is decoded per record here.
 """
 from __future__ import annotations
@@ -15,6 +18,8 @@ from oncelog.protocol.primitives import (I16, I32, I64, Reader, array_len, strin
 
 TAG_BATCHES_TO_RETAIN = 1
 TAG_MAX_IN_FLIGHT_SEQUENCE_NUMBER = 10000
+# a partition's tagged fields when tag 1 is its only one: one field, tag 1, four bytes
+_PARTITION_TAG_1 = b"\x01\x01\x04"
 
 
 @dataclass(slots=True)
@@ -57,13 +62,14 @@ class PartitionResponse:
     log_start_offset: int = -1
     error_message: str | None = None
     record_errors: list[tuple[int, str | None]] = field(default_factory=list)
+    batches_to_retain: int | None = None   # v14 tag 1; None: not sent (no such partition)
 
 
 @dataclass(slots=True)
 class TopicResponse:
     topic: str | uuid.UUID
     partitions: list[PartitionResponse]
-    batches_to_retain: int = 5
+    batches_to_retain: int | None = None   # v14 tag 1; None: not sent (no such topic)
     max_in_flight_sequence_number: int | None = None
 
 
@@ -86,11 +92,13 @@ def encode_response(version: int, topics: list[TopicResponse], throttle_ms: int 
                         out.append(b"\x00")
                 out.append(string(p.error_message, flex))
             if flex:
-                out.append(b"\x00")
+                out.append(_PARTITION_TAG_1 + I32.pack(p.batches_to_retain)
+                           if version >= 14 and p.batches_to_retain is not None else b"\x00")
         if flex:
             tags = {}
             if version >= 14:
-                tags[TAG_BATCHES_TO_RETAIN] = I32.pack(t.batches_to_retain)
+                if t.batches_to_retain is not None:
+                    tags[TAG_BATCHES_TO_RETAIN] = I32.pack(t.batches_to_retain)
                 if t.max_in_flight_sequence_number is not None:
                     tags[TAG_MAX_IN_FLIGHT_SEQUENCE_NUMBER] = I32.pack(t.max_in_flight_sequence_number)
             out.append(tagged_fields(tags))

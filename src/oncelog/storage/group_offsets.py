@@ -1,18 +1,36 @@
 """Committed consumer-group offsets: one small JSON file per group, replaced atomically and
-fsynced before the commit is acknowledged (a crash never loses or half-writes a commit)."""
+fsynced before the commit is acknowledged (a crash never loses or half-writes a commit).
+
+Beside the offsets, a file keeps what offset retention (`offsets.retention.minutes`) needs to
+survive a restart, as Kafka keeps it in its group metadata record: each offset's commit time (and
+an explicit expiry from OffsetCommit v2-v4), the group's protocol type, and since when the group
+has been empty. Files written before these existed (a bare list of offsets) still load; their
+offsets count as committed when the broker started.
+"""
 from __future__ import annotations
 
 import json
 import os
 import urllib.parse
+from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import Iterable, NamedTuple
+
+_FORMAT = 2
 
 
 class Committed(NamedTuple):
     offset: int
     metadata: str | None
     leader_epoch: int = -1
+    commit_timestamp: int = -1   # ms since the epoch; -1: unknown (an older file)
+    expire_timestamp: int = -1   # ms; set by OffsetCommit v2-v4's retention time, else -1
+
+
+@dataclass(frozen=True)
+class GroupMeta:
+    protocol_type: str | None = None   # None: offsets only (a consumer using assign), no members ever
+    empty_since_ms: int | None = None  # when the group last became empty; None: it has members
 
 
 class GroupOffsetStore:
@@ -22,46 +40,89 @@ class GroupOffsetStore:
         self.shared = shared
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
-        self._groups: dict[str, dict[tuple[str, int], Committed]] = {}
+        self._groups: dict[str, tuple[dict[tuple[str, int], Committed], GroupMeta]] = {}
         for path in self.directory.glob("*.json"):
             group = urllib.parse.unquote(path.stem)
-            entries = json.loads(path.read_text())
-            self._groups[group] = {(e["topic"], e["partition"]): Committed(e["offset"], e.get("metadata"),
-                                                                           e.get("leader_epoch", -1))
-                                   for e in entries}
+            self._groups[group] = _read(path)
 
     def groups(self) -> list[str]:
+        if self.shared:
+            return [urllib.parse.unquote(p.stem) for p in self.directory.glob("*.json")]
         return list(self._groups)
 
-    def get(self, group: str) -> dict[tuple[str, int], Committed]:
+    def _entry(self, group: str) -> tuple[dict[tuple[str, int], Committed], GroupMeta]:
         if self.shared:
             self._groups.pop(group, None)
             path = self._path(group)
             if path.exists():
-                self._groups[group] = {(e["topic"], e["partition"]): Committed(e["offset"], e.get("metadata"),
-                                                                               e.get("leader_epoch", -1))
-                                       for e in json.loads(path.read_text())}
-        return self._groups.get(group, {})
+                self._groups[group] = _read(path)
+        return self._groups.get(group, ({}, GroupMeta()))
+
+    def get(self, group: str) -> dict[tuple[str, int], Committed]:
+        return self._entry(group)[0]
+
+    def meta(self, group: str) -> GroupMeta:
+        return self._entry(group)[1]
 
     def _path(self, group: str) -> Path:
         return self.directory / (urllib.parse.quote(group, safe="") + ".json")
 
-    def commit(self, group: str, offsets: dict[tuple[str, int], Committed]) -> None:
-        merged = {**self.get(group), **offsets}
+    def commit(self, group: str, offsets: dict[tuple[str, int], Committed],
+               meta: GroupMeta | None = None) -> None:
+        current, old_meta = self._entry(group)
+        self._write(group, {**current, **offsets}, meta if meta is not None else old_meta)
+
+    def set_meta(self, group: str, meta: GroupMeta) -> None:
+        """Only a group with offsets has a file: without offsets there is nothing to retain."""
+        offsets, old = self._entry(group)
+        if offsets and meta != old:
+            self._write(group, offsets, meta)
+
+    def remove(self, group: str, partitions: Iterable[tuple[str, int]] | None = None) -> None:
+        """Forget some offsets of a group (all of them when `partitions` is None)."""
+        offsets, meta = self._entry(group)
+        gone = None if partitions is None else set(partitions)
+        kept = {} if gone is None else {k: v for k, v in offsets.items() if k not in gone}
+        if kept:
+            self._write(group, kept, meta)
+            return
+        self._groups.pop(group, None)
+        try:
+            self._path(group).unlink()
+        except FileNotFoundError:
+            pass
+
+    def delete_topic(self, topic: str) -> None:
+        for group in self.groups():
+            gone = [k for k in self.get(group) if k[0] == topic]
+            if gone:
+                self.remove(group, gone)
+
+    def _write(self, group: str, offsets: dict[tuple[str, int], Committed], meta: GroupMeta) -> None:
         path = self._path(group)
         tmp = path.with_suffix(".tmp")
-        data = [{"topic": t, "partition": p, "offset": c.offset, "metadata": c.metadata,
-                 "leader_epoch": c.leader_epoch} for (t, p), c in sorted(merged.items())]
+        data = {"format": _FORMAT, "protocol_type": meta.protocol_type,
+                "empty_since_ms": meta.empty_since_ms,
+                "offsets": [{"topic": t, "partition": p, "offset": c.offset, "metadata": c.metadata,
+                             "leader_epoch": c.leader_epoch, "commit_timestamp": c.commit_timestamp,
+                             "expire_timestamp": c.expire_timestamp}
+                            for (t, p), c in sorted(offsets.items())]}
         with open(tmp, "w") as f:
             json.dump(data, f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-        self._groups[group] = merged
+        self._groups[group] = (offsets, meta)
 
-    def delete_topic(self, topic: str) -> None:
-        for group, offsets in list(self._groups.items()):
-            if any(t == topic for t, _p in offsets):
-                kept = {k: v for k, v in offsets.items() if k[0] != topic}
-                self._groups[group] = {}
-                self.commit(group, kept)
+
+def _read(path: Path) -> tuple[dict[tuple[str, int], Committed], GroupMeta]:
+    data = json.loads(path.read_text())
+    if isinstance(data, list):  # format 1: the offsets alone
+        entries, meta = data, GroupMeta()
+    else:
+        entries = data["offsets"]
+        meta = GroupMeta(data.get("protocol_type"), data.get("empty_since_ms"))
+    offsets = {(e["topic"], e["partition"]): Committed(
+        e["offset"], e.get("metadata"), e.get("leader_epoch", -1), e.get("commit_timestamp", -1),
+        e.get("expire_timestamp", -1)) for e in entries}
+    return offsets, meta

@@ -1,4 +1,5 @@
-"""DeleteTopics (API 20), v1-v6 (v6 names topics by name or id)."""
+"""DeleteTopics (API 20), v1-v6 (v6 names topics by name or id). Committed group offsets of a
+deleted topic are deleted with it."""
 from __future__ import annotations
 
 from oncelog.broker.request_context import maybe_await
@@ -28,6 +29,8 @@ async def handle(broker, version: int, body) -> bytes:
             topic_id = info.topic_id if info is not None else topic_id
             try:
                 await maybe_await(broker.logs.delete_topic(str(name)))
+                # as Kafka does: a topic created again under this name starts without old commits
+                broker.groups.delete_topic(str(name))
             except KafkaProtocolError as e:
                 code, message = e.code, e.message
         results.append(rb("DeletableTopicResult", name=name, topic_id=topic_id, error_code=code,

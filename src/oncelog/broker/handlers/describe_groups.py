@@ -1,6 +1,7 @@
 """DescribeGroups (API 15), v0-v5: state, protocol and members of each group."""
 from __future__ import annotations
 
+from oncelog.broker.group_coordinator import STABLE
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode
@@ -14,15 +15,23 @@ def handle(broker, version: int, body) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     out = []
     for gid in r.groups:
+        if not broker.coordinates(str(gid)):
+            out.append(rb("DescribedGroup", error_code=ErrorCode.NOT_COORDINATOR, group_id=gid,
+                          group_state="", protocol_type="", protocol_data="", members=(),
+                          authorized_operations=_AUTHORIZED_OPERATIONS_OMITTED))
+            continue
         g = broker.groups.groups.get(str(gid))
         members = ()
+        # as Kafka: metadata and assignments only once the group is Stable
+        stable = g is not None and g.state == STABLE
         if g is not None:
             members = tuple(rb("DescribedGroupMember", member_id=m.member_id, group_instance_id=m.instance_id,
                                client_id=m.client_id, client_host=m.client_host,
-                               member_metadata=dict(m.protocols).get(g.protocol, b""),
-                               member_assignment=m.assignment) for m in g.members.values())
+                               member_metadata=m.metadata(g.protocol) if stable else b"",
+                               member_assignment=m.assignment if stable else b"")
+                            for m in g.members.values())
         out.append(rb("DescribedGroup", error_code=ErrorCode.NONE, group_id=gid,
                       group_state=g.state if g else "Dead", protocol_type=(g.protocol_type or "") if g else "",
-                      protocol_data=(g.protocol or "") if g else "", members=members,
+                      protocol_data=(g.protocol or "") if stable else "", members=members,
                       authorized_operations=_AUTHORIZED_OPERATIONS_OMITTED))
     return rb.encode(throttle_time=0, groups=tuple(out))

@@ -1,4 +1,6 @@
-"""Heartbeat (API 12), v0-v4."""
+"""Heartbeat (API 12), v0-v4 (v3+ names the static instance). Answers as Kafka does per state:
+REBALANCE_IN_PROGRESS while the group prepares a rebalance (the member commits, then rejoins),
+NONE in CompletingRebalance and Stable, ILLEGAL_GENERATION for another generation."""
 from __future__ import annotations
 
 from oncelog.protocol import entities
@@ -10,6 +12,7 @@ API_KEY = ApiKey.HEARTBEAT
 
 def handle(broker, version: int, body) -> bytes:
     r = entities.decode_request(API_KEY, version, body)
-    error = (broker.groups.heartbeat(str(r.group_id), int(r.generation_id), r.member_id)
+    error = (broker.groups.heartbeat(str(r.group_id), int(r.generation_id), r.member_id,
+                                     getattr(r, "group_instance_id", None))
              if broker.coordinates(str(r.group_id)) else ErrorCode.NOT_COORDINATOR)
     return entities.ResponseBuilder(API_KEY, version).encode(throttle_time=0, error_code=error)

@@ -1,8 +1,10 @@
 """InitProducerId (API 22), v0-v5, for idempotent producers (no transactional id).
 
-A new producer gets a fresh id with epoch 0 from the producer-id source (local blocks, or the
-controller's KIP-730 blocks). A producer that sends its current id and epoch (v3+, KIP-360) gets
-the same id with the epoch bumped, or a fresh id when the epoch would overflow.
+Without a transactional id the answer is always a new producer id at epoch 0, whatever id and
+epoch the request names (v3+), as Kafka's TransactionCoordinator.handleInitProducerId answers it:
+the idempotent producer bumps its epoch locally (KIP-360), and bumping an id the caller names
+would let a client take over an id it was never given, or one not yet issued. A transactional id is
+refused until oncelog has transactions.
 """
 from __future__ import annotations
 
@@ -11,7 +13,6 @@ from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 
 API_KEY = ApiKey.INIT_PRODUCER_ID
-_MAX_EPOCH = 32767
 
 
 async def handle(broker, version: int, body) -> bytes:
@@ -20,11 +21,6 @@ async def handle(broker, version: int, body) -> bytes:
     if request.transactional_id is not None:
         return rb.encode(throttle_time=0, error_code=ErrorCode.INVALID_REQUEST, producer_id=-1,
                          producer_epoch=-1)
-    pid = int(getattr(request, "producer_id", -1))
-    epoch = int(getattr(request, "producer_epoch", -1))
-    if pid >= 0 and 0 <= epoch < _MAX_EPOCH - 1:
-        return rb.encode(throttle_time=0, error_code=ErrorCode.NONE, producer_id=pid,
-                         producer_epoch=epoch + 1)
     try:
         pid = await broker.producer_ids.generate_producer_id()
     except KafkaProtocolError as e:

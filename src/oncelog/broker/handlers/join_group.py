@@ -1,5 +1,6 @@
-"""JoinGroup (API 11), v0-v7. From v4 a new member first gets MEMBER_ID_REQUIRED with its id
-(KIP-394). The answer waits for the rebalance to complete."""
+"""JoinGroup (API 11), v0-v7. From v4 a new dynamic member first gets MEMBER_ID_REQUIRED with its id
+(KIP-394); from v5 a member may be static (`group.instance.id`, KIP-345). The answer waits for the
+rebalance to complete. v0 has no rebalance timeout: the session timeout stands in for it."""
 from __future__ import annotations
 
 from oncelog.broker.request_context import CLIENT
@@ -21,7 +22,7 @@ async def handle(broker, version: int, body) -> bytes:
     rebalance_ms = entities.millis(getattr(r, "rebalance_timeout", r.session_timeout))
     result = await broker.groups.join(
         str(r.group_id), r.member_id, getattr(r, "group_instance_id", None), client_id or "", host,
-        r.protocol_type, [(p.name, p.metadata) for p in r.protocols], session_ms, rebalance_ms,
+        r.protocol_type, [(p.name, bytes(p.metadata)) for p in r.protocols], session_ms, rebalance_ms,
         require_known_member=version >= 4)
     members = tuple(rb("JoinGroupResponseMember", member_id=mid, group_instance_id=iid, metadata=meta)
                     for mid, iid, meta in result.members)

@@ -1,4 +1,5 @@
-"""LeaveGroup (API 13), v0-v4 (v3+ may remove several members)."""
+"""LeaveGroup (API 13), v0-v4. v3+ removes a batch of members, each by member id or, with an empty
+member id, by its static instance id (KIP-345's administrative removal); each gets its own error."""
 from __future__ import annotations
 
 from oncelog.protocol import entities
@@ -12,10 +13,18 @@ def handle(broker, version: int, body) -> bytes:
     r = entities.decode_request(API_KEY, version, body)
     rb = entities.ResponseBuilder(API_KEY, version)
     group = str(r.group_id)
-    if not broker.coordinates(group):
-        return rb.encode(throttle_time=0, error_code=ErrorCode.NOT_COORDINATOR, members=())
+    error = ErrorCode.NONE
+    if not group:
+        error = ErrorCode.INVALID_GROUP_ID
+    elif not broker.coordinates(group):
+        error = ErrorCode.NOT_COORDINATOR
     if version < 3:
-        return rb.encode(throttle_time=0, error_code=broker.groups.leave(group, r.member_id))
+        if not error:
+            error = broker.groups.leave(group, [(r.member_id, None)])[0]
+        return rb.encode(throttle_time=0, error_code=error)
+    if error:
+        return rb.encode(throttle_time=0, error_code=error, members=())
+    errors = broker.groups.leave(group, [(m.member_id, m.group_instance_id) for m in r.members])
     members = tuple(rb("MemberResponse", member_id=m.member_id, group_instance_id=m.group_instance_id,
-                       error_code=broker.groups.leave(group, m.member_id)) for m in r.members)
+                       error_code=e) for m, e in zip(r.members, errors))
     return rb.encode(throttle_time=0, error_code=ErrorCode.NONE, members=members)

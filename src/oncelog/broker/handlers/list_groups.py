@@ -11,7 +11,8 @@ API_KEY = ApiKey.LIST_GROUPS
 def handle(broker, version: int, body) -> bytes:
     r = entities.decode_request(API_KEY, version, body)
     rb = entities.ResponseBuilder(API_KEY, version)
-    states = set(getattr(r, "states_filter", ()) or ())
+    states = {s.lower() for s in getattr(r, "states_filter", ()) or ()}  # Kafka ignores case
     groups = tuple(rb("ListedGroup", group_id=gid, protocol_type=ptype, group_state=state)
-                   for gid, ptype, state in broker.groups.listing() if not states or state in states)
+                   for gid, ptype, state in broker.groups.listing()
+                   if broker.coordinates(gid) and (not states or state.lower() in states))
     return rb.encode(throttle_time=0, error_code=ErrorCode.NONE, groups=groups)

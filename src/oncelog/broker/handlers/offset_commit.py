@@ -1,5 +1,7 @@
 """OffsetCommit (API 8), v2-v8: durable before it is acknowledged. Generation -1 with no member
-id is a standalone commit (a consumer using assign), accepted while the group has no members."""
+id is a standalone commit (a consumer using assign), accepted while the group has no members.
+v2-v4 may ask for their own retention time; v7+ names the static instance. A partition the
+topic does not have gets UNKNOWN_TOPIC_OR_PARTITION."""
 from __future__ import annotations
 
 from oncelog.protocol import entities
@@ -16,7 +18,7 @@ def handle(broker, version: int, body) -> bytes:
     offsets, unknown = {}, set()
     for t in r.topics:
         for p in t.partitions:
-            if broker.logs.get_partition(str(t.name), int(p.partition_index)) is None:
+            if not _exists(broker, str(t.name), int(p.partition_index)):
                 unknown.add((str(t.name), int(p.partition_index)))
                 continue
             offsets[(str(t.name), int(p.partition_index))] = Committed(
@@ -25,8 +27,12 @@ def handle(broker, version: int, body) -> bytes:
     generation = int(getattr(r, "generation_id_or_member_epoch", getattr(r, "generation_id", -1)))
     if not broker.coordinates(str(r.group_id)):
         error = ErrorCode.NOT_COORDINATOR
+    elif offsets:
+        error = broker.groups.commit(
+            str(r.group_id), generation, r.member_id, offsets, getattr(r, "group_instance_id", None),
+            entities.millis(getattr(r, "retention_time", None)))
     else:
-        error = broker.groups.commit(str(r.group_id), generation, r.member_id, offsets) if offsets else 0
+        error = ErrorCode.NONE
     topics = tuple(
         rb("OffsetCommitResponseTopic", name=t.name, partitions=tuple(
             rb("OffsetCommitResponsePartition", partition_index=p.partition_index,
@@ -35,3 +41,10 @@ def handle(broker, version: int, body) -> bytes:
             for p in t.partitions))
         for t in r.topics)
     return rb.encode(throttle_time=0, topics=topics)
+
+
+def _exists(broker, topic: str, index: int) -> bool:
+    # the topic's metadata, not local leadership: in a cluster the group's coordinator commits
+    # offsets of partitions other brokers lead
+    info = broker.logs.topics.get(topic)
+    return info is not None and 0 <= index < info.partitions

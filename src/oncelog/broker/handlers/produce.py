@@ -1,13 +1,18 @@
 """Produce (API 0), v3-v14: validate, deduplicate and append through each Partition.
 
-Every answer carries the partition's log start offset, errors included: a producer tells a lost
-write (UNKNOWN_PRODUCER_ID above its last acknowledged offset) from retention by comparing them.
+Every answer for a partition that exists carries its log start offset, refusals included: a
+producer tells a lost write (UNKNOWN_PRODUCER_ID above its last acknowledged offset) from retention
+by comparing them. v14 answers carry the topic's `producer.state.batches.to.retain` per partition
+and per topic (`protocol/produce.py`). Until oncelog has transactions, a request holding a
+transactional batch is refused as Kafka refuses one whose transactional id it may not use
+(TRANSACTIONAL_ID_AUTHORIZATION_FAILED, for every partition of the request); a transactional id
+on a request of plain batches is ignored, as Kafka ignores it.
 """
 from __future__ import annotations
 
 from oncelog.protocol import produce as wire
 from oncelog.protocol.errors import ErrorCode
-from oncelog.protocol.records import iter_batches
+from oncelog.protocol.records import ATTR_TRANSACTIONAL, iter_batches
 
 API_KEY = 0
 
@@ -23,29 +28,35 @@ def handle(broker, version: int, body) -> bytes | None:
         answer = wire.TopicResponse(topic_key, [])
         for index, records in parts:
             partition = broker.logs.get_partition(name, index) if name is not None else None
-            if refuse is not None:
-                answer.partitions.append(wire.PartitionResponse(index, refuse[0], error_message=refuse[1]))
-                continue
             if partition is None:
                 code = ErrorCode.UNKNOWN_TOPIC_ID if name is None else broker.logs.partition_error(name, index)
-                answer.partitions.append(wire.PartitionResponse(index, code))
+                answer.partitions.append(wire.PartitionResponse(index, refuse[0] if refuse else code,
+                                                                error_message=refuse and refuse[1]))
                 continue
-            answer.batches_to_retain = partition.producer_state_batches_to_retain
+            window = partition.producer_state_batches_to_retain
+            answer.batches_to_retain = window
             answer.max_in_flight_sequence_number = partition.max_in_flight_sequence_number
+            if refuse is not None:
+                answer.partitions.append(wire.PartitionResponse(
+                    index, refuse[0], log_start_offset=partition.log_start_offset,
+                    error_message=refuse[1], batches_to_retain=window))
+                continue
             too_large = _too_large(records, broker.logs.topic_config(name)["max.message.bytes"])
             if too_large is not None:
                 answer.partitions.append(wire.PartitionResponse(
                     index, ErrorCode.MESSAGE_TOO_LARGE, log_start_offset=partition.log_start_offset,
-                    error_message=too_large))
+                    error_message=too_large, batches_to_retain=window))
                 continue
             result = partition.append_from_client(records if records is not None else b"", now)
             appended = appended or (result.error_code == 0 and "duplicate" not in result.extra)
             answer.partitions.append(wire.PartitionResponse(
                 index, result.error_code, result.base_offset, result.log_append_time,
-                result.log_start_offset, result.error_message))
+                result.log_start_offset, result.error_message, batches_to_retain=window))
             if result.error_code:
                 broker.metrics.errors.labels("produce", ErrorCode(result.error_code).name).inc()
         topics.append(answer)
+    if refuse is not None:
+        broker.metrics.errors.labels("produce", ErrorCode(refuse[0]).name).inc()
     if appended:
         broker.data_appended()
     if request.acks == 0:
@@ -54,11 +65,20 @@ def handle(broker, version: int, body) -> bytes | None:
 
 
 def _refusal(request) -> tuple[int, str] | None:
-    if request.transactional_id is not None:
-        return ErrorCode.INVALID_REQUEST, "transactions are not supported by oncelog yet"
+    """An answer for every partition of the request, or None to handle each on its own."""
     if request.acks not in (-1, 0, 1):
         return ErrorCode.INVALID_REQUIRED_ACKS, f"acks={request.acks} (use -1, 0 or 1)"
+    if _has_transactional_batch(request):
+        return (ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                "transactional batches are refused: oncelog does not support transactions yet")
     return None
+
+
+def _has_transactional_batch(request) -> bool:
+    # batch headers only; a record set too short to hold a header is the partition's to refuse
+    return any(header.magic == 2 and header.attributes & ATTR_TRANSACTIONAL
+               for _topic, parts in request.topics for _index, records in parts if records is not None
+               for _pos, header in iter_batches(records))
 
 
 def _too_large(records, limit: int) -> str | None:

@@ -1,4 +1,6 @@
-"""SyncGroup (API 14), v0-v5: the leader hands in the assignment; followers wait for it."""
+"""SyncGroup (API 14), v0-v5: the leader hands in the assignment; followers wait for it. v3+ names
+the static instance (fenced if another member took it over); v5 names protocol type and name,
+which must match the group's."""
 from __future__ import annotations
 
 from oncelog.protocol import entities
@@ -16,7 +18,9 @@ async def handle(broker, version: int, body) -> bytes:
             assignment=b"")
     error, ptype, protocol, assignment = await broker.groups.sync(
         str(r.group_id), int(r.generation_id), r.member_id,
-        {a.member_id: a.assignment for a in r.assignments})
+        {a.member_id: bytes(a.assignment) for a in r.assignments},
+        getattr(r, "group_instance_id", None), getattr(r, "protocol_type", None),
+        getattr(r, "protocol_name", None))
     return entities.ResponseBuilder(API_KEY, version).encode(
         throttle_time=0, error_code=error, protocol_type=ptype, protocol_name=protocol,
         assignment=assignment)

@@ -731,7 +731,7 @@ class AIOProducer:
             for p in t.partitions:
                 results[(name, p.index)] = PartitionResult(
                     p.error_code, p.base_offset, p.log_append_time, p.log_start_offset,
-                    p.error_message, t.batches_to_retain, t.max_inflight_sequences)
+                    p.error_message, p.reported_batches_to_retain, t.max_inflight_sequences)
         missing = PartitionResult(error_code=ErrorCode.NETWORK_EXCEPTION,
                                   error_message="partition missing from the Produce response")
         pairs = [(b, results.get(b.tp, missing)) for b in batches]

@@ -1,9 +1,11 @@
 """Client-side encoding of requests and decoding of responses.
 
 Most APIs go through `kio` entities. Produce (the hot path) and Metadata are hand-written here
-because we need tagged fields that kio's generated schemas do not know: ProduceResponse v14
-TopicProduceResponse tag 1 `ProducerStateBatchesToRetain` (KIP-1269) and tag 10000
-`MaxInFlightSequenceNumber` (range mode), MetadataResponseTopic tag 10000 `MessageFormatVersion`.
+because we need tagged fields that kio's generated schemas do not know: ProduceResponse v14 tag 1
+`ProducerStateBatchesToRetain` (KIP-1269), which a broker may send on each PartitionProduceResponse
+(the KIP's prose) and/or on each TopicProduceResponse (a reading of its JSON diff; oncelog sends
+both), TopicProduceResponse tag 10000 `MaxInFlightSequenceNumber` (range mode), and
+MetadataResponseTopic tag 10000 `MessageFormatVersion`.
 """
 from __future__ import annotations
 
@@ -111,6 +113,14 @@ class ProducePartitionResponse:
     error_message: str | None = None
     leader_id: int = -1          # CurrentLeader (tag 0, v10+) when the broker names a new leader
     leader_epoch: int = -1
+    batches_to_retain: int | None = None        # its own tag 1 (v14+), None when absent
+    topic_batches_to_retain: int | None = None  # its topic's tag 1 (v14+), None when absent
+
+    @property
+    def reported_batches_to_retain(self) -> int | None:
+        """KIP-1269's window for this partition: its own field, else its topic's (None: neither
+        was sent, and the producer assumes 5)."""
+        return self.batches_to_retain if self.batches_to_retain is not None else self.topic_batches_to_retain
 
 
 @dataclass
@@ -145,16 +155,26 @@ def decode_produce_response(version: int, buf, pos: int = 0) -> list[ProduceTopi
                     lr = Reader(tags[0])
                     p.leader_id, p.leader_epoch = lr.i32(), lr.i32()
                     lr.skip_tags()
+                if TAG_BATCHES_TO_RETAIN in tags and version >= 14:
+                    p.batches_to_retain = _window(tags[TAG_BATCHES_TO_RETAIN])
             parts.append(p)
         t = ProduceTopicResponse(topic, parts)
         if flex:
             tags = r.tags()
             if TAG_BATCHES_TO_RETAIN in tags and version >= 14:
-                t.batches_to_retain = _I32.unpack_from(tags[TAG_BATCHES_TO_RETAIN])[0]
+                t.batches_to_retain = _window(tags[TAG_BATCHES_TO_RETAIN])
+                for p in parts:
+                    p.topic_batches_to_retain = t.batches_to_retain
             if TAG_MAX_INFLIGHT_SEQUENCES in tags:
                 t.max_inflight_sequences = _I32.unpack_from(tags[TAG_MAX_INFLIGHT_SEQUENCES])[0]
         topics.append(t)
     return topics
+
+
+def _window(value) -> int | None:
+    """A window below 1 cannot be honoured (nothing could be sent): taken as absent."""
+    n = _I32.unpack_from(value)[0]
+    return n if n >= 1 else None
 
 
 # ---------------------------------------------------------------- Metadata (hand-written: tag 10000)
