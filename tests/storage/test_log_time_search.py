@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from oncelog.protocol.compression import CODEC_NAMES, GZIP, compress
-from oncelog.protocol.record_codec import Record, encode_batch, encode_legacy_message
+from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
+from oncelog.protocol.record_codec import HEADER_ROOM, Record, encode_batch, encode_legacy_message, seal_batch
 from oncelog.storage.log import LogConfig, PartitionLog
 
 NOW = 1_700_000_000_000
@@ -110,6 +111,18 @@ def test_the_search_reads_about_one_index_interval_not_the_segment(tmp_path, mon
     monkeypatch.setattr(os, "pread", lambda fd, n, pos: read.append(n) or real(fd, n, pos))
     assert answer(log, NOW + 10 * 2222 + 3) == (5 * 2222 + 3, NOW + 10 * 2222 + 3)
     assert sum(read) < 2 * 4096 + 1000, read
+
+
+def test_a_batch_that_does_not_decompress_is_a_corrupt_message_not_a_crash(tmp_path):
+    # the broker stores compressed records without reading them: only the search meets the damage
+    log = open_log(tmp_path / "p")
+    log.append(batch_of([10, 20]), NOW)
+    log.append(seal_batch(bytearray(HEADER_ROOM + b"not zstd at all"), 2, base_timestamp=30,
+                          max_timestamp=40, attributes=4), NOW)
+    assert answer(log, 15) == (1, 20)
+    with pytest.raises(KafkaProtocolError) as e:
+        log.offset_for_timestamp(35)
+    assert e.value.code == ErrorCode.CORRUPT_MESSAGE
 
 
 @settings(max_examples=60, deadline=None)

@@ -457,7 +457,10 @@ def iter_record_times(entry: bytes | bytearray | memoryview) -> Iterator[tuple[i
     data = mv[BATCH_OVERHEAD:]
     codec = attributes & ATTR_COMPRESSION_MASK
     if codec:
-        data = memoryview(compression.decompress(codec, data))
+        try:
+            data = memoryview(compression.decompress(codec, data))
+        except Exception as exc:  # the broker stores compressed records unread: a codec error is corruption
+            raise KafkaProtocolError(ErrorCode.CORRUPT_MESSAGE, f"batch does not decompress: {exc}") from None
     log_append = attributes & ATTR_TIMESTAMP_TYPE
     pos = 0
     for _ in range(count):

@@ -8,7 +8,9 @@ Layout of a partition directory:
     .clean-shutdown              present only after a clean close: the next open skips the CRC scan
 
 Everything here is header-level: offsets are assigned by patching each batch's base offset, reads
-return whole batches found from the index plus a scan of headers, and no record is decoded.
+return whole batches found from the index plus a scan of headers, and no record is decoded but
+in the one batch a search by time lands in (an in-memory time index, rebuilt with the offset
+index, finds where that search starts).
 
 Recovery: after an unclean stop the active (last) segment is scanned and every batch's CRC is
 checked; a torn or corrupt tail is cut off with a WARNING naming the file, position and bytes.
