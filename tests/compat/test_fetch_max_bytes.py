@@ -156,3 +156,13 @@ def test_consumers_with_a_small_fetch_max_bytes_read_everything(shared_broker, u
     expected = sorted((p, i, value(p, i, s)) for p, ss in sizes.items() for i, s in enumerate(ss))
     consume = consume_confluent if client == "confluent" else consume_kafka_python
     assert sorted(consume(shared_broker.bootstrap, unique_topic, 3, len(expected))) == expected
+
+
+def test_the_broker_caps_what_a_request_may_ask(tmp_path):
+    """fetch.max.bytes (broker, Kafka's name and default 55 MiB) bounds any request's MaxBytes."""
+    from oncelog.testing.embedded import BrokerProcess
+    with BrokerProcess(tmp_path / "data", {"fetch.max.bytes": "250000"}) as b:
+        create_topic(b.bootstrap, "capped", 1)
+        produce(b.bootstrap, "capped", {0: [100 * KB] * 5})
+        got = fetch(b.bootstrap, 12, "capped", {0: 0}, 2**31 - 1, 2**31 - 1)
+        assert len(whole_batches(got[0])) == 2 and len(got[0]) <= 250_000
