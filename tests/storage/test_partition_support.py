@@ -114,10 +114,10 @@ class PartitionLog:
             if nxt > offset:
                 yield data[pos:pos + size]
 
-    def read(self, offset: int, max_bytes: int) -> bytes:
+    def read(self, offset: int, max_bytes: int, min_one: bool = True) -> bytes:
         out = b""
         for b in self._batches_from(offset):
-            if out and len(out) + len(b) > max_bytes:
+            if (out or not min_one) and len(out) + len(b) > max_bytes:
                 break
             out += b
         return out

@@ -60,6 +60,17 @@ def test_read_returns_at_least_one_whole_batch_and_never_a_partial_one(tmp_path)
     assert len(decode_records(two)) == 20
 
 
+def test_read_without_min_one_returns_nothing_when_the_first_batch_does_not_fit(tmp_path):
+    # Fetch's later partitions (KIP-74): only the first partition with data may exceed the limit
+    log = open_log(tmp_path)
+    for i in range(3):
+        log.append(batch(10, b"x" * 50), NOW)
+    one = bytes(log.read(0, 10))
+    assert log.read(0, 10, min_one=False) == b""
+    assert bytes(log.read(0, len(one), min_one=False)) == one
+    assert len(decode_records(log.read(0, 2 * len(one) + 1, min_one=False))) == 20
+
+
 def test_roll_by_size_and_by_age_and_read_across_segments(tmp_path):
     log = open_log(tmp_path, segment_bytes=400, segment_ms=1000)
     rolled = []
@@ -187,7 +198,7 @@ def test_offset_for_timestamp(tmp_path):
     log = open_log(tmp_path)
     for i in range(5):
         log.append(batch(2, ts=NOW + 1000 * i), NOW)
-    assert log.offset_for_timestamp(NOW + 2500) == (6, NOW + 3000)
+    assert log.offset_for_timestamp(NOW + 2500)[:2] == (6, NOW + 3000)
     assert log.offset_for_timestamp(NOW + 99_999) is None
 
 

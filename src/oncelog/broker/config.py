@@ -33,6 +33,9 @@ _BROKER_ONLY = (
               "Produce for it."),
     ConfigDef("socket.request.max.bytes", "int", 104857600, "Largest request frame; a bigger one "
               "closes the connection before anything is allocated.", minimum=1),
+    ConfigDef("fetch.max.bytes", "int", 57671680, "The most record bytes one Fetch answers, "
+              "whatever the request asks (the first batch is returned whole even if larger).",
+              minimum=1024),
     ConfigDef("producer.id.expiration.ms", "int", 86400000, "Idle time after which a producer's "
               "state is removed.", minimum=1),
     ConfigDef("producer.id.expiration.check.interval.ms", "int", 600000, "How often expiry runs.",

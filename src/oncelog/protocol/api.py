@@ -45,7 +45,7 @@ class ApiKey(IntEnum):
 BROKER_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.PRODUCE: (3, 14),
     ApiKey.FETCH: (4, 12),
-    ApiKey.LIST_OFFSETS: (1, 6),
+    ApiKey.LIST_OFFSETS: (1, 10),
     ApiKey.METADATA: (1, 12),
     ApiKey.OFFSET_COMMIT: (2, 8),
     ApiKey.OFFSET_FETCH: (1, 7),

@@ -436,6 +436,45 @@ def _decode_v2(mv: memoryview, check_crc: bool) -> tuple[BatchInfo, list[Record]
     return info, records
 
 
+def iter_record_times(entry: bytes | bytearray | memoryview) -> Iterator[tuple[int, int]]:
+    """(offset, timestamp) of each record of one stored batch or v0/v1 entry, in order, as
+    Kafka's record iterator gives them: LogAppendTime records take the batch's timestamp.
+
+    For ListOffsets by time, which needs the first record at or after a time inside the one batch
+    its search found: a v2 record is read only up to its offset delta and skipped by its length,
+    so keys, values and headers are never copied."""
+    mv = memoryview(entry)
+    if len(mv) < 17:
+        raise KafkaProtocolError(ErrorCode.CORRUPT_MESSAGE, "entry shorter than its header")
+    if mv[16] != 2:
+        for r in _decode_legacy_entry(mv, False)[1]:
+            yield r.offset, r.timestamp
+        return
+    if len(mv) < BATCH_OVERHEAD:
+        raise KafkaProtocolError(ErrorCode.CORRUPT_MESSAGE, "record batch shorter than its header")
+    (base_offset, _length, _epoch, _magic, _crc, attributes, _last_delta, base_ts, max_ts, _pid,
+     _pepoch, _base_seq, count) = BATCH_HEADER.unpack_from(mv, 0)
+    data = mv[BATCH_OVERHEAD:]
+    codec = attributes & ATTR_COMPRESSION_MASK
+    if codec:
+        try:
+            data = memoryview(compression.decompress(codec, data))
+        except Exception as exc:  # the broker stores compressed records unread: a codec error is corruption
+            raise KafkaProtocolError(ErrorCode.CORRUPT_MESSAGE, f"batch does not decompress: {exc}") from None
+    log_append = attributes & ATTR_TIMESTAMP_TYPE
+    pos = 0
+    for _ in range(count):
+        try:
+            length, pos = decode_varint(data, pos)
+            end = pos + length
+            ts_delta, p = decode_varint(data, pos + 1)  # past the record's attributes
+            off_delta, _p = decode_varint(data, p)
+        except IndexError:
+            raise KafkaProtocolError(ErrorCode.CORRUPT_MESSAGE, "record runs past the batch end") from None
+        yield base_offset + off_delta, max_ts if log_append else base_ts + ts_delta
+        pos = end
+
+
 # ---------------------------------------------------------------- v0 / v1 message sets
 
 _LEGACY_HEAD = struct.Struct(">qiIbb")  # offset, size, crc, magic, attributes

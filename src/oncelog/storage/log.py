@@ -8,7 +8,9 @@ Layout of a partition directory:
     .clean-shutdown              present only after a clean close: the next open skips the CRC scan
 
 Everything here is header-level: offsets are assigned by patching each batch's base offset, reads
-return whole batches found from the index plus a scan of headers, and no record is decoded.
+return whole batches found from the index plus a scan of headers, and no record is decoded but
+in the one batch a search by time lands in (an in-memory time index, rebuilt with the offset
+index, finds where that search starts).
 
 Recovery: after an unclean stop the active (last) segment is scanned and every batch's CRC is
 checked; a torn or corrupt tail is cut off with a WARNING naming the file, position and bytes.
@@ -33,6 +35,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, NamedTuple
 
 from oncelog.protocol import records as rec
+from oncelog.protocol.record_codec import iter_record_times
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 
 log = logging.getLogger(__name__)
@@ -69,6 +72,14 @@ class LogConfig:
                  "message.timestamp.type": "message_timestamp_type",
                  "max.message.bytes": "max_message_bytes"}
         return cls(**{attr: cfg[name] for name, attr in names.items() if name in cfg})
+
+
+class TimestampAndOffset(NamedTuple):
+    """A ListOffsets answer by time: the record's offset and timestamp, and the leader epoch
+    stamped on its batch (-1 if none)."""
+    offset: int
+    timestamp: int
+    leader_epoch: int
 
 
 class AppendInfo(NamedTuple):
@@ -140,6 +151,9 @@ class Segment:
         self.created_ms = now_ms
         self.index_offsets = array("q")
         self.index_positions = array("q")
+        # the time index: the largest timestamp of the entries before each index entry, a
+        # non-decreasing array, so a bisect finds where a search by time must start
+        self.index_max_before = array("q")
         self._since_index = 0
 
     # ---------------------------------------------------------------- index
@@ -147,6 +161,7 @@ class Segment:
         if not self.index_offsets or self._since_index >= interval:
             self.index_offsets.append(entry.first_offset)
             self.index_positions.append(entry.position)
+            self.index_max_before.append(self.max_timestamp)
             self._since_index = 0
         self._since_index += entry.size
         self.next_offset = entry.last_offset + 1
@@ -156,6 +171,7 @@ class Segment:
     def load_or_rebuild(self, interval: int, validate: bool) -> int:
         """Scan the file (checking CRCs when `validate`); returns the byte length of the valid prefix."""
         self.index_offsets, self.index_positions = array("q"), array("q")
+        self.index_max_before = array("q")
         self._since_index = 0
         self.next_offset, self.max_timestamp = self.base_offset, -1
         valid = 0
@@ -210,6 +226,21 @@ class Segment:
     def position_for(self, offset: int) -> int:
         i = bisect.bisect_right(self.index_offsets, offset) - 1
         return self.index_positions[i] if i >= 0 else 0
+
+    def position_for_timestamp(self, timestamp: int) -> int:
+        """Where the first entry whose max timestamp is >= `timestamp` may start: every entry
+        before the returned position has a smaller timestamp."""
+        i = bisect.bisect_left(self.index_max_before, timestamp) - 1
+        return self.index_positions[i] if i >= 0 else 0
+
+    def entries_by_interval(self, position: int) -> Iterator[tuple[Entry, bytes]]:
+        """`entries_from`, read one index interval at a time: a search that usually ends in the
+        first interval reads about index.interval.bytes, not a whole scan chunk."""
+        i = bisect.bisect_right(self.index_positions, position)
+        while position < self.size:
+            end = self.index_positions[i] if i < len(self.index_positions) else self.size
+            yield from self.entries_from(position, end)
+            position, i = end, i + 1
 
     # ---------------------------------------------------------------- io
     def entries_from(self, position: int, end: int | None = None) -> Iterator[tuple[Entry, bytes]]:
@@ -404,9 +435,10 @@ class PartitionLog:
         bases = [s.base_offset for s in self.segments]
         return max(0, bisect.bisect_right(bases, offset) - 1)
 
-    def read(self, offset: int, max_bytes: int) -> bytes | memoryview:
-        """Whole entries from the one holding `offset`; at least one, even above max_bytes
-        (a view of what was read when the tail is cut: no second copy of a large read)."""
+    def read(self, offset: int, max_bytes: int, min_one: bool = True) -> bytes | memoryview:
+        """Whole entries from the one holding `offset` within max_bytes; with `min_one` at least
+        one, even above max_bytes, without it nothing if the first does not fit (a view of what
+        was read when the tail is cut: no second copy of a large read)."""
         self._check_offset(offset)
         if offset == self.log_end_offset:
             return b""
@@ -415,6 +447,8 @@ class PartitionLog:
             if start is None:
                 continue
             pos, first_size = start
+            if first_size > max_bytes and not min_one:
+                return b""
             want = max(max_bytes, first_size)
             data = os.pread(seg.fd, min(want, seg.size - pos), pos)
             end = 0
@@ -459,15 +493,52 @@ class PartitionLog:
                 if e.last_offset >= start and e.header is not None:
                     yield e.header
 
-    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
-        """(offset, timestamp) of the first entry whose max timestamp is >= `timestamp`."""
+    def offset_for_timestamp(self, timestamp: int) -> TimestampAndOffset | None:
+        """The first record at or above the log start offset whose timestamp is >= `timestamp`
+        (Kafka's LogSegment.findOffsetByTimestamp): the time index gives where to start, batch
+        headers are scanned to the first whose max timestamp is >= `timestamp`, and only that
+        batch is read record by record (decompressed if it must be)."""
+        start = self.log_start_offset
         for seg in self.segments:
-            if seg.max_timestamp < timestamp:
+            if seg.max_timestamp < timestamp or seg.next_offset <= start:
                 continue
-            for e, _chunk in seg.entries_from(0):
-                if e.max_timestamp >= timestamp and e.last_offset >= self.log_start_offset:
-                    return max(e.first_offset, self.log_start_offset), e.max_timestamp
+            position = max(seg.position_for_timestamp(timestamp), seg.position_for(start))
+            for e, _chunk in seg.entries_by_interval(position):
+                if e.max_timestamp < timestamp or e.last_offset < start:
+                    continue
+                entry = os.pread(seg.fd, e.size, e.position)
+                for offset, ts in iter_record_times(entry):
+                    if ts >= timestamp and offset >= start:
+                        epoch = e.header.partition_leader_epoch if e.header is not None else -1
+                        return TimestampAndOffset(offset, ts, epoch if epoch >= 0 else -1)
         return None
+
+    def offset_of_max_timestamp(self) -> TimestampAndOffset | None:
+        """The first record holding the largest timestamp at or above the log start (ListOffsets
+        MAX_TIMESTAMP, -3): segments keep their largest timestamp, so only a first segment cut by
+        the log start and holding the largest one is scanned, to leave deleted records out."""
+        start = self.log_start_offset
+        live = [seg for seg in self.segments if seg.next_offset > start]
+        if not live:
+            return None
+        largest = max((seg.max_timestamp for seg in live[1:]), default=-1)
+        if live[0].max_timestamp > largest:
+            largest = max(largest, self._max_timestamp_from(live[0], start))
+        return self.offset_for_timestamp(largest) if largest >= 0 else None
+
+    def _max_timestamp_from(self, seg: Segment, start: int) -> int:
+        if seg.base_offset >= start:
+            return seg.max_timestamp
+        largest = -1
+        for e, _chunk in seg.entries_from(seg.position_for(start)):
+            if e.last_offset < start or e.max_timestamp <= largest:
+                continue
+            if e.first_offset < start:  # the batch the start cuts: its live records only
+                entry = os.pread(seg.fd, e.size, e.position)
+                largest = max([largest, *(ts for offset, ts in iter_record_times(entry) if offset >= start)])
+            else:
+                largest = e.max_timestamp
+        return largest
 
     # ------------------------------------------------------------------ deletion
     def _write_start_offset(self) -> None:

@@ -143,8 +143,8 @@ class Partition:
     def high_watermark(self) -> int:
         return self.log.log_end_offset
 
-    def read(self, offset: int, max_bytes: int) -> bytes:
-        return self.log.read(offset, max_bytes)
+    def read(self, offset: int, max_bytes: int, min_one: bool = True) -> bytes:
+        return self.log.read(offset, max_bytes, min_one)
 
     # ---------------------------------------------------- producer-state facts
     @property

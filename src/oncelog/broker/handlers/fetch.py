@@ -17,10 +17,12 @@ async def handle(broker, version: int, body) -> bytes:
     request = entities.decode_request(API_KEY, version, body)
     max_wait_s = entities.millis(request.max_wait) / 1000
     deadline = time.monotonic() + max_wait_s
+    max_bytes = min(int(request.max_bytes), broker.config["fetch.max.bytes"])
+    min_bytes = min(int(request.min_bytes), max_bytes)
     while True:
-        topics, size = _read(broker, request)
+        topics, size = _read(broker, request, max_bytes)
         remaining = deadline - time.monotonic()
-        if size >= request.min_bytes or remaining <= 0 or not _any_readable(topics):
+        if size >= min_bytes or remaining <= 0 or not _any_readable(topics):
             return wire.encode_response(version, topics)
         await broker.wait_for_data(remaining)
 
@@ -30,8 +32,12 @@ def _any_readable(topics) -> bool:
     return any(p.error_code == 0 for _name, parts in topics for p in parts)
 
 
-def _read(broker, request):
-    budget = request.max_bytes
+def _read(broker, request, max_bytes: int):
+    """At most `max_bytes` of records over all partitions and PartitionMaxBytes from each, except
+    that the first batch of the first partition with data is returned whole even if it is larger,
+    so that a consumer always progresses (Kafka's ReplicaManager.readFromLog, KIP-74). A later
+    partition whose first batch does not fit in what is left gets nothing this time."""
+    budget = max_bytes
     total = 0
     topics = []
     for t in request.topics:
@@ -44,12 +50,11 @@ def _read(broker, request):
                 parts.append(wire.PartitionData(index, broker.logs.partition_error(name, index)))
                 continue
             data = wire.PartitionData(index, 0, partition.high_watermark, partition.log_start_offset)
-            # The first partition with data may exceed the budget (one whole batch at least), as in
-            # Kafka; after that the request's max_bytes caps the response.
-            limit = min(int(fp.partition_max_bytes), budget) if total else int(fp.partition_max_bytes)
-            if limit > 0:
+            limit = min(int(fp.partition_max_bytes), budget)
+            first = total == 0
+            if limit > 0 or first:
                 try:
-                    data.records = partition.read(int(fp.fetch_offset), limit)
+                    data.records = partition.read(int(fp.fetch_offset), limit, min_one=first)
                 except KafkaProtocolError as e:
                     data.error_code = e.code
                     broker.metrics.errors.labels("fetch", e.code.name).inc()

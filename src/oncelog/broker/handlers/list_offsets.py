@@ -1,45 +1,67 @@
-"""ListOffsets (API 2), v1-v6: earliest (-2), latest (-1), or the first offset whose batch
-timestamp is at or after a given time. (v7's max-timestamp lookup is not served yet.)"""
+"""ListOffsets (API 2), v1-v10, answered as Kafka answers them: earliest (-2) and earliest-local
+(-4, the same without tiered storage) give the log start offset; latest (-1) the high watermark;
+max-timestamp (-3) the first record holding the largest timestamp; latest-tiered (-5) offset -1
+(nothing is tiered); a time >= 0 the first record whose timestamp is at or after it. A special
+timestamp older than the version that introduced it is UNSUPPORTED_VERSION, and a partition named
+twice is INVALID_REQUEST (Kafka's ReplicaManager.fetchOffset)."""
 from __future__ import annotations
+
+from collections import Counter
 
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 
 API_KEY = ApiKey.LIST_OFFSETS
-LATEST, EARLIEST = -1, -2
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
+# the first request version that may ask for each special timestamp
+_SINCE_VERSION = {LATEST: 1, EARLIEST: 1, MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9}
+_NOT_FOUND = (ErrorCode.NONE, -1, -1, -1)
 
 
 def handle(broker, version: int, body) -> bytes:
     request = entities.decode_request(API_KEY, version, body)
     rb = entities.ResponseBuilder(API_KEY, version)
+    named = Counter((str(t.name), int(p.partition_index)) for t in request.topics for p in t.partitions)
+    duplicates = {tp for tp, n in named.items() if n > 1}
     topics = []
     for t in request.topics:
         parts = []
         for p in t.partitions:
-            code, ts, offset = _lookup(broker, str(t.name), int(p.partition_index), int(p.timestamp))
+            index, timestamp = int(p.partition_index), int(p.timestamp)
+            if (str(t.name), index) in duplicates:
+                code, ts, offset, epoch = ErrorCode.INVALID_REQUEST, -1, -1, -1
+            elif timestamp < 0 and _SINCE_VERSION.get(timestamp, 1 << 15) > version:
+                code, ts, offset, epoch = ErrorCode.UNSUPPORTED_VERSION, -1, -1, -1
+            else:
+                code, ts, offset, epoch = _lookup(broker, str(t.name), index, timestamp)
             parts.append(rb("ListOffsetsPartitionResponse", partition_index=p.partition_index,
-                            error_code=code, timestamp=ts, offset=offset, leader_epoch=0,
+                            error_code=code, timestamp=ts, offset=offset, leader_epoch=epoch,
                             old_style_offsets=(offset,) if offset >= 0 else ()))
         topics.append(rb("ListOffsetsTopicResponse", name=t.name, partitions=tuple(parts)))
     return rb.encode(throttle_time=0, topics=tuple(topics))
 
 
-def _lookup(broker, topic: str, index: int, timestamp: int) -> tuple[int, int, int]:
+def _lookup(broker, topic: str, index: int, timestamp: int) -> tuple[int, int, int, int]:
+    """(error, timestamp, offset, leader epoch) for one partition."""
     partition = broker.logs.get_partition(topic, index)
     if partition is None:
-        return broker.logs.partition_error(topic, index), -1, -1
+        return broker.logs.partition_error(topic, index), -1, -1, -1
+    log = partition.log
     try:
         if timestamp == LATEST:
-            return ErrorCode.NONE, -1, partition.high_watermark
-        if timestamp == EARLIEST:
-            return ErrorCode.NONE, -1, partition.log_start_offset
-        if timestamp < 0:
-            return ErrorCode.UNSUPPORTED_VERSION, -1, -1
-        found = partition.log.offset_for_timestamp(timestamp)
+            return ErrorCode.NONE, -1, partition.high_watermark, log.leader_epoch
+        if partition.message_format_magic == 0 and timestamp != EARLIEST:
+            # v0 messages carry no timestamp (Kafka: UnifiedLog.fetchOffsetByTimestamp)
+            return ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT, -1, -1, -1
+        if timestamp in (EARLIEST, EARLIEST_LOCAL):
+            return ErrorCode.NONE, -1, partition.log_start_offset, log.leader_epoch
+        if timestamp == LATEST_TIERED:
+            return _NOT_FOUND
+        found = log.offset_of_max_timestamp() if timestamp == MAX_TIMESTAMP else log.offset_for_timestamp(timestamp)
     except KafkaProtocolError as e:
-        return e.code, -1, -1
-    if found is None:
-        return ErrorCode.NONE, -1, -1
-    offset, ts = found
-    return ErrorCode.NONE, ts, offset
+        return e.code, -1, -1, -1
+    if found is None or found.offset >= partition.high_watermark:
+        # nothing at or after that time that a consumer may read yet
+        return _NOT_FOUND
+    return ErrorCode.NONE, found.timestamp, found.offset, found.leader_epoch
