@@ -13,9 +13,10 @@ import pytest
 from oncelog.client import AdminClient, Producer
 from oncelog.client.aio.producer import AIOProducer
 from oncelog.client.errors import DataLossError, ProducerClosedError
+from oncelog.testing.embedded import BrokerProcess
 from oncelog.testing.fault_proxy import FaultConfig, ThreadedFaultProxy
 
-from test_oncelog_broker import create, wait_producer_expired
+from test_oncelog_broker import create
 
 
 def wait_for(cond, what: str, timeout_s: float = 30) -> None:
@@ -81,39 +82,41 @@ def test_close_resolves_records_whose_answer_never_comes(shared_broker, unique_t
         assert all(isinstance(e, ProducerClosedError) for e in out.errors.values())
 
 
-@pytest.fixture
-def expiring_broker(oncelog_broker):
-    return oncelog_broker({"producer.id.expiration.ms": "1000",
-                           "producer.id.expiration.check.interval.ms": "100"})
-
-
-def test_close_after_a_fatal_error_resolves_records_on_the_wire(expiring_broker):
-    # the producer goes fatal (DataLossError: the broker forgot it while its records are still
-    # in the log) while a request to another partition is on the wire and never answered
-    boot = expiring_broker.bootstrap
-    create(boot, "lost", producer_state_expired_lookup_offsets="0")
-    create(boot, "other")
-    with ThreadedFaultProxy(boot) as px:
-        p = Producer(via(px, boot, linger_ms=0))
-        for i in range(3):
-            p.send("lost", b"%d" % i).result(30)
-        p.partitions_for("other")
-        wait_producer_expired(boot, "lost")
-        out = Outcomes()
-        px.hold()
-        out.send(p, 0, "lost")
-        wait_for(lambda: px.held == 1, "the request to `lost` on the wire")
-        out.send(p, 1, "other")
-        wait_for(lambda: px.held == 2, "the request to `other` on the wire")
-        for i in range(2, 10):   # queued: the epoch's first batch to `other` goes alone
-            out.send(p, i, "other")
-        px.release(1)   # the broker's answer for `lost`: UNKNOWN_PRODUCER_ID -> fatal
-        wait_for(lambda: p.aio.core.fatal is not None, "the fatal error")
-        p.close(1)
-        out.check_each_once()
-        assert isinstance(out.errors[0], DataLossError)
-        assert isinstance(out.errors[1], ProducerClosedError)   # on the wire, never answered
-        assert all(isinstance(out.errors[i], DataLossError) for i in range(2, 10))   # queued
+def test_close_after_a_fatal_error_resolves_records_on_the_wire(tmp_path):
+    # the producer goes fatal (DataLossError: the broker really lost what it acknowledged, its
+    # partition emptied while it was down) while a request to another partition is on the wire
+    # and never answered
+    b = BrokerProcess(tmp_path / "data").start()
+    try:
+        boot = b.bootstrap
+        create(boot, "lost")
+        create(boot, "other")
+        with ThreadedFaultProxy(boot) as px:
+            p = Producer(via(px, boot, linger_ms=0))
+            for i in range(3):
+                p.send("lost", b"%d" % i).result(30)
+            p.partitions_for("other")
+            b.kill()
+            for segment in (tmp_path / "data" / "lost-0").glob("*.log"):
+                segment.write_bytes(b"")
+            b.start()
+            out = Outcomes()
+            px.hold()
+            out.send(p, 0, "lost")
+            wait_for(lambda: px.held == 1, "the request to `lost` on the wire")
+            out.send(p, 1, "other")
+            wait_for(lambda: px.held == 2, "the request to `other` on the wire")
+            for i in range(2, 10):   # queued: the epoch's first batch to `other` goes alone
+                out.send(p, i, "other")
+            px.release(1)   # the broker's answer for `lost`: UNKNOWN_PRODUCER_ID -> fatal
+            wait_for(lambda: p.aio.core.fatal is not None, "the fatal error")
+            p.close(1)
+            out.check_each_once()
+            assert isinstance(out.errors[0], DataLossError)
+            assert isinstance(out.errors[1], ProducerClosedError)   # on the wire, never answered
+            assert all(isinstance(out.errors[i], DataLossError) for i in range(2, 10))   # queued
+    finally:
+        b.stop()
 
 
 def test_close_without_timeout_delivers_everything(shared_broker, unique_topic):
