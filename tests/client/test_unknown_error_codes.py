@@ -43,8 +43,10 @@ def test_unknown_error_on_an_epoch_bump_is_fatal_not_a_wedge(rdkafka_mock):
     with Producer({"bootstrap.servers": rdkafka_mock.bootstrap, "enable.idempotence": "required",
                    "linger.ms": 0, "request.timeout.ms": 2000, "delivery.timeout.ms": 5000}) as p:
         assert p.send("m", b"0").result(10).offset == 0
-        # the batch right after the acknowledged one is out of order: bump the epoch, which
-        # the broker refuses with a code we do not know
+        # the batch right after the acknowledged one is out of order: bump the epoch. Bumps are
+        # local (KIP-360) until the epoch is exhausted, so start at the last epoch: the bump asks
+        # for a new producer id, which the broker refuses with a code we do not know
+        p.aio.core.producer_epoch = 32767
         rdkafka_mock.push_errors(PRODUCE, E.OUT_OF_ORDER_SEQUENCE_NUMBER)
         rdkafka_mock.push_errors(INIT_PRODUCER_ID, UNKNOWN)
         with pytest.raises(ProducerFatalError, match="UNKNOWN_ERROR_9999"):
