@@ -62,3 +62,25 @@ def test_review_a_full_partition_does_not_lock_out_new_producers_until_expiry(en
     # an hour later a real producer starts: refused, and retried until its delivery timeout
     r = e.append(batch(0, pid=PID), now=NOW + 3_600_000)
     assert r.error_code != E.THROTTLING_QUOTA_EXCEEDED
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "review1: ExpiredProducers.shed forgets the producers with the oldest newest batch while "
+    "their batches are still in the log; an idle producer shed that way gets UNKNOWN_PRODUCER_ID "
+    "with log start <= its last acknowledged offset, which its client must report as data loss "
+    "(issue 13 item 2's false DataLossError, back under producer churn: a Spark sink opens a "
+    "producer id per task per micro-batch)"))
+def test_review_producer_churn_does_not_bring_back_false_data_loss(env):
+    e = env(producer_id_expiration_ms=1000)
+    offsets = fill(e, 3, pid=1)              # an idle producer: offsets 0..5, last ack 5
+    state = e.partition.producer_state
+    state.expired.capacity = 10              # stands for max(100,000, the cap): same policy, smaller
+    now = NOW
+    for wave in range(3):                    # short-lived producers, one id each, expiring
+        for pid in range(1000 + 10 * wave, 1010 + 10 * wave):
+            assert e.append(batch(0, 1, pid=pid), now=now).error_code == 0
+        now += 5000
+        e.partition.remove_expired_producers(now)
+    r = e.append(batch(6, pid=1), now=now)
+    # what its client sees: UNKNOWN_PRODUCER_ID, log start 0 <= last acknowledged 5 -> DataLossError
+    assert r.error_code == 0 and r.base_offset == e.end - 2, (r.error_code, r.log_start_offset, offsets)
