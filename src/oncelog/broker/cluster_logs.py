@@ -243,7 +243,7 @@ class ClusterLogs:
         for key, led in list(self._led.items()):
             try:
                 led.partition.log.enforce_retention(now_ms)
-                led.partition.log.maybe_flush(now_ms)
+                led.partition.maybe_flush(now_ms)
                 led.partition.tick(now_ms, self.expiration_check_interval_ms)
             except KafkaProtocolError as e:
                 log.warning("partition %s-%d maintenance: %s", key[0], key[1], e)

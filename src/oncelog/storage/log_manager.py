@@ -204,7 +204,7 @@ class LogManager:
         for key, partition in list(self._partitions.items()):
             try:
                 partition.log.enforce_retention(now_ms)
-                partition.log.maybe_flush(now_ms)
+                partition.maybe_flush(now_ms)
                 partition.tick(now_ms, self.expiration_check_interval_ms)
             except KafkaProtocolError as e:
                 log.warning("partition %s-%d maintenance: %s", key[0], key[1], e)
