@@ -3,13 +3,13 @@ Issue 13 item 1: nothing partial stays visible, a retry is appended once, produc
 disagrees with the log, and a partition that cannot be cut back goes offline until a restart."""
 from __future__ import annotations
 
-import errno
 import os
 
 import pytest
 
 from oncelog.protocol.errors import ErrorCode as E, KafkaProtocolError
 from oncelog.protocol.record_codec import Record, decode_records, encode_batch
+from oncelog.storage import failpoints as fp
 from oncelog.storage.log import LogConfig, PartitionLog
 from oncelog.storage.partition import Partition
 
@@ -31,28 +31,19 @@ def read_values(p: Partition) -> list[tuple[int, bytes]]:
     return [(r.offset, r.value) for r in decode_records(p.log.read(0, 1 << 20))]
 
 
-class FailingCall:
-    """os.<name> raises `err` on its next `times` calls (after the bytes were written)."""
-
-    def __init__(self, monkeypatch, name: str, times: int = 1, err: int = errno.EIO) -> None:
-        self.real = getattr(os, name)
-        self.left, self.err, self.calls = times, err, 0
-        monkeypatch.setattr(os, name, self)
-
-    def __call__(self, *args):
-        self.calls += 1
-        if self.left > 0:
-            self.left -= 1
-            raise OSError(self.err, os.strerror(self.err))
-        return self.real(*args)
+@pytest.fixture
+def failpoints():
+    """The test hook of storage.failpoints; every failpoint is off again after the test."""
+    yield fp.configure
+    fp.configure(None)
 
 
-def test_failed_fsync_leaves_nothing_and_the_retry_is_appended_once(tmp_path, monkeypatch):
+def test_failed_fsync_leaves_nothing_and_the_retry_is_appended_once(tmp_path, failpoints):
     p = open_partition(tmp_path / "t-0", flush_messages=1)
     assert p.append_from_client(batch(0), NOW).base_offset == 0
-    fsync = FailingCall(monkeypatch, "fsync")
+    [rule] = failpoints("fsync-eio:log")
     r = p.append_from_client(batch(3), NOW)      # pwrite succeeds, fsync raises EIO
-    assert fsync.calls >= 1
+    assert rule.fired == 1
     assert r.error_code == E.KAFKA_STORAGE_ERROR
     assert p.log_end_offset == 3 and p.high_watermark == 3
     assert read_values(p) == [(0, b"s0"), (1, b"s1"), (2, b"s2")]   # the failed batch is not visible
@@ -71,7 +62,7 @@ def test_failed_fsync_leaves_nothing_and_the_retry_is_appended_once(tmp_path, mo
     assert p.append_from_client(batch(6), NOW).base_offset == 6
 
 
-def test_producer_state_forgets_every_batch_the_cut_removed(tmp_path, monkeypatch):
+def test_producer_state_forgets_every_batch_the_cut_removed(tmp_path, failpoints):
     """flush.messages=3: two batches wait above the last fsync; the fsync at the third fails and
     cuts all three. The state must forget them too, or the retries would be 'duplicates' of
     records the log no longer holds."""
@@ -79,7 +70,7 @@ def test_producer_state_forgets_every_batch_the_cut_removed(tmp_path, monkeypatc
     assert p.append_from_client(batch(0, 1), NOW).base_offset == 0
     assert p.append_from_client(batch(1, 1), NOW).base_offset == 1
     assert p.log.durable_end_offset == 0
-    FailingCall(monkeypatch, "fsync")
+    failpoints("fsync-eio:log")
     r = p.append_from_client(batch(2, 2), NOW)   # 4 unflushed: the fsync runs and fails
     assert r.error_code == E.KAFKA_STORAGE_ERROR
     assert p.log_end_offset == 0 and read_values(p) == []
@@ -89,15 +80,14 @@ def test_producer_state_forgets_every_batch_the_cut_removed(tmp_path, monkeypatc
     assert [v for _, v in read_values(p)] == [b"s0", b"s1", b"s2", b"s3"]
 
 
-def test_a_cut_that_fails_takes_the_partition_offline_until_a_restart(tmp_path, monkeypatch):
+def test_a_cut_that_fails_takes_the_partition_offline_until_a_restart(tmp_path, failpoints):
     p = open_partition(tmp_path / "t-0", flush_messages=1)
     p.append_from_client(batch(0), NOW)
-    FailingCall(monkeypatch, "fsync")
-    FailingCall(monkeypatch, "ftruncate")
+    failpoints("fsync-eio:log,truncate-eio:log")
     r = p.append_from_client(batch(3), NOW)
     assert r.error_code == E.KAFKA_STORAGE_ERROR
     assert p.log.offline
-    monkeypatch.undo()
+    failpoints(None)
     r = p.append_from_client(batch(3), NOW)      # offline: refused, nothing appended
     assert r.error_code == E.KAFKA_STORAGE_ERROR and "offline" in r.error_message
     with pytest.raises(KafkaProtocolError) as exc:
@@ -113,34 +103,34 @@ def test_a_cut_that_fails_takes_the_partition_offline_until_a_restart(tmp_path, 
     assert (r.error_code, r.base_offset, r.extra.get("duplicate")) == (0, 3, "latest")
 
 
-def test_write_caching_topic_goes_offline_rather_than_take_back_shown_records(tmp_path, monkeypatch):
+def test_write_caching_topic_goes_offline_rather_than_take_back_shown_records(tmp_path, failpoints):
     """With write.caching=true records above the last fsync were acknowledged and shown: a failed
     flush (flush.ms, not the append in progress) cannot cut them."""
     p = open_partition(tmp_path / "t-0", write_caching=True, flush_ms=1000)
     p.append_from_client(batch(0), NOW)
-    FailingCall(monkeypatch, "fsync")
+    failpoints("fsync-eio:log")
     with pytest.raises(KafkaProtocolError):
         p.maybe_flush(NOW + 5000)
     assert p.log.offline
     assert p.log_end_offset == 3
 
 
-def test_write_caching_with_flush_messages_1_cuts_only_the_append_in_progress(tmp_path, monkeypatch):
+def test_write_caching_with_flush_messages_1_cuts_only_the_append_in_progress(tmp_path, failpoints):
     p = open_partition(tmp_path / "t-0", write_caching=True, flush_messages=1)
     p.append_from_client(batch(0), NOW)
-    FailingCall(monkeypatch, "fsync")
+    failpoints("fsync-eio:log")
     assert p.append_from_client(batch(3), NOW).error_code == E.KAFKA_STORAGE_ERROR
     assert not p.log.offline and p.log_end_offset == 3
     assert p.append_from_client(batch(3), NOW).base_offset == 3
 
 
-def test_a_failed_fsync_at_a_roll_cuts_the_unsynced_tail(tmp_path, monkeypatch):
+def test_a_failed_fsync_at_a_roll_cuts_the_unsynced_tail(tmp_path, failpoints):
     p = open_partition(tmp_path / "t-0", segment_bytes=2 * len(batch(0)) + 10)
     p.append_from_client(batch(0), NOW)
     p.log.flush(NOW)
     p.append_from_client(batch(3), NOW)          # page cache only
     assert p.log.durable_end_offset == 3
-    FailingCall(monkeypatch, "fsync")
+    failpoints("fsync-eio:log")
     r = p.append_from_client(batch(6), NOW)      # needs a roll: its fsync fails
     assert r.error_code == E.KAFKA_STORAGE_ERROR
     assert len(p.log.segments) == 1 and p.log_end_offset == 3

@@ -43,6 +43,7 @@ from typing import Any, Callable, Iterator, NamedTuple
 
 from oncelog.protocol import records as rec
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
+from oncelog.storage import failpoints as fp
 
 log = logging.getLogger(__name__)
 
@@ -318,9 +319,9 @@ class PartitionLog:
             except OSError:
                 pass
             self.segments.append(seg)
-        if not self.segments:
-            self.segments.append(Segment(self.directory, self.log_start_offset, now_ms))
-            _fsync_dir(self.directory)
+        fresh = not self.segments
+        if fresh:
+            self.segments.append(self._new_segment(self.log_start_offset, now_ms))
         # a start offset beyond the data (all records deleted) keeps the log end there too
         active = self.segments[-1]
         if active.size == 0 and active.next_offset < self.log_start_offset:
@@ -328,11 +329,11 @@ class PartitionLog:
         if clean:
             clean_marker.unlink()
             _fsync_dir(self.directory)
-        else:
+        elif not fresh:
             # After a crash the recovered tail may sit only in the page cache: make it durable
             # before anything is read from it, or a power loss could take back what was shown.
             try:
-                os.fsync(active.fd)
+                fp.log_sync(active.fd)
             except OSError as e:
                 self._take_offline(f"fsync of {active.path.name} at recovery failed: {e}")
         self.durable_end_offset = self.log_end_offset
@@ -384,12 +385,12 @@ class PartitionLog:
             last = rec.patch_legacy_offsets(buf, offset)
             entries = list(scan_entries(buf, seg.size))
         try:
-            written = os.pwrite(seg.fd, buf, seg.size)
+            written = fp.log_write(seg.fd, buf, seg.size)
             if written != len(buf):
                 raise OSError(errno.ENOSPC, f"short write: {written} of {len(buf)} bytes")
         except OSError as e:
             try:
-                os.ftruncate(seg.fd, seg.size)
+                fp.log_truncate(seg.fd, seg.size)
             except OSError as cut:
                 self._take_offline(f"cannot remove a partial write from {seg.path.name}: {cut}")
             log.error("%s: write failed, nothing appended: %s", seg.path, e)
@@ -414,17 +415,24 @@ class PartitionLog:
         self._sync_active(self.log_end_offset)
         try:
             old.write_index()
-            new = Segment(self.directory, self.log_end_offset, now_ms)
+            new = self._new_segment(self.log_end_offset, now_ms)
         except OSError as e:
-            raise _storage_error("segment roll", e) from None
-        try:
-            _fsync_dir(self.directory)
-        except OSError as e:
-            new.delete()  # records in a file whose name may not survive a power loss: none
             raise _storage_error("segment roll", e) from None
         self.segments.append(new)
         for cb in self._roll_callbacks:
             cb(new.base_offset)
+
+    def _new_segment(self, base_offset: int, now_ms: int) -> Segment:
+        """An empty segment whose name survives a power loss (no record goes into a file that
+        might vanish)."""
+        seg = Segment(self.directory, base_offset, now_ms)
+        try:
+            fp.log_sync(seg.fd)
+            _fsync_dir(self.directory)
+        except OSError:
+            seg.delete()
+            raise
+        return seg
 
     # ------------------------------------------------------------------ flush
     def _flush_if_due(self, now_ms: int, appending_from: int | None = None) -> None:
@@ -448,7 +456,7 @@ class PartitionLog:
         seg = self.segments[-1]
         size, end = seg.size, self.log_end_offset
         try:
-            os.fsync(seg.fd)
+            fp.log_sync(seg.fd)
         except OSError as e:
             self._sync_failed(seg, e, appending_from)
             raise _storage_error(f"fsync of {seg.path.name}", e) from None
@@ -476,8 +484,8 @@ class PartitionLog:
             return
         cut = seg.synced_size
         try:
-            os.ftruncate(seg.fd, cut)
-            os.fsync(seg.fd)
+            fp.log_truncate(seg.fd, cut)
+            fp.log_sync(seg.fd)
         except OSError as e:
             self._take_offline(f"fsync of {seg.path.name} failed ({error}) and the cut back to "
                                f"{cut} bytes failed too ({e})")
@@ -646,7 +654,7 @@ class PartitionLog:
                 seg.close()
             return
         active = self.segments[-1]
-        os.fsync(active.fd)
+        fp.log_sync(active.fd)
         self._mark_durable(active, active.size, self.log_end_offset)
         active.write_index()
         for seg in self.segments:
