@@ -88,6 +88,17 @@ class AppendInfo(NamedTuple):
     log_append_time: int
 
 
+class SyncToken(NamedTuple):
+    """What one fsync started by `begin_sync` covers."""
+    fd: int            # a duplicate of the active segment's descriptor, closed by run_sync
+    segment: "Segment"
+    size: int          # the segment's bytes at the start
+    end_offset: int    # the log end offset at the start
+    generation: int    # sync_generation at the start
+    durable_from: int  # durable_end_offset at the start
+    started_ms: int
+
+
 class Entry(NamedTuple):
     """A v2 batch or a top-level v0/v1 message, as stored."""
     position: int
@@ -434,11 +445,59 @@ class PartitionLog:
             raise
         return seg
 
+    # ------------------------------------------------------------------ group commit
+    @property
+    def high_watermark(self) -> int:
+        """What consumers may read: the fsynced records, or, with write.caching, everything."""
+        if self.config.write_caching:
+            return self.log_end_offset
+        return max(self.durable_end_offset, self.log_start_offset)
+
+    def begin_sync(self, now_ms: int) -> SyncToken | None:
+        """An fsync of everything appended so far, to be run by `run_sync` on any thread (the
+        descriptor is duplicated, so a roll or close meanwhile cannot pull it away); None when
+        there is nothing to sync."""
+        if self.offline or self.durable_end_offset >= self.log_end_offset:
+            return None
+        seg = self.segments[-1]
+        return SyncToken(os.dup(seg.fd), seg, seg.size, self.log_end_offset, self.sync_generation,
+                         self.durable_end_offset, now_ms)
+
+    @staticmethod
+    def run_sync(token: SyncToken) -> None:
+        try:
+            fp.log_sync(token.fd)
+        finally:
+            os.close(token.fd)
+
+    def end_sync(self, token: SyncToken, error: BaseException | None) -> None:
+        """Back on the appending thread: the records the fsync covered are durable, or, after a
+        failure, the unsynced tail is cut (or the partition goes offline: `_sync_failed`)."""
+        if error is None:
+            if token.generation == self.sync_generation:
+                self._mark_durable(token.segment, token.size, token.end_offset)
+                self._last_flush_ms = max(self._last_flush_ms, token.started_ms)
+            return
+        if not isinstance(error, OSError):
+            error = OSError(errno.EIO, f"fsync did not complete: {error!r}")
+        if token.segment is not self.segments[-1] or self.durable_end_offset > token.durable_from:
+            # Another fsync of the same open file (a roll, the flush policy) succeeded meanwhile,
+            # possibly because this one had already been told the error (Linux reports a
+            # writeback error once per open file): what it declared durable may not be.
+            self._take_offline(f"fsync of {token.segment.path.name} failed ({error}) while another "
+                               "fsync of it reported success: what is on disk is unknown")
+            return
+        self._sync_failed(token.segment, error, None)
+
     # ------------------------------------------------------------------ flush
-    def _flush_if_due(self, now_ms: int, appending_from: int | None = None) -> None:
+    def flush_due(self, now_ms: int) -> bool:
+        """Does the flush policy (flush.messages / flush.ms) ask for an fsync now?"""
         unflushed = self.log_end_offset - self.durable_end_offset
-        if unflushed > 0 and not self.offline and (
-                unflushed >= self.config.flush_messages or now_ms - self._last_flush_ms >= self.config.flush_ms):
+        return unflushed > 0 and not self.offline and (
+            unflushed >= self.config.flush_messages or now_ms - self._last_flush_ms >= self.config.flush_ms)
+
+    def _flush_if_due(self, now_ms: int, appending_from: int | None = None) -> None:
+        if self.flush_due(now_ms):
             self.flush(now_ms, appending_from)
 
     def maybe_flush(self, now_ms: int) -> None:

@@ -45,6 +45,7 @@ class AppendResult:
     # "max_in_flight_sequence_number" (tag 10000, range-mode topics only, else None),
     # "duplicate" (the duplicate kind when the answer came from producer state).
     extra: dict[str, Any] = field(default_factory=dict)
+    last_offset: int = -1  # the answered batch's last offset (appended or original): acks=all waits for it
 
 
 @dataclass(slots=True)
@@ -142,10 +143,44 @@ class Partition:
 
     @property
     def high_watermark(self) -> int:
-        return self.log.log_end_offset
+        """The fsynced end (the end with write.caching): acks=all answers and consumers wait for it."""
+        return self.log.high_watermark
 
     def read(self, offset: int, max_bytes: int) -> bytes:
-        return self.log.read(offset, max_bytes)
+        return self.log.read(offset, max_bytes, self.log.high_watermark)
+
+    # ------------------------------------------------------------ durability
+    @property
+    def write_caching(self) -> bool:
+        return self.log.config.write_caching
+
+    @property
+    def durable_end_offset(self) -> int:
+        return self.log.durable_end_offset
+
+    @property
+    def sync_generation(self) -> int:
+        return self.log.sync_generation
+
+    @property
+    def offline(self) -> str | None:
+        return self.log.offline
+
+    def begin_sync(self, now_ms: int):
+        """Group commit: an fsync of what was appended so far, for `run_sync` on a thread."""
+        return self.log.begin_sync(now_ms)
+
+    def run_sync(self, token) -> None:
+        """Any thread: touches only the token's own descriptor."""
+        self.log.run_sync(token)
+
+    def end_sync(self, token, error: BaseException | None, now_ms: int) -> None:
+        """Back on the loop: records become durable, or a failure cut them (state follows)."""
+        self.log.end_sync(token, error)
+        self._follow_cuts(now_ms)
+
+    def flush_due(self, now_ms: int) -> bool:
+        return self.log.flush_due(now_ms)
 
     # ---------------------------------------------------- producer-state facts
     @property
@@ -243,7 +278,7 @@ class Partition:
             return AppendResult(int(ErrorCode.KAFKA_STORAGE_ERROR), -1, -1, self._safe_log_start(),
                                 f"storage error: {exc.strerror or exc}", self._extra())
         return AppendResult(0, info.first_offset, info.log_append_time, self.log.log_start_offset, None,
-                            self._extra())
+                            self._extra(), info.last_offset)
 
     def _prepare(self, headers: list[rec.BatchHeader]) -> ps.Check:
         if self._format_magic < 2:
@@ -270,8 +305,9 @@ class Partition:
         if check.kind == ps.DUPLICATE:
             setattr(self.counters, "duplicates_" + check.duplicate_kind,
                     getattr(self.counters, "duplicates_" + check.duplicate_kind) + 1)
+            last = check.base_offset + ((check.last_seq - check.first_seq) & 0x7FFFFFFF)
             return AppendResult(0, check.base_offset, check.timestamp, self.log.log_start_offset, None,
-                                self._extra(duplicate=check.duplicate_kind))
+                                self._extra(duplicate=check.duplicate_kind), last)
         counter = _ERROR_COUNTER.get(check.error)
         if counter:
             setattr(self.counters, counter, getattr(self.counters, counter) + 1)
