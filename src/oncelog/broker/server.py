@@ -87,8 +87,10 @@ class Broker:
                                        self.config["group.initial.rebalance.delay.ms"])
         listener = self.config.listeners[0]
         loop = asyncio.get_running_loop()
+        # Bound now (the port is known), serving only once the partitions are ready: a client
+        # let in earlier would be told its topic does not exist.
         self._server = await loop.create_server(lambda: _Connection(self), listener.host or None,
-                                                listener.port, reuse_address=True)
+                                                listener.port, reuse_address=True, start_serving=False)
         sock = self._server.sockets[0]
         self.host, self.port = sock.getsockname()[:2]
         advertised = self.config.advertised_listeners
@@ -102,6 +104,7 @@ class Broker:
         await self._connect_controller(first_dir)
         if self.config["oncelog.cluster"]:
             await self._join_cluster()
+        await self._server.start_serving()
         if self.config["metrics.port"] >= 0:
             self.metrics_port = self.metrics.serve(self.config["metrics.host"], self.config["metrics.port"])
         self._ticker = asyncio.create_task(self._tick_loop())

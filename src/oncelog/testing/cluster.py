@@ -86,13 +86,15 @@ class LocalCluster:
     """Controller + `brokers` broker processes sharing `root/data`, broker i behind proxy i."""
 
     def __init__(self, root: str | Path, brokers: int = 2, overrides: dict[str, str] | None = None,
-                 proxy_config: FaultConfig | None = None) -> None:
+                 proxy_config: FaultConfig | None = None, env: dict[str, str] | None = None) -> None:
         self.root = Path(root)
         self.data = self.root / "data"
         self.n = brokers
         self.overrides = dict(overrides or {})
         self.proxy_config = proxy_config or FaultConfig()
-        self.controller = ControllerProcess(self.root / "metadata", log_file=self.root / "controller.log")
+        self.env = dict(env or {})  # for every process (e.g. the failpoint ledger for power-loss)
+        self.controller = ControllerProcess(self.root / "metadata", log_file=self.root / "controller.log",
+                                            env=self.env)
         self.brokers: dict[int, BrokerProcess] = {}
         self.proxies: dict[int, ThreadedFaultProxy] = {}
         self.metrics_ports: dict[int, int] = {}
@@ -110,7 +112,8 @@ class LocalCluster:
             self.brokers[i] = BrokerProcess(self.data, {
                 **self.overrides, **broker_overrides(self.controller, i), "oncelog.cluster": "true",
                 "advertised.listeners": f"PLAINTEXT://127.0.0.1:{pport}",
-                "metrics.port": str(mport)}, port=bport, log_file=self.root / f"broker{i}.log").start()
+                "metrics.port": str(mport)}, port=bport, log_file=self.root / f"broker{i}.log",
+                env=self.env).start()
         return self
 
     @property
