@@ -5,6 +5,7 @@ KAFKA_STORAGE_ERROR with nothing of it left for consumers."""
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
@@ -136,3 +137,21 @@ def test_write_caching_default_is_the_server_wide_default():
     on = BrokerConfig({"write.caching.default": "true"}).topic_defaults()
     assert effective_topic_config(on, {})["write.caching"] is True
     assert effective_topic_config(on, {"write.caching": "false"})["write.caching"] is False
+
+
+async def test_switching_write_caching_off_at_runtime_syncs_what_consumers_wait_for(tmp_path):
+    b = BrokerProcess(tmp_path / "data", {"log.retention.check.interval.ms": "200"}).start()
+    try:
+        c = await _client(b)
+        await c.create_topic("switch", **{"write.caching": "true"})
+        for i in range(3):
+            assert (await c.produce("switch", batch(2 * i, 2)))[0]["error_code"] == 0
+        await c.alter("switch", write_caching="false")
+        # nothing new is appended: the periodic task fsyncs, and the records are readable again
+        deadline = time.monotonic() + 15
+        while _offsets(b.bootstrap, "switch") != list(range(6)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _offsets(b.bootstrap, "switch") == list(range(6))
+        await c.conn.close()
+    finally:
+        b.stop()

@@ -490,19 +490,27 @@ class PartitionLog:
         self._sync_failed(token.segment, error, None)
 
     # ------------------------------------------------------------------ flush
-    def flush_due(self, now_ms: int) -> bool:
+    def _policy_due(self, now_ms: int) -> bool:
         """Does the flush policy (flush.messages / flush.ms) ask for an fsync now?"""
         unflushed = self.log_end_offset - self.durable_end_offset
         return unflushed > 0 and not self.offline and (
             unflushed >= self.config.flush_messages or now_ms - self._last_flush_ms >= self.config.flush_ms)
 
+    def flush_due(self, now_ms: int) -> bool:
+        """What the periodic task asks: the flush policy, or, without write caching, records
+        still unsynced (a group commit normally syncs them at once; this catches e.g. a topic
+        just switched to write.caching=false, whose consumers wait for that fsync)."""
+        return self._policy_due(now_ms) or (
+            not self.config.write_caching and not self.offline and self.durable_end_offset < self.log_end_offset)
+
     def _flush_if_due(self, now_ms: int, appending_from: int | None = None) -> None:
-        if self.flush_due(now_ms):
+        if self._policy_due(now_ms):
             self.flush(now_ms, appending_from)
 
     def maybe_flush(self, now_ms: int) -> None:
-        """The flush policy (flush.messages / flush.ms), as the periodic task runs it."""
-        self._flush_if_due(now_ms)
+        """The periodic fsync (see flush_due), run here and now."""
+        if self.flush_due(now_ms):
+            self.flush(now_ms)
 
     def flush(self, now_ms: int | None = None, appending_from: int | None = None) -> None:
         self._sync_active(appending_from)
