@@ -137,3 +137,18 @@ def test_a_failed_fsync_at_a_roll_cuts_the_unsynced_tail(tmp_path, failpoints):
     assert p.append_from_client(batch(3), NOW).base_offset == 3
     assert p.append_from_client(batch(6), NOW).base_offset == 6
     assert len(p.log.segments) == 2
+
+
+def test_after_a_crash_recovery_fsyncs_what_it_keeps_before_anyone_reads_it(tmp_path, failpoints):
+    """After kill -9 the tail may be only in the page cache: showing it and then losing it to a
+    power cut would take back what consumers saw."""
+    failpoints("ledger:log")
+    p = open_partition(tmp_path / "t-0", write_caching=True)   # page-cache appends, no fsync
+    p.append_from_client(batch(0), NOW)
+    seg = p.log.segments[-1]
+    assert fp.read_ledger(tmp_path / "t-0")[seg.path.name] == 0
+    for s in p.log.segments:                                       # a crash: no close, no marker
+        s.close()
+    p = open_partition(tmp_path / "t-0")
+    assert p.log.durable_end_offset == p.log_end_offset == 3
+    assert fp.read_ledger(tmp_path / "t-0")[seg.path.name] == seg.size
