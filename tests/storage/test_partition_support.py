@@ -75,6 +75,10 @@ class PartitionLog:
         base, pos, _size = self._index[-1]
         return max(self.log_start_offset, base + self._count_at(pos))
 
+    @property
+    def high_watermark(self) -> int:
+        return self.log_end_offset   # the stand-in writes through: everything is "durable"
+
     def _count_at(self, pos: int) -> int:
         with open(self._path, "rb") as f:
             f.seek(pos)
@@ -114,9 +118,12 @@ class PartitionLog:
             if nxt > offset:
                 yield data[pos:pos + size]
 
-    def read(self, offset: int, max_bytes: int, min_one: bool = True) -> bytes:
+    def read(self, offset: int, max_bytes: int, max_offset: int | None = None,
+             min_one: bool = True) -> bytes:
         out = b""
         for b in self._batches_from(offset):
+            if max_offset is not None and rec.read_batch_header(b).base_offset >= max_offset:
+                break
             if (out or not min_one) and len(out) + len(b) > max_bytes:
                 break
             out += b

@@ -8,6 +8,7 @@ from hypothesis import given, settings, strategies as st
 
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.protocol.record_codec import Record, decode_records, encode_batch, encode_legacy_message
+from oncelog.storage import failpoints
 from oncelog.storage.log import LogConfig, PartitionLog
 from oncelog.storage.log_manager import LogManager
 
@@ -167,20 +168,19 @@ def test_a_missing_index_is_rebuilt(tmp_path):
     assert values(again.read(9, 1 << 20))[:2] == [b"i4-0", b"i4-1"]
 
 
-def test_a_failed_write_appends_nothing_and_the_log_recovers(tmp_path, monkeypatch):
+@pytest.mark.parametrize("fault", ["shortwrite", "enospc"])
+def test_a_failed_write_appends_nothing_and_the_log_recovers(tmp_path, fault):
     log = open_log(tmp_path)
     log.append(batch(2, b"ok"), NOW)
-    real = os.pwrite
-
-    def full_disk(fd, data, pos):
-        real(fd, bytes(data)[:10], pos)  # a partial write, then the error
-        raise OSError(28, "No space left on device")
-    monkeypatch.setattr(os, "pwrite", full_disk)
-    with pytest.raises(KafkaProtocolError) as e:
-        log.append(batch(2, b"lost"), NOW)
+    size = log.segments[-1].size
+    failpoints.configure(f"{fault}:log")  # a short write leaves half the batch in the file
+    try:
+        with pytest.raises(KafkaProtocolError) as e:
+            log.append(batch(2, b"lost"), NOW)
+    finally:
+        failpoints.configure(None)
     assert e.value.code == ErrorCode.KAFKA_STORAGE_ERROR
-    assert log.log_end_offset == 2
-    monkeypatch.setattr(os, "pwrite", real)
+    assert log.log_end_offset == 2 and os.path.getsize(log.segments[-1].path) == size
     assert log.append(batch(2, b"again"), NOW).first_offset == 2
     assert values(log.read(0, 1 << 20)) == [b"ok-0", b"ok-1", b"again-0", b"again-1"]
 

@@ -1,6 +1,7 @@
 """The short CI matrix of `oncelog verify`: each fault alone, then all together, each run with
 oncelog's producer, librdkafka and kafka-python writing at once against a controller and two
-brokers behind fault proxies. Fails on any finding the brokers could have caused; oncelog's own
+brokers behind fault proxies (the storage faults use the brokers' and controller's storage
+failpoints: a failed fsync, a short write, a power cut that keeps only what was fsynced). Fails on any finding the brokers could have caused; oncelog's own
 producer must have no finding at all. Third-party clients' own failures are printed, not failed
 (the report blames them on the client: see docs/reliability.md)."""
 import pytest
@@ -28,3 +29,5 @@ def test_no_findings_under(faults, tmp_path):
             assert result.proxy["dropped_responses"] > 0, "the drop fault never fired"
         elif fault not in NETWORK_FAULTS:
             assert fault in fired, f"the {fault} fault never fired"
+        if fault in ("fsync", "shortwrite"):  # the failpoint really failed a write or an fsync
+            assert any(e.fault == fault and " fired 0x" not in e.what for e in result.faults), render(result)

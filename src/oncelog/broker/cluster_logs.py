@@ -241,11 +241,16 @@ class ClusterLogs:
         await self._until(lambda: name in self.topics and self.topics[name].overrides == expected)
 
     # ------------------------------------------------------------------ periodic work
-    def tick(self, now_ms: int) -> None:
+    def tick(self, now_ms: int, flush=None) -> None:
+        """Retention, the flush policy and producer expiry. `flush(partition)`: who runs a due
+        fsync (the broker's group commit, off the event loop); None: here and now."""
         for key, led in list(self._led.items()):
             try:
                 led.partition.log.enforce_retention(now_ms)
-                led.partition.log.maybe_flush(now_ms)
+                if flush is None:
+                    led.partition.maybe_flush(now_ms)
+                elif led.partition.flush_due(now_ms):
+                    flush(led.partition)
                 led.partition.tick(now_ms, self.expiration_check_interval_ms)
             except KafkaProtocolError as e:
                 log.warning("partition %s-%d maintenance: %s", key[0], key[1], e)

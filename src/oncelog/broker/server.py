@@ -23,6 +23,7 @@ from oncelog.broker.cluster_logs import ClusterLogs
 from oncelog.broker.config import BrokerConfig, new_cluster_id
 from oncelog.broker.controller_client import ControllerClient
 from oncelog.broker.controller_link import ControllerLink
+from oncelog.broker.group_commit import GroupCommit
 from oncelog.broker.group_coordinator import GroupCoordinator
 from oncelog.broker.handlers import HANDLERS
 from oncelog.broker.local_producer_ids import LocalProducerIds
@@ -68,6 +69,8 @@ class Broker:
         self._connections: set[_Connection] = set()
         self._data_event = asyncio.Event()
         self._ticker: asyncio.Task | None = None
+        # acks=all answers wait for their fsync; consumers see fsynced records (write.caching=false)
+        self.group_commit = GroupCommit(self.now_ms, on_durable=self.data_appended)
 
     def now_ms(self) -> int:
         return int(self._clock() * 1000)
@@ -89,8 +92,10 @@ class Broker:
             offsets_retention_check_interval_ms=c["offsets.retention.check.interval.ms"], owns=self.coordinates)
         listener = self.config.listeners[0]
         loop = asyncio.get_running_loop()
+        # Bound now (the port is known), serving only once the partitions are ready: a client
+        # let in earlier would be told its topic does not exist.
         self._server = await loop.create_server(lambda: _Connection(self), listener.host or None,
-                                                listener.port, reuse_address=True)
+                                                listener.port, reuse_address=True, start_serving=False)
         sock = self._server.sockets[0]
         self.host, self.port = sock.getsockname()[:2]
         advertised = self.config.advertised_listeners
@@ -104,6 +109,7 @@ class Broker:
         await self._connect_controller(first_dir)
         if self.config["oncelog.cluster"]:
             await self._join_cluster()
+        await self._server.start_serving()
         if self.config["metrics.port"] >= 0:
             self.metrics_port = self.metrics.serve(self.config["metrics.host"], self.config["metrics.port"])
         self._ticker = asyncio.create_task(self._tick_loop())
@@ -177,6 +183,7 @@ class Broker:
             await self._server.wait_closed()
             self._server = None
         self.metrics.close()
+        self.group_commit.close()
         self.logs.close()
         log.info("broker %d stopped", self.node_id)
 
@@ -186,7 +193,8 @@ class Broker:
             await asyncio.sleep(interval)
             try:
                 self.groups.expire()
-                self.logs.tick(self.now_ms())
+                self.logs.tick(self.now_ms(), flush=self.group_commit.appended)
+                self.group_commit.settle_all()
             except Exception:
                 log.exception("periodic log maintenance failed; will retry")
 
@@ -271,11 +279,25 @@ def _stored_cluster_id(directory: Path) -> str:
         return cid
 
 
+def _is_produce(frame: memoryview) -> bool:
+    # Produce's handler appends at dispatch; what it may leave to await is only its answer
+    # (the group commit's fsync), so the next Produce can be appended meanwhile.
+    return len(frame) >= 2 and frame[0] == 0 and frame[1] == ApiKey.PRODUCE
+
+
 class _Connection(asyncio.Protocol):
+    """Requests are applied one at a time, in order, and answered in order. The one exception to
+    "one at a time": a Produce whose answer waits for its fsync does not hold up the Produce
+    requests behind it (their appends join the same group commit); any other request waits
+    until every answer before it is out, as in Kafka."""
+
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.decoder = FrameDecoder(broker.config["socket.request.max.bytes"])
         self.queue: deque[memoryview] = deque()
+        self.outbox: deque = deque()  # answers in request order: bytes, or tasks still waiting
+        self.outbox_empty = asyncio.Event()
+        self.outbox_empty.set()
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         self.peer_host = ""
@@ -306,7 +328,7 @@ class _Connection(asyncio.Protocol):
             self._refuse(str(e))
             return
         for frame in frames:
-            if self.busy or self.queue:
+            if self.busy or self.queue or not self._may_start(frame):
                 self.queue.append(frame)
                 continue
             try:
@@ -318,14 +340,60 @@ class _Connection(asyncio.Protocol):
                 self._internal_error()
                 return
             if inspect.isawaitable(response):
-                self.busy = True
-                self.current = response
-                self.wakeup.set()
-            elif response is not None:
-                self.transport.write(response)
+                if _is_produce(frame):
+                    self._pipeline(response)
+                else:
+                    self.busy = True
+                    self.current = response
+                    self.wakeup.set()
+            else:
+                self._send(response)
         if len(self.queue) >= _MAX_QUEUED_FRAMES and not self.reading_paused:
             self.reading_paused = True
             self.transport.pause_reading()
+        if self.queue:
+            self.wakeup.set()
+
+    def _may_start(self, frame: memoryview) -> bool:
+        return not self.outbox or (_is_produce(frame) and len(self.outbox) < _MAX_QUEUED_FRAMES)
+
+    def _send(self, response: bytes | None) -> None:
+        if response is None or self.closing:
+            return
+        if self.outbox:
+            self.outbox.append(response)
+        else:
+            self.transport.write(response)
+
+    def _pipeline(self, pending) -> None:
+        task = asyncio.ensure_future(pending)
+        self.outbox.append(task)
+        self.outbox_empty.clear()
+        task.add_done_callback(self._flush_outbox)
+
+    def _flush_outbox(self, _task=None) -> None:
+        """Write the answers at the head of the outbox that are ready, in order."""
+        while self.outbox:
+            head = self.outbox[0]
+            if isinstance(head, asyncio.Future):
+                if not head.done():
+                    return
+                self.outbox.popleft()
+                if head.cancelled():
+                    continue
+                try:
+                    response = head.result()
+                except BadRequest as e:
+                    self._refuse(str(e))
+                    return
+                except Exception:
+                    self._internal_error()
+                    return
+            else:
+                response = self.outbox.popleft()
+            if response is not None and not self.closing:
+                self.transport.write(response)
+        self.outbox_empty.set()
         if self.queue:
             self.wakeup.set()
 
@@ -345,6 +413,7 @@ class _Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
         self.wakeup.set()
+        self.outbox_empty.set()
 
     def _internal_error(self) -> None:
         log.exception("internal error handling a request from %s; closing that connection", self.peer)
@@ -365,12 +434,18 @@ class _Connection(asyncio.Protocol):
                     pending, self.current = self.current, None
                     response = await pending
                 else:
+                    if not self._may_start(self.queue[0]):
+                        await self.outbox_empty.wait()  # answers before it go out first
+                        continue
                     frame = self.queue.popleft()
                     if self.reading_paused and len(self.queue) < _MAX_QUEUED_FRAMES // 2:
                         self.reading_paused = False
                         self.transport.resume_reading()
                     response = self.broker.dispatch(frame, self.peer_host)
                     if inspect.isawaitable(response):
+                        if _is_produce(frame):
+                            self._pipeline(response)
+                            continue
                         response = await response
             except BadRequest as e:
                 self._refuse(str(e))
@@ -380,5 +455,4 @@ class _Connection(asyncio.Protocol):
             except Exception:
                 self._internal_error()
                 return
-            if response is not None and not self.closing:
-                self.transport.write(response)
+            self._send(response)

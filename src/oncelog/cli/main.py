@@ -149,8 +149,12 @@ def controller_command(metadata_dir, listener, users, principals, session_timeou
         stop = asyncio.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             asyncio.get_running_loop().add_signal_handler(sig, stop.set)
-        await stop.wait()
+        await asyncio.wait([asyncio.ensure_future(stop.wait()), asyncio.ensure_future(c.fatal.wait())],
+                           return_when=asyncio.FIRST_COMPLETED)
         await c.stop()
+        if c.fatal.is_set():
+            click.echo(f"oncelog: controller stopping: {c.fatal_message}")
+            raise SystemExit(2)
     asyncio.run(run())
 
 

@@ -23,6 +23,8 @@ def _names(allowed):
 @click.command("verify")
 @click.option("--faults", default="all", show_default=True, callback=_names(ALL_FAULTS),
               help=f"Comma-separated, from {','.join(ALL_FAULTS)}; 'all' or 'none'.")
+@click.option("--power-loss", "power_loss", is_flag=True,
+              help="Add the power-loss fault: kill every process, cut each segment to its last fsync, restart.")
 @click.option("--records", default=10_000, show_default=True, help="Records in total, shared by the clients.")
 @click.option("--clients", default=",".join(WORKLOADS), show_default=True, callback=_names(tuple(WORKLOADS)),
               help="Producers that write concurrently.")
@@ -38,12 +40,18 @@ def _names(allowed):
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the JSON summary here.")
 @click.option("--workdir", type=click.Path(file_okay=False), help="Keep data and logs here (default: a "
               "temporary directory, removed afterwards).")
-def verify(faults, records, clients, seed, brokers, partitions, duration, timeout, json_path, workdir) -> None:
+def verify(faults, power_loss, records, clients, seed, brokers, partitions, duration, timeout, json_path, workdir) -> None:
     """Run producers of several clients against a cluster on this machine while faults run, then
     read every partition and report duplicates, lost acknowledged writes, inconsistent offsets,
-    reordering and fatal client errors. Exits 1 if the brokers broke a promise."""
+    reordering and fatal client errors. Exits 1 if the brokers broke a promise.
+
+    Storage faults use the broker's storage failpoints (ONCELOG_FAILPOINTS): fsync (EIO on an fsync
+    after the write), shortwrite (a write cut short by a full disk), power-loss (everything not
+    fsynced is lost)."""
     from oncelog.testing.verify import VerifyOptions, render, run
     logging.basicConfig(level=logging.WARNING)
+    if power_loss and "power-loss" not in faults:
+        faults = (*faults, "power-loss")
     try:
         options = VerifyOptions(faults=faults, records=records, clients=clients, seed=seed, brokers=brokers,
                                 partitions=partitions, duration_s=duration, timeout_s=timeout,

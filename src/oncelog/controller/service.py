@@ -4,7 +4,11 @@ format, to authenticated brokers and admin tools.
 
 Every change is decided by a pure function (core.producer_ids, core.leadership), appended and
 fsynced, then replayed; the reply goes out only after that, so a reply never describes state a
-crash could lose. Callers authenticate with SASL/PLAIN; only principals with cluster rights may
+crash could lose. An append that fails (a full disk, a failed fsync) leaves nothing in the log and
+changes no state: the caller gets KAFKA_STORAGE_ERROR (retriable; a broker backs off and asks
+again). Kafka's controller answers such faults with an error and reverts to its last committed
+offset; here the log itself is cut back to it. A log that cannot even be cut back refuses every
+change until a restart, and `fatal` is set so a standalone controller exits. Callers authenticate with SASL/PLAIN; only principals with cluster rights may
 register, allocate ids or change topics (others get CLUSTER_AUTHORIZATION_FAILED).
 Liveness: a broker that misses heartbeats for `broker.session.timeout.ms` is considered dead and
 its partitions get new leaders (with a higher leader epoch).
@@ -28,7 +32,7 @@ from oncelog.protocol.api import CONTROLLER_VERSIONS, ApiKey, api_name
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.protocol.headers import read_request_header, response_header
 from oncelog.protocol.primitives import I16, I32
-from oncelog.storage.metadata_log import MetadataLog
+from oncelog.storage.metadata_log import MetadataLog, MetadataLogError
 
 log = logging.getLogger("oncelog.controller")
 
@@ -63,6 +67,9 @@ class Controller:
         self._server: asyncio.base_events.Server | None = None
         self._watch: asyncio.Task | None = None
         self._lock = asyncio.Lock()
+        self._view_stale = False  # a brokers-changed decision could not be committed: retry it
+        self.fatal = asyncio.Event()  # the metadata log is unusable: a standalone controller exits
+        self.fatal_message = ""
         self.address: tuple[str, int] = ("", 0)
         self._commit(self.state.decide_floor(config.producer_id_floor))
 
@@ -91,15 +98,27 @@ class Controller:
             self.leadership.replay(record)
 
     def _commit(self, records: list[dict]) -> None:
-        """Append + fsync, then replay: the only way state changes."""
+        """Append + fsync, then replay: the only way state changes. Raises KAFKA_STORAGE_ERROR
+        (nothing appended, nothing changed) when the records could not be made durable."""
         if not records:
             return
         before = self.log.end_offset
-        self.log.append(records)
+        try:
+            self.log.append(records)
+        except MetadataLogError as e:
+            log.error("controller: %s", e)
+            if self.log.failed and not self.fatal_message:
+                self.fatal_message = f"metadata log failed: {self.log.failed}"
+                self.fatal.set()
+                log.critical("controller: %s; every change is refused until a restart", self.fatal_message)
+            raise KafkaProtocolError(ErrorCode.KAFKA_STORAGE_ERROR, str(e)) from None
         for r in records:
             self._replay(r)
         if self.log.end_offset // SNAPSHOT_EVERY > before // SNAPSHOT_EVERY:
-            self.snapshot()
+            try:
+                self.snapshot()
+            except OSError as e:  # the log holds everything: a snapshot only shortens replay
+                log.warning("controller: metadata snapshot failed (%s); will try at the next one", e)
 
     def snapshot(self) -> None:
         records = []
@@ -137,13 +156,22 @@ class Controller:
             await asyncio.sleep(min(0.25, self.config.session_timeout_ms / 4000))
             now = self.now_ms()
             dead = [b for b, seen in self.live.items() if now - seen > self.config.session_timeout_ms]
-            if dead:
-                for b in dead:
-                    del self.live[b]
-                    log.warning("broker %d missed heartbeats for %d ms: moving its partitions", b,
-                                self.config.session_timeout_ms)
+            for b in dead:
+                del self.live[b]
+                log.warning("broker %d missed heartbeats for %d ms: moving its partitions", b,
+                            self.config.session_timeout_ms)
+            if dead or self._view_stale:
                 async with self._lock:
-                    self._commit(self.leadership.decide_brokers_changed(self.live_brokers()))
+                    self._commit_brokers_changed()
+
+    def _commit_brokers_changed(self) -> None:
+        """Leaders for the live brokers; when that cannot be committed now, the liveness watch
+        tries again (nothing else would: the broker set may not change again)."""
+        try:
+            self._commit(self.leadership.decide_brokers_changed(self.live_brokers()))
+            self._view_stale = False
+        except KafkaProtocolError:
+            self._view_stale = True
 
     # ------------------------------------------------------------------ connections
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -258,9 +286,9 @@ class Controller:
                              **{**fail, "throttle_time": throttle})
         try:
             records, block = self.state.decide_allocate(int(r.broker_id), int(r.broker_epoch))
+            self._commit(records)
         except KafkaProtocolError as e:
             return rb.encode(error_code=e.code, **fail)
-        self._commit(records)
         log.info("controller: producer ids %d..%d to broker %d (epoch %d)", block.first, block.last,
                  block.broker_id, int(r.broker_epoch))
         return rb.encode(throttle_time=0, error_code=ErrorCode.NONE, producer_id_start=block.first,
@@ -272,9 +300,12 @@ class Controller:
         listener = r.listeners[0] if r.listeners else None
         records, epoch = self.state.decide_register(int(r.broker_id), listener.host if listener else "",
                                                     int(listener.port) if listener else -1)
-        self._commit(records)
+        try:
+            self._commit(records)
+        except KafkaProtocolError as e:
+            return rb.encode(throttle_time=0, error_code=e.code, broker_epoch=-1)
         self.live[int(r.broker_id)] = self.now_ms()
-        self._commit(self.leadership.decide_brokers_changed(self.live_brokers()))
+        self._commit_brokers_changed()
         log.info("controller: broker %d registered with epoch %d at %s:%s", int(r.broker_id), epoch,
                  listener.host if listener else "?", listener.port if listener else "?")
         return rb.encode(throttle_time=0, error_code=ErrorCode.NONE, broker_epoch=epoch)
@@ -290,7 +321,7 @@ class Controller:
         first = int(r.broker_id) not in self.live
         self.live[int(r.broker_id)] = self.now_ms()
         if first:
-            self._commit(self.leadership.decide_brokers_changed(self.live_brokers()))
+            self._commit_brokers_changed()
         return rb.encode(error_code=ErrorCode.NONE, **flags)
 
     def _metadata(self, version: int) -> bytes:

@@ -113,6 +113,10 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in (
               "(default: leave it to the OS, as Kafka does).", "log.flush.interval.messages", minimum=1),
     ConfigDef("flush.ms", "long", LONG_MAX, "fsync when the oldest unflushed data is this old.",
               "log.flush.interval.ms", minimum=0),
+    ConfigDef("write.caching", "boolean", False, "false: an acks=all Produce is answered once its "
+              "batch is fsynced (group commit) and consumers see only fsynced records; true: "
+              "answered from the page cache, as Kafka does without flush.messages (Redpanda's name).",
+              "write.caching.default"),
     ConfigDef("index.interval.bytes", "int", 4096, "Bytes between offset-index entries.",
               "log.index.interval.bytes", minimum=0),
     ConfigDef("max.message.bytes", "int", 1048588, "Largest record batch accepted.",

@@ -17,15 +17,24 @@ checked; a torn or corrupt tail is cut off with a WARNING naming the file, posit
 Rolled segments were fsynced when they were rolled and are trusted. Indexes are rebuilt from the
 segment whenever they are missing or do not match it.
 
-Flush policy: Kafka's default, which leaves writing back to the operating system (no fsync on the
-produce path). An acknowledged record is then safe against a crash of the broker process but not
-against a power loss before the kernel writes it; `flush.messages` / `flush.ms` (topic) or
-`log.flush.interval.messages` / `log.flush.interval.ms` (broker) force fsyncs. Rolled segments,
-indexes and the start-offset checkpoint are always fsynced.
+Flush policy: `flush.messages` / `flush.ms` (topic) or `log.flush.interval.messages` /
+`log.flush.interval.ms` (broker) force fsyncs in the append path, as in Kafka, counting the
+messages above the last fsynced offset. Rolled segments, indexes and the start-offset checkpoint
+are always fsynced, and so is the active segment at open after an unclean stop (what recovery
+keeps becomes durable before anyone reads it).
+
+Durability: `durable_end_offset` is the offset below which every record is known to be on disk
+(the active segment's `synced_size` bytes). A failed fsync leaves no visible partial state: the
+active segment is cut back to its synced size (what was written after the last good fsync was
+never acknowledged as durable), `sync_generation` counts such cuts so that the partition rebuilds
+its producer state, and when even the cut fails, or when it would remove records a write-caching
+topic has already shown, the partition goes offline (KAFKA_STORAGE_ERROR for every request, as
+Kafka's LogDirFailureChannel does) until a restart recovers it.
 """
 from __future__ import annotations
 
 import bisect
+import errno
 import logging
 import os
 import struct
@@ -37,6 +46,7 @@ from typing import Any, Callable, Iterator, NamedTuple
 from oncelog.protocol import records as rec
 from oncelog.protocol.record_codec import iter_record_times
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
+from oncelog.storage import failpoints as fp
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +70,7 @@ class LogConfig:
     message_format_version: str = "3.0"
     message_timestamp_type: str = "CreateTime"
     max_message_bytes: int = 1048588
+    write_caching: bool = False
 
     @classmethod
     def from_topic_config(cls, cfg: dict[str, Any]) -> "LogConfig":
@@ -70,7 +81,7 @@ class LogConfig:
                  "index.interval.bytes": "index_interval_bytes",
                  "message.format.version": "message_format_version",
                  "message.timestamp.type": "message_timestamp_type",
-                 "max.message.bytes": "max_message_bytes"}
+                 "max.message.bytes": "max_message_bytes", "write.caching": "write_caching"}
         return cls(**{attr: cfg[name] for name, attr in names.items() if name in cfg})
 
 
@@ -86,6 +97,17 @@ class AppendInfo(NamedTuple):
     first_offset: int
     last_offset: int
     log_append_time: int
+
+
+class SyncToken(NamedTuple):
+    """What one fsync started by `begin_sync` covers."""
+    fd: int            # a duplicate of the active segment's descriptor, closed by run_sync
+    segment: "Segment"
+    size: int          # the segment's bytes at the start
+    end_offset: int    # the log end offset at the start
+    generation: int    # sync_generation at the start
+    durable_from: int  # durable_end_offset at the start
+    started_ms: int
 
 
 class Entry(NamedTuple):
@@ -137,6 +159,10 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def _storage_error(what: str, e: OSError) -> KafkaProtocolError:
+    return KafkaProtocolError(ErrorCode.KAFKA_STORAGE_ERROR, f"{what} failed: {e.strerror or e}")
+
+
 class Segment:
     """One `.log` file and its in-memory sparse index (first offset of an entry -> position)."""
 
@@ -146,6 +172,7 @@ class Segment:
         self.index_path = directory / f"{base_offset:020d}.index"
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         self.size = os.fstat(self.fd).st_size
+        self.synced_size = self.size  # bytes known to be on disk; the log lowers it for an unsynced tail
         self.next_offset = base_offset
         self.max_timestamp = -1
         self.created_ms = now_ms
@@ -223,6 +250,13 @@ class Segment:
             os.fsync(f.fileno())
         os.replace(tmp, self.index_path)
 
+    def trim_index(self, size: int) -> None:
+        """Forget index entries at or beyond `size` (the segment was cut there)."""
+        i = bisect.bisect_left(self.index_positions, size)
+        del self.index_offsets[i:]
+        del self.index_positions[i:]
+        self._since_index = size - self.index_positions[-1] if self.index_positions else size
+
     def position_for(self, offset: int) -> int:
         i = bisect.bisect_right(self.index_offsets, offset) - 1
         return self.index_positions[i] if i >= 0 else 0
@@ -292,15 +326,20 @@ class PartitionLog:
         self.log_start_offset = 0
         self._roll_callbacks: list[Callable[[int], None]] = []
         self._delete_callbacks: list[Callable[[int], None]] = []
-        self._unflushed_messages = 0
         self._last_flush_ms = 0
         self.leader_epoch = 0  # stamped on appended batches; set by the cluster on a leader change
+        self.durable_end_offset = 0  # every record below it is fsynced
+        self.sync_generation = 0     # bumped whenever records above the durable end are cut away
+        self.offline: str | None = None  # why the partition is offline (a storage failure)
 
     # ------------------------------------------------------------------ open / recovery
     @classmethod
     def open(cls, directory, config: LogConfig, now_ms: int) -> "PartitionLog":
         self = cls(directory, config)
+        created = not self.directory.exists()
         self.directory.mkdir(parents=True, exist_ok=True)
+        if created:  # a power loss must not lose the directory of acknowledged records
+            _fsync_dir(self.directory.parent)
         self._last_flush_ms = now_ms
         clean_marker = self.directory / CLEAN_SHUTDOWN
         clean = clean_marker.exists()
@@ -322,8 +361,9 @@ class PartitionLog:
             except OSError:
                 pass
             self.segments.append(seg)
-        if not self.segments:
-            self.segments.append(Segment(self.directory, self.log_start_offset, now_ms))
+        fresh = not self.segments
+        if fresh:
+            self.segments.append(self._new_segment(self.log_start_offset, now_ms))
         # a start offset beyond the data (all records deleted) keeps the log end there too
         active = self.segments[-1]
         if active.size == 0 and active.next_offset < self.log_start_offset:
@@ -331,6 +371,14 @@ class PartitionLog:
         if clean:
             clean_marker.unlink()
             _fsync_dir(self.directory)
+        elif not fresh:
+            # After a crash the recovered tail may sit only in the page cache: make it durable
+            # before anything is read from it, or a power loss could take back what was shown.
+            try:
+                fp.log_sync(active.fd)
+            except OSError as e:
+                self._take_offline(f"fsync of {active.path.name} at recovery failed: {e}")
+        self.durable_end_offset = self.log_end_offset
         return self
 
     # ------------------------------------------------------------------ properties
@@ -350,7 +398,11 @@ class PartitionLog:
 
     # ------------------------------------------------------------------ append
     def append(self, batches, now_ms: int, leader_epoch: int | None = None) -> AppendInfo:
-        """Assign offsets to whole, already validated batches and write them: all or nothing."""
+        """Assign offsets to whole, already validated batches and write them: all or nothing.
+        A storage failure raises KAFKA_STORAGE_ERROR with nothing of this append left behind (and
+        possibly less: see `_sync_failed`)."""
+        if self.offline:
+            raise KafkaProtocolError(ErrorCode.KAFKA_STORAGE_ERROR, f"{self.directory.name} is offline: {self.offline}")
         buf = batches if isinstance(batches, bytearray) else bytearray(batches)
         leader_epoch = self.leader_epoch if leader_epoch is None else leader_epoch
         if not buf:
@@ -375,23 +427,22 @@ class PartitionLog:
             last = rec.patch_legacy_offsets(buf, offset)
             entries = list(scan_entries(buf, seg.size))
         try:
-            written = os.pwrite(seg.fd, buf, seg.size)
+            written = fp.log_write(seg.fd, buf, seg.size)
             if written != len(buf):
-                raise OSError(f"short write: {written} of {len(buf)} bytes")
+                raise OSError(errno.ENOSPC, f"short write: {written} of {len(buf)} bytes")
         except OSError as e:
             try:
-                os.ftruncate(seg.fd, seg.size)
-            except OSError:
-                pass
+                fp.log_truncate(seg.fd, seg.size)
+            except OSError as cut:
+                self._take_offline(f"cannot remove a partial write from {seg.path.name}: {cut}")
             log.error("%s: write failed, nothing appended: %s", seg.path, e)
-            raise KafkaProtocolError(ErrorCode.KAFKA_STORAGE_ERROR, f"write failed: {e}") from None
+            raise _storage_error("write", e) from None
         seg.size += len(buf)
         interval = self.config.index_interval_bytes
         for e in entries:
             seg.add_to_index(e, interval)
         seg.next_offset = last + 1
-        self._unflushed_messages += last - first + 1
-        self.maybe_flush(now_ms)
+        self._flush_if_due(now_ms, first)
         return AppendInfo(first, last, append_time)
 
     def _maybe_roll(self, incoming: int, now_ms: int) -> None:
@@ -403,27 +454,152 @@ class PartitionLog:
 
     def roll(self, now_ms: int) -> None:
         old = self.segments[-1]
-        os.fsync(old.fd)
-        old.write_index()
-        new = Segment(self.directory, self.log_end_offset, now_ms)
+        self._sync_active(self.log_end_offset)
+        try:
+            old.write_index()
+            new = self._new_segment(self.log_end_offset, now_ms)
+        except OSError as e:
+            raise _storage_error("segment roll", e) from None
         self.segments.append(new)
-        _fsync_dir(self.directory)
         for cb in self._roll_callbacks:
             cb(new.base_offset)
 
-    # ------------------------------------------------------------------ flush
-    def maybe_flush(self, now_ms: int) -> None:
-        if not self._unflushed_messages:
+    def _new_segment(self, base_offset: int, now_ms: int) -> Segment:
+        """An empty segment whose name survives a power loss (no record goes into a file that
+        might vanish)."""
+        seg = Segment(self.directory, base_offset, now_ms)
+        try:
+            fp.log_sync(seg.fd)
+            _fsync_dir(self.directory)
+        except OSError:
+            seg.delete()
+            raise
+        return seg
+
+    # ------------------------------------------------------------------ group commit
+    @property
+    def high_watermark(self) -> int:
+        """What consumers may read: the fsynced records, or, with write.caching, everything."""
+        if self.config.write_caching:
+            return self.log_end_offset
+        return max(self.durable_end_offset, self.log_start_offset)
+
+    def begin_sync(self, now_ms: int) -> SyncToken | None:
+        """An fsync of everything appended so far, to be run by `run_sync` on any thread (the
+        descriptor is duplicated, so a roll or close meanwhile cannot pull it away); None when
+        there is nothing to sync."""
+        if self.offline or self.durable_end_offset >= self.log_end_offset:
+            return None
+        seg = self.segments[-1]
+        return SyncToken(os.dup(seg.fd), seg, seg.size, self.log_end_offset, self.sync_generation,
+                         self.durable_end_offset, now_ms)
+
+    @staticmethod
+    def run_sync(token: SyncToken) -> None:
+        try:
+            fp.log_sync(token.fd)
+        finally:
+            os.close(token.fd)
+
+    def end_sync(self, token: SyncToken, error: BaseException | None) -> None:
+        """Back on the appending thread: the records the fsync covered are durable, or, after a
+        failure, the unsynced tail is cut (or the partition goes offline: `_sync_failed`)."""
+        if error is None:
+            if token.generation == self.sync_generation:
+                self._mark_durable(token.segment, token.size, token.end_offset)
+                self._last_flush_ms = max(self._last_flush_ms, token.started_ms)
             return
-        if (self._unflushed_messages >= self.config.flush_messages
-                or now_ms - self._last_flush_ms >= self.config.flush_ms):
+        if not isinstance(error, OSError):
+            error = OSError(errno.EIO, f"fsync did not complete: {error!r}")
+        if token.segment is not self.segments[-1] or self.durable_end_offset > token.durable_from:
+            # Another fsync of the same open file (a roll, the flush policy) succeeded meanwhile,
+            # possibly because this one had already been told the error (Linux reports a
+            # writeback error once per open file): what it declared durable may not be.
+            self._take_offline(f"fsync of {token.segment.path.name} failed ({error}) while another "
+                               "fsync of it reported success: what is on disk is unknown")
+            return
+        self._sync_failed(token.segment, error, None)
+
+    # ------------------------------------------------------------------ flush
+    def _policy_due(self, now_ms: int) -> bool:
+        """Does the flush policy (flush.messages / flush.ms) ask for an fsync now?"""
+        unflushed = self.log_end_offset - self.durable_end_offset
+        return unflushed > 0 and not self.offline and (
+            unflushed >= self.config.flush_messages or now_ms - self._last_flush_ms >= self.config.flush_ms)
+
+    def flush_due(self, now_ms: int) -> bool:
+        """What the periodic task asks: the flush policy, or, without write caching, records
+        still unsynced (a group commit normally syncs them at once; this catches e.g. a topic
+        just switched to write.caching=false, whose consumers wait for that fsync)."""
+        return self._policy_due(now_ms) or (
+            not self.config.write_caching and not self.offline and self.durable_end_offset < self.log_end_offset)
+
+    def _flush_if_due(self, now_ms: int, appending_from: int | None = None) -> None:
+        if self._policy_due(now_ms):
+            self.flush(now_ms, appending_from)
+
+    def maybe_flush(self, now_ms: int) -> None:
+        """The periodic fsync (see flush_due), run here and now."""
+        if self.flush_due(now_ms):
             self.flush(now_ms)
 
-    def flush(self, now_ms: int | None = None) -> None:
-        os.fsync(self.segments[-1].fd)
-        self._unflushed_messages = 0
+    def flush(self, now_ms: int | None = None, appending_from: int | None = None) -> None:
+        self._sync_active(appending_from)
         if now_ms is not None:
             self._last_flush_ms = now_ms
+
+    def _sync_active(self, appending_from: int | None = None) -> None:
+        """fsync the active segment. `appending_from`: the first offset of an append in progress
+        (not yet acknowledged nor visible). Raises KAFKA_STORAGE_ERROR after `_sync_failed`."""
+        seg = self.segments[-1]
+        size, end = seg.size, self.log_end_offset
+        try:
+            fp.log_sync(seg.fd)
+        except OSError as e:
+            self._sync_failed(seg, e, appending_from)
+            raise _storage_error(f"fsync of {seg.path.name}", e) from None
+        self._mark_durable(seg, size, end)
+
+    def _mark_durable(self, seg: Segment, size: int, end_offset: int) -> None:
+        if size > seg.synced_size:
+            seg.synced_size = size
+        if end_offset > self.durable_end_offset:
+            self.durable_end_offset = end_offset
+
+    def _sync_failed(self, seg: Segment, error: OSError, appending_from: int | None) -> None:
+        """After a failed fsync nothing above the durable end can be trusted (Linux may drop the
+        dirty pages it could not write): cut the active segment back to its synced size. A
+        write-caching topic has shown and acknowledged records above it, which a cut would take
+        back: that partition goes offline instead."""
+        if self.offline:
+            return
+        shown = appending_from if appending_from is not None else self.log_end_offset
+        if self.config.write_caching and shown > self.durable_end_offset:
+            self._take_offline(f"fsync of {seg.path.name} failed ({error}) under records already "
+                               f"acknowledged from the page cache (write.caching=true)")
+            return
+        if seg is not self.segments[-1] or seg.size <= seg.synced_size:
+            return
+        cut = seg.synced_size
+        try:
+            fp.log_truncate(seg.fd, cut)
+            fp.log_sync(seg.fd)
+        except OSError as e:
+            self._take_offline(f"fsync of {seg.path.name} failed ({error}) and the cut back to "
+                               f"{cut} bytes failed too ({e})")
+            return
+        dropped = self.log_end_offset - self.durable_end_offset
+        seg.size = cut
+        seg.trim_index(cut)
+        seg.next_offset = self.durable_end_offset
+        self.sync_generation += 1
+        log.error("%s: fsync failed (%s): cut back to %d bytes, dropping the %d unsynced records from "
+                  "offset %d (none was acknowledged as durable)", seg.path, error, cut, dropped,
+                  self.durable_end_offset)
+
+    def _take_offline(self, reason: str) -> None:
+        self.offline = reason
+        log.critical("%s: partition offline until a restart recovers it: %s", self.directory, reason)
 
     # ------------------------------------------------------------------ reads
     def _check_offset(self, offset: int) -> None:
@@ -435,12 +611,16 @@ class PartitionLog:
         bases = [s.base_offset for s in self.segments]
         return max(0, bisect.bisect_right(bases, offset) - 1)
 
-    def read(self, offset: int, max_bytes: int, min_one: bool = True) -> bytes | memoryview:
-        """Whole entries from the one holding `offset` within max_bytes; with `min_one` at least
-        one, even above max_bytes, without it nothing if the first does not fit (a view of what
-        was read when the tail is cut: no second copy of a large read)."""
+    def read(self, offset: int, max_bytes: int, max_offset: int | None = None,
+             min_one: bool = True) -> bytes | memoryview:
+        """Whole entries from the one holding `offset` within max_bytes, none at or above
+        `max_offset` (the high watermark); with `min_one` at least one, even above max_bytes,
+        without it nothing if the first does not fit (a view of what was read when the tail is
+        cut: no second copy of a large read)."""
+        if self.offline:
+            raise KafkaProtocolError(ErrorCode.KAFKA_STORAGE_ERROR, f"{self.directory.name} is offline: {self.offline}")
         self._check_offset(offset)
-        if offset == self.log_end_offset:
+        if offset >= (self.log_end_offset if max_offset is None else min(max_offset, self.log_end_offset)):
             return b""
         for seg in self.segments[self._segment_for(offset):]:
             start = self._find(seg, offset)
@@ -453,7 +633,8 @@ class PartitionLog:
             data = os.pread(seg.fd, min(want, seg.size - pos), pos)
             end = 0
             for e in scan_entries(data):
-                if e.position + e.size > len(data) or (end and e.position + e.size > max_bytes):
+                if (e.position + e.size > len(data) or (end and e.position + e.size > max_bytes)
+                        or (max_offset is not None and e.first_offset >= max_offset)):
                     break
                 end = e.position + e.size
             return memoryview(data)[:end] if end < len(data) else data
@@ -614,17 +795,24 @@ class PartitionLog:
                 cut = e.position
                 break
         seg.truncate(cut)
+        seg.synced_size = min(seg.synced_size, cut)
         seg.load_or_rebuild(self.config.index_interval_bytes, validate=False)
         if seg.size == 0:
             seg.next_offset = max(seg.base_offset, min(offset, self.log_start_offset))
+        self.durable_end_offset = min(self.durable_end_offset, self.log_end_offset)
 
     # ------------------------------------------------------------------ close
     def close(self) -> None:
         """Flush everything and leave a clean-shutdown marker so the next open skips recovery."""
         if not self.segments or self.segments[-1].fd < 0:
             return
+        if self.offline:  # no marker: the next open must recover
+            for seg in self.segments:
+                seg.close()
+            return
         active = self.segments[-1]
-        os.fsync(active.fd)
+        fp.log_sync(active.fd)
+        self._mark_durable(active, active.size, self.log_end_offset)
         active.write_index()
         for seg in self.segments:
             seg.close()

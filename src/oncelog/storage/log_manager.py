@@ -208,11 +208,16 @@ class LogManager:
             os.close(fd)
 
     # ------------------------------------------------------------------ periodic work
-    def tick(self, now_ms: int) -> None:
+    def tick(self, now_ms: int, flush=None) -> None:
+        """Retention, the flush policy and producer expiry. `flush(partition)`: who runs a due
+        fsync (the broker's group commit, off the event loop); None: here and now."""
         for key, partition in list(self._partitions.items()):
             try:
                 partition.log.enforce_retention(now_ms)
-                partition.log.maybe_flush(now_ms)
+                if flush is None:
+                    partition.maybe_flush(now_ms)
+                elif partition.flush_due(now_ms):
+                    flush(partition)
                 partition.tick(now_ms, self.expiration_check_interval_ms)
             except KafkaProtocolError as e:
                 log.warning("partition %s-%d maintenance: %s", key[0], key[1], e)

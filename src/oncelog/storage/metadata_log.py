@@ -10,9 +10,16 @@ written to a temporary file, fsynced, then renamed. Recovery loads the newest sn
 checks (others are set aside) and replays the records from its offset. A torn or corrupt tail
 (a write cut by a crash) is truncated with a WARNING; nothing after it was ever acknowledged,
 because a record counts only once its fsync returned.
+
+A write that fails, comes up short (a full disk) or whose fsync fails is cut off again before
+`append` raises MetadataLogError, so the next append starts where the last durable record ended:
+no torn record in the middle of the log (recovery would cut everything after it) and no record
+written twice (replay would refuse the second copy). If even the cut fails the log refuses every
+further append (`failed`) until a restart recovers it.
 """
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -21,6 +28,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from crc32c import crc32c
+
+from oncelog.storage import failpoints as fp
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +45,10 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+class MetadataLogError(Exception):
+    """An append that did not become durable; nothing of it is in the log."""
+
+
 def _canonical(obj: Any) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
 
@@ -49,6 +62,8 @@ class MetadataLog:
             self.directory.mkdir(parents=True, exist_ok=True)
         self.path = self.directory / LOG_FILE
         self._records: list[dict[str, Any]] = []
+        self._size = 0  # bytes of whole, durable records
+        self.failed: str | None = None
         self._recover()
         self._fd = -1 if read_only else os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
@@ -65,6 +80,7 @@ class MetadataLog:
             except ValueError:
                 break
             pos += _FRAME.size + length
+        self._size = pos
         if pos < len(data) and not self.read_only:
             log.warning("%s: ignoring a torn or corrupt tail of %d bytes at position %d (truncated)",
                         self.path, len(data) - pos, pos)
@@ -77,7 +93,10 @@ class MetadataLog:
         return len(self._records)
 
     def append(self, records: list[dict[str, Any]]) -> int:
-        """Write and fsync; returns the offset of the first record."""
+        """Write and fsync; returns the offset of the first record. Raises MetadataLogError,
+        with nothing of `records` left in the file, when they could not be made durable."""
+        if self.failed:
+            raise MetadataLogError(f"{self.path} refuses appends until a restart: {self.failed}")
         first = len(self._records)
         if not records:
             return first
@@ -85,10 +104,29 @@ class MetadataLog:
         for r in records:
             payload = _canonical(r)
             frames += _FRAME.pack(len(payload), crc32c(payload)) + payload
-        os.write(self._fd, frames)
-        os.fsync(self._fd)
+        try:
+            written = fp.meta_write(self._fd, frames)
+            if written != len(frames):
+                raise OSError(errno.ENOSPC, f"short write: {written} of {len(frames)} bytes")
+            fp.meta_sync(self._fd)
+        except OSError as e:
+            self._cut_back(e)
+            raise MetadataLogError(f"{self.path}: append of {len(records)} record(s) failed ({e}); "
+                                   "nothing was appended") from None
+        self._size += len(frames)
         self._records.extend(records)
         return first
+
+    def _cut_back(self, error: OSError) -> None:
+        """Remove whatever the failed append left after the last durable record."""
+        try:
+            fp.meta_truncate(self._fd, self._size)
+            fp.meta_sync(self._fd)
+        except OSError as e:
+            self.failed = f"a failed append ({error}) could not be cut back to {self._size} bytes ({e})"
+            log.critical("%s: %s; refusing appends until a restart recovers the log", self.path, self.failed)
+            return
+        log.error("%s: append failed (%s); cut back to %d bytes, nothing appended", self.path, error, self._size)
 
     def read(self, start: int = 0) -> Iterator[tuple[int, dict[str, Any]]]:
         for i in range(start, len(self._records)):

@@ -4,6 +4,11 @@
 anything, the log appends whole batches, and only then does the state record the batch. A
 duplicate is answered with the original offset and timestamp and appends nothing.
 
+A storage failure that cuts records off the log (a failed fsync: `PartitionLog._sync_failed`)
+rebuilds producer state from snapshot + log before anything else is decided, so the state never
+remembers a batch the log lost, and a retry of that batch is appended (once) instead of being
+answered as a duplicate of nothing.
+
 Producer state follows the log: a snapshot at every segment roll and at clean shutdown; on open the
 newest readable snapshot is loaded (a corrupt one is set aside with a log line and an older one is
 tried) and the log above it is replayed. State outlives the segments that wrote it, as in Kafka:
@@ -41,6 +46,7 @@ class AppendResult:
     # "max_in_flight_sequence_number" (tag 10000, range-mode topics only, else None),
     # "duplicate" (the duplicate kind when the answer came from producer state).
     extra: dict[str, Any] = field(default_factory=dict)
+    last_offset: int = -1  # the answered batch's last offset (appended or original): acks=all waits for it
 
 
 @dataclass(slots=True)
@@ -118,6 +124,7 @@ class Partition:
         self._format_magic = message_format_magic(
             _config_value(self.config, "message.format.version", "message_format_version"))
         self._in_append = False
+        self._log_generation = getattr(log, "sync_generation", 0)
         self._roll_pending = False
         self._last_snapshot_offset = -1
         self._next_expiration_check = -1
@@ -141,10 +148,44 @@ class Partition:
 
     @property
     def high_watermark(self) -> int:
-        return self.log.log_end_offset
+        """The fsynced end (the end with write.caching): acks=all answers and consumers wait for it."""
+        return self.log.high_watermark
 
     def read(self, offset: int, max_bytes: int, min_one: bool = True) -> bytes:
-        return self.log.read(offset, max_bytes, min_one)
+        return self.log.read(offset, max_bytes, self.log.high_watermark, min_one)
+
+    # ------------------------------------------------------------ durability
+    @property
+    def write_caching(self) -> bool:
+        return self.log.config.write_caching
+
+    @property
+    def durable_end_offset(self) -> int:
+        return self.log.durable_end_offset
+
+    @property
+    def sync_generation(self) -> int:
+        return self.log.sync_generation
+
+    @property
+    def offline(self) -> str | None:
+        return self.log.offline
+
+    def begin_sync(self, now_ms: int):
+        """Group commit: an fsync of what was appended so far, for `run_sync` on a thread."""
+        return self.log.begin_sync(now_ms)
+
+    def run_sync(self, token) -> None:
+        """Any thread: touches only the token's own descriptor."""
+        self.log.run_sync(token)
+
+    def end_sync(self, token, error: BaseException | None, now_ms: int) -> None:
+        """Back on the loop: records become durable, or a failure cut them (state follows)."""
+        self.log.end_sync(token, error)
+        self._follow_cuts(now_ms)
+
+    def flush_due(self, now_ms: int) -> bool:
+        return self.log.flush_due(now_ms)
 
     # ---------------------------------------------------- producer-state facts
     @property
@@ -199,6 +240,10 @@ class Partition:
 
     # ----------------------------------------------------------------- writes
     def append_from_client(self, records, now_ms: int) -> AppendResult:
+        if self.log.offline:
+            return AppendResult(int(ErrorCode.KAFKA_STORAGE_ERROR), -1, -1, self._safe_log_start(),
+                                f"partition offline: {self.log.offline}", self._extra())
+        self._follow_cuts(now_ms)
         try:
             buf = records if isinstance(records, bytearray) else bytearray(records)
             if len(buf) == 0:
@@ -228,6 +273,8 @@ class Partition:
                 self._roll_pending = False
                 self.take_snapshot(sync=False)
         except KafkaProtocolError as exc:
+            if exc.code == ErrorCode.KAFKA_STORAGE_ERROR:
+                self._follow_cuts(now_ms)
             return AppendResult(int(exc.code), -1, -1, self._safe_log_start(), exc.message or exc.code.name,
                                 self._extra())
         except OSError as exc:
@@ -236,7 +283,7 @@ class Partition:
             return AppendResult(int(ErrorCode.KAFKA_STORAGE_ERROR), -1, -1, self._safe_log_start(),
                                 f"storage error: {exc.strerror or exc}", self._extra())
         return AppendResult(0, info.first_offset, info.log_append_time, self.log.log_start_offset, None,
-                            self._extra())
+                            self._extra(), info.last_offset)
 
     def _prepare(self, headers: list[rec.BatchHeader]) -> ps.Check:
         if self._format_magic < 2:
@@ -263,8 +310,9 @@ class Partition:
         if check.kind == ps.DUPLICATE:
             setattr(self.counters, "duplicates_" + check.duplicate_kind,
                     getattr(self.counters, "duplicates_" + check.duplicate_kind) + 1)
+            last = check.base_offset + ((check.last_seq - check.first_seq) & 0x7FFFFFFF)
             return AppendResult(0, check.base_offset, check.timestamp, self.log.log_start_offset, None,
-                                self._extra(duplicate=check.duplicate_kind))
+                                self._extra(duplicate=check.duplicate_kind), last)
         counter = _ERROR_COUNTER.get(check.error)
         if counter:
             setattr(self.counters, counter, getattr(self.counters, counter) + 1)
@@ -427,17 +475,38 @@ class Partition:
         """Cut the log to `offset` and rebuild producer state for what is left (Kafka's
         truncateTo -> rebuildProducerState): snapshots beyond it go, then snapshot + replay."""
         self.log.truncate_to(offset)
+        self._rebuild_producer_state(_now() if now_ms is None else now_ms)
+
+    def _rebuild_producer_state(self, now_ms: int) -> None:
         if self.directory is not None:
             snaps.delete_snapshots(p for off, p in snaps.list_snapshots(self.directory)
                                    if off > self.log.log_end_offset)
         self.producer_state.clear()
         self._last_snapshot_offset = -1
-        self._map_end = self._load_producer_state(_now() if now_ms is None else now_ms)
+        self._map_end = self._load_producer_state(now_ms)
+
+    def _follow_cuts(self, now_ms: int) -> None:
+        """The log dropped unsynced records since we last looked (a failed fsync): rebuild."""
+        generation = self.log.sync_generation
+        if generation != self._log_generation:
+            self._log_generation = generation
+            self._rebuild_producer_state(now_ms)
+            log.warning("%s-%d: producer state rebuilt after a failed fsync cut the log back to offset %d",
+                        self.topic, self.index, self.log.log_end_offset)
+
+    def maybe_flush(self, now_ms: int) -> None:
+        """The flush policy, run periodically; a failed fsync leaves state that follows the log."""
+        try:
+            self.log.maybe_flush(now_ms)
+        finally:
+            self._follow_cuts(now_ms)
 
     def close(self) -> None:
-        """Clean shutdown: a final snapshot so the next start replays nothing."""
+        """Clean shutdown: a final snapshot so the next start replays nothing (an offline
+        partition writes nothing: the next start recovers it from the log)."""
         try:
-            self.take_snapshot(sync=True)
+            if not self.log.offline:
+                self.take_snapshot(sync=True)
         finally:
             self.log.close()
 

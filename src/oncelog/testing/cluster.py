@@ -5,6 +5,7 @@ same ports and data."""
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import socket
 import subprocess
@@ -30,9 +31,10 @@ class ControllerProcess:
     """`oncelog controller` as a subprocess; restarts keep its port so brokers find it again."""
 
     def __init__(self, metadata_dir: str | Path, extra_users=(), port: int = 0,
-                 log_file: str | Path | None = None) -> None:
+                 log_file: str | Path | None = None, env: dict[str, str] | None = None) -> None:
         self.metadata_dir, self.extra_users, self.port = Path(metadata_dir), list(extra_users), port
         self.log_file = Path(log_file) if log_file else None
+        self.env = dict(env or {})  # e.g. ONCELOG_FAILPOINTS for the next start
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout_s: float = 30) -> "ControllerProcess":
@@ -42,7 +44,7 @@ class ControllerProcess:
         for u in self.extra_users:
             cmd += ["--user", u]
         log = open(self.log_file, "ab") if self.log_file else subprocess.STDOUT
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log)
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, env={**os.environ, **self.env})
         if self.log_file:
             log.close()
         m = wait_for_line(self.proc, _CONTROLLER_LISTENING, timeout_s)
@@ -84,13 +86,15 @@ class LocalCluster:
     """Controller + `brokers` broker processes sharing `root/data`, broker i behind proxy i."""
 
     def __init__(self, root: str | Path, brokers: int = 2, overrides: dict[str, str] | None = None,
-                 proxy_config: FaultConfig | None = None) -> None:
+                 proxy_config: FaultConfig | None = None, env: dict[str, str] | None = None) -> None:
         self.root = Path(root)
         self.data = self.root / "data"
         self.n = brokers
         self.overrides = dict(overrides or {})
         self.proxy_config = proxy_config or FaultConfig()
-        self.controller = ControllerProcess(self.root / "metadata", log_file=self.root / "controller.log")
+        self.env = dict(env or {})  # for every process (e.g. the failpoint ledger for power-loss)
+        self.controller = ControllerProcess(self.root / "metadata", log_file=self.root / "controller.log",
+                                            env=self.env)
         self.brokers: dict[int, BrokerProcess] = {}
         self.proxies: dict[int, ThreadedFaultProxy] = {}
         self.metrics_ports: dict[int, int] = {}
@@ -108,7 +112,8 @@ class LocalCluster:
             self.brokers[i] = BrokerProcess(self.data, {
                 **self.overrides, **broker_overrides(self.controller, i), "oncelog.cluster": "true",
                 "advertised.listeners": f"PLAINTEXT://127.0.0.1:{pport}",
-                "metrics.port": str(mport)}, port=bport, log_file=self.root / f"broker{i}.log").start()
+                "metrics.port": str(mport)}, port=bport, log_file=self.root / f"broker{i}.log",
+                env=self.env).start()
         return self
 
     @property

@@ -31,9 +31,11 @@ def wait_for_line(proc: subprocess.Popen, pattern: re.Pattern, timeout_s: float)
 
 class BrokerProcess:
     def __init__(self, data_dir: str | Path, overrides: dict[str, str] | None = None,
-                 port: int = 0, host: str = "127.0.0.1", log_file: str | Path | None = None) -> None:
+                 port: int = 0, host: str = "127.0.0.1", log_file: str | Path | None = None,
+                 env: dict[str, str] | None = None) -> None:
         self.data_dir = Path(data_dir)
         self.overrides = dict(overrides or {})
+        self.env = dict(env or {})  # e.g. ONCELOG_FAILPOINTS for the next start
         self.host, self.port = host, port
         self.log_file = Path(log_file) if log_file else self.data_dir.parent / f"{self.data_dir.name}.log"
         self.proc: subprocess.Popen | None = None
@@ -53,7 +55,7 @@ class BrokerProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_file, "ab")
         self.proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=log,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env})
         log.close()
         match = wait_for_line(self.proc, _LISTENING, timeout_s)
         if match is None:

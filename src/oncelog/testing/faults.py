@@ -1,7 +1,12 @@
 """Faults for `oncelog verify`: the proxy's network faults (reset, drop, delay) and the process
 faults run one after another by a FaultRunner against a LocalCluster: kill -9 and restart (a
 broker, the controller, everything), leader moves, producer-state expiry with the log start
-offset moved under idle producers, and a full disk under a partition directory.
+offset moved under idle producers, a full disk under a partition directory, and the storage
+faults: a broker (or the controller) restarted with a storage failpoint armed (`fsync`: EIO on an
+fsync after the bytes reached the file; `shortwrite`: half a write, as on a full disk), run under
+load until it fires, then restarted clean; and `power-loss`: every process killed and every
+segment and metadata log cut to its last fsynced size (storage.failpoints' ledger, kept by every
+process of such a run) before they restart.
 
 The schedule comes from a seeded random.Random: the same seed gives the same sequence of faults,
 targets and pauses. Every enabled process fault fires once, in a seeded order, before the rest
@@ -19,13 +24,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from oncelog.storage.failpoints import ENV as FAILPOINTS
 from oncelog.testing.cluster import LocalCluster
 from oncelog.testing.fault_proxy import FaultConfig
+from oncelog.testing.power_loss import LEDGER, lose_unsynced
 from oncelog.testing.workloads import end_offsets, read_range
 
 NETWORK_FAULTS = ("reset", "drop", "delay")
-PROCESS_FAULTS = ("kill", "move", "expiry", "disk")
+STORAGE_FAULTS = ("fsync", "shortwrite", "power-loss")
+PROCESS_FAULTS = ("kill", "move", "expiry", "disk") + STORAGE_FAULTS
 ALL_FAULTS = NETWORK_FAULTS + PROCESS_FAULTS
+_FAILPOINT = {"fsync": "fsync-eio", "shortwrite": "shortwrite"}
 
 # producer-state expiry as the expiry fault runs it: short, so that a pause can outlast it
 EXPIRATION_MS, EXPIRATION_CHECK_MS = 2000, 250
@@ -37,6 +46,11 @@ def proxy_config(faults: set[str], seed: int) -> FaultConfig:
                        reset_probability=0.05 if "reset" in faults else 0,
                        drop_response_probability=0.05 if "drop" in faults else 0,
                        seed=seed)
+
+
+def process_env(faults: set[str]) -> dict[str, str]:
+    """Every process of a power-loss run keeps the fsync ledger from its first start."""
+    return {FAILPOINTS: LEDGER} if "power-loss" in faults else {}
 
 
 def broker_overrides(faults: set[str]) -> dict[str, str]:
@@ -140,6 +154,7 @@ class FaultRunner:
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
+        self._storage_cycles = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="fault-runner", daemon=True)
         self._t0 = time.monotonic()
@@ -170,7 +185,7 @@ class FaultRunner:
                 if self._stop.wait(pause):
                     return
                 start = time.monotonic()
-                what = getattr(self, f"_{fault}")()
+                what = getattr(self, f"_{fault.replace('-', '_')}")()
                 event = FaultEvent(round(start - self._t0, 1), fault, what, round(time.monotonic() - start, 1))
                 self.events.append(event)
                 if self.on_event is not None:
@@ -257,6 +272,121 @@ class FaultRunner:
             self.disk.release()
         where = f"{self.disk.directory.name}" if self.disk.mounted else "every broker"
         return f"disk full ({self.disk.method}) under {where} for {held:.1f}s"
+
+
+    def _fsync(self) -> str:
+        return self._storage_cycle("fsync")
+
+    def _shortwrite(self) -> str:
+        return self._storage_cycle("shortwrite")
+
+    def _storage_cycle(self, fault: str) -> str:
+        """A broker (or, one time in four, the controller) restarted with the failpoint armed,
+        under load until it fires, then killed and restarted clean (recovery runs)."""
+        if self.rng.random() < 0.25:
+            return self._metadata_cycle(fault)
+        c, kind = self.cluster, _FAILPOINT[fault]
+        i = self.rng.randint(1, c.n)
+        b = c.brokers[i]
+        # fsyncs: past those of opening the partitions; writes happen only for appends
+        after = self.rng.randint(3, 12) if fault == "fsync" else self.rng.randint(0, 8)
+        times = self.rng.randint(1, 3)
+        rule = f"{kind}:log:match={self.topic}-:after={after}:times={times}"
+        # every other fsync cycle fsyncs in the append path (Kafka's flush.messages=1) instead
+        # of the group commit: both must leave nothing of a failed batch
+        inline = fault == "fsync" and self._storage_cycles % 2 == 0
+        self._storage_cycles += 1
+        seen = _count(b.log_file, f"failpoint {kind}:log fires")
+        c.kill_broker(i)
+        b.env = {**c.env, FAILPOINTS: ",".join(filter(None, (rule, c.env.get(FAILPOINTS))))}
+        if inline:
+            b.overrides["log.flush.interval.messages"] = "1"
+        c.start_broker(i)
+        try:
+            p = self.rng.randrange(self.partitions)
+            moved = c.move_leader(self.topic, p, i)  # it leads at least one partition under load
+            deadline = time.monotonic() + self.rng.uniform(2.0, 4.0)
+            while time.monotonic() < deadline and _count(b.log_file, f"failpoint {kind}:log fires") - seen < times:
+                time.sleep(0.1)
+        finally:
+            c.kill_broker(i)
+            b.env = dict(c.env)
+            b.overrides.pop("log.flush.interval.messages", None)
+            c.start_broker(i)
+        fired = _count(b.log_file, f"failpoint {kind}:log fires") - seen
+        return (f"{rule} on broker {i}{' (fsync in the append path)' if inline else ''}, leading "
+                f"{self.topic}-{p}{'' if not moved else f' (move refused: {moved})'}: fired {fired}x, "
+                "restarted clean")
+
+    def _metadata_cycle(self, fault: str) -> str:
+        """The controller restarted with the failpoint on its metadata log; two leader moves
+        (metadata writes) meet it: the first is refused (KAFKA_STORAGE_ERROR) and nothing of it
+        is kept, the next one works."""
+        c, kind = self.cluster, _FAILPOINT[fault]
+        rule = f"{kind}:metadata:times=1"
+        seen = _count(c.controller.log_file, f"failpoint {kind}:metadata fires")
+        c.kill_controller()
+        c.controller.env = {**c.env, FAILPOINTS: ",".join(filter(None, (rule, c.env.get(FAILPOINTS))))}
+        c.start_controller()
+        p = self.rng.randrange(self.partitions)
+        try:
+            codes = [self._move_when_live(p, b) for b in (1, c.n, 1)]
+        finally:
+            c.kill_controller()
+            c.controller.env = dict(c.env)
+            c.start_controller()
+        fired = _count(c.controller.log_file, f"failpoint {kind}:metadata fires") - seen
+        return f"{rule} on the controller: moves of {self.topic}-{p} answered {codes}, fired {fired}x"
+
+    def _move_when_live(self, partition: int, broker: int, timeout_s: float = 10) -> int:
+        """A restarted controller knows a broker as live only from its next heartbeat."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            code = self.cluster.move_leader(self.topic, partition, broker)
+            if code != 8 or time.monotonic() > deadline:  # BROKER_NOT_AVAILABLE
+                return code
+            time.sleep(0.2)
+
+    def _power_loss(self) -> str:
+        """Every process killed at once, then what no fsync covered is lost, then all restart.
+        Every other time the cut strikes a broker about to fsync: it is restarted with a crash
+        failpoint (SIGKILL right before an fsync, the appends it would cover only in the page
+        cache), and the others are killed when it dies."""
+        c = self.cluster
+        during = ""
+        if self._storage_cycles % 2 == 0:
+            i = self.rng.randint(1, c.n)
+            b = c.brokers[i]
+            rule = f"crash:log:at=fsync:match={self.topic}-:after={self.rng.randint(4, 20)}"
+            c.kill_broker(i)
+            b.env = {**c.env, FAILPOINTS: ",".join(filter(None, (rule, c.env.get(FAILPOINTS))))}
+            c.start_broker(i)
+            c.move_leader(self.topic, self.rng.randrange(self.partitions), i)
+            deadline = time.monotonic() + 5
+            while b.running and time.monotonic() < deadline:
+                time.sleep(0.05)
+            during = f" ({rule} on broker {i}: {'it died at the failpoint' if not b.running else 'it never fired'})"
+            b.env = dict(c.env)
+        self._storage_cycles += 1
+        c.kill_controller()
+        for i in c.brokers:
+            c.kill_broker(i)
+        cuts = lose_unsynced(c.root)
+        down = self.rng.uniform(0.3, 1.0)
+        time.sleep(down)
+        c.start_controller()
+        for i in c.brokers:
+            c.start_broker(i)
+        return (f"power loss{during}: controller and {c.n} brokers killed, {len(cuts)} files cut to their "
+                f"last fsync ({sum(cut.lost for cut in cuts)} bytes lost), down {down:.1f}s")
+
+
+def _count(path, text: str) -> int:
+    try:
+        with open(path, errors="replace") as f:
+            return f.read().count(text)
+    except (FileNotFoundError, TypeError):
+        return 0
 
 
 def _delete_records(bootstrap: str, topic: str, ends: dict[int, int]) -> dict[int, int]:

@@ -17,7 +17,7 @@ from pathlib import Path
 from oncelog.testing.checker import Event, Report, check
 from oncelog.testing.cluster import LocalCluster
 from oncelog.testing.faults import (ALL_FAULTS, NETWORK_FAULTS, PROCESS_FAULTS, FaultEvent, FaultRunner,
-                                    FullDisk, broker_overrides, proxy_config)
+                                    FullDisk, broker_overrides, process_env, proxy_config)
 from oncelog.testing.workloads import WORKLOADS, Workload, read_range
 
 CLIENTS = tuple(WORKLOADS)
@@ -86,6 +86,7 @@ _BROKER_COUNTERS = {
     "oncelog_request_errors_total{api=produce,error=INVALID_PRODUCER_EPOCH}": "produce INVALID_PRODUCER_EPOCH",
     "oncelog_request_errors_total{api=produce,error=NOT_LEADER_OR_FOLLOWER}": "produce NOT_LEADER_OR_FOLLOWER",
     "oncelog_request_errors_total{api=produce,error=KAFKA_STORAGE_ERROR}": "produce KAFKA_STORAGE_ERROR",
+    "oncelog_request_errors_total{api=produce,error=REQUEST_TIMED_OUT}": "produce REQUEST_TIMED_OUT",
     "oncelog_request_errors_total{api=init_producer_id,error=COORDINATOR_LOAD_IN_PROGRESS}":
         "init_producer_id COORDINATOR_LOAD_IN_PROGRESS",
     "oncelog_requests_total{api=init_producer_id}": "init_producer_id requests",
@@ -104,7 +105,7 @@ def run(options: VerifyOptions, progress=None) -> VerifyResult:
     root = Path(tempfile.mkdtemp(prefix="oncelog-verify-")) if own_dir else Path(options.workdir)
     topic = "verify"
     cluster = LocalCluster(root, options.brokers, broker_overrides(faults),
-                           proxy_config(faults & set(NETWORK_FAULTS), options.seed))
+                           proxy_config(faults & set(NETWORK_FAULTS), options.seed), env=process_env(faults))
     disk = FullDisk(cluster.data / f"{topic}-0", cluster) if "disk" in faults else None
     gate = threading.Event()
     gate.set()

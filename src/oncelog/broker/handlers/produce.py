@@ -7,8 +7,17 @@ and per topic (`protocol/produce.py`). Until oncelog has transactions, a request
 transactional batch is refused as Kafka refuses one whose transactional id it may not use
 (TRANSACTIONAL_ID_AUTHORIZATION_FAILED, for every partition of the request); a transactional id
 on a request of plain batches is ignored, as Kafka ignores it.
+
+Durability: appends run at once, in order; on a topic without write.caching an acks=all answer
+(a new batch or a duplicate's original) then waits for the group commit to fsync it
+(broker.group_commit), as Kafka's delayed produce waits for the high watermark. A batch whose
+fsync failed is answered KAFKA_STORAGE_ERROR (storage cut it: a retry is appended afresh), one
+still not durable after the request's timeout REQUEST_TIMED_OUT. acks=1 is answered from the page
+cache; its records become visible with the next fsync.
 """
 from __future__ import annotations
+
+import asyncio
 
 from oncelog.protocol import produce as wire
 from oncelog.protocol.errors import ErrorCode
@@ -22,6 +31,8 @@ def handle(broker, version: int, body) -> bytes | None:
     now = broker.now_ms()
     topics = []
     appended = False
+    waits = []
+    group_commit = broker.group_commit
     refuse = _refusal(request)
     for topic_key, parts in request.topics:
         name = broker.logs.topic_name(topic_key) if version >= 13 else topic_key
@@ -48,10 +59,18 @@ def handle(broker, version: int, body) -> bytes | None:
                     error_message=too_large, batches_to_retain=window))
                 continue
             result = partition.append_from_client(records if records is not None else b"", now)
-            appended = appended or (result.error_code == 0 and "duplicate" not in result.extra)
-            answer.partitions.append(wire.PartitionResponse(
-                index, result.error_code, result.base_offset, result.log_append_time,
-                result.log_start_offset, result.error_message, batches_to_retain=window))
+            response = wire.PartitionResponse(index, result.error_code, result.base_offset, result.log_append_time,
+                                              result.log_start_offset, result.error_message,
+                                              batches_to_retain=window)
+            answer.partitions.append(response)
+            if partition.write_caching:
+                appended = appended or (result.error_code == 0 and "duplicate" not in result.extra)
+            elif request.acks == -1 and result.error_code == 0:
+                waiting = group_commit.durable(partition, result.last_offset + 1)
+                if waiting is not None:
+                    waits.append((response, waiting))
+            else:
+                group_commit.appended(partition)  # visible once fsynced; a failure may have cut
             if result.error_code:
                 broker.metrics.errors.labels("produce", ErrorCode(result.error_code).name).inc()
         topics.append(answer)
@@ -61,6 +80,23 @@ def handle(broker, version: int, body) -> bytes | None:
         broker.data_appended()
     if request.acks == 0:
         return None
+    if waits:
+        return _answer_when_durable(broker, version, topics, waits, request.timeout_ms)
+    return wire.encode_response(version, topics)
+
+
+async def _answer_when_durable(broker, version: int, topics, waits, timeout_ms: int) -> bytes:
+    _done, pending = await asyncio.wait([w for _r, w in waits], timeout=max(timeout_ms, 0) / 1000)
+    for response, waiting in waits:
+        if waiting in pending:
+            code, message = ErrorCode.REQUEST_TIMED_OUT, "the batch was not fsynced within the request timeout"
+        elif not waiting.result():
+            code, message = ErrorCode.KAFKA_STORAGE_ERROR, "the batch's fsync failed; it was not kept"
+        else:
+            continue
+        response.error_code, response.base_offset, response.log_append_time = code, -1, -1
+        response.error_message = message
+        broker.metrics.errors.labels("produce", code.name).inc()
     return wire.encode_response(version, topics)
 
 

@@ -1,0 +1,120 @@
+"""Group commit: an acks=all Produce is answered once its batch is fsynced, and one fsync covers
+every append that arrived while the previous one ran.
+
+Per partition at most one fsync is in flight, on a small thread pool, so the event loop never
+waits for the disk. When it returns, the answers it covers go out and, if more was appended
+meanwhile, the next fsync starts at once: under load each fsync covers a group of requests, at
+rest a lone request pays for one. Storage owns the files (`Partition.begin_sync / run_sync /
+end_sync`); this module owns only the scheduling and the waiting.
+
+Topics with `write.caching=true` do not come here for their answers (those go out from the page
+cache); their flush policy (flush.ms / flush.messages) does, so that a periodic fsync does not
+block the loop either. Consumers of other topics see records once they are fsynced (the high
+watermark is the durable end), so each completed fsync wakes waiting fetches.
+
+A failed fsync is storage's business: the partition cuts what was not synced and rebuilds its
+producer state, or goes offline. Here it means that waiters whose records were cut (or whose
+partition went offline) are told False, and their requests answer KAFKA_STORAGE_ERROR.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from typing import Callable
+
+log = logging.getLogger(__name__)
+
+FSYNC_THREADS = 4
+
+
+class GroupCommit:
+    def __init__(self, now_ms: Callable[[], int], on_durable: Callable[[], None] = lambda: None,
+                 threads: int = FSYNC_THREADS) -> None:
+        self._now_ms = now_ms
+        self._on_durable = on_durable
+        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="oncelog-fsync")
+        self._syncing: set = set()       # partitions with an fsync in flight
+        self._waiters: dict = {}         # partition -> deque[(offset, generation, future)]
+        self._closed = False
+        self.fsyncs = 0                  # completed fsyncs (for metrics and tests)
+
+    def appended(self, partition) -> None:
+        """Records were appended (or a storage error may have cut some): have them fsynced."""
+        self._settle(partition)
+        if partition not in self._syncing:
+            self._start(partition)
+
+    def durable(self, partition, offset: int) -> asyncio.Future | None:
+        """None when every record below `offset` is fsynced already; otherwise a future that
+        becomes True once they are, or False once a failure cut them away."""
+        if partition.durable_end_offset >= offset:
+            return None
+        future = asyncio.get_running_loop().create_future()
+        queue = self._waiters.get(partition)
+        if queue is None:
+            queue = self._waiters[partition] = deque()
+        queue.append((offset, partition.sync_generation, future))
+        if partition not in self._syncing:
+            self._start(partition)
+        return future
+
+    def settle_all(self) -> None:
+        """After work that may have cut a log outside a request (the periodic flush)."""
+        for partition in list(self._waiters):
+            self._settle(partition)
+
+    def close(self) -> None:
+        """Stop starting fsyncs; wait for those in flight (the logs close after this)."""
+        self._closed = True
+        self._pool.shutdown(wait=True)
+        for queue in self._waiters.values():
+            for _offset, _generation, future in queue:
+                if not future.done():
+                    future.set_result(False)
+        self._waiters.clear()
+
+    # ------------------------------------------------------------------ internals
+    def _start(self, partition) -> None:
+        if self._closed:
+            return
+        token = partition.begin_sync(self._now_ms())
+        if token is None:
+            self._settle(partition)  # offline, or nothing left: answer whoever still waits
+            return
+        self._syncing.add(partition)
+        running = asyncio.get_running_loop().run_in_executor(self._pool, partition.run_sync, token)
+        running.add_done_callback(partial(self._done, partition, token))
+
+    def _done(self, partition, token, running: asyncio.Future) -> None:
+        self._syncing.discard(partition)
+        if self._closed:
+            return
+        error = (OSError("fsync cancelled") if running.cancelled() else running.exception())
+        partition.end_sync(token, error, self._now_ms())
+        self.fsyncs += 1
+        self._settle(partition)
+        if error is None:
+            self._on_durable()
+        self._start(partition)  # what arrived while this one ran
+
+    def _settle(self, partition) -> None:
+        queue = self._waiters.get(partition)
+        if not queue:
+            return
+        durable, generation, offline = partition.durable_end_offset, partition.sync_generation, partition.offline
+        while queue:
+            offset, since, future = queue[0]
+            if offset <= durable:
+                ok = True
+            elif since != generation or offline:
+                ok = False  # cut by a failed fsync since it was appended, or never to be synced
+            else:
+                break
+            queue.popleft()
+            if not future.done():
+                future.set_result(ok)
+        if not queue:
+            del self._waiters[partition]

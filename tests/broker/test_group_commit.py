@@ -1,0 +1,195 @@
+"""Group commit over a real Partition and real files, with the fsync held open so that appends
+arrive while it runs: one fsync covers them all, nothing is durable (or visible) before its
+fsync returns, and after a failed fsync every record it and its successors held is cut, their
+waiters are told so, and producer state agrees with what is left."""
+from __future__ import annotations
+
+import asyncio
+import struct
+import threading
+
+import pytest
+
+from oncelog.broker.group_commit import GroupCommit
+from oncelog.protocol.record_codec import Record, decode_records, encode_batch
+from oncelog.storage import failpoints as fp
+from oncelog.storage.log import LogConfig, PartitionLog
+from oncelog.storage.partition import Partition
+
+NOW = 1_700_000_000_000
+PID = 7
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def batch(seq: int, n: int = 2) -> bytearray:
+    return bytearray(encode_batch([Record(i, NOW, None, b"s%d" % (seq + i), []) for i in range(n)],
+                                  producer_id=PID, producer_epoch=0, base_sequence=seq))
+
+
+class HeldFsync:
+    """Partition.run_sync that waits for `release()` before fsyncing (or failing)."""
+
+    def __init__(self, partition: Partition) -> None:
+        self.real = partition.run_sync
+        self.started = threading.Semaphore(0)
+        self.go = threading.Semaphore(0)
+        self.fail = []
+        self.calls = 0
+        partition.run_sync = self
+
+    def __call__(self, token) -> None:
+        self.calls += 1
+        self.started.release()
+        self.go.acquire()
+        if self.fail and self.fail.pop(0):
+            fp.configure("fsync-eio:log")
+            try:
+                self.real(token)
+            finally:
+                fp.configure(None)
+        else:
+            self.real(token)
+
+    async def wait_started(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, self.started.acquire)
+
+    def release(self, fail: bool = False) -> None:
+        self.fail.append(fail)
+        self.go.release()
+
+
+@pytest.fixture
+def partition(tmp_path):
+    p = Partition("t", 0, PartitionLog.open(tmp_path / "t-0", LogConfig(), NOW), LogConfig(),
+                  directory=tmp_path / "t-0", now_ms=NOW)
+    yield p
+    p.close()
+
+
+def append(p: Partition, seq: int, n: int = 2):
+    r = p.append_from_client(batch(seq, n), NOW)
+    assert r.error_code == 0, r
+    return r
+
+
+def visible(p: Partition) -> list[int]:
+    return [r.offset for r in decode_records(p.read(0, 1 << 20))]
+
+
+async def test_one_fsync_covers_the_appends_that_arrived_while_the_last_ran(partition):
+    gc = GroupCommit(lambda: NOW)
+    held = HeldFsync(partition)
+    try:
+        a = gc.durable(partition, append(partition, 0).last_offset + 1)
+        await held.wait_started()                  # fsync 1 (covers a) runs
+        b = gc.durable(partition, append(partition, 2).last_offset + 1)
+        c = gc.durable(partition, append(partition, 4).last_offset + 1)
+        assert visible(partition) == [] and not a.done()
+        held.release()
+        assert await a is True
+        assert not b.done() and visible(partition) == [0, 1]   # b, c wait for the next fsync
+        await held.wait_started()                  # fsync 2 covers b and c together
+        held.release()
+        assert await b is True and await c is True
+        assert held.calls == 2 and gc.fsyncs == 2
+        assert visible(partition) == [0, 1, 2, 3, 4, 5]
+        assert gc.durable(partition, 6) is None    # nothing to wait for
+    finally:
+        gc.close()
+
+
+async def test_a_failed_fsync_cuts_its_group_and_what_came_after(partition):
+    gc = GroupCommit(lambda: NOW)
+    held = HeldFsync(partition)
+    try:
+        first = gc.durable(partition, append(partition, 0).last_offset + 1)
+        await held.wait_started()
+        held.release()
+        assert await first is True                 # offsets 0..1 are durable
+        a = gc.durable(partition, append(partition, 2).last_offset + 1)
+        await held.wait_started()                  # this fsync will fail
+        b = gc.durable(partition, append(partition, 4).last_offset + 1)   # arrives meanwhile
+        held.release(fail=True)
+        assert await a is False and await b is False
+        assert partition.log_end_offset == 2 and visible(partition) == [0, 1]
+        assert not partition.offline
+        # producer state forgot both: their retries are appended, once, at the same offsets
+        for seq, offset in ((2, 2), (4, 4)):
+            r = partition.append_from_client(batch(seq), NOW)
+            assert (r.error_code, r.base_offset, r.extra.get("duplicate")) == (0, offset, None)
+        again = gc.durable(partition, partition.log_end_offset)
+        await held.wait_started()
+        held.release()
+        assert await again is True
+        assert visible(partition) == [0, 1, 2, 3, 4, 5]
+        r = partition.append_from_client(batch(4), NOW)
+        assert (r.base_offset, r.extra.get("duplicate")) == (4, "latest")
+    finally:
+        gc.close()
+
+
+async def test_a_duplicate_is_answered_only_once_its_original_is_durable(partition):
+    gc = GroupCommit(lambda: NOW)
+    held = HeldFsync(partition)
+    try:
+        r = append(partition, 0)
+        original = gc.durable(partition, r.last_offset + 1)
+        await held.wait_started()
+        dup = partition.append_from_client(batch(0), NOW)     # a retry while the fsync runs
+        assert (dup.base_offset, dup.last_offset, dup.extra.get("duplicate")) == (0, 1, "latest")
+        retry = gc.durable(partition, dup.last_offset + 1)
+        assert retry is not None and not retry.done()
+        held.release(fail=True)
+        assert await original is False and await retry is False   # neither may claim success
+        assert partition.append_from_client(batch(0), NOW).extra.get("duplicate") is None
+    finally:
+        gc.close()
+
+
+# ---------------------------------------------------------------- through the broker's connection
+
+async def test_pipelined_produce_requests_share_an_fsync_and_are_answered_in_order(tmp_path, monkeypatch):
+    """Three Produce requests sent back to back on one connection: all three are appended while
+    the first fsync runs, the second fsync covers the other two, and the answers come in order."""
+    from test_dedup_raw import Client, Conn, parse_produce, produce_body, start_broker
+
+    real = Partition.run_sync
+    gate = threading.Semaphore(0)
+    calls = []
+
+    def held(self, token):
+        calls.append(token.end_offset)
+        gate.acquire()
+        real(self, token)
+    broker, host, port = await start_broker(tmp_path)
+    c = Client(await Conn.open(host, port))
+    try:
+        await c.create_topic("p")
+        monkeypatch.setattr(Partition, "run_sync", held)
+        w = c.conn.writer
+        for i, seq in enumerate((0, 2, 4)):
+            body = produce_body(9, "p", 0, bytes(batch(seq)), acks=-1)
+            header = struct.pack(">hhih", 0, 9, 100 + i, 4) + b"test" + b"\x00"
+            w.write(struct.pack(">i", len(header) + len(body)) + header + body)
+        await w.drain()
+        deadline = asyncio.get_running_loop().time() + 10
+        partition = broker.logs.get_partition("p", 0)
+        while partition.log_end_offset < 6 and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)
+        assert partition.log_end_offset == 6 and calls == [2]   # all appended during fsync 1
+        gate.release()
+        gate.release()
+        answers = []
+        for _ in range(3):
+            size = struct.unpack(">i", await c.conn.reader.readexactly(4))[0]
+            data = await c.conn.reader.readexactly(size)
+            cid = struct.unpack(">i", data[:4])[0]
+            answers.append((cid, parse_produce(9, data[5:])[0]["base_offset"]))
+        assert answers == [(100, 0), (101, 2), (102, 4)]
+        assert calls == [2, 6]                                   # one fsync for the last two
+    finally:
+        for _ in range(4):
+            gate.release()
+        await c.conn.close()
+        await broker.stop()
