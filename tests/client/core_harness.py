@@ -60,7 +60,10 @@ class Harness:
         return cookies
 
     def send(self, node: int = 1) -> list[Request]:
+        """One pass of the sender as the asyncio shell runs it: producer id, expiry, drain."""
         self.init_pid()
+        self.core.expire(self.now)
+        self.collect()
         out = []
         while True:
             batches = self.core.drain(node, self.now)
@@ -68,9 +71,9 @@ class Harness:
                 break
             for b in batches:
                 ps = self.core.partition_state(b.tp)
-                if ps.max_inflight_sequences is None:
+                if not getattr(ps, "range_mode", ps.max_inflight_sequences is not None):
                     assert ps.in_flight <= ps.window, f"{b.tp}: {ps.in_flight} above window {ps.window}"
-                else:
+                if ps.max_inflight_sequences is not None:
                     assert ps.unacked_records <= ps.max_inflight_sequences
             r = Request(node, batches)
             out.append(r)
@@ -84,9 +87,12 @@ class Harness:
         req.results = [self.models[b.tp].append(b.producer_id, b.producer_epoch, b.base_sequence,
                                                 list(b.cookies)) for b in req.batches]
 
-    def error(self, req: Request, code: int) -> None:
-        """The broker refuses the whole request without appending (e.g. NOT_LEADER_OR_FOLLOWER)."""
-        req.results = [PartitionResult(error_code=code, log_start_offset=self.models[b.tp].log_start)
+    def error(self, req: Request, code: int, current_leader: tuple[int, int] | None = None) -> None:
+        """The broker refuses the whole request without appending (e.g. NOT_LEADER_OR_FOLLOWER,
+        naming the new leader as KIP-951's CurrentLeader)."""
+        extra = {} if current_leader is None else {"current_leader": current_leader}
+        req.results = [PartitionResult(error_code=code, log_start_offset=self.models[b.tp].log_start,
+                                       **extra)
                        for b in req.batches]
 
     def deliver(self, req: Request) -> None:
@@ -125,6 +131,6 @@ class Harness:
         for c in self.core.take_completions():
             for i, cookie in enumerate(c.batch.cookies):
                 off = None if c.base_offset is None or c.error else c.base_offset + i
-                assert cookie not in self.results or self.results[cookie][1] is not None, \
-                    f"record {cookie} completed twice"
+                assert cookie not in self.results, \
+                    f"record {cookie} completed twice: {self.results[cookie]}, then {(off, c.error)}"
                 self.results[cookie] = (off, c.error)
