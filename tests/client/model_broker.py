@@ -12,9 +12,11 @@ SPACE = 2**31
 
 
 class ModelPartition:
-    def __init__(self, window: int = 5, *, report_window: bool = True, range_threshold: int | None = None):
+    def __init__(self, window: int = 5, *, report_window: bool = True, range_threshold: int | None = None,
+                 reported: int | None = None):
         self.window = window
         self.report_window = report_window      # False = an old broker (no ProduceResponse v14 field)
+        self.reported = window if reported is None else reported   # a broker may send nonsense
         self.range_threshold = range_threshold  # set = range mode (KIP-758)
         self.log: list = []                     # record cookies in log order
         self.log_start = 0
@@ -25,7 +27,7 @@ class ModelPartition:
     def _result(self, code, base=-1) -> PartitionResult:
         return PartitionResult(
             error_code=code, base_offset=base, log_start_offset=self.log_start,
-            batches_to_retain=self.window if self.report_window else None,
+            batches_to_retain=self.reported if self.report_window else None,
             max_inflight_sequences=self.range_threshold)
 
     def append(self, pid: int, epoch: int, base_seq: int, cookies: list) -> PartitionResult:
