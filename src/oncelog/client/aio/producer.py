@@ -161,6 +161,7 @@ class AIOProducer:
                                allow_auto_create=str(config.get("allow.auto.create.topics", "true")).lower() != "false",
                                address_map=config.get("oncelog.address.map"))
         self.cluster.listeners.append(self._on_metadata)
+        self.cluster.on_connect.append(self._on_connected)
         self.partitioner = StickyPartitioner()
         self.loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Future | None = None
@@ -542,6 +543,10 @@ class AIOProducer:
                     self._on_metadata_topic(t)
         self.wakeup()
 
+    def _on_connected(self, node: int) -> None:
+        with self.lock:
+            self.core.on_connected(node)   # KIP-1269: this node's partitions start at 5 again
+
     def _on_metadata_topic(self, t: wire.TopicInfo) -> None:
         for p in t.partitions:
             self.core.update_leader(TopicPartition(t.name, p.index), p.leader, p.leader_epoch)
@@ -678,6 +683,8 @@ class AIOProducer:
                 results[(name, p.index)] = PartitionResult(
                     p.error_code, p.base_offset, p.log_append_time, p.log_start_offset,
                     p.error_message, t.batches_to_retain, t.max_inflight_sequences)
+                if p.leader_id >= 0:   # KIP-951 CurrentLeader, with NOT_LEADER_OR_FOLLOWER
+                    results[(name, p.index)].current_leader = (p.leader_id, p.leader_epoch)
         missing = PartitionResult(error_code=ErrorCode.NETWORK_EXCEPTION,
                                   error_message="partition missing from the Produce response")
         pairs = [(b, results.get(b.tp, missing)) for b in batches]
