@@ -5,6 +5,7 @@ from __future__ import annotations
 from oncelog.client.accumulator import TopicPartition
 from oncelog.client.config import ProducerConfig
 from oncelog.client.producer_core import PartitionResult, ProducerCore
+from oncelog.protocol.errors import ErrorCode as E
 
 from model_broker import ModelPartition
 
@@ -13,6 +14,9 @@ class Request:
     def __init__(self, node: int, batches: list) -> None:
         self.node = node
         self.batches = batches
+        # what went on the wire, as it was then (a batch object may be renumbered later)
+        self.sent = [(b.tp, b.producer_id, b.producer_epoch, b.base_sequence, list(b.cookies))
+                     for b in batches]
         self.results: list | None = None  # set once the broker processed it
 
     def __repr__(self) -> str:
@@ -82,10 +86,24 @@ class Harness:
             raise AssertionError("per-connection limit exceeded")
         return out
 
-    def process(self, req: Request) -> None:
-        """The broker handles the request (in arrival order); its answer is not delivered yet."""
-        req.results = [self.models[b.tp].append(b.producer_id, b.producer_epoch, b.base_sequence,
-                                                list(b.cookies)) for b in req.batches]
+    def process(self, req: Request, name_leader: bool = False, refuse: dict | None = None) -> None:
+        """The broker handles the request (in arrival order); its answer is not delivered yet.
+        A partition whose model names another leader is refused with NOT_LEADER_OR_FOLLOWER
+        (naming the leader, KIP-951, if `name_leader`); `refuse`: tp -> error code, a refusal
+        before anything is appended."""
+        out = []
+        for tp, pid, epoch, seq, cookies in req.sent:
+            m = self.models[tp]
+            if refuse and tp in refuse:
+                out.append(PartitionResult(error_code=refuse[tp], log_start_offset=m.log_start))
+            elif m.leader is not None and m.leader != req.node:
+                r = PartitionResult(error_code=E.NOT_LEADER_OR_FOLLOWER, log_start_offset=m.log_start)
+                if name_leader:
+                    r.current_leader = (m.leader, m.leader_epoch)
+                out.append(r)
+            else:
+                out.append(m.append(pid, epoch, seq, cookies))
+        req.results = out
 
     def error(self, req: Request, code: int, current_leader: tuple[int, int] | None = None) -> None:
         """The broker refuses the whole request without appending (e.g. NOT_LEADER_OR_FOLLOWER,

@@ -23,6 +23,8 @@ class ModelPartition:
         self.retained: dict[int, deque] = {}    # pid -> (epoch, first, last, base_offset)
         self.epochs: dict[int, int] = {}
         self.unknown_after_loss = False
+        self.leader: int | None = None          # set: only this node may append (leader moves)
+        self.leader_epoch = 0
 
     def _result(self, code, base=-1) -> PartitionResult:
         return PartitionResult(

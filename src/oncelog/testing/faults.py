@@ -1,7 +1,8 @@
 """Faults for `oncelog verify`: the proxy's network faults (reset, drop, delay) and the process
 faults run one after another by a FaultRunner against a LocalCluster: kill -9 and restart (a
 broker, the controller, everything), leader moves, producer-state expiry with the log start
-offset moved under idle producers, and a full disk under a partition directory.
+offset moved under idle producers, and a full disk under a partition directory; and client
+pressure (giveup): oncelog's producer gives batches up while their outcome is unknown.
 
 The schedule comes from a seeded random.Random: the same seed gives the same sequence of faults,
 targets and pauses. Every enabled process fault fires once, in a seeded order, before the rest
@@ -25,18 +26,38 @@ from oncelog.testing.workloads import end_offsets, read_range
 
 NETWORK_FAULTS = ("reset", "drop", "delay")
 PROCESS_FAULTS = ("kill", "move", "expiry", "disk")
-ALL_FAULTS = NETWORK_FAULTS + PROCESS_FAULTS
+CLIENT_FAULTS = ("giveup",)
+ALL_FAULTS = NETWORK_FAULTS + PROCESS_FAULTS + CLIENT_FAULTS
+
+# giveup, client pressure: oncelog's producer gives batches up with their outcome unknown (one
+# retry, a short delivery.timeout.ms, small batches so that several per partition are on the
+# wire) while 20% of responses are dropped after the broker wrote and every response (not
+# request) is slowed: when one is dropped, the requests sent after it were written too, so a
+# partition loses the answers of several written batches at once, and the oldest is often given
+# up when its retry is dropped as well. A producer that renumbers the others writes them twice.
+GIVEUP_PRODUCER = {"delivery.timeout.ms": 1500, "request.timeout.ms": 600, "retries": 1,
+                   "batch.size": 512}
+GIVEUP_RESPONSE_DELAY_MS = 20
+GIVEUP_DROP_PROBABILITY = 0.2
 
 # producer-state expiry as the expiry fault runs it: short, so that a pause can outlast it
 EXPIRATION_MS, EXPIRATION_CHECK_MS = 2000, 250
 
 
 def proxy_config(faults: set[str], seed: int) -> FaultConfig:
-    return FaultConfig(latency_ms_up=3 if "delay" in faults else 0,
-                       latency_ms_down=3 if "delay" in faults else 0,
+    giveup = "giveup" in faults
+    latency = 3 if "delay" in faults else 0
+    return FaultConfig(latency_ms_up=latency,
+                       latency_ms_down=GIVEUP_RESPONSE_DELAY_MS if giveup else latency,
                        reset_probability=0.05 if "reset" in faults else 0,
-                       drop_response_probability=0.05 if "drop" in faults else 0,
+                       drop_response_probability=(GIVEUP_DROP_PROBABILITY if giveup
+                                                  else 0.05 if "drop" in faults else 0),
                        seed=seed)
+
+
+def client_config(faults: set[str], client: str) -> dict:
+    """Producer settings a workload runs with under these faults."""
+    return dict(GIVEUP_PRODUCER) if "giveup" in faults and client == "oncelog" else {}
 
 
 def broker_overrides(faults: set[str]) -> dict[str, str]:
