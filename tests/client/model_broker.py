@@ -19,6 +19,7 @@ class ModelPartition:
         self.reported = window if reported is None else reported   # a broker may send nonsense
         self.range_threshold = range_threshold  # set = range mode (KIP-758)
         self.log: list = []                     # record cookies in log order
+        self.deleted: list = []                 # what retention removed (offsets 0..log_start-1)
         self.log_start = 0
         self.retained: dict[int, deque] = {}    # pid -> (epoch, first, last, base_offset)
         self.epochs: dict[int, int] = {}
@@ -81,6 +82,7 @@ class ModelPartition:
     def delete_before(self, offset: int) -> None:
         """Retention: the log start moves up (records below it are gone, as in Kafka)."""
         drop = offset - self.log_start
+        self.deleted += self.log[:drop]
         self.log = self.log[drop:]
         self.log_start = offset
 

@@ -20,7 +20,7 @@ close) every record ends in the log, in order, acknowledged at its offset.
 """
 import os
 
-from hypothesis import settings
+from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
@@ -41,7 +41,7 @@ NEVER = 10**9
 # Faults are switched on per run (swarm testing): a run with a few of them applies each often
 # enough to build the sequences that matter (two batches written, both answers lost, one of them
 # out of time) instead of diluting every one among all the others.
-FAULTS = ("refuse", "reject", "fence", "drop_one", "reset", "move", "stale", "close", "time")
+FAULTS = ("refuse", "reject", "fence", "drop_one", "reset", "move", "stale", "close", "time", "expiry")
 
 
 def active(self):
@@ -50,6 +50,11 @@ def active(self):
 
 def on(fault, also=lambda self: True):
     return precondition(lambda self: fault in self.faults and also(self))
+
+
+def late(self):
+    """Faults that end a run (close, fencing) wait until something happened."""
+    return active(self) and sum(map(len, self.sent_order.values())) >= 12
 
 
 def unhandled(self):
@@ -68,7 +73,7 @@ class InFlightMachine(RuleBasedStateMachine):
           max_in_flight=st.sampled_from([1, 3, 8, 50]), batch=st.sampled_from([1, 200]),
           range_mode=st.booleans(), threshold=st.sampled_from([10, 40]),
           delivery_timeout=st.sampled_from([NEVER, 15, 40]),
-          retries=st.sampled_from([2**31 - 1, 1, 3]),
+          retries=st.sampled_from([2**31 - 1, 1, 1, 3]),
           faults=st.sets(st.sampled_from(FAULTS), min_size=1, max_size=4), warm=st.booleans())
     def setup(self, window_a, window_b, max_in_flight, batch, range_mode, threshold,
               delivery_timeout, retries, faults, warm):
@@ -97,9 +102,9 @@ class InFlightMachine(RuleBasedStateMachine):
     def produce(self, tp, n):
         self.sent_order[tp] += self.h.produce(tp, n)
 
-    @rule()
-    def send(self):
-        self.h.now += 1
+    @rule(dt=st.integers(1, 8))
+    def send(self, dt):
+        self.h.now += dt
         for node in NODES:
             self.h.send(node)
 
@@ -109,7 +114,7 @@ class InFlightMachine(RuleBasedStateMachine):
         self.h.now += dt
 
     @rule()
-    @on("close", active)
+    @on("close", late)
     def close(self):
         """close(timeout) ran out: everything still held is failed now, on the wire or not."""
         self.h.core.fail_all(ProducerClosedError("closed"))
@@ -152,7 +157,7 @@ class InFlightMachine(RuleBasedStateMachine):
         self.lossy = True
 
     @rule(data=st.data())
-    @on("fence", unhandled)
+    @on("fence", lambda self: late(self) and unhandled(self))
     def producer_fenced(self, data):
         self.h.error(self._next(data), E.PRODUCER_FENCED)
         self.lossy = True
@@ -189,6 +194,17 @@ class InFlightMachine(RuleBasedStateMachine):
             if self.h.core.partition_state(tp).leader == node:
                 assert self.h.core.partition_state(tp).window == 5
 
+    @rule(tp=st.sampled_from(TPS))
+    @on("expiry", lambda self: not self.h.in_flight and not any(
+        self.h.core.partition_state(tp).unacked for tp in TPS))
+    def producer_expires_under_retention(self, tp):
+        """The producer idles past producer.id.expiration.ms and retention moves the log start to
+        the end (as verify's expiry fault does): its next batch meets UNKNOWN_PRODUCER_ID with a
+        log start above everything it had acknowledged, and restarts its sequence."""
+        m = self.h.models[tp]
+        m.expire_producers()
+        m.delete_before(m.log_start + len(m.log))
+
     # ---------------------------------------------------------------- leadership
 
     @rule(tp=st.sampled_from(TPS), node=st.sampled_from(NODES))
@@ -221,7 +237,8 @@ class InFlightMachine(RuleBasedStateMachine):
     @invariant()
     def each_record_at_most_once_and_in_order(self):
         for tp in TPS:
-            log = self.h.models[tp].log
+            m = self.h.models[tp]
+            log = m.deleted + m.log   # offsets from 0: what retention removed was in the log
             assert len(log) == len(set(log)), f"duplicate in {tp}: {log}"
             in_log = set(log)
             expected = [c for c in self.sent_order[tp] if c in in_log]
@@ -229,7 +246,8 @@ class InFlightMachine(RuleBasedStateMachine):
 
     @invariant()
     def outcomes_match_the_log(self):
-        where = {c: (tp, i) for tp in TPS for i, c in enumerate(self.h.models[tp].log)}
+        where = {c: (tp, i) for tp in TPS
+                 for i, c in enumerate(self.h.models[tp].deleted + self.h.models[tp].log)}
         for c, (off, err) in self.h.results.items():
             if err is None:
                 assert c in where, f"record {c} reported written, not in the log"
@@ -267,6 +285,10 @@ class InFlightMachine(RuleBasedStateMachine):
                 h.roundtrip(node)
         else:
             raise AssertionError("producer did not settle")
+        stats = h.core.stats
+        for name in ("given_up", "resolved", "epoch_bumps", "sequence_resets", "duplicates"):
+            event(f"{name}: {'yes' if stats[name] else 'no'}")   # --hypothesis-show-statistics
+        event(f"ended {'fenced' if h.core.fatal else 'closed' if self.closed else 'running'}")
         self.each_record_at_most_once_and_in_order()
         self.outcomes_match_the_log()
         sent = [c for tp in TPS for c in self.sent_order[tp]]
@@ -275,7 +297,8 @@ class InFlightMachine(RuleBasedStateMachine):
         if not self.lossy:
             assert h.core.fatal is None
             for tp in TPS:
-                assert h.models[tp].log == self.sent_order[tp], (tp, h.models[tp].log, self.sent_order[tp])
+                log = h.models[tp].deleted + h.models[tp].log
+                assert log == self.sent_order[tp], (tp, log, self.sent_order[tp])
                 for i, c in enumerate(self.sent_order[tp]):
                     off, err = h.results[c]
                     assert err is None, err
@@ -283,5 +306,5 @@ class InFlightMachine(RuleBasedStateMachine):
 
 
 InFlightMachine.TestCase.settings = settings(
-    max_examples=int(os.environ.get("ONCELOG_HYPOTHESIS_EXAMPLES", "150")), stateful_step_count=60, deadline=None)
+    max_examples=int(os.environ.get("ONCELOG_HYPOTHESIS_EXAMPLES", "300")), stateful_step_count=60, deadline=None)
 TestInFlight = InFlightMachine.TestCase
