@@ -324,12 +324,13 @@ class ProducerCore:
         if fatal:
             self._go_fatal(error if isinstance(error, ProducerFatalError) else ProducerFatalError(str(error)))
 
-    def _request_bump(self, tp: TopicPartition, reason: str, from_sequence: int) -> None:
+    def _request_bump(self, tp: TopicPartition, reason: str, from_sequence: int,
+                      level: int = logging.WARNING) -> None:
         """A gap in `tp` at `from_sequence`: the batches from there on are renumbered under an
         epoch this partition has not used yet."""
         ps = self._state(tp)
-        log.warning("%s-%d: %s: bumping the producer epoch and renumbering the partition from "
-                    "sequence %d", tp.topic, tp.partition, reason, from_sequence)
+        log.log(level, "%s-%d: %s: bumping the producer epoch and renumbering the partition from "
+                "sequence %d", tp.topic, tp.partition, reason, from_sequence)
         if (ps.producer_id, ps.producer_epoch) == (self.producer_id, self.producer_epoch) \
                 and not self.bump_requested:
             # (otherwise a bump another partition asked for already gives one)
@@ -711,7 +712,9 @@ class ProducerCore:
                     return   # x, retried under its sequence, will tell
                 break
         # nothing left to ask with: assume the worst (a gap), as Java's maybeResolveSequences does
-        self._request_bump(tp, f"no batch left to tell whether sequences before {u} were written", u)
+        # (the records were failed already, as possibly written: no news for the operator)
+        self._request_bump(tp, f"no batch left to tell whether sequences before {u} were written", u,
+                           logging.INFO)
 
     def _finish_unacked(self, b: ProducerBatch, ps: PartitionState, err: BaseException) -> None:
         if b in ps.unacked:

@@ -219,13 +219,21 @@ WORKLOADS: dict[str, type[Workload]] = {"oncelog": OncelogWorkload, "librdkafka"
                                         "kafka-python": KafkaPythonWorkload}
 
 
-def end_offsets(bootstrap: str, topic: str) -> dict[int, tuple[int, int]]:
-    """partition -> (log start offset, high watermark)."""
-    from confluent_kafka import Consumer, TopicPartition
+def end_offsets(bootstrap: str, topic: str, timeout_s: float = 60) -> dict[int, tuple[int, int]]:
+    """partition -> (log start offset, high watermark). Retried while a leader has just moved
+    (the consumer's metadata may still name the old one)."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "oncelog-verify", "log_level": 3})
+    deadline = time.monotonic() + timeout_s
     try:
-        parts = sorted(c.list_topics(topic, timeout=10).topics[topic].partitions)
-        return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in parts}
+        while True:
+            try:
+                parts = sorted(c.list_topics(topic, timeout=10).topics[topic].partitions)
+                return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in parts}
+            except KafkaException:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
     finally:
         c.close()
 
