@@ -5,6 +5,7 @@ from __future__ import annotations
 from oncelog.client.accumulator import TopicPartition
 from oncelog.client.config import ProducerConfig
 from oncelog.client.producer_core import PartitionResult, ProducerCore
+from oncelog.protocol.errors import ErrorCode as E
 
 from model_broker import ModelPartition
 
@@ -13,6 +14,9 @@ class Request:
     def __init__(self, node: int, batches: list) -> None:
         self.node = node
         self.batches = batches
+        # what went on the wire, as it was then (a batch object may be renumbered later)
+        self.sent = [(b.tp, b.producer_id, b.producer_epoch, b.base_sequence, list(b.cookies))
+                     for b in batches]
         self.results: list | None = None  # set once the broker processed it
 
     def __repr__(self) -> str:
@@ -60,7 +64,10 @@ class Harness:
         return cookies
 
     def send(self, node: int = 1) -> list[Request]:
+        """One pass of the sender as the asyncio shell runs it: producer id, expiry, drain."""
         self.init_pid()
+        self.core.expire(self.now)
+        self.collect()
         out = []
         while True:
             batches = self.core.drain(node, self.now)
@@ -68,9 +75,9 @@ class Harness:
                 break
             for b in batches:
                 ps = self.core.partition_state(b.tp)
-                if ps.max_inflight_sequences is None:
+                if not getattr(ps, "range_mode", ps.max_inflight_sequences is not None):
                     assert ps.in_flight <= ps.window, f"{b.tp}: {ps.in_flight} above window {ps.window}"
-                else:
+                if ps.max_inflight_sequences is not None:
                     assert ps.unacked_records <= ps.max_inflight_sequences
             r = Request(node, batches)
             out.append(r)
@@ -79,14 +86,31 @@ class Harness:
             raise AssertionError("per-connection limit exceeded")
         return out
 
-    def process(self, req: Request) -> None:
-        """The broker handles the request (in arrival order); its answer is not delivered yet."""
-        req.results = [self.models[b.tp].append(b.producer_id, b.producer_epoch, b.base_sequence,
-                                                list(b.cookies)) for b in req.batches]
+    def process(self, req: Request, name_leader: bool = False, refuse: dict | None = None) -> None:
+        """The broker handles the request (in arrival order); its answer is not delivered yet.
+        A partition whose model names another leader is refused with NOT_LEADER_OR_FOLLOWER
+        (naming the leader, KIP-951, if `name_leader`); `refuse`: tp -> error code, a refusal
+        before anything is appended."""
+        out = []
+        for tp, pid, epoch, seq, cookies in req.sent:
+            m = self.models[tp]
+            if refuse and tp in refuse:
+                out.append(PartitionResult(error_code=refuse[tp], log_start_offset=m.log_start))
+            elif m.leader is not None and m.leader != req.node:
+                r = PartitionResult(error_code=E.NOT_LEADER_OR_FOLLOWER, log_start_offset=m.log_start)
+                if name_leader:
+                    r.current_leader = (m.leader, m.leader_epoch)
+                out.append(r)
+            else:
+                out.append(m.append(pid, epoch, seq, cookies))
+        req.results = out
 
-    def error(self, req: Request, code: int) -> None:
-        """The broker refuses the whole request without appending (e.g. NOT_LEADER_OR_FOLLOWER)."""
-        req.results = [PartitionResult(error_code=code, log_start_offset=self.models[b.tp].log_start)
+    def error(self, req: Request, code: int, current_leader: tuple[int, int] | None = None) -> None:
+        """The broker refuses the whole request without appending (e.g. NOT_LEADER_OR_FOLLOWER,
+        naming the new leader as KIP-951's CurrentLeader)."""
+        extra = {} if current_leader is None else {"current_leader": current_leader}
+        req.results = [PartitionResult(error_code=code, log_start_offset=self.models[b.tp].log_start,
+                                       **extra)
                        for b in req.batches]
 
     def deliver(self, req: Request) -> None:
@@ -125,6 +149,6 @@ class Harness:
         for c in self.core.take_completions():
             for i, cookie in enumerate(c.batch.cookies):
                 off = None if c.base_offset is None or c.error else c.base_offset + i
-                assert cookie not in self.results or self.results[cookie][1] is not None, \
-                    f"record {cookie} completed twice"
+                assert cookie not in self.results, \
+                    f"record {cookie} completed twice: {self.results[cookie]}, then {(off, c.error)}"
                 self.results[cookie] = (off, c.error)

@@ -12,20 +12,25 @@ SPACE = 2**31
 
 
 class ModelPartition:
-    def __init__(self, window: int = 5, *, report_window: bool = True, range_threshold: int | None = None):
+    def __init__(self, window: int = 5, *, report_window: bool = True, range_threshold: int | None = None,
+                 reported: int | None = None):
         self.window = window
         self.report_window = report_window      # False = an old broker (no ProduceResponse v14 field)
+        self.reported = window if reported is None else reported   # a broker may send nonsense
         self.range_threshold = range_threshold  # set = range mode (KIP-758)
         self.log: list = []                     # record cookies in log order
+        self.deleted: list = []                 # what retention removed (offsets 0..log_start-1)
         self.log_start = 0
         self.retained: dict[int, deque] = {}    # pid -> (epoch, first, last, base_offset)
         self.epochs: dict[int, int] = {}
         self.unknown_after_loss = False
+        self.leader: int | None = None          # set: only this node may append (leader moves)
+        self.leader_epoch = 0
 
     def _result(self, code, base=-1) -> PartitionResult:
         return PartitionResult(
             error_code=code, base_offset=base, log_start_offset=self.log_start,
-            batches_to_retain=self.window if self.report_window else None,
+            batches_to_retain=self.reported if self.report_window else None,
             max_inflight_sequences=self.range_threshold)
 
     def append(self, pid: int, epoch: int, base_seq: int, cookies: list) -> PartitionResult:
@@ -77,6 +82,7 @@ class ModelPartition:
     def delete_before(self, offset: int) -> None:
         """Retention: the log start moves up (records below it are gone, as in Kafka)."""
         drop = offset - self.log_start
+        self.deleted += self.log[:drop]
         self.log = self.log[drop:]
         self.log_start = offset
 

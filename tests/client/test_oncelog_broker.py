@@ -168,6 +168,22 @@ def test_window_change_at_runtime_is_followed(broker):
         assert p.partition_window("rt", 0) == 7
 
 
+def test_new_connection_starts_the_window_at_5_until_the_broker_answers(broker):
+    """KIP-1269 "Initial State": after a reconnect (the broker may have been replaced by an older
+    one) the partition's window is 5 again, then rediscovered from the first answer."""
+    create(broker.bootstrap, "nc", producer_state_batches_to_retain=20)
+    with Producer({"bootstrap.servers": broker.bootstrap, **BASE}) as p:
+        p.send("nc", b"a").result(30)
+        assert p.partition_window("nc", 0) == 20
+        core, seen = p.aio.core, []
+        p.aio.cluster.on_connect.append(lambda node: seen.append(core.partition_state(TP("nc", 0)).window))
+        for conn in list(p.aio.cluster.conns.values()):
+            p.aio.loop.call_soon_threadsafe(conn.close)
+        p.send("nc", b"b").result(30)
+        assert seen and seen[0] == 5
+        assert p.partition_window("nc", 0) == 20
+
+
 def test_no_config_error_above_5_against_a_real_broker(broker):
     create(broker.bootstrap, "big")
     metas, _, windows = run({"bootstrap.servers": broker.bootstrap, "enable.idempotence": "true",

@@ -448,3 +448,181 @@ def test_out_of_order_on_a_later_batch_retries_without_bump():
     for r in reqs:
         h.deliver(r)
     assert not h.core.bump_requested and h.core.producer_epoch == 0
+
+
+# ------------------------------------------------------------------ issue 14: range mode across a leader change
+
+def records_of(h, tp, n, size=10):
+    """One batch of n records (the batch is closed by the next append or by the drain)."""
+    out = []
+    for _ in range(n):
+        c = h.next_cookie
+        h.next_cookie += 1
+        assert h.core.append(tp, h.now, None, b"x" * size, None, c, h.now) is not None
+        out.append(c)
+    return out
+
+
+def test_range_threshold_is_kept_across_a_leader_change():
+    """Threshold 10; five batches of 4 records to a new leader with their answers lost: the
+    oldest would fall outside the broker's range (OutOfOrderSequence, bump, 20 duplicates).
+    Until the new leader answers, both the last threshold and 5 batches apply."""
+    from oncelog.protocol.record_codec import BATCH_OVERHEAD, RECORD_OVERHEAD
+    four = BATCH_OVERHEAD + 4 * (RECORD_OVERHEAD + 10)
+    h = Harness({"max.in.flight.requests.per.connection": 60, "batch.size": four},
+                t_0=ModelPartition(range_threshold=10))
+    first = records_of(h, T0, 1)
+    h.run_until_idle()
+    assert h.core.partition_state(T0).max_inflight_sequences == 10
+    h.core.update_leader(T0, 2, 1)
+    sent = first + [c for _ in range(5) for c in records_of(h, T0, 4)]
+    reqs = h.send(2)
+    in_flight = sum(len(r.batches[0].cookies) for r in reqs)
+    for r in reqs:
+        h.process(r)
+    for r in reqs:
+        h.lose(r)
+    for _ in range(200):
+        h.now += 1
+        h.roundtrip(2)
+    assert h.models[T0].log == sent
+    assert h.core.producer_epoch == 0
+    assert in_flight <= 10   # not 20 sequences
+
+
+# ------------------------------------------------------------------ issue 14: message formats learned from an error
+
+def test_required_unsupported_format_answer_fails_the_batch_without_retry_or_bump():
+    h = Harness({"enable.idempotence": "required", **many()})
+    p0, p1 = TopicPartition("old", 0), TopicPartition("old", 1)
+    h.add_partition(p0, ModelPartition())
+    h.add_partition(p1, ModelPartition())
+    c = fill(h, p0, 1) + fill(h, p1, 1)
+    reqs = h.send()
+    for r in reqs:
+        h.error(r, E.UNSUPPORTED_FOR_MESSAGE_FORMAT)
+    for r in reqs:
+        h.deliver(r)
+    assert all(isinstance(h.results[x][1], IdempotenceUnsupportedError) for x in c)
+    assert not any(h.results[x][1].possibly_written for x in c)
+    assert h.send() == []                       # nothing goes out again
+    assert not h.core.bump_requested and h.core.producer_epoch == 0
+    with pytest.raises(IdempotenceUnsupportedError):
+        h.produce(p0, 1)
+
+
+def test_requested_unsupported_format_on_several_partitions_resends_all_plain():
+    h = Harness({"enable.idempotence": "requested", **many()})
+    tps = [TopicPartition("old", i) for i in range(3)]
+    for tp in tps:
+        h.add_partition(tp, ModelPartition())
+    c = [fill(h, tp, 2) for tp in tps]
+    reqs = h.send()
+    for r in reqs:
+        h.error(r, E.UNSUPPORTED_FOR_MESSAGE_FORMAT)
+    for r in reqs:
+        h.deliver(r)
+    h.run_until_idle()
+    for tp, cs in zip(tps, c):
+        assert h.models[tp].log == cs
+        assert [h.results[x] for x in cs] == [(0, None), (1, None)]
+        assert not h.core.partition_state(tp).idempotent
+
+
+# ------------------------------------------------------------------ issue 14: configuration as Kafka checks it
+
+def test_retries_zero_with_idempotence_is_a_config_error():
+    for mode in ("required", "requested", "true"):
+        with pytest.raises(ConfigError, match="retries"):
+            ProducerConfig.from_dict({"bootstrap.servers": "x", "retries": 0, "enable.idempotence": mode})
+    # not set by the user: idempotence is turned off, as Kafka does
+    cfg = ProducerConfig.from_dict({"bootstrap.servers": "x", "retries": 0})
+    assert cfg.idempotence is Idempotence.OFF
+
+
+def test_delivery_timeout_must_cover_linger_and_request_timeout():
+    with pytest.raises(ConfigError, match="delivery.timeout.ms"):
+        ProducerConfig.from_dict({"bootstrap.servers": "x", "delivery.timeout.ms": 1000,
+                                  "linger.ms": 10, "request.timeout.ms": 1000})
+    cfg = ProducerConfig.from_dict({"bootstrap.servers": "x", "linger.ms": 10, "request.timeout.ms": 200000})
+    assert cfg.delivery_timeout_ms == 200010   # the default is raised, as Kafka does
+    ProducerConfig.from_dict({"bootstrap.servers": "x", "delivery.timeout.ms": 1010,
+                              "linger.ms": 10, "request.timeout.ms": 1000})
+
+
+@pytest.mark.parametrize("reported", [0, -1, -100])
+def test_window_below_1_from_a_broker_is_ignored_with_a_warning(reported, caplog):
+    h = Harness(many(), t_0=ModelPartition(reported=reported))
+    with caplog.at_level(logging.WARNING):
+        cookies = fill(h, T0, 20)
+        h.run_until_idle()
+    assert h.models[T0].log == cookies
+    assert h.core.partition_state(T0).window == 5
+    assert h.core.partition_state(T0).max_in_flight_seen == 5
+    assert "ProducerStateBatchesToRetain" in caplog.text
+
+
+# ------------------------------------------------------------------ issue 14: base offset -1
+
+def test_success_with_base_offset_minus_1_reports_offsets_unknown():
+    h = Harness({}, t_0=ModelPartition())
+    c = h.produce(T0, 3)
+    r = h.send()[0]
+    r.results = [PartitionResult(error_code=0, base_offset=-1)]
+    h.deliver(r)
+    assert [h.results[x] for x in c] == [(None, None)] * 3
+
+
+# ------------------------------------------------------------------ issue 14: when the window resets, whose leader wins
+
+def test_new_connection_to_a_node_resets_its_partitions_windows():
+    a, b = TopicPartition("a", 0), TopicPartition("b", 0)
+    h = Harness(many())
+    h.add_partition(a, ModelPartition(window=20), node=1)
+    h.add_partition(b, ModelPartition(window=20), node=2)
+    fill(h, a, 2)
+    fill(h, b, 2)
+    for _ in range(3):
+        h.roundtrip(1)
+        h.roundtrip(2)
+    assert h.core.partition_state(a).window == 20
+    h.core.on_connected(1)      # KIP-1269 "Initial State": maybe another broker version now
+    assert h.core.partition_state(a).window == 5
+    assert h.core.partition_state(b).window == 20
+    fill(h, a, 30)
+    assert len(h.send(1)) == 5
+    h.run_until_idle()
+    assert h.core.partition_state(a).window == 20   # rediscovered from the first answer
+
+
+def test_older_leader_epoch_in_metadata_never_replaces_a_newer_one():
+    h = Harness(many(), t_0=ModelPartition(window=20))
+    h.core.update_leader(T0, 2, 7)
+    fill(h, T0, 1)
+    h.roundtrip(2)
+    assert not h.core.update_leader(T0, 1, 6)     # a lagging broker's metadata
+    ps = h.core.partition_state(T0)
+    assert (ps.leader, ps.leader_epoch, ps.window) == (2, 7, 20)
+    assert h.core.update_leader(T0, 3, 8)
+    assert (ps.leader, ps.leader_epoch, ps.window) == (3, 8, 5)
+
+
+def test_not_leader_with_current_leader_moves_the_partition_at_once():
+    h = Harness(many(), t_0=ModelPartition())
+    c = fill(h, T0, 1)
+    [r] = h.send(1)
+    h.error(r, E.NOT_LEADER_OR_FOLLOWER, current_leader=(2, 5))
+    h.deliver(r)
+    ps = h.core.partition_state(T0)
+    assert (ps.leader, ps.leader_epoch) == (2, 5)
+    assert h.send(1) == []
+    [r] = h.send(2)                              # no Metadata round trip needed
+    h.process(r)
+    h.deliver(r)
+    assert h.results[c[0]] == (0, None)
+    # a CurrentLeader older than what is known is ignored
+    fill(h, T0, 1)
+    [r] = h.send(2)
+    h.error(r, E.NOT_LEADER_OR_FOLLOWER, current_leader=(1, 4))
+    h.deliver(r)
+    assert (ps.leader, ps.leader_epoch) == (2, 5)

@@ -113,3 +113,15 @@ def test_unacknowledged_value_missing_is_not_a_loss():
                                         Event(11, "oncelog", "p", "error", b"z", None, None, "timeout")]
     report = check(events, {0: [(0, b"a")]})
     assert report.ok and report.errors == 1
+
+
+def test_record_reported_not_written_but_in_the_log_is_a_finding():
+    hist = [Event(0, "oncelog", "p1", "send", b"a", 0), Event(1, "oncelog", "p1", "send", b"b", 0),
+            Event(2, "oncelog", "p1", "send", b"c", 0),
+            Event(3, "oncelog", "p1", "error", b"a", None, None, "DeliveryTimeoutError", False),
+            Event(4, "oncelog", "p1", "error", b"b", None, None, "DeliveryTimeoutError", True),
+            Event(5, "oncelog", "p1", "error", b"c", None, None, "DeliveryTimeoutError", False)]
+    r = check(hist, {0: [(0, b"a"), (1, b"b")]})
+    # a: said "not written", is there; b: "possibly written", may be; c: not written, is not
+    assert [(f.kind, f.value) for f in r.findings] == [("failed-but-written", b"a")]
+    assert r.findings[0].blame == "both"

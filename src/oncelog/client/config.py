@@ -105,6 +105,24 @@ class ProducerConfig:
         )
         if c.max_in_flight < 1:
             raise ConfigError("max.in.flight.requests.per.connection must be at least 1")
+        if c.retries < 0:
+            raise ConfigError("retries must be >= 0")
+        if c.retries == 0 and c.idempotence is not Idempotence.OFF:
+            # as Kafka: without retries a knock-on OutOfOrderSequence (a batch behind one that
+            # failed) would fail its records, and an unknown outcome could never be resolved
+            if "enable.idempotence" in cfg:
+                raise ConfigError("retries must be non-zero when using the idempotent producer "
+                                  f"(enable.idempotence={cfg['enable.idempotence']})")
+            log.warning("retries=0: idempotence turned off")
+            c.idempotence = Idempotence.OFF
+        least = c.linger_ms + c.request_timeout_ms
+        if c.delivery_timeout_ms < least:
+            # as Kafka's KafkaProducer.configureDeliveryTimeout
+            if "delivery.timeout.ms" in cfg:
+                raise ConfigError(f"delivery.timeout.ms={c.delivery_timeout_ms} must be at least "
+                                  f"linger.ms + request.timeout.ms = {least}")
+            log.warning("delivery.timeout.ms set to linger.ms + request.timeout.ms = %d", least)
+            c.delivery_timeout_ms = least
         if c.batch_size < 1 or c.buffer_memory < c.batch_size:
             raise ConfigError("batch.size must be >= 1 and buffer.memory >= batch.size")
         if c.linger_ms < 0:

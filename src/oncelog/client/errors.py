@@ -5,7 +5,15 @@ from oncelog.protocol.errors import KafkaProtocolError, error_code
 
 
 class KafkaClientError(Exception):
-    """Base class of client-side errors."""
+    """Base class of client-side errors.
+
+    `possibly_written`, on the error a record's delivery failed with: True when the producer sent
+    the record and gave up without knowing whether the broker appended it (delivery timeout or
+    retries used up while an answer was missing, close with the request on the wire): it may be in
+    the log, at most once and in its order, or not. False: it is not in the log (never sent, or
+    refused by the broker on every attempt)."""
+
+    possibly_written = False
 
 
 class ConfigError(KafkaClientError, ValueError):

@@ -6,20 +6,35 @@ Idempotence rules (KAFKA-5494, KIP-360, KIP-1269, KIP-758, "spurious OutOfOrderS
   re-queued in sequence order;
 - while a partition recovers from an error, only its head-of-line batch (the one right after the
   last acknowledged sequence) is in flight, alone;
+- a batch is only ever written under one (producer id, epoch, sequence). It is renumbered (under a
+  bumped epoch) only when the broker cannot hold it: it is after a gap that is certain, and every
+  batch before the gap is resolved (acknowledged or given up) under its old sequence first;
+- a batch given up while its outcome is unknown (delivery timeout, retries used up, close) leaves
+  its partition *unresolved* (the Java client's unresolved sequences): no new batch is drained,
+  the later batches are retried under their old sequences, and an acknowledgement of one of them
+  resolves it (the given-up batch was written); OUT_OF_ORDER_SEQUENCE_NUMBER on the batch right
+  after it, or nothing left to ask with, is a gap: bump the epoch and renumber what follows;
 - OUT_OF_ORDER_SEQUENCE_NUMBER on the batch right after the last acknowledged one is a real gap:
-  bump the epoch and renumber that partition from 0; on a later batch it is a knock-on effect of an
-  earlier failure: retry. The idempotent producer bumps its epoch itself, as Kafka's does (KIP-360:
-  a higher epoch at sequence 0 starts afresh; InitProducerId without a transactional id always
+  bump the epoch (KIP-360) and renumber from it; on a later batch it is a knock-on effect of an
+  earlier failure: retry. The idempotent producer bumps its epoch itself, as Kafka's does (a
+  higher epoch at sequence 0 starts afresh; InitProducerId without a transactional id always
   answers a new id), and asks for a new id only when the epoch is exhausted;
 - UNKNOWN_PRODUCER_ID: log start offset above the last acknowledged offset means retention removed
   the producer's state: restart the partition's sequence at 0 and retry; otherwise acknowledged data
   is gone: fatal DataLossError naming partition and offsets;
-- DUPLICATE_SEQUENCE_NUMBER: delivered, offset unknown (None);
+- DUPLICATE_SEQUENCE_NUMBER, and a batch given up after a later one was acknowledged: delivered,
+  offset unknown (None);
 - two in-flight checks before each send: per partition the window the leader reported
-  (ProducerStateBatchesToRetain, 5 until learned and after a leader change), per connection
-  `max.in.flight.requests.per.connection`; in range mode (the leader reported
-  MaxInFlightSequenceNumber) the unacknowledged sequences of a partition stay under that threshold
-  instead of a batch count.
+  (ProducerStateBatchesToRetain; 5 until learned, and again after a leader change or a new
+  connection), per connection `max.in.flight.requests.per.connection`; in range mode (the leader
+  reported MaxInFlightSequenceNumber) the unacknowledged sequences of a partition stay under that
+  threshold instead of a batch count, and after a leader change under both the last threshold and
+  5 batches until the new leader answers.
+
+What a failed record's error says (`KafkaClientError.possibly_written`): False = the records are
+not in the log (never sent, or refused by the broker on every attempt); True = the producer gave
+up without knowing (they may be in the log, at most once and in order, or not). A record reported
+successful is in the log, at the reported offset unless that is None.
 """
 from __future__ import annotations
 
@@ -42,9 +57,22 @@ E = ErrorCode
 _REFRESH_METADATA = {E.NOT_LEADER_OR_FOLLOWER, E.UNKNOWN_TOPIC_OR_PARTITION, E.LEADER_NOT_AVAILABLE,
                      E.FENCED_LEADER_EPOCH, E.UNKNOWN_LEADER_EPOCH, E.KAFKA_STORAGE_ERROR,
                      E.NOT_ENOUGH_REPLICAS}
+_NEW_LEADER = {E.NOT_LEADER_OR_FOLLOWER, E.FENCED_LEADER_EPOCH}   # may carry CurrentLeader (KIP-951)
 _FATAL = {E.INVALID_PRODUCER_EPOCH, E.PRODUCER_FENCED, E.INVALID_PRODUCER_ID_MAPPING,
           E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, E.CLUSTER_AUTHORIZATION_FAILED}
+# Answers a broker gives before it appends anything: this attempt is not in the log. Any other
+# error (NOT_LEADER_OR_FOLLOWER from a leader that lost its term while waiting for acks,
+# REQUEST_TIMED_OUT, a storage error, no answer at all) leaves the attempt possibly written.
+_NOT_APPENDED = {E.OUT_OF_ORDER_SEQUENCE_NUMBER, E.UNKNOWN_PRODUCER_ID, E.INVALID_PRODUCER_EPOCH,
+                 E.PRODUCER_FENCED, E.INVALID_PRODUCER_ID_MAPPING, E.CORRUPT_MESSAGE, E.INVALID_RECORD,
+                 E.MESSAGE_TOO_LARGE, E.RECORD_LIST_TOO_LARGE, E.INVALID_TIMESTAMP,
+                 E.UNSUPPORTED_FOR_MESSAGE_FORMAT, E.UNKNOWN_TOPIC_OR_PARTITION, E.UNKNOWN_TOPIC_ID,
+                 E.TOPIC_AUTHORIZATION_FAILED, E.CLUSTER_AUTHORIZATION_FAILED,
+                 E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, E.INVALID_REQUIRED_ACKS, E.INVALID_REQUEST,
+                 E.UNSUPPORTED_VERSION, E.NOT_ENOUGH_REPLICAS, E.LEADER_NOT_AVAILABLE,
+                 E.INVALID_TOPIC_EXCEPTION}
 _MAX_EPOCH = 32767
+_UNHEARD = object()   # what the current leader reported, before it has answered
 
 
 @dataclass
@@ -52,7 +80,10 @@ class PartitionState:
     leader: int = -1
     leader_epoch: int = -1
     window: int = DEFAULT_WINDOW          # KIP-1269: batches the leader retains for us
-    max_inflight_sequences: int | None = None  # KIP-758 range mode threshold, once known
+    max_inflight_sequences: int | None = None  # KIP-758 threshold, the last one a leader reported
+    range_mode: bool = False              # the current leader reported that threshold
+    reported_window: Any = _UNHEARD       # the fields as the current leader last sent them
+    reported_threshold: Any = _UNHEARD
     idempotent: bool = True
     producer_id: int = -1                 # id/epoch the partition's sequences refer to
     producer_epoch: int = -1
@@ -60,12 +91,19 @@ class PartitionState:
     last_acked_sequence: int = -1
     last_acked_offset: int = -1
     in_flight: int = 0                    # batches on the wire
-    unacked: list = field(default_factory=list)  # sequenced batches not yet acknowledged, in order
+    unacked: list = field(default_factory=list)  # sequenced batches not yet resolved, in order
     unacked_records: int = 0              # sum of their record counts
     next_ordinal: int = 0                 # sequenced batches assigned in this epoch
     retrying: int = 0                     # unacked batches that must go head-of-line, alone
-    rewrite_pending: bool = False         # renumber from 0 once nothing is on the wire
+    rewrite_from: int | None = None       # batches from this sequence on are renumbered, once
+                                          # those before it are resolved and nothing is on the wire
+    unresolved: int | None = None         # the sequence after a batch given up with its outcome
+                                          # unknown, until a later batch tells what became of it
     max_in_flight_seen: int = 0           # highest in_flight reached (tests and benchmarks)
+
+    @property
+    def rewrite_pending(self) -> bool:
+        return self.rewrite_from is not None
 
     def limit_reached(self, b: ProducerBatch) -> bool:
         if not self.idempotent:
@@ -76,7 +114,7 @@ class PartitionState:
             # while sequence 1 was in flight, 1 would be written before 0.
             return True
         if b.has_sequence:
-            return self.in_flight >= self.window and self.max_inflight_sequences is None
+            return self.in_flight >= self.window and not self.range_mode
         if not self.unacked:
             return False
         # Count the span from the oldest unacknowledged batch, not just what is on the wire:
@@ -84,7 +122,11 @@ class PartitionState:
         # oldest one must still be recognisable as a duplicate when it is retried.
         if self.max_inflight_sequences is not None:
             span = (self.next_sequence - self.unacked[0].base_sequence) % SEQUENCE_SPACE
-            return span + b.count > self.max_inflight_sequences
+            if span + b.count > self.max_inflight_sequences:
+                return True
+            if self.range_mode:
+                return False
+            # a new leader that has not answered yet may keep a range or only 5 batches: both
         return self.next_ordinal - self.unacked[0].ordinal >= self.window
 
 
@@ -106,6 +148,20 @@ class PartitionResult:
     error_message: str | None = None
     batches_to_retain: int | None = None       # ProduceResponse v14 tag 1; None = field absent
     max_inflight_sequences: int | None = None  # tag 10000: range mode threshold, if sent
+    current_leader: tuple[int, int] | None = None  # KIP-951 CurrentLeader (id, epoch), if sent
+
+
+def possibly_written(err: BaseException) -> BaseException:
+    """`err` for records that may be in the log: a copy flagged `possibly_written` (the error
+    objects are shared between batches, and its class's constructor may take other arguments)."""
+    if getattr(err, "possibly_written", False):
+        return err
+    flagged = err.__class__.__new__(err.__class__)
+    flagged.__dict__.update(err.__dict__)
+    flagged.args = err.args
+    flagged.possibly_written = True
+    flagged.__cause__ = err.__cause__
+    return flagged
 
 
 class ProducerCore:
@@ -115,6 +171,7 @@ class ProducerCore:
                                      config.compression)
         self.partitions: dict[TopicPartition, PartitionState] = {}
         self.node_in_flight: dict[int, int] = {}
+        self.on_wire: set[ProducerBatch] = set()   # sent, answer not in yet (fail_all fails them)
         self.producer_id = -1
         self.producer_epoch = -1
         self.idempotent = config.idempotence is not Idempotence.OFF
@@ -127,7 +184,9 @@ class ProducerCore:
         self.topic_errors: dict[str, BaseException] = {}
         self._drain_start = 0
         # what recovery cost, for operators and `oncelog verify`: retries, epoch_bumps,
-        # sequence_resets (UNKNOWN_PRODUCER_ID after retention), duplicates (acked as duplicates)
+        # sequence_resets (UNKNOWN_PRODUCER_ID after retention), duplicates (acked as duplicates),
+        # given_up (batches given up with their outcome unknown), resolved (of those, proven
+        # written by a later acknowledgement)
         self.stats: Counter[str] = Counter()
         if not idempotence_available:
             self.broker_lacks_idempotence()
@@ -157,13 +216,15 @@ class ProducerCore:
             return
         what = f"topic {topic} uses message format {version or 'older than v2'}"
         if self.config.idempotence is Idempotence.REQUIRED:
-            err = IdempotenceUnsupportedError(
-                f"enable.idempotence=required but {what}; idempotent producing needs v2")
-            self.topic_errors[topic] = err
+            err = self.topic_errors.get(topic)
+            if err is None:
+                err = self.topic_errors[topic] = IdempotenceUnsupportedError(
+                    f"enable.idempotence=required but {what}; idempotent producing needs v2")
             for tp, q in self.acc.queues.items():
                 if tp.topic == topic:
+                    ps = self._state(tp)
                     while q:
-                        self._finish(q.popleft(), err, None)
+                        self._finish_unacked(q.popleft(), ps, err)
             return
         if self.topic_idempotent.get(topic) is not False:
             log.warning("%s: producing to it without idempotence (enable.idempotence=requested)", what)
@@ -182,8 +243,12 @@ class ProducerCore:
     def partition_state(self, tp: TopicPartition) -> PartitionState:
         return self._state(tp)
 
-    def update_leader(self, tp: TopicPartition, node: int, leader_epoch: int = -1) -> None:
+    def update_leader(self, tp: TopicPartition, node: int, leader_epoch: int = -1) -> bool:
+        """Metadata (or a CurrentLeader) names a partition's leader. An older leader epoch than
+        the one known never replaces it (a broker's metadata may lag). True if applied."""
         ps = self._state(tp)
+        if leader_epoch >= 0 and leader_epoch < ps.leader_epoch:
+            return False
         changed = ps.leader != node or (leader_epoch >= 0 and ps.leader_epoch >= 0
                                         and leader_epoch != ps.leader_epoch)
         if changed:
@@ -191,11 +256,46 @@ class ProducerCore:
                 log.info("leader of %s-%d changed %d/%d -> %d/%d: in-flight window back to %d",
                          tp.topic, tp.partition, ps.leader, ps.leader_epoch, node, leader_epoch,
                          DEFAULT_WINDOW)
-            # KIP-1269: the new leader may be an old broker with a hard-coded window of 5
-            ps.window = DEFAULT_WINDOW
-            ps.max_inflight_sequences = None
+            self._reset_window(ps)
         ps.leader = node
-        ps.leader_epoch = leader_epoch
+        if leader_epoch >= 0:
+            ps.leader_epoch = leader_epoch
+        return True
+
+    def on_connected(self, node: int) -> None:
+        """A connection to `node` was established (KIP-1269 "Initial State"): the broker behind
+        it may be another version than the last one there, so its partitions start at 5 again."""
+        for ps in self.partitions.values():
+            if ps.leader == node:
+                self._reset_window(ps)
+
+    @staticmethod
+    def _reset_window(ps: PartitionState) -> None:
+        # KIP-1269: the leader may be an old broker with a hard-coded window of 5. A range-mode
+        # threshold is kept (and 5 batches added to it) until the leader answers: dropping it
+        # would let more sequences out than the broker recognises as duplicates (KIP-758).
+        ps.window = DEFAULT_WINDOW
+        ps.range_mode = False
+        ps.reported_window = ps.reported_threshold = _UNHEARD
+
+    def _learn(self, tp: TopicPartition, ps: PartitionState, r: PartitionResult) -> None:
+        """The leader's window and range threshold, from its answer (only called on a change)."""
+        if r.error_code and r.error_code in _REFRESH_METADATA:
+            return   # not the leader's word: a refusal carries no producer-state fields
+        window = ps.reported_window = r.batches_to_retain
+        threshold = ps.reported_threshold = r.max_inflight_sequences
+        if window is not None and window < 1:
+            log.warning("%s-%d: leader %d reported ProducerStateBatchesToRetain=%d: ignored, "
+                        "window stays %d", tp.topic, tp.partition, ps.leader, window, DEFAULT_WINDOW)
+            window = None
+        if threshold is not None and threshold < 1:
+            log.warning("%s-%d: leader %d reported a range threshold of %d: ignored", tp.topic,
+                        tp.partition, ps.leader, threshold)
+            threshold = None
+        # KIP-1269: the field is absent on old brokers (and older Produce versions) = 5
+        ps.window = window or DEFAULT_WINDOW
+        ps.max_inflight_sequences = threshold
+        ps.range_mode = threshold is not None
 
     # ------------------------------------------------------------------ producer id
 
@@ -226,19 +326,32 @@ class ProducerCore:
         if fatal:
             self._go_fatal(error if isinstance(error, ProducerFatalError) else ProducerFatalError(str(error)))
 
-    def _request_bump(self, tp: TopicPartition, reason: str) -> None:
-        log.warning("%s-%d: %s: bumping the producer epoch and renumbering the partition",
-                    tp.topic, tp.partition, reason)
-        if not self.bump_requested:
+    def _request_bump(self, tp: TopicPartition, reason: str, from_sequence: int,
+                      level: int = logging.WARNING) -> None:
+        """A gap in `tp` at `from_sequence`: the batches from there on are renumbered under an
+        epoch this partition has not used yet."""
+        ps = self._state(tp)
+        log.log(level, "%s-%d: %s: bumping the producer epoch and renumbering the partition from "
+                "sequence %d", tp.topic, tp.partition, reason, from_sequence)
+        if (ps.producer_id, ps.producer_epoch) == (self.producer_id, self.producer_epoch) \
+                and not self.bump_requested:
+            # (otherwise a bump another partition asked for already gives one)
             self.stats["epoch_bumps"] += 1
-        self.bump_requested = True
-        self._state(tp).rewrite_pending = True
+            self.bump_requested = True
+        self._rewrite_from(ps, from_sequence)
 
-    def _request_reset(self, tp: TopicPartition, reason: str) -> None:
+    def _request_reset(self, tp: TopicPartition, reason: str, from_sequence: int) -> None:
         log.warning("%s-%d: %s: restarting the partition's sequence at 0", tp.topic, tp.partition,
                     reason)
         self.stats["sequence_resets"] += 1
-        self._state(tp).rewrite_pending = True
+        self._rewrite_from(self._state(tp), from_sequence)
+
+    @staticmethod
+    def _rewrite_from(ps: PartitionState, seq: int) -> None:
+        if ps.rewrite_from is None or seq_before(seq, ps.rewrite_from):
+            ps.rewrite_from = seq
+        if ps.unresolved is not None and not seq_before(ps.unresolved, ps.rewrite_from):
+            ps.unresolved = None   # what follows the given-up batch is renumbered anyway
 
     # ------------------------------------------------------------------ appending
 
@@ -299,19 +412,36 @@ class ProducerCore:
             return True
         if self.producer_id < 0:
             return False
-        if ps.rewrite_pending:
-            if self.bump_requested or self.init_pid_in_progress or ps.in_flight:
+        if ps.rewrite_from is not None and (not b.has_sequence or self._renumbered(b, ps)):
+            # b waits for the renumbering; the batches before the gap go first, under their
+            # old sequences, alone (they may be in the log: renumbered, they could be twice)
+            if (self.bump_requested or self.init_pid_in_progress or ps.in_flight
+                    or ps.unacked and seq_before(ps.unacked[0].base_sequence, ps.rewrite_from)):
                 return False
             self._renumber(ps)
         if b.has_sequence:
             if b.needs_head_of_line:
                 return ps.in_flight == 0 and bool(ps.unacked) and ps.unacked[0] is b
             return True
-        if ps.retrying:
-            return False
+        if ps.retrying or ps.unresolved is not None:
+            return False   # a new sequence waits until the earlier ones are settled
         if (ps.producer_id, ps.producer_epoch) != (self.producer_id, self.producer_epoch) and ps.unacked:
             return False  # old-epoch batches must settle before sequence 0 of the new epoch
         return True
+
+    @staticmethod
+    def _renumbered(b: ProducerBatch, ps: PartitionState) -> bool:
+        """b's sequence is void: it will be (or was) renumbered under a new epoch or a reset."""
+        return (b.producer_epoch != ps.producer_epoch or b.producer_id != ps.producer_id
+                or ps.rewrite_from is not None and not seq_before(b.base_sequence, ps.rewrite_from))
+
+    @staticmethod
+    def _proven(b: ProducerBatch, ps: PartitionState) -> bool:
+        """A later batch of b's epoch was acknowledged: the broker appends in sequence order, so
+        b is in the log (its offset is not known here)."""
+        return (ps.last_acked_sequence >= 0 and b.producer_epoch == ps.producer_epoch
+                and b.producer_id == ps.producer_id
+                and not seq_before(ps.last_acked_sequence, b.last_sequence))
 
     def _renumber(self, ps: PartitionState) -> None:
         """After a bump or reset: unacknowledged batches restart at 0 under the current id/epoch."""
@@ -326,7 +456,8 @@ class ProducerCore:
         ps.next_ordinal = len(ps.unacked)
         ps.last_acked_sequence = -1
         ps.retrying = 0
-        ps.rewrite_pending = False
+        ps.rewrite_from = None
+        ps.unresolved = None
 
     def _assign_sequence(self, b: ProducerBatch, ps: PartitionState) -> None:
         if not ps.idempotent:
@@ -386,6 +517,8 @@ class ProducerCore:
             self.node_in_flight[node] = self.node_in_flight.get(node, 0) + 1
             if self.config.acks == 0:
                 self._complete_unacknowledged(node, out)
+            else:
+                self.on_wire.update(out)
         return out
 
     def _complete_unacknowledged(self, node: int, batches: list[ProducerBatch]) -> None:
@@ -399,13 +532,14 @@ class ProducerCore:
     def on_response(self, node: int, results: Iterable[tuple[ProducerBatch, PartitionResult]],
                     now_ms: int) -> None:
         self.node_in_flight[node] = self.node_in_flight.get(node, 1) - 1
+        on_wire = self.on_wire
         for b, r in results:
             ps = self._state(b.tp)
             ps.in_flight -= 1
-            if b.node == ps.leader:
-                # KIP-1269: the field is absent on old brokers (and older Produce versions) = 5
-                ps.window = r.batches_to_retain if r.batches_to_retain else DEFAULT_WINDOW
-                ps.max_inflight_sequences = r.max_inflight_sequences or None
+            on_wire.discard(b)
+            if b.node == ps.leader and (r.batches_to_retain != ps.reported_window
+                                        or r.max_inflight_sequences != ps.reported_threshold):
+                self._learn(b.tp, ps, r)
             self._handle_result(b, ps, r, now_ms)
 
     def on_request_failed(self, node: int, batches: list[ProducerBatch], now_ms: int,
@@ -416,6 +550,8 @@ class ProducerCore:
         for b in batches:
             ps = self._state(b.tp)
             ps.in_flight -= 1
+            self.on_wire.discard(b)
+            b.maybe_written = True
             self._retry_or_fail(b, ps, now_ms, BrokerResponseError(E.NETWORK_EXCEPTION, reason))
 
     def _handle_result(self, b: ProducerBatch, ps: PartitionState, r: PartitionResult, now_ms: int) -> None:
@@ -429,28 +565,44 @@ class ProducerCore:
             return
         if b.done:
             return
+        if code not in _NOT_APPENDED:
+            b.maybe_written = True
         if self.fatal is not None:
             self._finish_unacked(b, ps, self.fatal)
             return
+        topic_error = self.topic_errors.get(b.tp.topic)
+        if topic_error is not None:   # required, and the topic turned out not to support it
+            self._finish_unacked(b, ps, topic_error)
+            return
         err = BrokerResponseError(code, r.error_message)
         if code == E.OUT_OF_ORDER_SEQUENCE_NUMBER and ps.idempotent and b.has_sequence:
-            if (not ps.rewrite_pending and b.producer_epoch == ps.producer_epoch
-                    and b.base_sequence == increment(ps.last_acked_sequence, 1)):
+            if self._proven(b, ps):
+                self._ack(b, ps, None, -1)   # acknowledged after all: a later batch was
+                return
+            if not self._renumbered(b, ps) and (
+                    b.base_sequence == increment(ps.last_acked_sequence, 1)
+                    or b.base_sequence == ps.unresolved):
                 msg = (f"OutOfOrderSequence on the batch right after the last acknowledged sequence "
                        f"{ps.last_acked_sequence} (offset {ps.last_acked_offset}): the broker lost "
                        f"acknowledged records or never got this batch's predecessor")
-                if self.config.acks == 1:
+                if b.base_sequence == ps.unresolved:
+                    msg = (f"OutOfOrderSequence on the batch right after one given up at sequence "
+                           f"{ps.unresolved - 1}: that one is not in the log")
+                elif self.config.acks == 1:
                     msg += " (acks=1: records may have been lost with a leader)"
-                self._request_bump(b.tp, msg)
+                self._request_bump(b.tp, msg, b.base_sequence)
             self._retry_or_fail(b, ps, now_ms, err, count=False)
             return
-        if code == E.UNKNOWN_PRODUCER_ID and ps.idempotent:
+        if code == E.UNKNOWN_PRODUCER_ID and ps.idempotent and b.has_sequence:
             lso = r.log_start_offset
-            if lso == -1 or ps.rewrite_pending or b.producer_epoch != ps.producer_epoch:
+            if self._proven(b, ps):
+                self._ack(b, ps, None, -1)
+            elif lso == -1 or self._renumbered(b, ps):
                 self._retry_or_fail(b, ps, now_ms, err, count=False)
             elif lso > ps.last_acked_offset:
                 self._request_reset(b.tp, f"UnknownProducerId after retention (log start offset "
-                                          f"{lso} > last acknowledged offset {ps.last_acked_offset})")
+                                          f"{lso} > last acknowledged offset {ps.last_acked_offset})",
+                                    b.base_sequence)
                 self._retry_or_fail(b, ps, now_ms, err, count=False)
             else:
                 self._go_fatal(DataLossError(
@@ -461,23 +613,30 @@ class ProducerCore:
                     f"{lso}..{ps.last_acked_offset} may be lost"))
                 self._finish_unacked(b, ps, self.fatal)
             return
-        if code == E.UNSUPPORTED_FOR_MESSAGE_FORMAT and ps.idempotent:
+        if code == E.UNSUPPORTED_FOR_MESSAGE_FORMAT and b.producer_id >= 0:
+            # sent with a producer id to a topic whose format is older than v2: `required`
+            # fails the topic (above, from now on), `requested` sends it again without one
             self.topic_message_format(b.tp.topic, False)
-            if b.done:
-                return
-            self._retry_or_fail(b, ps, now_ms, err, count=False)
+            topic_error = self.topic_errors.get(b.tp.topic)
+            if topic_error is not None:
+                self._finish_unacked(b, ps, topic_error)
+            else:
+                self._retry_or_fail(b, ps, now_ms, err, count=False)
             return
         if code in _FATAL:
             self._go_fatal(ProducerFatalError(
-                f"{b.tp.topic}-{b.tp.partition}: {ErrorCode(code).name}: {r.error_message or ''}"))
+                f"{b.tp.topic}-{b.tp.partition}: {err}"))
             self._finish_unacked(b, ps, self.fatal)
             return
         if code in _REFRESH_METADATA:
             self.metadata_refresh_needed = True
+            cl = r.current_leader
+            if cl is not None and code in _NEW_LEADER and cl[0] >= 0 and cl[1] > ps.leader_epoch:
+                self.update_leader(b.tp, cl[0], cl[1])   # KIP-951: no wait for Metadata
         if code in RETRIABLE:
             self._retry_or_fail(b, ps, now_ms, err)
         else:
-            self._fail_sequenced(b, ps, err)
+            self._give_up(b, ps, err)
 
     def _drop_sequences(self, ps: PartitionState) -> None:
         ps.idempotent = False
@@ -486,7 +645,8 @@ class ProducerCore:
         ps.unacked.clear()
         ps.unacked_records = 0
         ps.retrying = 0
-        ps.rewrite_pending = False
+        ps.rewrite_from = None
+        ps.unresolved = None
 
     def _retry_or_fail(self, b: ProducerBatch, ps: PartitionState, now_ms: int, err: BaseException,
                        count: bool = True) -> None:
@@ -495,13 +655,16 @@ class ProducerCore:
         if self.fatal is not None:
             self._finish_unacked(b, ps, self.fatal)
             return
+        if self.topic_errors and b.tp.topic in self.topic_errors:
+            self._finish_unacked(b, ps, self.topic_errors[b.tp.topic])
+            return
         if count:
             b.attempts += 1
         else:
             b.attempts = max(b.attempts, 1)
         expired = now_ms - b.created_ms >= self.config.delivery_timeout_ms
         if expired or b.attempts > self.config.retries:
-            self._fail_sequenced(b, ps, DeliveryTimeoutError(
+            self._give_up(b, ps, DeliveryTimeoutError(
                 f"{b.tp.topic}-{b.tp.partition}: {b.count} records not delivered within "
                 f"delivery.timeout.ms={self.config.delivery_timeout_ms}; last error: {err}")
                 if expired else err)
@@ -513,13 +676,47 @@ class ProducerCore:
             ps.retrying += 1
         self.acc.reenqueue(b)
 
-    def _fail_sequenced(self, b: ProducerBatch, ps: PartitionState, err: BaseException) -> None:
-        """A batch fails for good. If it had a sequence, the partition now has a gap: the batches
-        after it are renumbered under a bumped epoch."""
-        if ps.idempotent and b.has_sequence and b in ps.unacked:
-            self._remove_unacked(b, ps)
-            self._request_bump(b.tp, f"batch {b.base_sequence}..{b.last_sequence} failed ({err})")
+    def _give_up(self, b: ProducerBatch, ps: PartitionState, err: BaseException) -> None:
+        """b fails for good (delivery timeout, retries used up, a non-retriable answer). If it
+        had a sequence, what became of it decides what happens to the batches after it: nothing
+        if it was written, a renumbering if it was not, and if nobody knows, they are asked."""
+        if not (ps.idempotent and b.has_sequence and b in ps.unacked):
+            self._finish(b, err, None)
+            return
+        self._remove_unacked(b, ps)
+        if self._proven(b, ps):
+            self._finish(b, None, None)
+            return
+        if not self._renumbered(b, ps):
+            if b.maybe_written:
+                self.stats["given_up"] += 1
+                after = increment(b.last_sequence, 1)
+                if ps.unresolved is None or seq_before(ps.unresolved, after):
+                    ps.unresolved = after
+            else:   # refused on every attempt: a gap for certain
+                self._request_bump(b.tp, f"batch {b.base_sequence}..{b.last_sequence} failed "
+                                         f"({err})", b.base_sequence)
         self._finish(b, err, None)
+        self._settle(b.tp, ps)
+
+    def _settle(self, tp: TopicPartition, ps: PartitionState) -> None:
+        """Resolve the partition's unresolved sequence if something tells what became of it."""
+        u = ps.unresolved
+        if u is None:
+            return
+        if ps.last_acked_sequence >= 0 and not seq_before(ps.last_acked_sequence, (u - 1) % SEQUENCE_SPACE):
+            ps.unresolved = None   # a later batch was acknowledged: the given-up one is in the log
+            self.stats["resolved"] += 1
+            return
+        for x in ps.unacked:   # in sequence order; only while unresolved (rare), so a scan is fine
+            if not seq_before(x.base_sequence, u):
+                if ps.rewrite_from is None or seq_before(x.base_sequence, ps.rewrite_from):
+                    return   # x, retried under its sequence, will tell
+                break
+        # nothing left to ask with: assume the worst (a gap), as Java's maybeResolveSequences does
+        # (the records were failed already, as possibly written: no news for the operator)
+        self._request_bump(tp, f"no batch left to tell whether sequences before {u} were written", u,
+                           logging.INFO)
 
     def _finish_unacked(self, b: ProducerBatch, ps: PartitionState, err: BaseException) -> None:
         if b in ps.unacked:
@@ -541,14 +738,21 @@ class ProducerCore:
             if b.producer_epoch == ps.producer_epoch and (
                     ps.last_acked_sequence < 0 or seq_before(ps.last_acked_sequence, b.last_sequence)):
                 ps.last_acked_sequence = b.last_sequence
-        if base_offset is not None and base_offset >= 0:
-            ps.last_acked_offset = max(ps.last_acked_offset, base_offset + b.count - 1)
+                if ps.unresolved is not None:
+                    self._settle(b.tp, ps)
+        if base_offset is not None:
+            if base_offset < 0:
+                base_offset = None   # a broker that did not say where (Kafka's -1): unknown
+            else:
+                ps.last_acked_offset = max(ps.last_acked_offset, base_offset + b.count - 1)
         self._finish(b, None, base_offset, log_append_time)
 
     def _finish(self, b: ProducerBatch, err: BaseException | None, base_offset: int | None,
                 log_append_time: int = -1) -> None:
         b.done = True
         self.acc.release(b)
+        if err is not None and b.maybe_written:
+            err = possibly_written(err)
         self.completions.append(Completion(b, err, base_offset, log_append_time))
 
     # ------------------------------------------------------------------ time and failure
@@ -559,7 +763,7 @@ class ProducerCore:
         for tp, q in self.acc.queues.items():
             while q and now_ms - q[0].created_ms >= limit:
                 b = q.popleft()
-                self._fail_sequenced(b, self._state(tp), DeliveryTimeoutError(
+                self._give_up(b, self._state(tp), DeliveryTimeoutError(
                     f"{tp.topic}-{tp.partition}: {b.count} records not delivered within "
                     f"delivery.timeout.ms={limit}"))
 
@@ -567,26 +771,31 @@ class ProducerCore:
         if self.fatal is None:
             log.error("producer failed: %s", err)
             self.fatal = err
-        self.fail_all(err)
+        self.fail_queued(err)
 
-    def fail_all(self, err: BaseException) -> None:
-        """Close without flushing: fail everything still queued."""
-        for q in self.acc.queues.values():
-            while q:
-                self._finish(q.popleft(), err, None)
+    def fail_queued(self, err: BaseException) -> None:
+        """Fail everything queued (batches on the wire are left to their answers)."""
+        for tp, q in self.acc.queues.items():
+            if q:
+                ps = self._state(tp)
+                while q:
+                    self._finish_unacked(q.popleft(), ps, err)
 
-    def abort_incomplete(self, on_wire: Iterable[ProducerBatch], err: BaseException,
-                         unknown: BaseException) -> None:
-        """Close without waiting any longer (Java's abortIncompleteBatches): every batch not yet
-        done fails, queued ones with `err`, those that may have been written (on the wire, or
-        sent before and queued for a retry) with `unknown`. A later answer finds them done."""
+    def fail_all(self, err: BaseException, unknown: BaseException | None = None) -> None:
+        """Close without waiting (Java's abortIncompleteBatches): every record still held fails
+        now, those never sent with `err`, those that may have been written (on the wire, or sent
+        before and queued for a retry) with `unknown` (default `err`), flagged possibly written.
+        A late answer finds them done and is ignored."""
+        unknown = err if unknown is None else unknown
         for q in self.acc.queues.values():
             while q:
                 b = q.popleft()
-                self._finish_unacked(b, self._state(b.tp), unknown if b.attempts else err)
-        for b in on_wire:
+                self._finish_unacked(b, self._state(b.tp), unknown if b.maybe_written else err)
+        for b in list(self.on_wire):
             if not b.done:
+                b.maybe_written = True
                 self._finish_unacked(b, self._state(b.tp), unknown)
+        self.on_wire.clear()
 
     def take_completions(self) -> list[Completion]:
         c, self.completions = self.completions, []

@@ -3,8 +3,9 @@
 A history is what the workload recorded (every send, acknowledgement and error); the log is
 every partition read from its start. Findings say which side is to blame:
 "broker" when the log contradicts an acknowledgement (loss, another value at an acked offset),
-"client" for fatal producer errors, and "both" for duplicates and reorderings, which can come
-from a client retrying without idempotence or from a broker failing to deduplicate.
+"client" for fatal producer errors (and records never resolved), and "both" for duplicates,
+reorderings and a record in the log that its producer reported failed and not written, which can
+come from a client retrying without idempotence or from a broker failing to deduplicate.
 """
 from __future__ import annotations
 
@@ -26,11 +27,12 @@ class Event:
     partition: int | None = None
     offset: int | None = None
     error: str | None = None
+    possibly_written: bool | None = None   # an error's claim: False = "not in the log"; None = none
 
 
 @dataclass
 class Finding:
-    kind: str                   # duplicate | lost | inconsistent | reorder | fatal
+    kind: str                   # duplicate | lost | inconsistent | reorder | fatal | failed-but-written
     blame: str                  # broker | client | both
     partition: int | None
     value: bytes | None
@@ -150,6 +152,14 @@ def check(history: Iterable[Event], log: dict[int, list[tuple[int, bytes]]],
             findings.append(Finding("inconsistent", "broker", e.partition, e.value,
                                     f"acknowledged p{e.partition}@{e.offset} holds {held!r}",
                                     hist(e.value) + hist(held)[:2]))
+
+    # A producer that said a failed record is not in the log (oncelog's possibly_written=False)
+    # must be right: an application would send it again and so write it twice.
+    for e in events:
+        if e.kind == "error" and e.possibly_written is False and e.value in where:
+            findings.append(Finding("failed-but-written", "both", where[e.value][0][0], e.value,
+                                    f"reported failed and not written ({e.error}), but in the log at "
+                                    f"{where[e.value]}", hist(e.value)))
 
     # Order: for each producer and partition, values sent earlier sit at lower offsets.
     producers = {e.producer for e in events}

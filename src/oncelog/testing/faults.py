@@ -6,7 +6,8 @@ faults: a broker (or the controller) restarted with a storage failpoint armed (`
 fsync after the bytes reached the file; `shortwrite`: half a write, as on a full disk), run under
 load until it fires, then restarted clean; and `power-loss`: every process killed and every
 segment and metadata log cut to its last fsynced size (storage.failpoints' ledger, kept by every
-process of such a run) before they restart.
+process of such a run) before they restart; and client pressure (giveup): oncelog's producer gives batches up
+while their outcome is unknown.
 
 The schedule comes from a seeded random.Random: the same seed gives the same sequence of faults,
 targets and pauses. Every enabled process fault fires once, in a seeded order, before the rest
@@ -33,24 +34,44 @@ from oncelog.testing.workloads import end_offsets, read_range
 NETWORK_FAULTS = ("reset", "drop", "delay")
 STORAGE_FAULTS = ("fsync", "shortwrite", "power-loss")
 PROCESS_FAULTS = ("kill", "move", "expiry", "disk") + STORAGE_FAULTS
-ALL_FAULTS = NETWORK_FAULTS + PROCESS_FAULTS
+CLIENT_FAULTS = ("giveup",)
+ALL_FAULTS = NETWORK_FAULTS + PROCESS_FAULTS + CLIENT_FAULTS
 _FAILPOINT = {"fsync": "fsync-eio", "shortwrite": "shortwrite"}
+
+# giveup, client pressure: oncelog's producer gives batches up with their outcome unknown (one
+# retry, a short delivery.timeout.ms, small batches so that several per partition are on the
+# wire) while 20% of responses are dropped after the broker wrote and every response (not
+# request) is slowed: when one is dropped, the requests sent after it were written too, so a
+# partition loses the answers of several written batches at once, and the oldest is often given
+# up when its retry is dropped as well. A producer that renumbers the others writes them twice.
+GIVEUP_PRODUCER = {"delivery.timeout.ms": 1500, "request.timeout.ms": 600, "retries": 1,
+                   "batch.size": 512}
+GIVEUP_RESPONSE_DELAY_MS = 20
+GIVEUP_DROP_PROBABILITY = 0.2
 
 # producer-state expiry as the expiry fault runs it: short, so that a pause can outlast it
 EXPIRATION_MS, EXPIRATION_CHECK_MS = 2000, 250
 
 
 def proxy_config(faults: set[str], seed: int) -> FaultConfig:
-    return FaultConfig(latency_ms_up=3 if "delay" in faults else 0,
-                       latency_ms_down=3 if "delay" in faults else 0,
+    giveup = "giveup" in faults
+    latency = 3 if "delay" in faults else 0
+    return FaultConfig(latency_ms_up=latency,
+                       latency_ms_down=GIVEUP_RESPONSE_DELAY_MS if giveup else latency,
                        reset_probability=0.05 if "reset" in faults else 0,
-                       drop_response_probability=0.05 if "drop" in faults else 0,
+                       drop_response_probability=(GIVEUP_DROP_PROBABILITY if giveup
+                                                  else 0.05 if "drop" in faults else 0),
                        seed=seed)
 
 
 def process_env(faults: set[str]) -> dict[str, str]:
     """Every process of a power-loss run keeps the fsync ledger from its first start."""
     return {FAILPOINTS: LEDGER} if "power-loss" in faults else {}
+
+
+def client_config(faults: set[str], client: str) -> dict:
+    """Producer settings a workload runs with under these faults."""
+    return dict(GIVEUP_PRODUCER) if "giveup" in faults and client == "oncelog" else {}
 
 
 def broker_overrides(faults: set[str]) -> dict[str, str]:

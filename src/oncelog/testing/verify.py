@@ -16,8 +16,9 @@ from pathlib import Path
 
 from oncelog.testing.checker import Event, Report, check
 from oncelog.testing.cluster import LocalCluster
-from oncelog.testing.faults import (ALL_FAULTS, NETWORK_FAULTS, PROCESS_FAULTS, FaultEvent, FaultRunner,
-                                    FullDisk, broker_overrides, process_env, proxy_config)
+from oncelog.testing.faults import (ALL_FAULTS, CLIENT_FAULTS, NETWORK_FAULTS, PROCESS_FAULTS, FaultEvent,
+                                    FaultRunner, FullDisk, broker_overrides, client_config, process_env,
+                                    proxy_config)
 from oncelog.testing.workloads import WORKLOADS, Workload, read_range
 
 CLIENTS = tuple(WORKLOADS)
@@ -105,7 +106,8 @@ def run(options: VerifyOptions, progress=None) -> VerifyResult:
     root = Path(tempfile.mkdtemp(prefix="oncelog-verify-")) if own_dir else Path(options.workdir)
     topic = "verify"
     cluster = LocalCluster(root, options.brokers, broker_overrides(faults),
-                           proxy_config(faults & set(NETWORK_FAULTS), options.seed), env=process_env(faults))
+                           proxy_config(faults & set(NETWORK_FAULTS + CLIENT_FAULTS), options.seed),
+                           env=process_env(faults))
     disk = FullDisk(cluster.data / f"{topic}-0", cluster) if "disk" in faults else None
     gate = threading.Event()
     gate.set()
@@ -128,7 +130,8 @@ def run(options: VerifyOptions, progress=None) -> VerifyResult:
             n = share + (1 if k < extra else 0)
             workloads.append(WORKLOADS[client](cluster.bootstrap, topic, n, client,
                                                rate=n / duration if duration else None, gate=gate,
-                                               timeout_s=options.timeout_s))
+                                               timeout_s=options.timeout_s,
+                                               config=client_config(faults, client)))
         runner = FaultRunner(cluster, topic, options.partitions,
                              [f for f in options.faults if f in PROCESS_FAULTS], options.seed, gate, disk,
                              on_event=lambda e: say(e.line()))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+from concurrent.futures import TimeoutError as FutureTimeout
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -27,6 +28,7 @@ class Workload:
     gate: threading.Event | None = None  # cleared = pause sending (the expiry fault idles producers)
     timeout_s: float = 120
     stall_s: float = 30                  # third-party clients: no acknowledgement this long = stuck
+    config: dict = field(default_factory=dict)   # producer settings on top of the workload's own
     events: list[Event] = field(default_factory=list)
     stats: Counter = field(default_factory=Counter)
 
@@ -188,7 +190,8 @@ class OncelogWorkload(Workload):
         from oncelog.client.errors import ProducerFatalError
         futs = []
         with Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5, "enable.idempotence": "required",
-                       "delivery.timeout.ms": int(self.timeout_s * 1000)}) as p:
+                       "delivery.timeout.ms": int(self.timeout_s * 1000), "request.timeout.ms": 5000,
+                       **self.config}) as p:
             for v in self.values():
                 if v is not None:
                     futs.append((v, p.send(self.topic, v, key=v)))
@@ -200,10 +203,15 @@ class OncelogWorkload(Workload):
                 try:
                     md = f.result(self.timeout_s)
                     self.events.append(Event(_t(), self.client, self.producer, "ack", v, md.partition, md.offset))
+                except FutureTimeout:
+                    self.events.append(Event(_t(), self.client, self.producer, "fatal", v, None, None,
+                                             f"never resolved: no outcome {self.timeout_s:.0f}s after flush"))
                 except Exception as e:
                     kind = "fatal" if isinstance(e, ProducerFatalError) else "error"
+                    # the producer says whether a failed record may be in the log anyway
                     self.events.append(Event(_t(), self.client, self.producer, kind, v, None, None,
-                                             f"{type(e).__name__}: {e}"[:200]))
+                                             f"{type(e).__name__}: {e}"[:200],
+                                             getattr(e, "possibly_written", None)))
             self.stats.update(p.stats)
 
 
@@ -211,13 +219,21 @@ WORKLOADS: dict[str, type[Workload]] = {"oncelog": OncelogWorkload, "librdkafka"
                                         "kafka-python": KafkaPythonWorkload}
 
 
-def end_offsets(bootstrap: str, topic: str) -> dict[int, tuple[int, int]]:
-    """partition -> (log start offset, high watermark)."""
-    from confluent_kafka import Consumer, TopicPartition
+def end_offsets(bootstrap: str, topic: str, timeout_s: float = 60) -> dict[int, tuple[int, int]]:
+    """partition -> (log start offset, high watermark). Retried while a leader has just moved
+    (the consumer's metadata may still name the old one)."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "oncelog-verify", "log_level": 3})
+    deadline = time.monotonic() + timeout_s
     try:
-        parts = sorted(c.list_topics(topic, timeout=10).topics[topic].partitions)
-        return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in parts}
+        while True:
+            try:
+                parts = sorted(c.list_topics(topic, timeout=10).topics[topic].partitions)
+                return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in parts}
+            except KafkaException:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
     finally:
         c.close()
 

@@ -75,6 +75,7 @@ class Cluster:
         self._wanted: set[str] = set()
         self.last_refresh = 0.0
         self.listeners: list = []   # callables(MetadataInfo) after each refresh
+        self.on_connect: list = []  # callables(node id) when a connection to a broker is made
         self.closed = False
 
     # ------------------------------------------------------------------ connections
@@ -144,6 +145,8 @@ class Cluster:
         self._failures.pop(node, None)
         self._retry_at.pop(node, None)
         self.conns[node] = c
+        for fn in self.on_connect:
+            fn(node)
         return c
 
     def version(self, api_key: int) -> int | None:

@@ -175,6 +175,7 @@ class AIOProducer:
                                allow_auto_create=str(config.get("allow.auto.create.topics", "true")).lower() != "false",
                                address_map=config.get("oncelog.address.map"))
         self.cluster.listeners.append(self._on_metadata)
+        self.cluster.on_connect.append(self._on_connected)
         self.partitioner = StickyPartitioner(
             self.config.batch_size, ignore_keys=_flag(config, "partitioner.ignore.keys", False),
             load=self._partition_load if _flag(
@@ -192,7 +193,6 @@ class AIOProducer:
         self._async_mem: list[asyncio.Future] = []
         self._flushes: list[_FlushWaiter] = []
         # requests on the wire -> their batches: what flush waits for and close fails
-        self._requests: dict[asyncio.Future, list] = {}
         self._closing = False
         self._closed = False
         self._close_task: asyncio.Future | None = None
@@ -284,8 +284,7 @@ class AIOProducer:
         """Every batch not yet completed: queued, or in a request on the wire (caller holds the
         lock; completed batches not yet delivered were taken from the core just before)."""
         pending = {b for q in self.core.acc.queues.values() for b in q}
-        for batches in self._requests.values():
-            pending.update(b for b in batches if not b.done)
+        pending.update(b for b in self.core.on_wire if not b.done)
         return pending
 
     async def close(self, timeout: float | None = None) -> None:
@@ -309,10 +308,8 @@ class AIOProducer:
             self._closed = True
             self._take_handoff(now_ms())
             with self.lock:
-                on_wire = [b for batches in self._requests.values() for b in batches]
-                self._requests.clear()
-                self.core.abort_incomplete(
-                    on_wire, ProducerClosedError("producer closed before delivery"),
+                self.core.fail_all(
+                    ProducerClosedError("producer closed before delivery"),
                     ProducerClosedError("producer closed while the records' outcome was unknown: "
                                         "they may or may not have been written"))
                 done = self.core.take_completions()
@@ -599,6 +596,10 @@ class AIOProducer:
                     self._on_metadata_topic(t)
         self.wakeup()
 
+    def _on_connected(self, node: int) -> None:
+        with self.lock:
+            self.core.on_connected(node)   # KIP-1269: this node's partitions start at 5 again
+
     def _on_metadata_topic(self, t: wire.TopicInfo) -> None:
         for p in t.partitions:
             self.core.update_leader(TopicPartition(t.name, p.index), p.leader, p.leader_epoch)
@@ -698,7 +699,6 @@ class AIOProducer:
         self.requests_sent += 1
         if fut is None:
             return
-        self._requests[fut] = batches
         timer = self.loop.call_later(self.config.request_timeout_ms / 1000, self._request_timed_out,
                                      conn, fut)
         fut.add_done_callback(lambda f: self._on_produce_done(node, version, batches, f, timer))
@@ -713,8 +713,6 @@ class AIOProducer:
 
     def _on_produce_done(self, node: int, version: int, batches: list, fut: asyncio.Future, timer) -> None:
         timer.cancel()
-        if self._requests.pop(fut, None) is None:
-            return   # close() failed these batches already
         now = now_ms()
         try:
             body = fut.result()
@@ -732,6 +730,8 @@ class AIOProducer:
                 results[(name, p.index)] = PartitionResult(
                     p.error_code, p.base_offset, p.log_append_time, p.log_start_offset,
                     p.error_message, p.reported_batches_to_retain, t.max_inflight_sequences)
+                if p.leader_id >= 0:   # KIP-951 CurrentLeader, with NOT_LEADER_OR_FOLLOWER
+                    results[(name, p.index)].current_leader = (p.leader_id, p.leader_epoch)
         missing = PartitionResult(error_code=ErrorCode.NETWORK_EXCEPTION,
                                   error_message="partition missing from the Produce response")
         pairs = [(b, results.get(b.tp, missing)) for b in batches]
