@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from oncelog.core.txn.partition import AbortedTxn, AbortedTxnIndex, PartitionTxns, collect_aborted
+from oncelog.core.txn.partition import AbortedTxnIndex, PartitionTxns, collect_aborted
 from oncelog.core.txn.read_committed import ReadCommittedFilter
 from oncelog.protocol.errors import ErrorCode as E
 
