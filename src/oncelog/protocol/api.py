@@ -27,11 +27,18 @@ class ApiKey(IntEnum):
     DELETE_TOPICS = 20
     DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
+    ADD_PARTITIONS_TO_TXN = 24
+    ADD_OFFSETS_TO_TXN = 25
+    END_TXN = 26
+    WRITE_TXN_MARKERS = 27
+    TXN_OFFSET_COMMIT = 28
     DESCRIBE_CONFIGS = 32
     DELETE_GROUPS = 42
     INCREMENTAL_ALTER_CONFIGS = 44
     DESCRIBE_CLUSTER = 60
     DESCRIBE_PRODUCERS = 61
+    DESCRIBE_TRANSACTIONS = 65
+    LIST_TRANSACTIONS = 66
     # controller listener
     SASL_HANDSHAKE = 17
     SASL_AUTHENTICATE = 36
@@ -68,6 +75,19 @@ BROKER_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_PRODUCERS: (0, 0),
 }
 
+# Transactions (issue 16, docs/transactions.md "Versions"): what the broker will advertise once the
+# handlers exist; not in BROKER_VERSIONS until then. Never: EndTxn v5 and InitProducerId v6
+# (Transactions V2, KIP-939), nor the transaction.version feature.
+TRANSACTION_VERSIONS: dict[int, tuple[int, int]] = {
+    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 4),
+    ApiKey.ADD_OFFSETS_TO_TXN: (0, 3),
+    ApiKey.END_TXN: (0, 3),
+    ApiKey.WRITE_TXN_MARKERS: (1, 1),
+    ApiKey.TXN_OFFSET_COMMIT: (0, 3),
+    ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
+    ApiKey.LIST_TRANSACTIONS: (0, 1),
+}
+
 # (min, max) served on the controller listener
 CONTROLLER_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.API_VERSIONS: (0, 3),
@@ -92,6 +112,9 @@ FIRST_FLEXIBLE: dict[int, int] = {
     ApiKey.API_VERSIONS: 3, ApiKey.CREATE_TOPICS: 5, ApiKey.DELETE_TOPICS: 4,
     ApiKey.DELETE_RECORDS: 2, ApiKey.INIT_PRODUCER_ID: 2, ApiKey.DESCRIBE_CONFIGS: 4,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: 1, ApiKey.DESCRIBE_CLUSTER: 0, ApiKey.DESCRIBE_PRODUCERS: 0,
+    ApiKey.ADD_PARTITIONS_TO_TXN: 3, ApiKey.ADD_OFFSETS_TO_TXN: 3, ApiKey.END_TXN: 3,
+    ApiKey.WRITE_TXN_MARKERS: 1, ApiKey.TXN_OFFSET_COMMIT: 3, ApiKey.DESCRIBE_TRANSACTIONS: 0,
+    ApiKey.LIST_TRANSACTIONS: 0,
     ApiKey.SASL_HANDSHAKE: 1 << 15, ApiKey.SASL_AUTHENTICATE: 2, ApiKey.ALTER_PARTITION_REASSIGNMENTS: 0,
     ApiKey.BROKER_REGISTRATION: 0, ApiKey.BROKER_HEARTBEAT: 0, ApiKey.ALLOCATE_PRODUCER_IDS: 0,
 }
@@ -110,6 +133,10 @@ KIO_NAMES: dict[int, str] = {
     ApiKey.DESCRIBE_CONFIGS: "describe_configs",
     ApiKey.INCREMENTAL_ALTER_CONFIGS: "incremental_alter_configs",
     ApiKey.DESCRIBE_CLUSTER: "describe_cluster", ApiKey.DESCRIBE_PRODUCERS: "describe_producers",
+    ApiKey.ADD_PARTITIONS_TO_TXN: "add_partitions_to_txn", ApiKey.ADD_OFFSETS_TO_TXN: "add_offsets_to_txn",
+    ApiKey.END_TXN: "end_txn", ApiKey.WRITE_TXN_MARKERS: "write_txn_markers",
+    ApiKey.TXN_OFFSET_COMMIT: "txn_offset_commit", ApiKey.DESCRIBE_TRANSACTIONS: "describe_transactions",
+    ApiKey.LIST_TRANSACTIONS: "list_transactions",
     ApiKey.SASL_HANDSHAKE: "sasl_handshake", ApiKey.SASL_AUTHENTICATE: "sasl_authenticate",
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: "alter_partition_reassignments",
     ApiKey.BROKER_REGISTRATION: "broker_registration", ApiKey.BROKER_HEARTBEAT: "broker_heartbeat",

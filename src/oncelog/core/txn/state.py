@@ -1,0 +1,99 @@
+"""The transaction coordinator's states and the metadata it keeps per transactional id.
+
+Rule 1 of this package (h11's): every rule about which state may follow which lives in this file,
+as data (`VALID_PREVIOUS`), so tests and docs can read it. Kafka's `TransactionState` ids are the
+persisted form; names are what DescribeTransactions and ListTransactions show.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from enum import IntEnum
+
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+MAX_EPOCH = 2**15 - 1
+# Kafka's TransactionMetadata.isEpochExhausted: a client never gets Short.MAX_VALUE, so the
+# coordinator can always fence the current epoch with one more bump.
+EPOCH_EXHAUSTED_AT = MAX_EPOCH - 1
+
+TopicPartition = tuple[str, int]
+
+
+class TxnState(IntEnum):
+    EMPTY = 0
+    ONGOING = 1
+    PREPARE_COMMIT = 2
+    PREPARE_ABORT = 3
+    COMPLETE_COMMIT = 4
+    COMPLETE_ABORT = 5
+    DEAD = 6
+    # Pending-only: the fence and the abort it forces are written as one PrepareAbort record.
+    PREPARE_EPOCH_FENCE = 7
+
+    @property
+    def display_name(self) -> str:
+        return _NAMES[self]
+
+    @classmethod
+    def from_name(cls, name: str) -> "TxnState | None":
+        return _BY_NAME.get(name)
+
+
+_NAMES = {
+    TxnState.EMPTY: "Empty", TxnState.ONGOING: "Ongoing", TxnState.PREPARE_COMMIT: "PrepareCommit",
+    TxnState.PREPARE_ABORT: "PrepareAbort", TxnState.COMPLETE_COMMIT: "CompleteCommit",
+    TxnState.COMPLETE_ABORT: "CompleteAbort", TxnState.DEAD: "Dead",
+    TxnState.PREPARE_EPOCH_FENCE: "PrepareEpochFence",
+}
+_BY_NAME = {name: state for state, name in _NAMES.items()}
+
+S = TxnState
+VALID_PREVIOUS: dict[TxnState, frozenset[TxnState]] = {
+    S.EMPTY: frozenset({S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
+    S.ONGOING: frozenset({S.ONGOING, S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
+    S.PREPARE_COMMIT: frozenset({S.ONGOING}),
+    S.PREPARE_ABORT: frozenset({S.ONGOING, S.PREPARE_EPOCH_FENCE}),
+    S.COMPLETE_COMMIT: frozenset({S.PREPARE_COMMIT}),
+    S.COMPLETE_ABORT: frozenset({S.PREPARE_ABORT}),
+    S.DEAD: frozenset({S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
+    S.PREPARE_EPOCH_FENCE: frozenset({S.ONGOING}),
+}
+PREPARED = frozenset({S.PREPARE_COMMIT, S.PREPARE_ABORT})
+COMPLETED = frozenset({S.COMPLETE_COMMIT, S.COMPLETE_ABORT})
+# States in which an id may be expired (transactional.id.expiration.ms) or given a new epoch.
+IDLE = frozenset({S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT})
+# States a record may hold (Dead is a tombstone, PrepareEpochFence never written).
+PERSISTED = frozenset({S.EMPTY, S.ONGOING, S.PREPARE_COMMIT, S.PREPARE_ABORT,
+                       S.COMPLETE_COMMIT, S.COMPLETE_ABORT})
+
+
+def is_valid_transition(before: TxnState, after: TxnState) -> bool:
+    return before in VALID_PREVIOUS[after]
+
+
+def is_epoch_exhausted(epoch: int) -> bool:
+    return epoch >= EPOCH_EXHAUSTED_AT
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionMetadata:
+    """What `__transaction_state` holds for one transactional id (immutable: a transition makes a
+    new one, and only the coordinator's `complete` installs it).
+
+    `last_producer_id` is Kafka's previousProducerId (the id before the latest transition, so a
+    client whose epoch-exhausted id was rotated can still be recognised); `last_producer_epoch`
+    lets a retried InitProducerId (KIP-360) get the epoch it already bumped to.
+    """
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    state: TxnState
+    partitions: frozenset[TopicPartition] = field(default_factory=frozenset)
+    start_ms: int = -1
+    update_ms: int = -1
+    last_producer_id: int = NO_PRODUCER_ID
+    last_producer_epoch: int = NO_PRODUCER_EPOCH
+
+    def evolve(self, **changes: object) -> "TransactionMetadata":
+        return replace(self, **changes)  # type: ignore[arg-type]
