@@ -442,8 +442,9 @@ class CountingArray:
         self._arr, self._reads = arr, reads
 
     def __getitem__(self, i):
-        self._reads.append(i)
-        return self._arr[i]
+        item = self._arr[i]
+        self._reads.extend(item if isinstance(i, slice) else [item])
+        return item
 
     def __setitem__(self, i, v):
         self._arr[i] = v

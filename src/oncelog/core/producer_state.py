@@ -338,16 +338,12 @@ class ProducerStateManager:
         """At the producer cap: move the least recently updated of EVICTION_SCAN slots, scanned
         from a hand that goes round the table, to the remembered set (a clock-style approximate
         LRU: no request scans all producers). Its next batch restores it from the log."""
-        n = len(self._index)
-        updated = self._updated
-        i = victim = self._hand % n
-        oldest = updated[i]
-        for _ in range(min(n, EVICTION_SCAN) - 1):
-            i = i + 1 if i + 1 < n else 0
-            u = updated[i]
-            if u < oldest:
-                victim, oldest = i, u
-        self._hand = i + 1
+        n, updated = len(self._index), self._updated
+        start = self._hand % n
+        stop = start + min(n, EVICTION_SCAN)
+        window = updated[start:stop] if stop <= n else updated[start:] + updated[:stop - n]
+        victim = (start + window.index(min(window))) % n
+        self._hand = stop
         self.evictions += 1
         self._retire_slots([victim])
 

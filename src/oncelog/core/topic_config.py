@@ -145,7 +145,7 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in (
               "log.producer.state.max.producers.per.partition", minimum=1, maximum=ps.MAX_MAX_PRODUCERS),
     ConfigDef("producer.state.max.remembered.producers.per.partition", "int", ps.DEFAULT_MAX_REMEMBERED,
               "Expired or evicted producers a partition remembers (the offsets of the batches they "
-              "retained, about 8 B per batch plus 26 B). Beyond it those whose newest batch is "
+              "retained: 8 B per batch plus about 25 B). Beyond it those whose newest batch is "
               "oldest are forgotten; their next batch gets UNKNOWN_PRODUCER_ID with a log start "
               "offset above everything they wrote (a reset for their client, not data loss).",
               "log.producer.state.max.remembered.producers.per.partition", minimum=0,

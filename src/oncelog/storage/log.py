@@ -508,25 +508,32 @@ class PartitionLog:
         if offset < seg.base_offset:
             return None
         pos = seg.position_for(offset)
-        # first just the header at the index entry (often the batch itself), then an interval
-        chunk, interval = rec.BATCH_OVERHEAD, min(self.config.index_interval_bytes, _HEADER_READ_MAX)
-        buf, at = b"", pos  # bytes read, and the file position they start at
+        unpack, need = _OFFSET_AND_LENGTH.unpack_from, rec.BATCH_OVERHEAD
+        size = need  # first the header at the index entry (often the batch itself), then an interval
+        interval = min(self.config.index_interval_bytes, _HEADER_READ_MAX) + need
         while pos < seg.size:
-            rel = pos - at
-            if rel + rec.BATCH_OVERHEAD > len(buf):
-                buf, at, rel = os.pread(seg.fd, min(chunk, seg.size - pos), pos), pos, 0
-                chunk = interval + rec.BATCH_OVERHEAD
-                if len(buf) < rec.LOG_OVERHEAD + 5:
-                    return None
-            first, length = _OFFSET_AND_LENGTH.unpack_from(buf, rel)
-            if buf[rel + 16] >= 2 and first >= offset:  # v2: the batch's base offset
-                if first > offset or len(buf) - rel < rec.BATCH_OVERHEAD:
-                    return None
-                h = rec.read_batch_header(buf, rel)
-                return h if h.last_offset >= self.log_start_offset else None
-            if first >= offset or length <= 0:  # a v0/v1 message (its offset is its last)
-                return None
-            pos += rec.LOG_OVERHEAD + length
+            buf = os.pread(seg.fd, min(size, seg.size - pos), pos)
+            size = interval
+            rel, limit = 0, len(buf) - rec.LOG_OVERHEAD
+            while rel <= limit:  # step over the entries before it by their lengths
+                first, length = unpack(buf, rel)
+                if first >= offset or length <= 0:
+                    break
+                rel += rec.LOG_OVERHEAD + length
+            else:
+                pos += rel
+                continue
+            if first != offset or length <= 0:
+                return None  # no batch starts at `offset` (inside one, or a v0/v1 message there)
+            if len(buf) - rel < need:
+                if rel == 0:
+                    return None  # the file ends inside it
+                pos, size = pos + rel, need
+                continue
+            if buf[rel + 16] < 2:
+                return None  # a v0/v1 message: its offset is its last
+            h = rec.read_batch_header(buf, rel)
+            return h if h.last_offset >= self.log_start_offset else None
         return None
 
     def offset_for_timestamp(self, timestamp: int) -> TimestampAndOffset | None:
