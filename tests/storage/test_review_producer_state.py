@@ -2,29 +2,10 @@
 PartitionLog in a temp directory, as tests/storage/test_partition.py."""
 from __future__ import annotations
 
-import os
-
-import pytest
-
-import oncelog.storage.log as storage_log
 from oncelog.protocol.errors import ErrorCode as E
 from oncelog.protocol.record_codec import Record, encode_batch
 
-from test_partition import NOW, PID, batch, env, fill  # noqa: F401 - env is a fixture
-
-
-class PreadBytes:
-    """Bytes the log reads from its segment files (os.pread is how it reads them)."""
-
-    def __init__(self, monkeypatch):
-        self.total = 0
-        real = os.pread
-
-        def counting(fd, n, pos):
-            data = real(fd, n, pos)
-            self.total += len(data)
-            return data
-        monkeypatch.setattr(storage_log.os, "pread", counting)
+from test_partition import NOW, PID, PreadBytes, batch, env, fill  # noqa: F401 - env is a fixture
 
 
 # review1: Partition._restore_from_log read every byte between an expired producer's oldest and
