@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import secrets
 import struct
 import time
 import uuid
@@ -45,7 +46,9 @@ def arr(n: int, flex: bool) -> bytes:
 class Partition:
     def __init__(self, window: int) -> None:
         self.window = window
-        self.state = ProducerStateManager(ProducerStateConfig(batches_to_retain=window))
+        # a stand-in broker draws its pid hash key as storage does (per partition, at random)
+        self.state = ProducerStateManager(ProducerStateConfig(batches_to_retain=window),
+                                          hash_key=secrets.randbits(64))
         self.next_offset = 0
         self.bytes = 0
 

@@ -13,9 +13,10 @@ KIP-1269's "about 36 B per retained batch" (BatchMetadata only, JVM, per-entry o
 resident growth with what the per-producer figure predicts (the partition's producer cap,
 producer.state.max.producers.per.partition, is raised to fit them).
 
-The last row is what an expired producer costs while the partition remembers where its batches
-are (pid, oldest and newest batch offset, its slot in a hash table): the state of every producer
-of the window-5 row is expired and the remembered set measured alone.
+The last rows are what an expired (or evicted) producer costs while the partition remembers where
+its batches are (pid, the base offset of each batch it retained, the last offset of its newest,
+a batch count and its slot in a hash table): the state of every producer of the window-5 and
+range rows is expired and the remembered set measured alone.
 """
 from __future__ import annotations
 
@@ -53,7 +54,8 @@ class ProducerStateEntry:
 def _fill_packed(n: int, mode: str, window: int):
     from oncelog.core.producer_state import ProducerStateConfig, ProducerStateManager
     m = ProducerStateManager(ProducerStateConfig(dedup_mode=mode, batches_to_retain=window,
-                                                 max_producers=max(n, 1)))
+                                                 max_producers=max(n, 1), max_remembered=max(n, 1)),
+                             hash_key=0x9E3779B97F4A7C15)
     per = 1 if mode == "range" else window
     off = BASE_OFFSET
     now = 1_700_000_000_000
@@ -67,23 +69,27 @@ def _fill_packed(n: int, mode: str, window: int):
     return m
 
 
-def measure_expired(n: int) -> dict:
-    """Bytes per remembered expired producer: fill, expire all, then trace only the remembered set
-    being rebuilt from its columns (what it holds in steady state)."""
+def measure_expired(n: int, mode: str = "window", window: int = 5) -> dict:
+    """Bytes per remembered producer: fill, expire all, then trace only the remembered set being
+    rebuilt from its columns (what it holds in steady state)."""
     import gc
     import tracemalloc
+    from array import array
 
-    from oncelog.core.producer_state import ExpiredProducers
-    m = _fill_packed(n, "window", 5)
+    from oncelog.core.pid_index import ExpiredProducers
+    m = _fill_packed(n, mode, window)
     m.remove_expired(10**15)
     assert len(m.expired) == n and len(m) == 0
-    pids, oldest, newest = (bytes(a) for a in m.expired.columns())
+    stride = m.expired.stride
+    cols = [(a.typecode, bytes(a)) for a in m.expired.columns()]
     del m
     gc.collect()
     tracemalloc.start()
-    e = ExpiredProducers(12345, n)
-    from array import array
-    e.load(array("q", pids), array("q", oldest), array("q", newest))
+    e = ExpiredProducers(12345, n, stride)
+    pids, count, end, offsets = (array(code, data) for code, data in cols)
+    e.load(stride, pids, count, end, offsets, -1)
+    del pids, count, end, offsets
+    gc.collect()
     traced, _peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     return {"traced_per_producer": traced / n, "arrays_per_producer": e.memory_bytes() / n}
@@ -128,7 +134,8 @@ def measure(layout: str, mode: str, window: int, n: int) -> dict:
 
 
 def _child(layout, mode, window, n) -> dict:
-    call = f"b.measure_expired({n})" if layout == "expired" else f"b.measure({layout!r}, {mode!r}, {window}, {n})"
+    call = f"b.measure_expired({n}, {mode!r}, {window})" if layout == "expired" \
+        else f"b.measure({layout!r}, {mode!r}, {window}, {n})"
     code = (f"import json, sys; sys.path.insert(0, {repr(sys.path[0])}); import producer_state_memory as b; "
             f"print(json.dumps({call}))")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -155,9 +162,10 @@ def main(argv=None) -> int:
               f"{packed['rss_per_producer']:>11.0f} B"
               f"{objects['traced_per_producer']:>13.0f} B{kafka:>16d} B{ratio:>7.1f}x")
         rows.append((label, packed))
-    expired = _child("expired", "window", 5, n)
-    print(f"{'expired, kept':<14}{expired['arrays_per_producer']:>6.0f}/{expired['traced_per_producer']:>5.0f} B"
-          f"{'':>11}  (remembered after expiry: pid, oldest and newest batch offset)")
+    for mode, window, label in (("window", 5, "remembered w5"), ("range", 5, "remembered rg")):
+        expired = _child("expired", mode, window, n)
+        print(f"{label:<14}{expired['arrays_per_producer']:>6.0f}/{expired['traced_per_producer']:>5.0f} B"
+              f"{'':>11}  (after expiry or eviction: pid, each retained batch's offset, newest's end)")
     w5 = rows[0][1]["traced_per_producer"]
     rg = rows[3][1]["traced_per_producer"]
     print(f"\ngoal window 5 <= {GOAL_WINDOW5} B: {'met' if w5 <= GOAL_WINDOW5 else 'MISSED'} ({w5:.0f} B); "

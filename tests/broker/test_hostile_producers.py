@@ -49,16 +49,20 @@ def test_never_seen_producers_and_colliding_ids_are_each_answered_correctly(brok
     assert [(a.error_code, a.base_offset) for a in nexts] == [(0, end + 8000 + i) for i in range(1000)]
 
 
-def test_producers_beyond_the_cap_are_refused_with_a_retriable_error(broker):
+def test_producers_beyond_the_cap_evict_the_least_recently_updated_and_keep_deduplication(broker):
+    # One client with 1,500 ids on a partition capped at 1,000: nobody is locked out (the least
+    # recently updated producer is evicted into the remembered set), and every producer's retry,
+    # evicted or not, is still answered with its original offset (restored from the log).
     topic = "capped"
     with AdminClient({"bootstrap.servers": broker.bootstrap}) as admin:
         admin.create_topics([topic], config={"producer.state.max.producers.per.partition": "1000"})
     ids = colliding_producer_ids(1500)
     answers = produce(broker.bootstrap, topic, (idempotent_batch(pid, 0) for pid in ids))
-    assert [(a.error_code, a.base_offset) for a in answers[:1000]] == [(0, i) for i in range(1000)]
-    refused = answers[1000:]
-    assert {(a.error_code, a.base_offset) for a in refused} == {(E.THROTTLING_QUOTA_EXCEEDED, -1)}
-    assert "producer.state.max.producers.per.partition" in refused[0].error_message
-    assert _log_end(broker.bootstrap, topic) == 1000
-    retries = produce(broker.bootstrap, topic, (idempotent_batch(pid, 0) for pid in ids[:1000]))
-    assert [(a.error_code, a.base_offset) for a in retries] == [(0, i) for i in range(1000)]
+    assert [(a.error_code, a.base_offset) for a in answers] == [(0, i) for i in range(1500)]
+    retries = produce(broker.bootstrap, topic, (idempotent_batch(pid, 0) for pid in ids))
+    assert [(a.error_code, a.base_offset) for a in retries] == [(0, i) for i in range(1500)]
+    assert _log_end(broker.bootstrap, topic) == 1500
+    nexts = produce(broker.bootstrap, topic, (idempotent_batch(pid, 1) for pid in ids[::10]))
+    assert [(a.error_code, a.base_offset) for a in nexts] == [(0, 1501 + i) for i in range(150)]
+    with AdminClient({"bootstrap.servers": broker.bootstrap}) as admin:
+        assert len(admin.describe_producers(topic, 0)) == 1000

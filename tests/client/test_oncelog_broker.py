@@ -270,6 +270,22 @@ def test_idle_producer_past_expiry_continues_where_it_was(expiring_broker):
     assert [r.value for r in read(boot, "idle", expected=4)] == [b"0", b"1", b"2", b"3"]
 
 
+def test_idle_producer_forgotten_for_room_resets_instead_of_reporting_data_loss(expiring_broker):
+    # The partition remembers no expired producer (a budget of 0 stands for a remembered set
+    # overrun by producer churn): its state is forgotten with its batches still in the log. The
+    # broker's UNKNOWN_PRODUCER_ID then carries the producer-state start as log start offset,
+    # above what the producer had acknowledged: a reset, not a DataLossError.
+    boot = expiring_broker.bootstrap
+    create(boot, "churned", producer_state_max_remembered_producers_per_partition=0)
+    with Producer({"bootstrap.servers": boot, "linger.ms": 0}) as p:
+        for i in range(3):
+            p.send("churned", b"%d" % i).result(30)
+        wait_producer_expired(boot, "churned")
+        assert p.send("churned", b"3").result(30).offset == 3
+        assert p.send("churned", b"4").result(30).offset == 4
+    assert [r.value for r in read(boot, "churned", expected=5)] == [b"0", b"1", b"2", b"3", b"4"]
+
+
 def test_unknown_producer_after_real_loss_is_fatal_data_loss(tmp_path):
     # The broker really lost what it acknowledged (the partition's data gone, as after a disk
     # failure): UNKNOWN_PRODUCER_ID with a log start offset at or below the last acknowledged

@@ -1,14 +1,14 @@
-"""Review of the producer cap (i13-pstate) with a client nobody here wrote: the broker refuses a
-new producer with THROTTLING_QUOTA_EXCEEDED, which docs/producer-state.md calls retriable;
+"""Review of the producer cap (i13-pstate) with a client nobody here wrote: the broker refused a
+new producer with THROTTLING_QUOTA_EXCEEDED, which docs/producer-state.md called retriable;
 librdkafka fails the message at once (Kafka never sends this code on Produce)."""
 import pytest
 
 from oncelog.client import AdminClient
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "review1: at producer.state.max.producers.per.partition the broker refuses new producers with "
-    "THROTTLING_QUOTA_EXCEEDED, which librdkafka (confluent-kafka 2.16) fails at once as permanent"))
+# review1: at producer.state.max.producers.per.partition the broker refused new producers with
+# THROTTLING_QUOTA_EXCEEDED, which librdkafka (confluent-kafka 2.16) fails at once as permanent.
+# Now the least recently updated producer is evicted (into the remembered set) instead.
 def test_review_librdkafka_producer_on_a_full_partition_is_retried_not_failed(broker):
     confluent_kafka = pytest.importorskip("confluent_kafka")
     with AdminClient({"bootstrap.servers": broker.bootstrap}) as admin:

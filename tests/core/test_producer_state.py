@@ -32,14 +32,14 @@ from oncelog.core import producer_state as ps
 from oncelog.core.producer_state import (APPEND, DUPLICATE, LOOKUP, REFUSE, ProducerStateConfig,
                                          ProducerStateManager)
 from oncelog.core.sequence import MAX_SEQUENCE, last_sequence
-from oncelog.protocol.errors import RETRIABLE
 from oncelog.protocol.errors import ErrorCode as E
 
 PID = 1000
+KEY = 0x0123456789ABCDEF  # storage draws the hash key per partition; tests pass one
 
 
 def manager(**kw) -> ProducerStateManager:
-    return ProducerStateManager(ProducerStateConfig(**kw))
+    return ProducerStateManager(ProducerStateConfig(**kw), hash_key=KEY)
 
 
 class Log:
@@ -381,25 +381,91 @@ def test_chosen_producer_ids_do_not_share_a_probe_chain():
     assert m.remove_expired(10**15) == 8000 and len(m) == 0
 
 
-def test_the_hash_key_differs_per_manager():
-    a, b = ProducerStateManager(), ProducerStateManager()
+def test_the_hash_key_is_the_callers():
+    # Storage draws the key (as it passes the clock): the core holds no source of randomness.
+    with pytest.raises(TypeError):
+        ProducerStateManager(ProducerStateConfig())
+    a, b = ProducerStateManager(hash_key=1), ProducerStateManager(hash_key=2)
     ids = list(range(64))
     assert [a._index._home(p) for p in ids] != [b._index._home(p) for p in ids]
-    c = ProducerStateManager(hash_key=a._key)
+    c = ProducerStateManager(hash_key=1)
     assert [a._index._home(p) for p in ids] == [c._index._home(p) for p in ids]
+    # the remembered set's table has a key of its own, and keeps it through a snapshot load
+    a.record(7, 0, 0, 0, 0, -1, 0)
+    a.remove_expired(10**15)
+    key = a.expired._key
+    assert key != a._key
+    a.load_columns(a.columns())
+    assert a.expired._key == key and 7 in a.expired
 
 
-def test_producer_cap_refuses_a_new_producer_with_a_retriable_error():
-    m = manager(max_producers=2)
+def test_producer_cap_evicts_the_least_recently_updated_producer():
+    m = manager(max_producers=3)
     log = Log(m)
-    log.produce(1, 0, 0)
-    log.produce(2, 0, 0)
-    c = m.check(3, 0, 0, 0)
-    assert (c.kind, c.error) == (REFUSE, E.THROTTLING_QUOTA_EXCEEDED) and E.THROTTLING_QUOTA_EXCEEDED in RETRIABLE
-    assert err(log.produce(3, 0, 5)) == E.UNKNOWN_PRODUCER_ID  # no state would be created anyway
-    assert log.produce(1, 0, 1)[0] == "appended" and log.produce(1, 0, 0)[0] == "duplicate"
-    m.record(3, 0, 0, 0, 99, -1, 0)  # the log is trusted at replay: no cap there
-    assert len(m) == 3
+    assert log.produce(1, 0, 0, now=10) == ("appended", 0)
+    log.produce(2, 0, 0, now=5)     # the least recently updated
+    log.produce(3, 0, 0, now=20)
+    assert log.produce(4, 0, 0, now=30) == ("appended", 3)  # never refused
+    assert 2 not in m and {1, 3, 4} <= set(e.producer_id for e in m.entries())
+    # the evicted producer is remembered with where its batch is, for storage to restore it
+    assert m.expired.get(2) == ((1,), 1) and m.evictions == 1
+    assert err(log.produce(2, 0, 1)) == E.UNKNOWN_PRODUCER_ID  # the core alone cannot restore it
+    m.record(2, 0, 0, 0, 1, -1, 40)  # what a restore does: the log's batch, recorded again
+    assert 2 in m and 2 not in m.expired and len(m) == 3 and m.evictions == 2  # 1 went (now=10)
+    assert 1 in m.expired
+
+
+def test_eviction_scans_a_bounded_number_of_producers():
+    # 1,000 producers at the cap: each new one compares EVICTION_SCAN of them, not all, and the
+    # hand goes round, so over n / EVICTION_SCAN evictions every slot is looked at.
+    m = manager(max_producers=1000)
+    for pid in range(1000):
+        m.record(pid, 0, 0, 0, pid, -1, 10_000 - pid)  # pid 999 is the least recently updated
+    reads = []
+    real = m._updated
+    m._updated = CountingArray(real, reads)
+    m.record(5000, 0, 0, 0, 5000, -1, 20_000)
+    # the scan, plus the new slot's own update and the swap-remove's move of the last slot
+    assert len(reads) <= ps.EVICTION_SCAN + 2
+    evicted = [pid for pid in range(1000) if pid not in m]
+    assert evicted == [ps.EVICTION_SCAN - 1]  # the least recently updated of the first window
+    m._updated = real
+    for pid in range(5001, 5000 + 1000 // ps.EVICTION_SCAN + 2):
+        m.record(pid, 0, 0, 0, pid, -1, 20_000)
+    assert 999 not in m and len(m) == 1000  # the hand went round to the least recently updated of all
+
+
+class CountingArray:
+    """Counts element reads of the array it wraps (only what _evict_one uses)."""
+
+    def __init__(self, arr, reads):
+        self._arr, self._reads = arr, reads
+
+    def __getitem__(self, i):
+        item = self._arr[i]
+        self._reads.extend(item if isinstance(i, slice) else [item])
+        return item
+
+    def __setitem__(self, i, v):
+        self._arr[i] = v
+
+    def __len__(self):
+        return len(self._arr)
+
+    def append(self, v):
+        self._arr.append(v)
+
+    def pop(self, *a):
+        return self._arr.pop(*a)
+
+
+def test_a_lowered_cap_evicts_down_to_it():
+    m = manager(max_producers=10)
+    for pid in range(10):
+        m.record(pid, 0, 0, 0, pid, -1, pid)
+    m.reconfigure(ProducerStateConfig(max_producers=4))
+    assert sorted(e.producer_id for e in m.entries()) == [6, 7, 8, 9]
+    assert sorted(p for p, _r in m.expired.items()) == [0, 1, 2, 3, 4, 5]
 
 
 def test_expired_producers_are_remembered_with_their_batch_offsets():
@@ -409,24 +475,55 @@ def test_expired_producers_are_remembered_with_their_batch_offsets():
         log.produce(PID, 0, first, 2)
     log.produce(7, 0, 0, now=100)
     assert m.remove_expired(50) == 1
-    assert m.expired.get(PID) == (0, 4) and 7 not in m.expired
-    m.forget_expired_before(4)
-    assert PID in m.expired
+    # the base offset of every batch it retained, and the last offset of its newest
+    assert m.expired.get(PID) == ((0, 2, 4), 5) and 7 not in m.expired
     m.forget_expired_before(5)
+    assert PID in m.expired   # its newest batch still has an offset in the log
+    m.forget_expired_before(6)
     assert PID not in m.expired
+    m.forget_expired_before(7)
     m.remove_expired(10**6)
-    m.record(7, 0, 1, 1, 200, -1, 10**6)  # back in the log: no longer remembered
-    assert 7 not in m.expired and 7 in m
+    assert 7 not in m.expired  # wholly below the log start: nothing to restore it from
+    m.record(7, 0, 1, 1, 200, -1, 10**6)
+    assert 7 in m
 
 
-def test_remembered_expired_producers_are_bounded():
-    m = manager(expiration_ms=1)
-    m.expired.capacity = 1000
-    for pid in range(1500):
-        m.record(pid, 0, 0, 0, pid, -1, 0)
+def test_remembered_offsets_follow_the_window():
+    m = manager(expiration_ms=1, batches_to_retain=8)
+    for b in range(8):
+        m.record(PID, 0, b, b, 10 * b, -1, 0)
     m.remove_expired(10)
-    assert len(m.expired) == 900 and min(o for _p, (_a, o) in m.expired.items()) == 600
+    assert m.expired.get(PID).offsets == tuple(range(0, 80, 10))
+    m.reconfigure(ProducerStateConfig(expiration_ms=1, batches_to_retain=5))
+    assert m.expired.get(PID) == ((30, 40, 50, 60, 70), 70)
+    m.reconfigure(ProducerStateConfig(expiration_ms=1, batches_to_retain=20))
+    assert m.expired.get(PID) == ((30, 40, 50, 60, 70), 70)
+    m.reconfigure(ProducerStateConfig(expiration_ms=1, dedup_mode="range"))
+    assert m.expired.get(PID) == ((70,), 70)
+
+
+def test_remembered_producers_are_bounded_and_the_forgotten_leave_a_watermark():
+    m = manager(expiration_ms=1, max_remembered=1000)
+    assert m.state_start == 0
+    for pid in range(1500):
+        m.record(pid, 0, 0, 1, 2 * pid, -1, 0)   # two records each: offsets 2*pid, 2*pid+1
+    m.remove_expired(10)
+    # those whose newest batch is oldest go first, down to 9/10 of the budget
+    assert len(m.expired) == 900 and min(r.end for _p, r in m.expired.items()) == 2 * 600 + 1
     assert m.expired.forgotten == 600
+    # everything a forgotten producer wrote lies below the producer-state start
+    assert m.state_start == 2 * 599 + 2
+    m.forget_expired_before(10**6)
+    assert m.state_start == 2 * 599 + 2  # deletion does not lower it: the log start covers it
+    m.expired.forget_outside(0, 1000)    # a truncation does: what lay above the new end is gone
+    assert m.state_start == 1000
+
+
+def test_a_budget_of_zero_remembers_nobody():
+    m = manager(expiration_ms=1, max_remembered=0)
+    m.record(PID, 0, 0, 4, 100, -1, 0)
+    m.remove_expired(10)
+    assert len(m.expired) == 0 and m.state_start == 105
 
 
 def test_lookup_bounds_are_what_the_topic_config_accepts():
@@ -435,7 +532,8 @@ def test_lookup_bounds_are_what_the_topic_config_accepts():
                         ("producer.state.expired.lookup.offsets", "expired_lookup_offsets"),
                         ("producer.state.batches.to.retain", "batches_to_retain"),
                         ("max.in.flight.sequence.number.per.connection", "max_in_flight_sequence_number"),
-                        ("producer.state.max.producers.per.partition", "max_producers")):
+                        ("producer.state.max.producers.per.partition", "max_producers"),
+                        ("producer.state.max.remembered.producers.per.partition", "max_remembered")):
         d = TOPIC_CONFIGS[name]
         ProducerStateConfig(**{field: d.minimum})
         ProducerStateConfig(**{field: d.maximum})

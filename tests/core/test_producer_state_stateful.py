@@ -90,7 +90,7 @@ class ProducerStateMachine(RuleBasedStateMachine):
     def setup(self, mode, window, threshold):
         self.cfg = ProducerStateConfig(dedup_mode=mode, batches_to_retain=window,
                                        max_in_flight_sequence_number=threshold, expiration_ms=EXPIRY)
-        self.sut = ProducerStateManager(self.cfg)
+        self.sut = ProducerStateManager(self.cfg, hash_key=0x5EED)
         self.model = Model()
         self.now = 0
         self.next_offset = 0
@@ -174,7 +174,7 @@ class ProducerStateMachine(RuleBasedStateMachine):
     def snapshot_crash_reload(self):
         offset, cols = decode_snapshot(encode_snapshot(self.next_offset, self.sut.columns()))
         assert offset == self.next_offset
-        self.sut = ProducerStateManager(self.cfg)
+        self.sut = ProducerStateManager(self.cfg, hash_key=0x5EED)
         self.sut.load_columns(cols, self.now)
         self.model.expire(self.now)
 

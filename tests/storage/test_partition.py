@@ -10,7 +10,7 @@ from oncelog.protocol import records as rec
 from oncelog.protocol.errors import ErrorCode as E
 from oncelog.protocol.record_codec import Record, encode_batch
 from oncelog.storage import producer_snapshots as snaps
-from oncelog.storage.partition import Partition
+from oncelog.storage.partition import Partition, producer_state_metrics
 
 try:  # STORAGE's real log; until it lands, a minimal file-backed stand-in with the same contract
     import oncelog.storage.log as _log
@@ -31,6 +31,16 @@ def plain(n: int = 1) -> bytearray:
     return bytearray(encode_batch([Record(i, NOW, None, b"p%d" % i, []) for i in range(n)]))
 
 
+def crash_log(log) -> None:
+    """Drop the log as a crashed process does: its files stay as written (the page cache outlives
+    the process), nothing is flushed, no index is written and no clean-shutdown marker is left,
+    so the next open recovers (CRC scan of the active segment, indexes rebuilt)."""
+    for seg in getattr(log, "segments", ()):
+        seg.close()
+    if hasattr(log, "_file"):  # the stand-in log
+        log._file.close()
+
+
 class Env:
     def __init__(self, directory, log_config=None, **producer_config):
         self.directory = directory
@@ -47,7 +57,7 @@ class Env:
         if clean:
             self.partition.close()
         else:
-            self.partition.log.close()  # no producer snapshot: as after a crash
+            crash_log(self.partition.log)  # no producer snapshot, no clean-shutdown marker
         self.partition = self.open(now)
         return self.partition
 
@@ -264,43 +274,146 @@ def test_restoring_an_expired_producer_reads_its_own_batches_not_the_tail(env):
     assert reads.headers <= 10  # neither the live producer nor a stranger reads again
 
 
-def test_producer_cap_refuses_new_producers_and_keeps_the_tracked_ones(env):
+def test_producer_cap_evicts_the_least_recently_updated_and_keeps_its_deduplication(env):
     e = env(producer_state_max_producers_per_partition=3, producer_id_expiration_ms=60_000)
-    for pid in (1, 2, 3):
-        fill(e, 1, pid=pid)
+    for i, pid in enumerate((1, 2, 3)):
+        assert e.append(batch(0, pid=pid), now=NOW + i).error_code == 0
+    r = e.append(batch(0, pid=4), now=NOW + 10)  # a new producer at the cap: appended, not refused
+    assert (r.error_code, r.base_offset) == (0, 6)
+    state = e.partition.producer_state
+    assert len(state) == 3 and 1 not in state and 1 in state.expired  # the least recently updated
+    assert state.evictions == 1
+    # the evicted producer's retry is still a duplicate (restored from the log, evicting another),
+    # and it continues in sequence
     end = e.end
-    r = e.append(batch(0, pid=4))
-    assert r.error_code == E.THROTTLING_QUOTA_EXCEEDED and "max.producers.per.partition" in r.error_message
-    assert e.end == end and 4 not in e.partition.producer_state
-    assert e.partition.counters.producers_refused == 1
-    for pid in (1, 2, 3):  # the tracked producers keep their deduplication and continue
-        assert e.append(batch(0, pid=pid)).base_offset == (pid - 1) * 2
-        assert e.append(batch(2, pid=pid)).error_code == 0
-    assert e.append(batch(1, pid=5)).error_code == E.UNKNOWN_PRODUCER_ID  # not a new producer: as before
+    r = e.append(batch(0, pid=1), now=NOW + 20)
+    assert (r.error_code, r.base_offset, e.end) == (0, 0, end)
+    assert e.append(batch(2, pid=1), now=NOW + 20).base_offset == end
+    assert 2 in state.expired and len(state) == 3
+    for pid, first in ((2, 0), (3, 0), (4, 0)):  # and so does every producer, evicted or not
+        assert e.append(batch(first, pid=pid), now=NOW + 30).base_offset == (pid - 1) * 2
+    assert e.append(batch(1, pid=5)).error_code == E.UNKNOWN_PRODUCER_ID  # never seen: as before
+    metrics = producer_state_metrics([e.partition])
+    assert metrics["oncelog_producer_state_producers_evicted_total"] == [({"topic": "t"}, state.evictions)]
 
 
-def test_producer_cap_expires_idle_producers_at_once_to_make_room(env):
-    e = env(producer_state_max_producers_per_partition=2, producer_id_expiration_ms=60_000)
-    fill(e, 1, pid=1)
-    fill(e, 1, pid=2)
-    r = e.append(batch(0, pid=3), now=NOW + 61_000)  # producers 1 and 2 are past expiry by now
-    assert (r.error_code, r.base_offset) == (0, 4)
-    assert 1 in e.partition.producer_state.expired and 2 in e.partition.producer_state.expired
+def test_an_evicted_producer_keeps_its_whole_window_through_a_crash(env):
+    e = env(producer_state_max_producers_per_partition=1, producer_state_batches_to_retain=6)
+    offsets = fill(e, 6, pid=1)
+    assert e.append(batch(0, pid=2), now=NOW + 1).error_code == 0  # evicts producer 1
+    e.restart(clean=False, now=NOW + 2)
+    for i in range(6):  # every batch of its window, retried, is answered with its offset
+        r = e.append(batch(2 * i, pid=1), now=NOW + 3)
+        assert (r.error_code, r.base_offset) == (0, offsets[i]), i
 
 
-def test_expired_producer_returning_to_a_full_partition_is_told_to_retry_not_unknown(env):
-    # UNKNOWN_PRODUCER_ID with log start 0 <= its last acknowledged offset would be data loss to
-    # its client; the partition is only full.
-    e = env(producer_state_max_producers_per_partition=2, producer_id_expiration_ms=60_000)
-    fill(e, 2, pid=1)
-    e.partition.remove_expired_producers(NOW + 61_000)
-    for pid in (2, 3):
-        assert e.append(batch(0, pid=pid), now=NOW + 61_000).error_code == 0
-    r = e.append(batch(4, pid=1), now=NOW + 61_500)
-    assert r.error_code == E.THROTTLING_QUOTA_EXCEEDED
-    assert 1 in e.partition.producer_state.expired
-    r = e.append(batch(4, pid=1), now=NOW + 200_000)  # 2 and 3 have expired meanwhile: room again
-    assert (r.error_code, r.base_offset) == (0, 8)  # after 0, 2 (its own), 4 and 6
+def test_restoring_reads_each_remembered_batch_header_not_the_log_between(env, monkeypatch):
+    # A slow producer among many small batches of others: each of its batches is found through
+    # the offset index and read by at most an index interval, however much lies in between.
+    e = env(producer_id_expiration_ms=1000)
+    offsets = []
+    for i in range(5):
+        offsets += fill(e, 1, pid=1, start=2 * i)
+        for _ in range(1500):
+            assert e.append(plain()).error_code == 0
+    e.partition.remove_expired_producers(NOW + 5000)
+    reads = PreadBytes(monkeypatch)
+    r = e.append(batch(0, pid=1), now=NOW + 5000)  # the oldest batch of its window, retried
+    assert (r.error_code, r.base_offset) == (0, offsets[0])
+    interval = e.log_config.index_interval_bytes
+    # per batch: the header at its index entry, then at most an interval of others' small batches
+    assert reads.calls <= 2 * 5 and reads.total <= 5 * (interval + 2 * rec.BATCH_OVERHEAD), reads.total
+    assert e.partition.log.size_bytes > 20 * reads.total
+
+
+class PreadBytes:
+    """Bytes and calls of os.pread by the log (how it reads its segment files)."""
+
+    def __init__(self, monkeypatch):
+        import oncelog.storage.log as storage_log
+        self.total = self.calls = 0
+        real = storage_log.os.pread
+
+        def counting(fd, n, pos):
+            data = real(fd, n, pos)
+            self.total += len(data)
+            self.calls += 1
+            return data
+        monkeypatch.setattr(storage_log.os, "pread", counting)
+
+
+def test_batch_header_at_finds_batches_and_only_batches(env):
+    from oncelog.protocol.record_codec import encode_legacy_message
+    e = env(LogConfig(segment_bytes=1000, index_interval_bytes=300))
+    offsets = fill(e, 40, pid=9)
+    log_ = e.partition.log
+    assert len(log_.segments) > 2
+    for o in offsets:
+        h = log_.batch_header_at(o)
+        assert (h.base_offset, h.producer_id, h.base_sequence) == (o, 9, o)
+    assert log_.batch_header_at(offsets[3] + 1) is None     # inside a batch: no batch starts there
+    assert log_.batch_header_at(e.end) is None
+    legacy = e.partition.log.append(bytearray(encode_legacy_message(0, None, b"old")), NOW).first_offset
+    assert log_.batch_header_at(legacy) is None
+    e.partition.delete_records_before(offsets[10] + 1)      # the log start cuts batch 10
+    assert log_.batch_header_at(offsets[9]) is None
+    assert log_.batch_header_at(offsets[10]).base_offset == offsets[10]  # its last offset is still there
+
+
+# -------------------------------------------------------------- forgotten for room: the watermark
+
+def _churn(e, waves: int, now: int, first_pid: int = 1000) -> int:
+    """Short-lived producers, one batch each, expiring in waves (a Spark sink opening a
+    producer per task per micro-batch)."""
+    for wave in range(waves):
+        for pid in range(first_pid + 10 * wave, first_pid + 10 * wave + 10):
+            assert e.append(batch(0, 1, pid=pid), now=now).error_code == 0
+        now += 5000
+        e.partition.remove_expired_producers(now)
+    return now
+
+
+def test_a_producer_forgotten_for_room_is_told_its_state_is_lost_not_its_data(env):
+    e = env(producer_id_expiration_ms=1000, producer_state_max_remembered_producers_per_partition=10)
+    offsets = fill(e, 3, pid=1)              # last acknowledged offset 5
+    now = _churn(e, 3, NOW)
+    state = e.partition.producer_state
+    assert 1 not in state and 1 not in state.expired and state.expired.forgotten > 0
+    r = e.append(batch(6, pid=1), now=now)
+    # UNKNOWN_PRODUCER_ID with a log start above its last acknowledged offset: its client resets
+    # (as after retention) instead of raising DataLossError; the log itself still starts at 0
+    assert r.error_code == E.UNKNOWN_PRODUCER_ID and r.log_start_offset > offsets[-1] + 1
+    assert e.partition.log_start_offset == 0
+    assert r.log_start_offset == state.state_start <= e.end
+    r = e.append(batch(0, pid=1, epoch=1), now=now)  # the reset: a new epoch from sequence 0
+    assert (r.error_code, r.base_offset) == (0, e.end - 2)
+    # a producer still remembered is restored as before, whatever the watermark
+    last = max(state.expired.items(), key=lambda item: item[1].end)[0]
+    assert e.append(batch(1, 1, pid=last), now=now).error_code == 0
+
+
+def test_a_forgotten_producers_retry_at_sequence_0_is_accepted_afresh(env):
+    # What the watermark cannot do: a producer forgotten for room whose retry is its first batch
+    # (sequence 0) looks like a new producer and is appended again, as after Kafka's expiry.
+    e = env(producer_id_expiration_ms=1000, producer_state_max_remembered_producers_per_partition=0)
+    first = e.append(batch(0, pid=1)).base_offset
+    e.partition.remove_expired_producers(NOW + 5000)
+    r = e.append(batch(0, pid=1), now=NOW + 5000)
+    assert r.error_code == 0 and r.base_offset != first
+
+
+@pytest.mark.parametrize("clean", [True, False], ids=["clean-restart", "crash"])
+def test_the_producer_state_start_survives_a_restart(env, clean):
+    e = env(producer_id_expiration_ms=1000, producer_state_max_remembered_producers_per_partition=0)
+    fill(e, 3, pid=1)
+    e.partition.remove_expired_producers(NOW + 5000)
+    start = e.partition.producer_state.state_start
+    assert start == 6
+    assert e.append(batch(0, pid=2), now=NOW + 5000).error_code == 0  # the log moves on
+    e.restart(clean=clean, now=NOW + 5000)
+    assert e.partition.producer_state.state_start == start
+    r = e.append(batch(6, pid=1), now=NOW + 5000)
+    assert (r.error_code, r.log_start_offset) == (E.UNKNOWN_PRODUCER_ID, 6)
 
 
 def test_unknown_producer_after_deletion_and_expiry_carries_log_start(env):

@@ -1,6 +1,9 @@
 """Hypothesis drives a Partition over a real PartitionLog (real files) against a plain model:
-produce, retry any earlier batch, gaps, epoch bumps, segment rolls, retention, runtime window
-changes, expiry, clean restarts and crashes (the log survives, the in-memory state does not).
+produce, retry any earlier batch, gaps, epoch bumps, segment rolls, deletion of a prefix of the
+log (anywhere, also inside a remembered producer's window), runtime window changes, expiry with a
+small budget of remembered producers (so some are forgotten and the producer-state start rises),
+clean restarts and crashes (the log's files survive with no clean-shutdown marker, the in-memory
+state does not).
 
 Every answer must match the model, and after any restart the full window must still
 deduplicate: snapshots hold every retained batch, and the log above the newest snapshot is
@@ -25,6 +28,8 @@ try:  # STORAGE's real log; until it lands, a minimal file-backed stand-in with 
     import oncelog.storage.log as _log
 except ImportError:
     import test_partition_support as _log  # tests/storage is on sys.path (pytest rootdir-less layout)
+from test_partition import crash_log
+
 LogConfig, PartitionLog = _log.LogConfig, _log.PartitionLog
 
 SPACE = 2**31
@@ -40,18 +45,22 @@ def batch(pid, epoch, seq, n):
 @settings(max_examples=25, stateful_step_count=40, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 class PartitionMachine(RuleBasedStateMachine):
-    @initialize(window=st.sampled_from([5, 8]), segment_bytes=st.sampled_from([400, 1500, 1 << 20]))
-    def setup(self, window, segment_bytes):
+    @initialize(window=st.sampled_from([5, 8]), segment_bytes=st.sampled_from([400, 1500, 1 << 20]),
+                remembered=st.sampled_from([0, 1, 2, 100]))
+    def setup(self, window, segment_bytes, remembered):
         self.tmp = Path(tempfile.mkdtemp(prefix="pstate-"))
         self.dir = self.tmp / "t-0"
         self.log_config = LogConfig(segment_bytes=segment_bytes)
         self.window = window
+        self.remembered = remembered
         self.now = T0
         self.partition = self._open()
         self.producers: dict[int, dict] = {}  # pid -> {epoch, history [(first, last, offset)], retained}
         self.appended: list[tuple[int, int, int, int, int]] = []  # (pid, epoch, first, last, offset) in the log
-        # expired pids the broker remembers (snapshots keep them) -> batches retained at expiry
-        self.expired: dict[int, int] = {}
+        # expired pids the broker remembers (snapshots keep them) -> (batches retained, last offset)
+        self.expired: dict[int, tuple[int, int]] = {}
+        self.restored: dict[int, tuple[int, int]] = {}  # restored since: what a crash brings back
+        self.watermark = -1  # the highest last offset of a producer forgotten for room
 
     def teardown(self):
         try:
@@ -59,18 +68,28 @@ class PartitionMachine(RuleBasedStateMachine):
         finally:
             shutil.rmtree(self.tmp, ignore_errors=True)
 
+    def _producer_config(self):
+        return {"producer.state.batches.to.retain": self.window, "producer.id.expiration.ms": EXPIRY,
+                "producer.state.max.remembered.producers.per.partition": self.remembered}
+
     def _open(self) -> Partition:
         log = PartitionLog.open(self.dir, self.log_config, self.now)
         return Partition("t", 0, log, self.log_config, directory=self.dir, now_ms=self.now,
-                         producer_config={"producer.state.batches.to.retain": self.window,
-                                          "producer.id.expiration.ms": EXPIRY})
+                         producer_config=self._producer_config())
+
+    @staticmethod
+    def _last_offset(b) -> int:
+        _pid, _epoch, f, l, offset = b
+        return offset + (l - f) % SPACE
 
     def _restore(self, pid):
         """An expired producer whose batches are still in the log is restored from them: the
-        batches it retained when it expired (the state remembers where they are)."""
-        retained = self.expired.pop(pid)
+        batches it retained when it expired (the state remembers where each is), those the
+        log start has not passed."""
+        retained, end = self.restored[pid] = self.expired.pop(pid)
         start = self.partition.log_start_offset
-        mine = [b for b in self.appended if b[0] == pid and b[4] >= start][-min(self.window, retained):]
+        mine = [b for b in self.appended if b[0] == pid][-retained:]
+        mine = [b for b in mine if self._last_offset(b) >= start]
         if mine:
             # the batches since the last change of epoch: a change resets the state, in the
             # log as in memory (after expiry a producer id may even come back at a lower epoch)
@@ -102,7 +121,12 @@ class PartitionMachine(RuleBasedStateMachine):
         kind, value = self._expect(pid, epoch, f, l)
         end = self.partition.log_end_offset
         r = self.partition.append_from_client(batch(pid, epoch, f, n), self.now)
-        assert r.log_start_offset == self.partition.log_start_offset
+        start = self.partition.log_start_offset
+        if kind == "err" and value == E.UNKNOWN_PRODUCER_ID:
+            # above everything a producer forgotten for room wrote: its client resets
+            assert r.log_start_offset == max(start, self.watermark + 1), (r, self.watermark)
+        else:
+            assert r.log_start_offset == start
         if kind == "err":
             assert r.error_code == value, (r, pid, epoch, f, l)
             assert self.partition.log_end_offset == end
@@ -116,6 +140,7 @@ class PartitionMachine(RuleBasedStateMachine):
         p = self.producers.get(pid)
         if p is None or p["epoch"] != epoch:
             p = self.producers[pid] = {"epoch": epoch, "history": [], "retained": 0}
+        self.restored.pop(pid, None)  # appended since: a crash's replay restores it again
         p["history"].append((f, l, r.base_offset))
         self.appended.append((pid, epoch, f, l, r.base_offset))
         p["retained"] = min(p["retained"] + 1, self.window)
@@ -149,25 +174,42 @@ class PartitionMachine(RuleBasedStateMachine):
     @rule(window=st.sampled_from([5, 6, 20]))
     def change_window(self, window):
         self.window = window
-        self.partition.update_config(producer_config={"producer.state.batches.to.retain": window,
-                                                      "producer.id.expiration.ms": EXPIRY})
+        self.partition.update_config(producer_config=self._producer_config())
         for p in self.producers.values():
             p["retained"] = min(p["retained"], window)
+        for remembered in (self.expired, self.restored):  # remembered offsets follow the window
+            for pid, (retained, end) in remembered.items():
+                remembered[pid] = (min(retained, window), end)
 
     @rule()
     def expire_all(self):
         self.now += EXPIRY + 1
         self.partition.tick(self.now, check_interval_ms=1)
         start = self.partition.log_start_offset
-        self.expired.update({pid: p["retained"] for pid, p in self.producers.items()
-                             if p["history"][-1][2] >= start})
+        for pid, p in self.producers.items():
+            f, l, offset = p["history"][-1]
+            end = offset + (l - f) % SPACE
+            if end >= start:
+                self.expired[pid] = (p["retained"], end)
         self.producers.clear()
+        self.restored.clear()
+        if len(self.expired) > self.remembered:  # forgotten for room: lowest last offset first
+            ends = sorted(end for _r, end in self.expired.values())
+            threshold = ends[len(ends) - self.remembered * 9 // 10 - 1]
+            self.expired = {pid: v for pid, v in self.expired.items() if v[1] > threshold}
+            self.watermark = max(self.watermark, threshold)
 
     @precondition(lambda self: self.partition.log_end_offset > self.partition.log_start_offset)
-    @rule()
-    def retention(self):
-        self.partition.delete_records_before(self.partition.log_end_offset)
-        self.expired.clear()  # every expired producer's newest batch is now below the log start
+    @rule(at=st.integers(1, 10**6))
+    def retention(self, at):
+        """Delete a prefix of the log, up to anywhere in it (inside a batch, a window, ...)."""
+        start, end = self.partition.log_start_offset, self.partition.log_end_offset
+        new_start = start + 1 + at % (end - start)
+        self.partition.delete_records_before(new_start)
+        # remembered producers whose newest batch is wholly gone are forgotten (no restore)
+        for remembered in (self.expired, self.restored):
+            for pid in [pid for pid, (_r, e) in remembered.items() if e < new_start]:
+                del remembered[pid]
 
     @rule()
     def clean_restart(self):
@@ -176,15 +218,17 @@ class PartitionMachine(RuleBasedStateMachine):
 
     @rule()
     def crash(self):
-        self.partition.log.close()  # the log's data is on disk; producer state only in snapshots
+        crash_log(self.partition.log)  # files as written, no clean-shutdown marker: recovery runs
+        assert not (self.dir / ".clean-shutdown").exists()
         self.partition = self._open()
         # A producer restored after the last snapshot, with no batch appended since, is
         # remembered as expired again (its next batch restores it once more: same answers).
         ps = self.partition.producer_state
         for pid in [pid for pid in self.producers if pid not in ps and pid in ps.expired]:
             p = self.producers.pop(pid)
-            assert ps.expired.get(pid)[1] == p["history"][-1][2]
-            self.expired[pid] = p["retained"]
+            assert ps.expired.get(pid).offsets[-1] == p["history"][-1][2]
+            self.expired[pid] = self.restored.pop(pid)
+        self.restored.clear()
 
     @invariant()
     def state_matches(self):
@@ -192,6 +236,8 @@ class PartitionMachine(RuleBasedStateMachine):
             return
         ps = self.partition.producer_state
         assert len(ps) == len(self.producers)
+        assert sorted(pid for pid, _r in ps.expired.items()) == sorted(self.expired)
+        assert ps.state_start == self.watermark + 1
         for pid, p in self.producers.items():
             e = ps.entry(pid)
             assert e is not None and e.epoch == p["epoch"], pid

@@ -4,7 +4,8 @@ tests only while STORAGE's real log has not landed (they switch to the real one 
 It keeps the contract's behaviour that producer state depends on: offsets assigned by patching
 base offsets, data in a real file that survives close/reopen, a torn tail cut at open, segment
 rolls by size reported through `on_roll`, log start moves reported through `on_segments_deleted`,
-`iter_batches_from`, `delete_records_before` and `truncate_to`.
+`iter_batches_from`, `batch_headers_between`, `batch_header_at`, `delete_records_before` and
+`truncate_to`.
 """
 from __future__ import annotations
 
@@ -132,6 +133,25 @@ class PartitionLog:
     def iter_batches_from(self, offset: int):
         for b in self._batches_from(offset):
             yield rec.read_batch_header(b)
+
+    def batch_headers_between(self, start: int, end: int):
+        start = max(start, self.log_start_offset)
+        if start >= min(end, self.log_end_offset):
+            return
+        for h in self.iter_batches_from(start):
+            if h.base_offset >= end:
+                return
+            yield h
+
+    def batch_header_at(self, offset: int):
+        for base, pos, _size in self._index:
+            if base == offset:
+                self._file.flush()
+                with open(self._path, "rb") as f:
+                    f.seek(pos)
+                    h = rec.read_batch_header(f.read(rec.BATCH_OVERHEAD))
+                return h if h.last_offset >= self.log_start_offset else None
+        return None
 
     def delete_records_before(self, offset: int) -> None:
         if offset > self.log_end_offset:

@@ -1,5 +1,6 @@
 """Packed maps from producer id for producer state: `PidIndex` (id -> dense slot, the table every
-lookup goes through) and `ExpiredProducers` (expired ids -> where their batches are in the log).
+lookup goes through) and `ExpiredProducers` (ids whose state left the table -> where their
+batches are in the log).
 
 Both are arrays, not a Python object per producer. The hash is keyed: a key drawn at random per
 table (by the caller) is mixed into every id, so no client can choose ids that share a probe chain.
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 import sys
 from array import array
-from typing import Iterator
+from typing import Iterator, NamedTuple, Sequence
 
 _M64 = (1 << 64) - 1
 _EMPTY = -1
@@ -39,11 +40,12 @@ class PidIndex:
         while len(self.pids) * 4 > (3 << bits):
             bits += 1
         self._bits = bits
-        self._table = array("i", [_EMPTY]) * (1 << bits)
+        table = self._table = array("i", [_EMPTY]) * (1 << bits)
         for s, pid in enumerate(self.pids):
-            if check and self.find(pid) >= 0:
+            i = self._probe(pid)[0]
+            if check and table[i] != _EMPTY:
                 raise ValueError(f"producer {pid} listed twice")
-            self._put(pid, s)
+            table[i] = s
 
     def __len__(self) -> int:
         return len(self.pids)
@@ -51,31 +53,23 @@ class PidIndex:
     def _home(self, pid: int) -> int:
         return _mix(pid, self._key) >> (64 - self._bits)
 
-    def find(self, pid: int) -> int:
+    def _probe(self, pid: int) -> tuple[int, int]:
+        """(table position holding `pid`'s slot, or the empty entry ending its chain; entries read)."""
         table, pids, mask = self._table, self.pids, (1 << self._bits) - 1
-        i = self._home(pid)
-        while True:
+        i, n = self._home(pid), 1
+        s = table[i]
+        while s != _EMPTY and pids[s] != pid:
+            i, n = (i + 1) & mask, n + 1
             s = table[i]
-            if s == _EMPTY:
-                return -1
-            if pids[s] == pid:
-                return s
-            i = (i + 1) & mask
+        return i, n
+
+    def find(self, pid: int) -> int:
+        """`pid`'s slot, or -1."""
+        return self._table[self._probe(pid)[0]]
 
     def probe_length(self, pid: int) -> int:
         """Table entries a lookup of `pid` reads (tests show that chosen ids cannot lengthen it)."""
-        table, pids, mask = self._table, self.pids, (1 << self._bits) - 1
-        i, n = self._home(pid), 1
-        while table[i] != _EMPTY and pids[table[i]] != pid:
-            i, n = (i + 1) & mask, n + 1
-        return n
-
-    def _put(self, pid: int, slot: int) -> None:
-        table, mask = self._table, (1 << self._bits) - 1
-        i = self._home(pid)
-        while table[i] != _EMPTY:
-            i = (i + 1) & mask
-        table[i] = slot
+        return self._probe(pid)[1]
 
     def add(self, pid: int) -> int:
         """Append `pid` (not present) and return its slot; the caller appends its other columns."""
@@ -84,21 +78,14 @@ class PidIndex:
         if (s + 1) * 4 > (3 << self._bits):
             self._build()
         else:
-            self._put(pid, s)
+            self._table[self._probe(pid)[0]] = s
         return s
-
-    def _index_of(self, pid: int) -> int:
-        table, pids, mask = self._table, self.pids, (1 << self._bits) - 1
-        i = self._home(pid)
-        while pids[table[i]] != pid:
-            i = (i + 1) & mask
-        return i
 
     def remove(self, s: int) -> int:
         """Swap-remove slot `s`: the last slot's id moves into `s`. Returns that last slot; the
         caller moves its own columns from it to `s` (when they differ) and drops their last row."""
         table, pids, mask = self._table, self.pids, (1 << self._bits) - 1
-        i = self._index_of(pids[s])
+        i = self._probe(pids[s])[0]
         table[i] = _EMPTY
         j = i
         while True:  # backward shift: no tombstones, lookups stay short
@@ -115,7 +102,7 @@ class PidIndex:
             i = j
         last = len(pids) - 1
         if s != last:
-            table[self._index_of(pids[last])] = s
+            table[self._probe(pids[last])[0]] = s
             pids[s] = pids[last]
         pids.pop()
         return last
@@ -129,23 +116,39 @@ class PidIndex:
         return sys.getsizeof(self.pids) + sys.getsizeof(self._table)
 
 
+class Remembered(NamedTuple):
+    """Where a remembered producer's batches are in the log."""
+    offsets: tuple[int, ...]  # base offsets of the batches it retained, oldest first
+    end: int                  # the last offset of its newest batch (what its client last had acknowledged, at most)
+
+
 class ExpiredProducers:
-    """Producers removed by expiry whose newest batch may still be in the log: pid -> offsets of
-    their oldest and newest retained batch. A batch from one of them is restored from the log
-    (storage reads it) before it is judged, so that an idle producer continues in sequence and a
-    retry arriving after expiry -- even one at sequence 0 -- is answered as the duplicate it is.
-    Producer ids never seen are not here, so their batches cost no read of the log.
+    """Producers whose state left the table -- expired after producer.id.expiration.ms, or
+    evicted at producer.state.max.producers.per.partition -- while their batches may still be in
+    the log: pid -> the base offset of each batch it retained (up to `stride`) and the last offset
+    of its newest batch. A batch from one of them is restored from those batches (storage reads
+    each batch's header through the offset index) before it is judged, so that an idle producer
+    continues in sequence and a retry arriving later -- even one at sequence 0 -- is answered as
+    the duplicate it is. Producer ids never seen are not here, so their batches cost no read.
 
-    At most `capacity` are kept (the producer cap, at least 100,000: 24 B each plus the table);
-    beyond it those with the oldest newest batch are forgotten first (they then meet
-    UNKNOWN_PRODUCER_ID, as in Kafka after expiry)."""
+    At most `capacity` are kept (producer.state.max.remembered.producers.per.partition); beyond
+    it those whose newest batch is oldest are forgotten first, in bulk down to 9/10 of it, and
+    `watermark` rises to the highest last offset they had. A forgotten producer then meets
+    UNKNOWN_PRODUCER_ID, answered with a log start offset above the watermark, so its client sees
+    state lost as to retention (reset and continue), not data loss (the seed's rule).
 
-    def __init__(self, key: int, capacity: int) -> None:
+    Columns: pid (via PidIndex) 8 B, batch count 2 B, end 8 B and `stride` base offsets of 8 B."""
+
+    def __init__(self, key: int, capacity: int, stride: int) -> None:
         self.capacity = capacity
+        self.stride = stride
+        self.watermark = -1   # highest `end` of a producer forgotten for capacity; -1: none
+        self.forgotten = 0    # forgotten for capacity (metrics, logs)
+        self._key = key
         self._index = PidIndex(key)
-        self._oldest = array("q")
-        self._newest = array("q")
-        self.forgotten = 0  # dropped for capacity (metrics, logs)
+        self._count = array("H")
+        self._end = array("q")
+        self._offsets = array("q")
 
     def __len__(self) -> int:
         return len(self._index)
@@ -153,74 +156,118 @@ class ExpiredProducers:
     def __contains__(self, pid: int) -> bool:
         return self._index.find(pid) >= 0
 
-    def get(self, pid: int) -> tuple[int, int] | None:
-        """(oldest, newest) batch offsets of an expired producer, or None."""
-        s = self._index.find(pid)
-        return None if s < 0 else (self._oldest[s], self._newest[s])
+    def _at(self, s: int) -> Remembered:
+        base = s * self.stride
+        return Remembered(tuple(self._offsets[base:base + self._count[s]]), self._end[s])
 
-    def add(self, pid: int, oldest: int, newest: int) -> None:
+    def get(self, pid: int) -> Remembered | None:
+        s = self._index.find(pid)
+        return None if s < 0 else self._at(s)
+
+    def add(self, pid: int, offsets: Sequence[int], end: int) -> None:
+        """Remember `pid`'s batches at `offsets` (oldest first; the newest `stride` are kept)."""
+        stride = self.stride
+        offsets = offsets[-stride:]
+        row = array("q", offsets)
+        row.extend(array("q", bytes(8 * (stride - len(row)))))
         s = self._index.find(pid)
         if s < 0:
             self._index.add(pid)
-            self._oldest.append(oldest)
-            self._newest.append(newest)
+            self._count.append(len(offsets))
+            self._end.append(end)
+            self._offsets.extend(row)
         else:
-            self._oldest[s], self._newest[s] = oldest, newest
+            self._count[s], self._end[s] = len(offsets), end
+            self._offsets[s * stride:(s + 1) * stride] = row
 
-    def pop(self, pid: int) -> tuple[int, int] | None:
+    def pop(self, pid: int) -> Remembered | None:
         s = self._index.find(pid)
         if s < 0:
             return None
-        found = (self._oldest[s], self._newest[s])
+        found = self._at(s)
         last = self._index.remove(s)
+        stride = self.stride
         if s != last:
-            self._oldest[s], self._newest[s] = self._oldest[last], self._newest[last]
-        self._oldest.pop()
-        self._newest.pop()
+            self._count[s], self._end[s] = self._count[last], self._end[last]
+            self._offsets[s * stride:(s + 1) * stride] = self._offsets[last * stride:(last + 1) * stride]
+        self._count.pop()
+        self._end.pop()
+        del self._offsets[last * stride:]
         return found
 
     def shed(self) -> int:
-        """Forget down to 9/10 of the capacity when above it (in bulk, so the sort is amortised)."""
+        """Forget down to 9/10 of the capacity when above it, lowest `end` first (in bulk, so the
+        sort is amortised), and raise the watermark to the highest `end` forgotten."""
         n = len(self)
         if n <= self.capacity:
             return 0
         target = self.capacity * 9 // 10
-        threshold = sorted(self._newest)[n - target - 1] if target < n else -1
-        dropped = self._keep([o > threshold for o in self._newest])
+        threshold = sorted(self._end)[n - target - 1]
+        dropped = self._keep([e > threshold for e in self._end])
+        self.watermark = max(self.watermark, threshold)
         self.forgotten += dropped
         return dropped
 
     def forget_outside(self, start: int, end: int | None = None) -> int:
-        """Forget those whose newest batch is below `start` (or at/after `end`): the log no longer
-        holds it, so there is nothing to restore and UNKNOWN_PRODUCER_ID is the right answer."""
+        """Forget those whose newest batch the log no longer holds: its last offset below `start`
+        (deleted), or (with `end`, after a truncation) its base offset at or above `end`. There is
+        nothing to restore them from, and UNKNOWN_PRODUCER_ID is the right answer. A truncation
+        also lowers the watermark below the new log end: what lay above it is lost for real."""
+        if end is not None:
+            self.watermark = min(self.watermark, end - 1)
         if not len(self):
             return 0
-        newest = self._newest
+        ends = self._end
         if end is None:
-            if min(newest) >= start:
+            if min(ends) >= start:
                 return 0
-            return self._keep([o >= start for o in newest])
-        return self._keep([start <= o < end for o in newest])
+            return self._keep([e >= start for e in ends])
+        stride, offsets, count = self.stride, self._offsets, self._count
+        return self._keep([e >= start and offsets[s * stride + count[s] - 1] < end for s, e in enumerate(ends)])
 
     def _keep(self, mask: list[bool]) -> int:
-        before = len(self)
+        before, stride = len(self), self.stride
         self._index.keep(mask)
-        self._oldest = array("q", (o for o, k in zip(self._oldest, mask) if k))
-        self._newest = array("q", (o for o, k in zip(self._newest, mask) if k))
+        self._count = array("H", (c for c, k in zip(self._count, mask) if k))
+        self._end = array("q", (e for e, k in zip(self._end, mask) if k))
+        offsets = array("q")
+        for s, k in enumerate(mask):
+            if k:
+                offsets.extend(self._offsets[s * stride:(s + 1) * stride])
+        self._offsets = offsets
         return before - len(self)
 
-    def items(self) -> Iterator[tuple[int, tuple[int, int]]]:
+    def relayout(self, stride: int) -> None:
+        """A new window: keep each producer's newest `stride` batches."""
+        if stride == self.stride:
+            return
+        old, offsets, count = self.stride, array("q"), self._count
+        pad = array("q", bytes(8 * stride))
+        for s in range(len(self)):
+            keep = min(count[s], stride)
+            row = self._offsets[s * old + count[s] - keep:s * old + count[s]]
+            offsets.extend(row)
+            offsets.extend(pad[:stride - keep])
+            count[s] = keep
+        self._offsets, self.stride = offsets, stride
+
+    def items(self) -> Iterator[tuple[int, Remembered]]:
         for s, pid in enumerate(self._index.pids):
-            yield pid, (self._oldest[s], self._newest[s])
+            yield pid, self._at(s)
 
-    def columns(self) -> tuple[array, array, array]:
-        return self._index.pids, self._oldest, self._newest
+    def columns(self) -> tuple[array, array, array, array]:
+        """pid, batch count, end, and the base offsets (`stride` per producer)."""
+        return self._index.pids, self._count, self._end, self._offsets
 
-    def load(self, pids: array, oldest: array, newest: array) -> None:
-        if not len(pids) == len(oldest) == len(newest):
-            raise ValueError("expired-producer columns disagree in length")
-        self._index = PidIndex(self._index._key, array("q", pids))
-        self._oldest, self._newest = array("q", oldest), array("q", newest)
+    def load(self, stride: int, pids: array, count: array, end: array, offsets: array, watermark: int) -> None:
+        n = len(pids)
+        if not (len(count) == len(end) == n and len(offsets) == n * stride) or stride < 1:
+            raise ValueError("remembered-producer columns disagree in length")
+        if any(not 1 <= c <= stride for c in count):
+            raise ValueError("remembered-producer batch counts out of range")
+        self._index = PidIndex(self._key, array("q", pids))  # raises on a producer listed twice
+        self._count, self._end, self._offsets = array("H", count), array("q", end), array("q", offsets)
+        self.stride, self.watermark = stride, watermark
 
     def memory_bytes(self) -> int:
-        return self._index.memory_bytes() + sys.getsizeof(self._oldest) + sys.getsizeof(self._newest)
+        return self._index.memory_bytes() + sum(sys.getsizeof(a) for a in (self._count, self._end, self._offsets))

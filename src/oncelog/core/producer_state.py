@@ -20,20 +20,24 @@ pid 8 + epoch 2 + last update 8 + ring head/count 4 + ~8 of hash table; per reta
 first seq 4 + last seq 4 + base offset 8 + timestamp 8. No Python object per producer or batch,
 so a million producers cost what the arrays cost (see bench/producer_state_memory.py).
 
-Bounded work (DESIGN.md): the hash table's home slots come from a keyed mixer whose key is drawn
-at random for each manager, so no client can choose producer ids that pile up on one probe chain;
-a partition tracks at most `producer.state.max.producers.per.partition` producers, and a new one
-beyond that is refused with the retriable THROTTLING_QUOTA_EXCEEDED (Kafka has no cap; Redpanda
-evicts the least recently used producer, whose next batch then fails). Refusing, not evicting,
-keeps every tracked producer's deduplication intact until `producer.id.expiration.ms`.
+Bounded work (DESIGN.md): the hash table's home slots come from a keyed mixer whose key storage
+draws at random for each partition (and passes in, as it passes the clock), so no client can choose
+producer ids that pile up on one probe chain. A partition tracks at most
+`producer.state.max.producers.per.partition` producers: a new one beyond that evicts the least
+recently updated of a bounded scan (Redpanda evicts its LRU producer too, whose next batch then
+fails; here the evicted producer is remembered like an expired one and restored from the log).
 
-Expired producers whose batches may still be in the log are remembered (pid, offset of the oldest
-and newest retained batch: 24 B each, packed the same way), so that storage can restore one with
-a bounded read of the log when it comes back, and a producer id never seen costs no read at all.
+Producers whose state left the table (expiry, eviction) while their batches may still be in the
+log are remembered (`pid_index.ExpiredProducers`: the offset of each batch they retained), so
+that storage can restore one with a read of its batches' headers when it comes back, and a
+producer id never seen costs no read at all. Beyond
+`producer.state.max.remembered.producers.per.partition` the oldest are forgotten and the
+partition's producer-state start offset (`state_start`) rises above what they had written: an
+UNKNOWN_PRODUCER_ID answer carries at least that as its log start offset, so the forgotten
+producer's client resets instead of reporting data loss.
 """
 from __future__ import annotations
 
-import secrets
 import sys
 from array import array
 from dataclasses import dataclass
@@ -54,8 +58,9 @@ DEFAULT_EXPIRATION_MS = 86_400_000
 DEFAULT_EXPIRED_LOOKUP_OFFSETS = 10_000
 MAX_LOOKUP_OFFSETS = 2**30 - 1  # a lookup spans fewer than 2**30 offsets: no wrapped sequence can match
 DEFAULT_MAX_PRODUCERS = 100_000
-MIN_EXPIRED_REMEMBERED = 100_000  # expired producers remembered: max(this, the producer cap)
+DEFAULT_MAX_REMEMBERED = 100_000
 MAX_MAX_PRODUCERS = 2**31 - 1  # slots are int32 in the hash table
+EVICTION_SCAN = 64  # slots compared to pick the least recently updated producer at the cap
 HALF_SPACE = 2**30
 
 # check() outcomes
@@ -81,6 +86,7 @@ class ProducerStateConfig:
     # how far below an expired producer's newest batch the log is read to restore its window
     expired_lookup_offsets: int = DEFAULT_EXPIRED_LOOKUP_OFFSETS
     max_producers: int = DEFAULT_MAX_PRODUCERS  # producers tracked per partition
+    max_remembered: int = DEFAULT_MAX_REMEMBERED  # expired/evicted producers remembered per partition
 
     def __post_init__(self) -> None:
         if self.dedup_mode not in MODES:
@@ -98,6 +104,9 @@ class ProducerStateConfig:
             raise ValueError("producer.state.expired.lookup.offsets must be in [0, 2**30)")
         if not 1 <= self.max_producers <= MAX_MAX_PRODUCERS:
             raise ValueError(f"producer.state.max.producers.per.partition must be in [1, {MAX_MAX_PRODUCERS}]")
+        if not 0 <= self.max_remembered <= MAX_MAX_PRODUCERS:
+            raise ValueError("producer.state.max.remembered.producers.per.partition must be in "
+                             f"[0, {MAX_MAX_PRODUCERS}]")
 
     @property
     def stride(self) -> int:
@@ -120,6 +129,8 @@ class ProducerStateConfig:
                                    "producer_state_expired_lookup_offsets", "expired_lookup_offsets"),
         "max_producers": ("producer.state.max.producers.per.partition",
                           "producer_state_max_producers_per_partition", "max_producers"),
+        "max_remembered": ("producer.state.max.remembered.producers.per.partition",
+                           "producer_state_max_remembered_producers_per_partition", "max_remembered"),
     }
 
     @classmethod
@@ -142,7 +153,7 @@ class ProducerStateConfig:
                         break
         values["dedup_mode"] = str(values["dedup_mode"]).lower()
         for k in ("batches_to_retain", "max_in_flight_sequence_number", "expiration_ms",
-                  "duplicate_lookup_offsets", "expired_lookup_offsets", "max_producers"):
+                  "duplicate_lookup_offsets", "expired_lookup_offsets", "max_producers", "max_remembered"):
             values[k] = int(values[k])
         return cls(**values)
 
@@ -166,7 +177,8 @@ class Check(NamedTuple):
 
 class ProducerSnapshotColumns(NamedTuple):
     """The whole state as plain arrays (what snapshots store); batch arrays use `stride`.
-    The expired_* columns are the remembered expired producers (absent in version-1 snapshots)."""
+    The expired_* columns are the remembered producers (`expired_stride` base offsets each),
+    `state_start` the producer-state start offset (see ProducerStateManager.state_start)."""
     stride: int
     pid: array
     epoch: array
@@ -177,9 +189,12 @@ class ProducerSnapshotColumns(NamedTuple):
     last: array
     offset: array
     timestamp: array
+    expired_stride: int = 1
     expired_pid: array | None = None
-    expired_oldest: array | None = None
-    expired_newest: array | None = None
+    expired_count: array | None = None
+    expired_end: array | None = None
+    expired_offsets: array | None = None
+    state_start: int = 0
 
 
 class ProducerEntry(NamedTuple):
@@ -191,15 +206,15 @@ class ProducerEntry(NamedTuple):
     batches: tuple[tuple[int, int, int, int], ...]  # (first_seq, last_seq, base_offset, timestamp), oldest first
 
 
-def _remembered(config: ProducerStateConfig) -> int:
-    return max(config.max_producers, MIN_EXPIRED_REMEMBERED)
+_EXPIRED_KEY_SALT = 0x5DEECE66D  # the remembered set's table gets a key of its own
 
 
 class ProducerStateManager:
-    def __init__(self, config: ProducerStateConfig | None = None, *, hash_key: int | None = None) -> None:
+    def __init__(self, config: ProducerStateConfig | None = None, *, hash_key: int) -> None:
+        """`hash_key`: 64 random bits from the caller (storage draws them per partition), mixed
+        into every producer id before it is hashed."""
         self.config = config or ProducerStateConfig()
-        # A fresh key per manager (the clock is passed in, randomness is drawn here: it is no I/O).
-        self._key = secrets.randbits(64) if hash_key is None else hash_key
+        self._key = hash_key
         self._stride = self.config.stride
         self._index = PidIndex(self._key)
         self._epoch = array("h")
@@ -210,7 +225,13 @@ class ProducerStateManager:
         self._last = array("i")
         self._offset = array("q")
         self._ts = array("q")
-        self.expired = ExpiredProducers(self._key ^ 0x5DEECE66D, _remembered(self.config))
+        self.expired = self._new_expired(self._stride)
+        self._hand = 0         # where the next eviction scan starts
+        self._log_start = 0    # storage's log start offset: producers wholly below it are not remembered
+        self.evictions = 0     # producers evicted at the cap (metrics)
+
+    def _new_expired(self, stride: int) -> ExpiredProducers:
+        return ExpiredProducers(self._key ^ _EXPIRED_KEY_SALT, self.config.max_remembered, stride)
 
     # ------------------------------------------------------------ configuration
     @property
@@ -222,17 +243,22 @@ class ProducerStateManager:
         return self._stride
 
     @property
-    def at_capacity(self) -> bool:
-        """No room for another producer (producer.state.max.producers.per.partition)."""
-        return len(self._index) >= self.config.max_producers
+    def state_start(self) -> int:
+        """The producer-state start offset: every producer forgotten for room (see
+        ExpiredProducers) wrote only below it, so an UNKNOWN_PRODUCER_ID answer reports a log start
+        offset of at least this -- above anything such a producer had acknowledged."""
+        return self.expired.watermark + 1
 
     def reconfigure(self, config: ProducerStateConfig) -> None:
-        """Take a new config at once; a new window re-lays the rings keeping the newest batches."""
+        """Take a new config at once; a new window re-lays the rings keeping the newest batches,
+        a lower producer cap evicts the least recently updated producers."""
         self.config = config
-        self.expired.capacity = _remembered(config)
-        self.expired.shed()
+        self.expired.capacity = config.max_remembered
         if config.stride != self._stride:
             self._relayout(config.stride)
+        self.expired.relayout(config.stride)
+        self._evict_down_to(config.max_producers)
+        self.expired.shed()
 
     def _relayout(self, stride: int) -> None:
         old = self._stride
@@ -257,6 +283,8 @@ class ProducerStateManager:
         return self._index.find(pid)
 
     def _new_slot(self, pid: int, epoch: int) -> int:
+        if len(self._index) >= self.config.max_producers:
+            self._evict_one()
         s = self._index.add(pid)
         self._epoch.append(epoch)
         self._updated.append(0)
@@ -285,6 +313,48 @@ class ProducerStateManager:
         for arr in (self._first, self._last, self._offset, self._ts):
             del arr[last * stride:]
 
+    def _retire(self, s: int) -> None:
+        """Remember where slot `s`'s batches are before its state goes (expiry, eviction)."""
+        count = self._count[s]
+        if not count:
+            return
+        stride, head, offset = self._stride, self._head[s], self._offset
+        base = s * stride
+        offsets = [offset[base + (head + k) % stride] for k in range(count)]
+        newest = base + (head + count - 1) % stride
+        # an idempotent batch's records are numbered like its sequences: its last offset follows
+        end = offsets[-1] + distance_below(self._last[newest], self._first[newest])
+        if end >= self._log_start:
+            self.expired.add(self._index.pids[s], offsets, end)
+
+    def _retire_slots(self, slots: list[int]) -> None:
+        for s in slots:
+            self._retire(s)
+        for s in sorted(slots, reverse=True):  # highest first: swap-remove never moves a pending slot
+            self._remove_slot(s)
+        self.expired.shed()
+
+    def _evict_one(self) -> None:
+        """At the producer cap: move the least recently updated of EVICTION_SCAN slots, scanned
+        from a hand that goes round the table, to the remembered set (a clock-style approximate
+        LRU: no request scans all producers). Its next batch restores it from the log."""
+        n, updated = len(self._index), self._updated
+        start = self._hand % n
+        stop = start + min(n, EVICTION_SCAN)
+        window = updated[start:stop] if stop <= n else updated[start:] + updated[:stop - n]
+        victim = (start + window.index(min(window))) % n
+        self._hand = stop
+        self.evictions += 1
+        self._retire_slots([victim])
+
+    def _evict_down_to(self, limit: int) -> None:
+        """Evict the least recently updated producers beyond `limit` (a lowered cap, a snapshot
+        holding more): a sort, once per config change or load, not per request."""
+        excess = len(self._index) - limit
+        if excess > 0:
+            self.evictions += excess
+            self._retire_slots(sorted(range(len(self._index)), key=self._updated.__getitem__)[:excess])
+
     # ------------------------------------------------------------ validation
     def check(self, producer_id: int, epoch: int, first_seq: int, last_seq: int) -> Check:
         """Decide what to do with a client batch. Never mutates."""
@@ -292,11 +362,10 @@ class ProducerStateManager:
         if s < 0:
             if first_seq != 0:
                 # The seed's rule: state lost (expiry, deleted log) is not data loss by itself;
-                # the client compares our log start offset with its last acknowledged offset.
+                # the client compares our log start offset (at least state_start) with its last
+                # acknowledged offset.
                 return Check(REFUSE, producer_id, epoch, first_seq, last_seq, ErrorCode.UNKNOWN_PRODUCER_ID,
                              f"no state for producer {producer_id} and sequence {first_seq} is not 0")
-            if self.at_capacity:
-                return self.capacity_refusal(producer_id, epoch, first_seq, last_seq)
             return Check(APPEND, producer_id, epoch, first_seq, last_seq)
         current = self._epoch[s]
         if epoch < current:
@@ -351,15 +420,6 @@ class ProducerStateManager:
                      f"expected sequence {increment(latest_last, 1)}, got {first_seq}..{last_seq}")
 
     # ------------------------------------------------------------ updates
-    def capacity_refusal(self, producer_id: int, epoch: int, first_seq: int, last_seq: int) -> Check:
-        """The answer to a producer that would exceed producer.state.max.producers.per.partition:
-        retriable, nothing appended, no tracked producer disturbed."""
-        return Check(REFUSE, producer_id, epoch, first_seq, last_seq, ErrorCode.THROTTLING_QUOTA_EXCEEDED,
-                     f"the partition tracks {len(self._index)} producers, its limit "
-                     f"(producer.state.max.producers.per.partition={self.config.max_producers}); "
-                     "retry once idle producers expire (producer.id.expiration.ms)")
-
-    # ------------------------------------------------------------ updates
     def commit(self, check: Check, base_offset: int, timestamp: int, now_ms: int) -> None:
         """Record a batch the log has taken (`check.kind == APPEND`)."""
         self.record(check.producer_id, check.epoch, check.first_seq, check.last_seq, base_offset,
@@ -367,7 +427,8 @@ class ProducerStateManager:
 
     def record(self, producer_id: int, epoch: int, first_seq: int, last_seq: int, base_offset: int,
                timestamp: int, updated_ms: int) -> None:
-        """Record a batch without validation (commit, and replay of the log at recovery)."""
+        """Record a batch without validation (commit, restore, and replay of the log at
+        recovery). A new producer at the cap evicts another (see _evict_one)."""
         s = self._find(producer_id)
         if s < 0:
             if len(self.expired):
@@ -397,24 +458,20 @@ class ProducerStateManager:
         are; returns how many."""
         cutoff = now_ms - self.config.expiration_ms
         expired = [s for s, t in enumerate(self._updated) if t <= cutoff]
-        stride, pids = self._stride, self._index.pids
-        for s in expired:
-            count = self._count[s]
-            if count:
-                base, head = s * stride, self._head[s]
-                self.expired.add(pids[s], self._offset[base + head],
-                                 self._offset[base + (head + count - 1) % stride])
-        self.expired.shed()
-        for s in reversed(expired):  # highest first, so swap-remove never moves a pending slot
-            self._remove_slot(s)
+        self._retire_slots(expired)
         return len(expired)
 
     def forget_expired_before(self, log_start_offset: int) -> None:
-        """Expired producers whose newest batch the log no longer holds need no lookup."""
+        """The log now starts at `log_start_offset`: producers whose newest batch lies wholly
+        below it need no restore (and are not remembered from now on)."""
+        self._log_start = log_start_offset
         self.expired.forget_outside(log_start_offset)
 
     def clear(self) -> None:
+        """Empty, keeping the key, the log start and the monotonic counts."""
+        log_start, evictions, forgotten = self._log_start, self.evictions, self.expired.forgotten
         self.__init__(self.config, hash_key=self._key)
+        self._log_start, self.evictions, self.expired.forgotten = log_start, evictions, forgotten
 
     # ------------------------------------------------------------ inspection
     def __len__(self) -> int:
@@ -451,13 +508,15 @@ class ProducerStateManager:
 
     # ------------------------------------------------------------ snapshots
     def columns(self) -> ProducerSnapshotColumns:
+        pid, count, end, offsets = self.expired.columns()
         return ProducerSnapshotColumns(self._stride, self._index.pids, self._epoch, self._updated, self._head,
                                        self._count, self._first, self._last, self._offset, self._ts,
-                                       *self.expired.columns())
+                                       self.expired.stride, pid, count, end, offsets, self.state_start)
 
     def load_columns(self, cols: ProducerSnapshotColumns, now_ms: int | None = None) -> None:
-        """Replace the state with snapshot columns; re-lays them if the window changed since, and
-        drops producers already expired at `now_ms` (remembering them as expired)."""
+        """Replace the state with snapshot columns; re-lays them if the window changed since,
+        drops producers already expired at `now_ms` (remembering them as expired) and evicts
+        down to the producer cap."""
         n = len(cols.pid)
         for arr, per in ((cols.epoch, 1), (cols.updated, 1), (cols.head, 1), (cols.count, 1),
                          (cols.first, cols.stride), (cols.last, cols.stride), (cols.offset, cols.stride),
@@ -467,12 +526,15 @@ class ProducerStateManager:
         if any(c > cols.stride for c in cols.count) or any(h >= cols.stride for h in cols.head):
             raise ValueError("snapshot ring positions out of range")
         index = PidIndex(self._key, array("q", cols.pid))  # raises on a producer listed twice
-        expired = ExpiredProducers(self.expired._index._key, _remembered(self.config))
+        expired = self._new_expired(cols.expired_stride)
         if cols.expired_pid is not None:
-            expired.load(cols.expired_pid, cols.expired_oldest, cols.expired_newest)
-            live = [p for p, _o in expired.items() if index.find(p) >= 0]
+            expired.load(cols.expired_stride, cols.expired_pid, cols.expired_count, cols.expired_end,
+                         cols.expired_offsets, cols.state_start - 1)
+            live = [p for p, _r in expired.items() if index.find(p) >= 0]
             for p in live:  # tracked and remembered at once: the tracked state wins
                 expired.pop(p)
+        else:
+            expired.watermark = cols.state_start - 1
         self._stride = cols.stride
         self._index = index
         self._epoch, self._updated = array("h", cols.epoch), array("q", cols.updated)
@@ -480,7 +542,12 @@ class ProducerStateManager:
         self._first, self._last = array("i", cols.first), array("i", cols.last)
         self._offset, self._ts = array("q", cols.offset), array("q", cols.timestamp)
         self.expired = expired
+        self._hand = 0
         if self.config.stride != self._stride:
             self._relayout(self.config.stride)
+        expired.relayout(self.config.stride)
+        expired.forget_outside(self._log_start)
         if now_ms is not None:
             self.remove_expired(now_ms)
+        self._evict_down_to(self.config.max_producers)
+        expired.shed()

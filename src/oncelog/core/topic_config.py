@@ -137,16 +137,23 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in (
               "are scanned for a duplicate older than the window (0: off).",
               "producer.state.duplicate.lookup.offsets", minimum=0, maximum=ps.MAX_LOOKUP_OFFSETS),
     ConfigDef("producer.state.expired.lookup.offsets", "long", ps.DEFAULT_EXPIRED_LOOKUP_OFFSETS,
-              "When an expired producer whose batches are still in the log comes back, its newest "
-              "batch is read through the offset index; the rest of its window is read when it lies "
-              "within this many offsets below the newest (0: the newest batch only).",
+              "When an expired or evicted producer whose batches are still in the log comes back, "
+              "the header of each batch it retained is read through the offset index; those more "
+              "than this many offsets below its newest batch are left out (0: the newest batch only).",
               "producer.state.expired.lookup.offsets", minimum=0, maximum=ps.MAX_LOOKUP_OFFSETS),
     ConfigDef("producer.state.max.producers.per.partition", "int", ps.DEFAULT_MAX_PRODUCERS,
-              "Producers whose state a partition tracks. Beyond it a new producer's batch is refused "
-              "with THROTTLING_QUOTA_EXCEEDED (retriable; nothing appended) until idle producers "
-              "expire (producer.id.expiration.ms); tracked producers are never evicted, so their "
-              "deduplication is never cut short. Kafka has no such limit.",
+              "Producers whose state a partition tracks. A new producer beyond it evicts the least "
+              "recently updated one (of a bounded scan) into the remembered set, from which its "
+              "next batch restores it from the log with its deduplication intact. Kafka has no "
+              "such limit.",
               "log.producer.state.max.producers.per.partition", minimum=1, maximum=ps.MAX_MAX_PRODUCERS),
+    ConfigDef("producer.state.max.remembered.producers.per.partition", "int", ps.DEFAULT_MAX_REMEMBERED,
+              "Expired or evicted producers a partition remembers (the offsets of the batches they "
+              "retained: 8 B per batch plus about 25 B). Beyond it those whose newest batch is "
+              "oldest are forgotten; their next batch gets UNKNOWN_PRODUCER_ID with a log start "
+              "offset above everything they wrote (a reset for their client, not data loss).",
+              "log.producer.state.max.remembered.producers.per.partition", minimum=0,
+              maximum=ps.MAX_MAX_PRODUCERS),
 )}
 
 SERVER_NAME_TO_TOPIC = {c.server_name: c.name for c in TOPIC_CONFIGS.values() if c.server_name}

@@ -54,6 +54,8 @@ LONG_MAX = 2**63 - 1
 _SCAN_CHUNK = 4 << 20
 _INDEX_ENTRY = struct.Struct(">ii")
 _LEGACY_OFFSET = struct.Struct(">q")
+_OFFSET_AND_LENGTH = struct.Struct(">qi")  # how every entry of every format starts
+_HEADER_READ_MAX = 64 << 10  # batch_header_at reads at most this (plus a header) at once
 CLEAN_SHUTDOWN = ".clean-shutdown"
 START_OFFSET_FILE = "log-start-offset"
 
@@ -673,6 +675,47 @@ class PartitionLog:
                     return
                 if e.last_offset >= start and e.header is not None:
                     yield e.header
+
+    def batch_header_at(self, offset: int) -> rec.BatchHeader | None:
+        """The header of the v2 batch whose base offset is `offset`, or None if the log holds no
+        such batch (any more): found through the offset index, then by stepping over the entries
+        that lie between the index entry and it by their length fields (fewer than
+        index.interval.bytes of them): a read of its header when the index points at it, else
+        of at most an index interval more; never a record.
+        A batch cut by the log start still counts while its last offset is at or above it."""
+        if offset >= self.log_end_offset:
+            return None
+        seg = self.segments[self._segment_for(offset)]
+        if offset < seg.base_offset:
+            return None
+        pos = seg.position_for(offset)
+        unpack, need = _OFFSET_AND_LENGTH.unpack_from, rec.BATCH_OVERHEAD
+        size = need  # first the header at the index entry (often the batch itself), then an interval
+        interval = min(self.config.index_interval_bytes, _HEADER_READ_MAX) + need
+        while pos < seg.size:
+            buf = os.pread(seg.fd, min(size, seg.size - pos), pos)
+            size = interval
+            rel, limit = 0, len(buf) - rec.LOG_OVERHEAD
+            while rel <= limit:  # step over the entries before it by their lengths
+                first, length = unpack(buf, rel)
+                if first >= offset or length <= 0:
+                    break
+                rel += rec.LOG_OVERHEAD + length
+            else:
+                pos += rel
+                continue
+            if first != offset or length <= 0:
+                return None  # no batch starts at `offset` (inside one, or a v0/v1 message there)
+            if len(buf) - rel < need:
+                if rel == 0:
+                    return None  # the file ends inside it
+                pos, size = pos + rel, need
+                continue
+            if buf[rel + 16] < 2:
+                return None  # a v0/v1 message: its offset is its last
+            h = rec.read_batch_header(buf, rel)
+            return h if h.last_offset >= self.log_start_offset else None
+        return None
 
     def offset_for_timestamp(self, timestamp: int) -> TimestampAndOffset | None:
         """The first record at or above the log start offset whose timestamp is >= `timestamp`

@@ -17,6 +17,7 @@ only `producer.id.expiration.ms` removes producers.
 from __future__ import annotations
 
 import logging
+import secrets
 import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -31,7 +32,6 @@ from oncelog.storage import producer_snapshots as snaps
 log = logging.getLogger(__name__)
 
 DEFAULT_EXPIRATION_CHECK_INTERVAL_MS = 600_000  # Kafka's producer.id.expiration.check.interval.ms
-CAPACITY_SWEEP_INTERVAL_MS = 1_000  # at the producer cap, expire idle producers at most this often
 SNAPSHOTS_TO_KEEP = 3
 
 
@@ -58,8 +58,7 @@ class ProducerStateCounters:
     duplicates_sequence: int = 0  # range mode, offset unknown: DUPLICATE_SEQUENCE_NUMBER
     out_of_order: int = 0         # OUT_OF_ORDER_SEQUENCE_NUMBER answers
     unknown_producer: int = 0     # UNKNOWN_PRODUCER_ID answers
-    restored: int = 0             # expired producers restored from the log (their remembered batches)
-    producers_refused: int = 0    # THROTTLING_QUOTA_EXCEEDED: producer.state.max.producers.per.partition
+    restored: int = 0             # remembered producers restored from the log (their batches' headers)
     invalid_epoch: int = 0        # INVALID_PRODUCER_EPOCH answers
     unsupported_format: int = 0   # idempotent produce to a topic below message format v2
     expirations: int = 0          # producers removed by producer.id.expiration.ms
@@ -75,7 +74,6 @@ _ERROR_COUNTER = {
     ErrorCode.UNKNOWN_PRODUCER_ID: "unknown_producer",
     ErrorCode.INVALID_PRODUCER_EPOCH: "invalid_epoch",
     ErrorCode.DUPLICATE_SEQUENCE_NUMBER: "duplicates_sequence",
-    ErrorCode.THROTTLING_QUOTA_EXCEEDED: "producers_refused",
 }
 
 
@@ -119,7 +117,9 @@ class Partition:
         self.config = config if config is not None else getattr(log, "config", None)
         self.directory = Path(directory) if directory is not None else _log_directory(log)
         self.counters = ProducerStateCounters()
-        self.producer_state = ProducerStateManager(ProducerStateConfig.from_any(self.config, producer_config))
+        # The pid hash's key: random per partition, so no client can choose colliding ids.
+        self.producer_state = ProducerStateManager(ProducerStateConfig.from_any(self.config, producer_config),
+                                                   hash_key=secrets.randbits(64))
         self._producer_overrides = producer_config
         self._format_magic = message_format_magic(
             _config_value(self.config, "message.format.version", "message_format_version"))
@@ -128,7 +128,6 @@ class Partition:
         self._roll_pending = False
         self._last_snapshot_offset = -1
         self._next_expiration_check = -1
-        self._next_capacity_sweep = -1
         self._restored_since_snapshot = False  # the next snapshot is due even if the log did not move
         now = _now() if now_ms is None else now_ms
         self._map_end = self._load_producer_state(now)
@@ -255,8 +254,6 @@ class Partition:
                     check = self._prepare(headers)
                     if check.producer_id in self.producer_state.expired:
                         check = self._restore_expired(headers, check, now_ms)
-                    elif check.error == ErrorCode.THROTTLING_QUOTA_EXCEEDED and self._sweep_for_room(now_ms):
-                        check = self._prepare(headers)
                     if check.kind != ps.APPEND:
                         return self._answer_without_append(check)
             else:
@@ -318,7 +315,13 @@ class Partition:
             setattr(self.counters, counter, getattr(self.counters, counter) + 1)
         extra = self._extra(duplicate=ps.DUP_SEQUENCE) if check.error == ErrorCode.DUPLICATE_SEQUENCE_NUMBER \
             else self._extra()
-        return AppendResult(int(check.error), -1, -1, self.log.log_start_offset, check.message, extra)
+        log_start = self.log.log_start_offset
+        if check.error == ErrorCode.UNKNOWN_PRODUCER_ID:
+            # The producer may be one forgotten for room while its batches are in the log: the
+            # producer-state start lies above everything such a producer wrote, so its client
+            # resets as after retention instead of reporting data loss.
+            log_start = max(log_start, self.producer_state.state_start)
+        return AppendResult(int(check.error), -1, -1, log_start, check.message, extra)
 
     def _lookup_older_duplicate(self, check: ps.Check) -> ps.Check:
         """KAFKA-5494's tail scan: find the exact original batch below the retained ones.
@@ -344,77 +347,56 @@ class Partition:
         return check
 
     def _restore_expired(self, headers: list[rec.BatchHeader], check: ps.Check, now_ms: int) -> ps.Check:
-        """A batch from a producer that expiry removed while its batches are still in the log:
-        put them back into the state, as recovery would, then judge the batch. Then an idle
-        producer continues instead of meeting UNKNOWN_PRODUCER_ID with a log start offset below
-        its last acknowledged offset (which its client must take for data loss), and a retry
-        that arrives after expiry is recognised as a duplicate instead of being appended again.
-
-        The state remembered where the producer's oldest and newest retained batches are, so
-        this reads the log through the offset index from there: its newest batch always, and
-        the rest of its window when it lies within producer.state.expired.lookup.offsets below
-        the newest. Producer ids never seen are not remembered and cost no read at all."""
-        state = self.producer_state
-        pid = check.producer_id
-        if pid in state:
+        """A batch from a producer whose state left the table (expiry, or eviction at the
+        producer cap) while its batches are still in the log: put them back into the state, as
+        recovery would, then judge the batch. Then an idle producer continues instead of meeting
+        UNKNOWN_PRODUCER_ID with a log start offset below its last acknowledged offset (which its
+        client must take for data loss), and a retry that arrives later is recognised as a
+        duplicate instead of being appended again. Producer ids never seen are not remembered
+        and cost no read at all."""
+        if check.producer_id in self.producer_state:
             return check
-        if state.at_capacity:
-            self._sweep_for_room(now_ms)
-            if state.at_capacity:
-                # Keep it remembered: its answer must not turn into UNKNOWN_PRODUCER_ID (false
-                # data loss for its client) just because the partition is full for now.
-                return state.capacity_refusal(pid, check.epoch, check.first_seq, check.last_seq)
         # No snapshot follows (it would cost the whole state per request): after a crash the
         # producer is remembered again, or, if it appended since, restored again by the replay.
-        return self._prepare(headers) if self._restore_from_log(pid, now_ms) else check
+        return self._prepare(headers) if self._restore_from_log(check.producer_id, now_ms) else check
 
     def _restore_from_log(self, pid: int, now_ms: int) -> bool:
-        """Put a remembered expired producer's batches back into the state: bounded reads
-        through the offset index from its oldest retained batch (or from
-        producer.state.expired.lookup.offsets below its newest) to its newest."""
+        """Put a remembered producer's batches back into the state: the header of each batch it
+        retained, read through the offset index (PartitionLog.batch_header_at), so the work is
+        bounded by its window, not by what other producers wrote in between. Batches more than
+        producer.state.expired.lookup.offsets below its newest, or gone below the log start,
+        are left out."""
         state = self.producer_state
-        remembered = state.expired.pop(pid)  # one restore per expiry
-        if remembered is None:  # forgotten while room was made (the remembered set was full)
+        remembered = state.expired.pop(pid)  # one restore per expiry or eviction
+        if remembered is None:
             return False
-        oldest, newest = remembered
+        newest = remembered.offsets[-1]
         reach = state.config.expired_lookup_offsets
-        start = max(oldest, newest - reach, self.log.log_start_offset)
-        found = [h for h in self._headers_between(start, newest + 1)
-                 if h.producer_id == pid and not h.is_control and start <= h.base_offset <= newest]
+        found = []
+        for offset in remembered.offsets:
+            if offset < newest - reach:
+                continue
+            h = self.log.batch_header_at(offset)
+            if h is not None and h.producer_id == pid and not h.is_control:
+                found.append(h)
         if not found or found[-1].base_offset != newest:
-            log.warning("%s-%d: expired producer %d's newest batch is not at offset %d; not restored",
+            log.warning("%s-%d: remembered producer %d's newest batch is not at offset %d; not restored",
                         self.topic, self.index, pid, newest)
             return False
-        kept = found[-state.stride:]
-        for h in kept:
+        for h in found:
             state.record(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
                          h.base_offset, _append_time(h), now_ms)
         self.counters.restored += 1
         self._restored_since_snapshot = True
-        log.info("%s-%d: expired producer %d restored from the log (%d batches from offset %d)",
-                 self.topic, self.index, pid, len(kept), kept[0].base_offset)
+        log.info("%s-%d: producer %d restored from the log (%d batches from offset %d)",
+                 self.topic, self.index, pid, len(found), found[0].base_offset)
         return True
 
-    def _sweep_for_room(self, now_ms: int) -> bool:
-        """At producer.state.max.producers.per.partition, expire idle producers now instead of
-        at the next periodic check (at most once a second); True if that made room."""
-        if now_ms < self._next_capacity_sweep:
-            return False
-        self._next_capacity_sweep = now_ms + CAPACITY_SWEEP_INTERVAL_MS
-        return self.remove_expired_producers(now_ms) > 0
-
     def _headers_between(self, start: int, end: int) -> Iterator[rec.BatchHeader]:
-        between = getattr(self.log, "batch_headers_between", None)
-        if between is not None:
-            try:
-                yield from between(start, end)
-            except KafkaProtocolError:
-                return
+        try:
+            yield from self.log.batch_headers_between(start, end)
+        except KafkaProtocolError:  # the range left the log meanwhile (retention)
             return
-        for h in self._iter_headers(start):
-            if h.base_offset >= end:
-                return
-            yield h
 
     def _safe_log_start(self) -> int:
         try:
@@ -515,6 +497,7 @@ class Partition:
         log_end = self.log.log_end_offset
         log_start = self.log.log_start_offset
         start = log_start
+        self.producer_state.forget_expired_before(log_start)
         if self.directory is not None:
             for offset, path in reversed(snaps.list_snapshots(self.directory)):
                 if offset > log_end:
@@ -635,13 +618,16 @@ PRODUCER_STATE_METRICS = (
     ("oncelog_producer_state_expirations_total", "counter", "producers removed by producer.id.expiration.ms", None),
     ("oncelog_producer_state_restored_total", "counter",
      "expired producers restored from the log when they came back", None),
-    ("oncelog_producer_state_producers_refused_total", "counter",
-     "batches of new producers refused at producer.state.max.producers.per.partition", None),
+    ("oncelog_producer_state_producers_evicted_total", "counter",
+     "least recently updated producers moved to the remembered set at "
+     "producer.state.max.producers.per.partition", None),
+    ("oncelog_producer_state_remembered_forgotten_total", "counter",
+     "remembered producers forgotten at producer.state.max.remembered.producers.per.partition "
+     "(their next batch meets UNKNOWN_PRODUCER_ID above the producer-state start offset)", None),
     ("oncelog_producer_state_expired_remembered", "gauge",
-     "expired producers remembered with the log position of their batches", None),
+     "expired or evicted producers remembered with the log position of their batches", None),
 )
-_COUNTED = ("out_of_order", "unknown_producer", "invalid_epoch", "unsupported_format", "expirations", "restored",
-            "producers_refused")
+_COUNTED = ("out_of_order", "unknown_producer", "invalid_epoch", "unsupported_format", "expirations", "restored")
 
 
 def producer_state_metrics(partitions) -> dict[str, list[tuple[dict[str, str], float]]]:
@@ -652,10 +638,12 @@ def producer_state_metrics(partitions) -> dict[str, list[tuple[dict[str, str], f
         t = per_topic.setdefault(p.topic, dict.fromkeys(
             ("producers", "bytes", "latest", "window", "tail", "sequence", "out_of_order",
              "unknown_producer", "invalid_epoch", "unsupported_format", "expirations", "restored",
-             "producers_refused", "expired_remembered"), 0))
+             "producers_evicted", "remembered_forgotten", "expired_remembered"), 0))
         c = p.counters
         t["producers"] += p.producers_tracked
         t["expired_remembered"] += len(p.producer_state.expired)
+        t["producers_evicted"] += p.producer_state.evictions
+        t["remembered_forgotten"] += p.producer_state.expired.forgotten
         t["bytes"] += p.producer_state_bytes
         t["latest"] += c.duplicates_latest
         t["window"] += c.duplicates_window
@@ -670,6 +658,6 @@ def producer_state_metrics(partitions) -> dict[str, list[tuple[dict[str, str], f
         out["oncelog_producer_state_expired_remembered"].append(({"topic": topic}, t["expired_remembered"]))
         for kind in ("latest", "window", "tail", "sequence"):
             out["oncelog_producer_state_duplicates_total"].append(({"topic": topic, "kind": kind}, t[kind]))
-        for k in _COUNTED:
+        for k in _COUNTED + ("producers_evicted", "remembered_forgotten"):
             out[f"oncelog_producer_state_{k}_total"].append(({"topic": topic}, t[k]))
     return out

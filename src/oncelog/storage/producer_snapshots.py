@@ -7,15 +7,20 @@ File `<offset:020d>.pstate` in the partition directory; `offset` is exclusive (t
 the log below it), as Kafka's `.snapshot`. Layout (header big-endian, columns little-endian so
 the in-memory arrays are written and read without per-producer work):
 
-    magic "OLPS" | version i16 = 2 | crc u32 (CRC-32C of every byte after it) |
-    flags i16 = 0 | stride i32 | producers i32 | map end offset i64 | expired producers i32 (m) |
+    magic "OLPS" | version i16 = 3 | crc u32 (CRC-32C of every byte after it) |
+    flags i16 = 0 | stride i32 | producers i32 | map end offset i64 |
+    remembered producers i32 (m) | remembered stride i32 (r) | producer-state start offset i64 |
     pid q[n] | epoch h[n] | last update ms q[n] | ring head H[n] | ring count H[n] |
     first seq i[n*stride] | last seq i[n*stride] | base offset q[n*stride] | timestamp q[n*stride] |
-    expired pid q[m] | oldest retained batch offset q[m] | newest batch offset q[m]
+    remembered pid q[m] | batch count H[m] | last offset of the newest batch q[m] |
+    base offsets of the retained batches q[m*r]
 
-Version 2 added the expired producers the partition remembers (without them a restart forgot
-that an expired producer's batches are in the log, and its retry at sequence 0 was appended a
-second time). Version 1 (no `m`, no expired columns) is still read: it loads with none remembered.
+Version 3 remembers the offset of every retained batch of an expired or evicted producer (so a
+restore reads each batch's header, not the log between them), the last offset of its newest
+batch, and the producer-state start offset (ProducerStateManager.state_start). Version 2 kept
+the remembered producers' oldest and newest batch offsets only: it is read with those two
+batches remembered (the newest's last offset taken as its base offset). Version 1 (no
+remembered producers) is read with none remembered.
 """
 from __future__ import annotations
 
@@ -33,17 +38,20 @@ from oncelog.core.producer_state import ProducerSnapshotColumns
 log = logging.getLogger(__name__)
 
 MAGIC = b"OLPS"
-VERSION = 2
-READABLE_VERSIONS = (1, 2)
+VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 SUFFIX = ".pstate"
 CORRUPT_SUFFIX = ".corrupt"
 _HEAD = struct.Struct(">4shI")          # magic, version, crc
 _BODY_HEAD_V1 = struct.Struct(">hiiq")  # flags, stride, producers, map end offset
-_BODY_HEAD = struct.Struct(">hiiqi")    # ... and (v2) expired producers remembered
+_BODY_HEAD_V2 = struct.Struct(">hiiqi")  # ... and expired producers remembered
+_BODY_HEAD = struct.Struct(">hiiqiiq")  # ... and (v3) remembered stride, producer-state start offset
+_BODY_HEADS = {1: _BODY_HEAD_V1, 2: _BODY_HEAD_V2, 3: _BODY_HEAD}
 _BIG_ENDIAN = sys.byteorder == "big"
 _PER_PRODUCER = (("q", "pid"), ("h", "epoch"), ("q", "updated"), ("H", "head"), ("H", "count"))
 _PER_BATCH = (("i", "first"), ("i", "last"), ("q", "offset"), ("q", "timestamp"))
-_PER_EXPIRED = (("q", "expired_pid"), ("q", "expired_oldest"), ("q", "expired_newest"))
+_PER_REMEMBERED = (("q", "expired_pid"), ("H", "expired_count"), ("q", "expired_end"))
+_PER_EXPIRED_V2 = (("q", "expired_pid"), ("q", "oldest"), ("q", "newest"))
 
 
 class CorruptSnapshotError(Exception):
@@ -74,12 +82,14 @@ def _le_bytes(arr: array) -> bytes:
 
 def encode_snapshot(offset: int, cols: ProducerSnapshotColumns) -> bytes:
     n = len(cols.pid)
-    expired = [getattr(cols, name) if getattr(cols, name) is not None else array(code)
-               for code, name in _PER_EXPIRED]
-    parts = [_BODY_HEAD.pack(0, cols.stride, n, offset, len(expired[0]))]
+    rstride = cols.expired_stride
+    remembered = [getattr(cols, name) if getattr(cols, name) is not None else array(code)
+                  for code, name in _PER_REMEMBERED]
+    remembered.append(cols.expired_offsets if cols.expired_offsets is not None else array("q"))
+    parts = [_BODY_HEAD.pack(0, cols.stride, n, offset, len(remembered[0]), rstride, cols.state_start)]
     for _code, name in _PER_PRODUCER + _PER_BATCH:
         parts.append(_le_bytes(getattr(cols, name)))
-    parts += [_le_bytes(arr) for arr in expired]
+    parts += [_le_bytes(arr) for arr in remembered]
     body = b"".join(parts)
     return _HEAD.pack(MAGIC, VERSION, crc32c(body)) + body
 
@@ -96,17 +106,22 @@ def decode_snapshot(data: bytes) -> tuple[int, ProducerSnapshotColumns]:
     body = memoryview(data)[_HEAD.size:]
     if crc32c(body) != crc:
         raise CorruptSnapshotError("snapshot CRC-32C mismatch")
-    head = _BODY_HEAD if version >= 2 else _BODY_HEAD_V1
+    head = _BODY_HEADS[version]
     if len(body) < head.size:
         raise CorruptSnapshotError("snapshot is truncated")
     _flags, stride, n, offset, *rest = head.unpack_from(body)
     m = rest[0] if rest else 0
-    if stride < 1 or n < 0 or offset < 0 or m < 0:
+    rstride, state_start = rest[1:] if version >= 3 else (1, 0)
+    if stride < 1 or n < 0 or offset < 0 or m < 0 or rstride < 1 or state_start < 0:
         raise CorruptSnapshotError(f"bad snapshot header (stride {stride}, producers {n}, offset {offset}, "
-                                   f"expired {m})")
+                                   f"remembered {m} x {rstride}, state start {state_start})")
     pos = head.size
-    values = {"stride": stride}
-    groups = [(_PER_PRODUCER, n), (_PER_BATCH, n * stride)] + ([(_PER_EXPIRED, m)] if version >= 2 else [])
+    values = {"stride": stride, "state_start": state_start}
+    groups = [(_PER_PRODUCER, n), (_PER_BATCH, n * stride)]
+    if version == 2:
+        groups.append((_PER_EXPIRED_V2, m))
+    elif version >= 3:
+        groups += [(_PER_REMEMBERED, m), ((("q", "expired_offsets"),), m * rstride)]
     for group, count in groups:
         for code, name in group:
             arr = array(code)
@@ -120,7 +135,19 @@ def decode_snapshot(data: bytes) -> tuple[int, ProducerSnapshotColumns]:
             pos += size
     if pos != len(body):
         raise CorruptSnapshotError(f"{len(body) - pos} unexpected bytes after the snapshot columns")
+    if version == 2:
+        values.update(_from_v2(values.pop("oldest"), values.pop("newest")))
+    values["expired_stride"] = 2 if version == 2 else rstride
     return offset, ProducerSnapshotColumns(**values)
+
+
+def _from_v2(oldest: array, newest: array) -> dict[str, array]:
+    """Version 2's (oldest, newest) batch offsets as version 3's columns (stride 2)."""
+    count, offsets = array("H"), array("q")
+    for o, w in zip(oldest, newest):
+        count.append(1 if o == w else 2)
+        offsets.extend((w, 0) if o == w else (o, w))
+    return {"expired_count": count, "expired_end": array("q", newest), "expired_offsets": offsets}
 
 
 def write_snapshot(directory: Path, offset: int, cols: ProducerSnapshotColumns, *, sync: bool = True) -> Path:
