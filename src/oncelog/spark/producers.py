@@ -50,7 +50,7 @@ def shared(client: dict) -> Producer:
             _pool.clear()
             _pid = os.getpid()
         p = _pool.get(key)
-        if p is not None and p.aio.core.fatal is None and not p.aio._closing:
+        if p is not None and p.aio.core.fatal is None and not p.closed:
             return p
         _pool.pop(key, None)
         try:
