@@ -254,6 +254,7 @@ class StreamWriter(DataSourceStreamArrowWriter):
         return qid
 
     def write(self, iterator) -> TaskCommit:
+        arrow_io.require_pyarrow()   # a clear message when an executor lacks it
         from oncelog.spark.replay import Fingerprint, Spill, fingerprinted
         ctx = _task_context()
         sink = self._sink_id(ctx)
