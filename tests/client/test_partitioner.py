@@ -97,3 +97,22 @@ def test_partitioner_flags_are_checked():
     p = AIOProducer({"bootstrap.servers": "127.0.0.1:1", "partitioner.ignore.keys": "true",
                      "partitioner.adaptive.partitioning.enable": False})
     assert p.partitioner.ignore_keys and p.partitioner._load is None
+
+
+def test_runs_of_records_are_partitioned_as_one_by_one():
+    """sticky_runs (the Spark writer's columnar path) follows the rule of partition() exactly,
+    and both continue the same stay."""
+    from itertools import accumulate
+    rng = random.Random(3)
+    sizes = [rng.choice((40, 100, 700, 1500, 5000)) for _ in range(400)]
+    one = StickyPartitioner(1000 + BATCH_OVERHEAD, rng=Counting())
+    expected = [one.partition("t", None, 5, n) for n in sizes]
+    runs = StickyPartitioner(1000 + BATCH_OVERHEAD, rng=Counting())
+    got = []
+    for part in (sizes[:150], sizes[150:151], sizes[151:]):   # calls continue the stay
+        start = 0
+        for partition, stop in runs.sticky_runs("t", 5, list(accumulate(part))):
+            got += [partition] * (stop - start)
+            start = stop
+    assert got == expected
+    assert runs.partition("t", None, 5, 40) == one.partition("t", None, 5, 40)

@@ -12,26 +12,31 @@ def test_markers_read_backwards_find_what_a_replay_needs(spark_broker, make_topi
         for b in range(30):
             for sink in ("A", "B"):
                 if b < 29:
-                    produce.write_markers(p, topic, sink, b, {None: 20})
+                    produce.write_markers(p, topic, sink, b, {None: (20, None)})
                 else:   # batch 29 of both sinks failed: the driver's abort marked its tasks
-                    produce.write_markers(p, topic, sink, b, {0: 10, 1: 10})
+                    produce.write_markers(p, topic, sink, b, {0: (10, "fp0"), 1: (10, "fp1")})
     batches, tasks = produce.read_markers(client, topic, "A", batch_id=29, window=4)
-    assert tasks == {(29, 0), (29, 1)} and 29 not in batches
+    assert tasks == {(29, 0): {"fp0"}, (29, 1): {"fp1"}} and 29 not in batches
     assert 28 in batches                      # the window grew until an earlier batch showed up
     assert len(batches) < 29                  # ...and stopped there, not at the topic's start
     all_b, all_t = produce.read_markers(client, topic, "A")
-    assert all_b == set(range(29)) and all_t == {(29, 0), (29, 1)}
-    assert produce.read_markers(client, topic, "C", batch_id=3, window=4) == (set(), set())
+    assert all_b == set(range(29)) and all_t == {(29, 0): {"fp0"}, (29, 1): {"fp1"}}
+    assert produce.read_markers(client, topic, "C", batch_id=3, window=4) == (set(), {})
 
 
-def test_task_markers_not_confirmed_by_the_driver_are_ignored(spark_broker, make_topic):
+def test_task_markers_without_confirmation_or_fingerprint_are_ignored(spark_broker, make_topic):
     """Earlier connector versions let each task mark itself after its input ended, which an
-    attempt that Spark then failed also did: such a marker proves nothing and is not skipped."""
+    attempt that Spark then failed also did: such a marker proves nothing and is not skipped.
+    A confirmed marker without a fingerprint (the previous version) does not say which rows the
+    task held, so no replayed task can match it."""
     topic = make_topic(1)
     client = {"bootstrap.servers": spark_broker}
     with Producer(client) as p:
-        produce.write_markers(p, topic, "A", 0, {None: 5})
+        produce.write_markers(p, topic, "A", 0, {None: (5, None)})
         old = {"sink": "A", "batch": 1, "task": 0, "rows": 3}
         p.send(topic, json.dumps(old).encode(), b"A", partition=0).result(30)
-        produce.write_markers(p, topic, "A", 1, {1: 4})
-    assert produce.read_markers(client, topic, "A", batch_id=1) == ({0}, {(1, 1)})
+        unprinted = {"sink": "A", "batch": 1, "task": 2, "rows": 3, "confirmed": True}
+        p.send(topic, json.dumps(unprinted).encode(), b"A", partition=0).result(30)
+        produce.write_markers(p, topic, "A", 1, {1: (4, "fp-a")})
+        produce.write_markers(p, topic, "A", 1, {1: (6, "fp-b")})   # another failed run
+    assert produce.read_markers(client, topic, "A", batch_id=1) == ({0}, {(1, 1): {"fp-a", "fp-b"}})

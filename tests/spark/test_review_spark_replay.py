@@ -9,9 +9,6 @@ from test_task_failures import STEP, _check, _failing, _source
 pytestmark = pytest.mark.spark
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "review1: StreamWriter.write skips (batch, task) markers by Spark partition id alone; a replay "
-    "split differently (here minPartitions 4 -> default) skips rows never written"))
 def test_review_replay_with_another_split_loses_no_rows(
         small_arrow_batches, spark_broker, make_topic, produce, write_opts, tmp_path):
     spark = small_arrow_batches

@@ -1,13 +1,15 @@
 """A write task that fails midway, driven without Spark against a real broker: every record it
 handed to the producer is resolved before the task ends, and a task that could not deliver a
-record raises instead of returning a commit message."""
+record raises instead of returning a commit message. Tasks share their Python worker's producer
+(spark/producers.py): one that failed a delivery is replaced, a healthy one serves the next task."""
 import threading
 
 import pyarrow as pa
 import pytest
 
 from oncelog.client import AdminClient, Consumer, TopicPartition
-from oncelog.spark.options import OncelogSparkError
+from oncelog.spark import producers
+from oncelog.spark.options import OncelogSparkError, write_options
 from oncelog.spark.source import BatchWriter
 
 
@@ -29,6 +31,7 @@ def _producer_threads():
 
 def test_input_failing_midway_resolves_every_record_handed_over(spark_broker, make_topic):
     topic = make_topic(2)
+    options = {"bootstrap.servers": spark_broker, "topic": topic}
     before = len(_producer_threads())
 
     def rows():
@@ -36,22 +39,35 @@ def test_input_failing_midway_resolves_every_record_handed_over(spark_broker, ma
             yield _batch(k * 500, 500)
         raise RuntimeError("upstream failed after 1,500 rows")
 
-    writer = BatchWriter({"bootstrap.servers": spark_broker, "topic": topic}, None)
+    writer = BatchWriter(options, None)
     with pytest.raises(RuntimeError, match="upstream failed"):
         writer.write(rows())
-    # the rows handed over were delivered (not dropped with the producer), and the task's
-    # producer is closed (Spark reuses the worker process)
+    # the rows handed over were delivered before the task ended, not left in flight for the
+    # next task of this process to inherit
     assert _end(spark_broker, topic, 2) == 1500
-    assert len(_producer_threads()) == before
+    shared = producers.shared(write_options(options).client)
+    assert len(_producer_threads()) <= before + 1
+    # the next task of the same worker process produces through the same producer (no new
+    # producer id for each task)
+    pid = shared.aio.core.producer_id
+    writer.write(iter([_batch(1500, 10)]))
+    assert _end(spark_broker, topic, 2) == 1510
+    assert producers.shared(write_options(options).client) is shared
+    assert shared.aio.core.producer_id == pid
+    assert len(_producer_threads()) <= before + 1
 
 
 def test_a_record_the_broker_refuses_fails_the_task(spark_broker, make_topic):
     topic = make_topic(1)
+    options = {"bootstrap.servers": spark_broker, "topic": topic}
     with AdminClient({"bootstrap.servers": spark_broker}) as admin:
         admin.alter_configs(topic, {"max.message.bytes": "20000"})
+    failing = producers.shared(write_options(options).client)
     before = len(_producer_threads())
     batches = [_batch(0, 50), _batch(50, 1, size=50_000), _batch(51, 50)]
-    writer = BatchWriter({"bootstrap.servers": spark_broker, "topic": topic}, None)
+    writer = BatchWriter(options, None)
     with pytest.raises(OncelogSparkError, match="producing to oncelog failed"):
         writer.write(iter(batches))
-    assert len(_producer_threads()) == before
+    # the producer that failed a delivery is closed and the next task gets another
+    assert len(_producer_threads()) == before - 1
+    assert producers.shared(write_options(options).client) is not failing

@@ -83,14 +83,41 @@ class StickyPartitioner:
         if key is not None and not self.ignore_keys:
             return partition_for_key(key, num_partitions)
         s = self._sticky.get(topic)
-        if s is not None:
-            left = s[1]
-            # stay while the record fits the batch being filled (any record fits an empty one)
-            if (size <= left or left == self._room) and s[0] < num_partitions:
-                s[1] = left - size
-                return s[0]
-        s = self._sticky[topic] = [self._next(topic, num_partitions), self._room - size]
-        return s[0]
+        # the first step of sticky_runs, inlined for the per-record path: the record fits what
+        # is left of the current partition's batch
+        if s is not None and size <= s[1] and s[0] < num_partitions:
+            s[1] -= size
+            return s[0]
+        return self.sticky_runs(topic, num_partitions, (size,))[0][0]
+
+    def sticky_runs(self, topic: str, num_partitions: int, ends) -> list[tuple[int, int]]:
+        """Partitions of consecutive keyless records in one call, for columnar writers: `ends[i]`
+        is the summed size bound of records 0..i (any sequence bisect can search, such as a numpy
+        cumsum). Returns runs `(partition, stop)`: the records from the previous run's stop up to
+        `stop` go to `partition`. The work is per switch, not per record, and the state is the
+        one `partition` keeps, so both kinds of caller share a topic's stay."""
+        runs: list[tuple[int, int]] = []
+        count, start, base = len(ends), 0, 0
+        s = self._sticky.get(topic)
+        while start < count:
+            fresh = s is None or s[0] >= num_partitions
+            if fresh:
+                s = self._switch(topic, num_partitions)
+            stop = bisect_right(ends, base + s[1], start)   # the records that fit what is left
+            if stop == start and not fresh:
+                s = self._switch(topic, num_partitions)
+                stop = bisect_right(ends, base + s[1], start)
+            if stop == start:
+                stop = start + 1        # any record fits an empty batch (and stays alone there)
+            top = int(ends[stop - 1])
+            s[1] -= top - base
+            runs.append((s[0], stop))
+            start, base = stop, top
+        return runs
+
+    def _switch(self, topic: str, n: int) -> list:
+        s = self._sticky[topic] = [self._next(topic, n), self._room]
+        return s
 
     def _next(self, topic: str, n: int) -> int:
         r = self._rng.getrandbits(31)

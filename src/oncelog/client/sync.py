@@ -176,6 +176,11 @@ class Producer:
         return self._p.partition_window(topic, partition)
 
     @property
+    def closed(self) -> bool:
+        """close() was called (or is under way): nothing more can be sent."""
+        return self._p._closing
+
+    @property
     def idempotent(self) -> bool:
         return self._p.idempotent
 

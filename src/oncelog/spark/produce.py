@@ -13,24 +13,12 @@ import time
 from typing import Iterable
 
 from oncelog.client import AdminClient, Producer, TopicPartition
+from oncelog.protocol.record_codec import RECORD_OVERHEAD
+from oncelog.spark import producers
 from oncelog.spark.arrow_io import require_pyarrow
 from oncelog.spark.options import OncelogSparkError
 from oncelog.spark.plan import connect
-
-
-# A writer task sends ~1 MB batches for several partitions at once: let one request carry
-# several of them and keep more requests in flight than the client's defaults (the per-partition
-# window learned from the broker still applies). `kafka.`-prefixed options override these.
-_WRITER_DEFAULTS = {"max.request.size": str(8 << 20), "max.in.flight.requests.per.connection": "20"}
-
-
-def open_producer(client: dict) -> Producer:
-    try:
-        return Producer({**_WRITER_DEFAULTS, **client})
-    except Exception as e:  # noqa: BLE001
-        raise OncelogSparkError(
-            f"cannot start a producer for bootstrap.servers={client['bootstrap.servers']!r} "
-            f"({type(e).__name__}: {e}); check that the broker is running and reachable") from e
+from oncelog.spark.producers import DeliveryFailed
 
 
 def _column(batch, name: str):
@@ -52,11 +40,14 @@ class _Writer:
         self.topic_option = topic_option
         self.include_headers = include_headers
         self.futures: list = []
-        self.sticky: dict[str, int] = {}
         require_pyarrow()   # a clear message when an executor lacks it
         from oncelog.spark import arrow_records
         self.ar = arrow_records
-        self.chunk_bytes = min(_CHUNK_BYTES, producer.aio.config.max_request_size - 1024)
+        config = producer.aio.config
+        self.chunk_bytes = min(_CHUNK_BYTES, config.batch_size, config.max_request_size - 1024)
+        # Kafka's built-in partitioner (KIP-794), the very object the producer's send() uses:
+        # keyless rows stay on a random partition for batch.size bytes, then move on
+        self.partitioner = producer.aio.partitioner
 
     def write(self, batch) -> None:
         import pyarrow.compute as pc
@@ -84,29 +75,46 @@ class _Writer:
         n_parts = self.producer.partitions_for(topic)
         part_col = _column(batch, "partition")
         keys = self.ar.binary_column(_column(batch, "key"))
-        if part_col is None or part_col.null_count:
-            # Kafka's default partitioner: murmur2 of the key, a sticky partition without one
-            sticky = self.sticky[topic] = (self.sticky.get(topic, -1) + 1) % n_parts
-            parts = np.full(len(batch), sticky, dtype=np.int64)
-            if keys is not None and keys.null_count < len(keys):
-                keyed = np.flatnonzero(keys.is_valid().to_numpy(zero_copy_only=False))
-                parts[keyed] = self.ar.murmur2_partitions(keys.take(keyed), n_parts)
-        if part_col is not None:   # a partition column wins wherever it is set
-            given = part_col.is_valid().to_numpy(zero_copy_only=False)
-            named = part_col.to_numpy(zero_copy_only=False)
-            if given.all():
-                parts = named.astype(np.int64)
-            else:
-                parts[given] = named[given]
-            bad = (parts < 0) | (parts >= n_parts)
-            if bad.any():
-                raise OncelogSparkError(f"topic {topic} has {n_parts} partitions; a row names "
-                                        f"partition {int(parts[bad][0])}")
+        if part_col is not None and not part_col.null_count:
+            parts = part_col.to_numpy(zero_copy_only=False).astype(np.int64)
+        else:
+            # Kafka's default partitioner where no partition is named: murmur2 of the key,
+            # sticky for rows without one
+            parts = np.empty(len(batch), dtype=np.int64)
+            free = np.ones(len(batch), dtype=bool)
+            if part_col is not None:   # a partition column wins wherever it is set
+                free = ~part_col.is_valid().to_numpy(zero_copy_only=False)
+                parts[~free] = part_col.to_numpy(zero_copy_only=False)[~free]
+            keyless = free
+            if keys is not None and keys.null_count < len(keys) and not self.partitioner.ignore_keys:
+                keyed = free & keys.is_valid().to_numpy(zero_copy_only=False)
+                parts[keyed] = self.ar.murmur2_partitions(keys.filter(keyed), n_parts)
+                keyless = free & ~keyed
+            self._sticky(topic, n_parts, batch, keys, parts, np.flatnonzero(keyless))
+        bad = (parts < 0) | (parts >= n_parts)
+        if bad.any():
+            raise OncelogSparkError(f"topic {topic} has {n_parts} partitions; a row names "
+                                    f"partition {int(parts[bad][0])}")
         values = self.ar.binary_column(_column(batch, "value"))
         now = int(time.time() * 1000)
         for partition, count, records in self.ar.encode_partitioned(keys, values, parts,
                                                                     self.chunk_bytes):
             self.futures.append(self.producer.send_encoded(topic, partition, records, count, now))
+
+    def _sticky(self, topic: str, n_parts: int, batch, keys, parts, rows) -> None:
+        """Partitions of the rows without a key or partition, by the producer's own sticky
+        partitioner in runs (the work is per switch, not per row), each row counted with the
+        size bound the producer's accumulator uses."""
+        import numpy as np
+        if not len(rows):
+            return
+        sizes = _lengths(_column(batch, "value"), rows) + RECORD_OVERHEAD
+        if keys is not None:
+            sizes += _lengths(keys, rows)
+        runs = self.partitioner.sticky_runs(topic, n_parts, np.cumsum(sizes))
+        targets = np.fromiter((p for p, _stop in runs), np.int64, len(runs))
+        stops = np.fromiter((stop for _p, stop in runs), np.int64, len(runs))
+        parts[rows] = np.repeat(targets, np.diff(stops, prepend=0))
 
     def _write_rows(self, batch) -> None:
         n = batch.num_rows
@@ -132,11 +140,26 @@ class _Writer:
         for f in self.futures:
             e = f.exception()
             if e is not None:
-                raise OncelogSparkError(f"producing to oncelog failed: {e!r}") from e
+                raise DeliveryFailed(f"producing to oncelog failed: {e!r}") from e
+
+
+def _lengths(col, rows):
+    """Byte lengths of the given rows of a string or binary column (0 for null)."""
+    import numpy as np
+    import pyarrow.compute as pc
+    lengths = pc.fill_null(pc.binary_length(col), 0).to_numpy(zero_copy_only=False)
+    return lengths[rows].astype(np.int64) if len(rows) != len(col) else lengths.astype(np.int64)
 
 
 def _as_bytes(values: list) -> list:
     return [v.encode() if isinstance(v, str) else v for v in values]
+
+
+def produce_task(client: dict, batches: Iterable, topic_option: str | None,
+                 include_headers: bool) -> int:
+    """One write task's rows through the process's shared producer (see producers.py)."""
+    with producers.task_producer(client) as producer:
+        return write_batches(producer, batches, topic_option, include_headers)
 
 
 def write_batches(producer: Producer, batches: Iterable, topic_option: str | None,
@@ -155,11 +178,18 @@ def write_batches(producer: Producer, batches: Iterable, topic_option: str | Non
 
 # ---------------------------------------------------------------------------- commit markers
 
+_ensured: set[tuple] = set()   # (bootstrap servers, topic) known to exist, in this process
+
+
 def ensure_marker_topic(client: dict, topic: str) -> None:
+    known = (client.get("bootstrap.servers"), topic)
+    if known in _ensured:
+        return
     try:
         with AdminClient(dict(client)) as admin:
             if topic not in admin.list_topics():
                 admin.create_topics([topic], num_partitions=1, exist_ok=True)
+        _ensured.add(known)
     except OncelogSparkError:
         raise
     except Exception as e:  # noqa: BLE001
@@ -167,9 +197,9 @@ def ensure_marker_topic(client: dict, topic: str) -> None:
 
 
 def read_markers(client: dict, topic: str, sink_id: str, batch_id: int | None = None,
-                 window: int = 2000) -> tuple[set[int], set[tuple[int, int]]]:
-    """(committed batch ids, {(batch id, task partition id)} whose attempt Spark reported
-    successful) of one sink.
+                 window: int = 2000) -> tuple[set[int], dict[tuple[int, int], set[str]]]:
+    """(committed batch ids, {(batch id, task partition id): fingerprints of the inputs of
+    its attempts that Spark reported successful}) of one sink.
 
     A sink's markers are appended in batch order and Spark only replays batches after the last
     committed one, so with `batch_id` given the topic is read backwards in growing windows from
@@ -181,7 +211,7 @@ def read_markers(client: dict, topic: str, sink_id: str, batch_id: int | None = 
         end = consumer.end_offsets([tp]).get(tp) or 0
         lo = consumer.beginning_offsets([tp]).get(tp) or 0
         batches: set[int] = set()
-        tasks: set[tuple[int, int]] = set()
+        tasks: dict[tuple[int, int], set[str]] = {}
         want = sink_id.encode()
         while end > lo:
             start = lo if batch_id is None else max(lo, end - window)
@@ -194,7 +224,7 @@ def read_markers(client: dict, topic: str, sink_id: str, batch_id: int | None = 
         consumer.close()
 
 
-def _scan_markers(consumer, tp, start: int, end: int, want: bytes, batches: set, tasks: set,
+def _scan_markers(consumer, tp, start: int, end: int, want: bytes, batches: set, tasks: dict,
                   batch_id: int | None) -> bool:
     """Adds this sink's markers in [start, end); True if one is from a batch before batch_id."""
     consumer.assign([TopicPartition(tp.topic, tp.partition, start)])
@@ -222,25 +252,31 @@ def _scan_markers(consumer, tp, start: int, end: int, want: bytes, batches: set,
                 older = True
             if m.get("task") is None:
                 batches.add(b)
-            elif m.get("confirmed"):
-                # task markers without it were written by the tasks themselves (before this
-                # connector version), possibly by an attempt that failed after its input was cut
-                tasks.add((b, int(m["task"])))
+            elif m.get("confirmed") and m.get("fingerprint"):
+                # Task markers without `confirmed` were written by the tasks themselves (earlier
+                # connector versions), possibly by an attempt whose input had been cut short;
+                # without `fingerprint`, nothing says which rows the task held. Either proves
+                # nothing about a replayed task's input, which is then written again.
+                tasks.setdefault((b, int(m["task"])), set()).add(m["fingerprint"])
     return older
 
 
 def write_markers(producer: Producer, topic: str, sink_id: str, batch_id: int,
-                  rows_by_task: dict[int | None, int]) -> None:
-    """Appends one marker per entry and waits for all: task None = the whole batch committed,
-    a task id = that task's attempt was reported successful by Spark (its commit message reached
-    the driver), so a replay of the batch may skip it."""
+                  entries: dict[int | None, tuple[int, str | None]]) -> None:
+    """Appends one marker per entry `task: (rows, fingerprint)` and waits for all: task None =
+    the whole batch committed; a task id = that task's attempt was reported successful by Spark
+    (its commit message reached the driver) with an input of this fingerprint
+    (replay.Fingerprint), so a replayed task whose input has the same one may skip it."""
     futures = []
-    for task, rows in rows_by_task.items():
+    for task, (rows, fingerprint) in entries.items():
         m = {"sink": sink_id, "batch": batch_id, "task": task, "rows": rows}
         if task is not None:
             m["confirmed"] = True
+            m["fingerprint"] = fingerprint
         futures.append(producer.send(topic, json.dumps(m, sort_keys=True).encode(),
                                      sink_id.encode(), partition=0))
     producer.flush()
     for f in futures:
-        f.result(60)
+        e = f.exception(60)
+        if e is not None:
+            raise DeliveryFailed(f"writing a commit marker to {topic} failed: {e!r}") from e

@@ -13,7 +13,7 @@ from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter, DataSourc
 from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadMaxRows,
                                               SupportsTriggerAvailableNow)
 
-from oncelog.spark import arrow_io, plan, produce
+from oncelog.spark import arrow_io, plan, produce, producers
 from oncelog.spark.options import (OncelogSparkError, canonical, from_spark, read_options,
                                    write_options)
 
@@ -196,6 +196,7 @@ class TaskCommit(WriterCommitMessage):
     attempt: int
     rows: int
     skipped: bool = False
+    fingerprint: str | None = None   # of the task's input (replay.Fingerprint), streaming only
 
 
 def _task_context():
@@ -213,11 +214,8 @@ class BatchWriter(DataSourceArrowWriter):
         ctx = _task_context()
         task, attempt = (ctx.partitionId(), ctx.attemptNumber()) if ctx else (0, 0)
         _maybe_fail(self.fail_task, task, attempt)
-        producer = produce.open_producer(self.wo.client)
-        try:
-            rows = produce.write_batches(producer, iterator, self.wo.topic, self.wo.include_headers)
-        finally:
-            producer.close()
+        rows = produce.produce_task(self.wo.client, iterator, self.wo.topic,
+                                    self.wo.include_headers)
         return TaskCommit(None, None, task, attempt, rows)
 
     def commit(self, messages) -> None:
@@ -233,7 +231,8 @@ class BatchWriter(DataSourceArrowWriter):
 class StreamWriter(DataSourceStreamArrowWriter):
     """Idempotent across replays of a micro-batch, as far as Spark tells the driver what was
     written: the driver's commit marks the batch (sink, batch), its abort marks each task whose
-    attempt succeeded (sink, batch, task); a replayed batch skips the batch or the tasks marked.
+    attempt succeeded (sink, batch, task, fingerprint of the task's input); a replayed batch
+    skips the batch, or a task whose input has the fingerprint of a marked one.
 
     A task never marks itself: its input can end early without an error (see produce.py), so
     only a commit message that reached the driver proves that an attempt wrote all its rows."""
@@ -255,30 +254,45 @@ class StreamWriter(DataSourceStreamArrowWriter):
         return qid
 
     def write(self, iterator) -> TaskCommit:
+        arrow_io.require_pyarrow()   # a clear message when an executor lacks it
+        from oncelog.spark.replay import Fingerprint, Spill, fingerprinted
         ctx = _task_context()
         sink = self._sink_id(ctx)
         batch_id = int(ctx.getLocalProperty("streaming.sql.batchId"))
         task, attempt = ctx.partitionId(), ctx.attemptNumber()
         batches, tasks = produce.read_markers(self.wo.client, self.wo.marker_topic, sink,
                                                batch_id)
-        if batch_id in batches or (batch_id, task) in tasks:
-            log.info("oncelog sink %s: batch %d task %d already written, skipping replay",
-                     sink, batch_id, task)
+        if batch_id in batches:
+            log.info("oncelog sink %s: batch %d already committed, skipping replay", sink, batch_id)
             return TaskCommit(sink, batch_id, task, attempt, 0, skipped=True)
         _maybe_fail(self.fail_task, task, attempt)
-        producer = produce.open_producer(self.wo.client)
-        try:
-            rows = produce.write_batches(producer, iterator, self.wo.topic, self.wo.include_headers)
-        finally:
-            producer.close()
-        return TaskCommit(sink, batch_id, task, attempt, rows)
+        fp = Fingerprint(self.wo.topic, self.wo.include_headers)
+        confirmed = tasks.get((batch_id, task))
+        if not confirmed:
+            rows = self._produce(fingerprinted(iterator, fp))
+            return TaskCommit(sink, batch_id, task, attempt, rows, fingerprint=fp.digest())
+        # A marked task of a replayed batch: skip only if this input is the one marked (the
+        # replay may split the batch differently), which is known once the input ended
+        with Spill() as spill:
+            spill.write(fingerprinted(iterator, fp))
+            if fp.digest() in confirmed:
+                log.info("oncelog sink %s: batch %d task %d already written (same input), "
+                         "skipping replay", sink, batch_id, task)
+                return TaskCommit(sink, batch_id, task, attempt, fp.rows, skipped=True,
+                                  fingerprint=fp.digest())
+            log.warning("oncelog sink %s: batch %d task %d was written with other rows than "
+                        "this replay holds (the batch is split differently); writing its %d "
+                        "rows", sink, batch_id, task, fp.rows)
+            rows = self._produce(spill.read())
+        return TaskCommit(sink, batch_id, task, attempt, rows, fingerprint=fp.digest())
 
-    def _mark(self, sink: str, batch_id: int, rows_by_task: dict) -> None:
-        producer = produce.open_producer(self.wo.client)
-        try:
-            produce.write_markers(producer, self.wo.marker_topic, sink, batch_id, rows_by_task)
-        finally:
-            producer.close()
+    def _produce(self, batches) -> int:
+        return produce.produce_task(self.wo.client, batches, self.wo.topic,
+                                    self.wo.include_headers)
+
+    def _mark(self, sink: str, batch_id: int, entries: dict) -> None:
+        with producers.task_producer(self.wo.client) as producer:
+            produce.write_markers(producer, self.wo.marker_topic, sink, batch_id, entries)
 
     def commit(self, messages, batchId: int) -> None:
         done = [m for m in messages if m is not None]
@@ -286,16 +300,18 @@ class StreamWriter(DataSourceStreamArrowWriter):
             raise OncelogSparkError(f"injected sink commit failure for batch {batchId} "
                                     "(option _failCommitBatch)")
         if done:
-            self._mark(done[0].sink_id, batchId, {None: sum(m.rows for m in done)})
+            self._mark(done[0].sink_id, batchId, {None: (sum(m.rows for m in done), None)})
 
     def abort(self, messages, batchId: int) -> None:
-        """The job failed (or commit() did): the tasks Spark reported successful are marked so
-        that the replay of this batch skips them; the others are written again in full."""
+        """The job failed (or commit() did): the tasks Spark reported successful are marked
+        with their input's fingerprint, so that a replay of this batch skips a task holding the
+        same input; every other task is written again in full."""
         done = [m for m in messages if m is not None and not m.skipped]
         log.warning("oncelog sink: batch %d aborted; %d task(s) that finished are marked and "
-                    "skipped when the batch is replayed", batchId, len(done))
+                    "skipped when a replay holds the same rows", batchId, len(done))
         if done:
-            self._mark(done[0].sink_id, batchId, {m.task: m.rows for m in done})
+            self._mark(done[0].sink_id, batchId,
+                       {m.task: (m.rows, m.fingerprint) for m in done})
 
 
 def _check_write_schema(schema, wo) -> None:
