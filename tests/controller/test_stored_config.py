@@ -12,7 +12,7 @@ from oncelog.testing.embedded import BrokerProcess
 
 def _produce(bootstrap: str, topic: str, n: int = 10) -> list[int]:
     p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": "required",
-                  "delivery.timeout.ms": 30000})
+                  "delivery.timeout.ms": 30000, "request.timeout.ms": 10000})
     try:
         futures = [p.send(topic, value=b"v%d" % i, partition=0) for i in range(n)]
         return [f.result(60).offset for f in futures]
