@@ -284,3 +284,81 @@ def test_calls_out_of_order_are_programming_errors():
     s = session()
     with pytest.raises(RuntimeError):
         s.authenticate(2, b"x", 0)
+
+
+# ------------------------------------------------------------------ fuzzing
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from oncelog.core.security.sasl import AuthenticationFailed  # noqa: E402
+
+GOOD_TOKENS = {plain.client_token("alice", "alice-secret"): "alice", plain.client_token("", "x"): None,
+               b"n,,n=alice,r=abc": None, b"c=biws,r=abc,p=AAAA": None}
+# biased towards what a client would send next, so that exchanges get far enough to matter
+tokens = st.one_of(st.sampled_from(sorted(GOOD_TOKENS)),
+                   st.builds(lambda t, i, b: t[:i] + bytes([b]) + t[i + 1:], st.sampled_from(sorted(GOOD_TOKENS)),
+                             st.integers(0, 24), st.integers(0, 255)),
+                   st.binary(max_size=64))
+frames = st.tuples(st.sampled_from([ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_HANDSHAKE,
+                                    ApiKey.SASL_AUTHENTICATE, ApiKey.SASL_AUTHENTICATE, ApiKey.SASL_AUTHENTICATE,
+                                    ApiKey.METADATA, 7777]),
+                   st.sampled_from([1, 1, 2, 0, 3, -1]), tokens,
+                   st.sampled_from(["PLAIN", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "GSSAPI", ""]),
+                   st.booleans(), st.integers(0, 3000))
+
+
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(frames, max_size=16), st.sampled_from([0, 1000]))
+def test_any_frame_sequence_is_answered_by_the_rules(events, reauth_ms):
+    """Whatever arrives, the session only ever routes, answers or closes; it authenticates only
+    after a valid exchange, and never after it failed."""
+    s = session(reauth_ms=reauth_ms)
+    now, valid_users = 0, set()
+    for api_key, version, token, mechanism, flag, dt in events:
+        now += dt
+        if s.expects_raw_token:
+            answer = s.raw_token(token, now)
+        else:
+            routing = s.route(api_key, version, now)
+            r = routing.route
+            if r in (Route.CLOSE, Route.REFUSE_AND_CLOSE):
+                assert routing.reason
+                break
+            if r is Route.API_VERSIONS:
+                s.api_versions_answered(flag)
+                continue
+            if r is Route.HANDSHAKE:
+                answer = s.handshake(version, mechanism)
+                assert (answer.error_code == ErrorCode.NONE) is (mechanism in s.mechanisms)
+                if answer.close_after:
+                    break
+                continue
+            if r in (Route.REQUEST, Route.REFUSE):
+                assert s.authenticated
+                continue
+            answer = s.authenticate(version, token, now)
+        if GOOD_TOKENS.get(token) and answer.error_code == ErrorCode.NONE:
+            valid_users.add(GOOD_TOKENS[token])
+        if answer.close_after:
+            assert answer.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED
+            assert isinstance(answer.failure, AuthenticationFailed) and s.state is SaslState.FAILED
+            break
+    if s.authenticated:
+        assert s.principal.name in valid_users
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.binary(max_size=200) | st.text(max_size=120).map(str.encode), min_size=1, max_size=3))
+def test_scram_server_only_ever_fails_cleanly(messages):
+    s = ScramServer(SHA256, CREDS.get, random_bytes(), b"secret")
+    for m in messages:
+        try:
+            s.evaluate(m)
+        except AuthenticationFailed:
+            return
+        except Exception as e:   # noqa: BLE001 -- the point of the test
+            from oncelog.core.security.sasl import IllegalSaslState
+            assert isinstance(e, IllegalSaslState) and s.complete, e
+            return
+    assert not s.complete
