@@ -211,7 +211,7 @@ def test_authorized_operations_bitfield():
     assert bits == (1 << Op.READ) | (1 << Op.DESCRIBE) | (1 << Op.ALTER_CONFIGS) | (1 << Op.DESCRIBE_CONFIGS)
     admin = Env(super_users={"User:admin"}).authorizer
     assert admin.authorized_operations(KafkaPrincipal.user("admin"), LOCAL, GROUP, "g") == \
-        (1 << Op.READ) | (1 << Op.DESCRIBE) | (1 << Op.DELETE)
+        (1 << Op.READ) | (1 << Op.DESCRIBE) | (1 << Op.DELETE) | (1 << Op.DESCRIBE_CONFIGS) | (1 << Op.ALTER_CONFIGS)
     assert AUTHORIZED_OPERATIONS_OMITTED == -2147483648
 
 
