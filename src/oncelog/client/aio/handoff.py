@@ -37,7 +37,7 @@ class Handoff:
         self.wakeup = wakeup
         self._batch_size = batch_size
         self._linger_ms = linger_ms
-        self.items: list = []
+        self.items: list = []   # the records handed over; changed in place only, never replaced
         self._added = 0      # bytes; written by sending threads only
         self._taken = 0      # bytes; written by the loop thread only
         self.closed = False  # the producer's close took the handoff for the last time

@@ -65,7 +65,7 @@ class AIOProducer:
         self.metadata = ProducerMetadata(self.core, self.lock, c, self.cluster, self.wakeup)
         self.handoff = Handoff(self.core, self.lock, self.wakeup, c.batch_size, c.linger_ms)
         self.sender = Sender(self.core, self.lock, c, self.cluster, self.delivery, self.wakeup,
-                             self.handoff.take, self.handoff.items.__len__)
+                             self.handoff)
         self.partitioner = StickyPartitioner(
             c.batch_size, ignore_keys=c.partitioner_ignore_keys,
             load=self.metadata.partition_load if c.partitioner_adaptive else None)

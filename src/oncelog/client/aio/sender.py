@@ -13,7 +13,7 @@ import asyncio
 import logging
 import threading
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from oncelog.client.aio import wire
 from oncelog.client.aio.cluster import Cluster
@@ -23,6 +23,9 @@ from oncelog.client.config import ProducerConfig
 from oncelog.client.errors import KafkaClientError
 from oncelog.client.producer_core import PartitionResult, ProducerCore
 from oncelog.protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from oncelog.client.aio.handoff import Handoff
 
 log = logging.getLogger("oncelog.client.producer")
 
@@ -69,16 +72,14 @@ class Wakeup:
 
 class Sender:
     def __init__(self, core: ProducerCore, lock: threading.Lock, config: ProducerConfig,
-                 cluster: Cluster, delivery: Delivery, wakeup: Wakeup,
-                 take_handoff: Callable[[int], None], has_handoff: Callable[[], bool]) -> None:
+                 cluster: Cluster, delivery: Delivery, wakeup: Wakeup, handoff: Handoff) -> None:
         self.core = core
         self.lock = lock
         self.config = config
         self.cluster = cluster
         self.delivery = delivery
         self.wakeup = wakeup
-        self._take_handoff = take_handoff
-        self._has_handoff = has_handoff
+        self.handoff = handoff
         self.loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task | None = None
         self._pid_task: asyncio.Task | None = None
@@ -112,6 +113,7 @@ class Sender:
     async def _run(self) -> None:
         loop = self.loop
         w = self.wakeup
+        handed_over = self.handoff.items
         linger_ms = self.config.linger_ms
         try:
             while True:
@@ -120,7 +122,7 @@ class Sender:
                 if fut.done() or timeout == 0:
                     continue
                 w.at_ms = float("inf") if timeout is None else now_ms() + timeout
-                if self._has_handoff() and (timeout is None or timeout > linger_ms):
+                if handed_over and (timeout is None or timeout > linger_ms):
                     # handed over after step took the handoff and before at_ms was set: that
                     # sender saw the loop running and did not wake it
                     w.at_ms = 0
@@ -144,8 +146,8 @@ class Sender:
         """One pass of the sender: returns ms to sleep (None = until woken)."""
         now = now_ms()
         sleep: int | None = 100
-        if self._has_handoff():
-            self._take_handoff(now)
+        if self.handoff.items:
+            self.handoff.take(now)
         with self.lock:
             core = self.core
             req = core.producer_id_request(now)
