@@ -9,8 +9,8 @@ import pytest
 
 from oncelog.cli.perf import ProxyProcess
 from oncelog.client import AdminClient, Consumer, Producer, TopicPartition
-from oncelog.client.accumulator import TopicPartition as TP
 from oncelog.client.errors import DataLossError, IdempotenceUnsupportedError
+from oncelog.client.types import TopicPartition as TP
 
 from reset_proxy import ResetProxy
 

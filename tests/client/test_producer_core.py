@@ -4,10 +4,10 @@ import logging
 
 import pytest
 
-from oncelog.client.accumulator import TopicPartition
 from oncelog.client.config import Idempotence, ProducerConfig
 from oncelog.client.errors import ConfigError, DataLossError, IdempotenceUnsupportedError
 from oncelog.client.producer_core import PartitionResult, ProducerCore
+from oncelog.client.types import TopicPartition
 from oncelog.protocol.errors import ErrorCode as E
 
 from core_harness import Harness
