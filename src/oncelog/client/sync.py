@@ -189,6 +189,12 @@ class Producer:
         return self._p.closed
 
     @property
+    def fatal_error(self) -> BaseException | None:
+        """The error that stopped the producer (fenced, data loss detected), if one did: every
+        send fails with it from then on."""
+        return self._p.fatal_error
+
+    @property
     def idempotent(self) -> bool:
         return self._p.idempotent
 

@@ -296,6 +296,11 @@ class AIOProducer:
         return dict(self.core.stats)
 
     @property
+    def fatal_error(self) -> BaseException | None:
+        """The error that stopped the producer (fenced, data loss detected), if one did."""
+        return self.core.fatal
+
+    @property
     def idempotent(self) -> bool:
         return self.core.idempotent
 
