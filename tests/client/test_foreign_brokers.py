@@ -95,7 +95,7 @@ def test_librdkafka_mock_leader_move_resets_window_and_delivers(rdkafka_mock3):
     with Producer(conf) as p:
         futs = [p.send("fl", b"%06d" % i) for i in range(500)]
         p.flush(30)
-        from oncelog.client.accumulator import TopicPartition as TP
+        from oncelog.client.types import TopicPartition as TP
         ps = p.aio.core.partition_state(TP("fl", 0))
         old_leader = ps.leader
         new_leader = 1 if old_leader != 1 else 2

@@ -12,7 +12,7 @@ import pytest
 
 from oncelog.cli.perf import ProxyProcess
 from oncelog.client import Producer
-from oncelog.client.accumulator import TopicPartition as TP
+from oncelog.client.types import TopicPartition as TP
 
 _spec = importlib.util.spec_from_file_location(
     "inflight_broker", os.path.join(os.path.dirname(__file__), "..", "..", "bench", "inflight_broker.py"))

@@ -9,8 +9,8 @@ import pytest
 
 from oncelog.cli.perf import ProxyProcess
 from oncelog.client import AdminClient, Consumer, Producer, TopicPartition
-from oncelog.client.accumulator import TopicPartition as TP
 from oncelog.client.errors import DataLossError, IdempotenceUnsupportedError
+from oncelog.client.types import TopicPartition as TP
 
 from reset_proxy import ResetProxy
 
@@ -520,5 +520,5 @@ def test_sends_racing_close_are_each_delivered_or_failed(broker):
     # before close() began hands its record over after close() took the handoff
     from oncelog.client.futures import new_record_future
     late = new_record_future()
-    assert p.aio._hand_over(p.aio._tp("racing", 0), 0, None, b"late", None, late, 40)
+    assert p.aio.handoff.hand_over(p.aio.metadata.tp("racing", 0), 0, None, b"late", None, late, 40)
     assert isinstance(late.exception(0), ProducerClosedError)

@@ -208,13 +208,13 @@ def test_flush_never_returns_before_the_callbacks_of_a_completed_batch(shared_br
                 await p.flush(20)
                 seen.append((len(called), fut.done()))
 
-            handle = p._on_produce_done
+            handle = p.sender.on_produce_done
 
             def flush_first(*args):
                 # scheduled ahead of everything the response's handling wakes
                 asyncio.ensure_future(flush_and_look())
                 handle(*args)
-            p._on_produce_done = flush_first
+            p.sender.on_produce_done = flush_first
             fut = await p.send(unique_topic, b"x", on_delivery=lambda err, meta: called.append(meta))
             await asyncio.wait_for(fut, 20)
             deadline = time.monotonic() + 20
