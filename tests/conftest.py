@@ -1,4 +1,5 @@
-"""Brokers for integration tests: real `oncelog serve` processes on loopback, real files."""
+"""Brokers for integration tests: real `oncelog serve` processes on loopback, real files; and
+librdkafka's mock cluster (in this process, through ctypes) for the client's error paths."""
 import itertools
 
 import pytest
@@ -28,3 +29,22 @@ def shared_broker(tmp_path_factory):
 def unique_topic(request):
     name = request.node.name.replace("[", "-").replace("]", "").replace("/", "-")[:180]
     return f"{name}-{next(_topic_counter)}"
+
+
+def _mock_cluster(brokers: int):
+    from oncelog.testing.rdkafka_mock import MockCluster
+    mc = MockCluster(brokers)
+    try:
+        yield mc
+    finally:
+        mc.close()
+
+
+@pytest.fixture
+def rdkafka_mock():
+    yield from _mock_cluster(1)
+
+
+@pytest.fixture
+def rdkafka_mock3():
+    yield from _mock_cluster(3)

@@ -13,7 +13,7 @@ from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode
 from oncelog.storage import failpoints as fp
 from oncelog.storage.metadata_log import MetadataLog, MetadataLogError
-from oncelog.testing.cluster import PASSWORD, USER, ControllerProcess
+from oncelog.testing.embedded import PASSWORD, USER, ControllerProcess
 
 pytestmark = pytest.mark.timeout(120)
 

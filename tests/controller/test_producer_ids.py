@@ -15,9 +15,7 @@ from oncelog.core.producer_ids import BLOCK_SIZE, ControllerState, ProducerIdsBl
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.storage.metadata_log import MetadataLog
-from oncelog.testing.embedded import BrokerProcess
-
-from oncelog.testing.cluster import PASSWORD, USER, ControllerProcess, broker_overrides
+from oncelog.testing.embedded import PASSWORD, USER, BrokerProcess, ControllerProcess, broker_overrides
 
 
 def registered(*brokers):

@@ -6,8 +6,7 @@ from __future__ import annotations
 from oncelog.client import AdminClient, Producer
 from oncelog.core.leadership import TOPIC_CONFIG
 from oncelog.storage.metadata_log import MetadataLog
-from oncelog.testing.cluster import ControllerProcess, broker_overrides
-from oncelog.testing.embedded import BrokerProcess
+from oncelog.testing.embedded import BrokerProcess, ControllerProcess, broker_overrides
 
 
 def _produce(bootstrap: str, topic: str, n: int = 10) -> list[int]:
