@@ -14,6 +14,8 @@ from oncelog.client import Producer
 from oncelog.client.accumulator import TopicPartition as TP
 from oncelog.testing.fault_proxy import FaultConfig, FaultProxyProcess
 
+pytestmark = pytest.mark.processes
+
 _spec = importlib.util.spec_from_file_location(
     "inflight_broker", os.path.join(os.path.dirname(__file__), "..", "..", "bench", "inflight_broker.py"))
 standin = importlib.util.module_from_spec(_spec)

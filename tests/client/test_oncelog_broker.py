@@ -15,6 +15,8 @@ from oncelog.client.errors import DataLossError, IdempotenceUnsupportedError
 from oncelog.testing.embedded import ServerProcess
 from oncelog.testing.fault_proxy import FaultConfig, FaultProxyProcess, ThreadedFaultProxy
 
+pytestmark = pytest.mark.processes
+
 
 @pytest.fixture
 def broker(oncelog_broker):

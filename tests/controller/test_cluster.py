@@ -6,11 +6,14 @@ import sys
 import threading
 import time
 
+import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from oncelog.testing.cluster import LocalCluster
 from oncelog.testing.embedded import PASSWORD, USER
+
+pytestmark = pytest.mark.processes
 
 
 def start_cluster(tmp_path, n=3):

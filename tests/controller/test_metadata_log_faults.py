@@ -120,6 +120,7 @@ async def test_controller_answers_storage_error_and_never_issues_a_block_twice(t
         await c.stop()
 
 
+@pytest.mark.processes
 def test_a_controller_whose_log_cannot_be_cut_back_stops(tmp_path):
     """The broker record at registration is the first append; the block after it fails and the
     cut fails too: the standalone controller exits (a supervisor restarts it; recovery cuts the

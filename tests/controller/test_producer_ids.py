@@ -217,6 +217,7 @@ async def test_unauthorized_caller_gets_cluster_authorization_failed(tmp_path):
         await c.stop()
 
 
+@pytest.mark.processes
 def test_broker_without_cluster_rights_stops_with_a_clear_message(tmp_path):
     c = ControllerProcess(tmp_path / "meta", extra_users=["guest:pw"]).start()
     try:

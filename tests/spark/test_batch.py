@@ -4,8 +4,6 @@ from pyspark.sql import functions as F
 
 from conftest import read_topic
 
-pytestmark = pytest.mark.spark
-
 
 def test_round_trip_100k_rows_equal_contents(spark, spark_broker, make_topic, write_opts):
     topic = make_topic(4)

@@ -249,6 +249,7 @@ def echo_thread():
     t.join(5)
 
 
+@pytest.mark.processes
 def test_proxy_process_forwards_frames_in_order(echo_thread):
     _server, addr = echo_thread
     frames = [struct.pack(">i", 8 + n) + struct.pack(">hhi", 3, 0, i) + bytes([i % 256]) * n
