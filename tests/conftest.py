@@ -17,7 +17,7 @@ _topic_counter = itertools.count()
 
 # fixtures that start processes, wherever they are defined (a test module that defines its own
 # fixture of the same name, in-process, is not marked by it)
-_PROCESS_FIXTURES = frozenset({"broker", "shared_broker", "oncelog_broker", "tansu", "cluster", "kip_broker"})
+_PROCESS_FIXTURES = frozenset({"broker", "shared_broker", "oncelog_broker", "tansu", "cluster"})
 _SPARK_FIXTURES = frozenset({"_spark_sessions"})
 
 

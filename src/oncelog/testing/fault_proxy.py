@@ -101,7 +101,7 @@ class _Direction:
                 due, frame = await self.queue.get()
                 if due > loop.time():
                     await asyncio.sleep(due - loop.time())
-                if frame is None:
+                if frame is None or self.writer.transport.is_closing():
                     break
                 self.writer.write(frame)
                 await self.writer.drain()
