@@ -4,10 +4,10 @@ librdkafka's mock cluster (in this process, through ctypes) for the client's err
 What a test starts decides where it runs: `make test-fast` runs the tests that start no other
 process and no Spark session (`pytest -m "not processes and not spark and not slow"`), `make test`
 runs everything. A test is marked `processes` by the fixtures it uses (those that start a broker,
-a controller, Tansu or a stand-in: `_PROCESS_FIXTURES`) or by its own mark, `spark` by the Spark
-session fixtures; a test that starts a server without the mark fails, so the fast run stays what
-it says."""
+a controller or Tansu: `_PROCESS_FIXTURES`) or by its own mark, `spark` by the Spark session
+fixtures; a test that starts a server without the mark fails, so the fast run stays what it says."""
 import itertools
+import sys
 
 import pytest
 
@@ -22,6 +22,9 @@ _SPARK_FIXTURES = frozenset({"_spark_sessions"})
 
 
 def pytest_collection_modifyitems(items):
+    if "oncelog.cli" in sys.modules:  # the composition root: nothing imports it, tests neither
+        raise pytest.UsageError("a test imports oncelog.cli: run the command as a user does "
+                                "(a subprocess, as tests/cli does) or use oncelog.testing")
     for item in items:
         own = vars(item.module) if getattr(item, "module", None) else {}
         used = {name for name in item.fixturenames if name not in own}
