@@ -82,6 +82,7 @@ def test_close_resolves_records_whose_answer_never_comes(shared_broker, unique_t
         assert all(isinstance(e, ProducerClosedError) for e in out.errors.values())
 
 
+@pytest.mark.processes
 def test_close_after_a_fatal_error_resolves_records_on_the_wire(tmp_path):
     # the producer goes fatal (DataLossError: the broker really lost what it acknowledged, its
     # partition emptied while it was down) while a request to another partition is on the wire
