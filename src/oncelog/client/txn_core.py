@@ -234,6 +234,9 @@ _FIND, _INIT, _ADD, _END, _BUMP = 0, 1, 2, 3, 4
 _COORDINATOR_MOVED = {E.NOT_COORDINATOR, E.COORDINATOR_NOT_AVAILABLE}
 _FENCED = {E.PRODUCER_FENCED, E.INVALID_PRODUCER_EPOCH}   # < v4 / < v2 say the latter
 _NEEDS_BUMP = {E.UNKNOWN_PRODUCER_ID, E.INVALID_PRODUCER_ID_MAPPING}
+# fatal whichever coordinator request gets them (reference §5)
+_FATAL = _FENCED | {E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, E.CLUSTER_AUTHORIZATION_FAILED,
+                    E.INVALID_TXN_STATE, E.UNSUPPORTED_VERSION}
 _FATAL_BATCH = {E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, E.CLUSTER_AUTHORIZATION_FAILED,
                 E.PRODUCER_FENCED, E.UNSUPPORTED_VERSION}
 _RESPONSE_OF = {FindCoordinatorRequest: FindCoordinatorResponse,
@@ -446,6 +449,8 @@ class TransactionManager:
             self._on_txn_offset_commit(entry, response, now_ms)
         else:
             self._on_end_txn(entry, response, now_ms)
+        if self.state is S.FATAL_ERROR and entry.result is not None and not entry.result.done:
+            entry.result._resolve(self.last_error)   # the answer that made the producer fail
 
     def on_request_failed(self, now_ms: int) -> None:
         """No answer (disconnected, timed out): find the coordinator again and resend the same
@@ -553,8 +558,7 @@ class TransactionManager:
             if code in RETRIABLE:
                 self._retry(entry, now_ms)
                 return
-            if code in _FENCED or code in (E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                                           E.INVALID_TXN_STATE):
+            if code in _FATAL:
                 self._fatal(_fatal_error(code, "AddPartitionsToTxn"))
                 return
             if code in _NEEDS_BUMP:
@@ -642,7 +646,7 @@ class TransactionManager:
             self._retry(entry, now_ms)
         elif code in RETRIABLE:
             self._retry(entry, now_ms)
-        elif code in _FENCED or code in (E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, E.INVALID_TXN_STATE):
+        elif code in _FATAL:
             self._fatal(_fatal_error(code, "EndTxn"))
         elif code in _NEEDS_BUMP or code == E.TRANSACTION_ABORTABLE:
             if self.state is S.ABORTING_TRANSACTION and self.epoch_bump_supported:
