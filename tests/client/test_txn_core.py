@@ -409,6 +409,33 @@ def test_producer_core_drains_only_added_partitions_and_restarts_sequences_after
     assert commit.done and commit.error is None
 
 
+def test_producer_core_batches_after_a_gap_fail_instead_of_waiting_for_the_abort():
+    # Outside a transaction they would wait for a local epoch bump; in one, only the abort's
+    # bump renews the epoch, and the abort's EndTxn waits for them: they must fail now.
+    core = _core()
+    tm, _ = initialized(core)
+    tm.begin_transaction()
+    tm.maybe_add_partition(TP)
+    core.append(TP, 0, None, b"a", None, "a", 0)
+    answer(tm, 0, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse({TP: E.NONE}))
+    [(a, *_)] = _send(core)
+    core.on_response(1, [(a, PartitionResult(0, base_offset=0))], 0)
+    core.append(TP, 0, None, b"b", None, "b", 0)
+    [(b, *_)] = _send(core)
+    core.append(TP, 0, None, b"c", None, "c", 0)
+    [(c, *_)] = _send(core)
+    assert (b.base_sequence, c.base_sequence) == (1, 2)
+    core.on_response(1, [(b, PartitionResult(E.OUT_OF_ORDER_SEQUENCE_NUMBER))], 0)
+    core.on_response(1, [(c, PartitionResult(E.OUT_OF_ORDER_SEQUENCE_NUMBER))], 0)
+    assert tm.state is S.ABORTABLE_ERROR and not core.has_incomplete()
+    result = tm.abort_transaction()
+    answer(tm, 0, EndTxnRequest, EndTxnResponse(E.NONE))
+    answer(tm, 0, InitProducerIdRequest, InitProducerIdResponse(E.NONE, 1000, 1))
+    assert result.done and result.error is None
+    errors = {x.batch.cookies[0]: x.error for x in core.take_completions()}
+    assert errors["a"] is None and errors["b"] is not None and errors["c"] is not None
+
+
 def test_producer_core_invalid_producer_epoch_on_produce_is_abortable_not_fatal():
     core = _core()
     tm, _ = initialized(core)
