@@ -63,3 +63,43 @@ class ProducerClosedError(KafkaClientError):
 
 class RecordTooLargeError(KafkaClientError, ValueError):
     """A record is larger than `max.request.size`."""
+
+
+# ---------------------------------------------------------------- transactions (confluent-kafka's
+# classes of error: `txn_requires_abort()` for abortable, `fatal()` for the rest; Kafka's names)
+
+class TransactionStateError(KafkaClientError):
+    """A transactional method called in a state that does not allow it (Java's
+    IllegalStateException): the transaction is unchanged, the call may be made later."""
+
+
+class TransactionAbortableError(KafkaClientError):
+    """The current transaction cannot commit; `abort_transaction()` and start a new one.
+    `code` is the Kafka error behind it (UNKNOWN_SERVER_ERROR if it was not an error code)."""
+
+    def __init__(self, message: str, code: int = -1) -> None:
+        self.code = error_code(code)
+        super().__init__(message)
+
+    def txn_requires_abort(self) -> bool:
+        return True
+
+
+class TransactionFatalError(ProducerFatalError):
+    """The transactional producer cannot continue (authorization, INVALID_TXN_STATE, an
+    unsupported broker, an unexpected answer): close it."""
+
+    def __init__(self, message: str, code: int = -1) -> None:
+        self.code = error_code(code)
+        super().__init__(message)
+
+    def txn_requires_abort(self) -> bool:
+        return False
+
+
+class ProducerFencedError(TransactionFatalError):
+    """Another producer with the same `transactional.id` (a newer epoch) took over."""
+
+
+class TransactionAbortedError(KafkaClientError):
+    """The record was never sent: its transaction was aborted first."""

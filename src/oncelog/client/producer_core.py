@@ -42,17 +42,20 @@ successful is in the log, at the reported offset unless that is None.
 from __future__ import annotations
 
 import logging
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from oncelog.client.accumulator import ProducerBatch, RecordAccumulator, TopicPartition, seq_before
 from oncelog.client.config import DEFAULT_WINDOW, Idempotence, ProducerConfig
 from oncelog.client.errors import (
     BrokerResponseError, DataLossError, DeliveryTimeoutError, IdempotenceUnsupportedError,
-    KafkaClientError, ProducerFatalError)
+    KafkaClientError, ProducerFatalError, ProducerFencedError)
 from oncelog.core.sequence import SEQUENCE_SPACE, increment
 from oncelog.protocol.errors import RETRIABLE, ErrorCode, error_code as error_name
+
+if TYPE_CHECKING:
+    from oncelog.client.txn_core import TransactionManager
 
 log = logging.getLogger("oncelog.client.producer")
 
@@ -73,7 +76,10 @@ _NOT_APPENDED = {E.OUT_OF_ORDER_SEQUENCE_NUMBER, E.UNKNOWN_PRODUCER_ID, E.INVALI
                  E.TOPIC_AUTHORIZATION_FAILED, E.CLUSTER_AUTHORIZATION_FAILED,
                  E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, E.INVALID_REQUIRED_ACKS, E.INVALID_REQUEST,
                  E.UNSUPPORTED_VERSION, E.NOT_ENOUGH_REPLICAS, E.LEADER_NOT_AVAILABLE,
-                 E.INVALID_TOPIC_EXCEPTION}
+                 E.INVALID_TOPIC_EXCEPTION, E.INVALID_TXN_STATE, E.TRANSACTION_ABORTABLE}
+# In a transaction these make the transaction abortable, not the producer fatal (Java's
+# InvalidProducerEpochException on Produce; a lost producer-id mapping is cured by a bump).
+_TXN_ABORTABLE = {E.INVALID_PRODUCER_EPOCH, E.INVALID_PRODUCER_ID_MAPPING}
 _MAX_EPOCH = 32767
 # InitProducerId answers worth asking again after retry.backoff.ms
 _RETRIABLE_PID = {E.COORDINATOR_LOAD_IN_PROGRESS, E.COORDINATOR_NOT_AVAILABLE, E.NOT_COORDINATOR,
@@ -108,6 +114,8 @@ class PartitionState:
                                           # those before it are resolved and nothing is on the wire
     unresolved: int | None = None         # the sequence after a batch given up with its outcome
                                           # unknown, until a later batch tells what became of it
+    gap: bool = False                     # transactional: the renumbering waits for a new epoch
+                                          # from the coordinator (start_epoch)
     max_in_flight_seen: int = 0           # highest in_flight reached (tests and benchmarks)
 
     @property
@@ -198,6 +206,9 @@ class ProducerCore:
         # given_up (batches given up with their outcome unknown), resolved (of those, proven
         # written by a later acknowledgement)
         self.stats: Counter[str] = Counter()
+        # the transaction manager, for a transactional producer (txn_core): it owns
+        # InitProducerId and epochs, says which partitions may be sent to, and hears of failures
+        self.txn: TransactionManager | None = None
         if not idempotence_available:
             self.broker_lacks_idempotence()
 
@@ -312,7 +323,7 @@ class ProducerCore:
     def producer_id_request(self, now_ms: int | None = None) -> tuple[int, int] | None:
         """(producer id, epoch) to send in InitProducerId (-1/-1 for a fresh id), if one is due
         (`now_ms` None: whatever the backoff after a failed request says)."""
-        if not self.idempotent or self.init_pid_in_progress or self.fatal:
+        if not self.idempotent or self.init_pid_in_progress or self.fatal or self.txn is not None:
             return None
         if now_ms is not None and now_ms < self.producer_id_retry_at:
             return None
@@ -337,7 +348,8 @@ class ProducerCore:
     def producer_id_wait_ms(self, now_ms: int) -> int | None:
         """While the producer has no id and waits out a failed InitProducerId's backoff: the ms
         until it may ask again (at least 1); else None."""
-        if self.idempotent and self.producer_id < 0 and not self.init_pid_in_progress:
+        if (self.idempotent and self.producer_id < 0 and not self.init_pid_in_progress
+                and self.txn is None):
             return max(1, self.producer_id_retry_at - now_ms)
         return None
 
@@ -391,6 +403,15 @@ class ProducerCore:
         """A gap in `tp` at `from_sequence`: the batches from there on are renumbered under an
         epoch this partition has not used yet."""
         ps = self._state(tp)
+        if self.txn is not None:
+            # only the coordinator gives a new epoch, after the transaction is aborted: the
+            # batches from the gap on fail (abortable), and start_epoch renumbers what is left
+            log.log(level, "%s-%d: %s: the transaction must be aborted (sequence gap at %d)",
+                    tp.topic, tp.partition, reason, from_sequence)
+            ps.gap = True
+            self._rewrite_from(ps, from_sequence)
+            self.txn.on_sequence_gap(tp, reason)
+            return
         log.log(level, "%s-%d: %s: bumping the producer epoch and renumbering the partition from "
                 "sequence %d", tp.topic, tp.partition, reason, from_sequence)
         if (ps.producer_id, ps.producer_epoch) == (self.producer_id, self.producer_epoch) \
@@ -466,6 +487,8 @@ class ProducerCore:
         return self.node_in_flight.get(node, 0) < self.config.max_in_flight
 
     def _may_send(self, b: ProducerBatch, ps: PartitionState) -> bool:
+        if self.txn is not None and not self.txn.may_send(b.tp):
+            return False   # not (yet) added to the transaction: AddPartitionsToTxn first
         if ps.limit_reached(b):
             return False
         if not ps.idempotent:
@@ -475,7 +498,7 @@ class ProducerCore:
         if ps.rewrite_from is not None and (not b.has_sequence or self._renumbered(b, ps)):
             # b waits for the renumbering; the batches before the gap go first, under their
             # old sequences, alone (they may be in the log: renumbered, they could be twice)
-            if (self.bump_requested or self.init_pid_in_progress or ps.in_flight
+            if (ps.gap or self.bump_requested or self.init_pid_in_progress or ps.in_flight
                     or ps.unacked and seq_before(ps.unacked[0].base_sequence, ps.rewrite_from)):
                 return False
             self._renumber(ps)
@@ -518,6 +541,7 @@ class ProducerCore:
         ps.retrying = 0
         ps.rewrite_from = None
         ps.unresolved = None
+        ps.gap = False
 
     def _assign_sequence(self, b: ProducerBatch, ps: PartitionState) -> None:
         if not ps.idempotent:
@@ -683,9 +707,11 @@ class ProducerCore:
             else:
                 self._retry_or_fail(b, ps, now_ms, err, count=False)
             return
-        if code in _FATAL:
-            self.go_fatal(ProducerFatalError(
-                f"{b.tp.topic}-{b.tp.partition}: {err}"))
+        if code in _FATAL and not (self.txn is not None and code in _TXN_ABORTABLE):
+            msg = f"{b.tp.topic}-{b.tp.partition}: {err}"
+            self.go_fatal(ProducerFencedError(msg, code) if code in (E.PRODUCER_FENCED,
+                                                                     E.INVALID_PRODUCER_EPOCH)
+                          else ProducerFatalError(msg))
             self._finish_unacked(b, ps, self.fatal)
             return
         if code in _REFRESH_METADATA:
@@ -717,6 +743,9 @@ class ProducerCore:
             return
         if self.topic_errors and b.tp.topic in self.topic_errors:
             self._finish_unacked(b, ps, self.topic_errors[b.tp.topic])
+            return
+        if ps.gap and b.has_sequence and self._renumbered(b, ps):
+            self._give_up(b, ps, err)   # after a gap, in a transaction: sent only after an abort
             return
         if count:
             b.attempts += 1
@@ -808,12 +837,14 @@ class ProducerCore:
         self._finish(b, None, base_offset, log_append_time)
 
     def _finish(self, b: ProducerBatch, err: BaseException | None, base_offset: int | None,
-                log_append_time: int = -1) -> None:
+                log_append_time: int = -1, notify: bool = True) -> None:
         b.done = True
         self.acc.release(b)
         if err is not None and b.maybe_written:
             err = possibly_written(err)
         self.completions.append(Completion(b, err, base_offset, log_append_time))
+        if err is not None and notify and self.txn is not None:
+            self.txn.on_batch_failed(b.tp, err)
 
     # ------------------------------------------------------------------ time and failure
 
@@ -858,6 +889,43 @@ class ProducerCore:
                 b.maybe_written = True
                 self._finish_unacked(b, self._state(b.tp), unknown)
         self.on_wire.clear()
+
+    # ------------------------------------------------------------------ transactions (txn_core)
+
+    def attach_transactions(self, txn: TransactionManager) -> None:
+        self.txn = txn
+
+    def start_epoch(self, producer_id: int, producer_epoch: int) -> None:
+        """An id/epoch from the transaction coordinator (init_transactions, or the bump after an
+        abort): every partition's sequences restart at 0 (Java's resetSequenceNumbers). Called
+        with no batch incomplete, so nothing on the wire is renumbered."""
+        self.on_producer_id(producer_id, producer_epoch)
+        for ps in self.partitions.values():
+            if ps.idempotent:
+                self._renumber(ps)
+
+    def has_incomplete(self) -> bool:
+        """A batch is queued or on the wire: its outcome is not known yet."""
+        return self.acc.has_unsent() or bool(self.on_wire)
+
+    def abort_undrained(self, err: BaseException) -> None:
+        """The transaction is being aborted: fail the queued batches never sent under a sequence
+        that is still valid (Java's abortUndrainedBatches). Retries keep their place: they may be
+        in the log and must be resolved before EndTxn."""
+        for tp, q in self.acc.queues.items():
+            if not q:
+                continue
+            ps = self._state(tp)
+            keep: deque = deque()
+            while q:
+                b = q.popleft()
+                if b.has_sequence and not (ps.gap and self._renumbered(b, ps)):
+                    keep.append(b)
+                else:
+                    if b in ps.unacked:
+                        self._remove_unacked(b, ps)
+                    self._finish(b, err, None, notify=False)
+            q.extend(keep)
 
     def incomplete_batches(self) -> set[ProducerBatch]:
         """Every batch not yet completed: queued, or on the wire (what a flush waits for; the

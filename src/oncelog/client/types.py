@@ -47,3 +47,20 @@ class ConsumerRecord(NamedTuple):
 
 EARLIEST = -2   # ListOffsets timestamps
 LATEST = -1
+
+
+class OffsetAndMetadata(NamedTuple):
+    """A consumer position committed with `send_offsets_to_transaction` (Kafka's name)."""
+    offset: int
+    metadata: str = ""
+    leader_epoch: int = -1
+
+
+class ConsumerGroupMetadata(NamedTuple):
+    """What `Consumer.group_metadata()` returns, for TxnOffsetCommit v3 (KIP-447): the group
+    coordinator fences a zombie whose generation, member id or instance id is stale. A consumer
+    outside any group leaves the defaults (Kafka's: generation -1, member "", no instance id)."""
+    group_id: str
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None

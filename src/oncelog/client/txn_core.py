@@ -1,0 +1,837 @@
+"""The transactional producer's decisions, without I/O (h11 style, like `producer_core`): user calls
+and coordinator answers go in, the next request to send comes out. Modelled on Java's
+`TransactionManager` and librdkafka's `rdkafka_txnmgr.c` (KIP-98, KIP-360, KIP-447; not
+Transactions V2). The shell's loop, one transactional request in flight at a time:
+
+    out = tm.next_request(now_ms)          # None: nothing due (see next_wake_ms)
+    ... send out.request to out.node (None: any broker), then exactly one of
+    tm.on_response(response, now_ms) / tm.on_request_failed(now_ms)
+
+User calls (`init_transactions`, `begin_transaction`, `send_offsets_to_transaction`,
+`commit_transaction`, `abort_transaction`) raise at once for an illegal call, or return a
+`TxnResult` that resolves exactly once. A call left unresolved (the caller timed out) must be
+made again, which returns the same result (librdkafka #3297: never another EndTxn result).
+
+Error classes (reference §5): fatal (`TransactionFatalError`, `ProducerFencedError`: the
+producer is finished) — PRODUCER_FENCED and INVALID_PRODUCER_EPOCH from coordinator APIs,
+INVALID_TXN_STATE, TRANSACTIONAL_ID/CLUSTER_AUTHORIZATION_FAILED, UNSUPPORTED_VERSION, anything
+unexpected; abortable (`TransactionAbortableError`: abort, then go on) — any failed batch,
+TRANSACTION_ABORTABLE, TOPIC/GROUP_AUTHORIZATION_FAILED, ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID,
+FENCED_INSTANCE_ID, UNKNOWN_PRODUCER_ID; retried inside — CONCURRENT_TRANSACTIONS, load in
+progress, and coordinator errors, which find the coordinator again.
+
+The seam with the idempotent producer core (`TxnProducer` one way, `ProducerCore.txn` the other):
+batches of a partition are drained only once AddPartitionsToTxn for it succeeded (`may_send`);
+a batch that fails for good, or a gap in a partition's sequences, makes the transaction
+abortable (`on_batch_failed`, `on_sequence_gap`) and the next abort bumps the epoch with
+InitProducerId(pid, epoch) (KIP-360), after which every partition's sequences start at 0
+(`TxnProducer.start_epoch`). EndTxn and that bump wait until every batch of the transaction has
+an outcome (`TxnProducer.has_incomplete`).
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from enum import Enum, IntEnum
+from itertools import count
+from typing import Callable, Mapping, Protocol
+
+from oncelog.client.errors import (
+    KafkaClientError, ProducerFatalError, ProducerFencedError, TransactionAbortableError,
+    TransactionAbortedError, TransactionFatalError, TransactionStateError)
+from oncelog.client.types import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
+from oncelog.protocol.errors import RETRIABLE, ErrorCode, error_code
+
+log = logging.getLogger("oncelog.client.transactions")
+
+E = ErrorCode
+# Java's ADD_PARTITIONS_RETRY_BACKOFF_MS: the first AddPartitionsToTxn of a transaction usually
+# meets CONCURRENT_TRANSACTIONS only because the previous one is still writing its markers.
+ADD_PARTITIONS_RETRY_BACKOFF_MS = 20
+
+
+class TxnState(Enum):
+    UNINITIALIZED = "UNINITIALIZED"
+    INITIALIZING = "INITIALIZING"
+    READY = "READY"
+    IN_TRANSACTION = "IN_TRANSACTION"
+    COMMITTING_TRANSACTION = "COMMITTING_TRANSACTION"
+    ABORTING_TRANSACTION = "ABORTING_TRANSACTION"
+    ABORTABLE_ERROR = "ABORTABLE_ERROR"
+    FATAL_ERROR = "FATAL_ERROR"
+
+
+S = TxnState
+# Java's State.isTransitionValid, as data. FATAL_ERROR may follow any state.
+VALID_PREVIOUS: dict[TxnState, frozenset[TxnState]] = {
+    S.UNINITIALIZED: frozenset({S.READY, S.ABORTABLE_ERROR}),
+    S.INITIALIZING: frozenset({S.UNINITIALIZED, S.ABORTING_TRANSACTION}),
+    S.READY: frozenset({S.INITIALIZING, S.COMMITTING_TRANSACTION, S.ABORTING_TRANSACTION}),
+    S.IN_TRANSACTION: frozenset({S.READY}),
+    S.COMMITTING_TRANSACTION: frozenset({S.IN_TRANSACTION}),
+    S.ABORTING_TRANSACTION: frozenset({S.IN_TRANSACTION, S.ABORTABLE_ERROR}),
+    S.ABORTABLE_ERROR: frozenset({S.IN_TRANSACTION, S.COMMITTING_TRANSACTION, S.ABORTABLE_ERROR,
+                                  S.INITIALIZING}),
+    S.FATAL_ERROR: frozenset(TxnState),
+}
+
+
+class CoordinatorType(IntEnum):
+    GROUP = 0
+    TRANSACTION = 1
+
+
+# ------------------------------------------------------------------ requests and responses
+# Plain shapes; the shell encodes them (version chosen from ApiVersions) and decodes answers.
+
+@dataclass(frozen=True)
+class FindCoordinatorRequest:
+    key_type: int
+    key: str
+
+
+@dataclass(frozen=True)
+class InitProducerIdRequest:
+    transactional_id: str
+    transaction_timeout_ms: int
+    producer_id: int = -1      # v3+ (KIP-360): the current id and epoch, to bump them
+    producer_epoch: int = -1
+
+
+@dataclass(frozen=True)
+class AddPartitionsToTxnRequest:
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    partitions: tuple[TopicPartition, ...]
+
+
+@dataclass(frozen=True)
+class AddOffsetsToTxnRequest:
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    group_id: str
+
+
+@dataclass(frozen=True)
+class TxnOffsetCommitRequest:
+    transactional_id: str
+    group_id: str
+    producer_id: int
+    producer_epoch: int
+    generation_id: int               # v3+ (KIP-447)
+    member_id: str
+    group_instance_id: str | None
+    offsets: tuple[tuple[TopicPartition, OffsetAndMetadata], ...]
+
+
+@dataclass(frozen=True)
+class EndTxnRequest:
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    committed: bool
+
+
+@dataclass(frozen=True)
+class FindCoordinatorResponse:
+    error_code: int
+    node_id: int = -1
+    host: str = ""
+    port: int = -1
+
+
+@dataclass(frozen=True)
+class InitProducerIdResponse:
+    error_code: int
+    producer_id: int = -1
+    producer_epoch: int = -1
+
+
+@dataclass(frozen=True)
+class AddPartitionsToTxnResponse:
+    results: Mapping[TopicPartition, int]   # v0-3: one code per partition
+
+
+@dataclass(frozen=True)
+class AddOffsetsToTxnResponse:
+    error_code: int
+
+
+@dataclass(frozen=True)
+class TxnOffsetCommitResponse:
+    results: Mapping[TopicPartition, int]
+
+
+@dataclass(frozen=True)
+class EndTxnResponse:
+    error_code: int
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    request: object
+    node: int | None   # the coordinator's node id; None = any broker (FindCoordinator)
+
+
+# ------------------------------------------------------------------ the seam with ProducerCore
+
+class TxnProducer(Protocol):
+    """What the transaction manager asks of the idempotent producer core (ProducerCore has it).
+    Called only from the manager's own entry points, never from inside a producer callback."""
+
+    def attach_transactions(self, txn: "TransactionManager") -> None: ...
+
+    def start_epoch(self, producer_id: int, producer_epoch: int) -> None:
+        """A producer id/epoch from InitProducerId: every partition's sequences restart at 0.
+        Only called with no batch incomplete."""
+
+    def has_incomplete(self) -> bool:
+        """A batch is queued or on the wire (its outcome is not known yet)."""
+
+    def abort_undrained(self, error: BaseException) -> None:
+        """Fail, with `error`, the queued batches that were never sent under a valid sequence
+        (Java's abortUndrainedBatches); batches that may be in the log stay until resolved."""
+
+    def go_fatal(self, error: BaseException) -> None: ...
+
+
+class TxnResult:
+    """The outcome of one user call: resolves exactly once (a second resolution is a bug and
+    raises). The shell waits on it with `add_done_callback` or by polling `done`."""
+    __slots__ = ("operation", "done", "error", "_callbacks")
+
+    def __init__(self, operation: str) -> None:
+        self.operation = operation
+        self.done = False
+        self.error: BaseException | None = None
+        self._callbacks: list[Callable[[TxnResult], None]] = []
+
+    def add_done_callback(self, fn: Callable[["TxnResult"], None]) -> None:
+        if self.done:
+            fn(self)
+        else:
+            self._callbacks.append(fn)
+
+    def _resolve(self, error: BaseException | None) -> None:
+        if self.done:
+            raise RuntimeError(f"{self.operation} resolved twice")
+        self.done = True
+        self.error = error
+        for fn in self._callbacks:
+            fn(self)
+        self._callbacks.clear()
+
+    def __repr__(self) -> str:
+        what = "pending" if not self.done else ("ok" if self.error is None else repr(self.error))
+        return f"<TxnResult {self.operation} {what}>"
+
+
+# Java's Priority: FindCoordinator first, then InitProducerId, adds, EndTxn, and a bump last
+# (it follows the EndTxn of the transaction it recovers from).
+_FIND, _INIT, _ADD, _END, _BUMP = 0, 1, 2, 3, 4
+_COORDINATOR_MOVED = {E.NOT_COORDINATOR, E.COORDINATOR_NOT_AVAILABLE}
+_FENCED = {E.PRODUCER_FENCED, E.INVALID_PRODUCER_EPOCH}   # < v4 / < v2 say the latter
+_NEEDS_BUMP = {E.UNKNOWN_PRODUCER_ID, E.INVALID_PRODUCER_ID_MAPPING}
+# fatal whichever coordinator request gets them (reference §5)
+_FATAL = _FENCED | {E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, E.CLUSTER_AUTHORIZATION_FAILED,
+                    E.INVALID_TXN_STATE, E.UNSUPPORTED_VERSION}
+_FATAL_BATCH = {E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, E.CLUSTER_AUTHORIZATION_FAILED,
+                E.PRODUCER_FENCED, E.UNSUPPORTED_VERSION}
+_RESPONSE_OF = {FindCoordinatorRequest: FindCoordinatorResponse,
+                InitProducerIdRequest: InitProducerIdResponse,
+                AddPartitionsToTxnRequest: AddPartitionsToTxnResponse,
+                AddOffsetsToTxnRequest: AddOffsetsToTxnResponse,
+                TxnOffsetCommitRequest: TxnOffsetCommitResponse,
+                EndTxnRequest: EndTxnResponse}
+
+
+@dataclass(eq=False)
+class _Pending:
+    """A request waiting its turn (Java's TxnRequestHandler)."""
+    priority: int
+    seq: int
+    result: TxnResult | None = None
+    coordinator: tuple[int, str] | None = None   # (key type, key) it is sent to; None = any node
+    not_before_ms: int = 0
+    find: tuple[int, str] | None = None          # FindCoordinator: what it looks up
+    partitions: set[TopicPartition] = field(default_factory=set)           # AddPartitionsToTxn
+    group: ConsumerGroupMetadata | None = None   # AddOffsetsToTxn, TxnOffsetCommit
+    offsets: dict[TopicPartition, OffsetAndMetadata] = field(default_factory=dict)
+    offset_commit: bool = False
+    committed: bool | None = None                # EndTxn
+    skip: bool = False                           # EndTxn the coordinator would refuse anyway
+
+
+class TransactionManager:
+    def __init__(self, transactional_id: str, *, transaction_timeout_ms: int = 60000,
+                 retry_backoff_ms: int = 100, producer: TxnProducer | None = None) -> None:
+        if not transactional_id:
+            raise ValueError("transactional.id must be a non-empty string")
+        self.transactional_id = transactional_id
+        self.transaction_timeout_ms = transaction_timeout_ms
+        self.retry_backoff_ms = retry_backoff_ms
+        self.state = S.UNINITIALIZED
+        self.last_error: BaseException | None = None
+        self.producer_id = -1
+        self.producer_epoch = -1
+        # KIP-360 needs InitProducerId v3+ on the coordinator; Java assumes no until it knows
+        self.epoch_bump_supported = False
+        self._coordinators: dict[tuple[int, str], int] = {}
+        self._new_partitions: set[TopicPartition] = set()      # sent to, not yet asked for
+        self._pending_partitions: set[TopicPartition] = set()  # in an unanswered AddPartitions
+        self._partitions: set[TopicPartition] = set()          # added: batches may be drained
+        self._queue: list[_Pending] = []
+        self._seq = count()
+        self._in_flight: _Pending | None = None
+        self._in_flight_request: object = None
+        self._transaction_started = False   # something was added: EndTxn must be sent
+        self._epoch_bump_required = False
+        self._call: TxnResult | None = None  # the last user call's result
+        self._producer = producer
+        self._producer_failed = False
+        if producer is not None:
+            producer.attach_transactions(self)
+
+    # ------------------------------------------------------------------ facts from the shell
+
+    def coordinator_versions(self, init_producer_id_max: int) -> None:
+        """The transaction coordinator's highest InitProducerId version (ApiVersions)."""
+        self.epoch_bump_supported = init_producer_id_max >= 3
+
+    # ------------------------------------------------------------------ user calls
+
+    def init_transactions(self) -> TxnResult:
+        resumed = self._resume("init_transactions")
+        if resumed is not None:
+            return resumed
+        self._raise_if_error()
+        self._transition(S.INITIALIZING, "init_transactions")
+        result = TxnResult("init_transactions")
+        self._enqueue(_Pending(_INIT, next(self._seq), result, self._txn_coordinator()))
+        return self._started(result)
+
+    def begin_transaction(self) -> None:
+        self._resume("begin_transaction")
+        self._raise_if_error()
+        self._transition(S.IN_TRANSACTION, "begin_transaction")
+
+    def maybe_add_partition(self, tp: TopicPartition) -> None:
+        """Before a record for `tp` is queued (Java's maybeAddPartition): the partition joins the
+        next AddPartitionsToTxn. Raises if the producer may not send now."""
+        self._resume("send")
+        self._raise_if_error()
+        if self.producer_id < 0:
+            raise TransactionStateError(
+                f"cannot send to {tp.topic}-{tp.partition} before init_transactions completed")
+        if self.state is not S.IN_TRANSACTION:
+            raise TransactionStateError(
+                f"cannot send to {tp.topic}-{tp.partition} in state {self.state.name}: "
+                f"begin_transaction first")
+        if tp not in self._partitions and tp not in self._pending_partitions:
+            self._new_partitions.add(tp)
+
+    def send_offsets_to_transaction(self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int],
+                                    group_metadata: ConsumerGroupMetadata) -> TxnResult:
+        """AddOffsetsToTxn to the transaction coordinator, then TxnOffsetCommit (with KIP-447's
+        member data) to the group coordinator; resolves when both succeeded."""
+        # Not resumable (Java's sendOffsetsToTransaction either): a second call sends again,
+        # which the coordinators accept; a pending init/commit/abort makes it illegal.
+        self._resume("send_offsets_to_transaction")
+        self._raise_if_error()
+        if self.state is not S.IN_TRANSACTION:
+            raise TransactionStateError(
+                f"cannot send offsets in state {self.state.name}: no transaction in progress")
+        result = TxnResult("send_offsets_to_transaction")
+        positions = {tp.key: (o if isinstance(o, OffsetAndMetadata) else OffsetAndMetadata(o))
+                     for tp, o in offsets.items()}
+        self._enqueue(_Pending(_ADD, next(self._seq), result, self._txn_coordinator(),
+                               group=group_metadata, offsets=positions))
+        return result
+
+    def commit_transaction(self) -> TxnResult:
+        resumed = self._resume("commit_transaction")
+        if resumed is not None:
+            return resumed
+        self._raise_if_error()
+        self._transition(S.COMMITTING_TRANSACTION, "commit_transaction")
+        return self._started(self._end_transaction(True))
+
+    def abort_transaction(self) -> TxnResult:
+        resumed = self._resume("abort_transaction")
+        if resumed is not None:
+            return resumed
+        if self.state is not S.ABORTABLE_ERROR:
+            self._raise_if_error()
+        cause = self.last_error
+        self._transition(S.ABORTING_TRANSACTION, "abort_transaction")
+        self._new_partitions.clear()   # nothing more joins a transaction being aborted
+        # The coordinator does not know our producer id: it would refuse EndTxn, and the bump
+        # that follows aborts whatever it had (Java skips EndTxn for InvalidPidMapping too).
+        skip = getattr(cause, "code", None) == E.INVALID_PRODUCER_ID_MAPPING
+        return self._started(self._end_transaction(False, skip))
+
+    def close(self, error: BaseException | None = None) -> None:
+        """The producer closes: unresolved calls fail, nothing more is sent."""
+        if self.state is not S.FATAL_ERROR:
+            self._producer_failed = True   # the producer's own close fails its records
+            self._fatal(error or TransactionFatalError("the producer was closed"))
+
+    # ------------------------------------------------------------------ what the sender asks
+
+    def may_send(self, tp: TopicPartition) -> bool:
+        """Java's isSendToPartitionAllowed: only partitions the coordinator added."""
+        return self.state is not S.FATAL_ERROR and tp in self._partitions
+
+    def partitions_to_add(self) -> frozenset[TopicPartition]:
+        """Partitions with records waiting for AddPartitionsToTxn (asked or not yet)."""
+        return frozenset(self._new_partitions | self._pending_partitions)
+
+    def has_pending_requests(self) -> bool:
+        return bool(self._queue) or self._in_flight is not None
+
+    def next_wake_ms(self, now_ms: int) -> int | None:
+        """When a queued request becomes due (after a backoff), if none is due now."""
+        if self._in_flight is not None or not self._queue or self.state is S.FATAL_ERROR:
+            return None
+        head = min(self._queue, key=_order)
+        return head.not_before_ms if head.not_before_ms > now_ms else None
+
+    def next_request(self, now_ms: int) -> Outgoing | None:
+        """The next request to send, or None. At most one is in flight."""
+        self._sync_producer()
+        if self.state is S.FATAL_ERROR or self._in_flight is not None:
+            return None
+        if self._new_partitions and self.state in (S.IN_TRANSACTION, S.COMMITTING_TRANSACTION):
+            self._queue_add_partitions()
+        while self._queue:
+            entry = min(self._queue, key=_order)
+            if entry.not_before_ms > now_ms:
+                return None
+            if entry.priority >= _END and self._has_incomplete():
+                return None   # EndTxn (and the bump after it) once every batch has an outcome
+            if entry.priority == _END and (entry.skip or not self._transaction_started):
+                self._queue.remove(entry)   # nothing was added: the coordinator has nothing to end
+                self._complete_transaction(entry.result)
+                continue
+            node = None
+            if entry.coordinator is not None:
+                node = self._coordinators.get(entry.coordinator)
+                if node is None:
+                    self._lookup(entry.coordinator)
+                    continue
+            self._queue.remove(entry)
+            self._in_flight = entry
+            self._in_flight_request = self._build(entry)
+            return Outgoing(self._in_flight_request, node)
+        return None
+
+    # ------------------------------------------------------------------ answers
+
+    def on_response(self, response: object, now_ms: int) -> None:
+        entry, request = self._in_flight, self._in_flight_request
+        if entry is None or not isinstance(response, _RESPONSE_OF[type(request)]):
+            raise TransactionStateError(f"{type(response).__name__} does not answer the request "
+                                        f"in flight ({type(request).__name__})")
+        self._in_flight = self._in_flight_request = None
+        if self.state is S.FATAL_ERROR:
+            return   # its result failed with the fatal error already
+        if isinstance(request, FindCoordinatorRequest):
+            self._on_find_coordinator(entry, response, now_ms)
+        elif isinstance(request, InitProducerIdRequest):
+            self._on_init_producer_id(entry, response, now_ms)
+        elif isinstance(request, AddPartitionsToTxnRequest):
+            self._on_add_partitions(entry, response, now_ms)
+        elif isinstance(request, AddOffsetsToTxnRequest):
+            self._on_add_offsets(entry, response, now_ms)
+        elif isinstance(request, TxnOffsetCommitRequest):
+            self._on_txn_offset_commit(entry, response, now_ms)
+        else:
+            self._on_end_txn(entry, response, now_ms)
+        if self.state is S.FATAL_ERROR and entry.result is not None and not entry.result.done:
+            entry.result._resolve(self.last_error)   # the answer that made the producer fail
+
+    def on_request_failed(self, now_ms: int) -> None:
+        """No answer (disconnected, timed out): find the coordinator again and resend the same
+        request, whose retry the coordinator recognises (EndTxn in Complete* answers NONE)."""
+        entry = self._in_flight
+        if entry is None:
+            return
+        self._in_flight = self._in_flight_request = None
+        if self.state is S.FATAL_ERROR:
+            return
+        if entry.coordinator is not None:
+            self._lookup(entry.coordinator)
+        self._retry(entry, now_ms)
+
+    # ------------------------------------------------------------------ from the producer core
+
+    def on_batch_failed(self, tp: TopicPartition, error: BaseException) -> None:
+        """A batch of the transaction failed for good: the transaction cannot commit."""
+        if self.state is S.FATAL_ERROR or isinstance(error, TransactionAbortedError):
+            return
+        code = getattr(error, "code", None)
+        if code in _FATAL_BATCH or isinstance(error, ProducerFatalError):
+            self._producer_failed = isinstance(error, ProducerFatalError)  # it knows already
+            self._fatal(_fatal_error(code, f"{tp.topic}-{tp.partition}: {error}")
+                        if code is not None else error)
+            return
+        # Its sequence may be in the log or not: only a new epoch makes the partition's
+        # sequences certain again (Java bumps after any failed batch when it can).
+        if self.epoch_bump_supported:
+            self._epoch_bump_required = True
+        self._abortable(TransactionAbortableError(
+            f"{tp.topic}-{tp.partition}: a batch of the transaction failed: {error}",
+            E.UNKNOWN_SERVER_ERROR if code is None else code), cause=error)
+
+    def on_sequence_gap(self, tp: TopicPartition, reason: str) -> None:
+        """The partition's sequences cannot continue in this epoch (Java's maybeResolveSequences):
+        abortable if the coordinator can bump the epoch, fatal otherwise."""
+        if self.state is S.FATAL_ERROR:
+            return
+        msg = f"{tp.topic}-{tp.partition}: {reason}"
+        if self.epoch_bump_supported:
+            self._epoch_bump_required = True
+            self._abortable(TransactionAbortableError(
+                msg + ": abort the transaction to continue", E.OUT_OF_ORDER_SEQUENCE_NUMBER))
+        else:
+            self._fatal(TransactionFatalError(
+                msg + ": the coordinator cannot bump the epoch (InitProducerId < v3)",
+                E.OUT_OF_ORDER_SEQUENCE_NUMBER))
+
+    # ------------------------------------------------------------------ response handlers
+
+    def _on_find_coordinator(self, entry: _Pending, r: FindCoordinatorResponse, now_ms: int) -> None:
+        code = r.error_code
+        key_type, key = entry.find
+        if code == E.NONE:
+            log.info("%s coordinator for %r is node %d", CoordinatorType(key_type).name.lower(),
+                     key, r.node_id)
+            self._coordinators[entry.find] = r.node_id
+        elif code in RETRIABLE:
+            self._retry(entry, now_ms)
+        elif code == E.GROUP_AUTHORIZATION_FAILED:
+            self._abortable(TransactionAbortableError(f"not authorized for group {key!r}", code))
+        elif code == E.TRANSACTION_ABORTABLE:
+            self._abortable(TransactionAbortableError("FindCoordinator: TRANSACTION_ABORTABLE", code))
+        else:
+            self._fatal(_fatal_error(code, f"FindCoordinator({key!r})"))
+
+    def _on_init_producer_id(self, entry: _Pending, r: InitProducerIdResponse, now_ms: int) -> None:
+        code = r.error_code
+        if code == E.NONE:
+            log.info("transactional.id %r: producer id %d epoch %d", self.transactional_id,
+                     r.producer_id, r.producer_epoch)
+            self.producer_id, self.producer_epoch = r.producer_id, r.producer_epoch
+            self._epoch_bump_required = False
+            if self._producer is not None:
+                self._producer.start_epoch(r.producer_id, r.producer_epoch)
+            self._transition(S.READY)
+            entry.result._resolve(None)
+        elif code in _COORDINATOR_MOVED:
+            self._lookup(entry.coordinator)
+            self._retry(entry, now_ms)
+        elif code in RETRIABLE:   # CONCURRENT_TRANSACTIONS while the coordinator fences/aborts
+            self._retry(entry, now_ms)
+        elif code == E.TRANSACTION_ABORTABLE:
+            self._abortable(TransactionAbortableError("InitProducerId: TRANSACTION_ABORTABLE", code),
+                            entry)
+        else:
+            self._fatal(_fatal_error(code, "InitProducerId"))
+
+    def _on_add_partitions(self, entry: _Pending, r: AddPartitionsToTxnResponse, now_ms: int) -> None:
+        unauthorized: set[str] = set()
+        failed: dict[TopicPartition, int] = {}
+        for tp in entry.partitions:
+            code = r.results.get(tp, E.UNKNOWN_SERVER_ERROR)
+            if code == E.NONE:
+                continue
+            if code in _COORDINATOR_MOVED:
+                self._lookup(entry.coordinator)
+                self._retry(entry, now_ms)
+                return
+            if code == E.CONCURRENT_TRANSACTIONS:
+                self._retry(entry, now_ms, min(self.retry_backoff_ms, ADD_PARTITIONS_RETRY_BACKOFF_MS)
+                            if not self._partitions else None)
+                return
+            if code in RETRIABLE:
+                self._retry(entry, now_ms)
+                return
+            if code in _FATAL:
+                self._fatal(_fatal_error(code, "AddPartitionsToTxn"))
+                return
+            if code in _NEEDS_BUMP:
+                self._abortable_if_bump(code, "AddPartitionsToTxn")
+                return
+            if code == E.TRANSACTION_ABORTABLE:
+                self._abortable(TransactionAbortableError("AddPartitionsToTxn: TRANSACTION_ABORTABLE",
+                                                          code))
+                return
+            if code == E.TOPIC_AUTHORIZATION_FAILED:
+                unauthorized.add(tp.topic)
+            else:   # OPERATION_NOT_ATTEMPTED for the others, or unexpected
+                failed[tp] = code
+        # Whatever came of it, these are no longer pending: batches of added partitions that are
+        # being retried must still be sendable during an abort.
+        self._pending_partitions -= entry.partitions
+        if unauthorized:
+            self._abortable(TransactionAbortableError(
+                f"not authorized to write to topics {sorted(unauthorized)}",
+                E.TOPIC_AUTHORIZATION_FAILED))
+        elif failed:
+            names = {f"{tp.topic}-{tp.partition}": error_code(c).name for tp, c in failed.items()}
+            code = next((c for c in failed.values() if c != E.OPERATION_NOT_ATTEMPTED),
+                        E.OPERATION_NOT_ATTEMPTED)
+            self._abortable(TransactionAbortableError(
+                f"could not add partitions to the transaction: {names}", code))
+        else:
+            self._partitions |= entry.partitions
+            self._transaction_started = True
+
+    def _on_add_offsets(self, entry: _Pending, r: AddOffsetsToTxnResponse, now_ms: int) -> None:
+        code = r.error_code
+        if code == E.NONE:
+            self._transaction_started = True
+            # the result resolves with the TxnOffsetCommit, sent to the group's coordinator
+            entry.offset_commit = True
+            entry.coordinator = (CoordinatorType.GROUP, entry.group.group_id)
+            entry.not_before_ms = 0
+            self._enqueue(entry)
+        elif code in _COORDINATOR_MOVED:
+            self._lookup(entry.coordinator)
+            self._retry(entry, now_ms)
+        elif code in RETRIABLE:
+            self._retry(entry, now_ms)
+        elif code in _NEEDS_BUMP:
+            self._abortable_if_bump(code, "AddOffsetsToTxn", entry)
+        elif code in (E.GROUP_AUTHORIZATION_FAILED, E.TRANSACTION_ABORTABLE):
+            self._abortable(TransactionAbortableError(
+                f"AddOffsetsToTxn({entry.group.group_id!r}): {error_code(code).name}", code), entry)
+        else:   # fenced, TRANSACTIONAL_ID_AUTHORIZATION_FAILED, INVALID_TXN_STATE, unexpected
+            self._fatal(_fatal_error(code, "AddOffsetsToTxn"))
+
+    def _on_txn_offset_commit(self, entry: _Pending, r: TxnOffsetCommitResponse, now_ms: int) -> None:
+        moved = False
+        for tp, code in r.results.items():
+            if code == E.NONE:
+                entry.offsets.pop(tp, None)
+            elif code in _COORDINATOR_MOVED or code == E.REQUEST_TIMED_OUT:
+                moved = True
+            elif code in RETRIABLE:
+                continue
+            elif code in (E.GROUP_AUTHORIZATION_FAILED, E.FENCED_INSTANCE_ID, E.TRANSACTION_ABORTABLE,
+                          E.UNKNOWN_MEMBER_ID, E.ILLEGAL_GENERATION):
+                # a zombie member (KIP-447) or no rights: this transaction cannot commit
+                self._abortable(TransactionAbortableError(
+                    f"TxnOffsetCommit({entry.group.group_id!r}) {tp.topic}-{tp.partition}: "
+                    f"{error_code(code).name}", code), entry)
+                return
+            else:   # fenced (INVALID_PRODUCER_EPOCH too), authorization, message format, other
+                self._fatal(_fatal_error(code, "TxnOffsetCommit"))
+                return
+        if not entry.offsets:
+            entry.result._resolve(None)
+            return
+        if moved:
+            self._lookup(entry.coordinator)
+        self._retry(entry, now_ms)
+
+    def _on_end_txn(self, entry: _Pending, r: EndTxnResponse, now_ms: int) -> None:
+        code = r.error_code
+        if code == E.NONE:
+            self._complete_transaction(entry.result)
+        elif code in _COORDINATOR_MOVED:
+            self._lookup(entry.coordinator)
+            self._retry(entry, now_ms)
+        elif code in RETRIABLE:
+            self._retry(entry, now_ms)
+        elif code in _FATAL:
+            self._fatal(_fatal_error(code, "EndTxn"))
+        elif code in _NEEDS_BUMP or code == E.TRANSACTION_ABORTABLE:
+            if self.state is S.ABORTING_TRANSACTION and self.epoch_bump_supported:
+                # The coordinator has no transaction of ours to abort, or will not end it: the
+                # bump aborts whatever it holds (InitProducerId fences an Ongoing transaction),
+                # so the abort completes through it (Java would stay stuck in ABORTING).
+                self._epoch_bump_required = True
+                self._complete_transaction(entry.result)
+            elif code == E.TRANSACTION_ABORTABLE:
+                self._abortable(TransactionAbortableError("EndTxn: TRANSACTION_ABORTABLE", code), entry)
+            else:
+                self._abortable_if_bump(code, "EndTxn", entry)
+        else:
+            self._fatal(_fatal_error(code, "EndTxn"))
+
+    # ------------------------------------------------------------------ internals
+
+    def _complete_transaction(self, result: TxnResult) -> None:
+        self._transaction_started = False
+        self._partitions.clear()
+        self._pending_partitions.clear()
+        self._new_partitions.clear()
+        if self._epoch_bump_required and self.state is S.ABORTING_TRANSACTION:
+            # KIP-360: InitProducerId with the current id/epoch; the abort resolves with it
+            self._transition(S.INITIALIZING)
+            self._enqueue(_Pending(_BUMP, next(self._seq), result, self._txn_coordinator()))
+            return
+        self._transition(S.READY)
+        result._resolve(None)
+
+    def _end_transaction(self, committed: bool, skip: bool = False) -> TxnResult:
+        result = TxnResult("commit_transaction" if committed else "abort_transaction")
+        self._enqueue(_Pending(_END, next(self._seq), result, self._txn_coordinator(),
+                               committed=committed, skip=skip))
+        return result
+
+    def _queue_add_partitions(self) -> None:
+        queued = next((e for e in self._queue if e.priority == _ADD and e.find is None
+                       and e.group is None), None)
+        if queued is None:
+            queued = _Pending(_ADD, next(self._seq), None, self._txn_coordinator())
+            self._enqueue(queued)
+        queued.partitions |= self._new_partitions
+        self._pending_partitions |= self._new_partitions
+        self._new_partitions.clear()
+
+    def _build(self, e: _Pending) -> object:
+        tid, pid, epoch = self.transactional_id, self.producer_id, self.producer_epoch
+        if e.find is not None:
+            return FindCoordinatorRequest(int(e.find[0]), e.find[1])
+        if e.priority == _INIT:
+            return InitProducerIdRequest(tid, self.transaction_timeout_ms)
+        if e.priority == _BUMP:
+            return InitProducerIdRequest(tid, self.transaction_timeout_ms, pid, epoch)
+        if e.priority == _END:
+            return EndTxnRequest(tid, pid, epoch, bool(e.committed))
+        if e.group is None:
+            return AddPartitionsToTxnRequest(tid, pid, epoch, tuple(sorted(e.partitions)))
+        g = e.group
+        if not e.offset_commit:
+            return AddOffsetsToTxnRequest(tid, pid, epoch, g.group_id)
+        return TxnOffsetCommitRequest(tid, g.group_id, pid, epoch, g.generation_id, g.member_id,
+                                      g.group_instance_id, tuple(sorted(e.offsets.items())))
+
+    def _txn_coordinator(self) -> tuple[int, str]:
+        return (CoordinatorType.TRANSACTION, self.transactional_id)
+
+    def _enqueue(self, entry: _Pending) -> None:
+        self._queue.append(entry)
+
+    def _retry(self, entry: _Pending, now_ms: int, backoff_ms: int | None = None) -> None:
+        entry.not_before_ms = now_ms + (self.retry_backoff_ms if backoff_ms is None else backoff_ms)
+        self._enqueue(entry)   # keeps its seq: still ahead of later requests of its priority
+
+    def _lookup(self, coordinator: tuple[int, str]) -> None:
+        """Forget the coordinator and ask for it again (once)."""
+        self._coordinators.pop(coordinator, None)
+        if any(e.find == coordinator for e in self._queue) or (
+                self._in_flight is not None and self._in_flight.find == coordinator):
+            return
+        self._enqueue(_Pending(_FIND, next(self._seq), find=coordinator))
+
+    def _has_incomplete(self) -> bool:
+        return self._producer is not None and self._producer.has_incomplete()
+
+    def _sync_producer(self) -> None:
+        """Tell the producer core what the state means for its batches. Done here, from the
+        sender's loop, and not inside the producer's callbacks, which must not re-enter it."""
+        p = self._producer
+        if p is None:
+            return
+        if self.state is S.FATAL_ERROR:
+            if not self._producer_failed:
+                self._producer_failed = True
+                p.go_fatal(self.last_error)
+        elif self.state in (S.ABORTABLE_ERROR, S.ABORTING_TRANSACTION) and p.has_incomplete():
+            p.abort_undrained(TransactionAbortedError(
+                "the transaction was aborted before the record was sent"
+                + (f": {self.last_error}" if self.last_error is not None else "")))
+
+    def _started(self, result: TxnResult) -> TxnResult:
+        self._call = result
+        return result
+
+    def _resume(self, operation: str) -> TxnResult | None:
+        """The unresolved result of the same call made before (its caller gave up waiting);
+        a different call meanwhile is illegal (Java's pending transition)."""
+        call = self._call
+        if call is None or call.done:
+            self._call = None
+            return None
+        if call.operation == operation:
+            return call
+        raise TransactionStateError(f"cannot {operation}: the previous call to {call.operation} "
+                                    f"has not completed and must be retried")
+
+    def _raise_if_error(self) -> None:
+        err = self.last_error
+        if self.state is S.ABORTABLE_ERROR:
+            raise TransactionAbortableError(
+                f"the transaction must be aborted: {err}", getattr(err, "code", -1)) from err
+        if self.state is S.FATAL_ERROR:
+            cls = type(err) if isinstance(err, TransactionFatalError) else TransactionFatalError
+            raise cls(f"the transactional producer failed: {err}", getattr(err, "code", -1)) from err
+
+    def _transition(self, target: TxnState, operation: str | None = None,
+                    error: BaseException | None = None) -> None:
+        if self.state not in VALID_PREVIOUS[target]:
+            raise TransactionStateError(
+                f"{operation or 'transition'}: not allowed in state {self.state.name} "
+                f"(transactional.id {self.transactional_id!r})")
+        log.debug("transaction state %s -> %s", self.state.name, target.name)
+        self.state = target
+        self.last_error = error
+
+    def _abortable(self, error: TransactionAbortableError, entry: _Pending | None = None,
+                   cause: BaseException | None = None) -> None:
+        if cause is not None:
+            error.__cause__ = cause
+        if entry is not None and entry.result is not None and not entry.result.done:
+            entry.result._resolve(error)
+        if self.state is S.ABORTING_TRANSACTION or self.state is S.FATAL_ERROR:
+            return   # the abort under way settles it (Java skips this transition too)
+        if self.state not in VALID_PREVIOUS[S.ABORTABLE_ERROR]:
+            log.warning("ignoring an abortable error in state %s: %s", self.state.name, error)
+            return
+        log.info("transaction must be aborted: %s", error)
+        self._transition(S.ABORTABLE_ERROR, error=error)
+        # Requests not yet sent would fail anyway; their callers learn it now. A FindCoordinator
+        # may still go: the abort needs the coordinator.
+        for e in [e for e in self._queue if e.find is None]:
+            self._queue.remove(e)
+            if e.result is not None:
+                e.result._resolve(error)
+
+    def _abortable_if_bump(self, code: int, what: str, entry: _Pending | None = None) -> None:
+        """UNKNOWN_PRODUCER_ID / INVALID_PRODUCER_ID_MAPPING: recoverable by a new epoch only."""
+        msg = f"{what}: {error_code(code).name}"
+        if self.epoch_bump_supported:
+            self._epoch_bump_required = True
+            self._abortable(TransactionAbortableError(msg, code), entry)
+        else:
+            self._fatal(TransactionFatalError(msg, code))
+
+    def _fatal(self, error: BaseException) -> None:
+        if self.state is S.FATAL_ERROR:
+            return
+        log.error("transactional producer %r failed: %s", self.transactional_id, error)
+        self._transition(S.FATAL_ERROR, error=error)
+        pending = [e.result for e in self._queue if e.result is not None]
+        if self._in_flight is not None and self._in_flight.result is not None:
+            pending.append(self._in_flight.result)
+        self._queue.clear()
+        for r in pending:
+            if not r.done:
+                r._resolve(error)
+
+
+def _order(e: _Pending) -> tuple[int, int]:
+    return (e.priority, e.seq)
+
+
+def _fatal_error(code: int | None, what: str) -> KafkaClientError:
+    name = error_code(code).name if code is not None else "error"
+    if code in _FENCED:
+        return ProducerFencedError(f"{what}: {name}: another producer with this transactional.id "
+                                   f"has a newer epoch", E.PRODUCER_FENCED)
+    return TransactionFatalError(f"{what}: {name}", -1 if code is None else code)
