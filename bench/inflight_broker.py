@@ -21,6 +21,7 @@ import uuid
 from oncelog.client.aio import wire
 from oncelog.client.aio.wire import Reader, uvarint
 from oncelog.core.producer_state import APPEND, DUPLICATE, ProducerStateConfig, ProducerStateManager
+from oncelog.core.sequence import last_sequence_of
 from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.records import iter_batches, patch_batch
 
@@ -262,7 +263,7 @@ class StandInBroker:
             return ErrorCode.CORRUPT_MESSAGE, -1   # only record batch v2 here
         for pos, h in batches:
             if h.producer_id >= 0:
-                c = p.state.check(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence)
+                c = p.state.check(h.producer_id, h.producer_epoch, h.base_sequence, last_sequence_of(h))
                 if c.kind == DUPLICATE:
                     return 0, c.base_offset
                 if c.kind != APPEND:

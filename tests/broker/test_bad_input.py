@@ -6,7 +6,7 @@ import struct
 import pytest
 
 from oncelog.client.aio import wire
-from oncelog.protocol.record_codec import Record, encode_batch
+from oncelog.protocol.records import Record, encode_batch
 
 
 def connect(boot):

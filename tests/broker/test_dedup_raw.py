@@ -14,7 +14,7 @@ import uuid
 import pytest
 
 from oncelog.protocol.errors import ErrorCode as E
-from oncelog.protocol.record_codec import Record, encode_batch
+from oncelog.protocol.records import Record, encode_batch
 
 server = pytest.importorskip("oncelog.broker.server", reason="broker/server.py (BROKER) has not landed yet")
 

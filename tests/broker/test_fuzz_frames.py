@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from oncelog.client.aio import wire
-from oncelog.protocol.record_codec import Record, encode_batch
+from oncelog.protocol.records import Record, encode_batch
 from oncelog.testing.embedded import BrokerProcess
 
 from test_bad_input import connect, produce_one, still_serves

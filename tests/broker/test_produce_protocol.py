@@ -18,7 +18,7 @@ from kio.static.primitive import i16, i32, i32Timedelta, i64
 from oncelog.client.aio import wire as client_wire
 from oncelog.protocol.errors import ErrorCode as E
 from oncelog.protocol.primitives import string
-from oncelog.protocol.record_codec import Record, encode_batch
+from oncelog.protocol.records import Record, encode_batch
 
 from test_dedup_raw import NOW, R, batch, broker, parse_produce, produce_body  # noqa: F401 (fixture)
 

@@ -10,7 +10,7 @@ import pytest
 
 from oncelog.client.aio import kio_util as K, wire
 from oncelog.client.aio.connection import Connection
-from oncelog.protocol.record_codec import batch_spans, decode_records
+from oncelog.protocol.records import decode_records, iter_batches
 
 KB = 1000
 
@@ -67,8 +67,8 @@ def fetch(boot, version, topic, offsets, max_bytes, partition_max_bytes):
 
 
 def whole_batches(records: bytes) -> list:
-    spans = list(batch_spans(records))
-    assert (spans[-1].end if spans else 0) == len(records), "a partial batch was returned"
+    spans = [(pos, pos + h.size) for pos, h in iter_batches(records, strict=True)]
+    assert (spans[-1][1] if spans else 0) == len(records), "a partial batch was returned"
     return spans
 
 

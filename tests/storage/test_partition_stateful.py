@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from oncelog.protocol.errors import ErrorCode as E
-from oncelog.protocol.record_codec import Record, encode_batch
+from oncelog.protocol.records import Record, encode_batch
 from oncelog.storage.partition import Partition
 
 try:  # STORAGE's real log; until it lands, a minimal file-backed stand-in with the same contract

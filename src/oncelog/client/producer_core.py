@@ -43,12 +43,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from oncelog.client.accumulator import ProducerBatch, RecordAccumulator, TopicPartition, seq_before
+from oncelog.client.accumulator import ProducerBatch, RecordAccumulator, TopicPartition
 from oncelog.client.config import DEFAULT_WINDOW, Idempotence, ProducerConfig
 from oncelog.client.errors import (
     BrokerResponseError, DataLossError, DeliveryTimeoutError, IdempotenceUnsupportedError,
     ProducerFatalError)
-from oncelog.core.sequence import SEQUENCE_SPACE, increment
+from oncelog.core.sequence import SEQUENCE_SPACE, increment, seq_before
 from oncelog.protocol.errors import RETRIABLE, ErrorCode
 
 log = logging.getLogger("oncelog.client.producer")

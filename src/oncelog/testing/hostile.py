@@ -10,7 +10,7 @@ import struct
 from typing import Iterable
 
 from oncelog.client.aio import wire
-from oncelog.protocol.record_codec import Record, encode_batch
+from oncelog.protocol.records import Record, encode_batch
 
 PUBLIC_HASH_MULTIPLIER = 0x9E3779B97F4A7C15  # pid * this >> (64 - bits): the old home slot
 _M64 = (1 << 64) - 1

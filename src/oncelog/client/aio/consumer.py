@@ -13,7 +13,7 @@ from oncelog.client.aio.connection import BrokerConnectionError
 from oncelog.client.errors import KafkaClientError
 from oncelog.client.types import EARLIEST, LATEST, ConsumerRecord, TopicPartition
 from oncelog.protocol.errors import ErrorCode, error_code
-from oncelog.protocol.record_codec import batch_spans, iter_record_batches
+from oncelog.protocol.records import iter_batches, iter_record_batches
 
 log = logging.getLogger("oncelog.client.consumer")
 
@@ -265,8 +265,8 @@ class AIOConsumer:
     def _add_raw(self, tp: TopicPartition, data: bytes) -> None:
         pos = self.positions[tp]
         end = last = None
-        for span in batch_spans(data):
-            end, last = span.end, span.last_offset
+        for at, header in iter_batches(data, strict=True):
+            end, last = at + header.size, header.last_offset
         if last is None or last < pos:
             return
         self.raw_buffer.append((tp, pos, memoryview(data)[:end]))
@@ -276,16 +276,16 @@ class AIOConsumer:
         pos = self.positions[tp]
         topic, part = tp.topic, tp.partition
         last = None
-        for info, records in iter_record_batches(data, check_crc=self.check_crcs):
-            if info.last_offset < pos:
+        for header, records in iter_record_batches(data, check_crc=self.check_crcs):
+            if header.last_offset < pos:
                 continue
-            if info.is_control:
-                last = info.last_offset
+            if header.is_control:
+                last = header.last_offset
                 continue
             for r in records:
                 if r.offset >= pos:
                     self.buffer.append(ConsumerRecord(topic, part, r.offset, r.timestamp,
                                                       r.timestamp_type, r.key, r.value, r.headers))
-            last = info.last_offset
+            last = header.last_offset
         if last is not None and last + 1 > pos:
             self.positions[tp] = last + 1

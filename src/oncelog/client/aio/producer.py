@@ -28,7 +28,7 @@ from oncelog.client.futures import RecordFuture, complete_all
 from oncelog.client.partitioner import StickyPartitioner
 from oncelog.client.producer_core import PartitionResult, ProducerCore
 from oncelog.protocol.errors import ErrorCode, error_code
-from oncelog.protocol.record_codec import BATCH_OVERHEAD, RECORD_OVERHEAD, record_size_upper_bound
+from oncelog.protocol.records import BATCH_OVERHEAD, RECORD_OVERHEAD, record_size_upper_bound
 
 log = logging.getLogger("oncelog.client.producer")
 
