@@ -18,7 +18,6 @@ from threading import get_ident
 from typing import Any, Callable, NamedTuple
 
 from oncelog.client.accumulator import TopicPartition
-from oncelog.client.aio import wire
 from oncelog.client.aio.cluster import Cluster
 from oncelog.client.aio.connection import BrokerConnectionError
 from oncelog.client.config import Idempotence, ProducerConfig
@@ -27,6 +26,8 @@ from oncelog.client.errors import (
 from oncelog.client.futures import RecordFuture, complete_all
 from oncelog.client.partitioner import StickyPartitioner
 from oncelog.client.producer_core import PartitionResult, ProducerCore
+from oncelog.protocol import init_producer_id, metadata, produce
+from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, error_code
 from oncelog.protocol.records import BATCH_OVERHEAD, RECORD_OVERHEAD, record_size_upper_bound
 
@@ -219,12 +220,12 @@ class AIOProducer:
         self._loop_ident = threading.get_ident()
         conn = await self.cluster.any_connection()
         await self.cluster.refresh([])
-        pv = conn.version(wire.PRODUCE)
+        pv = conn.version(ApiKey.PRODUCE)
         self.is_ours = pv is not None and pv >= 14
         if pv is None:
             raise KafkaClientError(f"broker {conn.addr} cannot take Produce v3+ (record batch v2)")
         with self.lock:
-            if wire.INIT_PRODUCER_ID not in conn.versions:
+            if ApiKey.INIT_PRODUCER_ID not in conn.versions:
                 self.core.broker_lacks_idempotence("no InitProducerId in ApiVersions")
         if self.core.fatal is not None:
             raise self.core.fatal
@@ -574,12 +575,12 @@ class AIOProducer:
         self._ready_topics[topic] = len(info.partitions)
         return len(info.partitions)
 
-    async def _topic_magic(self, info: wire.TopicInfo) -> int:
-        if info.message_format_version is not None:
-            return info.message_format_version
+    async def _topic_magic(self, info: metadata.TopicEntry) -> int:
+        if info.message_format_magic is not None:
+            return info.message_format_magic
         if self.is_ours:
             return 2   # our broker sends tag 10000 whenever the format is below v2
-        if self.cluster.version(wire.DESCRIBE_CONFIGS) is None:
+        if self.cluster.version(ApiKey.DESCRIBE_CONFIGS) is None:
             return 2
         from oncelog.client.aio.admin import describe_topic_config
         try:
@@ -589,7 +590,7 @@ class AIOProducer:
             return 2
         return parse_format_version(cfg.get("message.format.version"))
 
-    def _on_metadata(self, info: wire.MetadataInfo) -> None:
+    def _on_metadata(self, info: metadata.MetadataResponse) -> None:
         with self.lock:
             for t in info.topics.values():
                 if t.error_code == 0:
@@ -600,9 +601,9 @@ class AIOProducer:
         with self.lock:
             self.core.on_connected(node)   # KIP-1269: this node's partitions start at 5 again
 
-    def _on_metadata_topic(self, t: wire.TopicInfo) -> None:
+    def _on_metadata_topic(self, t: metadata.TopicEntry) -> None:
         for p in t.partitions:
-            self.core.update_leader(TopicPartition(t.name, p.index), p.leader, p.leader_epoch)
+            self.core.update_leader(TopicPartition(t.name, p.index), p.leader_id, p.leader_epoch)
         if t.name in self._ready_topics:
             self._ready_topics[t.name] = len(t.partitions)
 
@@ -680,7 +681,7 @@ class AIOProducer:
         return sleep
 
     def _send_produce(self, conn, node: int, batches: list, now: int) -> None:
-        version = conn.version(wire.PRODUCE)
+        version = conn.version(ApiKey.PRODUCE)
         ids = self.cluster.topic_ids
         if version >= 13 and any(b.tp.topic not in ids for b in batches):
             version = 12
@@ -688,10 +689,10 @@ class AIOProducer:
         for b in batches:
             key = ids[b.tp.topic] if version >= 13 else b.tp.topic
             topics.setdefault(key, []).append((b.tp.partition, b.encoded))
-        body = wire.encode_produce_parts(version, self.config.acks, self.config.request_timeout_ms, topics)
+        body = produce.encode_request_parts(version, self.config.acks, self.config.request_timeout_ms, topics)
         acks0 = self.config.acks == 0
         try:
-            fut = conn.send(wire.PRODUCE, version, body, expect_response=not acks0)
+            fut = conn.send(ApiKey.PRODUCE, version, body, expect_response=not acks0)
         except BrokerConnectionError as e:
             if not acks0:
                 self.core.on_request_failed(node, batches, now, str(e))
@@ -716,7 +717,7 @@ class AIOProducer:
         now = now_ms()
         try:
             body = fut.result()
-            topics = wire.decode_produce_response(version, body)
+            topics = produce.decode_response(version, body)
         except BaseException as e:  # noqa: BLE001 - connection lost or garbage: outcome unknown
             with self.lock:
                 self.core.on_request_failed(node, batches, now, str(e))
@@ -729,7 +730,7 @@ class AIOProducer:
             for p in t.partitions:
                 results[(name, p.index)] = PartitionResult(
                     p.error_code, p.base_offset, p.log_append_time, p.log_start_offset,
-                    p.error_message, p.reported_batches_to_retain, t.max_inflight_sequences)
+                    p.error_message, p.reported_batches_to_retain, t.max_in_flight_sequence_number)
                 if p.leader_id >= 0:   # KIP-951 CurrentLeader, with NOT_LEADER_OR_FOLLOWER
                     results[(name, p.index)].current_leader = (p.leader_id, p.leader_epoch)
         missing = PartitionResult(error_code=ErrorCode.NETWORK_EXCEPTION,
@@ -765,7 +766,7 @@ class AIOProducer:
     async def _init_pid_once(self, pid: int, epoch: int) -> None:
         try:
             conn = await self.cluster.any_connection()
-            v = conn.version(wire.INIT_PRODUCER_ID)
+            v = conn.version(ApiKey.INIT_PRODUCER_ID)
             if v is None:
                 with self.lock:
                     self.core.on_producer_id_failed(KafkaClientError("no InitProducerId"))
@@ -803,9 +804,9 @@ class AIOProducer:
 
     async def _init_pid_request(self, conn, v: int, pid: int, epoch: int) -> tuple[int, int, int]:
         body = await asyncio.wait_for(
-            conn.request(wire.INIT_PRODUCER_ID, v, wire.encode_init_producer_id(v, pid, epoch)),
+            conn.request(ApiKey.INIT_PRODUCER_ID, v, init_producer_id.encode_request(v, pid, epoch)),
             self.config.request_timeout_ms / 1000)
-        return wire.decode_init_producer_id(v, body)
+        return init_producer_id.decode_response(v, body)
 
     # ------------------------------------------------------------------ completions
 
