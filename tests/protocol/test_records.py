@@ -95,3 +95,20 @@ def test_random_bytes_never_escape_as_other_exceptions(data):
             fn(bytearray(data))
         except KafkaProtocolError as e:
             assert e.code in (ErrorCode.CORRUPT_MESSAGE, ErrorCode.INVALID_RECORD)
+
+
+@pytest.mark.parametrize("value, magic", [
+    (None, 2), ("0.8.2", 0), ("0.9.0.1", 0), ("0.10", 1), ("0.10.2-IV0", 1), ("0.11.0", 2), ("1.0", 2),
+    ("2.8", 2), ("3.0-IV1", 2), ("3.0", 2), ("v0", 0), ("v1", 1), ("2", 2), (1, 1)])
+def test_message_format_version_to_magic(value, magic):
+    assert records.parse_message_format_version(value) == magic == records.message_format_magic(value)
+
+
+@pytest.mark.parametrize("value", ["", "x", "0.x", "3.x", "latest"])
+def test_message_format_version_that_does_not_parse(value):
+    """Refused where it is set (CreateTopics, IncrementalAlterConfigs), read as the current
+    format where it arrives from elsewhere (a stored override, a foreign broker's answer)."""
+    from oncelog.core.topic_config import ConfigError, TOPIC_CONFIGS
+    with pytest.raises(ConfigError):
+        TOPIC_CONFIGS["message.format.version"].parse(value)
+    assert records.message_format_magic(value) == 2

@@ -48,6 +48,7 @@ from oncelog.client.config import DEFAULT_WINDOW, Idempotence, ProducerConfig
 from oncelog.client.errors import (
     BrokerResponseError, DataLossError, DeliveryTimeoutError, IdempotenceUnsupportedError,
     ProducerFatalError)
+from oncelog.core.producer_epoch import can_bump_locally
 from oncelog.core.sequence import SEQUENCE_SPACE, increment, seq_before
 from oncelog.protocol.errors import RETRIABLE, ErrorCode
 
@@ -71,7 +72,6 @@ _NOT_APPENDED = {E.OUT_OF_ORDER_SEQUENCE_NUMBER, E.UNKNOWN_PRODUCER_ID, E.INVALI
                  E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, E.INVALID_REQUIRED_ACKS, E.INVALID_REQUEST,
                  E.UNSUPPORTED_VERSION, E.NOT_ENOUGH_REPLICAS, E.LEADER_NOT_AVAILABLE,
                  E.INVALID_TOPIC_EXCEPTION}
-_MAX_EPOCH = 32767
 _UNHEARD = object()   # what the current leader reported, before it has answered
 
 
@@ -307,7 +307,7 @@ class ProducerCore:
             self.init_pid_in_progress = True
             return (-1, -1)
         if self.bump_requested:
-            if self.producer_epoch >= _MAX_EPOCH:
+            if not can_bump_locally(self.producer_epoch):
                 self.init_pid_in_progress = True
                 return (-1, -1)  # the epoch is exhausted: a new id
             self.on_producer_id(self.producer_id, self.producer_epoch + 1)  # KIP-360, no request

@@ -27,6 +27,7 @@ from oncelog.core import producer_state as ps
 from oncelog.core.producer_state import ProducerStateConfig, ProducerStateManager
 from oncelog.core.sequence import distance_below, last_sequence_of
 from oncelog.protocol import records as rec
+from oncelog.protocol.records import message_format_magic
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.storage import producer_snapshots as snaps
 
@@ -76,29 +77,6 @@ _ERROR_COUNTER = {
     ErrorCode.INVALID_PRODUCER_EPOCH: "invalid_epoch",
     ErrorCode.DUPLICATE_SEQUENCE_NUMBER: "duplicates_sequence",
 }
-
-
-def message_format_magic(value: Any) -> int:
-    """The record magic a `message.format.version` allows: "0.8.x"/"0.9.x" -> 0, "0.10.x" -> 1,
-    "0.11.0" and later (and "3.0", "v2", 2) -> 2."""
-    if value is None:
-        return 2
-    if isinstance(value, int):
-        return max(0, min(2, value))
-    text = str(value).strip().lower().lstrip("v")
-    if text in ("0", "1", "2"):
-        return int(text)
-    parts = text.split(".")
-    try:
-        major = int(parts[0])
-        minor = int(parts[1]) if len(parts) > 1 else 0
-    except ValueError:
-        return 2
-    if major == 0 and minor < 10:
-        return 0
-    if major == 0 and minor == 10:
-        return 1
-    return 2
 
 
 def _config_value(config: Any, kafka_name: str, attr: str) -> Any:

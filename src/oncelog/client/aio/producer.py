@@ -29,7 +29,7 @@ from oncelog.client.producer_core import PartitionResult, ProducerCore
 from oncelog.protocol import init_producer_id, metadata, produce
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, error_code
-from oncelog.protocol.records import BATCH_OVERHEAD, RECORD_OVERHEAD, record_size_upper_bound
+from oncelog.protocol.records import BATCH_OVERHEAD, RECORD_OVERHEAD, message_format_magic, record_size_upper_bound
 
 log = logging.getLogger("oncelog.client.producer")
 
@@ -147,19 +147,6 @@ def _bytes(v) -> bytes | None:
     if isinstance(v, (bytearray, memoryview)):
         return bytes(v)
     raise TypeError(f"key/value must be bytes, str or None, not {type(v).__name__}")
-
-
-def parse_format_version(v: str | None) -> int:
-    """message.format.version ("0.10.2-IV0", "2.8", "3.0-IV1") -> record batch magic."""
-    if not v:
-        return 2
-    try:
-        parts = [int(x) for x in v.split("-")[0].split(".")[:2]]
-    except ValueError:
-        return 2
-    if parts[0] >= 1 or (len(parts) > 1 and parts[1] >= 11):
-        return 2
-    return 1 if len(parts) > 1 and parts[1] >= 10 else 0
 
 
 class AIOProducer:
@@ -588,7 +575,7 @@ class AIOProducer:
         except Exception as e:  # noqa: BLE001 - no rights / not supported: assume a modern format
             log.debug("DescribeConfigs for %s failed (%r): assuming message format v2", info.name, e)
             return 2
-        return parse_format_version(cfg.get("message.format.version"))
+        return message_format_magic(cfg.get("message.format.version"))
 
     def _on_metadata(self, info: metadata.MetadataResponse) -> None:
         with self.lock:

@@ -19,7 +19,8 @@ from oncelog.protocol.records.encode import (
     HEADER_ROOM, RECORD_OVERHEAD, build_batch, encode_batch, encode_plain_records, encode_record,
     record_size_upper_bound, seal_batch)
 from oncelog.protocol.records.legacy import (
-    LegacySetInfo, encode_legacy_message, patch_legacy_offsets, validate_legacy_message_set)
+    LegacySetInfo, encode_legacy_message, message_format_magic, parse_message_format_version,
+    patch_legacy_offsets, validate_legacy_message_set)
 from oncelog.protocol.records.validate import check_batch, validate_batch, validate_record_set
 from oncelog.protocol.records.varint import decode_varint, encode_varint
 
@@ -29,7 +30,8 @@ __all__ = [
     "BatchHeader", "Header", "LegacySetInfo", "Record", "build_batch", "check_batch", "check_crc",
     "decode_batch", "decode_records", "decode_varint", "encode_batch", "encode_legacy_message",
     "encode_plain_records", "encode_record", "encode_varint", "iter_batches", "iter_record_batches",
-    "iter_record_times", "magic_of", "patch_batch", "patch_legacy_offsets", "read_batch_header",
+    "iter_record_times", "magic_of", "message_format_magic", "parse_message_format_version",
+    "patch_batch", "patch_legacy_offsets", "read_batch_header",
     "record_size_upper_bound", "rewrite_producer_state", "seal_batch", "set_max_timestamp",
     "validate_batch", "validate_legacy_message_set", "validate_record_set",
 ]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from oncelog.protocol import compression
 from oncelog.protocol.records.batch import (
@@ -19,6 +19,35 @@ from oncelog.protocol.records.batch import (
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 _MAGIC_AND_ATTRIBUTES = struct.Struct(">bb")
+
+
+def parse_message_format_version(value: Any) -> int:
+    """The record magic a topic's `message.format.version` allows, by Kafka's names: "0.8.x" and
+    "0.9.x" -> 0, "0.10.x" -> 1, "0.11.0" and later ("2.8", "3.0-IV1") -> 2; oncelog also takes
+    the magic itself ("v0".."v2", 0..2). None -> 2. ValueError for anything else."""
+    if value is None:
+        return 2
+    if isinstance(value, int) and not isinstance(value, bool):
+        return max(0, min(2, value))
+    text = str(value).strip().lower().lstrip("v")
+    if text in ("0", "1", "2"):
+        return int(text)
+    parts = text.split("-")[0].split(".")
+    if not all(p.isdigit() for p in parts[:2]):
+        raise ValueError(f"message.format.version={value!r} is not a version like 0.10.2 or 3.0")
+    major, minor = int(parts[0]), int(parts[1]) if len(parts) > 1 else 0
+    if major == 0:
+        return 0 if minor < 10 else 1 if minor == 10 else 2
+    return 2
+
+
+def message_format_magic(value: Any) -> int:
+    """`parse_message_format_version`, reading what it cannot parse as the current format (a
+    stored value from elsewhere, or a foreign broker's answer, must not stop a start or a send)."""
+    try:
+        return parse_message_format_version(value)
+    except ValueError:
+        return 2
 
 
 def encode_legacy_message(offset: int, key: bytes | None, value: bytes | None, *, magic: int = 1,
