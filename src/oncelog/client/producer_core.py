@@ -49,7 +49,7 @@ from oncelog.client.errors import (
     BrokerResponseError, DataLossError, DeliveryTimeoutError, IdempotenceUnsupportedError,
     ProducerFatalError)
 from oncelog.core.producer_epoch import can_bump_locally
-from oncelog.core.sequence import SEQUENCE_SPACE, increment, seq_before
+from oncelog.core.sequence import decrement, distance_below, increment, seq_before
 from oncelog.protocol.errors import RETRIABLE, ErrorCode
 
 log = logging.getLogger("oncelog.client.producer")
@@ -121,7 +121,7 @@ class PartitionState:
         # batches acknowledged after it still occupy the broker's retained window, and the
         # oldest one must still be recognisable as a duplicate when it is retried.
         if self.max_inflight_sequences is not None:
-            span = (self.next_sequence - self.unacked[0].base_sequence) % SEQUENCE_SPACE
+            span = distance_below(self.next_sequence, self.unacked[0].base_sequence)
             if span + b.count > self.max_inflight_sequences:
                 return True
             if self.range_mode:
@@ -704,7 +704,7 @@ class ProducerCore:
         u = ps.unresolved
         if u is None:
             return
-        if ps.last_acked_sequence >= 0 and not seq_before(ps.last_acked_sequence, (u - 1) % SEQUENCE_SPACE):
+        if ps.last_acked_sequence >= 0 and not seq_before(ps.last_acked_sequence, decrement(u, 1)):
             ps.unresolved = None   # a later batch was acknowledged: the given-up one is in the log
             self.stats["resolved"] += 1
             return
