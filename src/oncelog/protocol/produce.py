@@ -18,8 +18,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from oncelog.protocol.primitives import (I16, I32, I64, Reader, array_len, bytes_len, string,
-                                         tagged_fields)
+from oncelog.protocol.primitives import I16, I32, I64, Reader, array_len, string, tagged_fields, uvarint
 
 TAG_CURRENT_LEADER = 0
 TAG_BATCHES_TO_RETAIN = 1
@@ -37,8 +36,9 @@ class ProduceRequest:
     transactional_id: str | None
     acks: int
     timeout_ms: int
-    # (topic name, or topic id from v13) -> [(partition index, record set or None)]
-    topics: list[tuple[TopicKey, list[tuple[int, memoryview | None]]]]
+    # (topic name, or topic id from v13; None if a v3-12 client sent a null name)
+    #   -> [(partition index, record set or None)]
+    topics: list[tuple[TopicKey | None, list[tuple[int, memoryview | None]]]]
 
 
 def encode_request(version: int, acks: int, timeout_ms: int,
@@ -53,15 +53,16 @@ def encode_request_parts(version: int, acks: int, timeout_ms: int,
                          topics: Mapping[TopicKey, Sequence[tuple[int, bytes | bytearray | memoryview]]],
                          transactional_id: str | None = None) -> list:
     """`encode_request` as a list of parts, so that the record sets are sent without a copy."""
+    # the producer's per-request path: lengths inline rather than through primitives' helpers
     flex = version >= 9
     out: list = [string(transactional_id, flex), I16.pack(acks), I32.pack(timeout_ms),
-                 array_len(len(topics), flex)]
+                 uvarint(len(topics) + 1) if flex else I32.pack(len(topics))]
     for topic, parts in topics.items():
-        out.append(topic.bytes if version >= 13 else string(topic, flex))  # type: ignore[union-attr,arg-type]
-        out.append(array_len(len(parts), flex))
+        out.append(_topic_field(version, topic, flex))
+        out.append(uvarint(len(parts) + 1) if flex else I32.pack(len(parts)))
         for index, records in parts:
             out.append(I32.pack(index))
-            out.append(bytes_len(len(records), flex))
+            out.append(uvarint(len(records) + 1) if flex else I32.pack(len(records)))
             out.append(records)
             if flex:
                 out.append(b"\x00")
@@ -80,7 +81,7 @@ def decode_request(version: int, body) -> ProduceRequest:
     topics = []
     for _ in range(r.array_len(flex)):
         topic: TopicKey | None = r.uuid() if version >= 13 else r.string(flex)
-        parts = []
+        parts: list[tuple[int, memoryview | None]] = []
         for _ in range(r.array_len(flex)):
             index = r.i32()
             parts.append((index, r.bytes_view(flex)))
@@ -91,7 +92,7 @@ def decode_request(version: int, body) -> ProduceRequest:
         topics.append((topic, parts))
     if flex:
         r.skip_tags()
-    return ProduceRequest(transactional_id, acks, timeout_ms, topics)  # type: ignore[arg-type]
+    return ProduceRequest(transactional_id, acks, timeout_ms, topics)
 
 
 # ---------------------------------------------------------------- response
@@ -119,7 +120,7 @@ class PartitionResponse:
 
 @dataclass(slots=True)
 class TopicResponse:
-    topic: TopicKey
+    topic: TopicKey | None
     partitions: list[PartitionResponse]
     batches_to_retain: int | None = None   # v14 tag 1; None: not sent (no such topic)
     max_in_flight_sequence_number: int | None = None  # tag 10000: range mode's threshold
@@ -129,7 +130,7 @@ def encode_response(version: int, topics: list[TopicResponse], throttle_ms: int 
     flex = version >= 9
     out = [array_len(len(topics), flex)]
     for t in topics:
-        out.append(t.topic.bytes if version >= 13 else string(t.topic, flex))  # type: ignore[union-attr,arg-type]
+        out.append(_topic_field(version, t.topic, flex))
         out.append(array_len(len(t.partitions), flex))
         for p in t.partitions:
             out.append(I32.pack(p.index) + I16.pack(p.error_code) + I64.pack(p.base_offset)
@@ -163,6 +164,14 @@ def encode_response(version: int, topics: list[TopicResponse], throttle_ms: int 
     return b"".join(out)
 
 
+def _topic_field(version: int, topic: TopicKey | None, flex: bool) -> bytes:
+    """A topic's id (v13+) or its name (v3-12)."""
+    if isinstance(topic, uuid.UUID) != (version >= 13):
+        raise TypeError(f"Produce v{version} names a topic by {'id' if version >= 13 else 'name'}, "
+                        f"not by {topic!r}")
+    return topic.bytes if isinstance(topic, uuid.UUID) else string(topic, flex)
+
+
 def _partition_tags(version: int, p: PartitionResponse) -> dict[int, bytes]:
     tags = {}
     if version >= 10:
@@ -178,7 +187,7 @@ def decode_response(version: int, buf, pos: int = 0) -> list[TopicResponse]:
     r = Reader(buf, pos)
     topics = []
     for _ in range(r.array_len(flex)):
-        topic = r.uuid() if version >= 13 else r.string(flex)
+        topic: TopicKey | None = r.uuid() if version >= 13 else r.string(flex)
         parts = []
         for _ in range(r.array_len(flex)):
             p = PartitionResponse(r.i32(), r.i16(), r.i64(), r.i64())
@@ -198,7 +207,7 @@ def decode_response(version: int, buf, pos: int = 0) -> list[TopicResponse]:
                 if TAG_BATCHES_TO_RETAIN in tags and version >= 14:
                     p.batches_to_retain = _window(tags[TAG_BATCHES_TO_RETAIN])
             parts.append(p)
-        t = TopicResponse(topic, parts)  # type: ignore[arg-type]
+        t = TopicResponse(topic, parts)
         if flex:
             tags = r.tags()
             if TAG_BATCHES_TO_RETAIN in tags and version >= 14:

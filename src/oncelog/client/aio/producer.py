@@ -29,7 +29,8 @@ from oncelog.client.producer_core import PartitionResult, ProducerCore
 from oncelog.protocol import init_producer_id, metadata, produce
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, error_code
-from oncelog.protocol.records import BATCH_OVERHEAD, RECORD_OVERHEAD, message_format_magic, record_size_upper_bound
+from oncelog.protocol.records import (BATCH_OVERHEAD, RECORD_OVERHEAD, message_format_magic,
+                                      record_size_upper_bound)
 
 log = logging.getLogger("oncelog.client.producer")
 
