@@ -13,6 +13,8 @@ from oncelog.protocol.api import ApiKey
 from oncelog.client.aio.connection import Connection
 from oncelog.protocol.records import decode_records, iter_batches
 
+pytestmark = pytest.mark.processes
+
 KB = 1000
 
 

@@ -73,6 +73,14 @@ def encode_request_parts(version: int, acks: int, timeout_ms: int,
     return out
 
 
+def request_acks(version: int, body) -> int:
+    """A Produce request's acks, read without the rest (acks=0 gets no answer: a proxy must know)."""
+    r = Reader(body)
+    if version >= 3:
+        r.string(version >= 9)   # transactional id
+    return r.i16()
+
+
 def decode_request(version: int, body) -> ProduceRequest:
     flex = version >= 9
     r = Reader(body)
