@@ -137,3 +137,11 @@ def test_a_window_below_1_is_taken_as_absent():
     body = produce_response_v14(uuid.uuid4(), {1: struct.pack(">i", -3)}, {})
     [t] = produce.decode_response(14, body)
     assert t.partitions[0].reported_batches_to_retain is None
+
+
+@pytest.mark.parametrize("version", [3, 8, 9, 12, 13])
+@pytest.mark.parametrize("acks", [0, 1, -1])
+def test_produce_request_acks_read_without_the_rest(version, acks):
+    topics = {uuid.uuid4() if version >= 13 else "t": [(0, b"RECORDS")]}
+    body = produce.encode_request(version, acks, 30000, topics, transactional_id="tx-é")
+    assert produce.request_acks(version, body) == acks == produce.decode_request(version, body).acks
