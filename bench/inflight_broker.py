@@ -18,18 +18,19 @@ import struct
 import time
 import uuid
 
-from oncelog.client.aio import wire
-from oncelog.client.aio.wire import Reader, uvarint
+from oncelog.protocol.api import ApiKey, is_flexible
+from oncelog.protocol.primitives import Reader, uvarint
 from oncelog.core.producer_state import APPEND, DUPLICATE, ProducerStateConfig, ProducerStateManager
+from oncelog.core.sequence import last_sequence_of
 from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.records import iter_batches, patch_batch
 
 I16, I32, I64 = struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">q")
-VERSIONS = {wire.API_VERSIONS: (0, 3), wire.METADATA: (1, 10), wire.INIT_PRODUCER_ID: (0, 4),
-            wire.PRODUCE: (3, 14),
+VERSIONS = {ApiKey.API_VERSIONS: (0, 3), ApiKey.METADATA: (1, 10), ApiKey.INIT_PRODUCER_ID: (0, 4),
+            ApiKey.PRODUCE: (3, 14),
             # advertised, not served: librdkafka only enables message format v2 when a broker
             # lists Fetch v4+ next to Produce v3+ (its MsgVer2 feature)
-            wire.FETCH: (4, 12)}
+            ApiKey.FETCH: (4, 12)}
 
 
 def s16(s: str | None, flex: bool) -> bytes:
@@ -120,17 +121,17 @@ class StandInBroker:
         r = Reader(frame)
         key, version, corr = r.i16(), r.i16(), r.i32()
         r.string(False)
-        flex = wire.flexible(key, version)
+        flex = is_flexible(key, version)
         if flex:
             r.skip_tags()
-        head = I32.pack(corr) + (b"\x00" if flex and key != wire.API_VERSIONS else b"")
-        if key == wire.API_VERSIONS:
+        head = I32.pack(corr) + (b"\x00" if flex and key != ApiKey.API_VERSIONS else b"")
+        if key == ApiKey.API_VERSIONS:
             return head + self.api_versions(version)
-        if key == wire.METADATA:
+        if key == ApiKey.METADATA:
             return head + self.metadata(version, r)
-        if key == wire.INIT_PRODUCER_ID:
+        if key == ApiKey.INIT_PRODUCER_ID:
             return head + self.init_pid(version, r)
-        if key == wire.PRODUCE:
+        if key == ApiKey.PRODUCE:
             body = self.produce(version, r, node)
             return None if body is None else head + body
         return None
@@ -262,7 +263,7 @@ class StandInBroker:
             return ErrorCode.CORRUPT_MESSAGE, -1   # only record batch v2 here
         for pos, h in batches:
             if h.producer_id >= 0:
-                c = p.state.check(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence)
+                c = p.state.check(h.producer_id, h.producer_epoch, h.base_sequence, last_sequence_of(h))
                 if c.kind == DUPLICATE:
                     return 0, c.base_offset
                 if c.kind != APPEND:

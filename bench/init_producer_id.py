@@ -16,7 +16,7 @@ import struct
 import tempfile
 import time
 
-from oncelog.client.aio import wire
+from oncelog.protocol import headers, init_producer_id
 from oncelog.testing.embedded import BrokerProcess, ControllerProcess, broker_overrides
 
 
@@ -24,7 +24,7 @@ def measure(bootstrap: str, rate: float, seconds: float) -> list[float]:
     host, port = bootstrap.split(":")
     s = socket.create_connection((host, int(port)))
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    body = wire.encode_init_producer_id(4)
+    body = init_producer_id.encode_request(4)
     latencies = []
     n = int(rate * seconds)
     start = time.perf_counter()
@@ -32,13 +32,13 @@ def measure(bootstrap: str, rate: float, seconds: float) -> list[float]:
         due = start + i / rate
         while time.perf_counter() < due:
             pass
-        hdr = wire.request_header(22, 4, i, "bench")
+        hdr = headers.request_header(22, 4, i, "bench")
         t0 = time.perf_counter()
         s.sendall(struct.pack(">i", len(hdr) + len(body)) + hdr + body)
         size = struct.unpack(">i", recv(s, 4))[0]
         data = recv(s, size)
         latencies.append((time.perf_counter() - t0) * 1000)
-        code, _pid, _epoch = wire.decode_init_producer_id(4, data, wire.response_header_size(22, 4, data))
+        code, _pid, _epoch = init_producer_id.decode_response(4, data, headers.response_header_size(22, 4, data))
         if code not in (0, 14):
             raise RuntimeError(f"InitProducerId error {code}")
     s.close()

@@ -5,8 +5,8 @@ import struct
 
 import pytest
 
-from oncelog.client.aio import wire
-from oncelog.protocol.record_codec import Record, encode_batch
+from oncelog.protocol import headers, produce as produce_codec
+from oncelog.protocol.records import Record, encode_batch
 
 
 def connect(boot):
@@ -16,7 +16,7 @@ def connect(boot):
 
 
 def send(s, api_key, version, body, corr=1):
-    hdr = wire.request_header(api_key, version, corr, "bad-input-test")
+    hdr = headers.request_header(api_key, version, corr, "bad-input-test")
     s.sendall(struct.pack(">i", len(hdr) + len(body)) + hdr + body)
 
 
@@ -95,10 +95,10 @@ def test_api_versions_above_ours_gets_unsupported_version_with_our_ranges(broker
 
 def produce_one(boot, topic, records, version=9):
     s = connect(boot)
-    send(s, 0, version, wire.encode_produce(version, -1, 5000, {topic: [(0, records)]}))
+    send(s, 0, version, produce_codec.encode_request(version, -1, 5000, {topic: [(0, records)]}))
     body = recv(s)
     s.close()
-    [t] = wire.decode_produce_response(version, body, wire.response_header_size(0, version, body))
+    [t] = produce_codec.decode_response(version, body, headers.response_header_size(0, version, body))
     return t.partitions[0]
 
 

@@ -80,6 +80,6 @@ async def test_a_cut_that_fails_takes_the_partition_offline_until_restart(tmp_pa
 
 
 async def _topic_id(c: Client, name: str):
-    from oncelog.client.aio import wire as client_wire
-    body = await c.conn.raw(3, 12, client_wire.encode_metadata(12, [name]), True)
-    return client_wire.decode_metadata_response(12, body).topics[name].topic_id
+    from oncelog.protocol import metadata as metadata_codec
+    body = await c.conn.raw(3, 12, metadata_codec.encode_request(12, [name]), True)
+    return metadata_codec.decode_response(12, body).topics[name].topic_id

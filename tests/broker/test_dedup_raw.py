@@ -30,7 +30,7 @@ from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 from oncelog.broker import server
 from oncelog.broker.config import BrokerConfig
 from oncelog.protocol.errors import ErrorCode as E
-from oncelog.protocol.record_codec import Record, encode_batch
+from oncelog.protocol.records import Record, encode_batch
 
 NOW = 1_700_000_000_000
 
@@ -182,9 +182,9 @@ class Client:
         resp = await self.conn.kio(req, CreateTopicsResponse)
         assert resp.topics[0].error_code.value == 0, resp
         # kio refuses unknown tags such as our MessageFormatVersion (10000); the client's reader skips them
-        from oncelog.client.aio import wire as client_wire
-        body = await self.conn.raw(3, 12, client_wire.encode_metadata(12, [name]), True)
-        self.topic_ids[name] = client_wire.decode_metadata_response(12, body).topics[name].topic_id
+        from oncelog.protocol import metadata as metadata_codec
+        body = await self.conn.raw(3, 12, metadata_codec.encode_request(12, [name]), True)
+        self.topic_ids[name] = metadata_codec.decode_response(12, body).topics[name].topic_id
 
     async def produce(self, topic: str, records: bytes, version: int = 14):
         target = self.topic_ids[topic] if version >= 13 else topic

@@ -6,8 +6,8 @@ import struct
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from oncelog.client.aio import wire
-from oncelog.protocol.record_codec import Record, encode_batch
+from oncelog.protocol import api_versions, headers, init_producer_id, metadata, produce
+from oncelog.protocol.records import Record, encode_batch
 from oncelog.testing.embedded import BrokerProcess
 
 from test_bad_input import connect, produce_one, still_serves
@@ -33,12 +33,12 @@ def valid_requests():
     batch = encode_batch([Record(0, 1000, b"k", b"fuzzed value", [])], producer_id=1000,
                          producer_epoch=0, base_sequence=0)
     return [
-        (0, 9, wire.encode_produce(9, -1, 1000, {"fuzz": [(0, batch)]})),
-        (0, 3, wire.encode_produce(3, 1, 1000, {"fuzz": [(0, batch)]})),
-        (3, 12, wire.encode_metadata(12, ["fuzz"])),
-        (3, 1, wire.encode_metadata(1, ["fuzz"])),
-        (18, 3, wire.encode_api_versions(3)),
-        (22, 4, wire.encode_init_producer_id(4)),
+        (0, 9, produce.encode_request(9, -1, 1000, {"fuzz": [(0, batch)]})),
+        (0, 3, produce.encode_request(3, 1, 1000, {"fuzz": [(0, batch)]})),
+        (3, 12, metadata.encode_request(12, ["fuzz"])),
+        (3, 1, metadata.encode_request(1, ["fuzz"])),
+        (18, 3, api_versions.encode_request(3)),
+        (22, 4, init_producer_id.encode_request(4)),
     ]
 
 
@@ -61,7 +61,7 @@ def exchange(boot, frame: bytes) -> None:
 
 
 def framed(api_key, version, body, corr=7):
-    hdr = wire.request_header(api_key, version, corr, "fuzz")
+    hdr = headers.request_header(api_key, version, corr, "fuzz")
     return struct.pack(">i", len(hdr) + len(body)) + hdr + body
 
 

@@ -11,7 +11,7 @@ import threading
 import pytest
 
 from oncelog.broker.group_commit import GroupCommit
-from oncelog.protocol.record_codec import Record, decode_records, encode_batch
+from oncelog.protocol.records import Record, decode_records, encode_batch
 from oncelog.storage import failpoints as fp
 from oncelog.storage.log import LogConfig, PartitionLog
 from oncelog.storage.partition import Partition

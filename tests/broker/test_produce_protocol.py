@@ -15,10 +15,10 @@ from kio.schema.init_producer_id.v4.response import InitProducerIdResponse
 from kio.schema.types import TopicName
 from kio.static.primitive import i16, i32, i32Timedelta, i64
 
-from oncelog.client.aio import wire as client_wire
+from oncelog.protocol import produce as produce_codec
 from oncelog.protocol.errors import ErrorCode as E
 from oncelog.protocol.primitives import string
-from oncelog.protocol.record_codec import Record, encode_batch
+from oncelog.protocol.records import Record, encode_batch
 
 from test_dedup_raw import NOW, R, batch, broker, parse_produce, produce_body  # noqa: F401 (fixture)
 
@@ -139,11 +139,11 @@ async def test_v14_answers_carry_batches_to_retain_on_each_partition_and_each_to
             assert 10000 not in part_tags
             assert (struct.unpack(">i", topic_tags[10000])[0] if 10000 in topic_tags else None) == threshold
             # and oncelog's client reads what the broker wrote
-            [t] = client_wire.decode_produce_response(14, body)
+            [t] = produce_codec.decode_response(14, body)
             p = t.partitions[0]
             assert p.error_code == code
             assert (p.batches_to_retain, p.topic_batches_to_retain, p.reported_batches_to_retain) == (window,) * 3
-            assert t.max_inflight_sequences == threshold
+            assert t.max_in_flight_sequence_number == threshold
     # before v14 neither level has it
     body = await c.conn.raw(0, 13, produce_body(13, c.topic_ids["w20"], 0, batch(20, pid=22)), True)
     assert partition_and_topic_tags(13, body) == ({}, {})

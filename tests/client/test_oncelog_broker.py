@@ -381,7 +381,7 @@ def test_threads_sending_at_once_each_keep_order_and_nothing_doubles(broker):
 
 
 def test_send_encoded_batches_get_sequences_and_read_back(broker):
-    from oncelog.protocol.record_codec import encode_record
+    from oncelog.protocol.records import encode_record
     create(broker.bootstrap, "encoded", partitions=2)
     with Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": "required"}) as p:
         p.send("encoded", b"before", partition=1)
@@ -402,7 +402,7 @@ def test_send_encoded_batches_get_sequences_and_read_back(broker):
 
 
 def test_poll_raw_returns_whole_batches_and_moves_past_them(broker):
-    from oncelog.protocol.record_codec import decode_records
+    from oncelog.protocol.records import decode_records
     create(broker.bootstrap, "raw")
     with Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": "0"}) as p:
         for i in range(50):

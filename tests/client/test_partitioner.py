@@ -9,7 +9,7 @@ from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 from oncelog.client.aio.producer import AIOProducer
 from oncelog.client.errors import ConfigError
 from oncelog.client.partitioner import StickyPartitioner, murmur2, partition_for_key
-from oncelog.protocol.record_codec import BATCH_OVERHEAD
+from oncelog.protocol.records import BATCH_OVERHEAD
 
 
 def test_java_vectors():

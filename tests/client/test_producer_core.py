@@ -467,7 +467,7 @@ def test_range_threshold_is_kept_across_a_leader_change():
     """Threshold 10; five batches of 4 records to a new leader with their answers lost: the
     oldest would fall outside the broker's range (OutOfOrderSequence, bump, 20 duplicates).
     Until the new leader answers, both the last threshold and 5 batches apply."""
-    from oncelog.protocol.record_codec import BATCH_OVERHEAD, RECORD_OVERHEAD
+    from oncelog.protocol.records import BATCH_OVERHEAD, RECORD_OVERHEAD
     four = BATCH_OVERHEAD + 4 * (RECORD_OVERHEAD + 10)
     h = Harness({"max.in.flight.requests.per.connection": 60, "batch.size": four},
                 t_0=ModelPartition(range_threshold=10))

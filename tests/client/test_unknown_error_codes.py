@@ -85,3 +85,22 @@ def test_unknown_fetch_error_is_retried(rdkafka_mock):
             if got:
                 break
         assert [r.value for r in got] == [b"a"]
+
+
+def test_unknown_fetch_error_on_one_partition_leaves_the_others_readable():
+    """A newer broker's code for one partition of a Fetch response is that partition's error: the
+    other partitions' records are delivered (a whole-response failure would stall every partition
+    the broker leads)."""
+    from oncelog.client.aio.consumer import AIOConsumer
+    from oncelog.protocol import fetch
+    from oncelog.protocol.records import Record, encode_batch
+    c = AIOConsumer({"bootstrap.servers": "127.0.0.1:1"})
+    c.assign([TopicPartition("m", 0, 0), TopicPartition("m", 1, 0)])
+    records = encode_batch([Record(0, 1000, None, b"a"), Record(1, 1000, None, b"b")])
+    for version in (4, 11, 12):
+        c.positions = {TopicPartition("m", 0): 0, TopicPartition("m", 1): 0}
+        c._on_fetch_response(version, fetch.encode_response(version, [("m", [
+            fetch.PartitionData(0, UNKNOWN), fetch.PartitionData(1, 0, 2, 0, records)])]))
+        assert [(r.partition, r.value) for r in c.buffer] == [(1, b"a"), (1, b"b")]
+        assert c.positions == {TopicPartition("m", 0): 0, TopicPartition("m", 1): 2}
+        c.buffer.clear()

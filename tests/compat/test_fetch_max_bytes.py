@@ -8,9 +8,10 @@ import time
 
 import pytest
 
-from oncelog.client.aio import kio_util as K, wire
+from oncelog.protocol import entities
+from oncelog.protocol.api import ApiKey
 from oncelog.client.aio.connection import Connection
-from oncelog.protocol.record_codec import batch_spans, decode_records
+from oncelog.protocol.records import decode_records, iter_batches
 
 pytestmark = pytest.mark.processes
 
@@ -47,16 +48,16 @@ def fetch(boot, version, topic, offsets, max_bytes, partition_max_bytes):
         conn = Connection(host, int(port), "fetch-max-bytes-test")
         await conn.connect(10)
         try:
-            m = K.module(wire.FETCH, version, "request")
-            parts = tuple(K.make(m, "FetchPartition", partition=p, current_leader_epoch=-1, fetch_offset=o,
-                                 last_fetched_epoch=-1, log_start_offset=-1,
-                                 partition_max_bytes=partition_max_bytes) for p, o in offsets.items())
-            req = K.make(m, "FetchRequest", replica_id=-1, max_wait=K.ms(0), min_bytes=1, max_bytes=max_bytes,
-                         isolation_level=0, session_id=0, session_epoch=-1,
-                         topics=(K.make(m, "FetchTopic", topic=topic, partitions=parts),),
-                         forgotten_topics_data=(), rack_id="")
-            body = await asyncio.wait_for(conn.request(wire.FETCH, version, wire.encode_entity(req)), 30)
-            r = K.decode(wire.FETCH, version, "FetchResponse", body)
+            rq = entities.RequestBuilder(ApiKey.FETCH, version)
+            parts = tuple(rq("FetchPartition", partition=p, current_leader_epoch=-1, fetch_offset=o,
+                             last_fetched_epoch=-1, log_start_offset=-1,
+                             partition_max_bytes=partition_max_bytes) for p, o in offsets.items())
+            req = rq.encode(replica_id=-1, max_wait=0, min_bytes=1, max_bytes=max_bytes,
+                            isolation_level=0, session_id=0, session_epoch=-1,
+                            topics=(rq("FetchTopic", topic=topic, partitions=parts),),
+                            forgotten_topics_data=(), rack_id="")
+            body = await asyncio.wait_for(conn.request(ApiKey.FETCH, version, req), 30)
+            r = entities.decode_response(ApiKey.FETCH, version, body)
             out = {}
             for t in r.responses:
                 for p in t.partitions:
@@ -69,8 +70,8 @@ def fetch(boot, version, topic, offsets, max_bytes, partition_max_bytes):
 
 
 def whole_batches(records: bytes) -> list:
-    spans = list(batch_spans(records))
-    assert (spans[-1].end if spans else 0) == len(records), "a partial batch was returned"
+    spans = [(pos, pos + h.size) for pos, h in iter_batches(records, strict=True)]
+    assert (spans[-1][1] if spans else 0) == len(records), "a partial batch was returned"
     return spans
 
 

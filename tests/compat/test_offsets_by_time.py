@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from oncelog.client.aio import kio_util as K, wire
+from oncelog.protocol import entities
+from oncelog.protocol.api import ApiKey
 from oncelog.client.aio.connection import Connection
 from oncelog.protocol.errors import ErrorCode
 from oncelog.storage.log import scan_entries
@@ -118,16 +119,16 @@ def list_offsets(boot, version, partitions):
         conn = Connection(host, int(port), "offsets-by-time-test")
         await conn.connect(10)
         try:
-            m = K.module(wire.LIST_OFFSETS, version, "request")
+            rq = entities.RequestBuilder(ApiKey.LIST_OFFSETS, version)
             by_topic = {}
             for topic, index, ts in partitions:
-                by_topic.setdefault(topic, []).append(K.make(
-                    m, "ListOffsetsPartition", partition_index=index, timestamp=ts, current_leader_epoch=-1))
-            req = K.make(m, "ListOffsetsRequest", replica_id=-1, isolation_level=0, timeout=K.ms(1000),
-                         topics=tuple(K.make(m, "ListOffsetsTopic", name=t, partitions=tuple(ps))
-                                      for t, ps in by_topic.items()))
-            body = await asyncio.wait_for(conn.request(wire.LIST_OFFSETS, version, wire.encode_entity(req)), 10)
-            r = K.decode(wire.LIST_OFFSETS, version, "ListOffsetsResponse", body)
+                by_topic.setdefault(topic, []).append(rq(
+                    "ListOffsetsPartition", partition_index=index, timestamp=ts, current_leader_epoch=-1))
+            req = rq.encode(replica_id=-1, isolation_level=0, timeout=1000,
+                            topics=tuple(rq("ListOffsetsTopic", name=t, partitions=tuple(ps))
+                                         for t, ps in by_topic.items()))
+            body = await asyncio.wait_for(conn.request(ApiKey.LIST_OFFSETS, version, req), 10)
+            r = entities.decode_response(ApiKey.LIST_OFFSETS, version, body)
             out = {}
             for t in r.topics:
                 for p in t.partitions:

@@ -9,7 +9,7 @@ import pytest
 
 from oncelog.broker.controller_client import ControllerClient
 from oncelog.broker.producer_id_manager import ProducerIdManager
-from oncelog.client.aio import wire
+from oncelog.protocol import headers, init_producer_id
 from oncelog.controller.service import Controller, ControllerConfig
 from oncelog.core.producer_ids import ProducerIdsBlock
 from oncelog.protocol.api import ApiKey
@@ -129,20 +129,20 @@ def init_producer_ids(bootstrap: str, n: int) -> list[int]:
     """n InitProducerId v4 requests pipelined on one connection; retried on error 14."""
     host, port = bootstrap.split(":")
     s = socket.create_connection((host, int(port)), timeout=30)
-    body = wire.encode_init_producer_id(4)
+    body = init_producer_id.encode_request(4)
     out = []
     pending = n
     while pending:
         frames = b""
         for i in range(pending):
-            hdr = wire.request_header(22, 4, i, "ids")
+            hdr = headers.request_header(22, 4, i, "ids")
             frames += struct.pack(">i", len(hdr) + len(body)) + hdr + body
         s.sendall(frames)
         retry = 0
         for _ in range(pending):
             size = struct.unpack(">i", _exact(s, 4))[0]
             data = _exact(s, size)
-            code, pid, _epoch = wire.decode_init_producer_id(4, data, wire.response_header_size(22, 4, data))
+            code, pid, _epoch = init_producer_id.decode_response(4, data, headers.response_header_size(22, 4, data))
             if code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
                 retry += 1
             else:

@@ -22,10 +22,11 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from oncelog.core.producer_epoch import EPOCH_EXHAUSTED_AT
 from oncelog.core.txn.coordinator import Answer, MarkerJob, Transition, TransactionCoordinator, TxnConfig
 from oncelog.core.txn.errors import translate_append_error
 from oncelog.core.txn.log_format import encode_record, partition_for
-from oncelog.core.txn.state import (EPOCH_EXHAUSTED_AT, VALID_PREVIOUS, TransactionMetadata, TxnState)
+from oncelog.core.txn.state import VALID_PREVIOUS, TransactionMetadata, TxnState
 from oncelog.protocol.errors import ErrorCode as E
 from oncelog.protocol.errors import KafkaProtocolError
 

@@ -4,10 +4,11 @@ import struct
 import pytest
 from hypothesis import given, strategies as st
 
+from oncelog.core.sequence import last_sequence_of
 from oncelog.protocol import records
 from oncelog.protocol.compression import compress
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
-from oncelog.protocol.record_codec import (Record, decode_batch, encode_batch,
+from oncelog.protocol.records import (Record, decode_batch, encode_batch,
                                            encode_legacy_message)
 
 
@@ -21,7 +22,7 @@ def test_header_fields_and_validation():
     h = records.validate_batch(buf)
     assert (h.magic, h.records_count, h.last_offset_delta) == (2, 4, 3)
     assert (h.producer_id, h.producer_epoch, h.base_sequence) == (7, 2, 2**31 - 2)
-    assert h.last_sequence == 1  # wraps past 2^31-1
+    assert last_sequence_of(h) == 1  # wraps past 2^31-1
     assert h.size == len(buf) and h.has_producer_id and not h.is_transactional
 
 
@@ -69,14 +70,14 @@ def test_legacy_sets_validate_and_take_offsets():
     assert info == records.LegacySetInfo(1, 3, 7)
     buf = bytearray(plain)
     assert records.patch_legacy_offsets(buf, 100) == 102
-    assert [m.offset for m in records.iter_legacy_messages(buf)] == [100, 101, 102]
+    assert [m.base_offset for _pos, m in records.iter_batches(buf)] == [100, 101, 102]
 
     inner = b"".join(encode_legacy_message(i, None, b"y", magic=1, timestamp=1) for i in range(4))
     wrapper = bytearray(encode_legacy_message(0, None, compress(1, inner), magic=1, timestamp=1,
                                               compression_codec=1))
     assert records.validate_legacy_message_set(wrapper).message_count == 4
     assert records.patch_legacy_offsets(wrapper, 10) == 13
-    assert next(records.iter_legacy_messages(wrapper)).offset == 13
+    assert next(records.iter_batches(wrapper))[1].base_offset == 13
 
 
 def test_legacy_crc_mismatch_is_corrupt():
@@ -94,3 +95,20 @@ def test_random_bytes_never_escape_as_other_exceptions(data):
             fn(bytearray(data))
         except KafkaProtocolError as e:
             assert e.code in (ErrorCode.CORRUPT_MESSAGE, ErrorCode.INVALID_RECORD)
+
+
+@pytest.mark.parametrize("value, magic", [
+    (None, 2), ("0.8.2", 0), ("0.9.0.1", 0), ("0.10", 1), ("0.10.2-IV0", 1), ("0.11.0", 2), ("1.0", 2),
+    ("2.8", 2), ("3.0-IV1", 2), ("3.0", 2), ("v0", 0), ("v1", 1), ("2", 2), (1, 1)])
+def test_message_format_version_to_magic(value, magic):
+    assert records.parse_message_format_version(value) == magic == records.message_format_magic(value)
+
+
+@pytest.mark.parametrize("value", ["", "x", "0.x", "3.x", "latest"])
+def test_message_format_version_that_does_not_parse(value):
+    """Refused where it is set (CreateTopics, IncrementalAlterConfigs), read as the current
+    format where it arrives from elsewhere (a stored override, a foreign broker's answer)."""
+    from oncelog.core.topic_config import ConfigError, TOPIC_CONFIGS
+    with pytest.raises(ConfigError):
+        TOPIC_CONFIGS["message.format.version"].parse(value)
+    assert records.message_format_magic(value) == 2

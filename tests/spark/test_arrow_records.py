@@ -1,4 +1,4 @@
-"""The connector's columnar codec against the row codec (protocol/record_codec) and Kafka's
+"""The connector's columnar codec against the row codec (protocol/records) and Kafka's
 partitioner: whatever the rows, the batches it writes decode to the same rows, and what it
 reads equals what the row decoder reads. No Spark session needed."""
 import numpy as np
@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from oncelog.client.partitioner import murmur2
 from oncelog.protocol.errors import KafkaProtocolError
-from oncelog.protocol.record_codec import build_batch, encode_batch, iter_record_batches
+from oncelog.protocol.records import build_batch, encode_batch, iter_record_batches
 from oncelog.spark import arrow_records as ar
 from oncelog.spark.arrow_io import arrow_schema
 

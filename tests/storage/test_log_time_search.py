@@ -9,7 +9,7 @@ from hypothesis import given, settings, strategies as st
 
 from oncelog.protocol.compression import CODEC_NAMES, GZIP, compress
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
-from oncelog.protocol.record_codec import HEADER_ROOM, Record, encode_batch, encode_legacy_message, seal_batch
+from oncelog.protocol.records import HEADER_ROOM, Record, encode_batch, encode_legacy_message, seal_batch
 from oncelog.storage.log import LogConfig, PartitionLog
 
 NOW = 1_700_000_000_000

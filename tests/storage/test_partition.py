@@ -8,7 +8,7 @@ import pytest
 from oncelog.core.sequence import MAX_SEQUENCE
 from oncelog.protocol import records as rec
 from oncelog.protocol.errors import ErrorCode as E
-from oncelog.protocol.record_codec import Record, encode_batch
+from oncelog.protocol.records import Record, encode_batch
 from oncelog.storage import producer_snapshots as snaps
 from oncelog.storage.log import LogConfig, PartitionLog
 from oncelog.storage.partition import Partition, producer_state_metrics
@@ -336,7 +336,7 @@ class PreadBytes:
 
 
 def test_batch_header_at_finds_batches_and_only_batches(env):
-    from oncelog.protocol.record_codec import encode_legacy_message
+    from oncelog.protocol.records import encode_legacy_message
     e = env(LogConfig(segment_bytes=1000, index_interval_bytes=300))
     offsets = fill(e, 40, pid=9)
     log_ = e.partition.log
@@ -664,7 +664,7 @@ def test_producer_state_metrics_per_topic(env):
 
 
 def test_replay_skips_legacy_messages_between_batches(env):
-    from oncelog.protocol.record_codec import encode_legacy_message
+    from oncelog.protocol.records import encode_legacy_message
     from oncelog.storage.partition import _v2_headers
     b1 = encode_batch([Record(0, NOW, None, b"a", [])], producer_id=5, producer_epoch=0, base_sequence=0)
     legacy = encode_legacy_message(1, None, b"xyz") + encode_legacy_message(2, b"k", b"xyzw", magic=0)

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from oncelog.protocol.errors import ErrorCode as E
-from oncelog.protocol.record_codec import Record, encode_batch
+from oncelog.protocol.records import Record, encode_batch
 from oncelog.storage.log import LogConfig, PartitionLog
 from oncelog.storage.partition import Partition
 

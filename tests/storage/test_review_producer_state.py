@@ -3,7 +3,7 @@ PartitionLog in a temp directory, as tests/storage/test_partition.py."""
 from __future__ import annotations
 
 from oncelog.protocol.errors import ErrorCode as E
-from oncelog.protocol.record_codec import Record, encode_batch
+from oncelog.protocol.records import Record, encode_batch
 
 from test_partition import NOW, PID, PreadBytes, batch, env, fill  # noqa: F401 - env is a fixture
 

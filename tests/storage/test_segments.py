@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
-from oncelog.protocol.record_codec import Record, decode_records, encode_batch, encode_legacy_message
+from oncelog.protocol.records import Record, decode_records, encode_batch, encode_legacy_message
 from oncelog.storage import failpoints
 from oncelog.storage.log import LogConfig, PartitionLog
 from oncelog.storage.log_manager import LogManager

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from oncelog.protocol.errors import ErrorCode as E, KafkaProtocolError
-from oncelog.protocol.record_codec import Record, decode_records, encode_batch
+from oncelog.protocol.records import Record, decode_records, encode_batch
 from oncelog.storage import failpoints as fp
 from oncelog.storage.log import LogConfig, PartitionLog
 from oncelog.storage.partition import Partition

@@ -8,7 +8,9 @@ import time
 
 import pytest
 
-from oncelog.testing.fault_proxy import FaultConfig, FaultProxy, FaultProxyProcess, ThreadedFaultProxy
+from oncelog.protocol import headers, produce
+from oncelog.protocol.api import ApiKey
+from oncelog.testing.fault_proxy import FaultConfig, FaultProxy, FaultProxyProcess, ThreadedFaultProxy, _produce_acks
 
 
 class EchoServer:
@@ -268,3 +270,13 @@ def test_proxy_process_forwards_frames_in_order(echo_thread):
             assert time.monotonic() - t0 >= 0.02   # a lower bound the delays guarantee
     assert bytes(got) == b"".join(frames)
 
+
+
+@pytest.mark.parametrize("version", [3, 9])
+@pytest.mark.parametrize("acks", [0, -1])
+def test_reads_the_acks_of_a_produce_frame(version, acks):
+    # an acks=0 Produce gets no answer: the proxy must not wait for one (v9+: flexible header)
+    body = (headers.request_header(ApiKey.PRODUCE, version, 5, "client")
+            + produce.encode_request(version, acks, 1000, {"t": [(0, b"R")]}, transactional_id="tx"))
+    assert _produce_acks(struct.pack(">i", len(body)) + body) == acks
+    assert _produce_acks(struct.pack(">i", 9) + body[:9]) is None   # cut short: unknown

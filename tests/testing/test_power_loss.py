@@ -3,7 +3,7 @@ import pytest
 
 from oncelog.storage import failpoints as fp
 from oncelog.storage.log import LogConfig, PartitionLog
-from oncelog.protocol.record_codec import Record, encode_batch
+from oncelog.protocol.records import Record, encode_batch
 from oncelog.testing.power_loss import LEDGER, NoLedgerError, lose_unsynced
 
 NOW = 1_700_000_000_000

@@ -82,11 +82,11 @@ class ClusterLogs:
             await asyncio.sleep(POLL_S)
 
     async def refresh(self) -> None:
-        body = await self.client.raw(ApiKey.METADATA, 12, _metadata_request_all())
-        brokers, topics = md.decode_response(12, body)
-        self.brokers = brokers
+        body = await self.client.raw(ApiKey.METADATA, 12, md.encode_request(12, None))
+        view = md.decode_response(12, body)
+        self.brokers = list(view.brokers.values())
         infos, leaders = {}, {}
-        for t in topics:
+        for t in view.topics.values():
             overrides = json.loads((t.extra_tags or {}).get(TAG_TOPIC_OVERRIDES, b"{}"))
             old = self.topics.get(t.name)
             info = TopicInfo(t.name, t.topic_id, len(t.partitions), overrides, str(self.log_dir))
@@ -255,7 +255,3 @@ class ClusterLogs:
             except KafkaProtocolError as e:
                 log.warning("partition %s-%d maintenance: %s", key[0], key[1], e)
 
-
-def _metadata_request_all() -> bytes:
-    # MetadataRequest v12: all topics (null array), no auto-creation, no authorized operations
-    return b"\x00" + b"\x00" + b"\x00" + b"\x00"

@@ -7,17 +7,14 @@ the callers (heartbeat loop, id prefetch, metadata poll) each hold their own cli
 from __future__ import annotations
 
 import asyncio
-import io
 import itertools
 import struct
 from typing import Any
 
-from kio.serial import entity_reader, entity_writer
-
-from oncelog.protocol import entities
-from oncelog.protocol.api import ApiKey, is_flexible
+from oncelog.protocol import entities, headers
+from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
-from oncelog.protocol.primitives import I16, I32, Reader, string
+from oncelog.protocol.primitives import I32, Reader
 
 
 class ControllerUnavailable(ConnectionError):
@@ -86,29 +83,20 @@ class ControllerClient:
 
     async def _call(self, api_key: int, version: int, **fields: Any):
         request = entities.make(entities.entity_class(api_key, version, "request"), **fields)
-        buf = io.BytesIO()
-        entity_writer(type(request))(buf, request)
-        body = await self._exchange(api_key, version, buf.getvalue())
-        value, _ = entity_reader(entities.entity_class(api_key, version, "response"))(body, 0)
-        return value
+        body = await self._exchange(api_key, version, entities.encode(request))
+        return entities.decode_response(api_key, version, body)
 
     async def _exchange(self, api_key: int, version: int, body: bytes) -> bytes:
         assert self._reader is not None and self._writer is not None
         corr = next(self._ids)
-        header = I16.pack(api_key) + I16.pack(version) + I32.pack(corr) + string(self.client_id, False)
-        flexible = is_flexible(api_key, version)
-        if flexible:
-            header += b"\x00"
+        header = headers.request_header(api_key, version, corr, self.client_id)
         self._writer.write(I32.pack(len(header) + len(body)) + header + body)
         await self._writer.drain()
         size = struct.unpack(">i", await asyncio.wait_for(self._reader.readexactly(4), self.timeout_s))[0]
         data = await asyncio.wait_for(self._reader.readexactly(size), self.timeout_s)
-        r = Reader(data)
-        if r.i32() != corr:
+        if Reader(data).i32() != corr:
             raise ControllerUnavailable("correlation id mismatch from the controller")
-        if flexible and api_key != ApiKey.API_VERSIONS:
-            r.skip_tags()
-        return data[r.pos:]
+        return data[headers.response_header_size(api_key, version, data):]
 
     def close(self) -> None:
         if self._writer is not None:

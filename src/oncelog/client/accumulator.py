@@ -15,7 +15,8 @@ from operator import sub
 from typing import Any
 
 from oncelog.client.types import TopicPartition
-from oncelog.protocol.record_codec import (
+from oncelog.core.sequence import increment, seq_before
+from oncelog.protocol.records import (
     BATCH_OVERHEAD, HEADER_ROOM, RECORD_OVERHEAD, build_batch, encode_plain_records, encode_record,
     record_size_upper_bound, rewrite_producer_state, seal_batch)
 
@@ -115,7 +116,7 @@ class ProducerBatch:
 
     @property
     def last_sequence(self) -> int:
-        return (self.base_sequence + self.count - 1) % 2**31
+        return increment(self.base_sequence, self.count - 1)
 
     def set_producer_state(self, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
         self.producer_id, self.producer_epoch, self.base_sequence = producer_id, producer_epoch, base_sequence
@@ -289,7 +290,3 @@ def _open_batch(q: deque) -> ProducerBatch | None:
         return last
     return None
 
-
-def seq_before(a: int, b: int) -> bool:
-    """True if sequence a comes before b (wraparound: the shorter distance wins)."""
-    return a != b and (b - a) % 2**31 < 2**30

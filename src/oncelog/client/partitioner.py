@@ -12,7 +12,7 @@ from bisect import bisect_right
 from itertools import accumulate
 from typing import Callable
 
-from oncelog.protocol.record_codec import BATCH_OVERHEAD
+from oncelog.protocol.records import BATCH_OVERHEAD
 
 _M = 0x5BD1E995
 _SEED = 0x9747B28C

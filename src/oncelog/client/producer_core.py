@@ -46,12 +46,13 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable
 
-from oncelog.client.accumulator import ProducerBatch, RecordAccumulator, TopicPartition, seq_before
+from oncelog.client.accumulator import ProducerBatch, RecordAccumulator, TopicPartition
 from oncelog.client.config import DEFAULT_WINDOW, Idempotence, ProducerConfig
 from oncelog.client.errors import (
     BrokerResponseError, DataLossError, DeliveryTimeoutError, IdempotenceUnsupportedError,
     KafkaClientError, ProducerFatalError, ProducerFencedError)
-from oncelog.core.sequence import SEQUENCE_SPACE, increment
+from oncelog.core.producer_epoch import can_bump_locally
+from oncelog.core.sequence import decrement, distance_below, increment, seq_before
 from oncelog.protocol.errors import RETRIABLE, ErrorCode, error_code as error_name
 
 if TYPE_CHECKING:
@@ -80,7 +81,6 @@ _NOT_APPENDED = {E.OUT_OF_ORDER_SEQUENCE_NUMBER, E.UNKNOWN_PRODUCER_ID, E.INVALI
 # In a transaction these make the transaction abortable, not the producer fatal (Java's
 # InvalidProducerEpochException on Produce; a lost producer-id mapping is cured by a bump).
 _TXN_ABORTABLE = {E.INVALID_PRODUCER_EPOCH, E.INVALID_PRODUCER_ID_MAPPING}
-_MAX_EPOCH = 32767
 # InitProducerId answers worth asking again after retry.backoff.ms
 _RETRIABLE_PID = {E.COORDINATOR_LOAD_IN_PROGRESS, E.COORDINATOR_NOT_AVAILABLE, E.NOT_COORDINATOR,
                   E.CONCURRENT_TRANSACTIONS, E.REQUEST_TIMED_OUT, E.NETWORK_EXCEPTION}
@@ -138,7 +138,7 @@ class PartitionState:
         # batches acknowledged after it still occupy the broker's retained window, and the
         # oldest one must still be recognisable as a duplicate when it is retried.
         if self.max_inflight_sequences is not None:
-            span = (self.next_sequence - self.unacked[0].base_sequence) % SEQUENCE_SPACE
+            span = distance_below(self.next_sequence, self.unacked[0].base_sequence)
             if span + b.count > self.max_inflight_sequences:
                 return True
             if self.range_mode:
@@ -331,7 +331,7 @@ class ProducerCore:
             self.init_pid_in_progress = True
             return (-1, -1)
         if self.bump_requested:
-            if self.producer_epoch >= _MAX_EPOCH:
+            if not can_bump_locally(self.producer_epoch):
                 self.init_pid_in_progress = True
                 return (-1, -1)  # the epoch is exhausted: a new id
             self.on_producer_id(self.producer_id, self.producer_epoch + 1)  # KIP-360, no request
@@ -793,7 +793,7 @@ class ProducerCore:
         u = ps.unresolved
         if u is None:
             return
-        if ps.last_acked_sequence >= 0 and not seq_before(ps.last_acked_sequence, (u - 1) % SEQUENCE_SPACE):
+        if ps.last_acked_sequence >= 0 and not seq_before(ps.last_acked_sequence, decrement(u, 1)):
             ps.unresolved = None   # a later batch was acknowledged: the given-up one is in the log
             self.stats["resolved"] += 1
             return

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator, NamedTuple
 
 from oncelog.core.pid_index import ExpiredProducers, PidIndex
-from oncelog.core.sequence import distance_below, increment
+from oncelog.core.sequence import distance_below, increment, seq_before
 from oncelog.protocol.errors import ErrorCode
 
 WINDOW = "window"
@@ -61,7 +61,6 @@ DEFAULT_MAX_PRODUCERS = 100_000
 DEFAULT_MAX_REMEMBERED = 100_000
 MAX_MAX_PRODUCERS = 2**31 - 1  # slots are int32 in the hash table
 EVICTION_SCAN = 64  # slots compared to pick the least recently updated producer at the cap
-HALF_SPACE = 2**30
 
 # check() outcomes
 APPEND = 0     # in sequence: append, then commit
@@ -410,7 +409,7 @@ class ProducerStateManager:
         oldest = base + head
         oldest_first = firsts[oldest]
         older = distance_below(oldest_first, last_seq)
-        if 0 < older < HALF_SPACE and distance_below(oldest_first, first_seq) >= older:
+        if seq_before(last_seq, oldest_first) and distance_below(oldest_first, first_seq) >= older:
             return Check(LOOKUP, producer_id, epoch, first_seq, last_seq,
                          ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
                          f"sequences {first_seq}..{last_seq} are older than the {count} retained "

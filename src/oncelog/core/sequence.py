@@ -5,6 +5,8 @@ plus the distance used by range-mode deduplication (KIP-758).
 """
 from __future__ import annotations
 
+from oncelog.protocol.records import BatchHeader
+
 MAX_SEQUENCE = 2**31 - 1
 SEQUENCE_SPACE = 2**31
 NO_SEQUENCE = -1
@@ -25,9 +27,20 @@ def last_sequence(base_sequence: int, last_offset_delta: int) -> int:
     return increment(base_sequence, last_offset_delta)
 
 
+def last_sequence_of(header: BatchHeader) -> int:
+    """The sequence of the last record of a v2 batch."""
+    return increment(header.base_sequence, header.last_offset_delta)
+
+
 def in_sequence(last: int, nxt: int) -> bool:
     """True if `nxt` directly follows `last` (the wraparound rule: MAX then 0)."""
     return nxt == increment(last, 1)
+
+
+def seq_before(a: int, b: int) -> bool:
+    """True if `a` comes before `b`: the shorter way round the wrap decides, so sequences less
+    than 2**30 apart compare as their order of assignment."""
+    return a != b and (b - a) % SEQUENCE_SPACE < SEQUENCE_SPACE // 2
 
 
 def distance_below(latest: int, seq: int) -> int:

@@ -18,6 +18,7 @@ from typing import Any, Callable, Mapping
 
 from oncelog.core import producer_state as ps
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
+from oncelog.protocol.records import parse_message_format_version
 
 INT_MIN, INT_MAX = -2**31, 2**31 - 1
 LONG_MIN, LONG_MAX = -2**63, 2**63 - 1
@@ -95,10 +96,10 @@ class ConfigDef:
 
 
 def _message_format(value: str) -> None:
-    # "0.8.0".."3.x", or "v0"/"v1"/"v2": anything the magic mapper can read.
-    head = value.lower().lstrip("v").split(".")[0]
-    if not head.isdigit():
-        raise ConfigError(f"message.format.version={value!r} is not a version like 0.10.2 or 3.0")
+    try:
+        parse_message_format_version(value)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
 TOPIC_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in (

@@ -2,7 +2,13 @@
 
 `make` builds an entity of whatever version was negotiated from one set of keyword arguments:
 fields that version lacks are dropped (Kafka's "ignorable" rule) and millisecond integers become
-the timedelta/datetime values kio expects, so handlers are written once for all versions.
+the timedelta/datetime values kio expects, so handlers and client calls are written once for all
+versions. Brokers decode requests and build responses with it, clients the reverse.
+
+kio reads an error code into its own enum, which refuses a code it lacks: a response carrying a
+code newer than kio fails to decode as a whole (`MalformedResponse`). Responses where that would
+hurt (Fetch, Produce, Metadata, InitProducerId, ApiVersions) are decoded by hand in this package,
+error codes as integers per field.
 """
 from __future__ import annotations
 
@@ -17,7 +23,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.schema.errors import ErrorCode as KioErrorCode
 from kio.serial.errors import DecodeError
 
-from oncelog.protocol.api import KIO_NAMES
+from oncelog.protocol.api import KIO_NAMES, api_name
 
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
 
@@ -63,11 +69,27 @@ class MalformedRequest(ValueError):
     """The bytes do not decode as the request they claim to be."""
 
 
+class MalformedResponse(ValueError):
+    """The bytes do not decode as the response expected (or carry an error code kio lacks)."""
+
+
+_DECODE_ERRORS = (DecodeError, ValueError, IndexError, TypeError, OverflowError)
+
+
 def decode_request(api_key: int, version: int, body) -> Any:
     try:
         value, _size = entity_reader(entity_class(api_key, version, "request"))(bytes(body), 0)
-    except (DecodeError, ValueError, IndexError, TypeError, OverflowError) as e:
+    except _DECODE_ERRORS as e:
         raise MalformedRequest(f"{type(e).__name__}: {e}") from None
+    return value
+
+
+def decode_response(api_key: int, version: int, body) -> Any:
+    try:
+        value, _size = entity_reader(entity_class(api_key, version, "response"))(bytes(body), 0)
+    except _DECODE_ERRORS as e:
+        raise MalformedResponse(f"{api_name(api_key)} v{version} response does not decode: "
+                                f"{type(e).__name__}: {e}") from None
     return value
 
 
@@ -88,16 +110,28 @@ def millis(value: Any) -> int:
     return int(value)
 
 
-class ResponseBuilder:
-    """Builds one negotiated version's response entities by class name: `rb("Topic", ...)`."""
+class _Builder:
+    """Builds one negotiated version's entities of one kind by class name: `b("Topic", ...)`;
+    `encode(...)` builds and encodes the message itself."""
 
     __slots__ = ("api_key", "version")
+    kind = ""
 
     def __init__(self, api_key: int, version: int) -> None:
         self.api_key, self.version = api_key, version
 
     def __call__(self, cls_name: str, **kwargs: Any):
-        return make(nested(self.api_key, self.version, "response", cls_name), **kwargs)
+        return make(nested(self.api_key, self.version, self.kind, cls_name), **kwargs)
 
     def encode(self, **kwargs: Any) -> bytes:
-        return encode(make(entity_class(self.api_key, self.version, "response"), **kwargs))
+        return encode(make(entity_class(self.api_key, self.version, self.kind), **kwargs))
+
+
+class ResponseBuilder(_Builder):
+    __slots__ = ()
+    kind = "response"
+
+
+class RequestBuilder(_Builder):
+    __slots__ = ()
+    kind = "request"

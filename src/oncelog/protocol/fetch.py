@@ -1,10 +1,14 @@
-"""FetchResponse v4-v12 written by hand: record bytes go from the log into the response without
-being decoded or copied into an entity."""
+"""FetchResponse v4-v12 written by hand, in both directions: record bytes go from the log into the
+response without being decoded or copied into an entity, and come out of it as views.
+
+Error codes are read as the integers they are, per partition: a code this version does not know (a
+newer broker's) is that partition's error, and the other partitions of the response are read as
+usual (`protocol.errors.error_code` names it)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from oncelog.protocol.primitives import I16, I32, I64, array_len, bytes_len, string
+from oncelog.protocol.primitives import I16, I32, I64, Reader, array_len, bytes_len, string
 
 
 @dataclass(slots=True)
@@ -13,7 +17,14 @@ class PartitionData:
     error_code: int = 0
     high_watermark: int = -1
     log_start_offset: int = -1
-    records: bytes = b""
+    records: bytes | memoryview = b""
+
+
+@dataclass(slots=True)
+class FetchResponse:
+    error_code: int = 0   # v7+: the whole request's (e.g. a fetch session's) error
+    session_id: int = 0
+    topics: list[tuple[str, list[PartitionData]]] = field(default_factory=list)
 
 
 def encode_response(version: int, topics: list[tuple[str, list[PartitionData]]],
@@ -44,3 +55,37 @@ def encode_response(version: int, topics: list[tuple[str, list[PartitionData]]],
     if flex:
         out.append(b"\x00")
     return b"".join(out)
+
+
+def decode_response(version: int, body) -> FetchResponse:
+    """A FetchResponse body; each partition's records are a view into `body`."""
+    flex = version >= 12
+    r = Reader(body)
+    r.i32()  # throttle time
+    response = FetchResponse()
+    if version >= 7:
+        response.error_code, response.session_id = r.i16(), r.i32()
+    for _ in range(r.array_len(flex)):
+        name = r.string(flex) or ""
+        parts = []
+        for _ in range(r.array_len(flex)):
+            p = PartitionData(r.i32(), r.i16(), r.i64())
+            r.i64()  # last stable offset
+            if version >= 5:
+                p.log_start_offset = r.i64()
+            for _ in range(max(r.array_len(flex), 0)):  # aborted transactions (null: none)
+                r.i64()  # producer id
+                r.i64()  # first offset
+                if flex:
+                    r.skip_tags()
+            if version >= 11:
+                r.i32()  # preferred read replica
+            records = r.bytes_view(flex)
+            p.records = records if records is not None else b""
+            if flex:
+                r.skip_tags()
+            parts.append(p)
+        if flex:
+            r.skip_tags()
+        response.topics.append((name, parts))
+    return response

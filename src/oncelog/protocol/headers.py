@@ -6,10 +6,13 @@ a client can always read the answer to a version it guessed too high.
 """
 from __future__ import annotations
 
+import struct
 from typing import NamedTuple
 
 from oncelog.protocol.api import ApiKey, is_flexible
-from oncelog.protocol.primitives import I32, Reader
+from oncelog.protocol.primitives import I32, Reader, string
+
+_REQUEST_HEAD = struct.Struct(">hhi")
 
 
 class RequestHeader(NamedTuple):
@@ -32,10 +35,25 @@ def read_request_header(frame) -> RequestHeader:
     return RequestHeader(api_key, version, correlation_id, client_id, r.pos)
 
 
+def request_header(api_key: int, version: int, correlation_id: int, client_id: str | None) -> bytes:
+    """Request header v1, or v2 (an empty tagged-field section) for a flexible version."""
+    header = _REQUEST_HEAD.pack(api_key, version, correlation_id) + string(client_id, False)
+    return header + b"\x00" if is_flexible(api_key, version) else header
+
+
 def response_header(api_key: int, version: int, correlation_id: int) -> bytes:
     if api_key != ApiKey.API_VERSIONS and is_flexible(api_key, version):
         return I32.pack(correlation_id) + b"\x00"
     return I32.pack(correlation_id)
+
+
+def response_header_size(api_key: int, version: int, frame) -> int:
+    """Bytes of the response header at the start of `frame` (its correlation id is the first four)."""
+    if api_key == ApiKey.API_VERSIONS or not is_flexible(api_key, version):
+        return 4
+    r = Reader(frame, 4)
+    r.skip_tags()
+    return r.pos
 
 
 def correlation_id_of(frame) -> int | None:

@@ -1,15 +1,42 @@
-"""MetadataResponse v1-v12 written by hand, because topics may carry our tagged field 10000
-`MessageFormatVersion` (int8, flexible versions, sent only when a topic's record format is below
-v2) that tells a producer with `enable.idempotence=requested` to fall back before it sends."""
+"""Metadata v1-v12 written by hand, in both directions (clients and brokers read what brokers and
+the controller write), because topics may carry our tagged field 10000 `MessageFormatVersion`
+(int8, flexible versions, sent only when a topic's record format is below v2) that tells a
+producer with `enable.idempotence=requested` to fall back before it sends; the controller adds
+tags of its own for brokers (`TopicEntry.extra_tags`)."""
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from oncelog.protocol.primitives import I8, I16, I32, NULL_UUID, array_len, string, tagged_fields
+from oncelog.protocol.primitives import I8, I16, I32, NULL_UUID, Reader, array_len, string, tagged_fields
 
 TAG_MESSAGE_FORMAT_VERSION = 10000
 _AUTHORIZED_OPERATIONS_OMITTED = -2147483648
+
+
+def encode_request(version: int, topics: list[str] | None, allow_auto_create: bool = False) -> bytes:
+    """MetadataRequest for `topics` by name (None: all topics)."""
+    flex = version >= 9
+    out = []
+    if topics is None:
+        out.append(array_len(None, flex))
+    else:
+        out.append(array_len(len(topics), flex))
+        for t in topics:
+            if version >= 10:
+                out.append(NULL_UUID.bytes)  # topic id: zero = look up by name
+            out.append(string(t, flex))
+            if flex:
+                out.append(b"\x00")
+    if version >= 4:
+        out.append(b"\x01" if allow_auto_create else b"\x00")
+    if 8 <= version <= 10:
+        out.append(b"\x00")  # include cluster authorized operations
+    if version >= 8:
+        out.append(b"\x00")  # include topic authorized operations
+    if flex:
+        out.append(b"\x00")
+    return b"".join(out)
 
 
 @dataclass(slots=True)
@@ -25,7 +52,7 @@ class PartitionEntry:
     index: int
     error_code: int = 0
     leader_id: int = -1
-    leader_epoch: int = 0
+    leader_epoch: int = -1
 
 
 @dataclass(slots=True)
@@ -34,8 +61,16 @@ class TopicEntry:
     error_code: int = 0
     topic_id: uuid.UUID = NULL_UUID
     partitions: tuple[PartitionEntry, ...] = ()
-    message_format_magic: int = 2
+    message_format_magic: int | None = None  # tag 10000, sent below 2; None: not stated
     extra_tags: dict[int, bytes] | None = None  # the controller's own fields for brokers
+
+
+@dataclass(slots=True)
+class MetadataResponse:
+    brokers: dict[int, BrokerEntry]
+    cluster_id: str | None
+    controller_id: int
+    topics: dict[str, TopicEntry] = field(default_factory=dict)  # by name ("" for a nameless one)
 
 
 def encode_response(version: int, brokers: list[BrokerEntry], cluster_id: str | None,
@@ -75,7 +110,7 @@ def encode_response(version: int, brokers: list[BrokerEntry], cluster_id: str | 
             out.append(I32.pack(_AUTHORIZED_OPERATIONS_OMITTED))
         if flex:
             tags = dict(t.extra_tags or {})
-            if t.message_format_magic < 2:
+            if t.message_format_magic is not None and t.message_format_magic < 2:
                 tags[TAG_MESSAGE_FORMAT_VERSION] = I8.pack(t.message_format_magic)
             out.append(tagged_fields(tags))
     if 8 <= version <= 10:
@@ -85,35 +120,43 @@ def encode_response(version: int, brokers: list[BrokerEntry], cluster_id: str | 
     return b"".join(out)
 
 
-def decode_response(version: int, body) -> tuple[list[BrokerEntry], list[TopicEntry]]:
-    """The inverse of `encode_response` (flexible versions 9-12), keeping every tagged field of a
-    topic in `extra_tags`; used by brokers to read the controller's view."""
-    from oncelog.protocol.primitives import Reader
-    r = Reader(body)
-    r.i32()  # throttle
-    brokers = []
-    for _ in range(r.array_len(True)):
-        node, host, port, rack = r.i32(), r.string(True), r.i32(), r.string(True)
-        r.skip_tags()
-        brokers.append(BrokerEntry(node, host or "", port, rack))
-    r.string(True)  # cluster id
-    r.i32()  # controller id
-    topics = []
-    for _ in range(r.array_len(True)):
-        code, name = r.i16(), r.string(True)
-        topic_id = r.uuid() if version >= 10 else NULL_UUID
-        r.boolean()
-        parts = []
-        for _ in range(r.array_len(True)):
-            pcode, index, leader, epoch = r.i16(), r.i32(), r.i32(), r.i32()
-            for _ in range(3):  # replicas, isr, offline replicas
-                for _ in range(r.array_len(True)):
-                    r.i32()
+def decode_response(version: int, buf, pos: int = 0) -> MetadataResponse:
+    """A MetadataResponse body at `pos`; a topic's tags other than 10000 are kept in `extra_tags`,
+    its partitions sorted by index."""
+    flex = version >= 9
+    r = Reader(buf, pos)
+    if version >= 3:
+        r.i32()  # throttle
+    brokers = {}
+    for _ in range(r.array_len(flex)):
+        node, host, port = r.i32(), r.string(flex), r.i32()
+        rack = r.string(flex)
+        if flex:
             r.skip_tags()
+        brokers[node] = BrokerEntry(node, host or "", port, rack)
+    cluster_id = r.string(flex) if version >= 2 else None
+    info = MetadataResponse(brokers, cluster_id, r.i32())
+    for _ in range(r.array_len(flex)):
+        code, name = r.i16(), r.string(flex)
+        topic_id = r.uuid() if version >= 10 else NULL_UUID
+        r.boolean()  # is_internal
+        parts = []
+        for _ in range(r.array_len(flex)):
+            pcode, index, leader = r.i16(), r.i32(), r.i32()
+            epoch = r.i32() if version >= 7 else -1
+            for _ in range(3 if version >= 5 else 2):  # replicas, in-sync replicas, offline replicas
+                for _ in range(r.array_len(flex)):
+                    r.i32()
+            if flex:
+                r.skip_tags()
             parts.append(PartitionEntry(index, pcode, leader, epoch))
-        if 8 <= version:
+        if version >= 8:
             r.i32()  # topic authorized operations
-        tags = {k: bytes(v) for k, v in r.tags().items()}
-        magic = tags.pop(TAG_MESSAGE_FORMAT_VERSION, None)
-        topics.append(TopicEntry(name, code, topic_id, tuple(parts), magic[0] if magic else 2, tags or None))
-    return brokers, topics
+        t = TopicEntry(name, code, topic_id, tuple(sorted(parts, key=lambda p: p.index)))
+        if flex:
+            tags = {k: bytes(v) for k, v in r.tags().items()}
+            magic = tags.pop(TAG_MESSAGE_FORMAT_VERSION, None)
+            t.message_format_magic = magic[0] if magic else None
+            t.extra_tags = tags or None
+        info.topics[name or ""] = t
+    return info

@@ -12,17 +12,13 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from crc32c import crc32c
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from oncelog.protocol import compression
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
-from oncelog.protocol.record_codec import (
-    ATTR_COMPRESSION_MASK, ATTR_CONTROL, ATTR_TIMESTAMP_TYPE, BATCH_HEADER, BATCH_OVERHEAD, CRC_START,
-    batch_spans, decode_varint, iter_record_batches)
+from oncelog.protocol import records
 
 _U32 = np.uint32
 
@@ -238,7 +234,7 @@ def _record_bodies(d, pos: int, end: int, count: int) -> tuple[np.ndarray, np.nd
             elif d[pos + 1] < 0x80:
                 z, w = (b & 0x7F) | (d[pos + 1] << 7), 2
             else:   # records of 8 KB and more
-                length, after = decode_varint(d, pos)
+                length, after = records.decode_varint(d, pos)
                 z, w = length * 2 if length >= 0 else 1, after - pos
             if z & 1:
                 raise KafkaProtocolError(ErrorCode.CORRUPT_MESSAGE, "negative record length")
@@ -320,32 +316,30 @@ class Columns:
 def decode_into(out: Columns, data, lo: int, hi: int, check_crc: bool, include_headers: bool) -> None:
     """Decode every record of every complete batch in `data` with lo <= offset < hi."""
     mv = memoryview(data)
-    for span in batch_spans(mv):
-        if span.last_offset < lo or span.base_offset >= hi:
+    for pos, header in records.iter_batches(mv, strict=True):
+        if header.last_offset < lo or header.base_offset >= hi:
             continue
-        chunk = mv[span.start:span.end]
-        if span.magic != 2:   # v0/v1 message sets: rare, decoded row by row
-            for _info, recs in iter_record_batches(chunk, check_crc=check_crc):
+        chunk = mv[pos:pos + header.size]
+        if header.magic != 2:   # v0/v1 message sets: rare, decoded row by row
+            for _header, recs in records.iter_record_batches(chunk, check_crc=check_crc):
                 _add_rows(out, [r for r in recs if lo <= r.offset < hi], include_headers)
             continue
-        (base_offset, _len, _epoch, _magic, crc, attributes, _last, base_ts, max_ts, _pid, _pe,
-         _seq, count) = BATCH_HEADER.unpack_from(chunk, 0)
-        if check_crc and crc32c(chunk[CRC_START:]) != crc:
-            raise KafkaProtocolError(ErrorCode.CORRUPT_MESSAGE, f"CRC mismatch in batch at offset {base_offset}")
-        if attributes & ATTR_CONTROL or count <= 0:
+        if check_crc:
+            records.check_crc(mv, pos, header)
+        count = header.records_count
+        if header.is_control or count <= 0:
             continue
-        codec = attributes & ATTR_COMPRESSION_MASK
+        codec = header.compression
         if codec:
-            body = compression.decompress(codec, chunk[BATCH_OVERHEAD:])
+            body = compression.decompress(codec, chunk[records.BATCH_OVERHEAD:])
             base = 0
         else:
             body = data
-            base = span.start + BATCH_OVERHEAD
-        body_end = base + (len(body) if codec else len(chunk) - BATCH_OVERHEAD)
+            base = pos + records.BATCH_OVERHEAD
+        body_end = base + (len(body) if codec else len(chunk) - records.BATCH_OVERHEAD)
         try:
-            _decode_v2_columns(out, body, base, body_end, count, base_offset, base_ts, max_ts,
-                               1 if attributes & ATTR_TIMESTAMP_TYPE else 0, lo, hi, include_headers,
-                               chunk)
+            _decode_v2_columns(out, body, base, body_end, count, header.base_offset, header.base_timestamp,
+                               header.max_timestamp, header.timestamp_type, lo, hi, include_headers, chunk)
         except IndexError:
             raise KafkaProtocolError(ErrorCode.CORRUPT_MESSAGE, "record runs past the batch end") from None
 
@@ -389,7 +383,7 @@ def _decode_v2_columns(out: Columns, body, base: int, end: int, count: int, base
     headers = None
     if include_headers and has_headers:
         # headers are rare and nested: take them from the row decoder for this batch
-        (_info, recs), = iter_record_batches(chunk, check_crc=False)
+        (_header, recs), = records.iter_record_batches(chunk, check_crc=False)
         hs = [r.headers for r in recs]
         headers = hs if sel is None else [hs[i] for i in sel]
     out.add(_view_array(buf, pybuf, key_at, klen), _view_array(buf, pybuf, value_at, vlen),

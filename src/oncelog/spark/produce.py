@@ -13,7 +13,7 @@ import time
 from typing import Iterable
 
 from oncelog.client import AdminClient, Producer, TopicPartition
-from oncelog.protocol.record_codec import RECORD_OVERHEAD
+from oncelog.protocol.records import RECORD_OVERHEAD
 from oncelog.spark import producers
 from oncelog.spark.arrow_io import require_pyarrow
 from oncelog.spark.options import OncelogSparkError

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, NamedTuple
 
 from oncelog.protocol import records as rec
-from oncelog.protocol.record_codec import iter_record_times
+from oncelog.protocol.records import iter_record_times
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.storage import failpoints as fp
 
@@ -124,25 +124,9 @@ class Entry(NamedTuple):
 
 def scan_entries(buf, base_position: int = 0) -> Iterator[Entry]:
     """Complete entries of a chunk of log (any format); stops before an incomplete tail."""
-    pos, end = 0, len(buf)
-    while end - pos >= rec.LOG_OVERHEAD + 5:
-        magic = buf[pos + 16]
-        if magic >= 2:
-            if end - pos < rec.BATCH_OVERHEAD:
-                return
-            h = rec.read_batch_header(buf, pos)
-            size = h.size
-            if h.batch_length < rec.BATCH_OVERHEAD - rec.LOG_OVERHEAD or pos + size > end:
-                return
-            yield Entry(base_position + pos, size, h.base_offset, h.last_offset, h.max_timestamp, h)
-        else:
-            offset, length = struct.unpack_from(">qi", buf, pos)
-            size = rec.LOG_OVERHEAD + length
-            if length < 14 or pos + size > end:
-                return
-            ts = struct.unpack_from(">q", buf, pos + 18)[0] if magic == 1 and end - pos >= 26 else -1
-            yield Entry(base_position + pos, size, offset, offset, ts, None)
-        pos += size
+    for pos, h in rec.iter_batches(buf):
+        yield Entry(base_position + pos, h.size, h.base_offset, h.last_offset, h.max_timestamp,
+                    h if h.magic >= 2 else None)
 
 
 def _check_entry(buf, e: Entry, base_position: int) -> None:

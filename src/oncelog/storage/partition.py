@@ -25,7 +25,9 @@ from typing import Any, Iterator
 
 from oncelog.core import producer_state as ps
 from oncelog.core.producer_state import ProducerStateConfig, ProducerStateManager
+from oncelog.core.sequence import distance_below, last_sequence_of
 from oncelog.protocol import records as rec
+from oncelog.protocol.records import message_format_magic
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.storage import producer_snapshots as snaps
 
@@ -75,29 +77,6 @@ _ERROR_COUNTER = {
     ErrorCode.INVALID_PRODUCER_EPOCH: "invalid_epoch",
     ErrorCode.DUPLICATE_SEQUENCE_NUMBER: "duplicates_sequence",
 }
-
-
-def message_format_magic(value: Any) -> int:
-    """The record magic a `message.format.version` allows: "0.8.x"/"0.9.x" -> 0, "0.10.x" -> 1,
-    "0.11.0" and later (and "3.0", "v2", 2) -> 2."""
-    if value is None:
-        return 2
-    if isinstance(value, int):
-        return max(0, min(2, value))
-    text = str(value).strip().lower().lstrip("v")
-    if text in ("0", "1", "2"):
-        return int(text)
-    parts = text.split(".")
-    try:
-        major = int(parts[0])
-        minor = int(parts[1]) if len(parts) > 1 else 0
-    except ValueError:
-        return 2
-    if major == 0 and minor < 10:
-        return 0
-    if major == 0 and minor == 10:
-        return 1
-    return 2
 
 
 def _config_value(config: Any, kafka_name: str, attr: str) -> Any:
@@ -299,7 +278,7 @@ class Partition:
             raise KafkaProtocolError(ErrorCode.INVALID_RECORD,
                                      f"batch with producer id {h.producer_id} has sequence {h.base_sequence} "
                                      f"and epoch {h.producer_epoch}")
-        return self.producer_state.check(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence)
+        return self.producer_state.check(h.producer_id, h.producer_epoch, h.base_sequence, last_sequence_of(h))
 
     def _answer_without_append(self, check: ps.Check) -> AppendResult:
         if check.kind == ps.LOOKUP:
@@ -307,7 +286,7 @@ class Partition:
         if check.kind == ps.DUPLICATE:
             setattr(self.counters, "duplicates_" + check.duplicate_kind,
                     getattr(self.counters, "duplicates_" + check.duplicate_kind) + 1)
-            last = check.base_offset + ((check.last_seq - check.first_seq) & 0x7FFFFFFF)
+            last = check.base_offset + distance_below(check.last_seq, check.first_seq)
             return AppendResult(0, check.base_offset, check.timestamp, self.log.log_start_offset, None,
                                 self._extra(duplicate=check.duplicate_kind), last)
         counter = _ERROR_COUNTER.get(check.error)
@@ -340,7 +319,7 @@ class Partition:
             if h.base_offset >= check.base_offset:
                 break
             if (h.producer_id == check.producer_id and h.producer_epoch == check.epoch
-                    and h.base_sequence == check.first_seq and h.last_sequence == check.last_seq
+                    and h.base_sequence == check.first_seq and last_sequence_of(h) == check.last_seq
                     and h.base_offset >= start):
                 return check._replace(kind=ps.DUPLICATE, base_offset=h.base_offset, timestamp=_append_time(h),
                                       duplicate_kind=ps.DUP_TAIL, error=0, message=None)
@@ -384,7 +363,7 @@ class Partition:
                         self.topic, self.index, pid, newest)
             return False
         for h in found:
-            state.record(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
+            state.record(h.producer_id, h.producer_epoch, h.base_sequence, last_sequence_of(h),
                          h.base_offset, _append_time(h), now_ms)
         self.counters.restored += 1
         self._restored_since_snapshot = True
@@ -542,7 +521,7 @@ class Partition:
             ts = _append_time(h)
             # Replayed producers count as seen now: their true idle time is unknown, and expiring
             # one too early would turn its next batch into a spurious UNKNOWN_PRODUCER_ID.
-            state.record(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence, h.base_offset,
+            state.record(h.producer_id, h.producer_epoch, h.base_sequence, last_sequence_of(h), h.base_offset,
                          ts, now_ms)
             n += 1
         return n
@@ -567,23 +546,8 @@ class Partition:
 
 def _v2_headers(buf) -> Iterator[rec.BatchHeader]:
     """Headers of the v2 batches in a chunk of log that may also hold v0/v1 messages (a topic
-    whose format changed); all formats share offset, size and magic positions."""
-    pos, end = 0, len(buf)
-    while end - pos > rec.LOG_OVERHEAD + 4:
-        magic = buf[pos + 16]
-        if magic >= 2:
-            if end - pos < rec.BATCH_OVERHEAD:
-                return
-            h = rec.read_batch_header(buf, pos)
-            if h.batch_length < rec.BATCH_OVERHEAD - rec.LOG_OVERHEAD or pos + h.size > end:
-                return
-            yield h
-            pos += h.size
-        else:
-            size = int.from_bytes(buf[pos + 8:pos + 12], "big", signed=True)
-            if size <= 0:
-                return
-            pos += rec.LOG_OVERHEAD + size
+    whose format changed)."""
+    return (h for _pos, h in rec.iter_batches(buf) if h.magic >= 2)
 
 
 def _append_time(h: rec.BatchHeader) -> int:

@@ -31,10 +31,10 @@ import threading
 from collections import Counter
 from dataclasses import dataclass, field
 
+from oncelog.protocol import produce
+from oncelog.protocol.api import ApiKey
+from oncelog.protocol.headers import read_request_header
 from oncelog.testing.embedded import ServerProcess
-
-PRODUCE = 0
-
 
 @dataclass
 class FaultConfig:
@@ -42,7 +42,7 @@ class FaultConfig:
     latency_ms_down: float = 0.0      # broker -> client
     reset_probability: float = 0.0    # per request: close both sides before forwarding it
     drop_response_probability: float = 0.0  # per response: broker did the work, client never hears
-    drop_api_keys: frozenset[int] = frozenset({PRODUCE})  # which requests' responses may be dropped
+    drop_api_keys: frozenset[int] = frozenset({ApiKey.PRODUCE})  # which requests' responses may be dropped
     # per connection: after a number of client bytes drawn from this range, forward half of the
     # request that crosses it and close both sides (requests before it written, answers lost)
     cut_after_bytes: tuple[int, int] | None = None
@@ -222,7 +222,7 @@ class FaultProxy:
                         if to_broker.task is not None:
                             await to_broker.task  # what is on the wire arrives, then the close
                         return
-                acks_zero = api_key == PRODUCE and _produce_acks(frame) == 0
+                acks_zero = api_key == ApiKey.PRODUCE and _produce_acks(frame) == 0
                 if not acks_zero:
                     pending.put_nowait(api_key)
                 to_broker.send(frame)
@@ -258,43 +258,12 @@ class FaultProxy:
 
 
 def _produce_acks(frame: bytes) -> int | None:
-    """acks of a Produce request (acks=0 gets no response). Header: size, key, version, corr,
-    client id (nullable string); v9+ adds tagged fields and a compact transactional id."""
+    """acks of a Produce request (acks=0 gets no response); `frame` starts with its size."""
     try:
-        version = struct.unpack_from(">h", frame, 6)[0]
-        pos = 12
-        (n,) = struct.unpack_from(">h", frame, pos)
-        pos += 2 + max(n, 0)
-        if version >= 9:
-            pos = _skip_tagged(frame, pos)      # request header tagged fields
-            ln, pos = _uvarint(frame, pos)      # compact nullable transactional id
-            pos += max(ln - 1, 0)
-        elif version >= 3:
-            (n,) = struct.unpack_from(">h", frame, pos)
-            pos += 2 + max(n, 0)
-        return struct.unpack_from(">h", frame, pos)[0]
-    except struct.error:
+        header = read_request_header(memoryview(frame)[4:])
+        return produce.request_acks(header.api_version, memoryview(frame)[4 + header.body_offset:])
+    except (struct.error, ValueError, IndexError):
         return None
-
-
-def _skip_tagged(buf: bytes, pos: int) -> int:
-    count, pos = _uvarint(buf, pos)
-    for _ in range(count):
-        _tag, pos = _uvarint(buf, pos)
-        size, pos = _uvarint(buf, pos)
-        pos += size
-    return pos
-
-
-def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
-    shift = value = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value, pos
-        shift += 7
 
 
 async def _call(fn, *args):
@@ -386,7 +355,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--latency-ms-down", type=float, default=0.0)
     ap.add_argument("--reset-probability", type=float, default=0.0)
     ap.add_argument("--drop-response-probability", type=float, default=0.0)
-    ap.add_argument("--drop-api-keys", default=str(PRODUCE))
+    ap.add_argument("--drop-api-keys", default=str(int(ApiKey.PRODUCE)))
     ap.add_argument("--cut-after-bytes", default=None, help="LOW,HIGH")
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)

@@ -9,8 +9,9 @@ import os
 import struct
 from typing import Iterable
 
-from oncelog.client.aio import wire
-from oncelog.protocol.record_codec import Record, encode_batch
+from oncelog.protocol import headers, produce as wire
+from oncelog.protocol.api import ApiKey
+from oncelog.protocol.records import Record, encode_batch
 
 PUBLIC_HASH_MULTIPLIER = 0x9E3779B97F4A7C15  # pid * this >> (64 - bits): the old home slot
 _M64 = (1 << 64) - 1
@@ -51,16 +52,16 @@ class PipelinedProducer:
         self.acks, self.window = acks, window
         self._ids = 0
 
-    async def produce(self, record_sets: Iterable[bytes]) -> list[wire.ProducePartitionResponse]:
+    async def produce(self, record_sets: Iterable[bytes]) -> list[wire.PartitionResponse]:
         reader, writer = await asyncio.open_connection(self.host, self.port)
-        answers: list[wire.ProducePartitionResponse] = []
+        answers: list[wire.PartitionResponse] = []
         try:
             pending = 0
             for records in record_sets:
                 self._ids += 1
-                body = wire.encode_produce(PRODUCE_VERSION, self.acks, 30000,
+                body = wire.encode_request(PRODUCE_VERSION, self.acks, 30000,
                                            {self.topic: [(self.partition, records)]})
-                msg = wire.request_header(wire.PRODUCE, PRODUCE_VERSION, self._ids, "hostile") + body
+                msg = headers.request_header(ApiKey.PRODUCE, PRODUCE_VERSION, self._ids, "hostile") + body
                 writer.write(struct.pack(">i", len(msg)) + msg)
                 pending += 1
                 if pending >= self.window:
@@ -75,14 +76,14 @@ class PipelinedProducer:
             await writer.wait_closed()
         return answers
 
-    async def _answer(self, reader) -> wire.ProducePartitionResponse:
+    async def _answer(self, reader) -> wire.PartitionResponse:
         size = struct.unpack(">i", await reader.readexactly(4))[0]
         buf = await reader.readexactly(size)
-        pos = wire.response_header_size(wire.PRODUCE, PRODUCE_VERSION, buf)
-        return wire.decode_produce_response(PRODUCE_VERSION, buf, pos)[0].partitions[0]
+        pos = headers.response_header_size(ApiKey.PRODUCE, PRODUCE_VERSION, buf)
+        return wire.decode_response(PRODUCE_VERSION, buf, pos)[0].partitions[0]
 
 
-def produce(bootstrap: str, topic: str, record_sets: Iterable[bytes], **kw) -> list[wire.ProducePartitionResponse]:
+def produce(bootstrap: str, topic: str, record_sets: Iterable[bytes], **kw) -> list[wire.PartitionResponse]:
     host, port = bootstrap.rsplit(":", 1)
     return asyncio.run(PipelinedProducer(host, int(port), topic, **kw).produce(record_sets))
 

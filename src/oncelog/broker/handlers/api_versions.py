@@ -2,10 +2,9 @@
 UNSUPPORTED_VERSION in the v0 format with our ranges, and retries with a version we serve."""
 from __future__ import annotations
 
-from oncelog.protocol import entities
+from oncelog.protocol import api_versions, entities
 from oncelog.protocol.api import BROKER_VERSIONS, ApiKey
 from oncelog.protocol.errors import ErrorCode
-from oncelog.protocol.primitives import I16, I32
 
 API_KEY = ApiKey.API_VERSIONS
 
@@ -22,7 +21,4 @@ def handle(broker, version: int, body) -> bytes:
 
 def unsupported_version() -> bytes:
     """The v0 body, which every client can read whatever version it sent."""
-    out = [I16.pack(ErrorCode.UNSUPPORTED_VERSION), I32.pack(len(BROKER_VERSIONS))]
-    for k, (lo, hi) in sorted(BROKER_VERSIONS.items()):
-        out.append(I16.pack(k) + I16.pack(lo) + I16.pack(hi))
-    return b"".join(out)
+    return api_versions.encode_v0_response(ErrorCode.UNSUPPORTED_VERSION, BROKER_VERSIONS)

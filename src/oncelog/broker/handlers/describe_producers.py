@@ -16,7 +16,9 @@ from kio.schema.errors import ErrorCode as KioError
 from kio.schema.types import ProducerId, TopicName
 from kio.static.primitive import i32, i32Timedelta, i64
 
-API_KEY = 61
+from oncelog.protocol.api import ApiKey
+
+API_KEY = ApiKey.DESCRIBE_PRODUCERS
 VERSIONS = (0, 0)
 
 

@@ -10,7 +10,7 @@ from oncelog.protocol import entities
 from oncelog.protocol import metadata as wire
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
-from oncelog.storage.partition import message_format_magic
+from oncelog.protocol.records import message_format_magic
 
 API_KEY = ApiKey.METADATA
 log = logging.getLogger(__name__)

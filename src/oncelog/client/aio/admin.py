@@ -4,10 +4,11 @@ from __future__ import annotations
 import asyncio
 from typing import NamedTuple
 
-from oncelog.client.aio import kio_util as K
 from oncelog.client.aio import wire
 from oncelog.client.aio.cluster import Cluster
 from oncelog.client.errors import KafkaClientError
+from oncelog.protocol.api import ApiKey
+from oncelog.protocol.entities import RequestBuilder
 from oncelog.protocol.errors import ErrorCode, error_code
 
 TOPIC_RESOURCE = 2
@@ -47,14 +48,13 @@ async def _request(cluster: Cluster, api_key: int, build, parse, *, controller: 
 async def describe_topic_config(cluster: Cluster, topic: str, keys: list[str] | None = None,
                                 resource_type: int = TOPIC_RESOURCE) -> dict[str, str | None]:
     def build(v):
-        m = K.module(wire.DESCRIBE_CONFIGS, v, "request")
-        res = K.make(m, "DescribeConfigsResource", resource_type=resource_type, resource_name=topic,
-                     configuration_keys=tuple(keys) if keys else None)
-        return wire.encode_entity(K.make(m, "DescribeConfigsRequest", resources=(res,),
-                                         include_synonyms=False, include_documentation=False))
+        rq = RequestBuilder(ApiKey.DESCRIBE_CONFIGS, v)
+        res = rq("DescribeConfigsResource", resource_type=resource_type, resource_name=topic,
+                 configuration_keys=tuple(keys) if keys else None)
+        return rq.encode(resources=(res,), include_synonyms=False, include_documentation=False)
 
     def parse(v, body):
-        r = K.decode(wire.DESCRIBE_CONFIGS, v, "DescribeConfigsResponse", body)
+        r = wire.decode(ApiKey.DESCRIBE_CONFIGS, v, body)
         out = {}
         for res in r.results:
             if res.error_code:
@@ -62,7 +62,7 @@ async def describe_topic_config(cluster: Cluster, topic: str, keys: list[str] | 
             for c in res.configs:
                 out[c.name] = c.value
         return out
-    return await _request(cluster, wire.DESCRIBE_CONFIGS, build, parse)
+    return await _request(cluster, ApiKey.DESCRIBE_CONFIGS, build, parse)
 
 
 class AIOAdminClient:
@@ -96,42 +96,39 @@ class AIOAdminClient:
                for t in topics]
 
         def build(v):
-            m = K.module(wire.CREATE_TOPICS, v, "request")
-            ts = tuple(K.make(m, "CreatableTopic", name=t.name, num_partitions=t.num_partitions,
-                              replication_factor=t.replication_factor, assignments=(),
-                              configs=tuple(K.make(m, "CreatableTopicConfig", name=k, value=str(val))
-                                            for k, val in (t.config or {}).items()))
+            rq = RequestBuilder(ApiKey.CREATE_TOPICS, v)
+            ts = tuple(rq("CreatableTopic", name=t.name, num_partitions=t.num_partitions,
+                          replication_factor=t.replication_factor, assignments=(),
+                          configs=tuple(rq("CreatableTopicConfig", name=k, value=str(val))
+                                        for k, val in (t.config or {}).items()))
                        for t in new)
-            return wire.encode_entity(K.make(m, "CreateTopicsRequest", topics=ts,
-                                             timeout=K.ms(timeout_ms), validate_only=False))
+            return rq.encode(topics=ts, timeout=timeout_ms, validate_only=False)
 
         def parse(v, body):
-            r = K.decode(wire.CREATE_TOPICS, v, "CreateTopicsResponse", body)
+            r = wire.decode(ApiKey.CREATE_TOPICS, v, body)
             for t in r.topics:
                 if t.error_code == ErrorCode.TOPIC_ALREADY_EXISTS and exist_ok:
                     continue
                 if t.error_code:
                     raise AdminError(t.error_code, f"create topic {t.name}",
                                      getattr(t, "error_message", None))
-        await _request(self.cluster, wire.CREATE_TOPICS, build, parse, controller=True)
+        await _request(self.cluster, ApiKey.CREATE_TOPICS, build, parse, controller=True)
         for t in new:
             await self.cluster.topic(t.name, timeout_ms / 1000)
 
     async def delete_topics(self, names: list[str], *, timeout_ms: int = 30000) -> None:
         def build(v):
-            m = K.module(wire.DELETE_TOPICS, v, "request")
             if v >= 6:
                 raise KafkaClientError("DeleteTopics v6+ not used")
-            return wire.encode_entity(K.make(m, "DeleteTopicsRequest", topic_names=tuple(names),
-                                             timeout=K.ms(timeout_ms)))
+            return RequestBuilder(ApiKey.DELETE_TOPICS, v).encode(topic_names=tuple(names), timeout=timeout_ms)
 
         def parse(v, body):
-            r = K.decode(wire.DELETE_TOPICS, v, "DeleteTopicsResponse", body)
+            r = wire.decode(ApiKey.DELETE_TOPICS, v, body)
             for t in r.responses:
                 if t.error_code:
                     raise AdminError(t.error_code, f"delete topic {t.name}",
                                      getattr(t, "error_message", None))
-        await _request(self.cluster, wire.DELETE_TOPICS, build, parse, controller=True)
+        await _request(self.cluster, ApiKey.DELETE_TOPICS, build, parse, controller=True)
         for n in names:
             self.cluster.topics.pop(n, None)
 
@@ -144,20 +141,18 @@ class AIOAdminClient:
     async def alter_configs(self, topic: str, configs: dict[str, str | None]) -> None:
         """Incremental: a value sets the key, None deletes the override."""
         def build(v):
-            m = K.module(wire.INCREMENTAL_ALTER_CONFIGS, v, "request")
-            items = tuple(K.make(m, "AlterableConfig", name=k, config_operation=0 if val is not None else 1,
-                                 value=None if val is None else str(val)) for k, val in configs.items())
-            res = K.make(m, "AlterConfigsResource", resource_type=TOPIC_RESOURCE, resource_name=topic,
-                         configs=items)
-            return wire.encode_entity(K.make(m, "IncrementalAlterConfigsRequest", resources=(res,),
-                                             validate_only=False))
+            rq = RequestBuilder(ApiKey.INCREMENTAL_ALTER_CONFIGS, v)
+            items = tuple(rq("AlterableConfig", name=k, config_operation=0 if val is not None else 1,
+                             value=None if val is None else str(val)) for k, val in configs.items())
+            res = rq("AlterConfigsResource", resource_type=TOPIC_RESOURCE, resource_name=topic, configs=items)
+            return rq.encode(resources=(res,), validate_only=False)
 
         def parse(v, body):
-            r = K.decode(wire.INCREMENTAL_ALTER_CONFIGS, v, "IncrementalAlterConfigsResponse", body)
+            r = wire.decode(ApiKey.INCREMENTAL_ALTER_CONFIGS, v, body)
             for res in r.responses:
                 if res.error_code:
                     raise AdminError(res.error_code, f"alter configs of {topic}", res.error_message)
-        await _request(self.cluster, wire.INCREMENTAL_ALTER_CONFIGS, build, parse)
+        await _request(self.cluster, ApiKey.INCREMENTAL_ALTER_CONFIGS, build, parse)
 
     async def list_topics(self) -> dict[str, int]:
         """Topic name -> partition count."""
@@ -169,22 +164,21 @@ class AIOAdminClient:
         by_leader: dict[int, dict] = {}
         for (topic, part), off in offsets.items():
             t = await self.cluster.topic(topic, self.cluster.timeout_s)
-            leader = t.partitions[part].leader
+            leader = t.partitions[part].leader_id
             by_leader.setdefault(leader, {}).setdefault(topic, []).append((part, off))
         out = {}
         for leader, topics in by_leader.items():
             conn = await self.cluster.connection(leader)
-            v = conn.version(wire.DELETE_RECORDS)
+            v = conn.version(ApiKey.DELETE_RECORDS)
             if v is None:
                 raise KafkaClientError("broker does not support DeleteRecords")
-            m = K.module(wire.DELETE_RECORDS, v, "request")
-            req = K.make(m, "DeleteRecordsRequest", timeout=K.ms(30000), topics=tuple(
-                K.make(m, "DeleteRecordsTopic", name=t, partitions=tuple(
-                    K.make(m, "DeleteRecordsPartition", partition_index=p, offset=o) for p, o in ps))
+            rq = RequestBuilder(ApiKey.DELETE_RECORDS, v)
+            req = rq.encode(timeout=30000, topics=tuple(
+                rq("DeleteRecordsTopic", name=t, partitions=tuple(
+                    rq("DeleteRecordsPartition", partition_index=p, offset=o) for p, o in ps))
                 for t, ps in topics.items()))
-            body = await asyncio.wait_for(
-                conn.request(wire.DELETE_RECORDS, v, wire.encode_entity(req)), self.cluster.timeout_s)
-            r = K.decode(wire.DELETE_RECORDS, v, "DeleteRecordsResponse", body)
+            body = await asyncio.wait_for(conn.request(ApiKey.DELETE_RECORDS, v, req), self.cluster.timeout_s)
+            r = wire.decode(ApiKey.DELETE_RECORDS, v, body)
             for t in r.topics:
                 for p in t.partitions:
                     if p.error_code:
@@ -195,16 +189,14 @@ class AIOAdminClient:
     async def describe_producers(self, topic: str, partition: int) -> list[dict]:
         """Active producers of one partition (DescribeProducers, asked of its leader)."""
         t = await self.cluster.topic(topic, self.cluster.timeout_s)
-        conn = await self.cluster.connection(t.partitions[partition].leader)
-        v = conn.version(wire.DESCRIBE_PRODUCERS)
+        conn = await self.cluster.connection(t.partitions[partition].leader_id)
+        v = conn.version(ApiKey.DESCRIBE_PRODUCERS)
         if v is None:
             raise KafkaClientError("broker does not support DescribeProducers")
-        m = K.module(wire.DESCRIBE_PRODUCERS, v, "request")
-        req = K.make(m, "DescribeProducersRequest", topics=(
-            K.make(m, "TopicRequest", name=topic, partition_indexes=(partition,)),))
-        body = await asyncio.wait_for(
-            conn.request(wire.DESCRIBE_PRODUCERS, v, wire.encode_entity(req)), self.cluster.timeout_s)
-        r = K.decode(wire.DESCRIBE_PRODUCERS, v, "DescribeProducersResponse", body)
+        rq = RequestBuilder(ApiKey.DESCRIBE_PRODUCERS, v)
+        req = rq.encode(topics=(rq("TopicRequest", name=topic, partition_indexes=(partition,)),))
+        body = await asyncio.wait_for(conn.request(ApiKey.DESCRIBE_PRODUCERS, v, req), self.cluster.timeout_s)
+        r = wire.decode(ApiKey.DESCRIBE_PRODUCERS, v, body)
         out = []
         for tr in r.topics:
             for p in tr.partitions:

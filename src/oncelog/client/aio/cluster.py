@@ -7,7 +7,8 @@ import logging
 import random
 import time
 
-from oncelog.client.aio import wire
+from oncelog.protocol import metadata
+from oncelog.protocol.api import ApiKey
 from oncelog.client.aio.connection import BrokerConnectionError, Connection
 from oncelog.client.errors import KafkaClientError
 from oncelog.protocol.errors import ErrorCode, error_code
@@ -61,8 +62,8 @@ class Cluster:
         self.timeout_s = request_timeout_ms / 1000
         self.reconnect_backoff_s = reconnect_backoff_ms / 1000
         self.allow_auto_create = allow_auto_create
-        self.brokers: dict[int, wire.BrokerInfo] = {}
-        self.topics: dict[str, wire.TopicInfo] = {}
+        self.brokers: dict[int, metadata.BrokerEntry] = {}
+        self.topics: dict[str, metadata.TopicEntry] = {}
         self.topic_ids: dict[str, object] = {}
         self.topic_names: dict[object, str] = {}
         self.controller_id = -1
@@ -74,7 +75,7 @@ class Cluster:
         self._refresh: asyncio.Task | None = None
         self._wanted: set[str] = set()
         self.last_refresh = 0.0
-        self.listeners: list = []   # callables(MetadataInfo) after each refresh
+        self.listeners: list = []   # callables(metadata.MetadataResponse) after each refresh
         self.on_connect: list = []  # callables(node id) when a connection to a broker is made
         self.closed = False
 
@@ -172,23 +173,23 @@ class Cluster:
             v = min(v, max_version)
         return v, await asyncio.wait_for(c.request(api_key, v, body_for_version(v)), self.timeout_s)
 
-    async def refresh(self, topics: list[str] | None = None) -> wire.MetadataInfo:
+    async def refresh(self, topics: list[str] | None = None) -> metadata.MetadataResponse:
         """Fetch metadata for `topics` (None = all) plus every topic already of interest."""
         want = None if topics is None else sorted(set(topics) | self._wanted)
         for attempt in range(3):
             try:
                 v, body = await self.request_any(
-                    wire.METADATA, lambda v: wire.encode_metadata(v, want, self.allow_auto_create))
+                    ApiKey.METADATA, lambda v: metadata.encode_request(v, want, self.allow_auto_create))
                 break
             except (BrokerConnectionError, asyncio.TimeoutError):
                 if attempt == 2:
                     raise
                 await asyncio.sleep(self.reconnect_backoff_s * (attempt + 1))
-        info = wire.decode_metadata_response(v, body)
+        info = metadata.decode_response(v, body)
         self._apply(info)
         return info
 
-    def _apply(self, info: wire.MetadataInfo) -> None:
+    def _apply(self, info: metadata.MetadataResponse) -> None:
         if info.brokers:
             for node, b in info.brokers.items():
                 old = self.brokers.get(node)
@@ -222,14 +223,14 @@ class Cluster:
             log.debug("metadata refresh failed: %r", e)
             await asyncio.sleep(self.reconnect_backoff_s)
 
-    async def topic(self, name: str, timeout_s: float) -> wire.TopicInfo:
+    async def topic(self, name: str, timeout_s: float) -> metadata.TopicEntry:
         """Metadata for one topic, waiting for leaders (a freshly created topic has none yet)."""
         self._wanted.add(name)
         deadline = time.monotonic() + timeout_s
         delay = 0.01
         while True:
             t = self.topics.get(name)
-            if t is not None and t.partitions and all(p.leader >= 0 for p in t.partitions):
+            if t is not None and t.partitions and all(p.leader_id >= 0 for p in t.partitions):
                 return t
             try:
                 info = await self.refresh([name])
@@ -240,7 +241,7 @@ class Cluster:
             except (BrokerConnectionError, asyncio.TimeoutError) as e:
                 log.debug("metadata for %s: %r", name, e)
             t = self.topics.get(name)
-            if t is not None and t.partitions and all(p.leader >= 0 for p in t.partitions):
+            if t is not None and t.partitions and all(p.leader_id >= 0 for p in t.partitions):
                 return t
             if time.monotonic() >= deadline:
                 raise UnknownTopicError(f"topic {name} not available within {timeout_s:.1f}s")

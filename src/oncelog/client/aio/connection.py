@@ -10,6 +10,8 @@ from collections import deque
 
 from oncelog.client.aio import wire
 from oncelog.client.errors import KafkaClientError
+from oncelog.protocol import api_versions, headers
+from oncelog.protocol.api import ApiKey
 from oncelog.protocol.framing import FrameDecoder, FrameError
 
 log = logging.getLogger("oncelog.client.connection")
@@ -92,8 +94,8 @@ class Connection:
         apis: dict[int, tuple[int, int]] = {}
         try:
             body = await asyncio.wait_for(
-                self.request(wire.API_VERSIONS, 3, wire.encode_api_versions(3)), timeout_s)
-            err, apis = wire.decode_api_versions(3, body)
+                self.request(ApiKey.API_VERSIONS, 3, api_versions.encode_request(3)), timeout_s)
+            err, apis = api_versions.decode_response(3, body)
             if err:
                 apis = {}
         except (IndexError, struct.error, UnicodeDecodeError, ValueError):
@@ -101,8 +103,8 @@ class Connection:
         if not apis:
             if self.closed:
                 raise self.error or BrokerConnectionError(f"{self.addr} closed during ApiVersions")
-            body = await asyncio.wait_for(self.request(wire.API_VERSIONS, 0, b""), timeout_s)
-            err, apis = wire.decode_api_versions(0, body)
+            body = await asyncio.wait_for(self.request(ApiKey.API_VERSIONS, 0, b""), timeout_s)
+            err, apis = api_versions.decode_response(0, body)
             if err:
                 raise BrokerConnectionError(f"ApiVersions to {self.addr} failed with error {err}")
         self.broker_versions = apis
@@ -126,7 +128,7 @@ class Connection:
             raise self.error or BrokerConnectionError(f"connection to {self.addr} is closed")
         self.correlation = (self.correlation + 1) & 0x7FFFFFFF
         cid = self.correlation
-        header = wire.request_header(api_key, version, cid, self.client_id)
+        header = headers.request_header(api_key, version, cid, self.client_id)
         if isinstance(body, list):
             size = len(header) + sum(map(len, body))
             self.transport.writelines([_SIZE.pack(size) + header, *body])
@@ -162,7 +164,7 @@ class Connection:
         if fut.done():
             return
         try:
-            start = wire.response_header_size(api_key, version, frame)
+            start = headers.response_header_size(api_key, version, frame)
         except (IndexError, struct.error) as e:
             fut.set_exception(BrokerConnectionError(f"{self.addr}: bad response header: {e}"))
             return

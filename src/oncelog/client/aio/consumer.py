@@ -6,14 +6,16 @@ import logging
 import time
 from collections import deque
 
-from oncelog.client.aio import kio_util as K
 from oncelog.client.aio import wire
 from oncelog.client.aio.cluster import Cluster
 from oncelog.client.aio.connection import BrokerConnectionError
 from oncelog.client.errors import KafkaClientError
 from oncelog.client.types import EARLIEST, LATEST, ConsumerRecord, TopicPartition
+from oncelog.protocol import fetch
+from oncelog.protocol.api import ApiKey
+from oncelog.protocol.entities import RequestBuilder
 from oncelog.protocol.errors import ErrorCode, error_code
-from oncelog.protocol.record_codec import batch_spans, iter_record_batches
+from oncelog.protocol.records import iter_batches, iter_record_batches
 
 log = logging.getLogger("oncelog.client.consumer")
 
@@ -92,7 +94,7 @@ class AIOConsumer:
         t = await self.cluster.topic(tp.topic, self.cluster.timeout_s)
         if tp.partition >= len(t.partitions):
             raise KafkaClientError(f"{tp.topic} has no partition {tp.partition}")
-        return t.partitions[tp.partition].leader
+        return t.partitions[tp.partition].leader_id
 
     async def list_offsets(self, tps, timestamp) -> dict[TopicPartition, int | None]:
         """ListOffsets for each partition; `timestamp` is EARLIEST, LATEST, a time in ms, or a
@@ -117,20 +119,19 @@ class AIOConsumer:
 
     async def _list_offsets_at(self, leader: int, items):
         conn = await self.cluster.connection(leader)
-        v = conn.version(wire.LIST_OFFSETS)
+        v = conn.version(ApiKey.LIST_OFFSETS)
         if v is None:
             raise KafkaClientError("broker does not support ListOffsets v1+")
-        m = K.module(wire.LIST_OFFSETS, v, "request")
+        rq = RequestBuilder(ApiKey.LIST_OFFSETS, v)
         topics: dict[str, list] = {}
         for tp, ts in items:
             topics.setdefault(tp.topic, []).append(
-                K.make(m, "ListOffsetsPartition", partition_index=tp.partition, timestamp=ts,
-                       current_leader_epoch=-1, max_num_offsets=1))
-        req = K.make(m, "ListOffsetsRequest", replica_id=-1, isolation_level=0, topics=tuple(
-            K.make(m, "ListOffsetsTopic", name=t, partitions=tuple(ps)) for t, ps in topics.items()))
-        body = await asyncio.wait_for(conn.request(wire.LIST_OFFSETS, v, wire.encode_entity(req)),
-                                      self.cluster.timeout_s)
-        r = K.decode(wire.LIST_OFFSETS, v, "ListOffsetsResponse", body)
+                rq("ListOffsetsPartition", partition_index=tp.partition, timestamp=ts,
+                   current_leader_epoch=-1, max_num_offsets=1))
+        req = rq.encode(replica_id=-1, isolation_level=0, topics=tuple(
+            rq("ListOffsetsTopic", name=t, partitions=tuple(ps)) for t, ps in topics.items()))
+        body = await asyncio.wait_for(conn.request(ApiKey.LIST_OFFSETS, v, req), self.cluster.timeout_s)
+        r = wire.decode(ApiKey.LIST_OFFSETS, v, body)
         out = {}
         for t in r.topics:
             for p in t.partitions:
@@ -221,29 +222,33 @@ class AIOConsumer:
 
     async def _fetch_from(self, leader: int, tps: list[TopicPartition], wait_ms: int) -> None:
         conn = await self.cluster.connection(leader)
-        v = conn.version(wire.FETCH)
+        v = conn.version(ApiKey.FETCH)
         if v is None:
             raise KafkaClientError("broker does not support Fetch v4+")
-        m = K.module(wire.FETCH, v, "request")
+        rq = RequestBuilder(ApiKey.FETCH, v)
         topics: dict[str, list] = {}
         for tp in tps:
-            topics.setdefault(tp.topic, []).append(K.make(
-                m, "FetchPartition", partition=tp.partition, current_leader_epoch=-1,
+            topics.setdefault(tp.topic, []).append(rq(
+                "FetchPartition", partition=tp.partition, current_leader_epoch=-1,
                 fetch_offset=self.positions[tp], last_fetched_epoch=-1, log_start_offset=-1,
                 partition_max_bytes=self.partition_max_bytes))
-        req = K.make(m, "FetchRequest", replica_id=-1, max_wait=K.ms(wait_ms), min_bytes=self.min_bytes,
-                     max_bytes=self.max_bytes, isolation_level=0, session_id=0, session_epoch=-1,
-                     topics=tuple(K.make(m, "FetchTopic", topic=t, partitions=tuple(ps))
-                                  for t, ps in topics.items()),
-                     forgotten_topics_data=(), rack_id="", cluster_id=None)
-        body = await asyncio.wait_for(conn.request(wire.FETCH, v, wire.encode_entity(req)),
+        req = rq.encode(replica_id=-1, max_wait=wait_ms, min_bytes=self.min_bytes,
+                        max_bytes=self.max_bytes, isolation_level=0, session_id=0, session_epoch=-1,
+                        topics=tuple(rq("FetchTopic", topic=t, partitions=tuple(ps)) for t, ps in topics.items()),
+                        forgotten_topics_data=(), rack_id="", cluster_id=None)
+        body = await asyncio.wait_for(conn.request(ApiKey.FETCH, v, req),
                                       self.cluster.timeout_s + wait_ms / 1000)
-        r = K.decode(wire.FETCH, v, "FetchResponse", body)
-        if getattr(r, "error_code", 0):
+        self._on_fetch_response(v, body)
+
+    def _on_fetch_response(self, v: int, body) -> None:
+        """Records and errors of one Fetch response; an error code, known or not, is its
+        partition's alone."""
+        r = fetch.decode_response(v, body)
+        if r.error_code:
             raise KafkaClientError(f"Fetch: {error_code(r.error_code).name}")
-        for t in r.responses:
-            for p in t.partitions:
-                tp = TopicPartition(t.topic, p.partition_index)
+        for topic, partitions in r.topics:
+            for p in partitions:
+                tp = TopicPartition(topic, p.index)
                 if tp not in self.positions:
                     continue
                 if p.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
@@ -265,8 +270,8 @@ class AIOConsumer:
     def _add_raw(self, tp: TopicPartition, data: bytes) -> None:
         pos = self.positions[tp]
         end = last = None
-        for span in batch_spans(data):
-            end, last = span.end, span.last_offset
+        for at, header in iter_batches(data, strict=True):
+            end, last = at + header.size, header.last_offset
         if last is None or last < pos:
             return
         self.raw_buffer.append((tp, pos, memoryview(data)[:end]))
@@ -276,16 +281,16 @@ class AIOConsumer:
         pos = self.positions[tp]
         topic, part = tp.topic, tp.partition
         last = None
-        for info, records in iter_record_batches(data, check_crc=self.check_crcs):
-            if info.last_offset < pos:
+        for header, records in iter_record_batches(data, check_crc=self.check_crcs):
+            if header.last_offset < pos:
                 continue
-            if info.is_control:
-                last = info.last_offset
+            if header.is_control:
+                last = header.last_offset
                 continue
             for r in records:
                 if r.offset >= pos:
                     self.buffer.append(ConsumerRecord(topic, part, r.offset, r.timestamp,
                                                       r.timestamp_type, r.key, r.value, r.headers))
-            last = info.last_offset
+            last = header.last_offset
         if last is not None and last + 1 > pos:
             self.positions[tp] = last + 1

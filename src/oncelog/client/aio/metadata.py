@@ -7,27 +7,16 @@ import asyncio
 import logging
 import threading
 
-from oncelog.client.aio import wire
 from oncelog.client.aio.cluster import Cluster
 from oncelog.client.aio.sender import Wakeup
 from oncelog.client.config import ProducerConfig
 from oncelog.client.producer_core import ProducerCore
 from oncelog.client.types import TopicPartition
+from oncelog.protocol import metadata
+from oncelog.protocol.api import ApiKey
+from oncelog.protocol.records import message_format_magic
 
 log = logging.getLogger("oncelog.client.producer")
-
-
-def parse_format_version(v: str | None) -> int:
-    """message.format.version ("0.10.2-IV0", "2.8", "3.0-IV1") -> record batch magic."""
-    if not v:
-        return 2
-    try:
-        parts = [int(x) for x in v.split("-")[0].split(".")[:2]]
-    except ValueError:
-        return 2
-    if parts[0] >= 1 or (len(parts) > 1 and parts[1] >= 11):
-        return 2
-    return 1 if len(parts) > 1 and parts[1] >= 10 else 0
 
 
 class ProducerMetadata:
@@ -89,12 +78,12 @@ class ProducerMetadata:
         self.partitions[topic] = len(info.partitions)
         return len(info.partitions)
 
-    async def _topic_magic(self, info: wire.TopicInfo) -> int:
-        if info.message_format_version is not None:
-            return info.message_format_version
+    async def _topic_magic(self, info: metadata.TopicEntry) -> int:
+        if info.message_format_magic is not None:
+            return info.message_format_magic
         if self.is_ours:
             return 2   # our broker sends tag 10000 whenever the format is below v2
-        if self.cluster.version(wire.DESCRIBE_CONFIGS) is None:
+        if self.cluster.version(ApiKey.DESCRIBE_CONFIGS) is None:
             return 2
         from oncelog.client.aio.admin import describe_topic_config
         try:
@@ -102,9 +91,9 @@ class ProducerMetadata:
         except Exception as e:  # noqa: BLE001 - no rights / not supported: assume a modern format
             log.debug("DescribeConfigs for %s failed (%r): assuming message format v2", info.name, e)
             return 2
-        return parse_format_version(cfg.get("message.format.version"))
+        return message_format_magic(cfg.get("message.format.version"))
 
-    def _on_metadata(self, info: wire.MetadataInfo) -> None:
+    def _on_metadata(self, info: metadata.MetadataResponse) -> None:
         with self.lock:
             for t in info.topics.values():
                 if t.error_code == 0:
@@ -115,8 +104,8 @@ class ProducerMetadata:
         with self.lock:
             self.core.on_connected(node)   # KIP-1269: this node's partitions start at 5 again
 
-    def _on_metadata_topic(self, t: wire.TopicInfo) -> None:
+    def _on_metadata_topic(self, t: metadata.TopicEntry) -> None:
         for p in t.partitions:
-            self.core.update_leader(TopicPartition(t.name, p.index), p.leader, p.leader_epoch)
+            self.core.update_leader(TopicPartition(t.name, p.index), p.leader_id, p.leader_epoch)
         if t.name in self.partitions:
             self.partitions[t.name] = len(t.partitions)

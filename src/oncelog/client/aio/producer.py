@@ -20,7 +20,6 @@ import time
 from threading import get_ident
 from typing import Any, Callable
 
-from oncelog.client.aio import wire
 from oncelog.client.aio.cluster import Cluster
 from oncelog.client.aio.delivery import Delivery
 from oncelog.client.aio.handoff import ENCODED, Handoff
@@ -32,7 +31,8 @@ from oncelog.client.errors import (
 from oncelog.client.partitioner import StickyPartitioner
 from oncelog.client.producer_core import ProducerCore
 from oncelog.client.types import RecordMetadata, TopicPartition
-from oncelog.protocol.record_codec import BATCH_OVERHEAD, RECORD_OVERHEAD, record_size_upper_bound
+from oncelog.protocol.api import ApiKey
+from oncelog.protocol.records import BATCH_OVERHEAD, RECORD_OVERHEAD, record_size_upper_bound
 
 log = logging.getLogger("oncelog.client.producer")
 
@@ -85,12 +85,12 @@ class AIOProducer:
         self._loop_ident = threading.get_ident()
         conn = await self.cluster.any_connection()
         await self.cluster.refresh([])
-        pv = conn.version(wire.PRODUCE)
+        pv = conn.version(ApiKey.PRODUCE)
         self.metadata.is_ours = pv is not None and pv >= 14
         if pv is None:
             raise KafkaClientError(f"broker {conn.addr} cannot take Produce v3+ (record batch v2)")
         with self.lock:
-            if wire.INIT_PRODUCER_ID not in conn.versions:
+            if ApiKey.INIT_PRODUCER_ID not in conn.versions:
                 self.core.broker_lacks_idempotence("no InitProducerId in ApiVersions")
         if self.core.fatal is not None:
             raise self.core.fatal

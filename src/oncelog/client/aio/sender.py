@@ -15,13 +15,14 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from oncelog.client.aio import wire
 from oncelog.client.aio.cluster import Cluster
 from oncelog.client.aio.connection import BrokerConnectionError, Connection
 from oncelog.client.aio.delivery import Delivery
 from oncelog.client.config import ProducerConfig
 from oncelog.client.errors import KafkaClientError
 from oncelog.client.producer_core import PartitionResult, ProducerCore
+from oncelog.protocol import init_producer_id, produce
+from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -198,7 +199,7 @@ class Sender:
     # ------------------------------------------------------------------ Produce
 
     def _send_produce(self, conn: Connection, node: int, batches: list, now: int) -> None:
-        version = conn.version(wire.PRODUCE)
+        version = conn.version(ApiKey.PRODUCE)
         ids = self.cluster.topic_ids
         if version >= 13 and any(b.tp.topic not in ids for b in batches):
             version = 12
@@ -206,10 +207,10 @@ class Sender:
         for b in batches:
             key = ids[b.tp.topic] if version >= 13 else b.tp.topic
             topics.setdefault(key, []).append((b.tp.partition, b.encoded))
-        body = wire.encode_produce_parts(version, self.config.acks, self.config.request_timeout_ms, topics)
+        body = produce.encode_request_parts(version, self.config.acks, self.config.request_timeout_ms, topics)
         acks0 = self.config.acks == 0
         try:
-            fut = conn.send(wire.PRODUCE, version, body, expect_response=not acks0)
+            fut = conn.send(ApiKey.PRODUCE, version, body, expect_response=not acks0)
         except BrokerConnectionError as e:
             if not acks0:
                 self.core.on_request_failed(node, batches, now, str(e))
@@ -236,7 +237,7 @@ class Sender:
         now = now_ms()
         try:
             body = fut.result()
-            topics = wire.decode_produce_response(version, body)
+            topics = produce.decode_response(version, body)
         except BaseException as e:  # noqa: BLE001 - connection lost or garbage: outcome unknown
             with self.lock:
                 self.core.on_request_failed(node, batches, now, str(e))
@@ -249,7 +250,7 @@ class Sender:
             for p in t.partitions:
                 results[(name, p.index)] = PartitionResult(
                     p.error_code, p.base_offset, p.log_append_time, p.log_start_offset,
-                    p.error_message, p.reported_batches_to_retain, t.max_inflight_sequences)
+                    p.error_message, p.reported_batches_to_retain, t.max_in_flight_sequence_number)
                 if p.leader_id >= 0:   # KIP-951 CurrentLeader, with NOT_LEADER_OR_FOLLOWER
                     results[(name, p.index)].current_leader = (p.leader_id, p.leader_epoch)
         missing = PartitionResult(error_code=ErrorCode.NETWORK_EXCEPTION,
@@ -276,7 +277,7 @@ class Sender:
         core = self.core
         try:
             conn = await self.cluster.any_connection()
-            v = conn.version(wire.INIT_PRODUCER_ID)
+            v = conn.version(ApiKey.INIT_PRODUCER_ID)
             if v is None:
                 with self.lock:
                     core.on_init_producer_id_unsupported()
@@ -303,6 +304,6 @@ class Sender:
     async def _init_producer_id_request(self, conn: Connection, v: int, pid: int, epoch: int
                                         ) -> tuple[int, int, int]:
         body = await asyncio.wait_for(
-            conn.request(wire.INIT_PRODUCER_ID, v, wire.encode_init_producer_id(v, pid, epoch)),
+            conn.request(ApiKey.INIT_PRODUCER_ID, v, init_producer_id.encode_request(v, pid, epoch)),
             self.config.request_timeout_ms / 1000)
-        return wire.decode_init_producer_id(v, body)
+        return init_producer_id.decode_response(v, body)

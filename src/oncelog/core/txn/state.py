@@ -11,10 +11,6 @@ from enum import IntEnum
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
-MAX_EPOCH = 2**15 - 1
-# Kafka's TransactionMetadata.isEpochExhausted: a client never gets Short.MAX_VALUE, so the
-# coordinator can always fence the current epoch with one more bump.
-EPOCH_EXHAUSTED_AT = MAX_EPOCH - 1
 
 TopicPartition = tuple[str, int]
 
@@ -69,10 +65,6 @@ PERSISTED = frozenset({S.EMPTY, S.ONGOING, S.PREPARE_COMMIT, S.PREPARE_ABORT,
 
 def is_valid_transition(before: TxnState, after: TxnState) -> bool:
     return before in VALID_PREVIOUS[after]
-
-
-def is_epoch_exhausted(epoch: int) -> bool:
-    return epoch >= EPOCH_EXHAUSTED_AT
 
 
 @dataclass(frozen=True, slots=True)

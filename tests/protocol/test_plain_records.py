@@ -4,7 +4,7 @@ within the varint cache, and the rest (None values, long deltas, large values)."
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oncelog.protocol.record_codec import HEADER_ROOM, encode_plain_records, encode_record
+from oncelog.protocol.records import HEADER_ROOM, encode_plain_records, encode_record
 
 # values are drawn as (size, fill byte): large values without drawing every byte
 _SIZES = st.integers(0, 300) | st.integers(16250, 16400)

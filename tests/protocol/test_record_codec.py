@@ -6,7 +6,7 @@ from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
 from oncelog.protocol import compression
 from oncelog.protocol.errors import KafkaProtocolError
-from oncelog.protocol.record_codec import (
+from oncelog.protocol.records import (
     Record, decode_batch, decode_records, decode_varint, encode_batch, encode_varint,
     iter_record_batches, rewrite_producer_state)
 

@@ -1,5 +1,7 @@
-"""The client's hand-written codecs: Produce request v3-14, ProduceResponse v14 tags (KIP-1269 tag 1,
-range-mode tag 10000), Metadata tag 10000; cross-checked with kio where kio knows the version."""
+"""The hand-written message codecs from the client's side (protocol/produce.py, metadata.py,
+init_producer_id.py): Produce request v3-14, ProduceResponse v14 tags (KIP-1269 tag 1, range-mode
+tag 10000), Metadata tag 10000; read from hand-built bytes, cross-checked with kio where kio knows
+the version."""
 import io
 import struct
 import uuid
@@ -7,11 +9,12 @@ import uuid
 import pytest
 from kio.serial import entity_reader
 
-from oncelog.client.aio import wire
+from oncelog.protocol import init_producer_id, metadata, produce
+from oncelog.protocol.primitives import uvarint
 
 
 def uv(n):
-    return wire.uvarint(n)
+    return uvarint(n)
 
 
 def cstr(s):
@@ -35,25 +38,25 @@ def produce_response_v14(topic_id, topic_tags, partition_tags=None):
 def test_produce_response_v14_reads_batches_to_retain_and_range_threshold():
     tid = uuid.uuid4()
     body = produce_response_v14(tid, {1: struct.pack(">i", 20), 10000: struct.pack(">i", 1000000)})
-    [t] = wire.decode_produce_response(14, body)
-    assert t.topic == tid and t.batches_to_retain == 20 and t.max_inflight_sequences == 1000000
+    [t] = produce.decode_response(14, body)
+    assert t.topic == tid and t.batches_to_retain == 20 and t.max_in_flight_sequence_number == 1000000
     assert t.partitions[0].base_offset == 42 and t.partitions[0].log_start_offset == 7
 
 
 def test_produce_response_without_tags_means_old_broker():
-    [t] = wire.decode_produce_response(14, produce_response_v14(uuid.uuid4(), {}))
-    assert t.batches_to_retain is None and t.max_inflight_sequences is None
+    [t] = produce.decode_response(14, produce_response_v14(uuid.uuid4(), {}))
+    assert t.batches_to_retain is None and t.max_in_flight_sequence_number is None
 
 
 def test_tag_1_ignored_below_v14_and_unknown_tags_skipped():
     body = produce_response_v14(uuid.uuid4(), {1: struct.pack(">i", 20), 77: b"junk!"})
-    [t] = wire.decode_produce_response(13, body)
+    [t] = produce.decode_response(13, body)
     assert t.batches_to_retain is None
 
 
 def test_current_leader_tag_in_partition():
     lead = struct.pack(">ii", 3, 9) + b"\x00"
-    [t] = wire.decode_produce_response(14, produce_response_v14(uuid.uuid4(), {}, {0: lead}))
+    [t] = produce.decode_response(14, produce_response_v14(uuid.uuid4(), {}, {0: lead}))
     assert (t.partitions[0].leader_id, t.partitions[0].leader_epoch) == (3, 9)
 
 
@@ -61,7 +64,7 @@ def test_current_leader_tag_in_partition():
 def test_produce_request_matches_kio(version):
     from importlib import import_module
     req_mod = import_module(f"kio.schema.produce.v{version}.request")
-    body = wire.encode_produce(version, -1, 30000, {"t": [(0, b"RECORDS"), (3, b"MORE")]})
+    body = produce.encode_request(version, -1, 30000, {"t": [(0, b"RECORDS"), (3, b"MORE")]})
     value, size = entity_reader(req_mod.ProduceRequest)(body, 0)
     assert size == len(body)
     assert value.acks == -1 and value.transactional_id is None
@@ -73,7 +76,7 @@ def test_produce_request_matches_kio(version):
 def test_produce_request_v13_uses_topic_id():
     from kio.schema.produce.v13.request import ProduceRequest
     tid = uuid.uuid4()
-    body = wire.encode_produce(14, 1, 1000, {tid: [(0, b"R")]})
+    body = produce.encode_request(14, 1, 1000, {tid: [(0, b"R")]})
     value, _ = entity_reader(ProduceRequest)(body, 0)
     assert value.topic_data[0].topic_id == tid
 
@@ -89,16 +92,16 @@ def test_metadata_reads_message_format_version_tag():
     brokers = uv(2) + struct.pack(">i", 1) + cstr("h") + struct.pack(">i", 9092) + b"\x00" + b"\x00"
     body = (struct.pack(">i", 0) + brokers + cstr("c") + struct.pack(">i", 1) + uv(3) +
             metadata_topic_v12("old", {10000: b"\x01"}) + metadata_topic_v12("new", {}) + b"\x00")
-    info = wire.decode_metadata_response(12, body)
+    info = metadata.decode_response(12, body)
     assert info.brokers[1].port == 9092
-    assert info.topics["old"].message_format_version == 1
-    assert info.topics["new"].message_format_version is None
-    assert info.topics["old"].partitions[0].leader == 1 and info.topics["old"].partitions[0].leader_epoch == 5
+    assert info.topics["old"].message_format_magic == 1
+    assert info.topics["new"].message_format_magic is None
+    assert info.topics["old"].partitions[0].leader_id == 1 and info.topics["old"].partitions[0].leader_epoch == 5
 
 
 def test_init_producer_id_bump_request():
     from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
-    value, _ = entity_reader(InitProducerIdRequest)(wire.encode_init_producer_id(4, 77, 3), 0)
+    value, _ = entity_reader(InitProducerIdRequest)(init_producer_id.encode_request(4, 77, 3), 0)
     assert value.transactional_id is None and value.producer_id == 77 and value.producer_epoch == 3
 
 
@@ -110,7 +113,7 @@ def test_init_producer_id_bump_request():
 def test_produce_response_v14_window_from_partition_then_topic(partition_value, topic_value, reported):
     part = {1: struct.pack(">i", partition_value)} if partition_value is not None else {}
     topic = {1: struct.pack(">i", topic_value)} if topic_value is not None else {}
-    [t] = wire.decode_produce_response(14, produce_response_v14(uuid.uuid4(), topic, part))
+    [t] = produce.decode_response(14, produce_response_v14(uuid.uuid4(), topic, part))
     p = t.partitions[0]
     assert (p.batches_to_retain, p.topic_batches_to_retain, t.batches_to_retain) == (
         partition_value, topic_value, topic_value)
@@ -120,17 +123,25 @@ def test_produce_response_v14_window_from_partition_then_topic(partition_value, 
 def test_partition_tag_1_ignored_below_v14_beside_current_leader():
     lead = struct.pack(">ii", 3, 9) + b"\x00"
     body = produce_response_v14(uuid.uuid4(), {}, {0: lead, 1: struct.pack(">i", 20)})
-    [t] = wire.decode_produce_response(13, body)
+    [t] = produce.decode_response(13, body)
     assert t.partitions[0].reported_batches_to_retain is None
     assert (t.partitions[0].leader_id, t.partitions[0].leader_epoch) == (3, 9)
-    [t] = wire.decode_produce_response(14, body)
+    [t] = produce.decode_response(14, body)
     assert t.partitions[0].reported_batches_to_retain == 20 and t.partitions[0].leader_id == 3
 
 
 def test_a_window_below_1_is_taken_as_absent():
     body = produce_response_v14(uuid.uuid4(), {1: struct.pack(">i", 12)}, {1: struct.pack(">i", 0)})
-    [t] = wire.decode_produce_response(14, body)
+    [t] = produce.decode_response(14, body)
     assert t.partitions[0].reported_batches_to_retain == 12
     body = produce_response_v14(uuid.uuid4(), {1: struct.pack(">i", -3)}, {})
-    [t] = wire.decode_produce_response(14, body)
+    [t] = produce.decode_response(14, body)
     assert t.partitions[0].reported_batches_to_retain is None
+
+
+@pytest.mark.parametrize("version", [3, 8, 9, 12, 13])
+@pytest.mark.parametrize("acks", [0, 1, -1])
+def test_produce_request_acks_read_without_the_rest(version, acks):
+    topics = {uuid.uuid4() if version >= 13 else "t": [(0, b"RECORDS")]}
+    body = produce.encode_request(version, acks, 30000, topics, transactional_id="tx-é")
+    assert produce.request_acks(version, body) == acks == produce.decode_request(version, body).acks

@@ -1,0 +1,26 @@
+"""Producer epochs: the int16 beside a producer id that a newer instance bumps to fence older ones.
+
+One ceiling, Kafka's `Short.MAX_VALUE`, and the two rules Kafka builds on it:
+- an idempotent producer bumps its own epoch (KIP-360) up to MAX_EPOCH itself, and asks for a new
+  producer id when a bump would pass it (Kafka's `TransactionManager.bumpIdempotentProducerEpoch`):
+  nothing else ever fences an idempotent producer, so its last epoch is usable;
+- a transaction coordinator never gives a client MAX_EPOCH: an epoch at MAX_EPOCH - 1 is exhausted
+  (`TransactionMetadata.isEpochExhausted`) and the next InitProducerId gets a new producer id, so
+  that the coordinator can always fence the current holder with one more bump
+  (`prepareFenceProducerEpoch` refuses to bump MAX_EPOCH).
+"""
+from __future__ import annotations
+
+MAX_EPOCH = 2**15 - 1
+EPOCH_EXHAUSTED_AT = MAX_EPOCH - 1
+
+
+def can_bump_locally(epoch: int) -> bool:
+    """Whether an idempotent producer at `epoch` may bump it itself; if not, it needs a new id."""
+    return epoch < MAX_EPOCH
+
+
+def is_epoch_exhausted(epoch: int) -> bool:
+    """Whether a transactional producer at `epoch` must get a new producer id on its next
+    InitProducerId (the coordinator keeps MAX_EPOCH for fencing)."""
+    return epoch >= EPOCH_EXHAUSTED_AT
