@@ -17,8 +17,16 @@ from typing import Any
 from oncelog.client.types import TopicPartition
 from oncelog.core.sequence import increment, seq_before
 from oncelog.protocol.records import (
-    BATCH_OVERHEAD, HEADER_ROOM, RECORD_OVERHEAD, build_batch, encode_plain_records, encode_record,
-    record_size_upper_bound, rewrite_producer_state, seal_batch)
+    BATCH_OVERHEAD,
+    HEADER_ROOM,
+    RECORD_OVERHEAD,
+    build_batch,
+    encode_plain_records,
+    encode_record,
+    record_size_upper_bound,
+    rewrite_producer_state,
+    seal_batch,
+)
 
 
 class ProducerBatch:

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from concurrent.futures import Future
+from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, LOGGER, PENDING
 from functools import partial
 from itertools import repeat
 from operator import attrgetter
-from concurrent.futures import Future
-from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING, LOGGER
 
 _LOCK = threading.Lock()
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import random
 import time
 from bisect import bisect_right
+from collections.abc import Callable
 from itertools import accumulate
-from typing import Callable
 
 from oncelog.protocol.records import BATCH_OVERHEAD
 

@@ -43,17 +43,25 @@ from __future__ import annotations
 
 import logging
 from collections import Counter, deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any
 
 from oncelog.client.accumulator import ProducerBatch, RecordAccumulator, TopicPartition
 from oncelog.client.config import DEFAULT_WINDOW, Idempotence, ProducerConfig
 from oncelog.client.errors import (
-    BrokerResponseError, DataLossError, DeliveryTimeoutError, IdempotenceUnsupportedError,
-    KafkaClientError, ProducerFatalError, ProducerFencedError)
+    BrokerResponseError,
+    DataLossError,
+    DeliveryTimeoutError,
+    IdempotenceUnsupportedError,
+    KafkaClientError,
+    ProducerFatalError,
+    ProducerFencedError,
+)
 from oncelog.core.producer_epoch import can_bump_locally
 from oncelog.core.sequence import decrement, distance_below, increment, seq_before
-from oncelog.protocol.errors import RETRIABLE, ErrorCode, error_code as error_name
+from oncelog.protocol.errors import RETRIABLE, ErrorCode
+from oncelog.protocol.errors import error_code as error_name
 
 if TYPE_CHECKING:
     from oncelog.client.txn_core import TransactionManager

@@ -8,7 +8,7 @@ import asyncio
 import concurrent.futures
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from oncelog.client.aio.delivery import DeliveryCallback
 from oncelog.client.aio.producer import AIOProducer
@@ -168,7 +168,7 @@ class Producer:
         finally:
             self._lt.stop()
 
-    def __enter__(self) -> "Producer":
+    def __enter__(self) -> Producer:
         return self
 
     def __exit__(self, *exc) -> None:

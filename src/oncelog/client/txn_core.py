@@ -31,14 +31,21 @@ an outcome (`TxnProducer.has_incomplete`).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum, IntEnum
 from itertools import count
-from typing import Callable, Mapping, Protocol
+from typing import Protocol
 
 from oncelog.client.errors import (
-    KafkaClientError, ProducerFatalError, ProducerFencedError, TransactionAbortableError,
-    TransactionAbortedError, TransactionFatalError, TransactionStateError)
+    KafkaClientError,
+    ProducerFatalError,
+    ProducerFencedError,
+    TransactionAbortableError,
+    TransactionAbortedError,
+    TransactionFatalError,
+    TransactionStateError,
+)
 from oncelog.client.types import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
 from oncelog.protocol.errors import RETRIABLE, ErrorCode, error_code
 
@@ -181,7 +188,7 @@ class TxnProducer(Protocol):
     """What the transaction manager asks of the idempotent producer core (ProducerCore has it).
     Called only from the manager's own entry points, never from inside a producer callback."""
 
-    def attach_transactions(self, txn: "TransactionManager") -> None: ...
+    def attach_transactions(self, txn: TransactionManager) -> None: ...
 
     def start_epoch(self, producer_id: int, producer_epoch: int) -> None:
         """A producer id/epoch from InitProducerId: every partition's sequences restart at 0.
@@ -208,7 +215,7 @@ class TxnResult:
         self.error: BaseException | None = None
         self._callbacks: list[Callable[[TxnResult], None]] = []
 
-    def add_done_callback(self, fn: Callable[["TxnResult"], None]) -> None:
+    def add_done_callback(self, fn: Callable[[TxnResult], None]) -> None:
         if self.done:
             fn(self)
         else:

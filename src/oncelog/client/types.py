@@ -13,7 +13,7 @@ class TopicPartition(NamedTuple):
     offset: int | None = None
 
     @property
-    def key(self) -> "TopicPartition":
+    def key(self) -> TopicPartition:
         return TopicPartition(self.topic, self.partition)
 
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import sys
 from array import array
-from typing import Iterator, NamedTuple, Sequence
+from collections.abc import Iterator, Sequence
+from typing import NamedTuple
 
 _M64 = (1 << 64) - 1
 _EMPTY = -1

@@ -3,7 +3,7 @@ client can read: a broker answers a version above its own in v0 (its response he
 every version), so that the client can retry with one it serves."""
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from oncelog.protocol.primitives import I16, I32, Reader, string
 

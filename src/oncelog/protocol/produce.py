@@ -15,8 +15,8 @@ decoded per record here.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 from oncelog.protocol.primitives import I16, I32, I64, Reader, array_len, string, tagged_fields, uvarint
 

@@ -7,15 +7,19 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter, DataSourceReader,
-                                    DataSourceStreamArrowWriter, DataSourceStreamReader,
-                                    InputPartition, WriterCommitMessage)
-from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadMaxRows,
-                                              SupportsTriggerAvailableNow)
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 
 from oncelog.spark import arrow_io, plan, produce, producers
-from oncelog.spark.options import (OncelogSparkError, canonical, from_spark, read_options,
-                                   write_options)
+from oncelog.spark.options import OncelogSparkError, canonical, from_spark, read_options, write_options
 
 log = logging.getLogger("oncelog.spark")
 

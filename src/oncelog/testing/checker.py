@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Iterable
 
 
 @dataclass(frozen=True)
@@ -70,8 +70,8 @@ class Report:
         return dict(c)
 
     def to_json(self) -> dict:
-        return {"ok": self.ok, "broker_ok": self.broker_ok, "sent": self.sent, "acked": self.acked, "errors": self.errors,
-                "read": self.read, "counts": self.counts(),
+        return {"ok": self.ok, "broker_ok": self.broker_ok, "sent": self.sent, "acked": self.acked,
+                "errors": self.errors, "read": self.read, "counts": self.counts(),
                 "findings": [f.to_json() for f in self.findings]}
 
     def dumps(self) -> str:

@@ -36,6 +36,7 @@ from oncelog.protocol.api import ApiKey
 from oncelog.protocol.headers import read_request_header
 from oncelog.testing.embedded import ServerProcess
 
+
 @dataclass
 class FaultConfig:
     latency_ms_up: float = 0.0        # client -> broker
@@ -279,7 +280,7 @@ class ThreadedFaultProxy:
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
                                         name="fault-proxy")
 
-    def start(self) -> "ThreadedFaultProxy":
+    def start(self) -> ThreadedFaultProxy:
         self._thread.start()
         asyncio.run_coroutine_threadsafe(self.proxy.start(), self._loop).result(10)
         return self
@@ -312,7 +313,7 @@ class ThreadedFaultProxy:
         self._thread.join(5)
         self._loop.close()
 
-    def __enter__(self) -> "ThreadedFaultProxy":
+    def __enter__(self) -> ThreadedFaultProxy:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -339,7 +340,7 @@ class FaultProxyProcess(ServerProcess):
                "--drop-response-probability", str(c.drop_response_probability),
                "--drop-api-keys", ",".join(map(str, sorted(c.drop_api_keys))), "--seed", str(c.seed)]
         if c.cut_after_bytes:
-            cmd += ["--cut-after-bytes", "%d,%d" % c.cut_after_bytes]
+            cmd += ["--cut-after-bytes", "{},{}".format(*c.cut_after_bytes)]
         return cmd
 
     def stop(self, timeout_s: float = 5) -> int | None:

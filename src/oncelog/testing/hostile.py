@@ -7,9 +7,10 @@ from __future__ import annotations
 import asyncio
 import os
 import struct
-from typing import Iterable
+from collections.abc import Iterable
 
-from oncelog.protocol import headers, produce as wire
+from oncelog.protocol import headers
+from oncelog.protocol import produce as wire
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.records import Record, encode_batch
 

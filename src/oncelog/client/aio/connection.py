@@ -26,7 +26,7 @@ class BrokerConnectionError(KafkaClientError, ConnectionError):
 
 
 class _Protocol(asyncio.Protocol):
-    def __init__(self, conn: "Connection") -> None:
+    def __init__(self, conn: Connection) -> None:
         self.conn = conn
         self.decoder = FrameDecoder(MAX_FRAME, "the client's largest response")
         self.paused = False
@@ -79,7 +79,7 @@ class Connection:
         try:
             self.transport, self.proto = await asyncio.wait_for(
                 loop.create_connection(lambda: _Protocol(self), self.host, self.port), timeout_s)
-        except (OSError, asyncio.TimeoutError) as e:
+        except (TimeoutError, OSError) as e:
             raise BrokerConnectionError(f"cannot connect to {self.addr}: {e!r}") from None
         sock = self.transport.get_extra_info("socket")
         if sock is not None:

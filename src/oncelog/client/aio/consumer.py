@@ -52,7 +52,7 @@ class AIOConsumer:
         self.raw_buffer: list[tuple[TopicPartition, bytes]] = []
         self.high_watermarks: dict[TopicPartition, int] = {}
 
-    async def start(self) -> "AIOConsumer":
+    async def start(self) -> AIOConsumer:
         await self.cluster.any_connection()
         return self
 
@@ -110,7 +110,7 @@ class AIOConsumer:
                 try:
                     out.update(await self._list_offsets_at(leader, items))
                     break
-                except (BrokerConnectionError, asyncio.TimeoutError):
+                except (TimeoutError, BrokerConnectionError):
                     if attempt == 4:
                         raise
                     await self.cluster.refresh([tp.topic for tp, _ in items])
@@ -211,7 +211,7 @@ class AIOConsumer:
         if not by_leader:
             await asyncio.sleep(0.05)
             return
-        results = await asyncio.gather(*(self._fetch_from(l, tps, wait_ms) for l, tps in by_leader.items()),
+        results = await asyncio.gather(*(self._fetch_from(leader, tps, wait_ms) for leader, tps in by_leader.items()),
                                        return_exceptions=True)
         for r in results:
             if isinstance(r, BaseException):

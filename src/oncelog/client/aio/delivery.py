@@ -18,10 +18,11 @@ import asyncio
 import logging
 import threading
 from collections import deque
+from collections.abc import Callable
 from functools import partial
 from itertools import repeat
 from operator import attrgetter
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 from oncelog.client.futures import RecordFuture, complete_all
 from oncelog.client.types import RecordMetadata, SentBatch
@@ -155,8 +156,8 @@ class Delivery:
         self._flushes.append(waiter)
         try:
             await asyncio.wait_for(waiter.done, timeout)
-        except asyncio.TimeoutError:
-            raise asyncio.TimeoutError(
+        except TimeoutError:
+            raise TimeoutError(
                 f"flush timed out after {timeout}s: {sum(b.count for b in waiter.batches)} "
                 f"records sent before it are not complete") from None
         finally:

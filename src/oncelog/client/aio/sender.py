@@ -290,7 +290,7 @@ class Sender:
                 answer = await self._init_producer_id_request(conn, v, -1, -1)
                 with self.lock:
                     core.on_init_producer_id(pid, *answer, now_ms(), retried=True)
-        except (BrokerConnectionError, asyncio.TimeoutError, OSError) as e:
+        except (TimeoutError, BrokerConnectionError, OSError) as e:
             log.info("InitProducerId failed (%r); retrying", e)
             with self.lock:
                 core.producer_id_retry_later(e, now_ms())

@@ -28,13 +28,27 @@ from __future__ import annotations
 
 import ipaddress
 from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any
 
-from oncelog.core.security.acl import (ACL_RECORD, REMOVE_ACL_RECORD, WILDCARD, WILDCARD_PRINCIPAL, AclBinding,
-                                       AclBindingFilter, AclOperation, AclPermissionType, PatternType,
-                                       ResourceType, acl_record, binding_from_record, remove_acl_record,
-                                       validate_filter, validate_new_binding)
+from oncelog.core.security.acl import (
+    ACL_RECORD,
+    REMOVE_ACL_RECORD,
+    WILDCARD,
+    WILDCARD_PRINCIPAL,
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourceType,
+    acl_record,
+    binding_from_record,
+    remove_acl_record,
+    validate_filter,
+    validate_new_binding,
+)
 from oncelog.core.security.principal import KafkaPrincipal
 from oncelog.protocol.errors import ErrorCode
 
@@ -241,7 +255,7 @@ class Acls:
         return [acl_record(i, b) for i, b in sorted(self._by_id.items())]
 
     @classmethod
-    def from_snapshot(cls, records: Iterable[dict[str, Any]]) -> "Acls":
+    def from_snapshot(cls, records: Iterable[dict[str, Any]]) -> Acls:
         acls = cls()
         for r in records:
             acls.replay(r)

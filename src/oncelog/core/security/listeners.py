@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any, Mapping
+from typing import Any
 
 from oncelog.core.topic_config import ConfigDef, ConfigError
 

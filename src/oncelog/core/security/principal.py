@@ -17,8 +17,8 @@ value's ASN.1 string type; it assumes the usual one where the type shows in the 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
 
 USER_TYPE = "User"
 
@@ -33,7 +33,7 @@ class KafkaPrincipal:
         return f"{self.type}:{self.name}"
 
     @classmethod
-    def parse(cls, text: str) -> "KafkaPrincipal":
+    def parse(cls, text: str) -> KafkaPrincipal:
         """Kafka's `SecurityUtils.parseKafkaPrincipal`: split at the first ':'."""
         kind, sep, name = (text or "").partition(":")
         if not text or not sep:
@@ -41,7 +41,7 @@ class KafkaPrincipal:
         return cls(kind, name)
 
     @classmethod
-    def user(cls, name: str) -> "KafkaPrincipal":
+    def user(cls, name: str) -> KafkaPrincipal:
         return cls(USER_TYPE, name)
 
 
@@ -262,7 +262,7 @@ class _Rule:
     regex: re.Pattern | None = field(default=None, compare=False, repr=False)
 
     @classmethod
-    def compile(cls, pattern: str, replacement: str, case: str) -> "_Rule":
+    def compile(cls, pattern: str, replacement: str, case: str) -> _Rule:
         return cls(pattern, replacement, case, re.compile(_JAVA_NAMED_GROUP.sub("(?P<", pattern)))
 
     def apply(self, dn: str) -> str | None:
@@ -308,7 +308,7 @@ class SslPrincipalMapper:
         self.rules = tuple(rules)
 
     @classmethod
-    def from_rules(cls, text: str | None) -> "SslPrincipalMapper":
+    def from_rules(cls, text: str | None) -> SslPrincipalMapper:
         text = "DEFAULT" if text is None else text
         rules: list[_Rule] = []
         for m in _RULE_SPLITTER.finditer(text.strip()):

@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import ipaddress
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from oncelog.protocol.errors import ErrorCode
 
@@ -78,7 +79,7 @@ class QuotaEntity:
         return out
 
     @classmethod
-    def from_parts(cls, parts: Mapping[str, str | None]) -> "QuotaEntity":
+    def from_parts(cls, parts: Mapping[str, str | None]) -> QuotaEntity:
         get = lambda k: (DEFAULT if parts[k] is None else parts[k]) if k in parts else None  # noqa: E731
         return cls(get(USER), get(CLIENT_ID), get(IP))
 
@@ -417,7 +418,7 @@ class ClientQuotaStore:
                 for k, v in sorted(values.items())]
 
     @classmethod
-    def from_snapshot(cls, records: Iterable[dict[str, Any]]) -> "ClientQuotaStore":
+    def from_snapshot(cls, records: Iterable[dict[str, Any]]) -> ClientQuotaStore:
         store = cls()
         for r in records:
             store.replay(r)

@@ -14,7 +14,8 @@ same `BatchHeader`, as Kafka's `RecordBatch` describes both.
 from __future__ import annotations
 
 import struct
-from typing import Iterator, NamedTuple
+from collections.abc import Iterator
+from typing import NamedTuple
 
 from crc32c import crc32c
 

@@ -13,14 +13,22 @@ its records were joined into, so its records are copied once.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from itertools import chain, repeat
 from operator import add
-from typing import Iterable, Sequence
 
 from oncelog.protocol import compression
 from oncelog.protocol.records.batch import (
-    ATTR_COMPRESSION_MASK, ATTR_TIMESTAMP_TYPE, ATTR_TRANSACTIONAL, BATCH_HEADER, BATCH_OVERHEAD,
-    LOG_OVERHEAD, Header, Record, store_crc)
+    ATTR_COMPRESSION_MASK,
+    ATTR_TIMESTAMP_TYPE,
+    ATTR_TRANSACTIONAL,
+    BATCH_HEADER,
+    BATCH_OVERHEAD,
+    LOG_OVERHEAD,
+    Header,
+    Record,
+    store_crc,
+)
 from oncelog.protocol.records.varint import CACHE as _CACHE
 from oncelog.protocol.records.varint import CACHE_LIMIT as _CACHE_LIMIT
 from oncelog.protocol.records.varint import MINUS_ONE as _MINUS_ONE

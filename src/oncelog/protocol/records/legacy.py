@@ -13,8 +13,16 @@ from typing import Any, NamedTuple
 
 from oncelog.protocol import compression
 from oncelog.protocol.records.batch import (
-    ATTR_COMPRESSION_MASK, ATTR_TIMESTAMP_TYPE, LEGACY_TIMESTAMP_POS, LOG_OVERHEAD, MAGIC_POS, BatchHeader,
-    Record, corrupt, invalid, iter_batches)
+    ATTR_COMPRESSION_MASK,
+    ATTR_TIMESTAMP_TYPE,
+    LEGACY_TIMESTAMP_POS,
+    MAGIC_POS,
+    BatchHeader,
+    Record,
+    corrupt,
+    invalid,
+    iter_batches,
+)
 
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
@@ -161,7 +169,7 @@ def validate_legacy_message_set(buf) -> LegacySetInfo:
             raise invalid("compressed magic-0 message sets are not supported; use magic 1 or 2")
         try:
             inner = _inner_set(buf, pos, header)
-        except Exception as exc:  # a codec error is a corrupt message, whatever the library
+        except Exception as exc:  # noqa: BLE001 - a codec error is a corrupt message, whatever the library
             raise corrupt(f"compressed message set does not decompress: {exc}") from None
         inner_count = 0
         for inner_pos, inner_header in iter_batches(inner, exact=True):

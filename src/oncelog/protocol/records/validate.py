@@ -7,7 +7,15 @@ CRC does not cover (base offset, partition leader epoch) and writes the bytes as
 from __future__ import annotations
 
 from oncelog.protocol.records.batch import (
-    BATCH_OVERHEAD, LOG_OVERHEAD, BatchHeader, check_crc, corrupt, invalid, iter_batches, read_batch_header)
+    BATCH_OVERHEAD,
+    LOG_OVERHEAD,
+    BatchHeader,
+    check_crc,
+    corrupt,
+    invalid,
+    iter_batches,
+    read_batch_header,
+)
 
 _MIN_BATCH_LENGTH = BATCH_OVERHEAD - LOG_OVERHEAD
 _MIN_RECORD_SIZE = 7  # length, attributes, two deltas, key, value, headers: one byte each at least
