@@ -3,7 +3,7 @@ kio's generated entities (Kafka's own schemas)."""
 import uuid
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from oncelog.protocol import entities, fetch, framing, headers, metadata, produce
@@ -99,7 +99,7 @@ def test_fetch_response_reads_back_in_kio(version):
 def test_frames_split_anywhere_are_reassembled():
     frames = [b"a" * 5, b"", b"xyz" * 100]
     stream = b"".join(framing.frame([f]) for f in frames)
-    dec = framing.FrameDecoder(1000)
+    dec = framing.FrameReader(1000)
     out = []
     for i in range(0, len(stream), 7):
         out += [bytes(f) for f in dec.feed(stream[i:i + 7])]
@@ -108,10 +108,37 @@ def test_frames_split_anywhere_are_reassembled():
 
 @given(st.integers(min_value=1001, max_value=2**31 - 1) | st.integers(max_value=-1, min_value=-2**31))
 def test_oversized_or_negative_frame_is_refused_from_its_size_alone(size):
-    dec = framing.FrameDecoder(1000)
+    dec = framing.FrameReader(1000)
     with pytest.raises(framing.FrameError):
         dec.feed(size.to_bytes(4, "big", signed=True))
     assert dec.buffered <= 4
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 3000) | st.integers(60_000, 2_500_000), min_size=1, max_size=6),
+       st.sampled_from([16, 1000, 65536]), st.randoms(use_true_random=False))
+def test_frames_read_into_the_readers_buffers_in_any_pieces(sizes, scratch, rnd):
+    frames = [bytes([i % 251]) * n for i, n in enumerate(sizes)]
+    stream = b"".join(framing.frame([f]) for f in frames)
+    reader = framing.FrameReader(3_000_000, scratch_size=scratch)
+    out, pos = [], 0
+    while pos < len(stream):
+        room = reader.get_buffer()
+        n = min(len(room), rnd.randint(1, 300_000), len(stream) - pos)
+        room[:n] = stream[pos:pos + n]
+        del room
+        got = reader.buffer_updated(n)
+        assert all(not f.readonly for f in got)  # the broker patches a Produce's offsets in place
+        out += [bytes(f) for f in got]
+        pos += n
+    assert out == frames
+    assert reader.buffered == 0
+
+
+def test_a_large_size_alone_reserves_no_more_than_a_megabyte():
+    reader = framing.FrameReader(100 * 1024 * 1024)
+    reader.feed((100 * 1024 * 1024).to_bytes(4, "big") + b"x" * 70_000)
+    assert len(reader.get_buffer()) <= 1024 * 1024
 
 
 @pytest.mark.parametrize("version", [0, 1, 2, 3, 4])

@@ -31,7 +31,7 @@ from oncelog.broker.metrics import BrokerMetrics
 from oncelog.broker.producer_id_manager import ProducerIdManager
 from oncelog.broker.request_context import CLIENT
 from oncelog.protocol.api import BROKER_VERSIONS, ApiKey, api_name
-from oncelog.protocol.framing import FrameDecoder, FrameError
+from oncelog.protocol.framing import FrameError, FrameReader
 from oncelog.protocol.headers import correlation_id_of, read_request_header, response_header
 from oncelog.protocol.primitives import I32
 from oncelog.storage.group_offsets import GroupOffsetStore
@@ -285,7 +285,7 @@ def _is_produce(frame: memoryview) -> bool:
     return len(frame) >= 2 and frame[0] == 0 and frame[1] == ApiKey.PRODUCE
 
 
-class _Connection(asyncio.Protocol):
+class _Connection(asyncio.BufferedProtocol):
     """Requests are applied one at a time, in order, and answered in order. The one exception to
     "one at a time": a Produce whose answer waits for its fsync does not hold up the Produce
     requests behind it (their appends join the same group commit); any other request waits
@@ -293,7 +293,8 @@ class _Connection(asyncio.Protocol):
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
-        self.decoder = FrameDecoder(broker.config["socket.request.max.bytes"])
+        self.decoder = FrameReader(broker.config["socket.request.max.bytes"])
+        self.get_buffer = self.decoder.get_buffer
         self.queue: deque[memoryview] = deque()
         self.outbox: deque = deque()  # answers in request order: bytes, or tasks still waiting
         self.outbox_empty = asyncio.Event()
@@ -319,11 +320,11 @@ class _Connection(asyncio.Protocol):
         self.broker._connections.add(self)
         self.worker = asyncio.create_task(self._work())
 
-    def data_received(self, data: bytes) -> None:
+    def buffer_updated(self, nbytes: int) -> None:
         if self.closing:
             return
         try:
-            frames = self.decoder.feed(data)
+            frames = self.decoder.buffer_updated(nbytes)
         except FrameError as e:
             self._refuse(str(e))
             return

@@ -12,7 +12,7 @@ from oncelog.client.aio import wire
 from oncelog.client.errors import KafkaClientError
 from oncelog.protocol import api_versions, headers
 from oncelog.protocol.api import ApiKey
-from oncelog.protocol.framing import FrameDecoder, FrameError
+from oncelog.protocol.framing import FrameError, FrameReader
 
 log = logging.getLogger("oncelog.client.connection")
 
@@ -25,16 +25,17 @@ class BrokerConnectionError(KafkaClientError, ConnectionError):
     """The connection to a broker failed or closed; outstanding requests have unknown outcomes."""
 
 
-class _Protocol(asyncio.Protocol):
+class _Protocol(asyncio.BufferedProtocol):
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
-        self.decoder = FrameDecoder(MAX_FRAME, "the client's largest response")
+        self.reader = FrameReader(MAX_FRAME, "the client's largest response")
+        self.get_buffer = self.reader.get_buffer
         self.paused = False
         self.drain_waiters: list[asyncio.Future] = []
 
-    def data_received(self, data: bytes) -> None:
+    def buffer_updated(self, nbytes: int) -> None:
         try:
-            frames = self.decoder.feed(data)
+            frames = self.reader.buffer_updated(nbytes)
         except FrameError as e:
             self.conn.fail(BrokerConnectionError(f"bad frame from {self.conn.addr}: {e}"))
             return
