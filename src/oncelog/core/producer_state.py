@@ -40,8 +40,9 @@ from __future__ import annotations
 
 import sys
 from array import array
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator, NamedTuple
+from typing import Any, NamedTuple
 
 from oncelog.core.pid_index import ExpiredProducers, PidIndex
 from oncelog.core.sequence import distance_below, increment, seq_before
@@ -133,7 +134,7 @@ class ProducerStateConfig:
     }
 
     @classmethod
-    def from_any(cls, *sources: Any, base: "ProducerStateConfig | None" = None) -> "ProducerStateConfig":
+    def from_any(cls, *sources: Any, base: ProducerStateConfig | None = None) -> ProducerStateConfig:
         """Build from config objects or dicts; later sources win; missing keys keep `base`'s."""
         values = {}
         for field_name in cls._NAMES:

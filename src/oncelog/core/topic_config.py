@@ -13,8 +13,9 @@ older version, or edited by hand) is reported and the default used, so it cannot
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from oncelog.core import producer_state as ps
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from oncelog.protocol.primitives import I16, I32, Reader, string
+from oncelog.protocol.primitives import I16, I32, Buf, Reader, string
 
 CLIENT_SOFTWARE_NAME = "oncelog"
 CLIENT_SOFTWARE_VERSION = "0.1.0"
@@ -17,7 +17,7 @@ def encode_request(version: int) -> bytes:
     return b""
 
 
-def decode_response(version: int, body) -> tuple[int, dict[int, tuple[int, int]]]:
+def decode_response(version: int, body: Buf) -> tuple[int, dict[int, tuple[int, int]]]:
     """(error code, {api key: (min version, max version)})."""
     flex = version >= 3
     r = Reader(body)

@@ -16,31 +16,31 @@ import dataclasses
 import datetime
 import importlib
 import io
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
-from kio.serial import entity_reader, entity_writer
 from kio.schema.errors import ErrorCode as KioErrorCode
+from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import DecodeError
 
 from oncelog.protocol.api import KIO_NAMES, api_name
 
-_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 
-@lru_cache(maxsize=None)
+@cache
 def module(api_key: int, version: int, kind: str):
     """kind: "request" or "response"."""
     return importlib.import_module(f"kio.schema.{KIO_NAMES[api_key]}.v{version}.{kind}")
 
 
-@lru_cache(maxsize=None)
+@cache
 def entity_class(api_key: int, version: int, kind: str):
     camel = "".join(part.capitalize() for part in KIO_NAMES[api_key].split("_"))
     return getattr(module(api_key, version, kind), camel + kind.capitalize())
 
 
-@lru_cache(maxsize=None)
+@cache
 def _fields(cls) -> dict[str, str]:
     return {f.name: f.metadata.get("kafka_type", "") for f in dataclasses.fields(cls)}
 

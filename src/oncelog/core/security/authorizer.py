@@ -135,7 +135,8 @@ class Acls:
         for length in self._prefix_lengths.get(resource_type, {}):
             if length <= len(name):
                 keys.append((resource_type, PatternType.PREFIXED, name[:length]))
-        has_acls, found = False, []
+        has_acls = False
+        found: list[_Entry] = []
         for key in keys:
             by_principal = self._index.get(key)
             if by_principal:
@@ -336,7 +337,10 @@ class Authorizer:
             return True
         host = normalize_host(host)
         caller = str(principal)
-        deny_literal, deny_prefix, allow_literal, allow_prefix = set(), set(), set(), set()
+        deny_literal: set[str] = set()
+        deny_prefix: set[str] = set()
+        allow_literal: set[str] = set()
+        allow_prefix: set[str] = set()
         wildcard_allow = False
         for entry in self.acls.entries_of_type(resource_type):
             ace, pattern = entry.binding.entry, entry.binding.pattern

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,7 +63,7 @@ class DescribeResult:
 
 
 def credential_record(name: str, mechanism: ScramMechanism, c: ScramCredential) -> dict[str, Any]:
-    b64 = lambda b: base64.b64encode(b).decode()  # noqa: E731
+    b64: Callable[[bytes], str] = lambda b: base64.b64encode(b).decode()  # noqa: E731
     return {"type": SCRAM_RECORD, "name": name, "mechanism": mechanism.type, "salt": b64(c.salt),
             "stored_key": b64(c.stored_key), "server_key": b64(c.server_key), "iterations": c.iterations}
 

@@ -221,7 +221,7 @@ class NoMatchingRule(ValueError):
     """No rule maps this name: Kafka fails the handshake (the connection is closed)."""
 
 
-def _java_replacement(template: str, m: re.Match) -> str:
+def _java_replacement(template: str, m: re.Match[str]) -> str:
     """Java's `Matcher.appendReplacement` syntax: `$n`, `${name}`, `\\x` for a literal x."""
     out, i, groups = [], 0, m.re.groups
     while i < len(template):
@@ -259,7 +259,7 @@ class _Rule:
     pattern: str | None   # None: DEFAULT
     replacement: str = ""
     case: str = ""        # "L", "U" or ""
-    regex: re.Pattern | None = field(default=None, compare=False, repr=False)
+    regex: re.Pattern[str] | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def compile(cls, pattern: str, replacement: str, case: str) -> _Rule:
@@ -272,7 +272,7 @@ class _Rule:
         if not regex.fullmatch(dn):
             return None
         template = self._literal_backrefs(self.replacement, regex.groups)
-        result = regex.sub(lambda m: _java_replacement(template, m), dn)
+        result: str = regex.sub(lambda m: _java_replacement(template, m), dn)
         return result.lower() if self.case == "L" else result.upper() if self.case == "U" else result
 
     @staticmethod
@@ -283,14 +283,15 @@ class _Rule:
         if groups == 0:
             return template
 
-        def fix(m: re.Match) -> str:
+        def fix(m: re.Match[str]) -> str:
             digits = m.group(1)
+            whole: str = m.group(0)
             if digits.startswith("0"):
-                return m.group(0)
+                return whole
             ref = int(digits)
             while ref > groups and ref >= 10:
                 ref //= 10
-            return "\\" + m.group(0) if ref > groups else m.group(0)
+            return "\\" + whole if ref > groups else whole
         return _BACKREF.sub(fix, template)
 
     def __str__(self) -> str:

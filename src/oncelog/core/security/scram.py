@@ -396,6 +396,7 @@ def parse_add_scram(argument: str, random_bytes: RandomBytes) -> AddScram:
     if salt is None:
         salt = random_bytes(32)
     if salted is None:
+        assert password is not None  # one of the two is given (checked above)
         salted = salted_password(mechanism, password, salt, iterations)
     return AddScram(mechanism, name, credential_from_salted_password(mechanism, salt, salted, iterations))
 

@@ -352,6 +352,7 @@ class TransactionCoordinator:
         if meta.state == S.ONGOING:
             # Abort the open transaction at a new epoch; the caller retries and gets a second bump
             # (a new producer id if that one exhausts the epochs).
+            assert entry is not None  # meta came from it
             return self._fence(part, p, entry, meta, now_ms, Answer(E.CONCURRENT_TRANSACTIONS))
         if meta.state not in IDLE:
             raise CoordinatorInvariantError(f"{tid} is in {meta.state.display_name}")

@@ -20,6 +20,7 @@ from typing import NamedTuple
 from crc32c import crc32c
 
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
+from oncelog.protocol.primitives import Buf
 
 BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")
 BATCH_OVERHEAD = BATCH_HEADER.size  # 61
@@ -119,21 +120,21 @@ def invalid(message: str) -> KafkaProtocolError:
     return KafkaProtocolError(ErrorCode.INVALID_RECORD, message)
 
 
-def magic_of(buf, pos: int = 0) -> int:
+def magic_of(buf: Buf, pos: int = 0) -> int:
     """The magic byte of the batch or legacy message at `pos` (same position in all formats)."""
     if len(buf) < pos + MAGIC_POS + 1:
         raise corrupt("record set too short to hold a batch header")
     return buf[pos + MAGIC_POS]
 
 
-def read_batch_header(buf, pos: int = 0) -> BatchHeader:
+def read_batch_header(buf: Buf, pos: int = 0) -> BatchHeader:
     """Parse the v2 header at `pos` without checking anything but its presence."""
     if len(buf) - pos < BATCH_OVERHEAD:
         raise corrupt(f"record batch header needs {BATCH_OVERHEAD} bytes, {len(buf) - pos} left")
     return BatchHeader._make(BATCH_HEADER.unpack_from(buf, pos))
 
 
-def iter_batches(buf, *, strict: bool = False, exact: bool = False) -> Iterator[tuple[int, BatchHeader]]:
+def iter_batches(buf: Buf, *, strict: bool = False, exact: bool = False) -> Iterator[tuple[int, BatchHeader]]:
     """(position, header) of each complete batch of `buf`, v2 batches and v0/v1 messages alike
     (tell them apart by `header.magic`). Nothing is checked beyond what framing needs; the CRC is
     `check_crc`'s, the rest validate.py's and legacy.py's.
@@ -164,7 +165,7 @@ def iter_batches(buf, *, strict: bool = False, exact: bool = False) -> Iterator[
         pos += LOG_OVERHEAD + odd.batch_length
 
 
-def _odd_entry(buf, pos: int, end: int, strict: bool, exact: bool) -> BatchHeader | None:
+def _odd_entry(buf: Buf, pos: int, end: int, strict: bool, exact: bool) -> BatchHeader | None:
     """The entry at `pos` that is not a whole v2 batch: a v0/v1 message, or None where the walk
     ends (raising instead where the mode says so)."""
     if end - pos <= MAGIC_POS:
@@ -193,7 +194,7 @@ def _odd_entry(buf, pos: int, end: int, strict: bool, exact: bool) -> BatchHeade
     return None
 
 
-def check_crc(buf, pos: int, header: BatchHeader) -> None:
+def check_crc(buf: Buf, pos: int, header: BatchHeader) -> None:
     """CORRUPT_MESSAGE unless the v2 batch at `pos` matches its CRC-32C."""
     if crc32c(memoryview(buf)[pos + CRC_START:pos + LOG_OVERHEAD + header.batch_length]) != header.crc:
         raise corrupt(f"record batch CRC-32C mismatch in the batch at offset {header.base_offset}")

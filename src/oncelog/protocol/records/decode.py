@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from oncelog.protocol import compression
-from oncelog.protocol.records.batch import BATCH_OVERHEAD, BatchHeader, Record, check_crc, corrupt, iter_batches
+from oncelog.protocol.records.batch import BATCH_OVERHEAD, BatchHeader, Header, Record, check_crc, corrupt, iter_batches
 from oncelog.protocol.records.legacy import decode_legacy_entry
 from oncelog.protocol.records.varint import decode_varint
 
@@ -72,7 +72,7 @@ def _decode_v2(mv: memoryview, pos: int, header: BatchHeader, verify_crc: bool) 
                 value = bytes(data[pos:pos + vlen])
                 pos += vlen
             hcount, pos = decode_varint(data, pos)
-            headers: tuple = ()
+            headers: tuple[Header, ...] = ()
             if hcount > 0:
                 hl = []
                 for _h in range(hcount):

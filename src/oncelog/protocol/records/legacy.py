@@ -12,6 +12,7 @@ import zlib
 from typing import Any, NamedTuple
 
 from oncelog.protocol import compression
+from oncelog.protocol.primitives import Buf
 from oncelog.protocol.records.batch import (
     ATTR_COMPRESSION_MASK,
     ATTR_TIMESTAMP_TYPE,
@@ -74,12 +75,12 @@ def encode_legacy_message(offset: int, key: bytes | None, value: bytes | None, *
     return struct.pack(">qiI", offset, len(body) + 4, crc) + bytes(body)
 
 
-def _key_and_value(buf, pos: int, header: BatchHeader) -> tuple[memoryview | None, memoryview | None]:
+def _key_and_value(buf: Buf, pos: int, header: BatchHeader) -> tuple[memoryview | None, memoryview | None]:
     """The key and value of the message at `pos` (a wrapper's value is its compressed inner set)."""
     mv = memoryview(buf)
     end = pos + header.size
     p = pos + LEGACY_TIMESTAMP_POS + (8 if header.magic == 1 else 0)
-    out = []
+    out: list[memoryview | None] = []
     for _field in ("key", "value"):
         if p + 4 > end:
             raise corrupt("message ends inside its key or value length")
@@ -95,7 +96,7 @@ def _key_and_value(buf, pos: int, header: BatchHeader) -> tuple[memoryview | Non
     return out[0], out[1]
 
 
-def _inner_set(buf, pos: int, header: BatchHeader) -> bytes:
+def _inner_set(buf: Buf, pos: int, header: BatchHeader) -> bytes:
     _key, value = _key_and_value(buf, pos, header)
     return compression.decompress(header.compression, bytes(value or b""))
 
@@ -133,7 +134,7 @@ def decode_legacy_entry(entry: memoryview, header: BatchHeader, check_crc: bool
                            records_count=len(records)), records
 
 
-def _check_message(buf, pos: int, header: BatchHeader, magic_expected: int | None) -> None:
+def _check_message(buf: Buf, pos: int, header: BatchHeader, magic_expected: int | None) -> None:
     if header.magic not in (0, 1):
         raise corrupt(f"message magic {header.magic} in a v0/v1 message set")
     if magic_expected is not None and header.magic != magic_expected:
@@ -148,7 +149,7 @@ class LegacySetInfo(NamedTuple):
     max_timestamp: int
 
 
-def validate_legacy_message_set(buf) -> LegacySetInfo:
+def validate_legacy_message_set(buf: Buf) -> LegacySetInfo:
     """Validate a produced v0/v1 message set: every CRC, sizes, one magic, inner sets of wrappers.
 
     Compressed magic-0 wrappers are refused: their inner messages carry absolute offsets, which the
