@@ -184,7 +184,7 @@ def possibly_written(err: BaseException) -> BaseException:
     flagged = err.__class__.__new__(err.__class__)
     flagged.__dict__.update(err.__dict__)
     flagged.args = err.args
-    flagged.possibly_written = True
+    flagged.possibly_written = True  # type: ignore[attr-defined]  # read with getattr
     flagged.__cause__ = err.__cause__
     return flagged
 
@@ -703,6 +703,7 @@ class ProducerCore:
                     f"offset {ps.last_acked_offset}: the broker lost this producer's state while "
                     f"its records should still be there; acknowledged records at offsets "
                     f"{lso}..{ps.last_acked_offset} may be lost"))
+                assert self.fatal is not None  # go_fatal above set it
                 self._finish_unacked(b, ps, self.fatal)
             return
         if code == E.UNSUPPORTED_FOR_MESSAGE_FORMAT and b.producer_id >= 0:
@@ -720,6 +721,7 @@ class ProducerCore:
             self.go_fatal(ProducerFencedError(msg, code) if code in (E.PRODUCER_FENCED,
                                                                      E.INVALID_PRODUCER_EPOCH)
                           else ProducerFatalError(msg))
+            assert self.fatal is not None  # go_fatal above set it
             self._finish_unacked(b, ps, self.fatal)
             return
         if code in _REFRESH_METADATA:

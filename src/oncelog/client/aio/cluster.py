@@ -160,7 +160,7 @@ class Cluster:
             vs = [self._bootstrap_conn.version(api_key)]
         if not vs or any(v is None for v in vs):
             return None
-        return min(vs)
+        return min(vs)  # type: ignore[type-var]  # no None (checked above)
 
     # ------------------------------------------------------------------ metadata
 

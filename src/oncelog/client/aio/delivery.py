@@ -22,7 +22,7 @@ from collections.abc import Callable
 from functools import partial
 from itertools import repeat
 from operator import attrgetter
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from oncelog.client.futures import RecordFuture, complete_all
 from oncelog.client.types import RecordMetadata, SentBatch
@@ -93,6 +93,7 @@ def report(completions: list) -> None:
         base = c.base_offset
         lat = c.log_append_time
         cookies = b.cookies
+        metas: list[Any]
         if b.whole:
             metas = [None if err is not None else SentBatch(
                 topic, partition, base, b.count, lat if lat >= 0 else b.max_ts)]
@@ -144,9 +145,9 @@ class Delivery:
         with self._lock:
             if self._memory_waiters:
                 self._memory.notify_all()
-        for w in self._async_memory:
-            if not w.done():
-                w.set_result(None)
+        for fut in self._async_memory:
+            if not fut.done():
+                fut.set_result(None)
         self._async_memory.clear()
 
     async def wait_for(self, batches: set, timeout: float | None) -> None:

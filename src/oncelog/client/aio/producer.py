@@ -178,6 +178,7 @@ class AIOProducer:
     async def send(self, topic: str, value=None, key=None, headers=None, partition: int | None = None,
                    timestamp: int | None = None, on_delivery: Callable | None = None) -> asyncio.Future:
         """Queue a record; returns a future of its RecordMetadata."""
+        assert self.loop is not None, "start() the producer first"
         fut = self.loop.create_future()
         while True:
             r = self.append(topic, value, key, headers, partition, timestamp, (fut, on_delivery))
