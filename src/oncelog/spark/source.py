@@ -90,7 +90,7 @@ class _Reading:
                 plan.split(ranges, self.ro.min_partitions, self.ro.max_records_per_partition)]
 
 
-class BatchReader(_Reading, DataSourceReader):
+class BatchReader(_Reading, DataSourceReader):  # type: ignore[misc]  # read() takes our own partitions
     def __init__(self, options) -> None:
         _Reading.__init__(self, options, streaming=False)
 
@@ -114,7 +114,7 @@ class BatchReader(_Reading, DataSourceReader):
         return parts or [RangePartition(plan.OffsetRange("", 0, 0, 0))]
 
 
-class StreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvailableNow):
+class StreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]  # as above
     """Offsets are {"topic": {"partition": next offset}} in sorted order (Spark compares them as
     JSON text)."""
 

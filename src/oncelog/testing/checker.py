@@ -167,11 +167,11 @@ def check(history: Iterable[Event], log: dict[int, list[tuple[int, bytes]]],
     owner = {e.value: e.producer for e in events if e.kind == "send"}
     per: dict[tuple[str, int], list[tuple[int, int, bytes]]] = defaultdict(list)
     for val, places in where.items():
-        prod = owner.get(val)
-        if prod is None or prod not in ordered or val not in send_t:
+        sender = owner.get(val)
+        if sender is None or sender not in ordered or val not in send_t:
             continue
         p, off = min(places, key=lambda x: x[1])
-        per[(prod, p)].append((off, send_t[val], val))
+        per[(sender, p)].append((off, send_t[val], val))
     for (prod, p), rows in per.items():
         rows.sort()
         best_t, best_val = -1, None
@@ -179,7 +179,8 @@ def check(history: Iterable[Event], log: dict[int, list[tuple[int, bytes]]],
             if t < best_t:
                 findings.append(Finding("reorder", "both", p, val,
                                         f"{prod}: {val!r} sent before {best_val!r} but stored after it"
-                                        f" (p{p}@{off})", hist(val) + hist(best_val)[:3]))
+                                        f" (p{p}@{off})",
+                                        hist(val) + hist(best_val)[:3]))  # type: ignore[arg-type]  # set by then
             else:
                 best_t, best_val = t, val
     client_of = {e.value: e.client for e in events if e.kind == "send"}

@@ -64,7 +64,7 @@ class ServerProcess:
         """host:port, as clients (or brokers, for a controller) are given it."""
         return f"{self.host}:{self.port}"
 
-    def start(self, timeout_s: float = 30) -> "ServerProcess":
+    def start(self, timeout_s: float = 30) -> ServerProcess:
         stderr = open(self.log_file, "ab") if self.log_file else subprocess.STDOUT
         try:
             self.proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=stderr,
@@ -111,12 +111,12 @@ class ServerProcess:
                 self.proc.wait(10)
         return self.proc.returncode
 
-    def restart(self, clean: bool = True) -> "ServerProcess":
+    def restart(self, clean: bool = True) -> ServerProcess:
         """Same data and port."""
         self.stop() if clean else self.kill()
         return self.start()
 
-    def __enter__(self) -> "ServerProcess":
+    def __enter__(self) -> ServerProcess:
         return self.start() if not self.running else self
 
     def __exit__(self, *exc) -> None:
@@ -148,7 +148,7 @@ class BrokerProcess(ServerProcess):
             cmd += ["--override", f"{name}={value}"]
         return cmd
 
-    def start(self, timeout_s: float = 30) -> "BrokerProcess":
+    def start(self, timeout_s: float = 30) -> BrokerProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         super().start(timeout_s)
         return self
@@ -180,7 +180,7 @@ class ControllerProcess(ServerProcess):
             cmd += ["--user", u]
         return cmd
 
-    def start(self, timeout_s: float = 30) -> "ControllerProcess":
+    def start(self, timeout_s: float = 30) -> ControllerProcess:
         self.metadata_dir.parent.mkdir(parents=True, exist_ok=True)
         super().start(timeout_s)
         return self

@@ -97,9 +97,11 @@ class _Direction:
 
     async def _forward(self) -> None:
         loop = asyncio.get_running_loop()
+        queue = self.queue
+        assert queue is not None  # forwarding runs only with a delay queue
         try:
             while True:
-                due, frame = await self.queue.get()
+                due, frame = await queue.get()
                 if due > loop.time():
                     await asyncio.sleep(due - loop.time())
                 if frame is None or self.writer.transport.is_closing():
@@ -348,6 +350,11 @@ class FaultProxyProcess(ServerProcess):
         return self.proc.returncode if self.proc else None
 
 
+def _low_high(text: str) -> tuple[int, int]:
+    low, high = map(int, text.split(","))
+    return low, high
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description="A Kafka-aware fault proxy in front of one broker.")
     ap.add_argument("upstream", help="the broker, host:port")
@@ -362,7 +369,7 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     config = FaultConfig(a.latency_ms_up, a.latency_ms_down, a.reset_probability, a.drop_response_probability,
                          frozenset(int(k) for k in a.drop_api_keys.split(",") if k),
-                         tuple(map(int, a.cut_after_bytes.split(","))) if a.cut_after_bytes else None, a.seed)
+                         _low_high(a.cut_after_bytes) if a.cut_after_bytes else None, a.seed)
     try:
         import uvloop
         uvloop.install()

@@ -119,6 +119,7 @@ class FullDisk:
             return
         for b in self.cluster.brokers.values():
             if b.running:
+                assert b.proc is not None  # running
                 pid = b.proc.pid
                 self._limited[pid] = resource.prlimit(pid, resource.RLIMIT_FSIZE)
                 resource.prlimit(pid, resource.RLIMIT_FSIZE, (1, self._limited[pid][1]))

@@ -115,7 +115,7 @@ def run(options: VerifyOptions, progress=None) -> VerifyResult:
     say = progress or (lambda _msg: None)
     faults = set(options.faults)
     own_dir = options.workdir is None
-    root = Path(tempfile.mkdtemp(prefix="oncelog-verify-")) if own_dir else Path(options.workdir)
+    root = Path(tempfile.mkdtemp(prefix="oncelog-verify-")) if options.workdir is None else Path(options.workdir)
     topic = "verify"
     cluster = LocalCluster(root, options.brokers, broker_overrides(faults),
                            proxy_config(faults & set(NETWORK_FAULTS + CLIENT_FAULTS), options.seed),

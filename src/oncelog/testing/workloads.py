@@ -37,6 +37,9 @@ class Workload:
     def __post_init__(self) -> None:
         self.instance = self.producer    # events name the producer instance: order is per instance
 
+    def run(self) -> None:
+        raise NotImplementedError
+
     def restart(self, why: str) -> None:
         """A third-party producer went fatal or got stuck: as an application would, replace it
         with a new instance (a new producer id) and go on. The old instance's fate is a finding
@@ -254,11 +257,11 @@ def read_range(bootstrap: str, topic: str, stop: dict[int, int] | None = None, t
         deadline = time.monotonic() + timeout_s
         while todo and time.monotonic() < deadline:
             for m in c.consume(1000, 0.5):
-                p = m.partition()
-                if m.error() or p not in todo or m.offset() >= ends[p]:
+                p, offset = m.partition(), m.offset()
+                if m.error() or offset is None or p not in todo or offset >= ends[p]:
                     continue
-                out[p].append((m.offset(), m.value()))
-                if m.offset() + 1 >= ends[p]:
+                out[p].append((offset, m.value()))  # type: ignore[arg-type]  # verify writes no null values
+                if offset + 1 >= ends[p]:
                     todo.discard(p)
         if todo:
             raise TimeoutError(f"could not read partitions {sorted(todo)} of {topic} to their end")
