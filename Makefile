@@ -17,9 +17,10 @@ run: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
-test: $(STAMP)
-	$(VENV)/bin/lint-imports
+test: $(STAMP) lint
 	$(PY) -m pytest -q -p no:cacheprovider --durations=15
 
 # the tests that start no other process and no Spark session (tests/conftest.py marks the others)
