@@ -7,7 +7,8 @@ import os
 
 import pytest
 
-from oncelog.protocol.errors import ErrorCode as E, KafkaProtocolError
+from oncelog.protocol.errors import ErrorCode as E
+from oncelog.protocol.errors import KafkaProtocolError
 from oncelog.protocol.records import Record, decode_records, encode_batch
 from oncelog.storage import failpoints as fp
 from oncelog.storage.log import LogConfig, PartitionLog

@@ -20,8 +20,9 @@ import json
 import logging
 import os
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from oncelog.broker.controller_client import ControllerClient, ControllerUnavailable
 from oncelog.core.topic_config import effective_topic_config, parse_topic_configs
@@ -200,16 +201,16 @@ class ClusterLogs:
                 return
             try:
                 await asyncio.wait_for(self._changed.wait(), 1)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
     async def create_topic(self, name: str, partitions: int, overrides: dict[str, str], now_ms: int) -> TopicInfo:
         check_topic_name(name)
         parse_topic_configs(overrides)
         mod = entities.module(ApiKey.CREATE_TOPICS, 7, "request")
+        configs = tuple(entities.make(mod.CreatableTopicConfig, name=k, value=str(v)) for k, v in overrides.items())
         topic = entities.make(mod.CreatableTopic, name=name, num_partitions=partitions, replication_factor=1,
-                              assignments=(), configs=tuple(entities.make(mod.CreatableTopicConfig, name=k, value=str(v))
-                                                           for k, v in overrides.items()))
+                              assignments=(), configs=configs)
         r = await self._forward(ApiKey.CREATE_TOPICS, 7, topics=(topic,), timeout=30000, validate_only=False)
         result = r.topics[0]
         if int(result.error_code):

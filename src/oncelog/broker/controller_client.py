@@ -37,7 +37,7 @@ class ControllerClient:
         try:
             self._reader, self._writer = await asyncio.wait_for(
                 asyncio.open_connection(self.host, self.port), self.timeout_s)
-        except (OSError, asyncio.TimeoutError) as e:
+        except (TimeoutError, OSError) as e:
             raise ControllerUnavailable(f"controller {self.host}:{self.port}: {e}") from None
         hs = await self._call(ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN")
         if hs.error_code != 0:
@@ -55,7 +55,7 @@ class ControllerClient:
                 await self._connect()
             try:
                 return await self._call(api_key, version, **fields)
-            except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError) as e:
+            except (TimeoutError, OSError, asyncio.IncompleteReadError) as e:
                 self.close()
                 raise ControllerUnavailable(f"controller {self.host}:{self.port}: {e!r}") from None
 
@@ -77,7 +77,7 @@ class ControllerClient:
                 await self._connect()
             try:
                 return await self._exchange(api_key, version, body)
-            except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError) as e:
+            except (TimeoutError, OSError, asyncio.IncompleteReadError) as e:
                 self.close()
                 raise ControllerUnavailable(f"controller {self.host}:{self.port}: {e!r}") from None
 

@@ -29,8 +29,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.primitives import Reader

@@ -16,8 +16,9 @@ import struct
 import time
 import zlib
 from collections import deque
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from oncelog.broker.cluster_logs import ClusterLogs
 from oncelog.broker.config import BrokerConfig, new_cluster_id
@@ -207,7 +208,7 @@ class Broker:
     async def wait_for_data(self, timeout_s: float) -> None:
         try:
             await asyncio.wait_for(self._data_event.wait(), timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
 
     # ------------------------------------------------------------------ dispatch
@@ -337,7 +338,7 @@ class _Connection(asyncio.BufferedProtocol):
             except BadRequest as e:
                 self._refuse(str(e))
                 return
-            except Exception:
+            except Exception:  # noqa: BLE001 - a handler bug: logged, the connection closed, the broker stays up
                 self._internal_error()
                 return
             if inspect.isawaitable(response):
@@ -387,7 +388,7 @@ class _Connection(asyncio.BufferedProtocol):
                 except BadRequest as e:
                     self._refuse(str(e))
                     return
-                except Exception:
+                except Exception:  # noqa: BLE001 - as above
                     self._internal_error()
                     return
             else:
@@ -453,7 +454,7 @@ class _Connection(asyncio.BufferedProtocol):
                 return
             except asyncio.CancelledError:
                 raise
-            except Exception:
+            except Exception:  # noqa: BLE001 - a handler bug: logged, the connection closed, the broker stays up
                 self._internal_error()
                 return
             self._send(response)

@@ -8,8 +8,9 @@ crash could lose. An append that fails (a full disk, a failed fsync) leaves noth
 changes no state: the caller gets KAFKA_STORAGE_ERROR (retriable; a broker backs off and asks
 again). Kafka's controller answers such faults with an error and reverts to its last committed
 offset; here the log itself is cut back to it. A log that cannot even be cut back refuses every
-change until a restart, and `fatal` is set so a standalone controller exits. Callers authenticate with SASL/PLAIN; only principals with cluster rights may
-register, allocate ids or change topics (others get CLUSTER_AUTHORIZATION_FAILED).
+change until a restart, and `fatal` is set so a standalone controller exits. Callers authenticate
+with SASL/PLAIN; only principals with cluster rights may register, allocate ids or change topics
+(others get CLUSTER_AUTHORIZATION_FAILED).
 Liveness: a broker that misses heartbeats for `broker.session.timeout.ms` is considered dead and
 its partitions get new leaders (with a higher leader epoch).
 """

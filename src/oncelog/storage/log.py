@@ -39,13 +39,14 @@ import logging
 import os
 import struct
 from array import array
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, NamedTuple
+from typing import Any, NamedTuple
 
 from oncelog.protocol import records as rec
-from oncelog.protocol.records import iter_record_times
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
+from oncelog.protocol.records import iter_record_times
 from oncelog.storage import failpoints as fp
 
 log = logging.getLogger(__name__)
@@ -75,7 +76,7 @@ class LogConfig:
     write_caching: bool = False
 
     @classmethod
-    def from_topic_config(cls, cfg: dict[str, Any]) -> "LogConfig":
+    def from_topic_config(cls, cfg: dict[str, Any]) -> LogConfig:
         """From the typed topic configs of `core.topic_config.effective_topic_config`."""
         names = {"segment.bytes": "segment_bytes", "segment.ms": "segment_ms",
                  "retention.ms": "retention_ms", "retention.bytes": "retention_bytes",
@@ -104,7 +105,7 @@ class AppendInfo(NamedTuple):
 class SyncToken(NamedTuple):
     """What one fsync started by `begin_sync` covers."""
     fd: int            # a duplicate of the active segment's descriptor, closed by run_sync
-    segment: "Segment"
+    segment: Segment
     size: int          # the segment's bytes at the start
     end_offset: int    # the log end offset at the start
     generation: int    # sync_generation at the start
@@ -320,7 +321,7 @@ class PartitionLog:
 
     # ------------------------------------------------------------------ open / recovery
     @classmethod
-    def open(cls, directory, config: LogConfig, now_ms: int) -> "PartitionLog":
+    def open(cls, directory, config: LogConfig, now_ms: int) -> PartitionLog:
         self = cls(directory, config)
         created = not self.directory.exists()
         self.directory.mkdir(parents=True, exist_ok=True)

@@ -19,16 +19,17 @@ from __future__ import annotations
 import logging
 import secrets
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from oncelog.core import producer_state as ps
 from oncelog.core.producer_state import ProducerStateConfig, ProducerStateManager
 from oncelog.core.sequence import distance_below, last_sequence_of
 from oncelog.protocol import records as rec
-from oncelog.protocol.records import message_format_magic
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
+from oncelog.protocol.records import message_format_magic
 from oncelog.storage import producer_snapshots as snaps
 
 log = logging.getLogger(__name__)
@@ -380,7 +381,7 @@ class Partition:
     def _safe_log_start(self) -> int:
         try:
             return self.log.log_start_offset
-        except Exception:  # the answer must still go out if the log is unusable
+        except Exception:  # noqa: BLE001 - the answer must still go out if the log is unusable
             return -1
 
     # ---------------------------------------------------------- periodic work
