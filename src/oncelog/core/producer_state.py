@@ -180,20 +180,20 @@ class ProducerSnapshotColumns(NamedTuple):
     The expired_* columns are the remembered producers (`expired_stride` base offsets each),
     `state_start` the producer-state start offset (see ProducerStateManager.state_start)."""
     stride: int
-    pid: array
-    epoch: array
-    updated: array
-    head: array
-    count: array
-    first: array
-    last: array
-    offset: array
-    timestamp: array
+    pid: array[int]
+    epoch: array[int]
+    updated: array[int]
+    head: array[int]
+    count: array[int]  # type: ignore[assignment]  # shadows tuple.count; the snapshot's column name
+    first: array[int]
+    last: array[int]
+    offset: array[int]
+    timestamp: array[int]
     expired_stride: int = 1
-    expired_pid: array | None = None
-    expired_count: array | None = None
-    expired_end: array | None = None
-    expired_offsets: array | None = None
+    expired_pid: array[int] | None = None
+    expired_count: array[int] | None = None
+    expired_end: array[int] | None = None
+    expired_offsets: array[int] | None = None
     state_start: int = 0
 
 
@@ -470,7 +470,7 @@ class ProducerStateManager:
     def clear(self) -> None:
         """Empty, keeping the key, the log start and the monotonic counts."""
         log_start, evictions, forgotten = self._log_start, self.evictions, self.expired.forgotten
-        self.__init__(self.config, hash_key=self._key)
+        self.__init__(self.config, hash_key=self._key)  # type: ignore[misc]  # the class is final in practice
         self._log_start, self.evictions, self.expired.forgotten = log_start, evictions, forgotten
 
     # ------------------------------------------------------------ inspection
@@ -528,6 +528,9 @@ class ProducerStateManager:
         index = PidIndex(self._key, array("q", cols.pid))  # raises on a producer listed twice
         expired = self._new_expired(cols.expired_stride)
         if cols.expired_pid is not None:
+            # the expired_* columns come together (ProducerColumns' readers set all or none)
+            assert cols.expired_count is not None and cols.expired_end is not None
+            assert cols.expired_offsets is not None
             expired.load(cols.expired_stride, cols.expired_pid, cols.expired_count, cols.expired_end,
                          cols.expired_offsets, cols.state_start - 1)
             live = [p for p, _r in expired.items() if index.find(p) >= 0]

@@ -80,15 +80,15 @@ class ConfigDef:
                 return float(raw)
             except ValueError:
                 raise ConfigError(f"{raw!r} is not a number") from None
-        value = str(raw).strip()
+        text = str(raw).strip()
         if self.choices is not None:
-            low = value.lower() if self.name != "message.timestamp.type" else value
-            if low not in self.choices:
-                raise ConfigError(f"{self.name}={value!r} is not one of {', '.join(self.choices)}")
-            value = low
+            choice = text.lower() if self.name != "message.timestamp.type" else text
+            if choice not in self.choices:
+                raise ConfigError(f"{self.name}={text!r} is not one of {', '.join(self.choices)}")
+            text = choice
         if self.check is not None:
-            self.check(value)
-        return value
+            self.check(text)
+        return text
 
     def render(self, value: Any) -> str:
         if isinstance(value, bool):

@@ -24,24 +24,25 @@ from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import DecodeError
 
 from oncelog.protocol.api import KIO_NAMES, api_name
+from oncelog.protocol.primitives import Buf
 
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 
 @cache
-def module(api_key: int, version: int, kind: str):
+def module(api_key: int, version: int, kind: str) -> Any:
     """kind: "request" or "response"."""
     return importlib.import_module(f"kio.schema.{KIO_NAMES[api_key]}.v{version}.{kind}")
 
 
 @cache
-def entity_class(api_key: int, version: int, kind: str):
+def entity_class(api_key: int, version: int, kind: str) -> Any:
     camel = "".join(part.capitalize() for part in KIO_NAMES[api_key].split("_"))
     return getattr(module(api_key, version, kind), camel + kind.capitalize())
 
 
 @cache
-def _fields(cls) -> dict[str, str]:
+def _fields(cls: Any) -> dict[str, str]:
     return {f.name: f.metadata.get("kafka_type", "") for f in dataclasses.fields(cls)}
 
 
@@ -56,12 +57,12 @@ def _convert(kafka_type: str, value: Any) -> Any:
     return value
 
 
-def make(cls, **kwargs: Any):
+def make(cls: Any, **kwargs: Any) -> Any:
     names = _fields(cls)
     return cls(**{k: _convert(names[k], v) for k, v in kwargs.items() if k in names})
 
 
-def nested(api_key: int, version: int, kind: str, cls_name: str):
+def nested(api_key: int, version: int, kind: str, cls_name: str) -> Any:
     return getattr(module(api_key, version, kind), cls_name)
 
 
@@ -76,7 +77,7 @@ class MalformedResponse(ValueError):
 _DECODE_ERRORS = (DecodeError, ValueError, IndexError, TypeError, OverflowError)
 
 
-def decode_request(api_key: int, version: int, body) -> Any:
+def decode_request(api_key: int, version: int, body: Buf) -> Any:
     try:
         value, _size = entity_reader(entity_class(api_key, version, "request"))(bytes(body), 0)
     except _DECODE_ERRORS as e:
@@ -84,7 +85,7 @@ def decode_request(api_key: int, version: int, body) -> Any:
     return value
 
 
-def decode_response(api_key: int, version: int, body) -> Any:
+def decode_response(api_key: int, version: int, body: Buf) -> Any:
     try:
         value, _size = entity_reader(entity_class(api_key, version, "response"))(bytes(body), 0)
     except _DECODE_ERRORS as e:
@@ -120,7 +121,7 @@ class _Builder:
     def __init__(self, api_key: int, version: int) -> None:
         self.api_key, self.version = api_key, version
 
-    def __call__(self, cls_name: str, **kwargs: Any):
+    def __call__(self, cls_name: str, **kwargs: Any) -> Any:
         return make(nested(self.api_key, self.version, self.kind, cls_name), **kwargs)
 
     def encode(self, **kwargs: Any) -> bytes:

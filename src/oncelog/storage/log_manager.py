@@ -14,7 +14,7 @@ import os
 import re
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -111,7 +111,7 @@ class LogManager:
     def partitions(self) -> Iterator[Partition]:
         return iter(list(self._partitions.values()))
 
-    def topic_name(self, topic_id) -> str | None:
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
         return self._by_id.get(topic_id)
 
     def topic_config(self, name: str) -> dict[str, Any]:
@@ -209,7 +209,7 @@ class LogManager:
             os.close(fd)
 
     # ------------------------------------------------------------------ periodic work
-    def tick(self, now_ms: int, flush=None) -> None:
+    def tick(self, now_ms: int, flush: Callable[[Partition], None] | None = None) -> None:
         """Retention, the flush policy and producer expiry. `flush(partition)`: who runs a due
         fsync (the broker's group commit, off the event loop); None: here and now."""
         for key, partition in list(self._partitions.items()):
