@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import pytest
 
+from oncelog.broker.metrics import producer_state_metrics
+from oncelog.core.producer_state import ProducerStateConfig
 from oncelog.core.sequence import MAX_SEQUENCE
 from oncelog.protocol import records as rec
 from oncelog.protocol.errors import ErrorCode as E
 from oncelog.protocol.record_codec import Record, encode_batch
 from oncelog.storage import producer_snapshots as snaps
-from oncelog.storage.partition import Partition, producer_state_metrics
+from oncelog.storage.partition import Partition, PartitionConfig
 
 try:  # STORAGE's real log; until it lands, a minimal file-backed stand-in with the same contract
     import oncelog.storage.log as _log
@@ -50,8 +52,7 @@ class Env:
 
     def open(self, now=NOW) -> Partition:
         log = PartitionLog.open(self.directory, self.log_config, now)
-        return Partition("t", 0, log, self.log_config, directory=self.directory,
-                         producer_config=self.producer_config, now_ms=now)
+        return Partition("t", 0, log, ProducerStateConfig.from_topic_config(self.producer_config), now_ms=now)
 
     def restart(self, clean=True, now=NOW):
         if clean:
@@ -538,13 +539,13 @@ def test_window_change_at_runtime(env):
     e = env()
     offsets = fill(e, 30)
     assert e.append(batch(14 * 2)).error_code == E.OUT_OF_ORDER_SEQUENCE_NUMBER
-    e.partition.update_config(producer_config={"producer.state.batches.to.retain": 20})
+    e.partition.update_config(PartitionConfig(e.log_config, ProducerStateConfig(batches_to_retain=20)))
     assert e.partition.producer_state_batches_to_retain == 20
     offsets += fill(e, 20, start=60)
     r = e.append(batch(60 + 2))  # 19 batches back
     assert (r.error_code, r.base_offset) == (0, offsets[31])
     assert e.append(batch(0)).error_code == E.OUT_OF_ORDER_SEQUENCE_NUMBER  # far below the window
-    e.partition.update_config(producer_config={"producer.state.batches.to.retain": 5})
+    e.partition.update_config(PartitionConfig(e.log_config, ProducerStateConfig(batches_to_retain=5)))
     assert e.append(batch(60 + 2)).error_code == E.OUT_OF_ORDER_SEQUENCE_NUMBER
     r = e.append(batch(60 + 15 * 2))
     assert (r.error_code, r.base_offset) == (0, offsets[45])
@@ -657,7 +658,7 @@ def test_truncation_rebuilds_producer_state(env):
 
 
 def test_producer_state_metrics_per_topic(env):
-    from oncelog.storage.partition import PRODUCER_STATE_METRICS, producer_state_metrics
+    from oncelog.broker.metrics import PRODUCER_STATE_METRICS
     e = env()
     fill(e, 3)
     e.append(batch(4))

@@ -22,7 +22,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from oncelog.protocol.errors import ErrorCode as E
 from oncelog.protocol.record_codec import Record, encode_batch
-from oncelog.storage.partition import Partition
+from oncelog.core.producer_state import ProducerStateConfig
+from oncelog.storage.partition import Partition, PartitionConfig
 
 try:  # STORAGE's real log; until it lands, a minimal file-backed stand-in with the same contract
     import oncelog.storage.log as _log
@@ -74,8 +75,8 @@ class PartitionMachine(RuleBasedStateMachine):
 
     def _open(self) -> Partition:
         log = PartitionLog.open(self.dir, self.log_config, self.now)
-        return Partition("t", 0, log, self.log_config, directory=self.dir, now_ms=self.now,
-                         producer_config=self._producer_config())
+        return Partition("t", 0, log, ProducerStateConfig.from_topic_config(self._producer_config()),
+                         now_ms=self.now)
 
     @staticmethod
     def _last_offset(b) -> int:
@@ -174,7 +175,8 @@ class PartitionMachine(RuleBasedStateMachine):
     @rule(window=st.sampled_from([5, 6, 20]))
     def change_window(self, window):
         self.window = window
-        self.partition.update_config(producer_config=self._producer_config())
+        self.partition.update_config(PartitionConfig(
+            self.log_config, ProducerStateConfig.from_topic_config(self._producer_config())))
         for p in self.producers.values():
             p["retained"] = min(p["retained"], window)
         for remembered in (self.expired, self.restored):  # remembered offsets follow the window

@@ -27,6 +27,7 @@ from oncelog.broker.group_commit import GroupCommit
 from oncelog.broker.group_coordinator import GroupCoordinator
 from oncelog.broker.handlers import HANDLERS
 from oncelog.broker.local_producer_ids import LocalProducerIds
+from oncelog.broker.logs import Logs
 from oncelog.broker.metrics import BrokerMetrics
 from oncelog.broker.producer_id_manager import ProducerIdManager
 from oncelog.broker.request_context import CLIENT
@@ -52,9 +53,9 @@ class Broker:
         self.config = config if isinstance(config, BrokerConfig) else BrokerConfig(config or {})
         self.node_id = self.config["node.id"]
         self._clock = clock
-        self.logs = LogManager(self.config.log_dirs, self.config.topic_defaults(),
-                               self.config.producer_config())
-        self.logs.expiration_check_interval_ms = self.config["producer.id.expiration.check.interval.ms"]
+        self.logs: Logs = LogManager(
+            self.config.log_dirs, self.config.topic_defaults(), self.config.producer_config(), node_id=self.node_id,
+            expiration_check_interval_ms=self.config["producer.id.expiration.check.interval.ms"])
         self.producer_ids = producer_ids
         self.groups: GroupCoordinator | None = None
         self.controller_link: ControllerLink | None = None
@@ -82,7 +83,7 @@ class Broker:
         self.cluster_id = self.cluster_id or _stored_cluster_id(first_dir)
         clustered = self.config["oncelog.cluster"]
         if not clustered:
-            self.logs.open(self.now_ms())
+            await self.logs.open(self.now_ms())
         c = self.config
         self.groups = GroupCoordinator(
             GroupOffsetStore(first_dir / "__consumer_offsets", shared=clustered), self.now_ms,
@@ -143,20 +144,17 @@ class Broker:
         if self.controller_link is None:
             raise RuntimeError("oncelog.cluster needs controller.quorum.bootstrap.servers")
         ctl = self.controller_link.client
-        self.logs = ClusterLogs(self.config.log_dirs[0], self.config.topic_defaults(),
-                                self.config.producer_config(),
-                                ControllerClient(ctl.host, ctl.port, ctl.username, ctl.password),
-                                self.node_id, self.now_ms)
-        self.logs.expiration_check_interval_ms = self.config["producer.id.expiration.check.interval.ms"]
-        self.logs.open(self.now_ms())
-        await self.logs.refresh()
-        self.logs.start()
+        self.logs = ClusterLogs(
+            self.config.log_dirs[0], self.config.topic_defaults(), self.config.producer_config(),
+            ControllerClient(ctl.host, ctl.port, ctl.username, ctl.password), self.node_id, self.now_ms,
+            expiration_check_interval_ms=self.config["producer.id.expiration.check.interval.ms"])
+        await self.logs.open(self.now_ms())
 
     def group_coordinator(self, group_id: str) -> tuple[int, str, int]:
         """(node id, host, port) of the broker coordinating `group_id`: this one on a single node; in
         a cluster, one live broker chosen by a hash of the group id, as Kafka maps groups to
         partitions of __consumer_offsets."""
-        brokers = sorted(getattr(self.logs, "brokers", None) or [], key=lambda b: b.node_id)
+        brokers = sorted(self.logs.brokers, key=lambda b: b.node_id)
         if not brokers:
             return self.node_id, self.advertised_host, self.advertised_port
         b = brokers[zlib.crc32(group_id.encode()) % len(brokers)]
@@ -184,7 +182,7 @@ class Broker:
             self._server = None
         self.metrics.close()
         self.group_commit.close()
-        self.logs.close()
+        await self.logs.close()
         log.info("broker %d stopped", self.node_id)
 
     async def _tick_loop(self) -> None:

@@ -2,7 +2,6 @@
 deleted topic are deleted with it."""
 from __future__ import annotations
 
-from oncelog.broker.request_context import maybe_await
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
@@ -28,7 +27,7 @@ async def handle(broker, version: int, body) -> bytes:
             info = broker.logs.topics.get(str(name))
             topic_id = info.topic_id if info is not None else topic_id
             try:
-                await maybe_await(broker.logs.delete_topic(str(name)))
+                await broker.logs.delete_topic(str(name))
                 # as Kafka does: a topic created again under this name starts without old commits
                 broker.groups.delete_topic(str(name))
             except KafkaProtocolError as e:

@@ -3,7 +3,6 @@
 All of a resource's changes are validated before any is applied."""
 from __future__ import annotations
 
-from oncelog.broker.request_context import maybe_await
 from oncelog.core.topic_config import parse_topic_configs
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
@@ -38,7 +37,7 @@ async def handle(broker, version: int, body) -> bytes:
                     raise KafkaProtocolError(ErrorCode.INVALID_CONFIG, f"{c.name}: APPEND/SUBTRACT "
                                              "apply to list configs, which oncelog's topics do not have")
             if not request.validate_only:
-                await maybe_await(broker.logs.alter_topic_config(rname, to_set, to_delete))
+                await broker.logs.alter_topic_config(rname, to_set, to_delete)
             else:
                 parse_topic_configs(to_set)
         except KafkaProtocolError as e:
