@@ -4,6 +4,7 @@ import itertools
 import pytest
 
 from oncelog.testing.embedded import BrokerProcess
+from oncelog.testing.handler_bugs import no_handler_bugs  # noqa: F401  (autouse: a handler bug a broker logs fails the test)
 
 _topic_counter = itertools.count()
 

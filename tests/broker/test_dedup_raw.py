@@ -15,6 +15,7 @@ import pytest
 
 from oncelog.protocol.errors import ErrorCode as E
 from oncelog.protocol.record_codec import Record, encode_batch
+from oncelog.testing.in_process import InProcessBroker
 
 server = pytest.importorskip("oncelog.broker.server", reason="broker/server.py (BROKER) has not landed yet")
 
@@ -208,7 +209,7 @@ class Client:
 
 
 async def start_broker(tmp_path):
-    broker = server.Broker(_broker_config(tmp_path))
+    broker = InProcessBroker(_broker_config(tmp_path))
     host, port = (await broker.start())[:2]
     return broker, host, port
 

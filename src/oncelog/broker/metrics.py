@@ -31,6 +31,9 @@ class BrokerMetrics:
         self.connections_closed = Counter("oncelog_connections_closed_on_bad_input",
                                           "connections closed for an oversized or malformed frame",
                                           registry=self.registry)
+        self.handler_bugs = Counter("oncelog_handler_bugs", "requests whose handler raised (a bug in "
+                                    "oncelog, logged with its traceback), answered UNKNOWN_SERVER_ERROR",
+                                    registry=self.registry)
         self.registry.register(_PartitionCollector(partitions))
         self._server = None
         self._children: dict[int, tuple] = {}  # labelled children per API, looked up once

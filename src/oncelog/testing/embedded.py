@@ -12,6 +12,12 @@ import time
 from pathlib import Path
 
 _LISTENING = re.compile(r"oncelog: listening on ([\d.]+):(\d+)")
+_LOG_FILES: dict[Path, None] = {}  # of every broker process started, in order
+
+
+def broker_log_files() -> list[Path]:
+    """The log file of every broker process started so far (`testing.handler_bugs` reads them)."""
+    return list(_LOG_FILES)
 
 
 def wait_for_line(proc: subprocess.Popen, pattern: re.Pattern, timeout_s: float) -> re.Match | None:
@@ -54,6 +60,7 @@ class BrokerProcess:
     def start(self, timeout_s: float = 30) -> "BrokerProcess":
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_file, "ab")
+        _LOG_FILES[self.log_file] = None
         self.proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=log,
                                      env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env})
         log.close()

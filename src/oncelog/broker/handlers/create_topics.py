@@ -11,8 +11,7 @@ from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 API_KEY = ApiKey.CREATE_TOPICS
 
 
-async def handle(broker, version: int, body) -> bytes:
-    request = entities.decode_request(API_KEY, version, body)
+async def handle(broker, version: int, request) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     results = []
     for t in request.topics:
@@ -55,3 +54,9 @@ def _partitions(broker, t) -> int:
     if n < 1:
         raise KafkaProtocolError(ErrorCode.INVALID_PARTITIONS, f"{n} partitions")
     return n
+
+
+def error_response(version: int, request, code: int) -> bytes:
+    rb = entities.ResponseBuilder(API_KEY, version)
+    return rb.encode_error(code, topics=tuple(rb.error("CreatableTopicResult", code, name=t.name, configs=None)
+                                              for t in request.topics))

@@ -13,8 +13,7 @@ TOPIC = 2
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 
-async def handle(broker, version: int, body) -> bytes:
-    request = entities.decode_request(API_KEY, version, body)
+async def handle(broker, version: int, request) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     responses = []
     for res in request.resources:
@@ -45,3 +44,11 @@ async def handle(broker, version: int, body) -> bytes:
         responses.append(rb("AlterConfigsResourceResponse", error_code=code, error_message=message,
                             resource_type=rtype, resource_name=rname))
     return rb.encode(throttle_time=0, responses=tuple(responses))
+
+
+def error_response(version: int, request, code: int) -> bytes:
+    rb = entities.ResponseBuilder(API_KEY, version)
+    return rb.encode_error(code, responses=tuple(
+        rb.error("AlterConfigsResourceResponse", code, error_message=None, resource_type=res.resource_type,
+                 resource_name=res.resource_name)
+        for res in request.resources))

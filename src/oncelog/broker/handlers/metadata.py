@@ -9,14 +9,14 @@ from oncelog.protocol import entities
 from oncelog.protocol import metadata as wire
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
+from oncelog.protocol.primitives import NULL_UUID
 from oncelog.storage.partition import message_format_magic
 
 API_KEY = ApiKey.METADATA
 log = logging.getLogger(__name__)
 
 
-async def handle(broker, version: int, body) -> bytes:
-    request = entities.decode_request(API_KEY, version, body)
+async def handle(broker, version: int, request) -> bytes:
     if request.topics is None:
         wanted = sorted(broker.logs.topics)
     else:
@@ -68,3 +68,10 @@ async def topic_entry(broker, name, allow_create: bool) -> wire.TopicEntry:
         partitions.append(wire.PartitionEntry(i, 0 if leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE, leader, epoch))
     magic = message_format_magic(broker.logs.topic_config(name)["message.format.version"])
     return wire.TopicEntry(name, 0, info.topic_id, tuple(partitions), magic)
+
+
+def error_response(version: int, request, code: int) -> bytes:
+    """`code` for each topic named (none when all were asked for), and no brokers."""
+    topics = [wire.TopicEntry(t.name, code, topic_id=getattr(t, "topic_id", None) or NULL_UUID)
+              for t in request.topics or ()]
+    return wire.encode_response(version, [], None, -1, topics)
