@@ -69,6 +69,7 @@ def _error_defaults(cls) -> tuple[tuple[str, str, Any], ...]:
                                            or f.default_factory is not dataclasses.MISSING):
             continue
         hint = hints[f.name]
+        value: Any
         nullable = typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in typing.get_args(hint)
         if kafka_type == "error_code":
             value = None

@@ -134,7 +134,7 @@ class LogManager:
         return iter(list(self._partitions.values()))
 
     def topic_name(self, topic_id: uuid.UUID | None) -> str | None:
-        return self._by_id.get(topic_id)
+        return self._by_id.get(topic_id) if topic_id is not None else None
 
     def topic_config(self, name: str) -> dict[str, Any]:
         return effective_topic_config(self.server_defaults, self.topics[name].overrides)

@@ -158,7 +158,7 @@ class Partition:
         """The fsynced end (the end with write.caching): acks=all answers and consumers wait for it."""
         return self.log.high_watermark
 
-    def read(self, offset: int, max_bytes: int, min_one: bool = True) -> bytes:
+    def read(self, offset: int, max_bytes: int, min_one: bool = True) -> bytes | memoryview:
         return self.log.read(offset, max_bytes, self.log.high_watermark, min_one)
 
     # ------------------------------------------------------------ durability
