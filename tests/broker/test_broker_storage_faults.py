@@ -10,7 +10,7 @@ from oncelog.testing.workloads import read_range
 
 from test_dedup_raw import Client, Conn, batch  # noqa: E402  (tests/broker is on sys.path)
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.processes]
 
 
 async def _client(b: BrokerProcess) -> Client:

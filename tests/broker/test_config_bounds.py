@@ -59,6 +59,7 @@ def _produce_idempotently(bootstrap: str, topic: str, n: int = 20) -> list[int]:
         p.close()
 
 
+@pytest.mark.processes
 def test_a_stored_config_that_no_longer_validates_does_not_stop_a_start(tmp_path):
     b = BrokerProcess(tmp_path / "data").start()
     try:

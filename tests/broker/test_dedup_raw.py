@@ -13,25 +13,24 @@ import uuid
 
 import pytest
 
+from kio.schema.create_topics.v7 import request as ct_req
+from kio.schema.create_topics.v7.response import CreateTopicsResponse
+from kio.schema.describe_producers.v0.request import DescribeProducersRequest, TopicRequest
+from kio.schema.describe_producers.v0.response import DescribeProducersResponse
+from kio.schema.incremental_alter_configs.v1 import request as iac_req
+from kio.schema.incremental_alter_configs.v1.response import IncrementalAlterConfigsResponse
+from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
+from kio.schema.init_producer_id.v4.response import InitProducerIdResponse
+from kio.schema.metadata.v12 import request as md_req
+from kio.schema.metadata.v12.response import MetadataResponse
+from kio.schema.types import TopicName
+from kio.serial import entity_reader, entity_writer
+from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
+
+from oncelog.broker.config import BrokerConfig
 from oncelog.protocol.errors import ErrorCode as E
 from oncelog.protocol.record_codec import Record, encode_batch
 from oncelog.testing.in_process import InProcessBroker
-
-server = pytest.importorskip("oncelog.broker.server", reason="broker/server.py (BROKER) has not landed yet")
-
-from kio.schema.create_topics.v7 import request as ct_req  # noqa: E402
-from kio.schema.create_topics.v7.response import CreateTopicsResponse  # noqa: E402
-from kio.schema.describe_producers.v0.request import DescribeProducersRequest, TopicRequest  # noqa: E402
-from kio.schema.describe_producers.v0.response import DescribeProducersResponse  # noqa: E402
-from kio.schema.incremental_alter_configs.v1 import request as iac_req  # noqa: E402
-from kio.schema.incremental_alter_configs.v1.response import IncrementalAlterConfigsResponse  # noqa: E402
-from kio.schema.init_producer_id.v4.request import InitProducerIdRequest  # noqa: E402
-from kio.schema.init_producer_id.v4.response import InitProducerIdResponse  # noqa: E402
-from kio.schema.metadata.v12 import request as md_req  # noqa: E402
-from kio.schema.metadata.v12.response import MetadataResponse  # noqa: E402
-from kio.schema.types import TopicName  # noqa: E402
-from kio.serial import entity_reader, entity_writer  # noqa: E402
-from kio.static.primitive import i8, i16, i32, i32Timedelta, i64  # noqa: E402
 
 NOW = 1_700_000_000_000
 
@@ -215,16 +214,8 @@ async def start_broker(tmp_path):
 
 
 def _broker_config(tmp_path):
-    overrides = {"log.dirs": str(tmp_path / "data"), "listeners": "PLAINTEXT://127.0.0.1:0", "node.id": "1"}
-    config_mod = pytest.importorskip("oncelog.broker.config")
-    for name in ("BrokerConfig", "ServerConfig", "Config"):
-        cls = getattr(config_mod, name, None)
-        if cls is not None:
-            for factory in ("from_overrides", "from_dict", "parse"):
-                if hasattr(cls, factory):
-                    return getattr(cls, factory)(overrides)
-            return cls(overrides)
-    return overrides
+    return BrokerConfig({"log.dirs": str(tmp_path / "data"), "listeners": "PLAINTEXT://127.0.0.1:0",
+                         "node.id": "1"})
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from oncelog.testing.workloads import read_range
 
 from test_dedup_raw import Client, Conn, batch, produce_body, parse_produce  # noqa: E402
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.timeout(180), pytest.mark.processes]
 
 
 async def _client(b: BrokerProcess) -> Client:

@@ -12,6 +12,8 @@ from oncelog.testing.embedded import BrokerProcess
 
 from test_bad_input import connect, produce_one, still_serves
 
+pytestmark = pytest.mark.processes
+
 
 @pytest.fixture(scope="module")
 def fuzz_broker(tmp_path_factory):

@@ -95,7 +95,7 @@ def test_librdkafka_mock_leader_move_resets_window_and_delivers(rdkafka_mock3):
     with Producer(conf) as p:
         futs = [p.send("fl", b"%06d" % i) for i in range(500)]
         p.flush(30)
-        from oncelog.client.accumulator import TopicPartition as TP
+        from oncelog.client.types import TopicPartition as TP
         ps = p.aio.core.partition_state(TP("fl", 0))
         old_leader = ps.leader
         new_leader = 1 if old_leader != 1 else 2
@@ -135,24 +135,22 @@ def test_tansu_exactly_once_and_order_through_connection_resets(tansu):
     sequence order, and the log holds every record once, in order. Tansu answers replays with
     DUPLICATE_SEQUENCE_NUMBER, so those records report offset None."""
     from oncelog.client import AdminClient
-
-    from reset_proxy import ResetProxy
+    from oncelog.testing.fault_proxy import FaultConfig, ThreadedFaultProxy
     with AdminClient({"bootstrap.servers": tansu}) as a:
         a.create_topics(["fr"], num_partitions=1)
-    host, port = tansu.split(":")
-    proxy = ResetProxy((host, int(port)), (20000, 120000))
+    proxy = ThreadedFaultProxy(tansu, FaultConfig(cut_after_bytes=(20000, 120000), seed=1)).start()
     try:
         n = 4000
-        conf = {"bootstrap.servers": proxy.address, "oncelog.address.map": f"{tansu}={proxy.address}",
+        conf = {"bootstrap.servers": proxy.bootstrap, "oncelog.address.map": f"{tansu}={proxy.bootstrap}",
                 "linger.ms": 2, "batch.size": 3000, "max.in.flight.requests.per.connection": 20,
                 "enable.idempotence": "required", "retry.backoff.ms": 5, "request.timeout.ms": 5000}
         with Producer(conf) as p:
             futs = [p.send("fr", b"%06d" % i + b"y" * 200) for i in range(n)]
             p.flush(120)
             metas = [f.result(30) for f in futs]
-        assert proxy.resets >= 3
+        assert proxy.stats.cuts >= 3
     finally:
-        proxy.close()
+        proxy.stop()
     out = read_all(tansu, "fr", 1, n)
     values = [int(r.value[:6]) for r in out[0]]
     assert values == list(range(n)), "duplicate, gap or reorder"

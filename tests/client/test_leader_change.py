@@ -10,9 +10,11 @@ import time
 
 import pytest
 
-from oncelog.cli.perf import ProxyProcess
 from oncelog.client import Producer
-from oncelog.client.accumulator import TopicPartition as TP
+from oncelog.client.types import TopicPartition as TP
+from oncelog.testing.fault_proxy import FaultConfig, FaultProxyProcess
+
+pytestmark = pytest.mark.processes
 
 _spec = importlib.util.spec_from_file_location(
     "inflight_broker", os.path.join(os.path.dirname(__file__), "..", "..", "bench", "inflight_broker.py"))
@@ -28,10 +30,11 @@ def two_node_standin():
     b = standin.StandInBroker(None, {"lc": 20})
     a1 = asyncio.run_coroutine_threadsafe(b.start_node(1), loop).result(5)
     a2 = asyncio.run_coroutine_threadsafe(b.start_node(2, old=True), loop).result(5)
-    proxies = [ProxyProcess(f"{a[0]}:{a[1]}", 8) for a in (a1, a2)]
-    amap = ",".join(f"{a[0]}:{a[1]}={p.address}" for a, p in zip((a1, a2), proxies))
+    delay = FaultConfig(latency_ms_up=8, latency_ms_down=8)
+    proxies = [FaultProxyProcess(f"{a[0]}:{a[1]}", delay).start() for a in (a1, a2)]
+    amap = ",".join(f"{a[0]}:{a[1]}={p.bootstrap}" for a, p in zip((a1, a2), proxies))
     try:
-        yield b, loop, {"bootstrap.servers": proxies[0].address, "oncelog.address.map": amap}
+        yield b, loop, {"bootstrap.servers": proxies[0].bootstrap, "oncelog.address.map": amap}
     finally:
         for p in proxies:
             p.stop()

@@ -3,16 +3,19 @@ UNKNOWN_PRODUCER_ID after retention vs without, old message formats and the idem
 exactly-once through connection resets. A delay proxy keeps requests in flight long enough for
 the windows to fill (no timing is asserted)."""
 import logging
+import os
+import sys
 import time
 
 import pytest
 
-from oncelog.cli.perf import ProxyProcess
 from oncelog.client import AdminClient, Consumer, Producer, TopicPartition
-from oncelog.client.accumulator import TopicPartition as TP
 from oncelog.client.errors import DataLossError, IdempotenceUnsupportedError
+from oncelog.client.types import TopicPartition as TP
+from oncelog.testing.embedded import ServerProcess
+from oncelog.testing.fault_proxy import FaultConfig, FaultProxyProcess, ThreadedFaultProxy
 
-from reset_proxy import ResetProxy
+pytestmark = pytest.mark.processes
 
 
 @pytest.fixture
@@ -27,8 +30,14 @@ def create(boot, topic, partitions=1, **config):
 
 
 def via_proxy(boot, rtt_ms=30):
-    px = ProxyProcess(boot, rtt_ms / 2)
-    return px, {"bootstrap.servers": px.address, "oncelog.address.map": f"{boot}={px.address}"}
+    px = FaultProxyProcess(boot, FaultConfig(latency_ms_up=rtt_ms / 2, latency_ms_down=rtt_ms / 2)).start()
+    return px, {"bootstrap.servers": px.bootstrap, "oncelog.address.map": f"{boot}={px.bootstrap}"}
+
+
+def cutting_proxy(boot):
+    """Cuts each connection mid-request after 2-15 KB from the client: requests in flight are
+    lost, processed or not, and the client must reconnect and retry."""
+    return ThreadedFaultProxy(boot, FaultConfig(cut_after_bytes=(2000, 15000), seed=1)).start()
 
 
 def read(boot, topic, partition=0, expected=None, timeout_s=30):
@@ -62,32 +71,20 @@ BASE = {"batch.size": "1", "linger.ms": "0", "enable.idempotence": "required"}
 WINDOWS = {"w20": 20, "c1": 20, "c5": 5, "two5": 5, "two20": 20}
 
 
-class StandIn:
+def stand_in(windows):
     """bench/inflight_broker.py: in memory, but deduplicating with oncelog's producer-state core
-    and answering ProduceResponse v14 tag 1. Lets the KIP-1269 plan run where the product broker
-    is not available; the same tests run against `oncelog serve` when it is."""
-
-    def __init__(self, windows):
-        import os
-        import re
-        import subprocess
-        import sys
-        path = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "inflight_broker.py")
-        cmd = [sys.executable, path] + [a for t, w in windows.items() for a in ("--window", f"{t}={w}")]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
-        self.bootstrap = re.search(r"listening on (\S+)", self.proc.stdout.readline()).group(1)
-
-    def stop(self):
-        self.proc.kill()
-        self.proc.wait(5)
+    and answering ProduceResponse v14 tag 1: the client-side numbers' broker in bench/inflight.py,
+    held to the same KIP-1269 plan as `oncelog serve`."""
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "inflight_broker.py")
+    return ServerProcess([sys.executable, path] + [a for t, w in windows.items() for a in ("--window", f"{t}={w}")])
 
 
 @pytest.fixture(params=["oncelog", "standin"])
 def kip_broker(request):
     if request.param == "standin":
-        s = StandIn(WINDOWS)
+        s = stand_in(WINDOWS).start()
         yield s
-        s.stop()
+        s.kill()
         return
     b = request.getfixturevalue("oncelog_broker")()
     for topic, window in WINDOWS.items():
@@ -140,17 +137,16 @@ def test_two_topics_with_different_windows_on_one_broker(kip_broker):
 
 def test_exactly_once_through_resets_with_window_20(kip_broker):
     """KAFKA-5494 under faults with 20 batches in flight: reported offsets are the log's."""
-    host, port = kip_broker.bootstrap.split(":")
-    proxy = ResetProxy((host, int(port)), (2000, 15000))
+    proxy = cutting_proxy(kip_broker.bootstrap)
     try:
-        conf = {"bootstrap.servers": proxy.address,
-                "oncelog.address.map": f"{kip_broker.bootstrap}={proxy.address}",
+        conf = {"bootstrap.servers": proxy.bootstrap,
+                "oncelog.address.map": f"{kip_broker.bootstrap}={proxy.bootstrap}",
                 "batch.size": "1500", "linger.ms": "1", "max.in.flight.requests.per.connection": 20,
                 "retry.backoff.ms": 5, "request.timeout.ms": 5000}
         metas, _, windows = run(conf, 5000, lambda i: "w20")
-        assert proxy.resets >= 3 and windows["w20"] == 20
+        assert proxy.stats.cuts >= 3 and windows["w20"] == 20
     finally:
-        proxy.close()
+        proxy.stop()
     offsets = [m.offset for m in metas]
     # every record got its own offset, in send order, with no hole: nothing written twice or lost
     assert offsets == list(range(5000))
@@ -210,16 +206,15 @@ def test_range_mode_threshold_learned_and_exactly_once(broker):
 def test_exactly_once_and_order_through_connection_resets(broker):
     """KAFKA-5494 under faults, window 20, against the real dedup."""
     create(broker.bootstrap, "rs", producer_state_batches_to_retain=20)
-    host, port = broker.bootstrap.split(":")
-    proxy = ResetProxy((host, int(port)), (2000, 15000))
+    proxy = cutting_proxy(broker.bootstrap)
     try:
-        conf = {"bootstrap.servers": proxy.address, "oncelog.address.map": f"{broker.bootstrap}={proxy.address}",
+        conf = {"bootstrap.servers": proxy.bootstrap, "oncelog.address.map": f"{broker.bootstrap}={proxy.bootstrap}",
                 "batch.size": "1500", "linger.ms": "1", "max.in.flight.requests.per.connection": 20,
                 "retry.backoff.ms": 5, "request.timeout.ms": 5000}
         metas, _, _ = run(conf, 5000, lambda i: "rs")
-        assert proxy.resets >= 3
+        assert proxy.stats.cuts >= 3
     finally:
-        proxy.close()
+        proxy.stop()
     recs = read(broker.bootstrap, "rs", expected=5000)
     assert [int(r.value) for r in recs] == list(range(5000)), "duplicate, gap or reorder"
     by_off = {r.offset: int(r.value) for r in recs}
@@ -520,5 +515,5 @@ def test_sends_racing_close_are_each_delivered_or_failed(broker):
     # before close() began hands its record over after close() took the handoff
     from oncelog.client.futures import new_record_future
     late = new_record_future()
-    assert p.aio._hand_over(p.aio._tp("racing", 0), 0, None, b"late", None, late, 40)
+    assert p.aio.handoff.hand_over(p.aio.metadata.tp("racing", 0), 0, None, b"late", None, late, 40)
     assert isinstance(late.exception(0), ProducerClosedError)

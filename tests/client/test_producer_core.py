@@ -4,10 +4,10 @@ import logging
 
 import pytest
 
-from oncelog.client.accumulator import TopicPartition
 from oncelog.client.config import Idempotence, ProducerConfig
 from oncelog.client.errors import ConfigError, DataLossError, IdempotenceUnsupportedError
 from oncelog.client.producer_core import PartitionResult, ProducerCore
+from oncelog.client.types import TopicPartition
 from oncelog.protocol.errors import ErrorCode as E
 
 from core_harness import Harness
@@ -626,3 +626,93 @@ def test_not_leader_with_current_leader_moves_the_partition_at_once():
     h.error(r, E.NOT_LEADER_OR_FOLLOWER, current_leader=(1, 4))
     h.deliver(r)
     assert (ps.leader, ps.leader_epoch) == (2, 5)
+
+
+# ------------------------------------------------------------------ InitProducerId outcomes
+# (decided by the core; the asyncio sender only carries the requests)
+
+def _core(mode="required", backoff=100):
+    return ProducerCore(ProducerConfig.from_dict({"bootstrap.servers": "x", "enable.idempotence": mode,
+                                                  "retry.backoff.ms": backoff}))
+
+
+def test_init_producer_id_retriable_error_is_asked_again_after_the_backoff():
+    core = _core()
+    assert core.producer_id_request(1000) == (-1, -1)
+    assert not core.on_init_producer_id(-1, E.COORDINATOR_LOAD_IN_PROGRESS, -1, -1, 1000)
+    assert core.producer_id < 0 and core.fatal is None and core.idempotent
+    assert core.producer_id_wait_ms(1040) == 60
+    assert core.producer_id_request(1099) is None
+    assert core.producer_id_request(1100) == (-1, -1)
+    assert not core.on_init_producer_id(-1, 0, 7, 0, 1110)
+    assert (core.producer_id, core.producer_epoch) == (7, 0)
+    assert core.producer_id_wait_ms(1110) is None and core.producer_id_request(1110) is None
+
+
+def test_init_producer_id_without_an_answer_is_asked_again_after_the_backoff():
+    core = _core()
+    assert core.producer_id_request(0) == (-1, -1)
+    core.producer_id_retry_later(OSError("connection reset"), 0)
+    assert core.producer_id_request(50) is None and core.producer_id_request(100) == (-1, -1)
+
+
+def test_init_producer_id_refused_for_a_fresh_id():
+    # requested: the broker cannot give an id, so the producer goes on without idempotence
+    core = _core("requested")
+    core.producer_id_request(0)
+    assert not core.on_init_producer_id(-1, E.CLUSTER_AUTHORIZATION_FAILED, -1, -1, 0)
+    assert not core.idempotent and core.fatal is None
+    # required: that is fatal
+    core = _core("required")
+    core.producer_id_request(0)
+    assert not core.on_init_producer_id(-1, E.CLUSTER_AUTHORIZATION_FAILED, -1, -1, 0)
+    assert isinstance(core.fatal, IdempotenceUnsupportedError)
+
+
+def test_a_refused_bump_asks_for_a_fresh_id_once_and_then_takes_the_answer():
+    core = _core()
+    core.producer_id_request(0)
+    core.on_init_producer_id(-1, 0, 7, 32767, 0)
+    core.bump_requested = True
+    assert core.producer_id_request(0) == (-1, -1)   # the epoch is exhausted: a new id
+    core.init_pid_in_progress = False
+    core.producer_id, core.producer_epoch = 7, 3
+    # a broker that bumps (KIP-360) is asked with the id and epoch; one that cannot, without
+    assert core.init_producer_id_fields(7, 3, 3) == (7, 3)
+    assert core.init_producer_id_fields(7, 3, 2) == (-1, -1)
+    assert core.on_init_producer_id(7, E.INVALID_PRODUCER_EPOCH, -1, -1, 0)   # ask afresh
+    assert core.fatal is None
+    assert not core.on_init_producer_id(7, 0, 9, 0, 0, retried=True)
+    assert (core.producer_id, core.producer_epoch) == (9, 0)
+    # a refused bump whose fresh request is refused too is fatal, not asked a third time
+    assert core.on_init_producer_id(9, E.PRODUCER_FENCED, -1, -1, 0)
+    assert not core.on_init_producer_id(9, E.PRODUCER_FENCED, -1, -1, 0, retried=True)
+    assert "InitProducerId failed: PRODUCER_FENCED" in str(core.fatal)
+
+
+def test_an_unknown_error_on_a_bump_is_fatal():
+    core = _core()
+    core.producer_id_request(0)
+    core.on_init_producer_id(-1, 0, 7, 0, 0)
+    assert not core.on_init_producer_id(7, 9999, -1, -1, 0)
+    assert "UNKNOWN_ERROR_9999" in str(core.fatal)
+
+
+def test_no_init_producer_id_on_the_broker():
+    core = _core("requested")
+    core.producer_id_request(0)
+    core.on_init_producer_id_unsupported()
+    assert not core.idempotent and not core.init_pid_in_progress and core.fatal is None
+
+
+# ------------------------------------------------------------------ buffer.memory admission
+
+def test_admission_counts_bytes_admitted_but_not_appended_yet():
+    cfg = ProducerConfig.from_dict({"bootstrap.servers": "x", "batch.size": 1000, "buffer.memory": 1000})
+    acc = ProducerCore(cfg).acc
+    assert acc.admits(5000)                  # an empty buffer takes anything
+    assert not acc.admits(600, pending=500)
+    assert acc.admits(500, pending=500)
+    acc.used_bytes = 900
+    assert acc.admits(100) and not acc.admits(101)
+    assert not acc.admits(1, pending=100)

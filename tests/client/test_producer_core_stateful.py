@@ -24,8 +24,8 @@ from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from oncelog.client.accumulator import TopicPartition
 from oncelog.client.errors import ProducerClosedError
+from oncelog.client.types import TopicPartition
 from oncelog.protocol.errors import ErrorCode as E
 
 from core_harness import Harness

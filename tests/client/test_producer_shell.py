@@ -82,6 +82,7 @@ def test_close_resolves_records_whose_answer_never_comes(shared_broker, unique_t
         assert all(isinstance(e, ProducerClosedError) for e in out.errors.values())
 
 
+@pytest.mark.processes
 def test_close_after_a_fatal_error_resolves_records_on_the_wire(tmp_path):
     # the producer goes fatal (DataLossError: the broker really lost what it acknowledged, its
     # partition emptied while it was down) while a request to another partition is on the wire
@@ -208,13 +209,13 @@ def test_flush_never_returns_before_the_callbacks_of_a_completed_batch(shared_br
                 await p.flush(20)
                 seen.append((len(called), fut.done()))
 
-            handle = p._on_produce_done
+            handle = p.sender.on_produce_done
 
             def flush_first(*args):
                 # scheduled ahead of everything the response's handling wakes
                 asyncio.ensure_future(flush_and_look())
                 handle(*args)
-            p._on_produce_done = flush_first
+            p.sender.on_produce_done = flush_first
             fut = await p.send(unique_topic, b"x", on_delivery=lambda err, meta: called.append(meta))
             await asyncio.wait_for(fut, 20)
             deadline = time.monotonic() + 20

@@ -12,6 +12,8 @@ from oncelog.client.aio import kio_util as K, wire
 from oncelog.client.aio.connection import Connection
 from oncelog.protocol.record_codec import batch_spans, decode_records
 
+pytestmark = pytest.mark.processes
+
 KB = 1000
 
 

@@ -1,8 +1,7 @@
 """A controller and brokers as real processes for the cluster tests."""
 import pytest
 
-from oncelog.testing.cluster import ControllerProcess, broker_overrides
-from oncelog.testing.embedded import BrokerProcess
+from oncelog.testing.embedded import BrokerProcess, ControllerProcess, broker_overrides
 
 
 @pytest.fixture

@@ -6,20 +6,20 @@ import sys
 import threading
 import time
 
+import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from oncelog.testing.embedded import BrokerProcess
+from oncelog.testing.cluster import LocalCluster
+from oncelog.testing.embedded import PASSWORD, USER
 
-from oncelog.testing.cluster import PASSWORD, USER, ControllerProcess, broker_overrides
+pytestmark = pytest.mark.processes
 
 
 def start_cluster(tmp_path, n=3):
-    c = ControllerProcess(tmp_path / "meta").start()
-    shared = tmp_path / "data"
-    brokers = [BrokerProcess(shared, {**broker_overrides(c, i), "oncelog.cluster": "true"},
-                             log_file=tmp_path / f"broker{i}.log").start() for i in range(1, n + 1)]
-    return c, brokers
+    """(controller, [brokers]) sharing tmp_path/data; clients connect to the brokers directly."""
+    cluster = LocalCluster(tmp_path, n, proxies=False).start()
+    return cluster.controller, list(cluster.brokers.values())
 
 
 def create(bootstrap, topic):
@@ -42,7 +42,7 @@ def leader_of(bootstrap, topic, partition=0, timeout_s=10):
 
 def move(c, topic, partition, broker):
     subprocess.run([sys.executable, "-m", "oncelog.cli.main", "admin", "move-leader", topic, str(partition),
-                    str(broker), "--controller", c.address, "--user", USER, "--password", PASSWORD],
+                    str(broker), "--controller", c.bootstrap, "--user", USER, "--password", PASSWORD],
                    check=True, capture_output=True, timeout=60)
 
 

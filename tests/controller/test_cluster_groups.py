@@ -4,10 +4,13 @@ commits they make are what every broker's OffsetFetch answers."""
 import threading
 import time
 
+import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from test_cluster import start_cluster
+
+pytestmark = pytest.mark.processes
 
 
 def test_a_group_on_a_cluster_splits_partitions_and_commits_once(tmp_path):

@@ -1,5 +1,6 @@
-"""Issue 13 item 4: the metadata log under a full disk and failed fsyncs. Nothing is answered
-that is not durable, no producer-id block is issued twice, and replay always starts again."""
+"""Issue 13 item 4: the controller over a metadata log under a full disk and failed fsyncs. Nothing
+is answered that is not durable and no producer-id block is issued twice (the log itself:
+tests/storage/test_metadata_log.py)."""
 from __future__ import annotations
 
 import asyncio
@@ -8,12 +9,10 @@ import pytest
 
 from oncelog.broker.controller_client import ControllerClient
 from oncelog.controller.service import Controller, ControllerConfig
-from oncelog.core.producer_ids import ControllerState
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode
 from oncelog.storage import failpoints as fp
-from oncelog.storage.metadata_log import MetadataLog, MetadataLogError
-from oncelog.testing.cluster import PASSWORD, USER, ControllerProcess
+from oncelog.testing.embedded import PASSWORD, USER, ControllerProcess
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -22,52 +21,6 @@ pytestmark = pytest.mark.timeout(120)
 def _failpoints_off_afterwards():
     yield
     fp.configure(None)
-
-
-def block(next_id: int) -> dict:
-    return {"type": "pid_block", "broker_id": 1, "broker_epoch": 1, "next_producer_id": next_id}
-
-
-def replay(directory) -> ControllerState:
-    s = ControllerState()
-    for _off, r in MetadataLog(directory).read():
-        s.replay(r)
-    return s
-
-
-@pytest.mark.parametrize("fault", ["shortwrite", "enospc", "fsync-eio"])
-def test_a_failed_append_leaves_nothing_and_the_next_one_follows_the_last_durable_record(tmp_path, fault):
-    log = MetadataLog(tmp_path)
-    log.append([block(1000)])
-    size = (tmp_path / "metadata.log").stat().st_size
-    fp.configure(f"{fault}:metadata")
-    with pytest.raises(MetadataLogError):
-        log.append([block(2000)])
-    assert (tmp_path / "metadata.log").stat().st_size == size
-    assert log.end_offset == 1
-    log.append([block(2000)])            # the same decision, made again, is written once
-    log.append([block(3000)])
-    log.close()
-    assert replay(tmp_path).next_producer_id == 3000   # replay starts (no "must increase")
-    assert [r["next_producer_id"] for _o, r in MetadataLog(tmp_path).read()] == [1000, 2000, 3000]
-
-
-def test_a_cut_that_fails_refuses_every_later_append(tmp_path):
-    log = MetadataLog(tmp_path)
-    log.append([block(1000)])
-    fp.configure("shortwrite:metadata,truncate-eio:metadata")
-    with pytest.raises(MetadataLogError):
-        log.append([block(2000)])
-    fp.configure(None)
-    assert log.failed
-    with pytest.raises(MetadataLogError):
-        log.append([block(2000)])
-    log.close()
-    # a restart recovers: the torn tail is cut and the log continues after the last whole record
-    again = MetadataLog(tmp_path)
-    assert not again.failed and again.end_offset == 1
-    again.append([block(2000)])
-    assert replay(tmp_path).next_producer_id == 2000
 
 
 async def _allocate(client: ControllerClient, epoch: int) -> tuple[int, int]:
@@ -120,6 +73,7 @@ async def test_controller_answers_storage_error_and_never_issues_a_block_twice(t
         await c.stop()
 
 
+@pytest.mark.processes
 def test_a_controller_whose_log_cannot_be_cut_back_stops(tmp_path):
     """The broker record at registration is the first append; the block after it fails and the
     cut fails too: the standalone controller exits (a supervisor restarts it; recovery cuts the

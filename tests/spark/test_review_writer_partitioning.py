@@ -4,7 +4,6 @@ partitioner, and every write task starts its sticky partition at 0."""
 from collections import Counter
 
 import pyarrow as pa
-import pytest
 
 from oncelog.client import Consumer, TopicPartition
 from oncelog.spark import producers

@@ -7,8 +7,6 @@ import pytest
 
 from conftest import read_topic
 
-pytestmark = pytest.mark.spark
-
 
 def _stream(spark, bootstrap, topic, **options):
     r = (spark.readStream.format("oncelog").option("bootstrap.servers", bootstrap)

@@ -13,8 +13,6 @@ import pytest
 
 from conftest import read_topic
 
-pytestmark = pytest.mark.spark
-
 ROWS = 200           # per source partition
 STEP = 100           # maxOffsetsPerTrigger 200 over 2 partitions: ranges [0,100), [100,200)
 FAIL_AT = 60         # the UDF raises at offset % STEP == FAIL_AT of source partition 1

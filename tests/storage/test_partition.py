@@ -12,13 +12,8 @@ from oncelog.protocol import records as rec
 from oncelog.protocol.errors import ErrorCode as E
 from oncelog.protocol.record_codec import Record, encode_batch
 from oncelog.storage import producer_snapshots as snaps
+from oncelog.storage.log import LogConfig, PartitionLog
 from oncelog.storage.partition import Partition, PartitionConfig
-
-try:  # STORAGE's real log; until it lands, a minimal file-backed stand-in with the same contract
-    import oncelog.storage.log as _log
-except ImportError:
-    import test_partition_support as _log  # tests/storage is on sys.path (pytest rootdir-less layout)
-LogConfig, PartitionLog = _log.LogConfig, _log.PartitionLog
 
 NOW = 1_700_000_000_000
 PID = 4242
@@ -37,10 +32,8 @@ def crash_log(log) -> None:
     """Drop the log as a crashed process does: its files stay as written (the page cache outlives
     the process), nothing is flushed, no index is written and no clean-shutdown marker is left,
     so the next open recovers (CRC scan of the active segment, indexes rebuilt)."""
-    for seg in getattr(log, "segments", ()):
+    for seg in log.segments:
         seg.close()
-    if hasattr(log, "_file"):  # the stand-in log
-        log._file.close()
 
 
 class Env:

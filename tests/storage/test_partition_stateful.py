@@ -15,7 +15,6 @@ import tempfile
 from itertools import takewhile
 from pathlib import Path
 
-import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -23,15 +22,10 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from oncelog.protocol.errors import ErrorCode as E
 from oncelog.protocol.record_codec import Record, encode_batch
 from oncelog.core.producer_state import ProducerStateConfig
+from oncelog.storage.log import LogConfig, PartitionLog
 from oncelog.storage.partition import Partition, PartitionConfig
 
-try:  # STORAGE's real log; until it lands, a minimal file-backed stand-in with the same contract
-    import oncelog.storage.log as _log
-except ImportError:
-    import test_partition_support as _log  # tests/storage is on sys.path (pytest rootdir-less layout)
 from test_partition import crash_log
-
-LogConfig, PartitionLog = _log.LogConfig, _log.PartitionLog
 
 SPACE = 2**31
 EXPIRY = 100_000

@@ -1,19 +1,24 @@
 """The proxy against a tiny Kafka-framed echo server (the proxy's own unit; the broker-facing
 runs are in tests/verify)."""
 import asyncio
+import socket
 import struct
+import threading
 import time
 
 import pytest
 
-from oncelog.testing.fault_proxy import FaultConfig, FaultProxy, ThreadedFaultProxy
+from oncelog.testing.fault_proxy import FaultConfig, FaultProxy, FaultProxyProcess, ThreadedFaultProxy
 
 
 class EchoServer:
-    """Answers each request frame with a frame holding its correlation id; counts what it did."""
+    """Answers each request frame with a frame holding its correlation id (or, `whole`, with the
+    frame itself); counts what it did and the bytes of requests it never got whole."""
 
-    def __init__(self):
+    def __init__(self, whole=False):
         self.processed = []
+        self.whole = whole
+        self.partial = []
 
     async def start(self):
         self.server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
@@ -27,9 +32,13 @@ class EchoServer:
                 body = await r.readexactly(size)
                 api_key, _ver, corr = struct.unpack_from(">hhi", body)
                 self.processed.append((api_key, corr))
-                w.write(struct.pack(">ii", 4, corr))
+                w.write(struct.pack(">i", size) + body if self.whole else struct.pack(">ii", 4, corr))
                 await w.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
+        except asyncio.IncompleteReadError as e:
+            if e.partial:
+                self.partial.append(len(e.partial))
+            w.close()
+        except ConnectionError:
             w.close()
 
     async def stop(self):
@@ -184,3 +193,78 @@ def test_threaded_proxy_roundtrip():
     finally:
         loop.call_soon_threadsafe(loop.stop)
         t.join(5)
+
+
+async def test_frames_in_flight_overlap_their_delays(echo):
+    # five requests written at once are all read by the proxy before the first one is due at
+    # the broker: a delay per frame in turn would hold the second until the first went out
+    server, addr = echo
+    proxy = FaultProxy(addr, FaultConfig(latency_ms_up=1000))
+    await proxy.start()
+    try:
+        h, p = proxy.bootstrap.rsplit(":", 1)
+        r, w = await asyncio.open_connection(h, int(p))
+        w.write(b"".join(request(3, i) for i in range(5)))
+        await w.drain()
+        deadline = time.monotonic() + 5
+        while sum(proxy.stats.requests.values()) < 5 and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        assert sum(proxy.stats.requests.values()) == 5 and server.processed == []
+        answers = []
+        for _ in range(5):
+            head = await r.readexactly(4)
+            answers.append(struct.unpack(">i", await r.readexactly(struct.unpack(">i", head)[0]))[0])
+        assert answers == [0, 1, 2, 3, 4]
+        w.close()
+    finally:
+        await proxy.stop()
+
+
+async def test_cut_forwards_part_of_a_request_then_closes(echo):
+    server, addr = echo
+    proxy = FaultProxy(addr, FaultConfig(cut_after_bytes=(20, 20)))
+    await proxy.start()
+    try:
+        # requests of 15 bytes: the second crosses 20 bytes, half of it reaches the broker
+        assert await roundtrip(proxy.bootstrap, [request(3, 1), request(3, 2)]) == [1, "closed"]
+        deadline = time.monotonic() + 5
+        while not server.partial and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        assert server.processed == [(3, 1)] and server.partial == [(len(request(3, 2)) // 2) - 4]
+        assert proxy.stats.cuts == 1
+    finally:
+        await proxy.stop()
+
+
+@pytest.fixture
+def echo_thread():
+    """A framed echo server (`whole`) on a loop of its own, for the synchronous facades."""
+    loop = asyncio.new_event_loop()
+    server = EchoServer(whole=True)
+    addr = loop.run_until_complete(server.start())
+    t = threading.Thread(target=loop.run_forever, daemon=True)
+    t.start()
+    yield server, addr
+    loop.call_soon_threadsafe(loop.stop)
+    t.join(5)
+
+
+@pytest.mark.processes
+def test_proxy_process_forwards_frames_in_order(echo_thread):
+    _server, addr = echo_thread
+    frames = [struct.pack(">i", 8 + n) + struct.pack(">hhi", 3, 0, i) + bytes([i % 256]) * n
+              for i, n in enumerate([0, 1, 70_000, 5, 300_000, 2, 16_384] * 3)]
+    with FaultProxyProcess(addr, FaultConfig(latency_ms_up=10, latency_ms_down=10)) as px:
+        host, port = px.bootstrap.rsplit(":", 1)
+        with socket.create_connection((host, int(port))) as s:
+            t0 = time.monotonic()
+            s.sendall(b"".join(frames))
+            want = sum(map(len, frames))
+            got = bytearray()
+            while len(got) < want:
+                chunk = s.recv(1 << 20)
+                assert chunk, "closed"
+                got += chunk
+            assert time.monotonic() - t0 >= 0.02   # a lower bound the delays guarantee
+    assert bytes(got) == b"".join(frames)
+

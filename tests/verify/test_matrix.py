@@ -10,6 +10,8 @@ import pytest
 from oncelog.testing.faults import ALL_FAULTS, CLIENT_FAULTS, NETWORK_FAULTS
 from oncelog.testing.verify import VerifyOptions, render, run
 
+pytestmark = pytest.mark.processes
+
 SCENARIOS = [(f,) for f in ALL_FAULTS if f not in CLIENT_FAULTS] + [ALL_FAULTS]
 
 

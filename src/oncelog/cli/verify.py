@@ -12,11 +12,15 @@ from oncelog.testing.workloads import WORKLOADS
 
 
 def _names(allowed):
-    """A comma-separated list, 'all' or 'none'; VerifyOptions says which names are unknown."""
+    """A comma-separated list, where 'all' stands for every name (so 'all,power-loss' is all of
+    them) and 'none' for none; VerifyOptions says which names are unknown."""
     def parse(ctx, param, value: str) -> tuple[str, ...]:
-        if value == "all":
-            return tuple(allowed)
-        return tuple(n.strip() for n in value.split(",") if n.strip()) if value != "none" else ()
+        names: list[str] = []
+        for n in (n.strip() for n in value.split(",")):
+            for name in (allowed if n == "all" else () if n in ("", "none") else (n,)):
+                if name not in names:
+                    names.append(name)
+        return tuple(names)
     return parse
 
 

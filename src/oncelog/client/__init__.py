@@ -1,9 +1,8 @@
 """oncelog's Kafka client: an idempotent producer with KIP-1269 in-flight windows, a consumer and
 an admin client. Synchronous classes here; asyncio ones in `oncelog.client.aio`."""
 from oncelog.client.aio.admin import NewTopic
-from oncelog.client.aio.producer import BatchMetadata, RecordMetadata
 from oncelog.client.sync import AdminClient, Consumer, Producer
-from oncelog.client.types import ConsumerRecord, TopicPartition
+from oncelog.client.types import ConsumerRecord, RecordMetadata, SentBatch, TopicPartition
 
-__all__ = ["Producer", "Consumer", "AdminClient", "RecordMetadata", "BatchMetadata", "ConsumerRecord",
+__all__ = ["Producer", "Consumer", "AdminClient", "RecordMetadata", "SentBatch", "ConsumerRecord",
            "TopicPartition", "NewTopic"]

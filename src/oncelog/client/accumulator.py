@@ -1,8 +1,9 @@
 """Record accumulator: per-partition queues of open and closed batches (sans-IO, ms clock passed in).
 
 A batch collects encoded records until it reaches `batch.size`, lingers `linger.ms`, or a flush is
-requested. Bytes held by unfinished batches count against `buffer.memory`; `append` refuses a record
-that does not fit (the transport layer then waits for `memory_available`).
+requested. Bytes held by unfinished batches count against `buffer.memory`; `admits` is the one rule
+for what fits, and `append` refuses a record that does not (the shell then waits for batches to
+complete).
 Retried batches are put back in sequence order (`reenqueue`), ahead of batches without one.
 """
 from __future__ import annotations
@@ -11,16 +12,12 @@ from bisect import bisect_right
 from collections import deque
 from itertools import accumulate, repeat
 from operator import sub
-from typing import Any, NamedTuple
+from typing import Any
 
+from oncelog.client.types import TopicPartition
 from oncelog.protocol.record_codec import (
     BATCH_OVERHEAD, HEADER_ROOM, RECORD_OVERHEAD, build_batch, encode_plain_records, encode_record,
     record_size_upper_bound, rewrite_producer_state, seal_batch)
-
-
-class TopicPartition(NamedTuple):
-    topic: str
-    partition: int
 
 
 class ProducerBatch:
@@ -167,8 +164,7 @@ class RecordAccumulator:
             if last.try_append(ts, key, value, headers, cookie, self.batch_size):
                 self.used_bytes += last.size - before
                 return last, False
-        est = record_size_upper_bound(key, value, headers) + BATCH_OVERHEAD
-        if self.used_bytes + est > self.buffer_memory and self.used_bytes > 0:
+        if not self.admits(record_size_upper_bound(key, value, headers) + BATCH_OVERHEAD):
             return None
         batch = ProducerBatch(tp, now_ms, self.compression)
         batch.try_append(ts, key, value, headers, cookie, self.batch_size)
@@ -236,7 +232,7 @@ class RecordAccumulator:
         """Queue a records section the caller encoded (offset deltas 0..count-1) as its own
         batch, behind the partition's queued records; None when `buffer.memory` is exhausted."""
         size = BATCH_OVERHEAD + len(records)
-        if self.used_bytes + size > self.buffer_memory and self.used_bytes > 0 and not admitted:
+        if not admitted and not self.admits(size):
             return None
         batch = ProducerBatch(tp, now_ms, self.compression)
         batch.caller_records = records
@@ -250,8 +246,12 @@ class RecordAccumulator:
     def release(self, batch: ProducerBatch) -> None:
         self.used_bytes -= batch.size
 
-    def memory_available(self, need: int) -> bool:
-        return self.used_bytes + need <= self.buffer_memory or self.used_bytes == 0
+    def admits(self, size: int, pending: int = 0) -> bool:
+        """Whether `size` more bytes fit in `buffer.memory`, with `pending` bytes admitted but not
+        appended yet. Into an empty buffer anything fits (a record larger than buffer.memory
+        would otherwise wait forever)."""
+        used = self.used_bytes + pending
+        return used + size <= self.buffer_memory or used <= 0
 
     def is_sendable(self, batch: ProducerBatch, q: deque, now_ms: int) -> bool:
         """Full, lingered long enough, flushing, a retry whose backoff passed, or not the last."""

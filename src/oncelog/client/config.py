@@ -4,6 +4,7 @@ from __future__ import annotations
 import enum
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from oncelog.client.errors import ConfigError
 from oncelog.protocol.compression import codec_for_name
@@ -44,6 +45,15 @@ def _int(cfg: dict, name: str, default: int) -> int:
         raise ConfigError(f"{name} must be an integer, got {v!r}") from None
 
 
+def _flag(cfg: dict, name: str, default: bool) -> bool:
+    v = cfg.get(name, default)
+    if isinstance(v, bool):
+        return v
+    if str(v).strip().lower() in ("true", "false"):
+        return str(v).strip().lower() == "true"
+    raise ConfigError(f"{name} must be true or false, got {v!r}")
+
+
 @dataclass
 class ProducerConfig:
     bootstrap_servers: list[str]
@@ -62,6 +72,10 @@ class ProducerConfig:
     request_timeout_ms: int = 30000
     max_request_size: int = 1048576
     metadata_max_age_ms: int = 300000
+    allow_auto_create_topics: bool = True
+    partitioner_ignore_keys: bool = False
+    partitioner_adaptive: bool = True      # partitioner.adaptive.partitioning.enable
+    address_map: Any = None                # oncelog.address.map: advertised -> reachable address
 
     @classmethod
     def from_dict(cls, cfg: dict) -> "ProducerConfig":
@@ -127,4 +141,8 @@ class ProducerConfig:
             raise ConfigError("batch.size must be >= 1 and buffer.memory >= batch.size")
         if c.linger_ms < 0:
             raise ConfigError("linger.ms must be >= 0")
+        c.allow_auto_create_topics = str(cfg.get("allow.auto.create.topics", "true")).lower() != "false"
+        c.address_map = cfg.get("oncelog.address.map")
+        c.partitioner_ignore_keys = _flag(cfg, "partitioner.ignore.keys", False)
+        c.partitioner_adaptive = _flag(cfg, "partitioner.adaptive.partitioning.enable", True)
         return c

@@ -1,6 +1,7 @@
 """Errors the client raises to the application."""
 from __future__ import annotations
 
+from oncelog.core.topic_config import ConfigError
 from oncelog.protocol.errors import KafkaProtocolError, error_code
 
 
@@ -14,10 +15,6 @@ class KafkaClientError(Exception):
     refused by the broker on every attempt)."""
 
     possibly_written = False
-
-
-class ConfigError(KafkaClientError, ValueError):
-    """A producer/consumer setting is invalid or contradicts another one."""
 
 
 class BufferExhaustedError(KafkaClientError):

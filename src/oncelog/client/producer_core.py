@@ -24,6 +24,9 @@ Idempotence rules (KAFKA-5494, KIP-360, KIP-1269, KIP-758, "spurious OutOfOrderS
   is gone: fatal DataLossError naming partition and offsets;
 - DUPLICATE_SEQUENCE_NUMBER, and a batch given up after a later one was acknowledged: delivered,
   offset unknown (None);
+- InitProducerId: an answer's error decides between retrying after `retry.backoff.ms`, asking again
+  for a fresh id (a bump the broker refused), producing without idempotence (`requested`, the
+  broker cannot give an id) and a fatal error;
 - two in-flight checks before each send: per partition the window the leader reported
   (ProducerStateBatchesToRetain; 5 until learned, and again after a leader change or a new
   connection), per connection `max.in.flight.requests.per.connection`; in range mode (the leader
@@ -47,9 +50,9 @@ from oncelog.client.accumulator import ProducerBatch, RecordAccumulator, TopicPa
 from oncelog.client.config import DEFAULT_WINDOW, Idempotence, ProducerConfig
 from oncelog.client.errors import (
     BrokerResponseError, DataLossError, DeliveryTimeoutError, IdempotenceUnsupportedError,
-    ProducerFatalError)
+    KafkaClientError, ProducerFatalError)
 from oncelog.core.sequence import SEQUENCE_SPACE, increment
-from oncelog.protocol.errors import RETRIABLE, ErrorCode
+from oncelog.protocol.errors import RETRIABLE, ErrorCode, error_code as error_name
 
 log = logging.getLogger("oncelog.client.producer")
 
@@ -72,6 +75,12 @@ _NOT_APPENDED = {E.OUT_OF_ORDER_SEQUENCE_NUMBER, E.UNKNOWN_PRODUCER_ID, E.INVALI
                  E.UNSUPPORTED_VERSION, E.NOT_ENOUGH_REPLICAS, E.LEADER_NOT_AVAILABLE,
                  E.INVALID_TOPIC_EXCEPTION}
 _MAX_EPOCH = 32767
+# InitProducerId answers worth asking again after retry.backoff.ms
+_RETRIABLE_PID = {E.COORDINATOR_LOAD_IN_PROGRESS, E.COORDINATOR_NOT_AVAILABLE, E.NOT_COORDINATOR,
+                  E.CONCURRENT_TRANSACTIONS, E.REQUEST_TIMED_OUT, E.NETWORK_EXCEPTION}
+# answers to a bump (KIP-360, id and epoch sent) after which a fresh id is asked for at once
+_BUMP_REFUSED = {E.INVALID_PRODUCER_ID_MAPPING, E.INVALID_PRODUCER_EPOCH, E.PRODUCER_FENCED,
+                 E.UNSUPPORTED_VERSION, E.INVALID_REQUEST}
 _UNHEARD = object()   # what the current leader reported, before it has answered
 
 
@@ -176,6 +185,7 @@ class ProducerCore:
         self.producer_epoch = -1
         self.idempotent = config.idempotence is not Idempotence.OFF
         self.init_pid_in_progress = False
+        self.producer_id_retry_at = 0        # ms: no InitProducerId before then (backoff)
         self.bump_requested = False
         self.fatal: BaseException | None = None
         self.metadata_refresh_needed = False
@@ -198,7 +208,7 @@ class ProducerCore:
         if not self.idempotent:
             return
         if self.config.idempotence is Idempotence.REQUIRED:
-            self._go_fatal(IdempotenceUnsupportedError(
+            self.go_fatal(IdempotenceUnsupportedError(
                 f"enable.idempotence=required but the broker does not support idempotent "
                 f"producing ({why})"))
         else:
@@ -299,9 +309,12 @@ class ProducerCore:
 
     # ------------------------------------------------------------------ producer id
 
-    def producer_id_request(self) -> tuple[int, int] | None:
-        """(producer id, epoch) to send in InitProducerId (-1/-1 for a fresh id), if one is due."""
+    def producer_id_request(self, now_ms: int | None = None) -> tuple[int, int] | None:
+        """(producer id, epoch) to send in InitProducerId (-1/-1 for a fresh id), if one is due
+        (`now_ms` None: whatever the backoff after a failed request says)."""
         if not self.idempotent or self.init_pid_in_progress or self.fatal:
+            return None
+        if now_ms is not None and now_ms < self.producer_id_retry_at:
             return None
         if self.producer_id < 0:
             self.init_pid_in_progress = True
@@ -321,10 +334,57 @@ class ProducerCore:
         self.init_pid_in_progress = False
         self.bump_requested = False
 
+    def producer_id_wait_ms(self, now_ms: int) -> int | None:
+        """While the producer has no id and waits out a failed InitProducerId's backoff: the ms
+        until it may ask again (at least 1); else None."""
+        if self.idempotent and self.producer_id < 0 and not self.init_pid_in_progress:
+            return max(1, self.producer_id_retry_at - now_ms)
+        return None
+
+    @staticmethod
+    def init_producer_id_fields(producer_id: int, producer_epoch: int, version: int) -> tuple[int, int]:
+        """The id and epoch to put in an InitProducerId request of `version`: a broker without
+        KIP-360 (below v3) cannot bump an epoch, so it is asked for a fresh id instead."""
+        if producer_id >= 0 and version < 3:
+            return -1, -1
+        return producer_id, producer_epoch
+
+    def on_init_producer_id(self, asked_id: int, error_code: int, producer_id: int,
+                            producer_epoch: int, now_ms: int, *, retried: bool = False) -> bool:
+        """An InitProducerId answer to a request that sent `asked_id` (-1: a fresh id). True if
+        the shell should ask again at once for a fresh id (the broker refused a bump; `retried`
+        is set on the answer to that second request, which is then taken as it comes)."""
+        if error_code and asked_id >= 0 and error_code in _BUMP_REFUSED and not retried:
+            log.warning("InitProducerId bump refused (%s): taking a fresh producer id",
+                        error_name(error_code).name)
+            return True
+        name = error_name(error_code).name
+        if error_code == 0:
+            self.on_producer_id(producer_id, producer_epoch)
+        elif error_code in _RETRIABLE_PID:
+            self.producer_id_retry_later(KafkaClientError(name), now_ms)
+        elif asked_id < 0 and self.producer_id < 0:
+            self.on_producer_id_failed(KafkaClientError(name))
+            self.broker_lacks_idempotence(f"InitProducerId failed with {name}")
+        else:
+            self.on_producer_id_failed(KafkaClientError(f"InitProducerId failed: {name}"), fatal=True)
+        return False
+
+    def on_init_producer_id_unsupported(self) -> None:
+        """The broker has no InitProducerId (it lacks idempotence)."""
+        self.on_producer_id_failed(KafkaClientError("no InitProducerId"))
+        self.broker_lacks_idempotence("no InitProducerId in ApiVersions")
+
+    def producer_id_retry_later(self, error: BaseException, now_ms: int) -> None:
+        """InitProducerId got no usable answer (connection lost, timed out, a retriable error):
+        ask again after retry.backoff.ms."""
+        self.on_producer_id_failed(error)
+        self.producer_id_retry_at = now_ms + self.config.retry_backoff_ms
+
     def on_producer_id_failed(self, error: BaseException, *, fatal: bool = False) -> None:
         self.init_pid_in_progress = False
         if fatal:
-            self._go_fatal(error if isinstance(error, ProducerFatalError) else ProducerFatalError(str(error)))
+            self.go_fatal(error if isinstance(error, ProducerFatalError) else ProducerFatalError(str(error)))
 
     def _request_bump(self, tp: TopicPartition, reason: str, from_sequence: int,
                       level: int = logging.WARNING) -> None:
@@ -605,7 +665,7 @@ class ProducerCore:
                                     b.base_sequence)
                 self._retry_or_fail(b, ps, now_ms, err, count=False)
             else:
-                self._go_fatal(DataLossError(
+                self.go_fatal(DataLossError(
                     b.tp.topic, b.tp.partition,
                     f"UNKNOWN_PRODUCER_ID although log start offset {lso} <= last acknowledged "
                     f"offset {ps.last_acked_offset}: the broker lost this producer's state while "
@@ -624,7 +684,7 @@ class ProducerCore:
                 self._retry_or_fail(b, ps, now_ms, err, count=False)
             return
         if code in _FATAL:
-            self._go_fatal(ProducerFatalError(
+            self.go_fatal(ProducerFatalError(
                 f"{b.tp.topic}-{b.tp.partition}: {err}"))
             self._finish_unacked(b, ps, self.fatal)
             return
@@ -767,7 +827,9 @@ class ProducerCore:
                     f"{tp.topic}-{tp.partition}: {b.count} records not delivered within "
                     f"delivery.timeout.ms={limit}"))
 
-    def _go_fatal(self, err: BaseException) -> None:
+    def go_fatal(self, err: BaseException) -> None:
+        """The producer cannot go on: every queued record fails with `err`, and so will anything
+        sent from now on (batches on the wire are left to their answers)."""
         if self.fatal is None:
             log.error("producer failed: %s", err)
             self.fatal = err
@@ -796,6 +858,29 @@ class ProducerCore:
                 b.maybe_written = True
                 self._finish_unacked(b, self._state(b.tp), unknown)
         self.on_wire.clear()
+
+    def incomplete_batches(self) -> set[ProducerBatch]:
+        """Every batch not yet completed: queued, or on the wire (what a flush waits for; the
+        completions not yet taken are not in it)."""
+        pending = {b for q in self.acc.queues.values() for b in q}
+        pending.update(b for b in self.on_wire if not b.done)
+        return pending
+
+    def partition_load(self, tps: list[TopicPartition]) -> tuple[list[int], list[int]]:
+        """Batches queued per partition of `tps` that has a leader, and those partitions' numbers
+        (KIP-794's adaptive partitioning). Read without the lock from a sending thread: a
+        slightly stale count only skews a draw."""
+        queues = self.acc.queues
+        states = self.partitions
+        queued, ids = [], []
+        for tp in tps:
+            ps = states.get(tp)
+            if ps is not None and ps.leader < 0:
+                continue
+            q = queues.get(tp)
+            queued.append(len(q) if q else 0)
+            ids.append(tp.partition)
+        return queued, ids
 
     def take_completions(self) -> list[Completion]:
         c, self.completions = self.completions, []

@@ -10,9 +10,12 @@ import threading
 import time
 from typing import Callable
 
-from oncelog.client.aio.producer import AIOProducer, DeliveryCallback
+from oncelog.client.aio.delivery import DeliveryCallback
+from oncelog.client.aio.producer import AIOProducer
+from oncelog.client.config import ProducerConfig
 from oncelog.client.errors import BufferExhaustedError, KafkaClientError
 from oncelog.client.futures import new_record_future
+from oncelog.client.partitioner import StickyPartitioner
 
 
 class LoopThread:
@@ -71,6 +74,16 @@ class Producer:
     def aio(self) -> AIOProducer:
         return self._p
 
+    @property
+    def config(self) -> ProducerConfig:
+        return self._p.config
+
+    @property
+    def partitioner(self) -> StickyPartitioner:
+        """The partitioner `send` uses for records without a partition (KIP-794's sticky one for
+        keyless records): columnar writers partition whole runs of rows with it."""
+        return self._p.partitioner
+
     def send(self, topic: str, value=None, key=None, headers=None, partition: int | None = None,
              timestamp: int | None = None, on_delivery: Callable | None = None
              ) -> concurrent.futures.Future:
@@ -103,7 +116,7 @@ class Producer:
     def _append_slowly(self, topic, value, key, headers, partition, timestamp, cookie) -> None:
         """The first record of a topic (metadata to load) or a full buffer.memory (wait)."""
         p = self._p
-        if topic not in p._ready_topics:
+        if p.partition_count(topic) is None:
             self._lt.run(p.ensure_topic(topic), self._max_block_s + 1)
             if p.append(topic, value, key, headers, partition, timestamp, cookie):
                 return
@@ -116,9 +129,9 @@ class Producer:
         as the Spark connector): `records` is the records section of a v2 record batch, `count`
         records with offset deltas 0..count-1 and timestamp deltas from `base_timestamp`. It
         travels as one batch with the producer's id, epoch and sequence, retries and dedup like
-        any other; the future's result is a BatchMetadata."""
+        any other; the future's result is a SentBatch."""
         p = self._p
-        if topic not in p._ready_topics:
+        if p.partition_count(topic) is None:
             self._lt.run(p.ensure_topic(topic), self._max_block_s + 1)
         fut = new_record_future()
         if on_delivery is not None:
@@ -136,12 +149,7 @@ class Producer:
             raise BufferExhaustedError("buffer.memory full while sending from a delivery callback")
         deadline = time.monotonic() + self._max_block_s
         while True:
-            with p.lock:
-                p._mem_waiters += 1
-                try:
-                    p._mem_cond.wait(0.05)
-                finally:
-                    p._mem_waiters -= 1
+            p.wait_for_memory(0.05)
             if retry():
                 return
             if time.monotonic() >= deadline:
@@ -168,7 +176,7 @@ class Producer:
 
     def partitions_for(self, topic: str) -> int:
         """The topic's partition count (loads its metadata on first use)."""
-        n = self._p._ready_topics.get(topic)
+        n = self._p.partition_count(topic)
         return n if n is not None else self._lt.run(self._p.ensure_topic(topic), self._max_block_s + 1)
 
     def partition_window(self, topic: str, partition: int) -> int:
@@ -178,7 +186,13 @@ class Producer:
     @property
     def closed(self) -> bool:
         """close() was called (or is under way): nothing more can be sent."""
-        return self._p._closing
+        return self._p.closed
+
+    @property
+    def fatal_error(self) -> BaseException | None:
+        """The error that stopped the producer (fenced, data loss detected), if one did: every
+        send fails with it from then on."""
+        return self._p.fatal_error
 
     @property
     def idempotent(self) -> bool:
@@ -186,8 +200,9 @@ class Producer:
 
     @property
     def stats(self) -> dict[str, int]:
-        """Recovery counters: retries, epoch_bumps, sequence_resets, duplicates."""
-        return dict(self._p.core.stats)
+        """Recovery counters: retries, epoch_bumps, sequence_resets, duplicates, given_up,
+        resolved."""
+        return self._p.stats
 
 
 class _SyncWrapper:

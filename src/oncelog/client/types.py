@@ -5,13 +5,33 @@ from typing import NamedTuple
 
 
 class TopicPartition(NamedTuple):
+    """A partition of a topic, the one type for it across the client. `offset` goes with it only
+    where an offset belongs (Consumer.assign: where to start; None = auto.offset.reset); the
+    producer's partitions leave it None, so that equal partitions compare and hash equal."""
     topic: str
     partition: int
-    offset: int | None = None   # assign(): where to start; None = auto.offset.reset
+    offset: int | None = None
 
     @property
     def key(self) -> "TopicPartition":
         return TopicPartition(self.topic, self.partition)
+
+
+class RecordMetadata(NamedTuple):
+    """Where a record sent with `send`/`produce` landed."""
+    topic: str
+    partition: int
+    offset: int | None   # None after DUPLICATE_SEQUENCE_NUMBER: delivered, offset unknown
+    timestamp: int
+
+
+class SentBatch(NamedTuple):
+    """The result of `send_encoded`: where a caller-encoded batch landed."""
+    topic: str
+    partition: int
+    base_offset: int | None   # None after DUPLICATE_SEQUENCE_NUMBER
+    count: int
+    timestamp: int            # the batch's max timestamp, or the broker's LogAppendTime
 
 
 class ConsumerRecord(NamedTuple):

@@ -25,7 +25,9 @@ WEEK_MS = 7 * 24 * 3600 * 1000
 
 
 class ConfigError(ValueError):
-    """A value that does not parse or validate; the broker answers INVALID_CONFIG."""
+    """A setting that does not parse or validate, or contradicts another one: the one config
+    error of broker and client (Kafka's ConfigException). The broker answers INVALID_CONFIG for
+    a topic's; the client raises it from a producer's constructor."""
 
 
 def _int(text: Any) -> int:

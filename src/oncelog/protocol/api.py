@@ -32,9 +32,16 @@ class ApiKey(IntEnum):
     END_TXN = 26
     WRITE_TXN_MARKERS = 27
     TXN_OFFSET_COMMIT = 28
+    DESCRIBE_ACLS = 29
+    CREATE_ACLS = 30
+    DELETE_ACLS = 31
     DESCRIBE_CONFIGS = 32
     DELETE_GROUPS = 42
     INCREMENTAL_ALTER_CONFIGS = 44
+    DESCRIBE_CLIENT_QUOTAS = 48
+    ALTER_CLIENT_QUOTAS = 49
+    DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+    ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_CLUSTER = 60
     DESCRIBE_PRODUCERS = 61
     DESCRIBE_TRANSACTIONS = 65
@@ -88,6 +95,21 @@ TRANSACTION_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.LIST_TRANSACTIONS: (0, 1),
 }
 
+# Security (issue 18, docs/security.md "Versions"): what client listeners will advertise once the
+# handlers exist; not in BROKER_VERSIONS until then. ACL APIs start at v1 (Kafka 4 removed v0, and
+# kio has no v0); SaslHandshake never above v1 (KAFKA-9577).
+SECURITY_VERSIONS: dict[int, tuple[int, int]] = {
+    ApiKey.SASL_HANDSHAKE: (0, 1),
+    ApiKey.SASL_AUTHENTICATE: (0, 2),
+    ApiKey.DESCRIBE_ACLS: (1, 3),
+    ApiKey.CREATE_ACLS: (1, 3),
+    ApiKey.DELETE_ACLS: (1, 3),
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: (0, 1),
+    ApiKey.ALTER_CLIENT_QUOTAS: (0, 1),
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
+}
+
 # (min, max) served on the controller listener
 CONTROLLER_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.API_VERSIONS: (0, 3),
@@ -115,6 +137,9 @@ FIRST_FLEXIBLE: dict[int, int] = {
     ApiKey.ADD_PARTITIONS_TO_TXN: 3, ApiKey.ADD_OFFSETS_TO_TXN: 3, ApiKey.END_TXN: 3,
     ApiKey.WRITE_TXN_MARKERS: 1, ApiKey.TXN_OFFSET_COMMIT: 3, ApiKey.DESCRIBE_TRANSACTIONS: 0,
     ApiKey.LIST_TRANSACTIONS: 0,
+    ApiKey.DESCRIBE_ACLS: 2, ApiKey.CREATE_ACLS: 2, ApiKey.DELETE_ACLS: 2, ApiKey.DESCRIBE_CLIENT_QUOTAS: 1,
+    ApiKey.ALTER_CLIENT_QUOTAS: 1, ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: 0,
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: 0,
     ApiKey.SASL_HANDSHAKE: 1 << 15, ApiKey.SASL_AUTHENTICATE: 2, ApiKey.ALTER_PARTITION_REASSIGNMENTS: 0,
     ApiKey.BROKER_REGISTRATION: 0, ApiKey.BROKER_HEARTBEAT: 0, ApiKey.ALLOCATE_PRODUCER_IDS: 0,
 }
@@ -137,6 +162,10 @@ KIO_NAMES: dict[int, str] = {
     ApiKey.END_TXN: "end_txn", ApiKey.WRITE_TXN_MARKERS: "write_txn_markers",
     ApiKey.TXN_OFFSET_COMMIT: "txn_offset_commit", ApiKey.DESCRIBE_TRANSACTIONS: "describe_transactions",
     ApiKey.LIST_TRANSACTIONS: "list_transactions",
+    ApiKey.DESCRIBE_ACLS: "describe_acls", ApiKey.CREATE_ACLS: "create_acls", ApiKey.DELETE_ACLS: "delete_acls",
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: "describe_client_quotas", ApiKey.ALTER_CLIENT_QUOTAS: "alter_client_quotas",
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: "describe_user_scram_credentials",
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: "alter_user_scram_credentials",
     ApiKey.SASL_HANDSHAKE: "sasl_handshake", ApiKey.SASL_AUTHENTICATE: "sasl_authenticate",
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: "alter_partition_reassignments",
     ApiKey.BROKER_REGISTRATION: "broker_registration", ApiKey.BROKER_HEARTBEAT: "broker_heartbeat",

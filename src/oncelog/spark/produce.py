@@ -43,11 +43,11 @@ class _Writer:
         require_pyarrow()   # a clear message when an executor lacks it
         from oncelog.spark import arrow_records
         self.ar = arrow_records
-        config = producer.aio.config
+        config = producer.config
         self.chunk_bytes = min(_CHUNK_BYTES, config.batch_size, config.max_request_size - 1024)
         # Kafka's built-in partitioner (KIP-794), the very object the producer's send() uses:
         # keyless rows stay on a random partition for batch.size bytes, then move on
-        self.partitioner = producer.aio.partitioner
+        self.partitioner = producer.partitioner
 
     def write(self, batch) -> None:
         import pyarrow.compute as pc

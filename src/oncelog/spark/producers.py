@@ -50,7 +50,7 @@ def shared(client: dict) -> Producer:
             _pool.clear()
             _pid = os.getpid()
         p = _pool.get(key)
-        if p is not None and p.aio.core.fatal is None and not p.closed:
+        if p is not None and p.fatal_error is None and not p.closed:
             return p
         _pool.pop(key, None)
         try:
@@ -86,7 +86,7 @@ def task_producer(client: dict) -> Iterator[Producer]:
         except BaseException:  # noqa: BLE001 - the task's own error is the one to report
             discard(producer)
             raise e
-        if isinstance(e, DeliveryFailed) or producer.aio.core.fatal is not None:
+        if isinstance(e, DeliveryFailed) or producer.fatal_error is not None:
             discard(producer)
         raise
 

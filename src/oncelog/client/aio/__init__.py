@@ -2,6 +2,6 @@
 from oncelog.client.aio.admin import AIOAdminClient as AdminClient
 from oncelog.client.aio.consumer import AIOConsumer as Consumer
 from oncelog.client.aio.producer import AIOProducer as Producer
-from oncelog.client.aio.producer import BatchMetadata, RecordMetadata
+from oncelog.client.types import RecordMetadata, SentBatch
 
-__all__ = ["Producer", "Consumer", "AdminClient", "RecordMetadata", "BatchMetadata"]
+__all__ = ["Producer", "Consumer", "AdminClient", "RecordMetadata", "SentBatch"]

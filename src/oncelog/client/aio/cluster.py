@@ -117,14 +117,17 @@ class Cluster:
             t = self._connecting[node] = asyncio.ensure_future(self._connect(node))
         return await asyncio.shield(t)
 
-    def start_connect(self, node: int) -> None:
+    def start_connect(self, node: int) -> asyncio.Task | None:
+        """Connect to `node` in the background (unless connected, connecting or backing off);
+        returns the latest connection attempt, if any."""
         if time.monotonic() < self._retry_at.get(node, 0):
-            return
+            return self._connecting.get(node)
         if self.ready_connection(node) is None:
             t = self._connecting.get(node)
             if t is None or t.done():
                 t = self._connecting[node] = asyncio.ensure_future(self._connect(node))
                 t.add_done_callback(lambda f: f.cancelled() or f.exception())
+        return self._connecting.get(node)
 
     async def _connect(self, node: int) -> Connection:
         b = self.brokers.get(node)

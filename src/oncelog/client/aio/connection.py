@@ -34,7 +34,7 @@ class _Protocol(asyncio.Protocol):
         try:
             frames = self.decoder.feed(data)
         except FrameError as e:
-            self.conn._fail(BrokerConnectionError(f"bad frame from {self.conn.addr}: {e}"))
+            self.conn.fail(BrokerConnectionError(f"bad frame from {self.conn.addr}: {e}"))
             return
         for frame in frames:
             if self.conn.closed:
@@ -42,7 +42,7 @@ class _Protocol(asyncio.Protocol):
             self.conn._on_frame(frame)
 
     def connection_lost(self, exc) -> None:
-        self.conn._fail(BrokerConnectionError(f"connection to {self.conn.addr} lost: {exc or 'closed'}"))
+        self.conn.fail(BrokerConnectionError(f"connection to {self.conn.addr} lost: {exc or 'closed'}"))
         for w in self.drain_waiters:
             if not w.done():
                 w.set_result(None)
@@ -151,11 +151,11 @@ class Connection:
 
     def _on_frame(self, frame) -> None:
         if len(frame) < 4:
-            self._fail(BrokerConnectionError(f"{self.addr}: response of {len(frame)} bytes"))
+            self.fail(BrokerConnectionError(f"{self.addr}: response of {len(frame)} bytes"))
             return
         cid = _CORR.unpack_from(frame, 0)[0]
         if not self.pending or self.pending[0][0] != cid:
-            self._fail(BrokerConnectionError(
+            self.fail(BrokerConnectionError(
                 f"{self.addr}: response with correlation id {cid} out of order"))
             return
         _, api_key, version, fut = self.pending.popleft()
@@ -172,7 +172,8 @@ class Connection:
     def in_flight(self) -> int:
         return len(self.pending)
 
-    def _fail(self, err: BaseException) -> None:
+    def fail(self, err: BaseException) -> None:
+        """Close the connection abruptly: every request waiting on it fails with `err`."""
         if self.closed:
             return
         self.closed = True
@@ -185,4 +186,4 @@ class Connection:
                 fut.set_exception(err)
 
     def close(self) -> None:
-        self._fail(BrokerConnectionError(f"connection to {self.addr} closed by the client"))
+        self.fail(BrokerConnectionError(f"connection to {self.addr} closed by the client"))

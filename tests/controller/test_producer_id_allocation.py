@@ -1,128 +1,20 @@
-"""KIP-730 producer-id blocks, mirroring Kafka's ProducerIdControlManagerTest,
-ProducerIdManagerTest and ProducerIdsIntegrationTest.testUniqueProducerIds."""
+"""KIP-730 producer-id blocks served: the controller and a broker's ProducerIdManager, mirroring
+Kafka's ProducerIdManagerTest and ProducerIdsIntegrationTest.testUniqueProducerIds (the
+controller's decisions are tests/core/test_producer_ids.py, its log tests/storage/test_metadata_log.py)."""
 import asyncio
 import socket
 import struct
 
 import pytest
-from hypothesis import given, strategies as st
 
 from oncelog.broker.controller_client import ControllerClient
 from oncelog.broker.producer_id_manager import ProducerIdManager
 from oncelog.client.aio import wire
 from oncelog.controller.service import Controller, ControllerConfig
-from oncelog.core.producer_ids import BLOCK_SIZE, ControllerState, ProducerIdsBlock
+from oncelog.core.producer_ids import ProducerIdsBlock
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
-from oncelog.storage.metadata_log import MetadataLog
-from oncelog.testing.embedded import BrokerProcess
-
-from oncelog.testing.cluster import PASSWORD, USER, ControllerProcess, broker_overrides
-
-
-def registered(*brokers):
-    s = ControllerState()
-    for b in brokers:
-        records, _epoch = s.decide_register(b, "h", 1)
-        for r in records:
-            s.replay(r)
-    return s
-
-
-def allocate(s, broker, epoch):
-    records, block = s.decide_allocate(broker, epoch)
-    for r in records:
-        s.replay(r)
-    return block
-
-
-# ---------------------------------------------------------------- ProducerIdControlManagerTest
-
-def test_initial_result_is_block_zero_and_record_carries_the_next_id():
-    s = registered(1)
-    records, block = s.decide_allocate(1, 1)
-    assert block == ProducerIdsBlock(1, 0, 1000)
-    assert records[0]["next_producer_id"] == 1000
-    assert s.next_producer_id == 0  # a decision changes nothing
-
-
-def test_monotonic_replay_refuses_going_back_but_allows_gaps():
-    s = registered(1)
-    s.replay({"type": "pid_block", "broker_id": 1, "broker_epoch": 1, "next_producer_id": 5000})
-    with pytest.raises(ValueError):
-        s.replay({"type": "pid_block", "broker_id": 1, "broker_epoch": 1, "next_producer_id": 5000})
-    with pytest.raises(ValueError):
-        s.replay({"type": "pid_block", "broker_id": 1, "broker_epoch": 1, "next_producer_id": 1000})
-    assert allocate(s, 1, 1).first == 5000
-
-
-def test_unknown_broker_or_stale_epoch():
-    s = registered(1)
-    with pytest.raises(KafkaProtocolError) as e:
-        s.decide_allocate(2, 1)
-    assert e.value.code == ErrorCode.BROKER_ID_NOT_REGISTERED
-    with pytest.raises(KafkaProtocolError) as e:
-        s.decide_allocate(1, 7)
-    assert e.value.code == ErrorCode.STALE_BROKER_EPOCH
-
-
-def test_max_value():
-    s = registered(1)
-    s.replay({"type": "pid_block", "broker_id": 1, "broker_epoch": 1, "next_producer_id": 2**63 - 10})
-    with pytest.raises(KafkaProtocolError) as e:
-        s.decide_allocate(1, 1)
-    assert e.value.code == ErrorCode.UNKNOWN_SERVER_ERROR
-
-
-def test_generate_producer_ids_100_calls():
-    s = registered(3)
-    for _ in range(100):
-        allocate(s, 3, 1)
-    assert allocate(s, 3, 1) == ProducerIdsBlock(3, 100_000, BLOCK_SIZE)
-
-
-def test_upgrade_floor_continues_above_earlier_ids():
-    s = registered(1)
-    for r in s.decide_floor(4321):
-        s.replay(r)
-    assert allocate(s, 1, 1).first == 4321
-    assert s.decide_floor(10) == []
-
-
-@given(st.lists(st.integers(1, 3), min_size=1, max_size=60))
-def test_blocks_never_overlap_whoever_asks(brokers):
-    s = registered(1, 2, 3)
-    epochs = {b.broker_id: b.epoch for b in s.brokers.values()}
-    blocks = [allocate(s, b, epochs[b]) for b in brokers]
-    for a, b in zip(blocks, blocks[1:]):
-        assert b.first == a.next_first
-
-
-# ---------------------------------------------------------------- metadata log
-
-def test_torn_metadata_log_tail_is_ignored_and_truncated(tmp_path, caplog):
-    log = MetadataLog(tmp_path)
-    log.append([{"type": "pid_block", "n": 1}, {"type": "pid_block", "n": 2}])
-    log.close()
-    path = tmp_path / "metadata.log"
-    good = path.stat().st_size
-    with open(path, "ab") as f:
-        f.write(struct.pack(">II", 100, 0) + b'{"type": "pid_bl')
-    again = MetadataLog(tmp_path)
-    assert [r["n"] for _o, r in again.read()] == [1, 2]
-    assert path.stat().st_size == good
-    assert "torn or corrupt tail" in caplog.text
-    again.append([{"type": "x", "n": 3}])
-    assert [r["n"] for _o, r in MetadataLog(tmp_path).read()] == [1, 2, 3]
-
-
-def test_corrupt_snapshot_is_set_aside(tmp_path):
-    log = MetadataLog(tmp_path)
-    log.append([{"type": "a"}])
-    path = log.write_snapshot(1, {"k": 1})
-    path.write_text(path.read_text().replace('"k": 1', '"k": 2'))
-    assert log.latest_snapshot() is None
-    assert path.with_suffix(".corrupt").exists()
+from oncelog.testing.embedded import PASSWORD, USER, BrokerProcess, ControllerProcess, broker_overrides
 
 
 # ---------------------------------------------------------------- controller + ProducerIdManager
@@ -219,6 +111,7 @@ async def test_unauthorized_caller_gets_cluster_authorization_failed(tmp_path):
         await c.stop()
 
 
+@pytest.mark.processes
 def test_broker_without_cluster_rights_stops_with_a_clear_message(tmp_path):
     c = ControllerProcess(tmp_path / "meta", extra_users=["guest:pw"]).start()
     try:
