@@ -10,10 +10,10 @@ import time
 
 import pytest
 
-from oncelog.broker import server
 from oncelog.broker.config import BrokerConfig
 from oncelog.protocol import entities
 from oncelog.protocol.errors import ErrorCode as E
+from oncelog.testing.in_process import InProcessBroker
 
 from test_dedup_raw import Conn
 
@@ -122,7 +122,7 @@ class Member:
 @pytest.fixture
 async def cluster(tmp_path):
     clock = Clock()
-    broker = server.Broker(BrokerConfig({
+    broker = InProcessBroker(BrokerConfig({
         "log.dirs": str(tmp_path / "data"), "listeners": "PLAINTEXT://127.0.0.1:0", "node.id": "1",
         "group.initial.rebalance.delay.ms": "50", "offsets.retention.check.interval.ms": "1",
         "offsets.retention.minutes": "60"}), clock=clock)
@@ -363,7 +363,7 @@ async def test_retention_of_an_empty_group_survives_a_restart(tmp_path):
     config = BrokerConfig({"log.dirs": str(tmp_path / "data"), "listeners": "PLAINTEXT://127.0.0.1:0",
                            "group.initial.rebalance.delay.ms": "50",
                            "offsets.retention.check.interval.ms": "1", "offsets.retention.minutes": "60"})
-    broker = server.Broker(config, clock=clock)
+    broker = InProcessBroker(config, clock=clock)
     host, port = (await broker.start())[:2]
     m = Member(await Conn.open(host, port), "g14")
     await create_topic(m, "t", 1)
@@ -373,7 +373,7 @@ async def test_retention_of_an_empty_group_survives_a_restart(tmp_path):
     await m.conn.close()
     await broker.stop()
     clock.advance_ms(45 * 60_000)
-    broker = server.Broker(config, clock=clock)              # restarted 45 minutes later
+    broker = InProcessBroker(config, clock=clock)              # restarted 45 minutes later
     host, port = (await broker.start())[:2]
     m = Member(await Conn.open(host, port), "g14")
     try:

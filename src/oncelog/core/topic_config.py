@@ -81,7 +81,9 @@ class ConfigDef:
                 raise ConfigError(f"{raw!r} is not a number") from None
         value = str(raw).strip()
         if self.choices is not None:
-            low = value.lower() if self.name != "message.timestamp.type" else value
+            # Kafka's validators: lower-case choices take any case (Kafka lower-cases the value
+            # first); mixed-case ones (CreateTime, LogAppendTime) must match exactly.
+            low = value if any(not c.islower() for c in self.choices) else value.lower()
             if low not in self.choices:
                 raise ConfigError(f"{self.name}={value!r} is not one of {', '.join(self.choices)}")
             value = low

@@ -41,7 +41,7 @@ import struct
 from array import array
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, NamedTuple
+from typing import Any, Callable, Iterator, Mapping, NamedTuple
 
 from oncelog.protocol import records as rec
 from oncelog.protocol.records import iter_record_times
@@ -75,7 +75,7 @@ class LogConfig:
     write_caching: bool = False
 
     @classmethod
-    def from_topic_config(cls, cfg: dict[str, Any]) -> "LogConfig":
+    def from_topic_config(cls, cfg: Mapping[str, Any]) -> "LogConfig":
         """From the typed topic configs of `core.topic_config.effective_topic_config`."""
         names = {"segment.bytes": "segment_bytes", "segment.ms": "segment_ms",
                  "retention.ms": "retention_ms", "retention.bytes": "retention_bytes",
