@@ -389,7 +389,7 @@ class PartitionLog:
         possibly less: see `_sync_failed`)."""
         if self.offline:
             raise KafkaProtocolError(ErrorCode.KAFKA_STORAGE_ERROR, f"{self.directory.name} is offline: {self.offline}")
-        buf = batches if isinstance(batches, bytearray) else bytearray(batches)
+        buf = rec.writable(batches)
         leader_epoch = self.leader_epoch if leader_epoch is None else leader_epoch
         if not buf:
             raise KafkaProtocolError(ErrorCode.INVALID_RECORD, "empty record set")

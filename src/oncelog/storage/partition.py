@@ -233,7 +233,7 @@ class Partition:
                                 f"partition offline: {self.log.offline}", self._extra())
         self._follow_cuts(now_ms)
         try:
-            buf = records if isinstance(records, bytearray) else bytearray(records)
+            buf = rec.writable(records)
             if len(buf) == 0:
                 raise KafkaProtocolError(ErrorCode.INVALID_RECORD, "empty record set")
             check = None
