@@ -1,31 +1,43 @@
-# Both targets create the virtual environment they need, then run.
+# Each target creates the virtual environment it needs, then runs: `make run` installs oncelog
+# alone (what serving needs), `make test` adds the test and benchmark extras. A stamp per level,
+# named after pyproject.toml's checksum, says what is installed; an edit of pyproject.toml
+# installs again.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+CHECKSUM := $(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+RUN_STAMP := $(VENV)/.installed-run-$(CHECKSUM)
+TEST_STAMP := $(VENV)/.installed-test-$(CHECKSUM)
 
 .PHONY: run test lint bench clean
 
-$(STAMP): pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+$(PY):
+	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,bench]'
-	rm -f $(VENV)/.installed-*; touch $@
 
-run: $(STAMP)
+$(RUN_STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet -e .
+	rm -f $(VENV)/.installed-run-*; touch $@
+
+# The test extras include everything `run` installs.
+$(TEST_STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet -e '.[test,bench]'
+	rm -f $(VENV)/.installed-*; touch $@ $(RUN_STAMP)
+
+run: $(RUN_STAMP)
 	$(VENV)/bin/oncelog serve --log-dirs ./data --override metrics.port=9404
 
-lint: $(STAMP)
+lint: $(TEST_STAMP)
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
-test: $(STAMP) lint
+test: $(TEST_STAMP) lint
 	$(PY) -m pytest -q -p no:cacheprovider --durations=15
 
 # the tests that start no other process and no Spark session (tests/conftest.py marks the others)
 .PHONY: test-fast
-test-fast: $(STAMP)
+test-fast: $(TEST_STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider -m "not processes and not spark and not slow" --durations=10
 
 clean:

@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from oncelog.testing.embedded import BrokerProcess, ServerProcess
+from oncelog.testing.handler_bugs import no_handler_bugs  # noqa: F401  (autouse: a handler bug a broker logs fails the test)
 
 _topic_counter = itertools.count()
 

@@ -88,3 +88,15 @@ def test_a_stored_config_that_no_longer_validates_does_not_stop_a_start(tmp_path
         assert _produce_idempotently(b.bootstrap, "kept") == list(range(20, 40))
     finally:
         b.stop()
+
+
+def test_broker_wide_timestamp_type_is_accepted():
+    """`log.message.timestamp.type=LogAppendTime` used to be refused at start: its choices were
+    matched case-insensitively under the broker-wide name, against mixed-case values."""
+    from oncelog.broker.config import BrokerConfig
+    from oncelog.core.topic_config import TOPIC_CONFIGS, ConfigError
+    for value in ("CreateTime", "LogAppendTime"):
+        assert BrokerConfig({"log.message.timestamp.type": value})["log.message.timestamp.type"] == value
+    assert TOPIC_CONFIGS["producer.state.dedup.mode"].parse("RANGE") == "range"  # lower-case choices: any case
+    with pytest.raises(ConfigError):
+        TOPIC_CONFIGS["message.timestamp.type"].parse("createtime")  # Kafka's check is exact here

@@ -26,10 +26,10 @@ from kio.schema.types import TopicName
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 
-from oncelog.broker import server
 from oncelog.broker.config import BrokerConfig
 from oncelog.protocol.errors import ErrorCode as E
 from oncelog.protocol.records import Record, encode_batch
+from oncelog.testing.in_process import InProcessBroker
 
 NOW = 1_700_000_000_000
 
@@ -207,7 +207,7 @@ class Client:
 
 
 async def start_broker(tmp_path):
-    broker = server.Broker(_broker_config(tmp_path))
+    broker = InProcessBroker(_broker_config(tmp_path))
     host, port = (await broker.start())[:2]
     return broker, host, port
 

@@ -11,6 +11,7 @@ import threading
 import pytest
 
 from oncelog.broker.group_commit import GroupCommit
+from oncelog.core.producer_state import ProducerStateConfig
 from oncelog.protocol.records import Record, decode_records, encode_batch
 from oncelog.storage import failpoints as fp
 from oncelog.storage.log import LogConfig, PartitionLog
@@ -61,8 +62,7 @@ class HeldFsync:
 
 @pytest.fixture
 def partition(tmp_path):
-    p = Partition("t", 0, PartitionLog.open(tmp_path / "t-0", LogConfig(), NOW), LogConfig(),
-                  directory=tmp_path / "t-0", now_ms=NOW)
+    p = Partition("t", 0, PartitionLog.open(tmp_path / "t-0", LogConfig(), NOW), ProducerStateConfig(), now_ms=NOW)
     yield p
     p.close()
 

@@ -11,10 +11,10 @@ import time
 import pytest
 from test_dedup_raw import Conn
 
-from oncelog.broker import server
 from oncelog.broker.config import BrokerConfig
 from oncelog.protocol import entities
 from oncelog.protocol.errors import ErrorCode as E
+from oncelog.testing.in_process import InProcessBroker
 
 JOIN, SYNC, HEARTBEAT, LEAVE, COMMIT, FETCH_OFFSETS, CREATE, DELETE, DESCRIBE = 11, 14, 12, 13, 8, 9, 19, 20, 15
 DELETE_GROUPS = 42
@@ -121,7 +121,7 @@ class Member:
 @pytest.fixture
 async def cluster(tmp_path):
     clock = Clock()
-    broker = server.Broker(BrokerConfig({
+    broker = InProcessBroker(BrokerConfig({
         "log.dirs": str(tmp_path / "data"), "listeners": "PLAINTEXT://127.0.0.1:0", "node.id": "1",
         "group.initial.rebalance.delay.ms": "50", "offsets.retention.check.interval.ms": "1",
         "offsets.retention.minutes": "60"}), clock=clock)
@@ -362,7 +362,7 @@ async def test_retention_of_an_empty_group_survives_a_restart(tmp_path):
     config = BrokerConfig({"log.dirs": str(tmp_path / "data"), "listeners": "PLAINTEXT://127.0.0.1:0",
                            "group.initial.rebalance.delay.ms": "50",
                            "offsets.retention.check.interval.ms": "1", "offsets.retention.minutes": "60"})
-    broker = server.Broker(config, clock=clock)
+    broker = InProcessBroker(config, clock=clock)
     host, port = (await broker.start())[:2]
     m = Member(await Conn.open(host, port), "g14")
     await create_topic(m, "t", 1)
@@ -372,7 +372,7 @@ async def test_retention_of_an_empty_group_survives_a_restart(tmp_path):
     await m.conn.close()
     await broker.stop()
     clock.advance_ms(45 * 60_000)
-    broker = server.Broker(config, clock=clock)              # restarted 45 minutes later
+    broker = InProcessBroker(config, clock=clock)              # restarted 45 minutes later
     host, port = (await broker.start())[:2]
     m = Member(await Conn.open(host, port), "g14")
     try:

@@ -174,3 +174,19 @@ def test_unique_ids_across_three_brokers_and_after_kill_9(cluster):
     second = [pid for b in brokers for pid in init_producer_ids(b.bootstrap, 500)]
     assert len(set(second)) == 1500
     assert min(second) > max(first)  # a restart never reuses an id
+
+
+async def test_the_in_process_controller_continues_above_a_legacy_reservation(tmp_path):
+    """KIP-730's upgrade rule for a data directory of the file allocator that preceded the
+    controller (controller.embedded, as `oncelog serve` runs it)."""
+    from oncelog.broker.config import BrokerConfig
+    from oncelog.testing.in_process import InProcessBroker
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "producer-id-block").write_text("5000\n")
+    b = InProcessBroker(BrokerConfig({"log.dirs": str(data), "listeners": "PLAINTEXT://127.0.0.1:0"}))
+    await b.start()
+    try:
+        assert await b.producer_ids.generate_producer_id() >= 5000
+    finally:
+        await b.stop()

@@ -112,3 +112,15 @@ def test_message_format_version_that_does_not_parse(value):
     with pytest.raises(ConfigError):
         TOPIC_CONFIGS["message.format.version"].parse(value)
     assert records.message_format_magic(value) == 2
+
+
+def test_writable_patches_a_writable_view_in_place_and_copies_anything_else():
+    frame = bytearray(b"\x00" * 70)
+    view = memoryview(frame)[3:]
+    assert records.writable(view) is view
+    assert records.writable(frame) is frame
+    ro = memoryview(bytes(70))
+    copy = records.writable(ro)
+    assert isinstance(copy, bytearray) and copy == ro
+    records.patch_batch(records.writable(view), 0, 42, 7)
+    assert int.from_bytes(frame[3:11], "big") == 42  # the frame itself carries the offset

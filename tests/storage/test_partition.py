@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import pytest
 
+from oncelog.broker.metrics import producer_state_metrics
+from oncelog.core.producer_state import ProducerStateConfig
 from oncelog.core.sequence import MAX_SEQUENCE
 from oncelog.protocol import records as rec
 from oncelog.protocol.errors import ErrorCode as E
 from oncelog.protocol.records import Record, encode_batch
 from oncelog.storage import producer_snapshots as snaps
 from oncelog.storage.log import LogConfig, PartitionLog
-from oncelog.storage.partition import Partition, producer_state_metrics
+from oncelog.storage.partition import Partition, PartitionConfig
 
 NOW = 1_700_000_000_000
 PID = 4242
@@ -43,8 +45,7 @@ class Env:
 
     def open(self, now=NOW) -> Partition:
         log = PartitionLog.open(self.directory, self.log_config, now)
-        return Partition("t", 0, log, self.log_config, directory=self.directory,
-                         producer_config=self.producer_config, now_ms=now)
+        return Partition("t", 0, log, ProducerStateConfig.from_topic_config(self.producer_config), now_ms=now)
 
     def restart(self, clean=True, now=NOW):
         if clean:
@@ -531,13 +532,13 @@ def test_window_change_at_runtime(env):
     e = env()
     offsets = fill(e, 30)
     assert e.append(batch(14 * 2)).error_code == E.OUT_OF_ORDER_SEQUENCE_NUMBER
-    e.partition.update_config(producer_config={"producer.state.batches.to.retain": 20})
+    e.partition.update_config(PartitionConfig(e.log_config, ProducerStateConfig(batches_to_retain=20)))
     assert e.partition.producer_state_batches_to_retain == 20
     offsets += fill(e, 20, start=60)
     r = e.append(batch(60 + 2))  # 19 batches back
     assert (r.error_code, r.base_offset) == (0, offsets[31])
     assert e.append(batch(0)).error_code == E.OUT_OF_ORDER_SEQUENCE_NUMBER  # far below the window
-    e.partition.update_config(producer_config={"producer.state.batches.to.retain": 5})
+    e.partition.update_config(PartitionConfig(e.log_config, ProducerStateConfig(batches_to_retain=5)))
     assert e.append(batch(60 + 2)).error_code == E.OUT_OF_ORDER_SEQUENCE_NUMBER
     r = e.append(batch(60 + 15 * 2))
     assert (r.error_code, r.base_offset) == (0, offsets[45])
@@ -650,7 +651,7 @@ def test_truncation_rebuilds_producer_state(env):
 
 
 def test_producer_state_metrics_per_topic(env):
-    from oncelog.storage.partition import PRODUCER_STATE_METRICS, producer_state_metrics
+    from oncelog.broker.metrics import PRODUCER_STATE_METRICS
     e = env()
     fill(e, 3)
     e.append(batch(4))

@@ -21,9 +21,10 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from test_partition import crash_log
 
 from oncelog.protocol.errors import ErrorCode as E
+from oncelog.core.producer_state import ProducerStateConfig
 from oncelog.protocol.records import Record, encode_batch
 from oncelog.storage.log import LogConfig, PartitionLog
-from oncelog.storage.partition import Partition
+from oncelog.storage.partition import Partition, PartitionConfig
 
 SPACE = 2**31
 EXPIRY = 100_000
@@ -67,8 +68,8 @@ class PartitionMachine(RuleBasedStateMachine):
 
     def _open(self) -> Partition:
         log = PartitionLog.open(self.dir, self.log_config, self.now)
-        return Partition("t", 0, log, self.log_config, directory=self.dir, now_ms=self.now,
-                         producer_config=self._producer_config())
+        return Partition("t", 0, log, ProducerStateConfig.from_topic_config(self._producer_config()),
+                         now_ms=self.now)
 
     @staticmethod
     def _last_offset(b) -> int:
@@ -167,7 +168,8 @@ class PartitionMachine(RuleBasedStateMachine):
     @rule(window=st.sampled_from([5, 6, 20]))
     def change_window(self, window):
         self.window = window
-        self.partition.update_config(producer_config=self._producer_config())
+        self.partition.update_config(PartitionConfig(
+            self.log_config, ProducerStateConfig.from_topic_config(self._producer_config())))
         for p in self.producers.values():
             p["retained"] = min(p["retained"], window)
         for remembered in (self.expired, self.restored):  # remembered offsets follow the window

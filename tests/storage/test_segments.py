@@ -227,30 +227,30 @@ def test_random_appends_and_restarts_match_a_model(tmp_path_factory, ops):
     log.close()
 
 
-def test_log_manager_topics_survive_restart_and_refuse_bad_input(tmp_path):
+async def test_log_manager_topics_survive_restart_and_refuse_bad_input(tmp_path):
     lm = LogManager([str(tmp_path / "a"), str(tmp_path / "b")], {"segment.bytes": 1000})
-    lm.open(NOW)
-    info = lm.create_topic("orders", 3, {"retention.ms": "1000"}, NOW)
-    lm.create_topic("other", 1, {}, NOW)
+    await lm.open(NOW)
+    info = await lm.create_topic("orders", 3, {"retention.ms": "1000"}, NOW)
+    await lm.create_topic("other", 1, {}, NOW)
     for bad, code in [("bad name!", ErrorCode.INVALID_TOPIC_EXCEPTION), ("..", ErrorCode.INVALID_TOPIC_EXCEPTION),
                       ("orders", ErrorCode.TOPIC_ALREADY_EXISTS)]:
         with pytest.raises(KafkaProtocolError) as e:
-            lm.create_topic(bad, 1, {}, NOW)
+            await lm.create_topic(bad, 1, {}, NOW)
         assert e.value.code == code
     with pytest.raises(KafkaProtocolError) as e:
-        lm.create_topic("cfg", 1, {"retention.ms": "soon"}, NOW)
+        await lm.create_topic("cfg", 1, {"retention.ms": "soon"}, NOW)
     assert e.value.code == ErrorCode.INVALID_CONFIG
     assert "cfg" not in lm.topics
     lm.get_partition("orders", 1).append_from_client(bytearray(batch(2)), NOW)
-    lm.alter_topic_config("orders", {"producer.state.batches.to.retain": "20"}, ["retention.ms"])
+    await lm.alter_topic_config("orders", {"producer.state.batches.to.retain": "20"}, ["retention.ms"])
     assert lm.get_partition("orders", 0).producer_state_batches_to_retain == 20
-    lm.close()
+    await lm.close()
     again = LogManager([str(tmp_path / "a"), str(tmp_path / "b")], {})
-    again.open(NOW)
+    await again.open(NOW)
     assert again.topics["orders"].topic_id == info.topic_id
     assert again.topics["orders"].overrides == {"producer.state.batches.to.retain": "20"}
     assert again.get_partition("orders", 1).log_end_offset == 2
     assert {again.topics["orders"].log_dir, again.topics["other"].log_dir} == {str(tmp_path / "a"), str(tmp_path / "b")}
-    again.delete_topic("orders")
+    await again.delete_topic("orders")
     assert not any((tmp_path / "a").glob("orders-*")) and not any((tmp_path / "b").glob("orders-*"))
-    again.close()
+    await again.close()

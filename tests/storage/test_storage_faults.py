@@ -12,6 +12,7 @@ from oncelog.protocol.errors import KafkaProtocolError
 from oncelog.protocol.records import Record, decode_records, encode_batch
 from oncelog.storage import failpoints as fp
 from oncelog.storage.log import LogConfig, PartitionLog
+from oncelog.core.producer_state import ProducerStateConfig
 from oncelog.storage.partition import Partition
 
 NOW = 1_700_000_000_000
@@ -25,7 +26,7 @@ def batch(seq: int, n: int = 3, pid: int = PID, epoch: int = 0) -> bytearray:
 
 def open_partition(directory, **cfg) -> Partition:
     config = LogConfig(**cfg)
-    return Partition("t", 0, PartitionLog.open(directory, config, NOW), config, directory=directory, now_ms=NOW)
+    return Partition("t", 0, PartitionLog.open(directory, config, NOW), ProducerStateConfig(), now_ms=NOW)
 
 
 def read_values(p: Partition) -> list[tuple[int, bytes]]:

@@ -9,8 +9,8 @@ the lock of a killed process), recovers log and producer state from the director
 with the new leader epoch. Two brokers never write one partition: the lock is exclusive, and a
 broker gives a partition up as soon as it sees a newer leader epoch for it.
 
-Same interface as `storage.log_manager.LogManager` for the handlers; topic changes are forwarded
-to the controller and answered once this broker's view shows them.
+What handlers see of it is `broker.logs.Logs`, as of a single node's `LogManager`; topic changes
+are forwarded to the controller and answered once this broker's view shows them.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 from oncelog.broker.controller_client import ControllerClient, ControllerUnavailable
 from oncelog.core.topic_config import effective_topic_config, parse_topic_configs
@@ -30,9 +30,8 @@ from oncelog.protocol import entities
 from oncelog.protocol import metadata as md
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
-from oncelog.storage.log import LogConfig, PartitionLog
-from oncelog.storage.log_manager import TopicInfo, check_topic_name, report_invalid_overrides
-from oncelog.storage.partition import Partition
+from oncelog.storage.log_manager import TopicInfo, check_topic_name, maintain, report_invalid_overrides
+from oncelog.storage.partition import DEFAULT_EXPIRATION_CHECK_INTERVAL_MS, Partition, PartitionConfig
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +48,8 @@ class _Led:
 
 class ClusterLogs:
     def __init__(self, log_dir: str, server_defaults: dict[str, Any], producer_config: dict[str, Any],
-                 client: ControllerClient, node_id: int, now_ms) -> None:
+                 client: ControllerClient, node_id: int, now_ms: Callable[[], int], *,
+                 expiration_check_interval_ms: int = DEFAULT_EXPIRATION_CHECK_INTERVAL_MS) -> None:
         self.log_dir = Path(log_dir)
         self.server_defaults = dict(server_defaults)
         self.producer_config = dict(producer_config)
@@ -63,13 +63,14 @@ class ClusterLogs:
         self._led: dict[tuple[str, int], _Led] = {}
         self._task: asyncio.Task | None = None
         self._changed = asyncio.Event()
-        self.expiration_check_interval_ms = 600_000
+        self.expiration_check_interval_ms = expiration_check_interval_ms
 
     # ------------------------------------------------------------------ lifecycle
-    def open(self, now_ms: int) -> None:
+    async def open(self, now_ms: int) -> None:
+        """Take the controller's view once (opening the partitions it says this broker leads),
+        then follow it."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
-
-    def start(self) -> None:
+        await self.refresh()
         self._task = asyncio.create_task(self._follow())
 
     async def _follow(self) -> None:
@@ -128,10 +129,8 @@ class ClusterLogs:
             os.close(fd)  # the old leader still has it: try again at the next view
             return
         try:
-            cfg = self._partition_config(key[0])
-            plog = PartitionLog.open(directory, LogConfig.from_topic_config(cfg), now_ms)
-            plog.leader_epoch = epoch
-            partition = Partition(key[0], key[1], plog, config=cfg, directory=directory, now_ms=now_ms)
+            partition = Partition.open(key[0], key[1], directory, self._partition_config(key[0]), now_ms,
+                                       leader_epoch=epoch)
         except Exception:
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
@@ -152,41 +151,45 @@ class ClusterLogs:
         for key in [k for k in self._led if k[0] == name]:
             self._close(key)
 
-    def close(self) -> None:
+    async def close(self) -> None:
         if self._task is not None:
             self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
         for key in list(self._led):
             self._close(key)
 
-    # ------------------------------------------------------------------ lookups (LogManager's interface)
+    # ------------------------------------------------------------------ lookups (broker.logs.Logs)
     def get_partition(self, topic: str, index: int) -> Partition | None:
         led = self._led.get((topic, index))
         return led.partition if led is not None else None
 
-    def partition_error(self, topic: str, index: int) -> int:
+    def partition_error(self, topic: str, index: int) -> ErrorCode:
         if (topic, index) in self.leaders:
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
+    def leader(self, topic: str, index: int) -> tuple[int, int]:
+        return self.leaders.get((topic, index), (-1, 0))
+
     def partitions(self) -> Iterator[Partition]:
         return iter([led.partition for led in self._led.values()])
 
-    def topic_name(self, topic_id) -> str | None:
+    def topic_name(self, topic_id: uuid.UUID | None) -> str | None:
         return self._by_id.get(topic_id)
 
     def topic_config(self, name: str) -> dict[str, Any]:
         return effective_topic_config(self.server_defaults, self.topics[name].overrides)
 
-    def _partition_config(self, name: str) -> dict[str, Any]:
-        return {**self.topic_config(name), **self.producer_config}
+    def _partition_config(self, name: str) -> PartitionConfig:
+        return PartitionConfig.from_topic_config({**self.topic_config(name), **self.producer_config})
 
     def _apply_config(self, info: TopicInfo) -> None:
         self.topics[info.name] = info
-        cfg = self._partition_config(info.name)
+        config = self._partition_config(info.name)
         for (t, _p), led in self._led.items():
             if t == info.name:
-                led.partition.log.config = LogConfig.from_topic_config(cfg)
-                led.partition.update_config(cfg)
+                led.partition.update_config(config)
 
     # ------------------------------------------------------------------ changes, through the controller
     async def _forward(self, api_key: int, version: int, **fields: Any):
@@ -195,7 +198,7 @@ class ClusterLogs:
         except ControllerUnavailable as e:
             raise KafkaProtocolError(ErrorCode.REQUEST_TIMED_OUT, f"controller unreachable: {e}") from None
 
-    async def _until(self, done) -> None:
+    async def _until(self, done: Callable[[], bool]) -> None:
         for _ in range(100):
             if done():
                 return
@@ -242,17 +245,6 @@ class ClusterLogs:
         await self._until(lambda: name in self.topics and self.topics[name].overrides == expected)
 
     # ------------------------------------------------------------------ periodic work
-    def tick(self, now_ms: int, flush=None) -> None:
-        """Retention, the flush policy and producer expiry. `flush(partition)`: who runs a due
-        fsync (the broker's group commit, off the event loop); None: here and now."""
-        for key, led in list(self._led.items()):
-            try:
-                led.partition.log.enforce_retention(now_ms)
-                if flush is None:
-                    led.partition.maybe_flush(now_ms)
-                elif led.partition.flush_due(now_ms):
-                    flush(led.partition)
-                led.partition.tick(now_ms, self.expiration_check_interval_ms)
-            except KafkaProtocolError as e:
-                log.warning("partition %s-%d maintenance: %s", key[0], key[1], e)
+    def tick(self, now_ms: int, flush: Callable[[Partition], None] | None = None) -> None:
+        maintain([led.partition for led in self._led.values()], now_ms, flush, self.expiration_check_interval_ms)
 

@@ -35,9 +35,9 @@ class ControllerClient:
 
     async def _connect(self) -> None:
         try:
-            self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(self.host, self.port), self.timeout_s)
-        except (TimeoutError, OSError) as e:
+            async with asyncio.timeout(self.timeout_s):
+                self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
+        except (OSError, asyncio.TimeoutError) as e:
             raise ControllerUnavailable(f"controller {self.host}:{self.port}: {e}") from None
         hs = await self._call(ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN")
         if hs.error_code != 0:
@@ -58,6 +58,9 @@ class ControllerClient:
             except (TimeoutError, OSError, asyncio.IncompleteReadError) as e:
                 self.close()
                 raise ControllerUnavailable(f"controller {self.host}:{self.port}: {e!r}") from None
+            except asyncio.CancelledError:
+                self.close()  # the answer may still come: the next request must not read it
+                raise
 
     async def move_leader(self, topic: str, partition: int, broker: int,
                           timeout_ms: int = 30000) -> tuple[int, str | None]:
@@ -80,6 +83,9 @@ class ControllerClient:
             except (TimeoutError, OSError, asyncio.IncompleteReadError) as e:
                 self.close()
                 raise ControllerUnavailable(f"controller {self.host}:{self.port}: {e!r}") from None
+            except asyncio.CancelledError:
+                self.close()
+                raise
 
     async def _call(self, api_key: int, version: int, **fields: Any):
         request = entities.make(entities.entity_class(api_key, version, "request"), **fields)
@@ -92,8 +98,12 @@ class ControllerClient:
         header = headers.request_header(api_key, version, corr, self.client_id)
         self._writer.write(I32.pack(len(header) + len(body)) + header + body)
         await self._writer.drain()
-        size = struct.unpack(">i", await asyncio.wait_for(self._reader.readexactly(4), self.timeout_s))[0]
-        data = await asyncio.wait_for(self._reader.readexactly(size), self.timeout_s)
+        # asyncio.timeout, not wait_for: Python 3.11's wait_for returns a result that arrived just as
+        # the task was cancelled and drops the cancellation, so a stopping broker's heartbeat loop
+        # went on forever
+        async with asyncio.timeout(self.timeout_s):
+            size = struct.unpack(">i", await self._reader.readexactly(4))[0]
+            data = await self._reader.readexactly(size)
         if Reader(data).i32() != corr:
             raise ControllerUnavailable("correlation id mismatch from the controller")
         return data[headers.response_header_size(api_key, version, data):]

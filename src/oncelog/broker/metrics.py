@@ -8,7 +8,6 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from oncelog.protocol.api import api_name
-from oncelog.storage.partition import PRODUCER_STATE_METRICS, producer_state_metrics
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +31,9 @@ class BrokerMetrics:
         self.connections_closed = Counter("oncelog_connections_closed_on_bad_input",
                                           "connections closed for an oversized or malformed frame",
                                           registry=self.registry)
+        self.handler_bugs = Counter("oncelog_handler_bugs", "requests whose handler raised (a bug in "
+                                    "oncelog, logged with its traceback), answered UNKNOWN_SERVER_ERROR",
+                                    registry=self.registry)
         self.registry.register(_PartitionCollector(partitions))
         self._server = None
         self._children: dict[int, tuple] = {}  # labelled children per API, looked up once
@@ -79,15 +81,67 @@ class _PartitionCollector:
                                 labels=["topic", "partition"])
         for p in parts:
             labels = [p.topic, str(p.index)]
-            size.add_metric(labels, getattr(p.log, "size_bytes", 0))
+            size.add_metric(labels, p.log.size_bytes)
             start.add_metric(labels, p.log_start_offset)
             end.add_metric(labels, p.log_end_offset)
         yield from (size, start, end)
         values = producer_state_metrics(parts)
-        for name, kind, doc, extra_label in PRODUCER_STATE_METRICS:
-            labels = ["topic"] + ([extra_label] if extra_label else [])
+        for name, kind, doc, source in PRODUCER_STATE_METRICS:
+            labels = ["topic"] + (["kind"] if isinstance(source, dict) else [])
             family = (GaugeMetricFamily(name, doc, labels=labels) if kind == "gauge"
                       else CounterMetricFamily(name.removesuffix("_total"), doc, labels=labels))
             for label_values, value in values[name]:
                 family.add_metric([label_values[k] for k in labels], value)
             yield family
+
+
+# Producer state per topic: (name, type, help, the key of Partition.producer_state_stats that is
+# summed, or {value of the "kind" label: key}).
+PRODUCER_STATE_METRICS = (
+    ("oncelog_producer_state_producers", "gauge", "producers tracked by partition producer state", "producers"),
+    ("oncelog_producer_state_bytes", "gauge", "bytes held by producer state arrays", "bytes"),
+    ("oncelog_producer_state_duplicates_total", "counter",
+     "duplicate batches answered, by kind: latest/window/tail (with the original offset) or "
+     "sequence (DUPLICATE_SEQUENCE_NUMBER)",
+     {"latest": "duplicates_latest", "window": "duplicates_window", "tail": "duplicates_tail",
+      "sequence": "duplicates_sequence"}),
+    ("oncelog_producer_state_out_of_order_total", "counter", "OUT_OF_ORDER_SEQUENCE_NUMBER answers",
+     "out_of_order"),
+    ("oncelog_producer_state_unknown_producer_total", "counter", "UNKNOWN_PRODUCER_ID answers",
+     "unknown_producer"),
+    ("oncelog_producer_state_invalid_epoch_total", "counter", "INVALID_PRODUCER_EPOCH answers", "invalid_epoch"),
+    ("oncelog_producer_state_unsupported_format_total", "counter",
+     "idempotent produce refused on topics below message format v2", "unsupported_format"),
+    ("oncelog_producer_state_expirations_total", "counter", "producers removed by producer.id.expiration.ms",
+     "expirations"),
+    ("oncelog_producer_state_restored_total", "counter",
+     "expired producers restored from the log when they came back", "restored"),
+    ("oncelog_producer_state_producers_evicted_total", "counter",
+     "least recently updated producers moved to the remembered set at "
+     "producer.state.max.producers.per.partition", "producers_evicted"),
+    ("oncelog_producer_state_remembered_forgotten_total", "counter",
+     "remembered producers forgotten at producer.state.max.remembered.producers.per.partition "
+     "(their next batch meets UNKNOWN_PRODUCER_ID above the producer-state start offset)",
+     "remembered_forgotten"),
+    ("oncelog_producer_state_expired_remembered", "gauge",
+     "expired or evicted producers remembered with the log position of their batches", "expired_remembered"),
+)
+
+
+def producer_state_metrics(partitions) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """Per-topic sums over `partitions`: {metric name: [(labels, value), ...]}, labels always
+    holding `topic` (and `kind` for duplicates)."""
+    per_topic: dict[str, dict[str, int]] = {}
+    for p in partitions:
+        sums = per_topic.setdefault(p.topic, {})
+        for key, value in p.producer_state_stats().items():
+            sums[key] = sums.get(key, 0) + value
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for name, _kind, _doc, source in PRODUCER_STATE_METRICS:
+        rows = out[name] = []
+        for topic, stats in sorted(per_topic.items()):
+            if isinstance(source, dict):
+                rows.extend(({"topic": topic, "kind": kind}, stats[key]) for kind, key in source.items())
+            else:
+                rows.append(({"topic": topic}, stats[source]))
+    return out

@@ -4,34 +4,36 @@ Requests on a connection are handled one at a time and answered in order (Kafka'
 idempotent producers rely on). Bad input costs only the connection that sent it: an oversized frame
 is refused from its size prefix, a malformed request or an unsupported version closes the
 connection with a log line, and nothing half-applied remains because handlers validate before
-they append.
+they append. A handler that raises is a bug in oncelog, not bad input: it is logged as one and
+answered UNKNOWN_SERVER_ERROR (`Broker.handle_request`, the one error boundary).
 """
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import socket
 import struct
 import time
+import types
 import zlib
 from collections import deque
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Coroutine, Generator
 
 from oncelog.broker.cluster_logs import ClusterLogs
-from oncelog.broker.config import BrokerConfig, new_cluster_id
+from oncelog.broker.config import BrokerConfig, ConfigError, new_cluster_id
 from oncelog.broker.controller_client import ControllerClient
 from oncelog.broker.controller_link import ControllerLink
 from oncelog.broker.group_commit import GroupCommit
 from oncelog.broker.group_coordinator import GroupCoordinator
-from oncelog.broker.handlers import HANDLERS
-from oncelog.broker.local_producer_ids import LocalProducerIds
+from oncelog.broker.handlers import APIS, api_versions
+from oncelog.broker.logs import Logs
 from oncelog.broker.metrics import BrokerMetrics
 from oncelog.broker.producer_id_manager import ProducerIdManager
 from oncelog.broker.request_context import CLIENT
 from oncelog.protocol.api import BROKER_VERSIONS, ApiKey, api_name
+from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.protocol.framing import FrameError, FrameReader
 from oncelog.protocol.headers import correlation_id_of, read_request_header, response_header
 from oncelog.protocol.primitives import I32
@@ -48,15 +50,14 @@ class BadRequest(Exception):
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig | Mapping[str, Any] | None = None, producer_ids=None,
-                 clock=time.time) -> None:
-        self.config = config if isinstance(config, BrokerConfig) else BrokerConfig(config or {})
+    def __init__(self, config: BrokerConfig, clock: Callable[[], float] = time.time) -> None:
+        self.config = config
         self.node_id = self.config["node.id"]
         self._clock = clock
-        self.logs = LogManager(self.config.log_dirs, self.config.topic_defaults(),
-                               self.config.producer_config())
-        self.logs.expiration_check_interval_ms = self.config["producer.id.expiration.check.interval.ms"]
-        self.producer_ids = producer_ids
+        self.logs: Logs = LogManager(
+            self.config.log_dirs, self.config.topic_defaults(), self.config.producer_config(), node_id=self.node_id,
+            expiration_check_interval_ms=self.config["producer.id.expiration.check.interval.ms"])
+        self.producer_ids: ProducerIdManager | None = None
         self.groups: GroupCoordinator | None = None
         self.controller_link: ControllerLink | None = None
         self.fatal = asyncio.Event()  # set when the broker must stop (e.g. no cluster rights)
@@ -83,7 +84,7 @@ class Broker:
         self.cluster_id = self.cluster_id or _stored_cluster_id(first_dir)
         clustered = self.config["oncelog.cluster"]
         if not clustered:
-            self.logs.open(self.now_ms())
+            await self.logs.open(self.now_ms())
         c = self.config
         self.groups = GroupCoordinator(
             GroupOffsetStore(first_dir / "__consumer_offsets", shared=clustered), self.now_ms,
@@ -107,7 +108,7 @@ class Broker:
             bind = listener.host
             self.advertised_host = bind if bind not in ("", "0.0.0.0", "::") else socket.getfqdn()
             self.advertised_port = self.port
-        await self._connect_controller(first_dir)
+        await self._connect_controller()
         if self.config["oncelog.cluster"]:
             await self._join_cluster()
         await self._server.start_serving()
@@ -119,15 +120,13 @@ class Broker:
                  ",".join(self.config.log_dirs))
         return self.host, self.port
 
-    async def _connect_controller(self, first_dir: Path) -> None:
-        """Producer ids from the controller's KIP-730 blocks when one is configured (the CLI always
-        configures one, in-process by default); a bare Broker() in tests uses a local allocator."""
+    async def _connect_controller(self) -> None:
+        """Register with the controller and take producer ids from its KIP-730 blocks (`oncelog
+        serve` runs one in-process unless told where one is: `controller.embedded`)."""
         address = self.config["controller.quorum.bootstrap.servers"]
-        if self.producer_ids is not None:
-            return
         if not address:
-            self.producer_ids = LocalProducerIds(first_dir)
-            return
+            raise ConfigError("controller.quorum.bootstrap.servers is not set: a broker takes its producer ids "
+                              "from a controller (oncelog.controller.embedded runs one in-process)")
         host, _, port = address.rpartition(":")
         user, password = self.config["controller.sasl.plain.username"], self.config["controller.sasl.plain.password"]
         self.controller_link = ControllerLink(ControllerClient(host, int(port), user, password), self.node_id,
@@ -144,20 +143,17 @@ class Broker:
         if self.controller_link is None:
             raise RuntimeError("oncelog.cluster needs controller.quorum.bootstrap.servers")
         ctl = self.controller_link.client
-        self.logs = ClusterLogs(self.config.log_dirs[0], self.config.topic_defaults(),
-                                self.config.producer_config(),
-                                ControllerClient(ctl.host, ctl.port, ctl.username, ctl.password),
-                                self.node_id, self.now_ms)
-        self.logs.expiration_check_interval_ms = self.config["producer.id.expiration.check.interval.ms"]
-        self.logs.open(self.now_ms())
-        await self.logs.refresh()
-        self.logs.start()
+        self.logs = ClusterLogs(
+            self.config.log_dirs[0], self.config.topic_defaults(), self.config.producer_config(),
+            ControllerClient(ctl.host, ctl.port, ctl.username, ctl.password), self.node_id, self.now_ms,
+            expiration_check_interval_ms=self.config["producer.id.expiration.check.interval.ms"])
+        await self.logs.open(self.now_ms())
 
     def group_coordinator(self, group_id: str) -> tuple[int, str, int]:
         """(node id, host, port) of the broker coordinating `group_id`: this one on a single node; in
         a cluster, one live broker chosen by a hash of the group id, as Kafka maps groups to
         partitions of __consumer_offsets."""
-        brokers = sorted(getattr(self.logs, "brokers", None) or [], key=lambda b: b.node_id)
+        brokers = sorted(self.logs.brokers, key=lambda b: b.node_id)
         if not brokers:
             return self.node_id, self.advertised_host, self.advertised_port
         b = brokers[zlib.crc32(group_id.encode()) % len(brokers)]
@@ -185,7 +181,7 @@ class Broker:
             self._server = None
         self.metrics.close()
         self.group_commit.close()
-        self.logs.close()
+        await self.logs.close()
         log.info("broker %d stopped", self.node_id)
 
     async def _tick_loop(self) -> None:
@@ -211,59 +207,91 @@ class Broker:
         except TimeoutError:
             pass
 
-    # ------------------------------------------------------------------ dispatch
-    def dispatch(self, frame: memoryview, peer: str = ""):
-        """The framed response, None when the request gets none (Produce with acks=0), or an
-        awaitable of either for handlers that wait (Fetch, JoinGroup...). Sync handlers answer
-        without a task switch, which is most of a small request's latency."""
+    # ------------------------------------------------------------------ requests
+    async def handle_request(self, frame: memoryview, peer: str = "") -> bytes | None:
+        """The framed response to one request, or None when it gets none (Produce with acks=0).
+
+        The one error boundary, as h11 keeps one: bytes that do not make a request we serve
+        raise BadRequest (the client's fault: its connection is closed); once decoded, whatever
+        a handler raises is ours: a refusal of the whole request (KafkaProtocolError) is
+        answered with its code, anything else is a bug, logged as one (`HANDLER_BUG`) and
+        answered UNKNOWN_SERVER_ERROR, in the response the request expects."""
         try:
             header = read_request_header(frame)
-        except (ValueError, IndexError, UnicodeDecodeError) as e:
+        except _MALFORMED as e:
             raise BadRequest(f"unreadable request header (correlation id "
                              f"{correlation_id_of(frame)}): {e}") from None
         api_key, version = header.api_key, header.api_version
-        handler = HANDLERS.get(api_key)
+        api = APIS.get(api_key)
         supported = BROKER_VERSIONS.get(api_key)
-        if handler is None or supported is None:
+        if api is None or supported is None:
             raise BadRequest(f"unknown API key {api_key} from client {header.client_id!r}")
         if not supported[0] <= version <= supported[1]:
             if api_key == ApiKey.API_VERSIONS:
-                return _framed(I32.pack(header.correlation_id), handler.unsupported_version())
+                return _framed(I32.pack(header.correlation_id), api_versions.unsupported_version())
             raise BadRequest(f"{api_name(api_key)} v{version} is not supported "
                              f"(this broker serves v{supported[0]}-v{supported[1]})")
         started = time.perf_counter()
         try:
-            result = handler.handle(self, version, frame[header.body_offset:])
+            request = api.decode(version, frame[header.body_offset:])
         except _MALFORMED as e:
-            raise _malformed(header, e) from None
-        if inspect.isawaitable(result):
-            return self._finish_later(result, header, peer, len(frame), started)
-        return self._finish(result, header, len(frame), started)
-
-    async def _finish_later(self, pending, header, peer: str, request_size: int, started: float
-                            ) -> bytes | None:
-        # the handler's body runs here, in the connection's task: tell it who is asking
+            raise BadRequest(f"malformed {api_name(api_key)} v{version} request "
+                             f"(correlation id {header.correlation_id}): {e}") from None
         CLIENT.set((header.client_id, peer))
         try:
-            result = await pending
-        except _MALFORMED as e:
-            raise _malformed(header, e) from None
-        return self._finish(result, header, request_size, started)
-
-    def _finish(self, result: bytes | None, header, request_size: int, started: float) -> bytes | None:
-        response = None if result is None else _framed(
-            response_header(header.api_key, header.api_version, header.correlation_id), result)
-        self.metrics.observe(header.api_key, request_size, len(response) if response else 0,
+            body = await api.handle(self, version, request)
+        except KafkaProtocolError as e:
+            log.info("%s v%d from %s refused: %s", api_name(api_key), version, peer or "?", e)
+            body = api.error_response(version, request, e.code)
+        except Exception:
+            log.exception("%s %s v%d (correlation id %d, client %r at %s); answered UNKNOWN_SERVER_ERROR",
+                          HANDLER_BUG, api_name(api_key), version, header.correlation_id, header.client_id,
+                          peer or "?")
+            self.metrics.handler_bugs.inc()
+            body = api.error_response(version, request, ErrorCode.UNKNOWN_SERVER_ERROR)
+        response = None if body is None else _framed(
+            response_header(api_key, version, header.correlation_id), body)
+        self.metrics.observe(api_key, len(frame), len(response) if response else 0,
                              time.perf_counter() - started)
         return response
 
 
-_MALFORMED = (ValueError, IndexError, TypeError, UnicodeDecodeError, EOFError, struct.error)
+# What a handler bug's log line starts with: tests fail when a broker logged one
+# (tests/conftest.py, oncelog.testing.handler_bugs).
+HANDLER_BUG = "handler bug in"
+
+# What a decoder raises on bytes that do not make the request they claim to be.
+_MALFORMED = (ValueError, IndexError, TypeError, UnicodeDecodeError, EOFError, OverflowError, struct.error)
 
 
-def _malformed(header, e: Exception) -> BadRequest:
-    return BadRequest(f"malformed {api_name(header.api_key)} v{header.api_version} request "
-                      f"(correlation id {header.correlation_id}): {e}")
+def _start(request: Coroutine[Any, Any, bytes | None]) -> tuple[bool, Any]:
+    """Runs a request's coroutine until it first waits: (True, its response) if it never does,
+    else (False, a task running the rest). Most requests never wait, and answering them here,
+    without a task, saves most of a small request's latency (a task costs a trip through the
+    event loop); a Produce appends here, in arrival order, even when its answer then waits for
+    an fsync. Raises what the coroutine raises before it waits."""
+    try:
+        waiting_on = request.send(None)
+    except StopIteration as done:
+        return True, done.value
+    return False, asyncio.ensure_future(_resume(request, waiting_on))
+
+
+@types.coroutine
+def _resume(request: Coroutine[Any, Any, Any], waiting_on: Any) -> Generator[Any, Any, Any]:
+    """The rest of a coroutine `_start` ran by hand, for a task: the task first waits for what
+    the coroutine yielded (a future, as `await` yields it), then drives it as it would have
+    from the start. What the task throws in (a cancellation) goes to the coroutine."""
+    while True:
+        try:
+            yield waiting_on
+        except BaseException as exc:
+            try:
+                waiting_on = request.throw(exc)
+            except StopIteration as done:
+                return done.value
+            continue
+        return (yield from request)
 
 
 def _framed(header: bytes, body: bytes) -> bytes:
@@ -308,7 +336,7 @@ class _Connection(asyncio.BufferedProtocol):
         self.reading_paused = False
         self.closing = False
         self.busy = False
-        self.current = None
+        self.current: asyncio.Future | None = None  # the waiting request that holds up the ones behind it
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -334,22 +362,21 @@ class _Connection(asyncio.BufferedProtocol):
                 self.queue.append(frame)
                 continue
             try:
-                response = self.broker.dispatch(frame, self.peer_host)
+                answered, result = _start(self.broker.handle_request(frame, self.peer_host))
             except BadRequest as e:
                 self._refuse(str(e))
                 return
             except Exception:  # noqa: BLE001 - a handler bug: logged, the connection closed, the broker stays up
                 self._internal_error()
                 return
-            if inspect.isawaitable(response):
-                if _is_produce(frame):
-                    self._pipeline(response)
-                else:
-                    self.busy = True
-                    self.current = response
-                    self.wakeup.set()
+            if answered:
+                self._send(result)
+            elif _is_produce(frame):
+                self._pipeline(result)
             else:
-                self._send(response)
+                self.busy = True
+                self.current = result
+                self.wakeup.set()
         if len(self.queue) >= _MAX_QUEUED_FRAMES and not self.reading_paused:
             self.reading_paused = True
             self.transport.pause_reading()
@@ -367,8 +394,7 @@ class _Connection(asyncio.BufferedProtocol):
         else:
             self.transport.write(response)
 
-    def _pipeline(self, pending) -> None:
-        task = asyncio.ensure_future(pending)
+    def _pipeline(self, task: asyncio.Future) -> None:
         self.outbox.append(task)
         self.outbox_empty.clear()
         task.add_done_callback(self._flush_outbox)
@@ -443,8 +469,8 @@ class _Connection(asyncio.BufferedProtocol):
                     if self.reading_paused and len(self.queue) < _MAX_QUEUED_FRAMES // 2:
                         self.reading_paused = False
                         self.transport.resume_reading()
-                    response = self.broker.dispatch(frame, self.peer_host)
-                    if inspect.isawaitable(response):
+                    answered, response = _start(self.broker.handle_request(frame, self.peer_host))
+                    if not answered:
                         if _is_produce(frame):
                             self._pipeline(response)
                             continue

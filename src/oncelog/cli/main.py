@@ -72,34 +72,13 @@ def serve(properties, overrides, listeners, advertised_listeners, log_dirs, log_
         pass
 
 
-async def _in_process_controller(config: BrokerConfig):
-    """The single-node default: a controller in this process, reached over loopback through the
-    same SASL-authenticated request path a separate controller uses."""
-    import secrets
-    from pathlib import Path
-
-    from oncelog.broker.local_producer_ids import LocalProducerIds
-    from oncelog.controller.service import Controller, ControllerConfig
-
-    data = Path(config.log_dirs[0])
-    data.mkdir(parents=True, exist_ok=True)
-    password = secrets.token_urlsafe(16)
-    # KIP-730's upgrade rule: ids reserved by the local allocator of an older data dir stay used
-    floor = LocalProducerIds(data).highest_reserved
-    controller = Controller(ControllerConfig(str(data / "__cluster_metadata"), users={"oncelog-broker": password},
-                                             cluster_principals={"oncelog-broker"}, producer_id_floor=floor))
-    host, port = await controller.start()
-    config.update({"controller.quorum.bootstrap.servers": f"{host}:{port}",
-                   "controller.sasl.plain.username": "oncelog-broker",
-                   "controller.sasl.plain.password": password})
-    return controller
-
-
 async def _serve(config: BrokerConfig) -> None:
     from oncelog.broker.server import Broker
     controller = None
     if not config["controller.quorum.bootstrap.servers"]:
-        controller = await _in_process_controller(config)
+        from oncelog.controller.embedded import start_in_process
+        controller, reach = await start_in_process(config.log_dirs[0])
+        config.update(reach)
     broker = Broker(config)
     host, port = await broker.start()
     advertised = f"{broker.advertised_host}:{broker.advertised_port}"

@@ -42,7 +42,7 @@ import sys
 from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, Iterator, Mapping, NamedTuple
 
 from oncelog.core.pid_index import ExpiredProducers, PidIndex
 from oncelog.core.sequence import distance_below, increment, seq_before
@@ -112,53 +112,29 @@ class ProducerStateConfig:
     def stride(self) -> int:
         return 1 if self.dedup_mode == RANGE else self.batches_to_retain
 
-    # Kafka names, snake_case attribute names, and dict keys are all accepted, so this reads
-    # whichever config object the broker and storage layers hand over.
-    _NAMES = {
-        "dedup_mode": ("producer.state.dedup.mode", "producer_state_dedup_mode", "dedup_mode"),
-        "batches_to_retain": ("producer.state.batches.to.retain", "producer_state_batches_to_retain",
-                              "batches_to_retain"),
-        "max_in_flight_sequence_number": ("max.in.flight.sequence.number.per.connection",
-                                          "max_in_flight_sequence_number_per_connection",
-                                          "max_in_flight_sequence_number"),
-        "expiration_ms": ("producer.id.expiration.ms", "producer_id_expiration_ms", "expiration_ms"),
-        "duplicate_lookup_offsets": ("producer.state.duplicate.lookup.offsets",
-                                     "producer_state_duplicate_lookup_offsets",
-                                     "duplicate_lookup_offsets"),
-        "expired_lookup_offsets": ("producer.state.expired.lookup.offsets",
-                                   "producer_state_expired_lookup_offsets", "expired_lookup_offsets"),
-        "max_producers": ("producer.state.max.producers.per.partition",
-                          "producer_state_max_producers_per_partition", "max_producers"),
-        "max_remembered": ("producer.state.max.remembered.producers.per.partition",
-                           "producer_state_max_remembered_producers_per_partition", "max_remembered"),
-    }
-
     @classmethod
-    def from_any(cls, *sources: Any, base: ProducerStateConfig | None = None) -> ProducerStateConfig:
-        """Build from config objects or dicts; later sources win; missing keys keep `base`'s."""
-        values = {}
-        for field_name in cls._NAMES:
-            values[field_name] = getattr(base or _DEFAULT, field_name)
-        for src in sources:
-            if src is None:
-                continue
-            for field_name, names in cls._NAMES.items():
-                for name in names:
-                    if isinstance(src, dict):
-                        if name in src and src[name] is not None:
-                            values[field_name] = src[name]
-                            break
-                    elif "." not in name and getattr(src, name, None) is not None:
-                        values[field_name] = getattr(src, name)
-                        break
-        values["dedup_mode"] = str(values["dedup_mode"]).lower()
-        for k in ("batches_to_retain", "max_in_flight_sequence_number", "expiration_ms",
-                  "duplicate_lookup_offsets", "expired_lookup_offsets", "max_producers", "max_remembered"):
-            values[k] = int(values[k])
+    def from_topic_config(cls, config: Mapping[str, Any]) -> "ProducerStateConfig":
+        """From topic configs under their Kafka names (`core.topic_config.effective_topic_config`
+        plus the broker's `producer.id.expiration.ms`); names it does not own are ignored, missing
+        ones keep the defaults."""
+        values: dict[str, Any] = {}
+        for field_name, kafka_name in _TOPIC_CONFIG_NAMES.items():
+            value = config.get(kafka_name)
+            if value is not None:
+                values[field_name] = str(value).lower() if field_name == "dedup_mode" else int(value)
         return cls(**values)
 
 
-_DEFAULT = ProducerStateConfig()
+_TOPIC_CONFIG_NAMES = {
+    "dedup_mode": "producer.state.dedup.mode",
+    "batches_to_retain": "producer.state.batches.to.retain",
+    "max_in_flight_sequence_number": "max.in.flight.sequence.number.per.connection",
+    "expiration_ms": "producer.id.expiration.ms",
+    "duplicate_lookup_offsets": "producer.state.duplicate.lookup.offsets",
+    "expired_lookup_offsets": "producer.state.expired.lookup.offsets",
+    "max_producers": "producer.state.max.producers.per.partition",
+    "max_remembered": "producer.state.max.remembered.producers.per.partition",
+}
 
 
 class Check(NamedTuple):

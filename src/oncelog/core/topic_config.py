@@ -82,10 +82,12 @@ class ConfigDef:
                 raise ConfigError(f"{raw!r} is not a number") from None
         text = str(raw).strip()
         if self.choices is not None:
-            choice = text.lower() if self.name != "message.timestamp.type" else text
-            if choice not in self.choices:
+            # Kafka's validators: lower-case choices take any case (Kafka lower-cases the value
+            # first); mixed-case ones (CreateTime, LogAppendTime) must match exactly.
+            low = text if any(not c.islower() for c in self.choices) else text.lower()
+            if low not in self.choices:
                 raise ConfigError(f"{self.name}={text!r} is not one of {', '.join(self.choices)}")
-            text = choice
+            text = low
         if self.check is not None:
             self.check(text)
         return text

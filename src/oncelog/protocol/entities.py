@@ -16,7 +16,9 @@ import dataclasses
 import datetime
 import importlib
 import io
-from functools import cache
+import types
+import typing
+from functools import lru_cache
 from typing import Any
 
 from kio.schema.errors import ErrorCode as KioErrorCode
@@ -62,7 +64,50 @@ def make(cls: Any, **kwargs: Any) -> Any:
     return cls(**{k: _convert(names[k], v) for k, v in kwargs.items() if k in names})
 
 
-def nested(api_key: int, version: int, kind: str, cls_name: str) -> Any:
+@lru_cache(maxsize=None)
+def _error_defaults(cls) -> tuple[tuple[str, str, Any], ...]:
+    """(name, kafka type, value) for each error code and each field without a default: the value
+    an error answer gives it (`make_error`); error codes are filled in there."""
+    hints = typing.get_type_hints(cls)
+    out = []
+    for f in dataclasses.fields(cls):
+        kafka_type = f.metadata.get("kafka_type", "")
+        if kafka_type != "error_code" and (f.default is not dataclasses.MISSING
+                                           or f.default_factory is not dataclasses.MISSING):
+            continue
+        hint = hints[f.name]
+        value: Any
+        nullable = typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in typing.get_args(hint)
+        if kafka_type == "error_code":
+            value = None
+        elif nullable:
+            value = None
+        elif kafka_type in ("timedelta_i32", "timedelta_i64"):
+            value = 0
+        elif kafka_type.startswith(("int", "uint")) or kafka_type == "float64":
+            value = -1
+        elif kafka_type == "bool":
+            value = False
+        elif kafka_type == "string":
+            value = ""
+        elif kafka_type in ("bytes", "records"):
+            value = b""
+        else:  # an array
+            value = ()
+        out.append((f.name, kafka_type, value))
+    return tuple(out)
+
+
+def make_error(cls, code: int, **kwargs: Any):
+    """`make` for an error answer: fields not given take Kafka's usual values there (error codes
+    `code`, numbers -1, strings empty or null, arrays empty, throttle time 0)."""
+    for name, kafka_type, value in _error_defaults(cls):
+        if name not in kwargs:
+            kwargs[name] = code if kafka_type == "error_code" else value
+    return make(cls, **kwargs)
+
+
+def nested(api_key: int, version: int, kind: str, cls_name: str):
     return getattr(module(api_key, version, kind), cls_name)
 
 
@@ -131,6 +176,15 @@ class _Builder:
 class ResponseBuilder(_Builder):
     __slots__ = ()
     kind = "response"
+
+    def error(self, cls_name: str, code: int, **kwargs: Any):
+        """`rb(cls_name, ...)` for an error answer (`make_error`)."""
+        return make_error(nested(self.api_key, self.version, "response", cls_name), code, **kwargs)
+
+    def encode_error(self, code: int, **kwargs: Any) -> bytes:
+        """The whole response as an error answer: Kafka's `AbstractRequest.getErrorResponse`
+        for requests with a top-level error code; others name their resources in `kwargs`."""
+        return encode(make_error(entity_class(self.api_key, self.version, "response"), code, **kwargs))
 
 
 class RequestBuilder(_Builder):

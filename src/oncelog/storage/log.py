@@ -42,7 +42,7 @@ from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Callable, Iterator, Mapping, NamedTuple
 
 from oncelog.protocol import records as rec
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
@@ -77,7 +77,7 @@ class LogConfig:
     write_caching: bool = False
 
     @classmethod
-    def from_topic_config(cls, cfg: dict[str, Any]) -> LogConfig:
+    def from_topic_config(cls, cfg: Mapping[str, Any]) -> "LogConfig":
         """From the typed topic configs of `core.topic_config.effective_topic_config`."""
         names = {"segment.bytes": "segment_bytes", "segment.ms": "segment_ms",
                  "retention.ms": "retention_ms", "retention.bytes": "retention_bytes",
@@ -391,7 +391,7 @@ class PartitionLog:
         possibly less: see `_sync_failed`)."""
         if self.offline:
             raise KafkaProtocolError(ErrorCode.KAFKA_STORAGE_ERROR, f"{self.directory.name} is offline: {self.offline}")
-        buf = batches if isinstance(batches, bytearray) else bytearray(batches)
+        buf = rec.writable(batches)
         leader_epoch = self.leader_epoch if leader_epoch is None else leader_epoch
         if not buf:
             raise KafkaProtocolError(ErrorCode.INVALID_RECORD, "empty record set")

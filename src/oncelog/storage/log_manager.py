@@ -17,12 +17,12 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterable, Iterator
 
 from oncelog.core.topic_config import effective_topic_config, invalid_topic_configs, parse_topic_configs
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
-from oncelog.storage.log import LogConfig, PartitionLog
-from oncelog.storage.partition import Partition
+from oncelog.protocol.metadata import BrokerEntry
+from oncelog.storage.partition import DEFAULT_EXPIRATION_CHECK_INTERVAL_MS, Partition, PartitionConfig
 
 log = logging.getLogger(__name__)
 
@@ -52,19 +52,41 @@ def report_invalid_overrides(topic: str, overrides: dict[str, Any], where: Any) 
                   "altered or deleted", topic, name, overrides[name], where, why)
 
 
+def maintain(partitions: Iterable[Partition], now_ms: int, flush: Callable[[Partition], None] | None,
+             expiration_check_interval_ms: int) -> None:
+    """The periodic work on each partition: retention, the flush policy and producer expiry.
+    `flush(partition)`: who runs a due fsync (the broker's group commit, off the event loop);
+    None: here and now."""
+    for partition in partitions:
+        try:
+            partition.log.enforce_retention(now_ms)
+            if flush is None:
+                partition.maybe_flush(now_ms)
+            elif partition.flush_due(now_ms):
+                flush(partition)
+            partition.tick(now_ms, expiration_check_interval_ms)
+        except KafkaProtocolError as e:
+            log.warning("partition %s-%d maintenance: %s", partition.topic, partition.index, e)
+
+
 class LogManager:
+    """A single node's topics and partitions: this broker leads them all (`broker.logs.Logs`)."""
+
     def __init__(self, log_dirs: list[str], server_defaults: dict[str, Any],
-                 producer_config: dict[str, Any] | None = None) -> None:
+                 producer_config: dict[str, Any] | None = None, *, node_id: int = 0,
+                 expiration_check_interval_ms: int = DEFAULT_EXPIRATION_CHECK_INTERVAL_MS) -> None:
         self.log_dirs = [Path(d) for d in log_dirs]
         self.server_defaults = dict(server_defaults)
         self.producer_config = dict(producer_config or {})
+        self.node_id = node_id
+        self.expiration_check_interval_ms = expiration_check_interval_ms
         self.topics: dict[str, TopicInfo] = {}
+        self.brokers: list[BrokerEntry] = []  # no other broker: Metadata answers with this one
         self._by_id: dict[uuid.UUID, str] = {}
         self._partitions: dict[tuple[str, int], Partition] = {}
-        self.expiration_check_interval_ms = 600_000
 
     # ------------------------------------------------------------------ open / close
-    def open(self, now_ms: int) -> None:
+    async def open(self, now_ms: int) -> None:
         for d in self.log_dirs:
             d.mkdir(parents=True, exist_ok=True)
             path = d / REGISTRY
@@ -86,13 +108,11 @@ class LogManager:
 
     def _open_partition(self, info: TopicInfo, index: int, now_ms: int) -> Partition:
         directory = Path(info.log_dir) / f"{info.name}-{index}"
-        cfg = self._partition_config(info.name)
-        plog = PartitionLog.open(directory, LogConfig.from_topic_config(cfg), now_ms)
-        partition = Partition(info.name, index, plog, config=cfg, directory=directory, now_ms=now_ms)
+        partition = Partition.open(info.name, index, directory, self._partition_config(info.name), now_ms)
         self._partitions[(info.name, index)] = partition
         return partition
 
-    def close(self) -> None:
+    async def close(self) -> None:
         for key, partition in list(self._partitions.items()):
             try:
                 partition.close()
@@ -104,24 +124,27 @@ class LogManager:
     def get_partition(self, topic: str, index: int) -> Partition | None:
         return self._partitions.get((topic, index))
 
-    def partition_error(self, topic: str, index: int) -> int:
+    def partition_error(self, topic: str, index: int) -> ErrorCode:
         """Why `get_partition` found nothing (a cluster answers NOT_LEADER_OR_FOLLOWER instead)."""
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+    def leader(self, topic: str, index: int) -> tuple[int, int]:
+        return self.node_id, 0
 
     def partitions(self) -> Iterator[Partition]:
         return iter(list(self._partitions.values()))
 
-    def topic_name(self, topic_id: uuid.UUID) -> str | None:
-        return self._by_id.get(topic_id)
+    def topic_name(self, topic_id: uuid.UUID | None) -> str | None:
+        return self._by_id.get(topic_id) if topic_id is not None else None
 
     def topic_config(self, name: str) -> dict[str, Any]:
         return effective_topic_config(self.server_defaults, self.topics[name].overrides)
 
-    def _partition_config(self, name: str) -> dict[str, Any]:
-        return {**self.topic_config(name), **self.producer_config}
+    def _partition_config(self, name: str) -> PartitionConfig:
+        return PartitionConfig.from_topic_config({**self.topic_config(name), **self.producer_config})
 
     # ------------------------------------------------------------------ changes
-    def create_topic(self, name: str, partitions: int, overrides: dict[str, str], now_ms: int) -> TopicInfo:
+    async def create_topic(self, name: str, partitions: int, overrides: dict[str, str], now_ms: int) -> TopicInfo:
         check_topic_name(name)
         if name in self.topics:
             raise KafkaProtocolError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
@@ -145,7 +168,7 @@ class LogManager:
                  f", overrides {info.overrides}" if info.overrides else "")
         return info
 
-    def delete_topic(self, name: str) -> None:
+    async def delete_topic(self, name: str) -> None:
         info = self.topics.get(name)
         if info is None:
             raise KafkaProtocolError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}")
@@ -164,7 +187,7 @@ class LogManager:
                 shutil.rmtree(doomed, ignore_errors=True)
         log.info("deleted topic %s", name)
 
-    def alter_topic_config(self, name: str, set_: dict[str, str], delete: list[str]) -> None:
+    async def alter_topic_config(self, name: str, set_: dict[str, str], delete: list[str]) -> None:
         info = self.topics.get(name)
         if info is None:
             raise KafkaProtocolError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}")
@@ -185,12 +208,11 @@ class LogManager:
             self._apply_config(name)
 
     def _apply_config(self, name: str) -> None:
-        cfg = self._partition_config(name)
+        config = self._partition_config(name)
         for p in range(self.topics[name].partitions):
             partition = self._partitions.get((name, p))
             if partition is not None:
-                partition.log.config = LogConfig.from_topic_config(cfg)
-                partition.update_config(cfg)
+                partition.update_config(config)
 
     def _save_registry(self, log_dir: Path) -> None:
         entries = [{"name": t.name, "topic_id": str(t.topic_id), "partitions": t.partitions,
@@ -210,15 +232,4 @@ class LogManager:
 
     # ------------------------------------------------------------------ periodic work
     def tick(self, now_ms: int, flush: Callable[[Partition], None] | None = None) -> None:
-        """Retention, the flush policy and producer expiry. `flush(partition)`: who runs a due
-        fsync (the broker's group commit, off the event loop); None: here and now."""
-        for key, partition in list(self._partitions.items()):
-            try:
-                partition.log.enforce_retention(now_ms)
-                if flush is None:
-                    partition.maybe_flush(now_ms)
-                elif partition.flush_due(now_ms):
-                    flush(partition)
-                partition.tick(now_ms, self.expiration_check_interval_ms)
-            except KafkaProtocolError as e:
-                log.warning("partition %s-%d maintenance: %s", key[0], key[1], e)
+        maintain(list(self._partitions.values()), now_ms, flush, self.expiration_check_interval_ms)

@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator, Mapping
 
 from oncelog.core import producer_state as ps
 from oncelog.core.producer_state import ProducerStateConfig, ProducerStateManager
@@ -31,6 +31,7 @@ from oncelog.protocol import records as rec
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.protocol.records import message_format_magic
 from oncelog.storage import producer_snapshots as snaps
+from oncelog.storage.log import LogConfig, PartitionLog, SyncToken
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +55,7 @@ class AppendResult:
 
 @dataclass(slots=True)
 class ProducerStateCounters:
-    """Monotonic counts for metrics (BROKER sums them per topic); gauges are Partition properties."""
+    """Monotonic counts, exposed with the gauges by `Partition.producer_state_stats`."""
     duplicates_latest: int = 0    # retry of the producer's latest batch, answered with its offset
     duplicates_window: int = 0    # an older retained batch, answered with its offset
     duplicates_tail: int = 0      # found by the log-tail lookup, answered with its offset
@@ -80,41 +81,48 @@ _ERROR_COUNTER = {
 }
 
 
-def _config_value(config: Any, kafka_name: str, attr: str) -> Any:
-    if config is None:
-        return None
-    if isinstance(config, dict):
-        return config.get(kafka_name, config.get(attr))
-    return getattr(config, attr, None)
+@dataclass(frozen=True)
+class PartitionConfig:
+    """Everything a partition is configured with: its log's settings and its producer state's,
+    read from the topic's Kafka-named configs in one place."""
+    log: LogConfig
+    producer_state: ProducerStateConfig
+
+    @classmethod
+    def from_topic_config(cls, config: Mapping[str, Any]) -> "PartitionConfig":
+        """From `core.topic_config.effective_topic_config` plus the broker's producer settings."""
+        return cls(LogConfig.from_topic_config(config), ProducerStateConfig.from_topic_config(config))
 
 
 class Partition:
-    def __init__(self, topic: str, index: int, log, config: Any = None, *, directory: str | Path | None = None,
-                 producer_config: Any = None, now_ms: int | None = None, **_ignored: Any) -> None:
+    def __init__(self, topic: str, index: int, log: PartitionLog, producer_config: ProducerStateConfig,
+                 *, now_ms: int) -> None:
+        """Over an open log; producer state is loaded from its directory's snapshots and the log."""
         self.topic = topic
         self.index = index
         self.log = log
-        self.config = config if config is not None else getattr(log, "config", None)
-        self.directory = Path(directory) if directory is not None else _log_directory(log)
+        self.directory = log.directory
         self.counters = ProducerStateCounters()
         # The pid hash's key: random per partition, so no client can choose colliding ids.
-        self.producer_state = ProducerStateManager(ProducerStateConfig.from_any(self.config, producer_config),
-                                                   hash_key=secrets.randbits(64))
-        self._producer_overrides = producer_config
-        self._format_magic = message_format_magic(
-            _config_value(self.config, "message.format.version", "message_format_version"))
+        self.producer_state = ProducerStateManager(producer_config, hash_key=secrets.randbits(64))
+        self._format_magic = message_format_magic(log.config.message_format_version)
         self._in_append = False
-        self._log_generation = getattr(log, "sync_generation", 0)
+        self._log_generation = log.sync_generation
         self._roll_pending = False
         self._last_snapshot_offset = -1
         self._next_expiration_check = -1
         self._restored_since_snapshot = False  # the next snapshot is due even if the log did not move
-        now = _now() if now_ms is None else now_ms
-        self._map_end = self._load_producer_state(now)
-        if hasattr(log, "on_roll"):
-            log.on_roll(self._on_roll)
-        if hasattr(log, "on_segments_deleted"):
-            log.on_segments_deleted(self._on_segments_deleted)
+        self._map_end = self._load_producer_state(now_ms)
+        log.on_roll(self._on_roll)
+        log.on_segments_deleted(self._on_segments_deleted)
+
+    @classmethod
+    def open(cls, topic: str, index: int, directory: Path, config: PartitionConfig, now_ms: int,
+             *, leader_epoch: int = 0) -> "Partition":
+        """Open (or create) the partition's directory: log recovery, then producer state."""
+        log = PartitionLog.open(directory, config.log, now_ms)
+        log.leader_epoch = leader_epoch
+        return cls(topic, index, log, config.producer_state, now_ms=now_ms)
 
     # ------------------------------------------------------------------ reads
     @property
@@ -130,7 +138,7 @@ class Partition:
         """The fsynced end (the end with write.caching): acks=all answers and consumers wait for it."""
         return self.log.high_watermark
 
-    def read(self, offset: int, max_bytes: int, min_one: bool = True) -> bytes:
+    def read(self, offset: int, max_bytes: int, min_one: bool = True) -> bytes | memoryview:
         return self.log.read(offset, max_bytes, self.log.high_watermark, min_one)
 
     # ------------------------------------------------------------ durability
@@ -150,15 +158,15 @@ class Partition:
     def offline(self) -> str | None:
         return self.log.offline
 
-    def begin_sync(self, now_ms: int):
+    def begin_sync(self, now_ms: int) -> SyncToken | None:
         """Group commit: an fsync of what was appended so far, for `run_sync` on a thread."""
         return self.log.begin_sync(now_ms)
 
-    def run_sync(self, token) -> None:
+    def run_sync(self, token: SyncToken) -> None:
         """Any thread: touches only the token's own descriptor."""
         self.log.run_sync(token)
 
-    def end_sync(self, token, error: BaseException | None, now_ms: int) -> None:
+    def end_sync(self, token: SyncToken, error: BaseException | None, now_ms: int) -> None:
         """Back on the loop: records become durable, or a failure cut them (state follows)."""
         self.log.end_sync(token, error)
         self._follow_cuts(now_ms)
@@ -194,6 +202,14 @@ class Partition:
     def producer_state_bytes(self) -> int:
         return self.producer_state.memory_bytes()
 
+    def producer_state_stats(self) -> dict[str, int]:
+        """The counters (monotonic) and gauges of this partition's producer state, as data: the
+        broker's metrics module names them."""
+        state = self.producer_state
+        return {**self.counters.as_dict(), "producers": len(state), "bytes": state.memory_bytes(),
+                "expired_remembered": len(state.expired), "producers_evicted": state.evictions,
+                "remembered_forgotten": state.expired.forgotten}
+
     def _extra(self, **more: Any) -> dict[str, Any]:
         extra = {"producer_state_batches_to_retain": self.producer_state_batches_to_retain,
                  "max_in_flight_sequence_number": self.max_in_flight_sequence_number}
@@ -201,21 +217,15 @@ class Partition:
         return extra
 
     # ---------------------------------------------------------------- config
-    def update_config(self, config: Any = None, producer_config: Any = None) -> None:
+    def update_config(self, config: PartitionConfig) -> None:
         """Runtime topic-config change: the log takes its part, the window applies to the next batch."""
-        if config is not None:
-            self.config = config
-            if not isinstance(config, dict) and hasattr(self.log, "config"):
-                self.log.config = config
-        if producer_config is not None:
-            self._producer_overrides = producer_config
+        self.log.config = config.log
         stride = self.producer_state.stride
-        self.producer_state.reconfigure(ProducerStateConfig.from_any(self.config, self._producer_overrides))
+        self.producer_state.reconfigure(config.producer_state)
         if self.producer_state.stride != stride and not self._in_append:
             # The rings were re-laid: snapshot them, or a crash would rebuild the old layout.
             self.take_snapshot(sync=False, force=True)
-        self._format_magic = message_format_magic(
-            _config_value(self.config, "message.format.version", "message_format_version"))
+        self._format_magic = message_format_magic(config.log.message_format_version)
 
     # ----------------------------------------------------------------- writes
     def append_from_client(self, records, now_ms: int) -> AppendResult:
@@ -224,7 +234,7 @@ class Partition:
                                 f"partition offline: {self.log.offline}", self._extra())
         self._follow_cuts(now_ms)
         try:
-            buf = records if isinstance(records, bytearray) else bytearray(records)
+            buf = rec.writable(records)
             if len(buf) == 0:
                 raise KafkaProtocolError(ErrorCode.INVALID_RECORD, "empty record set")
             check = None
@@ -423,8 +433,7 @@ class Partition:
         """Write the state covering offsets below `_map_end`; skipped when the log did not move
         since the last one unless `force` (the state changed without the log: expiry) or an
         expired producer was restored since."""
-        if self.directory is None or (self._map_end <= self._last_snapshot_offset and not force
-                                      and not self._restored_since_snapshot):
+        if self._map_end <= self._last_snapshot_offset and not force and not self._restored_since_snapshot:
             return None
         path = snaps.write_snapshot(self.directory, self._map_end, self.producer_state.columns(), sync=sync)
         self._last_snapshot_offset = self._map_end
@@ -440,9 +449,8 @@ class Partition:
         self._rebuild_producer_state(_now() if now_ms is None else now_ms)
 
     def _rebuild_producer_state(self, now_ms: int) -> None:
-        if self.directory is not None:
-            snaps.delete_snapshots(p for off, p in snaps.list_snapshots(self.directory)
-                                   if off > self.log.log_end_offset)
+        snaps.delete_snapshots(p for off, p in snaps.list_snapshots(self.directory)
+                               if off > self.log.log_end_offset)
         self.producer_state.clear()
         self._last_snapshot_offset = -1
         self._map_end = self._load_producer_state(now_ms)
@@ -478,28 +486,27 @@ class Partition:
         log_start = self.log.log_start_offset
         start = log_start
         self.producer_state.forget_expired_before(log_start)
-        if self.directory is not None:
-            for offset, path in reversed(snaps.list_snapshots(self.directory)):
-                if offset > log_end:
-                    # The log was truncated below it (torn write): its state is ahead of the log.
-                    log.info("producer snapshot %s is beyond the log end %d; removed", path.name, log_end)
-                    snaps.delete_snapshots([path])
-                    continue
-                try:
-                    _off, cols = snaps.read_snapshot(path)
-                    self.producer_state.load_columns(cols, now_ms)
-                except (snaps.CorruptSnapshotError, ValueError) as exc:
-                    snaps.set_aside(path, str(exc))
-                    self.counters.snapshots_set_aside += 1
-                    self.producer_state.clear()
-                    continue
-                start = max(offset, log_start)
-                self._last_snapshot_offset = offset
-                break
+        for offset, path in reversed(snaps.list_snapshots(self.directory)):
+            if offset > log_end:
+                # The log was truncated below it (torn write): its state is ahead of the log.
+                log.info("producer snapshot %s is beyond the log end %d; removed", path.name, log_end)
+                snaps.delete_snapshots([path])
+                continue
+            try:
+                _off, cols = snaps.read_snapshot(path)
+                self.producer_state.load_columns(cols, now_ms)
+            except (snaps.CorruptSnapshotError, ValueError) as exc:
+                snaps.set_aside(path, str(exc))
+                self.counters.snapshots_set_aside += 1
+                self.producer_state.clear()
+                continue
+            start = max(offset, log_start)
+            self._last_snapshot_offset = offset
+            break
         # Remembered batches the log no longer holds (deleted, or cut off by a truncation).
         self.producer_state.expired.forget_outside(log_start, log_end)
         replayed = self._replay(start, log_end, now_ms)
-        if replayed and self.directory is not None:
+        if replayed:
             self._map_end = log_end
             self.take_snapshot(sync=False)
         return log_end
@@ -530,19 +537,9 @@ class Partition:
     def _iter_headers(self, start: int) -> Iterator[rec.BatchHeader]:
         """v2 batch headers from the log at `start` (v0/v1 messages carry no producer ids)."""
         try:
-            items = self.log.iter_batches_from(start)
-        except KafkaProtocolError:
+            yield from self.log.iter_batches_from(start)
+        except KafkaProtocolError:  # the start left the log meanwhile (retention)
             return
-        for item in items:
-            if isinstance(item, rec.BatchHeader):
-                yield item
-            elif isinstance(item, (bytes, bytearray, memoryview)):
-                yield from _v2_headers(item)
-            elif isinstance(item, tuple):
-                for part in item:
-                    if isinstance(part, rec.BatchHeader):
-                        yield part
-                        break
 
 
 def _v2_headers(buf) -> Iterator[rec.BatchHeader]:
@@ -556,73 +553,5 @@ def _append_time(h: rec.BatchHeader) -> int:
     return h.max_timestamp if h.timestamp_type == 1 else -1
 
 
-def _log_directory(log_obj) -> Path | None:
-    for name in ("directory", "dir", "path"):
-        value = getattr(log_obj, name, None)
-        if value is not None:
-            return Path(value)
-    return None
-
-
 def _now() -> int:
     return int(time.time() * 1000)
-
-
-# Metric names for the broker's metrics module: (name, type, help, labels from the counter).
-PRODUCER_STATE_METRICS = (
-    ("oncelog_producer_state_producers", "gauge", "producers tracked by partition producer state", None),
-    ("oncelog_producer_state_bytes", "gauge", "bytes held by producer state arrays", None),
-    ("oncelog_producer_state_duplicates_total", "counter",
-     "duplicate batches answered, by kind: latest/window/tail (with the original offset) or "
-     "sequence (DUPLICATE_SEQUENCE_NUMBER)", "kind"),
-    ("oncelog_producer_state_out_of_order_total", "counter", "OUT_OF_ORDER_SEQUENCE_NUMBER answers", None),
-    ("oncelog_producer_state_unknown_producer_total", "counter", "UNKNOWN_PRODUCER_ID answers", None),
-    ("oncelog_producer_state_invalid_epoch_total", "counter", "INVALID_PRODUCER_EPOCH answers", None),
-    ("oncelog_producer_state_unsupported_format_total", "counter",
-     "idempotent produce refused on topics below message format v2", None),
-    ("oncelog_producer_state_expirations_total", "counter", "producers removed by producer.id.expiration.ms", None),
-    ("oncelog_producer_state_restored_total", "counter",
-     "expired producers restored from the log when they came back", None),
-    ("oncelog_producer_state_producers_evicted_total", "counter",
-     "least recently updated producers moved to the remembered set at "
-     "producer.state.max.producers.per.partition", None),
-    ("oncelog_producer_state_remembered_forgotten_total", "counter",
-     "remembered producers forgotten at producer.state.max.remembered.producers.per.partition "
-     "(their next batch meets UNKNOWN_PRODUCER_ID above the producer-state start offset)", None),
-    ("oncelog_producer_state_expired_remembered", "gauge",
-     "expired or evicted producers remembered with the log position of their batches", None),
-)
-_COUNTED = ("out_of_order", "unknown_producer", "invalid_epoch", "unsupported_format", "expirations", "restored")
-
-
-def producer_state_metrics(partitions) -> dict[str, list[tuple[dict[str, str], float]]]:
-    """Per-topic sums over `partitions`: {metric name: [(labels, value), ...]}, labels always
-    holding `topic` (and `kind` for duplicates). Names and help texts: PRODUCER_STATE_METRICS."""
-    per_topic: dict[str, dict[str, int]] = {}
-    for p in partitions:
-        t = per_topic.setdefault(p.topic, dict.fromkeys(
-            ("producers", "bytes", "latest", "window", "tail", "sequence", "out_of_order",
-             "unknown_producer", "invalid_epoch", "unsupported_format", "expirations", "restored",
-             "producers_evicted", "remembered_forgotten", "expired_remembered"), 0))
-        c = p.counters
-        t["producers"] += p.producers_tracked
-        t["expired_remembered"] += len(p.producer_state.expired)
-        t["producers_evicted"] += p.producer_state.evictions
-        t["remembered_forgotten"] += p.producer_state.expired.forgotten
-        t["bytes"] += p.producer_state_bytes
-        t["latest"] += c.duplicates_latest
-        t["window"] += c.duplicates_window
-        t["tail"] += c.duplicates_tail
-        t["sequence"] += c.duplicates_sequence
-        for k in _COUNTED:
-            t[k] += getattr(c, k)
-    out: dict[str, list[tuple[dict[str, str], float]]] = {name: [] for name, *_ in PRODUCER_STATE_METRICS}
-    for topic, t in sorted(per_topic.items()):
-        out["oncelog_producer_state_producers"].append(({"topic": topic}, t["producers"]))
-        out["oncelog_producer_state_bytes"].append(({"topic": topic}, t["bytes"]))
-        out["oncelog_producer_state_expired_remembered"].append(({"topic": topic}, t["expired_remembered"]))
-        for kind in ("latest", "window", "tail", "sequence"):
-            out["oncelog_producer_state_duplicates_total"].append(({"topic": topic, "kind": kind}, t[kind]))
-        for k in _COUNTED + ("producers_evicted", "remembered_forgotten"):
-            out[f"oncelog_producer_state_{k}_total"].append(({"topic": topic}, t[k]))
-    return out

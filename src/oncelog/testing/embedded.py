@@ -16,6 +16,13 @@ import threading
 import time
 from pathlib import Path
 
+_BROKER_LOGS: dict[Path, None] = {}  # the log file of every broker process started, in order
+
+
+def broker_log_files() -> list[Path]:
+    """The log file of every broker process started so far (`testing.handler_bugs` reads them)."""
+    return list(_BROKER_LOGS)
+
 
 def free_port() -> int:
     """A port nobody listens on right now, for a server that must know its port before it starts
@@ -150,6 +157,7 @@ class BrokerProcess(ServerProcess):
 
     def start(self, timeout_s: float = 30) -> BrokerProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        _BROKER_LOGS[self.log_file] = None
         super().start(timeout_s)
         return self
 

@@ -1,35 +1,68 @@
-"""One module per Kafka API; each has `API_KEY` and `handle(broker, version, body) -> bytes | None`
-(a coroutine where it waits: Fetch long polls, InitProducerId may ask the controller, JoinGroup and
-SyncGroup wait for the rebalance)."""
-from oncelog.broker.handlers import (
-                                     api_versions,
-                                     create_topics,
-                                     delete_groups,
-                                     delete_records,
-                                     delete_topics,
-                                     describe_cluster,
-                                     describe_configs,
-                                     describe_groups,
-                                     describe_producers,
-                                     fetch,
-                                     find_coordinator,
-                                     heartbeat,
-                                     incremental_alter_configs,
-                                     init_producer_id,
-                                     join_group,
-                                     leave_group,
-                                     list_groups,
-                                     list_offsets,
-                                     metadata,
-                                     offset_commit,
-                                     offset_fetch,
-                                     produce,
-                                     sync_group,
-)
+"""One module per Kafka API. Each has `API_KEY` and `async def handle(broker, version, request)`,
+which returns the response body (None: no response, for Produce with acks=0) and may wait (Fetch
+long polls, InitProducerId may ask the controller, JoinGroup and SyncGroup wait for the
+rebalance, an acks=all Produce for its fsync).
 
-HANDLERS = {int(m.API_KEY): m for m in (
-    api_versions, create_topics, delete_groups, delete_records, delete_topics, describe_cluster,
-    describe_configs,
-    describe_groups, describe_producers, fetch, find_coordinator, heartbeat, incremental_alter_configs,
-    init_producer_id, join_group, leave_group, list_groups, list_offsets, metadata, offset_commit,
-    offset_fetch, produce, sync_group)}
+`APIS` adds to each how its request is decoded (kio, unless the module writes its own `decode`)
+and how an error answers it (Kafka's `getErrorResponse`: the module's `error_response` where the
+response names the request's resources, else the response's top-level error code). The broker's
+dispatch (`Broker.handle_request`) is the only caller: it decodes, then handles, and answers a
+handler that raises with `error_response`."""
+from __future__ import annotations
+
+from functools import partial
+from typing import Any, Awaitable, Callable, NamedTuple
+
+from oncelog.broker.handlers import (api_versions, create_topics, delete_groups, delete_records, delete_topics,
+                                     describe_cluster, describe_configs, describe_groups,
+                                     describe_producers, fetch, find_coordinator, heartbeat,
+                                     incremental_alter_configs, init_producer_id, join_group,
+                                     leave_group, list_groups, list_offsets, metadata, offset_commit,
+                                     offset_fetch, produce, sync_group)
+from oncelog.protocol import entities
+from oncelog.protocol import produce as produce_wire
+
+
+class Api(NamedTuple):
+    key: int
+    decode: Callable[[int, memoryview], Any]           # (version, body) -> request; raises on bad bytes
+    handle: Callable[[Any, int, Any], Awaitable[bytes | None]]  # (broker, version, request)
+    error_response: Callable[[int, Any, int], bytes | None]     # (version, request, error code)
+
+
+def _top_level_error(api_key: int, version: int, request: Any, code: int) -> bytes:
+    return entities.ResponseBuilder(api_key, version).encode_error(code)
+
+
+def _api(module: Any, decode: Callable[[int, memoryview], Any] | None = None,
+         error_response: Callable[[int, Any, int], bytes | None] | None = None) -> Api:
+    key = int(module.API_KEY)
+    return Api(key, decode or partial(entities.decode_request, key), module.handle,
+               error_response or partial(_top_level_error, key))
+
+
+APIS: dict[int, Api] = {api.key: api for api in (
+    _api(api_versions, decode=api_versions.decode),
+    _api(create_topics, error_response=create_topics.error_response),
+    _api(delete_groups, error_response=delete_groups.error_response),
+    _api(delete_records, error_response=delete_records.error_response),
+    _api(delete_topics, error_response=delete_topics.error_response),
+    _api(describe_cluster),
+    _api(describe_configs, error_response=describe_configs.error_response),
+    _api(describe_groups, error_response=describe_groups.error_response),
+    _api(describe_producers, error_response=describe_producers.error_response),
+    _api(fetch, error_response=fetch.error_response),
+    _api(find_coordinator, error_response=find_coordinator.error_response),
+    _api(heartbeat),
+    _api(incremental_alter_configs, error_response=incremental_alter_configs.error_response),
+    _api(init_producer_id),
+    _api(join_group),
+    _api(leave_group),
+    _api(list_groups),
+    _api(list_offsets, error_response=list_offsets.error_response),
+    _api(metadata, error_response=metadata.error_response),
+    _api(offset_commit, error_response=offset_commit.error_response),
+    _api(offset_fetch, error_response=offset_fetch.error_response),
+    _api(produce, decode=produce_wire.decode_request, error_response=produce.error_response),
+    _api(sync_group),
+)}

@@ -9,7 +9,12 @@ from oncelog.protocol.errors import ErrorCode
 API_KEY = ApiKey.API_VERSIONS
 
 
-def handle(broker, version: int, body) -> bytes:
+def decode(version: int, body) -> None:
+    """Nothing of the request is needed (and none of it can make the answer fail)."""
+    return None
+
+
+async def handle(broker, version: int, request: None) -> bytes:
     cls = entities.entity_class(API_KEY, version, "response")
     entry = entities.nested(API_KEY, version, "response", "ApiVersion")
     keys = tuple(entities.make(entry, api_key=k, min_version=lo, max_version=hi)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from oncelog.broker.handlers.describe_configs import topic_config_entries
-from oncelog.broker.request_context import maybe_await
 from oncelog.core.topic_config import parse_topic_configs
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
@@ -12,8 +11,7 @@ from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 API_KEY = ApiKey.CREATE_TOPICS
 
 
-async def handle(broker, version: int, body) -> bytes:
-    request = entities.decode_request(API_KEY, version, body)
+async def handle(broker, version: int, request) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     results = []
     for t in request.topics:
@@ -27,8 +25,7 @@ async def handle(broker, version: int, body) -> bytes:
                     raise KafkaProtocolError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} exists")
                 topic_id = None
             else:
-                topic_id = (await maybe_await(broker.logs.create_topic(name, partitions, overrides,
-                                                                       broker.now_ms()))).topic_id
+                topic_id = (await broker.logs.create_topic(name, partitions, overrides, broker.now_ms())).topic_id
         except KafkaProtocolError as e:
             results.append(rb("CreatableTopicResult", name=t.name, topic_id=None, error_code=e.code,
                               error_message=e.message, num_partitions=-1, replication_factor=-1,
@@ -57,3 +54,9 @@ def _partitions(broker, t) -> int:
     if n < 1:
         raise KafkaProtocolError(ErrorCode.INVALID_PARTITIONS, f"{n} partitions")
     return n
+
+
+def error_response(version: int, request, code: int) -> bytes:
+    rb = entities.ResponseBuilder(API_KEY, version)
+    return rb.encode_error(code, topics=tuple(rb.error("CreatableTopicResult", code, name=t.name, configs=None)
+                                              for t in request.topics))

@@ -9,8 +9,7 @@ from oncelog.protocol.errors import ErrorCode
 API_KEY = ApiKey.DELETE_GROUPS
 
 
-def handle(broker, version: int, body) -> bytes:
-    r = entities.decode_request(API_KEY, version, body)
+async def handle(broker, version: int, r) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     results = tuple(
         rb("DeletableGroupResult", group_id=gid,
@@ -18,3 +17,9 @@ def handle(broker, version: int, body) -> bytes:
            else ErrorCode.NOT_COORDINATOR)
         for gid in r.groups_names)
     return rb.encode(throttle_time=0, results=results)
+
+
+def error_response(version: int, request, code: int) -> bytes:
+    rb = entities.ResponseBuilder(API_KEY, version)
+    return rb.encode_error(code, results=tuple(rb.error("DeletableGroupResult", code, group_id=gid)
+                                               for gid in request.groups_names))

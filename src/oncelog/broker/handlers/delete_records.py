@@ -9,8 +9,7 @@ from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 API_KEY = ApiKey.DELETE_RECORDS
 
 
-def handle(broker, version: int, body) -> bytes:
-    request = entities.decode_request(API_KEY, version, body)
+async def handle(broker, version: int, request) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     topics = []
     for t in request.topics:
@@ -34,3 +33,12 @@ def handle(broker, version: int, body) -> bytes:
                             low_watermark=low, error_code=code))
         topics.append(rb("DeleteRecordsTopicResult", name=t.name, partitions=tuple(parts)))
     return rb.encode(throttle_time=0, topics=tuple(topics))
+
+
+def error_response(version: int, request, code: int) -> bytes:
+    rb = entities.ResponseBuilder(API_KEY, version)
+    return rb.encode_error(code, topics=tuple(
+        rb.error("DeleteRecordsTopicResult", code, name=t.name, partitions=tuple(
+            rb.error("DeleteRecordsPartitionResult", code, partition_index=p.partition_index)
+            for p in t.partitions))
+        for t in request.topics))

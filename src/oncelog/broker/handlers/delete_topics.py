@@ -2,7 +2,6 @@
 deleted topic are deleted with it."""
 from __future__ import annotations
 
-from oncelog.broker.request_context import maybe_await
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
@@ -10,8 +9,7 @@ from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 API_KEY = ApiKey.DELETE_TOPICS
 
 
-async def handle(broker, version: int, body) -> bytes:
-    request = entities.decode_request(API_KEY, version, body)
+async def handle(broker, version: int, request) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     if version >= 6:
         wanted = [(t.name, t.topic_id) for t in request.topics]
@@ -28,7 +26,7 @@ async def handle(broker, version: int, body) -> bytes:
             info = broker.logs.topics.get(str(name))
             topic_id = info.topic_id if info is not None else topic_id
             try:
-                await maybe_await(broker.logs.delete_topic(str(name)))
+                await broker.logs.delete_topic(str(name))
                 # as Kafka does: a topic created again under this name starts without old commits
                 broker.groups.delete_topic(str(name))
             except KafkaProtocolError as e:
@@ -36,3 +34,11 @@ async def handle(broker, version: int, body) -> bytes:
         results.append(rb("DeletableTopicResult", name=name, topic_id=topic_id, error_code=code,
                           error_message=message))
     return rb.encode(throttle_time=0, responses=tuple(results))
+
+
+def error_response(version: int, request, code: int) -> bytes:
+    rb = entities.ResponseBuilder(API_KEY, version)
+    named = [(t.name, t.topic_id) for t in request.topics] if version >= 6 else \
+        [(name, None) for name in request.topic_names]
+    return rb.encode_error(code, responses=tuple(rb.error("DeletableTopicResult", code, name=name, topic_id=tid)
+                                                 for name, tid in named))

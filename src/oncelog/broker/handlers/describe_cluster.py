@@ -9,8 +9,7 @@ API_KEY = ApiKey.DESCRIBE_CLUSTER
 _AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 
 
-def handle(broker, version: int, body) -> bytes:
-    request = entities.decode_request(API_KEY, version, body)
+async def handle(broker, version: int, request) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     if int(getattr(request, "endpoint_type", 1)) != 1:  # 1 = brokers; 2 = controllers
         return rb.encode(throttle_time=0, error_code=ErrorCode.UNSUPPORTED_ENDPOINT_TYPE,

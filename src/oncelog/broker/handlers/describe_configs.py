@@ -39,8 +39,7 @@ def _broker_entries(broker):
         yield name, definition.render(value), source, definition.doc, definition.kind
 
 
-def handle(broker, version: int, body) -> bytes:
-    request = entities.decode_request(API_KEY, version, body)
+async def handle(broker, version: int, request) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     results = []
     for res in request.resources:
@@ -68,3 +67,11 @@ def handle(broker, version: int, body) -> bytes:
         results.append(rb("DescribeConfigsResult", error_code=code, error_message=message,
                           resource_type=rtype, resource_name=rname, configs=configs))
     return rb.encode(throttle_time=0, results=tuple(results))
+
+
+def error_response(version: int, request, code: int) -> bytes:
+    rb = entities.ResponseBuilder(API_KEY, version)
+    return rb.encode_error(code, results=tuple(
+        rb.error("DescribeConfigsResult", code, error_message=None, resource_type=res.resource_type,
+                 resource_name=res.resource_name)
+        for res in request.resources))

@@ -10,8 +10,7 @@ API_KEY = ApiKey.DESCRIBE_GROUPS
 _AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 
 
-def handle(broker, version: int, body) -> bytes:
-    r = entities.decode_request(API_KEY, version, body)
+async def handle(broker, version: int, r) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     out = []
     for gid in r.groups:
@@ -35,3 +34,10 @@ def handle(broker, version: int, body) -> bytes:
                       protocol_data=(g.protocol or "") if stable else "", members=members,
                       authorized_operations=_AUTHORIZED_OPERATIONS_OMITTED))
     return rb.encode(throttle_time=0, groups=tuple(out))
+
+
+def error_response(version: int, request, code: int) -> bytes:
+    rb = entities.ResponseBuilder(API_KEY, version)
+    return rb.encode_error(code, groups=tuple(
+        rb.error("DescribedGroup", code, group_id=gid, authorized_operations=_AUTHORIZED_OPERATIONS_OMITTED)
+        for gid in request.groups))

@@ -20,6 +20,7 @@ from kio.schema.errors import ErrorCode as KioError
 from kio.schema.types import ProducerId, TopicName
 from kio.static.primitive import i32, i32Timedelta, i64
 
+from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 
 API_KEY = ApiKey.DESCRIBE_PRODUCERS
@@ -55,7 +56,14 @@ def _producers(partition) -> list[ProducerState]:
             for e in partition.producer_state.entries()]
 
 
-def handle(broker, version: int, body) -> bytes:
-    from oncelog.protocol import entities
-    request = entities.decode_request(API_KEY, version, body)
+async def handle(broker, version: int, request) -> bytes:
     return entities.encode(describe_producers(request, broker.logs.get_partition))
+
+
+def error_response(version: int, request, code: int) -> bytes:
+    rb = entities.ResponseBuilder(API_KEY, version)
+    return rb.encode_error(code, topics=tuple(
+        rb.error("TopicResponse", code, name=t.name, partitions=tuple(
+            rb.error("PartitionResponse", code, partition_index=i, error_message=None)
+            for i in t.partition_indexes))
+        for t in request.topics))

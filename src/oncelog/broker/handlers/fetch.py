@@ -13,8 +13,7 @@ from oncelog.protocol.errors import KafkaProtocolError
 API_KEY = ApiKey.FETCH
 
 
-async def handle(broker, version: int, body) -> bytes:
-    request = entities.decode_request(API_KEY, version, body)
+async def handle(broker, version: int, request) -> bytes:
     max_wait_s = entities.millis(request.max_wait) / 1000
     deadline = time.monotonic() + max_wait_s
     max_bytes = min(int(request.max_bytes), broker.config["fetch.max.bytes"])
@@ -63,3 +62,9 @@ def _read(broker, request, max_bytes: int):
             parts.append(data)
         topics.append((name, parts))
     return topics, total
+
+
+def error_response(version: int, request, code: int) -> bytes:
+    return wire.encode_response(version, [(str(t.topic), [wire.PartitionData(int(p.partition), code)
+                                                          for p in t.partitions]) for t in request.topics],
+                                error_code=code)

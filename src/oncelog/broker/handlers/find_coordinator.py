@@ -9,8 +9,7 @@ API_KEY = ApiKey.FIND_COORDINATOR
 GROUP, TRANSACTION = 0, 1
 
 
-def handle(broker, version: int, body) -> bytes:
-    request = entities.decode_request(API_KEY, version, body)
+async def handle(broker, version: int, request) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     key_type = int(getattr(request, "key_type", GROUP))
     code, message = ErrorCode.NONE, None
@@ -25,3 +24,11 @@ def handle(broker, version: int, body) -> bytes:
         return rb.encode(throttle_time=0, coordinators=tuple(
             rb("Coordinator", key=key, **answer(key)) for key in request.coordinator_keys))
     return rb.encode(throttle_time=0, **answer(request.key))
+
+
+def error_response(version: int, request, code: int) -> bytes:
+    rb = entities.ResponseBuilder(API_KEY, version)
+    if version >= 4:
+        return rb.encode_error(code, coordinators=tuple(rb.error("Coordinator", code, key=key, error_message=None)
+                                                        for key in request.coordinator_keys))
+    return rb.encode_error(code, error_message=None)

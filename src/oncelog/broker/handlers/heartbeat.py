@@ -10,8 +10,7 @@ from oncelog.protocol.errors import ErrorCode
 API_KEY = ApiKey.HEARTBEAT
 
 
-def handle(broker, version: int, body) -> bytes:
-    r = entities.decode_request(API_KEY, version, body)
+async def handle(broker, version: int, r) -> bytes:
     error = (broker.groups.heartbeat(str(r.group_id), int(r.generation_id), r.member_id,
                                      getattr(r, "group_instance_id", None))
              if broker.coordinates(str(r.group_id)) else ErrorCode.NOT_COORDINATOR)

@@ -3,7 +3,6 @@
 All of a resource's changes are validated before any is applied."""
 from __future__ import annotations
 
-from oncelog.broker.request_context import maybe_await
 from oncelog.core.topic_config import parse_topic_configs
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
@@ -14,8 +13,7 @@ TOPIC = 2
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 
-async def handle(broker, version: int, body) -> bytes:
-    request = entities.decode_request(API_KEY, version, body)
+async def handle(broker, version: int, request) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     responses = []
     for res in request.resources:
@@ -38,7 +36,7 @@ async def handle(broker, version: int, body) -> bytes:
                     raise KafkaProtocolError(ErrorCode.INVALID_CONFIG, f"{c.name}: APPEND/SUBTRACT "
                                              "apply to list configs, which oncelog's topics do not have")
             if not request.validate_only:
-                await maybe_await(broker.logs.alter_topic_config(rname, to_set, to_delete))
+                await broker.logs.alter_topic_config(rname, to_set, to_delete)
             else:
                 parse_topic_configs(to_set)
         except KafkaProtocolError as e:
@@ -46,3 +44,11 @@ async def handle(broker, version: int, body) -> bytes:
         responses.append(rb("AlterConfigsResourceResponse", error_code=code, error_message=message,
                             resource_type=rtype, resource_name=rname))
     return rb.encode(throttle_time=0, responses=tuple(responses))
+
+
+def error_response(version: int, request, code: int) -> bytes:
+    rb = entities.ResponseBuilder(API_KEY, version)
+    return rb.encode_error(code, responses=tuple(
+        rb.error("AlterConfigsResourceResponse", code, error_message=None, resource_type=res.resource_type,
+                 resource_name=res.resource_name)
+        for res in request.resources))

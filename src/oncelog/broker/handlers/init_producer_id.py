@@ -15,8 +15,7 @@ from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 API_KEY = ApiKey.INIT_PRODUCER_ID
 
 
-async def handle(broker, version: int, body) -> bytes:
-    request = entities.decode_request(API_KEY, version, body)
+async def handle(broker, version: int, request) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     if request.transactional_id is not None:
         return rb.encode(throttle_time=0, error_code=ErrorCode.INVALID_REQUEST, producer_id=-1,

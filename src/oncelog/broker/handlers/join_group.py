@@ -11,8 +11,7 @@ from oncelog.protocol.errors import ErrorCode
 API_KEY = ApiKey.JOIN_GROUP
 
 
-async def handle(broker, version: int, body) -> bytes:
-    r = entities.decode_request(API_KEY, version, body)
+async def handle(broker, version: int, r) -> bytes:
     client_id, host = CLIENT.get()
     rb = entities.ResponseBuilder(API_KEY, version)
     if not broker.coordinates(str(r.group_id)):

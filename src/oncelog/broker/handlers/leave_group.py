@@ -9,8 +9,7 @@ from oncelog.protocol.errors import ErrorCode
 API_KEY = ApiKey.LEAVE_GROUP
 
 
-def handle(broker, version: int, body) -> bytes:
-    r = entities.decode_request(API_KEY, version, body)
+async def handle(broker, version: int, r) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     group = str(r.group_id)
     error = ErrorCode.NONE

@@ -8,8 +8,7 @@ from oncelog.protocol.errors import ErrorCode
 API_KEY = ApiKey.LIST_GROUPS
 
 
-def handle(broker, version: int, body) -> bytes:
-    r = entities.decode_request(API_KEY, version, body)
+async def handle(broker, version: int, r) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     states = {s.lower() for s in getattr(r, "states_filter", ()) or ()}  # Kafka ignores case
     groups = tuple(rb("ListedGroup", group_id=gid, protocol_type=ptype, group_state=state)

@@ -19,8 +19,7 @@ _SINCE_VERSION = {LATEST: 1, EARLIEST: 1, MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, L
 _NOT_FOUND = (ErrorCode.NONE, -1, -1, -1)
 
 
-def handle(broker, version: int, body) -> bytes:
-    request = entities.decode_request(API_KEY, version, body)
+async def handle(broker, version: int, request) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     named = Counter((str(t.name), int(p.partition_index)) for t in request.topics for p in t.partitions)
     duplicates = {tp for tp, n in named.items() if n > 1}
@@ -65,3 +64,12 @@ def _lookup(broker, topic: str, index: int, timestamp: int) -> tuple[int, int, i
         # nothing at or after that time that a consumer may read yet
         return _NOT_FOUND
     return ErrorCode.NONE, found.timestamp, found.offset, found.leader_epoch
+
+
+def error_response(version: int, request, code: int) -> bytes:
+    rb = entities.ResponseBuilder(API_KEY, version)
+    return rb.encode_error(code, topics=tuple(
+        rb.error("ListOffsetsTopicResponse", code, name=t.name, partitions=tuple(
+            rb.error("ListOffsetsPartitionResponse", code, partition_index=p.partition_index)
+            for p in t.partitions))
+        for t in request.topics))

@@ -5,19 +5,18 @@ from __future__ import annotations
 
 import logging
 
-from oncelog.broker.request_context import maybe_await
 from oncelog.protocol import entities
 from oncelog.protocol import metadata as wire
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
+from oncelog.protocol.primitives import NULL_UUID
 from oncelog.protocol.records import message_format_magic
 
 API_KEY = ApiKey.METADATA
 log = logging.getLogger(__name__)
 
 
-async def handle(broker, version: int, body) -> bytes:
-    request = entities.decode_request(API_KEY, version, body)
+async def handle(broker, version: int, request) -> bytes:
     if request.topics is None:
         wanted = sorted(broker.logs.topics)
     else:
@@ -29,18 +28,14 @@ async def handle(broker, version: int, body) -> bytes:
     allow_create = getattr(request, "allow_auto_topic_creation", True)
     topics = [await topic_entry(broker, name, allow_create) for name in wanted]
     me = wire.BrokerEntry(broker.node_id, broker.advertised_host, broker.advertised_port)
-    cluster_brokers = getattr(broker.logs, "brokers", None)
-    if cluster_brokers is None:
-        brokers = [me]
-    else:
-        brokers = [wire.BrokerEntry(b.node_id, b.host, b.port) for b in cluster_brokers]
-        if all(b.node_id != broker.node_id for b in brokers):
-            brokers.append(me)  # the controller has not seen our heartbeat yet, clients have
-        # As Kafka's metadata cache does: a leader the controller does not know as alive (it
-        # died, or the controller restarted and has not heard from it) is not offered to clients,
-        # who would otherwise look for a broker id missing from the list.
-        alive = {b.node_id for b in brokers}
-        topics = [_without_dead_leaders(t, alive) for t in topics]
+    brokers = [wire.BrokerEntry(b.node_id, b.host, b.port) for b in broker.logs.brokers]
+    if all(b.node_id != broker.node_id for b in brokers):
+        brokers.append(me)  # a single node; or the controller has not seen our heartbeat yet, clients have
+    # As Kafka's metadata cache does: a leader the controller does not know as alive (it
+    # died, or the controller restarted and has not heard from it) is not offered to clients,
+    # who would otherwise look for a broker id missing from the list.
+    alive = {b.node_id for b in brokers}
+    topics = [_without_dead_leaders(t, alive) for t in topics]
     return wire.encode_response(version, brokers, broker.cluster_id, broker.node_id, topics)
 
 
@@ -59,8 +54,7 @@ async def topic_entry(broker, name, allow_create: bool) -> wire.TopicEntry:
     info = broker.logs.topics.get(name)
     if info is None and allow_create and broker.config["auto.create.topics.enable"]:
         try:
-            info = await maybe_await(broker.logs.create_topic(name, broker.config["num.partitions"], {},
-                                                              broker.now_ms()))
+            info = await broker.logs.create_topic(name, broker.config["num.partitions"], {}, broker.now_ms())
             log.info("auto-created topic %s with %d partitions", name, info.partitions)
         except KafkaProtocolError as e:
             if e.code != ErrorCode.TOPIC_ALREADY_EXISTS:
@@ -68,10 +62,16 @@ async def topic_entry(broker, name, allow_create: bool) -> wire.TopicEntry:
             info = broker.logs.topics.get(name)
     if info is None:
         return wire.TopicEntry(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-    leaders = getattr(broker.logs, "leaders", None)
     partitions = []
     for i in range(info.partitions):
-        leader, epoch = leaders.get((name, i), (-1, 0)) if leaders is not None else (broker.node_id, 0)
+        leader, epoch = broker.logs.leader(name, i)
         partitions.append(wire.PartitionEntry(i, 0 if leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE, leader, epoch))
     magic = message_format_magic(broker.logs.topic_config(name)["message.format.version"])
     return wire.TopicEntry(name, 0, info.topic_id, tuple(partitions), magic)
+
+
+def error_response(version: int, request, code: int) -> bytes:
+    """`code` for each topic named (none when all were asked for), and no brokers."""
+    topics = [wire.TopicEntry(t.name, code, topic_id=getattr(t, "topic_id", None) or NULL_UUID)
+              for t in request.topics or ()]
+    return wire.encode_response(version, [], None, -1, topics)

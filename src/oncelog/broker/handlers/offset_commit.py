@@ -12,8 +12,7 @@ from oncelog.storage.group_offsets import Committed
 API_KEY = ApiKey.OFFSET_COMMIT
 
 
-def handle(broker, version: int, body) -> bytes:
-    r = entities.decode_request(API_KEY, version, body)
+async def handle(broker, version: int, r) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     offsets, unknown = {}, set()
     for t in r.topics:
@@ -48,3 +47,12 @@ def _exists(broker, topic: str, index: int) -> bool:
     # offsets of partitions other brokers lead
     info = broker.logs.topics.get(topic)
     return info is not None and 0 <= index < info.partitions
+
+
+def error_response(version: int, request, code: int) -> bytes:
+    rb = entities.ResponseBuilder(API_KEY, version)
+    return rb.encode_error(code, topics=tuple(
+        rb.error("OffsetCommitResponseTopic", code, name=t.name, partitions=tuple(
+            rb.error("OffsetCommitResponsePartition", code, partition_index=p.partition_index)
+            for p in t.partitions))
+        for t in request.topics))

@@ -10,8 +10,7 @@ from oncelog.protocol.errors import ErrorCode
 API_KEY = ApiKey.OFFSET_FETCH
 
 
-def handle(broker, version: int, body) -> bytes:
-    r = entities.decode_request(API_KEY, version, body)
+async def handle(broker, version: int, r) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     if not broker.coordinates(str(r.group_id)):
         return rb.encode(throttle_time=0, topics=(), error_code=ErrorCode.NOT_COORDINATOR)
@@ -33,3 +32,12 @@ def handle(broker, version: int, body) -> bytes:
                             metadata=c.metadata if c else "", error_code=ErrorCode.NONE))
         topics.append(rb("OffsetFetchResponseTopic", name=name, partitions=tuple(parts)))
     return rb.encode(throttle_time=0, topics=tuple(topics), error_code=ErrorCode.NONE)
+
+
+def error_response(version: int, request, code: int) -> bytes:
+    rb = entities.ResponseBuilder(API_KEY, version)
+    return rb.encode_error(code, topics=tuple(
+        rb.error("OffsetFetchResponseTopic", code, name=t.name, partitions=tuple(
+            rb.error("OffsetFetchResponsePartition", code, partition_index=i, metadata=None)
+            for i in t.partition_indexes))
+        for t in request.topics or ()))

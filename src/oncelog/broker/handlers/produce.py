@@ -26,8 +26,7 @@ from oncelog.protocol.records import ATTR_TRANSACTIONAL, iter_batches
 API_KEY = 0
 
 
-def handle(broker, version: int, body) -> bytes | None:
-    request = wire.decode_request(version, body)
+async def handle(broker, version: int, request) -> bytes | None:
     now = broker.now_ms()
     topics = []
     appended = False
@@ -81,7 +80,7 @@ def handle(broker, version: int, body) -> bytes | None:
     if request.acks == 0:
         return None
     if waits:
-        return _answer_when_durable(broker, version, topics, waits, request.timeout_ms)
+        return await _answer_when_durable(broker, version, topics, waits, request.timeout_ms)
     return wire.encode_response(version, topics)
 
 
@@ -124,3 +123,12 @@ def _too_large(records, limit: int) -> str | None:
         if header.size > limit:
             return f"a batch of {header.size} bytes is above max.message.bytes={limit}"
     return None
+
+
+def error_response(version: int, request: wire.ProduceRequest, code: int) -> bytes | None:
+    """`code` for every partition of the request (Kafka's ProduceRequest.getErrorResponse)."""
+    if request.acks == 0:
+        return None
+    return wire.encode_response(version, [
+        wire.TopicResponse(topic, [wire.PartitionResponse(index, code) for index, _records in parts])
+        for topic, parts in request.topics])

@@ -10,8 +10,7 @@ from oncelog.protocol.errors import ErrorCode
 API_KEY = ApiKey.SYNC_GROUP
 
 
-async def handle(broker, version: int, body) -> bytes:
-    r = entities.decode_request(API_KEY, version, body)
+async def handle(broker, version: int, r) -> bytes:
     if not broker.coordinates(str(r.group_id)):
         return entities.ResponseBuilder(API_KEY, version).encode(
             throttle_time=0, error_code=ErrorCode.NOT_COORDINATOR, protocol_type=None, protocol_name=None,

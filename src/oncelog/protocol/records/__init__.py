@@ -10,27 +10,12 @@
 Import from the package; the modules are its layout, not its interface.
 """
 from oncelog.protocol.records.batch import (
-    ATTR_COMPRESSION_MASK,
-    ATTR_CONTROL,
-    ATTR_TIMESTAMP_TYPE,
-    ATTR_TRANSACTIONAL,
-    BATCH_HEADER,
-    BATCH_OVERHEAD,
-    CRC_START,
-    LOG_OVERHEAD,
-    NO_PRODUCER_ID,
-    BatchHeader,
-    Header,
-    Record,
-    check_crc,
-    iter_batches,
-    magic_of,
-    patch_batch,
-    read_batch_header,
-    rewrite_producer_state,
-    set_max_timestamp,
-)
-from oncelog.protocol.records.decode import decode_batch, decode_records, iter_record_batches, iter_record_times
+    ATTR_COMPRESSION_MASK, ATTR_CONTROL, ATTR_TIMESTAMP_TYPE, ATTR_TRANSACTIONAL, BATCH_HEADER,
+    BATCH_OVERHEAD, CRC_START, LOG_OVERHEAD, NO_PRODUCER_ID, BatchHeader, Header, Record, check_crc,
+    iter_batches, magic_of, patch_batch, read_batch_header, rewrite_producer_state, set_max_timestamp,
+    writable)
+from oncelog.protocol.records.decode import (
+    decode_batch, decode_records, iter_record_batches, iter_record_times)
 from oncelog.protocol.records.encode import (
     HEADER_ROOM,
     RECORD_OVERHEAD,
@@ -61,5 +46,5 @@ __all__ = [
     "iter_record_times", "magic_of", "message_format_magic", "parse_message_format_version",
     "patch_batch", "patch_legacy_offsets", "read_batch_header",
     "record_size_upper_bound", "rewrite_producer_state", "seal_batch", "set_max_timestamp",
-    "validate_batch", "validate_legacy_message_set", "validate_record_set",
+    "validate_batch", "validate_legacy_message_set", "validate_record_set", "writable",
 ]

@@ -207,6 +207,14 @@ def store_crc(buf: bytearray, pos: int, end: int) -> None:
 
 # ---------------------------------------------------------------- header rewrites
 
+def writable(buf) -> bytearray | memoryview:
+    """`buf` itself if the header rewrites below can patch it in place (a bytearray, or a
+    writable view such as a request frame the broker read into its own buffer), else a copy."""
+    if isinstance(buf, bytearray) or (isinstance(buf, memoryview) and not buf.readonly):
+        return buf
+    return bytearray(buf)
+
+
 def patch_batch(buf: bytearray, pos: int, base_offset: int, partition_leader_epoch: int) -> None:
     """Set the two fields the CRC does not cover, in place."""
     _I64.pack_into(buf, pos, base_offset)

@@ -1,0 +1,45 @@
+"""What request handlers see of a broker's topics and partitions (`Broker.logs`).
+
+Two implementations: a single node's `storage.log_manager.LogManager`, which owns every partition
+of its registry, and a cluster member's `broker.cluster_logs.ClusterLogs`, which opens the
+partitions the controller says it leads and forwards topic changes to the controller. Topic
+changes are coroutines in both, so a handler awaits them the same way whichever it has.
+"""
+from __future__ import annotations
+
+import uuid
+from typing import Any, Callable, Iterator, Protocol
+
+from oncelog.protocol.errors import ErrorCode
+from oncelog.protocol.metadata import BrokerEntry
+from oncelog.storage.log_manager import TopicInfo
+from oncelog.storage.partition import Partition
+
+
+class Logs(Protocol):
+    topics: dict[str, TopicInfo]
+    # The other brokers of the cluster as the controller last described them (this one may be
+    # missing until its first heartbeat); empty on a single node.
+    brokers: list[BrokerEntry]
+
+    async def open(self, now_ms: int) -> None: ...
+    async def close(self) -> None: ...
+
+    def get_partition(self, topic: str, index: int) -> Partition | None:
+        """The partition if this broker leads it."""
+    def partition_error(self, topic: str, index: int) -> ErrorCode:
+        """Why `get_partition` found nothing: UNKNOWN_TOPIC_OR_PARTITION or NOT_LEADER_OR_FOLLOWER."""
+    def leader(self, topic: str, index: int) -> tuple[int, int]:
+        """(leader's node id, leader epoch); node id -1 when no broker leads it."""
+    def partitions(self) -> Iterator[Partition]: ...
+    def topic_name(self, topic_id: uuid.UUID | None) -> str | None: ...
+    def topic_config(self, name: str) -> dict[str, Any]:
+        """Every topic config of `name`, typed (`core.topic_config.effective_topic_config`)."""
+
+    async def create_topic(self, name: str, partitions: int, overrides: dict[str, str],
+                           now_ms: int) -> TopicInfo: ...
+    async def delete_topic(self, name: str) -> None: ...
+    async def alter_topic_config(self, name: str, set_: dict[str, str], delete: list[str]) -> None: ...
+
+    def tick(self, now_ms: int, flush: Callable[[Partition], None] | None = None) -> None:
+        """Retention, the flush policy and producer expiry (`storage.log_manager.maintain`)."""

@@ -1,0 +1,41 @@
+"""The single-node default: a controller in the broker's process, reached over loopback through
+the same SASL-authenticated request path a separate controller uses (`oncelog serve` without
+`controller.quorum.bootstrap.servers`; in-process brokers in tests do the same).
+
+KIP-730's upgrade rule: before the controller, a single node reserved producer ids in a file of
+its data directory (`producer-id-block`); the controller starts strictly above the highest id
+reserved there, so no id is ever issued twice.
+"""
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+from oncelog.controller.service import Controller, ControllerConfig
+
+LEGACY_PRODUCER_ID_FILE = "producer-id-block"
+BROKER_USER = "oncelog-broker"
+
+
+def legacy_producer_id_floor(data_dir: str | Path) -> int:
+    """The highest producer id the file allocator of older versions reserved in `data_dir`
+    (0 if it never ran there)."""
+    try:
+        return int((Path(data_dir) / LEGACY_PRODUCER_ID_FILE).read_text().strip())
+    except FileNotFoundError:
+        return 0
+
+
+async def start_in_process(data_dir: str | Path) -> tuple[Controller, dict[str, str]]:
+    """A started controller whose metadata lives in `data_dir/__cluster_metadata`, and the broker
+    settings that reach it (`controller.quorum.bootstrap.servers` and its credentials)."""
+    data = Path(data_dir)
+    data.mkdir(parents=True, exist_ok=True)
+    password = secrets.token_urlsafe(16)
+    controller = Controller(ControllerConfig(str(data / "__cluster_metadata"), users={BROKER_USER: password},
+                                             cluster_principals={BROKER_USER},
+                                             producer_id_floor=legacy_producer_id_floor(data)))
+    host, port = await controller.start()
+    return controller, {"controller.quorum.bootstrap.servers": f"{host}:{port}",
+                        "controller.sasl.plain.username": BROKER_USER,
+                        "controller.sasl.plain.password": password}

@@ -1,0 +1,71 @@
+"""Handler bugs a broker logged during a test. A broker answers a request whose handler raised
+with UNKNOWN_SERVER_ERROR and carries on (`Broker.handle_request`), so the client may never notice;
+the broker's log line (`HANDLER_BUG`) is what must fail the test.
+
+`BugWatch` collects those lines from brokers in this process (a handler on the `oncelog.broker`
+logger) and from the log files of broker processes (`embedded.broker_log_files`): the lines
+written since it started. `no_handler_bugs` is the autouse fixture that fails a test during which
+one was logged, unless the test is marked `handler_bug` (it provokes one on purpose).
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Callable, Iterable, Iterator
+
+import pytest
+
+from oncelog.broker.server import HANDLER_BUG
+from oncelog.testing.embedded import broker_log_files
+
+
+class BugWatch(logging.Handler):
+    def __init__(self, log_files: Callable[[], Iterable[Path]] = broker_log_files) -> None:
+        super().__init__(logging.ERROR)
+        self._log_files = log_files
+        self._found: list[str] = []
+        self._offsets = {path: _size(path) for path in log_files()}
+        logging.getLogger("oncelog.broker").addHandler(self)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if HANDLER_BUG in message:
+            self._found.append(message)
+
+    def stop(self) -> list[str]:
+        """The handler-bug lines logged since the watch started."""
+        logging.getLogger("oncelog.broker").removeHandler(self)
+        found = list(self._found)
+        for path in self._log_files():
+            offset = self._offsets.get(path, 0)
+            if _size(path) > offset:
+                found.extend(_bug_lines(path, offset))
+        return found
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _bug_lines(path: Path, offset: int) -> Iterator[str]:
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return
+    for line in text.splitlines():
+        if HANDLER_BUG in line:
+            yield f"{path}: {line.strip()}"
+
+
+@pytest.fixture(autouse=True)
+def no_handler_bugs(request: pytest.FixtureRequest) -> Iterator[None]:
+    watch = BugWatch()
+    yield
+    bugs = watch.stop()
+    if bugs and request.node.get_closest_marker("handler_bug") is None:
+        pytest.fail("a broker logged a handler bug during this test:\n" + "\n".join(bugs), pytrace=False)

@@ -1,0 +1,43 @@
+"""The broker's client of the controller, against a real in-process controller."""
+from __future__ import annotations
+
+import asyncio
+import random
+
+from oncelog.broker.controller_client import ControllerClient
+from oncelog.controller.embedded import start_in_process
+from oncelog.protocol.api import ApiKey
+
+
+async def test_a_cancelled_request_is_cancelled_even_when_its_answer_just_arrived(tmp_path):
+    """Python 3.11's asyncio.wait_for drops a cancellation that lands just after the answer came
+    (it returns the answer instead): a stopping broker's heartbeat loop then never ended. Cancel
+    requests at every point of their exchange with an in-process controller; each one that was
+    not done when cancelled must end cancelled, and the next request still gets its own answer."""
+    controller, reach = await start_in_process(tmp_path)
+    host, port = reach["controller.quorum.bootstrap.servers"].rsplit(":", 1)
+    client = ControllerClient(host, int(port), reach["controller.sasl.plain.username"],
+                              reach["controller.sasl.plain.password"])
+    rnd = random.Random(7)
+    try:
+        await client.request(ApiKey.API_VERSIONS, 0)
+        swallowed = cancelled = 0
+        for _ in range(300):
+            task = asyncio.ensure_future(client.request(ApiKey.API_VERSIONS, 0))
+            for _ in range(rnd.randint(0, 12)):
+                await asyncio.sleep(0)
+            if task.done():
+                continue
+            task.cancel()
+            await asyncio.wait([task], timeout=10)
+            assert task.done()
+            if task.cancelled():
+                cancelled += 1
+            else:
+                swallowed += 1
+        assert swallowed == 0 and cancelled > 0, (swallowed, cancelled)
+        r = await client.request(ApiKey.API_VERSIONS, 0)
+        assert int(r.error_code) == 0
+    finally:
+        client.close()
+        await controller.stop()
