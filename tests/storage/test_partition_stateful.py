@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from test_partition import crash_log
 
-from oncelog.protocol.errors import ErrorCode as E
 from oncelog.core.producer_state import ProducerStateConfig
+from oncelog.protocol.errors import ErrorCode as E
 from oncelog.protocol.records import Record, encode_batch
 from oncelog.storage.log import LogConfig, PartitionLog
 from oncelog.storage.partition import Partition, PartitionConfig

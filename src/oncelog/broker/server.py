@@ -17,9 +17,9 @@ import time
 import types
 import zlib
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Coroutine, Generator
 from pathlib import Path
-from typing import Any, Callable, Coroutine, Generator
+from typing import Any
 
 from oncelog.broker.cluster_logs import ClusterLogs
 from oncelog.broker.config import BrokerConfig, ConfigError, new_cluster_id
@@ -285,7 +285,7 @@ def _resume(request: Coroutine[Any, Any, Any], waiting_on: Any) -> Generator[Any
     while True:
         try:
             yield waiting_on
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - not caught: thrown into the coroutine, which re-raises what it does not handle
             try:
                 waiting_on = request.throw(exc)
             except StopIteration as done:

@@ -40,9 +40,9 @@ from __future__ import annotations
 
 import sys
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping, NamedTuple
+from typing import Any, NamedTuple
 
 from oncelog.core.pid_index import ExpiredProducers, PidIndex
 from oncelog.core.sequence import distance_below, increment, seq_before
@@ -113,7 +113,7 @@ class ProducerStateConfig:
         return 1 if self.dedup_mode == RANGE else self.batches_to_retain
 
     @classmethod
-    def from_topic_config(cls, config: Mapping[str, Any]) -> "ProducerStateConfig":
+    def from_topic_config(cls, config: Mapping[str, Any]) -> ProducerStateConfig:
         """From topic configs under their Kafka names (`core.topic_config.effective_topic_config`
         plus the broker's `producer.id.expiration.ms`); names it does not own are ignored, missing
         ones keep the defaults."""

@@ -18,7 +18,7 @@ import importlib
 import io
 import types
 import typing
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 from kio.schema.errors import ErrorCode as KioErrorCode
@@ -64,7 +64,7 @@ def make(cls: Any, **kwargs: Any) -> Any:
     return cls(**{k: _convert(names[k], v) for k, v in kwargs.items() if k in names})
 
 
-@lru_cache(maxsize=None)
+@cache
 def _error_defaults(cls) -> tuple[tuple[str, str, Any], ...]:
     """(name, kafka type, value) for each error code and each field without a default: the value
     an error answer gives it (`make_error`); error codes are filled in there."""

@@ -39,10 +39,10 @@ import logging
 import os
 import struct
 from array import array
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, NamedTuple
+from typing import Any, NamedTuple
 
 from oncelog.protocol import records as rec
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
@@ -77,7 +77,7 @@ class LogConfig:
     write_caching: bool = False
 
     @classmethod
-    def from_topic_config(cls, cfg: Mapping[str, Any]) -> "LogConfig":
+    def from_topic_config(cls, cfg: Mapping[str, Any]) -> LogConfig:
         """From the typed topic configs of `core.topic_config.effective_topic_config`."""
         names = {"segment.bytes": "segment_bytes", "segment.ms": "segment_ms",
                  "retention.ms": "retention_ms", "retention.bytes": "retention_bytes",

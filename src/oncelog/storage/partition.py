@@ -19,10 +19,10 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 from oncelog.core import producer_state as ps
 from oncelog.core.producer_state import ProducerStateConfig, ProducerStateManager
@@ -89,7 +89,7 @@ class PartitionConfig:
     producer_state: ProducerStateConfig
 
     @classmethod
-    def from_topic_config(cls, config: Mapping[str, Any]) -> "PartitionConfig":
+    def from_topic_config(cls, config: Mapping[str, Any]) -> PartitionConfig:
         """From `core.topic_config.effective_topic_config` plus the broker's producer settings."""
         return cls(LogConfig.from_topic_config(config), ProducerStateConfig.from_topic_config(config))
 
@@ -118,7 +118,7 @@ class Partition:
 
     @classmethod
     def open(cls, topic: str, index: int, directory: Path, config: PartitionConfig, now_ms: int,
-             *, leader_epoch: int = 0) -> "Partition":
+             *, leader_epoch: int = 0) -> Partition:
         """Open (or create) the partition's directory: log recovery, then producer state."""
         log = PartitionLog.open(directory, config.log, now_ms)
         log.leader_epoch = leader_epoch

@@ -10,12 +10,28 @@
 Import from the package; the modules are its layout, not its interface.
 """
 from oncelog.protocol.records.batch import (
-    ATTR_COMPRESSION_MASK, ATTR_CONTROL, ATTR_TIMESTAMP_TYPE, ATTR_TRANSACTIONAL, BATCH_HEADER,
-    BATCH_OVERHEAD, CRC_START, LOG_OVERHEAD, NO_PRODUCER_ID, BatchHeader, Header, Record, check_crc,
-    iter_batches, magic_of, patch_batch, read_batch_header, rewrite_producer_state, set_max_timestamp,
-    writable)
-from oncelog.protocol.records.decode import (
-    decode_batch, decode_records, iter_record_batches, iter_record_times)
+    ATTR_COMPRESSION_MASK,
+    ATTR_CONTROL,
+    ATTR_TIMESTAMP_TYPE,
+    ATTR_TRANSACTIONAL,
+    BATCH_HEADER,
+    BATCH_OVERHEAD,
+    CRC_START,
+    LOG_OVERHEAD,
+    NO_PRODUCER_ID,
+    BatchHeader,
+    Header,
+    Record,
+    check_crc,
+    iter_batches,
+    magic_of,
+    patch_batch,
+    read_batch_header,
+    rewrite_producer_state,
+    set_max_timestamp,
+    writable,
+)
+from oncelog.protocol.records.decode import decode_batch, decode_records, iter_record_batches, iter_record_times
 from oncelog.protocol.records.encode import (
     HEADER_ROOM,
     RECORD_OVERHEAD,
