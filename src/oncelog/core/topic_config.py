@@ -84,10 +84,10 @@ class ConfigDef:
         if self.choices is not None:
             # Kafka's validators: lower-case choices take any case (Kafka lower-cases the value
             # first); mixed-case ones (CreateTime, LogAppendTime) must match exactly.
-            low = text if any(not c.islower() for c in self.choices) else text.lower()
-            if low not in self.choices:
+            choice = text if any(not c.islower() for c in self.choices) else text.lower()
+            if choice not in self.choices:
                 raise ConfigError(f"{self.name}={text!r} is not one of {', '.join(self.choices)}")
-            text = low
+            text = choice
         if self.check is not None:
             self.check(text)
         return text

@@ -65,7 +65,7 @@ def make(cls: Any, **kwargs: Any) -> Any:
 
 
 @cache
-def _error_defaults(cls) -> tuple[tuple[str, str, Any], ...]:
+def _error_defaults(cls: Any) -> tuple[tuple[str, str, Any], ...]:
     """(name, kafka type, value) for each error code and each field without a default: the value
     an error answer gives it (`make_error`); error codes are filled in there."""
     hints = typing.get_type_hints(cls)
@@ -98,7 +98,7 @@ def _error_defaults(cls) -> tuple[tuple[str, str, Any], ...]:
     return tuple(out)
 
 
-def make_error(cls, code: int, **kwargs: Any):
+def make_error(cls: Any, code: int, **kwargs: Any) -> Any:
     """`make` for an error answer: fields not given take Kafka's usual values there (error codes
     `code`, numbers -1, strings empty or null, arrays empty, throttle time 0)."""
     for name, kafka_type, value in _error_defaults(cls):
@@ -107,7 +107,7 @@ def make_error(cls, code: int, **kwargs: Any):
     return make(cls, **kwargs)
 
 
-def nested(api_key: int, version: int, kind: str, cls_name: str):
+def nested(api_key: int, version: int, kind: str, cls_name: str) -> Any:
     return getattr(module(api_key, version, kind), cls_name)
 
 
@@ -177,7 +177,7 @@ class ResponseBuilder(_Builder):
     __slots__ = ()
     kind = "response"
 
-    def error(self, cls_name: str, code: int, **kwargs: Any):
+    def error(self, cls_name: str, code: int, **kwargs: Any) -> Any:
         """`rb(cls_name, ...)` for an error answer (`make_error`)."""
         return make_error(nested(self.api_key, self.version, "response", cls_name), code, **kwargs)
 

@@ -29,6 +29,7 @@ from oncelog.core.producer_state import ProducerStateConfig, ProducerStateManage
 from oncelog.core.sequence import distance_below, last_sequence_of
 from oncelog.protocol import records as rec
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
+from oncelog.protocol.primitives import Buf
 from oncelog.protocol.records import message_format_magic
 from oncelog.storage import producer_snapshots as snaps
 from oncelog.storage.log import LogConfig, PartitionLog, SyncToken
@@ -73,7 +74,7 @@ class ProducerStateCounters:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-_ERROR_COUNTER = {
+_ERROR_COUNTER: dict[int, str] = {
     ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER: "out_of_order",
     ErrorCode.UNKNOWN_PRODUCER_ID: "unknown_producer",
     ErrorCode.INVALID_PRODUCER_EPOCH: "invalid_epoch",
@@ -228,7 +229,7 @@ class Partition:
         self._format_magic = message_format_magic(config.log.message_format_version)
 
     # ----------------------------------------------------------------- writes
-    def append_from_client(self, records, now_ms: int) -> AppendResult:
+    def append_from_client(self, records: Buf, now_ms: int) -> AppendResult:
         if self.log.offline:
             return AppendResult(int(ErrorCode.KAFKA_STORAGE_ERROR), -1, -1, self._safe_log_start(),
                                 f"partition offline: {self.log.offline}", self._extra())
@@ -295,6 +296,7 @@ class Partition:
         if check.kind == ps.LOOKUP:
             check = self._lookup_older_duplicate(check)
         if check.kind == ps.DUPLICATE:
+            assert check.duplicate_kind is not None  # a DUPLICATE verdict always names its kind
             setattr(self.counters, "duplicates_" + check.duplicate_kind,
                     getattr(self.counters, "duplicates_" + check.duplicate_kind) + 1)
             last = check.base_offset + distance_below(check.last_seq, check.first_seq)
@@ -542,7 +544,7 @@ class Partition:
             return
 
 
-def _v2_headers(buf) -> Iterator[rec.BatchHeader]:
+def _v2_headers(buf: Buf) -> Iterator[rec.BatchHeader]:
     """Headers of the v2 batches in a chunk of log that may also hold v0/v1 messages (a topic
     whose format changed)."""
     return (h for _pos, h in rec.iter_batches(buf) if h.magic >= 2)

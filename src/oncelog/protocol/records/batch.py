@@ -22,6 +22,9 @@ from crc32c import crc32c
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.protocol.primitives import Buf
 
+# What the header rewrites patch in place: a bytearray, or a view of memory that is not read-only.
+WritableBuf = bytearray | memoryview
+
 BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")
 BATCH_OVERHEAD = BATCH_HEADER.size  # 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength: the part of a batch not counted in batchLength
@@ -200,14 +203,15 @@ def check_crc(buf: Buf, pos: int, header: BatchHeader) -> None:
         raise corrupt(f"record batch CRC-32C mismatch in the batch at offset {header.base_offset}")
 
 
-def store_crc(buf: bytearray, pos: int, end: int) -> None:
+def store_crc(buf: WritableBuf, pos: int, end: int) -> None:
     """Compute and write the CRC-32C of the v2 batch at buf[pos:end]."""
     _CRC.pack_into(buf, pos + CRC_POS, crc32c(memoryview(buf)[pos + CRC_START:end]))
 
 
 # ---------------------------------------------------------------- header rewrites
 
-def writable(buf) -> bytearray | memoryview:
+
+def writable(buf: Buf) -> WritableBuf:
     """`buf` itself if the header rewrites below can patch it in place (a bytearray, or a
     writable view such as a request frame the broker read into its own buffer), else a copy."""
     if isinstance(buf, bytearray) or (isinstance(buf, memoryview) and not buf.readonly):
@@ -215,13 +219,13 @@ def writable(buf) -> bytearray | memoryview:
     return bytearray(buf)
 
 
-def patch_batch(buf: bytearray, pos: int, base_offset: int, partition_leader_epoch: int) -> None:
+def patch_batch(buf: WritableBuf, pos: int, base_offset: int, partition_leader_epoch: int) -> None:
     """Set the two fields the CRC does not cover, in place."""
     _I64.pack_into(buf, pos, base_offset)
     _I32.pack_into(buf, pos + _EPOCH_POS, partition_leader_epoch)
 
 
-def set_max_timestamp(buf: bytearray, pos: int, header: BatchHeader, timestamp: int) -> None:
+def set_max_timestamp(buf: WritableBuf, pos: int, header: BatchHeader, timestamp: int) -> None:
     """Rewrite the timestamp type to LogAppendTime with `timestamp`, recomputing the CRC.
 
     Needed only for topics with message.timestamp.type=LogAppendTime.

@@ -20,6 +20,7 @@ from oncelog.protocol.records.batch import (
     MAGIC_POS,
     BatchHeader,
     Record,
+    WritableBuf,
     corrupt,
     invalid,
     iter_batches,
@@ -186,7 +187,7 @@ def validate_legacy_message_set(buf: Buf) -> LegacySetInfo:
     return LegacySetInfo(magic, count, max_ts)
 
 
-def patch_legacy_offsets(buf: bytearray, base_offset: int) -> int:
+def patch_legacy_offsets(buf: WritableBuf, base_offset: int) -> int:
     """Assign offsets from `base_offset` to a validated v0/v1 message set; return the last offset.
 
     A compressed v1 wrapper takes the offset of its last inner message (inner offsets stay
