@@ -89,6 +89,7 @@ class ClusterLogs:
         self.brokers = list(view.brokers.values())
         infos, leaders = {}, {}
         for t in view.topics.values():
+            assert t.name is not None  # asked for all topics, the controller names each
             overrides = json.loads((t.extra_tags or {}).get(TAG_TOPIC_OVERRIDES, b"{}"))
             old = self.topics.get(t.name)
             info = TopicInfo(t.name, t.topic_id, len(t.partitions), overrides, str(self.log_dir))
@@ -176,7 +177,7 @@ class ClusterLogs:
         return iter([led.partition for led in self._led.values()])
 
     def topic_name(self, topic_id: uuid.UUID | None) -> str | None:
-        return self._by_id.get(topic_id)
+        return self._by_id.get(topic_id) if topic_id is not None else None
 
     def topic_config(self, name: str) -> dict[str, Any]:
         return effective_topic_config(self.server_defaults, self.topics[name].overrides)

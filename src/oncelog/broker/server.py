@@ -129,13 +129,13 @@ class Broker:
                               "from a controller (oncelog.controller.embedded runs one in-process)")
         host, _, port = address.rpartition(":")
         user, password = self.config["controller.sasl.plain.username"], self.config["controller.sasl.plain.password"]
-        self.controller_link = ControllerLink(ControllerClient(host, int(port), user, password), self.node_id,
-                                              self.cluster_id, self.advertised_host, self.advertised_port,
-                                              self.config["broker.heartbeat.interval.ms"])
-        await self.controller_link.register()
-        self.controller_link.start()
+        link = self.controller_link = ControllerLink(
+            ControllerClient(host, int(port), user, password), self.node_id, self.cluster_id,
+            self.advertised_host, self.advertised_port, self.config["broker.heartbeat.interval.ms"])
+        await link.register()
+        link.start()
         self.producer_ids = ProducerIdManager(ControllerClient(host, int(port), user, password), self.node_id,
-                                              lambda: self.controller_link.epoch, on_fatal=self._fatal,
+                                              lambda: link.epoch, on_fatal=self._fatal,
                                               prefetch=self.config["producer.id.block.prefetch"])
 
     async def _join_cluster(self) -> None:
@@ -186,6 +186,7 @@ class Broker:
 
     async def _tick_loop(self) -> None:
         interval = min(self.config["log.retention.check.interval.ms"], 1000) / 1000
+        assert self.groups is not None  # start() makes the coordinator before it starts this loop
         while True:
             await asyncio.sleep(interval)
             try:
@@ -323,12 +324,14 @@ class _Connection(asyncio.BufferedProtocol):
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.decoder = FrameReader(broker.config["socket.request.max.bytes"])
-        self.get_buffer = self.decoder.get_buffer
+        # the reader's own method as the protocol's: asyncio calls it once per read, with no hop between
+        self.get_buffer = self.decoder.get_buffer  # type: ignore[method-assign]
         self.queue: deque[memoryview] = deque()
         self.outbox: deque = deque()  # answers in request order: bytes, or tasks still waiting
         self.outbox_empty = asyncio.Event()
         self.outbox_empty.set()
-        self.transport: asyncio.Transport | None = None
+        # None until connection_made, which asyncio calls before any other callback
+        self.transport: asyncio.Transport = None  # type: ignore[assignment]
         self.peer = "?"
         self.peer_host = ""
         self.worker: asyncio.Task | None = None
