@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: run test lint bench clean
+.PHONY: run test lint bench clean compat compat-ci
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,15 @@ test: $(STAMP)
 .PHONY: test-fast
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider -m "not processes and not spark and not slow" --durations=10
+
+# librdkafka's own test suite against `oncelog serve` (compat/librdkafka/README.md): the first
+# run fetches and builds librdkafka's test runner (about 3 min on 2 cores), later runs reuse it
+compat: $(STAMP)
+	$(PY) compat/librdkafka/run.py
+
+# the CI-sized subset (compat/librdkafka/tests.ci)
+compat-ci: $(STAMP)
+	$(PY) compat/librdkafka/run.py --subset ci
 
 clean:
 	rm -rf $(VENV) data

@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -205,6 +206,9 @@ class Suite:
         self.stop_broker()
         props = {**self.base_props, **SCENARIOS[scenario]}
         data = self.out / f"broker-{scenario}"
+        if scenario != self.scenario:  # each run starts from empty logs; a restart keeps them
+            shutil.rmtree(data, ignore_errors=True)
+            (self.out / f"broker-{scenario}.log").unlink(missing_ok=True)
         # the broker runs this checkout's oncelog, whatever the venv's editable install points at
         path = os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))
         self.broker = BrokerProcess(data, overrides=props, log_file=self.out / f"broker-{scenario}.log",
@@ -243,7 +247,11 @@ class Suite:
         env = {**os.environ, "TESTS": number, "TEST_KAFKA_VERSION": KAFKA_VERSION,
                "TEST_SCENARIO": scenario, "TEST_REPORT": str(report),
                "RDKAFKA_TEST_CONF": str(self.out / f"test-{scenario}.conf"),
-               "LD_LIBRARY_PATH": f"{self.src}/src:{self.src}/src-cpp"}
+               "LD_LIBRARY_PATH": f"{self.src}/src:{self.src}/src-cpp",
+               # what trivup gives the suite: a Kafka distribution's tools (here kafka-topics.sh
+               # over the Admin API, kafka/bin/) and the brokers' addresses
+               "KAFKA_PATH": str(HERE / "kafka"), "BROKERS": self.broker.bootstrap,
+               "ONCELOG_COMPAT_PYTHON": sys.executable}
         if self.args.debug:
             env["TEST_DEBUG"] = self.args.debug
         cmd = ["./test-runner", "-p1", "-L"] + (["-Q"] if self.args.quick else [])
