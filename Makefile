@@ -41,11 +41,11 @@ test-fast: $(TEST_STAMP)
 
 # librdkafka's own test suite against `oncelog serve` (compat/librdkafka/README.md): the first
 # run fetches and builds librdkafka's test runner (about 3 min on 2 cores), later runs reuse it
-compat: $(STAMP)
+compat: $(TEST_STAMP)
 	$(PY) compat/librdkafka/run.py
 
 # the CI-sized subset (compat/librdkafka/tests.ci)
-compat-ci: $(STAMP)
+compat-ci: $(TEST_STAMP)
 	$(PY) compat/librdkafka/run.py --subset ci
 
 clean:
