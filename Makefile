@@ -9,7 +9,7 @@ CHECKSUM := $(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 RUN_STAMP := $(VENV)/.installed-run-$(CHECKSUM)
 TEST_STAMP := $(VENV)/.installed-test-$(CHECKSUM)
 
-.PHONY: run test lint bench clean
+.PHONY: run test lint bench clean compat compat-ci
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,15 @@ test: $(TEST_STAMP) lint
 .PHONY: test-fast
 test-fast: $(TEST_STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider -m "not processes and not spark and not slow" --durations=10
+
+# librdkafka's own test suite against `oncelog serve` (compat/librdkafka/README.md): the first
+# run fetches and builds librdkafka's test runner (about 3 min on 2 cores), later runs reuse it
+compat: $(TEST_STAMP)
+	$(PY) compat/librdkafka/run.py
+
+# the CI-sized subset (compat/librdkafka/tests.ci)
+compat-ci: $(TEST_STAMP)
+	$(PY) compat/librdkafka/run.py --subset ci
 
 clean:
 	rm -rf $(VENV) data
