@@ -29,9 +29,10 @@ run: $(RUN_STAMP)
 
 lint: $(TEST_STAMP)
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
-test: $(TEST_STAMP)
-	$(VENV)/bin/lint-imports
+test: $(TEST_STAMP) lint
 	$(PY) -m pytest -q -p no:cacheprovider --durations=15
 
 # the tests that start no other process and no Spark session (tests/conftest.py marks the others)

@@ -18,9 +18,10 @@ others), two attacks on the cap:
                evicts another
 The broker's CPU (user + system, from /proc/<pid>/stat) is taken around each phase. Goal: each
 of issue 13's two attacks under 1 s of broker CPU; the cap attacks are reported against a plain
-produce (each request appends or restores real batches: bounded work, not free work). `--baseline-src` runs the same against another source tree (for
-example today's main) in the same run; its never-seen phase sends --baseline-never-seen requests
-(each scanned the log tail) and the per-request figure is scaled to 10,000.
+produce (each request appends or restores real batches: bounded work, not free work).
+`--baseline-src` runs the same against another source tree (for example today's main) in the
+same run; its never-seen phase sends --baseline-never-seen requests (each scanned the log tail)
+and the per-request figure is scaled to 10,000.
 """
 from __future__ import annotations
 
@@ -33,8 +34,13 @@ from pathlib import Path
 
 from oncelog.client import AdminClient
 from oncelog.testing.embedded import BrokerProcess
-from oncelog.testing.hostile import (colliding_producer_ids, idempotent_batch, plain_batches, process_cpu_seconds,
-                                     produce)
+from oncelog.testing.hostile import (
+    colliding_producer_ids,
+    idempotent_batch,
+    plain_batches,
+    process_cpu_seconds,
+    produce,
+)
 
 GOAL_CPU_S = 1.0
 LOG_BATCHES = 20_000

@@ -18,11 +18,11 @@ import struct
 import time
 import uuid
 
-from oncelog.protocol.api import ApiKey, is_flexible
-from oncelog.protocol.primitives import Reader, uvarint
 from oncelog.core.producer_state import APPEND, DUPLICATE, ProducerStateConfig, ProducerStateManager
 from oncelog.core.sequence import last_sequence_of
+from oncelog.protocol.api import ApiKey, is_flexible
 from oncelog.protocol.errors import ErrorCode
+from oncelog.protocol.primitives import Reader, uvarint
 from oncelog.protocol.records import iter_batches, patch_batch
 
 I16, I32, I64 = struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">q")

@@ -41,7 +41,8 @@ class BatchMetadata:
     __slots__ = ("last_seq", "last_offset", "offset_delta", "timestamp")
 
     def __init__(self, last_seq, last_offset, offset_delta, timestamp):
-        self.last_seq, self.last_offset, self.offset_delta, self.timestamp = last_seq, last_offset, offset_delta, timestamp
+        self.last_seq, self.last_offset = last_seq, last_offset
+        self.offset_delta, self.timestamp = offset_delta, timestamp
 
 
 class ProducerStateEntry:
@@ -150,7 +151,8 @@ def main(argv=None) -> int:
     n = args.producers
     rows = []
     print(f"bytes per (producer, partition), {n} producers, every window full\n")
-    print(f"{'layout':<14}{'oncelog arrays/alloc':>18}{'oncelog RSS':>13}{'plain objects':>15}{'Kafka ~36B/batch':>18}{'ratio':>8}")
+    print(f"{'layout':<14}{'oncelog arrays/alloc':>18}{'oncelog RSS':>13}{'plain objects':>15}"
+          f"{'Kafka ~36B/batch':>18}{'ratio':>8}")
     for mode, window in (("window", 5), ("window", 20), ("window", 50), ("range", 5)):
         packed = _child("packed", mode, window, n)
         objects = _child("objects", mode, window, n)

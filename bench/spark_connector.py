@@ -25,8 +25,13 @@ def floor_source(rows_per_partition: int, partitions: int, value_bytes: int):
     """Python data sources that do nothing but hand Spark ready-made Arrow batches of the
     connector's row schema (read), or take and drop them (write): the cost of the Python Data
     Source API itself on this machine, which no connector built on it can go below."""
-    from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter, DataSourceReader,
-                                        InputPartition, WriterCommitMessage)
+    from pyspark.sql.datasource import (
+        DataSource,
+        DataSourceArrowWriter,
+        DataSourceReader,
+        InputPartition,
+        WriterCommitMessage,
+    )
 
     class FloorReader(DataSourceReader):
         def partitions(self):
@@ -35,6 +40,7 @@ def floor_source(rows_per_partition: int, partitions: int, value_bytes: int):
         def read(self, partition):
             import numpy as np
             import pyarrow as pa
+
             from oncelog.spark.arrow_io import arrow_schema
             n = 4096
             cols = [pa.array([b"%d" % i for i in range(n)], pa.binary()),
@@ -126,16 +132,16 @@ def main() -> int:
             topic = f"bench-{os.getpid()}-{i}"
             with AdminClient({"bootstrap.servers": bootstrap}) as admin:
                 admin.create_topics([topic], num_partitions=parts)
-            results["parquet_write"].append(timed(lambda: df.write.mode("overwrite").parquet(pq)))
+            results["parquet_write"].append(timed(lambda pq=pq: df.write.mode("overwrite").parquet(pq)))
             results["parquet_read"].append(timed(
-                lambda: spark.read.parquet(pq).write.format("noop").mode("overwrite").save()))
+                lambda pq=pq: spark.read.parquet(pq).write.format("noop").mode("overwrite").save()))
             results["oncelog_write"].append(timed(
-                lambda: df.write.format("oncelog").option("bootstrap.servers", bootstrap)
+                lambda topic=topic: df.write.format("oncelog").option("bootstrap.servers", bootstrap)
                 .option("topic", topic).mode("append").save()))
             reader = (spark.read.format("oncelog").option("bootstrap.servers", bootstrap)
                       .option("subscribe", topic))
             results["oncelog_read"].append(timed(
-                lambda: reader.load().write.format("noop").mode("overwrite").save()))
+                lambda reader=reader: reader.load().write.format("noop").mode("overwrite").save()))
             results["floor_write"].append(timed(
                 lambda: df.write.format("bench_floor").mode("append").save()))
             results["floor_read"].append(timed(

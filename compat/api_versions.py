@@ -17,7 +17,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from kio.schema.index import api_key_map, schema_name_map  # noqa: E402
 
 from oncelog.protocol.api import (  # noqa: E402
-    BROKER_VERSIONS, CONTROLLER_VERSIONS, SECURITY_VERSIONS, TRANSACTION_VERSIONS,
+    BROKER_VERSIONS,
+    CONTROLLER_VERSIONS,
+    SECURITY_VERSIONS,
+    TRANSACTION_VERSIONS,
 )
 
 # Kafka's message definitions whose "listeners" name only the controller (KRaft quorum and

@@ -44,7 +44,7 @@ def main(argv: list[str]) -> int:
     try:
         for future in futures.values():
             future.result(timeout=60)
-    except Exception as exc:  # the tool prints the broker's error and exits non-zero
+    except Exception as exc:  # noqa: BLE001 - the tool prints the broker's error and exits non-zero
         print(f"Error while executing topic command : {exc}", file=sys.stderr)
         return 1
     if args.create:

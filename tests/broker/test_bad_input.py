@@ -5,7 +5,8 @@ import struct
 
 import pytest
 
-from oncelog.protocol import headers, produce as produce_codec
+from oncelog.protocol import headers
+from oncelog.protocol import produce as produce_codec
 from oncelog.protocol.records import Record, encode_batch
 
 

@@ -3,12 +3,11 @@ bytes reached the segment: what producers are told and what consumers see (issue
 from __future__ import annotations
 
 import pytest
+from test_dedup_raw import Client, Conn, batch  # noqa: E402  (tests/broker is on sys.path)
 
 from oncelog.protocol.errors import ErrorCode as E
 from oncelog.testing.embedded import BrokerProcess
 from oncelog.testing.workloads import read_range
-
-from test_dedup_raw import Client, Conn, batch  # noqa: E402  (tests/broker is on sys.path)
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.processes]
 

@@ -12,7 +12,6 @@ import struct
 import uuid
 
 import pytest
-
 from kio.schema.create_topics.v7 import request as ct_req
 from kio.schema.create_topics.v7.response import CreateTopicsResponse
 from kio.schema.describe_producers.v0.request import DescribeProducersRequest, TopicRequest
@@ -88,7 +87,7 @@ class Conn:
         self.ids = itertools.count(1)
 
     @classmethod
-    async def open(cls, host: str, port: int) -> "Conn":
+    async def open(cls, host: str, port: int) -> Conn:
         return cls(*await asyncio.open_connection(host, port))
 
     async def raw(self, api_key: int, version: int, body: bytes, flexible: bool) -> bytes:

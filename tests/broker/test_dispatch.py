@@ -18,6 +18,7 @@ from kio.schema.describe_cluster.v0.response import DescribeClusterResponse
 from kio.schema.list_groups.v4.request import ListGroupsRequest
 from kio.schema.list_groups.v4.response import ListGroupsResponse
 from kio.serial import entity_reader
+from test_dedup_raw import Client, Conn, batch, parse_produce, produce_body
 
 from oncelog.broker.config import BrokerConfig
 from oncelog.broker.handlers import APIS
@@ -26,8 +27,6 @@ from oncelog.protocol import entities
 from oncelog.protocol.api import BROKER_VERSIONS, ApiKey
 from oncelog.protocol.errors import ErrorCode as E
 from oncelog.testing.in_process import InProcessBroker
-
-from test_dedup_raw import Client, Conn, batch, parse_produce, produce_body
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -4,13 +4,13 @@ import socket
 import struct
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_bad_input import connect, produce_one, still_serves
 
 from oncelog.protocol import api_versions, headers, init_producer_id, metadata, produce
 from oncelog.protocol.records import Record, encode_batch
 from oncelog.testing.embedded import BrokerProcess
-
-from test_bad_input import connect, produce_one, still_serves
 
 pytestmark = pytest.mark.processes
 
@@ -54,7 +54,7 @@ def exchange(boot, frame: bytes) -> None:
         s.shutdown(socket.SHUT_WR)
         while s.recv(65536):
             pass
-    except (ConnectionError, socket.timeout):
+    except (TimeoutError, ConnectionError):
         pass
     finally:
         s.close()

@@ -9,13 +9,12 @@ import struct
 import time
 
 import pytest
+from test_dedup_raw import Conn
 
 from oncelog.broker.config import BrokerConfig
 from oncelog.protocol import entities
 from oncelog.protocol.errors import ErrorCode as E
 from oncelog.testing.in_process import InProcessBroker
-
-from test_dedup_raw import Conn
 
 JOIN, SYNC, HEARTBEAT, LEAVE, COMMIT, FETCH_OFFSETS, CREATE, DELETE, DESCRIBE = 11, 14, 12, 13, 8, 9, 19, 20, 15
 DELETE_GROUPS = 42

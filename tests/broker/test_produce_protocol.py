@@ -14,13 +14,12 @@ from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
 from kio.schema.init_producer_id.v4.response import InitProducerIdResponse
 from kio.schema.types import TopicName
 from kio.static.primitive import i16, i32, i32Timedelta, i64
+from test_dedup_raw import NOW, R, batch, broker, parse_produce, produce_body  # noqa: F401 (fixture)
 
 from oncelog.protocol import produce as produce_codec
 from oncelog.protocol.errors import ErrorCode as E
 from oncelog.protocol.primitives import string
 from oncelog.protocol.records import Record, encode_batch
-
-from test_dedup_raw import NOW, R, batch, broker, parse_produce, produce_body  # noqa: F401 (fixture)
 
 
 async def init_producer_id(c, pid: int = -1, epoch: int = -1) -> tuple[int, int, int]:

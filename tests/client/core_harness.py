@@ -2,12 +2,12 @@
 the test delivers, fails or answers with injected errors, in any order."""
 from __future__ import annotations
 
+from model_broker import ModelPartition
+
 from oncelog.client.config import ProducerConfig
 from oncelog.client.producer_core import PartitionResult, ProducerCore
 from oncelog.client.types import TopicPartition
 from oncelog.protocol.errors import ErrorCode as E
-
-from model_broker import ModelPartition
 
 
 class Request:

@@ -51,8 +51,8 @@ class ModelPartition:
             if base_seq != 0:
                 return self._result(E.OUT_OF_ORDER_SEQUENCE_NUMBER)
         else:
-            for (e, f, l, off) in entries:
-                if e == epoch and f == base_seq and l == last:
+            for (e, first, lst, off) in entries:
+                if e == epoch and first == base_seq and lst == last:
                     return self._result(0, off)
             latest = entries[-1][2]
             if self.range_threshold is not None:
@@ -89,7 +89,7 @@ class ModelPartition:
     def lose_tail(self, count: int) -> None:
         """A leader died with unreplicated records (acks=1): they are gone, state rolls back."""
         del self.log[len(self.log) - count:]
-        for pid, q in self.retained.items():
+        for q in self.retained.values():
             while q and q[-1][3] >= self.log_start + len(self.log):
                 q.pop()
 

@@ -11,14 +11,14 @@ def test_result_and_callbacks_across_threads():
     for trial in range(500):
         f = RecordFuture()
         got = []
-        f.add_done_callback(lambda x: got.append(x.result()))
+        f.add_done_callback(lambda x, got=got: got.append(x.result()))
         t = threading.Thread(target=f.set_result, args=(trial,))
         t.start()
         assert f.result(5) == trial
         t.join()
         assert got == [trial]
         late = []
-        f.add_done_callback(lambda x: late.append(x.result()))
+        f.add_done_callback(lambda x, late=late: late.append(x.result()))
         assert late == [trial]
 
 

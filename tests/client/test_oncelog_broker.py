@@ -484,6 +484,7 @@ def test_sends_racing_close_are_each_delivered_or_failed(broker):
     ProducerClosedError or returns a future that is done once close() returns (a record handed
     over just after close() took the handoff is failed by its sender)."""
     import threading
+
     from oncelog.client.errors import ProducerClosedError
     create(broker.bootstrap, "racing")
     p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": "50",

@@ -3,7 +3,6 @@ import random
 from collections import Counter
 
 import pytest
-
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
 from oncelog.client.aio.producer import AIOProducer

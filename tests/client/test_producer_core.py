@@ -3,15 +3,14 @@ under errors, KIP-360 epoch bumps, UNKNOWN_PRODUCER_ID handling, DUPLICATE_SEQUE
 import logging
 
 import pytest
+from core_harness import Harness
+from model_broker import ModelPartition
 
 from oncelog.client.config import Idempotence, ProducerConfig
 from oncelog.client.errors import ConfigError, DataLossError, IdempotenceUnsupportedError
 from oncelog.client.producer_core import PartitionResult, ProducerCore
 from oncelog.client.types import TopicPartition
 from oncelog.protocol.errors import ErrorCode as E
-
-from core_harness import Harness
-from model_broker import ModelPartition
 
 T0 = TopicPartition("t", 0)
 

@@ -20,16 +20,15 @@ close) every record ends in the log, in order, acknowledged at its offset.
 """
 import os
 
+from core_harness import Harness
 from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from model_broker import ModelPartition
 
 from oncelog.client.errors import ProducerClosedError
 from oncelog.client.types import TopicPartition
 from oncelog.protocol.errors import ErrorCode as E
-
-from core_harness import Harness
-from model_broker import ModelPartition
 
 TPS = [TopicPartition("a", 0), TopicPartition("b", 0)]
 NODES = [1, 2]

@@ -1,12 +1,12 @@
 """Batches given up while their outcome is unknown (delivery timeout, retries used up, a
 non-retriable error on a later batch): resolved under their old sequences before anything is
 renumbered (the Java client's unresolved sequences), so that no record is written twice."""
+from core_harness import Harness
+from model_broker import ModelPartition
+
 from oncelog.client.errors import BrokerResponseError, DeliveryTimeoutError
 from oncelog.client.types import TopicPartition
 from oncelog.protocol.errors import ErrorCode as E
-
-from core_harness import Harness
-from model_broker import ModelPartition
 
 T0 = TopicPartition("t", 0)
 

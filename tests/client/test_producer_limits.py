@@ -1,5 +1,4 @@
 """buffer.memory back-pressure, max.block.ms, delivery.timeout.ms and acks against librdkafka's mock."""
-import time
 
 import pytest
 

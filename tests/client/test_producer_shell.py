@@ -9,14 +9,13 @@ import time
 from collections import Counter
 
 import pytest
+from test_oncelog_broker import create
 
 from oncelog.client import AdminClient, Producer
 from oncelog.client.aio.producer import AIOProducer
 from oncelog.client.errors import DataLossError, ProducerClosedError
 from oncelog.testing.embedded import BrokerProcess
 from oncelog.testing.fault_proxy import FaultConfig, ThreadedFaultProxy
-
-from test_oncelog_broker import create
 
 
 def wait_for(cond, what: str, timeout_s: float = 30) -> None:

@@ -10,14 +10,31 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from oncelog.client.config import ProducerConfig
 from oncelog.client.errors import (
-    BrokerResponseError, ProducerFencedError, TransactionAbortableError, TransactionAbortedError,
-    TransactionFatalError, TransactionStateError)
+    BrokerResponseError,
+    ProducerFencedError,
+    TransactionAbortableError,
+    TransactionAbortedError,
+    TransactionFatalError,
+    TransactionStateError,
+)
 from oncelog.client.producer_core import PartitionResult, ProducerCore
 from oncelog.client.txn_core import (
-    AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, AddPartitionsToTxnRequest,
-    AddPartitionsToTxnResponse, EndTxnRequest, EndTxnResponse, FindCoordinatorRequest,
-    FindCoordinatorResponse, InitProducerIdRequest, InitProducerIdResponse, TransactionManager,
-    TxnOffsetCommitRequest, TxnOffsetCommitResponse, TxnState, VALID_PREVIOUS)
+    VALID_PREVIOUS,
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    EndTxnRequest,
+    EndTxnResponse,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+    TransactionManager,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
+    TxnState,
+)
 from oncelog.client.types import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
 from oncelog.protocol.errors import ErrorCode as E
 

@@ -4,8 +4,7 @@ the sender that leaves it waiting forever. librdkafka's mock answers with the in
 import pytest
 
 from oncelog.client import Consumer, Producer, TopicPartition
-from oncelog.client.errors import (
-    BrokerResponseError, IdempotenceUnsupportedError, KafkaClientError, ProducerFatalError)
+from oncelog.client.errors import BrokerResponseError, IdempotenceUnsupportedError, KafkaClientError, ProducerFatalError
 from oncelog.protocol.errors import ErrorCode as E
 
 INIT_PRODUCER_ID, PRODUCE, FETCH = 22, 0, 1

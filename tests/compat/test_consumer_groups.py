@@ -26,7 +26,8 @@ def test_two_confluent_members_split_the_partitions(shared_broker, unique_topic)
             if m is not None and m.error() is None:
                 got.setdefault(name, []).append(m.value())
             assignments[name] = {tp.partition for tp in c.assignment()}
-            if sum(len(v) for v in got.values()) >= 400 and len(assignments.get("a", ())) + len(assignments.get("b", ())) == 4:
+            assigned = len(assignments.get("a", ())) + len(assignments.get("b", ()))
+            if sum(len(v) for v in got.values()) >= 400 and assigned == 4:
                 break
         ready.wait()
         c.close()

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
+from oncelog.client.aio.connection import Connection
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
-from oncelog.client.aio.connection import Connection
 from oncelog.protocol.records import decode_records, iter_batches
 
 pytestmark = pytest.mark.processes

@@ -126,6 +126,7 @@ def test_kafkajs_produces_consumes_and_administers(kafkajs, shared_broker, uniqu
 
 def test_kafkajs_group_reads_what_librdkafka_and_oncelog_wrote(kafkajs, shared_broker, unique_topic):
     from test_third_party_clients import create_topic, produce_confluent
+
     from oncelog.client import Producer
     create_topic(shared_broker.bootstrap, unique_topic, 3)
     produce_confluent(shared_broker.bootstrap, unique_topic, [f"rdk-{i}".encode() for i in range(3000)])

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
+from oncelog.client.aio.connection import Connection
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
-from oncelog.client.aio.connection import Connection
 from oncelog.protocol.errors import ErrorCode
 from oncelog.storage.log import scan_entries
 
@@ -53,7 +53,8 @@ def targets(times):
 @pytest.mark.parametrize("codec", CODECS)
 def test_offsets_for_times_land_on_the_record_inside_a_batch(shared_broker, unique_topic, codec):
     from confluent_kafka import Consumer, TopicPartition
-    from kafka import KafkaConsumer, TopicPartition as KTopicPartition
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KTopicPartition
     create_topic(shared_broker.bootstrap, unique_topic)
     produce_one_batch(shared_broker, unique_topic, TIMES, codec)
 

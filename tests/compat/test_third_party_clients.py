@@ -83,7 +83,7 @@ def consume_kafka_python(boot, topic, partitions, expected):
     c.assign([TopicPartition(topic, p) for p in range(partitions)])
     out, deadline = [], time.monotonic() + 30
     while len(out) < expected and time.monotonic() < deadline:
-        for tp, msgs in c.poll(500).items():
+        for msgs in c.poll(500).values():
             out += [(m.partition, m.offset, m.value) for m in msgs]
     c.close()
     return out
@@ -99,7 +99,7 @@ def consume_aiokafka(boot, topic, partitions, expected):
             c.assign([TopicPartition(topic, p) for p in range(partitions)])
             out, deadline = [], time.monotonic() + 30
             while len(out) < expected and time.monotonic() < deadline:
-                for tp, msgs in (await c.getmany(timeout_ms=500)).items():
+                for msgs in (await c.getmany(timeout_ms=500)).values():
                     out += [(m.partition, m.offset, m.value) for m in msgs]
             return out
         finally:

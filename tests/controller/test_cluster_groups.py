@@ -7,7 +7,6 @@ import time
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-
 from test_cluster import start_cluster
 
 pytestmark = pytest.mark.processes

@@ -9,13 +9,12 @@ import pytest
 
 from oncelog.broker.controller_client import ControllerClient
 from oncelog.broker.producer_id_manager import ProducerIdManager
-from oncelog.protocol import headers, init_producer_id
 from oncelog.controller.service import Controller, ControllerConfig
 from oncelog.core.producer_ids import ProducerIdsBlock
+from oncelog.protocol import headers, init_producer_id
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.testing.embedded import PASSWORD, USER, BrokerProcess, ControllerProcess, broker_overrides
-
 
 # ---------------------------------------------------------------- controller + ProducerIdManager
 

@@ -1,7 +1,8 @@
 """Leadership decisions: balanced placement, moves and failures bump the leader epoch, replay is
 the only state change and refuses an epoch that does not increase."""
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from oncelog.core.leadership import Leadership
 from oncelog.protocol.errors import KafkaProtocolError

@@ -29,8 +29,7 @@ from __future__ import annotations
 import pytest
 
 from oncelog.core import producer_state as ps
-from oncelog.core.producer_state import (APPEND, DUPLICATE, LOOKUP, REFUSE, ProducerStateConfig,
-                                         ProducerStateManager)
+from oncelog.core.producer_state import APPEND, DUPLICATE, LOOKUP, REFUSE, ProducerStateConfig, ProducerStateManager
 from oncelog.core.sequence import MAX_SEQUENCE, last_sequence
 from oncelog.protocol.errors import ErrorCode as E
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from oncelog.core import producer_state as ps
 from oncelog.core.producer_state import ProducerStateConfig, ProducerStateManager
@@ -22,9 +22,9 @@ EXPIRY = 1000
 
 class Model:
     def __init__(self) -> None:
-        self.producers: dict[int, dict] = {}  # pid -> {epoch, history [(f, l, off, ts)], retained n, seen}
+        self.producers: dict[int, dict] = {}  # pid -> {epoch, history [(f, last, off, ts)], retained n, seen}
 
-    def decide(self, cfg: ProducerStateConfig, pid: int, epoch: int, f: int, l: int):
+    def decide(self, cfg: ProducerStateConfig, pid: int, epoch: int, f: int, last: int):
         p = self.producers.get(pid)
         if p is None:
             return ("append",) if f == 0 else ("refuse", E.UNKNOWN_PRODUCER_ID)
@@ -34,28 +34,28 @@ class Model:
             return ("append",) if f == 0 else ("refuse", E.OUT_OF_ORDER_SEQUENCE_NUMBER)
         retained = p["history"][-p["retained"]:]
         for i, (bf, bl, off, ts) in enumerate(reversed(retained)):
-            if (bf, bl) == (f, l):
+            if (bf, bl) == (f, last):
                 return ("dup", off, ts, "latest" if i == 0 else "window")
         latest_last = retained[-1][1]
         if f == (latest_last + 1) % SPACE:
             return ("append",)
         if cfg.dedup_mode == "range":
             below_first = (latest_last - f) % SPACE
-            below_last = (latest_last - l) % SPACE
+            below_last = (latest_last - last) % SPACE
             if below_first < cfg.max_in_flight_sequence_number and below_last <= below_first:
                 return ("lookup", E.DUPLICATE_SEQUENCE_NUMBER, retained[-1][2])
             return ("refuse", E.OUT_OF_ORDER_SEQUENCE_NUMBER)
         oldest_first = retained[0][0]
-        older = (oldest_first - l) % SPACE
+        older = (oldest_first - last) % SPACE
         if 0 < older < 2**30 and (oldest_first - f) % SPACE >= older:
             return ("lookup", E.OUT_OF_ORDER_SEQUENCE_NUMBER, retained[0][2])
         return ("refuse", E.OUT_OF_ORDER_SEQUENCE_NUMBER)
 
-    def append(self, cfg, pid, epoch, f, l, off, ts, now):
+    def append(self, cfg, pid, epoch, f, last, off, ts, now):
         p = self.producers.get(pid)
         if p is None or p["epoch"] != epoch:
             p = self.producers[pid] = {"epoch": epoch, "history": [], "retained": 0, "seen": now}
-        p["history"].append((f, l, off, ts))
+        p["history"].append((f, last, off, ts))
         p["retained"] = min(p["retained"] + 1, cfg.stride)
         p["seen"] = max(p["seen"], now)
 
@@ -96,15 +96,15 @@ class ProducerStateMachine(RuleBasedStateMachine):
         self.next_offset = 0
 
     def _send(self, pid, epoch, f, count):
-        l = (f + count - 1) % SPACE
-        expected = self.model.decide(self.cfg, pid, epoch, f, l)
-        c = self.sut.check(pid, epoch, f, l)
-        assert _result(c) == expected, (pid, epoch, f, l)
+        last = (f + count - 1) % SPACE
+        expected = self.model.decide(self.cfg, pid, epoch, f, last)
+        c = self.sut.check(pid, epoch, f, last)
+        assert _result(c) == expected, (pid, epoch, f, last)
         if c.kind == ps.APPEND:
             off, ts = self.next_offset, self.now + 7
             self.next_offset += count
             self.sut.commit(c, off, ts, self.now)
-            self.model.append(self.cfg, pid, epoch, f, l, off, ts, self.now)
+            self.model.append(self.cfg, pid, epoch, f, last, off, ts, self.now)
 
     def _state(self, pid):
         return self.model.producers.get(pid)
@@ -123,8 +123,8 @@ class ProducerStateMachine(RuleBasedStateMachine):
         if p is None:
             return
         hist = p["history"]
-        f, l, _off, _ts = hist[max(0, len(hist) - 1 - back)]
-        self._send(pid, p["epoch"], f, (l - f) % SPACE + 1)
+        f, last, _off, _ts = hist[max(0, len(hist) - 1 - back)]
+        self._send(pid, p["epoch"], f, (last - f) % SPACE + 1)
 
     @rule(pid=pids, gap=st.integers(1, 2000), count=sizes)
     def gap(self, pid, gap, count):

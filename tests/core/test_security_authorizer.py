@@ -9,10 +9,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from oncelog.core.security.acl import (ANY_FILTER, AccessControlEntry, AccessControlEntryFilter, AclBinding,
-                                       AclBindingFilter, AclOperation, AclPermissionType, PatternType,
-                                       ResourcePattern, ResourcePatternFilter, ResourceType, from_code)
-from oncelog.core.security.authorizer import (AUTHORIZED_OPERATIONS_OMITTED, Acls, Authorizer, parse_super_users)
+from oncelog.core.security.acl import (
+    ANY_FILTER,
+    AccessControlEntry,
+    AccessControlEntryFilter,
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourcePattern,
+    ResourcePatternFilter,
+    ResourceType,
+    from_code,
+)
+from oncelog.core.security.authorizer import AUTHORIZED_OPERATIONS_OMITTED, Acls, Authorizer, parse_super_users
 from oncelog.core.security.principal import KafkaPrincipal
 from oncelog.protocol.errors import ErrorCode
 
@@ -42,9 +53,10 @@ class Env:
             self.acls.replay(r)
 
     def remove(self, *bindings):
-        filters = [AclBindingFilter(ResourcePatternFilter(b.pattern.resource_type, b.pattern.name, b.pattern.pattern_type),
-                                    AccessControlEntryFilter(b.entry.principal, b.entry.host, b.entry.operation,
-                                                             b.entry.permission_type)) for b in bindings]
+        filters = [AclBindingFilter(
+            ResourcePatternFilter(b.pattern.resource_type, b.pattern.name, b.pattern.pattern_type),
+            AccessControlEntryFilter(b.entry.principal, b.entry.host, b.entry.operation, b.entry.permission_type))
+            for b in bindings]
         records, _ = self.acls.decide_delete(filters)
         for r in records:
             self.acls.replay(r)
@@ -75,7 +87,8 @@ def test_deny_precedence_with_operation_all():
             binding(TOPIC, "foo", LITERAL, "User:*", "*", Op.ALL, DENY),
             binding(TOPIC, "foo", PREFIXED, "User:*", "*", Op.DESCRIBE, ALLOW))
     assert [env.ok("alice", op, TOPIC, n) for op, n in
-            [(Op.WRITE, "foo"), (Op.READ, "foo"), (Op.DESCRIBE, "foo"), (Op.READ, "foobar")]] == [False, False, False, True]
+            [(Op.WRITE, "foo"), (Op.READ, "foo"), (Op.DESCRIBE, "foo"), (Op.READ, "foobar")]
+            ] == [False, False, False, True]
     assert [env.ok("bob", op, TOPIC, n) for op, n in
             [(Op.DESCRIBE, "foo"), (Op.READ, "foo"), (Op.WRITE, "foo"), (Op.DESCRIBE, "foobaz"), (Op.READ, "foobaz")]] \
         == [False, False, False, True, False]

@@ -4,14 +4,26 @@ import base64
 
 import pytest
 
-from oncelog.core.security.acl import AccessControlEntry, AclBinding, AclOperation, AclPermissionType, \
-    PatternType, ResourcePattern, ResourceType
-from oncelog.core.security.credentials import (REMOVE_SCRAM_RECORD, SCRAM_RECORD, Deletion, ScramCredentials,
-                                               Upsertion)
+from oncelog.core.security.acl import (
+    AccessControlEntry,
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+)
+from oncelog.core.security.credentials import REMOVE_SCRAM_RECORD, SCRAM_RECORD, Deletion, ScramCredentials, Upsertion
 from oncelog.core.security.metadata import RECORD_TYPES, SecurityMetadata
 from oncelog.core.security.quotas import PRODUCER_BYTE_RATE, QuotaAlteration, QuotaEntity, QuotaOp
-from oncelog.core.security.scram import (ScramClient, ScramMechanism, ScramServer, credential_from_password,
-                                         parse_add_scram, salted_password)
+from oncelog.core.security.scram import (
+    ScramClient,
+    ScramMechanism,
+    ScramServer,
+    credential_from_password,
+    parse_add_scram,
+    salted_password,
+)
 from oncelog.protocol.errors import ErrorCode
 
 SHA256, SHA512 = ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512

@@ -1,8 +1,16 @@
 """sasl.jaas.config values, read as Kafka reads them (cases from Kafka's JaasContextTest)."""
 import pytest
 
-from oncelog.core.security.jaas import (PLAIN_LOGIN_MODULE, SCRAM_LOGIN_MODULE, JaasConfigError, LoginModuleEntry,
-                                        client_credentials, parse_jaas_config, parse_sasl_jaas_config, plain_users)
+from oncelog.core.security.jaas import (
+    PLAIN_LOGIN_MODULE,
+    SCRAM_LOGIN_MODULE,
+    JaasConfigError,
+    LoginModuleEntry,
+    client_credentials,
+    parse_jaas_config,
+    parse_sasl_jaas_config,
+    plain_users,
+)
 
 
 @pytest.mark.parametrize("flag", ["required", "requisite", "sufficient", "optional", "REQUIRED"])

@@ -2,9 +2,18 @@
 with Kafka's names and checks."""
 import pytest
 
-from oncelog.core.security.listeners import (SECURITY_SETTINGS, Endpoint, SecurityProtocol, jaas_config_key,
-                                             listener_value, parse_endpoints, parse_listener_setup,
-                                             parse_protocol_map, split_listener_key, tls_settings)
+from oncelog.core.security.listeners import (
+    SECURITY_SETTINGS,
+    Endpoint,
+    SecurityProtocol,
+    jaas_config_key,
+    listener_value,
+    parse_endpoints,
+    parse_listener_setup,
+    parse_protocol_map,
+    split_listener_key,
+    tls_settings,
+)
 from oncelog.core.topic_config import ConfigError
 
 P = SecurityProtocol

@@ -9,8 +9,14 @@ import ssl
 
 import pytest
 
-from oncelog.core.security.principal import (ANONYMOUS, KafkaPrincipal, NoMatchingRule, SslPrincipalMapper,
-                                             subject_dn_from_der, subject_dn_from_peercert)
+from oncelog.core.security.principal import (
+    ANONYMOUS,
+    KafkaPrincipal,
+    NoMatchingRule,
+    SslPrincipalMapper,
+    subject_dn_from_der,
+    subject_dn_from_peercert,
+)
 
 # (certificate DER as base64, X500Principal.getName() of its subject by Java 17, getpeercert() subject)
 CERTS = {

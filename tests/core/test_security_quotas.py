@@ -7,11 +7,26 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oncelog.core.security.quotas import (CONSUMER_BYTE_RATE, DEFAULT, MATCH_ANY, MATCH_DEFAULT, MATCH_EXACT,
-                                          PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE, ClientQuotaManager,
-                                          ClientQuotaStore, ConnectionLimits, FilterComponent, QuotaAlteration,
-                                          QuotaEntity, QuotaOp, Rate, parse_per_ip_overrides, request_percentage,
-                                          throttle_time_ms)
+from oncelog.core.security.quotas import (
+    CONSUMER_BYTE_RATE,
+    DEFAULT,
+    MATCH_ANY,
+    MATCH_DEFAULT,
+    MATCH_EXACT,
+    PRODUCER_BYTE_RATE,
+    REQUEST_PERCENTAGE,
+    ClientQuotaManager,
+    ClientQuotaStore,
+    ConnectionLimits,
+    FilterComponent,
+    QuotaAlteration,
+    QuotaEntity,
+    QuotaOp,
+    Rate,
+    parse_per_ip_overrides,
+    request_percentage,
+    throttle_time_ms,
+)
 from oncelog.protocol.errors import ErrorCode
 
 T0 = 1_700_000_000_000

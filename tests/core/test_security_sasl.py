@@ -7,7 +7,7 @@ import pytest
 
 from oncelog.core.security import plain
 from oncelog.core.security.principal import KafkaPrincipal
-from oncelog.core.security.sasl import (SASL_SERVER_MAX_RECEIVE_SIZE, Route, SaslSession, SaslState)
+from oncelog.core.security.sasl import SASL_SERVER_MAX_RECEIVE_SIZE, Route, SaslSession, SaslState
 from oncelog.core.security.scram import ScramClient, ScramMechanism, ScramServer, credential_from_password
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode

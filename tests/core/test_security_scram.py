@@ -8,9 +8,18 @@ import pytest
 
 from oncelog.core.security import plain, scram
 from oncelog.core.security.sasl import AuthenticationFailed, IllegalSaslState
-from oncelog.core.security.scram import (AddScramError, ScramClient, ScramMechanism, ScramServer,
-                                         ScramState, credential_from_password, credential_from_salted_password,
-                                         parse_add_scram, salted_password, split_add_scram_list)
+from oncelog.core.security.scram import (
+    AddScramError,
+    ScramClient,
+    ScramMechanism,
+    ScramServer,
+    ScramState,
+    credential_from_password,
+    credential_from_salted_password,
+    parse_add_scram,
+    salted_password,
+    split_add_scram_list,
+)
 
 # kafka-python reads its schemas with importlib.resources' legacy calls
 pytestmark = pytest.mark.filterwarnings("ignore:.*is deprecated. Use files:DeprecationWarning")

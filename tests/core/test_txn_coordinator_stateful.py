@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from oncelog.core.producer_epoch import EPOCH_EXHAUSTED_AT
-from oncelog.core.txn.coordinator import Answer, MarkerJob, Transition, TransactionCoordinator, TxnConfig
+from oncelog.core.txn.coordinator import Answer, MarkerJob, TransactionCoordinator, Transition, TxnConfig
 from oncelog.core.txn.errors import translate_append_error
 from oncelog.core.txn.log_format import encode_record, partition_for
 from oncelog.core.txn.state import VALID_PREVIOUS, TransactionMetadata, TxnState
@@ -125,7 +125,8 @@ class CoordinatorMachine(RuleBasedStateMachine):
         self.inflight.append(InFlight(decision, predicted, predicted_kind, producer))
 
     # ------------------------------------------------------------------ requests
-    @rule(i=st.integers(0, N_PRODUCERS - 1), use_expected=st.booleans(), timeout=st.sampled_from([5000, MAX_TIMEOUT, 500, MAX_TIMEOUT + 1]))
+    @rule(i=st.integers(0, N_PRODUCERS - 1), use_expected=st.booleans(),
+          timeout=st.sampled_from([5000, MAX_TIMEOUT, 500, MAX_TIMEOUT + 1]))
     def init(self, i, use_expected, timeout):
         prod = self.producers[i]
         tid, grant = prod["tid"], prod["grant"]
@@ -294,7 +295,8 @@ class CoordinatorMachine(RuleBasedStateMachine):
             assert done.reply == Answer(E.NONE, item.predicted.pid, item.predicted.epoch)
             grant = (item.predicted.pid, item.predicted.epoch)
             history = self.grants[tid]
-            retry = item.predicted.epoch == (before.epoch if before else -1) and before and item.predicted.pid == before.pid
+            retry = (item.predicted.epoch == (before.epoch if before else -1) and before
+                     and item.predicted.pid == before.pid)
             event("init retry" if retry else "rotation" if before and grant[0] != before.pid else "grant")
             if not retry:
                 assert not history or grant > history[-1] or grant[0] not in {g[0] for g in history}, (grant, history)

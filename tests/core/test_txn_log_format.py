@@ -8,8 +8,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from oncelog.core.txn.log_format import (decode_key, decode_value, encode_key, encode_record, encode_value,
-                                         java_string_hash, kafka_abs, partition_for)
+from oncelog.core.txn.log_format import (
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_record,
+    encode_value,
+    java_string_hash,
+    kafka_abs,
+    partition_for,
+)
 from oncelog.core.txn.state import PERSISTED, TransactionMetadata, TxnState
 
 S = TxnState

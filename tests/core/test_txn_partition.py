@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from oncelog.core.txn.partition import (ENTRY_SIZE, NO_OFFSET, AbortedTxn, AbortedTxnIndex, CompletedTxn,
-                                        PartitionTxns, collect_aborted)
+from oncelog.core.txn.partition import (
+    ENTRY_SIZE,
+    NO_OFFSET,
+    AbortedTxn,
+    AbortedTxnIndex,
+    CompletedTxn,
+    PartitionTxns,
+    collect_aborted,
+)
 from oncelog.core.txn.read_committed import ReadCommittedFilter
 from oncelog.protocol.errors import ErrorCode as E
 

@@ -3,7 +3,8 @@ kio's generated entities (Kafka's own schemas)."""
 import uuid
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from oncelog.protocol import entities, fetch, framing, headers, metadata, produce
 from oncelog.protocol.api import ApiKey

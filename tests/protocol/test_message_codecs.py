@@ -2,7 +2,6 @@
 init_producer_id.py): Produce request v3-14, ProduceResponse v14 tags (KIP-1269 tag 1, range-mode
 tag 10000), Metadata tag 10000; read from hand-built bytes, cross-checked with kio where kio knows
 the version."""
-import io
 import struct
 import uuid
 

@@ -1,14 +1,22 @@
 """Record batch v2 / v0 / v1 codec against kafka-python's independent implementation."""
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
 from oncelog.protocol import compression
 from oncelog.protocol.errors import KafkaProtocolError
 from oncelog.protocol.records import (
-    Record, decode_batch, decode_records, decode_varint, encode_batch, encode_varint,
-    iter_record_batches, rewrite_producer_state)
+    Record,
+    decode_batch,
+    decode_records,
+    decode_varint,
+    encode_batch,
+    encode_varint,
+    iter_record_batches,
+    rewrite_producer_state,
+)
 
 CODECS = [0, 1, 2, 3, 4]
 

@@ -2,14 +2,14 @@
 import struct
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from oncelog.core.sequence import last_sequence_of
 from oncelog.protocol import records
 from oncelog.protocol.compression import compress
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
-from oncelog.protocol.records import (Record, decode_batch, encode_batch,
-                                           encode_legacy_message)
+from oncelog.protocol.records import Record, decode_batch, encode_batch, encode_legacy_message
 
 
 def _batch(n=3, **kw) -> bytearray:
@@ -108,7 +108,7 @@ def test_message_format_version_to_magic(value, magic):
 def test_message_format_version_that_does_not_parse(value):
     """Refused where it is set (CreateTopics, IncrementalAlterConfigs), read as the current
     format where it arrives from elsewhere (a stored override, a foreign broker's answer)."""
-    from oncelog.core.topic_config import ConfigError, TOPIC_CONFIGS
+    from oncelog.core.topic_config import TOPIC_CONFIGS, ConfigError
     with pytest.raises(ConfigError):
         TOPIC_CONFIGS["message.format.version"].parse(value)
     assert records.message_format_magic(value) == 2

@@ -24,8 +24,9 @@ N, PARTS, PAD, FAIL_AT = 20_000, 4, 2048, 1500
 def fail_at_row(value):
     import builtins
 
-    import oncelog
     from pyspark import TaskContext
+
+    import oncelog
     ctx = TaskContext.get()
     counts = builtins.__dict__.setdefault("_item11_counts", collections.Counter())
     key = (ctx.stageId(), ctx.partitionId(), ctx.attemptNumber())
@@ -69,6 +70,7 @@ def main(mode: str) -> None:
                 f.result(60)
 
         from pyspark.sql.functions import col, udf
+
         from oncelog.spark.session import local_session
         spark = local_session("local[2,3]",
                               **{"spark.sql.execution.arrow.maxRecordsPerBatch": "100"})

@@ -3,8 +3,7 @@ import json
 
 import pytest
 
-from oncelog.spark.options import (OncelogSparkError, canonical, parse_offsets_json, read_options,
-                                   write_options)
+from oncelog.spark.options import OncelogSparkError, canonical, parse_offsets_json, read_options, write_options
 from oncelog.spark.plan import OffsetRange, limit_rows, resolve, split
 
 BS = {"bootstrap.servers": "127.0.0.1:1"}

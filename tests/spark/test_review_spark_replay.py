@@ -3,7 +3,6 @@ because the driver's abort confirmed task *i* of the failed run, without checkin
 of the replay holds the same rows. When the replay splits the batch differently, rows that no
 attempt ever wrote are skipped and Spark reports the query healthy."""
 import pytest
-
 from test_task_failures import STEP, _check, _failing, _source
 
 

@@ -5,7 +5,8 @@ sets, a log start inside a batch, several segments and restarts; the largest tim
 import os
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from oncelog.protocol.compression import CODEC_NAMES, GZIP, compress
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError

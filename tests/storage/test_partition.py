@@ -256,7 +256,7 @@ def test_a_never_seen_producer_at_a_non_zero_sequence_reads_nothing_from_the_log
 def test_restoring_an_expired_producer_reads_its_own_batches_not_the_tail(env):
     e = env(producer_id_expiration_ms=1000)
     offsets = fill(e, 3, pid=1)
-    for i in range(2000):
+    for _i in range(2000):
         assert e.append(plain()).error_code == 0
     e.partition.remove_expired_producers(NOW + 5000)
     reads = CountingReads(e.partition.log)

@@ -18,14 +18,13 @@ from pathlib import Path
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from test_partition import crash_log
 
-from oncelog.protocol.errors import ErrorCode as E
 from oncelog.core.producer_state import ProducerStateConfig
+from oncelog.protocol.errors import ErrorCode as E
 from oncelog.protocol.records import Record, encode_batch
 from oncelog.storage.log import LogConfig, PartitionLog
 from oncelog.storage.partition import Partition, PartitionConfig
-
-from test_partition import crash_log
 
 SPACE = 2**31
 EXPIRY = 100_000
@@ -74,8 +73,8 @@ class PartitionMachine(RuleBasedStateMachine):
 
     @staticmethod
     def _last_offset(b) -> int:
-        _pid, _epoch, f, l, offset = b
-        return offset + (l - f) % SPACE
+        _pid, _epoch, f, lseq, offset = b
+        return offset + (lseq - f) % SPACE
 
     def _restore(self, pid):
         """An expired producer whose batches are still in the log is restored from them: the
@@ -90,10 +89,10 @@ class PartitionMachine(RuleBasedStateMachine):
             # log as in memory (after expiry a producer id may even come back at a lower epoch)
             last_epoch = mine[-1][1]
             run = list(takewhile(lambda b: b[1] == last_epoch, reversed(mine)))[::-1]
-            history = [(f, l, o) for _pid, _e, f, l, o in run]
+            history = [(f, lseq, o) for _pid, _e, f, lseq, o in run]
             self.producers[pid] = {"epoch": last_epoch, "history": history, "retained": len(history)}
 
-    def _expect(self, pid, epoch, f, l):
+    def _expect(self, pid, epoch, f, lseq):
         p = self.producers.get(pid)
         if p is None and pid in self.expired:
             self._restore(pid)
@@ -105,15 +104,15 @@ class PartitionMachine(RuleBasedStateMachine):
         if epoch > p["epoch"]:
             return ("ok", None) if f == 0 else ("err", E.OUT_OF_ORDER_SEQUENCE_NUMBER)
         for bf, bl, off in reversed(p["history"][-p["retained"]:]):  # the newest copy answers
-            if (bf, bl) == (f, l):
+            if (bf, bl) == (f, lseq):
                 return ("ok", off)
         if f == (p["history"][-1][1] + 1) % SPACE:
             return ("ok", None)
         return ("err", E.OUT_OF_ORDER_SEQUENCE_NUMBER)
 
     def _send(self, pid, epoch, f, n):
-        l = (f + n - 1) % SPACE
-        kind, value = self._expect(pid, epoch, f, l)
+        lseq = (f + n - 1) % SPACE
+        kind, value = self._expect(pid, epoch, f, lseq)
         end = self.partition.log_end_offset
         r = self.partition.append_from_client(batch(pid, epoch, f, n), self.now)
         start = self.partition.log_start_offset
@@ -123,10 +122,10 @@ class PartitionMachine(RuleBasedStateMachine):
         else:
             assert r.log_start_offset == start
         if kind == "err":
-            assert r.error_code == value, (r, pid, epoch, f, l)
+            assert r.error_code == value, (r, pid, epoch, f, lseq)
             assert self.partition.log_end_offset == end
             return
-        assert r.error_code == 0, (r, pid, epoch, f, l)
+        assert r.error_code == 0, (r, pid, epoch, f, lseq)
         if value is not None:  # a duplicate: the original offset, nothing appended
             assert r.base_offset == value
             assert self.partition.log_end_offset == end
@@ -136,8 +135,8 @@ class PartitionMachine(RuleBasedStateMachine):
         if p is None or p["epoch"] != epoch:
             p = self.producers[pid] = {"epoch": epoch, "history": [], "retained": 0}
         self.restored.pop(pid, None)  # appended since: a crash's replay restores it again
-        p["history"].append((f, l, r.base_offset))
-        self.appended.append((pid, epoch, f, l, r.base_offset))
+        p["history"].append((f, lseq, r.base_offset))
+        self.appended.append((pid, epoch, f, lseq, r.base_offset))
         p["retained"] = min(p["retained"] + 1, self.window)
 
     @rule(pid=st.sampled_from([11, 12, 13]), n=st.integers(1, 4))
@@ -152,8 +151,8 @@ class PartitionMachine(RuleBasedStateMachine):
     def retry_earlier(self, pid, back):
         p = self.producers.get(pid)
         if p is not None:
-            f, l, _ = p["history"][max(0, len(p["history"]) - 1 - back)]
-            self._send(pid, p["epoch"], f, (l - f) % SPACE + 1)
+            f, lseq, _ = p["history"][max(0, len(p["history"]) - 1 - back)]
+            self._send(pid, p["epoch"], f, (lseq - f) % SPACE + 1)
 
     @rule(pid=st.sampled_from([11, 12, 13]), gap=st.integers(1, 5))
     def gap(self, pid, gap):
@@ -183,8 +182,8 @@ class PartitionMachine(RuleBasedStateMachine):
         self.partition.tick(self.now, check_interval_ms=1)
         start = self.partition.log_start_offset
         for pid, p in self.producers.items():
-            f, l, offset = p["history"][-1]
-            end = offset + (l - f) % SPACE
+            f, lseq, offset = p["history"][-1]
+            end = offset + (lseq - f) % SPACE
             if end >= start:
                 self.expired[pid] = (p["retained"], end)
         self.producers.clear()
@@ -237,7 +236,7 @@ class PartitionMachine(RuleBasedStateMachine):
         for pid, p in self.producers.items():
             e = ps.entry(pid)
             assert e is not None and e.epoch == p["epoch"], pid
-            assert [(f, l, o) for f, l, o, _ts in e.batches] == p["history"][-p["retained"]:], pid
+            assert [(f, lseq, o) for f, lseq, o, _ts in e.batches] == p["history"][-p["retained"]:], pid
 
 
 TestPartitionStateful = PartitionMachine.TestCase

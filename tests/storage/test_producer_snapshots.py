@@ -10,7 +10,6 @@ import pytest
 from oncelog.core.producer_state import ProducerStateConfig, ProducerStateManager
 from oncelog.storage import producer_snapshots as snaps
 
-
 KEY = 0xC0FFEE
 
 

@@ -2,10 +2,10 @@
 PartitionLog in a temp directory, as tests/storage/test_partition.py."""
 from __future__ import annotations
 
+from test_partition import NOW, PID, PreadBytes, batch, env, fill  # noqa: F401 - env is a fixture
+
 from oncelog.protocol.errors import ErrorCode as E
 from oncelog.protocol.records import Record, encode_batch
-
-from test_partition import NOW, PID, PreadBytes, batch, env, fill  # noqa: F401 - env is a fixture
 
 
 # review1: Partition._restore_from_log read every byte between an expired producer's oldest and

@@ -4,7 +4,8 @@ import os
 import struct
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.protocol.records import Record, decode_records, encode_batch, encode_legacy_message
@@ -53,7 +54,7 @@ def test_offsets_are_assigned_and_read_back(tmp_path):
 
 def test_read_returns_at_least_one_whole_batch_and_never_a_partial_one(tmp_path):
     log = open_log(tmp_path)
-    for i in range(5):
+    for _i in range(5):
         log.append(batch(10, b"x" * 50), NOW)
     one = log.read(0, 10)
     assert [r.offset for r in decode_records(one)] == list(range(10))
@@ -64,7 +65,7 @@ def test_read_returns_at_least_one_whole_batch_and_never_a_partial_one(tmp_path)
 def test_read_without_min_one_returns_nothing_when_the_first_batch_does_not_fit(tmp_path):
     # Fetch's later partitions (KIP-74): only the first partition with data may exceed the limit
     log = open_log(tmp_path)
-    for i in range(3):
+    for _i in range(3):
         log.append(batch(10, b"x" * 50), NOW)
     one = bytes(log.read(0, 10))
     assert log.read(0, 10, min_one=False) == b""
@@ -107,7 +108,7 @@ def test_retention_by_size_and_time_advances_the_log_start(tmp_path):
 
 def test_delete_records_moves_the_start_and_survives_restart(tmp_path):
     log = open_log(tmp_path, segment_bytes=300)
-    for i in range(6):
+    for _i in range(6):
         log.append(batch(2), NOW)
     log.delete_records_before(5)
     assert log.log_start_offset == 5

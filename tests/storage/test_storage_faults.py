@@ -7,11 +7,12 @@ import os
 
 import pytest
 
-from oncelog.protocol.errors import ErrorCode as E, KafkaProtocolError
+from oncelog.core.producer_state import ProducerStateConfig
+from oncelog.protocol.errors import ErrorCode as E
+from oncelog.protocol.errors import KafkaProtocolError
 from oncelog.protocol.records import Record, decode_records, encode_batch
 from oncelog.storage import failpoints as fp
 from oncelog.storage.log import LogConfig, PartitionLog
-from oncelog.core.producer_state import ProducerStateConfig
 from oncelog.storage.partition import Partition
 
 NOW = 1_700_000_000_000

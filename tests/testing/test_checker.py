@@ -3,10 +3,12 @@ from oncelog.testing.checker import Event, check
 
 def _history(values, partition=0, producer="p1", client="oncelog", first_offset=0):
     ev, t = [], 0
+    for v in values:
+        ev.append(Event(t, client, producer, "send", v, partition))
+        t += 1
     for i, v in enumerate(values):
-        ev.append(Event(t, client, producer, "send", v, partition)); t += 1
-    for i, v in enumerate(values):
-        ev.append(Event(t, client, producer, "ack", v, partition, first_offset + i)); t += 1
+        ev.append(Event(t, client, producer, "ack", v, partition, first_offset + i))
+        t += 1
     return ev
 
 

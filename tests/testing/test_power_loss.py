@@ -1,9 +1,9 @@
 """The power-loss harness: files cut to their last fsynced size, from the failpoint ledger."""
 import pytest
 
+from oncelog.protocol.records import Record, encode_batch
 from oncelog.storage import failpoints as fp
 from oncelog.storage.log import LogConfig, PartitionLog
-from oncelog.protocol.records import Record, encode_batch
 from oncelog.testing.power_loss import LEDGER, NoLedgerError, lose_unsynced
 
 NOW = 1_700_000_000_000

@@ -1,10 +1,11 @@
 """The short CI matrix of `oncelog verify`: each fault alone, then all together, each run with
 oncelog's producer, librdkafka and kafka-python writing at once against a controller and two
 brokers behind fault proxies (the storage faults use the brokers' and controller's storage
-failpoints: a failed fsync, a short write, a power cut that keeps only what was fsynced). Fails on any finding the brokers could have caused; oncelog's own
-producer must have no finding at all. Third-party clients' own failures are printed, not failed
-(the report blames them on the client: see docs/reliability.md). The client-pressure fault
-(giveup) has its own run, oncelog's producer alone."""
+failpoints: a failed fsync, a short write, a power cut that keeps only what was fsynced). Fails on
+any finding the brokers could have caused; oncelog's own producer must have no finding at all.
+Third-party clients' own failures are printed, not failed (the report blames them on the client:
+see docs/reliability.md). The client-pressure fault (giveup) has its own run, oncelog's producer
+alone."""
 import pytest
 
 from oncelog.testing.faults import ALL_FAULTS, CLIENT_FAULTS, NETWORK_FAULTS

@@ -20,8 +20,9 @@ import json
 import logging
 import os
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from oncelog.broker.controller_client import ControllerClient, ControllerUnavailable
 from oncelog.core.topic_config import effective_topic_config, parse_topic_configs
@@ -88,6 +89,7 @@ class ClusterLogs:
         self.brokers = list(view.brokers.values())
         infos, leaders = {}, {}
         for t in view.topics.values():
+            assert t.name is not None  # asked for all topics, the controller names each
             overrides = json.loads((t.extra_tags or {}).get(TAG_TOPIC_OVERRIDES, b"{}"))
             old = self.topics.get(t.name)
             info = TopicInfo(t.name, t.topic_id, len(t.partitions), overrides, str(self.log_dir))
@@ -175,7 +177,7 @@ class ClusterLogs:
         return iter([led.partition for led in self._led.values()])
 
     def topic_name(self, topic_id: uuid.UUID | None) -> str | None:
-        return self._by_id.get(topic_id)
+        return self._by_id.get(topic_id) if topic_id is not None else None
 
     def topic_config(self, name: str) -> dict[str, Any]:
         return effective_topic_config(self.server_defaults, self.topics[name].overrides)
@@ -203,16 +205,16 @@ class ClusterLogs:
                 return
             try:
                 await asyncio.wait_for(self._changed.wait(), 1)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
     async def create_topic(self, name: str, partitions: int, overrides: dict[str, str], now_ms: int) -> TopicInfo:
         check_topic_name(name)
         parse_topic_configs(overrides)
         mod = entities.module(ApiKey.CREATE_TOPICS, 7, "request")
+        configs = tuple(entities.make(mod.CreatableTopicConfig, name=k, value=str(v)) for k, v in overrides.items())
         topic = entities.make(mod.CreatableTopic, name=name, num_partitions=partitions, replication_factor=1,
-                              assignments=(), configs=tuple(entities.make(mod.CreatableTopicConfig, name=k, value=str(v))
-                                                           for k, v in overrides.items()))
+                              assignments=(), configs=configs)
         r = await self._forward(ApiKey.CREATE_TOPICS, 7, topics=(topic,), timeout=30000, validate_only=False)
         result = r.topics[0]
         if int(result.error_code):

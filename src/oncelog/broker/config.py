@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from oncelog.core.topic_config import SERVER_NAME_TO_TOPIC, TOPIC_CONFIGS, ConfigDef, ConfigError
 
@@ -91,7 +92,7 @@ class Listener:
     port: int
 
     @classmethod
-    def parse(cls, text: str) -> "Listener":
+    def parse(cls, text: str) -> Listener:
         name, sep, rest = text.strip().partition("://")
         if not sep:
             raise ConfigError(f"listener {text!r} is not NAME://host:port")
@@ -113,7 +114,7 @@ class BrokerConfig:
 
     @classmethod
     def load(cls, properties_file: str | Path | None = None,
-             overrides: Mapping[str, Any] | None = None) -> "BrokerConfig":
+             overrides: Mapping[str, Any] | None = None) -> BrokerConfig:
         raw: dict[str, Any] = {}
         if properties_file is not None:
             raw.update(read_properties(Path(properties_file)))

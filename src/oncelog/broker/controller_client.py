@@ -37,7 +37,7 @@ class ControllerClient:
         try:
             async with asyncio.timeout(self.timeout_s):
                 self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
-        except (OSError, asyncio.TimeoutError) as e:
+        except (TimeoutError, OSError) as e:
             raise ControllerUnavailable(f"controller {self.host}:{self.port}: {e}") from None
         hs = await self._call(ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN")
         if hs.error_code != 0:
@@ -55,7 +55,7 @@ class ControllerClient:
                 await self._connect()
             try:
                 return await self._call(api_key, version, **fields)
-            except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError) as e:
+            except (TimeoutError, OSError, asyncio.IncompleteReadError) as e:
                 self.close()
                 raise ControllerUnavailable(f"controller {self.host}:{self.port}: {e!r}") from None
             except asyncio.CancelledError:
@@ -80,7 +80,7 @@ class ControllerClient:
                 await self._connect()
             try:
                 return await self._exchange(api_key, version, body)
-            except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError) as e:
+            except (TimeoutError, OSError, asyncio.IncompleteReadError) as e:
                 self.close()
                 raise ControllerUnavailable(f"controller {self.host}:{self.port}: {e!r}") from None
             except asyncio.CancelledError:

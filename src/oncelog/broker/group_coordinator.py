@@ -29,8 +29,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.primitives import Reader
@@ -439,7 +439,7 @@ class GroupCoordinator:
         g = self.groups.get(group_id)
         if g is None:
             return [E.UNKNOWN_MEMBER_ID] * len(members)
-        out = []
+        out: list[int] = []
         for member_id, instance_id in members:
             if not member_id:
                 current = g.static.get(instance_id) if instance_id is not None else None
@@ -515,7 +515,7 @@ class GroupCoordinator:
                 state, ptype, empty_since = g.state, g.protocol_type, g.state_since_ms
             if ptype is not None and state == EMPTY:
                 gone = [k for k, c in offsets.items() if self._expired(c, empty_since, now)]
-            elif ptype == CONSUMER_PROTOCOL and state == STABLE and g.subscribed is not None:
+            elif ptype == CONSUMER_PROTOCOL and state == STABLE and g is not None and g.subscribed is not None:
                 gone = [k for k, c in offsets.items()
                         if k[0] not in g.subscribed and self._expired(c, self._committed_at(c), now)]
             elif ptype is None:

@@ -8,7 +8,8 @@ changes are coroutines in both, so a handler awaits them the same way whichever 
 from __future__ import annotations
 
 import uuid
-from typing import Any, Callable, Iterator, Protocol
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
 
 from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.metadata import BrokerEntry

@@ -3,6 +3,7 @@ state per topic. Each Broker has its own registry so several brokers can share a
 from __future__ import annotations
 
 import logging
+from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -35,7 +36,7 @@ class BrokerMetrics:
                                     "oncelog, logged with its traceback), answered UNKNOWN_SERVER_ERROR",
                                     registry=self.registry)
         self.registry.register(_PartitionCollector(partitions))
-        self._server = None
+        self._server: WSGIServer | None = None
         self._children: dict[int, tuple] = {}  # labelled children per API, looked up once
 
     def observe(self, api_key: int, request_bytes: int, response_bytes: int, seconds: float) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 from oncelog.broker.controller_client import ControllerClient, ControllerUnavailable
 from oncelog.core.producer_ids import EMPTY_BLOCK, ProducerIdsBlock
@@ -64,7 +64,7 @@ class ProducerIdManager:
                 # Nothing left: wait briefly for the block on its way rather than fail at once.
                 try:
                     await asyncio.wait_for(asyncio.shield(self._inflight), 0.5)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     break
                 continue
             break

@@ -24,6 +24,7 @@ _PER_BROKER = {"listeners", "advertised.listeners", "log.dirs", "node.id", "metr
 
 def _start(cmd: list[str]) -> tuple[subprocess.Popen, str, int]:
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None  # a pipe
     for line in proc.stdout:
         m = _LISTENING.search(line)
         if m:

@@ -44,7 +44,8 @@ def _names(allowed):
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the JSON summary here.")
 @click.option("--workdir", type=click.Path(file_okay=False), help="Keep data and logs here (default: a "
               "temporary directory, removed afterwards).")
-def verify(faults, power_loss, records, clients, seed, brokers, partitions, duration, timeout, json_path, workdir) -> None:
+def verify(faults, power_loss, records, clients, seed, brokers, partitions, duration, timeout, json_path,
+           workdir) -> None:
     """Run producers of several clients against a cluster on this machine while faults run, then
     read every partition and report duplicates, lost acknowledged writes, inconsistent offsets,
     reordering and fatal client errors. Exits 1 if the brokers broke a promise.

@@ -17,8 +17,16 @@ from typing import Any
 from oncelog.client.types import TopicPartition
 from oncelog.core.sequence import increment, seq_before
 from oncelog.protocol.records import (
-    BATCH_OVERHEAD, HEADER_ROOM, RECORD_OVERHEAD, build_batch, encode_plain_records, encode_record,
-    record_size_upper_bound, rewrite_producer_state, seal_batch)
+    BATCH_OVERHEAD,
+    HEADER_ROOM,
+    RECORD_OVERHEAD,
+    build_batch,
+    encode_plain_records,
+    encode_record,
+    record_size_upper_bound,
+    rewrite_producer_state,
+    seal_batch,
+)
 
 
 class ProducerBatch:
@@ -32,7 +40,8 @@ class ProducerBatch:
 
     def __init__(self, tp: TopicPartition, created_ms: int, compression: int) -> None:
         self.tp = tp
-        self.caller_records = None     # a records section encoded by the caller (send_encoded)
+        # a records section encoded by the caller (send_encoded)
+        self.caller_records: bytes | bytearray | None = None
         self.values: list = []         # records are kept as given and encoded at drain
         self.keys: list | None = None  # created, with the headers, when a record has either
         self.headers: list | None = None
@@ -43,7 +52,7 @@ class ProducerBatch:
         self.timestamps: list[int] = []
         self.cookies: list[Any] = []
         self.created_ms = created_ms
-        self.encoded: bytes | None = None
+        self.encoded: bytes | bytearray | None = None
         self.producer_id = -1
         self.producer_epoch = -1
         self.base_sequence = -1  # -1 until drained by an idempotent partition
@@ -75,7 +84,7 @@ class ProducerBatch:
         self.values.append(value)
         if self.keys is not None:
             self.keys.append(key)
-            self.headers.append(headers)
+            self.headers.append(headers)  # type: ignore[union-attr]  # created with the keys
         self.size += n
         self.count = count + 1
         if ts > self.max_ts:
@@ -97,17 +106,17 @@ class ProducerBatch:
         self.cookies += cookies
         if self.keys is not None:
             self.keys += [None] * len(values)
-            self.headers += [None] * len(values)
+            self.headers += [None] * len(values)  # type: ignore[operator]  # created with the keys
         self.count += len(values)
         self.size += size
 
-    def _records(self, header_room: bool):
+    def _records(self, header_room: bool) -> bytes | bytearray:
         """The records section (sizes above are bounds; the encoding is exact)."""
         deltas = list(map(sub, self.timestamps, repeat(self.base_ts)))
         if self.keys is None:
             return encode_plain_records(self.values, deltas, header_room)
         parts = [encode_record(i, d, k, v, h) for i, (d, k, v, h) in enumerate(
-            zip(deltas, self.keys, self.values, self.headers))]
+            zip(deltas, self.keys, self.values, self.headers))]  # type: ignore[arg-type]  # created with the keys
         return (bytearray().join([HEADER_ROOM, *parts]) if header_room else b"".join(parts))
 
     @property
@@ -125,16 +134,19 @@ class ProducerBatch:
 
     def encode(self) -> bytes | bytearray:
         if self.encoded is None:
-            fields = dict(base_timestamp=self.base_ts, max_timestamp=self.max_ts,
+            fields: dict[str, int] = dict(base_timestamp=self.base_ts, max_timestamp=self.max_ts,
                           producer_id=self.producer_id, producer_epoch=self.producer_epoch,
                           base_sequence=self.base_sequence)
             if self.compression or self.whole:
                 records = self.caller_records if self.whole else self._records(False)
-                self.encoded = build_batch(records, self.count,
-                                           compression_codec=self.compression, **fields)
+                assert records is not None  # a whole batch is made with its records
+                self.encoded = build_batch(records, self.count, compression_codec=self.compression,
+                                           **fields)  # type: ignore[arg-type]  # the int fields only
             else:   # records laid out behind room for the header: one copy of them, not two
-                self.encoded = seal_batch(self._records(True), self.count, **fields)
-            self.caller_records = self.values = self.keys = self.headers = None
+                # with header room the records section is a bytearray
+                self.encoded = seal_batch(self._records(True), self.count, **fields)  # type: ignore[arg-type]
+            # released once encoded: nothing appends to a batch that is encoded
+            self.caller_records = self.values = self.keys = self.headers = None  # type: ignore[assignment]
         return self.encoded
 
     def __repr__(self) -> str:
@@ -199,7 +211,7 @@ class RecordAccumulator:
             used += batch.size
             q.append(batch)
         self.used_bytes += used
-        return filled or batch.size >= batch_size
+        return filled or (batch is not None and batch.size >= batch_size)
 
     def _extend_plain(self, q: deque, batch: ProducerBatch | None, tp: TopicPartition, timestamps,
                       values, cookies, sizes, now_ms: int) -> bool:
@@ -226,7 +238,7 @@ class RecordAccumulator:
             batch.add_plain(timestamps[i:j], values[i:j], cookies[i:j], ends[j - 1] - start)
             self.used_bytes += ends[j - 1] - start
             i = j
-        return filled or batch.size >= batch_size
+        return filled or (batch is not None and batch.size >= batch_size)
 
     def append_encoded(self, tp: TopicPartition, records, count: int, base_ts: int, max_ts: int,
                        cookie, now_ms: int, admitted: bool = False) -> ProducerBatch | None:
@@ -258,7 +270,7 @@ class RecordAccumulator:
         """Full, lingered long enough, flushing, a retry whose backoff passed, or not the last."""
         if batch.attempts:
             return now_ms >= batch.retry_at_ms
-        return (len(q) > 1 or batch.size >= self.batch_size or batch.whole or self.flushing
+        return (len(q) > 1 or batch.size >= self.batch_size or batch.whole or self.flushing > 0
                 or now_ms - batch.created_ms >= self.linger_ms)
 
     def next_ready_ms(self, batch: ProducerBatch) -> int:

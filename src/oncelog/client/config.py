@@ -20,7 +20,7 @@ class Idempotence(enum.Enum):
     REQUIRED = "required"    # fail clearly where they do not
 
     @classmethod
-    def parse(cls, value) -> "Idempotence":
+    def parse(cls, value) -> Idempotence:
         if isinstance(value, Idempotence):
             return value
         if isinstance(value, bool):
@@ -78,7 +78,7 @@ class ProducerConfig:
     address_map: Any = None                # oncelog.address.map: advertised -> reachable address
 
     @classmethod
-    def from_dict(cls, cfg: dict) -> "ProducerConfig":
+    def from_dict(cls, cfg: dict) -> ProducerConfig:
         servers = cfg.get("bootstrap.servers")
         if not servers:
             raise ConfigError("bootstrap.servers is required")

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future
+from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, LOGGER, PENDING
 from functools import partial
 from itertools import repeat
 from operator import attrgetter
-from concurrent.futures import Future
-from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING, LOGGER
+from typing import Any
 
 _LOCK = threading.Lock()
 
@@ -26,21 +28,21 @@ class RecordFuture(Future):
     _exception = None
     _done_callbacks: list | tuple = ()
     _cond = None
-    _on_delivery = None   # the producer's delivery callback for this record, if any
+    _on_delivery: Callable[..., Any] | None = None   # the producer's delivery callback for this record, if any
 
     def __init__(self) -> None:  # noqa: D107 - deliberately not calling Future.__init__
         pass
 
-    @property
-    def _waiters(self) -> list:
+    @property  # made on first use, not in __init__
+    def _waiters(self) -> list:  # type: ignore[override]
         """concurrent.futures.wait/as_completed register here (under `_condition`)."""
         w = self.__dict__.get("_waiter_list")
         if w is None:
             w = self.__dict__["_waiter_list"] = []
         return w
 
-    @property
-    def _condition(self) -> threading.Condition:
+    @property  # made on first use, not in __init__
+    def _condition(self) -> threading.Condition:  # type: ignore[override]
         c = self._cond
         if c is None:
             with _LOCK:
@@ -60,7 +62,7 @@ class RecordFuture(Future):
             if self._state == PENDING:
                 if not self._done_callbacks:
                     self._done_callbacks = []
-                self._done_callbacks.append(fn)
+                self._done_callbacks.append(fn)  # type: ignore[union-attr]  # a list from here on
                 return
         try:
             fn(self)
@@ -117,7 +119,7 @@ def complete_all(futures: list, results: list | None, exception: BaseException |
 _state_of = attrgetter("_state")
 _cond_of = attrgetter("_cond")
 _callbacks_of = attrgetter("_done_callbacks")
-_drain = deque(maxlen=0).extend   # runs an iterator to its end
+_drain: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend   # runs an iterator to its end
 
 
 # A send creates one future per record: this skips even the empty __init__'s Python frame

@@ -9,8 +9,8 @@ from __future__ import annotations
 import random
 import time
 from bisect import bisect_right
+from collections.abc import Callable
 from itertools import accumulate
-from typing import Callable
 
 from oncelog.protocol.records import BATCH_OVERHEAD
 
@@ -101,7 +101,7 @@ class StickyPartitioner:
         s = self._sticky.get(topic)
         while start < count:
             fresh = s is None or s[0] >= num_partitions
-            if fresh:
+            if s is None or fresh:
                 s = self._switch(topic, num_partitions)
             stop = bisect_right(ends, base + s[1], start)   # the records that fit what is left
             if stop == start and not fresh:
@@ -115,7 +115,7 @@ class StickyPartitioner:
             start, base = stop, top
         return runs
 
-    def _switch(self, topic: str, n: int) -> list:
+    def _switch(self, topic: str, n: int) -> list[int]:
         s = self._sticky[topic] = [self._next(topic, n), self._room]
         return s
 
@@ -123,7 +123,7 @@ class StickyPartitioner:
         r = self._rng.getrandbits(31)
         if self._load is not None:
             cft, ids = self._weights_for(topic, n)
-            if cft is not None:
+            if cft is not None and ids is not None:
                 return ids[bisect_right(cft, r % cft[-1])]
         return r % n
 
@@ -133,7 +133,7 @@ class StickyPartitioner:
         if w is not None and now < w[0]:
             return w[1], w[2]
         cft = ids = None
-        stats = self._load(topic, n)
+        stats = self._load(topic, n) if self._load is not None else None
         if stats is not None:
             queued, ids = stats
             top = max(queued, default=0) + 1

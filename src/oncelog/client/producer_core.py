@@ -43,17 +43,25 @@ from __future__ import annotations
 
 import logging
 from collections import Counter, deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any
 
 from oncelog.client.accumulator import ProducerBatch, RecordAccumulator, TopicPartition
 from oncelog.client.config import DEFAULT_WINDOW, Idempotence, ProducerConfig
 from oncelog.client.errors import (
-    BrokerResponseError, DataLossError, DeliveryTimeoutError, IdempotenceUnsupportedError,
-    KafkaClientError, ProducerFatalError, ProducerFencedError)
+    BrokerResponseError,
+    DataLossError,
+    DeliveryTimeoutError,
+    IdempotenceUnsupportedError,
+    KafkaClientError,
+    ProducerFatalError,
+    ProducerFencedError,
+)
 from oncelog.core.producer_epoch import can_bump_locally
 from oncelog.core.sequence import decrement, distance_below, increment, seq_before
-from oncelog.protocol.errors import RETRIABLE, ErrorCode, error_code as error_name
+from oncelog.protocol.errors import RETRIABLE, ErrorCode
+from oncelog.protocol.errors import error_code as error_name
 
 if TYPE_CHECKING:
     from oncelog.client.txn_core import TransactionManager
@@ -176,7 +184,7 @@ def possibly_written(err: BaseException) -> BaseException:
     flagged = err.__class__.__new__(err.__class__)
     flagged.__dict__.update(err.__dict__)
     flagged.args = err.args
-    flagged.possibly_written = True
+    flagged.possibly_written = True  # type: ignore[attr-defined]  # read with getattr
     flagged.__cause__ = err.__cause__
     return flagged
 
@@ -695,6 +703,7 @@ class ProducerCore:
                     f"offset {ps.last_acked_offset}: the broker lost this producer's state while "
                     f"its records should still be there; acknowledged records at offsets "
                     f"{lso}..{ps.last_acked_offset} may be lost"))
+                assert self.fatal is not None  # go_fatal above set it
                 self._finish_unacked(b, ps, self.fatal)
             return
         if code == E.UNSUPPORTED_FOR_MESSAGE_FORMAT and b.producer_id >= 0:
@@ -712,6 +721,7 @@ class ProducerCore:
             self.go_fatal(ProducerFencedError(msg, code) if code in (E.PRODUCER_FENCED,
                                                                      E.INVALID_PRODUCER_EPOCH)
                           else ProducerFatalError(msg))
+            assert self.fatal is not None  # go_fatal above set it
             self._finish_unacked(b, ps, self.fatal)
             return
         if code in _REFRESH_METADATA:

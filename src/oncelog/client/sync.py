@@ -8,7 +8,7 @@ import asyncio
 import concurrent.futures
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from oncelog.client.aio.delivery import DeliveryCallback
 from oncelog.client.aio.producer import AIOProducer
@@ -22,7 +22,7 @@ class LoopThread:
     def __init__(self, name: str) -> None:
         try:
             import uvloop
-            self.loop = uvloop.new_event_loop()
+            self.loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
         except ImportError:  # pragma: no cover - uvloop is a dependency on Linux/macOS
             self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self._main, name=name, daemon=True)
@@ -142,7 +142,7 @@ class Producer:
             self._wait_for_memory(lambda: p.append_encoded(*args))
         return fut
 
-    def _wait_for_memory(self, retry: Callable[[], bool]) -> None:
+    def _wait_for_memory(self, retry: Callable[[], bool | None]) -> None:
         p = self._p
         if threading.current_thread() is self._lt.thread:
             # inside a delivery callback the loop cannot free memory while we wait
@@ -168,7 +168,7 @@ class Producer:
         finally:
             self._lt.stop()
 
-    def __enter__(self) -> "Producer":
+    def __enter__(self) -> Producer:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -31,14 +31,21 @@ an outcome (`TxnProducer.has_incomplete`).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum, IntEnum
 from itertools import count
-from typing import Callable, Mapping, Protocol
+from typing import Any, Protocol
 
 from oncelog.client.errors import (
-    KafkaClientError, ProducerFatalError, ProducerFencedError, TransactionAbortableError,
-    TransactionAbortedError, TransactionFatalError, TransactionStateError)
+    KafkaClientError,
+    ProducerFatalError,
+    ProducerFencedError,
+    TransactionAbortableError,
+    TransactionAbortedError,
+    TransactionFatalError,
+    TransactionStateError,
+)
 from oncelog.client.types import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
 from oncelog.protocol.errors import RETRIABLE, ErrorCode, error_code
 
@@ -181,7 +188,7 @@ class TxnProducer(Protocol):
     """What the transaction manager asks of the idempotent producer core (ProducerCore has it).
     Called only from the manager's own entry points, never from inside a producer callback."""
 
-    def attach_transactions(self, txn: "TransactionManager") -> None: ...
+    def attach_transactions(self, txn: TransactionManager) -> None: ...
 
     def start_epoch(self, producer_id: int, producer_epoch: int) -> None:
         """A producer id/epoch from InitProducerId: every partition's sequences restart at 0.
@@ -208,7 +215,7 @@ class TxnResult:
         self.error: BaseException | None = None
         self._callbacks: list[Callable[[TxnResult], None]] = []
 
-    def add_done_callback(self, fn: Callable[["TxnResult"], None]) -> None:
+    def add_done_callback(self, fn: Callable[[TxnResult], None]) -> None:
         if self.done:
             fn(self)
         else:
@@ -413,6 +420,7 @@ class TransactionManager:
                 return None   # EndTxn (and the bump after it) once every batch has an outcome
             if entry.priority == _END and (entry.skip or not self._transaction_started):
                 self._queue.remove(entry)   # nothing was added: the coordinator has nothing to end
+                assert entry.result is not None  # an EndTxn entry carries the caller's result
                 self._complete_transaction(entry.result)
                 continue
             node = None
@@ -437,18 +445,19 @@ class TransactionManager:
         self._in_flight = self._in_flight_request = None
         if self.state is S.FATAL_ERROR:
             return   # its result failed with the fatal error already
+        r: Any = response  # its type matches the request's (checked above)
         if isinstance(request, FindCoordinatorRequest):
-            self._on_find_coordinator(entry, response, now_ms)
+            self._on_find_coordinator(entry, r, now_ms)
         elif isinstance(request, InitProducerIdRequest):
-            self._on_init_producer_id(entry, response, now_ms)
+            self._on_init_producer_id(entry, r, now_ms)
         elif isinstance(request, AddPartitionsToTxnRequest):
-            self._on_add_partitions(entry, response, now_ms)
+            self._on_add_partitions(entry, r, now_ms)
         elif isinstance(request, AddOffsetsToTxnRequest):
-            self._on_add_offsets(entry, response, now_ms)
+            self._on_add_offsets(entry, r, now_ms)
         elif isinstance(request, TxnOffsetCommitRequest):
-            self._on_txn_offset_commit(entry, response, now_ms)
+            self._on_txn_offset_commit(entry, r, now_ms)
         else:
-            self._on_end_txn(entry, response, now_ms)
+            self._on_end_txn(entry, r, now_ms)
         if self.state is S.FATAL_ERROR and entry.result is not None and not entry.result.done:
             entry.result._resolve(self.last_error)   # the answer that made the producer fail
 
@@ -503,6 +512,7 @@ class TransactionManager:
     # ------------------------------------------------------------------ response handlers
 
     def _on_find_coordinator(self, entry: _Pending, r: FindCoordinatorResponse, now_ms: int) -> None:
+        assert entry.find is not None  # a FindCoordinator entry names what it looks up
         code = r.error_code
         key_type, key = entry.find
         if code == E.NONE:
@@ -519,6 +529,7 @@ class TransactionManager:
             self._fatal(_fatal_error(code, f"FindCoordinator({key!r})"))
 
     def _on_init_producer_id(self, entry: _Pending, r: InitProducerIdResponse, now_ms: int) -> None:
+        assert entry.result is not None and entry.coordinator is not None  # made with both
         code = r.error_code
         if code == E.NONE:
             log.info("transactional.id %r: producer id %d epoch %d", self.transactional_id,
@@ -541,6 +552,7 @@ class TransactionManager:
             self._fatal(_fatal_error(code, "InitProducerId"))
 
     def _on_add_partitions(self, entry: _Pending, r: AddPartitionsToTxnResponse, now_ms: int) -> None:
+        assert entry.coordinator is not None  # sent to the transaction coordinator
         unauthorized: set[str] = set()
         failed: dict[TopicPartition, int] = {}
         for tp in entry.partitions:
@@ -590,6 +602,7 @@ class TransactionManager:
             self._transaction_started = True
 
     def _on_add_offsets(self, entry: _Pending, r: AddOffsetsToTxnResponse, now_ms: int) -> None:
+        assert entry.group is not None and entry.coordinator is not None  # made with both
         code = r.error_code
         if code == E.NONE:
             self._transaction_started = True
@@ -612,6 +625,7 @@ class TransactionManager:
             self._fatal(_fatal_error(code, "AddOffsetsToTxn"))
 
     def _on_txn_offset_commit(self, entry: _Pending, r: TxnOffsetCommitResponse, now_ms: int) -> None:
+        assert entry.group is not None and entry.result is not None and entry.coordinator is not None
         moved = False
         for tp, code in r.results.items():
             if code == E.NONE:
@@ -638,6 +652,7 @@ class TransactionManager:
         self._retry(entry, now_ms)
 
     def _on_end_txn(self, entry: _Pending, r: EndTxnResponse, now_ms: int) -> None:
+        assert entry.result is not None and entry.coordinator is not None  # made with both
         code = r.error_code
         if code == E.NONE:
             self._complete_transaction(entry.result)
@@ -741,6 +756,7 @@ class TransactionManager:
         if self.state is S.FATAL_ERROR:
             if not self._producer_failed:
                 self._producer_failed = True
+                assert self.last_error is not None  # set with FATAL_ERROR
                 p.go_fatal(self.last_error)
         elif self.state in (S.ABORTABLE_ERROR, S.ABORTING_TRANSACTION) and p.has_incomplete():
             p.abort_undrained(TransactionAbortedError(

@@ -13,7 +13,7 @@ class TopicPartition(NamedTuple):
     offset: int | None = None
 
     @property
-    def key(self) -> "TopicPartition":
+    def key(self) -> TopicPartition:
         return TopicPartition(self.topic, self.partition)
 
 
@@ -30,7 +30,7 @@ class SentBatch(NamedTuple):
     topic: str
     partition: int
     base_offset: int | None   # None after DUPLICATE_SEQUENCE_NUMBER
-    count: int
+    count: int  # type: ignore[assignment]  # shadows tuple.count, as the Java client's field is named
     timestamp: int            # the batch's max timestamp, or the broker's LogAppendTime
 
 

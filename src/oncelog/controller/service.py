@@ -8,8 +8,9 @@ crash could lose. An append that fails (a full disk, a failed fsync) leaves noth
 changes no state: the caller gets KAFKA_STORAGE_ERROR (retriable; a broker backs off and asks
 again). Kafka's controller answers such faults with an error and reverts to its last committed
 offset; here the log itself is cut back to it. A log that cannot even be cut back refuses every
-change until a restart, and `fatal` is set so a standalone controller exits. Callers authenticate with SASL/PLAIN; only principals with cluster rights may
-register, allocate ids or change topics (others get CLUSTER_AUTHORIZATION_FAILED).
+change until a restart, and `fatal` is set so a standalone controller exits. Callers authenticate
+with SASL/PLAIN; only principals with cluster rights may register, allocate ids or change topics
+(others get CLUSTER_AUTHORIZATION_FAILED).
 Liveness: a broker that misses heartbeats for `broker.session.timeout.ms` is considered dead and
 its partitions get new leaders (with a higher leader epoch).
 """
@@ -189,8 +190,8 @@ class Controller:
                 versions = CONTROLLER_VERSIONS.get(h.api_key)
                 if versions is None or not versions[0] <= h.api_version <= versions[1]:
                     if h.api_key == ApiKey.API_VERSIONS:
-                        body = I16.pack(ErrorCode.UNSUPPORTED_VERSION) + self._version_list()
-                        writer.write(_framed(I32.pack(h.correlation_id), body))
+                        refusal = I16.pack(ErrorCode.UNSUPPORTED_VERSION) + self._version_list()
+                        writer.write(_framed(I32.pack(h.correlation_id), refusal))
                         continue
                     log.warning("controller: %s v%d from %s is not served, closing",
                                 api_name(h.api_key), h.api_version, peer)
@@ -247,7 +248,7 @@ class Controller:
         return rb.encode(error_code=ErrorCode.NONE, error_message=None, auth_bytes=b"", session_lifetime=0), user
 
     # ------------------------------------------------------------------ requests
-    async def _handle(self, api_key: int, version: int, body, principal: str) -> bytes:
+    async def _handle(self, api_key: int, version: int, body: memoryview, principal: str | None) -> bytes:
         r = entities.decode_request(api_key, version, body)
         rb = entities.ResponseBuilder(api_key, version)
         authorized = principal in self.config.cluster_principals
@@ -256,6 +257,7 @@ class Controller:
             return rb.encode(error_code=0, api_keys=tuple(entry(k, *v) for k, v in sorted(CONTROLLER_VERSIONS.items())),
                              throttle_time=0, supported_features=(), finalized_features_epoch=-1,
                              finalized_features=(), zk_migration_ready=False)
+        assert principal is not None  # the other APIs need an authenticated connection (serve checks)
         async with self._lock:
             if api_key == ApiKey.ALLOCATE_PRODUCER_IDS:
                 return self._allocate(rb, r, principal, authorized)
@@ -368,6 +370,7 @@ class Controller:
     def _delete_topics(self, rb, r, authorized: bool) -> bytes:
         results = []
         for t in r.topics:
+            code: int
             code, message = ErrorCode.NONE, None
             try:
                 self._check(authorized)
@@ -381,6 +384,7 @@ class Controller:
     def _alter_configs(self, rb, r, authorized: bool) -> bytes:
         out = []
         for res in r.resources:
+            code: int
             code, message = ErrorCode.NONE, None
             try:
                 self._check(authorized)
@@ -410,6 +414,7 @@ class Controller:
         for t in r.topics:
             parts = []
             for p in t.partitions:
+                code: int
                 code, message = ErrorCode.NONE, None
                 try:
                     self._check(authorized)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import sys
 from array import array
-from typing import Iterator, NamedTuple, Sequence
+from collections.abc import Iterator, Sequence
+from typing import NamedTuple
 
 _M64 = (1 << 64) - 1
 _EMPTY = -1
@@ -30,7 +31,7 @@ class PidIndex:
 
     __slots__ = ("pids", "_table", "_bits", "_key")
 
-    def __init__(self, key: int, pids: array | None = None) -> None:
+    def __init__(self, key: int, pids: array[int] | None = None) -> None:
         self._key = key & _M64
         self.pids = array("q") if pids is None else pids
         self._build(check=True)
@@ -255,11 +256,12 @@ class ExpiredProducers:
         for s, pid in enumerate(self._index.pids):
             yield pid, self._at(s)
 
-    def columns(self) -> tuple[array, array, array, array]:
+    def columns(self) -> tuple[array[int], array[int], array[int], array[int]]:
         """pid, batch count, end, and the base offsets (`stride` per producer)."""
         return self._index.pids, self._count, self._end, self._offsets
 
-    def load(self, stride: int, pids: array, count: array, end: array, offsets: array, watermark: int) -> None:
+    def load(self, stride: int, pids: array[int], count: array[int], end: array[int], offsets: array[int],
+             watermark: int) -> None:
         n = len(pids)
         if not (len(count) == len(end) == n and len(offsets) == n * stride) or stride < 1:
             raise ValueError("remembered-producer columns disagree in length")

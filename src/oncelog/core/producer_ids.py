@@ -104,7 +104,7 @@ class ControllerState:
                 "brokers": [vars(b) for b in self.brokers.values()]}
 
     @classmethod
-    def from_snapshot(cls, data: dict[str, Any]) -> "ControllerState":
+    def from_snapshot(cls, data: dict[str, Any]) -> ControllerState:
         s = cls(data["next_producer_id"], ProducerIdsBlock(*data["latest_block"]),
                 last_broker_epoch=data["last_broker_epoch"])
         s.brokers = {b["broker_id"]: BrokerRegistration(**b) for b in data["brokers"]}

@@ -40,8 +40,9 @@ from __future__ import annotations
 
 import sys
 from array import array
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping, NamedTuple
+from typing import Any, NamedTuple
 
 from oncelog.core.pid_index import ExpiredProducers, PidIndex
 from oncelog.core.sequence import distance_below, increment, seq_before
@@ -112,7 +113,7 @@ class ProducerStateConfig:
         return 1 if self.dedup_mode == RANGE else self.batches_to_retain
 
     @classmethod
-    def from_topic_config(cls, config: Mapping[str, Any]) -> "ProducerStateConfig":
+    def from_topic_config(cls, config: Mapping[str, Any]) -> ProducerStateConfig:
         """From topic configs under their Kafka names (`core.topic_config.effective_topic_config`
         plus the broker's `producer.id.expiration.ms`); names it does not own are ignored, missing
         ones keep the defaults."""
@@ -155,20 +156,20 @@ class ProducerSnapshotColumns(NamedTuple):
     The expired_* columns are the remembered producers (`expired_stride` base offsets each),
     `state_start` the producer-state start offset (see ProducerStateManager.state_start)."""
     stride: int
-    pid: array
-    epoch: array
-    updated: array
-    head: array
-    count: array
-    first: array
-    last: array
-    offset: array
-    timestamp: array
+    pid: array[int]
+    epoch: array[int]
+    updated: array[int]
+    head: array[int]
+    count: array[int]  # type: ignore[assignment]  # shadows tuple.count; the snapshot's column name
+    first: array[int]
+    last: array[int]
+    offset: array[int]
+    timestamp: array[int]
     expired_stride: int = 1
-    expired_pid: array | None = None
-    expired_count: array | None = None
-    expired_end: array | None = None
-    expired_offsets: array | None = None
+    expired_pid: array[int] | None = None
+    expired_count: array[int] | None = None
+    expired_end: array[int] | None = None
+    expired_offsets: array[int] | None = None
     state_start: int = 0
 
 
@@ -445,7 +446,7 @@ class ProducerStateManager:
     def clear(self) -> None:
         """Empty, keeping the key, the log start and the monotonic counts."""
         log_start, evictions, forgotten = self._log_start, self.evictions, self.expired.forgotten
-        self.__init__(self.config, hash_key=self._key)
+        self.__init__(self.config, hash_key=self._key)  # type: ignore[misc]  # the class is final in practice
         self._log_start, self.evictions, self.expired.forgotten = log_start, evictions, forgotten
 
     # ------------------------------------------------------------ inspection
@@ -503,6 +504,9 @@ class ProducerStateManager:
         index = PidIndex(self._key, array("q", cols.pid))  # raises on a producer listed twice
         expired = self._new_expired(cols.expired_stride)
         if cols.expired_pid is not None:
+            # the expired_* columns come together (ProducerColumns' readers set all or none)
+            assert cols.expired_count is not None and cols.expired_end is not None
+            assert cols.expired_offsets is not None
             expired.load(cols.expired_stride, cols.expired_pid, cols.expired_count, cols.expired_end,
                          cols.expired_offsets, cols.state_start - 1)
             live = [p for p, _r in expired.items() if index.find(p) >= 0]

@@ -13,8 +13,9 @@ older version, or edited by hand) is reported and the default used, so it cannot
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from oncelog.core import producer_state as ps
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
@@ -79,17 +80,17 @@ class ConfigDef:
                 return float(raw)
             except ValueError:
                 raise ConfigError(f"{raw!r} is not a number") from None
-        value = str(raw).strip()
+        text = str(raw).strip()
         if self.choices is not None:
             # Kafka's validators: lower-case choices take any case (Kafka lower-cases the value
             # first); mixed-case ones (CreateTime, LogAppendTime) must match exactly.
-            low = value if any(not c.islower() for c in self.choices) else value.lower()
-            if low not in self.choices:
-                raise ConfigError(f"{self.name}={value!r} is not one of {', '.join(self.choices)}")
-            value = low
+            choice = text if any(not c.islower() for c in self.choices) else text.lower()
+            if choice not in self.choices:
+                raise ConfigError(f"{self.name}={text!r} is not one of {', '.join(self.choices)}")
+            text = choice
         if self.check is not None:
-            self.check(value)
-        return value
+            self.check(text)
+        return text
 
     def render(self, value: Any) -> str:
         if isinstance(value, bool):

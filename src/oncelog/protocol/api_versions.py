@@ -3,9 +3,9 @@ client can read: a broker answers a version above its own in v0 (its response he
 every version), so that the client can retry with one it serves."""
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
-from oncelog.protocol.primitives import I16, I32, Reader, string
+from oncelog.protocol.primitives import I16, I32, Buf, Reader, string
 
 CLIENT_SOFTWARE_NAME = "oncelog"
 CLIENT_SOFTWARE_VERSION = "0.1.0"
@@ -17,7 +17,7 @@ def encode_request(version: int) -> bytes:
     return b""
 
 
-def decode_response(version: int, body) -> tuple[int, dict[int, tuple[int, int]]]:
+def decode_response(version: int, body: Buf) -> tuple[int, dict[int, tuple[int, int]]]:
     """(error code, {api key: (min version, max version)})."""
     flex = version >= 3
     r = Reader(body)

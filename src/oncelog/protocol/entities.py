@@ -18,32 +18,33 @@ import importlib
 import io
 import types
 import typing
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
-from kio.serial import entity_reader, entity_writer
 from kio.schema.errors import ErrorCode as KioErrorCode
+from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import DecodeError
 
 from oncelog.protocol.api import KIO_NAMES, api_name
+from oncelog.protocol.primitives import Buf
 
-_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 
-@lru_cache(maxsize=None)
-def module(api_key: int, version: int, kind: str):
+@cache
+def module(api_key: int, version: int, kind: str) -> Any:
     """kind: "request" or "response"."""
     return importlib.import_module(f"kio.schema.{KIO_NAMES[api_key]}.v{version}.{kind}")
 
 
-@lru_cache(maxsize=None)
-def entity_class(api_key: int, version: int, kind: str):
+@cache
+def entity_class(api_key: int, version: int, kind: str) -> Any:
     camel = "".join(part.capitalize() for part in KIO_NAMES[api_key].split("_"))
     return getattr(module(api_key, version, kind), camel + kind.capitalize())
 
 
-@lru_cache(maxsize=None)
-def _fields(cls) -> dict[str, str]:
+@cache
+def _fields(cls: Any) -> dict[str, str]:
     return {f.name: f.metadata.get("kafka_type", "") for f in dataclasses.fields(cls)}
 
 
@@ -58,13 +59,13 @@ def _convert(kafka_type: str, value: Any) -> Any:
     return value
 
 
-def make(cls, **kwargs: Any):
+def make(cls: Any, **kwargs: Any) -> Any:
     names = _fields(cls)
     return cls(**{k: _convert(names[k], v) for k, v in kwargs.items() if k in names})
 
 
-@lru_cache(maxsize=None)
-def _error_defaults(cls) -> tuple[tuple[str, str, Any], ...]:
+@cache
+def _error_defaults(cls: Any) -> tuple[tuple[str, str, Any], ...]:
     """(name, kafka type, value) for each error code and each field without a default: the value
     an error answer gives it (`make_error`); error codes are filled in there."""
     hints = typing.get_type_hints(cls)
@@ -97,7 +98,7 @@ def _error_defaults(cls) -> tuple[tuple[str, str, Any], ...]:
     return tuple(out)
 
 
-def make_error(cls, code: int, **kwargs: Any):
+def make_error(cls: Any, code: int, **kwargs: Any) -> Any:
     """`make` for an error answer: fields not given take Kafka's usual values there (error codes
     `code`, numbers -1, strings empty or null, arrays empty, throttle time 0)."""
     for name, kafka_type, value in _error_defaults(cls):
@@ -106,7 +107,7 @@ def make_error(cls, code: int, **kwargs: Any):
     return make(cls, **kwargs)
 
 
-def nested(api_key: int, version: int, kind: str, cls_name: str):
+def nested(api_key: int, version: int, kind: str, cls_name: str) -> Any:
     return getattr(module(api_key, version, kind), cls_name)
 
 
@@ -121,7 +122,7 @@ class MalformedResponse(ValueError):
 _DECODE_ERRORS = (DecodeError, ValueError, IndexError, TypeError, OverflowError)
 
 
-def decode_request(api_key: int, version: int, body) -> Any:
+def decode_request(api_key: int, version: int, body: Buf) -> Any:
     try:
         value, _size = entity_reader(entity_class(api_key, version, "request"))(bytes(body), 0)
     except _DECODE_ERRORS as e:
@@ -129,7 +130,7 @@ def decode_request(api_key: int, version: int, body) -> Any:
     return value
 
 
-def decode_response(api_key: int, version: int, body) -> Any:
+def decode_response(api_key: int, version: int, body: Buf) -> Any:
     try:
         value, _size = entity_reader(entity_class(api_key, version, "response"))(bytes(body), 0)
     except _DECODE_ERRORS as e:
@@ -165,7 +166,7 @@ class _Builder:
     def __init__(self, api_key: int, version: int) -> None:
         self.api_key, self.version = api_key, version
 
-    def __call__(self, cls_name: str, **kwargs: Any):
+    def __call__(self, cls_name: str, **kwargs: Any) -> Any:
         return make(nested(self.api_key, self.version, self.kind, cls_name), **kwargs)
 
     def encode(self, **kwargs: Any) -> bytes:
@@ -176,7 +177,7 @@ class ResponseBuilder(_Builder):
     __slots__ = ()
     kind = "response"
 
-    def error(self, cls_name: str, code: int, **kwargs: Any):
+    def error(self, cls_name: str, code: int, **kwargs: Any) -> Any:
         """`rb(cls_name, ...)` for an error answer (`make_error`)."""
         return make_error(nested(self.api_key, self.version, "response", cls_name), code, **kwargs)
 

@@ -5,6 +5,7 @@ Names follow Kafka's `Errors` enum so a grep for a Kafka error name finds ours.
 from __future__ import annotations
 
 from enum import IntEnum
+from typing import cast
 
 
 class ErrorCode(IntEnum):
@@ -174,7 +175,7 @@ class UnknownErrorCode(int):
 def error_code(code: int) -> ErrorCode | UnknownErrorCode:
     """The ErrorCode for a number read off the wire, or an UnknownErrorCode carrying it: never
     `ErrorCode(n)` on received numbers, which raises for codes the enum lacks."""
-    member = ErrorCode._value2member_map_.get(code)
+    member = cast("ErrorCode | None", ErrorCode._value2member_map_.get(code))
     return member if member is not None else UnknownErrorCode(code)
 
 

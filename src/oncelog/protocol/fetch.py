@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from oncelog.protocol.primitives import I16, I32, I64, Reader, array_len, bytes_len, string
+from oncelog.protocol.primitives import I16, I32, I64, Buf, Reader, array_len, bytes_len, string
 
 
 @dataclass(slots=True)
@@ -30,7 +30,7 @@ class FetchResponse:
 def encode_response(version: int, topics: list[tuple[str, list[PartitionData]]],
                     error_code: int = 0, session_id: int = 0, throttle_ms: int = 0) -> bytes:
     flex = version >= 12
-    out = [I32.pack(throttle_ms)]
+    out: list[Buf] = [I32.pack(throttle_ms)]
     if version >= 7:
         out.append(I16.pack(error_code) + I32.pack(session_id))
     out.append(array_len(len(topics), flex))
@@ -57,7 +57,7 @@ def encode_response(version: int, topics: list[tuple[str, list[PartitionData]]],
     return b"".join(out)
 
 
-def decode_response(version: int, body) -> FetchResponse:
+def decode_response(version: int, body: Buf) -> FetchResponse:
     """A FetchResponse body; each partition's records are a view into `body`."""
     flex = version >= 12
     r = Reader(body)

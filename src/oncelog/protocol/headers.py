@@ -10,7 +10,7 @@ import struct
 from typing import NamedTuple
 
 from oncelog.protocol.api import ApiKey, is_flexible
-from oncelog.protocol.primitives import I32, Reader, string
+from oncelog.protocol.primitives import I32, Buf, Reader, string
 
 _REQUEST_HEAD = struct.Struct(">hhi")
 
@@ -23,7 +23,7 @@ class RequestHeader(NamedTuple):
     body_offset: int  # where the request body starts in the frame
 
 
-def read_request_header(frame) -> RequestHeader:
+def read_request_header(frame: Buf) -> RequestHeader:
     """Parse the header; raises ValueError on a frame too short to hold one."""
     if len(frame) < 8:
         raise ValueError(f"request of {len(frame)} bytes is shorter than a request header")
@@ -47,7 +47,7 @@ def response_header(api_key: int, version: int, correlation_id: int) -> bytes:
     return I32.pack(correlation_id)
 
 
-def response_header_size(api_key: int, version: int, frame) -> int:
+def response_header_size(api_key: int, version: int, frame: Buf) -> int:
     """Bytes of the response header at the start of `frame` (its correlation id is the first four)."""
     if api_key == ApiKey.API_VERSIONS or not is_flexible(api_key, version):
         return 4
@@ -56,7 +56,7 @@ def response_header_size(api_key: int, version: int, frame) -> int:
     return r.pos
 
 
-def correlation_id_of(frame) -> int | None:
+def correlation_id_of(frame: Buf) -> int | None:
     """Best effort for logging a frame whose header does not parse."""
     return I32.unpack_from(frame, 4)[0] if len(frame) >= 8 else None
 

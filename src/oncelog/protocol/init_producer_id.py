@@ -3,7 +3,7 @@ error code is read as an integer, so that a code this version does not know (a n
 reported with its number instead of failing the decode."""
 from __future__ import annotations
 
-from oncelog.protocol.primitives import I16, I32, I64, Reader, string
+from oncelog.protocol.primitives import I16, I32, I64, Buf, Reader, string
 
 # what the Java idempotent producer sends as transaction timeout without a transactional id
 NO_TRANSACTION_TIMEOUT_MS = 2**31 - 1
@@ -22,7 +22,7 @@ def encode_request(version: int, producer_id: int = -1, producer_epoch: int = -1
     return b"".join(out)
 
 
-def decode_response(version: int, body, pos: int = 0) -> tuple[int, int, int]:
+def decode_response(version: int, body: Buf, pos: int = 0) -> tuple[int, int, int]:
     """(error code, producer id, epoch)."""
     r = Reader(body, pos)
     r.i32()  # throttle time

@@ -8,7 +8,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 
-from oncelog.protocol.primitives import I8, I16, I32, NULL_UUID, Reader, array_len, string, tagged_fields
+from oncelog.protocol.primitives import I8, I16, I32, NULL_UUID, Buf, Reader, array_len, string, tagged_fields
 
 TAG_MESSAGE_FORMAT_VERSION = 10000
 _AUTHORIZED_OPERATIONS_OMITTED = -2147483648
@@ -120,7 +120,7 @@ def encode_response(version: int, brokers: list[BrokerEntry], cluster_id: str | 
     return b"".join(out)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> MetadataResponse:
+def decode_response(version: int, buf: Buf, pos: int = 0) -> MetadataResponse:
     """A MetadataResponse body at `pos`; a topic's tags other than 10000 are kept in `extra_tags`,
     its partitions sorted by index."""
     flex = version >= 9

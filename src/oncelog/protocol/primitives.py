@@ -14,13 +14,16 @@ I32 = struct.Struct(">i")
 I64 = struct.Struct(">q")
 NULL_UUID = uuid.UUID(int=0)
 
+# What the codecs read: a frame (bytearray), a view into one, or bytes.
+Buf = bytes | bytearray | memoryview
+
 
 class Reader:
     """Sequential reader of Kafka primitives over one message body."""
 
     __slots__ = ("buf", "pos")
 
-    def __init__(self, buf, pos: int = 0) -> None:
+    def __init__(self, buf: Buf, pos: int = 0) -> None:
         self.buf = buf
         self.pos = pos
 
@@ -30,17 +33,17 @@ class Reader:
         return v - 256 if v > 127 else v
 
     def i16(self) -> int:
-        v = I16.unpack_from(self.buf, self.pos)[0]
+        v: int = I16.unpack_from(self.buf, self.pos)[0]
         self.pos += 2
         return v
 
     def i32(self) -> int:
-        v = I32.unpack_from(self.buf, self.pos)[0]
+        v: int = I32.unpack_from(self.buf, self.pos)[0]
         self.pos += 4
         return v
 
     def i64(self) -> int:
-        v = I64.unpack_from(self.buf, self.pos)[0]
+        v: int = I64.unpack_from(self.buf, self.pos)[0]
         self.pos += 8
         return v
 
@@ -64,7 +67,7 @@ class Reader:
     def boolean(self) -> bool:
         return self.i8() != 0
 
-    def _take(self, n: int):
+    def _take(self, n: int) -> Buf:
         if n > len(self.buf) - self.pos:
             raise ValueError(f"field of {n} bytes runs past the end of the message")
         v = self.buf[self.pos:self.pos + n]

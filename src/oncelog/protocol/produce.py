@@ -15,10 +15,10 @@ decoded per record here.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
-from oncelog.protocol.primitives import I16, I32, I64, Reader, array_len, string, tagged_fields, uvarint
+from oncelog.protocol.primitives import I16, I32, I64, Buf, Reader, array_len, string, tagged_fields, uvarint
 
 TAG_CURRENT_LEADER = 0
 TAG_BATCHES_TO_RETAIN = 1
@@ -51,11 +51,11 @@ def encode_request(version: int, acks: int, timeout_ms: int,
 
 def encode_request_parts(version: int, acks: int, timeout_ms: int,
                          topics: Mapping[TopicKey, Sequence[tuple[int, bytes | bytearray | memoryview]]],
-                         transactional_id: str | None = None) -> list:
+                         transactional_id: str | None = None) -> list[Buf]:
     """`encode_request` as a list of parts, so that the record sets are sent without a copy."""
     # the producer's per-request path: lengths inline rather than through primitives' helpers
     flex = version >= 9
-    out: list = [string(transactional_id, flex), I16.pack(acks), I32.pack(timeout_ms),
+    out: list[Buf] = [string(transactional_id, flex), I16.pack(acks), I32.pack(timeout_ms),
                  uvarint(len(topics) + 1) if flex else I32.pack(len(topics))]
     for topic, parts in topics.items():
         out.append(_topic_field(version, topic, flex))
@@ -73,7 +73,7 @@ def encode_request_parts(version: int, acks: int, timeout_ms: int,
     return out
 
 
-def request_acks(version: int, body) -> int:
+def request_acks(version: int, body: Buf) -> int:
     """A Produce request's acks, read without the rest (acks=0 gets no answer: a proxy must know)."""
     r = Reader(body)
     if version >= 3:
@@ -81,7 +81,7 @@ def request_acks(version: int, body) -> int:
     return r.i16()
 
 
-def decode_request(version: int, body) -> ProduceRequest:
+def decode_request(version: int, body: Buf) -> ProduceRequest:
     flex = version >= 9
     r = Reader(body)
     transactional_id = r.string(flex)
@@ -189,7 +189,7 @@ def _partition_tags(version: int, p: PartitionResponse) -> dict[int, bytes]:
     return tags
 
 
-def decode_response(version: int, buf, pos: int = 0) -> list[TopicResponse]:
+def decode_response(version: int, buf: Buf, pos: int = 0) -> list[TopicResponse]:
     """The topics of a ProduceResponse body starting at `pos` (what follows them is not read)."""
     flex = version >= 9
     r = Reader(buf, pos)
@@ -228,7 +228,7 @@ def decode_response(version: int, buf, pos: int = 0) -> list[TopicResponse]:
     return topics
 
 
-def _window(value) -> int | None:
+def _window(value: Buf) -> int | None:
     """A window below 1 cannot be honoured (nothing could be sent): taken as absent."""
-    n = I32.unpack_from(value)[0]
+    n: int = I32.unpack_from(value)[0]
     return n if n >= 1 else None

@@ -3,7 +3,7 @@ idempotent producer. pyarrow is imported lazily so that planning works without i
 from __future__ import annotations
 
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 from oncelog.client import TopicPartition
 from oncelog.spark.options import OncelogSparkError

@@ -10,15 +10,14 @@ arrays; values and keys are gathered through Arrow binary views without a Python
 """
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from oncelog.protocol import compression
+from oncelog.protocol import compression, records
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
-from oncelog.protocol import records
 
 _U32 = np.uint32
 

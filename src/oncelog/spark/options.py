@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from typing import Any, overload
 
 EARLIEST = -2
 LATEST = -1
@@ -28,7 +29,11 @@ def _bool(options, name: str, default: bool) -> bool:
     raise OncelogSparkError(f"option {name}={raw!r}: expected true or false")
 
 
-def _int(options, name: str, default: int | None, minimum: int = 1) -> int | None:
+@overload
+def _int(options: Any, name: str, default: int, minimum: int = 1) -> int: ...
+@overload
+def _int(options: Any, name: str, default: None, minimum: int = 1) -> int | None: ...
+def _int(options: Any, name: str, default: int | None, minimum: int = 1) -> int | None:
     raw = options.get(name.lower())
     if raw is None or str(raw).strip() == "":
         return default

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Iterable
+from collections.abc import Iterable
 
 from oncelog.client import AdminClient, Producer, TopicPartition
 from oncelog.protocol.records import RECORD_OVERHEAD

@@ -16,8 +16,8 @@ from __future__ import annotations
 import atexit
 import os
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 from oncelog.client import Producer
 from oncelog.spark.options import OncelogSparkError
@@ -85,7 +85,7 @@ def task_producer(client: dict) -> Iterator[Producer]:
             producer.flush()
         except BaseException:  # noqa: BLE001 - the task's own error is the one to report
             discard(producer)
-            raise e
+            raise e  # noqa: B904 - the task's error, with the flush error attached as its context
         if isinstance(e, DeliveryFailed) or producer.fatal_error is not None:
             discard(producer)
         raise

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -234,7 +234,7 @@ class Spill:
         except FileNotFoundError:
             pass
 
-    def __enter__(self) -> "Spill":
+    def __enter__(self) -> Spill:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -7,15 +7,19 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter, DataSourceReader,
-                                    DataSourceStreamArrowWriter, DataSourceStreamReader,
-                                    InputPartition, WriterCommitMessage)
-from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadMaxRows,
-                                              SupportsTriggerAvailableNow)
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 
 from oncelog.spark import arrow_io, plan, produce, producers
-from oncelog.spark.options import (OncelogSparkError, canonical, from_spark, read_options,
-                                   write_options)
+from oncelog.spark.options import OncelogSparkError, canonical, from_spark, read_options, write_options
 
 log = logging.getLogger("oncelog.spark")
 
@@ -86,7 +90,7 @@ class _Reading:
                 plan.split(ranges, self.ro.min_partitions, self.ro.max_records_per_partition)]
 
 
-class BatchReader(_Reading, DataSourceReader):
+class BatchReader(_Reading, DataSourceReader):  # type: ignore[misc]  # read() takes our own partitions
     def __init__(self, options) -> None:
         _Reading.__init__(self, options, streaming=False)
 
@@ -110,7 +114,7 @@ class BatchReader(_Reading, DataSourceReader):
         return parts or [RangePartition(plan.OffsetRange("", 0, 0, 0))]
 
 
-class StreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvailableNow):
+class StreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]  # as above
     """Offsets are {"topic": {"partition": next offset}} in sorted order (Spark compares them as
     JSON text)."""
 

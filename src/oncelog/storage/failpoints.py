@@ -35,7 +35,10 @@ import logging
 import os
 import signal
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
+
+from oncelog.protocol.primitives import Buf
 
 log = logging.getLogger(__name__)
 
@@ -45,12 +48,12 @@ FAULTS = ("fsync-eio", "shortwrite", "enospc", "truncate-eio", "crash", "ledger"
 TARGETS = ("log", "metadata", "any")
 
 # The hooks storage calls. Off: the os functions themselves.
-log_write = os.pwrite          # (fd, data, offset) -> bytes written
-log_sync = os.fsync            # (fd)
-log_truncate = os.ftruncate    # (fd, size)
-meta_write = os.write          # (fd, data) -> bytes written
-meta_sync = os.fsync
-meta_truncate = os.ftruncate
+log_write: Callable[..., int] = os.pwrite          # (fd, data, offset) -> bytes written
+log_sync: Callable[[int], None] = os.fsync            # (fd)
+log_truncate: Callable[[int, int], None] = os.ftruncate    # (fd, size)
+meta_write: Callable[..., int] = os.write          # (fd, data) -> bytes written
+meta_sync: Callable[[int], None] = os.fsync
+meta_truncate: Callable[[int, int], None] = os.ftruncate
 
 
 class FailpointSyntaxError(ValueError):
@@ -147,7 +150,7 @@ def _at_truncate(rule: Rule) -> bool:
     return rule.fault == "truncate-eio"
 
 
-def _firing(target: str, path: str, kind) -> Rule | None:
+def _firing(target: str, path: str, kind: Callable[[Rule], bool]) -> Rule | None:
     """Every rule of this kind counts the call; the first that fires decides it."""
     chosen = None
     with _lock:
@@ -168,8 +171,8 @@ def _crash(path: str) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _writer(target: str, real):
-    def write(fd: int, data, *position):
+def _writer(target: str, real: Callable[..., int]) -> Callable[..., int]:
+    def write(fd: int, data: Buf, *position: int) -> int:
         path = _path(fd)
         rule = _firing(target, path, _at_write)
         if rule is None:
@@ -180,10 +183,11 @@ def _writer(target: str, real):
             return real(fd, memoryview(data)[:len(data) // 2], *position)
         real(fd, data, *position)
         _crash(path)
+        return 0  # not reached: the process is gone
     return write
 
 
-def _syncer(target: str):
+def _syncer(target: str) -> Callable[[int], None]:
     def sync(fd: int) -> None:
         path = _path(fd)
         rule = _firing(target, path, _at_fsync)
@@ -198,7 +202,7 @@ def _syncer(target: str):
     return sync
 
 
-def _truncater(target: str):
+def _truncater(target: str) -> Callable[[int, int], None]:
     def truncate(fd: int, size: int) -> None:
         if _firing(target, _path(fd), _at_truncate) is not None:
             raise OSError(errno.EIO, os.strerror(errno.EIO))
@@ -216,7 +220,7 @@ def record_fsynced(path: str, size: int) -> None:
         os.close(fd)
 
 
-def read_ledger(directory: str | os.PathLike) -> dict[str, int]:
+def read_ledger(directory: str | os.PathLike[str]) -> dict[str, int]:
     """{file name: size at its last fsync} from a directory's ledger ({} without one)."""
     out: dict[str, int] = {}
     try:

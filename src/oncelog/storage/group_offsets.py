@@ -12,9 +12,10 @@ from __future__ import annotations
 import json
 import os
 import urllib.parse
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, NamedTuple
+from typing import NamedTuple
 
 _FORMAT = 2
 

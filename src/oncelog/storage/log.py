@@ -39,13 +39,15 @@ import logging
 import os
 import struct
 from array import array
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, NamedTuple
+from typing import Any, NamedTuple
 
 from oncelog.protocol import records as rec
-from oncelog.protocol.records import iter_record_times
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
+from oncelog.protocol.primitives import Buf
+from oncelog.protocol.records import iter_record_times
 from oncelog.storage import failpoints as fp
 
 log = logging.getLogger(__name__)
@@ -75,7 +77,7 @@ class LogConfig:
     write_caching: bool = False
 
     @classmethod
-    def from_topic_config(cls, cfg: Mapping[str, Any]) -> "LogConfig":
+    def from_topic_config(cls, cfg: Mapping[str, Any]) -> LogConfig:
         """From the typed topic configs of `core.topic_config.effective_topic_config`."""
         names = {"segment.bytes": "segment_bytes", "segment.ms": "segment_ms",
                  "retention.ms": "retention_ms", "retention.bytes": "retention_bytes",
@@ -104,7 +106,7 @@ class AppendInfo(NamedTuple):
 class SyncToken(NamedTuple):
     """What one fsync started by `begin_sync` covers."""
     fd: int            # a duplicate of the active segment's descriptor, closed by run_sync
-    segment: "Segment"
+    segment: Segment
     size: int          # the segment's bytes at the start
     end_offset: int    # the log end offset at the start
     generation: int    # sync_generation at the start
@@ -122,14 +124,14 @@ class Entry(NamedTuple):
     header: rec.BatchHeader | None  # None for v0/v1 messages
 
 
-def scan_entries(buf, base_position: int = 0) -> Iterator[Entry]:
+def scan_entries(buf: Buf, base_position: int = 0) -> Iterator[Entry]:
     """Complete entries of a chunk of log (any format); stops before an incomplete tail."""
     for pos, h in rec.iter_batches(buf):
         yield Entry(base_position + pos, h.size, h.base_offset, h.last_offset, h.max_timestamp,
                     h if h.magic >= 2 else None)
 
 
-def _check_entry(buf, e: Entry, base_position: int) -> None:
+def _check_entry(buf: Buf, e: Entry, base_position: int) -> None:
     pos = e.position - base_position
     if e.header is not None:
         rec.check_batch(buf, pos, e.header)
@@ -320,7 +322,7 @@ class PartitionLog:
 
     # ------------------------------------------------------------------ open / recovery
     @classmethod
-    def open(cls, directory, config: LogConfig, now_ms: int) -> "PartitionLog":
+    def open(cls, directory: Path, config: LogConfig, now_ms: int) -> PartitionLog:
         self = cls(directory, config)
         created = not self.directory.exists()
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -383,7 +385,7 @@ class PartitionLog:
         self._delete_callbacks.append(callback)
 
     # ------------------------------------------------------------------ append
-    def append(self, batches, now_ms: int, leader_epoch: int | None = None) -> AppendInfo:
+    def append(self, batches: Buf, now_ms: int, leader_epoch: int | None = None) -> AppendInfo:
         """Assign offsets to whole, already validated batches and write them: all or nothing.
         A storage failure raises KAFKA_STORAGE_ERROR with nothing of this append left behind (and
         possibly less: see `_sync_failed`)."""
@@ -425,8 +427,8 @@ class PartitionLog:
             raise _storage_error("write", e) from None
         seg.size += len(buf)
         interval = self.config.index_interval_bytes
-        for e in entries:
-            seg.add_to_index(e, interval)
+        for entry in entries:
+            seg.add_to_index(entry, interval)
         seg.next_offset = last + 1
         self._flush_if_due(now_ms, first)
         return AppendInfo(first, last, append_time)

@@ -14,9 +14,10 @@ import os
 import re
 import shutil
 import uuid
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 from oncelog.core.topic_config import effective_topic_config, invalid_topic_configs, parse_topic_configs
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError

@@ -24,8 +24,9 @@ import json
 import logging
 import os
 import struct
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from crc32c import crc32c
 

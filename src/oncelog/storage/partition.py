@@ -19,16 +19,18 @@ from __future__ import annotations
 import logging
 import secrets
 import time
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 from oncelog.core import producer_state as ps
 from oncelog.core.producer_state import ProducerStateConfig, ProducerStateManager
 from oncelog.core.sequence import distance_below, last_sequence_of
 from oncelog.protocol import records as rec
-from oncelog.protocol.records import message_format_magic
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
+from oncelog.protocol.primitives import Buf
+from oncelog.protocol.records import message_format_magic
 from oncelog.storage import producer_snapshots as snaps
 from oncelog.storage.log import LogConfig, PartitionLog, SyncToken
 
@@ -72,7 +74,7 @@ class ProducerStateCounters:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-_ERROR_COUNTER = {
+_ERROR_COUNTER: dict[int, str] = {
     ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER: "out_of_order",
     ErrorCode.UNKNOWN_PRODUCER_ID: "unknown_producer",
     ErrorCode.INVALID_PRODUCER_EPOCH: "invalid_epoch",
@@ -88,7 +90,7 @@ class PartitionConfig:
     producer_state: ProducerStateConfig
 
     @classmethod
-    def from_topic_config(cls, config: Mapping[str, Any]) -> "PartitionConfig":
+    def from_topic_config(cls, config: Mapping[str, Any]) -> PartitionConfig:
         """From `core.topic_config.effective_topic_config` plus the broker's producer settings."""
         return cls(LogConfig.from_topic_config(config), ProducerStateConfig.from_topic_config(config))
 
@@ -117,7 +119,7 @@ class Partition:
 
     @classmethod
     def open(cls, topic: str, index: int, directory: Path, config: PartitionConfig, now_ms: int,
-             *, leader_epoch: int = 0) -> "Partition":
+             *, leader_epoch: int = 0) -> Partition:
         """Open (or create) the partition's directory: log recovery, then producer state."""
         log = PartitionLog.open(directory, config.log, now_ms)
         log.leader_epoch = leader_epoch
@@ -227,7 +229,7 @@ class Partition:
         self._format_magic = message_format_magic(config.log.message_format_version)
 
     # ----------------------------------------------------------------- writes
-    def append_from_client(self, records, now_ms: int) -> AppendResult:
+    def append_from_client(self, records: Buf, now_ms: int) -> AppendResult:
         if self.log.offline:
             return AppendResult(int(ErrorCode.KAFKA_STORAGE_ERROR), -1, -1, self._safe_log_start(),
                                 f"partition offline: {self.log.offline}", self._extra())
@@ -294,6 +296,7 @@ class Partition:
         if check.kind == ps.LOOKUP:
             check = self._lookup_older_duplicate(check)
         if check.kind == ps.DUPLICATE:
+            assert check.duplicate_kind is not None  # a DUPLICATE verdict always names its kind
             setattr(self.counters, "duplicates_" + check.duplicate_kind,
                     getattr(self.counters, "duplicates_" + check.duplicate_kind) + 1)
             last = check.base_offset + distance_below(check.last_seq, check.first_seq)
@@ -390,7 +393,7 @@ class Partition:
     def _safe_log_start(self) -> int:
         try:
             return self.log.log_start_offset
-        except Exception:  # the answer must still go out if the log is unusable
+        except Exception:  # noqa: BLE001 - the answer must still go out if the log is unusable
             return -1
 
     # ---------------------------------------------------------- periodic work
@@ -541,7 +544,7 @@ class Partition:
             return
 
 
-def _v2_headers(buf) -> Iterator[rec.BatchHeader]:
+def _v2_headers(buf: Buf) -> Iterator[rec.BatchHeader]:
     """Headers of the v2 batches in a chunk of log that may also hold v0/v1 messages (a topic
     whose format changed)."""
     return (h for _pos, h in rec.iter_batches(buf) if h.magic >= 2)

@@ -29,6 +29,7 @@ import os
 import struct
 import sys
 from array import array
+from collections.abc import Iterable
 from pathlib import Path
 
 from crc32c import crc32c
@@ -73,7 +74,7 @@ def list_snapshots(directory: Path) -> list[tuple[int, Path]]:
     return found
 
 
-def _le_bytes(arr: array) -> bytes:
+def _le_bytes(arr: array[int]) -> bytes:
     if _BIG_ENDIAN:
         arr = array(arr.typecode, arr)
         arr.byteswap()
@@ -141,7 +142,7 @@ def decode_snapshot(data: bytes) -> tuple[int, ProducerSnapshotColumns]:
     return offset, ProducerSnapshotColumns(**values)
 
 
-def _from_v2(oldest: array, newest: array) -> dict[str, array]:
+def _from_v2(oldest: array[int], newest: array[int]) -> dict[str, array[int]]:
     """Version 2's (oldest, newest) batch offsets as version 3's columns (stride 2)."""
     count, offsets = array("H"), array("q")
     for o, w in zip(oldest, newest):
@@ -185,7 +186,7 @@ def set_aside(path: Path, reason: str) -> Path:
     return target
 
 
-def delete_snapshots(paths) -> None:
+def delete_snapshots(paths: Iterable[Path]) -> None:
     for p in paths:
         try:
             os.unlink(p)

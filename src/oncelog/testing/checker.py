@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Iterable
 
 
 @dataclass(frozen=True)
@@ -70,8 +70,8 @@ class Report:
         return dict(c)
 
     def to_json(self) -> dict:
-        return {"ok": self.ok, "broker_ok": self.broker_ok, "sent": self.sent, "acked": self.acked, "errors": self.errors,
-                "read": self.read, "counts": self.counts(),
+        return {"ok": self.ok, "broker_ok": self.broker_ok, "sent": self.sent, "acked": self.acked,
+                "errors": self.errors, "read": self.read, "counts": self.counts(),
                 "findings": [f.to_json() for f in self.findings]}
 
     def dumps(self) -> str:
@@ -167,11 +167,11 @@ def check(history: Iterable[Event], log: dict[int, list[tuple[int, bytes]]],
     owner = {e.value: e.producer for e in events if e.kind == "send"}
     per: dict[tuple[str, int], list[tuple[int, int, bytes]]] = defaultdict(list)
     for val, places in where.items():
-        prod = owner.get(val)
-        if prod is None or prod not in ordered or val not in send_t:
+        sender = owner.get(val)
+        if sender is None or sender not in ordered or val not in send_t:
             continue
         p, off = min(places, key=lambda x: x[1])
-        per[(prod, p)].append((off, send_t[val], val))
+        per[(sender, p)].append((off, send_t[val], val))
     for (prod, p), rows in per.items():
         rows.sort()
         best_t, best_val = -1, None
@@ -179,7 +179,8 @@ def check(history: Iterable[Event], log: dict[int, list[tuple[int, bytes]]],
             if t < best_t:
                 findings.append(Finding("reorder", "both", p, val,
                                         f"{prod}: {val!r} sent before {best_val!r} but stored after it"
-                                        f" (p{p}@{off})", hist(val) + hist(best_val)[:3]))
+                                        f" (p{p}@{off})",
+                                        hist(val) + hist(best_val)[:3]))  # type: ignore[arg-type]  # set by then
             else:
                 best_t, best_val = t, val
     client_of = {e.value: e.client for e in events if e.kind == "send"}

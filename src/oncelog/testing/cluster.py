@@ -10,8 +10,7 @@ import urllib.request
 from collections import Counter
 from pathlib import Path
 
-from oncelog.testing.embedded import (PASSWORD, USER, BrokerProcess, ControllerProcess, broker_overrides,
-                                      free_port)
+from oncelog.testing.embedded import PASSWORD, USER, BrokerProcess, ControllerProcess, broker_overrides, free_port
 from oncelog.testing.fault_proxy import FaultConfig, ThreadedFaultProxy
 
 
@@ -36,7 +35,7 @@ class LocalCluster:
         self.metrics_ports: dict[int, int] = {}
         self.counters: Counter[str] = Counter()  # broker metrics summed over process lifetimes
 
-    def start(self) -> "LocalCluster":
+    def start(self) -> LocalCluster:
         self.root.mkdir(parents=True, exist_ok=True)
         self.controller.start()
         for i in range(1, self.n + 1):

@@ -71,18 +71,20 @@ class ServerProcess:
         """host:port, as clients (or brokers, for a controller) are given it."""
         return f"{self.host}:{self.port}"
 
-    def start(self, timeout_s: float = 30) -> "ServerProcess":
-        stderr = open(self.log_file, "ab") if self.log_file else subprocess.STDOUT
+    def start(self, timeout_s: float = 30) -> ServerProcess:
+        log = open(self.log_file, "ab") if self.log_file else None
         try:
-            self.proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=stderr,
+            self.proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE,
+                                         stderr=log if log is not None else subprocess.STDOUT,
                                          env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env})
         finally:
-            if self.log_file:
-                stderr.close()
+            if log is not None:
+                log.close()
         self._wait_until_serving(timeout_s)
         return self
 
     def _wait_until_serving(self, timeout_s: float) -> None:
+        assert self.proc is not None  # start() launched it
         match = wait_for_line(self.proc, self.listening, timeout_s)
         if match is None:
             self.kill()
@@ -101,9 +103,10 @@ class ServerProcess:
 
     def kill(self) -> None:
         """SIGKILL: no clean shutdown, as after a crash."""
-        if self.running:
-            self.proc.kill()
-            self.proc.wait(10)
+        proc = self.proc
+        if proc is not None and proc.poll() is None:  # self.running, spelled out for mypy
+            proc.kill()
+            proc.wait(10)
 
     def stop(self, timeout_s: float = 20) -> int | None:
         """SIGTERM and wait: the clean shutdown path (Ctrl-C does the same)."""
@@ -118,12 +121,12 @@ class ServerProcess:
                 self.proc.wait(10)
         return self.proc.returncode
 
-    def restart(self, clean: bool = True) -> "ServerProcess":
+    def restart(self, clean: bool = True) -> ServerProcess:
         """Same data and port."""
         self.stop() if clean else self.kill()
         return self.start()
 
-    def __enter__(self) -> "ServerProcess":
+    def __enter__(self) -> ServerProcess:
         return self.start() if not self.running else self
 
     def __exit__(self, *exc) -> None:
@@ -155,8 +158,9 @@ class BrokerProcess(ServerProcess):
             cmd += ["--override", f"{name}={value}"]
         return cmd
 
-    def start(self, timeout_s: float = 30) -> "BrokerProcess":
+    def start(self, timeout_s: float = 30) -> BrokerProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        assert self.log_file is not None  # __init__ always gives a broker one
         _BROKER_LOGS[self.log_file] = None
         super().start(timeout_s)
         return self
@@ -188,7 +192,7 @@ class ControllerProcess(ServerProcess):
             cmd += ["--user", u]
         return cmd
 
-    def start(self, timeout_s: float = 30) -> "ControllerProcess":
+    def start(self, timeout_s: float = 30) -> ControllerProcess:
         self.metadata_dir.parent.mkdir(parents=True, exist_ok=True)
         super().start(timeout_s)
         return self
@@ -227,6 +231,7 @@ class TansuProcess(ServerProcess):
                 "--storage-engine", "memory://tansu/"]
 
     def _wait_until_serving(self, timeout_s: float) -> None:
+        assert self.proc is not None and self.proc.stdout is not None  # start() launched it, stdout piped
         threading.Thread(target=self.proc.stdout.read, daemon=True).start()
         deadline = time.monotonic() + timeout_s
         while True:

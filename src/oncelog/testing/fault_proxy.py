@@ -36,6 +36,7 @@ from oncelog.protocol.api import ApiKey
 from oncelog.protocol.headers import read_request_header
 from oncelog.testing.embedded import ServerProcess
 
+
 @dataclass
 class FaultConfig:
     latency_ms_up: float = 0.0        # client -> broker
@@ -96,9 +97,11 @@ class _Direction:
 
     async def _forward(self) -> None:
         loop = asyncio.get_running_loop()
+        queue = self.queue
+        assert queue is not None  # forwarding runs only with a delay queue
         try:
             while True:
-                due, frame = await self.queue.get()
+                due, frame = await queue.get()
                 if due > loop.time():
                     await asyncio.sleep(due - loop.time())
                 if frame is None or self.writer.transport.is_closing():
@@ -279,7 +282,7 @@ class ThreadedFaultProxy:
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
                                         name="fault-proxy")
 
-    def start(self) -> "ThreadedFaultProxy":
+    def start(self) -> ThreadedFaultProxy:
         self._thread.start()
         asyncio.run_coroutine_threadsafe(self.proxy.start(), self._loop).result(10)
         return self
@@ -312,7 +315,7 @@ class ThreadedFaultProxy:
         self._thread.join(5)
         self._loop.close()
 
-    def __enter__(self) -> "ThreadedFaultProxy":
+    def __enter__(self) -> ThreadedFaultProxy:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -339,12 +342,17 @@ class FaultProxyProcess(ServerProcess):
                "--drop-response-probability", str(c.drop_response_probability),
                "--drop-api-keys", ",".join(map(str, sorted(c.drop_api_keys))), "--seed", str(c.seed)]
         if c.cut_after_bytes:
-            cmd += ["--cut-after-bytes", "%d,%d" % c.cut_after_bytes]
+            cmd += ["--cut-after-bytes", "{},{}".format(*c.cut_after_bytes)]
         return cmd
 
     def stop(self, timeout_s: float = 5) -> int | None:
         self.kill()  # nothing to shut down cleanly
         return self.proc.returncode if self.proc else None
+
+
+def _low_high(text: str) -> tuple[int, int]:
+    low, high = map(int, text.split(","))
+    return low, high
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -361,7 +369,7 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     config = FaultConfig(a.latency_ms_up, a.latency_ms_down, a.reset_probability, a.drop_response_probability,
                          frozenset(int(k) for k in a.drop_api_keys.split(",") if k),
-                         tuple(map(int, a.cut_after_bytes.split(","))) if a.cut_after_bytes else None, a.seed)
+                         _low_high(a.cut_after_bytes) if a.cut_after_bytes else None, a.seed)
     try:
         import uvloop
         uvloop.install()

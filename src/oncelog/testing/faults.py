@@ -21,9 +21,9 @@ import shutil
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from oncelog.storage.failpoints import ENV as FAILPOINTS
 from oncelog.testing.cluster import LocalCluster
@@ -117,8 +117,9 @@ class FullDisk:
                             break
                         chunk = chunk[: len(chunk) // 2]
             return
-        for i, b in self.cluster.brokers.items():
+        for b in self.cluster.brokers.values():
             if b.running:
+                assert b.proc is not None  # running
                 pid = b.proc.pid
                 self._limited[pid] = resource.prlimit(pid, resource.RLIMIT_FSIZE)
                 resource.prlimit(pid, resource.RLIMIT_FSIZE, (1, self._limited[pid][1]))
@@ -180,7 +181,7 @@ class FaultRunner:
         self._thread = threading.Thread(target=self._run, name="fault-runner", daemon=True)
         self._t0 = time.monotonic()
 
-    def start(self) -> "FaultRunner":
+    def start(self) -> FaultRunner:
         self._t0 = time.monotonic()
         if self.faults:
             self._thread.start()
@@ -211,7 +212,7 @@ class FaultRunner:
                 self.events.append(event)
                 if self.on_event is not None:
                     self.on_event(event)
-        except BaseException as e:  # reported by verify: a fault that cannot run is a failed run
+        except BaseException as e:  # noqa: BLE001 - reported by verify: a fault that cannot run is a failed run
             self.error = e
             self.gate.set()
 
@@ -275,7 +276,7 @@ class FaultRunner:
         while time.monotonic() < deadline:
             try:
                 now = end_offsets(bootstrap, self.topic)
-            except Exception:
+            except Exception:  # noqa: BLE001 - the cluster is mid-fault; asked again until the deadline
                 now = None
             if now != last:
                 last, since = now, time.monotonic()

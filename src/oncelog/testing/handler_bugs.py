@@ -10,8 +10,8 @@ one was logged, unless the test is marked `handler_bug` (it provokes one on purp
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
 
 import pytest
 

@@ -7,9 +7,10 @@ from __future__ import annotations
 import asyncio
 import os
 import struct
-from typing import Iterable
+from collections.abc import Iterable
 
-from oncelog.protocol import headers, produce as wire
+from oncelog.protocol import headers
+from oncelog.protocol import produce as wire
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.records import Record, encode_batch
 
@@ -22,7 +23,8 @@ def colliding_producer_ids(n: int) -> list[int]:
     """`n` non-negative int64 producer ids whose products with the public multiplier are 1, 2, 3...:
     all share home slot 0 at every table size, so with linear probing the k-th costs k probes."""
     inverse = pow(PUBLIC_HASH_MULTIPLIER, -1, 1 << 64)
-    ids, i = [], 1
+    ids: list[int] = []
+    i = 1
     while len(ids) < n:
         pid = (inverse * i) & _M64
         if pid < 2**63:
@@ -31,14 +33,14 @@ def colliding_producer_ids(n: int) -> list[int]:
     return ids
 
 
-def idempotent_batch(producer_id: int, sequence: int, epoch: int = 0, records: int = 1) -> bytes:
-    return encode_batch([Record(i, 1_700_000_000_000, None, b"h%d" % i, []) for i in range(records)],
+def idempotent_batch(producer_id: int, sequence: int, epoch: int = 0, records: int = 1) -> bytearray:
+    return encode_batch([Record(i, 1_700_000_000_000, None, b"h%d" % i, ()) for i in range(records)],
                         producer_id=producer_id, producer_epoch=epoch, base_sequence=sequence)
 
 
-def plain_batches(count: int, records: int = 1) -> bytes:
+def plain_batches(count: int, records: int = 1) -> bytearray:
     """`count` non-idempotent batches in one record set (what a fill of the log sends)."""
-    one = encode_batch([Record(i, 1_700_000_000_000, None, b"fill", []) for i in range(records)])
+    one = encode_batch([Record(i, 1_700_000_000_000, None, b"fill", ()) for i in range(records)])
     return one * count
 
 

@@ -4,7 +4,7 @@ handler); everything else runs a real `oncelog serve` (`testing.embedded.BrokerP
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from oncelog.broker.config import BrokerConfig
 from oncelog.broker.server import Broker

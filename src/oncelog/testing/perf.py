@@ -25,7 +25,7 @@ def percentiles(latencies: array.array, count: int) -> tuple[int, int, int, int]
     if not s:
         return 0, 0, 0, 0
     pick = [s[min(len(s) - 1, int(len(s) * q))] for q in (0.5, 0.95, 0.99, 0.999)]
-    return tuple(pick)  # type: ignore[return-value]
+    return pick[0], pick[1], pick[2], pick[3]
 
 
 def final_line(n: int, elapsed_s: float, record_size: int, latencies: array.array) -> str:
@@ -50,14 +50,16 @@ def run_produce(topic: str, num_records: int, record_size: int, throughput: floa
     proxies: list[FaultProxyProcess] = []
     payload = payload if payload is not None else os.urandom(record_size)
     latencies = array.array("i", bytes(4 * num_records))
-    errors = []
+    errors: list[BaseException] = []
     done = [0]
     try:
         if proxy_latency_ms > 0:
             mapping = {}
             delay = FaultConfig(latency_ms_up=proxy_latency_ms / 2, latency_ms_down=proxy_latency_ms / 2)
             for host, port in asyncio.run(_brokers(props["bootstrap.servers"])):
-                proxies.append(FaultProxyProcess(f"{host}:{port}", delay).start())
+                proxy = FaultProxyProcess(f"{host}:{port}", delay)
+                proxy.start()
+                proxies.append(proxy)
                 mapping[f"{host}:{port}"] = proxies[-1].bootstrap
             props["bootstrap.servers"] = proxies[0].bootstrap
             props["oncelog.address.map"] = ",".join(f"{k}={v}" for k, v in mapping.items())

@@ -48,7 +48,7 @@ def lose_unsynced(root: str | os.PathLike) -> list[Cut]:
     """Truncate every tracked file under `root` to its last fsynced size; returns what was cut.
     Only for directories of processes that are not running."""
     cuts = []
-    for directory, _dirs, files in os.walk(root):
+    for directory, _dirs, files in os.walk(os.fspath(root)):
         tracked = [f for f in files if _TRACKED.match(f)]
         if not tracked:
             continue

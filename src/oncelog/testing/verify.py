@@ -16,9 +16,19 @@ from pathlib import Path
 
 from oncelog.testing.checker import Event, Report, check
 from oncelog.testing.cluster import LocalCluster
-from oncelog.testing.faults import (ALL_FAULTS, CLIENT_FAULTS, NETWORK_FAULTS, PROCESS_FAULTS, FaultEvent,
-                                    FaultRunner, FullDisk, broker_overrides, client_config, process_env,
-                                    proxy_config)
+from oncelog.testing.faults import (
+    ALL_FAULTS,
+    CLIENT_FAULTS,
+    NETWORK_FAULTS,
+    PROCESS_FAULTS,
+    FaultEvent,
+    FaultRunner,
+    FullDisk,
+    broker_overrides,
+    client_config,
+    process_env,
+    proxy_config,
+)
 from oncelog.testing.workloads import WORKLOADS, Workload, read_range
 
 CLIENTS = tuple(WORKLOADS)
@@ -75,13 +85,15 @@ class VerifyResult:
                 "records": o.records, "seconds": round(self.seconds, 1),
                 "fault_counts": dict(Counter(e.fault for e in self.faults)),
                 "fault_events": [e.__dict__ for e in self.faults], "proxy": self.proxy,
-                "client_stats": self.clients, "client_errors": self.client_errors, "broker_answers": self.broker, "notes": self.notes,
+                "client_stats": self.clients, "client_errors": self.client_errors,
+                "broker_answers": self.broker, "notes": self.notes,
                 "report": self.report.to_json()}
 
 
 # broker counters worth showing, and the names they get in the report
 _BROKER_COUNTERS = {
-    "oncelog_request_errors_total{api=produce,error=OUT_OF_ORDER_SEQUENCE_NUMBER}": "produce OUT_OF_ORDER_SEQUENCE_NUMBER",
+    "oncelog_request_errors_total{api=produce,error=OUT_OF_ORDER_SEQUENCE_NUMBER}":
+        "produce OUT_OF_ORDER_SEQUENCE_NUMBER",
     "oncelog_request_errors_total{api=produce,error=UNKNOWN_PRODUCER_ID}": "produce UNKNOWN_PRODUCER_ID",
     "oncelog_request_errors_total{api=produce,error=DUPLICATE_SEQUENCE_NUMBER}": "produce DUPLICATE_SEQUENCE_NUMBER",
     "oncelog_request_errors_total{api=produce,error=INVALID_PRODUCER_EPOCH}": "produce INVALID_PRODUCER_EPOCH",
@@ -103,7 +115,7 @@ def run(options: VerifyOptions, progress=None) -> VerifyResult:
     say = progress or (lambda _msg: None)
     faults = set(options.faults)
     own_dir = options.workdir is None
-    root = Path(tempfile.mkdtemp(prefix="oncelog-verify-")) if own_dir else Path(options.workdir)
+    root = Path(tempfile.mkdtemp(prefix="oncelog-verify-")) if options.workdir is None else Path(options.workdir)
     topic = "verify"
     cluster = LocalCluster(root, options.brokers, broker_overrides(faults),
                            proxy_config(faults & set(NETWORK_FAULTS + CLIENT_FAULTS), options.seed),
@@ -197,7 +209,7 @@ def _guard(w: Workload):
     def target() -> None:
         try:
             w.run()
-        except Exception as e:  # a crashed workload is a client finding, not a hang
+        except Exception as e:  # noqa: BLE001 - a crashed workload is a client finding, not a hang
             w.events.append(Event(10**12, w.client, w.instance, "fatal", b"", None, None,
                                   f"workload crashed: {type(e).__name__}: {e}"[:300]))
     return target

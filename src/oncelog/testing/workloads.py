@@ -6,8 +6,8 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from concurrent.futures import TimeoutError as FutureTimeout
 from collections import Counter
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 
 from oncelog.testing.checker import Event
@@ -36,6 +36,9 @@ class Workload:
 
     def __post_init__(self) -> None:
         self.instance = self.producer    # events name the producer instance: order is per instance
+
+    def run(self) -> None:
+        raise NotImplementedError
 
     def restart(self, why: str) -> None:
         """A third-party producer went fatal or got stuck: as an application would, replace it
@@ -109,7 +112,7 @@ class LibrdkafkaWorkload(Workload):
                 p.poll(0)
             except KafkaException as e:
                 fatal.append(str(e.args[0]) if e.args else str(e))
-            except Exception as e:  # confluent-kafka has raised SystemError from inside a callback
+            except Exception as e:  # noqa: BLE001 - confluent-kafka has raised SystemError from inside a callback
                 fatal.append(f"{type(e).__name__}: {e}")
             if fatal:
                 p = replace(p, fatal[0])
@@ -148,7 +151,7 @@ class KafkaPythonWorkload(Workload):
                     kp, pending, last_ack = start(), [], now
         try:
             kp.flush(self.timeout_s)
-        except Exception:  # what did not make it is on the futures
+        except Exception:  # noqa: BLE001 - what did not make it is on the futures
             pass
         pending, _ = self._harvest(pending)
         if pending:
@@ -178,7 +181,7 @@ class KafkaPythonWorkload(Workload):
 def _close(kp, timeout_s: float) -> None:
     try:
         kp.close(timeout_s)
-    except Exception:  # kafka-python raises when its sender does not stop in time; it is abandoned
+    except Exception:  # noqa: BLE001 - kafka-python raises when its sender does not stop in time; it is abandoned
         pass
 
 
@@ -197,7 +200,7 @@ class OncelogWorkload(Workload):
                     futs.append((v, p.send(self.topic, v, key=v)))
             try:
                 p.flush(self.timeout_s)
-            except Exception:  # failures are on the futures
+            except Exception:  # noqa: BLE001 - failures are on the futures
                 pass
             for v, f in futs:
                 try:
@@ -206,7 +209,7 @@ class OncelogWorkload(Workload):
                 except FutureTimeout:
                     self.events.append(Event(_t(), self.client, self.producer, "fatal", v, None, None,
                                              f"never resolved: no outcome {self.timeout_s:.0f}s after flush"))
-                except Exception as e:
+                except Exception as e:  # noqa: BLE001 - every failed future is an event for the checker
                     kind = "fatal" if isinstance(e, ProducerFatalError) else "error"
                     # the producer says whether a failed record may be in the log anyway
                     self.events.append(Event(_t(), self.client, self.producer, kind, v, None, None,
@@ -254,11 +257,11 @@ def read_range(bootstrap: str, topic: str, stop: dict[int, int] | None = None, t
         deadline = time.monotonic() + timeout_s
         while todo and time.monotonic() < deadline:
             for m in c.consume(1000, 0.5):
-                p = m.partition()
-                if m.error() or p not in todo or m.offset() >= ends[p]:
+                p, offset = m.partition(), m.offset()
+                if m.error() or offset is None or p not in todo or offset >= ends[p]:
                     continue
-                out[p].append((m.offset(), m.value()))
-                if m.offset() + 1 >= ends[p]:
+                out[p].append((offset, m.value()))  # type: ignore[arg-type]  # verify writes no null values
+                if offset + 1 >= ends[p]:
                     todo.discard(p)
         if todo:
             raise TimeoutError(f"could not read partitions {sorted(todo)} of {topic} to their end")

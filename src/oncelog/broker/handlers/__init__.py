@@ -10,15 +10,35 @@ dispatch (`Broker.handle_request`) is the only caller: it decodes, then handles,
 handler that raises with `error_response`."""
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Any, Awaitable, Callable, NamedTuple
+from typing import Any, NamedTuple
 
-from oncelog.broker.handlers import (api_versions, create_topics, delete_groups, delete_records, delete_topics,
-                                     describe_cluster, describe_configs, describe_groups,
-                                     describe_producers, fetch, find_coordinator, heartbeat,
-                                     incremental_alter_configs, init_producer_id, join_group,
-                                     leave_group, list_groups, list_offsets, metadata, offset_commit,
-                                     offset_fetch, produce, sync_group)
+from oncelog.broker.handlers import (
+    api_versions,
+    create_topics,
+    delete_groups,
+    delete_records,
+    delete_topics,
+    describe_cluster,
+    describe_configs,
+    describe_groups,
+    describe_producers,
+    fetch,
+    find_coordinator,
+    heartbeat,
+    incremental_alter_configs,
+    init_producer_id,
+    join_group,
+    leave_group,
+    list_groups,
+    list_offsets,
+    metadata,
+    offset_commit,
+    offset_fetch,
+    produce,
+    sync_group,
+)
 from oncelog.protocol import entities
 from oncelog.protocol import produce as produce_wire
 

@@ -16,6 +16,7 @@ async def handle(broker, version: int, request) -> bytes:
         parts = []
         for p in t.partitions:
             partition = broker.logs.get_partition(str(t.name), int(p.partition_index))
+            code: int
             code, low = ErrorCode.NONE, -1
             if partition is None:
                 code = broker.logs.partition_error(str(t.name), int(p.partition_index))

@@ -19,6 +19,7 @@ async def handle(broker, version: int, request) -> bytes:
     for name, topic_id in wanted:
         if name is None and topic_id is not None:
             name = broker.logs.topic_name(topic_id)
+        code: int
         code, message = ErrorCode.NONE, None
         if name is None:
             code = ErrorCode.UNKNOWN_TOPIC_ID

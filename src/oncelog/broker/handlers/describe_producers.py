@@ -7,11 +7,15 @@ UNKNOWN_TOPIC_OR_PARTITION in its own entry; the rest of the request is still an
 from __future__ import annotations
 
 import datetime
-from typing import Callable
+from collections.abc import Callable
 
 from kio.schema.describe_producers.v0.request import DescribeProducersRequest
-from kio.schema.describe_producers.v0.response import (DescribeProducersResponse, PartitionResponse,
-                                                       ProducerState, TopicResponse)
+from kio.schema.describe_producers.v0.response import (
+    DescribeProducersResponse,
+    PartitionResponse,
+    ProducerState,
+    TopicResponse,
+)
 from kio.schema.errors import ErrorCode as KioError
 from kio.schema.types import ProducerId, TopicName
 from kio.static.primitive import i32, i32Timedelta, i64

@@ -18,6 +18,7 @@ async def handle(broker, version: int, request) -> bytes:
     responses = []
     for res in request.resources:
         rtype, rname = int(res.resource_type), str(res.resource_name)
+        code: int
         code, message = ErrorCode.NONE, None
         try:
             if rtype != TOPIC:

@@ -28,6 +28,7 @@ async def handle(broker, version: int, request) -> bytes:
         parts = []
         for p in t.partitions:
             index, timestamp = int(p.partition_index), int(p.timestamp)
+            code: int
             if (str(t.name), index) in duplicates:
                 code, ts, offset, epoch = ErrorCode.INVALID_REQUEST, -1, -1, -1
             elif timestamp < 0 and _SINCE_VERSION.get(timestamp, 1 << 15) > version:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 
-from oncelog.protocol import entities
 from oncelog.protocol import metadata as wire
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError

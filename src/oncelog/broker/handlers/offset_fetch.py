@@ -15,6 +15,7 @@ async def handle(broker, version: int, r) -> bytes:
     if not broker.coordinates(str(r.group_id)):
         return rb.encode(throttle_time=0, topics=(), error_code=ErrorCode.NOT_COORDINATOR)
     committed = broker.groups.committed(str(r.group_id))
+    wanted: dict[str, list[int]]
     if r.topics is None:
         wanted = defaultdict(list)
         for (topic, partition) in sorted(committed):

@@ -75,7 +75,7 @@ class AIOAdminClient:
                                int(config.get("request.timeout.ms", 30000)), allow_auto_create=False,
                                address_map=config.get("oncelog.address.map"))
 
-    async def start(self) -> "AIOAdminClient":
+    async def start(self) -> AIOAdminClient:
         await self.cluster.any_connection()
         await self.cluster.refresh([])
         return self

@@ -7,10 +7,10 @@ import logging
 import random
 import time
 
-from oncelog.protocol import metadata
-from oncelog.protocol.api import ApiKey
 from oncelog.client.aio.connection import BrokerConnectionError, Connection
 from oncelog.client.errors import KafkaClientError
+from oncelog.protocol import metadata
+from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, error_code
 
 log = logging.getLogger("oncelog.client.cluster")
@@ -98,7 +98,7 @@ class Cluster:
             c = Connection(host, port, self.client_id)
             try:
                 await c.connect(self.timeout_s)
-            except (BrokerConnectionError, asyncio.TimeoutError) as e:
+            except (TimeoutError, BrokerConnectionError) as e:
                 errors.append(str(e))
                 continue
             self._bootstrap_conn = c
@@ -160,7 +160,7 @@ class Cluster:
             vs = [self._bootstrap_conn.version(api_key)]
         if not vs or any(v is None for v in vs):
             return None
-        return min(vs)
+        return min(vs)  # type: ignore[type-var]  # no None (checked above)
 
     # ------------------------------------------------------------------ metadata
 
@@ -181,7 +181,7 @@ class Cluster:
                 v, body = await self.request_any(
                     ApiKey.METADATA, lambda v: metadata.encode_request(v, want, self.allow_auto_create))
                 break
-            except (BrokerConnectionError, asyncio.TimeoutError):
+            except (TimeoutError, BrokerConnectionError):
                 if attempt == 2:
                     raise
                 await asyncio.sleep(self.reconnect_backoff_s * (attempt + 1))
@@ -238,7 +238,7 @@ class Cluster:
                 if t is not None and t.error_code not in (0, *RETRIABLE_METADATA):
                     raise KafkaClientError(
                         f"metadata for topic {name}: {error_code(t.error_code).name}")
-            except (BrokerConnectionError, asyncio.TimeoutError) as e:
+            except (TimeoutError, BrokerConnectionError) as e:
                 log.debug("metadata for %s: %r", name, e)
             t = self.topics.get(name)
             if t is not None and t.partitions and all(p.leader_id >= 0 for p in t.partitions):

@@ -26,10 +26,10 @@ class BrokerConnectionError(KafkaClientError, ConnectionError):
 
 
 class _Protocol(asyncio.BufferedProtocol):
-    def __init__(self, conn: "Connection") -> None:
+    def __init__(self, conn: Connection) -> None:
         self.conn = conn
         self.reader = FrameReader(MAX_FRAME, "the client's largest response")
-        self.get_buffer = self.reader.get_buffer
+        self.get_buffer = self.reader.get_buffer  # type: ignore[method-assign]  # no call in between
         self.paused = False
         self.drain_waiters: list[asyncio.Future] = []
 
@@ -78,15 +78,16 @@ class Connection:
     async def connect(self, timeout_s: float) -> None:
         loop = asyncio.get_running_loop()
         try:
-            self.transport, self.proto = await asyncio.wait_for(
+            transport, self.proto = await asyncio.wait_for(
                 loop.create_connection(lambda: _Protocol(self), self.host, self.port), timeout_s)
-        except (OSError, asyncio.TimeoutError) as e:
+        except (TimeoutError, OSError) as e:
             raise BrokerConnectionError(f"cannot connect to {self.addr}: {e!r}") from None
-        sock = self.transport.get_extra_info("socket")
+        self.transport = transport
+        sock = transport.get_extra_info("socket")
         if sock is not None:
             import socket
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.transport.set_write_buffer_limits(high=4 * 1024 * 1024)
+        transport.set_write_buffer_limits(high=4 * 1024 * 1024)
         await self._negotiate(timeout_s)
 
     async def _negotiate(self, timeout_s: float) -> None:
@@ -143,6 +144,7 @@ class Connection:
 
     async def request(self, api_key: int, version: int, body: bytes):
         fut = self.send(api_key, version, body)
+        assert fut is not None  # a response is expected
         return await fut
 
     async def drain(self) -> None:

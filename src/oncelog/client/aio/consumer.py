@@ -49,10 +49,10 @@ class AIOConsumer:
         self.buffer: deque[ConsumerRecord] = deque()
         # raw mode (poll_raw): whole record batches per partition, decoded by the caller
         self.raw = False
-        self.raw_buffer: list[tuple[TopicPartition, bytes]] = []
+        self.raw_buffer: list[tuple[TopicPartition, int, memoryview]] = []
         self.high_watermarks: dict[TopicPartition, int] = {}
 
-    async def start(self) -> "AIOConsumer":
+    async def start(self) -> AIOConsumer:
         await self.cluster.any_connection()
         return self
 
@@ -110,7 +110,7 @@ class AIOConsumer:
                 try:
                     out.update(await self._list_offsets_at(leader, items))
                     break
-                except (BrokerConnectionError, asyncio.TimeoutError):
+                except (TimeoutError, BrokerConnectionError):
                     if attempt == 4:
                         raise
                     await self.cluster.refresh([tp.topic for tp, _ in items])
@@ -141,11 +141,12 @@ class AIOConsumer:
                 out[TopicPartition(t.name, p.partition_index)] = None if p.offset < 0 else p.offset
         return out
 
+    # EARLIEST and LATEST always find an offset: no None in these two
     async def beginning_offsets(self, tps) -> dict[TopicPartition, int]:
-        return await self.list_offsets(tps, EARLIEST)
+        return await self.list_offsets(tps, EARLIEST)  # type: ignore[return-value]
 
     async def end_offsets(self, tps) -> dict[TopicPartition, int]:
-        return await self.list_offsets(tps, LATEST)
+        return await self.list_offsets(tps, LATEST)  # type: ignore[return-value]
 
     async def offsets_for_times(self, timestamps: dict) -> dict[TopicPartition, int | None]:
         return await self.list_offsets(list(timestamps), {_tp(k): v for k, v in timestamps.items()})
@@ -211,7 +212,7 @@ class AIOConsumer:
         if not by_leader:
             await asyncio.sleep(0.05)
             return
-        results = await asyncio.gather(*(self._fetch_from(l, tps, wait_ms) for l, tps in by_leader.items()),
+        results = await asyncio.gather(*(self._fetch_from(leader, tps, wait_ms) for leader, tps in by_leader.items()),
                                        return_exceptions=True)
         for r in results:
             if isinstance(r, BaseException):
@@ -267,8 +268,9 @@ class AIOConsumer:
                 if p.records:
                     (self._add_raw if self.raw else self._add_records)(tp, p.records)
 
-    def _add_raw(self, tp: TopicPartition, data: bytes) -> None:
+    def _add_raw(self, tp: TopicPartition, data: bytes | memoryview) -> None:
         pos = self.positions[tp]
+        assert pos is not None  # fetched from a resolved position
         end = last = None
         for at, header in iter_batches(data, strict=True):
             end, last = at + header.size, header.last_offset
@@ -277,8 +279,9 @@ class AIOConsumer:
         self.raw_buffer.append((tp, pos, memoryview(data)[:end]))
         self.positions[tp] = last + 1
 
-    def _add_records(self, tp: TopicPartition, data: bytes) -> None:
+    def _add_records(self, tp: TopicPartition, data: bytes | memoryview) -> None:
         pos = self.positions[tp]
+        assert pos is not None  # fetched from a resolved position
         topic, part = tp.topic, tp.partition
         last = None
         for header, records in iter_record_batches(data, check_crc=self.check_crcs):

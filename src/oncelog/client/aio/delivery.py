@@ -18,10 +18,11 @@ import asyncio
 import logging
 import threading
 from collections import deque
+from collections.abc import Callable
 from functools import partial
 from itertools import repeat
 from operator import attrgetter
-from typing import Callable, NamedTuple
+from typing import Any, NamedTuple
 
 from oncelog.client.futures import RecordFuture, complete_all
 from oncelog.client.types import RecordMetadata, SentBatch
@@ -92,6 +93,7 @@ def report(completions: list) -> None:
         base = c.base_offset
         lat = c.log_append_time
         cookies = b.cookies
+        metas: list[Any]
         if b.whole:
             metas = [None if err is not None else SentBatch(
                 topic, partition, base, b.count, lat if lat >= 0 else b.max_ts)]
@@ -143,9 +145,9 @@ class Delivery:
         with self._lock:
             if self._memory_waiters:
                 self._memory.notify_all()
-        for w in self._async_memory:
-            if not w.done():
-                w.set_result(None)
+        for fut in self._async_memory:
+            if not fut.done():
+                fut.set_result(None)
         self._async_memory.clear()
 
     async def wait_for(self, batches: set, timeout: float | None) -> None:
@@ -155,8 +157,8 @@ class Delivery:
         self._flushes.append(waiter)
         try:
             await asyncio.wait_for(waiter.done, timeout)
-        except asyncio.TimeoutError:
-            raise asyncio.TimeoutError(
+        except TimeoutError:
+            raise TimeoutError(
                 f"flush timed out after {timeout}s: {sum(b.count for b in waiter.batches)} "
                 f"records sent before it are not complete") from None
         finally:

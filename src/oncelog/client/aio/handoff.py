@@ -162,6 +162,7 @@ class Handoff:
         if e is not None:
             failed.extend(zip(cookies, repeat(e)))
         elif keys[0] is ENCODED:
-            core.acc.append_encoded(tp, *values[0], cookies[0], now, admitted=True)
+            records, count, base_ts, max_ts = values[0]
+            core.acc.append_encoded(tp, records, count, base_ts, max_ts, cookies[0], now, admitted=True)
         else:
             core.acc.extend(tp, tss, keys, values, headers, cookies, sizes, now)

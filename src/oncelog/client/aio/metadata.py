@@ -87,7 +87,8 @@ class ProducerMetadata:
             return 2
         from oncelog.client.aio.admin import describe_topic_config
         try:
-            cfg = await describe_topic_config(self.cluster, info.name, ["message.format.version"])
+            cfg = await describe_topic_config(self.cluster, info.name,  # type: ignore[arg-type]  # asked by name
+                                              ["message.format.version"])
         except Exception as e:  # noqa: BLE001 - no rights / not supported: assume a modern format
             log.debug("DescribeConfigs for %s failed (%r): assuming message format v2", info.name, e)
             return 2
@@ -106,6 +107,8 @@ class ProducerMetadata:
 
     def _on_metadata_topic(self, t: metadata.TopicEntry) -> None:
         for p in t.partitions:
-            self.core.update_leader(TopicPartition(t.name, p.index), p.leader_id, p.leader_epoch)
+            # asked by name: the answer names its topics
+            self.core.update_leader(TopicPartition(t.name, p.index),  # type: ignore[arg-type]
+                                    p.leader_id, p.leader_epoch)
         if t.name in self.partitions:
             self.partitions[t.name] = len(t.partitions)

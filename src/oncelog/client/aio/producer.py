@@ -17,8 +17,9 @@ import asyncio
 import logging
 import threading
 import time
+from collections.abc import Callable
 from threading import get_ident
-from typing import Any, Callable
+from typing import Any
 
 from oncelog.client.aio.cluster import Cluster
 from oncelog.client.aio.delivery import Delivery
@@ -26,8 +27,7 @@ from oncelog.client.aio.handoff import ENCODED, Handoff
 from oncelog.client.aio.metadata import ProducerMetadata
 from oncelog.client.aio.sender import Sender, Wakeup, now_ms
 from oncelog.client.config import Idempotence, ProducerConfig
-from oncelog.client.errors import (
-    BufferExhaustedError, KafkaClientError, ProducerClosedError, RecordTooLargeError)
+from oncelog.client.errors import BufferExhaustedError, KafkaClientError, ProducerClosedError, RecordTooLargeError
 from oncelog.client.partitioner import StickyPartitioner
 from oncelog.client.producer_core import ProducerCore
 from oncelog.client.types import RecordMetadata, TopicPartition
@@ -80,7 +80,7 @@ class AIOProducer:
 
     # ------------------------------------------------------------------ lifecycle
 
-    async def start(self) -> "AIOProducer":
+    async def start(self) -> AIOProducer:
         self.loop = asyncio.get_running_loop()
         self._loop_ident = threading.get_ident()
         conn = await self.cluster.any_connection()
@@ -112,7 +112,7 @@ class AIOProducer:
                     f"max.block.ms={self.config.max_block_ms}")
         return self
 
-    async def __aenter__(self) -> "AIOProducer":
+    async def __aenter__(self) -> AIOProducer:
         return await self.start()
 
     async def __aexit__(self, *exc) -> None:
@@ -153,7 +153,7 @@ class AIOProducer:
             if self.sender.started:
                 # also after a fatal error: batches on the wire are still answered (Java waits too)
                 await self.flush(timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             log.warning("close: records not delivered within %.1fs are failed", timeout)
         finally:
             self.handoff.close(now_ms())
@@ -178,6 +178,7 @@ class AIOProducer:
     async def send(self, topic: str, value=None, key=None, headers=None, partition: int | None = None,
                    timestamp: int | None = None, on_delivery: Callable | None = None) -> asyncio.Future:
         """Queue a record; returns a future of its RecordMetadata."""
+        assert self.loop is not None, "start() the producer first"
         fut = self.loop.create_future()
         while True:
             r = self.append(topic, value, key, headers, partition, timestamp, (fut, on_delivery))
@@ -188,7 +189,7 @@ class AIOProducer:
                 continue
             try:
                 await asyncio.wait_for(self.delivery.memory_freed(), self.config.max_block_ms / 1000)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 raise BufferExhaustedError(
                     f"buffer.memory={self.config.buffer_memory} full for max.block.ms="
                     f"{self.config.max_block_ms}") from None

@@ -68,7 +68,7 @@ class Wakeup:
 
     def set_threadsafe(self) -> None:
         self.pending = True
-        self._loop.call_soon_threadsafe(self.set)
+        self._loop.call_soon_threadsafe(self.set)  # type: ignore[union-attr]  # armed before any send
 
 
 class Sender:
@@ -113,6 +113,7 @@ class Sender:
 
     async def _run(self) -> None:
         loop = self.loop
+        assert loop is not None  # started
         w = self.wakeup
         handed_over = self.handoff.items
         linger_ms = self.config.linger_ms
@@ -200,6 +201,7 @@ class Sender:
 
     def _send_produce(self, conn: Connection, node: int, batches: list, now: int) -> None:
         version = conn.version(ApiKey.PRODUCE)
+        assert version is not None  # every Kafka broker advertises Produce
         ids = self.cluster.topic_ids
         if version >= 13 and any(b.tp.topic not in ids for b in batches):
             version = 12
@@ -218,6 +220,7 @@ class Sender:
         self.requests_sent += 1
         if fut is None:
             return
+        assert self.loop is not None  # started
         timer = self.loop.call_later(self.config.request_timeout_ms / 1000, self._request_timed_out,
                                      conn, fut)
         fut.add_done_callback(lambda f: self.on_produce_done(node, version, batches, f, timer))
@@ -290,7 +293,7 @@ class Sender:
                 answer = await self._init_producer_id_request(conn, v, -1, -1)
                 with self.lock:
                     core.on_init_producer_id(pid, *answer, now_ms(), retried=True)
-        except (BrokerConnectionError, asyncio.TimeoutError, OSError) as e:
+        except (TimeoutError, BrokerConnectionError, OSError) as e:
             log.info("InitProducerId failed (%r); retrying", e)
             with self.lock:
                 core.producer_id_retry_later(e, now_ms())

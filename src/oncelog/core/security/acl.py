@@ -153,7 +153,8 @@ class ResourcePatternFilter:
     def matches(self, pattern: ResourcePattern) -> bool:
         if self.resource_type is not ResourceType.ANY and self.resource_type is not pattern.resource_type:
             return False
-        if self.pattern_type not in (PatternType.ANY, PatternType.MATCH) and self.pattern_type is not pattern.pattern_type:
+        if (self.pattern_type not in (PatternType.ANY, PatternType.MATCH)
+                and self.pattern_type is not pattern.pattern_type):
             return False
         if self.name is None:
             return True

@@ -28,13 +28,27 @@ from __future__ import annotations
 
 import ipaddress
 from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any
 
-from oncelog.core.security.acl import (ACL_RECORD, REMOVE_ACL_RECORD, WILDCARD, WILDCARD_PRINCIPAL, AclBinding,
-                                       AclBindingFilter, AclOperation, AclPermissionType, PatternType,
-                                       ResourceType, acl_record, binding_from_record, remove_acl_record,
-                                       validate_filter, validate_new_binding)
+from oncelog.core.security.acl import (
+    ACL_RECORD,
+    REMOVE_ACL_RECORD,
+    WILDCARD,
+    WILDCARD_PRINCIPAL,
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourceType,
+    acl_record,
+    binding_from_record,
+    remove_acl_record,
+    validate_filter,
+    validate_new_binding,
+)
 from oncelog.core.security.principal import KafkaPrincipal
 from oncelog.protocol.errors import ErrorCode
 
@@ -121,7 +135,8 @@ class Acls:
         for length in self._prefix_lengths.get(resource_type, {}):
             if length <= len(name):
                 keys.append((resource_type, PatternType.PREFIXED, name[:length]))
-        has_acls, found = False, []
+        has_acls = False
+        found: list[_Entry] = []
         for key in keys:
             by_principal = self._index.get(key)
             if by_principal:
@@ -241,7 +256,7 @@ class Acls:
         return [acl_record(i, b) for i, b in sorted(self._by_id.items())]
 
     @classmethod
-    def from_snapshot(cls, records: Iterable[dict[str, Any]]) -> "Acls":
+    def from_snapshot(cls, records: Iterable[dict[str, Any]]) -> Acls:
         acls = cls()
         for r in records:
             acls.replay(r)
@@ -322,7 +337,10 @@ class Authorizer:
             return True
         host = normalize_host(host)
         caller = str(principal)
-        deny_literal, deny_prefix, allow_literal, allow_prefix = set(), set(), set(), set()
+        deny_literal: set[str] = set()
+        deny_prefix: set[str] = set()
+        allow_literal: set[str] = set()
+        allow_prefix: set[str] = set()
         wildcard_allow = False
         for entry in self.acls.entries_of_type(resource_type):
             ace, pattern = entry.binding.entry, entry.binding.pattern

@@ -15,11 +15,17 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any
 
-from oncelog.core.security.scram import (AddScram, ScramCredential, ScramMechanism, check_iterations,
-                                         credential_from_salted_password)
+from oncelog.core.security.scram import (
+    AddScram,
+    ScramCredential,
+    ScramMechanism,
+    check_iterations,
+    credential_from_salted_password,
+)
 from oncelog.protocol.errors import ErrorCode
 
 SCRAM_RECORD, REMOVE_SCRAM_RECORD = "scram_credential", "remove_scram_credential"
@@ -57,7 +63,7 @@ class DescribeResult:
 
 
 def credential_record(name: str, mechanism: ScramMechanism, c: ScramCredential) -> dict[str, Any]:
-    b64 = lambda b: base64.b64encode(b).decode()  # noqa: E731
+    b64: Callable[[bytes], str] = lambda b: base64.b64encode(b).decode()  # noqa: E731
     return {"type": SCRAM_RECORD, "name": name, "mechanism": mechanism.type, "salt": b64(c.salt),
             "stored_key": b64(c.stored_key), "server_key": b64(c.server_key), "iterations": c.iterations}
 
@@ -204,7 +210,7 @@ class ScramCredentials:
                 for (n, m), c in sorted(self._creds.items(), key=lambda kv: (kv[0][0], kv[0][1].type))]
 
     @classmethod
-    def from_snapshot(cls, records: Iterable[dict[str, Any]]) -> "ScramCredentials":
+    def from_snapshot(cls, records: Iterable[dict[str, Any]]) -> ScramCredentials:
         store = cls()
         for r in records:
             store.replay(r)

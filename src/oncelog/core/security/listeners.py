@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any, Mapping
+from typing import Any
 
 from oncelog.core.topic_config import ConfigDef, ConfigError
 
@@ -197,7 +198,7 @@ class TlsSettings:
 
 
 def tls_settings(config: Mapping[str, Any], listener: str) -> TlsSettings:
-    get = lambda key, default=None: listener_value(config, listener, key, default)  # noqa: E731
+    get: Callable[..., Any] = lambda key, default=None: listener_value(config, listener, key, default)  # noqa: E731
     store_type = str(get("ssl.keystore.type", "PEM")).upper()
     if store_type != "PEM":
         raise ConfigError(f"ssl.keystore.type={store_type} for listener {listener}: oncelog reads PEM key "

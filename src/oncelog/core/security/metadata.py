@@ -47,7 +47,7 @@ class SecurityMetadata:
                 "scram": self.scram.to_snapshot(), "quotas": self.quotas.to_snapshot()}
 
     @classmethod
-    def from_snapshot(cls, data: dict[str, Any] | None) -> "SecurityMetadata":
+    def from_snapshot(cls, data: dict[str, Any] | None) -> SecurityMetadata:
         if not data:
             return cls()
         if data.get("version") != SNAPSHOT_VERSION:

@@ -9,7 +9,7 @@ answer nor its timing says which users exist. The messages are Kafka's: PLAIN fa
 from __future__ import annotations
 
 import hmac
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 from oncelog.core.security.sasl import AuthenticationFailed, IllegalSaslState
 

@@ -17,8 +17,8 @@ value's ASN.1 string type; it assumes the usual one where the type shows in the 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
 
 USER_TYPE = "User"
 
@@ -33,7 +33,7 @@ class KafkaPrincipal:
         return f"{self.type}:{self.name}"
 
     @classmethod
-    def parse(cls, text: str) -> "KafkaPrincipal":
+    def parse(cls, text: str) -> KafkaPrincipal:
         """Kafka's `SecurityUtils.parseKafkaPrincipal`: split at the first ':'."""
         kind, sep, name = (text or "").partition(":")
         if not text or not sep:
@@ -41,7 +41,7 @@ class KafkaPrincipal:
         return cls(kind, name)
 
     @classmethod
-    def user(cls, name: str) -> "KafkaPrincipal":
+    def user(cls, name: str) -> KafkaPrincipal:
         return cls(USER_TYPE, name)
 
 
@@ -221,7 +221,7 @@ class NoMatchingRule(ValueError):
     """No rule maps this name: Kafka fails the handshake (the connection is closed)."""
 
 
-def _java_replacement(template: str, m: re.Match) -> str:
+def _java_replacement(template: str, m: re.Match[str]) -> str:
     """Java's `Matcher.appendReplacement` syntax: `$n`, `${name}`, `\\x` for a literal x."""
     out, i, groups = [], 0, m.re.groups
     while i < len(template):
@@ -259,10 +259,10 @@ class _Rule:
     pattern: str | None   # None: DEFAULT
     replacement: str = ""
     case: str = ""        # "L", "U" or ""
-    regex: re.Pattern | None = field(default=None, compare=False, repr=False)
+    regex: re.Pattern[str] | None = field(default=None, compare=False, repr=False)
 
     @classmethod
-    def compile(cls, pattern: str, replacement: str, case: str) -> "_Rule":
+    def compile(cls, pattern: str, replacement: str, case: str) -> _Rule:
         return cls(pattern, replacement, case, re.compile(_JAVA_NAMED_GROUP.sub("(?P<", pattern)))
 
     def apply(self, dn: str) -> str | None:
@@ -272,7 +272,7 @@ class _Rule:
         if not regex.fullmatch(dn):
             return None
         template = self._literal_backrefs(self.replacement, regex.groups)
-        result = regex.sub(lambda m: _java_replacement(template, m), dn)
+        result: str = regex.sub(lambda m: _java_replacement(template, m), dn)
         return result.lower() if self.case == "L" else result.upper() if self.case == "U" else result
 
     @staticmethod
@@ -283,14 +283,15 @@ class _Rule:
         if groups == 0:
             return template
 
-        def fix(m: re.Match) -> str:
+        def fix(m: re.Match[str]) -> str:
             digits = m.group(1)
+            whole: str = m.group(0)
             if digits.startswith("0"):
-                return m.group(0)
+                return whole
             ref = int(digits)
             while ref > groups and ref >= 10:
                 ref //= 10
-            return "\\" + m.group(0) if ref > groups else m.group(0)
+            return "\\" + whole if ref > groups else whole
         return _BACKREF.sub(fix, template)
 
     def __str__(self) -> str:
@@ -308,7 +309,7 @@ class SslPrincipalMapper:
         self.rules = tuple(rules)
 
     @classmethod
-    def from_rules(cls, text: str | None) -> "SslPrincipalMapper":
+    def from_rules(cls, text: str | None) -> SslPrincipalMapper:
         text = "DEFAULT" if text is None else text
         rules: list[_Rule] = []
         for m in _RULE_SPLITTER.finditer(text.strip()):

@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import ipaddress
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from oncelog.protocol.errors import ErrorCode
 
@@ -78,8 +79,13 @@ class QuotaEntity:
         return out
 
     @classmethod
-    def from_parts(cls, parts: Mapping[str, str | None]) -> "QuotaEntity":
-        get = lambda k: (DEFAULT if parts[k] is None else parts[k]) if k in parts else None  # noqa: E731
+    def from_parts(cls, parts: Mapping[str, str | None]) -> QuotaEntity:
+        def get(k: str) -> str | _Default | None:
+            if k not in parts:
+                return None
+            v = parts[k]
+            return DEFAULT if v is None else v
+
         return cls(get(USER), get(CLIENT_ID), get(IP))
 
     def __str__(self) -> str:
@@ -289,8 +295,8 @@ class ClientQuotaStore:
         (error code, message); records only for values that change. With validate_only the
         caller drops the records."""
         records: list[dict[str, Any]] = []
-        results = []
-        seen: set[tuple] = set()
+        results: list[tuple[Sequence[tuple[str, str | None]], ErrorCode, str | None]] = []
+        seen: set[tuple[tuple[str, str | None], ...]] = set()
         for alt in alterations:
             key_of_entity = tuple(sorted(alt.entity, key=lambda p: p[0]))
             if key_of_entity in seen:
@@ -322,8 +328,9 @@ class ClientQuotaStore:
             if USER in parts or CLIENT_ID in parts:
                 return (bad, "Invalid quota entity combination, IP entity should not be combined with User or "
                              "ClientId"), []
-            if parts[IP] is not None and not _is_ip(parts[IP]):
-                return (bad, f"{parts[IP]} is not a valid IP or resolvable host."), []
+            ip = parts[IP]
+            if ip is not None and not _is_ip(ip):
+                return (bad, f"{ip} is not a valid IP or resolvable host."), []
             kind_allowed = "ip"
         else:
             kind_allowed = "client"
@@ -417,7 +424,7 @@ class ClientQuotaStore:
                 for k, v in sorted(values.items())]
 
     @classmethod
-    def from_snapshot(cls, records: Iterable[dict[str, Any]]) -> "ClientQuotaStore":
+    def from_snapshot(cls, records: Iterable[dict[str, Any]]) -> ClientQuotaStore:
         store = cls()
         for r in records:
             store.replay(r)

@@ -26,9 +26,10 @@ and the principal must stay the same. After expiry any other request closes the 
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Callable, Protocol
+from typing import Protocol
 
 from oncelog.core.security.principal import KafkaPrincipal
 from oncelog.protocol.api import ApiKey

@@ -32,9 +32,9 @@ import binascii
 import hashlib
 import hmac
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Callable
 
 from oncelog.core.security.sasl import AuthenticationFailed, IllegalSaslState
 
@@ -58,11 +58,11 @@ class ScramMechanism(Enum):
         return hashlib.new(self.hash_name).digest_size
 
     @classmethod
-    def from_name(cls, name: str) -> "ScramMechanism | None":
+    def from_name(cls, name: str) -> ScramMechanism | None:
         return _BY_NAME.get(name)
 
     @classmethod
-    def from_type(cls, type_: int) -> "ScramMechanism | None":
+    def from_type(cls, type_: int) -> ScramMechanism | None:
         return _BY_TYPE.get(type_)
 
 
@@ -396,6 +396,7 @@ def parse_add_scram(argument: str, random_bytes: RandomBytes) -> AddScram:
     if salt is None:
         salt = random_bytes(32)
     if salted is None:
+        assert password is not None  # one of the two is given (checked above)
         salted = salted_password(mechanism, password, salt, iterations)
     return AddScram(mechanism, name, credential_from_salted_password(mechanism, salt, salted, iterations))
 

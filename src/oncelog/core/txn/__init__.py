@@ -5,10 +5,25 @@ offset and aborted-transaction index (`partition`), and the read_committed filte
 (`read_committed`).
 """
 from oncelog.core.producer_epoch import is_epoch_exhausted
-from oncelog.core.txn.coordinator import (ABORT, COMMIT, Answer, Completion, CoordinatorInvariantError,
-                                          MarkerJob, Transition, TransactionCoordinator, TxnConfig)
-from oncelog.core.txn.partition import (AbortedQuery, AbortedTxn, AbortedTxnIndex, CompletedTxn,
-                                        PartitionTxns, collect_aborted)
+from oncelog.core.txn.coordinator import (
+                                          ABORT,
+                                          COMMIT,
+                                          Answer,
+                                          Completion,
+                                          CoordinatorInvariantError,
+                                          MarkerJob,
+                                          TransactionCoordinator,
+                                          Transition,
+                                          TxnConfig,
+)
+from oncelog.core.txn.partition import (
+                                          AbortedQuery,
+                                          AbortedTxn,
+                                          AbortedTxnIndex,
+                                          CompletedTxn,
+                                          PartitionTxns,
+                                          collect_aborted,
+)
 from oncelog.core.txn.read_committed import ReadCommittedFilter
 from oncelog.core.txn.state import VALID_PREVIOUS, TopicPartition, TransactionMetadata, TxnState
 

@@ -25,16 +25,23 @@ business), authorization, and the per-version rewriting of codes (`core/txn/erro
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator
 
 from oncelog.core.producer_epoch import MAX_EPOCH, is_epoch_exhausted
-from oncelog.core.txn.log_format import (CONSUMER_OFFSETS_TOPIC, decode_key, decode_value,
-                                         encode_record, partition_for)
-from oncelog.core.txn.state import (COMPLETED, IDLE, NO_PRODUCER_EPOCH, NO_PRODUCER_ID,
-                                    PREPARED, TopicPartition, TransactionMetadata, TxnState,
-                                    is_valid_transition)
 from oncelog.core.txn.errors import translate_append_error
+from oncelog.core.txn.log_format import CONSUMER_OFFSETS_TOPIC, decode_key, decode_value, encode_record, partition_for
+from oncelog.core.txn.state import (
+    COMPLETED,
+    IDLE,
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    PREPARED,
+    TopicPartition,
+    TransactionMetadata,
+    TxnState,
+    is_valid_transition,
+)
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 
 E = ErrorCode
@@ -345,6 +352,7 @@ class TransactionCoordinator:
         if meta.state == S.ONGOING:
             # Abort the open transaction at a new epoch; the caller retries and gets a second bump
             # (a new producer id if that one exhausts the epochs).
+            assert entry is not None  # meta came from it
             return self._fence(part, p, entry, meta, now_ms, Answer(E.CONCURRENT_TRANSACTIONS))
         if meta.state not in IDLE:
             raise CoordinatorInvariantError(f"{tid} is in {meta.state.display_name}")

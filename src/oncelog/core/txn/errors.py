@@ -12,7 +12,7 @@ from oncelog.protocol.errors import ErrorCode
 E = ErrorCode
 
 # First version that understands PRODUCER_FENCED (older ones get INVALID_PRODUCER_EPOCH).
-_PRODUCER_FENCED_SINCE = {
+_PRODUCER_FENCED_SINCE: dict[int, int] = {
     ApiKey.INIT_PRODUCER_ID: 4,
     ApiKey.ADD_PARTITIONS_TO_TXN: 2,
     ApiKey.ADD_OFFSETS_TO_TXN: 2,
@@ -20,7 +20,7 @@ _PRODUCER_FENCED_SINCE = {
 }
 # First version that understands TRANSACTION_ABORTABLE (KIP-890); older ones get INVALID_TXN_STATE.
 # Produce and TxnOffsetCommit see it from partition verification only.
-_TRANSACTION_ABORTABLE_SINCE = {
+_TRANSACTION_ABORTABLE_SINCE: dict[int, int] = {
     ApiKey.PRODUCE: 11,
     ApiKey.TXN_OFFSET_COMMIT: 4,
 }

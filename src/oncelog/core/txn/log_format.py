@@ -20,8 +20,14 @@ from __future__ import annotations
 import struct
 
 from oncelog.core.producer_epoch import MAX_EPOCH
-from oncelog.core.txn.state import (NO_PRODUCER_EPOCH, NO_PRODUCER_ID, PERSISTED, TopicPartition,
-                                    TransactionMetadata, TxnState)
+from oncelog.core.txn.state import (
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    PERSISTED,
+    TopicPartition,
+    TransactionMetadata,
+    TxnState,
+)
 from oncelog.protocol.primitives import I16, I32, I64, Reader, array_len, string, tagged_fields
 
 KEY_VERSION = 0

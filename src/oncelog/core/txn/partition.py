@@ -26,7 +26,8 @@ from __future__ import annotations
 import struct
 from array import array
 from bisect import bisect_left
-from typing import Iterable, Iterator, NamedTuple
+from collections.abc import Iterable, Iterator
+from typing import NamedTuple
 
 from oncelog.protocol.errors import ErrorCode
 
@@ -229,7 +230,7 @@ class AbortedTxnIndex:
                         for i in range(k, len(self.pid)))
 
     @classmethod
-    def decode(cls, data: bytes) -> "AbortedTxnIndex":
+    def decode(cls, data: bytes) -> AbortedTxnIndex:
         """Entries of a `.txnindex` file; a torn final entry (a crash mid-write) is dropped.
         ValueError for an unknown entry version or entries out of marker order."""
         idx = cls()

@@ -8,7 +8,7 @@ the set is skipped. Control batches are never returned but stepped over, so offs
 """
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 
 class ReadCommittedFilter:

@@ -31,7 +31,7 @@ class TxnState(IntEnum):
         return _NAMES[self]
 
     @classmethod
-    def from_name(cls, name: str) -> "TxnState | None":
+    def from_name(cls, name: str) -> TxnState | None:
         return _BY_NAME.get(name)
 
 
@@ -87,5 +87,5 @@ class TransactionMetadata:
     last_producer_id: int = NO_PRODUCER_ID
     last_producer_epoch: int = NO_PRODUCER_EPOCH
 
-    def evolve(self, **changes: object) -> "TransactionMetadata":
+    def evolve(self, **changes: object) -> TransactionMetadata:
         return replace(self, **changes)  # type: ignore[arg-type]

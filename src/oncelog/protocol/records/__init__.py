@@ -10,18 +10,46 @@
 Import from the package; the modules are its layout, not its interface.
 """
 from oncelog.protocol.records.batch import (
-    ATTR_COMPRESSION_MASK, ATTR_CONTROL, ATTR_TIMESTAMP_TYPE, ATTR_TRANSACTIONAL, BATCH_HEADER,
-    BATCH_OVERHEAD, CRC_START, LOG_OVERHEAD, NO_PRODUCER_ID, BatchHeader, Header, Record, check_crc,
-    iter_batches, magic_of, patch_batch, read_batch_header, rewrite_producer_state, set_max_timestamp,
-    writable)
-from oncelog.protocol.records.decode import (
-    decode_batch, decode_records, iter_record_batches, iter_record_times)
+    ATTR_COMPRESSION_MASK,
+    ATTR_CONTROL,
+    ATTR_TIMESTAMP_TYPE,
+    ATTR_TRANSACTIONAL,
+    BATCH_HEADER,
+    BATCH_OVERHEAD,
+    CRC_START,
+    LOG_OVERHEAD,
+    NO_PRODUCER_ID,
+    BatchHeader,
+    Header,
+    Record,
+    check_crc,
+    iter_batches,
+    magic_of,
+    patch_batch,
+    read_batch_header,
+    rewrite_producer_state,
+    set_max_timestamp,
+    writable,
+)
+from oncelog.protocol.records.decode import decode_batch, decode_records, iter_record_batches, iter_record_times
 from oncelog.protocol.records.encode import (
-    HEADER_ROOM, RECORD_OVERHEAD, build_batch, encode_batch, encode_plain_records, encode_record,
-    record_size_upper_bound, seal_batch)
+    HEADER_ROOM,
+    RECORD_OVERHEAD,
+    build_batch,
+    encode_batch,
+    encode_plain_records,
+    encode_record,
+    record_size_upper_bound,
+    seal_batch,
+)
 from oncelog.protocol.records.legacy import (
-    LegacySetInfo, encode_legacy_message, message_format_magic, parse_message_format_version,
-    patch_legacy_offsets, validate_legacy_message_set)
+    LegacySetInfo,
+    encode_legacy_message,
+    message_format_magic,
+    parse_message_format_version,
+    patch_legacy_offsets,
+    validate_legacy_message_set,
+)
 from oncelog.protocol.records.validate import check_batch, validate_batch, validate_record_set
 from oncelog.protocol.records.varint import decode_varint, encode_varint
 

@@ -14,11 +14,16 @@ same `BatchHeader`, as Kafka's `RecordBatch` describes both.
 from __future__ import annotations
 
 import struct
-from typing import Iterator, NamedTuple
+from collections.abc import Iterator
+from typing import NamedTuple
 
 from crc32c import crc32c
 
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
+from oncelog.protocol.primitives import Buf
+
+# What the header rewrites patch in place: a bytearray, or a view of memory that is not read-only.
+WritableBuf = bytearray | memoryview
 
 BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")
 BATCH_OVERHEAD = BATCH_HEADER.size  # 61
@@ -118,21 +123,21 @@ def invalid(message: str) -> KafkaProtocolError:
     return KafkaProtocolError(ErrorCode.INVALID_RECORD, message)
 
 
-def magic_of(buf, pos: int = 0) -> int:
+def magic_of(buf: Buf, pos: int = 0) -> int:
     """The magic byte of the batch or legacy message at `pos` (same position in all formats)."""
     if len(buf) < pos + MAGIC_POS + 1:
         raise corrupt("record set too short to hold a batch header")
     return buf[pos + MAGIC_POS]
 
 
-def read_batch_header(buf, pos: int = 0) -> BatchHeader:
+def read_batch_header(buf: Buf, pos: int = 0) -> BatchHeader:
     """Parse the v2 header at `pos` without checking anything but its presence."""
     if len(buf) - pos < BATCH_OVERHEAD:
         raise corrupt(f"record batch header needs {BATCH_OVERHEAD} bytes, {len(buf) - pos} left")
     return BatchHeader._make(BATCH_HEADER.unpack_from(buf, pos))
 
 
-def iter_batches(buf, *, strict: bool = False, exact: bool = False) -> Iterator[tuple[int, BatchHeader]]:
+def iter_batches(buf: Buf, *, strict: bool = False, exact: bool = False) -> Iterator[tuple[int, BatchHeader]]:
     """(position, header) of each complete batch of `buf`, v2 batches and v0/v1 messages alike
     (tell them apart by `header.magic`). Nothing is checked beyond what framing needs; the CRC is
     `check_crc`'s, the rest validate.py's and legacy.py's.
@@ -163,7 +168,7 @@ def iter_batches(buf, *, strict: bool = False, exact: bool = False) -> Iterator[
         pos += LOG_OVERHEAD + odd.batch_length
 
 
-def _odd_entry(buf, pos: int, end: int, strict: bool, exact: bool) -> BatchHeader | None:
+def _odd_entry(buf: Buf, pos: int, end: int, strict: bool, exact: bool) -> BatchHeader | None:
     """The entry at `pos` that is not a whole v2 batch: a v0/v1 message, or None where the walk
     ends (raising instead where the mode says so)."""
     if end - pos <= MAGIC_POS:
@@ -192,20 +197,21 @@ def _odd_entry(buf, pos: int, end: int, strict: bool, exact: bool) -> BatchHeade
     return None
 
 
-def check_crc(buf, pos: int, header: BatchHeader) -> None:
+def check_crc(buf: Buf, pos: int, header: BatchHeader) -> None:
     """CORRUPT_MESSAGE unless the v2 batch at `pos` matches its CRC-32C."""
     if crc32c(memoryview(buf)[pos + CRC_START:pos + LOG_OVERHEAD + header.batch_length]) != header.crc:
         raise corrupt(f"record batch CRC-32C mismatch in the batch at offset {header.base_offset}")
 
 
-def store_crc(buf: bytearray, pos: int, end: int) -> None:
+def store_crc(buf: WritableBuf, pos: int, end: int) -> None:
     """Compute and write the CRC-32C of the v2 batch at buf[pos:end]."""
     _CRC.pack_into(buf, pos + CRC_POS, crc32c(memoryview(buf)[pos + CRC_START:end]))
 
 
 # ---------------------------------------------------------------- header rewrites
 
-def writable(buf) -> bytearray | memoryview:
+
+def writable(buf: Buf) -> WritableBuf:
     """`buf` itself if the header rewrites below can patch it in place (a bytearray, or a
     writable view such as a request frame the broker read into its own buffer), else a copy."""
     if isinstance(buf, bytearray) or (isinstance(buf, memoryview) and not buf.readonly):
@@ -213,13 +219,13 @@ def writable(buf) -> bytearray | memoryview:
     return bytearray(buf)
 
 
-def patch_batch(buf: bytearray, pos: int, base_offset: int, partition_leader_epoch: int) -> None:
+def patch_batch(buf: WritableBuf, pos: int, base_offset: int, partition_leader_epoch: int) -> None:
     """Set the two fields the CRC does not cover, in place."""
     _I64.pack_into(buf, pos, base_offset)
     _I32.pack_into(buf, pos + _EPOCH_POS, partition_leader_epoch)
 
 
-def set_max_timestamp(buf: bytearray, pos: int, header: BatchHeader, timestamp: int) -> None:
+def set_max_timestamp(buf: WritableBuf, pos: int, header: BatchHeader, timestamp: int) -> None:
     """Rewrite the timestamp type to LogAppendTime with `timestamp`, recomputing the CRC.
 
     Needed only for topics with message.timestamp.type=LogAppendTime.

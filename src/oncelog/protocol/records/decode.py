@@ -1,11 +1,10 @@
 """Decoding records: what a consumer (and ListOffsets by time) reads out of batches."""
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from oncelog.protocol import compression
-from oncelog.protocol.records.batch import (
-    BATCH_OVERHEAD, BatchHeader, Record, check_crc, corrupt, iter_batches)
+from oncelog.protocol.records.batch import BATCH_OVERHEAD, BatchHeader, Header, Record, check_crc, corrupt, iter_batches
 from oncelog.protocol.records.legacy import decode_legacy_entry
 from oncelog.protocol.records.varint import decode_varint
 
@@ -73,7 +72,7 @@ def _decode_v2(mv: memoryview, pos: int, header: BatchHeader, verify_crc: bool) 
                 value = bytes(data[pos:pos + vlen])
                 pos += vlen
             hcount, pos = decode_varint(data, pos)
-            headers: tuple = ()
+            headers: tuple[Header, ...] = ()
             if hcount > 0:
                 hl = []
                 for _h in range(hcount):
@@ -105,10 +104,10 @@ def iter_record_times(entry: bytes | bytearray | memoryview) -> Iterator[tuple[i
     its search found: a v2 record is read only up to its offset delta and skipped by its length,
     so keys, values and headers are never copied."""
     mv = memoryview(entry)
-    for _pos, header in iter_batches(mv, strict=True):
-        break
-    else:
+    first = next(iter_batches(mv, strict=True), None)
+    if first is None:
         raise corrupt("entry shorter than its header")
+    header = first[1]
     if header.magic != 2:
         for r in decode_legacy_entry(mv[:header.size], header, False)[1]:
             yield r.offset, r.timestamp
@@ -120,7 +119,7 @@ def iter_record_times(entry: bytes | bytearray | memoryview) -> Iterator[tuple[i
     if codec:
         try:
             data = memoryview(compression.decompress(codec, data))
-        except Exception as exc:  # the broker stores compressed records unread: a codec error is corruption
+        except Exception as exc:  # noqa: BLE001 - the broker stores compressed records unread: a codec error is corruption
             raise corrupt(f"batch does not decompress: {exc}") from None
     log_append = header.timestamp_type
     pos = 0

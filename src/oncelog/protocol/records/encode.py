@@ -13,14 +13,23 @@ its records were joined into, so its records are copied once.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from itertools import chain, repeat
 from operator import add
-from typing import Iterable, Sequence
+from typing import Any
 
 from oncelog.protocol import compression
 from oncelog.protocol.records.batch import (
-    ATTR_COMPRESSION_MASK, ATTR_TIMESTAMP_TYPE, ATTR_TRANSACTIONAL, BATCH_HEADER, BATCH_OVERHEAD,
-    LOG_OVERHEAD, Header, Record, store_crc)
+    ATTR_COMPRESSION_MASK,
+    ATTR_TIMESTAMP_TYPE,
+    ATTR_TRANSACTIONAL,
+    BATCH_HEADER,
+    BATCH_OVERHEAD,
+    LOG_OVERHEAD,
+    Header,
+    Record,
+    store_crc,
+)
 from oncelog.protocol.records.varint import CACHE as _CACHE
 from oncelog.protocol.records.varint import CACHE_LIMIT as _CACHE_LIMIT
 from oncelog.protocol.records.varint import MINUS_ONE as _MINUS_ONE
@@ -67,7 +76,7 @@ def encode_record(offset_delta: int, timestamp_delta: int, key: bytes | None,
     return _varint_bytes(len(body)) + body
 
 
-def encode_plain_records(values: list, timestamp_deltas: list, header_room: bool = False
+def encode_plain_records(values: Sequence[bytes | None], timestamp_deltas: Sequence[int], header_room: bool = False
                          ) -> bytes | bytearray:
     """The records section of a batch whose records have no key and no headers (the producer's
     common case), offset deltas 0..n-1, in one join. With `header_room`, a bytearray that
@@ -77,7 +86,8 @@ def encode_plain_records(values: list, timestamp_deltas: list, header_room: bool
     n = len(values)
     lim = _CACHE_LIMIT
     if 0 < n < lim and None not in values:
-        lengths = list(map(len, values))
+        # mypy does not narrow on `None not in values`
+        lengths = list(map(len, values))  # type: ignore[arg-type]
         low, high, size = min(timestamp_deltas), max(timestamp_deltas), lengths[0]
         get = _CACHE.__getitem__
         if low >= 0 and high < 64 and size < lim - 64 and lengths.count(size) == n:
@@ -85,7 +95,7 @@ def encode_plain_records(values: list, timestamp_deltas: list, header_room: bool
             # the delta repeats from batch to batch (_uniform_parts)
             before, after = _uniform_parts(size, n)
             return join(chain(first, chain.from_iterable(zip(
-                before, map(get, timestamp_deltas), after, values)), (b"\x00",)))
+                before, map(get, timestamp_deltas), after, values)), (b"\x00",)))  # type: ignore[arg-type]
         if low >= 0 and high < lim and max(lengths) < lim - 64:
             # every varint from the cache, every step a C-level map: a record is length,
             # attributes 0, timestamp delta, offset delta, key -1, value length, value, no headers
@@ -98,7 +108,7 @@ def encode_plain_records(values: list, timestamp_deltas: list, header_room: bool
                 prefixes, repeat(b"\x00"), ts, offs, repeat(b"\x01"), lens, values, repeat(b"\x00")))))
     c = _CACHE
     vb = _varint_bytes
-    out: list = list(first)
+    out: list[bytes] = list(first)
     ext = out.extend
     for i, (v, td) in enumerate(zip(values, timestamp_deltas)):
         t = c[td] if 0 <= td < lim else vb(td)
@@ -113,10 +123,10 @@ def encode_plain_records(values: list, timestamp_deltas: list, header_room: bool
     return join(out)
 
 
-_UNIFORM: dict[int, tuple[list, list]] = {}
+_UNIFORM: dict[int, tuple[list[bytes], list[bytes]]] = {}
 
 
-def _uniform_parts(size: int, n: int) -> tuple[list, list]:
+def _uniform_parts(size: int, n: int) -> tuple[list[bytes], list[bytes]]:
     """For records of `size`-byte values with a one-byte timestamp delta, what comes before the
     delta (the previous record's empty header count, the length, attributes) and between the
     delta and the value (offset delta, key -1, value length), for offsets 0..n-1 at least.
@@ -140,7 +150,7 @@ def _uniform_parts(size: int, n: int) -> tuple[list, list]:
 RECORD_OVERHEAD = 36
 
 
-def record_size_upper_bound(key: bytes | None, value: bytes | None, headers=None) -> int:
+def record_size_upper_bound(key: bytes | None, value: bytes | None, headers: Sequence[Header] | None = None) -> int:
     """A record's encoded size at most, for `batch.size` and `buffer.memory` accounting."""
     n = RECORD_OVERHEAD + (len(key) if key else 0) + (len(value) if value else 0)
     if headers:
@@ -187,9 +197,9 @@ def seal_batch(buf: bytearray, count: int, *, base_offset: int = 0, base_timesta
     return buf
 
 
-def encode_batch(records: Iterable[Record | tuple], *, base_offset: int = 0, compression: int = 0,
+def encode_batch(records: Iterable[Record | tuple[Any, ...]], *, base_offset: int = 0, compression: int = 0,
                  producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
-                 transactional: bool = False, timestamp_type: int = 0) -> bytes:
+                 transactional: bool = False, timestamp_type: int = 0) -> bytearray:
     """Encode records as one v2 batch. Record offsets are taken relative to the first one's
     position (offset deltas are 0..n-1); timestamps relative to the first record's."""
     records = list(records)

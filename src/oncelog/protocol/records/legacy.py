@@ -12,9 +12,19 @@ import zlib
 from typing import Any, NamedTuple
 
 from oncelog.protocol import compression
+from oncelog.protocol.primitives import Buf
 from oncelog.protocol.records.batch import (
-    ATTR_COMPRESSION_MASK, ATTR_TIMESTAMP_TYPE, LEGACY_TIMESTAMP_POS, LOG_OVERHEAD, MAGIC_POS, BatchHeader,
-    Record, corrupt, invalid, iter_batches)
+    ATTR_COMPRESSION_MASK,
+    ATTR_TIMESTAMP_TYPE,
+    LEGACY_TIMESTAMP_POS,
+    MAGIC_POS,
+    BatchHeader,
+    Record,
+    WritableBuf,
+    corrupt,
+    invalid,
+    iter_batches,
+)
 
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
@@ -66,12 +76,12 @@ def encode_legacy_message(offset: int, key: bytes | None, value: bytes | None, *
     return struct.pack(">qiI", offset, len(body) + 4, crc) + bytes(body)
 
 
-def _key_and_value(buf, pos: int, header: BatchHeader) -> tuple[memoryview | None, memoryview | None]:
+def _key_and_value(buf: Buf, pos: int, header: BatchHeader) -> tuple[memoryview | None, memoryview | None]:
     """The key and value of the message at `pos` (a wrapper's value is its compressed inner set)."""
     mv = memoryview(buf)
     end = pos + header.size
     p = pos + LEGACY_TIMESTAMP_POS + (8 if header.magic == 1 else 0)
-    out = []
+    out: list[memoryview | None] = []
     for _field in ("key", "value"):
         if p + 4 > end:
             raise corrupt("message ends inside its key or value length")
@@ -87,7 +97,7 @@ def _key_and_value(buf, pos: int, header: BatchHeader) -> tuple[memoryview | Non
     return out[0], out[1]
 
 
-def _inner_set(buf, pos: int, header: BatchHeader) -> bytes:
+def _inner_set(buf: Buf, pos: int, header: BatchHeader) -> bytes:
     _key, value = _key_and_value(buf, pos, header)
     return compression.decompress(header.compression, bytes(value or b""))
 
@@ -125,7 +135,7 @@ def decode_legacy_entry(entry: memoryview, header: BatchHeader, check_crc: bool
                            records_count=len(records)), records
 
 
-def _check_message(buf, pos: int, header: BatchHeader, magic_expected: int | None) -> None:
+def _check_message(buf: Buf, pos: int, header: BatchHeader, magic_expected: int | None) -> None:
     if header.magic not in (0, 1):
         raise corrupt(f"message magic {header.magic} in a v0/v1 message set")
     if magic_expected is not None and header.magic != magic_expected:
@@ -140,7 +150,7 @@ class LegacySetInfo(NamedTuple):
     max_timestamp: int
 
 
-def validate_legacy_message_set(buf) -> LegacySetInfo:
+def validate_legacy_message_set(buf: Buf) -> LegacySetInfo:
     """Validate a produced v0/v1 message set: every CRC, sizes, one magic, inner sets of wrappers.
 
     Compressed magic-0 wrappers are refused: their inner messages carry absolute offsets, which the
@@ -161,7 +171,7 @@ def validate_legacy_message_set(buf) -> LegacySetInfo:
             raise invalid("compressed magic-0 message sets are not supported; use magic 1 or 2")
         try:
             inner = _inner_set(buf, pos, header)
-        except Exception as exc:  # a codec error is a corrupt message, whatever the library
+        except Exception as exc:  # noqa: BLE001 - a codec error is a corrupt message, whatever the library
             raise corrupt(f"compressed message set does not decompress: {exc}") from None
         inner_count = 0
         for inner_pos, inner_header in iter_batches(inner, exact=True):
@@ -177,7 +187,7 @@ def validate_legacy_message_set(buf) -> LegacySetInfo:
     return LegacySetInfo(magic, count, max_ts)
 
 
-def patch_legacy_offsets(buf: bytearray, base_offset: int) -> int:
+def patch_legacy_offsets(buf: WritableBuf, base_offset: int) -> int:
     """Assign offsets from `base_offset` to a validated v0/v1 message set; return the last offset.
 
     A compressed v1 wrapper takes the offset of its last inner message (inner offsets stay

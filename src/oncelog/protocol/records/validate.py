@@ -6,14 +6,23 @@ CRC does not cover (base offset, partition leader epoch) and writes the bytes as
 """
 from __future__ import annotations
 
+from oncelog.protocol.primitives import Buf
 from oncelog.protocol.records.batch import (
-    BATCH_OVERHEAD, LOG_OVERHEAD, BatchHeader, check_crc, corrupt, invalid, iter_batches, read_batch_header)
+    BATCH_OVERHEAD,
+    LOG_OVERHEAD,
+    BatchHeader,
+    check_crc,
+    corrupt,
+    invalid,
+    iter_batches,
+    read_batch_header,
+)
 
 _MIN_BATCH_LENGTH = BATCH_OVERHEAD - LOG_OVERHEAD
 _MIN_RECORD_SIZE = 7  # length, attributes, two deltas, key, value, headers: one byte each at least
 
 
-def check_batch(buf, pos: int, header: BatchHeader) -> None:
+def check_batch(buf: Buf, pos: int, header: BatchHeader) -> None:
     """Check one v2 batch whose header was read at `pos`: length, magic, counts, then the CRC."""
     if header.magic != 2:
         raise corrupt(f"record batch magic {header.magic}, expected 2")
@@ -33,14 +42,14 @@ def check_batch(buf, pos: int, header: BatchHeader) -> None:
     check_crc(buf, pos, header)
 
 
-def validate_batch(buf, pos: int = 0) -> BatchHeader:
+def validate_batch(buf: Buf, pos: int = 0) -> BatchHeader:
     """Validate the single v2 batch at `pos` and return its header."""
     header = read_batch_header(buf, pos)
     check_batch(buf, pos, header)
     return header
 
 
-def validate_record_set(buf) -> list[BatchHeader]:
+def validate_record_set(buf: Buf) -> list[BatchHeader]:
     """Validate a produced v2 record set (one or more batches covering the buffer exactly)."""
     if len(buf) == 0:
         raise invalid("empty record set")

@@ -7,6 +7,7 @@ paths index `CACHE` directly).
 from __future__ import annotations
 
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
+from oncelog.protocol.primitives import Buf
 
 
 def _varint_slow(n: int) -> bytes:
@@ -34,7 +35,7 @@ def encode_varint(n: int) -> bytes:
     return _varint_slow(n)
 
 
-def decode_varint(buf, pos: int) -> tuple[int, int]:
+def decode_varint(buf: Buf, pos: int) -> tuple[int, int]:
     """Decode a zig-zag varint at `pos`; returns (value, new position)."""
     shift = 0
     result = 0
