@@ -92,6 +92,14 @@ def wait_for_markers(bootstrap: str, topic: str, partition: int, expected: list[
     assert markers(bootstrap, topic, partition) == expected
 
 
+def offset_fetch(bootstrap: str, group: str, topic: str, require_stable: bool) -> int:
+    """OffsetFetch v7 for partition 0: its error code."""
+    t = entities.nested(ApiKey.OFFSET_FETCH, 7, "request", "OffsetFetchRequestTopic")
+    r = call(bootstrap, ApiKey.OFFSET_FETCH, 7, group_id=group, require_stable=require_stable,
+             topics=(t(name=topic, partition_indexes=(0,)),))
+    return r.topics[0].partitions[0].error_code.value
+
+
 def create_topic(bootstrap: str, name: str, partitions: int = 2) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until the futures resolve
     for f in admin.create_topics([NewTopic(name, partitions, 1)]).values():
@@ -176,6 +184,8 @@ def test_send_offsets_to_transaction_commits_the_group_offsets_with_the_transact
     p.send_offsets_to_transaction(consumer.position(consumer.assignment()), consumer.consumer_group_metadata(), 30)
     d = describe(bs, "tx-copy")
     assert "__consumer_offsets" in {str(t.topic) for t in d.topics}
+    assert offset_fetch(bs, group, src, require_stable=True) == 88   # UNSTABLE_OFFSET_COMMIT (KIP-447)
+    assert offset_fetch(bs, group, src, require_stable=False) == 0   # the last committed (none)
     p.commit_transaction(30)
     wait_for_state(bs, "tx-copy", "CompleteCommit")
     deadline = time.monotonic() + 30
