@@ -311,3 +311,26 @@ def test_a_read_committed_consumer_sees_only_committed_records(txn_broker):
             got.append(m.value())
     c.close()
     assert got == [b"committed"]
+
+
+# ------------------------------------------------------------------ kafka-python 3.x
+def test_kafka_python_commit_and_abort(txn_broker):
+    from kafka import KafkaProducer
+    bs, topic, tid = txn_broker.bootstrap, "kp", "tx-kafka-python"
+    create_topic(bs, topic)
+    p = KafkaProducer(bootstrap_servers=bs, transactional_id=tid)
+    try:
+        p.init_transactions()
+        p.begin_transaction()
+        p.send(topic, b"k0", partition=0)
+        p.send(topic, b"k1", partition=1)
+        p.commit_transaction()
+        wait_for_state(bs, tid, "CompleteCommit")
+        p.begin_transaction()
+        p.send(topic, b"k2", partition=0).get(30)
+        p.abort_transaction()
+        wait_for_state(bs, tid, "CompleteAbort")
+    finally:
+        p.close(timeout=10)
+    assert markers(bs, topic, 0) == ["COMMIT", "ABORT"]
+    assert markers(bs, topic, 1) == ["COMMIT"]
