@@ -23,6 +23,8 @@ from oncelog.protocol.api import ApiKey
 from oncelog.protocol.records.decode import iter_record_batches
 from oncelog.testing.embedded import BrokerProcess
 
+from test_kafkajs import kafkajs, run_node  # noqa: F401 (fixture: kafkajs installed with npm into a cache)
+
 pytestmark = pytest.mark.processes
 
 FAST = {"transaction.state.log.num.partitions": "3"}
@@ -334,3 +336,18 @@ def test_kafka_python_commit_and_abort(txn_broker):
         p.close(timeout=10)
     assert markers(bs, topic, 0) == ["COMMIT", "ABORT"]
     assert markers(bs, topic, 1) == ["COMMIT"]
+
+
+# ------------------------------------------------------------------ kafkajs
+def test_kafkajs_transactions_commit_abort_and_send_offsets(txn_broker, kafkajs):
+    bs, topic, tid, group = txn_broker.bootstrap, "kjs", "tx-kafkajs", "kjs-group"
+    create_topic(bs, topic)
+    run_node(kafkajs, "kafkajs_txn.js", bs, topic, tid, group, timeout_s=120)
+    wait_for_state(bs, tid, "CompleteCommit")
+    assert markers(bs, topic, 0) == ["COMMIT", "ABORT"]
+    assert markers(bs, topic, 1) == ["COMMIT", "COMMIT"]
+    c = Consumer({"bootstrap.servers": bs, "group.id": group})
+    try:
+        assert c.committed([TopicPartition(topic, 0)], 10)[0].offset == 3
+    finally:
+        c.close()
