@@ -1,7 +1,7 @@
 """Produce and InitProducerId answers seen from outside (hand-built requests over a real socket to
 an in-process Broker with real files): InitProducerId without a transactional id always hands out
 a new id at epoch 0; every refusal for an existing partition carries its log start offset; a
-transactional batch is refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED; ProduceResponse v14
+transactional batch is appended as an idempotent one; ProduceResponse v14
 carries ProducerStateBatchesToRetain (tag 1) on each partition and on each topic."""
 from __future__ import annotations
 
@@ -84,18 +84,16 @@ async def test_refusals_for_an_existing_partition_carry_its_log_start_offset(bro
     assert (p["error_code"], p["log_start_offset"]) == (E.OUT_OF_ORDER_SEQUENCE_NUMBER, 3)
 
 
-async def test_a_transactional_batch_is_refused_until_transactions_exist(broker):
+async def test_a_transactional_batch_is_appended_as_an_idempotent_one(broker):
+    """Until the partition side (KIP-890 verification, open transactions) is merged, a
+    transactional batch is deduplicated and appended like any idempotent batch."""
     c, _b, _ = broker
     await c.create_topic("txn")
-    await delete_records_before(c, "txn", 0)
     txn = encode_batch([Record(0, NOW, None, b"t", [])], producer_id=11, producer_epoch=0,
                        base_sequence=0, transactional=True)
-    for tid in (None, "app-1"):
-        p = await produce_raw(c, "txn", txn, transactional_id=tid)
-        assert (p["error_code"], p["log_start_offset"]) == (E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, 0)
-        assert p["error_message"]
-    # nothing was written: the next plain record lands at offset 0
-    p = await produce_raw(c, "txn", encode_batch([Record(0, NOW, None, b"p", [])]))
+    p = await produce_raw(c, "txn", txn, transactional_id="app-1")
+    assert (p["error_code"], p["base_offset"]) == (E.NONE, 0)
+    p = await produce_raw(c, "txn", txn, transactional_id="app-1")  # a retry: its original offset
     assert (p["error_code"], p["base_offset"]) == (E.NONE, 0)
     # a transactional id on a request of plain batches is ignored, as Kafka ignores it
     p = await produce_raw(c, "txn", batch(0, pid=12), transactional_id="app-1")

@@ -68,6 +68,21 @@ _BROKER_ONLY = (
     ConfigDef("metrics.port", "int", -1, "Prometheus /metrics HTTP port (-1: off, 0: any free "
               "port).", minimum=-1, maximum=65535),
     ConfigDef("metrics.host", "string", "127.0.0.1", "Address of the /metrics endpoint."),
+    # Transactions (docs/transactions.md), Kafka's names and defaults.
+    ConfigDef("transaction.state.log.num.partitions", "int", 50, "Partitions of __transaction_state, "
+              "fixed when the topic is created on the first transactional request.", minimum=1),
+    ConfigDef("transaction.state.log.segment.bytes", "int", 104857600, "Segment size of "
+              "__transaction_state.", minimum=1024),
+    ConfigDef("transaction.max.timeout.ms", "int", 900000, "Largest transaction.timeout.ms a "
+              "producer may ask for (else INVALID_TRANSACTION_TIMEOUT).", minimum=1),
+    ConfigDef("transactional.id.expiration.ms", "int", 604800000, "Idle time after which a "
+              "transactional id with no open transaction is forgotten.", minimum=1),
+    ConfigDef("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10000, "How "
+              "often transactions open longer than their timeout are aborted.", minimum=1),
+    ConfigDef("transaction.remove.expired.transaction.cleanup.interval.ms", "int", 3600000, "How "
+              "often expired transactional ids are removed.", minimum=1),
+    ConfigDef("offsets.topic.num.partitions", "int", 50, "Partitions of __consumer_offsets that "
+              "groups hash to; AddOffsetsToTxn adds the group's one to the transaction.", minimum=1),
     ConfigDef("log.retention.hours", "long", None, "Kafka's synonym: retention.ms in hours."),
     ConfigDef("log.retention.minutes", "long", None, "Kafka's synonym: retention.ms in minutes."),
     ConfigDef("log.roll.hours", "long", None, "Kafka's synonym: segment.ms in hours."),

@@ -576,6 +576,44 @@ class GroupCoordinator:
             return E.ILLEGAL_GENERATION if generation != g.generation else E.NONE
         return E.UNKNOWN_MEMBER_ID  # only members commit to a group that has members
 
+    # ------------------------------------------------------------ transactional offsets
+    def txn_commit(self, group_id: str, producer_id: int, generation: int, member_id: str,
+                   instance_id: str | None, offsets: dict[tuple[str, int], Committed]) -> int:
+        """TxnOffsetCommit (KIP-447): kept pending, durable, until the transaction's marker."""
+        g = self.groups.get(group_id)
+        if generation >= 0 or member_id or instance_id is not None:
+            # Member data (v3+): validated as a commit is; without it (v0-2, aiokafka, kafkajs)
+            # Kafka skips validation for transactional commits, and so no zombie fencing.
+            if g is None:
+                return E.ILLEGAL_GENERATION if generation >= 0 else E.UNKNOWN_MEMBER_ID
+            error = self._validate_commit(g, generation, member_id, instance_id)
+            if error:
+                return error
+        now = self.now_ms()
+        self.store.add_pending(producer_id, group_id, {k: c._replace(commit_timestamp=now)
+                                                       for k, c in offsets.items()})
+        return E.NONE
+
+    def complete_txn(self, producer_id: int, commit: bool, groups: Callable[[str], bool]) -> None:
+        """The transaction's marker reached the offsets partition of the groups for which
+        `groups(group_id)` is true: COMMIT makes their pending offsets visible, ABORT drops them.
+        Repeating it is harmless (nothing is left pending)."""
+        pending = self.store.pending().get(producer_id, {})
+        done = [g for g in pending if groups(g)]
+        if commit:
+            for group_id in done:
+                g = self.groups.get(group_id)
+                self.store.commit(group_id, pending[group_id], self._meta(g) if g is not None else None)
+        self.store.drop_pending(producer_id, done)
+
+    def unstable(self, group_id: str) -> set[tuple[str, int]]:
+        """Partitions of the group with transactional offsets still pending (OffsetFetch v7
+        require_stable answers UNSTABLE_OFFSET_COMMIT for them)."""
+        out: set[tuple[str, int]] = set()
+        for groups in self.store.pending().values():
+            out.update(groups.get(group_id, ()))
+        return out
+
     def committed(self, group_id: str) -> dict[tuple[str, int], Committed]:
         return self.store.get(group_id)
 

@@ -33,6 +33,10 @@ class Logs(Protocol):
     def leader(self, topic: str, index: int) -> tuple[int, int]:
         """(leader's node id, leader epoch); node id -1 when no broker leads it."""
     def partitions(self) -> Iterator[Partition]: ...
+    async def write_txn_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
+                               coordinator_epoch: int, commit: bool) -> ErrorCode:
+        """Append a COMMIT/ABORT control batch for the producer (the marker writer's local path);
+        durable once the group commit fsyncs the partition."""
     def topic_name(self, topic_id: uuid.UUID | None) -> str | None: ...
     def topic_config(self, name: str) -> dict[str, Any]:
         """Every topic config of `name`, typed (`core.topic_config.effective_topic_config`)."""

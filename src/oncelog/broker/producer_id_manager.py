@@ -70,6 +70,25 @@ class ProducerIdManager:
             break
         raise KafkaProtocolError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, "waiting for a producer-id block")
 
+    def producer_id_nowait(self) -> int:
+        """A producer id from the blocks at hand, without waiting (the transaction coordinator's
+        decisions are synchronous: `core.txn.TransactionCoordinator` calls this mid-decision).
+        With none at hand it asks for a block and raises COORDINATOR_LOAD_IN_PROGRESS, which
+        clients retry, as Kafka's coordinator answers while its manager waits for a block."""
+        if self.fatal:
+            raise KafkaProtocolError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, self.fatal)
+        if not (self.current.size and self._next_id <= self.current.last) and self.next_block is not None:
+            self.current, self.next_block = self.next_block, None
+            self._next_id = self.current.first
+        if self.current.size and self._next_id <= self.current.last:
+            pid = self._next_id
+            self._next_id += 1
+            if self.prefetch and pid == self.current.first + int(self.current.size * PREFETCH_AT):
+                self._request_next_block()
+            return pid
+        self._request_next_block()
+        raise KafkaProtocolError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, "waiting for a producer-id block")
+
     def _request_next_block(self) -> None:
         loop = asyncio.get_running_loop()
         if self.next_block is not None or self._inflight is not None or loop.time() < self._backoff_until:

@@ -32,6 +32,7 @@ from oncelog.broker.logs import Logs
 from oncelog.broker.metrics import BrokerMetrics
 from oncelog.broker.producer_id_manager import ProducerIdManager
 from oncelog.broker.request_context import CLIENT
+from oncelog.broker.txn_coordinator import TxnCoordinatorService
 from oncelog.protocol.api import BROKER_VERSIONS, ApiKey, api_name
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.protocol.framing import FrameError, FrameReader
@@ -59,6 +60,7 @@ class Broker:
             expiration_check_interval_ms=self.config["producer.id.expiration.check.interval.ms"])
         self.producer_ids: ProducerIdManager | None = None
         self.groups: GroupCoordinator | None = None
+        self.txn: TxnCoordinatorService | None = None
         self.controller_link: ControllerLink | None = None
         self.fatal = asyncio.Event()  # set when the broker must stop (e.g. no cluster rights)
         self.fatal_message = ""
@@ -111,6 +113,10 @@ class Broker:
         await self._connect_controller()
         if self.config["oncelog.cluster"]:
             await self._join_cluster()
+        # Before serving: a partition of __transaction_state left in Prepare* resumes its markers now.
+        assert self.producer_ids is not None  # _connect_controller set it or raised
+        self.txn = TxnCoordinatorService(self, self.producer_ids.producer_id_nowait)
+        self.txn.start()
         await self._server.start_serving()
         if self.config["metrics.port"] >= 0:
             self.metrics_port = self.metrics.serve(self.config["metrics.host"], self.config["metrics.port"])
@@ -173,6 +179,8 @@ class Broker:
             self._ticker.cancel()
             await asyncio.gather(self._ticker, return_exceptions=True)
             self._ticker = None
+        if self.txn is not None:
+            await self.txn.stop()
         if self._server is not None:
             self._server.close()
             for conn in list(self._connections):

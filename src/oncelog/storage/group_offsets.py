@@ -15,7 +15,7 @@ import urllib.parse
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 _FORMAT = 2
 
@@ -45,6 +45,14 @@ class GroupOffsetStore:
         for path in self.directory.glob("*.json"):
             group = urllib.parse.unquote(path.stem)
             self._groups[group] = _read(path)
+        # Transactional offsets (TxnOffsetCommit) waiting for their transaction's marker: producer
+        # id -> group -> offsets, one fsynced file per producer id, so a commit marker that
+        # arrives after a restart still finds them (docs/transactions.md section 4).
+        self.pending_dir = self.directory / "txn-offsets"
+        self.pending_dir.mkdir(exist_ok=True)
+        self._pending: dict[int, dict[str, dict[tuple[str, int], Committed]]] = {}
+        for path in self.pending_dir.glob("*.json"):
+            self._pending[int(path.stem)] = _read_pending(path)
 
     def groups(self) -> list[str]:
         if self.shared:
@@ -99,21 +107,70 @@ class GroupOffsetStore:
             if gone:
                 self.remove(group, gone)
 
+    # ------------------------------------------------------------ transactional offsets
+    def pending(self) -> dict[int, dict[str, dict[tuple[str, int], Committed]]]:
+        """producer id -> group -> offsets not yet made visible (read-only view)."""
+        return self._pending
+
+    def add_pending(self, producer_id: int, group: str, offsets: dict[tuple[str, int], Committed]) -> None:
+        """Durable (fsynced) before it returns: the TxnOffsetCommit is answered after this."""
+        groups = {g: dict(o) for g, o in self._pending.get(producer_id, {}).items()}
+        groups[group] = {**groups.get(group, {}), **offsets}
+        _write_json(self.pending_dir / f"{producer_id}.json",
+                    {g: _offsets_json(o) for g, o in sorted(groups.items())})
+        self._pending[producer_id] = groups
+
+    def drop_pending(self, producer_id: int, groups: Iterable[str]) -> None:
+        """Forget these groups' pending offsets of `producer_id` (after they were committed, or on
+        abort); the file goes last, so a marker repeated after a crash finds what is left."""
+        current = self._pending.get(producer_id)
+        if current is None:
+            return
+        kept = {g: o for g, o in current.items() if g not in set(groups)}
+        path = self.pending_dir / f"{producer_id}.json"
+        if kept:
+            _write_json(path, {g: _offsets_json(o) for g, o in sorted(kept.items())})
+            self._pending[producer_id] = kept
+        else:
+            del self._pending[producer_id]
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                pass
+
     def _write(self, group: str, offsets: dict[tuple[str, int], Committed], meta: GroupMeta) -> None:
-        path = self._path(group)
-        tmp = path.with_suffix(".tmp")
         data = {"format": _FORMAT, "protocol_type": meta.protocol_type,
                 "empty_since_ms": meta.empty_since_ms,
                 "offsets": [{"topic": t, "partition": p, "offset": c.offset, "metadata": c.metadata,
                              "leader_epoch": c.leader_epoch, "commit_timestamp": c.commit_timestamp,
                              "expire_timestamp": c.expire_timestamp}
                             for (t, p), c in sorted(offsets.items())]}
-        with open(tmp, "w") as f:
-            json.dump(data, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        _write_json(self._path(group), data)
         self._groups[group] = (offsets, meta)
+
+
+def _offsets_json(offsets: dict[tuple[str, int], Committed]) -> list[dict[str, Any]]:
+    return [{"topic": t, "partition": p, "offset": c.offset, "metadata": c.metadata,
+             "leader_epoch": c.leader_epoch, "commit_timestamp": c.commit_timestamp}
+            for (t, p), c in sorted(offsets.items())]
+
+
+def _write_json(path: Path, data: Any) -> None:
+    """Replace `path` with `data` as JSON, durably (written, fsynced, then renamed over it)."""
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w") as f:
+        json.dump(data, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _read_pending(path: Path) -> dict[str, dict[tuple[str, int], Committed]]:
+    return {group: {(e["topic"], e["partition"]): Committed(e["offset"], e.get("metadata"),
+                                                             e.get("leader_epoch", -1),
+                                                             e.get("commit_timestamp", -1))
+                    for e in entries}
+            for group, entries in json.loads(path.read_text()).items()}
 
 
 def _read(path: Path) -> tuple[dict[tuple[str, int], Committed], GroupMeta]:

@@ -15,6 +15,8 @@ from functools import partial
 from typing import Any, NamedTuple
 
 from oncelog.broker.handlers import (
+    add_offsets_to_txn,
+    add_partitions_to_txn,
     api_versions,
     create_topics,
     delete_groups,
@@ -24,6 +26,8 @@ from oncelog.broker.handlers import (
     describe_configs,
     describe_groups,
     describe_producers,
+    describe_transactions,
+    end_txn,
     fetch,
     find_coordinator,
     heartbeat,
@@ -33,11 +37,13 @@ from oncelog.broker.handlers import (
     leave_group,
     list_groups,
     list_offsets,
+    list_transactions,
     metadata,
     offset_commit,
     offset_fetch,
     produce,
     sync_group,
+    txn_offset_commit,
 )
 from oncelog.protocol import entities
 from oncelog.protocol import produce as produce_wire
@@ -62,6 +68,8 @@ def _api(module: Any, decode: Callable[[int, memoryview], Any] | None = None,
 
 
 APIS: dict[int, Api] = {api.key: api for api in (
+    _api(add_offsets_to_txn),
+    _api(add_partitions_to_txn, error_response=add_partitions_to_txn.error_response),
     _api(api_versions, decode=api_versions.decode),
     _api(create_topics, error_response=create_topics.error_response),
     _api(delete_groups, error_response=delete_groups.error_response),
@@ -71,6 +79,8 @@ APIS: dict[int, Api] = {api.key: api for api in (
     _api(describe_configs, error_response=describe_configs.error_response),
     _api(describe_groups, error_response=describe_groups.error_response),
     _api(describe_producers, error_response=describe_producers.error_response),
+    _api(describe_transactions, error_response=describe_transactions.error_response),
+    _api(end_txn),
     _api(fetch, error_response=fetch.error_response),
     _api(find_coordinator, error_response=find_coordinator.error_response),
     _api(heartbeat),
@@ -80,9 +90,11 @@ APIS: dict[int, Api] = {api.key: api for api in (
     _api(leave_group),
     _api(list_groups),
     _api(list_offsets, error_response=list_offsets.error_response),
+    _api(list_transactions),
     _api(metadata, error_response=metadata.error_response),
     _api(offset_commit, error_response=offset_commit.error_response),
     _api(offset_fetch, error_response=offset_fetch.error_response),
     _api(produce, decode=produce_wire.decode_request, error_response=produce.error_response),
     _api(sync_group),
+    _api(txn_offset_commit, error_response=txn_offset_commit.error_response),
 )}

@@ -1,4 +1,6 @@
-"""FindCoordinator (API 10), v0-v4: which broker coordinates a group (`Broker.group_coordinator`)."""
+"""FindCoordinator (API 10), v0-v4: which broker coordinates a group (`Broker.group_coordinator`)
+or a transactional id (key type 1: the leader of its `__transaction_state` partition, the topic
+created on first need). v4 answers a batch of keys (KIP-699)."""
 from __future__ import annotations
 
 from oncelog.protocol import entities
@@ -13,12 +15,25 @@ async def handle(broker, version: int, request) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     key_type = int(getattr(request, "key_type", GROUP))
     code, message = ErrorCode.NONE, None
-    if key_type != GROUP:
-        code, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, "transactions are not supported"
+    if key_type == TRANSACTION:
+        code = await broker.txn.ensure_topic()
+    elif key_type != GROUP:
+        code, message = ErrorCode.INVALID_REQUEST, f"unknown key type {key_type}"
+
     def answer(key: str) -> dict:
         if code:
             return dict(node_id=-1, host="", port=-1, error_code=code, error_message=message)
-        node, host, port = broker.group_coordinator(key)
+        if key_type == TRANSACTION:
+            if not key:
+                return dict(node_id=-1, host="", port=-1, error_code=ErrorCode.INVALID_REQUEST,
+                            error_message="empty transactional id")
+            found = broker.txn.coordinator_node(key)
+            if found is None:
+                return dict(node_id=-1, host="", port=-1, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                            error_message=None)
+            node, host, port = found
+        else:
+            node, host, port = broker.group_coordinator(key)
         return dict(node_id=node, host=host, port=port, error_code=ErrorCode.NONE, error_message=None)
     if version >= 4:
         return rb.encode(throttle_time=0, coordinators=tuple(

@@ -1,13 +1,17 @@
-"""InitProducerId (API 22), v0-v5, for idempotent producers (no transactional id).
+"""InitProducerId (API 22), v0-v5.
 
 Without a transactional id the answer is always a new producer id at epoch 0, whatever id and
 epoch the request names (v3+), as Kafka's TransactionCoordinator.handleInitProducerId answers it:
 the idempotent producer bumps its epoch locally (KIP-360), and bumping an id the caller names
-would let a client take over an id it was never given, or one not yet issued. A transactional id is
-refused until oncelog has transactions.
+would let a client take over an id it was never given, or one not yet issued.
+
+With a transactional id the transaction coordinator decides (`core.txn`: fencing, epoch bump,
+PrepareEpochFence, the KIP-360 retry with the caller's id and epoch, a new id when the epoch is
+exhausted); PRODUCER_FENCED is told as INVALID_PRODUCER_EPOCH below v4 (`core.txn.errors`).
 """
 from __future__ import annotations
 
+from oncelog.core.txn.errors import for_version
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
@@ -18,10 +22,21 @@ API_KEY = ApiKey.INIT_PRODUCER_ID
 async def handle(broker, version: int, request) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     if request.transactional_id is not None:
-        return rb.encode(throttle_time=0, error_code=ErrorCode.INVALID_REQUEST, producer_id=-1,
-                         producer_epoch=-1)
+        return await _transactional(broker, version, request, rb)
     try:
         pid = await broker.producer_ids.generate_producer_id()
     except KafkaProtocolError as e:
         return rb.encode(throttle_time=0, error_code=e.code, producer_id=-1, producer_epoch=-1)
     return rb.encode(throttle_time=0, error_code=ErrorCode.NONE, producer_id=pid, producer_epoch=0)
+
+
+async def _transactional(broker, version: int, request, rb) -> bytes:
+    tid = str(request.transactional_id)
+    code = await broker.txn.ensure_topic() if tid else ErrorCode.NONE
+    if code:
+        return rb.encode(throttle_time=0, error_code=code, producer_id=-1, producer_epoch=-1)
+    answer = await broker.txn.execute(broker.txn.core.prepare_init_producer_id(
+        tid, entities.millis(request.transaction_timeout), broker.now_ms(),
+        int(getattr(request, "producer_id", -1)), int(getattr(request, "producer_epoch", -1))))
+    return rb.encode(throttle_time=0, error_code=for_version(API_KEY, version, answer.error),
+                     producer_id=answer.producer_id, producer_epoch=answer.producer_epoch)

@@ -1,4 +1,6 @@
-"""OffsetFetch (API 9), v1-v7: committed offsets, -1 where none (null topics: all of them)."""
+"""OffsetFetch (API 9), v1-v7: committed offsets, -1 where none (null topics: all of them).
+v7 `require_stable` (KIP-447): a partition with transactional offsets still pending answers
+UNSTABLE_OFFSET_COMMIT (retriable) instead of an offset its transaction may yet replace."""
 from __future__ import annotations
 
 from collections import defaultdict
@@ -15,6 +17,7 @@ async def handle(broker, version: int, r) -> bytes:
     if not broker.coordinates(str(r.group_id)):
         return rb.encode(throttle_time=0, topics=(), error_code=ErrorCode.NOT_COORDINATOR)
     committed = broker.groups.committed(str(r.group_id))
+    unstable = broker.groups.unstable(str(r.group_id)) if getattr(r, "require_stable", False) else set()
     wanted: dict[str, list[int]]
     if r.topics is None:
         wanted = defaultdict(list)
@@ -27,6 +30,10 @@ async def handle(broker, version: int, r) -> bytes:
         parts = []
         for index in partitions:
             c = committed.get((name, index))
+            if (name, index) in unstable:
+                parts.append(rb.error("OffsetFetchResponsePartition", ErrorCode.UNSTABLE_OFFSET_COMMIT,
+                                      partition_index=index, metadata=None))
+                continue
             parts.append(rb("OffsetFetchResponsePartition", partition_index=index,
                             committed_offset=c.offset if c else -1,
                             committed_leader_epoch=c.leader_epoch if c else -1,

@@ -3,10 +3,8 @@
 Every answer for a partition that exists carries its log start offset, refusals included: a
 producer tells a lost write (UNKNOWN_PRODUCER_ID above its last acknowledged offset) from retention
 by comparing them. v14 answers carry the topic's `producer.state.batches.to.retain` per partition
-and per topic (`protocol/produce.py`). Until oncelog has transactions, a request holding a
-transactional batch is refused as Kafka refuses one whose transactional id it may not use
-(TRANSACTIONAL_ID_AUTHORIZATION_FAILED, for every partition of the request); a transactional id
-on a request of plain batches is ignored, as Kafka ignores it.
+and per topic (`protocol/produce.py`). Transactional batches are appended as idempotent ones;
+the partition side (open transactions, KIP-890 verification, LSO) is branch i16-partition's.
 
 Durability: appends run at once, in order; on a topic without write.caching an acks=all answer
 (a new batch or a duplicate's original) then waits for the group commit to fsync it
@@ -21,7 +19,7 @@ import asyncio
 
 from oncelog.protocol import produce as wire
 from oncelog.protocol.errors import ErrorCode
-from oncelog.protocol.records import ATTR_TRANSACTIONAL, iter_batches
+from oncelog.protocol.records import iter_batches
 
 API_KEY = 0
 
@@ -103,17 +101,7 @@ def _refusal(request) -> tuple[int, str] | None:
     """An answer for every partition of the request, or None to handle each on its own."""
     if request.acks not in (-1, 0, 1):
         return ErrorCode.INVALID_REQUIRED_ACKS, f"acks={request.acks} (use -1, 0 or 1)"
-    if _has_transactional_batch(request):
-        return (ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                "transactional batches are refused: oncelog does not support transactions yet")
     return None
-
-
-def _has_transactional_batch(request) -> bool:
-    # batch headers only; a record set too short to hold a header is the partition's to refuse
-    return any(header.magic == 2 and header.attributes & ATTR_TRANSACTIONAL
-               for _topic, parts in request.topics for _index, records in parts if records is not None
-               for _pos, header in iter_batches(records))
 
 
 def _too_large(records, limit: int) -> str | None:

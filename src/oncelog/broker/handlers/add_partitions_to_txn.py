@@ -1,0 +1,73 @@
+"""AddPartitionsToTxn (API 24), v0-v4: partitions join a transaction (`core.txn`).
+
+v0-3 carry one transaction; v4 a batch of them (brokers only, KIP-890), each either added or, with
+VerifyOnly, checked without a write (NONE or TRANSACTION_ABORTABLE per partition). A partition of
+an unknown topic answers UNKNOWN_TOPIC_OR_PARTITION and the rest of its transaction
+OPERATION_NOT_ATTEMPTED, as Kafka does; nothing is added then.
+"""
+from __future__ import annotations
+
+import asyncio
+
+from oncelog.core.txn.errors import for_version
+from oncelog.protocol import entities
+from oncelog.protocol.api import ApiKey
+from oncelog.protocol.errors import ErrorCode
+
+API_KEY = ApiKey.ADD_PARTITIONS_TO_TXN
+E = ErrorCode
+
+
+async def handle(broker, version: int, r) -> bytes:
+    rb = entities.ResponseBuilder(API_KEY, version)
+    if version <= 3:
+        results = await _one(broker, version, str(r.v3_and_below_transactional_id),
+                             int(r.v3_and_below_producer_id), int(r.v3_and_below_producer_epoch), False,
+                             r.v3_and_below_topics)
+        return rb.encode(throttle_time=0, results_by_topic_v3_and_below=_topic_results(rb, results))
+    answers = await asyncio.gather(*(
+        _one(broker, version, str(t.transactional_id), int(t.producer_id), int(t.producer_epoch),
+             bool(t.verify_only), t.topics) for t in r.transactions))
+    return rb.encode(throttle_time=0, error_code=E.NONE, results_by_transaction=tuple(
+        rb("AddPartitionsToTxnResult", transactional_id=t.transactional_id,
+           topic_results=_topic_results(rb, results))
+        for t, results in zip(r.transactions, answers)))
+
+
+async def _one(broker, version: int, tid: str, pid: int, epoch: int, verify_only: bool,
+               topics) -> dict[tuple[str, int], int]:
+    wanted = [(str(t.name), int(i)) for t in topics for i in t.partitions]
+    unknown = {tp for tp in wanted if not _exists(broker, *tp)}
+    if unknown:
+        return {tp: E.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown else E.OPERATION_NOT_ATTEMPTED for tp in wanted}
+    code = await broker.txn.ensure_topic()
+    if code:
+        return {tp: code for tp in wanted}
+    core = broker.txn.core
+    if verify_only:
+        return core.verify_partitions(tid, pid, epoch, wanted)
+    answer = await broker.txn.execute(core.prepare_add_partitions(tid, pid, epoch, wanted, broker.now_ms()))
+    code = for_version(API_KEY, version, answer.error)
+    return {tp: code for tp in wanted}
+
+
+def _exists(broker, topic: str, index: int) -> bool:
+    info = broker.logs.topics.get(topic)
+    return info is not None and 0 <= index < info.partitions
+
+
+def _topic_results(rb, results: dict[tuple[str, int], int]) -> tuple:
+    by_topic: dict[str, list] = {}
+    for (topic, index), code in results.items():
+        by_topic.setdefault(topic, []).append(
+            rb("AddPartitionsToTxnPartitionResult", partition_index=index, partition_error_code=code))
+    return tuple(rb("AddPartitionsToTxnTopicResult", name=topic, results_by_partition=tuple(parts))
+                 for topic, parts in by_topic.items())
+
+
+def error_response(version: int, request, code: int) -> bytes:
+    rb = entities.ResponseBuilder(API_KEY, version)
+    if version <= 3:
+        return rb.encode_error(code, results_by_topic_v3_and_below=_topic_results(
+            rb, {(str(t.name), int(i)): code for t in request.v3_and_below_topics for i in t.partitions}))
+    return rb.encode_error(code, results_by_transaction=())

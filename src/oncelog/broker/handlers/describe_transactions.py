@@ -1,0 +1,38 @@
+"""DescribeTransactions (API 65), v0: each id's state as its coordinator holds it (the state's
+name, e.g. "Ongoing"); an unknown id TRANSACTIONAL_ID_NOT_FOUND, one this broker does not
+coordinate NOT_COORDINATOR."""
+from __future__ import annotations
+
+from oncelog.protocol import entities
+from oncelog.protocol.api import ApiKey
+from oncelog.protocol.errors import ErrorCode
+
+API_KEY = ApiKey.DESCRIBE_TRANSACTIONS
+
+
+async def handle(broker, version: int, r) -> bytes:
+    rb = entities.ResponseBuilder(API_KEY, version)
+    states = []
+    for tid in r.transactional_ids:
+        code, meta = broker.txn.core.describe(str(tid))
+        if meta is None:
+            states.append(rb.error("TransactionState", code, transactional_id=tid, transaction_state="",
+                                   transaction_start_time=0))
+            continue
+        topics: dict[str, list[int]] = {}
+        for topic, index in sorted(meta.partitions):
+            topics.setdefault(topic, []).append(index)
+        states.append(rb("TransactionState", error_code=ErrorCode.NONE, transactional_id=tid,
+                         transaction_state=meta.state.display_name, transaction_timeout=meta.timeout_ms,
+                         # kio writes a datetime: -1 (no transaction started) becomes the epoch
+                         transaction_start_time=max(meta.start_ms, 0), producer_id=meta.producer_id,
+                         producer_epoch=meta.producer_epoch,
+                         topics=tuple(rb("TopicData", topic=t, partitions=tuple(p)) for t, p in topics.items())))
+    return rb.encode(throttle_time=0, transaction_states=tuple(states))
+
+
+def error_response(version: int, request, code: int) -> bytes:
+    rb = entities.ResponseBuilder(API_KEY, version)
+    return rb.encode_error(code, transaction_states=tuple(
+        rb.error("TransactionState", code, transactional_id=tid, transaction_state="", transaction_start_time=0)
+        for tid in request.transactional_ids))

@@ -1,0 +1,21 @@
+"""ListTransactions (API 66), v0-v1: the transactions this broker coordinates, filtered by state
+names, producer ids and (v1, KIP-994) how long they have been running; unknown state names are
+listed back."""
+from __future__ import annotations
+
+from oncelog.protocol import entities
+from oncelog.protocol.api import ApiKey
+
+API_KEY = ApiKey.LIST_TRANSACTIONS
+
+
+async def handle(broker, version: int, r) -> bytes:
+    rb = entities.ResponseBuilder(API_KEY, version)
+    code, unknown, metas = broker.txn.core.list_transactions(
+        broker.now_ms(), [str(s) for s in r.state_filters], [int(p) for p in r.producer_id_filters],
+        int(getattr(r, "duration_filter", -1)))
+    return rb.encode(throttle_time=0, error_code=code, unknown_state_filters=tuple(unknown),
+                     transaction_states=tuple(
+                         rb("TransactionState", transactional_id=m.transactional_id, producer_id=m.producer_id,
+                            transaction_state=m.state.display_name)
+                         for m in sorted(metas, key=lambda m: m.transactional_id)))

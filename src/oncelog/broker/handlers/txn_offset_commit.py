@@ -1,0 +1,66 @@
+"""TxnOffsetCommit (API 28), v0-v3: a transaction's consumer offsets, kept pending (durable,
+invisible to OffsetFetch) until the transaction's marker on the group's `__consumer_offsets`
+partition makes them visible (COMMIT) or drops them (ABORT).
+
+Checks, in Kafka's order: this broker coordinates the group; the group's offsets partition is in
+the transaction (KIP-890 verification, when this broker also coordinates the transactional id:
+INVALID_TXN_STATE below v4, INVALID_PRODUCER_EPOCH for a fenced epoch); KIP-447 member data from
+v3 (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID).
+"""
+from __future__ import annotations
+
+from oncelog.core.txn.errors import for_version, verification_error
+from oncelog.protocol import entities
+from oncelog.protocol.api import ApiKey
+from oncelog.protocol.errors import ErrorCode
+from oncelog.storage.group_offsets import Committed
+
+API_KEY = ApiKey.TXN_OFFSET_COMMIT
+E = ErrorCode
+
+
+async def handle(broker, version: int, r) -> bytes:
+    rb = entities.ResponseBuilder(API_KEY, version)
+    group = str(r.group_id)
+    offsets, unknown = {}, set()
+    for t in r.topics:
+        for p in t.partitions:
+            tp = (str(t.name), int(p.partition_index))
+            info = broker.logs.topics.get(tp[0])
+            if info is None or not 0 <= tp[1] < info.partitions:
+                unknown.add(tp)
+                continue
+            offsets[tp] = Committed(int(p.committed_offset), p.committed_metadata,
+                                    int(getattr(p, "committed_leader_epoch", -1)))
+    error: int = E.NONE
+    if not broker.coordinates(group):
+        error = E.NOT_COORDINATOR
+    else:
+        core = broker.txn.core
+        checked = core.verify_partitions(str(r.transactional_id), int(r.producer_id), int(r.producer_epoch),
+                                         [core.offsets_partition(group)])
+        code = next(iter(checked.values()))
+        # NOT_COORDINATOR: another broker coordinates the id; only it could verify (not built).
+        if code not in (E.NONE, E.NOT_COORDINATOR):
+            error = verification_error(code, API_KEY, version)
+    if not error and offsets:
+        error = broker.groups.txn_commit(group, int(r.producer_id), int(getattr(r, "generation_id", -1)),
+                                         str(getattr(r, "member_id", "") or ""),
+                                         getattr(r, "group_instance_id", None), offsets)
+    error = for_version(API_KEY, version, error)
+    return rb.encode(throttle_time=0, topics=tuple(
+        rb("TxnOffsetCommitResponseTopic", name=t.name, partitions=tuple(
+            rb("TxnOffsetCommitResponsePartition", partition_index=p.partition_index,
+               error_code=E.UNKNOWN_TOPIC_OR_PARTITION
+               if (str(t.name), int(p.partition_index)) in unknown else error)
+            for p in t.partitions))
+        for t in r.topics))
+
+
+def error_response(version: int, request, code: int) -> bytes:
+    rb = entities.ResponseBuilder(API_KEY, version)
+    return rb.encode_error(code, topics=tuple(
+        rb.error("TxnOffsetCommitResponseTopic", code, name=t.name, partitions=tuple(
+            rb.error("TxnOffsetCommitResponsePartition", code, partition_index=p.partition_index)
+            for p in t.partitions))
+        for t in request.topics))

@@ -1,0 +1,247 @@
+"""The transaction coordinator service: `core.txn.TransactionCoordinator` wired to this broker.
+
+It owns the `__transaction_state` partitions this broker leads (docs/transactions.md section 1):
+- the topic is created through `broker.logs` (so through the controller in a cluster) on the first
+  transactional request, with `transaction.state.log.num.partitions` partitions; the count of an
+  existing topic wins over the setting (Kafka never changes it either);
+- a partition this broker leads is loaded (replayed) before its ids are served
+  (COORDINATOR_LOAD_IN_PROGRESS meanwhile, NOT_COORDINATOR for partitions it does not lead); every
+  transaction the load finds in Prepare* goes to the marker writer, which is how a kill -9 or a
+  leader move resumes it;
+- each Transition's record is appended and fsynced (the group commit, whatever write.caching
+  says) before `complete`: nothing is answered or installed that a crash could take back;
+- timers: the abort sweeper (`transaction.abort.timed.out.transaction.cleanup.interval.ms`) and
+  `transactional.id.expiration.ms` removal, plus a leadership check in a cluster.
+
+The coordinator epoch is the partition's leader epoch (`logs.leader`), carried in every marker.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from oncelog.broker.txn_markers import MarkerWriter
+from oncelog.core.txn import Answer, MarkerJob, TransactionCoordinator, Transition, TxnConfig
+from oncelog.core.txn.log_format import TRANSACTION_STATE_TOPIC
+from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
+from oncelog.protocol.records.decode import iter_record_batches
+from oncelog.protocol.records.encode import encode_batch
+
+log = logging.getLogger(__name__)
+E = ErrorCode
+
+_LOAD_READ_BYTES = 1 << 20
+_TICK_MS = 1000  # leadership check and timer resolution
+
+
+class TxnCoordinatorService:
+    def __init__(self, broker, new_producer_id: Callable[[], int]) -> None:
+        self.broker = broker
+        c = broker.config
+        self._new_producer_id = new_producer_id
+        self.num_partitions = c["transaction.state.log.num.partitions"]
+        self.core = self._make_core(self.num_partitions)
+        self.markers = MarkerWriter(broker, self)
+        self._epochs: dict[int, int] = {}  # partitions loaded or loading -> coordinator epoch
+        self._create_lock = asyncio.Lock()
+        self._task: asyncio.Task | None = None
+        self._abort_interval = c["transaction.abort.timed.out.transaction.cleanup.interval.ms"]
+        self._remove_interval = c["transaction.remove.expired.transaction.cleanup.interval.ms"]
+        self._next_abort = self._next_remove = 0
+
+    def _make_core(self, partitions: int) -> TransactionCoordinator:
+        c = self.broker.config
+        return TransactionCoordinator(self._new_producer_id, TxnConfig(
+            max_timeout_ms=c["transaction.max.timeout.ms"],
+            transactional_id_expiration_ms=c["transactional.id.expiration.ms"],
+            num_partitions=partitions, offsets_topic_partitions=c["offsets.topic.num.partitions"]))
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        now = self.broker.now_ms()
+        self._next_abort = now + self._abort_interval
+        self._next_remove = now + self._remove_interval
+        self.reconcile()
+        self._task = asyncio.create_task(self._loop())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        await self.markers.stop()
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(min(_TICK_MS, self._abort_interval, self._remove_interval) / 1000)
+            try:
+                await self.tick()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("transaction coordinator maintenance failed; will retry")
+
+    async def tick(self) -> None:
+        self.reconcile()
+        now = self.broker.now_ms()
+        transitions: list[Transition] = []
+        if now >= self._next_abort:
+            self._next_abort = now + self._abort_interval
+            transitions += self.core.expire_timed_out(now)
+        if now >= self._next_remove:
+            self._next_remove = now + self._remove_interval
+            transitions += self.core.expire_transactional_ids(now)
+        for t in transitions:
+            if t.after is not None:
+                log.info("transaction %s (producer id %d) timed out: aborting at epoch %d",
+                         t.transactional_id, t.after.producer_id, t.after.producer_epoch)
+            else:
+                log.info("transactional id %s expired (transactional.id.expiration.ms)", t.transactional_id)
+        if transitions:
+            await asyncio.gather(*(self.run(t) for t in transitions))
+
+    # ------------------------------------------------------------------ ownership
+    @property
+    def topic_exists(self) -> bool:
+        return TRANSACTION_STATE_TOPIC in self.broker.logs.topics
+
+    async def ensure_topic(self) -> int:
+        """Create `__transaction_state` on first need. NONE, or the code to answer meanwhile."""
+        if self.topic_exists:
+            return E.NONE
+        async with self._create_lock:
+            if not self.topic_exists:
+                overrides = {"segment.bytes": str(self.broker.config["transaction.state.log.segment.bytes"]),
+                             # records are fsynced before they count, whatever the default says
+                             "write.caching": "false",
+                             # compaction by snapshot is not built yet: keep every segment
+                             "retention.ms": "-1", "retention.bytes": "-1"}
+                try:
+                    await self.broker.logs.create_topic(TRANSACTION_STATE_TOPIC, self.num_partitions, overrides,
+                                                        self.broker.now_ms())
+                    log.info("created %s with %d partitions", TRANSACTION_STATE_TOPIC, self.num_partitions)
+                except KafkaProtocolError as e:
+                    if e.code != E.TOPIC_ALREADY_EXISTS:
+                        log.warning("creating %s failed: %s", TRANSACTION_STATE_TOPIC, e)
+                        return E.COORDINATOR_NOT_AVAILABLE
+        self.reconcile()
+        return E.NONE
+
+    def reconcile(self) -> None:
+        """Load the partitions this broker now leads, unload those it no longer leads."""
+        info = self.broker.logs.topics.get(TRANSACTION_STATE_TOPIC)
+        if info is None:
+            return
+        if info.partitions != self.core.config.num_partitions:
+            # The topic's count wins over the setting; nothing is loaded yet at this point.
+            for p in list(self._epochs):
+                self._unload(p)
+            self.core = self._make_core(info.partitions)
+        logs = self.broker.logs
+        for p in range(info.partitions):
+            partition = logs.get_partition(TRANSACTION_STATE_TOPIC, p)
+            held = self._epochs.get(p)
+            if partition is None:
+                if held is not None:
+                    self._unload(p)
+                continue
+            _leader, epoch = logs.leader(TRANSACTION_STATE_TOPIC, p)
+            if held != epoch:
+                self._load(p, partition, epoch)
+
+    def _unload(self, p: int) -> None:
+        log.info("no longer coordinating %s-%d", TRANSACTION_STATE_TOPIC, p)
+        self._epochs.pop(p, None)
+        self.core.unload(p)
+        self.markers.drop_partition(p)
+
+    def _load(self, p: int, partition, epoch: int) -> None:
+        """Replay the partition's records. Synchronous: the partition's ids answer
+        COORDINATOR_LOAD_IN_PROGRESS only if a request could arrive mid-load, and none can."""
+        if p in self._epochs:
+            self.markers.drop_partition(p)
+        self._epochs[p] = epoch
+        self.core.begin_load(p, epoch)
+        offset, end, records = partition.log_start_offset, partition.high_watermark, 0
+        try:
+            while offset < end:
+                chunk = partition.read(offset, _LOAD_READ_BYTES)
+                moved = False
+                for header, batch in iter_record_batches(chunk):
+                    if header.last_offset < offset:
+                        continue
+                    moved = True
+                    offset = header.last_offset + 1
+                    if header.is_control:
+                        continue
+                    for r in batch:
+                        if r.key is not None:
+                            self.core.replay(p, r.key, r.value)
+                            records += 1
+                if not moved:
+                    break
+        except (ValueError, KafkaProtocolError) as e:
+            # A record no coordinator wrote (or unreadable bytes): serve what was read before it,
+            # as Kafka's loader stops at a corrupt record, and say so loudly.
+            log.error("%s-%d: loading stopped at offset %d: %s", TRANSACTION_STATE_TOPIC, p, offset, e)
+        jobs = self.core.finish_load(p, epoch, self.broker.now_ms())
+        log.info("coordinating %s-%d at epoch %d: %d records, %d transactions to complete",
+                 TRANSACTION_STATE_TOPIC, p, epoch, records, len(jobs))
+        for job in jobs:
+            self.markers.submit(job)
+
+    def owns(self, partition: int, coordinator_epoch: int) -> bool:
+        return self.core.owned().get(partition) == coordinator_epoch
+
+    def coordinator_node(self, transactional_id: str) -> tuple[int, str, int] | None:
+        """(node id, host, port) of the leader of the id's partition, None while none leads it."""
+        p = self.core.partition_of(transactional_id)
+        node, _epoch = self.broker.logs.leader(TRANSACTION_STATE_TOPIC, p)
+        if node == self.broker.node_id:
+            return node, self.broker.advertised_host, self.broker.advertised_port
+        for b in self.broker.logs.brokers:
+            if b.node_id == node:
+                return b.node_id, b.host, b.port
+        return None
+
+    # ------------------------------------------------------------------ requests
+    async def execute(self, decision: Answer | Transition) -> Answer:
+        """A `prepare_*` result: an answer as is, a transition appended then completed."""
+        if isinstance(decision, Answer):
+            return decision
+        reply = await self.run(decision)
+        return reply if reply is not None else Answer(E.NOT_COORDINATOR)
+
+    async def run(self, t: Transition) -> Answer | None:
+        error = await self.append(t)
+        if error:
+            log.warning("%s-%d: appending %s for %s failed: %s", TRANSACTION_STATE_TOPIC, t.partition,
+                        t.target.display_name, t.transactional_id, ErrorCode(error).name)
+            return self.core.abort_pending(t, error)
+        done = self.core.complete(t, self.broker.now_ms())
+        if done.markers is not None:
+            self.markers.submit(done.markers)
+        return done.reply
+
+    def complete(self, t: Transition) -> None:
+        """A Complete* transition the marker writer appended."""
+        self.core.complete(t, self.broker.now_ms())
+
+    async def append(self, t: Transition) -> int:
+        """Append the transition's record and wait for its fsync: NONE or the append's error."""
+        partition = self.broker.logs.get_partition(TRANSACTION_STATE_TOPIC, t.partition)
+        if partition is None:
+            return E.NOT_LEADER_OR_FOLLOWER
+        now = self.broker.now_ms()
+        key, value = t.record()
+        result = partition.append_from_client(encode_batch([(0, now, key, value)]), now)
+        if result.error_code:
+            return result.error_code
+        durable = self.broker.group_commit.durable(partition, result.last_offset + 1)
+        if durable is not None and not await durable:
+            return E.KAFKA_STORAGE_ERROR
+        return E.NONE
+
+    def submitted_jobs(self) -> list[MarkerJob]:
+        return self.markers.jobs()

@@ -1,0 +1,352 @@
+"""The coordinator side of transactions against a real `oncelog serve`, driven by real clients
+(librdkafka through confluent-kafka, kafka-python 3.x): commit and abort, offsets in a
+transaction, fencing, a kill -9 between PrepareCommit and the markers, the timeout sweeper.
+
+What the coordinator promises is checked from outside: DescribeTransactions/ListTransactions
+answers, COMMIT/ABORT control batches at the right partitions (a raw Fetch, control batches
+included), committed group offsets. read_committed visibility needs the partition side
+(branch i16-partition): its test is a strict xfail until that merge.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from test_kafkajs import kafkajs, run_node  # noqa: F401 (fixture: kafkajs installed with npm into a cache)
+
+from oncelog.client.aio.connection import Connection
+from oncelog.protocol import entities
+from oncelog.protocol.api import ApiKey
+from oncelog.protocol.records.decode import iter_record_batches
+from oncelog.testing.embedded import BrokerProcess
+
+pytestmark = pytest.mark.processes
+
+FAST = {"transaction.state.log.num.partitions": "3"}
+
+
+# ------------------------------------------------------------------ helpers
+async def _call(bootstrap: str, api_key: int, version: int, **fields):
+    host, port = bootstrap.rsplit(":", 1)
+    conn = Connection(host, int(port), "txn-test")
+    await conn.connect(10)
+    try:
+        body = entities.encode(entities.make(entities.entity_class(api_key, version, "request"), **fields))
+        return entities.decode_response(api_key, version, await conn.request(api_key, version, body))
+    finally:
+        conn.close()
+
+
+def call(bootstrap: str, api_key: int, version: int, **fields):
+    return asyncio.run(_call(bootstrap, api_key, version, **fields))
+
+
+def describe(bootstrap: str, tid: str):
+    r = call(bootstrap, ApiKey.DESCRIBE_TRANSACTIONS, 0, transactional_ids=(tid,))
+    return r.transaction_states[0]
+
+
+def wait_for_state(bootstrap: str, tid: str, state: str, timeout_s: float = 30):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        d = describe(bootstrap, tid)
+        if d.transaction_state == state or time.monotonic() > deadline:
+            assert d.transaction_state == state, d
+            return d
+        time.sleep(0.05)
+
+
+def batches(bootstrap: str, topic: str, partition: int) -> list[tuple]:
+    """(kind, producer id, epoch, values) per batch: kind "COMMIT"/"ABORT" for control batches,
+    "data" otherwise (read_uncommitted, control batches included)."""
+    fp = entities.nested(ApiKey.FETCH, 11, "request", "FetchPartition")
+    ft = entities.nested(ApiKey.FETCH, 11, "request", "FetchTopic")
+    r = call(bootstrap, ApiKey.FETCH, 11, max_wait=0, min_bytes=0, max_bytes=1 << 24, isolation_level=0,
+             topics=(ft(topic=topic, partitions=(fp(partition=partition, fetch_offset=0,
+                                                   partition_max_bytes=1 << 24),)),),
+             forgotten_topics_data=())
+    p = r.responses[0].partitions[0]
+    assert p.error_code.value == 0, p
+    out = []
+    for header, records in iter_record_batches(bytes(p.records or b"")):
+        if header.is_control:
+            kind = "COMMIT" if records[0].key[2:4] == b"\x00\x01" else "ABORT"
+            out.append((kind, header.producer_id, header.producer_epoch, ()))
+        else:
+            out.append(("data", header.producer_id, header.producer_epoch,
+                        tuple(bytes(rec.value) for rec in records)))
+    return out
+
+
+def markers(bootstrap: str, topic: str, partition: int) -> list[str]:
+    return [b[0] for b in batches(bootstrap, topic, partition) if b[0] != "data"]
+
+
+def wait_for_markers(bootstrap: str, topic: str, partition: int, expected: list[str], timeout_s: float = 30):
+    deadline = time.monotonic() + timeout_s
+    while markers(bootstrap, topic, partition) != expected and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert markers(bootstrap, topic, partition) == expected
+
+
+def offset_fetch(bootstrap: str, group: str, topic: str, require_stable: bool) -> int:
+    """OffsetFetch v7 for partition 0: its error code."""
+    t = entities.nested(ApiKey.OFFSET_FETCH, 7, "request", "OffsetFetchRequestTopic")
+    r = call(bootstrap, ApiKey.OFFSET_FETCH, 7, group_id=group, require_stable=require_stable,
+             topics=(t(name=topic, partition_indexes=(0,)),))
+    return r.topics[0].partitions[0].error_code.value
+
+
+def create_topic(bootstrap: str, name: str, partitions: int = 2) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until the futures resolve
+    for f in admin.create_topics([NewTopic(name, partitions, 1)]).values():
+        f.result()
+
+
+def txn_producer(bootstrap: str, tid: str, **conf) -> Producer:
+    return Producer({"bootstrap.servers": bootstrap, "transactional.id": tid, "linger.ms": 0, **conf})
+
+
+@pytest.fixture
+def txn_broker(tmp_path):
+    b = BrokerProcess(tmp_path / "data", FAST).start()
+    yield b
+    b.stop()
+
+
+# ------------------------------------------------------------------ librdkafka
+def test_confluent_commit_then_abort_writes_markers_on_every_partition(txn_broker):
+    bs, topic, tid = txn_broker.bootstrap, "orders", "tx-commit-abort"
+    create_topic(bs, topic)
+    p = txn_producer(bs, tid)
+    p.init_transactions(30)
+    d = describe(bs, tid)
+    assert (d.error_code.value, d.transaction_state, int(d.producer_epoch)) == (0, "Empty", 0)
+    p.begin_transaction()
+    for i in range(4):
+        p.produce(topic, value=b"c%d" % i, partition=i % 2)
+    p.commit_transaction(30)
+    d = wait_for_state(bs, tid, "CompleteCommit")
+    assert not d.topics  # Complete* keeps no partitions
+    p.begin_transaction()
+    p.produce(topic, value=b"a0", partition=0)
+    p.flush(30)  # else abort_transaction purges it unsent and, nothing added, sends no EndTxn
+    p.abort_transaction(30)
+    wait_for_state(bs, tid, "CompleteAbort")
+    pid = int(d.producer_id)
+    assert {(kind, b_pid, epoch) for kind, b_pid, epoch, _v in batches(bs, topic, 0) + batches(bs, topic, 1)} \
+        <= {("data", pid, 0), ("COMMIT", pid, 0), ("ABORT", pid, 0)}
+    assert markers(bs, topic, 0) == ["COMMIT", "ABORT"]
+    assert markers(bs, topic, 1) == ["COMMIT"]  # not in the aborted transaction
+    data0 = [v for kind, _p, _e, vals in batches(bs, topic, 0) if kind == "data" for v in vals]
+    assert data0 == [b"c0", b"c2", b"a0"]
+    listed = call(bs, ApiKey.LIST_TRANSACTIONS, 1, state_filters=("CompleteAbort", "NoSuchState"),
+                  producer_id_filters=(), duration_filter=-1)
+    assert [(s.transactional_id, s.transaction_state) for s in listed.transaction_states] == [(tid, "CompleteAbort")]
+    assert list(listed.unknown_state_filters) == ["NoSuchState"]
+    p.flush()
+
+
+def test_send_offsets_to_transaction_commits_the_group_offsets_with_the_transaction(txn_broker):
+    bs, src, dst, group = txn_broker.bootstrap, "src", "dst", "copier"
+    create_topic(bs, src, 1)
+    create_topic(bs, dst, 1)
+    plain = Producer({"bootstrap.servers": bs})
+    for i in range(10):
+        plain.produce(src, value=b"%d" % i, partition=0)
+    plain.flush(30)
+    consumer = Consumer({"bootstrap.servers": bs, "group.id": group, "enable.auto.commit": False,
+                         "auto.offset.reset": "earliest", "isolation.level": "read_uncommitted"})
+    consumer.subscribe([src])
+    seen = []
+    deadline = time.monotonic() + 30
+    while len(seen) < 10 and time.monotonic() < deadline:
+        m = consumer.poll(0.5)
+        if m is not None and not m.error():
+            seen.append(m)
+    assert len(seen) == 10
+    p = txn_producer(bs, "tx-copy")
+    p.init_transactions(30)
+    # an aborted transaction's offsets are dropped
+    p.begin_transaction()
+    p.produce(dst, value=b"x")
+    p.flush(30)
+    p.send_offsets_to_transaction([TopicPartition(src, 0, 5)], consumer.consumer_group_metadata(), 30)
+    p.abort_transaction(30)
+    assert consumer.committed([TopicPartition(src, 0)], 10)[0].offset < 0
+    # a committed one's are made visible by the marker on the group's offsets partition
+    p.begin_transaction()
+    for m in seen:
+        p.produce(dst, value=m.value())
+    p.send_offsets_to_transaction(consumer.position(consumer.assignment()), consumer.consumer_group_metadata(), 30)
+    d = describe(bs, "tx-copy")
+    assert "__consumer_offsets" in {str(t.topic) for t in d.topics}
+    assert offset_fetch(bs, group, src, require_stable=True) == 88   # UNSTABLE_OFFSET_COMMIT (KIP-447)
+    assert offset_fetch(bs, group, src, require_stable=False) == 0   # the last committed (none)
+    p.commit_transaction(30)
+    wait_for_state(bs, "tx-copy", "CompleteCommit")
+    deadline = time.monotonic() + 30
+    while consumer.committed([TopicPartition(src, 0)], 10)[0].offset != 10 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert consumer.committed([TopicPartition(src, 0)], 10)[0].offset == 10
+    assert markers(bs, dst, 0) == ["ABORT", "COMMIT"]
+    consumer.close()
+
+
+def test_a_second_producer_with_the_same_id_fences_the_first(txn_broker):
+    bs, topic, tid = txn_broker.bootstrap, "fenced", "tx-fence"
+    create_topic(bs, topic, 1)
+    first = txn_producer(bs, tid)
+    first.init_transactions(30)
+    first.begin_transaction()
+    first.produce(topic, value=b"zombie", partition=0)
+    first.flush(30)
+    assert describe(bs, tid).transaction_state == "Ongoing"
+    second = txn_producer(bs, tid)
+    second.init_transactions(30)  # fences: the open transaction is aborted at a new epoch
+    d = wait_for_state(bs, tid, "Empty")
+    assert int(d.producer_epoch) == 2  # one bump to fence, one for the new session
+    wait_for_markers(bs, topic, 0, ["ABORT"])
+    with pytest.raises(KafkaException) as caught:
+        first.commit_transaction(30)
+    assert caught.value.args[0].fatal(), caught.value
+    second.begin_transaction()
+    second.produce(topic, value=b"new", partition=0)
+    second.commit_transaction(30)
+    wait_for_markers(bs, topic, 0, ["ABORT", "COMMIT"])
+
+
+def test_kill_9_between_prepare_commit_and_the_markers_completes_after_restart(tmp_path):
+    topic, tid = "crashy", "tx-crash"
+    # SIGKILL right after the first write to crashy-0 that follows the transaction's one batch:
+    # the COMMIT marker, written only once PrepareCommit was fsynced.
+    b = BrokerProcess(tmp_path / "data", FAST, env={"ONCELOG_FAILPOINTS": f"crash:log:match={topic}-0:after=1"})
+    b.start()
+    try:
+        bs = b.bootstrap
+        create_topic(bs, topic)
+        p = txn_producer(bs, tid, **{"message.timeout.ms": 5000})
+        p.init_transactions(30)
+        p.begin_transaction()
+        p.produce(topic, value=b"kept-0", partition=0)
+        p.produce(topic, value=b"kept-1", partition=1)
+        p.flush(30)
+        try:
+            p.commit_transaction(5)
+        except KafkaException:
+            pass  # the answer may or may not have left before the kill
+        b.proc.wait(30)
+        assert not b.running, "the failpoint did not fire"
+        b.env = {}
+        b.start()
+        bs = b.bootstrap
+        d = wait_for_state(bs, tid, "CompleteCommit")
+        assert int(d.producer_epoch) == 0
+        assert "COMMIT" in markers(bs, topic, 0)
+        assert markers(bs, topic, 1)[-1:] == ["COMMIT"]
+        assert "transactions to complete" in b.log_tail(20000)
+    finally:
+        b.stop()
+
+
+def test_the_sweeper_aborts_a_transaction_left_open_past_its_timeout(tmp_path):
+    b = BrokerProcess(tmp_path / "data", {**FAST, "transaction.abort.timed.out.transaction.cleanup.interval.ms": "100"})
+    b.start()
+    try:
+        bs, topic, tid = b.bootstrap, "slow", "tx-slow"
+        create_topic(bs, topic, 1)
+        p = txn_producer(bs, tid, **{"transaction.timeout.ms": 1000})
+        p.init_transactions(30)
+        p.begin_transaction()
+        p.produce(topic, value=b"never", partition=0)
+        p.flush(30)
+        d = wait_for_state(bs, tid, "CompleteAbort")
+        assert int(d.producer_epoch) == 1  # fenced: the zombie's epoch is refused from now on
+        wait_for_markers(bs, topic, 0, ["ABORT"])
+        with pytest.raises(KafkaException):
+            p.commit_transaction(10)
+    finally:
+        b.stop()
+
+
+def test_unknown_ids_and_bad_timeouts_get_kafkas_codes(txn_broker):
+    bs = txn_broker.bootstrap
+    r = call(bs, ApiKey.FIND_COORDINATOR, 4, key_type=1, coordinator_keys=("a", "b"))  # creates the topic
+    assert [(c.key, c.error_code.value, c.port) for c in r.coordinators] == [("a", 0, txn_broker.port),
+                                                                            ("b", 0, txn_broker.port)]
+    d = describe(bs, "never-seen")
+    assert d.error_code.value == 105  # TRANSACTIONAL_ID_NOT_FOUND
+    r = call(bs, ApiKey.INIT_PRODUCER_ID, 4, transactional_id="tx-timeout", transaction_timeout=10**9,
+             producer_id=-1, producer_epoch=-1)
+    assert r.error_code.value == 50  # INVALID_TRANSACTION_TIMEOUT
+    r = call(bs, ApiKey.END_TXN, 3, transactional_id="never-seen", producer_id=5, producer_epoch=0, committed=True)
+    assert r.error_code.value == 49  # INVALID_PRODUCER_ID_MAPPING
+    r = call(bs, ApiKey.END_TXN, 1, transactional_id="never-seen", producer_id=5, producer_epoch=0, committed=True)
+    assert r.error_code.value == 49
+
+
+@pytest.mark.xfail(strict=True, reason="read_committed filtering is the partition side's (branch i16-partition)")
+def test_a_read_committed_consumer_sees_only_committed_records(txn_broker):
+    bs, topic = txn_broker.bootstrap, "visible"
+    create_topic(bs, topic, 1)
+    p = txn_producer(bs, "tx-visible")
+    p.init_transactions(30)
+    p.begin_transaction()
+    p.produce(topic, value=b"aborted", partition=0)
+    p.flush(30)
+    p.abort_transaction(30)
+    p.begin_transaction()
+    p.produce(topic, value=b"committed", partition=0)
+    p.commit_transaction(30)
+    c = Consumer({"bootstrap.servers": bs, "group.id": str(uuid.uuid4()), "isolation.level": "read_committed",
+                  "auto.offset.reset": "earliest"})
+    c.assign([TopicPartition(topic, 0, 0)])
+    got, deadline = [], time.monotonic() + 10
+    while time.monotonic() < deadline and len(got) < 2:
+        m = c.poll(0.2)
+        if m is not None and not m.error():
+            got.append(m.value())
+    c.close()
+    assert got == [b"committed"]
+
+
+# ------------------------------------------------------------------ kafka-python 3.x
+def test_kafka_python_commit_and_abort(txn_broker):
+    from kafka import KafkaProducer
+    bs, topic, tid = txn_broker.bootstrap, "kp", "tx-kafka-python"
+    create_topic(bs, topic)
+    p = KafkaProducer(bootstrap_servers=bs, transactional_id=tid)
+    try:
+        p.init_transactions()
+        p.begin_transaction()
+        p.send(topic, b"k0", partition=0)
+        p.send(topic, b"k1", partition=1)
+        p.commit_transaction()
+        wait_for_state(bs, tid, "CompleteCommit")
+        p.begin_transaction()
+        p.send(topic, b"k2", partition=0).get(30)
+        p.abort_transaction()
+        wait_for_state(bs, tid, "CompleteAbort")
+    finally:
+        p.close(timeout=10)
+    assert markers(bs, topic, 0) == ["COMMIT", "ABORT"]
+    assert markers(bs, topic, 1) == ["COMMIT"]
+
+
+# ------------------------------------------------------------------ kafkajs
+def test_kafkajs_transactions_commit_abort_and_send_offsets(txn_broker, kafkajs):
+    bs, topic, tid, group = txn_broker.bootstrap, "kjs", "tx-kafkajs", "kjs-group"
+    create_topic(bs, topic)
+    run_node(kafkajs, "kafkajs_txn.js", bs, topic, tid, group, timeout_s=120)
+    wait_for_state(bs, tid, "CompleteCommit")
+    assert markers(bs, topic, 0) == ["COMMIT", "ABORT"]
+    assert markers(bs, topic, 1) == ["COMMIT", "COMMIT"]
+    c = Consumer({"bootstrap.servers": bs, "group.id": group})
+    try:
+        assert c.committed([TopicPartition(topic, 0)], 10)[0].offset == 3
+    finally:
+        c.close()
