@@ -31,6 +31,7 @@ from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.storage.log_manager import TopicInfo, check_topic_name, maintain, report_invalid_overrides
 from oncelog.storage.partition import DEFAULT_EXPIRATION_CHECK_INTERVAL_MS, Partition, PartitionConfig
+from oncelog.storage.txn_markers import MarkerWriting
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,7 @@ class _Led:
         self.partition, self.lock_fd, self.epoch = partition, lock_fd, epoch
 
 
-class ClusterLogs:
+class ClusterLogs(MarkerWriting):
     def __init__(self, log_dir: str, server_defaults: dict[str, Any], producer_config: dict[str, Any],
                  client: ControllerClient, node_id: int, now_ms: Callable[[], int], *,
                  expiration_check_interval_ms: int = DEFAULT_EXPIRATION_CHECK_INTERVAL_MS) -> None:

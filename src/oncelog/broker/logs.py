@@ -41,5 +41,12 @@ class Logs(Protocol):
     async def delete_topic(self, name: str) -> None: ...
     async def alter_topic_config(self, name: str, set_: dict[str, str], delete: list[str]) -> None: ...
 
+    async def write_txn_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
+                               coordinator_epoch: int, commit: bool) -> ErrorCode:
+        """Append a COMMIT (commit=True) or ABORT marker to a partition this broker leads and
+        answer once it is fsynced (`storage.txn_markers`; no network). Codes: NONE,
+        NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, INVALID_PRODUCER_EPOCH,
+        TRANSACTION_COORDINATOR_FENCED, UNSUPPORTED_FOR_MESSAGE_FORMAT, KAFKA_STORAGE_ERROR."""
+
     def tick(self, now_ms: int, flush: Callable[[Partition], None] | None = None) -> None:
         """Retention, the flush policy and producer expiry (`storage.log_manager.maintain`)."""

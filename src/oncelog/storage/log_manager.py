@@ -22,6 +22,7 @@ from oncelog.core.topic_config import effective_topic_config, invalid_topic_conf
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.protocol.metadata import BrokerEntry
 from oncelog.storage.partition import DEFAULT_EXPIRATION_CHECK_INTERVAL_MS, Partition, PartitionConfig
+from oncelog.storage.txn_markers import MarkerWriting
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +69,7 @@ def maintain(partitions: Iterable[Partition], now_ms: int, flush: Callable[[Part
             log.warning("partition %s-%d maintenance: %s", partition.topic, partition.index, e)
 
 
-class LogManager:
+class LogManager(MarkerWriting):
     """A single node's topics and partitions: this broker leads them all (`broker.logs.Logs`)."""
 
     def __init__(self, log_dirs: list[str], server_defaults: dict[str, Any],
