@@ -18,7 +18,7 @@ import types
 import zlib
 from collections import deque
 from pathlib import Path
-from typing import Any, Callable, Coroutine, Generator
+from typing import Any, Awaitable, Callable, Coroutine, Generator
 
 from oncelog.broker.cluster_logs import ClusterLogs
 from oncelog.broker.config import BrokerConfig, ConfigError, new_cluster_id
@@ -74,7 +74,7 @@ class Broker:
         self.group_commit = GroupCommit(self.now_ms, on_durable=self.data_appended)
         # the KIP-890 check of a transactional Produce (set by the transaction coordinator; None:
         # accepted without verification, Kafka's transaction.partition.verification.enable=false)
-        self.txn_verifier = None
+        self.txn_verifier: Callable[[str, int, int, str, int], Awaitable[int]] | None = None
         self._wire_logs()
 
     def _wire_logs(self) -> None:

@@ -18,7 +18,7 @@ from oncelog.broker.handlers import (api_versions, create_topics, delete_groups,
                                      describe_producers, fetch, find_coordinator, heartbeat,
                                      incremental_alter_configs, init_producer_id, join_group,
                                      leave_group, list_groups, list_offsets, metadata, offset_commit,
-                                     offset_fetch, produce, sync_group)
+                                     offset_fetch, produce, sync_group, write_txn_markers)
 from oncelog.protocol import entities
 from oncelog.protocol import produce as produce_wire
 
@@ -65,4 +65,5 @@ APIS: dict[int, Api] = {api.key: api for api in (
     _api(offset_fetch, error_response=offset_fetch.error_response),
     _api(produce, decode=produce_wire.decode_request, error_response=produce.error_response),
     _api(sync_group),
+    _api(write_txn_markers, error_response=write_txn_markers.error_response),
 )}
