@@ -85,22 +85,24 @@ async def test_refusals_for_an_existing_partition_carry_its_log_start_offset(bro
     assert (p["error_code"], p["log_start_offset"]) == (E.OUT_OF_ORDER_SEQUENCE_NUMBER, 3)
 
 
-async def test_a_transactional_batch_is_refused_until_transactions_exist(broker):
+async def test_a_transactional_batch_needs_a_transactional_id(broker):
     c, _b, _ = broker
     await c.create_topic("txn")
     await delete_records_before(c, "txn", 0)
     txn = encode_batch([Record(0, NOW, None, b"t", [])], producer_id=11, producer_epoch=0,
                        base_sequence=0, transactional=True)
-    for tid in (None, "app-1"):
-        p = await produce_raw(c, "txn", txn, transactional_id=tid)
-        assert (p["error_code"], p["log_start_offset"]) == (E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, 0)
-        assert p["error_message"]
+    p = await produce_raw(c, "txn", txn, transactional_id=None)
+    assert (p["error_code"], p["log_start_offset"]) == (E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, 0)
+    assert p["error_message"]
     # nothing was written: the next plain record lands at offset 0
     p = await produce_raw(c, "txn", encode_batch([Record(0, NOW, None, b"p", [])]))
     assert (p["error_code"], p["base_offset"]) == (E.NONE, 0)
+    # with an id and no coordinator wired (broker.txn_verifier None) it is accepted unverified
+    p = await produce_raw(c, "txn", txn, transactional_id="app-1")
+    assert (p["error_code"], p["base_offset"]) == (E.NONE, 1)
     # a transactional id on a request of plain batches is ignored, as Kafka ignores it
     p = await produce_raw(c, "txn", batch(0, pid=12), transactional_id="app-1")
-    assert (p["error_code"], p["base_offset"]) == (E.NONE, 1)
+    assert (p["error_code"], p["base_offset"]) == (E.NONE, 2)
 
 
 # ------------------------------------------------------------------ item 8: v14 tag 1 on both levels
