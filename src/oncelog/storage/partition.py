@@ -27,7 +27,7 @@ from typing import Any, Iterator, Mapping
 from oncelog.core import producer_state as ps
 from oncelog.core.producer_state import ProducerStateConfig, ProducerStateManager
 from oncelog.core.sequence import distance_below, last_sequence_of
-from oncelog.core.txn.partition import PartitionTxns
+from oncelog.core.txn.partition import PartitionTxns, collect_aborted
 from oncelog.protocol import records as rec
 from oncelog.protocol.records import message_format_magic
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
@@ -160,7 +160,6 @@ class Partition:
     def aborted_transactions(self, fetch_offset: int, upper: int, max_scan: int | None = None):
         """The aborted transactions overlapping [fetch_offset, upper) (`core.txn.collect_aborted`),
         from the index of the segment holding `fetch_offset` and the later ones."""
-        from oncelog.core.txn.partition import collect_aborted
         segments = self.log.segments
         k = self.log._segment_for(fetch_offset)
         indexes = (seg.aborted for seg in segments[k:] if seg.aborted is not None)
