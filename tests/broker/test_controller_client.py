@@ -4,7 +4,9 @@ from __future__ import annotations
 import asyncio
 import random
 
-from oncelog.broker.controller_client import ControllerClient
+import pytest
+
+from oncelog.broker.controller_client import ControllerClient, ControllerUnavailable
 from oncelog.controller.embedded import start_in_process
 from oncelog.protocol.api import ApiKey
 
@@ -41,3 +43,16 @@ async def test_a_cancelled_request_is_cancelled_even_when_its_answer_just_arrive
     finally:
         client.close()
         await controller.stop()
+
+
+async def test_a_controller_that_never_answers_is_unavailable_after_the_timeout():
+    """The deadline aborts the connection (no wait_for, no asyncio.timeout: see _exchange)."""
+    server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    client = ControllerClient("127.0.0.1", port, "u", "p", timeout_s=0.2)
+    try:
+        with pytest.raises(ControllerUnavailable, match="no answer within 0.2 s"):
+            await client.request(ApiKey.API_VERSIONS, 0)
+    finally:
+        client.close()
+        server.close()

@@ -84,20 +84,24 @@ async def test_refusals_for_an_existing_partition_carry_its_log_start_offset(bro
     assert (p["error_code"], p["log_start_offset"]) == (E.OUT_OF_ORDER_SEQUENCE_NUMBER, 3)
 
 
-async def test_a_transactional_batch_is_appended_as_an_idempotent_one(broker):
-    """Until the partition side (KIP-890 verification, open transactions) is merged, a
-    transactional batch is deduplicated and appended like any idempotent batch."""
+async def test_a_transactional_batch_needs_a_transactional_id(broker):
     c, _b, _ = broker
     await c.create_topic("txn")
     txn = encode_batch([Record(0, NOW, None, b"t", [])], producer_id=11, producer_epoch=0,
                        base_sequence=0, transactional=True)
+    p = await produce_raw(c, "txn", txn, transactional_id=None)
+    assert (p["error_code"], p["log_start_offset"]) == (E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, 0)
+    assert p["error_message"]
+    # nothing was written: the next plain record lands at offset 0
+    p = await produce_raw(c, "txn", encode_batch([Record(0, NOW, None, b"p", [])]))
+    assert (p["error_code"], p["base_offset"]) == (E.NONE, 0)
+    # with an id this broker's coordinator does not know (no __transaction_state yet: NOT_COORDINATOR)
+    # it is accepted unverified, as verification by another broker is not built
     p = await produce_raw(c, "txn", txn, transactional_id="app-1")
-    assert (p["error_code"], p["base_offset"]) == (E.NONE, 0)
-    p = await produce_raw(c, "txn", txn, transactional_id="app-1")  # a retry: its original offset
-    assert (p["error_code"], p["base_offset"]) == (E.NONE, 0)
+    assert (p["error_code"], p["base_offset"]) == (E.NONE, 1)
     # a transactional id on a request of plain batches is ignored, as Kafka ignores it
     p = await produce_raw(c, "txn", batch(0, pid=12), transactional_id="app-1")
-    assert (p["error_code"], p["base_offset"]) == (E.NONE, 1)
+    assert (p["error_code"], p["base_offset"]) == (E.NONE, 2)
 
 
 # ------------------------------------------------------------------ item 8: v14 tag 1 on both levels

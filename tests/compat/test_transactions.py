@@ -4,8 +4,8 @@ transaction, fencing, a kill -9 between PrepareCommit and the markers, the timeo
 
 What the coordinator promises is checked from outside: DescribeTransactions/ListTransactions
 answers, COMMIT/ABORT control batches at the right partitions (a raw Fetch, control batches
-included), committed group offsets. read_committed visibility needs the partition side
-(branch i16-partition): its test is a strict xfail until that merge.
+included), committed group offsets, read_committed visibility, and KIP-890 part 1: the
+coordinator verifies that a transactional batch's partition was added to its transaction.
 """
 from __future__ import annotations
 
@@ -20,7 +20,9 @@ from test_kafkajs import kafkajs, run_node  # noqa: F401 (fixture: kafkajs insta
 
 from oncelog.client.aio.connection import Connection
 from oncelog.protocol import entities
+from oncelog.protocol import produce as produce_wire
 from oncelog.protocol.api import ApiKey
+from oncelog.protocol.records import Record, encode_batch
 from oncelog.protocol.records.decode import iter_record_batches
 from oncelog.testing.embedded import BrokerProcess
 
@@ -273,6 +275,43 @@ def test_the_sweeper_aborts_a_transaction_left_open_past_its_timeout(tmp_path):
         b.stop()
 
 
+async def _produce(bootstrap: str, version: int, topic: str, records: bytes, tid: str) -> int:
+    host, port = bootstrap.rsplit(":", 1)
+    conn = Connection(host, int(port), "txn-test")
+    await conn.connect(10)
+    try:
+        body = produce_wire.encode_request(version, -1, 10000, {topic: [(0, records)]}, transactional_id=tid)
+        return produce_wire.decode_response(version, await conn.request(ApiKey.PRODUCE, version, body))[0] \
+            .partitions[0].error_code
+    finally:
+        conn.close()
+
+
+def test_a_transactional_batch_is_appended_only_to_a_partition_added_to_its_transaction(txn_broker):
+    """KIP-890 part 1 with the real coordinator: the partition leader asks the coordinator (here
+    the same broker) whether the batch's partition is in the producer's transaction."""
+    bs = txn_broker.bootstrap
+    create_topic(bs, "verified", 1)
+    deadline = time.monotonic() + 30
+    while True:  # the first one creates __transaction_state: COORDINATOR_LOAD_IN_PROGRESS meanwhile
+        r = call(bs, ApiKey.INIT_PRODUCER_ID, 3, transactional_id="tv", transaction_timeout=60000,
+                 producer_id=-1, producer_epoch=-1)
+        if r.error_code.value != 14 or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert r.error_code.value == 0
+    pid, epoch = int(r.producer_id), int(r.producer_epoch)
+    records = bytes(encode_batch([Record(0, int(time.time() * 1000), None, b"t", [])], producer_id=pid,
+                                 producer_epoch=epoch, base_sequence=0, transactional=True))
+    assert asyncio.run(_produce(bs, 9, "verified", records, "tv")) == 48  # INVALID_TXN_STATE
+    topic = entities.nested(ApiKey.ADD_PARTITIONS_TO_TXN, 3, "request", "AddPartitionsToTxnTopic")
+    r = call(bs, ApiKey.ADD_PARTITIONS_TO_TXN, 3, v3_and_below_transactional_id="tv", v3_and_below_producer_id=pid,
+             v3_and_below_producer_epoch=epoch, v3_and_below_topics=(topic(name="verified", partitions=(0,)),))
+    assert r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code.value == 0
+    assert asyncio.run(_produce(bs, 9, "verified", records, "tv")) == 0
+    assert batches(bs, "verified", 0) == [("data", pid, epoch, (b"t",))]  # the refused one left nothing
+
+
 def test_unknown_ids_and_bad_timeouts_get_kafkas_codes(txn_broker):
     bs = txn_broker.bootstrap
     r = call(bs, ApiKey.FIND_COORDINATOR, 4, key_type=1, coordinator_keys=("a", "b"))  # creates the topic
@@ -289,7 +328,6 @@ def test_unknown_ids_and_bad_timeouts_get_kafkas_codes(txn_broker):
     assert r.error_code.value == 49
 
 
-@pytest.mark.xfail(strict=True, reason="read_committed filtering is the partition side's (branch i16-partition)")
 def test_a_read_committed_consumer_sees_only_committed_records(txn_broker):
     bs, topic = txn_broker.bootstrap, "visible"
     create_topic(bs, topic, 1)

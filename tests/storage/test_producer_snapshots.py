@@ -67,7 +67,7 @@ def test_damaged_snapshots_are_refused(tmp_path, damage):
     elif damage == "flipped":
         data[len(data) // 2] ^= 0x40
     elif damage == "version":
-        struct.pack_into(">h", data, 4, 4)  # a version this broker does not know
+        struct.pack_into(">h", data, 4, 5)  # a version this broker does not know
     elif damage == "magic":
         data[0:4] = b"XXXX"
     elif damage == "trailing":
@@ -139,7 +139,7 @@ def test_remembered_producers_and_state_start_round_trip(tmp_path):
     assert [len(r.offsets) for _p, r in m2.expired.items()] == [3]  # every retained batch
     assert m2.state_start == m.state_start
     assert list(m2.entries()) == list(m.entries())
-    assert snaps.snapshot_path(tmp_path, 500).read_bytes()[4:6] == b"\x00\x03"
+    assert snaps.snapshot_path(tmp_path, 500).read_bytes()[4:6] == b"\x00\x04"
 
 
 def test_version_2_snapshots_are_still_read(tmp_path):

@@ -19,7 +19,6 @@ import fcntl
 import json
 import logging
 import os
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -33,7 +32,7 @@ from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.storage.log_manager import TopicInfo, check_topic_name, maintain, report_invalid_overrides
 from oncelog.storage.partition import DEFAULT_EXPIRATION_CHECK_INTERVAL_MS, Partition, PartitionConfig
-from oncelog.storage.txn_marker import append_marker
+from oncelog.storage.txn_markers import MarkerWriting
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +47,7 @@ class _Led:
         self.partition, self.lock_fd, self.epoch = partition, lock_fd, epoch
 
 
-class ClusterLogs:
+class ClusterLogs(MarkerWriting):
     def __init__(self, log_dir: str, server_defaults: dict[str, Any], producer_config: dict[str, Any],
                  client: ControllerClient, node_id: int, now_ms: Callable[[], int], *,
                  expiration_check_interval_ms: int = DEFAULT_EXPIRATION_CHECK_INTERVAL_MS) -> None:
@@ -175,14 +174,6 @@ class ClusterLogs:
     def leader(self, topic: str, index: int) -> tuple[int, int]:
         return self.leaders.get((topic, index), (-1, 0))
 
-    async def write_txn_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
-                               coordinator_epoch: int, commit: bool) -> ErrorCode:
-        """Append a transaction marker (storage.txn_marker: a stand-in for the partition side's)."""
-        p = self.get_partition(topic, partition)
-        if p is None:
-            return self.partition_error(topic, partition)
-        return append_marker(p, producer_id, producer_epoch, coordinator_epoch, commit, _now_ms())
-
     def partitions(self) -> Iterator[Partition]:
         return iter([led.partition for led in self._led.values()])
 
@@ -259,6 +250,3 @@ class ClusterLogs:
     def tick(self, now_ms: int, flush: Callable[[Partition], None] | None = None) -> None:
         maintain([led.partition for led in self._led.values()], now_ms, flush, self.expiration_check_interval_ms)
 
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)

@@ -34,10 +34,21 @@ class ControllerClient:
         self._lock = asyncio.Lock()
 
     async def _connect(self) -> None:
+        # asyncio.wait, not wait_for (see _exchange): a cancellation is never dropped
+        opening = asyncio.ensure_future(asyncio.open_connection(self.host, self.port))
         try:
-            async with asyncio.timeout(self.timeout_s):
-                self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
-        except (TimeoutError, OSError) as e:
+            await asyncio.wait({opening}, timeout=self.timeout_s)
+        except asyncio.CancelledError:
+            opening.cancel()
+            opening.add_done_callback(_close_opened)
+            raise
+        if not opening.done():
+            opening.cancel()
+            raise ControllerUnavailable(f"controller {self.host}:{self.port}: no connection within "
+                                        f"{self.timeout_s} s")
+        try:
+            self._reader, self._writer = opening.result()
+        except OSError as e:
             raise ControllerUnavailable(f"controller {self.host}:{self.port}: {e}") from None
         hs = await self._call(ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN")
         if hs.error_code != 0:
@@ -50,17 +61,8 @@ class ControllerClient:
 
     async def request(self, api_key: int, version: int, **fields: Any):
         """Send one request and return the decoded kio response entity."""
-        async with self._lock:
-            if self._writer is None:
-                await self._connect()
-            try:
-                return await self._call(api_key, version, **fields)
-            except (TimeoutError, OSError, asyncio.IncompleteReadError) as e:
-                self.close()
-                raise ControllerUnavailable(f"controller {self.host}:{self.port}: {e!r}") from None
-            except asyncio.CancelledError:
-                self.close()  # the answer may still come: the next request must not read it
-                raise
+        request = entities.make(entities.entity_class(api_key, version, "request"), **fields)
+        return entities.decode_response(api_key, version, await self.raw(api_key, version, entities.encode(request)))
 
     async def move_leader(self, topic: str, partition: int, broker: int,
                           timeout_ms: int = 30000) -> tuple[int, str | None]:
@@ -76,15 +78,18 @@ class ControllerClient:
     async def raw(self, api_key: int, version: int, body: bytes) -> bytes:
         """Send a pre-encoded request body; returns the response body (after its header)."""
         async with self._lock:
-            if self._writer is None:
-                await self._connect()
             try:
+                if self._writer is None:
+                    await self._connect()
                 return await self._exchange(api_key, version, body)
+            except ControllerUnavailable:
+                self.close()
+                raise
             except (TimeoutError, OSError, asyncio.IncompleteReadError) as e:
                 self.close()
                 raise ControllerUnavailable(f"controller {self.host}:{self.port}: {e!r}") from None
             except asyncio.CancelledError:
-                self.close()
+                self.close()  # the answer may still come: the next request must not read it
                 raise
 
     async def _call(self, api_key: int, version: int, **fields: Any):
@@ -97,13 +102,28 @@ class ControllerClient:
         corr = next(self._ids)
         header = headers.request_header(api_key, version, corr, self.client_id)
         self._writer.write(I32.pack(len(header) + len(body)) + header + body)
-        await self._writer.drain()
-        # asyncio.timeout, not wait_for: Python 3.11's wait_for returns a result that arrived just as
-        # the task was cancelled and drops the cancellation, so a stopping broker's heartbeat loop
-        # went on forever
-        async with asyncio.timeout(self.timeout_s):
+        # The deadline aborts the connection (the read then fails) rather than wrap the reads in
+        # wait_for or asyncio.timeout: Python 3.11's wait_for returns an answer that arrived just
+        # as its task was cancelled and drops the cancellation (a stopping broker's heartbeat loop
+        # went on for ever), and asyncio.timeout needs a task, which a handler started by hand
+        # (broker.server._start) does not run in until it first waits.
+        expired: list[bool] = []
+        transport = self._writer.transport
+
+        def expire() -> None:
+            expired.append(True)
+            transport.abort()
+        deadline = asyncio.get_running_loop().call_later(self.timeout_s, expire)
+        try:
+            await self._writer.drain()
             size = struct.unpack(">i", await self._reader.readexactly(4))[0]
             data = await self._reader.readexactly(size)
+        except (OSError, asyncio.IncompleteReadError):
+            if expired:
+                raise TimeoutError(f"no answer within {self.timeout_s} s") from None
+            raise
+        finally:
+            deadline.cancel()
         if Reader(data).i32() != corr:
             raise ControllerUnavailable("correlation id mismatch from the controller")
         return data[headers.response_header_size(api_key, version, data):]
@@ -112,3 +132,9 @@ class ControllerClient:
         if self._writer is not None:
             self._writer.close()
         self._reader = self._writer = None
+
+
+def _close_opened(opening: asyncio.Future[tuple[asyncio.StreamReader, asyncio.StreamWriter]]) -> None:
+    """A connection that opened after its caller was cancelled is closed, not leaked."""
+    if not opening.cancelled() and opening.exception() is None:
+        opening.result()[1].close()

@@ -15,10 +15,15 @@ from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.metadata import BrokerEntry
 from oncelog.storage.log_manager import TopicInfo
 from oncelog.storage.partition import Partition
+from oncelog.storage.txn_markers import Durability
 
 
 class Logs(Protocol):
     topics: dict[str, TopicInfo]
+    # How a marker is acknowledged durable, and the clock it is stamped with (the broker sets
+    # both: storage.txn_markers.MarkerWriting)
+    durable: Durability | None
+    clock_ms: Callable[[], int]
     # The other brokers of the cluster as the controller last described them (this one may be
     # missing until its first heartbeat); empty on a single node.
     brokers: list[BrokerEntry]
@@ -33,10 +38,6 @@ class Logs(Protocol):
     def leader(self, topic: str, index: int) -> tuple[int, int]:
         """(leader's node id, leader epoch); node id -1 when no broker leads it."""
     def partitions(self) -> Iterator[Partition]: ...
-    async def write_txn_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
-                               coordinator_epoch: int, commit: bool) -> ErrorCode:
-        """Append a COMMIT/ABORT control batch for the producer (the marker writer's local path);
-        durable once the group commit fsyncs the partition."""
     def topic_name(self, topic_id: uuid.UUID | None) -> str | None: ...
     def topic_config(self, name: str) -> dict[str, Any]:
         """Every topic config of `name`, typed (`core.topic_config.effective_topic_config`)."""
@@ -45,6 +46,13 @@ class Logs(Protocol):
                            now_ms: int) -> TopicInfo: ...
     async def delete_topic(self, name: str) -> None: ...
     async def alter_topic_config(self, name: str, set_: dict[str, str], delete: list[str]) -> None: ...
+
+    async def write_txn_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
+                               coordinator_epoch: int, commit: bool) -> ErrorCode:
+        """Append a COMMIT (commit=True) or ABORT marker to a partition this broker leads and
+        answer once it is fsynced (`storage.txn_markers`; no network). Codes: NONE,
+        NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, INVALID_PRODUCER_EPOCH,
+        TRANSACTION_COORDINATOR_FENCED, UNSUPPORTED_FOR_MESSAGE_FORMAT, KAFKA_STORAGE_ERROR."""
 
     def tick(self, now_ms: int, flush: Callable[[Partition], None] | None = None) -> None:
         """Retention, the flush policy and producer expiry (`storage.log_manager.maintain`)."""

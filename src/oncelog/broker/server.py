@@ -17,7 +17,7 @@ import time
 import types
 import zlib
 from collections import deque
-from collections.abc import Callable, Coroutine, Generator
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +75,15 @@ class Broker:
         self._ticker: asyncio.Task | None = None
         # acks=all answers wait for their fsync; consumers see fsynced records (write.caching=false)
         self.group_commit = GroupCommit(self.now_ms, on_durable=self.data_appended)
+        # the KIP-890 check of a transactional Produce (set by the transaction coordinator; None:
+        # accepted without verification, Kafka's transaction.partition.verification.enable=false)
+        self.txn_verifier: Callable[[str, int, int, str, int], Awaitable[int]] | None = None
+        self._wire_logs()
+
+    def _wire_logs(self) -> None:
+        """Markers are acknowledged after the group commit's fsync, timed by the broker's clock."""
+        self.logs.durable = self.group_commit.durable
+        self.logs.clock_ms = self.now_ms
 
     def now_ms(self) -> int:
         return int(self._clock() * 1000)
@@ -116,6 +125,7 @@ class Broker:
         # Before serving: a partition of __transaction_state left in Prepare* resumes its markers now.
         assert self.producer_ids is not None  # _connect_controller set it or raised
         self.txn = TxnCoordinatorService(self, self.producer_ids.producer_id_nowait)
+        self.txn_verifier = self.txn.verify
         self.txn.start()
         await self._server.start_serving()
         if self.config["metrics.port"] >= 0:
@@ -153,6 +163,7 @@ class Broker:
             self.config.log_dirs[0], self.config.topic_defaults(), self.config.producer_config(),
             ControllerClient(ctl.host, ctl.port, ctl.username, ctl.password), self.node_id, self.now_ms,
             expiration_check_interval_ms=self.config["producer.id.expiration.check.interval.ms"])
+        self._wire_logs()
         await self.logs.open(self.now_ms())
 
     def group_coordinator(self, group_id: str) -> tuple[int, str, int]:

@@ -206,6 +206,17 @@ class TxnCoordinatorService:
         return None
 
     # ------------------------------------------------------------------ requests
+    async def verify(self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str,
+                     partition: int) -> int:
+        """`broker.txn_verifier` (KIP-890 part 1): may a transactional batch of this producer be
+        appended to `topic`-`partition`? NONE if the partition is in its ongoing transaction.
+        An id another broker coordinates is not verified (that would be AddPartitionsToTxn
+        VerifyOnly over the wire, not built): its batch is accepted, as with verification off."""
+        code = self.core.verify_partitions(transactional_id, producer_id, producer_epoch,
+                                           [(topic, partition)])
+        answer = next(iter(code.values()))
+        return E.NONE if answer == E.NOT_COORDINATOR else answer
+
     async def execute(self, decision: Answer | Transition) -> Answer:
         """A `prepare_*` result: an answer as is, a transition appended then completed."""
         if isinstance(decision, Answer):

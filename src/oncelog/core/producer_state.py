@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import sys
 from array import array
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -171,6 +171,11 @@ class ProducerSnapshotColumns(NamedTuple):
     expired_end: array[int] | None = None
     expired_offsets: array[int] | None = None
     state_start: int = 0
+    # v4: each producer's last coordinator epoch (-1 none), and the partition's open transactions
+    # (producer id, first offset) -- the latter filled in by storage from `core.txn.PartitionTxns`
+    coordinator_epoch: array[int] | None = None
+    txn_pid: array[int] | None = None
+    txn_first: array[int] | None = None
 
 
 class ProducerEntry(NamedTuple):
@@ -180,6 +185,7 @@ class ProducerEntry(NamedTuple):
     last_sequence: int
     last_timestamp: int
     batches: tuple[tuple[int, int, int, int], ...]  # (first_seq, last_seq, base_offset, timestamp), oldest first
+    coordinator_epoch: int = -1
 
 
 _EXPIRED_KEY_SALT = 0x5DEECE66D  # the remembered set's table gets a key of its own
@@ -194,6 +200,7 @@ class ProducerStateManager:
         self._stride = self.config.stride
         self._index = PidIndex(self._key)
         self._epoch = array("h")
+        self._coord = array("i")    # last coordinator epoch seen in a marker (-1: none)
         self._updated = array("q")
         self._head = array("H")
         self._count = array("H")
@@ -263,6 +270,7 @@ class ProducerStateManager:
             self._evict_one()
         s = self._index.add(pid)
         self._epoch.append(epoch)
+        self._coord.append(-1)
         self._updated.append(0)
         self._head.append(0)
         self._count.append(0)
@@ -279,12 +287,12 @@ class ProducerStateManager:
         last = self._index.remove(s)
         stride = self._stride
         if s != last:
-            for arr in (self._epoch, self._updated, self._head, self._count):
+            for arr in (self._epoch, self._coord, self._updated, self._head, self._count):
                 arr[s] = arr[last]
             a, b = s * stride, last * stride
             for arr in (self._first, self._last, self._offset, self._ts):
                 arr[a:a + stride] = arr[b:b + stride]
-        for arr in (self._epoch, self._updated, self._head, self._count):
+        for arr in (self._epoch, self._coord, self._updated, self._head, self._count):
             arr.pop()
         for arr in (self._first, self._last, self._offset, self._ts):
             del arr[last * stride:]
@@ -429,11 +437,52 @@ class ProducerStateManager:
         if updated_ms > self._updated[s]:
             self._updated[s] = updated_ms
 
-    def remove_expired(self, now_ms: int) -> int:
+    # ------------------------------------------------------------ transaction markers
+    def check_marker(self, producer_id: int, epoch: int, coordinator_epoch: int) -> tuple[int, str | None]:
+        """Whether a COMMIT/ABORT marker may be appended (Kafka's ProducerAppendInfo
+        .appendEndTxnMarker): an epoch below the producer's is INVALID_PRODUCER_EPOCH, a
+        coordinator epoch below the last one seen TRANSACTION_COORDINATOR_FENCED (a deposed
+        coordinator's late marker). Never mutates."""
+        s = self._find(producer_id)
+        if s < 0:
+            return ErrorCode.NONE, None
+        if epoch < self._epoch[s]:
+            return (ErrorCode.INVALID_PRODUCER_EPOCH,
+                    f"marker epoch {epoch} is older than producer {producer_id}'s epoch {self._epoch[s]}")
+        if coordinator_epoch < self._coord[s]:
+            return (ErrorCode.TRANSACTION_COORDINATOR_FENCED,
+                    f"coordinator epoch {coordinator_epoch} is older than the last seen {self._coord[s]}")
+        return ErrorCode.NONE, None
+
+    def record_marker(self, producer_id: int, epoch: int, coordinator_epoch: int, updated_ms: int) -> None:
+        """A checked marker is in the log (or replayed): the producer takes the marker's epoch (a
+        higher one, from a fence, starts a new sequence space) and coordinator epoch."""
+        s = self._find(producer_id)
+        if s < 0:
+            if len(self.expired):
+                self.expired.pop(producer_id)
+            s = self._new_slot(producer_id, epoch)
+        elif epoch > self._epoch[s]:
+            self._epoch[s] = epoch
+            self._head[s] = 0
+            self._count[s] = 0
+        if coordinator_epoch > self._coord[s]:
+            self._coord[s] = coordinator_epoch
+        if updated_ms > self._updated[s]:
+            self._updated[s] = updated_ms
+
+    def epoch_of(self, producer_id: int) -> int:
+        s = self._find(producer_id)
+        return -1 if s < 0 else self._epoch[s]
+
+    def remove_expired(self, now_ms: int, keep: Callable[[int], bool] | None = None) -> int:
         """Forget producers idle for producer.id.expiration.ms, remembering where their batches
-        are; returns how many."""
+        are; returns how many. `keep(pid)`: never expire it (a producer with an open transaction)."""
         cutoff = now_ms - self.config.expiration_ms
         expired = [s for s, t in enumerate(self._updated) if t <= cutoff]
+        if keep is not None and expired:
+            pids = self._index.pids
+            expired = [s for s in expired if not keep(pids[s])]
         self._retire_slots(expired)
         return len(expired)
 
@@ -467,7 +516,7 @@ class ProducerStateManager:
             p = s * stride + (head + k) % stride
             batches.append((self._first[p], self._last[p], self._offset[p], self._ts[p]))
         return ProducerEntry(self._index.pids[s], self._epoch[s], batches[-1][1] if batches else -1,
-                             self._updated[s], tuple(batches))
+                             self._updated[s], tuple(batches), self._coord[s])
 
     def entries(self) -> Iterator[ProducerEntry]:
         for s in range(len(self._index)):
@@ -479,7 +528,7 @@ class ProducerStateManager:
     def memory_bytes(self) -> int:
         """Bytes held by the arrays (what the state costs; the manager object itself is constant)."""
         return self._index.memory_bytes() + self.expired.memory_bytes() + sum(sys.getsizeof(a) for a in (
-            self._epoch, self._updated, self._head, self._count,
+            self._epoch, self._coord, self._updated, self._head, self._count,
             self._first, self._last, self._offset, self._ts))
 
     # ------------------------------------------------------------ snapshots
@@ -487,9 +536,11 @@ class ProducerStateManager:
         pid, count, end, offsets = self.expired.columns()
         return ProducerSnapshotColumns(self._stride, self._index.pids, self._epoch, self._updated, self._head,
                                        self._count, self._first, self._last, self._offset, self._ts,
-                                       self.expired.stride, pid, count, end, offsets, self.state_start)
+                                       self.expired.stride, pid, count, end, offsets, self.state_start,
+                                       self._coord)
 
-    def load_columns(self, cols: ProducerSnapshotColumns, now_ms: int | None = None) -> None:
+    def load_columns(self, cols: ProducerSnapshotColumns, now_ms: int | None = None,
+                     keep: Callable[[int], bool] | None = None) -> None:
         """Replace the state with snapshot columns; re-lays them if the window changed since,
         drops producers already expired at `now_ms` (remembering them as expired) and evicts
         down to the producer cap."""
@@ -499,6 +550,8 @@ class ProducerStateManager:
                          (cols.timestamp, cols.stride)):
             if len(arr) != n * per:
                 raise ValueError("snapshot columns disagree in length")
+        if cols.coordinator_epoch is not None and len(cols.coordinator_epoch) != n:
+            raise ValueError("snapshot columns disagree in length")
         if any(c > cols.stride for c in cols.count) or any(h >= cols.stride for h in cols.head):
             raise ValueError("snapshot ring positions out of range")
         index = PidIndex(self._key, array("q", cols.pid))  # raises on a producer listed twice
@@ -517,6 +570,8 @@ class ProducerStateManager:
         self._stride = cols.stride
         self._index = index
         self._epoch, self._updated = array("h", cols.epoch), array("q", cols.updated)
+        self._coord = array("i", cols.coordinator_epoch) if cols.coordinator_epoch is not None \
+            else array("i", [-1]) * n
         self._head, self._count = array("H", cols.head), array("H", cols.count)
         self._first, self._last = array("i", cols.first), array("i", cols.last)
         self._offset, self._ts = array("q", cols.offset), array("q", cols.timestamp)
@@ -527,6 +582,6 @@ class ProducerStateManager:
         expired.relayout(self.config.stride)
         expired.forget_outside(self._log_start)
         if now_ms is not None:
-            self.remove_expired(now_ms)
+            self.remove_expired(now_ms, keep)
         self._evict_down_to(self.config.max_producers)
         expired.shed()

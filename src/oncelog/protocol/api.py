@@ -81,13 +81,14 @@ BROKER_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_CLUSTER: (0, 1),
     ApiKey.DESCRIBE_PRODUCERS: (0, 0),
     # Transactions (docs/transactions.md "Versions"): not Transactions V2 (no EndTxn v5,
-    # InitProducerId v6 or transaction.version feature). WriteTxnMarkers waits for its handler.
+    # InitProducerId v6 or transaction.version feature). WriteTxnMarkers: broker to broker, and Kafka's tools.
     ApiKey.ADD_PARTITIONS_TO_TXN: (0, 4),
     ApiKey.ADD_OFFSETS_TO_TXN: (0, 3),
     ApiKey.END_TXN: (0, 3),
     ApiKey.TXN_OFFSET_COMMIT: (0, 3),
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
     ApiKey.LIST_TRANSACTIONS: (0, 1),
+    ApiKey.WRITE_TXN_MARKERS: (1, 1),  # broker to broker (and Kafka's tools); issue 16
 }
 
 # Transactions (issue 16, docs/transactions.md "Versions"): what the broker will advertise once the

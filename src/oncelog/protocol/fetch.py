@@ -18,6 +18,10 @@ class PartitionData:
     high_watermark: int = -1
     log_start_offset: int = -1
     records: bytes | memoryview = b""
+    last_stable_offset: int = -1  # -1: answered as the high watermark
+    # (producer id, first offset) of the aborted transactions overlapping the records; None (a
+    # null array, as Kafka answers read_uncommitted) or a list (read_committed)
+    aborted_transactions: list[tuple[int, int]] | None = None
 
 
 @dataclass(slots=True)
@@ -38,12 +42,18 @@ def encode_response(version: int, topics: list[tuple[str, list[PartitionData]]],
         out.append(string(name, flex))
         out.append(array_len(len(parts), flex))
         for p in parts:
-            # last stable offset = high watermark: oncelog has no open transactions
+            lso = p.last_stable_offset if p.last_stable_offset >= 0 else p.high_watermark
             out.append(I32.pack(p.index) + I16.pack(p.error_code) + I64.pack(p.high_watermark)
-                       + I64.pack(p.high_watermark))
+                       + I64.pack(lso))
             if version >= 5:
                 out.append(I64.pack(p.log_start_offset))
-            out.append(array_len(0, flex))  # aborted transactions: none
+            aborted = p.aborted_transactions
+            if aborted is None:
+                out.append(array_len(None, flex))
+            else:
+                out.append(array_len(len(aborted), flex))
+                tag = b"\x00" if flex else b""
+                out.extend(I64.pack(pid) + I64.pack(first) + tag for pid, first in aborted)
             if version >= 11:
                 out.append(I32.pack(-1))  # preferred read replica: none
             out.append(bytes_len(len(p.records), flex))
@@ -70,14 +80,17 @@ def decode_response(version: int, body: Buf) -> FetchResponse:
         parts = []
         for _ in range(r.array_len(flex)):
             p = PartitionData(r.i32(), r.i16(), r.i64())
-            r.i64()  # last stable offset
+            p.last_stable_offset = r.i64()
             if version >= 5:
                 p.log_start_offset = r.i64()
-            for _ in range(max(r.array_len(flex), 0)):  # aborted transactions (null: none)
-                r.i64()  # producer id
-                r.i64()  # first offset
-                if flex:
-                    r.skip_tags()
+            n = r.array_len(flex)
+            if n >= 0:
+                aborted: list[tuple[int, int]] = []
+                for _ in range(n):
+                    aborted.append((r.i64(), r.i64()))
+                    if flex:
+                        r.skip_tags()
+                p.aborted_transactions = aborted
             if version >= 11:
                 r.i32()  # preferred read replica
             records = r.bytes_view(flex)

@@ -4,6 +4,8 @@ roll by size and age, retention by time and size, DeleteRecords, recovery and a 
 Layout of a partition directory:
     00000000000000000000.log     record batches (v2) or v0/v1 messages, exactly as produced
     00000000000000000000.index   (relative offset int32, position int32) every index.interval.bytes
+    00000000000000000000.txnindex  aborted transactions whose marker is in the segment (Kafka's
+                                   format; written and rebuilt by the partition: storage.txn_index)
     log-start-offset             the log start offset (DeleteRecords, retention), replaced atomically
     .clean-shutdown              present only after a clean close: the next open skips the CRC scan
 
@@ -44,6 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from oncelog.core.txn.partition import AbortedTxnIndex
 from oncelog.protocol import records as rec
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.protocol.primitives import Buf
@@ -158,6 +161,12 @@ class Segment:
         self.base_offset = base_offset
         self.path = directory / f"{base_offset:020d}.log"
         self.index_path = directory / f"{base_offset:020d}.index"
+        # Kafka's `.txnindex`: the aborted transactions whose ABORT marker is in this segment;
+        # the partition loads, appends and rebuilds it (storage.txn_index), the log deletes it
+        self.txn_index_path = directory / f"{base_offset:020d}.txnindex"
+        self.aborted: AbortedTxnIndex | None = None  # once the partition loaded it
+        self.txn_index_written = 0  # entries of `aborted` in the file
+        self.txn_index_dirty = False  # entries written since the file's last fsync
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         self.size = os.fstat(self.fd).st_size
         self.synced_size = self.size  # bytes known to be on disk; the log lowers it for an unsynced tail
@@ -299,7 +308,7 @@ class Segment:
 
     def delete(self) -> None:
         self.close()
-        for p in (self.path, self.index_path):
+        for p in (self.path, self.index_path, self.txn_index_path):
             try:
                 p.unlink()
             except FileNotFoundError:
@@ -594,6 +603,10 @@ class PartitionLog:
         if offset < self.log_start_offset or offset > self.log_end_offset:
             raise KafkaProtocolError(ErrorCode.OFFSET_OUT_OF_RANGE,
                                      f"offset {offset} is outside {self.log_start_offset}..{self.log_end_offset}")
+
+    def segment_holding(self, offset: int) -> Segment:
+        """The segment an offset at or below the log end falls in."""
+        return self.segments[self._segment_for(offset)]
 
     def _segment_for(self, offset: int) -> int:
         bases = [s.base_offset for s in self.segments]

@@ -13,7 +13,6 @@ import logging
 import os
 import re
 import shutil
-import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -24,7 +23,7 @@ from oncelog.core.topic_config import effective_topic_config, invalid_topic_conf
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.protocol.metadata import BrokerEntry
 from oncelog.storage.partition import DEFAULT_EXPIRATION_CHECK_INTERVAL_MS, Partition, PartitionConfig
-from oncelog.storage.txn_marker import append_marker
+from oncelog.storage.txn_markers import MarkerWriting
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +70,7 @@ def maintain(partitions: Iterable[Partition], now_ms: int, flush: Callable[[Part
             log.warning("partition %s-%d maintenance: %s", partition.topic, partition.index, e)
 
 
-class LogManager:
+class LogManager(MarkerWriting):
     """A single node's topics and partitions: this broker leads them all (`broker.logs.Logs`)."""
 
     def __init__(self, log_dirs: list[str], server_defaults: dict[str, Any],
@@ -132,14 +131,6 @@ class LogManager:
 
     def leader(self, topic: str, index: int) -> tuple[int, int]:
         return self.node_id, 0
-
-    async def write_txn_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
-                               coordinator_epoch: int, commit: bool) -> ErrorCode:
-        """Append a transaction marker (storage.txn_marker: a stand-in for the partition side's)."""
-        p = self.get_partition(topic, partition)
-        if p is None:
-            return self.partition_error(topic, partition)
-        return append_marker(p, producer_id, producer_epoch, coordinator_epoch, commit, _now_ms())
 
     def partitions(self) -> Iterator[Partition]:
         return iter(list(self._partitions.values()))
@@ -244,6 +235,3 @@ class LogManager:
     def tick(self, now_ms: int, flush: Callable[[Partition], None] | None = None) -> None:
         maintain(list(self._partitions.values()), now_ms, flush, self.expiration_check_interval_ms)
 
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time
+from array import array
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -27,11 +28,13 @@ from typing import Any
 from oncelog.core import producer_state as ps
 from oncelog.core.producer_state import ProducerStateConfig, ProducerStateManager
 from oncelog.core.sequence import distance_below, last_sequence_of
+from oncelog.core.txn.partition import AbortedQuery, PartitionTxns, collect_aborted
 from oncelog.protocol import records as rec
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.protocol.primitives import Buf
 from oncelog.protocol.records import message_format_magic
 from oncelog.storage import producer_snapshots as snaps
+from oncelog.storage import txn_index
 from oncelog.storage.log import LogConfig, PartitionLog, SyncToken
 
 log = logging.getLogger(__name__)
@@ -113,6 +116,9 @@ class Partition:
         self._last_snapshot_offset = -1
         self._next_expiration_check = -1
         self._restored_since_snapshot = False  # the next snapshot is due even if the log did not move
+        # open transactions and the LSO; each segment's aborted-transaction index is on its Segment
+        self.txns = PartitionTxns()
+        self._verifying: dict[int, object] = {}  # pid -> KIP-890 verification guard
         self._map_end = self._load_producer_state(now_ms)
         log.on_roll(self._on_roll)
         log.on_segments_deleted(self._on_segments_deleted)
@@ -139,8 +145,27 @@ class Partition:
         """The fsynced end (the end with write.caching): acks=all answers and consumers wait for it."""
         return self.log.high_watermark
 
-    def read(self, offset: int, max_bytes: int, min_one: bool = True) -> bytes | memoryview:
-        return self.log.read(offset, max_bytes, self.log.high_watermark, min_one)
+    @property
+    def last_stable_offset(self) -> int:
+        """min(first offset of any unstable transaction, high watermark), never below the log
+        start: what read_committed consumers may read. The high watermark when no transaction is
+        open (librdkafka and kafkajs read read_committed by default)."""
+        return self.txns.last_stable_offset(self.log.high_watermark, self.log.log_start_offset)
+
+    def read(self, offset: int, max_bytes: int, min_one: bool = True, max_offset: int | None = None
+             ) -> bytes | memoryview:
+        """Whole batches from `offset`, none at or above `max_offset` (default: the high
+        watermark; a read_committed fetch passes the LSO)."""
+        return self.log.read(offset, max_bytes, self.log.high_watermark if max_offset is None else max_offset,
+                             min_one)
+
+    def aborted_transactions(self, fetch_offset: int, upper: int, max_scan: int | None = None) -> AbortedQuery:
+        """The aborted transactions overlapping [fetch_offset, upper) (`core.txn.collect_aborted`),
+        from the index of the segment holding `fetch_offset` and the later ones."""
+        segments = self.log.segments
+        k = self.log._segment_for(fetch_offset)
+        indexes = [seg.aborted for seg in segments[k:] if seg.aborted is not None]
+        return collect_aborted(indexes, fetch_offset, upper, max_scan)
 
     # ------------------------------------------------------------ durability
     @property
@@ -247,6 +272,12 @@ class Partition:
                         check = self._restore_expired(headers, check, now_ms)
                     if check.kind != ps.APPEND:
                         return self._answer_without_append(check)
+                    transactional = headers[0].is_transactional
+                    if self.txns.check_data_batch(check.producer_id, transactional):
+                        raise KafkaProtocolError(
+                            ErrorCode.INVALID_TXN_STATE,
+                            f"producer {check.producer_id} has a transaction open in {self.topic}-"
+                            f"{self.index}: a batch outside it must wait for its marker")
             else:
                 rec.validate_legacy_message_set(buf)
             self._in_append = True
@@ -254,6 +285,7 @@ class Partition:
                 info = self.log.append(buf, now_ms)
                 if check is not None:
                     self.producer_state.commit(check, info.first_offset, info.log_append_time, now_ms)
+                    self.txns.on_data_batch(check.producer_id, info.first_offset, transactional)
                 self._map_end = self.log.log_end_offset
             finally:
                 self._in_append = False
@@ -272,6 +304,76 @@ class Partition:
                                 f"storage error: {exc.strerror or exc}", self._extra())
         return AppendResult(0, info.first_offset, info.log_append_time, self.log.log_start_offset, None,
                             self._extra(), info.last_offset)
+
+    # ------------------------------------------------------------ transactions
+    def has_open_transaction(self, producer_id: int, producer_epoch: int) -> bool:
+        """A transaction of this producer is open here at this epoch: its next transactional
+        batch needs no KIP-890 verification."""
+        return self.txns.has_open(producer_id) and self.producer_state.epoch_of(producer_id) == producer_epoch
+
+    def begin_verification(self, producer_id: int) -> object:
+        """A guard (Kafka's VerificationGuard) set before asking the coordinator whether this
+        partition is in the producer's transaction; a marker for the producer clears it, so a
+        batch whose transaction ended while it waited is refused instead of opening a new one."""
+        guard = self._verifying[producer_id] = object()
+        return guard
+
+    def verification_valid(self, producer_id: int, guard: object) -> bool:
+        return self._verifying.get(producer_id) is guard
+
+    def end_verification(self, producer_id: int, guard: object) -> None:
+        if self._verifying.get(producer_id) is guard:
+            del self._verifying[producer_id]
+
+    def append_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
+                      now_ms: int) -> int:
+        """Append a COMMIT/ABORT control batch for the producer's transaction; returns its offset.
+        Raises KafkaProtocolError: INVALID_PRODUCER_EPOCH (marker epoch below the producer's),
+        TRANSACTION_COORDINATOR_FENCED (coordinator epoch below the last seen),
+        UNSUPPORTED_FOR_MESSAGE_FORMAT, KAFKA_STORAGE_ERROR. Not durable on return: the caller
+        waits for the fsync as an acks=all Produce does (`storage.txn_markers.write_marker`).
+        A marker for a producer with no transaction open here closes nothing and is harmless (a
+        coordinator resending after a crash)."""
+        if self.log.offline:
+            raise KafkaProtocolError(ErrorCode.KAFKA_STORAGE_ERROR, f"partition offline: {self.log.offline}")
+        self._follow_cuts(now_ms)
+        if self._format_magic < 2:
+            raise KafkaProtocolError(ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
+                                     f"topic {self.topic} uses message format v{self._format_magic}: "
+                                     "transaction markers need v2")
+        state = self.producer_state
+        if producer_id in state.expired and producer_id not in state:
+            self._restore_from_log(producer_id, now_ms)
+        code, message = state.check_marker(producer_id, producer_epoch, coordinator_epoch)
+        if code:
+            raise KafkaProtocolError(ErrorCode(code), message)
+        batch = rec.encode_marker_batch(producer_id, producer_epoch, coordinator_epoch, commit, now_ms)
+        self._in_append = True
+        try:
+            try:
+                info = self.log.append(batch, now_ms)
+            except OSError as exc:
+                raise KafkaProtocolError(ErrorCode.KAFKA_STORAGE_ERROR, f"storage error: {exc}") from None
+            self._apply_marker(producer_id, producer_epoch, coordinator_epoch, commit, info.first_offset, now_ms)
+            self._map_end = self.log.log_end_offset
+        finally:
+            self._in_append = False
+        self._verifying.pop(producer_id, None)
+        if self._roll_pending:
+            self._roll_pending = False
+            self.take_snapshot(sync=False)
+        return info.first_offset
+
+    def _apply_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
+                      offset: int, now_ms: int) -> None:
+        """A marker at `offset` is in the log (appended, or met by recovery's replay)."""
+        self.producer_state.record_marker(producer_id, producer_epoch, coordinator_epoch, now_ms)
+        completed = self.txns.prepare_marker(producer_id, offset, not commit)
+        if completed is None:
+            return
+        if completed.is_aborted:
+            txn_index.append(self.log.segment_holding(offset), completed)
+        self.txns.complete(completed)
 
     def _prepare(self, headers: list[rec.BatchHeader]) -> ps.Check:
         if self._format_magic < 2:
@@ -398,7 +500,7 @@ class Partition:
 
     # ---------------------------------------------------------- periodic work
     def remove_expired_producers(self, now_ms: int) -> int:
-        n = self.producer_state.remove_expired(now_ms)
+        n = self.producer_state.remove_expired(now_ms, self.txns.has_open)
         self.counters.expirations += n
         if n and not self._in_append:
             # Otherwise a crash would replay the expired producers' batches from the log and
@@ -422,6 +524,7 @@ class Partition:
 
     def _on_segments_deleted(self, new_log_start_offset: int) -> None:
         self.producer_state.forget_expired_before(new_log_start_offset)
+        self.txns.on_log_start_offset(new_log_start_offset)
         # The replay source below the new start is gone: the state must be in a snapshot.
         if new_log_start_offset > self._last_snapshot_offset and not self._in_append:
             self.take_snapshot(sync=True)
@@ -437,7 +540,13 @@ class Partition:
         expired producer was restored since."""
         if self._map_end <= self._last_snapshot_offset and not force and not self._restored_since_snapshot:
             return None
-        path = snaps.write_snapshot(self.directory, self._map_end, self.producer_state.columns(), sync=sync)
+        # the snapshot says recovery need not look below _map_end: the aborted-transaction
+        # entries below it must be on disk first
+        txn_index.sync_dirty(self.log.segments)
+        opened = self.txns.open_transactions()
+        cols = self.producer_state.columns()._replace(
+            txn_pid=array("q", [pid for pid, _first in opened]), txn_first=array("q", [f for _pid, f in opened]))
+        path = snaps.write_snapshot(self.directory, self._map_end, cols, sync=sync)
         self._last_snapshot_offset = self._map_end
         self._restored_since_snapshot = False
         self.counters.snapshots_written += 1
@@ -454,6 +563,7 @@ class Partition:
         snaps.delete_snapshots(p for off, p in snaps.list_snapshots(self.directory)
                                if off > self.log.log_end_offset)
         self.producer_state.clear()
+        self.txns = PartitionTxns()
         self._last_snapshot_offset = -1
         self._map_end = self._load_producer_state(now_ms)
 
@@ -496,17 +606,24 @@ class Partition:
                 continue
             try:
                 _off, cols = snaps.read_snapshot(path)
-                self.producer_state.load_columns(cols, now_ms)
+                self.txns.load(zip(cols.txn_pid or (), cols.txn_first or ()))
+                self.producer_state.load_columns(cols, now_ms, self.txns.has_open)
             except (snaps.CorruptSnapshotError, ValueError) as exc:
                 snaps.set_aside(path, str(exc))
                 self.counters.snapshots_set_aside += 1
                 self.producer_state.clear()
+                self.txns = PartitionTxns()
                 continue
             start = max(offset, log_start)
             self._last_snapshot_offset = offset
             break
         # Remembered batches the log no longer holds (deleted, or cut off by a truncation).
         self.producer_state.expired.forget_outside(log_start, log_end)
+        # Aborted-transaction entries at or above the replay start are rebuilt by the replay.
+        for seg in self.log.segments:
+            if seg.aborted is None:
+                txn_index.load(seg)
+            txn_index.truncate_from(seg, start)
         replayed = self._replay(start, log_end, now_ms)
         if replayed:
             self._map_end = log_end
@@ -522,7 +639,11 @@ class Partition:
         for h in self._iter_headers(start):
             if h.base_offset >= end:
                 break
-            if h.producer_id < 0 or h.is_control or h.base_offset < start:
+            if h.producer_id < 0 or h.base_offset < start:
+                continue
+            if h.is_control:
+                self._replay_marker(h, now_ms)
+                n += 1
                 continue
             if h.producer_id in state.expired and h.producer_id not in state:
                 # Restored after the snapshot was taken and appended since: restore it again
@@ -533,8 +654,22 @@ class Partition:
             # one too early would turn its next batch into a spurious UNKNOWN_PRODUCER_ID.
             state.record(h.producer_id, h.producer_epoch, h.base_sequence, last_sequence_of(h), h.base_offset,
                          ts, now_ms)
+            self.txns.on_data_batch(h.producer_id, h.base_offset, h.is_transactional)
             n += 1
         return n
+
+    def _replay_marker(self, h: rec.BatchHeader, now_ms: int) -> None:
+        """A control batch met by recovery: its one record's key says COMMIT or ABORT (one read
+        of that batch; markers are few)."""
+        data = self.log.read(h.base_offset, h.size, h.base_offset + 1)
+        try:
+            marker = rec.marker_of_batch(data)
+        except KafkaProtocolError as exc:  # not a transaction marker (another control type)
+            log.warning("%s-%d: control batch at offset %d skipped: %s", self.topic, self.index,
+                        h.base_offset, exc.message)
+            return
+        self._apply_marker(h.producer_id, h.producer_epoch, marker.coordinator_epoch, marker.commit,
+                           h.base_offset, now_ms)
 
     def _iter_headers(self, start: int) -> Iterator[rec.BatchHeader]:
         """v2 batch headers from the log at `start` (v0/v1 messages carry no producer ids)."""

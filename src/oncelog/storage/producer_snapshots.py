@@ -7,13 +7,20 @@ File `<offset:020d>.pstate` in the partition directory; `offset` is exclusive (t
 the log below it), as Kafka's `.snapshot`. Layout (header big-endian, columns little-endian so
 the in-memory arrays are written and read without per-producer work):
 
-    magic "OLPS" | version i16 = 3 | crc u32 (CRC-32C of every byte after it) |
+    magic "OLPS" | version i16 = 4 | crc u32 (CRC-32C of every byte after it) |
     flags i16 = 0 | stride i32 | producers i32 | map end offset i64 |
     remembered producers i32 (m) | remembered stride i32 (r) | producer-state start offset i64 |
+    open transactions i32 (t) |
     pid q[n] | epoch h[n] | last update ms q[n] | ring head H[n] | ring count H[n] |
     first seq i[n*stride] | last seq i[n*stride] | base offset q[n*stride] | timestamp q[n*stride] |
     remembered pid q[m] | batch count H[m] | last offset of the newest batch q[m] |
-    base offsets of the retained batches q[m*r]
+    base offsets of the retained batches q[m*r] |
+    coordinator epoch i[n] | open transaction's producer id q[t] | its first offset q[t]
+
+Version 4 (transactions) adds each producer's last coordinator epoch (-1: none) and the open
+transactions at the snapshot's offset, Kafka's CoordinatorEpoch and CurrentTxnFirstOffset;
+older versions are read with no coordinator epochs and no open transaction (oncelog refused
+transactional batches before v4, so their logs hold none).
 
 Version 3 remembers the offset of every retained batch of an expired or evicted producer (so a
 restore reads each batch's header, not the log between them), the last offset of its newest
@@ -39,20 +46,22 @@ from oncelog.core.producer_state import ProducerSnapshotColumns
 log = logging.getLogger(__name__)
 
 MAGIC = b"OLPS"
-VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
+VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)
 SUFFIX = ".pstate"
 CORRUPT_SUFFIX = ".corrupt"
 _HEAD = struct.Struct(">4shI")          # magic, version, crc
 _BODY_HEAD_V1 = struct.Struct(">hiiq")  # flags, stride, producers, map end offset
 _BODY_HEAD_V2 = struct.Struct(">hiiqi")  # ... and expired producers remembered
-_BODY_HEAD = struct.Struct(">hiiqiiq")  # ... and (v3) remembered stride, producer-state start offset
-_BODY_HEADS = {1: _BODY_HEAD_V1, 2: _BODY_HEAD_V2, 3: _BODY_HEAD}
+_BODY_HEAD_V3 = struct.Struct(">hiiqiiq")  # ... and (v3) remembered stride, producer-state start offset
+_BODY_HEAD = struct.Struct(">hiiqiiqi")  # ... and (v4) open transactions
+_BODY_HEADS = {1: _BODY_HEAD_V1, 2: _BODY_HEAD_V2, 3: _BODY_HEAD_V3, 4: _BODY_HEAD}
 _BIG_ENDIAN = sys.byteorder == "big"
 _PER_PRODUCER = (("q", "pid"), ("h", "epoch"), ("q", "updated"), ("H", "head"), ("H", "count"))
 _PER_BATCH = (("i", "first"), ("i", "last"), ("q", "offset"), ("q", "timestamp"))
 _PER_REMEMBERED = (("q", "expired_pid"), ("H", "expired_count"), ("q", "expired_end"))
 _PER_EXPIRED_V2 = (("q", "expired_pid"), ("q", "oldest"), ("q", "newest"))
+_PER_OPEN_TXN = (("q", "txn_pid"), ("q", "txn_first"))
 
 
 class CorruptSnapshotError(Exception):
@@ -87,10 +96,17 @@ def encode_snapshot(offset: int, cols: ProducerSnapshotColumns) -> bytes:
     remembered = [getattr(cols, name) if getattr(cols, name) is not None else array(code)
                   for code, name in _PER_REMEMBERED]
     remembered.append(cols.expired_offsets if cols.expired_offsets is not None else array("q"))
-    parts = [_BODY_HEAD.pack(0, cols.stride, n, offset, len(remembered[0]), rstride, cols.state_start)]
+    coord = cols.coordinator_epoch if cols.coordinator_epoch is not None else array("i", [-1]) * n
+    txn_pid = cols.txn_pid if cols.txn_pid is not None else array("q")
+    txn_first = cols.txn_first if cols.txn_first is not None else array("q")
+    if len(coord) != n or len(txn_pid) != len(txn_first):
+        raise ValueError("snapshot columns disagree in length")
+    parts = [_BODY_HEAD.pack(0, cols.stride, n, offset, len(remembered[0]), rstride, cols.state_start,
+                             len(txn_pid))]
     for _code, name in _PER_PRODUCER + _PER_BATCH:
         parts.append(_le_bytes(getattr(cols, name)))
     parts += [_le_bytes(arr) for arr in remembered]
+    parts += [_le_bytes(array("i", coord)), _le_bytes(array("q", txn_pid)), _le_bytes(array("q", txn_first))]
     body = b"".join(parts)
     return _HEAD.pack(MAGIC, VERSION, crc32c(body)) + body
 
@@ -112,8 +128,9 @@ def decode_snapshot(data: bytes) -> tuple[int, ProducerSnapshotColumns]:
         raise CorruptSnapshotError("snapshot is truncated")
     _flags, stride, n, offset, *rest = head.unpack_from(body)
     m = rest[0] if rest else 0
-    rstride, state_start = rest[1:] if version >= 3 else (1, 0)
-    if stride < 1 or n < 0 or offset < 0 or m < 0 or rstride < 1 or state_start < 0:
+    rstride, state_start = rest[1:3] if version >= 3 else (1, 0)
+    t = rest[3] if version >= 4 else 0
+    if stride < 1 or n < 0 or offset < 0 or m < 0 or rstride < 1 or state_start < 0 or t < 0:
         raise CorruptSnapshotError(f"bad snapshot header (stride {stride}, producers {n}, offset {offset}, "
                                    f"remembered {m} x {rstride}, state start {state_start})")
     pos = head.size
@@ -123,6 +140,8 @@ def decode_snapshot(data: bytes) -> tuple[int, ProducerSnapshotColumns]:
         groups.append((_PER_EXPIRED_V2, m))
     elif version >= 3:
         groups += [(_PER_REMEMBERED, m), ((("q", "expired_offsets"),), m * rstride)]
+    if version >= 4:
+        groups += [((("i", "coordinator_epoch"),), n), (_PER_OPEN_TXN, t)]
     for group, count in groups:
         for code, name in group:
             arr = array(code)

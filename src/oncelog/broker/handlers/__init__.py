@@ -44,6 +44,7 @@ from oncelog.broker.handlers import (
     produce,
     sync_group,
     txn_offset_commit,
+    write_txn_markers,
 )
 from oncelog.protocol import entities
 from oncelog.protocol import produce as produce_wire
@@ -97,4 +98,5 @@ APIS: dict[int, Api] = {api.key: api for api in (
     _api(produce, decode=produce_wire.decode_request, error_response=produce.error_response),
     _api(sync_group),
     _api(txn_offset_commit, error_response=txn_offset_commit.error_response),
+    _api(write_txn_markers, error_response=write_txn_markers.error_response),
 )}

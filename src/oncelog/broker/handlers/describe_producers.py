@@ -1,8 +1,8 @@
 """DescribeProducers (API 61, v0): the producers a partition's state tracks, for anyone to inspect.
 
-Each partition answers from `Partition.producer_state`; ours holds no transactions, so the
-coordinator epoch and transaction start offset are always -1. An unknown topic or partition gets
-UNKNOWN_TOPIC_OR_PARTITION in its own entry; the rest of the request is still answered.
+Each partition answers from `Partition.producer_state` (the coordinator epoch of the last marker,
+-1 if none) and its open transactions (the first offset of the producer's, -1 if none). An
+unknown topic or partition gets UNKNOWN_TOPIC_OR_PARTITION in its own entry; the rest of the request is still answered.
 """
 from __future__ import annotations
 
@@ -52,7 +52,8 @@ def describe_producers(request: DescribeProducersRequest,
 def _producers(partition) -> list[ProducerState]:
     return [ProducerState(producer_id=ProducerId(e.producer_id), producer_epoch=i32(e.epoch),
                           last_sequence=i32(e.last_sequence), last_timestamp=i64(e.last_timestamp),
-                          coordinator_epoch=i32(-1), current_txn_start_offset=i64(-1))
+                          coordinator_epoch=i32(e.coordinator_epoch),
+                          current_txn_start_offset=i64(partition.txns.open_first_offset(e.producer_id)))
             for e in partition.producer_state.entries()]
 
 

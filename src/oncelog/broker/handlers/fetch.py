@@ -1,6 +1,12 @@
 """Fetch (API 4-12): whole batches from each partition's log, long polling up to MaxWaitMs until
 MinBytes are available. Fetch sessions (KIP-227) are declined by answering session id 0, which
-every client handles by sending full requests."""
+every client handles by sending full requests.
+
+Isolation (v4+): read_uncommitted reads up to the high watermark and gets a null
+AbortedTransactions; read_committed (1) reads up to the last stable offset, never beyond, and gets
+the aborted transactions overlapping what it was given (Kafka's collectAbortedTxns, from the
+`.txnindex` of the segment holding the fetch offset onwards). LastStableOffset is always filled
+in; with no transaction open it is the high watermark."""
 from __future__ import annotations
 
 import time
@@ -9,8 +15,13 @@ from oncelog.protocol import entities
 from oncelog.protocol import fetch as wire
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import KafkaProtocolError
+from oncelog.protocol.records import iter_batches
 
 API_KEY = ApiKey.FETCH
+READ_COMMITTED = 1
+# aborted-index entries read per partition before a read_committed answer is shortened to what
+# is known complete (bounded work per request; see core.txn.partition.collect_aborted)
+MAX_ABORTED_SCAN = 1000
 
 
 async def handle(broker, version: int, request) -> bytes:
@@ -39,6 +50,7 @@ def _read(broker, request, max_bytes: int):
     budget = max_bytes
     total = 0
     topics = []
+    committed = int(getattr(request, "isolation_level", 0)) == READ_COMMITTED
     for t in request.topics:
         name = str(t.topic)
         parts = []
@@ -48,12 +60,18 @@ def _read(broker, request, max_bytes: int):
             if partition is None:
                 parts.append(wire.PartitionData(index, broker.logs.partition_error(name, index)))
                 continue
-            data = wire.PartitionData(index, 0, partition.high_watermark, partition.log_start_offset)
+            data = wire.PartitionData(index, 0, partition.high_watermark, partition.log_start_offset,
+                                      last_stable_offset=partition.last_stable_offset)
             limit = min(int(fp.partition_max_bytes), budget)
             first = total == 0
+            if committed:
+                data.aborted_transactions = []
             if limit > 0 or first:
                 try:
-                    data.records = partition.read(int(fp.fetch_offset), limit, min_one=first)
+                    if committed:
+                        _read_committed(partition, data, int(fp.fetch_offset), limit, first)
+                    else:
+                        data.records = partition.read(int(fp.fetch_offset), limit, min_one=first)
                 except KafkaProtocolError as e:
                     data.error_code = e.code
                     broker.metrics.errors.labels("fetch", e.code.name).inc()
@@ -62,6 +80,32 @@ def _read(broker, request, max_bytes: int):
             parts.append(data)
         topics.append((name, parts))
     return topics, total
+
+
+def _read_committed(partition, data: wire.PartitionData, offset: int, limit: int, first: bool) -> None:
+    """Records below the LSO, and the aborted transactions among them."""
+    records = partition.read(offset, limit, min_one=first, max_offset=data.last_stable_offset)
+    end = _end_offset(records)
+    if end <= offset:
+        return
+    query = partition.aborted_transactions(offset, end, MAX_ABORTED_SCAN)
+    if query.upper < end:
+        if query.upper > offset:  # complete below query.upper only: return that much
+            records = partition.read(offset, limit, min_one=first, max_offset=query.upper)
+            end = _end_offset(records)
+        else:  # one transaction open across more aborts than the bound: no progress without all
+            query = partition.aborted_transactions(offset, end)
+    data.records = records
+    data.aborted_transactions = [(t.producer_id, t.first_offset) for t in query.transactions
+                                 if t.first_offset < end]
+
+
+def _end_offset(records) -> int:
+    """The offset after the last batch of `records` (header-level), or -1 if none."""
+    end = -1
+    for _pos, header in iter_batches(records):
+        end = header.last_offset + 1
+    return end
 
 
 def error_response(version: int, request, code: int) -> bytes:

@@ -1,5 +1,6 @@
 """ListOffsets (API 2), v1-v10, answered as Kafka answers them: earliest (-2) and earliest-local
-(-4, the same without tiered storage) give the log start offset; latest (-1) the high watermark;
+(-4, the same without tiered storage) give the log start offset; latest (-1) the high watermark,
+or under read_committed (v2+ isolation level 1) the last stable offset;
 max-timestamp (-3) the first record holding the largest timestamp; latest-tiered (-5) offset -1
 (nothing is tiered); a time >= 0 the first record whose timestamp is at or after it. A special
 timestamp older than the version that introduced it is UNSUPPORTED_VERSION, and a partition named
@@ -24,6 +25,7 @@ async def handle(broker, version: int, request) -> bytes:
     named = Counter((str(t.name), int(p.partition_index)) for t in request.topics for p in t.partitions)
     duplicates = {tp for tp, n in named.items() if n > 1}
     topics = []
+    committed = version >= 2 and int(getattr(request, "isolation_level", 0)) == 1
     for t in request.topics:
         parts = []
         for p in t.partitions:
@@ -34,7 +36,7 @@ async def handle(broker, version: int, request) -> bytes:
             elif timestamp < 0 and _SINCE_VERSION.get(timestamp, 1 << 15) > version:
                 code, ts, offset, epoch = ErrorCode.UNSUPPORTED_VERSION, -1, -1, -1
             else:
-                code, ts, offset, epoch = _lookup(broker, str(t.name), index, timestamp)
+                code, ts, offset, epoch = _lookup(broker, str(t.name), index, timestamp, committed)
             parts.append(rb("ListOffsetsPartitionResponse", partition_index=p.partition_index,
                             error_code=code, timestamp=ts, offset=offset, leader_epoch=epoch,
                             old_style_offsets=(offset,) if offset >= 0 else ()))
@@ -42,15 +44,17 @@ async def handle(broker, version: int, request) -> bytes:
     return rb.encode(throttle_time=0, topics=tuple(topics))
 
 
-def _lookup(broker, topic: str, index: int, timestamp: int) -> tuple[int, int, int, int]:
+def _lookup(broker, topic: str, index: int, timestamp: int, committed: bool) -> tuple[int, int, int, int]:
     """(error, timestamp, offset, leader epoch) for one partition."""
     partition = broker.logs.get_partition(topic, index)
     if partition is None:
         return broker.logs.partition_error(topic, index), -1, -1, -1
     log = partition.log
+    # what a consumer of this isolation level may read (Kafka's lastFetchableOffset)
+    fetchable = partition.last_stable_offset if committed else partition.high_watermark
     try:
         if timestamp == LATEST:
-            return ErrorCode.NONE, -1, partition.high_watermark, log.leader_epoch
+            return ErrorCode.NONE, -1, fetchable, log.leader_epoch
         if partition.message_format_magic == 0 and timestamp != EARLIEST:
             # v0 messages carry no timestamp (Kafka: UnifiedLog.fetchOffsetByTimestamp)
             return ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT, -1, -1, -1
@@ -61,7 +65,7 @@ def _lookup(broker, topic: str, index: int, timestamp: int) -> tuple[int, int, i
         found = log.offset_of_max_timestamp() if timestamp == MAX_TIMESTAMP else log.offset_for_timestamp(timestamp)
     except KafkaProtocolError as e:
         return e.code, -1, -1, -1
-    if found is None or found.offset >= partition.high_watermark:
+    if found is None or found.offset >= fetchable:
         # nothing at or after that time that a consumer may read yet
         return _NOT_FOUND
     return ErrorCode.NONE, found.timestamp, found.offset, found.leader_epoch

@@ -3,8 +3,20 @@
 Every answer for a partition that exists carries its log start offset, refusals included: a
 producer tells a lost write (UNKNOWN_PRODUCER_ID above its last acknowledged offset) from retention
 by comparing them. v14 answers carry the topic's `producer.state.batches.to.retain` per partition
-and per topic (`protocol/produce.py`). Transactional batches are appended as idempotent ones;
-the partition side (open transactions, KIP-890 verification, LSO) is branch i16-partition's.
+and per topic (`protocol/produce.py`).
+
+Transactional batches (KIP-98, KIP-890 part 1): a transactional batch needs the request's
+transactional id (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka answers a null id). It is
+appended at once when its producer already has a transaction open in the partition at that
+epoch; otherwise the broker's `txn_verifier(transactional_id, pid, epoch, topic, partition)` (the
+transaction coordinator's AddPartitionsToTxn VerifyOnly check) must answer NONE first, and a
+refusal is answered per version (`core.txn.errors.verification_error`: INVALID_TXN_STATE below
+v11). A verification guard, cleared by a marker for the producer, refuses a batch whose
+transaction ended while it waited. With no verifier wired (`broker.txn_verifier is None`) the
+batch is accepted unverified, as Kafka with transaction.partition.verification.enable=false.
+A Produce that waits for a verification lets the Produce requests behind it on its connection be
+appended meanwhile (as Kafka's asynchronous verification does); their sequence checks still hold.
+A transactional id on a request of plain batches is ignored, as Kafka ignores it.
 
 Durability: appends run at once, in order; on a topic without write.caching an acks=all answer
 (a new batch or a duplicate's original) then waits for the group commit to fsync it
@@ -17,7 +29,9 @@ from __future__ import annotations
 
 import asyncio
 
+from oncelog.core.txn.errors import verification_error
 from oncelog.protocol import produce as wire
+from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.records import iter_batches
 
@@ -55,6 +69,16 @@ async def handle(broker, version: int, request) -> bytes | None:
                     index, ErrorCode.MESSAGE_TOO_LARGE, log_start_offset=partition.log_start_offset,
                     error_message=too_large, batches_to_retain=window))
                 continue
+            txn = _transactional_header(records)
+            if txn is not None:
+                refused = await _check_transactional(broker, version, request, txn, name, index, partition)
+                if refused is not None:
+                    answer.partitions.append(wire.PartitionResponse(
+                        index, refused[0], log_start_offset=partition.log_start_offset,
+                        error_message=refused[1], batches_to_retain=window))
+                    broker.metrics.errors.labels("produce", ErrorCode(refused[0]).name).inc()
+                    continue
+                now = broker.now_ms()
             result = partition.append_from_client(records if records is not None else b"", now)
             response = wire.PartitionResponse(index, result.error_code, result.base_offset, result.log_append_time,
                                               result.log_start_offset, result.error_message,
@@ -102,6 +126,45 @@ def _refusal(request) -> tuple[int, str] | None:
     if request.acks not in (-1, 0, 1):
         return ErrorCode.INVALID_REQUIRED_ACKS, f"acks={request.acks} (use -1, 0 or 1)"
     return None
+
+
+def _transactional_header(records):
+    """The header of a transactional batch in `records`, or None (header-level: an idempotent
+    record set holds one batch, which storage checks)."""
+    if records is None:
+        return None
+    for _pos, header in iter_batches(records):
+        if header.magic == 2 and header.is_transactional and not header.is_control:
+            return header
+    return None
+
+
+async def _check_transactional(broker, version: int, request, header, topic: str, index: int,
+                               partition) -> tuple[int, str] | None:
+    """None to append the transactional batch, else (code, message)."""
+    tid = request.transactional_id
+    if tid is None:
+        return (ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                "a transactional batch needs the request's transactional id")
+    pid, epoch = header.producer_id, header.producer_epoch
+    verifier = broker.txn_verifier
+    if verifier is None or partition.has_open_transaction(pid, epoch):
+        return None
+    guard = partition.begin_verification(pid)
+    try:
+        try:
+            code = await verifier(tid, pid, epoch, topic, index)
+        except (TimeoutError, OSError):
+            code = ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if code == ErrorCode.NONE and not partition.verification_valid(pid, guard):
+            code = ErrorCode.TRANSACTION_ABORTABLE  # its transaction ended while it waited
+        if code == ErrorCode.NONE:
+            return None
+        return (verification_error(code, ApiKey.PRODUCE, version),
+                f"partition {topic}-{index} is not in transaction {tid!r} of producer {pid} "
+                f"epoch {epoch} ({ErrorCode(code).name})")
+    finally:
+        partition.end_verification(pid, guard)
 
 
 def _too_large(records, limit: int) -> str | None:

@@ -1,4 +1,10 @@
-"""Asyncio consumer with manual assignment: assign, seek, poll (Fetch), offsets (ListOffsets)."""
+"""Asyncio consumer with manual assignment: assign, seek, poll (Fetch), offsets (ListOffsets).
+
+`isolation.level` (Kafka's name and values; default read_uncommitted, as the Java client):
+read_committed asks Fetch and ListOffsets for isolation level 1, so the broker stops at the last
+stable offset, and drops the batches of aborted transactions with the AbortedTransactions list
+of each response (`core.txn.ReadCommittedFilter`, batch by batch). Control batches are never
+returned in either mode; the position steps over them, so offsets have gaps."""
 from __future__ import annotations
 
 import asyncio
@@ -11,11 +17,13 @@ from oncelog.client.aio.cluster import Cluster
 from oncelog.client.aio.connection import BrokerConnectionError
 from oncelog.client.errors import KafkaClientError
 from oncelog.client.types import EARLIEST, LATEST, ConsumerRecord, TopicPartition
+from oncelog.core.txn.read_committed import ReadCommittedFilter
 from oncelog.protocol import fetch
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.entities import RequestBuilder
 from oncelog.protocol.errors import ErrorCode, error_code
-from oncelog.protocol.records import iter_batches, iter_record_batches
+from oncelog.protocol.records import is_abort_marker_batch, iter_batches, iter_record_batches
+from oncelog.protocol.records.control import ABORT, control_type
 
 log = logging.getLogger("oncelog.client.consumer")
 
@@ -45,11 +53,15 @@ class AIOConsumer:
         self.max_bytes = int(config.get("fetch.max.bytes", 52428800))
         self.partition_max_bytes = int(config.get("max.partition.fetch.bytes", 1048576))
         self.check_crcs = str(config.get("check.crcs", "true")).lower() != "false"
+        isolation = str(config.get("isolation.level", "read_uncommitted")).lower()
+        if isolation not in ("read_uncommitted", "read_committed"):
+            raise KafkaClientError("isolation.level must be read_uncommitted or read_committed")
+        self.isolation_level = 1 if isolation == "read_committed" else 0
         self.positions: dict[TopicPartition, int | None] = {}
         self.buffer: deque[ConsumerRecord] = deque()
         # raw mode (poll_raw): whole record batches per partition, decoded by the caller
         self.raw = False
-        self.raw_buffer: list[tuple[TopicPartition, int, memoryview]] = []
+        self.raw_buffer: list[tuple[TopicPartition, int, bytes | memoryview]] = []
         self.high_watermarks: dict[TopicPartition, int] = {}
 
     async def start(self) -> AIOConsumer:
@@ -128,7 +140,7 @@ class AIOConsumer:
             topics.setdefault(tp.topic, []).append(
                 rq("ListOffsetsPartition", partition_index=tp.partition, timestamp=ts,
                    current_leader_epoch=-1, max_num_offsets=1))
-        req = rq.encode(replica_id=-1, isolation_level=0, topics=tuple(
+        req = rq.encode(replica_id=-1, isolation_level=self.isolation_level, topics=tuple(
             rq("ListOffsetsTopic", name=t, partitions=tuple(ps)) for t, ps in topics.items()))
         body = await asyncio.wait_for(conn.request(ApiKey.LIST_OFFSETS, v, req), self.cluster.timeout_s)
         r = wire.decode(ApiKey.LIST_OFFSETS, v, body)
@@ -185,7 +197,7 @@ class AIOConsumer:
                 n = len(self.buffer) if max_records is None else min(max_records, len(self.buffer))
                 return [self.buffer.popleft() for _ in range(n)]
 
-    async def poll_raw(self, timeout_s: float = 1.0) -> list[tuple[TopicPartition, int, memoryview]]:
+    async def poll_raw(self, timeout_s: float = 1.0) -> list[tuple[TopicPartition, int, bytes | memoryview]]:
         """Whole record batches instead of records, for columnar readers (the Spark connector):
         (partition, the position fetched from, its complete batches as fetched). Positions move
         past those batches; the first batch may begin before the position. Checking CRCs and
@@ -234,7 +246,7 @@ class AIOConsumer:
                 fetch_offset=self.positions[tp], last_fetched_epoch=-1, log_start_offset=-1,
                 partition_max_bytes=self.partition_max_bytes))
         req = rq.encode(replica_id=-1, max_wait=wait_ms, min_bytes=self.min_bytes,
-                        max_bytes=self.max_bytes, isolation_level=0, session_id=0, session_epoch=-1,
+                        max_bytes=self.max_bytes, isolation_level=self.isolation_level, session_id=0, session_epoch=-1,
                         topics=tuple(rq("FetchTopic", topic=t, partitions=tuple(ps)) for t, ps in topics.items()),
                         forgotten_topics_data=(), rack_id="", cluster_id=None)
         body = await asyncio.wait_for(conn.request(ApiKey.FETCH, v, req),
@@ -266,25 +278,42 @@ class AIOConsumer:
                     continue
                 self.high_watermarks[tp] = p.high_watermark
                 if p.records:
-                    (self._add_raw if self.raw else self._add_records)(tp, p.records)
+                    keep = ReadCommittedFilter(p.aborted_transactions or ()) if self.isolation_level else None
+                    (self._add_raw if self.raw else self._add_records)(tp, p.records, keep)
 
-    def _add_raw(self, tp: TopicPartition, data: bytes | memoryview) -> None:
+    def _add_raw(self, tp: TopicPartition, data: bytes | memoryview, keep: ReadCommittedFilter | None = None) -> None:
         pos = self.positions[tp]
         assert pos is not None  # fetched from a resolved position
         end = last = None
+        kept, dropped = [], False
         for at, header in iter_batches(data, strict=True):
             end, last = at + header.size, header.last_offset
+            if keep is not None and not keep.accept(
+                    header.producer_id, header.last_offset, header.is_transactional, header.is_control,
+                    header.is_control and is_abort_marker_batch(data, at, header)):
+                dropped = True
+                continue
+            kept.append((at, end))
         if last is None or last < pos:
             return
-        self.raw_buffer.append((tp, pos, memoryview(data)[:end]))
+        view = memoryview(data)
+        # read_committed: the batches it keeps, joined only when one was left out
+        self.raw_buffer.append((tp, pos, b"".join(view[a:e] for a, e in kept) if dropped else view[:end]))
         self.positions[tp] = last + 1
 
-    def _add_records(self, tp: TopicPartition, data: bytes | memoryview) -> None:
+    def _add_records(self, tp: TopicPartition, data: bytes | memoryview,
+                     keep: ReadCommittedFilter | None = None) -> None:
         pos = self.positions[tp]
         assert pos is not None  # fetched from a resolved position
         topic, part = tp.topic, tp.partition
         last = None
         for header, records in iter_record_batches(data, check_crc=self.check_crcs):
+            if keep is not None:
+                abort = header.is_control and bool(records) and control_type(records[0].key) == ABORT
+                if not keep.accept(header.producer_id, header.last_offset, header.is_transactional,
+                                   header.is_control, abort):
+                    last = header.last_offset
+                    continue
             if header.last_offset < pos:
                 continue
             if header.is_control:

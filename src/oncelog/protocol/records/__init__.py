@@ -31,6 +31,14 @@ from oncelog.protocol.records.batch import (
     set_max_timestamp,
     writable,
 )
+from oncelog.protocol.records.control import (
+    CONTROL_ATTRIBUTES,
+    EndTxnMarker,
+    decode_marker,
+    encode_marker_batch,
+    is_abort_marker_batch,
+    marker_of_batch,
+)
 from oncelog.protocol.records.decode import decode_batch, decode_records, iter_record_batches, iter_record_times
 from oncelog.protocol.records.encode import (
     HEADER_ROOM,
@@ -55,7 +63,9 @@ from oncelog.protocol.records.varint import decode_varint, encode_varint
 
 __all__ = [
     "ATTR_COMPRESSION_MASK", "ATTR_CONTROL", "ATTR_TIMESTAMP_TYPE", "ATTR_TRANSACTIONAL", "BATCH_HEADER",
-    "BATCH_OVERHEAD", "CRC_START", "HEADER_ROOM", "LOG_OVERHEAD", "NO_PRODUCER_ID", "RECORD_OVERHEAD",
+    "BATCH_OVERHEAD", "CONTROL_ATTRIBUTES", "CRC_START", "EndTxnMarker", "decode_marker",
+    "encode_marker_batch", "is_abort_marker_batch", "marker_of_batch", "HEADER_ROOM", "LOG_OVERHEAD",
+    "NO_PRODUCER_ID", "RECORD_OVERHEAD",
     "BatchHeader", "Header", "LegacySetInfo", "Record", "build_batch", "check_batch", "check_crc",
     "decode_batch", "decode_records", "decode_varint", "encode_batch", "encode_legacy_message",
     "encode_plain_records", "encode_record", "encode_varint", "iter_batches", "iter_record_batches",

@@ -1,0 +1,57 @@
+"""WriteTxnMarkers (API 27, v1): a coordinator asks this broker to append COMMIT/ABORT markers to
+partitions it leads (Kafka's KafkaApis.handleWriteTxnMarkersRequest). Each partition is written
+through `Logs.write_txn_marker`, the same path the local marker writer calls, and answered once its
+marker is fsynced; the partitions of one request are written concurrently, so one group-commit
+fsync covers the markers that share a partition's log.
+
+Per partition: NONE, NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, INVALID_PRODUCER_EPOCH,
+TRANSACTION_COORDINATOR_FENCED, UNSUPPORTED_FOR_MESSAGE_FORMAT, KAFKA_STORAGE_ERROR
+(`core.txn.markers.classify` says what each means to the writer). Not yet checked: CLUSTER_ACTION
+rights (no authorizer is wired on this branch), and `__consumer_offsets` markers, which belong to
+the group coordinator (docs/transactions.md §4).
+"""
+from __future__ import annotations
+
+import asyncio
+
+from oncelog.protocol import entities
+from oncelog.protocol.api import ApiKey
+from oncelog.protocol.errors import ErrorCode
+
+API_KEY = ApiKey.WRITE_TXN_MARKERS
+
+
+async def handle(broker, version: int, request) -> bytes:
+    rb = entities.ResponseBuilder(API_KEY, version)
+    jobs = []
+    for m in request.markers:
+        for t in m.topics:
+            for index in t.partition_indexes:
+                jobs.append(broker.logs.write_txn_marker(
+                    str(t.name), int(index), int(m.producer_id), int(m.producer_epoch),
+                    int(m.coordinator_epoch), bool(m.transaction_result)))
+    codes = iter(await asyncio.gather(*jobs))
+    markers = []
+    for m in request.markers:
+        topics = []
+        for t in m.topics:
+            parts = []
+            for index in t.partition_indexes:
+                code = next(codes)
+                if code:
+                    broker.metrics.errors.labels("write_txn_markers", ErrorCode(code).name).inc()
+                parts.append(rb("WritableTxnMarkerPartitionResult", partition_index=index, error_code=code))
+            topics.append(rb("WritableTxnMarkerTopicResult", name=t.name, partitions=tuple(parts)))
+        markers.append(rb("WritableTxnMarkerResult", producer_id=m.producer_id, topics=tuple(topics)))
+    return rb.encode(markers=tuple(markers))
+
+
+def error_response(version: int, request, code: int) -> bytes:
+    rb = entities.ResponseBuilder(API_KEY, version)
+    return rb.encode(markers=tuple(
+        rb("WritableTxnMarkerResult", producer_id=m.producer_id, topics=tuple(
+            rb("WritableTxnMarkerTopicResult", name=t.name, partitions=tuple(
+                rb("WritableTxnMarkerPartitionResult", partition_index=i, error_code=code)
+                for i in t.partition_indexes))
+            for t in m.topics))
+        for m in request.markers))
