@@ -50,6 +50,8 @@ class ControllerClient:
 
     async def request(self, api_key: int, version: int, **fields: Any):
         """Send one request and return the decoded kio response entity."""
+        if asyncio.current_task() is None:
+            return await asyncio.ensure_future(self.request(api_key, version, **fields))  # see _in_task
         async with self._lock:
             if self._writer is None:
                 await self._connect()
@@ -75,6 +77,8 @@ class ControllerClient:
 
     async def raw(self, api_key: int, version: int, body: bytes) -> bytes:
         """Send a pre-encoded request body; returns the response body (after its header)."""
+        if asyncio.current_task() is None:
+            return await asyncio.ensure_future(self.raw(api_key, version, body))  # see _in_task
         async with self._lock:
             if self._writer is None:
                 await self._connect()
@@ -86,6 +90,10 @@ class ControllerClient:
             except asyncio.CancelledError:
                 self.close()
                 raise
+
+    # _in_task: the broker's dispatch runs a handler by hand until it first waits (server._start),
+    # outside any task, and asyncio.timeout (in _exchange) refuses to run there; a handler that
+    # forwards to the controller (CreateTopics, CreatePartitions in a cluster) gets a task.
 
     async def _call(self, api_key: int, version: int, **fields: Any):
         request = entities.make(entities.entity_class(api_key, version, "request"), **fields)
