@@ -26,6 +26,7 @@ from typing import Any, Iterator, Mapping
 from oncelog.core import producer_state as ps
 from oncelog.core.producer_state import ProducerStateConfig, ProducerStateManager
 from oncelog.core.sequence import distance_below, last_sequence_of
+from oncelog.protocol import compression
 from oncelog.protocol import records as rec
 from oncelog.protocol.records import message_format_magic
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
@@ -80,6 +81,13 @@ _ERROR_COUNTER = {
 }
 
 
+def _topic_codec(compression_type: str) -> int | None:
+    """The codec number batches are stored under, or None to keep the producer's."""
+    if compression_type == "producer":
+        return None
+    return compression.codec_for_name("none" if compression_type == "uncompressed" else compression_type)
+
+
 @dataclass(frozen=True)
 class PartitionConfig:
     """Everything a partition is configured with: its log's settings and its producer state's,
@@ -105,6 +113,7 @@ class Partition:
         # The pid hash's key: random per partition, so no client can choose colliding ids.
         self.producer_state = ProducerStateManager(producer_config, hash_key=secrets.randbits(64))
         self._format_magic = message_format_magic(log.config.message_format_version)
+        self._codec = _topic_codec(log.config.compression_type)
         self._in_append = False
         self._log_generation = log.sync_generation
         self._roll_pending = False
@@ -225,6 +234,7 @@ class Partition:
             # The rings were re-laid: snapshot them, or a crash would rebuild the old layout.
             self.take_snapshot(sync=False, force=True)
         self._format_magic = message_format_magic(config.log.message_format_version)
+        self._codec = _topic_codec(config.log.compression_type)
 
     # ----------------------------------------------------------------- writes
     def append_from_client(self, records, now_ms: int) -> AppendResult:
@@ -245,6 +255,8 @@ class Partition:
                         check = self._restore_expired(headers, check, now_ms)
                     if check.kind != ps.APPEND:
                         return self._answer_without_append(check)
+                if self._codec is not None and any(h.compression != self._codec for h in headers):
+                    buf = rec.recompress(buf, headers, self._codec)
             else:
                 rec.validate_legacy_message_set(buf)
             self._in_append = True

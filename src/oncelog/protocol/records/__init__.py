@@ -18,7 +18,7 @@ from oncelog.protocol.records.decode import (
     decode_batch, decode_records, iter_record_batches, iter_record_times)
 from oncelog.protocol.records.encode import (
     HEADER_ROOM, RECORD_OVERHEAD, build_batch, encode_batch, encode_plain_records, encode_record,
-    record_size_upper_bound, seal_batch)
+    recompress, record_size_upper_bound, seal_batch)
 from oncelog.protocol.records.legacy import (
     LegacySetInfo, encode_legacy_message, message_format_magic, parse_message_format_version,
     patch_legacy_offsets, validate_legacy_message_set)
@@ -33,6 +33,6 @@ __all__ = [
     "encode_plain_records", "encode_record", "encode_varint", "iter_batches", "iter_record_batches",
     "iter_record_times", "magic_of", "message_format_magic", "parse_message_format_version",
     "patch_batch", "patch_legacy_offsets", "read_batch_header",
-    "record_size_upper_bound", "rewrite_producer_state", "seal_batch", "set_max_timestamp",
+    "recompress", "record_size_upper_bound", "rewrite_producer_state", "seal_batch", "set_max_timestamp",
     "validate_batch", "validate_legacy_message_set", "validate_record_set", "writable",
 ]
