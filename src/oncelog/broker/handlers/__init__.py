@@ -13,7 +13,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any, Awaitable, Callable, NamedTuple
 
-from oncelog.broker.handlers import (api_versions, create_partitions, create_topics, delete_groups, delete_records, delete_topics,
+from oncelog.broker.handlers import (alter_configs, api_versions, create_partitions, create_topics, delete_groups, delete_records, delete_topics,
                                      describe_cluster, describe_configs, describe_groups,
                                      describe_producers, fetch, find_coordinator, heartbeat,
                                      incremental_alter_configs, init_producer_id, join_group,
@@ -42,6 +42,7 @@ def _api(module: Any, decode: Callable[[int, memoryview], Any] | None = None,
 
 
 APIS: dict[int, Api] = {api.key: api for api in (
+    _api(alter_configs, error_response=alter_configs.error_response),
     _api(api_versions, decode=api_versions.decode),
     _api(create_partitions, error_response=create_partitions.error_response),
     _api(create_topics, error_response=create_topics.error_response),
