@@ -13,12 +13,12 @@ from __future__ import annotations
 from functools import partial
 from typing import Any, Awaitable, Callable, NamedTuple
 
-from oncelog.broker.handlers import (alter_configs, api_versions, create_partitions, create_topics, delete_groups, delete_records, delete_topics,
-                                     describe_cluster, describe_configs, describe_groups,
-                                     describe_producers, fetch, find_coordinator, heartbeat,
+from oncelog.broker.handlers import (alter_configs, api_versions, create_partitions, create_topics,
+                                     delete_groups, delete_records, delete_topics, describe_cluster, describe_configs,
+                                     describe_groups, describe_producers, fetch, find_coordinator, heartbeat,
                                      incremental_alter_configs, init_producer_id, join_group,
                                      leave_group, list_groups, list_offsets, metadata, offset_commit,
-                                     offset_fetch, produce, sync_group)
+                                     offset_delete, offset_fetch, produce, sync_group)
 from oncelog.protocol import entities
 from oncelog.protocol import produce as produce_wire
 
@@ -64,6 +64,7 @@ APIS: dict[int, Api] = {api.key: api for api in (
     _api(list_offsets, error_response=list_offsets.error_response),
     _api(metadata, error_response=metadata.error_response),
     _api(offset_commit, error_response=offset_commit.error_response),
+    _api(offset_delete, error_response=offset_delete.error_response),
     _api(offset_fetch, error_response=offset_fetch.error_response),
     _api(produce, decode=produce_wire.decode_request, error_response=produce.error_response),
     _api(sync_group),
