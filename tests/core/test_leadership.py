@@ -75,3 +75,30 @@ def test_epochs_only_increase_and_leaders_are_live(ops):
             assert leader in live
             assert epoch >= seen[k]
             seen[k] = epoch
+
+
+def test_new_partitions_get_leaders_and_replay_grows_the_topic():
+    from oncelog.core.leadership import PARTITIONS
+    from oncelog.protocol.errors import ErrorCode
+    s = Leadership()
+    apply(s, s.decide_create_topic("t", "id", 2, {}, live=[1, 2]))
+    records = s.decide_create_partitions("t", 6, None, live=[1, 2, 3])
+    assert s.topics["t"].partitions == 2  # deciding changes nothing
+    apply(s, records)
+    assert s.topics["t"].partitions == 6
+    assert sorted(s.leaders[("t", p)][0] for p in range(6)) == [1, 1, 2, 2, 3, 3]
+    apply(s, s.decide_create_partitions("t", 7, [[2]], live=[1, 2, 3]))
+    assert s.leaders[("t", 6)] == (2, 0)
+    for count, assignments, code in [(7, None, ErrorCode.INVALID_PARTITIONS), (3, None, ErrorCode.INVALID_PARTITIONS),
+                                     (8, [[1, 2]], ErrorCode.INVALID_REPLICA_ASSIGNMENT),
+                                     (8, [[9]], ErrorCode.INVALID_REPLICA_ASSIGNMENT),
+                                     (9, [[1]], ErrorCode.INVALID_REPLICA_ASSIGNMENT),
+                                     (8, [[]], ErrorCode.INVALID_REPLICA_ASSIGNMENT)]:
+        with pytest.raises(KafkaProtocolError) as e:
+            s.decide_create_partitions("t", count, assignments, live=[1, 2, 3])
+        assert e.value.code == code
+    with pytest.raises(KafkaProtocolError) as e:
+        s.decide_create_partitions("nope", 3, None, live=[1])
+    assert e.value.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    with pytest.raises(ValueError):  # a count that does not grow never replays
+        s.replay({"type": PARTITIONS, "name": "t", "partitions": 7})

@@ -124,3 +124,29 @@ def test_writable_patches_a_writable_view_in_place_and_copies_anything_else():
     assert isinstance(copy, bytearray) and copy == ro
     records.patch_batch(records.writable(view), 0, 42, 7)
     assert int.from_bytes(frame[3:11], "big") == 42  # the frame itself carries the offset
+
+
+@pytest.mark.parametrize("source", [0, 1, 2, 3, 4])
+@pytest.mark.parametrize("target", [0, 1, 2, 3, 4])
+def test_recompress_keeps_every_header_field_and_record(source, target):
+    """A topic's compression.type: each batch's records under the topic's codec, the producer's
+    id, epoch, sequence, timestamps and transactional flag as they came (Kafka's LogValidator)."""
+    first = _batch(5, compression=source, producer_id=9, producer_epoch=3, base_sequence=40, transactional=True)
+    second = _batch(2, compression=source)
+    buf = first + second
+    headers = records.validate_record_set(buf)
+    out = records.recompress(buf, headers, target)
+    after = records.validate_record_set(out)  # lengths and CRCs are right
+    assert [h.compression for h in after] == [target, target]
+    keep = lambda h: h._replace(batch_length=0, crc=0, attributes=h.attributes & ~7)  # noqa: E731
+    assert [keep(h) for h in after] == [keep(h) for h in headers]
+    assert decode_batch(bytes(out[:after[0].size])) == decode_batch(bytes(first))
+    assert decode_batch(bytes(out[after[0].size:])) == decode_batch(bytes(second))
+
+
+def test_recompress_refuses_a_batch_that_does_not_decompress():
+    buf = _batch(3, compression=1)
+    buf[records.BATCH_OVERHEAD] ^= 0xFF  # the gzip magic
+    with pytest.raises(KafkaProtocolError) as e:
+        records.recompress(buf, [records.read_batch_header(buf)], 4)
+    assert e.value.code == ErrorCode.CORRUPT_MESSAGE

@@ -723,3 +723,23 @@ def test_million_style_many_producers_survive_restart(env):
     e.restart(clean=True)
     assert e.partition.producers_tracked == 2000
     assert e.append(batch(0, 1, pid=1234)).extra["duplicate"] == "latest"
+
+
+def test_a_recompressed_batch_keeps_its_producer_state_and_a_retry_is_a_duplicate(env):
+    """compression.type=zstd: an uncompressed idempotent batch is stored under zstd with its
+    producer id, epoch and sequence, so the same batch sent again is a duplicate (same offset,
+    nothing appended) and the next sequence follows it; a restart rebuilds the same state."""
+    from dataclasses import replace
+    e = env(replace(LogConfig(), compression_type="zstd"))
+    first = e.append(batch(0, 3))
+    assert (first.error_code, first.base_offset) == (0, 0)
+    again = e.append(batch(0, 3))
+    assert (again.error_code, again.base_offset, e.end) == (0, 0, 3)
+    assert e.append(batch(3, 2)).error_code == 0
+    data = bytes(e.partition.log.read(0, 1 << 20, e.end, True))  # unflushed: read to the log end
+    headers = [h for _pos, h in rec.iter_batches(data)]
+    assert [(h.compression, h.producer_id, h.base_sequence, h.records_count) for h in headers] == \
+        [(4, PID, 0, 3), (4, PID, 3, 2)]
+    assert [r.value for r in rec.decode_records(data)] == [b"v0-0", b"v0-1", b"v0-2", b"v3-0", b"v3-1"]
+    e.restart(clean=False)
+    assert e.append(batch(3, 2)).base_offset == 3  # a duplicate of the recompressed batch after recovery

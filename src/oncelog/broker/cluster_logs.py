@@ -223,6 +223,20 @@ class ClusterLogs(MarkerWriting):
         await self._until(lambda: name in self.topics)
         return self.topics[name]
 
+    async def create_partitions(self, name: str, count: int, assignments: list[list[int]] | None,
+                                now_ms: int, validate_only: bool = False) -> None:
+        mod = entities.module(ApiKey.CREATE_PARTITIONS, 3, "request")
+        topic = entities.make(mod.CreatePartitionsTopic, name=name, count=count, assignments=None if assignments is None
+                              else tuple(entities.make(mod.CreatePartitionsAssignment, broker_ids=tuple(a))
+                                         for a in assignments))
+        r = await self._forward(ApiKey.CREATE_PARTITIONS, 3, topics=(topic,), timeout=30000,
+                                validate_only=validate_only)
+        result = r.results[0]
+        if int(result.error_code):
+            raise KafkaProtocolError(ErrorCode(int(result.error_code)), result.error_message)
+        if not validate_only:
+            await self._until(lambda: name in self.topics and self.topics[name].partitions >= count)
+
     async def delete_topic(self, name: str) -> None:
         mod = entities.module(ApiKey.DELETE_TOPICS, 6, "request")
         r = await self._forward(ApiKey.DELETE_TOPICS, 6, topics=(entities.make(mod.DeleteTopicState, name=name,

@@ -629,6 +629,33 @@ class GroupCoordinator:
         log.info("group %s deleted", group_id)
         return E.NONE
 
+    def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]
+                       ) -> tuple[int, dict[tuple[str, int], int]]:
+        """OffsetDelete (Kafka's GroupCoordinator.handleDeleteOffsets): (group error, error per
+        partition). An empty group loses any of its offsets; a consumer group with members only
+        those of topics none of them subscribes to (GROUP_SUBSCRIBED_TO_TOPIC for the others,
+        and for all when the subscriptions are unknown, as Kafka's isSubscribedToTopic is false
+        then); a group of another protocol with members refuses (NON_EMPTY_GROUP)."""
+        g = self.groups.get(group_id)
+        if g is None and not self.store.get(group_id):
+            return E.GROUP_ID_NOT_FOUND, {}
+        if g is None or g.state == EMPTY:
+            deletable = list(partitions)
+            errors: dict[tuple[str, int], int] = {}
+        elif g.protocol_type == CONSUMER_PROTOCOL:
+            subscribed = g.subscribed or frozenset()
+            deletable = [tp for tp in partitions if tp[0] not in subscribed]
+            errors = {tp: E.GROUP_SUBSCRIBED_TO_TOPIC for tp in partitions if tp[0] in subscribed}
+        else:
+            return E.NON_EMPTY_GROUP, {}
+        committed = self.store.get(group_id)
+        gone = [tp for tp in deletable if tp in committed]
+        if gone:
+            self.store.remove(group_id, gone)
+            log.info("group %s: committed offsets of %d partitions deleted (OffsetDelete)", group_id, len(gone))
+        errors.update({tp: E.NONE for tp in deletable})
+        return E.NONE, errors
+
     def delete_topic(self, topic: str) -> None:
         """A deleted topic's committed offsets go with it (Kafka's handleDeletedPartitions)."""
         self.store.delete_topic(topic)

@@ -44,6 +44,10 @@ class Logs(Protocol):
 
     async def create_topic(self, name: str, partitions: int, overrides: dict[str, str],
                            now_ms: int) -> TopicInfo: ...
+    async def create_partitions(self, name: str, count: int, assignments: list[list[int]] | None,
+                                now_ms: int, validate_only: bool = False) -> None:
+        """Grow a topic to `count` partitions (CreatePartitions); `assignments`: one broker list
+        per new partition, or None to let the cluster place them."""
     async def delete_topic(self, name: str) -> None: ...
     async def alter_topic_config(self, name: str, set_: dict[str, str], delete: list[str]) -> None: ...
 

@@ -271,6 +271,8 @@ class Controller:
                 return self._create_topics(rb, r, authorized)
             if api_key == ApiKey.DELETE_TOPICS:
                 return self._delete_topics(rb, r, authorized)
+            if api_key == ApiKey.CREATE_PARTITIONS:
+                return self._create_partitions(rb, r, authorized)
             if api_key == ApiKey.INCREMENTAL_ALTER_CONFIGS:
                 return self._alter_configs(rb, r, authorized)
             if api_key == ApiKey.ALTER_PARTITION_REASSIGNMENTS:
@@ -380,6 +382,23 @@ class Controller:
             results.append(rb("DeletableTopicResult", name=t.name, topic_id=t.topic_id, error_code=code,
                               error_message=message))
         return rb.encode(throttle_time=0, responses=tuple(results))
+
+    def _create_partitions(self, rb, r, authorized: bool) -> bytes:
+        results = []
+        for t in r.topics:
+            code: int = ErrorCode.NONE
+            message: str | None = None
+            try:
+                self._check(authorized)
+                assignments = None if t.assignments is None else [list(a.broker_ids) for a in t.assignments]
+                records = self.leadership.decide_create_partitions(str(t.name), int(t.count), assignments,
+                                                                   self.live_brokers())
+                if not r.validate_only:
+                    self._commit(records)
+            except KafkaProtocolError as e:
+                code, message = e.code, e.message
+            results.append(rb("CreatePartitionsTopicResult", name=t.name, error_code=code, error_message=message))
+        return rb.encode(throttle_time=0, results=tuple(results))
 
     def _alter_configs(self, rb, r, authorized: bool) -> bytes:
         out = []

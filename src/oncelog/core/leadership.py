@@ -13,7 +13,42 @@ from typing import Any
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 
 TOPIC, DELETE_TOPIC, TOPIC_CONFIG, LEADER = "topic", "delete_topic", "topic_config", "leader"
+PARTITIONS = "partitions"  # a topic's partition count grew (CreatePartitions)
 NO_LEADER = -1
+
+
+def check_partition_increase(name: str, current: int, count: int, assignments: list[list[int]] | None,
+                             brokers: set[int]) -> list[int] | None:
+    """CreatePartitions' rules (Kafka's ReplicationControlManager.createPartitions): `count` must
+    exceed `current`; an explicit assignment names one broker list per new partition, each with
+    exactly one known broker (one replica per partition here). Returns the assigned leaders, or
+    None when the cluster is to place them."""
+    if count == current:
+        raise KafkaProtocolError(ErrorCode.INVALID_PARTITIONS, f"Topic already has {current} partition(s).")
+    if count < current:
+        raise KafkaProtocolError(ErrorCode.INVALID_PARTITIONS, f"The topic {name} currently has {current} "
+                                 f"partition(s); {count} would not be an increase.")
+    if assignments is None:
+        return None
+    additional = count - current
+    if len(assignments) != additional:
+        raise KafkaProtocolError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"Attempted to add {additional} "
+                                 f"additional partition(s), but only {len(assignments)} assignment(s) were "
+                                 "specified.")
+    leaders = []
+    for replicas in assignments:
+        if not replicas:
+            raise KafkaProtocolError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                     "The manual partition assignment includes an empty replica list.")
+        if len(replicas) != 1:
+            raise KafkaProtocolError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "The manual partition assignment "
+                                     f"includes a partition with {len(replicas)} replica(s), but this is not "
+                                     "consistent with previous partitions, which have 1 replica(s).")
+        if replicas[0] not in brokers:
+            raise KafkaProtocolError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "The manual partition assignment "
+                                     f"includes broker {replicas[0]}, but no such broker is registered.")
+        leaders.append(replicas[0])
+    return leaders
 
 
 @dataclass
@@ -45,6 +80,21 @@ class Leadership:
         if name not in self.topics:
             raise KafkaProtocolError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}")
         return [{"type": DELETE_TOPIC, "name": name}]
+
+    def decide_create_partitions(self, name: str, count: int, assignments: list[list[int]] | None,
+                                 live: list[int]) -> list[dict[str, Any]]:
+        topic = self.topics.get(name)
+        if topic is None:
+            raise KafkaProtocolError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}")
+        leaders = check_partition_increase(name, topic.partitions, count, assignments, set(live))
+        records: list[dict[str, Any]] = [{"type": PARTITIONS, "name": name, "partitions": count}]
+        for i, p in enumerate(range(topic.partitions, count)):
+            if leaders is not None:
+                leader = leaders[i]
+            else:
+                leader = self._least_loaded(live, extra=records) if live else NO_LEADER
+            records.append({"type": LEADER, "topic": name, "partition": p, "leader": leader, "epoch": 0})
+        return records
 
     def decide_topic_config(self, name: str, overrides: dict[str, str]) -> list[dict[str, Any]]:
         if name not in self.topics:
@@ -92,6 +142,12 @@ class Leadership:
             if t is not None:
                 for p in range(t.partitions):
                     self.leaders.pop((t.name, p), None)
+        elif kind == PARTITIONS:
+            topic = self.topics[record["name"]]
+            if record["partitions"] <= topic.partitions:
+                raise ValueError(f"partitions of {topic.name} must increase: {topic.partitions} -> "
+                                 f"{record['partitions']}")
+            topic.partitions = record["partitions"]
         elif kind == TOPIC_CONFIG:
             self.topics[record["name"]].overrides = dict(record["overrides"])
         elif kind == LEADER:

@@ -24,6 +24,8 @@ from oncelog.protocol.records import parse_message_format_version
 INT_MIN, INT_MAX = -2**31, 2**31 - 1
 LONG_MIN, LONG_MAX = -2**63, 2**63 - 1
 WEEK_MS = 7 * 24 * 3600 * 1000
+# Kafka's BrokerCompressionType names; "producer" keeps the batch's own codec
+COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 
 
 class ConfigError(ValueError):
@@ -129,6 +131,10 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in (
               "message.max.bytes", minimum=0),
     ConfigDef("message.timestamp.type", "string", "CreateTime", "CreateTime or LogAppendTime.",
               "log.message.timestamp.type", choices=("CreateTime", "LogAppendTime")),
+    ConfigDef("compression.type", "string", "producer", "The codec of the topic's batches: producer "
+              "keeps what the producer chose; any other value makes the broker recompress a batch "
+              "that arrives under another codec (uncompressed, gzip, snappy, lz4, zstd).",
+              "compression.type", choices=COMPRESSION_TYPES),
     ConfigDef("message.format.version", "string", "3.0", "Record format: below 0.11 (v0/v1 message "
               "sets) refuses idempotent produce.", "log.message.format.version", check=_message_format),
     ConfigDef("producer.state.dedup.mode", "string", "window", "window (KIP-1269) or range (KIP-758).",

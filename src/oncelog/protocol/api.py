@@ -36,8 +36,11 @@ class ApiKey(IntEnum):
     CREATE_ACLS = 30
     DELETE_ACLS = 31
     DESCRIBE_CONFIGS = 32
+    ALTER_CONFIGS = 33
+    CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     INCREMENTAL_ALTER_CONFIGS = 44
+    OFFSET_DELETE = 47
     DESCRIBE_CLIENT_QUOTAS = 48
     ALTER_CLIENT_QUOTAS = 49
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
@@ -76,8 +79,11 @@ BROKER_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DELETE_RECORDS: (0, 2),
     ApiKey.INIT_PRODUCER_ID: (0, 5),
     ApiKey.DESCRIBE_CONFIGS: (1, 4),
+    ApiKey.ALTER_CONFIGS: (0, 2),
+    ApiKey.CREATE_PARTITIONS: (0, 3),
     ApiKey.DELETE_GROUPS: (0, 2),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
+    ApiKey.OFFSET_DELETE: (0, 0),
     ApiKey.DESCRIBE_CLUSTER: (0, 1),
     ApiKey.DESCRIBE_PRODUCERS: (0, 0),
     # Transactions (docs/transactions.md "Versions"): not Transactions V2 (no EndTxn v5,
@@ -130,6 +136,7 @@ CONTROLLER_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.METADATA: (12, 12),
     ApiKey.CREATE_TOPICS: (7, 7),
     ApiKey.DELETE_TOPICS: (6, 6),
+    ApiKey.CREATE_PARTITIONS: (3, 3),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (1, 1),
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0),
 }
@@ -142,7 +149,8 @@ FIRST_FLEXIBLE: dict[int, int] = {
     ApiKey.DESCRIBE_GROUPS: 5, ApiKey.LIST_GROUPS: 3, ApiKey.DELETE_GROUPS: 2,
     ApiKey.API_VERSIONS: 3, ApiKey.CREATE_TOPICS: 5, ApiKey.DELETE_TOPICS: 4,
     ApiKey.DELETE_RECORDS: 2, ApiKey.INIT_PRODUCER_ID: 2, ApiKey.DESCRIBE_CONFIGS: 4,
-    ApiKey.INCREMENTAL_ALTER_CONFIGS: 1, ApiKey.DESCRIBE_CLUSTER: 0, ApiKey.DESCRIBE_PRODUCERS: 0,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: 1, ApiKey.DESCRIBE_CLUSTER: 0,
+    ApiKey.ALTER_CONFIGS: 2, ApiKey.CREATE_PARTITIONS: 2, ApiKey.OFFSET_DELETE: 1 << 15, ApiKey.DESCRIBE_PRODUCERS: 0,
     ApiKey.ADD_PARTITIONS_TO_TXN: 3, ApiKey.ADD_OFFSETS_TO_TXN: 3, ApiKey.END_TXN: 3,
     ApiKey.WRITE_TXN_MARKERS: 1, ApiKey.TXN_OFFSET_COMMIT: 3, ApiKey.DESCRIBE_TRANSACTIONS: 0,
     ApiKey.LIST_TRANSACTIONS: 0,
@@ -164,7 +172,8 @@ KIO_NAMES: dict[int, str] = {
     ApiKey.DELETE_GROUPS: "delete_groups",
     ApiKey.CREATE_TOPICS: "create_topics", ApiKey.DELETE_TOPICS: "delete_topics",
     ApiKey.DELETE_RECORDS: "delete_records", ApiKey.INIT_PRODUCER_ID: "init_producer_id",
-    ApiKey.DESCRIBE_CONFIGS: "describe_configs",
+    ApiKey.DESCRIBE_CONFIGS: "describe_configs", ApiKey.ALTER_CONFIGS: "alter_configs",
+    ApiKey.CREATE_PARTITIONS: "create_partitions", ApiKey.OFFSET_DELETE: "offset_delete",
     ApiKey.INCREMENTAL_ALTER_CONFIGS: "incremental_alter_configs",
     ApiKey.DESCRIBE_CLUSTER: "describe_cluster", ApiKey.DESCRIBE_PRODUCERS: "describe_producers",
     ApiKey.ADD_PARTITIONS_TO_TXN: "add_partitions_to_txn", ApiKey.ADD_OFFSETS_TO_TXN: "add_offsets_to_txn",

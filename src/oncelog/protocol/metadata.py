@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from oncelog.protocol.primitives import I8, I16, I32, NULL_UUID, Buf, Reader, array_len, string, tagged_fields
 
 TAG_MESSAGE_FORMAT_VERSION = 10000
-_AUTHORIZED_OPERATIONS_OMITTED = -2147483648
+AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 
 
 def encode_request(version: int, topics: list[str] | None, allow_auto_create: bool = False) -> bytes:
@@ -63,6 +63,7 @@ class TopicEntry:
     partitions: tuple[PartitionEntry, ...] = ()
     message_format_magic: int | None = None  # tag 10000, sent below 2; None: not stated
     extra_tags: dict[int, bytes] | None = None  # the controller's own fields for brokers
+    authorized_operations: int = AUTHORIZED_OPERATIONS_OMITTED  # KIP-430 bitfield, v8+, when asked
 
 
 @dataclass(slots=True)
@@ -74,7 +75,8 @@ class MetadataResponse:
 
 
 def encode_response(version: int, brokers: list[BrokerEntry], cluster_id: str | None,
-                    controller_id: int, topics: list[TopicEntry]) -> bytes:
+                    controller_id: int, topics: list[TopicEntry],
+                    cluster_authorized_operations: int = AUTHORIZED_OPERATIONS_OMITTED) -> bytes:
     flex = version >= 9
     out = []
     if version >= 3:
@@ -107,14 +109,14 @@ def encode_response(version: int, brokers: list[BrokerEntry], cluster_id: str | 
             if flex:
                 out.append(b"\x00")
         if version >= 8:
-            out.append(I32.pack(_AUTHORIZED_OPERATIONS_OMITTED))
+            out.append(I32.pack(t.authorized_operations))
         if flex:
             tags = dict(t.extra_tags or {})
             if t.message_format_magic is not None and t.message_format_magic < 2:
                 tags[TAG_MESSAGE_FORMAT_VERSION] = I8.pack(t.message_format_magic)
             out.append(tagged_fields(tags))
     if 8 <= version <= 10:
-        out.append(I32.pack(_AUTHORIZED_OPERATIONS_OMITTED))
+        out.append(I32.pack(cluster_authorized_operations))
     if flex:
         out.append(b"\x00")
     return b"".join(out)

@@ -78,6 +78,7 @@ class LogConfig:
     message_timestamp_type: str = "CreateTime"
     max_message_bytes: int = 1048588
     write_caching: bool = False
+    compression_type: str = "producer"
 
     @classmethod
     def from_topic_config(cls, cfg: Mapping[str, Any]) -> LogConfig:
@@ -88,7 +89,8 @@ class LogConfig:
                  "index.interval.bytes": "index_interval_bytes",
                  "message.format.version": "message_format_version",
                  "message.timestamp.type": "message_timestamp_type",
-                 "max.message.bytes": "max_message_bytes", "write.caching": "write_caching"}
+                 "max.message.bytes": "max_message_bytes", "write.caching": "write_caching",
+                 "compression.type": "compression_type"}
         return cls(**{attr: cfg[name] for name, attr in names.items() if name in cfg})
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from oncelog.core.leadership import check_partition_increase
 from oncelog.core.topic_config import effective_topic_config, invalid_topic_configs, parse_topic_configs
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.protocol.metadata import BrokerEntry
@@ -168,6 +169,27 @@ class LogManager(MarkerWriting):
         log.info("created topic %s (%s) with %d partitions%s", name, info.topic_id, partitions,
                  f", overrides {info.overrides}" if info.overrides else "")
         return info
+
+    async def create_partitions(self, name: str, count: int, assignments: list[list[int]] | None,
+                                now_ms: int, validate_only: bool = False) -> None:
+        """Grow `name` to `count` partitions. The registry is saved first: a crash before the new
+        directories exist leaves partitions that open empty at the next start."""
+        info = self.topics.get(name)
+        if info is None:
+            raise KafkaProtocolError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}")
+        check_partition_increase(name, info.partitions, count, assignments, {self.node_id})
+        if validate_only:
+            return
+        old = info.partitions
+        info.partitions = count
+        try:
+            self._save_registry(Path(info.log_dir))
+        except Exception:
+            info.partitions = old
+            raise
+        for p in range(old, count):
+            self._open_partition(info, p, now_ms)
+        log.info("topic %s: %d partitions, was %d", name, count, old)
 
     async def delete_topic(self, name: str) -> None:
         info = self.topics.get(name)

@@ -29,6 +29,7 @@ from oncelog.core import producer_state as ps
 from oncelog.core.producer_state import ProducerStateConfig, ProducerStateManager
 from oncelog.core.sequence import distance_below, last_sequence_of
 from oncelog.core.txn.partition import AbortedQuery, PartitionTxns, collect_aborted
+from oncelog.protocol import compression
 from oncelog.protocol import records as rec
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.protocol.primitives import Buf
@@ -85,6 +86,13 @@ _ERROR_COUNTER: dict[int, str] = {
 }
 
 
+def _topic_codec(compression_type: str) -> int | None:
+    """The codec number batches are stored under, or None to keep the producer's."""
+    if compression_type == "producer":
+        return None
+    return compression.codec_for_name("none" if compression_type == "uncompressed" else compression_type)
+
+
 @dataclass(frozen=True)
 class PartitionConfig:
     """Everything a partition is configured with: its log's settings and its producer state's,
@@ -110,6 +118,7 @@ class Partition:
         # The pid hash's key: random per partition, so no client can choose colliding ids.
         self.producer_state = ProducerStateManager(producer_config, hash_key=secrets.randbits(64))
         self._format_magic = message_format_magic(log.config.message_format_version)
+        self._codec = _topic_codec(log.config.compression_type)
         self._in_append = False
         self._log_generation = log.sync_generation
         self._roll_pending = False
@@ -252,6 +261,7 @@ class Partition:
             # The rings were re-laid: snapshot them, or a crash would rebuild the old layout.
             self.take_snapshot(sync=False, force=True)
         self._format_magic = message_format_magic(config.log.message_format_version)
+        self._codec = _topic_codec(config.log.compression_type)
 
     # ----------------------------------------------------------------- writes
     def append_from_client(self, records: Buf, now_ms: int) -> AppendResult:
@@ -278,6 +288,8 @@ class Partition:
                             ErrorCode.INVALID_TXN_STATE,
                             f"producer {check.producer_id} has a transaction open in {self.topic}-"
                             f"{self.index}: a batch outside it must wait for its marker")
+                if self._codec is not None and any(h.compression != self._codec for h in headers):
+                    buf = rec.recompress(buf, headers, self._codec)
             else:
                 rec.validate_legacy_message_set(buf)
             self._in_append = True

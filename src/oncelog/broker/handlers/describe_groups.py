@@ -2,22 +2,26 @@
 from __future__ import annotations
 
 from oncelog.broker.group_coordinator import STABLE
+from oncelog.core.security.acl import ResourceType
+from oncelog.core.security.authorizer import AUTHORIZED_OPERATIONS_OMITTED, all_operations
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode
 
 API_KEY = ApiKey.DESCRIBE_GROUPS
-_AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 
 
 async def handle(broker, version: int, r) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
+    # KIP-430 (v3+): no authorizer is configured, so every operation a group supports
+    operations = (all_operations(ResourceType.GROUP) if getattr(r, "include_authorized_operations", False)
+                  else AUTHORIZED_OPERATIONS_OMITTED)
     out = []
     for gid in r.groups:
         if not broker.coordinates(str(gid)):
             out.append(rb("DescribedGroup", error_code=ErrorCode.NOT_COORDINATOR, group_id=gid,
                           group_state="", protocol_type="", protocol_data="", members=(),
-                          authorized_operations=_AUTHORIZED_OPERATIONS_OMITTED))
+                          authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))
             continue
         g = broker.groups.groups.get(str(gid))
         members = ()
@@ -32,12 +36,12 @@ async def handle(broker, version: int, r) -> bytes:
         out.append(rb("DescribedGroup", error_code=ErrorCode.NONE, group_id=gid,
                       group_state=g.state if g else "Dead", protocol_type=(g.protocol_type or "") if g else "",
                       protocol_data=(g.protocol or "") if stable else "", members=members,
-                      authorized_operations=_AUTHORIZED_OPERATIONS_OMITTED))
+                      authorized_operations=operations))
     return rb.encode(throttle_time=0, groups=tuple(out))
 
 
 def error_response(version: int, request, code: int) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     return rb.encode_error(code, groups=tuple(
-        rb.error("DescribedGroup", code, group_id=gid, authorized_operations=_AUTHORIZED_OPERATIONS_OMITTED)
+        rb.error("DescribedGroup", code, group_id=gid, authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
         for gid in request.groups))

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 
+from oncelog.core.security.acl import ResourceType
+from oncelog.core.security.authorizer import AUTHORIZED_OPERATIONS_OMITTED, all_operations
 from oncelog.protocol import metadata as wire
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
@@ -35,7 +37,15 @@ async def handle(broker, version: int, request) -> bytes:
     # who would otherwise look for a broker id missing from the list.
     alive = {b.node_id for b in brokers}
     topics = [_without_dead_leaders(t, alive) for t in topics]
-    return wire.encode_response(version, brokers, broker.cluster_id, broker.node_id, topics)
+    # KIP-430, asked for by v8+: no authorizer is configured, so every supported operation
+    if getattr(request, "include_topic_authorized_operations", False):
+        for t in topics:
+            if t.error_code == ErrorCode.NONE:
+                t.authorized_operations = all_operations(ResourceType.TOPIC)
+    cluster_operations = (all_operations(ResourceType.CLUSTER)
+                          if getattr(request, "include_cluster_authorized_operations", False)
+                          else AUTHORIZED_OPERATIONS_OMITTED)
+    return wire.encode_response(version, brokers, broker.cluster_id, broker.node_id, topics, cluster_operations)
 
 
 def _without_dead_leaders(topic: wire.TopicEntry, alive: set[int]) -> wire.TopicEntry:

@@ -77,6 +77,15 @@ SUPPORTED_OPERATIONS: dict[ResourceType, tuple[AclOperation, ...]] = {
 AUTHORIZED_OPERATIONS_OMITTED = -2**31   # the field's value when the client did not ask (KIP-430)
 
 
+def all_operations(resource_type: ResourceType) -> int:
+    """KIP-430's bitfield when no authorizer is configured: every operation the resource type
+    supports (Kafka's AuthHelper.authorizedOperations without an authorizer)."""
+    bits = 0
+    for op in SUPPORTED_OPERATIONS.get(resource_type, ()):
+        bits |= 1 << op
+    return bits
+
+
 def normalize_host(host: str) -> str:
     try:
         return ipaddress.ip_address(host.split("%", 1)[0]).compressed

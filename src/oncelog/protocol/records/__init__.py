@@ -47,6 +47,7 @@ from oncelog.protocol.records.encode import (
     encode_batch,
     encode_plain_records,
     encode_record,
+    recompress,
     record_size_upper_bound,
     seal_batch,
 )
@@ -71,6 +72,6 @@ __all__ = [
     "encode_plain_records", "encode_record", "encode_varint", "iter_batches", "iter_record_batches",
     "iter_record_times", "magic_of", "message_format_magic", "parse_message_format_version",
     "patch_batch", "patch_legacy_offsets", "read_batch_header",
-    "record_size_upper_bound", "rewrite_producer_state", "seal_batch", "set_max_timestamp",
+    "recompress", "record_size_upper_bound", "rewrite_producer_state", "seal_batch", "set_max_timestamp",
     "validate_batch", "validate_legacy_message_set", "validate_record_set", "writable",
 ]

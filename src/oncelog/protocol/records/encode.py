@@ -13,21 +13,26 @@ its records were joined into, so its records are copied once.
 """
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterable, Sequence
 from itertools import chain, repeat
 from operator import add
 from typing import Any
 
 from oncelog.protocol import compression
+from oncelog.protocol.primitives import Buf
 from oncelog.protocol.records.batch import (
     ATTR_COMPRESSION_MASK,
     ATTR_TIMESTAMP_TYPE,
     ATTR_TRANSACTIONAL,
     BATCH_HEADER,
     BATCH_OVERHEAD,
+    CRC_START,
     LOG_OVERHEAD,
+    BatchHeader,
     Header,
     Record,
+    corrupt,
     store_crc,
 )
 from oncelog.protocol.records.varint import CACHE as _CACHE
@@ -36,6 +41,9 @@ from oncelog.protocol.records.varint import MINUS_ONE as _MINUS_ONE
 from oncelog.protocol.records.varint import encode_varint as _varint_bytes
 
 HEADER_ROOM = bytes(BATCH_OVERHEAD)   # where seal_batch writes the header
+_LENGTH_POS = 8  # batchLength, after baseOffset
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
 
 
 def _bytes_field(b: bytes | str | None) -> bytes:
@@ -218,3 +226,31 @@ def encode_batch(records: Iterable[Record | tuple[Any, ...]], *, base_offset: in
                        max_timestamp=max_ts, compression_codec=compression, producer_id=producer_id,
                        producer_epoch=producer_epoch, base_sequence=base_sequence,
                        transactional=transactional, timestamp_type=timestamp_type)
+
+
+def recompress(buf: Buf, headers: list[BatchHeader], codec: int) -> bytearray:
+    """The v2 batches of `buf` (validated; `headers` are theirs, in order) with their records
+    under `codec`, as Kafka's LogValidator recompresses for a topic's compression.type. The
+    records section is decompressed and compressed as a whole, never record by record; every
+    header field but length, codec and CRC is kept (producer id, epoch and sequence, timestamps,
+    offsets, transactional flag). A batch already under `codec` is copied unchanged."""
+    out = bytearray()
+    view = memoryview(buf)
+    pos = 0
+    for h in headers:
+        end = pos + h.size
+        if h.compression == codec:
+            out += view[pos:end]
+        else:
+            try:
+                raw = compression.decompress(h.compression, view[pos + BATCH_OVERHEAD:end])
+            except Exception as e:  # noqa: BLE001 - cramjam's errors, or an unknown codec number
+                raise corrupt(f"record batch at offset {h.base_offset} does not decompress: {e}") from None
+            start = len(out)
+            out += view[pos:pos + BATCH_OVERHEAD]
+            out += compression.compress(codec, raw) if codec else raw
+            _I32.pack_into(out, start + _LENGTH_POS, len(out) - start - LOG_OVERHEAD)
+            _I16.pack_into(out, start + CRC_START, (h.attributes & ~ATTR_COMPRESSION_MASK) | codec)
+            store_crc(out, start, len(out))
+        pos = end
+    return out

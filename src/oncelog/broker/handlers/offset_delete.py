@@ -1,0 +1,45 @@
+"""OffsetDelete (API 47), v0: a group's committed offsets for partitions it does not consume
+(Kafka's rules, `GroupCoordinator.delete_offsets`); a partition the cluster does not have is
+UNKNOWN_TOPIC_OR_PARTITION, a group-wide refusal (GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP,
+NOT_COORDINATOR) the top-level error with no topics, as Kafka answers it."""
+from __future__ import annotations
+
+from oncelog.protocol import entities
+from oncelog.protocol.api import ApiKey
+from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
+
+API_KEY = ApiKey.OFFSET_DELETE
+
+
+async def handle(broker, version: int, r) -> bytes:
+    rb = entities.ResponseBuilder(API_KEY, version)
+    group_id = str(r.group_id)
+    if not group_id:
+        raise KafkaProtocolError(ErrorCode.INVALID_GROUP_ID, "empty group id")
+    if not broker.coordinates(group_id):
+        raise KafkaProtocolError(ErrorCode.NOT_COORDINATOR, f"group {group_id!r} is coordinated elsewhere")
+    errors: dict[tuple[str, int], int] = {}
+    known = []
+    for t in r.topics:
+        info = broker.logs.topics.get(str(t.name))
+        for p in t.partitions:
+            tp = (str(t.name), int(p.partition_index))
+            if info is None or not 0 <= tp[1] < info.partitions:
+                errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                known.append(tp)
+    group_error, group_errors = broker.groups.delete_offsets(group_id, known)
+    if group_error:
+        raise KafkaProtocolError(ErrorCode(group_error), f"group {group_id!r}")
+    errors.update(group_errors)
+    topics = tuple(
+        rb("OffsetDeleteResponseTopic", name=t.name, partitions=tuple(
+            rb("OffsetDeleteResponsePartition", partition_index=p.partition_index,
+               error_code=errors[(str(t.name), int(p.partition_index))])
+            for p in t.partitions))
+        for t in r.topics)
+    return rb.encode(error_code=ErrorCode.NONE, throttle_time=0, topics=topics)
+
+
+def error_response(version: int, request, code: int) -> bytes:
+    return entities.ResponseBuilder(API_KEY, version).encode_error(code, topics=())
