@@ -139,6 +139,10 @@ def test_a_large_size_alone_reserves_no_more_than_a_megabyte():
     reader = framing.FrameReader(100 * 1024 * 1024)
     reader.feed((100 * 1024 * 1024).to_bytes(4, "big") + b"x" * 70_000)
     assert len(reader.get_buffer()) <= 1024 * 1024
+    # a client trusts its broker's sizes: the whole response gets its buffer at once, no regrowth
+    trusting = framing.FrameReader(100 * 1024 * 1024, first_big=100 * 1024 * 1024)
+    trusting.feed((100 * 1024 * 1024).to_bytes(4, "big") + b"x" * 70_000)
+    assert len(trusting.get_buffer()) == 100 * 1024 * 1024 - (70_000 - 0)
 
 
 @pytest.mark.parametrize("version", [0, 1, 2, 3, 4])

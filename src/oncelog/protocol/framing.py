@@ -26,10 +26,10 @@ class FrameReader:
     """
 
     __slots__ = ("max_size", "limit_name", "_scratch", "_start", "_end", "_big", "_big_have",
-                 "_big_size")
+                 "_big_size", "_first_big")
 
     def __init__(self, max_size: int, limit_name: str = "socket.request.max.bytes",
-                 scratch_size: int = 64 * 1024) -> None:
+                 scratch_size: int = 64 * 1024, first_big: int = _FIRST_BIG) -> None:
         self.max_size = max_size
         self.limit_name = limit_name
         self._scratch = bytearray(scratch_size)
@@ -38,6 +38,9 @@ class FrameReader:
         self._big: bytearray | None = None
         self._big_have = 0
         self._big_size = 0
+        # what a large frame's buffer starts with before its bytes arrive: small where the peer
+        # may be hostile (a broker's clients), the whole frame where it is trusted (a client's broker)
+        self._first_big = first_big
 
     def get_buffer(self, sizehint: int = -1) -> memoryview:
         """Where the next received bytes go (never empty)."""
@@ -87,7 +90,7 @@ class FrameReader:
             if 4 + size > len(scratch):
                 # too big for the scratch: the frame gets its own buffer, the bytes so far move there
                 have = end - pos - 4
-                big = bytearray(min(size, max(_FIRST_BIG, 2 * have)))
+                big = bytearray(min(size, max(self._first_big, 2 * have)))
                 big[:have] = scratch[pos + 4:end]
                 self._big, self._big_have, self._big_size = big, have, size
                 pos = end

@@ -28,7 +28,7 @@ class BrokerConnectionError(KafkaClientError, ConnectionError):
 class _Protocol(asyncio.BufferedProtocol):
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
-        self.reader = FrameReader(MAX_FRAME, "the client's largest response")
+        self.reader = FrameReader(MAX_FRAME, "the client's largest response", first_big=MAX_FRAME)
         self.get_buffer = self.reader.get_buffer  # type: ignore[method-assign]  # no call in between
         self.paused = False
         self.drain_waiters: list[asyncio.Future] = []
