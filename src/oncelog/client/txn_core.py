@@ -327,17 +327,21 @@ class TransactionManager:
     def maybe_add_partition(self, tp: TopicPartition) -> None:
         """Before a record for `tp` is queued (Java's maybeAddPartition): the partition joins the
         next AddPartitionsToTxn. Raises if the producer may not send now."""
+        self.check_send(f"{tp.topic}-{tp.partition}")
+        if tp not in self._partitions and tp not in self._pending_partitions:
+            self._new_partitions.add(tp)
+
+    def check_send(self, what: str = "a topic") -> None:
+        """Raises unless a record may be sent now (the shell asks before it takes a record,
+        the partition it goes to being chosen later)."""
         self._resume("send")
         self._raise_if_error()
         if self.producer_id < 0:
             raise TransactionStateError(
-                f"cannot send to {tp.topic}-{tp.partition} before init_transactions completed")
+                f"cannot send to {what} before init_transactions completed")
         if self.state is not S.IN_TRANSACTION:
             raise TransactionStateError(
-                f"cannot send to {tp.topic}-{tp.partition} in state {self.state.name}: "
-                f"begin_transaction first")
-        if tp not in self._partitions and tp not in self._pending_partitions:
-            self._new_partitions.add(tp)
+                f"cannot send to {what} in state {self.state.name}: begin_transaction first")
 
     def send_offsets_to_transaction(self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int],
                                     group_metadata: ConsumerGroupMetadata) -> TxnResult:
