@@ -221,7 +221,8 @@ class Sender:
         for b in batches:
             key = ids[b.tp.topic] if version >= 13 else b.tp.topic
             topics.setdefault(key, []).append((b.tp.partition, b.encoded))
-        body = produce.encode_request_parts(version, self.config.acks, self.config.request_timeout_ms, topics)
+        body = produce.encode_request_parts(version, self.config.acks, self.config.request_timeout_ms,
+                                            topics, self.config.transactional_id)
         acks0 = self.config.acks == 0
         try:
             fut = conn.send(ApiKey.PRODUCE, version, body, expect_response=not acks0)
