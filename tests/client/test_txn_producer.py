@@ -13,6 +13,7 @@ from confluent_kafka import Consumer as CKConsumer
 from confluent_kafka import TopicPartition as CKTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from oncelog.client.aio.connection import Connection
 from oncelog.client.aio.producer import AIOProducer
 from oncelog.client.errors import (
     ConfigError,
@@ -21,6 +22,9 @@ from oncelog.client.errors import (
 )
 from oncelog.client.sync import Consumer, Producer
 from oncelog.client.types import ConsumerGroupMetadata, TopicPartition
+from oncelog.protocol import entities
+from oncelog.protocol.api import ApiKey
+from oncelog.protocol.errors import ErrorCode
 from oncelog.testing.embedded import BrokerProcess
 
 pytestmark = pytest.mark.processes
@@ -158,11 +162,39 @@ def test_a_second_producer_with_the_same_transactional_id_fences_the_first(txn_b
     assert ck_values(bs, topic, 1, "read_committed", 1) == [b"live"]
 
 
+async def _offset_fetch(bootstrap: str, group: str, topic: str, require_stable: bool):
+    host, port = bootstrap.rsplit(":", 1)
+    conn = Connection(host, int(port), "txn-test")
+    await conn.connect(10)
+    try:
+        t = entities.nested(ApiKey.OFFSET_FETCH, 7, "request", "OffsetFetchRequestTopic")
+        body = entities.encode(entities.make(
+            entities.entity_class(ApiKey.OFFSET_FETCH, 7, "request"), group_id=group,
+            require_stable=require_stable, topics=(t(name=topic, partition_indexes=(0,)),)))
+        r = entities.decode_response(ApiKey.OFFSET_FETCH, 7,
+                                     await conn.request(ApiKey.OFFSET_FETCH, 7, body))
+        p = r.topics[0].partitions[0]
+        return p.error_code.value, p.committed_offset
+    finally:
+        conn.close()
+
+
+def offset_fetch(bootstrap: str, group: str, topic: str, require_stable: bool) -> tuple[int, int]:
+    """OffsetFetch v7 of partition 0: (error code, committed offset)."""
+    return asyncio.run(_offset_fetch(bootstrap, group, topic, require_stable))
+
+
+def wait_for_offset(bootstrap: str, group: str, topic: str, offset: int) -> None:
+    deadline = time.monotonic() + 20
+    while offset_fetch(bootstrap, group, topic, True) != (0, offset) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert offset_fetch(bootstrap, group, topic, True) == (0, offset)
+
+
 def test_send_offsets_to_transaction_commits_offsets_only_with_the_transaction(txn_broker):
     bs, src, dst, group = txn_broker.bootstrap, "src", "dst", "copy-group"
     create_topic(bs, src, 1)
     create_topic(bs, dst, 1)
-    probe = CKConsumer({"bootstrap.servers": bs, "group.id": group, "enable.auto.commit": False})
     consumer = Consumer({"bootstrap.servers": bs, "group.id": group})
     try:
         meta = consumer.consumer_group_metadata()
@@ -173,38 +205,28 @@ def test_send_offsets_to_transaction_commits_offsets_only_with_the_transaction(t
             p.send(dst, b"out", partition=0)
             p.send_offsets_to_transaction({TopicPartition(src, 0): 10}, meta, 30)
             p.flush(30)
-            assert probe.committed([CKTopicPartition(src, 0)], 10)[0].offset < 0
+            # pending in the transaction: not visible, and unstable for require_stable readers
+            assert offset_fetch(bs, group, src, False) == (0, -1)
+            assert offset_fetch(bs, group, src, True)[0] == ErrorCode.UNSTABLE_OFFSET_COMMIT
             p.commit_transaction(30)
-        deadline = time.monotonic() + 20
-        while (probe.committed([CKTopicPartition(src, 0)], 10)[0].offset != 10
-               and time.monotonic() < deadline):
-            time.sleep(0.05)
-        assert probe.committed([CKTopicPartition(src, 0)], 10)[0].offset == 10
+        wait_for_offset(bs, group, src, 10)
     finally:
         consumer.close()
-        probe.close()
 
 
 def test_aborted_offsets_are_never_committed(txn_broker):
     bs, src, group = txn_broker.bootstrap, "src2", "abort-group"
     create_topic(bs, src, 1)
-    probe = CKConsumer({"bootstrap.servers": bs, "group.id": group, "enable.auto.commit": False})
-    try:
-        with txn_producer(bs, "tx-offsets-abort") as p:
-            p.init_transactions(30)
-            p.begin_transaction()
-            p.send_offsets_to_transaction({TopicPartition(src, 0): 7}, ConsumerGroupMetadata(group), 30)
-            p.abort_transaction(30)
-            p.begin_transaction()
-            p.send_offsets_to_transaction({TopicPartition(src, 0): 3}, ConsumerGroupMetadata(group), 30)
-            p.commit_transaction(30)
-        deadline = time.monotonic() + 20
-        while (probe.committed([CKTopicPartition(src, 0)], 10)[0].offset != 3
-               and time.monotonic() < deadline):
-            time.sleep(0.05)
-        assert probe.committed([CKTopicPartition(src, 0)], 10)[0].offset == 3
-    finally:
-        probe.close()
+    with txn_producer(bs, "tx-offsets-abort") as p:
+        p.init_transactions(30)
+        p.begin_transaction()
+        p.send_offsets_to_transaction({TopicPartition(src, 0): 7}, ConsumerGroupMetadata(group), 30)
+        p.abort_transaction(30)
+        assert offset_fetch(bs, group, src, True) == (0, -1)
+        p.begin_transaction()
+        p.send_offsets_to_transaction([TopicPartition(src, 0, 3)], ConsumerGroupMetadata(group), 30)
+        p.commit_transaction(30)
+    wait_for_offset(bs, group, src, 3)
 
 
 def test_the_asyncio_producer_commits(txn_broker):

@@ -387,7 +387,8 @@ class TransactionManager:
         """The producer closes: unresolved calls fail, nothing more is sent."""
         if self.state is not S.FATAL_ERROR:
             self._producer_failed = True   # the producer's own close fails its records
-            self._fatal(error or TransactionFatalError("the producer was closed"))
+            self._fatal(error or TransactionFatalError("the producer was closed"),
+                        quiet=error is None)
 
     # ------------------------------------------------------------------ what the sender asks
 
@@ -831,10 +832,11 @@ class TransactionManager:
         else:
             self._fatal(TransactionFatalError(msg, code))
 
-    def _fatal(self, error: BaseException) -> None:
+    def _fatal(self, error: BaseException, quiet: bool = False) -> None:
         if self.state is S.FATAL_ERROR:
             return
-        log.error("transactional producer %r failed: %s", self.transactional_id, error)
+        if not quiet:   # an ordinary close is no failure worth an error line
+            log.error("transactional producer %r failed: %s", self.transactional_id, error)
         self._transition(S.FATAL_ERROR, error=error)
         pending = [e.result for e in self._queue if e.result is not None]
         if self._in_flight is not None and self._in_flight.result is not None:
