@@ -142,8 +142,7 @@ class ProducerBatch:
                 records = self.caller_records if self.whole else self._records(False)
                 assert records is not None  # a whole batch is made with its records
                 self.encoded = build_batch(records, self.count, compression_codec=self.compression,
-                                           transactional=self.transactional,
-                                           **fields)  # type: ignore[arg-type]  # the int fields only
+                                           **fields, transactional=self.transactional)
             else:   # records laid out behind room for the header: one copy of them, not two
                 # with header room the records section is a bytearray
                 if self.transactional:
