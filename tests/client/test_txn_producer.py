@@ -19,8 +19,10 @@ from oncelog.client.errors import (
     ConfigError,
     ProducerFencedError,
     TransactionStateError,
+    TransactionTimeoutError,
 )
 from oncelog.client.sync import Consumer, Producer
+from oncelog.client.txn_core import TxnState
 from oncelog.client.types import ConsumerGroupMetadata, TopicPartition
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
@@ -275,3 +277,28 @@ def test_kill_9_with_a_transaction_open_then_the_producer_reinits(tmp_path):
         assert len(ck_values(bs, topic, 2, "read_uncommitted", 5)) == 5
     finally:
         b.stop()
+
+
+def test_a_timed_out_commit_resumes_when_called_again(txn_broker):
+    """confluent-kafka's retriable timeout (librdkafka #3297): the second call waits for the
+    same commit, whether it is still under way or completed meanwhile; never a second EndTxn."""
+    bs, topic = txn_broker.bootstrap, "resumed"
+    create_topic(bs, topic, 1)
+    with txn_producer(bs, "tx-resume") as p:
+        p.init_transactions(30)
+        for round_ in range(2):
+            p.begin_transaction()
+            p.send(topic, f"r{round_}".encode(), partition=0)
+            with pytest.raises(TransactionTimeoutError) as e:
+                p.commit_transaction(0)
+            assert e.value.retriable()
+            with pytest.raises(TransactionStateError):
+                p.begin_transaction()   # the commit is still the call in progress
+            if round_ == 1:   # completed before the caller comes back
+                deadline = time.monotonic() + 20
+                while p.aio.txn.state is not TxnState.READY and time.monotonic() < deadline:
+                    time.sleep(0.01)
+            p.commit_transaction(30)
+        with pytest.raises(TransactionStateError):
+            p.commit_transaction(30)   # nothing left to commit
+    assert ck_values(bs, topic, 1, "read_committed", 2) == [b"r0", b"r1"]

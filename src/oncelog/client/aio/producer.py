@@ -331,6 +331,7 @@ class AIOProducer:
         tm = self._tm()
         with self.lock:
             tm.begin_transaction()
+        self._txn_calls.clear()   # an earlier call's outcome answers no later call
 
     async def send_offsets_to_transaction(self, offsets, group_metadata: ConsumerGroupMetadata,
                                           timeout: float | None = None) -> None:
