@@ -17,6 +17,7 @@ from typing import Any
 from oncelog.client.types import TopicPartition
 from oncelog.core.sequence import increment, seq_before
 from oncelog.protocol.records import (
+    ATTR_TRANSACTIONAL,
     BATCH_OVERHEAD,
     HEADER_ROOM,
     RECORD_OVERHEAD,
@@ -141,17 +142,29 @@ class ProducerBatch:
                 records = self.caller_records if self.whole else self._records(False)
                 assert records is not None  # a whole batch is made with its records
                 self.encoded = build_batch(records, self.count, compression_codec=self.compression,
-                                           **fields)  # type: ignore[arg-type]  # the int fields only
+                                           **fields, transactional=self.transactional)
             else:   # records laid out behind room for the header: one copy of them, not two
                 # with header room the records section is a bytearray
+                if self.transactional:
+                    fields["attributes"] = ATTR_TRANSACTIONAL
                 self.encoded = seal_batch(self._records(True), self.count, **fields)  # type: ignore[arg-type]
             # released once encoded: nothing appends to a batch that is encoded
             self.caller_records = self.values = self.keys = self.headers = None  # type: ignore[assignment]
         return self.encoded
 
+    # a class attribute, not a slot: plain batches pay nothing; TxnProducerBatch says True
+    transactional = False
+
     def __repr__(self) -> str:
         return (f"ProducerBatch({self.tp.topic}-{self.tp.partition}, n={self.count}, "
                 f"pid={self.producer_id}/{self.producer_epoch}, seq={self.base_sequence})")
+
+
+class TxnProducerBatch(ProducerBatch):
+    """A batch of a transactional producer: its header says so (the transactional attribute bit),
+    which is what makes the partition count it into the producer's open transaction."""
+    __slots__ = ()
+    transactional = True
 
 
 class RecordAccumulator:
@@ -163,6 +176,7 @@ class RecordAccumulator:
         self.queues: dict[TopicPartition, deque[ProducerBatch]] = {}
         self.used_bytes = 0
         self.flushing = 0   # flushes in progress: while any waits, nothing lingers
+        self.batch_class: type[ProducerBatch] = ProducerBatch   # TxnProducerBatch: transactional
 
     def append(self, tp: TopicPartition, ts: int, key, value, headers, cookie, now_ms: int
                ) -> tuple[ProducerBatch, bool] | None:
@@ -179,7 +193,7 @@ class RecordAccumulator:
                 return last, False
         if not self.admits(record_size_upper_bound(key, value, headers) + BATCH_OVERHEAD):
             return None
-        batch = ProducerBatch(tp, now_ms, self.compression)
+        batch = self.batch_class(tp, now_ms, self.compression)
         batch.try_append(ts, key, value, headers, cookie, self.batch_size)
         self.used_bytes += batch.size
         q.append(batch)
@@ -206,7 +220,7 @@ class RecordAccumulator:
                     used += batch.size - before
                     continue
                 filled = True
-            batch = ProducerBatch(tp, now_ms, self.compression)
+            batch = self.batch_class(tp, now_ms, self.compression)
             batch.try_append(ts, key, value, hdrs, cookie, batch_size)
             used += batch.size
             q.append(batch)
@@ -224,7 +238,7 @@ class RecordAccumulator:
         filled = False
         while i < n:
             if batch is None:
-                batch = ProducerBatch(tp, now_ms, self.compression)
+                batch = self.batch_class(tp, now_ms, self.compression)
                 q.append(batch)
                 self.used_bytes += BATCH_OVERHEAD
             start = ends[i - 1] if i else 0
@@ -247,7 +261,7 @@ class RecordAccumulator:
         size = BATCH_OVERHEAD + len(records)
         if not admitted and not self.admits(size):
             return None
-        batch = ProducerBatch(tp, now_ms, self.compression)
+        batch = self.batch_class(tp, now_ms, self.compression)
         batch.caller_records = records
         batch.size, batch.count, batch.base_ts, batch.max_ts = size, count, base_ts, max_ts
         batch.cookies = [cookie]

@@ -76,6 +76,8 @@ class ProducerConfig:
     partitioner_ignore_keys: bool = False
     partitioner_adaptive: bool = True      # partitioner.adaptive.partitioning.enable
     address_map: Any = None                # oncelog.address.map: advertised -> reachable address
+    transactional_id: str | None = None    # transactional.id: None = not transactional
+    transaction_timeout_ms: int = 60000
 
     @classmethod
     def from_dict(cls, cfg: dict) -> ProducerConfig:
@@ -89,6 +91,15 @@ class ProducerConfig:
         if acks is None:
             raise ConfigError(f"acks must be all, -1, 0 or 1, got {cfg.get('acks')!r}")
         idem = Idempotence.parse(cfg.get("enable.idempotence", "requested"))
+        tid = cfg.get("transactional.id")
+        if tid is not None:
+            # as Kafka: a transactional producer is idempotent, and refuses to be anything else
+            if not str(tid):
+                raise ConfigError("transactional.id must be a non-empty string")
+            if "enable.idempotence" in cfg and idem is Idempotence.OFF:
+                raise ConfigError("transactional.id requires enable.idempotence (it is "
+                                  f"{cfg['enable.idempotence']!r})")
+            idem = Idempotence.REQUIRED
         if acks == 0 and idem is not Idempotence.OFF:
             if idem is Idempotence.REQUIRED:
                 raise ConfigError("enable.idempotence=required needs acks=all or acks=1, not acks=0")
@@ -145,4 +156,8 @@ class ProducerConfig:
         c.address_map = cfg.get("oncelog.address.map")
         c.partitioner_ignore_keys = _flag(cfg, "partitioner.ignore.keys", False)
         c.partitioner_adaptive = _flag(cfg, "partitioner.adaptive.partitioning.enable", True)
+        c.transactional_id = None if tid is None else str(tid)
+        c.transaction_timeout_ms = _int(cfg, "transaction.timeout.ms", 60000)
+        if c.transaction_timeout_ms < 1:
+            raise ConfigError("transaction.timeout.ms must be positive")
         return c

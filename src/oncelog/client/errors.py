@@ -101,5 +101,16 @@ class ProducerFencedError(TransactionFatalError):
     """Another producer with the same `transactional.id` (a newer epoch) took over."""
 
 
+class TransactionTimeoutError(KafkaClientError, TimeoutError):
+    """A transactional call did not complete within its timeout. It goes on in the background:
+    make the same call again to wait for its outcome (confluent-kafka's retriable error)."""
+
+    def retriable(self) -> bool:
+        return True
+
+    def txn_requires_abort(self) -> bool:
+        return False
+
+
 class TransactionAbortedError(KafkaClientError):
     """The record was never sent: its transaction was aborted first."""

@@ -47,7 +47,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from oncelog.client.accumulator import ProducerBatch, RecordAccumulator, TopicPartition
+from oncelog.client.accumulator import ProducerBatch, RecordAccumulator, TopicPartition, TxnProducerBatch
 from oncelog.client.config import DEFAULT_WINDOW, Idempotence, ProducerConfig
 from oncelog.client.errors import (
     BrokerResponseError,
@@ -194,6 +194,8 @@ class ProducerCore:
         self.config = config
         self.acc = RecordAccumulator(config.batch_size, config.linger_ms, config.buffer_memory,
                                      config.compression)
+        if config.transactional_id is not None:
+            self.acc.batch_class = TxnProducerBatch
         self.partitions: dict[TopicPartition, PartitionState] = {}
         self.node_in_flight: dict[int, int] = {}
         self.on_wire: set[ProducerBatch] = set()   # sent, answer not in yet (fail_all fails them)

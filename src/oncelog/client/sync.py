@@ -160,6 +160,25 @@ class Producer:
     def flush(self, timeout: float | None = None) -> None:
         self._lt.run(self._p.flush(timeout), None if timeout is None else timeout + 5)
 
+    # transactions: confluent-kafka's methods and semantics (timeouts in seconds; a call that
+    # raised TransactionTimeoutError may be made again and resumes)
+
+    def init_transactions(self, timeout: float | None = None) -> None:
+        self._lt.run(self._p.init_transactions(timeout), None)
+
+    def begin_transaction(self) -> None:
+        self._p.begin_transaction()
+
+    def send_offsets_to_transaction(self, offsets, group_metadata, timeout: float | None = None
+                                    ) -> None:
+        self._lt.run(self._p.send_offsets_to_transaction(offsets, group_metadata, timeout), None)
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        self._lt.run(self._p.commit_transaction(timeout), None)
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        self._lt.run(self._p.abort_transaction(timeout), None)
+
     def close(self, timeout: float | None = None) -> None:
         if self._lt.loop.is_closed():
             return
@@ -249,6 +268,10 @@ class Consumer(_SyncWrapper):
 
     def assign(self, tps) -> None:
         self._impl.assign(tps)
+
+    def consumer_group_metadata(self):
+        """For send_offsets_to_transaction (see AIOConsumer.consumer_group_metadata)."""
+        return self._impl.consumer_group_metadata()
 
     def assignment(self):
         return self._impl.assignment()

@@ -327,17 +327,21 @@ class TransactionManager:
     def maybe_add_partition(self, tp: TopicPartition) -> None:
         """Before a record for `tp` is queued (Java's maybeAddPartition): the partition joins the
         next AddPartitionsToTxn. Raises if the producer may not send now."""
+        self.check_send(f"{tp.topic}-{tp.partition}")
+        if tp not in self._partitions and tp not in self._pending_partitions:
+            self._new_partitions.add(tp)
+
+    def check_send(self, what: str = "a topic") -> None:
+        """Raises unless a record may be sent now (the shell asks before it takes a record,
+        the partition it goes to being chosen later)."""
         self._resume("send")
         self._raise_if_error()
         if self.producer_id < 0:
             raise TransactionStateError(
-                f"cannot send to {tp.topic}-{tp.partition} before init_transactions completed")
+                f"cannot send to {what} before init_transactions completed")
         if self.state is not S.IN_TRANSACTION:
             raise TransactionStateError(
-                f"cannot send to {tp.topic}-{tp.partition} in state {self.state.name}: "
-                f"begin_transaction first")
-        if tp not in self._partitions and tp not in self._pending_partitions:
-            self._new_partitions.add(tp)
+                f"cannot send to {what} in state {self.state.name}: begin_transaction first")
 
     def send_offsets_to_transaction(self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int],
                                     group_metadata: ConsumerGroupMetadata) -> TxnResult:
@@ -383,7 +387,8 @@ class TransactionManager:
         """The producer closes: unresolved calls fail, nothing more is sent."""
         if self.state is not S.FATAL_ERROR:
             self._producer_failed = True   # the producer's own close fails its records
-            self._fatal(error or TransactionFatalError("the producer was closed"))
+            self._fatal(error or TransactionFatalError("the producer was closed"),
+                        quiet=error is None)
 
     # ------------------------------------------------------------------ what the sender asks
 
@@ -827,10 +832,11 @@ class TransactionManager:
         else:
             self._fatal(TransactionFatalError(msg, code))
 
-    def _fatal(self, error: BaseException) -> None:
+    def _fatal(self, error: BaseException, quiet: bool = False) -> None:
         if self.state is S.FATAL_ERROR:
             return
-        log.error("transactional producer %r failed: %s", self.transactional_id, error)
+        if not quiet:   # an ordinary close is no failure worth an error line
+            log.error("transactional producer %r failed: %s", self.transactional_id, error)
         self._transition(S.FATAL_ERROR, error=error)
         pending = [e.result for e in self._queue if e.result is not None]
         if self._in_flight is not None and self._in_flight.result is not None:

@@ -16,7 +16,7 @@ from oncelog.client.aio import wire
 from oncelog.client.aio.cluster import Cluster
 from oncelog.client.aio.connection import BrokerConnectionError
 from oncelog.client.errors import KafkaClientError
-from oncelog.client.types import EARLIEST, LATEST, ConsumerRecord, TopicPartition
+from oncelog.client.types import EARLIEST, LATEST, ConsumerGroupMetadata, ConsumerRecord, TopicPartition
 from oncelog.core.txn.read_committed import ReadCommittedFilter
 from oncelog.protocol import fetch
 from oncelog.protocol.api import ApiKey
@@ -78,6 +78,17 @@ class AIOConsumer:
         self.cluster.close()
 
     # ------------------------------------------------------------------ assignment
+
+    def consumer_group_metadata(self) -> ConsumerGroupMetadata:
+        """What `send_offsets_to_transaction` needs. oncelog's consumer joins no group (it is
+        assigned its partitions), so this is the metadata of a group used only to commit
+        offsets (`group.id`; generation -1, no member id), which the group coordinator accepts
+        for a group without members; a caller inside a real group builds a
+        ConsumerGroupMetadata itself with its generation and member id (KIP-447 fencing)."""
+        group = self.config.get("group.id")
+        if not group:
+            raise KafkaClientError("consumer_group_metadata needs group.id in the consumer config")
+        return ConsumerGroupMetadata(str(group))
 
     def assign(self, tps) -> None:
         self.positions = {}

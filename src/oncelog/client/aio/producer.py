@@ -23,14 +23,22 @@ from typing import Any
 
 from oncelog.client.aio.cluster import Cluster
 from oncelog.client.aio.delivery import Delivery
-from oncelog.client.aio.handoff import ENCODED, Handoff
+from oncelog.client.aio.handoff import ENCODED, Handoff, TxnHandoff
 from oncelog.client.aio.metadata import ProducerMetadata
 from oncelog.client.aio.sender import Sender, Wakeup, now_ms
 from oncelog.client.config import Idempotence, ProducerConfig
-from oncelog.client.errors import BufferExhaustedError, KafkaClientError, ProducerClosedError, RecordTooLargeError
+from oncelog.client.errors import (
+    BufferExhaustedError,
+    KafkaClientError,
+    ProducerClosedError,
+    RecordTooLargeError,
+    TransactionStateError,
+    TransactionTimeoutError,
+)
 from oncelog.client.partitioner import StickyPartitioner
 from oncelog.client.producer_core import ProducerCore
-from oncelog.client.types import RecordMetadata, TopicPartition
+from oncelog.client.txn_core import TransactionManager, TxnResult
+from oncelog.client.types import ConsumerGroupMetadata, RecordMetadata, TopicPartition
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.records import BATCH_OVERHEAD, RECORD_OVERHEAD, record_size_upper_bound
 
@@ -47,6 +55,11 @@ def _bytes(v) -> bytes | None:
     raise TypeError(f"key/value must be bytes, str or None, not {type(v).__name__}")
 
 
+def _settle(fut: asyncio.Future) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
 class AIOProducer:
     """`await AIOProducer(config).start()`, then `await send(...)` -> asyncio future of
     RecordMetadata; `flush()`, `close()`. `append`/`append_encoded` may be called from any
@@ -56,6 +69,13 @@ class AIOProducer:
         self.raw_config = dict(config)
         self.config = c = ProducerConfig.from_dict(config)
         self.core = ProducerCore(c)
+        self.txn: TransactionManager | None = None
+        if c.transactional_id is not None:
+            self.txn = TransactionManager(c.transactional_id,
+                                          transaction_timeout_ms=c.transaction_timeout_ms,
+                                          retry_backoff_ms=c.retry_backoff_ms, producer=self.core)
+        # calls whose caller timed out, by operation: made again, they return its outcome
+        self._txn_calls: dict[str, TxnResult] = {}
         self.lock = threading.Lock()
         self.cluster = Cluster(c.bootstrap_servers, c.client_id, c.request_timeout_ms,
                                allow_auto_create=c.allow_auto_create_topics,
@@ -63,7 +83,13 @@ class AIOProducer:
         self.wakeup = Wakeup()
         self.delivery = Delivery(self.lock)
         self.metadata = ProducerMetadata(self.core, self.lock, c, self.cluster, self.wakeup)
-        self.handoff = Handoff(self.core, self.lock, self.wakeup, c.batch_size, c.linger_ms)
+        if self.txn is None:
+            self.handoff = Handoff(self.core, self.lock, self.wakeup, c.batch_size, c.linger_ms)
+        else:
+            self.handoff = TxnHandoff(self.core, self.lock, self.wakeup, c.batch_size, c.linger_ms,
+                                      self.txn)
+            # the instance's `append` checks the transaction first; the class's stays as it was
+            self.append = self._append_in_transaction  # type: ignore[method-assign]
         self.sender = Sender(self.core, self.lock, c, self.cluster, self.delivery, self.wakeup,
                              self.handoff)
         self.partitioner = StickyPartitioner(
@@ -95,7 +121,7 @@ class AIOProducer:
         if self.core.fatal is not None:
             raise self.core.fatal
         self.sender.start(self.loop)
-        if self.core.idempotent:
+        if self.core.idempotent and self.txn is None:   # transactional: init_transactions asks
             # learn now whether the broker grants a producer id, so that `required` fails at
             # construction and `requested` falls back before the first record
             deadline = time.monotonic() + self.config.max_block_ms / 1000
@@ -158,6 +184,8 @@ class AIOProducer:
         finally:
             self.handoff.close(now_ms())
             with self.lock:
+                if self.txn is not None:
+                    self.txn.close()
                 self.core.fail_all(
                     ProducerClosedError("producer closed before delivery"),
                     ProducerClosedError("producer closed while the records' outcome was unknown: "
@@ -236,12 +264,24 @@ class AIOProducer:
             return self.handoff.append_on_loop(tp, ts, key, value, headers, cookie)
         return self.handoff.hand_over(tp, ts, key, value, headers, cookie, size)
 
+    def _append_in_transaction(self, topic: str, value, key, headers, partition, timestamp,
+                               cookie: Any) -> bool | None:
+        """`append` for a transactional producer: refused unless a transaction is open; the
+        partition joins the transaction when the loop takes the record (TxnHandoff)."""
+        assert self.txn is not None  # installed only for a transactional producer
+        with self.lock:
+            self.txn.check_send(topic)
+        return AIOProducer.append(self, topic, value, key, headers, partition, timestamp, cookie)
+
     def append_encoded(self, topic: str, partition: int, records, count: int, base_ts: int,
                        max_ts: int, cookie: Any) -> bool:
         """Thread-safe batch-level append (see Producer.send_encoded); False when buffer.memory
         is full."""
         if self._closing:
             raise ProducerClosedError("producer is closed")
+        if self.txn is not None:   # per batch, not per record
+            with self.lock:
+                self.txn.check_send(topic)
         n = self._partition_counts[topic]
         if not 0 <= partition < n:
             raise KafkaClientError(f"topic {topic} has {n} partitions, no partition {partition}")
@@ -270,6 +310,87 @@ class AIOProducer:
     def partition_count(self, topic: str) -> int | None:
         """The topic's partition count once it is ready to take records, else None."""
         return self._partition_counts.get(topic)
+
+    # ------------------------------------------------------------------ transactions
+
+    def _tm(self) -> TransactionManager:
+        if self.txn is None:
+            raise TransactionStateError("the producer has no transactional.id")
+        return self.txn
+
+    async def init_transactions(self, timeout: float | None = None) -> None:
+        """Find the transaction coordinator and get the producer id and epoch of
+        `transactional.id`, fencing any older producer with it and completing its open
+        transaction. `timeout` seconds (None: max.block.ms); a timed-out call may be made
+        again and resumes."""
+        tm = self._tm()
+        await self._txn_call("init_transactions", tm.init_transactions,
+                             self.config.max_block_ms / 1000 if timeout is None else timeout)
+
+    def begin_transaction(self) -> None:
+        tm = self._tm()
+        with self.lock:
+            tm.begin_transaction()
+        self._txn_calls.clear()   # an earlier call's outcome answers no later call
+
+    async def send_offsets_to_transaction(self, offsets, group_metadata: ConsumerGroupMetadata,
+                                          timeout: float | None = None) -> None:
+        """Commit consumer positions (`{TopicPartition: offset or OffsetAndMetadata}`, or a
+        list of TopicPartitions whose `offset` is set, as confluent-kafka's) with the
+        transaction; `group_metadata` from `Consumer.consumer_group_metadata()` or built by the
+        caller."""
+        tm = self._tm()
+        if not isinstance(offsets, dict):
+            offsets = {TopicPartition(tp.topic, tp.partition): tp.offset for tp in offsets}
+        if isinstance(group_metadata, str):
+            group_metadata = ConsumerGroupMetadata(group_metadata)
+        positions = offsets
+        await self._txn_call("send_offsets_to_transaction",
+                             lambda: tm.send_offsets_to_transaction(positions, group_metadata),
+                             self._txn_timeout(timeout))
+
+    async def commit_transaction(self, timeout: float | None = None) -> None:
+        """Send what is queued, then commit. A TransactionAbortableError means the
+        transaction must be aborted; a TransactionTimeoutError that the same call may be made
+        again (it resumes, never commits twice or differently)."""
+        tm = self._tm()
+        await self._txn_call("commit_transaction", tm.commit_transaction, self._txn_timeout(timeout))
+
+    async def abort_transaction(self, timeout: float | None = None) -> None:
+        """Drop what was not sent, wait for what was, then abort."""
+        tm = self._tm()
+        await self._txn_call("abort_transaction", tm.abort_transaction, self._txn_timeout(timeout))
+
+    def _txn_timeout(self, timeout: float | None) -> float:
+        return self.config.transaction_timeout_ms / 1000 if timeout is None else timeout
+
+    async def _txn_call(self, operation: str, start: Callable[[], TxnResult], timeout: float) -> None:
+        assert self.loop is not None, "start() the producer first"
+        earlier = self._txn_calls.pop(operation, None)
+        if earlier is not None and earlier.done:
+            # the call the caller gave up on has completed since: that is this call's outcome
+            self._txn_calls.clear()
+            if earlier.error is not None:
+                raise earlier.error
+            return
+        self.handoff.take(now_ms())   # records sent before this call belong to the transaction
+        with self.lock:
+            result = start()
+            done = self.core.take_completions()
+        self.delivery.deliver(done)
+        self.wakeup.set()
+        fut = self.loop.create_future()
+        result.add_done_callback(lambda _r: _settle(fut))
+        try:
+            await asyncio.wait_for(asyncio.shield(fut), timeout)
+        except TimeoutError:
+            self._txn_calls[operation] = result
+            raise TransactionTimeoutError(
+                f"{operation} did not complete within {timeout:.3g}s; call it again to resume"
+            ) from None
+        self._txn_calls.clear()
+        if result.error is not None:
+            raise result.error
 
     # ------------------------------------------------------------------ introspection
 

@@ -15,15 +15,18 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from oncelog.client.aio import txn_wire
 from oncelog.client.aio.cluster import Cluster
 from oncelog.client.aio.connection import BrokerConnectionError, Connection
 from oncelog.client.aio.delivery import Delivery
 from oncelog.client.config import ProducerConfig
 from oncelog.client.errors import KafkaClientError
 from oncelog.client.producer_core import PartitionResult, ProducerCore
+from oncelog.client.txn_core import FindCoordinatorRequest
 from oncelog.protocol import init_producer_id, produce
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode
+from oncelog.protocol.metadata import BrokerEntry
 
 if TYPE_CHECKING:
     from oncelog.client.aio.handoff import Handoff
@@ -84,6 +87,8 @@ class Sender:
         self.loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task | None = None
         self._pid_task: asyncio.Task | None = None
+        self._txn_task: asyncio.Task | None = None
+        self.txn = core.txn   # the transaction manager (transactional.id set), else None
         self.requests_sent = 0
 
     # ------------------------------------------------------------------ the loop
@@ -110,6 +115,8 @@ class Sender:
                 pass
         if self._pid_task is not None:
             self._pid_task.cancel()
+        if self._txn_task is not None:
+            self._txn_task.cancel()
 
     async def _run(self) -> None:
         loop = self.loop
@@ -159,6 +166,11 @@ class Sender:
                 wait = core.producer_id_wait_ms(now)
                 if wait is not None:
                     sleep = wait
+            if self.txn is not None:
+                # before `ready`: an AddPartitionsToTxn answered lets its partitions drain now
+                wake = self._txn_pass(now)
+                if wake is not None:
+                    sleep = wake if sleep is None else min(sleep, wake)
             core.expire(now)
             nodes, next_ms, unknown = core.ready(now)
             stale = time.monotonic() - self.cluster.last_refresh > self.config.metadata_max_age_ms / 1000
@@ -209,7 +221,8 @@ class Sender:
         for b in batches:
             key = ids[b.tp.topic] if version >= 13 else b.tp.topic
             topics.setdefault(key, []).append((b.tp.partition, b.encoded))
-        body = produce.encode_request_parts(version, self.config.acks, self.config.request_timeout_ms, topics)
+        body = produce.encode_request_parts(version, self.config.acks, self.config.request_timeout_ms,
+                                            topics, self.config.transactional_id)
         acks0 = self.config.acks == 0
         try:
             fut = conn.send(ApiKey.PRODUCE, version, body, expect_response=not acks0)
@@ -262,6 +275,59 @@ class Sender:
         with self.lock:
             self.core.on_response(node, pairs, now)
         self.completed()
+
+    # ------------------------------------------------------------------ transactions
+
+    def _txn_pass(self, now: int) -> int | None:
+        """Under the lock: start the manager's next request, if one is due and none is on the
+        wire; ms until a backed-off request becomes due."""
+        txn = self.txn
+        assert txn is not None  # only for a transactional producer
+        out = txn.next_request(now)
+        if out is not None:
+            self._txn_task = asyncio.ensure_future(self._txn_request(out.request, out.node))
+            return None
+        wake = txn.next_wake_ms(now)
+        return None if wake is None else max(0, wake - now)
+
+    async def _txn_request(self, request: Any, node: int | None) -> None:
+        txn = self.txn
+        assert txn is not None  # only for a transactional producer
+        api = txn_wire.API_OF[type(request)]
+        try:
+            conn = await (self.cluster.any_connection() if node is None
+                          else self.cluster.connection(node))
+            v = conn.version(api)
+            if v is None:
+                answer = txn_wire.error_response(request, ErrorCode.UNSUPPORTED_VERSION)
+            else:
+                if api == ApiKey.INIT_PRODUCER_ID:
+                    with self.lock:
+                        txn.coordinator_versions(v)
+                body = await asyncio.wait_for(conn.request(api, v, txn_wire.encode(request, v)),
+                                              self.config.request_timeout_ms / 1000)
+                answer = txn_wire.decode(request, v, body)
+                if isinstance(request, FindCoordinatorRequest):
+                    self._learn_coordinator(answer)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - no answer: the manager finds the coordinator again
+            log.info("%s failed (%r); retrying", type(request).__name__, e)
+            with self.lock:
+                txn.on_request_failed(now_ms())
+        else:
+            with self.lock:
+                txn.on_response(answer, now_ms())
+        finally:
+            self._txn_task = None
+        self.completed()
+
+    def _learn_coordinator(self, answer: Any) -> None:
+        """A coordinator the metadata has not named yet (another listener, a new broker) can
+        still be connected to: FindCoordinator gave its address."""
+        if answer.error_code == ErrorCode.NONE and answer.node_id not in self.cluster.brokers:
+            self.cluster.brokers[answer.node_id] = BrokerEntry(answer.node_id, answer.host,
+                                                               answer.port)
 
     # ------------------------------------------------------------------ InitProducerId
 

@@ -19,7 +19,10 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.METADATA: (1, 12), ApiKey.API_VERSIONS: (0, 3), ApiKey.CREATE_TOPICS: (2, 7),
     ApiKey.DELETE_TOPICS: (1, 5), ApiKey.DELETE_RECORDS: (0, 2), ApiKey.INIT_PRODUCER_ID: (0, 4),
     ApiKey.DESCRIBE_CONFIGS: (1, 4), ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
-    ApiKey.DESCRIBE_PRODUCERS: (0, 0),
+    ApiKey.DESCRIBE_PRODUCERS: (0, 0), ApiKey.FIND_COORDINATOR: (0, 4),
+    # AddPartitionsToTxn v4 is the broker-to-broker form (KIP-890): clients stop at v3
+    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 3), ApiKey.ADD_OFFSETS_TO_TXN: (0, 3),
+    ApiKey.TXN_OFFSET_COMMIT: (0, 3), ApiKey.END_TXN: (0, 3),
 }
 
 
