@@ -47,27 +47,16 @@ class ProducerIdManager:
 
     async def generate_producer_id(self) -> int:
         for _ in range(3):
-            if self.fatal:
-                raise KafkaProtocolError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, self.fatal)
-            if self.current.size and self._next_id <= self.current.last:
-                pid = self._next_id
-                self._next_id += 1
-                if self.prefetch and pid == self.current.first + int(self.current.size * PREFETCH_AT):
-                    self._request_next_block()
-                return pid
-            if self.next_block is not None:
-                self.current, self.next_block = self.next_block, None
-                self._next_id = self.current.first
-                continue
-            self._request_next_block()
-            if self._inflight is not None:
-                # Nothing left: wait briefly for the block on its way rather than fail at once.
-                try:
-                    await asyncio.wait_for(asyncio.shield(self._inflight), 0.5)
-                except TimeoutError:
-                    break
-                continue
-            break
+            try:
+                return self.producer_id_nowait()
+            except KafkaProtocolError as e:
+                if e.code != ErrorCode.COORDINATOR_LOAD_IN_PROGRESS or self._inflight is None:
+                    raise
+            # Nothing left: wait briefly for the block on its way rather than fail at once.
+            try:
+                await asyncio.wait_for(asyncio.shield(self._inflight), 0.5)
+            except TimeoutError:
+                break
         raise KafkaProtocolError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, "waiting for a producer-id block")
 
     def producer_id_nowait(self) -> int:

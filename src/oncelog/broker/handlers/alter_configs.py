@@ -4,6 +4,7 @@ Kafka's legacyAlterConfigs does; validate_only checks without changing anything.
 come from server.properties, as for IncrementalAlterConfigs."""
 from __future__ import annotations
 
+from oncelog.broker.handlers import incremental_alter_configs
 from oncelog.core.topic_config import parse_topic_configs
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
@@ -39,8 +40,4 @@ async def handle(broker, version: int, request) -> bytes:
 
 
 def error_response(version: int, request, code: int) -> bytes:
-    rb = entities.ResponseBuilder(API_KEY, version)
-    return rb.encode_error(code, responses=tuple(
-        rb.error("AlterConfigsResourceResponse", code, error_message=None, resource_type=res.resource_type,
-                 resource_name=res.resource_name)
-        for res in request.resources))
+    return incremental_alter_configs.error_response(version, request, code, api_key=API_KEY)

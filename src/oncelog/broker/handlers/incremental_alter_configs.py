@@ -47,8 +47,9 @@ async def handle(broker, version: int, request) -> bytes:
     return rb.encode(throttle_time=0, responses=tuple(responses))
 
 
-def error_response(version: int, request, code: int) -> bytes:
-    rb = entities.ResponseBuilder(API_KEY, version)
+def error_response(version: int, request, code: int, api_key: int = API_KEY) -> bytes:
+    """Every resource refused with `code` (AlterConfigs answers the same shape)."""
+    rb = entities.ResponseBuilder(api_key, version)
     return rb.encode_error(code, responses=tuple(
         rb.error("AlterConfigsResourceResponse", code, error_message=None, resource_type=res.resource_type,
                  resource_name=res.resource_name)
