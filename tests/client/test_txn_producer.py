@@ -104,6 +104,8 @@ def test_transactional_id_makes_the_producer_idempotent_and_refuses_idempotence_
     with pytest.raises(ConfigError):
         ProducerConfig.from_dict({"bootstrap.servers": "x:1", "transactional.id": "t",
                                   "enable.idempotence": "false"})
+    with pytest.raises(ConfigError, match="acks=all"):
+        ProducerConfig.from_dict({"bootstrap.servers": "x:1", "transactional.id": "t", "acks": "1"})
 
 
 def test_commit_to_two_partitions_is_read_by_confluent_read_committed(txn_broker):

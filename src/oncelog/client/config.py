@@ -160,4 +160,8 @@ class ProducerConfig:
         c.transaction_timeout_ms = _int(cfg, "transaction.timeout.ms", 60000)
         if c.transaction_timeout_ms < 1:
             raise ConfigError("transaction.timeout.ms must be positive")
+        if c.transactional_id is not None and c.acks != -1:
+            # as Kafka's ProducerConfig: a commit must cover only durable records, and only an
+            # acks=all answer waits for that (on oncelog, for the fsync)
+            raise ConfigError("transactional.id needs acks=all")
         return c
