@@ -141,18 +141,23 @@ class GroupOffsetStore:
     def _write(self, group: str, offsets: dict[tuple[str, int], Committed], meta: GroupMeta) -> None:
         data = {"format": _FORMAT, "protocol_type": meta.protocol_type,
                 "empty_since_ms": meta.empty_since_ms,
-                "offsets": [{"topic": t, "partition": p, "offset": c.offset, "metadata": c.metadata,
-                             "leader_epoch": c.leader_epoch, "commit_timestamp": c.commit_timestamp,
-                             "expire_timestamp": c.expire_timestamp}
-                            for (t, p), c in sorted(offsets.items())]}
+                "offsets": _offsets_json(offsets)}
         _write_json(self._path(group), data)
         self._groups[group] = (offsets, meta)
 
 
 def _offsets_json(offsets: dict[tuple[str, int], Committed]) -> list[dict[str, Any]]:
+    """A group's offsets as stored, committed or pending alike (read back by `_offsets_from_json`)."""
     return [{"topic": t, "partition": p, "offset": c.offset, "metadata": c.metadata,
-             "leader_epoch": c.leader_epoch, "commit_timestamp": c.commit_timestamp}
+             "leader_epoch": c.leader_epoch, "commit_timestamp": c.commit_timestamp,
+             "expire_timestamp": c.expire_timestamp}
             for (t, p), c in sorted(offsets.items())]
+
+
+def _offsets_from_json(entries: list[dict[str, Any]]) -> dict[tuple[str, int], Committed]:
+    return {(e["topic"], e["partition"]): Committed(
+        e["offset"], e.get("metadata"), e.get("leader_epoch", -1), e.get("commit_timestamp", -1),
+        e.get("expire_timestamp", -1)) for e in entries}
 
 
 def _write_json(path: Path, data: Any) -> None:
@@ -166,11 +171,7 @@ def _write_json(path: Path, data: Any) -> None:
 
 
 def _read_pending(path: Path) -> dict[str, dict[tuple[str, int], Committed]]:
-    return {group: {(e["topic"], e["partition"]): Committed(e["offset"], e.get("metadata"),
-                                                             e.get("leader_epoch", -1),
-                                                             e.get("commit_timestamp", -1))
-                    for e in entries}
-            for group, entries in json.loads(path.read_text()).items()}
+    return {group: _offsets_from_json(entries) for group, entries in json.loads(path.read_text()).items()}
 
 
 def _read(path: Path) -> tuple[dict[tuple[str, int], Committed], GroupMeta]:
@@ -180,7 +181,4 @@ def _read(path: Path) -> tuple[dict[tuple[str, int], Committed], GroupMeta]:
     else:
         entries = data["offsets"]
         meta = GroupMeta(data.get("protocol_type"), data.get("empty_since_ms"))
-    offsets = {(e["topic"], e["partition"]): Committed(
-        e["offset"], e.get("metadata"), e.get("leader_epoch", -1), e.get("commit_timestamp", -1),
-        e.get("expire_timestamp", -1)) for e in entries}
-    return offsets, meta
+    return _offsets_from_json(entries), meta

@@ -7,19 +7,12 @@ paths index `CACHE` directly).
 from __future__ import annotations
 
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
-from oncelog.protocol.primitives import Buf
+from oncelog.protocol.primitives import Buf, uvarint
 
 
 def _varint_slow(n: int) -> bytes:
-    v = (n << 1) ^ (n >> 63)
-    if v < 0x80:
-        return _SMALL[v]
-    out = bytearray()
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-    return bytes(out)
+    v = (n << 1) ^ (n >> 63)  # zig-zag
+    return _SMALL[v] if v < 0x80 else uvarint(v)
 
 
 _SMALL = [bytes([i]) for i in range(0x80)]
