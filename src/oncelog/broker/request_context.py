@@ -1,5 +1,12 @@
-"""Who sent the request being handled: (client id, peer host), set by `Broker.handle_request`."""
+"""Who sent the request being handled, set by `Broker.handle_request` for the handlers.
+
+`CLIENT` is (client id, peer host). `PRINCIPAL` is the authenticated principal of the connection
+(User:ANONYMOUS on a PLAINTEXT listener); the connection sets it once authentication ends, and the
+authorizer reads it. Context variables, because a handler runs in the task of its request.
+"""
 from contextvars import ContextVar
 
-CLIENT: ContextVar[tuple[str | None, str]] = ContextVar("oncelog_request_client", default=(None, ""))
+from oncelog.core.security.principal import ANONYMOUS, KafkaPrincipal
 
+CLIENT: ContextVar[tuple[str | None, str]] = ContextVar("oncelog_request_client", default=(None, ""))
+PRINCIPAL: ContextVar[KafkaPrincipal] = ContextVar("oncelog_request_principal", default=ANONYMOUS)
