@@ -1,6 +1,8 @@
 """The coordinator side of transactions against a real `oncelog serve`, driven by real clients
-(librdkafka through confluent-kafka, kafka-python 3.x): commit and abort, offsets in a
-transaction, fencing, a kill -9 between PrepareCommit and the markers, the timeout sweeper.
+(confluent-kafka/librdkafka, kafka-python 3.x, aiokafka, kafkajs; tests/compat/txn_clients.py):
+each client commits and aborts, reads back with its own read_committed consumer and is fenced by
+a second producer with its transactional id; offsets in a transaction, a kill -9 between
+PrepareCommit and the markers, the timeout sweeper.
 
 What the coordinator promises is checked from outside: DescribeTransactions/ListTransactions
 answers, COMMIT/ABORT control batches at the right partitions (a raw Fetch, control batches
@@ -11,12 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from test_kafkajs import kafkajs, run_node  # noqa: F401 (fixture: kafkajs installed with npm into a cache)
+from test_kafkajs import kafkajs  # noqa: F401 (fixture: kafkajs installed with npm into a cache)
+from txn_clients import CLIENTS, PYTHON_CLIENTS, KafkaJS
 
 from oncelog.client.aio.connection import Connection
 from oncelog.protocol import entities
@@ -199,29 +201,6 @@ def test_send_offsets_to_transaction_commits_the_group_offsets_with_the_transact
     consumer.close()
 
 
-def test_a_second_producer_with_the_same_id_fences_the_first(txn_broker):
-    bs, topic, tid = txn_broker.bootstrap, "fenced", "tx-fence"
-    create_topic(bs, topic, 1)
-    first = txn_producer(bs, tid)
-    first.init_transactions(30)
-    first.begin_transaction()
-    first.produce(topic, value=b"zombie", partition=0)
-    first.flush(30)
-    assert describe(bs, tid).transaction_state == "Ongoing"
-    second = txn_producer(bs, tid)
-    second.init_transactions(30)  # fences: the open transaction is aborted at a new epoch
-    d = wait_for_state(bs, tid, "Empty")
-    assert int(d.producer_epoch) == 2  # one bump to fence, one for the new session
-    wait_for_markers(bs, topic, 0, ["ABORT"])
-    with pytest.raises(KafkaException) as caught:
-        first.commit_transaction(30)
-    assert caught.value.args[0].fatal(), caught.value
-    second.begin_transaction()
-    second.produce(topic, value=b"new", partition=0)
-    second.commit_transaction(30)
-    wait_for_markers(bs, topic, 0, ["ABORT", "COMMIT"])
-
-
 def test_kill_9_between_prepare_commit_and_the_markers_completes_after_restart(tmp_path):
     topic, tid = "crashy", "tx-crash"
     # SIGKILL right after the first write to crashy-0 that follows the transaction's one batch:
@@ -328,61 +307,57 @@ def test_unknown_ids_and_bad_timeouts_get_kafkas_codes(txn_broker):
     assert r.error_code.value == 49
 
 
-def test_a_read_committed_consumer_sees_only_committed_records(txn_broker):
-    bs, topic = txn_broker.bootstrap, "visible"
-    create_topic(bs, topic, 1)
-    p = txn_producer(bs, "tx-visible")
-    p.init_transactions(30)
-    p.begin_transaction()
-    p.produce(topic, value=b"aborted", partition=0)
-    p.flush(30)
-    p.abort_transaction(30)
-    p.begin_transaction()
-    p.produce(topic, value=b"committed", partition=0)
-    p.commit_transaction(30)
-    c = Consumer({"bootstrap.servers": bs, "group.id": str(uuid.uuid4()), "isolation.level": "read_committed",
-                  "auto.offset.reset": "earliest"})
-    c.assign([TopicPartition(topic, 0, 0)])
-    got, deadline = [], time.monotonic() + 10
-    while time.monotonic() < deadline and len(got) < 2:
-        m = c.poll(0.2)
-        if m is not None and not m.error():
-            got.append(m.value())
-    c.close()
-    assert got == [b"committed"]
+# ------------------------------------------------------------------ every client
+@pytest.fixture(params=CLIENTS)
+def txn_client(request):
+    """Each client library's transactional producer and read_committed consumer (txn_clients.py)."""
+    if request.param == KafkaJS.name:
+        return KafkaJS(request.getfixturevalue("kafkajs"))
+    return PYTHON_CLIENTS[request.param]()
 
 
-# ------------------------------------------------------------------ kafka-python 3.x
-def test_kafka_python_commit_and_abort(txn_broker):
-    from kafka import KafkaProducer
-    bs, topic, tid = txn_broker.bootstrap, "kp", "tx-kafka-python"
+def data_values(bootstrap: str, topic: str, partition: int) -> list[bytes]:
+    return [v for kind, _p, _e, vals in batches(bootstrap, topic, partition) if kind == "data" for v in vals]
+
+
+def test_each_client_commits_one_aborts_one_and_reads_back_exactly_the_committed(txn_broker, txn_client):
+    """The aborted transaction comes first, so a reader that got every committed record has read
+    past every aborted one: what it returned is exactly what it was given."""
+    bs, topic, tid = txn_broker.bootstrap, "both", f"tx-both-{txn_client.name}"
     create_topic(bs, topic)
-    p = KafkaProducer(bootstrap_servers=bs, transactional_id=tid)
-    try:
-        p.init_transactions()
-        p.begin_transaction()
-        p.send(topic, b"k0", partition=0)
-        p.send(topic, b"k1", partition=1)
-        p.commit_transaction()
-        wait_for_state(bs, tid, "CompleteCommit")
-        p.begin_transaction()
-        p.send(topic, b"k2", partition=0).get(30)
-        p.abort_transaction()
-        wait_for_state(bs, tid, "CompleteAbort")
-    finally:
-        p.close(timeout=10)
-    assert markers(bs, topic, 0) == ["COMMIT", "ABORT"]
-    assert markers(bs, topic, 1) == ["COMMIT"]
+    aborted = [(0, b"a0"), (1, b"a1"), (0, b"a2")]
+    committed = [(0, b"c0"), (1, b"c1"), (0, b"c2"), (1, b"c3")]
+    txn_client.commit_abort(bs, topic, tid, aborted, committed)
+    wait_for_state(bs, tid, "CompleteCommit")
+    for part in (0, 1):
+        wait_for_markers(bs, topic, part, ["ABORT", "COMMIT"])
+        # the aborted records are in the log: the read below has to filter them
+        assert data_values(bs, topic, part) == [v for p, v in aborted + committed if p == part]
+    got = txn_client.read_committed(bs, topic, 2, len(committed))
+    for part in (0, 1):
+        assert [v for p, v in got if p == part] == [v for p, v in committed if p == part], got
+    assert len(got) == len(committed)
+
+
+def test_each_client_is_fenced_by_a_second_producer_with_the_same_id(txn_broker, txn_client):
+    bs, topic, tid = txn_broker.bootstrap, "fenced", f"tx-fence-{txn_client.name}"
+    create_topic(bs, topic, 1)
+    err = txn_client.fence(bs, topic, tid)
+    assert txn_client.is_fenced(err), f"the first producer's commit after the fence gave {err!r}"
+    d = wait_for_state(bs, tid, "CompleteCommit")
+    assert int(d.producer_epoch) == 2  # one bump to fence, one for the new session
+    wait_for_markers(bs, topic, 0, ["ABORT", "COMMIT"])
+    assert data_values(bs, topic, 0) == [b"zombie", b"new"]
+    assert txn_client.read_committed(bs, topic, 1, 1) == [(0, b"new")]
 
 
 # ------------------------------------------------------------------ kafkajs
-def test_kafkajs_transactions_commit_abort_and_send_offsets(txn_broker, kafkajs):
+def test_kafkajs_send_offsets_commits_the_group_offsets_with_the_transaction(txn_broker, kafkajs):
     bs, topic, tid, group = txn_broker.bootstrap, "kjs", "tx-kafkajs", "kjs-group"
     create_topic(bs, topic)
-    run_node(kafkajs, "kafkajs_txn.js", bs, topic, tid, group, timeout_s=120)
+    KafkaJS(kafkajs).send_offsets(bs, topic, tid, group, 3)
     wait_for_state(bs, tid, "CompleteCommit")
-    assert markers(bs, topic, 0) == ["COMMIT", "ABORT"]
-    assert markers(bs, topic, 1) == ["COMMIT", "COMMIT"]
+    assert markers(bs, topic, 1) == ["COMMIT"]
     c = Consumer({"bootstrap.servers": bs, "group.id": group})
     try:
         assert c.committed([TopicPartition(topic, 0)], 10)[0].offset == 3
