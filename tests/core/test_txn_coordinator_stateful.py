@@ -24,9 +24,10 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from oncelog.core.producer_epoch import EPOCH_EXHAUSTED_AT
 from oncelog.core.txn.coordinator import Answer, MarkerJob, TransactionCoordinator, Transition, TxnConfig
-from oncelog.core.txn.errors import translate_append_error
+from oncelog.core.txn.errors import for_version, translate_append_error
 from oncelog.core.txn.log_format import encode_record, partition_for
 from oncelog.core.txn.state import VALID_PREVIOUS, TransactionMetadata, TxnState
+from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode as E
 from oncelog.protocol.errors import KafkaProtocolError
 
@@ -41,6 +42,23 @@ IDLE = {S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}
 PREPARED = {S.PREPARE_COMMIT, S.PREPARE_ABORT}
 N_PRODUCERS = 5
 APPEND_ERRORS = [E.NOT_LEADER_OR_FOLLOWER, E.REQUEST_TIMED_OUT, E.KAFKA_STORAGE_ERROR, E.MESSAGE_TOO_LARGE]
+# the versions each request is answered at (docs/transactions.md §6) and the first one that
+# knows PRODUCER_FENCED (older ones are told INVALID_PRODUCER_EPOCH, as Kafka's KafkaApis does)
+VERSIONS = {ApiKey.INIT_PRODUCER_ID: 5, ApiKey.ADD_PARTITIONS_TO_TXN: 3, ApiKey.ADD_OFFSETS_TO_TXN: 3,
+            ApiKey.END_TXN: 3}
+FENCED_SINCE = {ApiKey.INIT_PRODUCER_ID: 4, ApiKey.ADD_PARTITIONS_TO_TXN: 2, ApiKey.ADD_OFFSETS_TO_TXN: 2,
+                ApiKey.END_TXN: 2}
+
+
+def on_the_wire(api: int, version: int, code: int) -> int:
+    """The model's answer to a client speaking `version`."""
+    if code == E.PRODUCER_FENCED and version < FENCED_SINCE[api]:
+        return E.INVALID_PRODUCER_EPOCH
+    return code
+
+
+def versions(api: int):
+    return st.tuples(st.just(api), st.integers(0, VERSIONS[api]))
 
 
 @dataclass(frozen=True)
@@ -86,6 +104,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         self.producers = [{"tid": IDS[i % len(IDS)], "grant": None} for i in range(N_PRODUCERS)]
         self.grants: dict[str, list[tuple[int, int]]] = {t: [] for t in IDS}
         self.coord = TransactionCoordinator(self._new_pid, CONFIG)
+        self.request: tuple[int, int] | None = None  # (api key, version) of the request being judged
         seed = TransactionMetadata("omega", 7, EPOCH_EXHAUSTED_AT - 1, 1000, S.EMPTY, update_ms=self.now)
         self.logs[partition_for("omega", PARTS)].append(encode_record("omega", seed))
         self.model["omega"] = as_model(seed)
@@ -113,10 +132,17 @@ class CoordinatorMachine(RuleBasedStateMachine):
 
     def _offer(self, decision, predicted_kind: str, predicted: M | None, tid: str, producer: int | None,
                expect_error: int | None):
-        """Compare a decision with the model's expectation; queue a transition."""
+        """Compare a decision (and, for an answer, what a client speaking `request` = (api key,
+        version) is told) with the model's expectation; queue a transition."""
         event(f"{predicted_kind or 'answer'} {E(expect_error).name if expect_error is not None else ''}")
         if expect_error is not None:
             assert isinstance(decision, Answer) and decision.error == expect_error, (tid, decision, expect_error)
+            if self.request is not None:
+                api, version = request = self.request
+                told = for_version(api, version, decision.error)
+                assert told == on_the_wire(api, version, expect_error), (tid, request, E(told).name)
+                if told != decision.error:
+                    event(f"{ApiKey(api).name} v{version} told {E(told).name}")
             return
         assert isinstance(decision, Transition), (tid, decision, predicted)
         got = None if decision.after is None else as_model(decision.after)
@@ -126,11 +152,14 @@ class CoordinatorMachine(RuleBasedStateMachine):
 
     # ------------------------------------------------------------------ requests
     @rule(i=st.integers(0, N_PRODUCERS - 1), use_expected=st.booleans(),
-          timeout=st.sampled_from([5000, MAX_TIMEOUT, 500, MAX_TIMEOUT + 1]))
-    def init(self, i, use_expected, timeout):
+          timeout=st.sampled_from([5000, MAX_TIMEOUT, 500, MAX_TIMEOUT + 1]),
+          request=versions(ApiKey.INIT_PRODUCER_ID))
+    def init(self, i, use_expected, timeout, request=(ApiKey.INIT_PRODUCER_ID, 5)):
+        self.request = request
         prod = self.producers[i]
         tid, grant = prod["tid"], prod["grant"]
-        pid, epoch = grant if (use_expected and grant) else (-1, -1)
+        # the caller's id and epoch travel from v3 (KIP-360)
+        pid, epoch = grant if (use_expected and grant and request[1] >= 3) else (-1, -1)
         decision = self.coord.prepare_init_producer_id(tid, timeout, self.now, pid, epoch)
         m = self.model.get(tid)
         expected = pid != -1
@@ -163,6 +192,20 @@ class CoordinatorMachine(RuleBasedStateMachine):
             return self._offer(decision, "", None, tid, i, E.PRODUCER_FENCED)
         self._offer(decision, "init", after, tid, i, None)
 
+    @rule(i=st.integers(0, N_PRODUCERS - 1), empty_id=st.booleans(), pid_only=st.booleans(),
+          request=versions(ApiKey.INIT_PRODUCER_ID))
+    def init_malformed(self, i, empty_id, pid_only, request):
+        """An empty transactional id, or only one of ProducerId/ProducerEpoch: INVALID_REQUEST
+        whatever the id's state, and nothing changes (the invariants check the latter)."""
+        self.request = request
+        prod = self.producers[i]
+        tid = "" if empty_id else prod["tid"]
+        pid, epoch = (prod["grant"] or (1, 0))[0], -1
+        if not pid_only:
+            pid, epoch = -1, 0
+        decision = self.coord.prepare_init_producer_id(tid, MAX_TIMEOUT, self.now, pid, epoch)
+        self._offer(decision, "", None, tid, i, E.INVALID_REQUEST)
+
     def _add(self, i, tps, decision):
         prod = self.producers[i]
         tid = prod["tid"]
@@ -178,21 +221,26 @@ class CoordinatorMachine(RuleBasedStateMachine):
                         update=self.now, last_pid=m.pid)
         self._offer(decision, "add", after, tid, i, None)
 
-    @rule(i=st.integers(0, N_PRODUCERS - 1), tps=st.frozensets(st.sampled_from(TPS), min_size=1))
-    def add_partitions(self, i, tps):
+    @rule(i=st.integers(0, N_PRODUCERS - 1), tps=st.frozensets(st.sampled_from(TPS), min_size=1),
+          request=versions(ApiKey.ADD_PARTITIONS_TO_TXN))
+    def add_partitions(self, i, tps, request=(ApiKey.ADD_PARTITIONS_TO_TXN, 3)):
+        self.request = request
         prod = self.producers[i]
         pid, epoch = prod["grant"] or (-1, -1)
         self._add(i, tps, self.coord.prepare_add_partitions(prod["tid"], pid, epoch, tps, self.now))
 
-    @rule(i=st.integers(0, N_PRODUCERS - 1), group=st.sampled_from(["g1", "g2"]))
-    def add_offsets(self, i, group):
+    @rule(i=st.integers(0, N_PRODUCERS - 1), group=st.sampled_from(["g1", "g2"]),
+          request=versions(ApiKey.ADD_OFFSETS_TO_TXN))
+    def add_offsets(self, i, group, request):
+        self.request = request
         prod = self.producers[i]
         pid, epoch = prod["grant"] or (-1, -1)
         tp = ("__consumer_offsets", partition_for(group, 50))
         self._add(i, frozenset({tp}), self.coord.prepare_add_offsets(prod["tid"], pid, epoch, group, self.now))
 
-    @rule(i=st.integers(0, N_PRODUCERS - 1), commit=st.booleans())
-    def end_txn(self, i, commit):
+    @rule(i=st.integers(0, N_PRODUCERS - 1), commit=st.booleans(), request=versions(ApiKey.END_TXN))
+    def end_txn(self, i, commit, request=(ApiKey.END_TXN, 3)):
+        self.request = request
         prod = self.producers[i]
         tid = prod["tid"]
         pid, epoch = prod["grant"] or (-1, -1)
