@@ -12,7 +12,8 @@ its first one after its previous marker up to its next marker. Checked: the LSO 
 offset of the earliest transaction that is open or whose marker is not below the high watermark,
 else the high watermark (never below the log start); what a read_committed Fetch returns — the
 batches below the LSO, filtered by the AbortedTransactions the index query gives, as Kafka's
-consumer filters them — is exactly the committed records; the indexes hold exactly the aborted
+consumer filters them — is exactly the committed records; the index query returns exactly the
+aborted transactions overlapping the fetched range; the indexes hold exactly the aborted
 transactions with the LSO at their completion, and a rebuilt index equals the live one.
 """
 from __future__ import annotations
@@ -232,7 +233,14 @@ class PartitionMachine(RuleBasedStateMachine):
             else:
                 batches = [b for b in batches if b.base < q.upper]
                 upper = q.upper
-        assert all(t.first_offset < upper and t.last_offset >= start for t in q.transactions)
+        # exactly the aborted transactions overlapping the read: last (the marker) >= start and
+        # first < upper; entries beyond `upper` that a shortened answer may carry are harmless
+        got = sorted({(t.producer_id, t.first_offset, t.last_offset) for t in q.transactions
+                      if t.first_offset < upper})
+        want = sorted((p, f, m) for p, f, m, aborted in model_transactions(self.log)
+                      if aborted and m is not None and m >= start and f < upper)
+        assert got == want, (start, upper, got, want)
+        assert all(t.last_offset >= start for t in q.transactions)
         f = ReadCommittedFilter([(t.producer_id, t.first_offset) for t in q.transactions])
         kept = [b.base for b in batches if f.accept(b.pid, b.last, b.txn, b.control, b.abort)]
         if q.transactions:
