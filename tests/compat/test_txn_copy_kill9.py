@@ -51,8 +51,9 @@ class Copier:
 
     def __init__(self, bootstrap: str, fault) -> None:
         self.bootstrap, self.fault = bootstrap, fault
-        self.consumer = Consumer({**CLIENT, "bootstrap.servers": bootstrap, "group.id": GROUP, "enable.auto.commit": False,
-                                  "isolation.level": "read_committed", "auto.offset.reset": "earliest"})
+        self.consumer = Consumer({**CLIENT, "bootstrap.servers": bootstrap, "group.id": GROUP,
+                                  "enable.auto.commit": False, "isolation.level": "read_committed",
+                                  "auto.offset.reset": "earliest"})
         self.producer = self._new_producer()
         self.stats = Counter()
         self.delivery_errors = 0

@@ -132,8 +132,8 @@ class KafkaPython:
         return err
 
     def is_fenced(self, err) -> bool:
-        from kafka.errors import InvalidProducerEpochError, ProducerFencedError
-        return isinstance(err, (ProducerFencedError, InvalidProducerEpochError))
+        from kafka.errors import ProducerFencedError
+        return isinstance(err, ProducerFencedError)
 
     def read_committed(self, bs: str, topic: str, partitions: int, count: int) -> Records:
         from kafka import KafkaConsumer, TopicPartition
@@ -197,8 +197,8 @@ class AIOKafka:
         return asyncio.run(run())
 
     def is_fenced(self, err) -> bool:
-        from aiokafka.errors import InvalidProducerEpoch, ProducerFenced
-        return isinstance(err, (ProducerFenced, InvalidProducerEpoch))
+        from aiokafka.errors import ProducerFenced  # its name for INVALID_PRODUCER_EPOCH on EndTxn v0
+        return isinstance(err, ProducerFenced)
 
     def read_committed(self, bs: str, topic: str, partitions: int, count: int) -> Records:
         from aiokafka import AIOKafkaConsumer, TopicPartition
