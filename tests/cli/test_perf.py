@@ -87,11 +87,12 @@ def test_transactional_perf_run_commits_every_record_and_leaves_no_open_transact
         topic, n = "perf-txn", 3000
         with AdminClient({"bootstrap.servers": b.bootstrap}) as admin:
             admin.create_topics([topic], num_partitions=2)
-        # 10,000 records/s for 0.3 s with 50 ms transactions: several commits
+        # 10,000 records/s for 0.3 s with 50 ms transactions: several commits; the flags as the
+        # KIP-1269 seed gives them (Kafka 4.1's --command-property)
         r = perf("produce", "--topic", topic, "--num-records", str(n), "--record-size", "100",
                  "--throughput", "10000", "--no-progress", "--transactional-id", "perf-tx",
-                 "--transaction-duration-ms", "50",
-                 "--producer-props", f"bootstrap.servers={b.bootstrap}", "acks=all", "linger.ms=1")
+                 "--transaction-duration-ms", "50", "--bootstrap-server", b.bootstrap,
+                 "--command-property", "acks=all", "linger.ms=1")
         assert r.returncode == 0, r.stdout + r.stderr
         last = r.stdout.strip().splitlines()[-1]
         assert FINAL.match(last) and last.startswith(f"{n} records sent"), last
