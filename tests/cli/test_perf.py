@@ -88,7 +88,7 @@ def test_transactional_perf_run_commits_every_record_and_leaves_no_open_transact
         with AdminClient({"bootstrap.servers": b.bootstrap}) as admin:
             admin.create_topics([topic], num_partitions=2)
         # 10,000 records/s for 0.3 s with 50 ms transactions: several commits; the flags as the
-        # KIP-1269 seed gives them (Kafka 4.1's --command-property)
+        # KIP-1269 seed gives them (KIP-1147's --command-property)
         r = perf("produce", "--topic", topic, "--num-records", str(n), "--record-size", "100",
                  "--throughput", "10000", "--no-progress", "--transactional-id", "perf-tx",
                  "--transaction-duration-ms", "50", "--bootstrap-server", b.bootstrap,

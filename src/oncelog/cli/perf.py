@@ -29,7 +29,7 @@ def perf() -> None:
 @click.option("--payload-file", type=click.Path(exists=True, dir_okay=False), default=None)
 @click.option("--throughput", type=float, required=True, help="records/sec cap; -1 for none")
 @click.option("--producer-props", "--command-property", "producer_props", multiple=True,
-              help="k=v ... producer settings (--command-property: Kafka 4.1's name, KIP-1147)")
+              help="k=v ... producer settings (--command-property: KIP-1147's name)")
 @click.option("--producer.config", "--command-config", "producer_config", type=click.Path(exists=True),
               default=None, help="producer properties file (--command-config: KIP-1147's name)")
 @click.option("--bootstrap-server", default=None)

@@ -1,7 +1,7 @@
 """The producer performance test behind `oncelog perf produce` and bench/: kafka-producer-perf-test's
 loop and final line, for the oncelog producer.
 
-Transactions as Kafka's ProducerPerformance (3.9+) has them: on when a transactional id is given
+Transactions as Kafka's ProducerPerformance has them (since KAFKA-16900): on when a transactional id is given
 (`--transactional-id` or `transactional.id` in the properties) or `--transaction-duration-ms` is;
 the id defaults to `performance-producer-<uuid>`, the duration to 3000 ms; a transaction begins
 with the first record after a commit and is committed after the send that finds it at least the
