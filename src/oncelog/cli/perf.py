@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from oncelog.client.errors import KafkaClientError
 from oncelog.testing.perf import PerfError, run_produce
 
 
@@ -79,10 +80,11 @@ def produce(topic, num_records, record_size, payload_file, throughput, producer_
                         transactional_id=transactional_id,
                         transaction_duration_ms=transaction_duration_ms)
     except PerfError as e:
-        figures = getattr(e, "figures", None)
-        if figures is not None:
-            click.echo(figures["line"])   # as Kafka's: the records that were delivered
+        if e.figures is not None:
+            click.echo(e.figures["line"])   # as Kafka's: the records that were delivered
         raise click.ClickException(str(e)) from None
+    except KafkaClientError as e:   # e.g. fenced by another producer with the transactional id
+        raise click.ClickException(f"{type(e).__name__}: {e}") from None
     click.echo(r["line"])
 
 

@@ -336,7 +336,8 @@ class TransactionManager:
         path, which then skips `check_send`. A record let through by a stale answer is checked
         again when the loop takes it (`maybe_add_partition`) and fails there."""
         call = self._call
-        return self.state is S.IN_TRANSACTION and (call is None or call.done)
+        return (self.state is S.IN_TRANSACTION and (call is None or call.done)
+                and self.producer_id >= 0)
 
     def check_send(self, what: str = "a topic") -> None:
         """Raises unless a record may be sent now (the shell asks before it takes a record,

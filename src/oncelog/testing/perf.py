@@ -23,13 +23,17 @@ from functools import partial
 
 from oncelog.testing.fault_proxy import FaultConfig, FaultProxyProcess
 
-
 DEFAULT_TRANSACTION_ID_PREFIX = "performance-producer-"
 DEFAULT_TRANSACTION_DURATION_MS = 3000
 
 
 class PerfError(Exception):
-    """Records failed during the run, or a transaction could not be committed."""
+    """Records failed during the run (`figures`: the run's, counting delivered records), or a
+    transaction could not be committed (`figures` None)."""
+
+    def __init__(self, message: str, figures: dict | None = None) -> None:
+        super().__init__(message)
+        self.figures = figures
 
 
 def transaction_settings(props: dict, transactional_id: str | None,
@@ -160,9 +164,7 @@ def run_produce(topic: str, num_records: int, record_size: int, throughput: floa
                "line": final_line(n, elapsed, record_size, latencies),
                "window": window, "requests": requests, "transactions": transactions}
     if errors:
-        e = PerfError(f"{failed[0]} records failed, first: {errors[0]}")
-        e.figures = figures   # type: ignore[attr-defined]
-        raise e
+        raise PerfError(f"{failed[0]} records failed, first: {errors[0]}", figures)
     return figures
 
 
