@@ -11,12 +11,23 @@ acks=all, idempotence on, 1 partition per topic:
 - librdkafka (confluent-kafka), which caps idempotent in-flight at 5;
 both with batch.size 16384 and linger.ms 5, so that a batch holds 16 records.
 Then, without the proxy: oncelog vs librdkafka producing 1 KB records as fast as they can.
+
+    .venv/bin/python bench/inflight.py --transactional-id bench-txn [--transaction-duration-ms 3000]
+
+The same table as the seed ran it (`kafka-producer-perf-test --transactional-id`): every producer
+transactional, committing as Kafka's ProducerPerformance does (after the send that finds the
+transaction `--transaction-duration-ms` old, default 3000 as Kafka's tool), each beside its
+idempotent run in the same invocation; librdkafka's transactional producer (in-flight capped at 5
+as for idempotence). Then the cost of transactions at low latency: idempotent vs transactional
+throughput of both clients, rounds alternated on one broker without the proxy, at each of
+`--low-latency-durations` (ms per transaction), ratios printed. Plot: docs/bench-inflight-txn.png.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -28,6 +39,8 @@ from oncelog.testing.fault_proxy import FaultConfig, FaultProxyProcess
 from oncelog.testing.perf import run_produce
 
 WINDOWS = [1, 5, 10, 20, 50]
+PNG = "docs/bench-inflight.png"
+PNG_TXN = "docs/bench-inflight-txn.png"
 
 
 def server(data_dir: str, overrides: dict, standin_windows: dict | None = None) -> ServerProcess:
@@ -54,11 +67,17 @@ class _Nothing:
         pass
 
 
-def librdkafka_produce(bootstrap: str, topic: str, n: int, record_size: int, **extra) -> dict:
+def librdkafka_produce(bootstrap: str, topic: str, n: int, record_size: int,
+                       transaction_ms: int | None = None, transactional_id: str | None = None,
+                       **extra) -> dict:
+    """librdkafka's loop; with `transaction_ms`, in transactions committed as Kafka's
+    ProducerPerformance commits them (after the send that finds the transaction that old)."""
     import confluent_kafka
     conf = {"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
             "linger.ms": 5, "batch.size": 16384, "queue.buffering.max.messages": 1000000,
             "queue.buffering.max.kbytes": 2097151}
+    if transaction_ms is not None:
+        conf["transactional.id"] = transactional_id or f"bench-librdkafka-{topic}"
     conf.update(extra)
     p = confluent_kafka.Producer(conf)
     payload = os.urandom(record_size)
@@ -67,10 +86,24 @@ def librdkafka_produce(bootstrap: str, topic: str, n: int, record_size: int, **e
     def cb(err, msg):
         if err is not None:
             errors.append(err)
+    txn = transaction_ms is not None
+    if txn:
+        p.init_transactions(60)
+        p.begin_transaction()
     p.produce(topic, payload, on_delivery=cb)
+    if txn:
+        p.commit_transaction(60)
     p.flush(60)
-    start = time.monotonic()
+    clock = time.monotonic
+    txn_s = (transaction_ms or 0) / 1000
+    txn_start = 0.0
+    in_txn = 0
+    transactions = 0
+    start = clock()
     for _ in range(n):
+        if txn and in_txn == 0:
+            p.begin_transaction()
+            txn_start = clock()
         while True:
             try:
                 p.produce(topic, payload, on_delivery=cb)
@@ -78,9 +111,18 @@ def librdkafka_produce(bootstrap: str, topic: str, n: int, record_size: int, **e
             except BufferError:
                 p.poll(0.01)
         p.poll(0)
+        if txn:
+            in_txn += 1
+            if txn_s <= clock() - txn_start:
+                p.commit_transaction(600)
+                transactions += 1
+                in_txn = 0
+    if in_txn:
+        p.commit_transaction(600)
+        transactions += 1
     p.flush(600)
-    elapsed = time.monotonic() - start
-    return _figures("librdkafka", errors, n, record_size, elapsed)
+    elapsed = clock() - start
+    return {**_figures("librdkafka", errors, n, record_size, elapsed), "transactions": transactions}
 
 
 def _figures(client: str, errors: list, n: int, record_size: int, elapsed: float) -> dict:
@@ -91,14 +133,18 @@ def _figures(client: str, errors: list, n: int, record_size: int, elapsed: float
 
 
 def oncelog_produce(bootstrap: str, topic: str, n: int, record_size: int, api: str = "produce",
+                    transaction_ms: int | None = None, transactional_id: str | None = None,
                     **extra) -> dict:
     """The same loop as librdkafka_produce, through oncelog's producer (same settings): `produce`
     (confluent-kafka's call: a delivery callback, no future) or `send` (a future per record
-    as well as the callback)."""
+    as well as the callback); transactions as there."""
     from oncelog.client import Producer
     conf = {"bootstrap.servers": bootstrap, "enable.idempotence": "required", "acks": "all",
             "linger.ms": "5", "batch.size": "16384", "buffer.memory": str(256 << 20),
             "max.request.size": str(4 << 20)}
+    txn = transaction_ms is not None
+    if txn:
+        conf["transactional.id"] = transactional_id or f"bench-oncelog-{topic}"
     conf.update({k: str(v) for k, v in extra.items()})
     payload = os.urandom(record_size)
     errors = []
@@ -106,16 +152,41 @@ def oncelog_produce(bootstrap: str, topic: str, n: int, record_size: int, api: s
     def cb(err, msg):
         if err is not None:
             errors.append(err)
+    transactions = 0
     with Producer(conf) as p:
+        if txn:
+            p.init_transactions(60)
+            p.begin_transaction()
         p.produce(topic, payload, on_delivery=cb)
+        if txn:
+            p.commit_transaction(60)
         p.flush(60)
-        start = time.monotonic()
         call = p.produce if api == "produce" else p.send
-        for _ in range(n):
-            call(topic, payload, on_delivery=cb)
+        clock = time.monotonic
+        start = clock()
+        if not txn:
+            for _ in range(n):
+                call(topic, payload, on_delivery=cb)
+        else:
+            txn_s = (transaction_ms or 0) / 1000
+            txn_start = 0.0
+            in_txn = 0
+            for _ in range(n):
+                if in_txn == 0:
+                    p.begin_transaction()
+                    txn_start = clock()
+                call(topic, payload, on_delivery=cb)
+                in_txn += 1
+                if txn_s <= clock() - txn_start:
+                    p.commit_transaction(600)
+                    transactions += 1
+                    in_txn = 0
+            if in_txn:
+                p.commit_transaction(600)
+                transactions += 1
         p.flush(600)
-        elapsed = time.monotonic() - start
-    return _figures("oncelog", errors, n, record_size, elapsed)
+        elapsed = clock() - start
+    return {**_figures("oncelog", errors, n, record_size, elapsed), "transactions": transactions}
 
 
 def high_rtt(args, windows: list[int], data: str, standin: dict | None, results: dict) -> None:
@@ -203,6 +274,142 @@ def low_latency(args, data: str, standin: dict | None, results: dict) -> None:
         broker.stop()
 
 
+def high_rtt_txn(args, windows: list[int], data: str, results: dict) -> None:
+    """The seed's table as it ran it: transactional producers through the delay proxy, each
+    beside its idempotent run (same broker, same proxy, alternated per producer)."""
+    per_batch = 16384 // (args.record_size + 20)
+    proxy_port = free_port()
+    broker = server(data, {"advertised.listeners": f"PLAINTEXT://127.0.0.1:{proxy_port}"})
+    delay = FaultConfig(latency_ms_up=args.rtt_ms / 2, latency_ms_down=args.rtt_ms / 2)
+    proxy = FaultProxyProcess(broker.bootstrap, delay, port=proxy_port).start()
+    boot = proxy.bootstrap
+    tid, ms = args.transactional_id, args.transaction_duration_ms
+    out = results["high_rtt_txn"]
+    try:
+        with AdminClient({"bootstrap.servers": boot}) as admin:
+            for w in windows:
+                for mode in ("idempotent", "transactional"):
+                    admin.create_topics([f"inflight-{mode}-{w}"], config={
+                        "producer.state.batches.to.retain": str(max(w, 5))}, exist_ok=True)
+            admin.create_topics(["inflight-librdkafka-idempotent",
+                                 "inflight-librdkafka-transactional"], exist_ok=True)
+        for w in windows:
+            n = max(500, int(w * per_batch * args.seconds * 1000 / args.rtt_ms))
+            props = {"bootstrap.servers": boot, "acks": "all", "enable.idempotence": "required",
+                     "max.in.flight.requests.per.connection": str(w), "linger.ms": "5",
+                     "batch.size": "16384", "buffer.memory": str(256 << 20)}
+            row = {}
+            for mode in ("idempotent", "transactional"):
+                txn = {"transactional_id": f"{tid}-oncelog-{w}", "transaction_duration_ms": ms} \
+                    if mode == "transactional" else {}
+                r = run_produce(f"inflight-{mode}-{w}", n, args.record_size, -1, props,
+                                progress=False, **txn)
+                row[mode] = {k: v for k, v in r.items() if k != "line"}
+            out[f"oncelog-{w}"] = row
+            _print_pair(f"oncelog   window {w:>3}", row)
+        n = max(500, int(5 * per_batch * args.seconds * 1000 / args.rtt_ms))
+        row = {"idempotent": librdkafka_produce(boot, "inflight-librdkafka-idempotent", n,
+                                                args.record_size),
+               "transactional": librdkafka_produce(boot, "inflight-librdkafka-transactional", n,
+                                                   args.record_size, transaction_ms=ms,
+                                                   transactional_id=f"{tid}-librdkafka")}
+        out["librdkafka"] = row
+        _print_pair("librdkafka (max 5)  ", row)
+    finally:
+        proxy.stop()
+        broker.stop()
+
+
+def _print_pair(label: str, row: dict) -> None:
+    i, t = row["idempotent"], row["transactional"]
+    print(f"{label}: idempotent {i['records_per_sec']:9.1f}, transactional "
+          f"{t['records_per_sec']:9.1f} records/sec ({t['mb_per_sec']:.2f} MB/sec, "
+          f"{t['transactions']} transactions), transactional/idempotent "
+          f"{t['records_per_sec'] / i['records_per_sec']:.2f}", flush=True)
+
+
+def low_latency_txn(args, data: str, results: dict) -> None:
+    """The cost of transactions at low latency: idempotent vs transactional throughput of
+    oncelog and librdkafka on one broker without the proxy, alternated over rounds."""
+    broker = server(data, {})
+    durations = [int(d) for d in args.low_latency_durations.split(",")]
+    modes = [("idempotent", None)] + [(f"txn-{d}ms", d) for d in durations]
+    n = args.low_latency_records
+    big = {"batch.size": 262144}
+    runs: dict[str, dict[str, list]] = {c: {m: [] for m, _ in modes} for c in ("oncelog", "librdkafka")}
+    try:
+        with AdminClient({"bootstrap.servers": broker.bootstrap}) as admin:
+            admin.create_topics([f"lowlat-{c}-{m}-{i}" for c in runs for m, _ in modes
+                                 for i in range(args.rounds)]
+                                + [f"lowlat-{c}-warmup" for c in runs], exist_ok=True)
+        for c, fn in (("oncelog", oncelog_produce), ("librdkafka", librdkafka_produce)):
+            # not counted: the first runs on a fresh broker (empty page cache, no writeback yet)
+            # are faster than any later one
+            fn(broker.bootstrap, f"lowlat-{c}-warmup", n // 2, args.record_size, **big)
+        for i in range(args.rounds):
+            # a client's modes back to back, in the reverse order every other round, so that a
+            # drift of the machine's load weighs on idempotent and transactional runs alike
+            for c, fn in (("oncelog", oncelog_produce), ("librdkafka", librdkafka_produce)):
+                for m, d in (modes if i % 2 == 0 else modes[::-1]):
+                    topic = f"lowlat-{c}-{m}-{i}"
+                    runs[c][m].append(fn(broker.bootstrap, topic, n, args.record_size,
+                                         transaction_ms=d, transactional_id=f"{args.transactional_id}-{c}",
+                                         **big))
+            print(f"  round {i + 1}: " + "; ".join(
+                f"{c} " + ", ".join(f"{m} {v[-1]['records_per_sec']:.0f}" for m, v in r.items())
+                for c, r in runs.items()) + " rec/s", flush=True)
+    finally:
+        broker.stop()
+    summary: dict = {"rounds": {c: {m: [x["records_per_sec"] for x in v] for m, v in r.items()}
+                                for c, r in runs.items()},
+                     "transactions": {c: {m: [x["transactions"] for x in v] for m, v in r.items()}
+                                      for c, r in runs.items()}}
+    for c, r in runs.items():
+        best = {m: max(x["records_per_sec"] for x in v) for m, v in r.items()}
+        summary[c] = best
+        for m, _ in modes[1:]:
+            paired = [t["records_per_sec"] / i["records_per_sec"]
+                      for t, i in zip(r[m], r["idempotent"])]
+            summary.setdefault("ratios", {}).setdefault(c, {})[m] = {
+                "best": best[m] / best["idempotent"], "paired": paired,
+                "median_paired": statistics.median(paired)}
+            print(f"low latency {c:>10} {m}: best {best[m]:.0f} rec/s vs idempotent "
+                  f"{best['idempotent']:.0f}, transactional/idempotent {best[m] / best['idempotent']:.2f} "
+                  f"best against best, median of rounds {statistics.median(paired):.2f} (rounds: "
+                  + ", ".join(f"{x:.2f}" for x in paired) + "); transactions per run: "
+                  + ", ".join(str(x["transactions"]) for x in r[m]), flush=True)
+    for m, _ in modes:
+        summary.setdefault("oncelog_vs_librdkafka", {})[m] = summary["oncelog"][m] / summary["librdkafka"][m]
+    print("oncelog/librdkafka (best of each): " + ", ".join(
+        f"{m} {v:.2f}" for m, v in summary["oncelog_vs_librdkafka"].items()), flush=True)
+    results["low_latency_txn"] = summary
+
+
+def main_txn(args, windows: list[int]) -> None:
+    results: dict = {"rtt_ms": args.rtt_ms, "record_size": args.record_size, "high_rtt_txn": {},
+                     "transaction_duration_ms": args.transaction_duration_ms,
+                     "load_average_before": os.getloadavg()}
+    print(f"transactional mode, transaction.duration {args.transaction_duration_ms} ms; load "
+          f"average {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="oncelog-bench-") as data:
+        if args.only != "low-latency":
+            high_rtt_txn(args, windows, os.path.join(data, "rtt"), results)
+        if args.only != "high-rtt":
+            low_latency_txn(args, os.path.join(data, "low"), results)
+    results["load_average_after"] = os.getloadavg()
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    hr = results["high_rtt_txn"]
+    if "oncelog-20" in hr and "oncelog-5" in hr:
+        a = hr["oncelog-20"]["transactional"]["records_per_sec"]
+        print(f"transactional: window 20 / window 5 = "
+              f"{a / hr['oncelog-5']['transactional']['records_per_sec']:.2f}x; window 20 / "
+              f"librdkafka = {a / hr['librdkafka']['transactional']['records_per_sec']:.2f}x")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+    plot_txn(results, args.png if args.png != PNG else PNG_TXN)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rtt-ms", type=float, default=50)
@@ -210,15 +417,26 @@ def main() -> None:
     ap.add_argument("--record-size", type=int, default=1000)
     ap.add_argument("--low-latency-records", type=int, default=200000)
     ap.add_argument("--rounds", type=int, default=3, help="low-latency rounds per client")
-    ap.add_argument("--png", default="docs/bench-inflight.png")
+    ap.add_argument("--png", default=PNG, help=f"default {PNG}, {PNG_TXN} with --transactional-id")
     ap.add_argument("--json", default=None)
     ap.add_argument("--windows", default=",".join(map(str, WINDOWS)))
     ap.add_argument("--only", choices=["high-rtt", "low-latency"], default=None,
                     help="run one of the two parts")
     ap.add_argument("--broker", choices=["oncelog", "standin"], default="oncelog",
                     help="standin = bench/inflight_broker.py (in memory, oncelog's dedup core)")
+    ap.add_argument("--transactional-id", default=None,
+                    help="transactional producers (ids derived from this), beside idempotent ones")
+    ap.add_argument("--transaction-duration-ms", type=int, default=3000,
+                    help="with --transactional-id: commit once a transaction is this old (Kafka's default)")
+    ap.add_argument("--low-latency-durations", default="3000,100,10",
+                    help="with --transactional-id: transaction durations (ms) of the low-latency part")
     args = ap.parse_args()
     windows = [int(w) for w in args.windows.split(",")]
+    if args.transactional_id is not None:
+        if args.broker != "oncelog":
+            ap.error("--transactional-id needs --broker oncelog (the stand-in has no coordinator)")
+        main_txn(args, windows)
+        return
     results: dict = {"rtt_ms": args.rtt_ms, "record_size": args.record_size, "high_rtt": {},
                      "low_latency": {}, "broker": args.broker}
     print(f"broker: {args.broker}", flush=True)
@@ -256,6 +474,60 @@ def plot(results: dict, path: str) -> None:
     ax.set_ylabel("records/sec (1 KB records)")
     ax.set_title(f"Idempotent producer throughput at {results['rtt_ms']:.0f} ms round trip "
                  f"(batch.size 16384, broker: {results['broker']})", fontsize=10)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    fig.savefig(path, dpi=110)
+    print(f"plot: {path}")
+
+
+def plot_txn(results: dict, path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    hr = results.get("high_rtt_txn") or {}
+    ll = results.get("low_latency_txn")
+    panels = [p for p in (hr, ll) if p]
+    if not panels:
+        return
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 4.5), squeeze=False)
+    axes = list(axes[0])
+    if hr:
+        ax = axes.pop(0)
+        labels = [k.replace("oncelog-", "oncelog\nW=").replace("librdkafka", "librdkafka\n(max 5)")
+                  for k in hr]
+        x = range(len(labels))
+        for off, mode, color in ((-0.2, "idempotent", "#9bbbe8"), (0.2, "transactional", "#3b7dd8")):
+            vals = [row[mode]["records_per_sec"] for row in hr.values()]
+            bars = ax.bar([i + off for i in x], vals, width=0.4, color=color, label=mode)
+            for b, v in zip(bars, vals):
+                ax.annotate(f"{v:,.0f}", (b.get_x() + b.get_width() / 2, v), ha="center",
+                            va="bottom", fontsize=7)
+        ax.set_xticks(list(x), labels, fontsize=8)
+        ax.set_ylabel("records/sec (1 KB records)")
+        ax.set_title(f"{results['rtt_ms']:.0f} ms round trip, batch.size 16384, transactions of "
+                     f"{results['transaction_duration_ms']} ms", fontsize=9)
+        ax.legend(fontsize=8)
+    if ll:
+        ax = axes.pop(0)
+        clients = ["oncelog", "librdkafka"]
+        modes = list(ll["oncelog"])
+        width = 0.8 / len(modes)
+        shades = ["#bbbbbb", "#3b7dd8", "#d8703b", "#59a14f", "#9c6ade"]
+        for j, m in enumerate(modes):
+            # the median round with the range of rounds: single rounds move with the machine
+            rounds = [ll["rounds"][c][m] for c in clients]
+            vals = [statistics.median(r) for r in rounds]
+            err = [[v - min(r) for v, r in zip(vals, rounds)], [max(r) - v for v, r in zip(vals, rounds)]]
+            pos = [i - 0.4 + width * (j + 0.5) for i in range(len(clients))]
+            bars = ax.bar(pos, vals, width=width, color=shades[j % len(shades)], label=m,
+                          yerr=err, capsize=3, ecolor="#555555")
+            for b, v in zip(bars, vals):
+                ax.annotate(f"{v:,.0f}", (b.get_x() + b.get_width() / 2, v), ha="right",
+                            va="bottom", fontsize=7)
+        ax.set_xticks(range(len(clients)), clients)
+        ax.set_ylabel("records/sec, median round, bars = range (1 KB records)")
+        ax.set_title("No proxy, batch.size 262144: idempotent vs transactions of N ms", fontsize=9)
+        ax.legend(fontsize=8)
     fig.tight_layout()
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     fig.savefig(path, dpi=110)

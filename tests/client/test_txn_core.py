@@ -655,6 +655,17 @@ class TxnMachine(RuleBasedStateMachine):
         return True
 
     @invariant()
+    def open_for_records_answers_as_check_send(self):
+        """The shell's lock-free per-record check lets a record through exactly when the full
+        check under the lock would."""
+        try:
+            self.tm.check_send()
+            allowed = True
+        except CALL_ERRORS:
+            allowed = False
+        assert self.tm.open_for_records() is allowed, (self.tm.state, self.tm._call)
+
+    @invariant()
     def nothing_sendable_after_fatal(self):
         if self.tm.state is S.FATAL_ERROR:
             assert not any(self.tm.may_send(tp) for tp in TPS)

@@ -6,6 +6,7 @@ transaction, and a kill -9 of the broker with a transaction open."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import pytest
@@ -123,6 +124,31 @@ def test_commit_to_two_partitions_is_read_by_confluent_read_committed(txn_broker
             p.send(topic, b"outside a transaction", partition=0)
     got = ck_values(bs, topic, 2, "read_committed", 10)
     assert sorted(got) == sorted(f"v{i}".encode() for i in range(10))
+
+
+def test_a_record_sent_in_an_open_transaction_does_not_wait_for_the_producers_lock(txn_broker):
+    """Per record, the transactional check is a lock-free read (the loop checks again when it
+    takes the record): holding the lock, as the sender loop does while it works, must not stop
+    a caller's `produce` or `send`. It used to take the lock per record, which doubled the
+    caller's CPU per record and made it contend with the loop."""
+    bs, topic = txn_broker.bootstrap, "unlocked"
+    create_topic(bs, topic, 1)
+    with txn_producer(bs, "tx-unlocked") as p:
+        p.init_transactions(30)
+        p.begin_transaction()
+        p.send(topic, b"first").result(30)   # metadata loaded, partition added
+        futs = []
+        worker = threading.Thread(target=lambda: (
+            futs.append(p.send(topic, b"while locked")), p.produce(topic, b"produced")))
+        with p.aio.lock:
+            worker.start()
+            worker.join(10)
+            appended = not worker.is_alive()
+        worker.join()
+        assert appended
+        p.commit_transaction(30)
+        assert futs[0].result(30).offset >= 1
+    assert ck_values(bs, topic, 1, "read_committed", 3) == [b"first", b"while locked", b"produced"]
 
 
 def test_aborted_records_are_seen_only_by_read_uncommitted_readers(txn_broker):

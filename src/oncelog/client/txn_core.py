@@ -331,6 +331,14 @@ class TransactionManager:
         if tp not in self._partitions and tp not in self._pending_partitions:
             self._new_partitions.add(tp)
 
+    def open_for_records(self) -> bool:
+        """True when `check_send` would pass: read without the lock on the caller's per-record
+        path, which then skips `check_send`. A record let through by a stale answer is checked
+        again when the loop takes it (`maybe_add_partition`) and fails there."""
+        call = self._call
+        return (self.state is S.IN_TRANSACTION and (call is None or call.done)
+                and self.producer_id >= 0)
+
     def check_send(self, what: str = "a topic") -> None:
         """Raises unless a record may be sent now (the shell asks before it takes a record,
         the partition it goes to being chosen later)."""

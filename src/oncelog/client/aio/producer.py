@@ -268,9 +268,11 @@ class AIOProducer:
                                cookie: Any) -> bool | None:
         """`append` for a transactional producer: refused unless a transaction is open; the
         partition joins the transaction when the loop takes the record (TxnHandoff)."""
-        assert self.txn is not None  # installed only for a transactional producer
-        with self.lock:
-            self.txn.check_send(topic)
+        txn = self.txn
+        assert txn is not None  # installed only for a transactional producer
+        if not txn.open_for_records():   # the lock and the checks only to raise the right error
+            with self.lock:
+                txn.check_send(topic)
         return AIOProducer.append(self, topic, value, key, headers, partition, timestamp, cookie)
 
     def append_encoded(self, topic: str, partition: int, records, count: int, base_ts: int,
