@@ -684,3 +684,25 @@ class TxnMachine(RuleBasedStateMachine):
 
 TestTxnMachine = TxnMachine.TestCase
 TestTxnMachine.settings = settings(max_examples=300, stateful_step_count=60, deadline=None)
+
+
+def test_aborting_after_an_abortable_init_leaves_the_producer_uninitialized_not_in_a_transaction():
+    """An InitProducerId answered TRANSACTION_ABORTABLE is cleared by abort_transaction. The
+    producer has no id then: a transaction must not begin (its records could not carry a producer
+    id); init_transactions again must work."""
+    producer = FakeProducer()
+    tm = TransactionManager(TID, retry_backoff_ms=100, producer=producer)
+    first = tm.init_transactions()
+    answer(tm, 0, FindCoordinatorRequest, FindCoordinatorResponse(E.NONE, 3))
+    answer(tm, 0, InitProducerIdRequest, InitProducerIdResponse(E.TRANSACTION_ABORTABLE, -1, -1))
+    assert isinstance(first.error, TransactionAbortableError) and tm.state is S.ABORTABLE_ERROR
+    aborted = tm.abort_transaction()
+    assert tm.next_request(0) is None          # nothing to end at the coordinator
+    assert aborted.done and aborted.error is None and tm.state is S.UNINITIALIZED
+    with pytest.raises(TransactionStateError):
+        tm.begin_transaction()
+    again = tm.init_transactions()
+    answer(tm, 0, InitProducerIdRequest, InitProducerIdResponse(E.NONE, 1000, 0), node=3)
+    assert again.done and again.error is None and tm.state is S.READY
+    tm.begin_transaction()
+    assert tm.state is S.IN_TRANSACTION and producer.epochs == [(1000, 0)]

@@ -71,7 +71,9 @@ class TxnState(Enum):
 S = TxnState
 # Java's State.isTransitionValid, as data. FATAL_ERROR may follow any state.
 VALID_PREVIOUS: dict[TxnState, frozenset[TxnState]] = {
-    S.UNINITIALIZED: frozenset({S.READY, S.ABORTABLE_ERROR}),
+    # + ABORTING_TRANSACTION: aborting after an init that failed abortably leaves no producer id,
+    # so the producer is back where it was before init_transactions (Java would reach READY)
+    S.UNINITIALIZED: frozenset({S.READY, S.ABORTABLE_ERROR, S.ABORTING_TRANSACTION}),
     S.INITIALIZING: frozenset({S.UNINITIALIZED, S.ABORTING_TRANSACTION}),
     S.READY: frozenset({S.INITIALIZING, S.COMMITTING_TRANSACTION, S.ABORTING_TRANSACTION}),
     S.IN_TRANSACTION: frozenset({S.READY}),
@@ -702,7 +704,7 @@ class TransactionManager:
             self._transition(S.INITIALIZING)
             self._enqueue(_Pending(_BUMP, next(self._seq), result, self._txn_coordinator()))
             return
-        self._transition(S.READY)
+        self._transition(S.READY if self.producer_id >= 0 else S.UNINITIALIZED)
         result._resolve(None)
 
     def _end_transaction(self, committed: bool, skip: bool = False) -> TxnResult:
