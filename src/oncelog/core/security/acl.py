@@ -203,6 +203,27 @@ def validate_filter(f: AclBindingFilter) -> str | None:
     return None
 
 
+# ------------------------------------------------------------------ from requests
+
+def binding_from_wire(c: Any) -> AclBinding:
+    """CreateAcls' AclCreation as a binding; unknown
+    enum codes become UNKNOWN, which validation refuses with INVALID_REQUEST."""
+    return AclBinding(
+        ResourcePattern(from_code(ResourceType, int(c.resource_type)), str(c.resource_name),
+                        from_code(PatternType, int(c.resource_pattern_type))),
+        AccessControlEntry(str(c.principal), str(c.host), from_code(AclOperation, int(c.operation)),
+                           from_code(AclPermissionType, int(c.permission_type))))
+
+
+def filter_from_wire(f: Any) -> AclBindingFilter:
+    """A DescribeAcls request or DeleteAcls filter as Kafka's AclBindingFilter."""
+    return AclBindingFilter(
+        ResourcePatternFilter(from_code(ResourceType, int(f.resource_type_filter)), f.resource_name_filter,
+                              from_code(PatternType, int(f.pattern_type_filter))),
+        AccessControlEntryFilter(f.principal_filter, f.host_filter, from_code(AclOperation, int(f.operation)),
+                                 from_code(AclPermissionType, int(f.permission_type))))
+
+
 # ------------------------------------------------------------------ records
 
 def acl_record(acl_id: str, b: AclBinding) -> dict[str, Any]:

@@ -1,0 +1,74 @@
+"""Client quotas on the broker (KIP-13, KIP-124, KIP-219; docs/security.md §6).
+
+The quota settings are the ones the broker follows from the controller (`SecurityFollower`);
+`core.security.quotas.ClientQuotaManager` does the arithmetic with the broker's clock. The user
+is the principal's name (`ANONYMOUS` on PLAINTEXT), the client id the request header's.
+
+KIP-219: a handler answers at once with `throttle_time_ms` and calls `throttle(ms)`, which mutes
+the connection the request came on (`request_context.MUTE`, set by the connection) for that long:
+the client reads the answer, backs off, and cannot send more meanwhile. A throttled Produce is
+appended; a throttled Fetch returns no records and its bytes are taken back (Kafka's
+`unrecordQuotaSensor`).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from oncelog.broker.config import BrokerConfig
+from oncelog.broker.request_context import CLIENT, MUTE, PRINCIPAL
+from oncelog.core.security.metadata import SecurityMetadata
+from oncelog.core.security.quotas import (
+    CONSUMER_BYTE_RATE,
+    PRODUCER_BYTE_RATE,
+    REQUEST_PERCENTAGE,
+    ClientQuotaManager,
+    ClientQuotaStore,
+)
+
+
+class BrokerQuotas:
+    def __init__(self, config: BrokerConfig, now_ms: Callable[[], int]) -> None:
+        samples, window_s = config["quota.window.num"], config["quota.window.size.seconds"]
+        self.now_ms = now_ms
+        store = ClientQuotaStore()
+        self.produce = ClientQuotaManager(store.overrides(PRODUCER_BYTE_RATE), samples, window_s)
+        self.fetch = ClientQuotaManager(store.overrides(CONSUMER_BYTE_RATE), samples, window_s)
+        self.request = ClientQuotaManager(store.overrides(REQUEST_PERCENTAGE), samples, window_s,
+                                          max_throttle_ms=window_s * 1000)
+
+    def follow(self, state: SecurityMetadata) -> None:
+        """Read the followed settings (a snapshot from the controller replaces the store)."""
+        self.produce.overrides = state.quotas.overrides(PRODUCER_BYTE_RATE)
+        self.fetch.overrides = state.quotas.overrides(CONSUMER_BYTE_RATE)
+        self.request.overrides = state.quotas.overrides(REQUEST_PERCENTAGE)
+
+    @staticmethod
+    def _who() -> tuple[str, str]:
+        return PRINCIPAL.get().name, CLIENT.get()[0] or ""
+
+    def record_produce(self, nbytes: int) -> int:
+        if not self.produce.overrides:
+            return 0
+        return self.produce.record(*self._who(), nbytes, self.now_ms())
+
+    def record_fetch(self, nbytes: int) -> int:
+        if not self.fetch.overrides:
+            return 0
+        return self.fetch.record(*self._who(), nbytes, self.now_ms())
+
+    def unrecord_fetch(self, nbytes: int) -> None:
+        self.fetch.unrecord(*self._who(), nbytes, self.now_ms())
+
+    def record_request_time(self, thread_time_ns: int) -> int:
+        if not self.request.overrides:
+            return 0
+        from oncelog.core.security.quotas import request_percentage
+        return self.request.record(*self._who(), request_percentage(thread_time_ns), self.now_ms())
+
+
+def throttle(ms: int) -> None:
+    """Mute the current request's connection for `ms` after its answer (KIP-219)."""
+    if ms > 0:
+        mute = MUTE.get()
+        if mute is not None:
+            mute(ms)
