@@ -110,3 +110,36 @@ def authorized_operations(broker, resource_type: ResourceType, name: str, reques
 def require_authorizer(broker) -> None:
     if broker.authorizer is None:
         raise KafkaProtocolError(ErrorCode.SECURITY_DISABLED, "No Authorizer is configured.")
+
+
+_DENIED = {TOPIC: ErrorCode.TOPIC_AUTHORIZATION_FAILED, GROUP: ErrorCode.GROUP_AUTHORIZATION_FAILED,
+           CLUSTER: ErrorCode.CLUSTER_AUTHORIZATION_FAILED, TXN_ID: ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
+
+
+def denied_code(resource_type: ResourceType) -> ErrorCode:
+    """Kafka's error for an action refused on a resource of this type."""
+    return _DENIED[resource_type]
+
+
+def require(broker, operation: AclOperation, resource_type: ResourceType, name: str) -> None:
+    """Raise the type's authorization error (the dispatcher answers it in the request's shape,
+    Kafka's getErrorResponse)."""
+    if not authorize(broker, operation, resource_type, name):
+        raise KafkaProtocolError(_DENIED[resource_type],
+                                 f"{PRINCIPAL.get()} may not {operation.name} {resource_type.name} {name!r}")
+
+
+# Kafka's ConfigResource.Type ids -> the ACL resource its configs are authorized on
+_CONFIG_RESOURCES = {2: TOPIC, 4: CLUSTER, 8: CLUSTER, 32: GROUP}
+
+
+def config_denied(broker, operation: AclOperation, config_resource_type: int, name: str) -> ErrorCode | None:
+    """DescribeConfigs/AlterConfigs/IncrementalAlterConfigs: None if the caller may, else the error
+    for that resource (topics on the topic, broker settings on the cluster, group configs on the
+    group; Kafka's ConfigHelper/AuthHelper)."""
+    resource = _CONFIG_RESOURCES.get(config_resource_type)
+    if resource is None:
+        return None          # the handler refuses the type itself
+    if authorize(broker, operation, resource, CLUSTER_NAME if resource is CLUSTER else name):
+        return None
+    return _DENIED[resource]

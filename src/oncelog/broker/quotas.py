@@ -56,6 +56,12 @@ class BrokerQuotas:
             return 0
         return self.fetch.record(*self._who(), nbytes, self.now_ms())
 
+    def fetch_window_bytes(self) -> int:
+        """The most a Fetch may ask for: what the caller's quota allows in its window."""
+        if not self.fetch.overrides:
+            return 2**31 - 1
+        return int(min(self.fetch.max_value_in_window(*self._who()), 2**31 - 1))
+
     def unrecord_fetch(self, nbytes: int) -> None:
         self.fetch.unrecord(*self._who(), nbytes, self.now_ms())
 

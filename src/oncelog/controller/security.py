@@ -26,6 +26,7 @@ from oncelog.core.security.quotas import alterations_from_wire
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.storage.metadata_log import MetadataLog
 
+
 class ControllerSecurity:
     def __init__(self, log: MetadataLog, commit: Callable[[list[dict[str, Any]]], None]) -> None:
         self.state = SecurityMetadata()

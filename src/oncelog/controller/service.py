@@ -24,10 +24,10 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
+from oncelog.controller.security import ControllerSecurity
 from oncelog.core.leadership import NO_LEADER, Leadership
 from oncelog.core.producer_ids import BROKER, PID_BLOCK, ControllerState, TokenBucket
 from oncelog.core.topic_config import parse_topic_configs
-from oncelog.controller.security import ControllerSecurity
 from oncelog.protocol import entities
 from oncelog.protocol import metadata as md
 from oncelog.protocol.api import CONTROLLER_VERSIONS, SECURITY_RECORDS_KEY, ApiKey, api_name
