@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from itertools import groupby
 
-from oncelog.broker.authorization import Op, require_authorizer, require_cluster
+from oncelog.broker.authorization import Op, require_cluster
 from oncelog.core.security.acl import filter_from_wire, validate_filter
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
@@ -15,9 +15,11 @@ API_KEY = ApiKey.DESCRIBE_ACLS
 
 
 async def handle(broker, version: int, r) -> bytes:
-    require_authorizer(broker)
-    require_cluster(broker, Op.DESCRIBE)
     rb = entities.ResponseBuilder(API_KEY, version)
+    if broker.authorizer is None:
+        return rb.encode(throttle_time=0, error_code=ErrorCode.SECURITY_DISABLED,
+                         error_message="No Authorizer is configured.", resources=())
+    require_cluster(broker, Op.DESCRIBE)
     f = filter_from_wire(r)
     problem = validate_filter(f)
     if problem:
