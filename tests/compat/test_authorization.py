@@ -117,7 +117,9 @@ def test_acls_survive_a_kill_and_restart(admin):
 
 def test_write_needs_an_acl_and_a_grant_lets_it_through(secured, admin):
     topic = new_topic(admin)
-    assert_denied(produce_error(secured.bootstrap, topic))
+    assert_denied(produce_error(secured.bootstrap, topic))          # refused by Metadata (no DESCRIBE)
+    grant(admin, acl(ResourceType.TOPIC, topic, AclOperation.DESCRIBE))
+    assert_denied(produce_error(secured.bootstrap, topic))          # refused by Produce (no WRITE)
     grant(admin, acl(ResourceType.TOPIC, topic, AclOperation.WRITE))
     assert produce_error(secured.bootstrap, topic) is None
 
@@ -134,6 +136,7 @@ def test_prefixed_pattern_covers_names_with_the_prefix_only(secured, admin):
     prefix = f"pfx-{uuid.uuid4().hex[:6]}-"
     grant(admin, acl(ResourceType.TOPIC, prefix, AclOperation.WRITE, pattern=PREFIXED))
     inside, outside = new_topic(admin, prefix + "a"), new_topic(admin, f"other-{uuid.uuid4().hex[:6]}")
+    grant(admin, acl(ResourceType.TOPIC, outside, AclOperation.DESCRIBE))   # so Produce itself is what refuses
     assert produce_error(secured.bootstrap, inside) is None
     assert_denied(produce_error(secured.bootstrap, outside))
 
