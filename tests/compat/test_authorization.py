@@ -215,11 +215,13 @@ def test_transactional_producer_needs_write_on_its_transactional_id(secured, adm
     topic = new_topic(admin)
     tid = f"tx-{uuid.uuid4().hex[:8]}"
     grant(admin, acl(ResourceType.TOPIC, topic, AclOperation.WRITE))
-    p = Producer({"bootstrap.servers": secured.bootstrap, "transactional.id": tid})
-    with pytest.raises(KafkaException) as e:
-        p.init_transactions(20)
-    assert e.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-    grant(admin, acl(ResourceType.TRANSACTIONAL_ID, tid, AclOperation.WRITE))
+    # refused by FindCoordinator (no DESCRIBE), then by InitProducerId itself (DESCRIBE, no WRITE)
+    for granted in (AclOperation.DESCRIBE, AclOperation.WRITE):
+        p = Producer({"bootstrap.servers": secured.bootstrap, "transactional.id": tid})
+        with pytest.raises(KafkaException) as e:
+            p.init_transactions(20)
+        assert e.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        grant(admin, acl(ResourceType.TRANSACTIONAL_ID, tid, granted))
     p = Producer({"bootstrap.servers": secured.bootstrap, "transactional.id": tid})
     p.init_transactions(20)
     p.begin_transaction()
