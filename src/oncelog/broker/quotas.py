@@ -12,7 +12,10 @@ appended; a throttled Fetch returns no records and its bytes are taken back (Kaf
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+import types
+from collections.abc import Callable, Coroutine, Generator
+from typing import Any
 
 from oncelog.broker.config import BrokerConfig
 from oncelog.broker.request_context import CLIENT, MUTE, PRINCIPAL
@@ -23,6 +26,7 @@ from oncelog.core.security.quotas import (
     REQUEST_PERCENTAGE,
     ClientQuotaManager,
     ClientQuotaStore,
+    request_percentage,
 )
 
 
@@ -68,8 +72,20 @@ class BrokerQuotas:
     def record_request_time(self, thread_time_ns: int) -> int:
         if not self.request.overrides:
             return 0
-        from oncelog.core.security.quotas import request_percentage
         return self.request.record(*self._who(), request_percentage(thread_time_ns), self.now_ms())
+
+    async def handle_timed(self, handling: Coroutine[Any, Any, bytes | None]) -> bytes | None:
+        """Run a handler, counting the event loop's time in its steps (not the time it waits) against
+        the caller's `request_percentage`; over the quota the connection is muted (KIP-219). The
+        answer's throttle_time_ms shows byte-rate throttles only: the time is known once the
+        answer is made."""
+        if not self.request.overrides:
+            return await handling
+        spent = [0]
+        try:
+            return await _timed(handling, spent)
+        finally:
+            throttle(self.record_request_time(spent[0]))
 
 
 def throttle(ms: int) -> None:
@@ -78,3 +94,22 @@ def throttle(ms: int) -> None:
         mute = MUTE.get()
         if mute is not None:
             mute(ms)
+
+
+@types.coroutine
+def _timed(coro: Coroutine[Any, Any, Any], spent: list[int]) -> Generator[Any, Any, Any]:
+    """Drive `coro` as `await` would, adding the time of each of its steps to spent[0]."""
+    send: Any = None
+    error: BaseException | None = None
+    while True:
+        started = time.perf_counter_ns()
+        try:
+            waiting_on = coro.send(send) if error is None else coro.throw(error)
+        except StopIteration as done:
+            return done.value
+        finally:
+            spent[0] += time.perf_counter_ns() - started
+        try:
+            send, error = (yield waiting_on), None
+        except BaseException as e:  # noqa: BLE001 - handed to the coroutine, which re-raises what it does not handle
+            send, error = None, e
