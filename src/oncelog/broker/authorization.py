@@ -24,6 +24,7 @@ from oncelog.core.security.authorizer import (
     parse_super_users,
 )
 from oncelog.core.security.metadata import SecurityMetadata
+from oncelog.core.security.principal import KafkaPrincipal
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 
 audit_log = logging.getLogger("oncelog.authorizer")
@@ -49,7 +50,7 @@ def follow_acls(authorizer: Authorizer | None, state: SecurityMetadata) -> None:
         authorizer.acls = state.acls
 
 
-def _caller() -> tuple[object, str]:
+def _caller() -> tuple[KafkaPrincipal, str]:
     return PRINCIPAL.get(), CLIENT.get()[1].lstrip("/")
 
 
@@ -59,7 +60,7 @@ def authorize(broker, operation: AclOperation, resource_type: ResourceType, name
     if authorizer is None:
         return True
     principal, host = _caller()
-    decision = authorizer.decide(principal, host, operation, resource_type, name)  # type: ignore[arg-type]
+    decision = authorizer.decide(principal, host, operation, resource_type, name)
     if not decision.allowed and audit:
         audit_log.info("Principal = %s is Denied operation = %s from host = %s on resource = %s:%s based on "
                        "rule %s", principal, operation.name, host or "?", resource_type.name, name, decision.rule)
@@ -92,7 +93,7 @@ def authorize_by_resource_type(broker, operation: AclOperation, resource_type: R
     if authorizer is None:
         return True
     principal, host = _caller()
-    return authorizer.authorize_by_resource_type(principal, host, operation, resource_type)  # type: ignore[arg-type]
+    return authorizer.authorize_by_resource_type(principal, host, operation, resource_type)
 
 
 def authorized_operations(broker, resource_type: ResourceType, name: str, requested: bool = True) -> int:
@@ -104,7 +105,7 @@ def authorized_operations(broker, resource_type: ResourceType, name: str, reques
     if authorizer is None:
         return all_operations(resource_type)
     principal, host = _caller()
-    return authorizer.authorized_operations(principal, host, resource_type, name)  # type: ignore[arg-type]
+    return authorizer.authorized_operations(principal, host, resource_type, name)
 
 
 def require_authorizer(broker) -> None:

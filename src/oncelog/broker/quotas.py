@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 import types
-from collections.abc import Callable, Coroutine, Generator
+from collections.abc import Awaitable, Callable, Generator
 from typing import Any
 
 from oncelog.broker.config import BrokerConfig
@@ -74,7 +74,7 @@ class BrokerQuotas:
             return 0
         return self.request.record(*self._who(), request_percentage(thread_time_ns), self.now_ms())
 
-    async def handle_timed(self, handling: Coroutine[Any, Any, bytes | None]) -> bytes | None:
+    async def handle_timed(self, handling: Awaitable[bytes | None]) -> bytes | None:
         """Run a handler, counting the event loop's time in its steps (not the time it waits) against
         the caller's `request_percentage`; over the quota the connection is muted (KIP-219). The
         answer's throttle_time_ms shows byte-rate throttles only: the time is known once the
@@ -97,7 +97,7 @@ def throttle(ms: int) -> None:
 
 
 @types.coroutine
-def _timed(coro: Coroutine[Any, Any, Any], spent: list[int]) -> Generator[Any, Any, Any]:
+def _timed(coro: Any, spent: list[int]) -> Generator[Any, Any, Any]:
     """Drive `coro` as `await` would, adding the time of each of its steps to spent[0]."""
     send: Any = None
     error: BaseException | None = None

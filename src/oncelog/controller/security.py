@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from oncelog.core.security.acl import binding_from_wire, filter_from_wire
+from oncelog.core.security.acl import AclBinding, binding_from_wire, filter_from_wire
 from oncelog.core.security.metadata import SecurityMetadata
 from oncelog.core.security.quotas import alterations_from_wire
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
@@ -49,6 +49,7 @@ class ControllerSecurity:
 
     # ------------------------------------------------------------------ forwarded changes
     def create_acls(self, rb: Any, r: Any, authorized: bool) -> bytes:
+        results: list[tuple[ErrorCode, str | None]]
         if not authorized:
             results = [(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None)] * len(r.creations)
         else:
@@ -57,11 +58,12 @@ class ControllerSecurity:
             try:
                 self._commit(records)
             except KafkaProtocolError as e:
-                results = [(e.code, e.message)] * len(r.creations)
+                results = [(ErrorCode(e.code), e.message)] * len(r.creations)
         return rb.encode(throttle_time=0, results=tuple(
             rb("AclCreationResult", error_code=code, error_message=msg) for code, msg in results))
 
     def delete_acls(self, rb: Any, r: Any, authorized: bool) -> bytes:
+        results: list[tuple[ErrorCode, str | None, list[AclBinding]]]
         if not authorized:
             results = [(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None, [])] * len(r.filters)
         else:
@@ -69,7 +71,7 @@ class ControllerSecurity:
             try:
                 self._commit(records)
             except KafkaProtocolError as e:
-                results = [(e.code, e.message, [])] * len(r.filters)
+                results = [(ErrorCode(e.code), e.message, [])] * len(r.filters)
         out = []
         for code, msg, bindings in results:
             out.append(rb("DeleteAclsFilterResult", error_code=code, error_message=msg, matching_acls=tuple(
@@ -82,6 +84,7 @@ class ControllerSecurity:
 
     def alter_client_quotas(self, rb: Any, r: Any, authorized: bool) -> bytes:
         alterations = alterations_from_wire(r.entries)
+        results: list[tuple[Sequence[tuple[str, str | None]], ErrorCode, str | None]]
         if not authorized:
             results = [(a.entity, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None) for a in alterations]
         else:
@@ -90,14 +93,14 @@ class ControllerSecurity:
                 if not r.validate_only:
                     self._commit(records)
             except KafkaProtocolError as e:
-                results = [(a.entity, e.code, e.message) for a in alterations]
+                results = [(a.entity, ErrorCode(e.code), e.message) for a in alterations]
         return rb.encode(throttle_time=0, entries=tuple(
             rb("EntryData", error_code=code, error_message=msg, entity=tuple(
                 rb("EntityData", entity_type=k, entity_name=n) for k, n in entity))
             for entity, code, msg in results))
 
     # ------------------------------------------------------------------ the feed
-    def follow(self, body: bytes) -> bytes:
+    def follow(self, body: bytes | memoryview) -> bytes:
         try:
             after = int(json.loads(bytes(body))["after"])
         except (ValueError, KeyError, TypeError) as e:

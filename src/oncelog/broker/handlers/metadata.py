@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 
 async def handle(broker, version: int, request) -> bytes:
     if request.topics is None:
-        wanted = sorted(authorized_names(broker, Op.DESCRIBE, TOPIC, broker.logs.topics, audit=False))
+        wanted: list = sorted(authorized_names(broker, Op.DESCRIBE, TOPIC, broker.logs.topics, audit=False))
     else:
         wanted = []
         for t in request.topics:
@@ -59,7 +59,7 @@ async def handle(broker, version: int, request) -> bytes:
     if getattr(request, "include_topic_authorized_operations", False):
         for t in topics:
             if t.error_code == ErrorCode.NONE:
-                t.authorized_operations = authorized_operations(broker, TOPIC, t.name)
+                t.authorized_operations = authorized_operations(broker, TOPIC, t.name or "")
     cluster_operations = OMITTED
     if getattr(request, "include_cluster_authorized_operations", False):
         cluster_operations = (authorized_operations(broker, CLUSTER, "kafka-cluster")
