@@ -1,14 +1,26 @@
 """CreateAcls (API 30), v1-v3: ALTER on the cluster, then forwarded to the controller, which
 validates each binding (INVALID_REQUEST with Kafka's message), appends and fsyncs the records;
-the broker applies them before it answers, so the client's next request sees them."""
+the broker applies them before it answers, so the client's next request sees them.
+
+A binding with a code Kafka does not know (its UNKNOWN) fails the request's parse, as Kafka's
+CreateAclsRequest.validate makes it fail: the connection is closed with a log line. ANY where a
+binding needs a value is INVALID_REQUEST for that binding ("Invalid resourceType ANY")."""
 from __future__ import annotations
 
 from oncelog.broker.authorization import Op, require_authorizer, require_cluster
+from oncelog.core.security.acl import binding_from_wire
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 
 API_KEY = ApiKey.CREATE_ACLS
 CONTROLLER_VERSION = 3
+
+
+def decode(version: int, body: memoryview):
+    r = entities.decode_request(API_KEY, version, body)
+    if any(binding_from_wire(c).is_unknown() for c in r.creations):
+        raise ValueError("Contain UNKNOWN elements")
+    return r
 
 
 async def handle(broker, version: int, r) -> bytes:

@@ -1,14 +1,25 @@
 """DeleteAcls (API 31), v1-v3: ALTER on the cluster, then forwarded to the controller, which
 removes what each filter matches (Kafka's AclBindingFilter: ANY, MATCH; a filter that matches
-nothing succeeds with an empty list; an unknown enum code fails that filter with INVALID_REQUEST)."""
+nothing succeeds with an empty list). A filter with a code Kafka does not know fails the request's
+parse (Kafka's DeleteAclsRequest.validate): the connection is closed with a log line."""
 from __future__ import annotations
 
 from oncelog.broker.authorization import Op, require_authorizer, require_cluster
+from oncelog.core.security.acl import filter_from_wire, validate_filter
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 
 API_KEY = ApiKey.DELETE_ACLS
 CONTROLLER_VERSION = 3
+
+
+def decode(version: int, body: memoryview):
+    r = entities.decode_request(API_KEY, version, body)
+    for f in r.filters:
+        problem = validate_filter(filter_from_wire(f))
+        if problem:
+            raise ValueError(f"Filters contain UNKNOWN elements: {problem}")
+    return r
 
 
 async def handle(broker, version: int, r) -> bytes:

@@ -28,6 +28,7 @@ WILDCARD = "*"
 WILDCARD_PRINCIPAL = "User:*"
 CLUSTER_NAME = "kafka-cluster"
 ACL_RECORD, REMOVE_ACL_RECORD = "acl", "remove_acl"
+UNKNOWN_CODE = 0                 # every ACL enum's UNKNOWN
 
 
 class ResourceType(IntEnum):
@@ -107,6 +108,12 @@ class AccessControlEntry:
 class AclBinding:
     pattern: ResourcePattern
     entry: AccessControlEntry
+
+    def is_unknown(self) -> bool:
+        """Kafka's AclBinding.isUnknown: a code its enums do not have (requests carrying one fail
+        their parse)."""
+        p, e = self.pattern, self.entry
+        return UNKNOWN_CODE in (p.resource_type, p.pattern_type, e.operation, e.permission_type)
 
     def __str__(self) -> str:
         e = self.entry
