@@ -83,3 +83,43 @@ def test_producer_over_its_byte_rate_is_throttled_to_the_quota(quota_broker):
     rate = sum(window) / MEASURE_S
     print(f"achieved {rate:.0f} B/s against a quota of {QUOTA} B/s ({rate / QUOTA:.2f}x)")
     assert 0.8 * QUOTA <= rate <= 1.2 * QUOTA
+
+
+def test_consumer_over_its_byte_rate_is_throttled_to_the_quota(quota_broker):
+    from confluent_kafka import Consumer, TopicPartition
+
+    boot = quota_broker.bootstrap
+    topic = f"quota-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": boot})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(20)
+    # batches well below what the quota allows in its window: a Fetch returns at least one whole
+    # batch, and one larger than that window would be throttled every time (as in Kafka)
+    p = Producer({"bootstrap.servers": boot, "linger.ms": 20, "batch.size": 16384})
+    value = b"y" * 1000
+    for _ in range(int(QUOTA * (WARMUP_S + MEASURE_S + 4) / len(value))):   # more than the run can read
+        while True:
+            try:
+                p.produce(topic, value)
+                break
+            except BufferError:
+                p.poll(0.05)
+    assert p.flush(60) == 0
+    r = alter_quota(boot, [("user", "ANONYMOUS")], "consumer_byte_rate", QUOTA)
+    assert r.entries[0].error_code.value == 0
+    # small fetches, as the producer's small batches: the quota is a rate over one-second windows
+    c = Consumer({"bootstrap.servers": boot, "group.id": "unused", "enable.auto.commit": False,
+                  "max.partition.fetch.bytes": 16384})
+    c.assign([TopicPartition(topic, 0, 0)])
+    read: list[tuple[float, int]] = []
+    start = time.monotonic()
+    try:
+        while time.monotonic() - start < WARMUP_S + MEASURE_S:
+            for m in c.consume(500, 0.2):
+                assert m.error() is None, m.error()
+                read.append((time.monotonic(), len(m.value())))
+    finally:
+        c.close()
+    window = [n for t, n in read if start + WARMUP_S <= t < start + WARMUP_S + MEASURE_S]
+    rate = sum(window) / MEASURE_S
+    print(f"consumed {rate:.0f} B/s against a quota of {QUOTA} B/s ({rate / QUOTA:.2f}x)")
+    assert 0.8 * QUOTA <= rate <= 1.2 * QUOTA
