@@ -78,9 +78,7 @@ class BrokerQuotas:
         """Run a handler, counting the event loop's time in its steps (not the time it waits) against
         the caller's `request_percentage`; over the quota the connection is muted (KIP-219). The
         answer's throttle_time_ms shows byte-rate throttles only: the time is known once the
-        answer is made."""
-        if not self.request.overrides:
-            return await handling
+        answer is made. The caller skips it while no request quota is set."""
         spent = [0]
         try:
             return await _timed(handling, spent)

@@ -283,7 +283,8 @@ class Broker:
         CLIENT.set((header.client_id, peer))
         MUTE.set(mute)
         try:
-            body = await self.quotas.handle_timed(api.handle(self, version, request))
+            handling = api.handle(self, version, request)
+            body = await (self.quotas.handle_timed(handling) if self.quotas.request.overrides else handling)
         except KafkaProtocolError as e:
             log.info("%s v%d from %s refused: %s", api_name(api_key), version, peer or "?", e)
             body = api.error_response(version, request, e.code)
