@@ -134,6 +134,8 @@ def _scalar(kafka_type: str):
         return uuid.UUID(int=1)
     if kafka_type in ("bytes", "records"):
         return None if kafka_type == "records" else b""
+    if kafka_type == "int8":
+        return 1  # ANY in the ACL enums, whose 0 (UNKNOWN) fails a request's parse as in Kafka
     return 0
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from oncelog.core.security.listeners import SECURITY_SETTINGS
 from oncelog.core.topic_config import SERVER_NAME_TO_TOPIC, TOPIC_CONFIGS, ConfigDef, ConfigError
 
 log = logging.getLogger(__name__)
@@ -94,7 +95,7 @@ _TOPIC_DEFAULTS = tuple(
               choices=d.choices, check=d.check)
     for d in TOPIC_CONFIGS.values() if d.server_name)
 
-SETTINGS: dict[str, ConfigDef] = {d.name: d for d in (*_BROKER_ONLY, *_TOPIC_DEFAULTS)}
+SETTINGS: dict[str, ConfigDef] = {d.name: d for d in (*_BROKER_ONLY, *_TOPIC_DEFAULTS, *SECURITY_SETTINGS)}
 SYNONYMS = {"log.dir": "log.dirs", "broker.id": "node.id"}
 # dynamic broker configs (IncrementalAlterConfigs on the BROKER resource): topic defaults only
 DYNAMIC = frozenset(d.name for d in _TOPIC_DEFAULTS)

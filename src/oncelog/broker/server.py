@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Generator
 from pathlib import Path
 from typing import Any
 
+from oncelog.broker.authorization import follow_acls, make_authorizer
 from oncelog.broker.cluster_logs import ClusterLogs
 from oncelog.broker.config import BrokerConfig, ConfigError, new_cluster_id
 from oncelog.broker.controller_client import ControllerClient
@@ -31,8 +32,11 @@ from oncelog.broker.handlers import APIS, api_versions
 from oncelog.broker.logs import Logs
 from oncelog.broker.metrics import BrokerMetrics
 from oncelog.broker.producer_id_manager import ProducerIdManager
-from oncelog.broker.request_context import CLIENT
+from oncelog.broker.quotas import BrokerQuotas
+from oncelog.broker.request_context import CLIENT, MUTE
+from oncelog.broker.security_follower import SecurityFollower
 from oncelog.broker.txn_coordinator import TxnCoordinatorService
+from oncelog.core.security.quotas import ConnectionLimits, parse_per_ip_overrides
 from oncelog.protocol.api import BROKER_VERSIONS, ApiKey, api_name
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.protocol.framing import FrameError, FrameReader
@@ -78,6 +82,13 @@ class Broker:
         # the KIP-890 check of a transactional Produce (set by the transaction coordinator; None:
         # accepted without verification, Kafka's transaction.partition.verification.enable=false)
         self.txn_verifier: Callable[[str, int, int, str, int], Awaitable[int]] | None = None
+        # issue 18: ACLs and client quotas follow the controller's metadata log (security_follower)
+        self.authorizer = make_authorizer(self.config)
+        self.quotas = BrokerQuotas(self.config, self.now_ms)
+        self.security: SecurityFollower | None = None
+        self.connection_limits = ConnectionLimits(
+            self.config["max.connections"], self.config["max.connections.per.ip"],
+            parse_per_ip_overrides(self.config["max.connections.per.ip.overrides"]))
         self._wire_logs()
 
     def _wire_logs(self) -> None:
@@ -153,6 +164,15 @@ class Broker:
         self.producer_ids = ProducerIdManager(ControllerClient(host, int(port), user, password), self.node_id,
                                               lambda: link.epoch, on_fatal=self._fatal,
                                               prefetch=self.config["producer.id.block.prefetch"])
+        # ACLs and quotas are in force before the first client is served (an empty set with
+        # allow.everyone.if.no.acl.found would let anyone in)
+        self.security = SecurityFollower(ControllerClient(host, int(port), user, password),
+                                         self.config["broker.heartbeat.interval.ms"])
+        self.security.on_change += [lambda state: follow_acls(self.authorizer, state), self.quotas.follow]
+        follow_acls(self.authorizer, self.security.state)
+        self.quotas.follow(self.security.state)
+        await self.security.catch_up()
+        self.security.start()
 
     async def _join_cluster(self) -> None:
         """Shared storage: partitions follow the controller's leadership instead of a local registry."""
@@ -186,6 +206,8 @@ class Broker:
     async def stop(self) -> None:
         if self.controller_link is not None:
             await self.controller_link.stop()
+        if self.security is not None:
+            await self.security.stop()
         if self._ticker is not None:
             self._ticker.cancel()
             await asyncio.gather(self._ticker, return_exceptions=True)
@@ -228,7 +250,8 @@ class Broker:
             pass
 
     # ------------------------------------------------------------------ requests
-    async def handle_request(self, frame: memoryview, peer: str = "") -> bytes | None:
+    async def handle_request(self, frame: memoryview, peer: str = "",
+                             mute: Callable[[int], None] | None = None) -> bytes | None:
         """The framed response to one request, or None when it gets none (Produce with acks=0).
 
         The one error boundary, as h11 keeps one: bytes that do not make a request we serve
@@ -258,8 +281,10 @@ class Broker:
             raise BadRequest(f"malformed {api_name(api_key)} v{version} request "
                              f"(correlation id {header.correlation_id}): {e}") from None
         CLIENT.set((header.client_id, peer))
+        MUTE.set(mute)
         try:
-            body = await api.handle(self, version, request)
+            handling = api.handle(self, version, request)
+            body = await (self.quotas.handle_timed(handling) if self.quotas.request.overrides else handling)
         except KafkaProtocolError as e:
             log.info("%s v%d from %s refused: %s", api_name(api_key), version, peer or "?", e)
             body = api.error_response(version, request, e.code)
@@ -328,6 +353,17 @@ def _stored_cluster_id(directory: Path) -> str:
         return cid
 
 
+_last_refusal_log = [0.0]
+
+
+def _log_refused_connection(why: str) -> None:
+    """At most one line a second: a client hammering a full broker must not flood the log."""
+    now = time.monotonic()
+    if now - _last_refusal_log[0] >= 1.0:
+        _last_refusal_log[0] = now
+        log.info("refusing a connection: %s", why)
+
+
 def _is_produce(frame: memoryview) -> bool:
     # Produce's handler appends at dispatch; what it may leave to await is only its answer
     # (the group commit's fsync), so the next Produce can be appended meanwhile.
@@ -359,12 +395,22 @@ class _Connection(asyncio.BufferedProtocol):
         self.closing = False
         self.busy = False
         self.current: asyncio.Future | None = None  # the waiting request that holds up the ones behind it
+        self.muted = False            # KIP-219: no reads while a quota throttle lasts
+        self._muted_until = 0.0
+        self.admitted = ""            # the address counted by the broker's connection limits
 
     def connection_made(self, transport) -> None:
         self.transport = transport
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.peer_host = f"/{peer[0]}" if peer else ""
+        refused = self.broker.connection_limits.admit(peer[0] if peer else "?")
+        if refused is not None:
+            _log_refused_connection(refused)
+            self.closing = True
+            transport.close()
+            return
+        self.admitted = peer[0] if peer else "?"
         sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -384,7 +430,7 @@ class _Connection(asyncio.BufferedProtocol):
                 self.queue.append(frame)
                 continue
             try:
-                answered, result = _start(self.broker.handle_request(frame, self.peer_host))
+                answered, result = _start(self.broker.handle_request(frame, self.peer_host, self.mute))
             except BadRequest as e:
                 self._refuse(str(e))
                 return
@@ -447,7 +493,30 @@ class _Connection(asyncio.BufferedProtocol):
         if self.queue:
             self.wakeup.set()
 
+    def mute(self, ms: int) -> None:
+        """KIP-219: stop reading for `ms` (the throttled answer still goes out)."""
+        if self.closing:
+            return
+        if not self.muted:
+            self.muted = True
+            self.transport.pause_reading()
+        loop = asyncio.get_running_loop()
+        until = loop.time() + ms / 1000
+        if until > self._muted_until:
+            self._muted_until = until
+            loop.call_at(until, self._unmute, until)
+
+    def _unmute(self, until: float) -> None:
+        if self.closing or not self.muted or until != self._muted_until:
+            return
+        self.muted = False
+        if not self.reading_paused:
+            self.transport.resume_reading()
+
     def connection_lost(self, exc) -> None:
+        if self.admitted:
+            self.broker.connection_limits.release(self.admitted)
+            self.admitted = ""
         self.closing = True
         self.broker._connections.discard(self)
         self.wakeup.set()
@@ -490,8 +559,9 @@ class _Connection(asyncio.BufferedProtocol):
                     frame = self.queue.popleft()
                     if self.reading_paused and len(self.queue) < _MAX_QUEUED_FRAMES // 2:
                         self.reading_paused = False
-                        self.transport.resume_reading()
-                    answered, response = _start(self.broker.handle_request(frame, self.peer_host))
+                        if not self.muted:
+                            self.transport.resume_reading()
+                    answered, response = _start(self.broker.handle_request(frame, self.peer_host, self.mute))
                     if not answered:
                         if _is_produce(frame):
                             self._pipeline(response)

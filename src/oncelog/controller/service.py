@@ -24,12 +24,13 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
+from oncelog.controller.security import ControllerSecurity
 from oncelog.core.leadership import NO_LEADER, Leadership
 from oncelog.core.producer_ids import BROKER, PID_BLOCK, ControllerState, TokenBucket
 from oncelog.core.topic_config import parse_topic_configs
 from oncelog.protocol import entities
 from oncelog.protocol import metadata as md
-from oncelog.protocol.api import CONTROLLER_VERSIONS, ApiKey, api_name
+from oncelog.protocol.api import CONTROLLER_VERSIONS, SECURITY_RECORDS_KEY, ApiKey, api_name
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.protocol.headers import read_request_header, response_header
 from oncelog.protocol.primitives import I16, I32
@@ -62,6 +63,7 @@ class Controller:
         self.log = MetadataLog(config.metadata_dir)
         self.state = ControllerState()
         self.leadership = Leadership()
+        self.security = ControllerSecurity(self.log, self._commit)
         self._load()
         self.live: dict[int, int] = {}  # broker id -> last heartbeat (ms)
         self.rate = TokenBucket(config.allocations_per_s, config.allocation_burst)
@@ -86,13 +88,16 @@ class Controller:
             self.state = ControllerState.from_snapshot(data["producer_ids"])
             for r in data["leadership"]:
                 self.leadership.replay(r)
-        for _offset, record in self.log.read(start):
-            self._replay(record)
+            self.security.load_snapshot(data.get("security"), start)
+        for offset, record in self.log.read(start):
+            self._replay(record, offset)
         log.info("controller state: next producer id %d, %d brokers, %d topics, metadata log at %d",
                  self.state.next_producer_id, len(self.state.brokers), len(self.leadership.topics),
                  self.log.end_offset)
 
-    def _replay(self, record: dict) -> None:
+    def _replay(self, record: dict, offset: int) -> None:
+        if self.security.replay(record, offset):
+            return
         if record["type"] in (PID_BLOCK, BROKER):
             self.state.replay(record)
         else:
@@ -113,8 +118,8 @@ class Controller:
                 self.fatal.set()
                 log.critical("controller: %s; every change is refused until a restart", self.fatal_message)
             raise KafkaProtocolError(ErrorCode.KAFKA_STORAGE_ERROR, str(e)) from None
-        for r in records:
-            self._replay(r)
+        for i, r in enumerate(records, start=before):
+            self._replay(r, i)
         if self.log.end_offset // SNAPSHOT_EVERY > before // SNAPSHOT_EVERY:
             try:
                 self.snapshot()
@@ -129,7 +134,8 @@ class Controller:
         for (topic, p), (leader, epoch) in sorted(self.leadership.leaders.items()):
             records.append({"type": "leader", "topic": topic, "partition": p, "leader": leader, "epoch": epoch})
         self.log.write_snapshot(self.log.end_offset, {"producer_ids": self.state.to_snapshot(),
-                                                       "leadership": records})
+                                                       "leadership": records,
+                                                       "security": self.security.state.to_snapshot()})
 
     def live_brokers(self) -> list[int]:
         return sorted(self.live)
@@ -187,6 +193,11 @@ class Controller:
                     return
                 frame = memoryview(await reader.readexactly(size))
                 h = read_request_header(frame)
+                if h.api_key == SECURITY_RECORDS_KEY and principal is not None:
+                    answer = self.security.follow(frame[h.body_offset:])
+                    writer.write(_framed(response_header(h.api_key, h.api_version, h.correlation_id), answer))
+                    await writer.drain()
+                    continue
                 versions = CONTROLLER_VERSIONS.get(h.api_key)
                 if versions is None or not versions[0] <= h.api_version <= versions[1]:
                     if h.api_key == ApiKey.API_VERSIONS:
@@ -277,6 +288,12 @@ class Controller:
                 return self._alter_configs(rb, r, authorized)
             if api_key == ApiKey.ALTER_PARTITION_REASSIGNMENTS:
                 return self._reassign(rb, r, authorized)
+            if api_key == ApiKey.CREATE_ACLS:
+                return self.security.create_acls(rb, r, authorized)
+            if api_key == ApiKey.DELETE_ACLS:
+                return self.security.delete_acls(rb, r, authorized)
+            if api_key == ApiKey.ALTER_CLIENT_QUOTAS:
+                return self.security.alter_client_quotas(rb, r, authorized)
         raise entities.MalformedRequest(f"{api_name(api_key)} is not served by the controller")
 
     def _allocate(self, rb, r, principal: str, authorized: bool) -> bytes:

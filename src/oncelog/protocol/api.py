@@ -95,6 +95,12 @@ BROKER_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
     ApiKey.LIST_TRANSACTIONS: (0, 1),
     ApiKey.WRITE_TXN_MARKERS: (1, 1),  # broker to broker (and Kafka's tools); issue 16
+    # Security (issue 18): ACLs and client quotas
+    ApiKey.DESCRIBE_ACLS: (1, 3),
+    ApiKey.CREATE_ACLS: (1, 3),
+    ApiKey.DELETE_ACLS: (1, 3),
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: (0, 1),
+    ApiKey.ALTER_CLIENT_QUOTAS: (0, 1),
 }
 
 # Transactions (issue 16, docs/transactions.md "Versions"): what the broker will advertise once the
@@ -125,6 +131,10 @@ SECURITY_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
 }
 
+# oncelog-internal, on the controller listener only, never advertised: brokers follow the
+# controller's security records (controller/security.py; JSON request and answer bodies)
+SECURITY_RECORDS_KEY = 10000
+
 # (min, max) served on the controller listener
 CONTROLLER_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.API_VERSIONS: (0, 3),
@@ -139,6 +149,9 @@ CONTROLLER_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.CREATE_PARTITIONS: (3, 3),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (1, 1),
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0),
+    ApiKey.CREATE_ACLS: (3, 3),
+    ApiKey.DELETE_ACLS: (3, 3),
+    ApiKey.ALTER_CLIENT_QUOTAS: (1, 1),
 }
 
 # first version using flexible encoding (request header v2, response header v1, compact types)

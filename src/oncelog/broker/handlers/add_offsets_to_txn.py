@@ -1,8 +1,10 @@
 """AddOffsetsToTxn (API 25), v0-v3: the group's `__consumer_offsets` partition
 (abs(hash(group)) % offsets.topic.num.partitions) joins the transaction, so that its marker makes
-the TxnOffsetCommit offsets visible or drops them."""
+the TxnOffsetCommit offsets visible or drops them. Needs WRITE on the transactional id and READ
+on the group."""
 from __future__ import annotations
 
+from oncelog.broker.authorization import GROUP, TXN_ID, Op, require
 from oncelog.core.txn.errors import for_version
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
@@ -11,6 +13,8 @@ API_KEY = ApiKey.ADD_OFFSETS_TO_TXN
 
 
 async def handle(broker, version: int, r) -> bytes:
+    require(broker, Op.WRITE, TXN_ID, str(r.transactional_id))
+    require(broker, Op.READ, GROUP, str(r.group_id))
     rb = entities.ResponseBuilder(API_KEY, version)
     code = await broker.txn.ensure_topic()
     if not code:

@@ -4,11 +4,15 @@ v0-3 carry one transaction; v4 a batch of them (brokers only, KIP-890), each eit
 VerifyOnly, checked without a write (NONE or TRANSACTION_ABORTABLE per partition). A partition of
 an unknown topic answers UNKNOWN_TOPIC_OR_PARTITION and the rest of its transaction
 OPERATION_NOT_ATTEMPTED, as Kafka does; nothing is added then.
+Authorization: v0-3 WRITE on the transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED for all)
+and on each topic (TOPIC_AUTHORIZATION_FAILED, the rest OPERATION_NOT_ATTEMPTED); v4 (brokers)
+CLUSTER_ACTION on the cluster.
 """
 from __future__ import annotations
 
 import asyncio
 
+from oncelog.broker.authorization import TOPIC, TXN_ID, Op, authorize, authorized_names, require_cluster
 from oncelog.core.txn.errors import for_version
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
@@ -25,6 +29,7 @@ async def handle(broker, version: int, r) -> bytes:
                              int(r.v3_and_below_producer_id), int(r.v3_and_below_producer_epoch), False,
                              r.v3_and_below_topics)
         return rb.encode(throttle_time=0, results_by_topic_v3_and_below=_topic_results(rb, results))
+    require_cluster(broker, Op.CLUSTER_ACTION)
     answers = await asyncio.gather(*(
         _one(broker, version, str(t.transactional_id), int(t.producer_id), int(t.producer_epoch),
              bool(t.verify_only), t.topics) for t in r.transactions))
@@ -37,6 +42,13 @@ async def handle(broker, version: int, r) -> bytes:
 async def _one(broker, version: int, tid: str, pid: int, epoch: int, verify_only: bool,
                topics) -> dict[tuple[str, int], int]:
     wanted = [(str(t.name), int(i)) for t in topics for i in t.partitions]
+    if version <= 3:
+        if not authorize(broker, Op.WRITE, TXN_ID, tid):
+            return {tp: E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED for tp in wanted}
+        writable = authorized_names(broker, Op.WRITE, TOPIC, (t for t, _ in wanted))
+        if len(writable) < len({t for t, _ in wanted}):
+            return {tp: E.TOPIC_AUTHORIZATION_FAILED if tp[0] not in writable else E.OPERATION_NOT_ATTEMPTED
+                    for tp in wanted}
     unknown = {tp for tp in wanted if not _exists(broker, *tp)}
     if unknown:
         return {tp: E.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown else E.OPERATION_NOT_ATTEMPTED for tp in wanted}

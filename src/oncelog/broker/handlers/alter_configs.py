@@ -1,9 +1,10 @@
 """AlterConfigs (API 33), v0-v2, the legacy form: a topic's overrides are replaced wholesale by
 the configs given (a name left out, or given with a null value, reverts to its default), as
 Kafka's legacyAlterConfigs does; validate_only checks without changing anything. Broker settings
-come from server.properties, as for IncrementalAlterConfigs."""
+come from server.properties, as for IncrementalAlterConfigs. Needs ALTER_CONFIGS on the resource."""
 from __future__ import annotations
 
+from oncelog.broker.authorization import Op, config_denied
 from oncelog.broker.handlers import incremental_alter_configs
 from oncelog.core.topic_config import parse_topic_configs
 from oncelog.protocol import entities
@@ -22,6 +23,9 @@ async def handle(broker, version: int, request) -> bytes:
         code: int = ErrorCode.NONE
         message: str | None = None
         try:
+            denied = config_denied(broker, Op.ALTER_CONFIGS, rtype, rname)
+            if denied is not None:
+                raise KafkaProtocolError(denied, None)
             if rtype != TOPIC:
                 raise KafkaProtocolError(ErrorCode.INVALID_REQUEST, "only topic configs can be altered "
                                          "at runtime; broker settings come from server.properties")

@@ -3,11 +3,13 @@ get leaders as CreateTopics' do (a single node leads them all; in a cluster the 
 them, or takes the one broker each assignment names), and Metadata shows them at once, so clients
 pick them up at their next refresh. Kafka's errors: INVALID_PARTITIONS when the count does not
 increase, UNKNOWN_TOPIC_OR_PARTITION, INVALID_REPLICA_ASSIGNMENT for an assignment that does not
-name exactly one known broker per new partition, INVALID_REQUEST for a topic named twice."""
+name exactly one known broker per new partition, INVALID_REQUEST for a topic named twice. Needs
+ALTER on the topic (TOPIC_AUTHORIZATION_FAILED)."""
 from __future__ import annotations
 
 from collections import Counter
 
+from oncelog.broker.authorization import TOPIC, Op, authorize
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
@@ -26,6 +28,8 @@ async def handle(broker, version: int, request) -> bytes:
         try:
             if named[name] > 1:
                 raise KafkaProtocolError(ErrorCode.INVALID_REQUEST, "Duplicate topic name.")
+            if not authorize(broker, Op.ALTER, TOPIC, name):
+                raise KafkaProtocolError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
             assignments = None if t.assignments is None else [[int(b) for b in a.broker_ids] for a in t.assignments]
             await broker.logs.create_partitions(name, int(t.count), assignments, broker.now_ms(),
                                                 validate_only=bool(request.validate_only))

@@ -1,7 +1,10 @@
 """CreateTopics (API 19), v2-v7. One replica per partition: a replication factor other than 1
-(or -1, the default) is refused; configs are validated before anything is created."""
+(or -1, the default) is refused; configs are validated before anything is created. Needs CREATE
+on the cluster or on the topic (TOPIC_AUTHORIZATION_FAILED); the configs in the answer (v5+,
+KIP-525) need DESCRIBE_CONFIGS on the topic."""
 from __future__ import annotations
 
+from oncelog.broker.authorization import TOPIC, Op, authorize, authorize_cluster
 from oncelog.broker.handlers.describe_configs import topic_config_entries
 from oncelog.core.topic_config import parse_topic_configs
 from oncelog.protocol import entities
@@ -14,9 +17,12 @@ API_KEY = ApiKey.CREATE_TOPICS
 async def handle(broker, version: int, request) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     results = []
+    on_cluster = authorize_cluster(broker, Op.CREATE, audit=False)
     for t in request.topics:
         name = str(t.name)
         try:
+            if not (on_cluster or authorize(broker, Op.CREATE, TOPIC, name)):
+                raise KafkaProtocolError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
             partitions = _partitions(broker, t)
             overrides = {c.name: c.value for c in t.configs if c.value is not None}
             parse_topic_configs(overrides)
@@ -32,7 +38,8 @@ async def handle(broker, version: int, request) -> bytes:
                               configs=None))
             continue
         configs = None
-        if version >= 5 and topic_id is not None:
+        if version >= 5 and topic_id is not None and authorize(broker, Op.DESCRIBE_CONFIGS, TOPIC, name,
+                                                               audit=False):
             configs = tuple(rb("CreatableTopicConfigs", name=n, value=v, read_only=False,
                                config_source=src, is_sensitive=False)
                             for n, v, src, _doc, _kind in topic_config_entries(broker, name))

@@ -1,7 +1,9 @@
 """DeleteGroups (API 42), v0-v2: an empty group is forgotten with its committed offsets; a group
-with members answers NON_EMPTY_GROUP, an unknown one GROUP_ID_NOT_FOUND (Kafka's rules)."""
+with members answers NON_EMPTY_GROUP, an unknown one GROUP_ID_NOT_FOUND (Kafka's rules). Each group needs DELETE (else
+GROUP_AUTHORIZATION_FAILED)."""
 from __future__ import annotations
 
+from oncelog.broker.authorization import GROUP, Op, authorize
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode
@@ -13,7 +15,8 @@ async def handle(broker, version: int, r) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     results = tuple(
         rb("DeletableGroupResult", group_id=gid,
-           error_code=broker.groups.delete_group(str(gid)) if broker.coordinates(str(gid))
+           error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED if not authorize(broker, Op.DELETE, GROUP, str(gid))
+           else broker.groups.delete_group(str(gid)) if broker.coordinates(str(gid))
            else ErrorCode.NOT_COORDINATOR)
         for gid in r.groups_names)
     return rb.encode(throttle_time=0, results=results)

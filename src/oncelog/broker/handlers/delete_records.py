@@ -1,7 +1,9 @@
 """DeleteRecords (API 21), v0-v2: move a partition's log start offset (-1: to the high
-watermark). Producer state is snapshotted first so it outlives the deleted batches."""
+watermark). Producer state is snapshotted first so it outlives the deleted batches. Needs DELETE
+on the topic (TOPIC_AUTHORIZATION_FAILED)."""
 from __future__ import annotations
 
+from oncelog.broker.authorization import TOPIC, Op, authorized_names
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
@@ -12,13 +14,16 @@ API_KEY = ApiKey.DELETE_RECORDS
 async def handle(broker, version: int, request) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     topics = []
+    deletable = authorized_names(broker, Op.DELETE, TOPIC, (str(t.name) for t in request.topics))
     for t in request.topics:
         parts = []
         for p in t.partitions:
             partition = broker.logs.get_partition(str(t.name), int(p.partition_index))
             code: int
             code, low = ErrorCode.NONE, -1
-            if partition is None:
+            if str(t.name) not in deletable:
+                code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif partition is None:
                 code = broker.logs.partition_error(str(t.name), int(p.partition_index))
             else:
                 offset = partition.high_watermark if int(p.offset) == -1 else int(p.offset)

@@ -1,7 +1,8 @@
 """DeleteTopics (API 20), v1-v6 (v6 names topics by name or id). Committed group offsets of a
-deleted topic are deleted with it."""
+deleted topic are deleted with it. Needs DELETE on the topic (TOPIC_AUTHORIZATION_FAILED)."""
 from __future__ import annotations
 
+from oncelog.broker.authorization import TOPIC, Op, authorize
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
@@ -23,6 +24,8 @@ async def handle(broker, version: int, request) -> bytes:
         code, message = ErrorCode.NONE, None
         if name is None:
             code = ErrorCode.UNKNOWN_TOPIC_ID
+        elif not authorize(broker, Op.DELETE, TOPIC, str(name)):
+            code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
         else:
             info = broker.logs.topics.get(str(name))
             topic_id = info.topic_id if info is not None else topic_id

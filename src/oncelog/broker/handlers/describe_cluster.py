@@ -1,8 +1,8 @@
 """DescribeCluster (API 60), v0-v1: this broker, the cluster id, and who the controller is."""
 from __future__ import annotations
 
-from oncelog.core.security.acl import ResourceType
-from oncelog.core.security.authorizer import AUTHORIZED_OPERATIONS_OMITTED, all_operations
+from oncelog.broker.authorization import CLUSTER, CLUSTER_NAME, Op, authorize_cluster, authorized_operations
+from oncelog.core.security.authorizer import AUTHORIZED_OPERATIONS_OMITTED
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode
@@ -17,9 +17,11 @@ async def handle(broker, version: int, request) -> bytes:
                          error_message="only broker endpoints are described", endpoint_type=1,
                          cluster_id=broker.cluster_id, controller_id=-1, brokers=(),
                          cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
-    # KIP-430: no authorizer is configured, so every operation the cluster resource supports
-    operations = (all_operations(ResourceType.CLUSTER) if request.include_cluster_authorized_operations
-                  else AUTHORIZED_OPERATIONS_OMITTED)
+    # KIP-430: the caller's operations, only for a caller that may DESCRIBE the cluster (else 0)
+    operations = AUTHORIZED_OPERATIONS_OMITTED
+    if request.include_cluster_authorized_operations:
+        operations = (authorized_operations(broker, CLUSTER, CLUSTER_NAME)
+                      if authorize_cluster(broker, Op.DESCRIBE, audit=False) else 0)
     me = rb("DescribeClusterBroker", broker_id=broker.node_id, host=broker.advertised_host,
             port=broker.advertised_port, rack=None)
     return rb.encode(throttle_time=0, error_code=ErrorCode.NONE, error_message=None, endpoint_type=1,

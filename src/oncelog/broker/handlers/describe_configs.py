@@ -1,7 +1,10 @@
 """DescribeConfigs (API 32), v1-v4: a topic's effective configuration with the source of each
-value (topic override, broker setting, or default), and the broker's settings."""
+value (topic override, broker setting, or default), and the broker's settings. Needs
+DESCRIBE_CONFIGS on the topic (TOPIC_AUTHORIZATION_FAILED) or the cluster for broker settings
+(CLUSTER_AUTHORIZATION_FAILED)."""
 from __future__ import annotations
 
+from oncelog.broker.authorization import Op, config_denied
 from oncelog.broker.config import SETTINGS
 from oncelog.core.topic_config import TOPIC_CONFIGS
 from oncelog.protocol import entities
@@ -45,7 +48,10 @@ async def handle(broker, version: int, request) -> bytes:
     for res in request.resources:
         rtype, rname = int(res.resource_type), str(res.resource_name)
         code, message, entries = ErrorCode.NONE, None, []
-        if rtype == TOPIC:
+        denied = config_denied(broker, Op.DESCRIBE_CONFIGS, rtype, rname)
+        if denied is not None:
+            code, message = denied, None
+        elif rtype == TOPIC:
             if rname in broker.logs.topics:
                 entries = list(topic_config_entries(broker, rname))
             else:

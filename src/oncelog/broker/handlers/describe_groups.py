@@ -1,9 +1,10 @@
-"""DescribeGroups (API 15), v0-v5: state, protocol and members of each group."""
+"""DescribeGroups (API 15), v0-v5: state, protocol and members of each group. Each group needs
+DESCRIBE (else GROUP_AUTHORIZATION_FAILED in its entry); v3+ authorized operations are the caller's."""
 from __future__ import annotations
 
+from oncelog.broker.authorization import GROUP, Op, authorize, authorized_operations
 from oncelog.broker.group_coordinator import STABLE
-from oncelog.core.security.acl import ResourceType
-from oncelog.core.security.authorizer import AUTHORIZED_OPERATIONS_OMITTED, all_operations
+from oncelog.core.security.authorizer import AUTHORIZED_OPERATIONS_OMITTED
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode
@@ -13,11 +14,13 @@ API_KEY = ApiKey.DESCRIBE_GROUPS
 
 async def handle(broker, version: int, r) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
-    # KIP-430 (v3+): no authorizer is configured, so every operation a group supports
-    operations = (all_operations(ResourceType.GROUP) if getattr(r, "include_authorized_operations", False)
-                  else AUTHORIZED_OPERATIONS_OMITTED)
+    asked = bool(getattr(r, "include_authorized_operations", False))
     out = []
     for gid in r.groups:
+        if not authorize(broker, Op.DESCRIBE, GROUP, str(gid)):
+            out.append(rb.error("DescribedGroup", ErrorCode.GROUP_AUTHORIZATION_FAILED, group_id=gid,
+                                authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))
+            continue
         if not broker.coordinates(str(gid)):
             out.append(rb("DescribedGroup", error_code=ErrorCode.NOT_COORDINATOR, group_id=gid,
                           group_state="", protocol_type="", protocol_data="", members=(),
@@ -36,7 +39,7 @@ async def handle(broker, version: int, r) -> bytes:
         out.append(rb("DescribedGroup", error_code=ErrorCode.NONE, group_id=gid,
                       group_state=g.state if g else "Dead", protocol_type=(g.protocol_type or "") if g else "",
                       protocol_data=(g.protocol or "") if stable else "", members=members,
-                      authorized_operations=operations))
+                      authorized_operations=authorized_operations(broker, GROUP, str(gid), asked)))
     return rb.encode(throttle_time=0, groups=tuple(out))
 
 

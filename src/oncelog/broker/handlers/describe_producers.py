@@ -3,6 +3,7 @@
 Each partition answers from `Partition.producer_state` (the coordinator epoch of the last marker,
 -1 if none) and its open transactions (the first offset of the producer's, -1 if none). An
 unknown topic or partition gets UNKNOWN_TOPIC_OR_PARTITION in its own entry; the rest of the request is still answered.
+A topic needs READ (TOPIC_AUTHORIZATION_FAILED in its partitions' entries).
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from kio.schema.errors import ErrorCode as KioError
 from kio.schema.types import ProducerId, TopicName
 from kio.static.primitive import i32, i32Timedelta, i64
 
+from oncelog.broker.authorization import TOPIC, Op, authorized_names
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 
@@ -28,11 +30,18 @@ VERSIONS = (0, 0)
 
 
 def describe_producers(request: DescribeProducersRequest,
-                       get_partition: Callable[[str, int], object | None]) -> DescribeProducersResponse:
-    """`get_partition(topic, index)` returns the Partition, or None when this broker has none."""
+                       get_partition: Callable[[str, int], object | None],
+                       readable: set[str] | None = None) -> DescribeProducersResponse:
+    """`get_partition(topic, index)` returns the Partition, or None when this broker has none;
+    topics outside `readable` (None: all) are refused."""
     topics = []
     for t in request.topics:
         parts = []
+        if readable is not None and str(t.name) not in readable:
+            topics.append(TopicResponse(name=TopicName(t.name), partitions=tuple(
+                PartitionResponse(partition_index=i32(index), error_code=KioError.topic_authorization_failed,
+                                  error_message=None, active_producers=()) for index in t.partition_indexes)))
+            continue
         for index in t.partition_indexes:
             partition = get_partition(str(t.name), int(index))
             if partition is None:
@@ -58,7 +67,8 @@ def _producers(partition) -> list[ProducerState]:
 
 
 async def handle(broker, version: int, request) -> bytes:
-    return entities.encode(describe_producers(request, broker.logs.get_partition))
+    readable = authorized_names(broker, Op.READ, TOPIC, (str(t.name) for t in request.topics))
+    return entities.encode(describe_producers(request, broker.logs.get_partition, readable))
 
 
 def error_response(version: int, request, code: int) -> bytes:

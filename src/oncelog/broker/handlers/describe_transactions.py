@@ -1,8 +1,10 @@
 """DescribeTransactions (API 65), v0: each id's state as its coordinator holds it (the state's
 name, e.g. "Ongoing"); an unknown id TRANSACTIONAL_ID_NOT_FOUND, one this broker does not
-coordinate NOT_COORDINATOR."""
+coordinate NOT_COORDINATOR. Each id needs DESCRIBE (TRANSACTIONAL_ID_AUTHORIZATION_FAILED); its
+partitions are listed only for topics the caller may DESCRIBE."""
 from __future__ import annotations
 
+from oncelog.broker.authorization import TOPIC, TXN_ID, Op, authorize, authorized_names
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode
@@ -15,13 +17,17 @@ async def handle(broker, version: int, r) -> bytes:
     states = []
     for tid in r.transactional_ids:
         code, meta = broker.txn.core.describe(str(tid))
+        if not authorize(broker, Op.DESCRIBE, TXN_ID, str(tid)):
+            code, meta = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, None
         if meta is None:
             states.append(rb.error("TransactionState", code, transactional_id=tid, transaction_state="",
                                    transaction_start_time=0))
             continue
         topics: dict[str, list[int]] = {}
+        described = authorized_names(broker, Op.DESCRIBE, TOPIC, (t for t, _ in meta.partitions), audit=False)
         for topic, index in sorted(meta.partitions):
-            topics.setdefault(topic, []).append(index)
+            if topic in described:
+                topics.setdefault(topic, []).append(index)
         states.append(rb("TransactionState", error_code=ErrorCode.NONE, transactional_id=tid,
                          transaction_state=meta.state.display_name, transaction_timeout=meta.timeout_ms,
                          # kio writes a datetime: -1 (no transaction started) becomes the epoch

@@ -6,15 +6,22 @@ Isolation (v4+): read_uncommitted reads up to the high watermark and gets a null
 AbortedTransactions; read_committed (1) reads up to the last stable offset, never beyond, and gets
 the aborted transactions overlapping what it was given (Kafka's collectAbortedTxns, from the
 `.txnindex` of the segment holding the fetch offset onwards). LastStableOffset is always filled
-in; with no transaction open it is the high watermark."""
+in; with no transaction open it is the high watermark.
+
+Authorization: READ on each topic, else TOPIC_AUTHORIZATION_FAILED for its partitions. Quota
+(`consumer_byte_rate`): a Fetch asks for at most what the quota allows in its window; one over
+the quota is answered at once with its throttle time and no records (its bytes taken back, as
+Kafka's unrecordQuotaSensor), and the connection is muted for that time (KIP-219)."""
 from __future__ import annotations
 
 import time
 
+from oncelog.broker.authorization import TOPIC, Op, authorized_names
+from oncelog.broker.quotas import throttle
 from oncelog.protocol import entities
 from oncelog.protocol import fetch as wire
 from oncelog.protocol.api import ApiKey
-from oncelog.protocol.errors import KafkaProtocolError
+from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.protocol.records import iter_batches
 
 API_KEY = ApiKey.FETCH
@@ -27,12 +34,18 @@ MAX_ABORTED_SCAN = 1000
 async def handle(broker, version: int, request) -> bytes:
     max_wait_s = entities.millis(request.max_wait) / 1000
     deadline = time.monotonic() + max_wait_s
-    max_bytes = min(int(request.max_bytes), broker.config["fetch.max.bytes"])
+    max_bytes = min(int(request.max_bytes), broker.config["fetch.max.bytes"], broker.quotas.fetch_window_bytes())
     min_bytes = min(int(request.min_bytes), max_bytes)
+    readable = authorized_names(broker, Op.READ, TOPIC, (str(t.topic) for t in request.topics))
     while True:
-        topics, size = _read(broker, request, max_bytes)
+        topics, size = _read(broker, request, max_bytes, readable)
         remaining = deadline - time.monotonic()
         if size >= min_bytes or remaining <= 0 or not _any_readable(topics):
+            throttle_ms = broker.quotas.record_fetch(size)
+            if throttle_ms:
+                broker.quotas.unrecord_fetch(size)
+                throttle(throttle_ms)
+                return wire.encode_response(version, [], throttle_ms=throttle_ms)
             return wire.encode_response(version, topics)
         await broker.wait_for_data(remaining)
 
@@ -42,7 +55,7 @@ def _any_readable(topics) -> bool:
     return any(p.error_code == 0 for _name, parts in topics for p in parts)
 
 
-def _read(broker, request, max_bytes: int):
+def _read(broker, request, max_bytes: int, readable: set[str]):
     """At most `max_bytes` of records over all partitions and PartitionMaxBytes from each, except
     that the first batch of the first partition with data is returned whole even if it is larger,
     so that a consumer always progresses (Kafka's ReplicaManager.readFromLog, KIP-74). A later
@@ -54,6 +67,10 @@ def _read(broker, request, max_bytes: int):
     for t in request.topics:
         name = str(t.topic)
         parts = []
+        if name not in readable:
+            topics.append((name, [wire.PartitionData(int(fp.partition), ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                                  for fp in t.partitions]))
+            continue
         for fp in t.partitions:
             index = int(fp.partition)
             partition = broker.logs.get_partition(name, index)

@@ -1,8 +1,10 @@
 """FindCoordinator (API 10), v0-v4: which broker coordinates a group (`Broker.group_coordinator`)
 or a transactional id (key type 1: the leader of its `__transaction_state` partition, the topic
-created on first need). v4 answers a batch of keys (KIP-699)."""
+created on first need). v4 answers a batch of keys (KIP-699). Needs DESCRIBE on the group
+(GROUP_AUTHORIZATION_FAILED) or on the transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED)."""
 from __future__ import annotations
 
+from oncelog.broker import authorization as authz
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode
@@ -23,6 +25,9 @@ async def handle(broker, version: int, request) -> bytes:
     def answer(key: str) -> dict:
         if code:
             return dict(node_id=-1, host="", port=-1, error_code=code, error_message=message)
+        resource = authz.TXN_ID if key_type == TRANSACTION else authz.GROUP
+        if not authz.authorize(broker, authz.Op.DESCRIBE, resource, key):
+            return dict(node_id=-1, host="", port=-1, error_code=authz.denied_code(resource), error_message=None)
         if key_type == TRANSACTION:
             if not key:
                 return dict(node_id=-1, host="", port=-1, error_code=ErrorCode.INVALID_REQUEST,

@@ -1,8 +1,10 @@
 """IncrementalAlterConfigs (API 44), v0-v1: set or delete topic overrides at runtime. A new
 `producer.state.batches.to.retain` applies to the next batches, without a restart (KIP-1269).
-All of a resource's changes are validated before any is applied."""
+All of a resource's changes are validated before any is applied. Needs ALTER_CONFIGS on the topic
+(TOPIC_AUTHORIZATION_FAILED) or the cluster for broker settings (CLUSTER_AUTHORIZATION_FAILED)."""
 from __future__ import annotations
 
+from oncelog.broker.authorization import Op, config_denied
 from oncelog.core.topic_config import parse_topic_configs
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
@@ -21,6 +23,9 @@ async def handle(broker, version: int, request) -> bytes:
         code: int
         code, message = ErrorCode.NONE, None
         try:
+            denied = config_denied(broker, Op.ALTER_CONFIGS, rtype, rname)
+            if denied is not None:
+                raise KafkaProtocolError(denied, None)
             if rtype != TOPIC:
                 raise KafkaProtocolError(ErrorCode.INVALID_REQUEST, "only topic configs can be altered "
                                          "at runtime; broker settings come from server.properties")

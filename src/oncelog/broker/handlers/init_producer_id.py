@@ -8,9 +8,12 @@ would let a client take over an id it was never given, or one not yet issued.
 With a transactional id the transaction coordinator decides (`core.txn`: fencing, epoch bump,
 PrepareEpochFence, the KIP-360 retry with the caller's id and epoch, a new id when the epoch is
 exhausted); PRODUCER_FENCED is told as INVALID_PRODUCER_EPOCH below v4 (`core.txn.errors`).
+Authorization: WRITE on the transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED); without one,
+IDEMPOTENT_WRITE on the cluster or WRITE on any topic (KIP-679), else CLUSTER_AUTHORIZATION_FAILED.
 """
 from __future__ import annotations
 
+from oncelog.broker.authorization import TOPIC, TXN_ID, Op, authorize_by_resource_type, authorize_cluster, require
 from oncelog.core.txn.errors import for_version
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
@@ -22,7 +25,12 @@ API_KEY = ApiKey.INIT_PRODUCER_ID
 async def handle(broker, version: int, request) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     if request.transactional_id is not None:
+        require(broker, Op.WRITE, TXN_ID, str(request.transactional_id))
         return await _transactional(broker, version, request, rb)
+    if not (authorize_cluster(broker, Op.IDEMPOTENT_WRITE, audit=False)
+            or authorize_by_resource_type(broker, Op.WRITE, TOPIC)):
+        return rb.encode(throttle_time=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, producer_id=-1,
+                         producer_epoch=-1)
     try:
         pid = await broker.producer_ids.generate_producer_id()
     except KafkaProtocolError as e:

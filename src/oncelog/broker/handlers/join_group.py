@@ -1,8 +1,10 @@
 """JoinGroup (API 11), v0-v7. From v4 a new dynamic member first gets MEMBER_ID_REQUIRED with its id
 (KIP-394); from v5 a member may be static (`group.instance.id`, KIP-345). The answer waits for the
-rebalance to complete. v0 has no rebalance timeout: the session timeout stands in for it."""
+rebalance to complete. v0 has no rebalance timeout: the session timeout stands in for it.
+Needs READ on the group (else GROUP_AUTHORIZATION_FAILED)."""
 from __future__ import annotations
 
+from oncelog.broker.authorization import GROUP, Op, require
 from oncelog.broker.request_context import CLIENT
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
@@ -13,6 +15,7 @@ API_KEY = ApiKey.JOIN_GROUP
 
 async def handle(broker, version: int, r) -> bytes:
     client_id, host = CLIENT.get()
+    require(broker, Op.READ, GROUP, str(r.group_id))
     rb = entities.ResponseBuilder(API_KEY, version)
     if not broker.coordinates(str(r.group_id)):
         return rb.encode(throttle_time=0, error_code=ErrorCode.NOT_COORDINATOR, generation_id=-1,

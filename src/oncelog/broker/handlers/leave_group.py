@@ -1,7 +1,9 @@
 """LeaveGroup (API 13), v0-v4. v3+ removes a batch of members, each by member id or, with an empty
-member id, by its static instance id (KIP-345's administrative removal); each gets its own error."""
+member id, by its static instance id (KIP-345's administrative removal); each gets its own error.
+Needs READ on the group."""
 from __future__ import annotations
 
+from oncelog.broker.authorization import GROUP, Op, require
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode
@@ -13,6 +15,8 @@ async def handle(broker, version: int, r) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     group = str(r.group_id)
     error = ErrorCode.NONE
+    if group:
+        require(broker, Op.READ, GROUP, group)
     if not group:
         error = ErrorCode.INVALID_GROUP_ID
     elif not broker.coordinates(group):

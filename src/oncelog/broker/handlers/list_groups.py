@@ -1,6 +1,8 @@
-"""ListGroups (API 16), v0-v4."""
+"""ListGroups (API 16), v0-v4: every group with DESCRIBE on the cluster, else those the caller may
+DESCRIBE (Kafka filters silently)."""
 from __future__ import annotations
 
+from oncelog.broker.authorization import GROUP, Op, authorize, authorize_cluster
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode
@@ -11,7 +13,9 @@ API_KEY = ApiKey.LIST_GROUPS
 async def handle(broker, version: int, r) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     states = {s.lower() for s in getattr(r, "states_filter", ()) or ()}  # Kafka ignores case
+    everything = authorize_cluster(broker, Op.DESCRIBE, audit=False)
     groups = tuple(rb("ListedGroup", group_id=gid, protocol_type=ptype, group_state=state)
                    for gid, ptype, state in broker.groups.listing()
-                   if broker.coordinates(gid) and (not states or state.lower() in states))
+                   if broker.coordinates(gid) and (not states or state.lower() in states)
+                   and (everything or authorize(broker, Op.DESCRIBE, GROUP, gid, audit=False)))
     return rb.encode(throttle_time=0, error_code=ErrorCode.NONE, groups=groups)

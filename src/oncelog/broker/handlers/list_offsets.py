@@ -4,11 +4,13 @@ or under read_committed (v2+ isolation level 1) the last stable offset;
 max-timestamp (-3) the first record holding the largest timestamp; latest-tiered (-5) offset -1
 (nothing is tiered); a time >= 0 the first record whose timestamp is at or after it. A special
 timestamp older than the version that introduced it is UNSUPPORTED_VERSION, and a partition named
-twice is INVALID_REQUEST (Kafka's ReplicaManager.fetchOffset)."""
+twice is INVALID_REQUEST (Kafka's ReplicaManager.fetchOffset). A topic needs DESCRIBE (else
+TOPIC_AUTHORIZATION_FAILED)."""
 from __future__ import annotations
 
 from collections import Counter
 
+from oncelog.broker.authorization import TOPIC, Op, authorized_names
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
@@ -26,12 +28,15 @@ async def handle(broker, version: int, request) -> bytes:
     duplicates = {tp for tp, n in named.items() if n > 1}
     topics = []
     committed = version >= 2 and int(getattr(request, "isolation_level", 0)) == 1
+    described = authorized_names(broker, Op.DESCRIBE, TOPIC, (str(t.name) for t in request.topics))
     for t in request.topics:
         parts = []
         for p in t.partitions:
             index, timestamp = int(p.partition_index), int(p.timestamp)
             code: int
-            if (str(t.name), index) in duplicates:
+            if str(t.name) not in described:
+                code, ts, offset, epoch = ErrorCode.TOPIC_AUTHORIZATION_FAILED, -1, -1, -1
+            elif (str(t.name), index) in duplicates:
                 code, ts, offset, epoch = ErrorCode.INVALID_REQUEST, -1, -1, -1
             elif timestamp < 0 and _SINCE_VERSION.get(timestamp, 1 << 15) > version:
                 code, ts, offset, epoch = ErrorCode.UNSUPPORTED_VERSION, -1, -1, -1

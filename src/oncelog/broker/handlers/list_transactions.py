@@ -1,8 +1,9 @@
 """ListTransactions (API 66), v0-v1: the transactions this broker coordinates, filtered by state
 names, producer ids and (v1, KIP-994) how long they have been running; unknown state names are
-listed back."""
+listed back. Only ids the caller may DESCRIBE are listed."""
 from __future__ import annotations
 
+from oncelog.broker.authorization import TXN_ID, Op, authorize
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 
@@ -18,4 +19,5 @@ async def handle(broker, version: int, r) -> bytes:
                      transaction_states=tuple(
                          rb("TransactionState", transactional_id=m.transactional_id, producer_id=m.producer_id,
                             transaction_state=m.state.display_name)
-                         for m in sorted(metas, key=lambda m: m.transactional_id)))
+                         for m in sorted(metas, key=lambda m: m.transactional_id)
+                         if authorize(broker, Op.DESCRIBE, TXN_ID, m.transactional_id, audit=False)))

@@ -1,12 +1,25 @@
 """Metadata (API 3), v1-v12: brokers, topics with ids (v10+), partition leaders and leader epochs;
 auto-creation when `auto.create.topics.enable` and the client allows it. In a cluster the brokers
-and leaders come from the controller's view, so a client learns where a partition moved."""
+and leaders come from the controller's view, so a client learns where a partition moved.
+
+Authorization (Kafka's KafkaApis.handleTopicMetadataRequest): a topic needs DESCRIBE. Asked for
+all topics, those the caller may not describe are left out; named, they are answered
+TOPIC_AUTHORIZATION_FAILED without looking whether they exist. Auto-creation needs CREATE on the
+cluster or on the topic (else TOPIC_AUTHORIZATION_FAILED)."""
 from __future__ import annotations
 
 import logging
 
-from oncelog.core.security.acl import ResourceType
-from oncelog.core.security.authorizer import AUTHORIZED_OPERATIONS_OMITTED, all_operations
+from oncelog.broker.authorization import (
+    CLUSTER,
+    OMITTED,
+    TOPIC,
+    Op,
+    authorize,
+    authorize_cluster,
+    authorized_names,
+    authorized_operations,
+)
 from oncelog.protocol import metadata as wire
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
@@ -19,7 +32,7 @@ log = logging.getLogger(__name__)
 
 async def handle(broker, version: int, request) -> bytes:
     if request.topics is None:
-        wanted = sorted(broker.logs.topics)
+        wanted: list = sorted(authorized_names(broker, Op.DESCRIBE, TOPIC, broker.logs.topics, audit=False))
     else:
         wanted = []
         for t in request.topics:
@@ -27,7 +40,12 @@ async def handle(broker, version: int, request) -> bytes:
                 getattr(t, "topic_id", None))
             wanted.append(name if name is not None else getattr(t, "topic_id", None))
     allow_create = getattr(request, "allow_auto_topic_creation", True)
-    topics = [await topic_entry(broker, name, allow_create) for name in wanted]
+    described: set[str] = set()
+    if request.topics is not None:
+        described = authorized_names(broker, Op.DESCRIBE, TOPIC, (n for n in wanted if isinstance(n, str)))
+    topics = [wire.TopicEntry(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+              if request.topics is not None and isinstance(name, str) and name not in described
+              else await topic_entry(broker, name, allow_create) for name in wanted]
     me = wire.BrokerEntry(broker.node_id, broker.advertised_host, broker.advertised_port)
     brokers = [wire.BrokerEntry(b.node_id, b.host, b.port) for b in broker.logs.brokers]
     if all(b.node_id != broker.node_id for b in brokers):
@@ -37,14 +55,15 @@ async def handle(broker, version: int, request) -> bytes:
     # who would otherwise look for a broker id missing from the list.
     alive = {b.node_id for b in brokers}
     topics = [_without_dead_leaders(t, alive) for t in topics]
-    # KIP-430, asked for by v8+: no authorizer is configured, so every supported operation
+    # KIP-430, asked for by v8+
     if getattr(request, "include_topic_authorized_operations", False):
         for t in topics:
             if t.error_code == ErrorCode.NONE:
-                t.authorized_operations = all_operations(ResourceType.TOPIC)
-    cluster_operations = (all_operations(ResourceType.CLUSTER)
-                          if getattr(request, "include_cluster_authorized_operations", False)
-                          else AUTHORIZED_OPERATIONS_OMITTED)
+                t.authorized_operations = authorized_operations(broker, TOPIC, t.name or "")
+    cluster_operations = OMITTED
+    if getattr(request, "include_cluster_authorized_operations", False):
+        cluster_operations = (authorized_operations(broker, CLUSTER, "kafka-cluster")
+                              if authorize_cluster(broker, Op.DESCRIBE, audit=False) else 0)
     return wire.encode_response(version, brokers, broker.cluster_id, broker.node_id, topics, cluster_operations)
 
 
@@ -62,6 +81,8 @@ async def topic_entry(broker, name, allow_create: bool) -> wire.TopicEntry:
         return wire.TopicEntry(None, ErrorCode.UNKNOWN_TOPIC_ID, topic_id=name)
     info = broker.logs.topics.get(name)
     if info is None and allow_create and broker.config["auto.create.topics.enable"]:
+        if not (authorize_cluster(broker, Op.CREATE, audit=False) or authorize(broker, Op.CREATE, TOPIC, name)):
+            return wire.TopicEntry(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
         try:
             info = await broker.logs.create_topic(name, broker.config["num.partitions"], {}, broker.now_ms())
             log.info("auto-created topic %s with %d partitions", name, info.partitions)

@@ -1,9 +1,11 @@
 """OffsetCommit (API 8), v2-v8: durable before it is acknowledged. Generation -1 with no member
 id is a standalone commit (a consumer using assign), accepted while the group has no members.
 v2-v4 may ask for their own retention time; v7+ names the static instance. A partition the
-topic does not have gets UNKNOWN_TOPIC_OR_PARTITION."""
+topic does not have gets UNKNOWN_TOPIC_OR_PARTITION. Needs READ on the group (else
+GROUP_AUTHORIZATION_FAILED for every partition) and READ on each topic (TOPIC_AUTHORIZATION_FAILED)."""
 from __future__ import annotations
 
+from oncelog.broker.authorization import GROUP, TOPIC, Op, authorized_names, require
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode
@@ -14,9 +16,14 @@ API_KEY = ApiKey.OFFSET_COMMIT
 
 async def handle(broker, version: int, r) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
-    offsets, unknown = {}, set()
+    require(broker, Op.READ, GROUP, str(r.group_id))
+    readable = authorized_names(broker, Op.READ, TOPIC, (str(t.name) for t in r.topics))
+    offsets, unknown, denied = {}, set(), set()
     for t in r.topics:
         for p in t.partitions:
+            if str(t.name) not in readable:
+                denied.add((str(t.name), int(p.partition_index)))
+                continue
             if not _exists(broker, str(t.name), int(p.partition_index)):
                 unknown.add((str(t.name), int(p.partition_index)))
                 continue
@@ -35,7 +42,8 @@ async def handle(broker, version: int, r) -> bytes:
     topics = tuple(
         rb("OffsetCommitResponseTopic", name=t.name, partitions=tuple(
             rb("OffsetCommitResponsePartition", partition_index=p.partition_index,
-               error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+               error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED
+               if (str(t.name), int(p.partition_index)) in denied else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                if (str(t.name), int(p.partition_index)) in unknown else error)
             for p in t.partitions))
         for t in r.topics)

@@ -24,11 +24,19 @@ Durability: appends run at once, in order; on a topic without write.caching an a
 fsync failed is answered KAFKA_STORAGE_ERROR (storage cut it: a retry is appended afresh), one
 still not durable after the request's timeout REQUEST_TIMED_OUT. acks=1 is answered from the page
 cache; its records become visible with the next fsync.
+
+Authorization (Kafka's handleProduceRequest): a request with transactional batches needs WRITE on
+its transactional id (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every partition); each topic
+needs WRITE, checked before its existence (TOPIC_AUTHORIZATION_FAILED). Quota
+(`producer_byte_rate`): the records' bytes are counted; over the quota the answer carries the
+throttle time and the connection is muted for it (KIP-219); the records are appended all the same.
 """
 from __future__ import annotations
 
 import asyncio
 
+from oncelog.broker.authorization import TOPIC, TXN_ID, Op, authorize, authorized_names
+from oncelog.broker.quotas import throttle
 from oncelog.core.txn.errors import verification_error
 from oncelog.protocol import produce as wire
 from oncelog.protocol.api import ApiKey
@@ -45,10 +53,25 @@ async def handle(broker, version: int, request) -> bytes | None:
     waits = []
     group_commit = broker.group_commit
     refuse = _refusal(request)
-    for topic_key, parts in request.topics:
-        name = broker.logs.topic_name(topic_key) if version >= 13 else topic_key
+    tid = request.transactional_id
+    # (without a transactional id, each transactional batch is refused below, as Kafka answers a null id)
+    if (tid is not None and broker.authorizer is not None and refuse is None
+            and any(_transactional_header(records) is not None
+                    for _topic, parts in request.topics for _index, records in parts)
+            and not authorize(broker, Op.WRITE, TXN_ID, tid)):
+        return error_response(version, request, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    names = [(broker.logs.topic_name(key) if version >= 13 else key, key, parts) for key, parts in request.topics]
+    writable = authorized_names(broker, Op.WRITE, TOPIC, (n for n, _key, _parts in names if n is not None))
+    size = 0
+    for name, topic_key, parts in names:
         answer = wire.TopicResponse(topic_key, [])
+        if name is not None and name not in writable:
+            answer.partitions = [wire.PartitionResponse(index, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                                 for index, _records in parts]
+            topics.append(answer)
+            continue
         for index, records in parts:
+            size += len(records) if records is not None else 0
             partition = broker.logs.get_partition(name, index) if name is not None else None
             if partition is None:
                 code = ErrorCode.UNKNOWN_TOPIC_ID if name is None else broker.logs.partition_error(name, index)
@@ -99,14 +122,16 @@ async def handle(broker, version: int, request) -> bytes | None:
         broker.metrics.errors.labels("produce", ErrorCode(refuse[0]).name).inc()
     if appended:
         broker.data_appended()
+    throttle_ms = broker.quotas.record_produce(size) if size else 0
+    throttle(throttle_ms)
     if request.acks == 0:
         return None
     if waits:
-        return await _answer_when_durable(broker, version, topics, waits, request.timeout_ms)
-    return wire.encode_response(version, topics)
+        return await _answer_when_durable(broker, version, topics, waits, request.timeout_ms, throttle_ms)
+    return wire.encode_response(version, topics, throttle_ms)
 
 
-async def _answer_when_durable(broker, version: int, topics, waits, timeout_ms: int) -> bytes:
+async def _answer_when_durable(broker, version: int, topics, waits, timeout_ms: int, throttle_ms: int) -> bytes:
     _done, pending = await asyncio.wait([w for _r, w in waits], timeout=max(timeout_ms, 0) / 1000)
     for response, waiting in waits:
         if waiting in pending:
@@ -118,7 +143,7 @@ async def _answer_when_durable(broker, version: int, topics, waits, timeout_ms: 
         response.error_code, response.base_offset, response.log_append_time = code, -1, -1
         response.error_message = message
         broker.metrics.errors.labels("produce", code.name).inc()
-    return wire.encode_response(version, topics)
+    return wire.encode_response(version, topics, throttle_ms)
 
 
 def _refusal(request) -> tuple[int, str] | None:

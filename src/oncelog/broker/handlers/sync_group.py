@@ -1,8 +1,9 @@
 """SyncGroup (API 14), v0-v5: the leader hands in the assignment; followers wait for it. v3+ names
 the static instance (fenced if another member took it over); v5 names protocol type and name,
-which must match the group's."""
+which must match the group's. Needs READ on the group."""
 from __future__ import annotations
 
+from oncelog.broker.authorization import GROUP, Op, require
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode
@@ -11,6 +12,7 @@ API_KEY = ApiKey.SYNC_GROUP
 
 
 async def handle(broker, version: int, r) -> bytes:
+    require(broker, Op.READ, GROUP, str(r.group_id))
     if not broker.coordinates(str(r.group_id)):
         return entities.ResponseBuilder(API_KEY, version).encode(
             throttle_time=0, error_code=ErrorCode.NOT_COORDINATOR, protocol_type=None, protocol_name=None,

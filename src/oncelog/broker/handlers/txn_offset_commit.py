@@ -6,9 +6,12 @@ Checks, in Kafka's order: this broker coordinates the group; the group's offsets
 the transaction (KIP-890 verification, when this broker also coordinates the transactional id:
 INVALID_TXN_STATE below v4, INVALID_PRODUCER_EPOCH for a fenced epoch); KIP-447 member data from
 v3 (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID).
+Authorization first: WRITE on the transactional id, READ on the group (for every partition),
+READ on each topic (TOPIC_AUTHORIZATION_FAILED for its partitions).
 """
 from __future__ import annotations
 
+from oncelog.broker.authorization import GROUP, TOPIC, TXN_ID, Op, authorized_names, require
 from oncelog.core.txn.errors import for_version, verification_error
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
@@ -22,10 +25,16 @@ E = ErrorCode
 async def handle(broker, version: int, r) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     group = str(r.group_id)
-    offsets, unknown = {}, set()
+    require(broker, Op.WRITE, TXN_ID, str(r.transactional_id))
+    require(broker, Op.READ, GROUP, group)
+    readable = authorized_names(broker, Op.READ, TOPIC, (str(t.name) for t in r.topics))
+    offsets, unknown, denied = {}, set(), set()
     for t in r.topics:
         for p in t.partitions:
             tp = (str(t.name), int(p.partition_index))
+            if tp[0] not in readable:
+                denied.add(tp)
+                continue
             info = broker.logs.topics.get(tp[0])
             if info is None or not 0 <= tp[1] < info.partitions:
                 unknown.add(tp)
@@ -51,7 +60,8 @@ async def handle(broker, version: int, r) -> bytes:
     return rb.encode(throttle_time=0, topics=tuple(
         rb("TxnOffsetCommitResponseTopic", name=t.name, partitions=tuple(
             rb("TxnOffsetCommitResponsePartition", partition_index=p.partition_index,
-               error_code=E.UNKNOWN_TOPIC_OR_PARTITION
+               error_code=E.TOPIC_AUTHORIZATION_FAILED if (str(t.name), int(p.partition_index)) in denied
+               else E.UNKNOWN_TOPIC_OR_PARTITION
                if (str(t.name), int(p.partition_index)) in unknown else error)
             for p in t.partitions))
         for t in r.topics))

@@ -6,14 +6,16 @@ fsync covers the markers that share a partition's log.
 
 Per partition: NONE, NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, INVALID_PRODUCER_EPOCH,
 TRANSACTION_COORDINATOR_FENCED, UNSUPPORTED_FOR_MESSAGE_FORMAT, KAFKA_STORAGE_ERROR
-(`core.txn.markers.classify` says what each means to the writer). Not yet checked: CLUSTER_ACTION
-rights (no authorizer is wired on this branch), and `__consumer_offsets` markers, which belong to
-the group coordinator (docs/transactions.md §4).
+(`core.txn.markers.classify` says what each means to the writer). The caller needs CLUSTER_ACTION
+on the cluster (a broker: in super.users or granted it), else CLUSTER_AUTHORIZATION_FAILED for every
+partition. Not yet handled: `__consumer_offsets` markers, which belong to the group coordinator
+(docs/transactions.md §4).
 """
 from __future__ import annotations
 
 import asyncio
 
+from oncelog.broker.authorization import Op, require_cluster
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode
@@ -22,6 +24,7 @@ API_KEY = ApiKey.WRITE_TXN_MARKERS
 
 
 async def handle(broker, version: int, request) -> bytes:
+    require_cluster(broker, Op.CLUSTER_ACTION)
     rb = entities.ResponseBuilder(API_KEY, version)
     jobs = []
     for m in request.markers:

@@ -28,6 +28,7 @@ WILDCARD = "*"
 WILDCARD_PRINCIPAL = "User:*"
 CLUSTER_NAME = "kafka-cluster"
 ACL_RECORD, REMOVE_ACL_RECORD = "acl", "remove_acl"
+UNKNOWN_CODE = 0                 # every ACL enum's UNKNOWN
 
 
 class ResourceType(IntEnum):
@@ -107,6 +108,12 @@ class AccessControlEntry:
 class AclBinding:
     pattern: ResourcePattern
     entry: AccessControlEntry
+
+    def is_unknown(self) -> bool:
+        """Kafka's AclBinding.isUnknown: a code its enums do not have (requests carrying one fail
+        their parse)."""
+        p, e = self.pattern, self.entry
+        return UNKNOWN_CODE in (p.resource_type, p.pattern_type, e.operation, e.permission_type)
 
     def __str__(self) -> str:
         e = self.entry
@@ -201,6 +208,27 @@ def validate_filter(f: AclBindingFilter) -> str | None:
     if f.entry.is_unknown():
         return "Unknown entryFilter."
     return None
+
+
+# ------------------------------------------------------------------ from requests
+
+def binding_from_wire(c: Any) -> AclBinding:
+    """CreateAcls' AclCreation as a binding; unknown
+    enum codes become UNKNOWN, which validation refuses with INVALID_REQUEST."""
+    return AclBinding(
+        ResourcePattern(from_code(ResourceType, int(c.resource_type)), str(c.resource_name),
+                        from_code(PatternType, int(c.resource_pattern_type))),
+        AccessControlEntry(str(c.principal), str(c.host), from_code(AclOperation, int(c.operation)),
+                           from_code(AclPermissionType, int(c.permission_type))))
+
+
+def filter_from_wire(f: Any) -> AclBindingFilter:
+    """A DescribeAcls request or DeleteAcls filter as Kafka's AclBindingFilter."""
+    return AclBindingFilter(
+        ResourcePatternFilter(from_code(ResourceType, int(f.resource_type_filter)), f.resource_name_filter,
+                              from_code(PatternType, int(f.pattern_type_filter))),
+        AccessControlEntryFilter(f.principal_filter, f.host_filter, from_code(AclOperation, int(f.operation)),
+                                 from_code(AclPermissionType, int(f.permission_type))))
 
 
 # ------------------------------------------------------------------ records

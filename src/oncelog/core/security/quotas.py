@@ -276,6 +276,13 @@ class FilterComponent:
 MATCH_EXACT, MATCH_DEFAULT, MATCH_ANY = 0, 1, 2
 
 
+def alterations_from_wire(entries: Any) -> list[QuotaAlteration]:
+    """AlterClientQuotas' entries (kio entities or anything shaped like them)."""
+    return [QuotaAlteration(tuple((str(e.entity_type), e.entity_name) for e in entry.entity),
+                            tuple(QuotaOp(str(o.key), float(o.value), bool(o.remove)) for o in entry.ops))
+            for entry in entries]
+
+
 class ClientQuotaStore:
     def __init__(self) -> None:
         self._quotas: dict[QuotaEntity, dict[str, float]] = {}

@@ -1,0 +1,99 @@
+"""ACLs and client quotas live in the controller's metadata log: every broker of a cluster
+enforces the same ACLs (a CreateAcls sent to one broker is enforced by the other within a
+heartbeat interval, and by the one that took it before it answers), and a restarted controller
+serves them again. Connection limits refuse connections over `max.connections.per.ip`."""
+from __future__ import annotations
+
+import socket
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AclOperation, AdminClient, NewTopic, ResourceType
+
+from oncelog.protocol import entities
+from oncelog.protocol.api import ApiKey
+from oncelog.testing.cluster import LocalCluster
+from oncelog.testing.embedded import BrokerProcess
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "compat"))
+from test_authorization import ANY_ACL, AUTHORIZER, acl, call, grant  # noqa: E402
+
+pytestmark = pytest.mark.processes
+
+
+DENIED = 29  # TOPIC_AUTHORIZATION_FAILED
+
+
+def metadata_error(bootstrap: str, topic: str) -> int:
+    """The error the broker at `bootstrap` itself answers for `topic` (Metadata is never forwarded)."""
+    t = entities.nested(ApiKey.METADATA, 12, "request", "MetadataRequestTopic")
+    r = call(bootstrap, ApiKey.METADATA, 12, topics=(t(topic_id=None, name=topic),),
+             allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+    return r.topics[0].error_code.value
+
+
+def test_every_broker_of_a_cluster_enforces_the_controllers_acls(tmp_path):
+    cluster = LocalCluster(tmp_path, brokers=2, overrides={**AUTHORIZER, "allow.everyone.if.no.acl.found": "true"},
+                           proxies=False).start()
+    try:
+        one, two = cluster.brokers[1].bootstrap, cluster.brokers[2].bootstrap
+        topic = f"guarded-{uuid.uuid4().hex[:6]}"
+        admin = AdminClient({"bootstrap.servers": one})
+        admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(30)
+        # no ACL on it: everyone may (once each broker knows the topic)
+        wait_until(lambda: metadata_error(one, topic) == metadata_error(two, topic) == 0, "topic never seen")
+        # an ACL for someone else guards the topic: the broker that took it applies it before answering
+        grant(admin, acl(ResourceType.TOPIC, topic, AclOperation.READ, principal="User:alice"))
+        assert metadata_error(one, topic) == DENIED
+        wait_until(lambda: metadata_error(two, topic) == DENIED, "broker 2 never applied the ACL")
+        # the controller restarts from its metadata log (kill -9: what was acknowledged was fsynced)
+        cluster.kill_controller()
+        cluster.start_controller()
+        grant(AdminClient({"bootstrap.servers": two}), acl(ResourceType.TOPIC, topic, AclOperation.DESCRIBE))
+        assert metadata_error(two, topic) == 0
+        wait_until(lambda: metadata_error(one, topic) == 0, "broker 1 never applied the second ACL")
+        # and both ACLs are in the restarted controller's log, as every broker sees them
+        assert len(AdminClient({"bootstrap.servers": one}).describe_acls(ANY_ACL).result(20)) == 2
+    finally:
+        cluster.stop()
+
+
+def wait_until(done, message: str, timeout_s: float = 20) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, message
+        time.sleep(0.1)
+
+
+def test_connections_over_max_connections_per_ip_are_closed(tmp_path):
+    with BrokerProcess(tmp_path / "data", {"max.connections.per.ip": "2"}) as b:
+        host, port = b.bootstrap.rsplit(":", 1)
+        kept = [socket.create_connection((host, int(port)), 5) for _ in range(2)]
+        extra = socket.create_connection((host, int(port)), 5)
+        extra.settimeout(5)
+        try:
+            assert extra.recv(1) == b""                             # closed as it arrived
+            for s in kept:                                          # the two before it are served
+                s.settimeout(0.2)
+                with pytest.raises(TimeoutError):
+                    s.recv(1)
+        finally:
+            for s in (*kept, extra):
+                s.close()
+        # a closed connection frees its slot
+        deadline = time.monotonic() + 10
+        while True:
+            again = socket.create_connection((host, int(port)), 5)
+            again.settimeout(0.5)
+            try:
+                if again.recv(1) == b"":
+                    assert time.monotonic() < deadline, "slots were never released"
+                    continue
+            except TimeoutError:
+                break
+            finally:
+                again.close()
+        assert "Too many connections from 127.0.0.1" in Path(b.log_file).read_text()
