@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from oncelog.core.topic_config import cleanup_policies
 from oncelog.core.txn.partition import AbortedTxnIndex
 from oncelog.protocol import records as rec
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
@@ -79,6 +80,19 @@ class LogConfig:
     max_message_bytes: int = 1048588
     write_caching: bool = False
     compression_type: str = "producer"
+    cleanup_policy: str = "delete"
+    delete_retention_ms: int = 86400000
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = LONG_MAX
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in cleanup_policies(self.cleanup_policy)
+
+    @property
+    def delete(self) -> bool:
+        return "delete" in cleanup_policies(self.cleanup_policy)
 
     @classmethod
     def from_topic_config(cls, cfg: Mapping[str, Any]) -> LogConfig:
@@ -90,7 +104,11 @@ class LogConfig:
                  "message.format.version": "message_format_version",
                  "message.timestamp.type": "message_timestamp_type",
                  "max.message.bytes": "max_message_bytes", "write.caching": "write_caching",
-                 "compression.type": "compression_type"}
+                 "compression.type": "compression_type", "cleanup.policy": "cleanup_policy",
+                 "delete.retention.ms": "delete_retention_ms",
+                 "min.cleanable.dirty.ratio": "min_cleanable_dirty_ratio",
+                 "min.compaction.lag.ms": "min_compaction_lag_ms",
+                 "max.compaction.lag.ms": "max_compaction_lag_ms"}
         return cls(**{attr: cfg[name] for name, attr in names.items() if name in cfg})
 
 
@@ -137,9 +155,13 @@ def scan_entries(buf: Buf, base_position: int = 0) -> Iterator[Entry]:
 
 
 def _check_entry(buf: Buf, e: Entry, base_position: int) -> None:
+    """Recovery's check of a stored entry: framing and CRC. Not the produce-time record counts: a
+    batch rewritten by the cleaner keeps its last offset delta with fewer records, or none."""
     pos = e.position - base_position
     if e.header is not None:
-        rec.check_batch(buf, pos, e.header)
+        if e.header.magic != 2:
+            raise KafkaProtocolError(ErrorCode.CORRUPT_MESSAGE, f"record batch magic {e.header.magic}")
+        rec.check_crc(buf, pos, e.header)
     else:
         rec.validate_legacy_message_set(memoryview(buf)[pos:pos + e.size])
 
@@ -150,6 +172,61 @@ def _fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+CLEANED, SWAP = ".cleaned", ".swap"
+
+
+def swap_names(directory: Path, base_offset: int, suffix: str) -> tuple[Path, Path]:
+    """The log and txnindex files of a cleaned segment under `suffix` (".cleaned" or ".swap")."""
+    stem = f"{base_offset:020d}"
+    return directory / f"{stem}.log{suffix}", directory / f"{stem}.txnindex{suffix}"
+
+
+def commit_swap(directory: Path, base_offset: int) -> None:
+    """Put a cleaned segment written as `.cleaned` files (both fsynced) in place of the segment
+    with the same base offset, crash-safely (Kafka's replaceSegments): the txnindex becomes
+    `.swap`, then the log; that rename is the commit point, after which recovery finishes the
+    swap; before it, recovery discards what was written. Then both take their final names."""
+    log_cleaned, txn_cleaned = swap_names(directory, base_offset, CLEANED)
+    log_swap, txn_swap = swap_names(directory, base_offset, SWAP)
+    fp.log_rename(txn_cleaned, txn_swap)
+    _fsync_dir(directory)
+    fp.log_rename(log_cleaned, log_swap)  # the commit point
+    _fsync_dir(directory)
+    _finish_swap(directory, log_swap)
+    _fsync_dir(directory)
+
+
+def _finish_swap(directory: Path, log_swap: Path) -> None:
+    stem = log_swap.name[:-len(".log" + SWAP)]
+    txn_swap = directory / f"{stem}.txnindex{SWAP}"
+    if txn_swap.exists():
+        fp.log_rename(txn_swap, directory / f"{stem}.txnindex")
+    fp.log_rename(log_swap, directory / f"{stem}.log")
+    try:
+        (directory / f"{stem}.index").unlink()  # positions of the old file: rebuilt at open
+    except FileNotFoundError:
+        pass
+
+
+def finish_interrupted_swaps(directory: Path) -> None:
+    """At open, before segments are read: a cleaning that died before its commit point leaves
+    `.cleaned` files and perhaps a txnindex `.swap` (discarded: the old segment is intact); one
+    that died after it leaves the log `.swap` (finished: it is complete and fsynced)."""
+    changed = False
+    for p in sorted(directory.glob(f"*{CLEANED}")):
+        p.unlink()
+        changed = True
+    for p in sorted(directory.glob(f"*.log{SWAP}")):
+        log.warning("%s: finishing a cleaned segment's swap interrupted by a crash", p)
+        _finish_swap(directory, p)
+        changed = True
+    for p in sorted(directory.glob(f"*.txnindex{SWAP}")):
+        p.unlink()  # its log never reached `.swap`
+        changed = True
+    if changed:
+        _fsync_dir(directory)
 
 
 def _storage_error(what: str, e: OSError) -> KafkaProtocolError:
@@ -346,6 +423,7 @@ class PartitionLog:
             self.log_start_offset = int((self.directory / START_OFFSET_FILE).read_text().strip())
         except (FileNotFoundError, ValueError):
             self.log_start_offset = 0
+        finish_interrupted_swaps(self.directory)
         bases = sorted(int(p.stem) for p in self.directory.glob("*.log") if p.stem.isdigit())
         for i, base in enumerate(bases):
             seg = Segment(self.directory, base, now_ms)
@@ -800,6 +878,8 @@ class PartitionLog:
     def enforce_retention(self, now_ms: int) -> int:
         """Delete whole non-active segments beyond retention.ms / retention.bytes; returns how many."""
         cfg = self.config
+        if not cfg.delete:  # cleanup.policy=compact: only the cleaner removes records
+            return 0
         doomed = 0
         total = self.size_bytes
         for seg in self.segments[:-1]:
@@ -844,6 +924,29 @@ class PartitionLog:
         if seg.size == 0:
             seg.next_offset = max(seg.base_offset, min(offset, self.log_start_offset))
         self.durable_end_offset = min(self.durable_end_offset, self.log_end_offset)
+
+    # ------------------------------------------------------------------ cleaning
+    def swap_in(self, old: Segment, now_ms: int) -> Segment | None:
+        """Replace a closed segment by its cleaned version (`.cleaned` files already written and
+        fsynced): None, and the cleaned files removed, if the segment left the log or changed
+        meanwhile (retention, DeleteRecords, a truncation). Runs where reads run: a read never
+        sees half a swap, and one already done read whole batches from the old file."""
+        log_cleaned, txn_cleaned = swap_names(self.directory, old.base_offset, CLEANED)
+        if self.offline or old not in self.segments[:-1] or old.fd < 0:
+            for p in (log_cleaned, txn_cleaned):
+                try:
+                    p.unlink()
+                except FileNotFoundError:
+                    pass
+            return None
+        commit_swap(self.directory, old.base_offset)
+        new = Segment(self.directory, old.base_offset, now_ms)
+        new.load_or_rebuild(self.config.index_interval_bytes, validate=False)
+        new.created_ms = old.created_ms
+        new.write_index()
+        self.segments[self.segments.index(old)] = new
+        old.close()
+        return new
 
     # ------------------------------------------------------------------ close
     def close(self) -> None:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from oncelog.core import producer_state as ps
+from oncelog.core.compaction import LastBatch, first_keyless_record
 from oncelog.core.producer_state import ProducerStateConfig, ProducerStateManager
 from oncelog.core.sequence import distance_below, last_sequence_of
 from oncelog.core.txn.partition import AbortedQuery, PartitionTxns, collect_aborted
@@ -36,7 +37,7 @@ from oncelog.protocol.primitives import Buf
 from oncelog.protocol.records import message_format_magic
 from oncelog.storage import producer_snapshots as snaps
 from oncelog.storage import txn_index
-from oncelog.storage.log import LogConfig, PartitionLog, SyncToken
+from oncelog.storage.log import LogConfig, PartitionLog, Segment, SyncToken
 
 log = logging.getLogger(__name__)
 
@@ -288,6 +289,8 @@ class Partition:
                             ErrorCode.INVALID_TXN_STATE,
                             f"producer {check.producer_id} has a transaction open in {self.topic}-"
                             f"{self.index}: a batch outside it must wait for its marker")
+                if self.log.config.compact:
+                    _refuse_keyless(buf, headers)
                 if self._codec is not None and any(h.compression != self._codec for h in headers):
                     buf = rec.recompress(buf, headers, self._codec)
             else:
@@ -510,6 +513,18 @@ class Partition:
         except Exception:  # noqa: BLE001 - the answer must still go out if the log is unusable
             return -1
 
+    # ---------------------------------------------------------- compaction
+    def cleaner_last_batches(self) -> dict[int, LastBatch]:
+        """What the cleaner must keep of each producer tracked here (Kafka's
+        lastRecordsOfActiveProducers): the base offset of its latest batch, or, when a marker
+        with a new epoch is its latest entry, that epoch."""
+        return {e.producer_id: LastBatch(e.batches[-1][2] if e.batches else -1, e.epoch)
+                for e in self.producer_state.entries()}
+
+    def segment_swapped(self, old: Segment, new: Segment) -> None:
+        """The cleaner replaced `old` by `new`: the new file's aborted-transaction index."""
+        txn_index.load(new)
+
     # ---------------------------------------------------------- periodic work
     def remove_expired_producers(self, now_ms: int) -> int:
         n = self.producer_state.remove_expired(now_ms, self.txns.has_open)
@@ -672,7 +687,11 @@ class Partition:
 
     def _replay_marker(self, h: rec.BatchHeader, now_ms: int) -> None:
         """A control batch met by recovery: its one record's key says COMMIT or ABORT (one read
-        of that batch; markers are few)."""
+        of that batch; markers are few). One the cleaner emptied (kept only because it is its
+        producer's latest entry) still carries the producer's epoch."""
+        if h.records_count == 0:
+            self.producer_state.record_marker(h.producer_id, h.producer_epoch, -1, now_ms)
+            return
         data = self.log.read(h.base_offset, h.size, h.base_offset + 1)
         try:
             marker = rec.marker_of_batch(data)
@@ -689,6 +708,24 @@ class Partition:
             yield from self.log.iter_batches_from(start)
         except KafkaProtocolError:  # the start left the log meanwhile (retention)
             return
+
+
+def _refuse_keyless(buf: Buf, headers: list[rec.BatchHeader]) -> None:
+    """A compacted topic takes only records with a key (Kafka's LogValidator: INVALID_RECORD)."""
+    view = memoryview(buf)
+    pos = 0
+    for h in headers:
+        data = view[pos + rec.BATCH_OVERHEAD:pos + h.size]
+        if h.compression:
+            data = memoryview(compression.decompress(h.compression, data))
+        try:
+            keyless = first_keyless_record(data, h.records_count)
+        except (ValueError, IndexError):
+            raise KafkaProtocolError(ErrorCode.CORRUPT_MESSAGE, "records do not decode") from None
+        if keyless >= 0:
+            raise KafkaProtocolError(ErrorCode.INVALID_RECORD, "compacted topic cannot accept message "
+                                     "without key in topic partition")
+        pos += h.size
 
 
 def _v2_headers(buf: Buf) -> Iterator[rec.BatchHeader]:
