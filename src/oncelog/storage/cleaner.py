@@ -31,6 +31,7 @@ from oncelog.core.txn.partition import AbortedTxn, AbortedTxnIndex
 from oncelog.protocol import compression
 from oncelog.protocol import records as rec
 from oncelog.protocol.errors import KafkaProtocolError
+from oncelog.protocol.records.batch import store_crc
 from oncelog.protocol.records.control import ABORT, COMMIT, control_type
 from oncelog.storage import failpoints as fp
 from oncelog.storage.log import CLEANED, Segment, swap_names
@@ -260,7 +261,7 @@ def _clean_entry(job: Job, h: rec.BatchHeader, entry: memoryview, offsets: cp.Of
         attributes &= ~rec.ATTR_COMPRESSION_MASK  # an empty batch is stored uncompressed, as Kafka's
     out = cp.batch_header_bytes(h, len(body), len(verdict.keep), base_ts, max_ts, attributes)
     out += body
-    rec.store_crc(out, 0, len(out))
+    store_crc(out, 0, len(out))
     return out
 
 
@@ -303,11 +304,14 @@ def commit(job: Job, now_ms: int) -> int:
 
 
 def clean_now(partition: Partition, now_ms: int, dedupe_buffer_size: int = DEFAULT_DEDUPE_BUFFER_SIZE) -> int:
-    """One whole pass here and now (tests, tools): segments swapped, 0 if none was due."""
+    """One whole pass here and now (tests, tools): segments swapped, 0 if none was due. A
+    failure raises (after the log was left unchanged)."""
     job = prepare(partition, now_ms, dedupe_buffer_size)
     if job is None:
         return 0
     run(job)
+    if job.error is not None:
+        raise job.error
     return commit(job, now_ms)
 
 
