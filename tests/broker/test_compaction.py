@@ -13,6 +13,7 @@ from kio.schema.incremental_alter_configs.v1.response import IncrementalAlterCon
 from kio.static.primitive import i8
 from test_dedup_raw import Client, Conn, broker, parse_produce, produce_body  # noqa: F401 - broker: fixture
 
+from oncelog.protocol import produce as produce_wire
 from oncelog.protocol.errors import ErrorCode as E
 from oncelog.protocol.records import Record, encode_batch
 from oncelog.storage import producer_snapshots as snaps
@@ -43,7 +44,7 @@ async def alter_op(c: Client, topic: str, name: str, value: str, op: int) -> tup
 
 
 @pytest.mark.processes
-async def test_cleanup_policy_append_subtract_and_keyless_records(broker):
+async def test_cleanup_policy_append_subtract_and_keyless_records(broker):  # noqa: F811 - the fixture
     c, b, _tmp = broker
     await c.create_topic("plain")
     p, _ = await c.produce("plain", encode_batch([Record(0, NOW, None, b"no key", [])]))
@@ -54,6 +55,12 @@ async def test_cleanup_policy_append_subtract_and_keyless_records(broker):
     assert p["error_code"] == E.INVALID_RECORD, p
     p, _ = await c.produce("plain", keyed(b"k", b"v"))
     assert p["error_code"] == 0, p
+    # the answer names each keyless record of the batch (KIP-467's RecordErrors)
+    mixed = encode_batch([Record(i, NOW, None if i in (1, 3) else b"k", b"v", []) for i in range(4)])
+    body = await c.conn.raw(0, 9, produce_body(9, "plain", 0, mixed), True)
+    answer = produce_wire.decode_response(9, body)[0].partitions[0]
+    assert answer.error_code == E.INVALID_RECORD
+    assert [i for i, _msg in answer.record_errors] == [1, 3]
     assert await alter_op(c, "plain", "cleanup.policy", "delete", SUBTRACT) == (0, None)
     assert b.logs.topics["plain"].overrides["cleanup.policy"] == "compact"
     code, _msg = await alter_op(c, "plain", "cleanup.policy", "compact", SUBTRACT)

@@ -25,8 +25,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 from test_partition import crash_log
 
-from oncelog.core.compaction import ENTRY_COST
 from oncelog.core import producer_state as ps
+from oncelog.core.compaction import ENTRY_COST
 from oncelog.core.producer_state import ProducerStateConfig
 from oncelog.protocol.records import Record, encode_batch, iter_record_batches
 from oncelog.storage import cleaner
@@ -137,7 +137,7 @@ class CompactionMachine(RuleBasedStateMachine):
 
     def _model_pass(self, end):
         """What a pass that cleaned every segment below `end` does to tombstones."""
-        for k, off in self.latest.items():
+        for off in self.latest.values():
             if off >= end or self.produced[off][1] is not None or off in self.removed:
                 continue
             base = self.batch_of[off]

@@ -161,13 +161,10 @@ def scan_records(data: memoryview, count: int) -> list[RecordSpan]:
     return out
 
 
-def first_keyless_record(data: memoryview, count: int) -> int:
-    """The offset delta of the first record without a key, or -1 (a compacted topic refuses such
-    batches with INVALID_RECORD, as Kafka's LogValidator does)."""
-    for r in scan_records(data, count):
-        if r.key is None:
-            return r.offset_delta
-    return -1
+def keyless_records(data: memoryview, count: int) -> list[int]:
+    """The indexes of the records without a key in a batch's records section (a compacted topic
+    refuses the batch with INVALID_RECORD and names these, as Kafka's LogValidator does)."""
+    return [i for i, r in enumerate(scan_records(data, count)) if r.key is None]
 
 
 # ------------------------------------------------------------------ transactions
@@ -286,7 +283,7 @@ def rebuild_records(h: BatchHeader, data: memoryview, keep: list[RecordSpan], ho
     base_ts = horizon if horizon != NO_HORIZON else h.base_timestamp
     log_append = h.timestamp_type == 1
     max_ts = -1
-    parts = []
+    parts: list[bytes | memoryview] = []
     for r in keep:
         ts = h.base_timestamp + r.timestamp_delta
         if not log_append and ts > max_ts:

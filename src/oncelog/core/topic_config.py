@@ -160,6 +160,9 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in (
     ConfigDef("max.compaction.lag.ms", "long", LONG_MAX, "Compacted topics: a record is cleaned "
               "within about this long, whatever the dirty ratio.", "log.cleaner.max.compaction.lag.ms",
               minimum=1),
+    ConfigDef("file.delete.delay.ms", "long", 60000, "Accepted for compatibility: oncelog deletes a "
+              "segment's files at once (reads copy whole batches on the thread that deletes).",
+              "log.segment.delete.delay.ms", minimum=0),
     ConfigDef("segment.bytes", "int", 1 << 30, "Segment file size before a roll.",
               "log.segment.bytes", minimum=14),
     ConfigDef("segment.ms", "long", WEEK_MS, "Segment age before a roll.", "log.roll.ms", minimum=1),

@@ -231,7 +231,7 @@ def _clean_segment(job: Job, seg: Segment, seg_end: int, offsets: cp.OffsetMap,
 
 
 def _clean_entry(job: Job, h: rec.BatchHeader, entry: memoryview, offsets: cp.OffsetMap,
-                 txns: cp.CleanedTxns) -> memoryview | bytes:
+                 txns: cp.CleanedTxns) -> memoryview | bytes | bytearray:
     """The entry as the cleaned segment holds it: itself, rewritten, or b"" (gone)."""
     if h.magic < 2:
         return entry

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from oncelog.core import producer_state as ps
-from oncelog.core.compaction import LastBatch, first_keyless_record
+from oncelog.core.compaction import LastBatch, keyless_records
 from oncelog.core.producer_state import ProducerStateConfig, ProducerStateManager
 from oncelog.core.sequence import distance_below, last_sequence_of
 from oncelog.core.txn.partition import AbortedQuery, PartitionTxns, collect_aborted
@@ -57,6 +57,7 @@ class AppendResult:
     # "duplicate" (the duplicate kind when the answer came from producer state).
     extra: dict[str, Any] = field(default_factory=dict)
     last_offset: int = -1  # the answered batch's last offset (appended or original): acks=all waits for it
+    record_errors: list[tuple[int, str | None]] = field(default_factory=list)  # (record index, message)
 
 
 @dataclass(slots=True)
@@ -290,7 +291,7 @@ class Partition:
                             f"producer {check.producer_id} has a transaction open in {self.topic}-"
                             f"{self.index}: a batch outside it must wait for its marker")
                 if self.log.config.compact:
-                    _refuse_keyless(buf, headers)
+                    _refuse_keyless(buf, headers, f"{self.topic}-{self.index}")
                 if self._codec is not None and any(h.compression != self._codec for h in headers):
                     buf = rec.recompress(buf, headers, self._codec)
             else:
@@ -311,7 +312,7 @@ class Partition:
             if exc.code == ErrorCode.KAFKA_STORAGE_ERROR:
                 self._follow_cuts(now_ms)
             return AppendResult(int(exc.code), -1, -1, self._safe_log_start(), exc.message or exc.code.name,
-                                self._extra())
+                                self._extra(), record_errors=getattr(exc, "record_errors", []))
         except OSError as exc:
             # Nothing was committed to producer state, so a retry of this batch is judged afresh.
             log.error("append to %s-%d failed: %s", self.topic, self.index, exc)
@@ -710,22 +711,36 @@ class Partition:
             return
 
 
-def _refuse_keyless(buf: Buf, headers: list[rec.BatchHeader]) -> None:
+class RecordErrors(KafkaProtocolError):
+    """INVALID_RECORD naming the records at fault (ProduceResponse v8+ RecordErrors, KIP-467):
+    librdkafka fails those with INVALID_RECORD and the rest of their batch with
+    _INVALID_DIFFERENT_RECORD."""
+
+    def __init__(self, message: str, record_errors: list[tuple[int, str | None]]) -> None:
+        super().__init__(ErrorCode.INVALID_RECORD, message)
+        self.record_errors = record_errors
+
+
+def _refuse_keyless(buf: Buf, headers: list[rec.BatchHeader], where: str) -> None:
     """A compacted topic takes only records with a key (Kafka's LogValidator: INVALID_RECORD)."""
     view = memoryview(buf)
     pos = 0
+    errors: list[tuple[int, str | None]] = []
+    index = 0
     for h in headers:
         data = view[pos + rec.BATCH_OVERHEAD:pos + h.size]
         if h.compression:
             data = memoryview(compression.decompress(h.compression, data))
         try:
-            keyless = first_keyless_record(data, h.records_count)
+            keyless = keyless_records(data, h.records_count)
         except (ValueError, IndexError):
             raise KafkaProtocolError(ErrorCode.CORRUPT_MESSAGE, "records do not decode") from None
-        if keyless >= 0:
-            raise KafkaProtocolError(ErrorCode.INVALID_RECORD, "compacted topic cannot accept message "
-                                     "without key in topic partition")
+        message = f"Compacted topic cannot accept message without key in topic partition {where}."
+        errors.extend((index + i, message) for i in keyless)
+        index += h.records_count
         pos += h.size
+    if errors:
+        raise RecordErrors(errors[0][1] or "", errors)
 
 
 def _v2_headers(buf: Buf) -> Iterator[rec.BatchHeader]:
