@@ -73,6 +73,7 @@ def test_a_swap_interrupted_by_a_crash_is_discarded_or_finished(tmp_path, commit
 def test_aborted_records_go_and_markers_stay_while_their_records_do(tmp_path):
     p = Partition.open("t", 0, tmp_path / "t-0", config(delete_retention_ms=100), T0)
     txn = {"producer_id": 5, "producer_epoch": 0, "transactional": True}
+    put(p, b"a", b"committed-a")
     put(p, b"a", b"aborted-1", base_sequence=0, **txn)
     put(p, b"b", b"aborted-2", base_sequence=1, **txn)
     abort_at = p.append_marker(5, 0, 0, False, T0)
@@ -83,6 +84,7 @@ def test_aborted_records_go_and_markers_stay_while_their_records_do(tmp_path):
     cleaner.clean_now(p, T0 + 10)
     values = [v for _o, _k, v, _ in read_all(p)]
     assert b"aborted-1" not in values and b"aborted-2" not in values and b"committed" in values
+    assert b"committed-a" in values  # an aborted write of its key does not supersede it
     markers = [h for h in p.log.iter_batches_from(0) if h.is_control]
     # the ABORT marker's transaction had records this pass: it stays; the COMMIT's records stay
     assert [h.base_offset for h in markers] == [abort_at, commit_at]

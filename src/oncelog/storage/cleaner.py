@@ -171,14 +171,22 @@ def _records_section(h: rec.BatchHeader, entry: memoryview) -> memoryview:
 
 
 def _build_offset_map(job: Job, offsets: cp.OffsetMap) -> int:
-    """Latest offset per key over the dirty segments, whole segments at a time while they fit."""
+    """Latest offset per key over the dirty segments, whole segments at a time while they fit.
+    Records of aborted transactions are left out (Kafka's buildOffsetMap): an aborted write
+    must not supersede the committed value before it."""
     end = job.plan.first_dirty_offset
+    txns = cp.CleanedTxns(job.aborted)
     for seg, seg_end in zip(job.segments, job.ends):
         if seg_end <= job.plan.first_dirty_offset:
             continue
         pending: dict[bytes, int] = {}
         for h, entry in _iter_file(seg.path, seg.size):
-            if h.magic < 2 or h.is_control or h.records_count == 0:
+            if h.magic < 2 or h.records_count == 0:
+                continue
+            if h.is_control:
+                txns.on_marker(h, _marker_abort(h, cp.scan_records(_records_section(h, entry), h.records_count)))
+                continue
+            if txns.on_data_batch(h):
                 continue
             for r in cp.scan_records(_records_section(h, entry), h.records_count):
                 if r.key is not None:
@@ -237,13 +245,7 @@ def _clean_entry(job: Job, h: rec.BatchHeader, entry: memoryview, offsets: cp.Of
         return entry
     data = _records_section(h, entry)
     records = cp.scan_records(data, h.records_count)
-    abort = None
-    if h.is_control and records:
-        try:
-            kind = control_type(records[0].key)
-        except KafkaProtocolError:
-            kind = -1
-        abort = {ABORT: True, COMMIT: False}.get(kind)
+    abort = _marker_abort(h, records) if h.is_control else None
     verdict = cp.judge_batch(h, records, offsets, txns, job.last_batches, abort, job.now_ms,
                              job.delete_retention_ms)
     if verdict.unchanged:
@@ -263,6 +265,18 @@ def _clean_entry(job: Job, h: rec.BatchHeader, entry: memoryview, offsets: cp.Of
     out += body
     store_crc(out, 0, len(out))
     return out
+
+
+def _marker_abort(h: rec.BatchHeader, records: list[cp.RecordSpan]) -> bool | None:
+    """A control batch's marker: True for ABORT, False for COMMIT, None for an emptied batch or
+    another control type."""
+    if not records:
+        return None
+    try:
+        kind = control_type(records[0].key)
+    except KafkaProtocolError:
+        return None
+    return {ABORT: True, COMMIT: False}.get(kind)
 
 
 def discard(job: Job) -> None:
