@@ -88,8 +88,8 @@ class Job:
     error: BaseException | None = None
 
 
-def prepare(partition: Partition, now_ms: int, dedupe_buffer_size: int = DEFAULT_DEDUPE_BUFFER_SIZE) -> Job | None:
-    """A pass if one is due on a compacted partition, else None."""
+def plan(partition: Partition, now_ms: int) -> cp.CleaningPlan | None:
+    """The pass due on a compacted partition, if any (cheap: segment metadata only)."""
     plog = partition.log
     cfg = plog.config
     if not cfg.compact or plog.offline or len(plog.segments) < 2:
@@ -98,17 +98,26 @@ def prepare(partition: Partition, now_ms: int, dedupe_buffer_size: int = DEFAULT
     infos = [cp.SegmentInfo(s.base_offset, s.size, s.max_timestamp) for s in closed]
     first_dirty = max(read_checkpoint(plog.directory), plog.log_start_offset)
     lso = min(partition.last_stable_offset, plog.high_watermark)
-    plan = cp.plan_cleaning(infos, plog.segments[-1].base_offset, first_dirty, lso, now_ms,
+    return cp.plan_cleaning(infos, plog.segments[-1].base_offset, first_dirty, lso, now_ms,
                             min_cleanable_ratio=cfg.min_cleanable_dirty_ratio,
                             min_compaction_lag_ms=cfg.min_compaction_lag_ms,
                             max_compaction_lag_ms=cfg.max_compaction_lag_ms)
-    if plan is None:
+
+
+def prepare(partition: Partition, now_ms: int, dedupe_buffer_size: int = DEFAULT_DEDUPE_BUFFER_SIZE,
+            due: cp.CleaningPlan | None = None) -> Job | None:
+    """A pass if one is due (`due`: the plan already made), else None: what it needs of the
+    live state, copied (the segments, each producer's last batch, the aborted transactions)."""
+    due = due or plan(partition, now_ms)
+    if due is None:
         return None
-    segments = [s for s, end in zip(closed, _ends(plog.segments)) if end <= plan.first_uncleanable_offset]
+    plog = partition.log
+    ends = _ends(plog.segments)
+    segments = [s for s, end in zip(plog.segments[:-1], ends) if end <= due.first_uncleanable_offset]
     aborted = [t for s in plog.segments if s.aborted is not None for t in s.aborted.entries()
-               if t.first_offset < plan.first_uncleanable_offset]
-    return Job(partition, segments, _ends(plog.segments)[:len(segments)], plan, partition.cleaner_last_batches(),
-               aborted, now_ms, cfg.delete_retention_ms, max(1, dedupe_buffer_size // cp.ENTRY_COST))
+               if t.first_offset < due.first_uncleanable_offset]
+    return Job(partition, segments, ends[:len(segments)], due, partition.cleaner_last_batches(),
+               aborted, now_ms, plog.config.delete_retention_ms, max(1, dedupe_buffer_size // cp.ENTRY_COST))
 
 
 def _ends(segments: list[Segment]) -> list[int]:
@@ -350,11 +359,14 @@ class LogCleaner:
             self._running = None
             commit(job, now_ms)
             self.passes += 1
-        jobs = [j for j in (prepare(p, now_ms, self.dedupe_buffer_size) for p in partitions
-                            if p.log.config.compact) if j is not None]
-        if not jobs:
+        plans = [(due, p) for p in partitions if p.log.config.compact for due in (plan(p, now_ms),)
+                 if due is not None]
+        if not plans:
             return
-        job = max(jobs, key=lambda j: j.plan.dirty_ratio)
+        due, partition = max(plans, key=lambda dp: dp[0].dirty_ratio)
+        job = prepare(partition, now_ms, self.dedupe_buffer_size, due)
+        if job is None:
+            return
         if self._pool is None:
             self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="log-cleaner")
         self._running = (job, self._pool.submit(run, job))

@@ -8,6 +8,10 @@ Layout of a partition directory:
                                    format; written and rebuilt by the partition: storage.txn_index)
     log-start-offset             the log start offset (DeleteRecords, retention), replaced atomically
     .clean-shutdown              present only after a clean close: the next open skips the CRC scan
+    <base>.log.cleaned, <base>.txnindex.cleaned, then .swap
+                                 a segment the cleaner rewrote, on its way in (`commit_swap`;
+                                 `finish_interrupted_swaps` at open discards or finishes it)
+    cleaner-offset-checkpoint    compacted topics: the first offset not yet cleaned (storage.cleaner)
 
 Everything here is header-level: offsets are assigned by patching each batch's base offset, reads
 return whole batches found from the index plus a scan of headers, and no record is decoded but
