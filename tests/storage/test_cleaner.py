@@ -125,3 +125,24 @@ def test_cleanup_policy_is_a_list_config_and_compaction_configs_validate():
     assert alter_list("delete", "compact", append=True) == "delete,compact"
     assert alter_list("delete,compact", "compact", append=True) == "delete,compact"
     assert alter_list("delete,compact", "delete", append=False) == "compact"
+
+
+def test_an_aborted_transaction_below_the_dirty_range_does_not_hide_a_later_one(tmp_path):
+    """Pass 1 cleans an aborted transaction of producer 5 (its marker stays: its records were
+    there); producer 5's next transaction commits `k`. Pass 2's offset map must take that
+    record: the older value of `k` goes."""
+    p = Partition.open("t", 0, tmp_path / "t-0", config(), T0)
+    txn = {"producer_id": 5, "producer_epoch": 0, "transactional": True}
+    put(p, b"k", b"old")
+    put(p, b"a", b"aborted", base_sequence=0, **txn)
+    p.append_marker(5, 0, 0, False, T0)
+    for i in range(8):
+        put(p, b"x%d" % i, b"filler")
+    cleaner.clean_now(p, T0 + 1)
+    put(p, b"k", b"new", base_sequence=1, **txn)
+    p.append_marker(5, 0, 0, True, T0)
+    for i in range(8):
+        put(p, b"y%d" % i, b"filler")
+    cleaner.clean_now(p, T0 + 2)
+    assert [v for _o, k, v, _ in read_all(p) if k == b"k"] == [b"new"]
+    p.close()

@@ -86,6 +86,15 @@ class Job:
     end_offset: int = -1             # where the map ended: the new first dirty offset
     cleaned: list[CleanedSegment] = field(default_factory=list)
     error: BaseException | None = None
+    cancelled: bool = False          # set from another thread: stop at the next batch
+
+    def check_cancelled(self) -> None:
+        if self.cancelled:
+            raise CleaningCancelled(f"{self.partition.topic}-{self.partition.index}")
+
+
+class CleaningCancelled(Exception):
+    """A pass stopped by `LogCleaner.close` (shutdown): its files are discarded."""
 
 
 def plan(partition: Partition, now_ms: int) -> cp.CleaningPlan | None:
@@ -96,7 +105,12 @@ def plan(partition: Partition, now_ms: int) -> cp.CleaningPlan | None:
         return None
     closed = plog.segments[:-1]
     infos = [cp.SegmentInfo(s.base_offset, s.size, s.max_timestamp) for s in closed]
-    first_dirty = max(read_checkpoint(plog.directory), plog.log_start_offset)
+    if partition.cleaner_checkpoint < 0:
+        partition.cleaner_checkpoint = read_checkpoint(plog.directory)
+    first_dirty = partition.cleaner_checkpoint
+    if first_dirty > plog.log_end_offset:  # the log was cut below it: clean it all again
+        first_dirty = 0
+    first_dirty = max(first_dirty, plog.log_start_offset)
     lso = min(partition.last_stable_offset, plog.high_watermark)
     return cp.plan_cleaning(infos, plog.segments[-1].base_offset, first_dirty, lso, now_ms,
                             min_cleanable_ratio=cfg.min_cleanable_dirty_ratio,
@@ -184,12 +198,15 @@ def _build_offset_map(job: Job, offsets: cp.OffsetMap) -> int:
     Records of aborted transactions are left out (Kafka's buildOffsetMap): an aborted write
     must not supersede the committed value before it."""
     end = job.plan.first_dirty_offset
-    txns = cp.CleanedTxns(job.aborted)
+    # only transactions that reach into the dirty range: one whose marker lies below it would
+    # never be closed by a marker met here
+    txns = cp.CleanedTxns(t for t in job.aborted if t.last_offset >= end)
     for seg, seg_end in zip(job.segments, job.ends):
         if seg_end <= job.plan.first_dirty_offset:
             continue
         pending: dict[bytes, int] = {}
         for h, entry in _iter_file(seg.path, seg.size):
+            job.check_cancelled()
             if h.magic < 2 or h.records_count == 0:
                 continue
             if h.is_control:
@@ -218,6 +235,7 @@ def _clean_segment(job: Job, seg: Segment, seg_end: int, offsets: cp.OffsetMap,
     written = 0
     try:
         for h, entry in _iter_file(seg.path, seg.size):
+            job.check_cancelled()
             data = _clean_entry(job, h, entry, offsets, txns)
             if data is not entry:
                 changed = True
@@ -320,6 +338,7 @@ def commit(job: Job, now_ms: int) -> int:
         after += c.bytes_after
     if job.end_offset > job.plan.first_dirty_offset and swapped == len(job.cleaned):
         write_checkpoint(plog.directory, job.end_offset)
+        partition.cleaner_checkpoint = job.end_offset
     log.info("%s-%d: cleaned up to offset %d (dirty ratio %.2f%s): %d segment(s) rewritten, %d -> %d bytes",
              partition.topic, partition.index, job.end_offset, job.plan.dirty_ratio,
              ", max.compaction.lag.ms passed" if job.plan.forced else "", swapped, before, after)
@@ -372,7 +391,10 @@ class LogCleaner:
         self._running = (job, self._pool.submit(run, job))
 
     def close(self) -> None:
-        """Wait for a pass in progress and throw its work away (the next start cleans again)."""
+        """Stop a pass in progress at its next batch and throw its work away (the next start
+        cleans again)."""
+        if self._running is not None:
+            self._running[0].cancelled = True
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None

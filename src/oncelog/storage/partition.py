@@ -130,6 +130,7 @@ class Partition:
         # open transactions and the LSO; each segment's aborted-transaction index is on its Segment
         self.txns = PartitionTxns()
         self._verifying: dict[int, object] = {}  # pid -> KIP-890 verification guard
+        self.cleaner_checkpoint = -1  # the cleaner's first dirty offset once read (storage.cleaner)
         self._map_end = self._load_producer_state(now_ms)
         log.on_roll(self._on_roll)
         log.on_segments_deleted(self._on_segments_deleted)
