@@ -214,6 +214,11 @@ def _renamer(target: str) -> Callable[..., None]:
         if _firing(target, os.fspath(src), _at_rename) is not None:
             _crash(os.fspath(src))
         os.replace(src, dst)
+        if any(r.fault == "ledger" and r.applies(target, os.fspath(dst)) for r in _rules):
+            # what was fsynced under the old name is now the new name's (a power loss keeps it)
+            synced = read_ledger(os.path.dirname(os.fspath(src))).get(os.path.basename(os.fspath(src)))
+            if synced is not None:
+                record_fsynced(os.fspath(dst), synced)
     return rename
 
 
