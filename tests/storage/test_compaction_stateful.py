@@ -2,16 +2,18 @@
 several idempotent producers and a plain one (keys from a small set, some tombstones), cleaner
 passes (with a small offset map, so a pass may stop early), time passing, restarts clean or
 crashed, with or without the producer-state snapshots (then the state is rebuilt from the
-cleaned log alone), and retries of each producer's last batch.
+cleaned log alone), retries of each producer's last batch, and a transactional producer whose
+transactions commit or abort.
 
 Invariants, after every step:
 - the log read from the start has strictly increasing offsets, and every record is exactly the
   one produced at its offset (key, value, timestamp);
 - every record at or above the cleaner's first dirty offset is there (untouched);
-- below it no key appears twice;
+- below it no key appears twice, and no record of an aborted transaction is left;
 - the last record per key equals the model's latest one, except a tombstone that a pass has
   removed after its delete horizon (the first pass that covered it, plus delete.retention.ms):
-  then the key is absent;
+  then the key is absent (records of aborted transactions never count);
+- no transaction is open after any step, restarts included (markers stay while their records do);
 - a retry of each idempotent producer's last batch is answered as a duplicate with its original
   offset, and its next batch is accepted (never OutOfOrderSequence), after cleaning and restarts."""
 from __future__ import annotations
@@ -38,6 +40,7 @@ T0 = 1_700_000_000_000
 RETENTION = 1000  # delete.retention.ms
 KEYS = [b"a", b"b", b"c", b"d"]
 PIDS = [11, 12, 13]
+TXN = 21  # a transactional producer
 
 
 def read_all(p: Partition) -> list[tuple[int, bytes | None, bytes | None, int]]:
@@ -48,8 +51,9 @@ def read_all(p: Partition) -> list[tuple[int, bytes | None, bytes | None, int]]:
         if not data:
             break
         batches = list(iter_record_batches(bytes(data)))
-        for _h, records in batches:
-            out.extend((r.offset, r.key, r.value, r.timestamp) for r in records)
+        for h, records in batches:
+            if not h.is_control:
+                out.extend((r.offset, r.key, r.value, r.timestamp) for r in records)
         off = batches[-1][0].last_offset + 1
     return out
 
@@ -75,6 +79,7 @@ class CompactionMachine(RuleBasedStateMachine):
         self.batch_of: dict[int, int] = {}      # record offset -> its batch's base offset
         self.producers: dict[int, dict] = {}    # pid -> {seq, last: (batch bytes, base offset)}
         self.first_dirty = 0
+        self.aborted: set[int] = set()          # offsets of records of aborted transactions
 
     def teardown(self):
         try:
@@ -112,6 +117,31 @@ class CompactionMachine(RuleBasedStateMachine):
     def produce_many(self, batches):
         for pid, key, tomb in batches:
             self.produce(pid, [(key, tomb)])
+
+    @rule(records=st.lists(st.tuples(st.sampled_from(KEYS), st.booleans()), min_size=1, max_size=3),
+          commit=st.booleans())
+    def transaction(self, records, commit):
+        """Producer TXN writes a transactional batch and its marker at once (no transaction is
+        left open, so the last stable offset never holds the cleaner back)."""
+        self.now += 1
+        state = self.producers.setdefault(TXN, {"seq": 0, "last": None})
+        values = [(k, None if tomb else b"t%d-%d" % (self.now, i)) for i, (k, tomb) in enumerate(records)]
+        recs = [Record(i, self.now + i, k, v, ()) for i, (k, v) in enumerate(values)]
+        data = encode_batch(recs, producer_id=TXN, producer_epoch=0, base_sequence=state["seq"], transactional=True)
+        r = self.p.append_from_client(bytearray(data), self.now)
+        assert r.error_code == 0, r
+        self.p.append_marker(TXN, 0, 0, commit, self.now)
+        self.p.log.flush()
+        for i, (k, v) in enumerate(values):
+            off = r.base_offset + i
+            self.produced[off] = (k, v, self.now + i)
+            self.batch_of[off] = r.base_offset
+            if commit:
+                self.latest[k] = off
+            else:
+                self.aborted.add(off)
+        state["seq"] += len(recs)
+        state["last"] = (bytes(data), r.base_offset)
 
     @rule(pid=st.sampled_from(PIDS))
     def retry_last_batch(self, pid):
@@ -172,12 +202,20 @@ class CompactionMachine(RuleBasedStateMachine):
         assert all(o in present for o in self.produced if o >= dirty), (dirty, sorted(present))
         below = [k for o, k, *_ in log if o < dirty]
         assert len(below) == len(set(below)), below
-        last = {k: (o, v) for o, k, v, _ts in log}
+        assert not [o for o in offsets if o < dirty and o in self.aborted]  # the cleaner removed them
+        last = {k: (o, v) for o, k, v, _ts in log if o not in self.aborted}
         for k, off in self.latest.items():
             if off in self.removed:
                 assert k not in last, (k, off, last)
             else:
                 assert last.get(k) == (off, self.produced[off][1]), (k, off, last.get(k))
+
+    @invariant()
+    def no_transaction_is_left_open(self):
+        # a marker the cleaner removed while a batch of its transaction stayed would reopen that
+        # transaction at the next rebuild from the log, and hold the last stable offset back
+        if hasattr(self, "p"):
+            assert self.p.last_stable_offset == self.p.high_watermark
 
     @invariant()
     def next_batch_of_each_producer_is_accepted(self):
