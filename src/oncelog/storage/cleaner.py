@@ -69,6 +69,7 @@ class CleanedSegment:
     old: Segment
     bytes_before: int
     bytes_after: int
+    indexed: Segment | None = None  # the cleaned file's index, built on the cleaner's thread
 
 
 @dataclass
@@ -83,6 +84,7 @@ class Job:
     now_ms: int
     delete_retention_ms: int
     max_entries: int
+    index_interval_bytes: int = 4096
     end_offset: int = -1             # where the map ended: the new first dirty offset
     cleaned: list[CleanedSegment] = field(default_factory=list)
     error: BaseException | None = None
@@ -131,7 +133,8 @@ def prepare(partition: Partition, now_ms: int, dedupe_buffer_size: int = DEFAULT
     aborted = [t for s in plog.segments if s.aborted is not None for t in s.aborted.entries()
                if t.first_offset < due.first_uncleanable_offset]
     return Job(partition, segments, ends[:len(segments)], due, partition.cleaner_last_batches(),
-               aborted, now_ms, plog.config.delete_retention_ms, max(1, dedupe_buffer_size // cp.ENTRY_COST))
+               aborted, now_ms, plog.config.delete_retention_ms, max(1, dedupe_buffer_size // cp.ENTRY_COST),
+               plog.config.index_interval_bytes)
 
 
 def _ends(segments: list[Segment]) -> list[int]:
@@ -262,7 +265,12 @@ def _clean_segment(job: Job, seg: Segment, seg_end: int, offsets: cp.OffsetMap,
         f.write(index.encode())
         f.flush()
         os.fsync(f.fileno())
-    return CleanedSegment(seg, seg.size, written)
+    indexed = Segment(directory, seg.base_offset, job.now_ms, path=log_cleaned)
+    try:
+        indexed.load_or_rebuild(job.index_interval_bytes, validate=False)
+    finally:
+        indexed.close()
+    return CleanedSegment(seg, seg.size, written, indexed)
 
 
 def _clean_entry(job: Job, h: rec.BatchHeader, entry: memoryview, offsets: cp.OffsetMap,
@@ -329,7 +337,7 @@ def commit(job: Job, now_ms: int) -> int:
     swapped = 0
     before = after = 0
     for c in job.cleaned:
-        new = plog.swap_in(c.old, now_ms)
+        new = plog.swap_in(c.old, now_ms, c.indexed)
         if new is None:
             continue
         partition.segment_swapped(c.old, new)

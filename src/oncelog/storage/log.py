@@ -240,9 +240,11 @@ def _storage_error(what: str, e: OSError) -> KafkaProtocolError:
 class Segment:
     """One `.log` file and its in-memory sparse index (first offset of an entry -> position)."""
 
-    def __init__(self, directory: Path, base_offset: int, now_ms: int) -> None:
+    def __init__(self, directory: Path, base_offset: int, now_ms: int, path: Path | None = None) -> None:
+        """`path`: another file than `<base>.log` (the cleaner's `.cleaned` file, indexed on its
+        thread before the swap)."""
         self.base_offset = base_offset
-        self.path = directory / f"{base_offset:020d}.log"
+        self.path = path or directory / f"{base_offset:020d}.log"
         self.index_path = directory / f"{base_offset:020d}.index"
         # Kafka's `.txnindex`: the aborted transactions whose ABORT marker is in this segment;
         # the partition loads, appends and rebuilds it (storage.txn_index), the log deletes it
@@ -329,6 +331,12 @@ class Segment:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.index_path)
+
+    def adopt_index(self, other: Segment) -> None:
+        """Take the index another Segment built of this same file (under its earlier name)."""
+        self.index_offsets, self.index_positions = other.index_offsets, other.index_positions
+        self.index_max_before, self._since_index = other.index_max_before, other._since_index
+        self.next_offset, self.max_timestamp = other.next_offset, other.max_timestamp
 
     def trim_index(self, size: int) -> None:
         """Forget index entries at or beyond `size` (the segment was cut there)."""
@@ -930,11 +938,12 @@ class PartitionLog:
         self.durable_end_offset = min(self.durable_end_offset, self.log_end_offset)
 
     # ------------------------------------------------------------------ cleaning
-    def swap_in(self, old: Segment, now_ms: int) -> Segment | None:
+    def swap_in(self, old: Segment, now_ms: int, indexed: Segment | None = None) -> Segment | None:
         """Replace a closed segment by its cleaned version (`.cleaned` files already written and
-        fsynced): None, and the cleaned files removed, if the segment left the log or changed
-        meanwhile (retention, DeleteRecords, a truncation). Runs where reads run: a read never
-        sees half a swap, and one already done read whole batches from the old file."""
+        fsynced; `indexed`: the cleaned file's index, built off the loop): None, and the cleaned
+        files removed, if the segment left the log or changed meanwhile (retention,
+        DeleteRecords, a truncation). Runs where reads run: a read never sees half a swap, and
+        one already done read whole batches from the old file."""
         log_cleaned, txn_cleaned = swap_names(self.directory, old.base_offset, CLEANED)
         if self.offline or old not in self.segments[:-1] or old.fd < 0:
             for p in (log_cleaned, txn_cleaned):
@@ -945,9 +954,11 @@ class PartitionLog:
             return None
         commit_swap(self.directory, old.base_offset)
         new = Segment(self.directory, old.base_offset, now_ms)
-        new.load_or_rebuild(self.config.index_interval_bytes, validate=False)
+        if indexed is not None and indexed.size == new.size:
+            new.adopt_index(indexed)
+        else:
+            new.load_or_rebuild(self.config.index_interval_bytes, validate=False)
         new.created_ms = old.created_ms
-        new.write_index()
         self.segments[self.segments.index(old)] = new
         old.close()
         return new
