@@ -15,6 +15,7 @@ from oncelog.core.topic_config import alter_list, effective_topic_config, parse_
 from oncelog.protocol.errors import KafkaProtocolError
 from oncelog.protocol.records import Record, encode_batch
 from oncelog.storage import cleaner
+from oncelog.storage import producer_snapshots as snaps
 from oncelog.storage.log import CLEANED, SWAP, LogConfig, swap_names
 from oncelog.storage.partition import Partition, PartitionConfig
 
@@ -145,4 +146,25 @@ def test_an_aborted_transaction_below_the_dirty_range_does_not_hide_a_later_one(
         put(p, b"y%d" % i, b"filler")
     cleaner.clean_now(p, T0 + 2)
     assert [v for _o, k, v, _ in read_all(p) if k == b"k"] == [b"new"]
+    p.close()
+
+
+def test_a_commit_marker_stays_while_its_records_do_even_past_its_horizon(tmp_path):
+    """Else a rebuild from the log would meet the transaction's records without their marker,
+    take the transaction for open and hold the last stable offset back for good."""
+    p = Partition.open("t", 0, tmp_path / "t-0", config(delete_retention_ms=10), T0)
+    put(p, b"k", b"committed", producer_id=5, producer_epoch=0, base_sequence=0, transactional=True)
+    commit_at = p.append_marker(5, 0, 0, True, T0)
+    for i in range(10):
+        put(p, b"x%d" % i, b"filler")
+    for t in (T0 + 1, T0 + 1000, T0 + 2000):
+        for i in range(10):
+            put(p, b"y%d" % i, b"filler", now=t)
+        cleaner.clean_now(p, t)
+    assert [h.base_offset for h in p.log.iter_batches_from(0) if h.is_control] == [commit_at]
+    p.close()
+    snaps.delete_snapshots(path for _off, path in snaps.list_snapshots(tmp_path / "t-0"))
+    p = Partition.open("t", 0, tmp_path / "t-0", config(delete_retention_ms=10), T0 + 3000)
+    assert p.last_stable_offset == p.high_watermark
+    assert [v for _o, k, v, _ in read_all(p) if k == b"k"] == [b"committed"]
     p.close()
