@@ -380,11 +380,11 @@ class LogCleaner:
         if not self.enabled:
             return
         if self._running is not None:
-            job, future = self._running
+            done, future = self._running
             if not future.done():
                 return
             self._running = None
-            commit(job, now_ms)
+            commit(done, now_ms)
             self.passes += 1
         plans = [(due, p) for p in partitions if p.log.config.compact for due in (plan(p, now_ms),)
                  if due is not None]
