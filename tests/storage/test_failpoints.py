@@ -22,6 +22,7 @@ def _off_afterwards():
 def test_off_means_the_os_functions_themselves():
     fp.configure(None)
     assert fp.log_write is os.pwrite and fp.log_sync is os.fsync and fp.log_truncate is os.ftruncate
+    assert fp.log_rename is os.replace
     assert fp.meta_write is os.write and fp.meta_sync is os.fsync and fp.meta_truncate is os.ftruncate
 
 
@@ -75,6 +76,18 @@ def test_ledger_records_the_size_each_fsync_covered(tmp_path):
     assert (tmp_path / fp.LEDGER).read_text().count("\n") == 2
 
 
+def test_a_rename_carries_the_ledger_entry_to_the_new_name(tmp_path):
+    """The cleaner's swap renames a fsynced `.log.cleaned` over the segment: a power loss keeps
+    what was fsynced under the old name, so the ledger says so for the new one."""
+    fp.configure("ledger:log")
+    fd = os.open(tmp_path / "00000000000000000000.log.cleaned", os.O_RDWR | os.O_CREAT)
+    os.write(fd, b"x" * 7)
+    fp.log_sync(fd)
+    os.close(fd)
+    fp.log_rename(tmp_path / "00000000000000000000.log.cleaned", tmp_path / "00000000000000000000.log")
+    assert fp.read_ledger(tmp_path)["00000000000000000000.log"] == 7
+
+
 def _child(code: str, spec: str, tmp_path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code], env={**os.environ, fp.ENV: spec},
                           cwd=tmp_path, capture_output=True, timeout=60)
@@ -98,3 +111,13 @@ def test_crash_kills_the_process_between_write_and_fsync(tmp_path, at, expected)
     assert out.returncode == -signal.SIGKILL
     assert b"survived" not in out.stdout
     assert (tmp_path / "seg.log").read_bytes() == expected
+
+
+def test_crash_at_rename_kills_the_process_before_the_rename(tmp_path):
+    code = ("from oncelog.storage import failpoints as fp\n"
+            "open('seg.log.swap', 'w').close()\n"
+            "fp.log_rename('seg.log.swap', 'seg.log')\n"
+            "print('survived')\n")
+    out = _child(code, "crash:log:at=rename:match=.swap", tmp_path)
+    assert out.returncode == -signal.SIGKILL and b"survived" not in out.stdout
+    assert (tmp_path / "seg.log.swap").exists() and not (tmp_path / "seg.log").exists()

@@ -30,6 +30,7 @@ from oncelog.protocol import entities
 from oncelog.protocol import metadata as md
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
+from oncelog.storage.cleaner import LogCleaner
 from oncelog.storage.log_manager import TopicInfo, check_topic_name, maintain, report_invalid_overrides
 from oncelog.storage.partition import DEFAULT_EXPIRATION_CHECK_INTERVAL_MS, Partition, PartitionConfig
 from oncelog.storage.txn_markers import MarkerWriting
@@ -50,8 +51,10 @@ class _Led:
 class ClusterLogs(MarkerWriting):
     def __init__(self, log_dir: str, server_defaults: dict[str, Any], producer_config: dict[str, Any],
                  client: ControllerClient, node_id: int, now_ms: Callable[[], int], *,
-                 expiration_check_interval_ms: int = DEFAULT_EXPIRATION_CHECK_INTERVAL_MS) -> None:
+                 expiration_check_interval_ms: int = DEFAULT_EXPIRATION_CHECK_INTERVAL_MS,
+                 cleaner: LogCleaner | None = None) -> None:
         self.log_dir = Path(log_dir)
+        self.cleaner = cleaner if cleaner is not None else LogCleaner()
         self.server_defaults = dict(server_defaults)
         self.producer_config = dict(producer_config)
         self.client = client
@@ -154,6 +157,7 @@ class ClusterLogs(MarkerWriting):
             self._close(key)
 
     async def close(self) -> None:
+        self.cleaner.close()
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
@@ -262,5 +266,6 @@ class ClusterLogs(MarkerWriting):
 
     # ------------------------------------------------------------------ periodic work
     def tick(self, now_ms: int, flush: Callable[[Partition], None] | None = None) -> None:
-        maintain([led.partition for led in self._led.values()], now_ms, flush, self.expiration_check_interval_ms)
+        maintain([led.partition for led in self._led.values()], now_ms, flush, self.expiration_check_interval_ms,
+                 self.cleaner)
 

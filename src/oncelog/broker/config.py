@@ -53,6 +53,11 @@ _BROKER_ONLY = (
               minimum=1),
     ConfigDef("offsets.retention.check.interval.ms", "long", 600000, "How often expired committed "
               "offsets are removed.", minimum=1),
+    ConfigDef("log.cleaner.enable", "boolean", True, "Run the log cleaner for topics with "
+              "cleanup.policy=compact (a thread; passes start from the periodic maintenance)."),
+    ConfigDef("log.cleaner.dedupe.buffer.size", "long", 128 << 20, "Memory for the cleaner's key -> "
+              "offset map: at most this / 128 keys per pass (a Python dict entry costs about 128 "
+              "bytes; Kafka's 24-byte entries hold more per byte).", minimum=1 << 16),
     ConfigDef("log.retention.check.interval.ms", "long", 300000, "How often retention and the "
               "flush policy run.", minimum=1),
     ConfigDef("controller.quorum.bootstrap.servers", "string", "", "The controller's listener "

@@ -42,6 +42,7 @@ from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.protocol.framing import FrameError, FrameReader
 from oncelog.protocol.headers import correlation_id_of, read_request_header, response_header
 from oncelog.protocol.primitives import I32
+from oncelog.storage.cleaner import LogCleaner
 from oncelog.storage.group_offsets import GroupOffsetStore
 from oncelog.storage.log_manager import LogManager
 
@@ -61,7 +62,8 @@ class Broker:
         self._clock = clock
         self.logs: Logs = LogManager(
             self.config.log_dirs, self.config.topic_defaults(), self.config.producer_config(), node_id=self.node_id,
-            expiration_check_interval_ms=self.config["producer.id.expiration.check.interval.ms"])
+            expiration_check_interval_ms=self.config["producer.id.expiration.check.interval.ms"],
+            cleaner=self._cleaner())
         self.producer_ids: ProducerIdManager | None = None
         self.groups: GroupCoordinator | None = None
         self.txn: TxnCoordinatorService | None = None
@@ -182,7 +184,8 @@ class Broker:
         self.logs = ClusterLogs(
             self.config.log_dirs[0], self.config.topic_defaults(), self.config.producer_config(),
             ControllerClient(ctl.host, ctl.port, ctl.username, ctl.password), self.node_id, self.now_ms,
-            expiration_check_interval_ms=self.config["producer.id.expiration.check.interval.ms"])
+            expiration_check_interval_ms=self.config["producer.id.expiration.check.interval.ms"],
+            cleaner=self._cleaner())
         self._wire_logs()
         await self.logs.open(self.now_ms())
 
@@ -224,6 +227,9 @@ class Broker:
         self.group_commit.close()
         await self.logs.close()
         log.info("broker %d stopped", self.node_id)
+
+    def _cleaner(self) -> LogCleaner:
+        return LogCleaner(self.config["log.cleaner.enable"], self.config["log.cleaner.dedupe.buffer.size"])
 
     async def _tick_loop(self) -> None:
         interval = min(self.config["log.retention.check.interval.ms"], 1000) / 1000

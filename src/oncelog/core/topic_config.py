@@ -79,9 +79,12 @@ class ConfigDef:
             return _bool(raw)
         if self.kind == "double":
             try:
-                return float(raw)
+                number = float(raw)
             except ValueError:
                 raise ConfigError(f"{raw!r} is not a number") from None
+            if self.check is not None:
+                self.check(number)
+            return number
         text = str(raw).strip()
         if self.choices is not None:
             # Kafka's validators: lower-case choices take any case (Kafka lower-cases the value
@@ -92,6 +95,8 @@ class ConfigDef:
             text = choice
         if self.check is not None:
             self.check(text)
+        if self.kind == "list":  # Kafka's list values: comma-separated, no blanks
+            text = ",".join(v.strip() for v in text.split(",") if v.strip())
         return text
 
     def render(self, value: Any) -> str:
@@ -107,9 +112,57 @@ def _message_format(value: str) -> None:
         raise ConfigError(str(e)) from None
 
 
+CLEANUP_POLICIES = ("compact", "delete")
+
+
+def cleanup_policies(value: str) -> frozenset[str]:
+    """The policies of a `cleanup.policy` value ("compact,delete" -> {"compact", "delete"})."""
+    return frozenset(p.strip().lower() for p in str(value).split(",") if p.strip())
+
+
+def _cleanup_policy(value: str) -> None:
+    parts = [p.strip().lower() for p in value.split(",") if p.strip()]
+    if not parts:
+        raise ConfigError("cleanup.policy needs compact, delete or both")
+    bad = [p for p in parts if p not in CLEANUP_POLICIES]
+    if bad:
+        raise ConfigError(f"cleanup.policy={value!r}: {', '.join(bad)} is not one of compact, delete")
+
+
+def _ratio(value: Any) -> None:
+    if not 0.0 <= float(value) <= 1.0:
+        raise ConfigError(f"min.cleanable.dirty.ratio={value} is not between 0 and 1")
+
+
+def alter_list(current: str, values: str, append: bool) -> str:
+    """IncrementalAlterConfigs APPEND / SUBTRACT on a list config (Kafka's ConfigAdminManager):
+    APPEND adds the values not already there, after the current ones; SUBTRACT removes them."""
+    have = [v.strip() for v in str(current).split(",") if v.strip()]
+    given = [v.strip() for v in str(values).split(",") if v.strip()]
+    if append:
+        return ",".join(have + [v for v in dict.fromkeys(given) if v not in have])
+    return ",".join(v for v in have if v not in given)
+
+
 TOPIC_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in (
-    ConfigDef("cleanup.policy", "list", "delete", "Only delete is supported (no compaction).",
-              "log.cleanup.policy", choices=("delete",)),
+    ConfigDef("cleanup.policy", "list", "delete", "delete: whole old segments go by retention.ms / "
+              "retention.bytes; compact: the cleaner keeps the latest record of each key (records "
+              "without a key are refused); compact,delete: both.", "log.cleanup.policy",
+              check=_cleanup_policy),
+    ConfigDef("delete.retention.ms", "long", 86400000, "Compacted topics: how long a tombstone (and "
+              "a transaction marker whose records are gone) stays after the cleaner first met it.",
+              "log.cleaner.delete.retention.ms", minimum=0),
+    ConfigDef("min.cleanable.dirty.ratio", "double", 0.5, "Compacted topics: the share of the log "
+              "not yet cleaned above which the cleaner runs.", "log.cleaner.min.cleanable.ratio",
+              check=_ratio),
+    ConfigDef("min.compaction.lag.ms", "long", 0, "Compacted topics: a record stays uncompacted at "
+              "least this long.", "log.cleaner.min.compaction.lag.ms", minimum=0),
+    ConfigDef("max.compaction.lag.ms", "long", LONG_MAX, "Compacted topics: a record is cleaned "
+              "within about this long, whatever the dirty ratio.", "log.cleaner.max.compaction.lag.ms",
+              minimum=1),
+    ConfigDef("file.delete.delay.ms", "long", 60000, "Accepted for compatibility: oncelog deletes a "
+              "segment's files at once (reads copy whole batches on the thread that deletes).",
+              "log.segment.delete.delay.ms", minimum=0),
     ConfigDef("segment.bytes", "int", 1 << 30, "Segment file size before a roll.",
               "log.segment.bytes", minimum=14),
     ConfigDef("segment.ms", "long", WEEK_MS, "Segment age before a roll.", "log.roll.ms", minimum=1),

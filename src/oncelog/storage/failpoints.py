@@ -14,7 +14,8 @@ ONCELOG_FAILPOINTS holds rules separated by commas, each `fault:target[:option=v
              enospc        the write raises ENOSPC and writes nothing
              truncate-eio  the ftruncate that cuts a failed write back raises EIO
              crash         SIGKILL this process right after a write (its bytes are in the page
-                           cache, not synced), or with `at=fsync` right before an fsync
+                           cache, not synced), with `at=fsync` right before an fsync, or with
+                           `at=rename` right before a rename (the cleaner's segment swap)
              ledger        after every successful fsync, append "<file> <size>" to `.fsynced`
                            in the file's directory: what a power loss would leave (see
                            oncelog.testing.power_loss)
@@ -22,7 +23,7 @@ ONCELOG_FAILPOINTS holds rules separated by commas, each `fault:target[:option=v
     options  after=N   let the first N matching calls through (default 0)
              times=N   fire N times, then never again (default 1; 0 = every matching call)
              match=S   only files whose path contains S (e.g. a topic-partition "orders-0")
-             at=write|fsync   (crash only) where to die; default write
+             at=write|fsync|rename   (crash only) where to die; default write
 
     ONCELOG_FAILPOINTS="fsync-eio:log:after=3:times=2"
     ONCELOG_FAILPOINTS="shortwrite:metadata:after=1,ledger:any"
@@ -51,6 +52,7 @@ TARGETS = ("log", "metadata", "any")
 log_write: Callable[..., int] = os.pwrite          # (fd, data, offset) -> bytes written
 log_sync: Callable[[int], None] = os.fsync            # (fd)
 log_truncate: Callable[[int, int], None] = os.ftruncate    # (fd, size)
+log_rename: Callable[..., None] = os.replace      # (src, dst): the cleaner's swap
 meta_write: Callable[..., int] = os.write          # (fd, data) -> bytes written
 meta_sync: Callable[[int], None] = os.fsync
 meta_truncate: Callable[[int, int], None] = os.ftruncate
@@ -98,8 +100,8 @@ def parse(spec: str) -> list[Rule]:
                 if not value.isdigit():
                     raise FailpointSyntaxError(f"{text!r}: {name} needs a count, not {value!r}")
                 setattr(rule, name, int(value))
-            elif name == "at" and value not in ("write", "fsync"):
-                raise FailpointSyntaxError(f"{text!r}: at=write or at=fsync, not {value!r}")
+            elif name == "at" and value not in ("write", "fsync", "rename"):
+                raise FailpointSyntaxError(f"{text!r}: at=write, fsync or rename, not {value!r}")
             else:
                 setattr(rule, name, value)
         rules.append(rule)
@@ -117,16 +119,17 @@ def rules() -> list[Rule]:
 
 def configure(spec: str | None) -> list[Rule]:
     """Install the rules of `spec` (None or "" turns every failpoint off): the test hook."""
-    global _rules, log_write, log_sync, log_truncate, meta_write, meta_sync, meta_truncate
+    global _rules, log_write, log_sync, log_truncate, log_rename, meta_write, meta_sync, meta_truncate
     _rules = parse(spec or "")
     if not _rules:
-        log_write, log_sync, log_truncate = os.pwrite, os.fsync, os.ftruncate
+        log_write, log_sync, log_truncate, log_rename = os.pwrite, os.fsync, os.ftruncate, os.replace
         meta_write, meta_sync, meta_truncate = os.write, os.fsync, os.ftruncate
         return []
     log_write = _writer("log", os.pwrite)
     meta_write = _writer("metadata", os.write)
     log_sync, meta_sync = _syncer("log"), _syncer("metadata")
     log_truncate, meta_truncate = _truncater("log"), _truncater("metadata")
+    log_rename = _renamer("log")
     log.warning("storage failpoints active: %s", spec)
     return list(_rules)
 
@@ -200,6 +203,23 @@ def _syncer(target: str) -> Callable[[int], None]:
         if any(r.fault == "ledger" and r.applies(target, path) for r in _rules):
             record_fsynced(path, size)
     return sync
+
+
+def _at_rename(rule: Rule) -> bool:
+    return rule.fault == "crash" and rule.at == "rename"
+
+
+def _renamer(target: str) -> Callable[..., None]:
+    def rename(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+        if _firing(target, os.fspath(src), _at_rename) is not None:
+            _crash(os.fspath(src))
+        os.replace(src, dst)
+        if any(r.fault == "ledger" and r.applies(target, os.fspath(dst)) for r in _rules):
+            # what was fsynced under the old name is now the new name's (a power loss keeps it)
+            synced = read_ledger(os.path.dirname(os.fspath(src))).get(os.path.basename(os.fspath(src)))
+            if synced is not None:
+                record_fsynced(os.fspath(dst), synced)
+    return rename
 
 
 def _truncater(target: str) -> Callable[[int, int], None]:

@@ -8,6 +8,10 @@ Layout of a partition directory:
                                    format; written and rebuilt by the partition: storage.txn_index)
     log-start-offset             the log start offset (DeleteRecords, retention), replaced atomically
     .clean-shutdown              present only after a clean close: the next open skips the CRC scan
+    <base>.log.cleaned, <base>.txnindex.cleaned, then .swap
+                                 a segment the cleaner rewrote, on its way in (`commit_swap`;
+                                 `finish_interrupted_swaps` at open discards or finishes it)
+    cleaner-offset-checkpoint    compacted topics: the first offset not yet cleaned (storage.cleaner)
 
 Everything here is header-level: offsets are assigned by patching each batch's base offset, reads
 return whole batches found from the index plus a scan of headers, and no record is decoded but
@@ -46,6 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from oncelog.core.topic_config import cleanup_policies
 from oncelog.core.txn.partition import AbortedTxnIndex
 from oncelog.protocol import records as rec
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
@@ -79,6 +84,19 @@ class LogConfig:
     max_message_bytes: int = 1048588
     write_caching: bool = False
     compression_type: str = "producer"
+    cleanup_policy: str = "delete"
+    delete_retention_ms: int = 86400000
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = LONG_MAX
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in cleanup_policies(self.cleanup_policy)
+
+    @property
+    def delete(self) -> bool:
+        return "delete" in cleanup_policies(self.cleanup_policy)
 
     @classmethod
     def from_topic_config(cls, cfg: Mapping[str, Any]) -> LogConfig:
@@ -90,7 +108,11 @@ class LogConfig:
                  "message.format.version": "message_format_version",
                  "message.timestamp.type": "message_timestamp_type",
                  "max.message.bytes": "max_message_bytes", "write.caching": "write_caching",
-                 "compression.type": "compression_type"}
+                 "compression.type": "compression_type", "cleanup.policy": "cleanup_policy",
+                 "delete.retention.ms": "delete_retention_ms",
+                 "min.cleanable.dirty.ratio": "min_cleanable_dirty_ratio",
+                 "min.compaction.lag.ms": "min_compaction_lag_ms",
+                 "max.compaction.lag.ms": "max_compaction_lag_ms"}
         return cls(**{attr: cfg[name] for name, attr in names.items() if name in cfg})
 
 
@@ -137,9 +159,13 @@ def scan_entries(buf: Buf, base_position: int = 0) -> Iterator[Entry]:
 
 
 def _check_entry(buf: Buf, e: Entry, base_position: int) -> None:
+    """Recovery's check of a stored entry: framing and CRC. Not the produce-time record counts: a
+    batch rewritten by the cleaner keeps its last offset delta with fewer records, or none."""
     pos = e.position - base_position
     if e.header is not None:
-        rec.check_batch(buf, pos, e.header)
+        if e.header.magic != 2:
+            raise KafkaProtocolError(ErrorCode.CORRUPT_MESSAGE, f"record batch magic {e.header.magic}")
+        rec.check_crc(buf, pos, e.header)
     else:
         rec.validate_legacy_message_set(memoryview(buf)[pos:pos + e.size])
 
@@ -152,6 +178,61 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+CLEANED, SWAP = ".cleaned", ".swap"
+
+
+def swap_names(directory: Path, base_offset: int, suffix: str) -> tuple[Path, Path]:
+    """The log and txnindex files of a cleaned segment under `suffix` (".cleaned" or ".swap")."""
+    stem = f"{base_offset:020d}"
+    return directory / f"{stem}.log{suffix}", directory / f"{stem}.txnindex{suffix}"
+
+
+def commit_swap(directory: Path, base_offset: int) -> None:
+    """Put a cleaned segment written as `.cleaned` files (both fsynced) in place of the segment
+    with the same base offset, crash-safely (Kafka's replaceSegments): the txnindex becomes
+    `.swap`, then the log; that rename is the commit point, after which recovery finishes the
+    swap; before it, recovery discards what was written. Then both take their final names."""
+    log_cleaned, txn_cleaned = swap_names(directory, base_offset, CLEANED)
+    log_swap, txn_swap = swap_names(directory, base_offset, SWAP)
+    fp.log_rename(txn_cleaned, txn_swap)
+    _fsync_dir(directory)
+    fp.log_rename(log_cleaned, log_swap)  # the commit point
+    _fsync_dir(directory)
+    _finish_swap(directory, log_swap)
+    _fsync_dir(directory)
+
+
+def _finish_swap(directory: Path, log_swap: Path) -> None:
+    stem = log_swap.name[:-len(".log" + SWAP)]
+    txn_swap = directory / f"{stem}.txnindex{SWAP}"
+    if txn_swap.exists():
+        fp.log_rename(txn_swap, directory / f"{stem}.txnindex")
+    fp.log_rename(log_swap, directory / f"{stem}.log")
+    try:
+        (directory / f"{stem}.index").unlink()  # positions of the old file: rebuilt at open
+    except FileNotFoundError:
+        pass
+
+
+def finish_interrupted_swaps(directory: Path) -> None:
+    """At open, before segments are read: a cleaning that died before its commit point leaves
+    `.cleaned` files and perhaps a txnindex `.swap` (discarded: the old segment is intact); one
+    that died after it leaves the log `.swap` (finished: it is complete and fsynced)."""
+    changed = False
+    for p in sorted(directory.glob(f"*{CLEANED}")):
+        p.unlink()
+        changed = True
+    for p in sorted(directory.glob(f"*.log{SWAP}")):
+        log.warning("%s: finishing a cleaned segment's swap interrupted by a crash", p)
+        _finish_swap(directory, p)
+        changed = True
+    for p in sorted(directory.glob(f"*.txnindex{SWAP}")):
+        p.unlink()  # its log never reached `.swap`
+        changed = True
+    if changed:
+        _fsync_dir(directory)
+
+
 def _storage_error(what: str, e: OSError) -> KafkaProtocolError:
     return KafkaProtocolError(ErrorCode.KAFKA_STORAGE_ERROR, f"{what} failed: {e.strerror or e}")
 
@@ -159,9 +240,11 @@ def _storage_error(what: str, e: OSError) -> KafkaProtocolError:
 class Segment:
     """One `.log` file and its in-memory sparse index (first offset of an entry -> position)."""
 
-    def __init__(self, directory: Path, base_offset: int, now_ms: int) -> None:
+    def __init__(self, directory: Path, base_offset: int, now_ms: int, path: Path | None = None) -> None:
+        """`path`: another file than `<base>.log` (the cleaner's `.cleaned` file, indexed on its
+        thread before the swap)."""
         self.base_offset = base_offset
-        self.path = directory / f"{base_offset:020d}.log"
+        self.path = path or directory / f"{base_offset:020d}.log"
         self.index_path = directory / f"{base_offset:020d}.index"
         # Kafka's `.txnindex`: the aborted transactions whose ABORT marker is in this segment;
         # the partition loads, appends and rebuilds it (storage.txn_index), the log deletes it
@@ -248,6 +331,12 @@ class Segment:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.index_path)
+
+    def adopt_index(self, other: Segment) -> None:
+        """Take the index another Segment built of this same file (under its earlier name)."""
+        self.index_offsets, self.index_positions = other.index_offsets, other.index_positions
+        self.index_max_before, self._since_index = other.index_max_before, other._since_index
+        self.next_offset, self.max_timestamp = other.next_offset, other.max_timestamp
 
     def trim_index(self, size: int) -> None:
         """Forget index entries at or beyond `size` (the segment was cut there)."""
@@ -346,6 +435,7 @@ class PartitionLog:
             self.log_start_offset = int((self.directory / START_OFFSET_FILE).read_text().strip())
         except (FileNotFoundError, ValueError):
             self.log_start_offset = 0
+        finish_interrupted_swaps(self.directory)
         bases = sorted(int(p.stem) for p in self.directory.glob("*.log") if p.stem.isdigit())
         for i, base in enumerate(bases):
             seg = Segment(self.directory, base, now_ms)
@@ -800,6 +890,8 @@ class PartitionLog:
     def enforce_retention(self, now_ms: int) -> int:
         """Delete whole non-active segments beyond retention.ms / retention.bytes; returns how many."""
         cfg = self.config
+        if not cfg.delete:  # cleanup.policy=compact: only the cleaner removes records
+            return 0
         doomed = 0
         total = self.size_bytes
         for seg in self.segments[:-1]:
@@ -844,6 +936,32 @@ class PartitionLog:
         if seg.size == 0:
             seg.next_offset = max(seg.base_offset, min(offset, self.log_start_offset))
         self.durable_end_offset = min(self.durable_end_offset, self.log_end_offset)
+
+    # ------------------------------------------------------------------ cleaning
+    def swap_in(self, old: Segment, now_ms: int, indexed: Segment | None = None) -> Segment | None:
+        """Replace a closed segment by its cleaned version (`.cleaned` files already written and
+        fsynced; `indexed`: the cleaned file's index, built off the loop): None, and the cleaned
+        files removed, if the segment left the log or changed meanwhile (retention,
+        DeleteRecords, a truncation). Runs where reads run: a read never sees half a swap, and
+        one already done read whole batches from the old file."""
+        log_cleaned, txn_cleaned = swap_names(self.directory, old.base_offset, CLEANED)
+        if self.offline or old not in self.segments[:-1] or old.fd < 0:
+            for p in (log_cleaned, txn_cleaned):
+                try:
+                    p.unlink()
+                except FileNotFoundError:
+                    pass
+            return None
+        commit_swap(self.directory, old.base_offset)
+        new = Segment(self.directory, old.base_offset, now_ms)
+        if indexed is not None and indexed.size == new.size:
+            new.adopt_index(indexed)
+        else:
+            new.load_or_rebuild(self.config.index_interval_bytes, validate=False)
+        new.created_ms = old.created_ms
+        self.segments[self.segments.index(old)] = new
+        old.close()
+        return new
 
     # ------------------------------------------------------------------ close
     def close(self) -> None:

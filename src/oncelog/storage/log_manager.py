@@ -23,6 +23,7 @@ from oncelog.core.leadership import check_partition_increase
 from oncelog.core.topic_config import effective_topic_config, invalid_topic_configs, parse_topic_configs
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.protocol.metadata import BrokerEntry
+from oncelog.storage.cleaner import LogCleaner
 from oncelog.storage.partition import DEFAULT_EXPIRATION_CHECK_INTERVAL_MS, Partition, PartitionConfig
 from oncelog.storage.txn_markers import MarkerWriting
 
@@ -55,10 +56,17 @@ def report_invalid_overrides(topic: str, overrides: dict[str, Any], where: Any) 
 
 
 def maintain(partitions: Iterable[Partition], now_ms: int, flush: Callable[[Partition], None] | None,
-             expiration_check_interval_ms: int) -> None:
-    """The periodic work on each partition: retention, the flush policy and producer expiry.
+             expiration_check_interval_ms: int, cleaner: LogCleaner | None = None) -> None:
+    """The periodic work on each partition: retention, the flush policy, producer expiry and
+    the log cleaner's passes (on its own thread; started and swapped in from here).
     `flush(partition)`: who runs a due fsync (the broker's group commit, off the event loop);
     None: here and now."""
+    partitions = list(partitions)
+    if cleaner is not None:
+        try:
+            cleaner.tick(partitions, now_ms)
+        except Exception:
+            log.exception("log cleaner pass failed; will retry")
     for partition in partitions:
         try:
             partition.log.enforce_retention(now_ms)
@@ -76,8 +84,10 @@ class LogManager(MarkerWriting):
 
     def __init__(self, log_dirs: list[str], server_defaults: dict[str, Any],
                  producer_config: dict[str, Any] | None = None, *, node_id: int = 0,
-                 expiration_check_interval_ms: int = DEFAULT_EXPIRATION_CHECK_INTERVAL_MS) -> None:
+                 expiration_check_interval_ms: int = DEFAULT_EXPIRATION_CHECK_INTERVAL_MS,
+                 cleaner: LogCleaner | None = None) -> None:
         self.log_dirs = [Path(d) for d in log_dirs]
+        self.cleaner = cleaner if cleaner is not None else LogCleaner()
         self.server_defaults = dict(server_defaults)
         self.producer_config = dict(producer_config or {})
         self.node_id = node_id
@@ -115,6 +125,7 @@ class LogManager(MarkerWriting):
         return partition
 
     async def close(self) -> None:
+        self.cleaner.close()
         for key, partition in list(self._partitions.items()):
             try:
                 partition.close()
@@ -255,5 +266,5 @@ class LogManager(MarkerWriting):
 
     # ------------------------------------------------------------------ periodic work
     def tick(self, now_ms: int, flush: Callable[[Partition], None] | None = None) -> None:
-        maintain(list(self._partitions.values()), now_ms, flush, self.expiration_check_interval_ms)
+        maintain(list(self._partitions.values()), now_ms, flush, self.expiration_check_interval_ms, self.cleaner)
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from oncelog.core import producer_state as ps
+from oncelog.core.compaction import LastBatch, keyless_records
 from oncelog.core.producer_state import ProducerStateConfig, ProducerStateManager
 from oncelog.core.sequence import distance_below, last_sequence_of
 from oncelog.core.txn.partition import AbortedQuery, PartitionTxns, collect_aborted
@@ -36,7 +37,7 @@ from oncelog.protocol.primitives import Buf
 from oncelog.protocol.records import message_format_magic
 from oncelog.storage import producer_snapshots as snaps
 from oncelog.storage import txn_index
-from oncelog.storage.log import LogConfig, PartitionLog, SyncToken
+from oncelog.storage.log import LogConfig, PartitionLog, Segment, SyncToken
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,7 @@ class AppendResult:
     # "duplicate" (the duplicate kind when the answer came from producer state).
     extra: dict[str, Any] = field(default_factory=dict)
     last_offset: int = -1  # the answered batch's last offset (appended or original): acks=all waits for it
+    record_errors: list[tuple[int, str | None]] = field(default_factory=list)  # (record index, message)
 
 
 @dataclass(slots=True)
@@ -128,6 +130,7 @@ class Partition:
         # open transactions and the LSO; each segment's aborted-transaction index is on its Segment
         self.txns = PartitionTxns()
         self._verifying: dict[int, object] = {}  # pid -> KIP-890 verification guard
+        self.cleaner_checkpoint = -1  # the cleaner's first dirty offset once read (storage.cleaner)
         self._map_end = self._load_producer_state(now_ms)
         log.on_roll(self._on_roll)
         log.on_segments_deleted(self._on_segments_deleted)
@@ -288,6 +291,8 @@ class Partition:
                             ErrorCode.INVALID_TXN_STATE,
                             f"producer {check.producer_id} has a transaction open in {self.topic}-"
                             f"{self.index}: a batch outside it must wait for its marker")
+                if self.log.config.compact:
+                    _refuse_keyless(buf, headers, f"{self.topic}-{self.index}")
                 if self._codec is not None and any(h.compression != self._codec for h in headers):
                     buf = rec.recompress(buf, headers, self._codec)
             else:
@@ -308,7 +313,7 @@ class Partition:
             if exc.code == ErrorCode.KAFKA_STORAGE_ERROR:
                 self._follow_cuts(now_ms)
             return AppendResult(int(exc.code), -1, -1, self._safe_log_start(), exc.message or exc.code.name,
-                                self._extra())
+                                self._extra(), record_errors=getattr(exc, "record_errors", []))
         except OSError as exc:
             # Nothing was committed to producer state, so a retry of this batch is judged afresh.
             log.error("append to %s-%d failed: %s", self.topic, self.index, exc)
@@ -510,6 +515,18 @@ class Partition:
         except Exception:  # noqa: BLE001 - the answer must still go out if the log is unusable
             return -1
 
+    # ---------------------------------------------------------- compaction
+    def cleaner_last_batches(self) -> dict[int, LastBatch]:
+        """What the cleaner must keep of each producer tracked here (Kafka's
+        lastRecordsOfActiveProducers): the base offset of its latest batch, or, when a marker
+        with a new epoch is its latest entry, that epoch."""
+        return {e.producer_id: LastBatch(e.batches[-1][2] if e.batches else -1, e.epoch)
+                for e in self.producer_state.entries()}
+
+    def segment_swapped(self, old: Segment, new: Segment) -> None:
+        """The cleaner replaced `old` by `new`: the new file's aborted-transaction index."""
+        txn_index.load(new)
+
     # ---------------------------------------------------------- periodic work
     def remove_expired_producers(self, now_ms: int) -> int:
         n = self.producer_state.remove_expired(now_ms, self.txns.has_open)
@@ -672,7 +689,11 @@ class Partition:
 
     def _replay_marker(self, h: rec.BatchHeader, now_ms: int) -> None:
         """A control batch met by recovery: its one record's key says COMMIT or ABORT (one read
-        of that batch; markers are few)."""
+        of that batch; markers are few). One the cleaner emptied (kept only because it is its
+        producer's latest entry) still carries the producer's epoch."""
+        if h.records_count == 0:
+            self.producer_state.record_marker(h.producer_id, h.producer_epoch, -1, now_ms)
+            return
         data = self.log.read(h.base_offset, h.size, h.base_offset + 1)
         try:
             marker = rec.marker_of_batch(data)
@@ -689,6 +710,38 @@ class Partition:
             yield from self.log.iter_batches_from(start)
         except KafkaProtocolError:  # the start left the log meanwhile (retention)
             return
+
+
+class RecordErrors(KafkaProtocolError):
+    """INVALID_RECORD naming the records at fault (ProduceResponse v8+ RecordErrors, KIP-467):
+    librdkafka fails those with INVALID_RECORD and the rest of their batch with
+    _INVALID_DIFFERENT_RECORD."""
+
+    def __init__(self, message: str, record_errors: list[tuple[int, str | None]]) -> None:
+        super().__init__(ErrorCode.INVALID_RECORD, message)
+        self.record_errors = record_errors
+
+
+def _refuse_keyless(buf: Buf, headers: list[rec.BatchHeader], where: str) -> None:
+    """A compacted topic takes only records with a key (Kafka's LogValidator: INVALID_RECORD)."""
+    view = memoryview(buf)
+    pos = 0
+    errors: list[tuple[int, str | None]] = []
+    index = 0
+    for h in headers:
+        data = view[pos + rec.BATCH_OVERHEAD:pos + h.size]
+        if h.compression:
+            data = memoryview(compression.decompress(h.compression, data))
+        try:
+            keyless = keyless_records(data, h.records_count)
+        except (ValueError, IndexError):
+            raise KafkaProtocolError(ErrorCode.CORRUPT_MESSAGE, "records do not decode") from None
+        message = f"Compacted topic cannot accept message without key in topic partition {where}."
+        errors.extend((index + i, message) for i in keyless)
+        index += h.records_count
+        pos += h.size
+    if errors:
+        raise RecordErrors(errors[0][1] or "", errors)
 
 
 def _v2_headers(buf: Buf) -> Iterator[rec.BatchHeader]:

@@ -1,11 +1,12 @@
 """IncrementalAlterConfigs (API 44), v0-v1: set or delete topic overrides at runtime. A new
 `producer.state.batches.to.retain` applies to the next batches, without a restart (KIP-1269).
-All of a resource's changes are validated before any is applied. Needs ALTER_CONFIGS on the topic
-(TOPIC_AUTHORIZATION_FAILED) or the cluster for broker settings (CLUSTER_AUTHORIZATION_FAILED)."""
+APPEND and SUBTRACT work on list configs (`cleanup.policy`). All of a resource's changes are
+validated before any is applied. Needs ALTER_CONFIGS on the topic (TOPIC_AUTHORIZATION_FAILED) or
+the cluster for broker settings (CLUSTER_AUTHORIZATION_FAILED)."""
 from __future__ import annotations
 
 from oncelog.broker.authorization import Op, config_denied
-from oncelog.core.topic_config import parse_topic_configs
+from oncelog.core.topic_config import TOPIC_CONFIGS, alter_list, parse_topic_configs
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
@@ -39,8 +40,7 @@ async def handle(broker, version: int, request) -> bytes:
                 elif op == DELETE:
                     to_delete.append(c.name)
                 else:
-                    raise KafkaProtocolError(ErrorCode.INVALID_CONFIG, f"{c.name}: APPEND/SUBTRACT "
-                                             "apply to list configs, which oncelog's topics do not have")
+                    to_set[c.name] = _list_op(broker, rname, to_set, c.name, c.value, op == APPEND)
             if not request.validate_only:
                 await broker.logs.alter_topic_config(rname, to_set, to_delete)
             else:
@@ -50,6 +50,17 @@ async def handle(broker, version: int, request) -> bytes:
         responses.append(rb("AlterConfigsResourceResponse", error_code=code, error_message=message,
                             resource_type=rtype, resource_name=rname))
     return rb.encode(throttle_time=0, responses=tuple(responses))
+
+
+def _list_op(broker, topic: str, pending: dict[str, str], name: str, value: str | None, append: bool) -> str:
+    """APPEND / SUBTRACT on a list config, from the topic's override (or an earlier change in
+    this request), else the config's default, as Kafka's ConfigAdminManager does."""
+    definition = TOPIC_CONFIGS.get(name)
+    if definition is None or definition.kind != "list":
+        raise KafkaProtocolError(ErrorCode.INVALID_CONFIG, f"{name}: APPEND/SUBTRACT apply to list "
+                                 "configs only")
+    current = pending.get(name, broker.logs.topics[topic].overrides.get(name, definition.default))
+    return alter_list(current, value or "", append)
 
 
 def error_response(version: int, request, code: int, api_key: int = API_KEY) -> bytes:

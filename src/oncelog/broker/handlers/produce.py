@@ -105,7 +105,7 @@ async def handle(broker, version: int, request) -> bytes | None:
             result = partition.append_from_client(records if records is not None else b"", now)
             response = wire.PartitionResponse(index, result.error_code, result.base_offset, result.log_append_time,
                                               result.log_start_offset, result.error_message,
-                                              batches_to_retain=window)
+                                              result.record_errors, batches_to_retain=window)
             answer.partitions.append(response)
             if partition.write_caching:
                 appended = appended or (result.error_code == 0 and "duplicate" not in result.extra)
