@@ -10,3 +10,5 @@ from oncelog.core.security.principal import ANONYMOUS, KafkaPrincipal
 
 CLIENT: ContextVar[tuple[str | None, str]] = ContextVar("oncelog_request_client", default=(None, ""))
 PRINCIPAL: ContextVar[KafkaPrincipal] = ContextVar("oncelog_request_principal", default=ANONYMOUS)
+# the name of the listener the request came in on (Metadata answers with that listener's addresses)
+LISTENER: ContextVar[str] = ContextVar("oncelog_request_listener", default="")

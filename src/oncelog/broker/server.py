@@ -31,8 +31,12 @@ from oncelog.broker.handlers import APIS, api_versions
 from oncelog.broker.logs import Logs
 from oncelog.broker.metrics import BrokerMetrics
 from oncelog.broker.producer_id_manager import ProducerIdManager
-from oncelog.broker.request_context import CLIENT
+from oncelog.broker.authentication import ConnectionAuth, ListenerSecurity
+from oncelog.broker.request_context import CLIENT, LISTENER, PRINCIPAL
+from oncelog.broker.scram_credentials import ControllerCredentials
 from oncelog.broker.txn_coordinator import TxnCoordinatorService
+from oncelog.core.security.listeners import Endpoint
+from oncelog.core.security.principal import ANONYMOUS, KafkaPrincipal, NoMatchingRule
 from oncelog.protocol.api import BROKER_VERSIONS, ApiKey, api_name
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.protocol.framing import FrameError, FrameReader
@@ -44,6 +48,7 @@ from oncelog.storage.log_manager import LogManager
 log = logging.getLogger("oncelog.broker")
 
 _MAX_QUEUED_FRAMES = 64  # stop reading from a client that pipelines more than this
+_TLS_HANDSHAKE_TIMEOUT_S = 10.0
 
 
 class BadRequest(Exception):
@@ -67,9 +72,13 @@ class Broker:
         self.metrics = BrokerMetrics(lambda: self.logs.partitions())
         self.cluster_id = self.config["cluster.id"]
         self.host, self.port = "", 0
-        self.advertised_host, self.advertised_port = "", 0
+        # per listener name: (host, port) bound and advertised; the first listener is the default
+        self.bound: dict[str, tuple[str, int]] = {}
+        self.advertised: dict[str, tuple[str, int]] = {}
+        self.security: dict[str, ListenerSecurity] = {}
+        self.credentials: ControllerCredentials | None = None
         self.metrics_port: int | None = None
-        self._server: asyncio.base_events.Server | None = None
+        self._servers: list[asyncio.base_events.Server] = []
         self._connections: set[_Connection] = set()
         self._data_event = asyncio.Event()
         self._ticker: asyncio.Task | None = None
@@ -88,6 +97,28 @@ class Broker:
     def now_ms(self) -> int:
         return int(self._clock() * 1000)
 
+    # The address a client is told to use is that of the listener it came in on (Kafka's
+    # Metadata answers per listener); outside a request, the first listener's.
+    @property
+    def advertised_host(self) -> str:
+        return self._advertised()[0]
+
+    @property
+    def advertised_port(self) -> int:
+        return self._advertised()[1]
+
+    def _advertised(self) -> tuple[str, int]:
+        name = LISTENER.get()
+        if name in self.advertised:
+            return self.advertised[name]
+        return next(iter(self.advertised.values()), ("", 0))
+
+    def reload_tls(self) -> None:
+        """SIGHUP: key and trust files are read again for new handshakes."""
+        for sec in self.security.values():
+            if sec.tls is not None:
+                sec.tls.reload()
+
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> tuple[str, int]:
         first_dir = Path(self.config.log_dirs[0])
@@ -103,22 +134,7 @@ class Broker:
             max_session_timeout_ms=c["group.max.session.timeout.ms"],
             offsets_retention_ms=c["offsets.retention.minutes"] * 60000,
             offsets_retention_check_interval_ms=c["offsets.retention.check.interval.ms"], owns=self.coordinates)
-        listener = self.config.listeners[0]
-        loop = asyncio.get_running_loop()
-        # Bound now (the port is known), serving only once the partitions are ready: a client
-        # let in earlier would be told its topic does not exist.
-        self._server = await loop.create_server(lambda: _Connection(self), listener.host or None,
-                                                listener.port, reuse_address=True, start_serving=False)
-        sock = self._server.sockets[0]
-        self.host, self.port = sock.getsockname()[:2]
-        advertised = self.config.advertised_listeners
-        if advertised:
-            self.advertised_host = advertised[0].host
-            self.advertised_port = advertised[0].port or self.port
-        else:
-            bind = listener.host
-            self.advertised_host = bind if bind not in ("", "0.0.0.0", "::") else socket.getfqdn()
-            self.advertised_port = self.port
+        await self._bind_listeners()
         await self._connect_controller()
         if self.config["oncelog.cluster"]:
             await self._join_cluster()
@@ -127,14 +143,37 @@ class Broker:
         self.txn = TxnCoordinatorService(self, self.producer_ids.producer_id_nowait)
         self.txn_verifier = self.txn.verify
         self.txn.start()
-        await self._server.start_serving()
+        for server in self._servers:
+            await server.start_serving()
         if self.config["metrics.port"] >= 0:
             self.metrics_port = self.metrics.serve(self.config["metrics.host"], self.config["metrics.port"])
         self._ticker = asyncio.create_task(self._tick_loop())
+        for name, (host, port) in self.bound.items():
+            log.info("broker %d: listener %s (%s) on %s:%d, advertised %s:%d", self.node_id, name,
+                     self.security[name].protocol.name, host, port, *self.advertised[name])
         log.info("broker %d listening on %s:%d (advertised %s:%d), data in %s", self.node_id,
                  self.host, self.port, self.advertised_host, self.advertised_port,
                  ",".join(self.config.log_dirs))
         return self.host, self.port
+
+    async def _bind_listeners(self) -> None:
+        """Every listener bound now (ports known), serving only once the partitions are ready: a
+        client let in earlier would be told its topic does not exist. TLS listeners accept TCP
+        and start TLS per connection (`_Connection`), so a failed handshake is logged with its
+        address."""
+        setup = self.config.listener_setup
+        loop = asyncio.get_running_loop()
+        self.credentials = ControllerCredentials(self)
+        for endpoint, advertised in zip(setup.listeners, setup.advertised):
+            sec = ListenerSecurity.from_config(self.config, endpoint, self.credentials.lookup)
+            self.security[endpoint.name] = sec
+            server = await loop.create_server(lambda sec=sec: _Connection(self, sec), endpoint.host or None,
+                                              endpoint.port, reuse_address=True, start_serving=False)
+            self._servers.append(server)
+            host, port = server.sockets[0].getsockname()[:2]
+            self.bound[endpoint.name] = (host, port)
+            self.advertised[endpoint.name] = _advertised_address(endpoint, advertised, port)
+        self.host, self.port = self.bound[setup.listeners[0].name]
 
     async def _connect_controller(self) -> None:
         """Register with the controller and take producer ids from its KIP-730 blocks (`oncelog
@@ -192,12 +231,14 @@ class Broker:
             self._ticker = None
         if self.txn is not None:
             await self.txn.stop()
-        if self._server is not None:
-            self._server.close()
+        if self._servers:
+            for server in self._servers:
+                server.close()
             for conn in list(self._connections):
                 conn.close()
-            await self._server.wait_closed()
-            self._server = None
+            for server in self._servers:
+                await server.wait_closed()
+            self._servers = []
         self.metrics.close()
         self.group_commit.close()
         await self.logs.close()
@@ -228,7 +269,8 @@ class Broker:
             pass
 
     # ------------------------------------------------------------------ requests
-    async def handle_request(self, frame: memoryview, peer: str = "") -> bytes | None:
+    async def handle_request(self, frame: memoryview, peer: str = "", principal: KafkaPrincipal = ANONYMOUS,
+                             listener: str = "") -> bytes | None:
         """The framed response to one request, or None when it gets none (Produce with acks=0).
 
         The one error boundary, as h11 keeps one: bytes that do not make a request we serve
@@ -258,6 +300,8 @@ class Broker:
             raise BadRequest(f"malformed {api_name(api_key)} v{version} request "
                              f"(correlation id {header.correlation_id}): {e}") from None
         CLIENT.set((header.client_id, peer))
+        PRINCIPAL.set(principal)
+        LISTENER.set(listener)
         try:
             body = await api.handle(self, version, request)
         except KafkaProtocolError as e:
@@ -314,6 +358,13 @@ def _resume(request: Coroutine[Any, Any, Any], waiting_on: Any) -> Generator[Any
         return (yield from request)
 
 
+def _advertised_address(bound: Endpoint, advertised: Endpoint, port: int) -> tuple[str, int]:
+    if advertised is not bound and advertised != bound:
+        return advertised.host, advertised.port or port
+    host = bound.host
+    return (host if host not in ("", "0.0.0.0", "::") else socket.getfqdn()), port
+
+
 def _framed(header: bytes, body: bytes) -> bytes:
     return b"".join((I32.pack(len(header) + len(body)), header, body))
 
@@ -340,8 +391,10 @@ class _Connection(asyncio.BufferedProtocol):
     requests behind it (their appends join the same group commit); any other request waits
     until every answer before it is out, as in Kafka."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, security: ListenerSecurity) -> None:
         self.broker = broker
+        self.security = security
+        self.auth: ConnectionAuth = None  # type: ignore[assignment]  # set once the connection is established
         self.decoder = FrameReader(broker.config["socket.request.max.bytes"])
         # the reader's own method as the protocol's: asyncio calls it once per read, with no hop between
         self.get_buffer = self.decoder.get_buffer  # type: ignore[method-assign]
@@ -369,7 +422,53 @@ class _Connection(asyncio.BufferedProtocol):
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.broker._connections.add(self)
-        self.worker = asyncio.create_task(self._work())
+        tls = self.security.tls
+        if tls is None:
+            self._established(transport)
+            return
+        # start_tls must take the socket before connection_made returns: uvloop starts reading as
+        # soon as it does, and a ClientHello read here would be taken for a request frame.
+        # `_start` runs the coroutine up to its first wait, which is past start_tls's switch.
+        _done, self.worker = _start(self._start_tls(transport, tls.context))
+
+    async def _start_tls(self, raw, context) -> None:
+        try:
+            tls_transport = await asyncio.get_running_loop().start_tls(
+                raw, self, context, server_side=True, ssl_handshake_timeout=_TLS_HANDSHAKE_TIMEOUT_S)
+        except (OSError, TimeoutError, ConnectionError, ValueError) as e:
+            log.warning("TLS handshake failed from %s on %s: %s", self.peer, self.security.name,
+                        getattr(e, "reason", None) or e or type(e).__name__)
+            self.broker.metrics.connections_closed.inc()
+            raw.close()
+            self._gone()
+            return
+        if self.closing or tls_transport is None:
+            return
+        self._established(tls_transport)
+        await self._work()
+
+    def _established(self, transport) -> None:
+        self.transport = transport
+        self.auth = ConnectionAuth(self.security, self.peer)
+        tls = self.security.tls
+        if tls is not None and not self.security.protocol.uses_sasl:
+            try:
+                self.auth.principal = tls.principal(transport.get_extra_info("ssl_object"))
+            except NoMatchingRule as e:
+                log.warning("closing connection from %s on %s: no ssl.principal.mapping.rules rule maps the "
+                            "certificate name: %s", self.peer, self.security.name, e)
+                self.close()
+                return
+        self._apply_receive_limit()
+        if self.worker is None:
+            self.worker = asyncio.create_task(self._work())
+
+    def _apply_receive_limit(self) -> None:
+        """Frames before authentication are capped at sasl.server.max.receive.size."""
+        limit = self.auth.receive_limit
+        full = self.broker.config["socket.request.max.bytes"]
+        self.decoder.max_size = full if limit is None else min(limit, full)
+        self.decoder.limit_name = "socket.request.max.bytes" if limit is None else "sasl.server.max.receive.size"
 
     def buffer_updated(self, nbytes: int) -> None:
         if self.closing:
@@ -379,12 +478,13 @@ class _Connection(asyncio.BufferedProtocol):
         except FrameError as e:
             self._refuse(str(e))
             return
+        now = self.broker.now_ms()
         for frame in frames:
-            if self.busy or self.queue or not self._may_start(frame):
+            if self.busy or self.queue or not self._may_start(frame) or self.auth.intercepts(frame, now):
                 self.queue.append(frame)
                 continue
             try:
-                answered, result = _start(self.broker.handle_request(frame, self.peer_host))
+                answered, result = _start(self._handle(frame))
             except BadRequest as e:
                 self._refuse(str(e))
                 return
@@ -447,7 +547,33 @@ class _Connection(asyncio.BufferedProtocol):
         if self.queue:
             self.wakeup.set()
 
+    def _handle(self, frame: memoryview) -> Coroutine[Any, Any, bytes | None]:
+        return self.broker.handle_request(frame, self.peer_host, self.auth.principal, self.security.name)
+
+    async def _authenticate(self, frame: memoryview) -> bool:
+        """A frame the authenticator takes; True when it is a request to handle after all."""
+        outcome = await self.auth.take(frame, self.broker.now_ms(), self._handle)
+        self._apply_receive_limit()
+        if outcome.handle:
+            return True
+        if outcome.response is not None and not self.closing:
+            self.transport.write(outcome.response)
+        if outcome.close:
+            self.broker.metrics.connections_closed.inc()
+            self.close()
+        elif outcome.close_after_ms:
+            # the answer goes out now; the close waits (Kafka's failed-authentication delay)
+            self.closing = True
+            self.queue.clear()
+            self.transport.pause_reading()
+            self.broker.metrics.connections_closed.inc()
+            asyncio.get_running_loop().call_later(outcome.close_after_ms / 1000, self.close)
+        return False
+
     def connection_lost(self, exc) -> None:
+        self._gone()
+
+    def _gone(self) -> None:
         self.closing = True
         self.broker._connections.discard(self)
         self.wakeup.set()
@@ -491,7 +617,9 @@ class _Connection(asyncio.BufferedProtocol):
                     if self.reading_paused and len(self.queue) < _MAX_QUEUED_FRAMES // 2:
                         self.reading_paused = False
                         self.transport.resume_reading()
-                    answered, response = _start(self.broker.handle_request(frame, self.peer_host))
+                    if self.auth.intercepts(frame, self.broker.now_ms()) and not await self._authenticate(frame):
+                        continue
+                    answered, response = _start(self._handle(frame))
                     if not answered:
                         if _is_produce(frame):
                             self._pipeline(response)

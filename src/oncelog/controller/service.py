@@ -24,7 +24,12 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
+from oncelog.controller import scram
 from oncelog.core.leadership import NO_LEADER, Leadership
+from oncelog.core.security.credentials import ScramCredentials
+from oncelog.core.security.plain import PlainServer
+from oncelog.core.security.sasl import AuthenticationFailed
+from oncelog.core.security.scram import AddScram
 from oncelog.core.producer_ids import BROKER, PID_BLOCK, ControllerState, TokenBucket
 from oncelog.core.topic_config import parse_topic_configs
 from oncelog.protocol import entities
@@ -53,6 +58,7 @@ class ControllerConfig:
     producer_id_floor: int = 0
     allocations_per_s: float = 200.0
     allocation_burst: int = 50
+    bootstrap_scram: list[AddScram] = field(default_factory=list)  # `--add-scram`, written where missing
 
 
 class Controller:
@@ -62,6 +68,7 @@ class Controller:
         self.log = MetadataLog(config.metadata_dir)
         self.state = ControllerState()
         self.leadership = Leadership()
+        self.scram = ScramCredentials()
         self._load()
         self.live: dict[int, int] = {}  # broker id -> last heartbeat (ms)
         self.rate = TokenBucket(config.allocations_per_s, config.allocation_burst)
@@ -73,6 +80,7 @@ class Controller:
         self.fatal_message = ""
         self.address: tuple[str, int] = ("", 0)
         self._commit(self.state.decide_floor(config.producer_id_floor))
+        self._commit(scram.bootstrap(self.scram, config.bootstrap_scram))
 
     def now_ms(self) -> int:
         return int(self._clock() * 1000)
@@ -86,6 +94,7 @@ class Controller:
             self.state = ControllerState.from_snapshot(data["producer_ids"])
             for r in data["leadership"]:
                 self.leadership.replay(r)
+            self.scram = ScramCredentials.from_snapshot(data.get("scram", ()))
         for _offset, record in self.log.read(start):
             self._replay(record)
         log.info("controller state: next producer id %d, %d brokers, %d topics, metadata log at %d",
@@ -95,6 +104,8 @@ class Controller:
     def _replay(self, record: dict) -> None:
         if record["type"] in (PID_BLOCK, BROKER):
             self.state.replay(record)
+        elif record["type"] in scram.RECORD_TYPES:
+            self.scram.replay(record)
         else:
             self.leadership.replay(record)
 
@@ -129,7 +140,7 @@ class Controller:
         for (topic, p), (leader, epoch) in sorted(self.leadership.leaders.items()):
             records.append({"type": "leader", "topic": topic, "partition": p, "leader": leader, "epoch": epoch})
         self.log.write_snapshot(self.log.end_offset, {"producer_ids": self.state.to_snapshot(),
-                                                       "leadership": records})
+                                                       "leadership": records, "scram": self.scram.to_snapshot()})
 
     def live_brokers(self) -> list[int]:
         return sorted(self.live)
@@ -236,16 +247,16 @@ class Controller:
     def _sasl_authenticate(self, version: int, body) -> tuple[bytes, str | None]:
         r = entities.decode_request(ApiKey.SASL_AUTHENTICATE, version, body)
         rb = entities.ResponseBuilder(ApiKey.SASL_AUTHENTICATE, version)
-        parts = bytes(r.auth_bytes).split(b"\x00")
-        user = password = None
-        if len(parts) == 3:
-            user, password = parts[1].decode(errors="replace"), parts[2].decode(errors="replace")
-        if user is None or self.config.users.get(user) != password:
-            log.warning("controller: SASL/PLAIN authentication failed for %r", user)
+        plain = PlainServer(self.config.users)   # constant-time comparison, unknown users included
+        try:
+            plain.evaluate(bytes(r.auth_bytes))
+        except AuthenticationFailed as e:
+            log.warning("controller: SASL/PLAIN authentication failed for %r: %s", e.user, e)
             return rb.encode(error_code=ErrorCode.SASL_AUTHENTICATION_FAILED,
                              error_message="authentication failed: invalid username or password",
                              auth_bytes=b"", session_lifetime=0), None
-        return rb.encode(error_code=ErrorCode.NONE, error_message=None, auth_bytes=b"", session_lifetime=0), user
+        return (rb.encode(error_code=ErrorCode.NONE, error_message=None, auth_bytes=b"", session_lifetime=0),
+                plain.authorization_id)
 
     # ------------------------------------------------------------------ requests
     async def _handle(self, api_key: int, version: int, body: memoryview, principal: str | None) -> bytes:
@@ -277,6 +288,12 @@ class Controller:
                 return self._alter_configs(rb, r, authorized)
             if api_key == ApiKey.ALTER_PARTITION_REASSIGNMENTS:
                 return self._reassign(rb, r, authorized)
+            if api_key in (ApiKey.ALTER_USER_SCRAM_CREDENTIALS, ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS):
+                if not authorized:
+                    return rb.encode_error(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+                if api_key == ApiKey.ALTER_USER_SCRAM_CREDENTIALS:
+                    return scram.alter(self.scram, rb, r, self._commit)
+                return scram.describe_with_records(self.scram, rb, r)
         raise entities.MalformedRequest(f"{api_name(api_key)} is not served by the controller")
 
     def _allocate(self, rb, r, principal: str, authorized: bool) -> bytes:

@@ -95,6 +95,11 @@ BROKER_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
     ApiKey.LIST_TRANSACTIONS: (0, 1),
     ApiKey.WRITE_TXN_MARKERS: (1, 1),  # broker to broker (and Kafka's tools); issue 16
+    # Security (docs/security.md "Versions"); SaslHandshake never above v1 (KAFKA-9577)
+    ApiKey.SASL_HANDSHAKE: (0, 1),
+    ApiKey.SASL_AUTHENTICATE: (0, 2),
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
 }
 
 # Transactions (issue 16, docs/transactions.md "Versions"): what the broker will advertise once the
@@ -139,6 +144,8 @@ CONTROLLER_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.CREATE_PARTITIONS: (3, 3),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (1, 1),
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0),
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
 }
 
 # first version using flexible encoding (request header v2, response header v1, compact types)

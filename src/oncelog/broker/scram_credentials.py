@@ -1,0 +1,61 @@
+"""SCRAM credentials live in the controller's metadata log (`controller/scram.py`); the broker
+asks for a user's credential when a SCRAM exchange names the user, and forwards
+AlterUserScramCredentials / DescribeUserScramCredentials.
+
+The controller answers its DescribeUserScramCredentials (cluster principals only) with, per
+user found, the credential records as JSON in the result's `error_message` (an oncelog-internal
+use of that field on the controller listener; `controller.scram.describe_with_records`). The
+broker never passes that text on: its own answer to clients is rebuilt from mechanisms and
+iterations. One round trip per login keeps every broker exactly as current as the controller (a
+deleted credential stops working at once) without a second copy of the records to keep in step.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from oncelog.broker.controller_client import ControllerClient, ControllerUnavailable
+from oncelog.core.security.credentials import ScramCredentials
+from oncelog.core.security.scram import ScramCredential, ScramMechanism
+from oncelog.protocol import entities
+from oncelog.protocol.api import ApiKey
+from oncelog.protocol.errors import KafkaProtocolError
+
+log = logging.getLogger("oncelog.broker.scram")
+
+
+class ControllerCredentials:
+    def __init__(self, broker: Any) -> None:
+        self._broker = broker
+        self._client: ControllerClient | None = None
+
+    def client(self) -> ControllerClient:
+        if self._client is None:
+            c = self._broker.config
+            host, _, port = c["controller.quorum.bootstrap.servers"].rpartition(":")
+            self._client = ControllerClient(host, int(port), c["controller.sasl.plain.username"],
+                                            c["controller.sasl.plain.password"], client_id="oncelog-broker-scram")
+        return self._client
+
+    async def lookup(self, user: str, mechanism: ScramMechanism) -> ScramCredential | None:
+        """The stored credential, or None (unknown user, or the controller unreachable: the
+        exchange then fails as for a wrong password, and the reason is logged)."""
+        try:
+            r = await self.client().request(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0,
+                                            users=(entities.make(entities.nested(
+                                                ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, "request", "UserName"),
+                                                name=user),))
+        except (ControllerUnavailable, KafkaProtocolError, entities.MalformedResponse) as e:
+            log.warning("SCRAM credential of %r not available from the controller: %s", user, e)
+            return None
+        for result in r.results:
+            if str(result.user) != user or int(result.error_code) != 0 or not result.error_message:
+                continue
+            store = ScramCredentials.from_snapshot(json.loads(result.error_message))
+            return store.lookup(user, mechanism)
+        return None
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
