@@ -79,7 +79,7 @@ APIS: dict[int, Api] = {api.key: api for api in (
     _api(add_offsets_to_txn),
     _api(add_partitions_to_txn, error_response=add_partitions_to_txn.error_response),
     _api(alter_configs, error_response=alter_configs.error_response),
-    _api(alter_user_scram_credentials),
+    _api(alter_user_scram_credentials, error_response=alter_user_scram_credentials.error_response),
     _api(describe_user_scram_credentials),
     _api(sasl_handshake),
     _api(sasl_authenticate),

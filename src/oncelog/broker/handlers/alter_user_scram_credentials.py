@@ -12,12 +12,17 @@ API_KEY = ApiKey.ALTER_USER_SCRAM_CREDENTIALS
 
 
 async def handle(broker, version: int, request) -> bytes:
-    rb = entities.ResponseBuilder(API_KEY, version)
     try:
         r = await broker.credentials.client().raw(API_KEY, 0, entities.encode(request))
     except ControllerUnavailable:
-        names = {str(d.name) for d in request.deletions} | {str(u.name) for u in request.upsertions}
-        return rb.encode(throttle_time=0, results=tuple(
-            rb("AlterUserScramCredentialsResult", user=n, error_code=ErrorCode.NOT_CONTROLLER,
-               error_message="the controller is not reachable") for n in sorted(names)))
+        return error_response(version, request, ErrorCode.NOT_CONTROLLER, "the controller is not reachable")
     return bytes(r)
+
+
+def error_response(version: int, request, code: int, message: str | None = None) -> bytes:
+    """Every user named in the request, failed with `code`."""
+    rb = entities.ResponseBuilder(API_KEY, version)
+    names = {str(d.name) for d in request.deletions} | {str(u.name) for u in request.upsertions}
+    return rb.encode(throttle_time=0, results=tuple(
+        rb("AlterUserScramCredentialsResult", user=n, error_code=code, error_message=message)
+        for n in sorted(names)))
