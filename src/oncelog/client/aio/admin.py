@@ -1,6 +1,8 @@
 """Asyncio admin client: topics, configs (incremental), delete records."""
 from __future__ import annotations
 
+from oncelog.client.security import ClientSecurity
+
 import asyncio
 from typing import NamedTuple
 
@@ -73,7 +75,8 @@ class AIOAdminClient:
             raise KafkaClientError("bootstrap.servers is required")
         self.cluster = Cluster(servers, str(config.get("client.id", "oncelog-admin")),
                                int(config.get("request.timeout.ms", 30000)), allow_auto_create=False,
-                               address_map=config.get("oncelog.address.map"))
+                               address_map=config.get("oncelog.address.map"),
+                               security=ClientSecurity.from_config(config))
 
     async def start(self) -> AIOAdminClient:
         await self.cluster.any_connection()

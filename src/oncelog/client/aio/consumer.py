@@ -7,6 +7,8 @@ of each response (`core.txn.ReadCommittedFilter`, batch by batch). Control batch
 returned in either mode; the position steps over them, so offsets have gaps."""
 from __future__ import annotations
 
+from oncelog.client.security import ClientSecurity
+
 import asyncio
 import logging
 import time
@@ -44,7 +46,8 @@ class AIOConsumer:
         self.config = dict(config)
         self.cluster = Cluster(servers, str(config.get("client.id", "oncelog-consumer")),
                                int(config.get("request.timeout.ms", 30000)), allow_auto_create=False,
-                               address_map=config.get("oncelog.address.map"))
+                               address_map=config.get("oncelog.address.map"),
+                               security=ClientSecurity.from_config(config))
         self.reset = str(config.get("auto.offset.reset", "earliest")).lower()
         if self.reset not in ("earliest", "latest", "none"):
             raise KafkaClientError("auto.offset.reset must be earliest, latest or none")
