@@ -207,6 +207,7 @@ class ControllerProcess(ServerProcess):
         super().__init__(port=port, env=env,
                          log_file=log_file or self.metadata_dir.parent / f"{self.metadata_dir.name}.log")
         self.extra_users = list(extra_users)
+        self.add_scram: list[str] = []    # `--add-scram` arguments
 
     def command(self) -> list[str]:
         cmd = _oncelog("controller", "--metadata-dir", str(self.metadata_dir),
@@ -214,6 +215,8 @@ class ControllerProcess(ServerProcess):
                        "--cluster-principal", USER, "--session-timeout-ms", "2000")
         for u in self.extra_users:
             cmd += ["--user", u]
+        for a in self.add_scram:
+            cmd += ["--add-scram", a]
         return cmd
 
     def start(self, timeout_s: float = 30) -> ControllerProcess:
