@@ -67,6 +67,9 @@ _BROKER_ONLY = (
               "flush policy run.", minimum=1),
     ConfigDef("controller.quorum.bootstrap.servers", "string", "", "The controller's listener "
               "(host:port). Empty: `oncelog serve` runs a controller in-process on loopback."),
+    ConfigDef("controller.listener.names", "string", "", "The controller's listener name; mapped to SSL or "
+              "SASL_SSL in listener.security.protocol.map, the broker reaches the controller over TLS, trusting "
+              "listener.name.<name>.ssl.truststore.location."),
     ConfigDef("controller.sasl.plain.username", "string", "", "SASL/PLAIN user for the controller listener."),
     ConfigDef("controller.sasl.plain.password", "string", "", "SASL/PLAIN password for the controller listener."),
     ConfigDef("oncelog.cluster", "boolean", False, "Run as one broker of a cluster on one machine: "

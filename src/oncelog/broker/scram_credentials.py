@@ -15,7 +15,7 @@ import json
 import logging
 from typing import Any
 
-from oncelog.broker.controller_client import ControllerClient, ControllerUnavailable
+from oncelog.broker.controller_client import ControllerClient, ControllerUnavailable, controller_client
 from oncelog.core.security.credentials import ScramCredentials
 from oncelog.core.security.scram import ScramCredential, ScramMechanism
 from oncelog.protocol import entities
@@ -32,10 +32,7 @@ class ControllerCredentials:
 
     def client(self) -> ControllerClient:
         if self._client is None:
-            c = self._broker.config
-            host, _, port = c["controller.quorum.bootstrap.servers"].rpartition(":")
-            self._client = ControllerClient(host, int(port), c["controller.sasl.plain.username"],
-                                            c["controller.sasl.plain.password"], client_id="oncelog-broker-scram")
+            self._client = controller_client(self._broker.config, client_id="oncelog-broker-scram")
         return self._client
 
     async def lookup(self, user: str, mechanism: ScramMechanism) -> ScramCredential | None:

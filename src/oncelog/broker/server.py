@@ -23,7 +23,7 @@ from typing import Any
 
 from oncelog.broker.cluster_logs import ClusterLogs
 from oncelog.broker.config import BrokerConfig, ConfigError, new_cluster_id
-from oncelog.broker.controller_client import ControllerClient
+from oncelog.broker.controller_client import controller_client
 from oncelog.broker.controller_link import ControllerLink
 from oncelog.broker.group_commit import GroupCommit
 from oncelog.broker.group_coordinator import GroupCoordinator
@@ -182,14 +182,13 @@ class Broker:
         if not address:
             raise ConfigError("controller.quorum.bootstrap.servers is not set: a broker takes its producer ids "
                               "from a controller (oncelog.controller.embedded runs one in-process)")
-        host, _, port = address.rpartition(":")
-        user, password = self.config["controller.sasl.plain.username"], self.config["controller.sasl.plain.password"]
         link = self.controller_link = ControllerLink(
-            ControllerClient(host, int(port), user, password), self.node_id, self.cluster_id,
-            self.advertised_host, self.advertised_port, self.config["broker.heartbeat.interval.ms"])
+            controller_client(self.config), self.node_id, self.cluster_id,
+            self.advertised_host, self.advertised_port, self.config["broker.heartbeat.interval.ms"],
+            self.config.listeners[0].name, int(self.config.listeners[0].protocol))
         await link.register()
         link.start()
-        self.producer_ids = ProducerIdManager(ControllerClient(host, int(port), user, password), self.node_id,
+        self.producer_ids = ProducerIdManager(controller_client(self.config), self.node_id,
                                               lambda: link.epoch, on_fatal=self._fatal,
                                               prefetch=self.config["producer.id.block.prefetch"])
 
@@ -200,7 +199,7 @@ class Broker:
         ctl = self.controller_link.client
         self.logs = ClusterLogs(
             self.config.log_dirs[0], self.config.topic_defaults(), self.config.producer_config(),
-            ControllerClient(ctl.host, ctl.port, ctl.username, ctl.password), self.node_id, self.now_ms,
+            controller_client(self.config), self.node_id, self.now_ms,
             expiration_check_interval_ms=self.config["producer.id.expiration.check.interval.ms"])
         self._wire_logs()
         await self.logs.open(self.now_ms())

@@ -132,9 +132,12 @@ async def _serve(config: BrokerConfig) -> None:
 @click.option("--producer-id-floor", default=0, show_default=True, help="Never issue producer ids below this.")
 @click.option("--add-scram", "add_scram", multiple=True, help="A SCRAM credential written where missing "
               "(kafka-storage's --add-scram syntax; repeatable).")
+@click.option("--ssl-keystore-location", type=click.Path(exists=True, dir_okay=False),
+              help="PEM with key and certificate chain: the listener speaks TLS (brokers set "
+              "controller.listener.names and listener.name.<name>.ssl.truststore.location).")
 @click.option("--log-level", default="INFO", show_default=True)
 def controller_command(metadata_dir, listener, users, principals, session_timeout_ms, producer_id_floor,
-                       add_scram, log_level) -> None:
+                       add_scram, ssl_keystore_location, log_level) -> None:
     """Run a controller on its own (for `serve --brokers N` and tests)."""
     from oncelog.controller.service import Controller, ControllerConfig
     logs.configure(log_level)
@@ -147,10 +150,16 @@ def controller_command(metadata_dir, listener, users, principals, session_timeou
         scram = [parse_add_scram(a, secrets.token_bytes) for a in add_scram]
     except AddScramError as e:
         raise click.ClickException(str(e)) from None
+    tls = None
+    if ssl_keystore_location:
+        import ssl
+        tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        tls.minimum_version = ssl.TLSVersion.TLSv1_2
+        tls.load_cert_chain(ssl_keystore_location)
 
     async def run() -> None:
         c = Controller(ControllerConfig(metadata_dir, host, int(port), creds, set(principals), session_timeout_ms,
-                                        producer_id_floor, bootstrap_scram=scram))
+                                        producer_id_floor, bootstrap_scram=scram, ssl_context=tls))
         h, p = await c.start()
         click.echo(f"oncelog: controller listening on {h}:{p}")
         sys.stdout.flush()

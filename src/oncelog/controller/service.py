@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 import logging
 import struct
 import time
@@ -59,6 +60,7 @@ class ControllerConfig:
     allocations_per_s: float = 200.0
     allocation_burst: int = 50
     bootstrap_scram: list[AddScram] = field(default_factory=list)  # `--add-scram`, written where missing
+    ssl_context: ssl.SSLContext | None = None   # TLS on the controller listener (brokers then need its CA)
 
 
 class Controller:
@@ -147,7 +149,8 @@ class Controller:
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> tuple[str, int]:
-        self._server = await asyncio.start_server(self._serve, self.config.host, self.config.port)
+        self._server = await asyncio.start_server(self._serve, self.config.host, self.config.port,
+                                                  ssl=self.config.ssl_context)
         self.address = self._server.sockets[0].getsockname()[:2]
         self._watch = asyncio.create_task(self._watch_liveness())
         log.info("controller accepts brokers on %s:%d", *self.address)

@@ -208,6 +208,7 @@ class ControllerProcess(ServerProcess):
                          log_file=log_file or self.metadata_dir.parent / f"{self.metadata_dir.name}.log")
         self.extra_users = list(extra_users)
         self.add_scram: list[str] = []    # `--add-scram` arguments
+        self.ssl_keystore: str | None = None   # PEM: the controller listener speaks TLS
 
     def command(self) -> list[str]:
         cmd = _oncelog("controller", "--metadata-dir", str(self.metadata_dir),
@@ -217,6 +218,8 @@ class ControllerProcess(ServerProcess):
             cmd += ["--user", u]
         for a in self.add_scram:
             cmd += ["--add-scram", a]
+        if self.ssl_keystore:
+            cmd += ["--ssl-keystore-location", self.ssl_keystore]
         return cmd
 
     def start(self, timeout_s: float = 30) -> ControllerProcess:
