@@ -20,7 +20,6 @@ from confluent_kafka.admin import AdminClient, NewTopic
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 from broker_produce import VALUE, produce  # noqa: E402
-
 from oncelog.testing.secure import SecureBroker  # noqa: E402
 
 

@@ -9,9 +9,9 @@ import re
 import time
 
 import pytest
+from test_kafkajs import kafkajs, run_node  # noqa: F401 - the fixture, installed once per session
 
 from oncelog.testing.secure import SecureBroker
-from test_kafkajs import kafkajs, run_node  # noqa: F401 - the fixture, installed once per session
 
 pytestmark = pytest.mark.processes
 

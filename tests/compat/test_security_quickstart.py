@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_kafkajs import kafkajs  # noqa: F401 - the fixture
 
 from oncelog.testing.embedded import free_port, wait_for_line
-from test_kafkajs import kafkajs  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.processes
 

@@ -11,7 +11,6 @@ from oncelog.broker.config import BrokerConfig
 from oncelog.broker.controller_client import ControllerUnavailable, controller_client
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
-
 from oncelog.testing.embedded import BrokerProcess, ControllerProcess, broker_overrides
 from oncelog.testing.tls import make_pki
 

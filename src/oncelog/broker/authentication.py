@@ -17,6 +17,7 @@ import struct
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from oncelog.broker.scram_credentials import CredentialsUnavailable
 from oncelog.broker.tls import ListenerTls
 from oncelog.core.security.jaas import JaasConfigError, parse_sasl_jaas_config, plain_users
 from oncelog.core.security.listeners import Endpoint, SecurityProtocol, jaas_config_key
@@ -138,7 +139,8 @@ class ConnectionAuth:
         s = self.session
         assert s is not None
         if s.expects_raw_token:
-            await self._prefetch(bytes(frame))
+            if not await self._prefetch(bytes(frame)):
+                return Outcome(close=True)
             return self._token_outcome(s.raw_token(bytes(frame), now_ms), None)
         try:
             header = read_request_header(frame)
@@ -178,17 +180,19 @@ class ConnectionAuth:
             if r is Route.AUTHENTICATE:
                 request = entities.decode_request(ApiKey.SASL_AUTHENTICATE, header.api_version, body)
                 token = bytes(request.auth_bytes)
-                await self._prefetch(token)
+                if not await self._prefetch(token):
+                    return Outcome(close=True)
                 return self._token_outcome(s.authenticate(header.api_version, token, now_ms),
                                            (header.api_version, corr))
         except entities.MalformedRequest as e:
             self._warn(f"malformed {api_name(header.api_key)} request: {e}")
             return Outcome(close=True)
         # REFUSE / REFUSE_AND_CLOSE: ILLEGAL_SASL_STATE in the request's own response
-        self._warn(routing.reason) if r is Route.REFUSE_AND_CLOSE else None
+        if r is Route.REFUSE_AND_CLOSE:
+            self._warn(routing.reason)
         refusal = _illegal_state(header.api_key, header.api_version, body)
-        out = _framed(header.api_key, header.api_version, corr, refusal) if refusal is not None else None
-        return Outcome(response=out, close=r is Route.REFUSE_AND_CLOSE or out is None)
+        answer_frame = None if refusal is None else _framed(header.api_key, header.api_version, corr, refusal)
+        return Outcome(response=answer_frame, close=r is Route.REFUSE_AND_CLOSE or answer_frame is None)
 
     def _token_outcome(self, answer: TokenAnswer, v1: tuple[int, int] | None) -> Outcome:
         s = self.session
@@ -214,16 +218,17 @@ class ConnectionAuth:
         return Outcome(response=_framed(ApiKey.SASL_AUTHENTICATE, version, corr, body), close_after_ms=delay,
                        close=answer.close_after and delay == 0)
 
-    async def _prefetch(self, token: bytes) -> None:
+    async def _prefetch(self, token: bytes) -> bool:
         """A SCRAM exchange's first token names the user: its credential is fetched now, so the
-        (synchronous) mechanism finds it."""
+        (synchronous) mechanism finds it. False: it cannot be known now (the connection closes,
+        and the client retries as after a network error)."""
         s = self.session
         assert s is not None
         server = s._server
         if not isinstance(server, ScramServer) or server.complete or server.authorization_id is not None:
             if isinstance(server, PlainServer):
                 self._user_tried = _plain_user(token)
-            return
+            return True
         user = _scram_user(token)
         self._user_tried = user
         credential = None
@@ -231,8 +236,13 @@ class ConnectionAuth:
         if user is not None and lookup is not None:
             mechanism = ScramMechanism.from_name(server.mechanism)
             assert mechanism is not None
-            credential = await lookup(user, mechanism)
+            try:
+                credential = await lookup(user, mechanism)
+            except CredentialsUnavailable as e:
+                self._warn(f"SCRAM credential of {user!r} unknown: {e}")
+                return False
         server._credentials = lambda name: credential if name == user else None
+        return True
 
     def _warn(self, why: str) -> None:
         log.warning("closing connection from %s on %s (user %s): %s", self.peer, self.listener.name,

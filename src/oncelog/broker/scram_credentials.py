@@ -25,10 +25,20 @@ from oncelog.protocol.errors import KafkaProtocolError
 log = logging.getLogger("oncelog.broker.scram")
 
 
+class CredentialsUnavailable(Exception):
+    """The controller could not be asked and no earlier answer is known: the login can be neither
+    accepted nor refused (the connection is closed, so the client retries as after a network
+    error instead of treating it as a wrong password)."""
+
+
 class ControllerCredentials:
+    """Each lookup asks the controller; its last answer per user is kept for when the controller
+    cannot be reached (a restarting controller does not lock every client out)."""
+
     def __init__(self, broker: Any) -> None:
         self._broker = broker
         self._client: ControllerClient | None = None
+        self._last: dict[tuple[str, ScramMechanism], ScramCredential | None] = {}
 
     def client(self) -> ControllerClient:
         if self._client is None:
@@ -36,22 +46,26 @@ class ControllerCredentials:
         return self._client
 
     async def lookup(self, user: str, mechanism: ScramMechanism) -> ScramCredential | None:
-        """The stored credential, or None (unknown user, or the controller unreachable: the
-        exchange then fails as for a wrong password, and the reason is logged)."""
+        """The stored credential, or None for a user without one. Raises CredentialsUnavailable."""
+        key = (user, mechanism)
         try:
             r = await self.client().request(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0,
                                             users=(entities.make(entities.nested(
                                                 ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, "request", "UserName"),
                                                 name=user),))
         except (ControllerUnavailable, KafkaProtocolError, entities.MalformedResponse) as e:
-            log.warning("SCRAM credential of %r not available from the controller: %s", user, e)
-            return None
+            if key in self._last:
+                log.info("SCRAM credential of %r from the last answer: the controller is unreachable (%s)", user, e)
+                return self._last[key]
+            raise CredentialsUnavailable(f"the controller is unreachable: {e}") from None
+        found = None
         for result in r.results:
-            if str(result.user) != user or int(result.error_code) != 0 or not result.error_message:
-                continue
-            store = ScramCredentials.from_snapshot(json.loads(result.error_message))
-            return store.lookup(user, mechanism)
-        return None
+            if str(result.user) == user and int(result.error_code) == 0 and result.error_message:
+                found = ScramCredentials.from_snapshot(json.loads(result.error_message)).lookup(user, mechanism)
+        if len(self._last) > 10000:   # bounded: names come from clients
+            self._last.clear()
+        self._last[key] = found
+        return found
 
     def close(self) -> None:
         if self._client is not None:

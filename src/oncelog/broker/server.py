@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Generator
 from pathlib import Path
 from typing import Any
 
+from oncelog.broker.authentication import ConnectionAuth, ListenerSecurity
 from oncelog.broker.cluster_logs import ClusterLogs
 from oncelog.broker.config import BrokerConfig, ConfigError, new_cluster_id
 from oncelog.broker.controller_client import controller_client
@@ -31,7 +32,6 @@ from oncelog.broker.handlers import APIS, api_versions
 from oncelog.broker.logs import Logs
 from oncelog.broker.metrics import BrokerMetrics
 from oncelog.broker.producer_id_manager import ProducerIdManager
-from oncelog.broker.authentication import ConnectionAuth, ListenerSecurity
 from oncelog.broker.request_context import CLIENT, LISTENER, PRINCIPAL
 from oncelog.broker.scram_credentials import ControllerCredentials
 from oncelog.broker.txn_coordinator import TxnCoordinatorService
@@ -196,7 +196,6 @@ class Broker:
         """Shared storage: partitions follow the controller's leadership instead of a local registry."""
         if self.controller_link is None:
             raise RuntimeError("oncelog.cluster needs controller.quorum.bootstrap.servers")
-        ctl = self.controller_link.client
         self.logs = ClusterLogs(
             self.config.log_dirs[0], self.config.topic_defaults(), self.config.producer_config(),
             controller_client(self.config), self.node_id, self.now_ms,

@@ -1,14 +1,13 @@
 """Producer settings under Kafka's names, validated once at construction."""
 from __future__ import annotations
 
-from oncelog.client.security import ClientSecurity
-
 import enum
 import logging
 from dataclasses import dataclass
 from typing import Any
 
 from oncelog.client.errors import ConfigError
+from oncelog.client.security import ClientSecurity
 from oncelog.protocol.compression import codec_for_name
 
 log = logging.getLogger("oncelog.client")

@@ -19,7 +19,7 @@ from oncelog.core.security.credentials import (
 )
 from oncelog.core.security.scram import AddScram, ScramMechanism
 from oncelog.protocol import entities
-from oncelog.protocol.errors import ErrorCode
+from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 
 RECORD_TYPES = frozenset({SCRAM_RECORD, REMOVE_SCRAM_RECORD})
 
@@ -34,15 +34,15 @@ def alter(store: ScramCredentials, rb: entities.ResponseBuilder, r, commit: Call
         [Deletion(str(d.name), int(d.mechanism)) for d in r.deletions],
         [Upsertion(str(u.name), int(u.mechanism), int(u.iterations), bytes(u.salt), bytes(u.salted_password))
          for u in r.upsertions])
-    from oncelog.protocol.errors import KafkaProtocolError
+    answers = [(res.user, int(res.error_code), res.error_message) for res in results]
     try:
         commit(records)
     except KafkaProtocolError as e:
-        results = [type(res)(res.user, e.code, e.message) if res.error_code == ErrorCode.NONE else res
-                   for res in results]
+        answers = [(user, int(e.code), e.message) if code == ErrorCode.NONE else (user, code, message)
+                   for user, code, message in answers]
     return rb.encode(throttle_time=0, results=tuple(
-        rb("AlterUserScramCredentialsResult", user=res.user, error_code=res.error_code,
-           error_message=res.error_message) for res in results))
+        rb("AlterUserScramCredentialsResult", user=user, error_code=code, error_message=message)
+        for user, code, message in answers))
 
 
 def describe_with_records(store: ScramCredentials, rb: entities.ResponseBuilder, r) -> bytes:

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import ssl
 import logging
+import ssl
 import struct
 import time
 import uuid
@@ -27,11 +27,11 @@ from dataclasses import dataclass, field
 
 from oncelog.controller import scram
 from oncelog.core.leadership import NO_LEADER, Leadership
+from oncelog.core.producer_ids import BROKER, PID_BLOCK, ControllerState, TokenBucket
 from oncelog.core.security.credentials import ScramCredentials
 from oncelog.core.security.plain import PlainServer
 from oncelog.core.security.sasl import AuthenticationFailed
 from oncelog.core.security.scram import AddScram
-from oncelog.core.producer_ids import BROKER, PID_BLOCK, ControllerState, TokenBucket
 from oncelog.core.topic_config import parse_topic_configs
 from oncelog.protocol import entities
 from oncelog.protocol import metadata as md

@@ -51,7 +51,8 @@ def make_pki(directory: Path) -> Pki:
     directory.mkdir(parents=True, exist_ok=True)
     ca = make_ca(directory)
     _sign(directory, "broker", "/CN=localhost", "ca", "subjectAltName=DNS:localhost,IP:127.0.0.1")
-    (directory / "broker.pem").write_text((directory / "broker.key").read_text() + (directory / "broker.crt").read_text())
+    pem = (directory / "broker.key").read_text() + (directory / "broker.crt").read_text()
+    (directory / "broker.pem").write_text(pem)
     return Pki(directory, ca)
 
 

@@ -84,7 +84,8 @@ class VerifyResult:
 
     def to_json(self) -> dict:
         o = self.options
-        return {"ok": self.ok, "seed": o.seed, "security_protocol": o.security_protocol, "faults": list(o.faults), "clients": list(o.clients),
+        return {"ok": self.ok, "seed": o.seed, "security_protocol": o.security_protocol,
+                "faults": list(o.faults), "clients": list(o.clients),
                 "records": o.records, "seconds": round(self.seconds, 1),
                 "fault_counts": dict(Counter(e.fault for e in self.faults)),
                 "fault_events": [e.__dict__ for e in self.faults], "proxy": self.proxy,

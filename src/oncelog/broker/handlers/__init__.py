@@ -17,8 +17,8 @@ from typing import Any, NamedTuple
 from oncelog.broker.handlers import (
     add_offsets_to_txn,
     add_partitions_to_txn,
-    alter_user_scram_credentials,
     alter_configs,
+    alter_user_scram_credentials,
     api_versions,
     create_partitions,
     create_topics,

@@ -1,14 +1,13 @@
 """Asyncio admin client: topics, configs (incremental), delete records."""
 from __future__ import annotations
 
-from oncelog.client.security import ClientSecurity
-
 import asyncio
 from typing import NamedTuple
 
 from oncelog.client.aio import wire
 from oncelog.client.aio.cluster import Cluster
 from oncelog.client.errors import KafkaClientError
+from oncelog.client.security import ClientSecurity
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.entities import RequestBuilder
 from oncelog.protocol.errors import ErrorCode, error_code

@@ -8,8 +8,8 @@ import random
 import time
 
 from oncelog.client.aio.connection import AuthenticationError, BrokerConnectionError, Connection
-from oncelog.client.security import ClientSecurity
 from oncelog.client.errors import KafkaClientError
+from oncelog.client.security import ClientSecurity
 from oncelog.protocol import metadata
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, error_code

@@ -7,8 +7,6 @@ of each response (`core.txn.ReadCommittedFilter`, batch by batch). Control batch
 returned in either mode; the position steps over them, so offsets have gaps."""
 from __future__ import annotations
 
-from oncelog.client.security import ClientSecurity
-
 import asyncio
 import logging
 import time
@@ -18,6 +16,7 @@ from oncelog.client.aio import wire
 from oncelog.client.aio.cluster import Cluster
 from oncelog.client.aio.connection import BrokerConnectionError
 from oncelog.client.errors import KafkaClientError
+from oncelog.client.security import ClientSecurity
 from oncelog.client.types import EARLIEST, LATEST, ConsumerGroupMetadata, ConsumerRecord, TopicPartition
 from oncelog.core.txn.read_committed import ReadCommittedFilter
 from oncelog.protocol import fetch
