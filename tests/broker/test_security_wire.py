@@ -384,3 +384,13 @@ def test_proof_bytes_are_base64(secure):
     scram_login(c, ScramMechanism.SCRAM_SHA_256, "alice", "alice-secret",
                 forge_nonce=lambda f: f.rpartition(b",p=")[0] + b",p=" + base64.b64encode(b"!")[:-1] + b"?")
     assert c.closed()
+
+
+def test_describe_configs_never_shows_passwords_or_key_material(secure):
+    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+    admin = AdminClient({"bootstrap.servers": secure.address("PLAINTEXT")})
+    res = ConfigResource(ResourceType.BROKER, "1")
+    entries = admin.describe_configs([res])[res].result(30)
+    assert entries["oncelog.add.scram"].is_sensitive and entries["oncelog.add.scram"].value is None
+    assert entries["ssl.key.password"].is_sensitive and entries["ssl.keystore.key"].value is None
+    assert entries["ssl.keystore.location"].value.endswith("broker.pem")   # a path is not a secret

@@ -113,6 +113,15 @@ SYNONYMS = {"log.dir": "log.dirs", "broker.id": "node.id"}
 DYNAMIC = frozenset(d.name for d in _TOPIC_DEFAULTS)
 
 
+# Kafka's PASSWORD-type settings (and key material, credentials): DescribeConfigs answers them
+# with a null value and is_sensitive, never the text
+_SENSITIVE = ("password", "ssl.keystore.key", "sasl.jaas.config", "oncelog.add.scram")
+
+
+def is_sensitive(name: str) -> bool:
+    return any(s in name for s in _SENSITIVE)
+
+
 class BrokerConfig:
     """Typed settings by Kafka name. `config["log.segment.bytes"]`."""
 
@@ -176,7 +185,8 @@ class BrokerConfig:
         return self._values.get(name, default)
 
     def items(self) -> Iterable[tuple[str, Any]]:
-        return self._values.items()
+        """Every setting, `listener.name.*` overrides included (what a copy of the config needs)."""
+        return {**self._values, **self._per_listener}.items()
 
     @property
     def listener_setup(self) -> ListenerSetup:
