@@ -51,3 +51,17 @@ def test_batches_given_up_with_unknown_outcomes_are_never_written_twice(tmp_path
     assert report.ok, render(result)
     assert stats.get("given_up", 0) > 0, "no batch was given up with its outcome unknown"
     assert report.acked > 0 and report.read > report.acked   # some failed records were written
+
+
+@pytest.mark.timeout(420)
+def test_no_findings_over_sasl_ssl(tmp_path):
+    """The network faults and a broker kill with every client on SASL_SSL (SCRAM-SHA-512): the
+    proxies pass TLS through and fault it per record."""
+    result = run(VerifyOptions(faults=("reset", "drop", "kill"), records=1500, seed=7, timeout_s=30,
+                               workdir=tmp_path, security_protocol="SASL_SSL"))
+    print(render(result))
+    assert result.ok, render(result)
+    assert not [f for f in result.report.findings if f.client == "oncelog"], render(result)
+    assert result.report.acked > 0 and result.report.read >= result.report.acked
+    assert result.proxy["resets"] > 0 and result.proxy["dropped_responses"] > 0, render(result)
+    assert "SASL_SSL" in (tmp_path / "broker1.log").read_text()

@@ -10,20 +10,29 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from oncelog.core.security.listeners import SECURITY_SETTINGS
+from oncelog.core.security.listeners import (
+    SECURITY_SETTINGS,
+    Endpoint,
+    ListenerSetup,
+    TlsSettings,
+    listener_value,
+    parse_listener_setup,
+    split_listener_key,
+    tls_settings,
+)
 from oncelog.core.topic_config import SERVER_NAME_TO_TOPIC, TOPIC_CONFIGS, ConfigDef, ConfigError
 
 log = logging.getLogger(__name__)
 
 _BROKER_ONLY = (
     ConfigDef("listeners", "string", "PLAINTEXT://127.0.0.1:9092",
-              "Where the broker listens: PLAINTEXT://host:port (port 0 picks a free port)."),
-    ConfigDef("advertised.listeners", "string", "", "What clients are told to connect to "
-              "(default: the bound listener)."),
+              "Where the broker listens: NAME://host:port,... with NAME mapped to PLAINTEXT, SSL, "
+              "SASL_PLAINTEXT or SASL_SSL by listener.security.protocol.map (port 0 picks a free port)."),
+    ConfigDef("advertised.listeners", "string", "", "What clients are told to connect to, per "
+              "listener name (default: the bound listener)."),
     ConfigDef("log.dirs", "string", "./data", "Comma-separated data directories."),
     ConfigDef("node.id", "int", 1, "This broker's id.", minimum=0),
     ConfigDef("cluster.id", "string", "", "Cluster id (default: generated once and kept in log.dirs)."),
@@ -62,6 +71,9 @@ _BROKER_ONLY = (
               "flush policy run.", minimum=1),
     ConfigDef("controller.quorum.bootstrap.servers", "string", "", "The controller's listener "
               "(host:port). Empty: `oncelog serve` runs a controller in-process on loopback."),
+    ConfigDef("controller.listener.names", "string", "", "The controller's listener name; mapped to SSL or "
+              "SASL_SSL in listener.security.protocol.map, the broker reaches the controller over TLS, trusting "
+              "listener.name.<name>.ssl.truststore.location."),
     ConfigDef("controller.sasl.plain.username", "string", "", "SASL/PLAIN user for the controller listener."),
     ConfigDef("controller.sasl.plain.password", "string", "", "SASL/PLAIN password for the controller listener."),
     ConfigDef("oncelog.cluster", "boolean", False, "Run as one broker of a cluster on one machine: "
@@ -100,29 +112,19 @@ _TOPIC_DEFAULTS = tuple(
               choices=d.choices, check=d.check)
     for d in TOPIC_CONFIGS.values() if d.server_name)
 
-SETTINGS: dict[str, ConfigDef] = {d.name: d for d in (*_BROKER_ONLY, *_TOPIC_DEFAULTS, *SECURITY_SETTINGS)}
+SETTINGS: dict[str, ConfigDef] = {d.name: d for d in (*_BROKER_ONLY, *SECURITY_SETTINGS, *_TOPIC_DEFAULTS)}
 SYNONYMS = {"log.dir": "log.dirs", "broker.id": "node.id"}
 # dynamic broker configs (IncrementalAlterConfigs on the BROKER resource): topic defaults only
 DYNAMIC = frozenset(d.name for d in _TOPIC_DEFAULTS)
 
 
-@dataclass(frozen=True)
-class Listener:
-    name: str
-    host: str
-    port: int
+# Kafka's PASSWORD-type settings (and key material, credentials): DescribeConfigs answers them
+# with a null value and is_sensitive, never the text
+_SENSITIVE = ("password", "ssl.keystore.key", "sasl.jaas.config", "oncelog.add.scram")
 
-    @classmethod
-    def parse(cls, text: str) -> Listener:
-        name, sep, rest = text.strip().partition("://")
-        if not sep:
-            raise ConfigError(f"listener {text!r} is not NAME://host:port")
-        host, colon, port = rest.rpartition(":")
-        if not colon or not port.isdigit():
-            raise ConfigError(f"listener {text!r} has no port")
-        if name.upper() not in ("PLAINTEXT",):
-            raise ConfigError(f"listener {text!r}: only PLAINTEXT is supported on the client listener")
-        return cls(name.upper(), host.strip("[]"), int(port))
+
+def is_sensitive(name: str) -> bool:
+    return any(s in name for s in _SENSITIVE)
 
 
 class BrokerConfig:
@@ -130,6 +132,8 @@ class BrokerConfig:
 
     def __init__(self, values: Mapping[str, Any] | None = None) -> None:
         self._values = {name: d.default for name, d in SETTINGS.items()}
+        # `listener.name.<l>.<setting>` overrides, kept as given (strings; JAAS values among them)
+        self._per_listener: dict[str, str] = {}
         if values:
             self.update(values)
 
@@ -146,6 +150,13 @@ class BrokerConfig:
         for name, value in values.items():
             name = SYNONYMS.get(name, name)
             definition = SETTINGS.get(name)
+            if definition is None and split_listener_key(name) is not None:
+                self._per_listener[name] = str(value)
+                continue
+            if definition is None and name == "sasl.jaas.config":
+                log.warning("ignoring sasl.jaas.config: a broker reads JAAS settings per listener and "
+                            "mechanism (listener.name.<listener>.<mechanism>.sasl.jaas.config), as Kafka does")
+                continue
             if definition is None:
                 log.warning("ignoring unknown setting %r (not a config oncelog knows)", name)
                 continue
@@ -154,8 +165,7 @@ class BrokerConfig:
             except ConfigError as e:
                 raise ConfigError(f"{name}: {e}") from None
         self._apply_synonyms(explicit=set(values))
-        for text in filter(None, self["listeners"].split(",")):
-            Listener.parse(text)
+        self.listener_setup  # noqa: B018 - parses: a bad listener stops the start
 
     def _apply_synonyms(self, explicit: set[str]) -> None:
         # Kafka's precedence: log.retention.ms > .minutes > .hours; log.roll.ms > log.roll.hours
@@ -174,19 +184,33 @@ class BrokerConfig:
         return self._values[SYNONYMS.get(name, name)]
 
     def get(self, name: str, default: Any = None) -> Any:
-        return self._values.get(SYNONYMS.get(name, name), default)
+        name = SYNONYMS.get(name, name)
+        if name in self._per_listener:
+            return self._per_listener[name]
+        return self._values.get(name, default)
 
     def items(self) -> Iterable[tuple[str, Any]]:
-        return self._values.items()
+        """Every setting, `listener.name.*` overrides included (what a copy of the config needs)."""
+        return {**self._values, **self._per_listener}.items()
 
     @property
-    def listeners(self) -> list[Listener]:
-        return [Listener.parse(t) for t in self["listeners"].split(",") if t.strip()]
+    def listener_setup(self) -> ListenerSetup:
+        return parse_listener_setup(self["listeners"], self["advertised.listeners"],
+                                    self["listener.security.protocol.map"])
 
     @property
-    def advertised_listeners(self) -> list[Listener]:
-        text = self["advertised.listeners"]
-        return [Listener.parse(t) for t in text.split(",") if t.strip()] if text else []
+    def listeners(self) -> list[Endpoint]:
+        return list(self.listener_setup.listeners)
+
+    def listener_value(self, listener: str, key: str, default: Any = None) -> Any:
+        """`listener.name.<listener>.<key>` if set, else `<key>` (Kafka's per-listener override)."""
+        return listener_value(self._merged(), listener, key, default)
+
+    def tls_settings(self, listener: str) -> TlsSettings:
+        return tls_settings(self._merged(), listener)
+
+    def _merged(self) -> dict[str, Any]:
+        return {**self._values, **self._per_listener}
 
     @property
     def log_dirs(self) -> list[str]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import ssl
 import struct
 from typing import Any
 
@@ -23,8 +24,9 @@ class ControllerUnavailable(ConnectionError):
 
 class ControllerClient:
     def __init__(self, host: str, port: int, username: str, password: str, client_id: str = "oncelog-broker",
-                 timeout_s: float = 10.0) -> None:
+                 timeout_s: float = 10.0, ssl_context: ssl.SSLContext | None = None) -> None:
         self.host, self.port = host, port
+        self.ssl_context = ssl_context   # a controller listener on SSL/SASL_SSL
         self.username, self.password = username, password
         self.client_id = client_id
         self.timeout_s = timeout_s
@@ -35,7 +37,9 @@ class ControllerClient:
 
     async def _connect(self) -> None:
         # asyncio.wait, not wait_for (see _exchange): a cancellation is never dropped
-        opening = asyncio.ensure_future(asyncio.open_connection(self.host, self.port))
+        tls = self.ssl_context
+        opening = asyncio.ensure_future(asyncio.open_connection(
+            self.host, self.port, ssl=tls, server_hostname=self.host if tls is not None else None))
         try:
             await asyncio.wait({opening}, timeout=self.timeout_s)
         except asyncio.CancelledError:
@@ -48,7 +52,7 @@ class ControllerClient:
                                         f"{self.timeout_s} s")
         try:
             self._reader, self._writer = opening.result()
-        except OSError as e:
+        except OSError as e:   # ssl.SSLError among them: an untrusted controller is an unreachable one
             raise ControllerUnavailable(f"controller {self.host}:{self.port}: {e}") from None
         hs = await self._call(ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN")
         if hs.error_code != 0:
@@ -132,6 +136,25 @@ class ControllerClient:
         if self._writer is not None:
             self._writer.close()
         self._reader = self._writer = None
+
+
+def controller_client(config, client_id: str = "oncelog-broker") -> ControllerClient:
+    """A client of the controller named by a broker's settings: `controller.quorum.bootstrap.servers`,
+    the PLAIN user, and TLS when `controller.listener.names` names a listener that
+    `listener.security.protocol.map` maps to SSL or SASL_SSL (trust from
+    `listener.name.<controller>.ssl.truststore.location`, else `ssl.truststore.location`)."""
+    host, _, port = config["controller.quorum.bootstrap.servers"].rpartition(":")
+    context = None
+    name = (config["controller.listener.names"] or "").split(",")[0].strip()
+    if name:
+        from oncelog.core.security.listeners import parse_protocol_map
+        protocol = parse_protocol_map(config["listener.security.protocol.map"]).get(name.upper())
+        if protocol is not None and protocol.uses_tls:
+            context = ssl.create_default_context(
+                cafile=config.listener_value(name, "ssl.truststore.location") or None,
+                cadata=config.listener_value(name, "ssl.truststore.certificates") or None)
+    return ControllerClient(host, int(port), config["controller.sasl.plain.username"],
+                            config["controller.sasl.plain.password"], client_id=client_id, ssl_context=context)
 
 
 def _close_opened(opening: asyncio.Future[tuple[asyncio.StreamReader, asyncio.StreamWriter]]) -> None:

@@ -15,8 +15,10 @@ log = logging.getLogger(__name__)
 
 class ControllerLink:
     def __init__(self, client: ControllerClient, broker_id: int, cluster_id: str, host: str, port: int,
-                 heartbeat_interval_ms: int = 500) -> None:
+                 heartbeat_interval_ms: int = 500, listener: str = "PLAINTEXT", security_protocol: int = 0) -> None:
         self.client = client
+        # the first listener, registered with Kafka's protocol id (what other brokers' Metadata lists)
+        self.listener, self.security_protocol = listener, security_protocol
         self.broker_id, self.cluster_id = broker_id, cluster_id
         self.host, self.port = host, port
         self.interval_s = heartbeat_interval_ms / 1000
@@ -51,7 +53,8 @@ class ControllerLink:
     def _listener(self):
         from oncelog.protocol import entities
         cls = entities.nested(ApiKey.BROKER_REGISTRATION, 1, "request", "Listener")
-        return entities.make(cls, name="PLAINTEXT", host=self.host, port=self.port, security_protocol=0)
+        return entities.make(cls, name=self.listener, host=self.host, port=self.port,
+                             security_protocol=self.security_protocol)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._heartbeats())

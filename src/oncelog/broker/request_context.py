@@ -14,3 +14,5 @@ PRINCIPAL: ContextVar[KafkaPrincipal] = ContextVar("oncelog_request_principal", 
 # Mutes the request's connection for that many ms after its answer (KIP-219 quota throttling);
 # None outside a client connection.
 MUTE: ContextVar[Callable[[int], None] | None] = ContextVar("oncelog_request_mute", default=None)
+# the name of the listener the request came in on (Metadata answers with that listener's addresses)
+LISTENER: ContextVar[str] = ContextVar("oncelog_request_listener", default="")

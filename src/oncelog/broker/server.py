@@ -21,10 +21,11 @@ from collections.abc import Awaitable, Callable, Coroutine, Generator
 from pathlib import Path
 from typing import Any
 
+from oncelog.broker.authentication import ConnectionAuth, ListenerSecurity
 from oncelog.broker.authorization import follow_acls, make_authorizer
 from oncelog.broker.cluster_logs import ClusterLogs
 from oncelog.broker.config import BrokerConfig, ConfigError, new_cluster_id
-from oncelog.broker.controller_client import ControllerClient
+from oncelog.broker.controller_client import controller_client
 from oncelog.broker.controller_link import ControllerLink
 from oncelog.broker.group_commit import GroupCommit
 from oncelog.broker.group_coordinator import GroupCoordinator
@@ -33,9 +34,12 @@ from oncelog.broker.logs import Logs
 from oncelog.broker.metrics import BrokerMetrics
 from oncelog.broker.producer_id_manager import ProducerIdManager
 from oncelog.broker.quotas import BrokerQuotas
-from oncelog.broker.request_context import CLIENT, MUTE
+from oncelog.broker.request_context import CLIENT, LISTENER, MUTE, PRINCIPAL
+from oncelog.broker.scram_credentials import ControllerCredentials
 from oncelog.broker.security_follower import SecurityFollower
 from oncelog.broker.txn_coordinator import TxnCoordinatorService
+from oncelog.core.security.listeners import Endpoint
+from oncelog.core.security.principal import ANONYMOUS, KafkaPrincipal, NoMatchingRule
 from oncelog.core.security.quotas import ConnectionLimits, parse_per_ip_overrides
 from oncelog.protocol.api import BROKER_VERSIONS, ApiKey, api_name
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
@@ -49,6 +53,7 @@ from oncelog.storage.log_manager import LogManager
 log = logging.getLogger("oncelog.broker")
 
 _MAX_QUEUED_FRAMES = 64  # stop reading from a client that pipelines more than this
+_TLS_HANDSHAKE_TIMEOUT_S = 10.0
 
 
 class BadRequest(Exception):
@@ -73,9 +78,13 @@ class Broker:
         self.metrics = BrokerMetrics(lambda: self.logs.partitions())
         self.cluster_id = self.config["cluster.id"]
         self.host, self.port = "", 0
-        self.advertised_host, self.advertised_port = "", 0
+        # per listener name: (host, port) bound and advertised; the first listener is the default
+        self.bound: dict[str, tuple[str, int]] = {}
+        self.advertised: dict[str, tuple[str, int]] = {}
+        self.listener_security: dict[str, ListenerSecurity] = {}
+        self.credentials: ControllerCredentials | None = None
         self.metrics_port: int | None = None
-        self._server: asyncio.base_events.Server | None = None
+        self._servers: list[asyncio.base_events.Server] = []
         self._connections: set[_Connection] = set()
         self._data_event = asyncio.Event()
         self._ticker: asyncio.Task | None = None
@@ -101,6 +110,28 @@ class Broker:
     def now_ms(self) -> int:
         return int(self._clock() * 1000)
 
+    # The address a client is told to use is that of the listener it came in on (Kafka's
+    # Metadata answers per listener); outside a request, the first listener's.
+    @property
+    def advertised_host(self) -> str:
+        return self._advertised()[0]
+
+    @property
+    def advertised_port(self) -> int:
+        return self._advertised()[1]
+
+    def _advertised(self) -> tuple[str, int]:
+        name = LISTENER.get()
+        if name in self.advertised:
+            return self.advertised[name]
+        return next(iter(self.advertised.values()), ("", 0))
+
+    def reload_tls(self) -> None:
+        """SIGHUP: key and trust files are read again for new handshakes."""
+        for sec in self.listener_security.values():
+            if sec.tls is not None:
+                sec.tls.reload()
+
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> tuple[str, int]:
         first_dir = Path(self.config.log_dirs[0])
@@ -116,22 +147,7 @@ class Broker:
             max_session_timeout_ms=c["group.max.session.timeout.ms"],
             offsets_retention_ms=c["offsets.retention.minutes"] * 60000,
             offsets_retention_check_interval_ms=c["offsets.retention.check.interval.ms"], owns=self.coordinates)
-        listener = self.config.listeners[0]
-        loop = asyncio.get_running_loop()
-        # Bound now (the port is known), serving only once the partitions are ready: a client
-        # let in earlier would be told its topic does not exist.
-        self._server = await loop.create_server(lambda: _Connection(self), listener.host or None,
-                                                listener.port, reuse_address=True, start_serving=False)
-        sock = self._server.sockets[0]
-        self.host, self.port = sock.getsockname()[:2]
-        advertised = self.config.advertised_listeners
-        if advertised:
-            self.advertised_host = advertised[0].host
-            self.advertised_port = advertised[0].port or self.port
-        else:
-            bind = listener.host
-            self.advertised_host = bind if bind not in ("", "0.0.0.0", "::") else socket.getfqdn()
-            self.advertised_port = self.port
+        await self._bind_listeners()
         await self._connect_controller()
         if self.config["oncelog.cluster"]:
             await self._join_cluster()
@@ -140,14 +156,37 @@ class Broker:
         self.txn = TxnCoordinatorService(self, self.producer_ids.producer_id_nowait)
         self.txn_verifier = self.txn.verify
         self.txn.start()
-        await self._server.start_serving()
+        for server in self._servers:
+            await server.start_serving()
         if self.config["metrics.port"] >= 0:
             self.metrics_port = self.metrics.serve(self.config["metrics.host"], self.config["metrics.port"])
         self._ticker = asyncio.create_task(self._tick_loop())
+        for name, (host, port) in self.bound.items():
+            log.info("broker %d: listener %s (%s) on %s:%d, advertised %s:%d", self.node_id, name,
+                     self.listener_security[name].protocol.name, host, port, *self.advertised[name])
         log.info("broker %d listening on %s:%d (advertised %s:%d), data in %s", self.node_id,
                  self.host, self.port, self.advertised_host, self.advertised_port,
                  ",".join(self.config.log_dirs))
         return self.host, self.port
+
+    async def _bind_listeners(self) -> None:
+        """Every listener bound now (ports known), serving only once the partitions are ready: a
+        client let in earlier would be told its topic does not exist. TLS listeners accept TCP
+        and start TLS per connection (`_Connection`), so a failed handshake is logged with its
+        address."""
+        setup = self.config.listener_setup
+        loop = asyncio.get_running_loop()
+        self.credentials = ControllerCredentials(self)
+        for endpoint, advertised in zip(setup.listeners, setup.advertised):
+            sec = ListenerSecurity.from_config(self.config, endpoint, self.credentials.lookup)
+            self.listener_security[endpoint.name] = sec
+            server = await loop.create_server(lambda sec=sec: _Connection(self, sec), endpoint.host or None,
+                                              endpoint.port, reuse_address=True, start_serving=False)
+            self._servers.append(server)
+            host, port = server.sockets[0].getsockname()[:2]
+            self.bound[endpoint.name] = (host, port)
+            self.advertised[endpoint.name] = _advertised_address(endpoint, advertised, port)
+        self.host, self.port = self.bound[setup.listeners[0].name]
 
     async def _connect_controller(self) -> None:
         """Register with the controller and take producer ids from its KIP-730 blocks (`oncelog
@@ -156,19 +195,18 @@ class Broker:
         if not address:
             raise ConfigError("controller.quorum.bootstrap.servers is not set: a broker takes its producer ids "
                               "from a controller (oncelog.controller.embedded runs one in-process)")
-        host, _, port = address.rpartition(":")
-        user, password = self.config["controller.sasl.plain.username"], self.config["controller.sasl.plain.password"]
         link = self.controller_link = ControllerLink(
-            ControllerClient(host, int(port), user, password), self.node_id, self.cluster_id,
-            self.advertised_host, self.advertised_port, self.config["broker.heartbeat.interval.ms"])
+            controller_client(self.config), self.node_id, self.cluster_id,
+            self.advertised_host, self.advertised_port, self.config["broker.heartbeat.interval.ms"],
+            self.config.listeners[0].name, int(self.config.listeners[0].protocol))
         await link.register()
         link.start()
-        self.producer_ids = ProducerIdManager(ControllerClient(host, int(port), user, password), self.node_id,
+        self.producer_ids = ProducerIdManager(controller_client(self.config), self.node_id,
                                               lambda: link.epoch, on_fatal=self._fatal,
                                               prefetch=self.config["producer.id.block.prefetch"])
         # ACLs and quotas are in force before the first client is served (an empty set with
         # allow.everyone.if.no.acl.found would let anyone in)
-        self.security = SecurityFollower(ControllerClient(host, int(port), user, password),
+        self.security = SecurityFollower(controller_client(self.config),
                                          self.config["broker.heartbeat.interval.ms"])
         self.security.on_change += [lambda state: follow_acls(self.authorizer, state), self.quotas.follow]
         follow_acls(self.authorizer, self.security.state)
@@ -180,10 +218,9 @@ class Broker:
         """Shared storage: partitions follow the controller's leadership instead of a local registry."""
         if self.controller_link is None:
             raise RuntimeError("oncelog.cluster needs controller.quorum.bootstrap.servers")
-        ctl = self.controller_link.client
         self.logs = ClusterLogs(
             self.config.log_dirs[0], self.config.topic_defaults(), self.config.producer_config(),
-            ControllerClient(ctl.host, ctl.port, ctl.username, ctl.password), self.node_id, self.now_ms,
+            controller_client(self.config), self.node_id, self.now_ms,
             expiration_check_interval_ms=self.config["producer.id.expiration.check.interval.ms"],
             cleaner=self._cleaner())
         self._wire_logs()
@@ -217,12 +254,14 @@ class Broker:
             self._ticker = None
         if self.txn is not None:
             await self.txn.stop()
-        if self._server is not None:
-            self._server.close()
+        if self._servers:
+            for server in self._servers:
+                server.close()
             for conn in list(self._connections):
                 conn.close()
-            await self._server.wait_closed()
-            self._server = None
+            for server in self._servers:
+                await server.wait_closed()
+            self._servers = []
         self.metrics.close()
         self.group_commit.close()
         await self.logs.close()
@@ -256,8 +295,8 @@ class Broker:
             pass
 
     # ------------------------------------------------------------------ requests
-    async def handle_request(self, frame: memoryview, peer: str = "",
-                             mute: Callable[[int], None] | None = None) -> bytes | None:
+    async def handle_request(self, frame: memoryview, peer: str = "", principal: KafkaPrincipal = ANONYMOUS,
+                             listener: str = "", mute: Callable[[int], None] | None = None) -> bytes | None:
         """The framed response to one request, or None when it gets none (Produce with acks=0).
 
         The one error boundary, as h11 keeps one: bytes that do not make a request we serve
@@ -288,6 +327,8 @@ class Broker:
                              f"(correlation id {header.correlation_id}): {e}") from None
         CLIENT.set((header.client_id, peer))
         MUTE.set(mute)
+        PRINCIPAL.set(principal)
+        LISTENER.set(listener)
         try:
             handling = api.handle(self, version, request)
             body = await (self.quotas.handle_timed(handling) if self.quotas.request.overrides else handling)
@@ -345,6 +386,13 @@ def _resume(request: Coroutine[Any, Any, Any], waiting_on: Any) -> Generator[Any
         return (yield from request)
 
 
+def _advertised_address(bound: Endpoint, advertised: Endpoint, port: int) -> tuple[str, int]:
+    if advertised is not bound and advertised != bound:
+        return advertised.host, advertised.port or port
+    host = bound.host
+    return (host if host not in ("", "0.0.0.0", "::") else socket.getfqdn()), port
+
+
 def _framed(header: bytes, body: bytes) -> bytes:
     return b"".join((I32.pack(len(header) + len(body)), header, body))
 
@@ -382,8 +430,10 @@ class _Connection(asyncio.BufferedProtocol):
     requests behind it (their appends join the same group commit); any other request waits
     until every answer before it is out, as in Kafka."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, security: ListenerSecurity) -> None:
         self.broker = broker
+        self.security = security
+        self.auth: ConnectionAuth = None  # type: ignore[assignment]  # set once the connection is established
         self.decoder = FrameReader(broker.config["socket.request.max.bytes"])
         # the reader's own method as the protocol's: asyncio calls it once per read, with no hop between
         self.get_buffer = self.decoder.get_buffer  # type: ignore[method-assign]
@@ -421,7 +471,53 @@ class _Connection(asyncio.BufferedProtocol):
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.broker._connections.add(self)
-        self.worker = asyncio.create_task(self._work())
+        tls = self.security.tls
+        if tls is None:
+            self._established(transport)
+            return
+        # start_tls must take the socket before connection_made returns: uvloop starts reading as
+        # soon as it does, and a ClientHello read here would be taken for a request frame.
+        # `_start` runs the coroutine up to its first wait, which is past start_tls's switch.
+        _done, self.worker = _start(self._start_tls(transport, tls.context))
+
+    async def _start_tls(self, raw, context) -> None:
+        try:
+            tls_transport = await asyncio.get_running_loop().start_tls(
+                raw, self, context, server_side=True, ssl_handshake_timeout=_TLS_HANDSHAKE_TIMEOUT_S)
+        except (OSError, TimeoutError, ConnectionError, ValueError) as e:
+            log.warning("TLS handshake failed from %s on %s: %s", self.peer, self.security.name,
+                        getattr(e, "reason", None) or e or type(e).__name__)
+            self.broker.metrics.connections_closed.inc()
+            raw.close()
+            self._gone()
+            return
+        if self.closing or tls_transport is None:
+            return
+        self._established(tls_transport)
+        await self._work()
+
+    def _established(self, transport) -> None:
+        self.transport = transport
+        self.auth = ConnectionAuth(self.security, self.peer)
+        tls = self.security.tls
+        if tls is not None and not self.security.protocol.uses_sasl:
+            try:
+                self.auth.principal = tls.principal(transport.get_extra_info("ssl_object"))
+            except NoMatchingRule as e:
+                log.warning("closing connection from %s on %s: no ssl.principal.mapping.rules rule maps the "
+                            "certificate name: %s", self.peer, self.security.name, e)
+                self.close()
+                return
+        self._apply_receive_limit()
+        if self.worker is None:
+            self.worker = asyncio.create_task(self._work())
+
+    def _apply_receive_limit(self) -> None:
+        """Frames before authentication are capped at sasl.server.max.receive.size."""
+        limit = self.auth.receive_limit
+        full = self.broker.config["socket.request.max.bytes"]
+        self.decoder.max_size = full if limit is None else min(limit, full)
+        self.decoder.limit_name = "socket.request.max.bytes" if limit is None else "sasl.server.max.receive.size"
 
     def buffer_updated(self, nbytes: int) -> None:
         if self.closing:
@@ -431,12 +527,13 @@ class _Connection(asyncio.BufferedProtocol):
         except FrameError as e:
             self._refuse(str(e))
             return
+        now = self.broker.now_ms()
         for frame in frames:
-            if self.busy or self.queue or not self._may_start(frame):
+            if self.busy or self.queue or not self._may_start(frame) or self.auth.intercepts(frame, now):
                 self.queue.append(frame)
                 continue
             try:
-                answered, result = _start(self.broker.handle_request(frame, self.peer_host, self.mute))
+                answered, result = _start(self._handle(frame))
             except BadRequest as e:
                 self._refuse(str(e))
                 return
@@ -519,7 +616,35 @@ class _Connection(asyncio.BufferedProtocol):
         if not self.reading_paused:
             self.transport.resume_reading()
 
+
+    def _handle(self, frame: memoryview) -> Coroutine[Any, Any, bytes | None]:
+        return self.broker.handle_request(frame, self.peer_host, self.auth.principal, self.security.name,
+                                          self.mute)
+
+    async def _authenticate(self, frame: memoryview) -> bool:
+        """A frame the authenticator takes; True when it is a request to handle after all."""
+        outcome = await self.auth.take(frame, self.broker.now_ms(), self._handle)
+        self._apply_receive_limit()
+        if outcome.handle:
+            return True
+        if outcome.response is not None and not self.closing:
+            self.transport.write(outcome.response)
+        if outcome.close:
+            self.broker.metrics.connections_closed.inc()
+            self.close()
+        elif outcome.close_after_ms:
+            # the answer goes out now; the close waits (Kafka's failed-authentication delay)
+            self.closing = True
+            self.queue.clear()
+            self.transport.pause_reading()
+            self.broker.metrics.connections_closed.inc()
+            asyncio.get_running_loop().call_later(outcome.close_after_ms / 1000, self.close)
+        return False
+
     def connection_lost(self, exc) -> None:
+        self._gone()
+
+    def _gone(self) -> None:
         if self.admitted:
             self.broker.connection_limits.release(self.admitted)
             self.admitted = ""
@@ -567,7 +692,9 @@ class _Connection(asyncio.BufferedProtocol):
                         self.reading_paused = False
                         if not self.muted:
                             self.transport.resume_reading()
-                    answered, response = _start(self.broker.handle_request(frame, self.peer_host, self.mute))
+                    if self.auth.intercepts(frame, self.broker.now_ms()) and not await self._authenticate(frame):
+                        continue
+                    answered, response = _start(self._handle(frame))
                     if not answered:
                         if _is_produce(frame):
                             self._pipeline(response)

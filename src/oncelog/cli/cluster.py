@@ -19,6 +19,14 @@ from oncelog.broker.config import BrokerConfig
 from oncelog.cli.admin import CLUSTER_FILE
 
 _LISTENING = re.compile(r"listening on ([\w.\-]+):(\d+)")
+
+
+def _add_scram_args(config) -> list[str]:
+    """`--add-scram` for the controller, which holds the credentials (`oncelog.add.scram`)."""
+    from oncelog.core.security.scram import split_add_scram_list
+    return [arg for a in split_add_scram_list(config["oncelog.add.scram"]) for arg in ("--add-scram", a)]
+
+
 _PER_BROKER = {"listeners", "advertised.listeners", "log.dirs", "node.id", "metrics.port"}
 
 
@@ -43,7 +51,8 @@ def serve_cluster(config: BrokerConfig, n: int, properties: str | None, override
     try:
         ctl, chost, cport = _start(me + ["controller", "--metadata-dir", str(data / "__cluster_metadata"),
                                          "--listener", "127.0.0.1:0", "--user", f"{user}:{password}",
-                                         "--cluster-principal", user, "--log-level", log_level])
+                                         "--cluster-principal", user, "--log-level", log_level,
+                                         *_add_scram_args(config)])
         procs.append(ctl)
         listener = config.listeners[0]
         shared = {k: v for k, v in overrides.items() if k not in _PER_BROKER}
@@ -51,7 +60,7 @@ def serve_cluster(config: BrokerConfig, n: int, properties: str | None, override
         for i in range(1, n + 1):
             port = listener.port + i - 1 if listener.port else 0
             cmd = me + ["serve"] + ([properties] if properties else []) + [
-                "--log-dirs", str(data), "--listeners", f"PLAINTEXT://{listener.host}:{port}",
+                "--log-dirs", str(data), "--listeners", f"{listener.name}://{listener.host}:{port}",
                 "--log-level", log_level]
             settings = {**shared, "node.id": str(i), "oncelog.cluster": "true",
                         "controller.quorum.bootstrap.servers": f"{chost}:{cport}",

@@ -43,10 +43,14 @@ def _overrides(ctx, param, values) -> dict[str, str]:
 @click.option("--log-dirs", help="Shortcut for --override log.dirs=...")
 @click.option("--log-level", default="INFO", show_default=True)
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--add-scram", "add_scram", multiple=True, metavar="'SCRAM-SHA-256=[name=N,password=P]'",
+              help="A SCRAM credential written at start where the user has none (kafka-storage's "
+              "--add-scram syntax; repeatable; also the oncelog.add.scram property).")
 @click.option("--brokers", type=int, default=0, help="Run a controller and this many broker processes "
               "sharing the data directory (a cluster on one machine); listener ports count up from "
               "the given one.")
-def serve(properties, overrides, listeners, advertised_listeners, log_dirs, log_level, log_format, brokers) -> None:
+def serve(properties, overrides, listeners, advertised_listeners, log_dirs, log_level, log_format, add_scram,
+          brokers) -> None:
     """Run a broker (single node, controller in-process). Ctrl-C stops it cleanly."""
     logs.configure(log_level, log_format)
     for name, value in (("listeners", listeners), ("advertised.listeners", advertised_listeners),
@@ -55,7 +59,10 @@ def serve(properties, overrides, listeners, advertised_listeners, log_dirs, log_
             overrides[name] = value
     try:
         config = BrokerConfig.load(properties, overrides)
-    except (ConfigError, OSError) as e:
+        if add_scram:
+            config.update({"oncelog.add.scram": ",".join(filter(None, (config["oncelog.add.scram"], *add_scram)))})
+        _bootstrap_scram(config)  # bad syntax stops the start here
+    except (ConfigError, OSError, ValueError) as e:
         raise click.ClickException(f"bad configuration: {e}") from None
     if brokers:
         from oncelog.cli.cluster import serve_cluster
@@ -72,16 +79,28 @@ def serve(properties, overrides, listeners, advertised_listeners, log_dirs, log_
         pass
 
 
+def _bootstrap_scram(config: BrokerConfig) -> list:
+    import secrets
+
+    from oncelog.core.security.scram import parse_add_scram, split_add_scram_list
+    return [parse_add_scram(a, secrets.token_bytes) for a in split_add_scram_list(config["oncelog.add.scram"])]
+
+
 async def _serve(config: BrokerConfig) -> None:
     from oncelog.broker.server import Broker
     controller = None
     if not config["controller.quorum.bootstrap.servers"]:
         from oncelog.controller.embedded import start_in_process
-        controller, reach = await start_in_process(config.log_dirs[0])
+        controller, reach = await start_in_process(config.log_dirs[0], _bootstrap_scram(config))
         config.update(reach)
+    elif config["oncelog.add.scram"]:
+        log.warning("oncelog.add.scram is ignored: credentials are bootstrapped by the controller "
+                    "(`oncelog controller --add-scram`)")
     broker = Broker(config)
     host, port = await broker.start()
     advertised = f"{broker.advertised_host}:{broker.advertised_port}"
+    for name, (lhost, lport) in broker.bound.items():
+        click.echo(f"oncelog: listener {name} ({broker.listener_security[name].protocol.name}) on {lhost}:{lport}")
     click.echo(f"oncelog: listening on {host}:{port}", err=False)
     click.echo(f"oncelog: clients connect with bootstrap.servers={advertised}"
                + (f"; metrics on http://{config['metrics.host']}:{broker.metrics_port}/metrics"
@@ -91,6 +110,7 @@ async def _serve(config: BrokerConfig) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, broker.reload_tls)
     stopped = asyncio.ensure_future(stop.wait())
     failed = asyncio.ensure_future(broker.fatal.wait())
     await asyncio.wait([stopped, failed], return_when=asyncio.FIRST_COMPLETED)
@@ -110,18 +130,36 @@ async def _serve(config: BrokerConfig) -> None:
               help="A user with cluster rights (repeatable); others get CLUSTER_AUTHORIZATION_FAILED.")
 @click.option("--session-timeout-ms", default=3000, show_default=True, help="A broker silent this long is dead.")
 @click.option("--producer-id-floor", default=0, show_default=True, help="Never issue producer ids below this.")
+@click.option("--add-scram", "add_scram", multiple=True, help="A SCRAM credential written where missing "
+              "(kafka-storage's --add-scram syntax; repeatable).")
+@click.option("--ssl-keystore-location", type=click.Path(exists=True, dir_okay=False),
+              help="PEM with key and certificate chain: the listener speaks TLS (brokers set "
+              "controller.listener.names and listener.name.<name>.ssl.truststore.location).")
 @click.option("--log-level", default="INFO", show_default=True)
 def controller_command(metadata_dir, listener, users, principals, session_timeout_ms, producer_id_floor,
-                       log_level) -> None:
+                       add_scram, ssl_keystore_location, log_level) -> None:
     """Run a controller on its own (for `serve --brokers N` and tests)."""
     from oncelog.controller.service import Controller, ControllerConfig
     logs.configure(log_level)
     host, _, port = listener.rpartition(":")
     creds = dict(u.split(":", 1) for u in users)
+    import secrets
+
+    from oncelog.core.security.scram import AddScramError, parse_add_scram
+    try:
+        scram = [parse_add_scram(a, secrets.token_bytes) for a in add_scram]
+    except AddScramError as e:
+        raise click.ClickException(str(e)) from None
+    tls = None
+    if ssl_keystore_location:
+        import ssl
+        tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        tls.minimum_version = ssl.TLSVersion.TLSv1_2
+        tls.load_cert_chain(ssl_keystore_location)
 
     async def run() -> None:
         c = Controller(ControllerConfig(metadata_dir, host, int(port), creds, set(principals), session_timeout_ms,
-                                        producer_id_floor))
+                                        producer_id_floor, bootstrap_scram=scram, ssl_context=tls))
         h, p = await c.start()
         click.echo(f"oncelog: controller listening on {h}:{p}")
         sys.stdout.flush()

@@ -41,11 +41,15 @@ def _names(allowed):
 @click.option("--timeout", default=120.0, show_default=True,
               help="Each client's delivery timeout, seconds; a client still busy this long after the "
                    "last record is reported as stuck.")
+@click.option("--security-protocol", type=click.Choice(["PLAINTEXT", "SASL_SSL"]), default="PLAINTEXT",
+              show_default=True, help="SASL_SSL: brokers listen with TLS and SCRAM-SHA-512 (key material made "
+              "with openssl in the work directory), every client connects that way, the proxies pass TLS "
+              "through (faulting per TLS record).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the JSON summary here.")
 @click.option("--workdir", type=click.Path(file_okay=False), help="Keep data and logs here (default: a "
               "temporary directory, removed afterwards).")
-def verify(faults, power_loss, records, clients, seed, brokers, partitions, duration, timeout, json_path,
-           workdir) -> None:
+def verify(faults, power_loss, records, clients, seed, brokers, partitions, duration, timeout, security_protocol,
+           json_path, workdir) -> None:
     """Run producers of several clients against a cluster on this machine while faults run, then
     read every partition and report duplicates, lost acknowledged writes, inconsistent offsets,
     reordering and fatal client errors. Exits 1 if the brokers broke a promise.
@@ -60,6 +64,7 @@ def verify(faults, power_loss, records, clients, seed, brokers, partitions, dura
     try:
         options = VerifyOptions(faults=faults, records=records, clients=clients, seed=seed, brokers=brokers,
                                 partitions=partitions, duration_s=duration, timeout_s=timeout,
+                                security_protocol=security_protocol,
                                 workdir=Path(workdir) if workdir else None)
     except ValueError as e:
         raise click.BadParameter(str(e)) from None

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from oncelog.client.errors import ConfigError
+from oncelog.client.security import ClientSecurity
 from oncelog.protocol.compression import codec_for_name
 
 log = logging.getLogger("oncelog.client")
@@ -78,6 +79,7 @@ class ProducerConfig:
     address_map: Any = None                # oncelog.address.map: advertised -> reachable address
     transactional_id: str | None = None    # transactional.id: None = not transactional
     transaction_timeout_ms: int = 60000
+    security: Any = None                   # client.security.ClientSecurity (security.protocol, sasl.*, ssl.*)
 
     @classmethod
     def from_dict(cls, cfg: dict) -> ProducerConfig:
@@ -127,6 +129,7 @@ class ProducerConfig:
             request_timeout_ms=_int(cfg, "request.timeout.ms", 30000),
             max_request_size=_int(cfg, "max.request.size", 1048576),
             metadata_max_age_ms=_int(cfg, "metadata.max.age.ms", 300000),
+            security=ClientSecurity.from_config(cfg),
         )
         if c.max_in_flight < 1:
             raise ConfigError("max.in.flight.requests.per.connection must be at least 1")

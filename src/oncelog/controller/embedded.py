@@ -26,7 +26,8 @@ def legacy_producer_id_floor(data_dir: str | Path) -> int:
         return 0
 
 
-async def start_in_process(data_dir: str | Path) -> tuple[Controller, dict[str, str]]:
+async def start_in_process(data_dir: str | Path, bootstrap_scram: list | None = None
+                           ) -> tuple[Controller, dict[str, str]]:
     """A started controller whose metadata lives in `data_dir/__cluster_metadata`, and the broker
     settings that reach it (`controller.quorum.bootstrap.servers` and its credentials)."""
     data = Path(data_dir)
@@ -34,7 +35,8 @@ async def start_in_process(data_dir: str | Path) -> tuple[Controller, dict[str, 
     password = secrets.token_urlsafe(16)
     controller = Controller(ControllerConfig(str(data / "__cluster_metadata"), users={BROKER_USER: password},
                                              cluster_principals={BROKER_USER},
-                                             producer_id_floor=legacy_producer_id_floor(data)))
+                                             producer_id_floor=legacy_producer_id_floor(data),
+                                             bootstrap_scram=list(bootstrap_scram or ())))
     host, port = await controller.start()
     return controller, {"controller.quorum.bootstrap.servers": f"{host}:{port}",
                         "controller.sasl.plain.username": BROKER_USER,

@@ -19,14 +19,20 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import ssl
 import struct
 import time
 import uuid
 from dataclasses import dataclass, field
 
+from oncelog.controller import scram
 from oncelog.controller.security import ControllerSecurity
 from oncelog.core.leadership import NO_LEADER, Leadership
 from oncelog.core.producer_ids import BROKER, PID_BLOCK, ControllerState, TokenBucket
+from oncelog.core.security.credentials import ScramCredentials
+from oncelog.core.security.plain import PlainServer
+from oncelog.core.security.sasl import AuthenticationFailed
+from oncelog.core.security.scram import AddScram
 from oncelog.core.topic_config import parse_topic_configs
 from oncelog.protocol import entities
 from oncelog.protocol import metadata as md
@@ -54,6 +60,8 @@ class ControllerConfig:
     producer_id_floor: int = 0
     allocations_per_s: float = 200.0
     allocation_burst: int = 50
+    bootstrap_scram: list[AddScram] = field(default_factory=list)  # `--add-scram`, written where missing
+    ssl_context: ssl.SSLContext | None = None   # TLS on the controller listener (brokers then need its CA)
 
 
 class Controller:
@@ -64,6 +72,7 @@ class Controller:
         self.state = ControllerState()
         self.leadership = Leadership()
         self.security = ControllerSecurity(self.log, self._commit)
+        self.scram = ScramCredentials()
         self._load()
         self.live: dict[int, int] = {}  # broker id -> last heartbeat (ms)
         self.rate = TokenBucket(config.allocations_per_s, config.allocation_burst)
@@ -75,6 +84,7 @@ class Controller:
         self.fatal_message = ""
         self.address: tuple[str, int] = ("", 0)
         self._commit(self.state.decide_floor(config.producer_id_floor))
+        self._commit(scram.bootstrap(self.scram, config.bootstrap_scram))
 
     def now_ms(self) -> int:
         return int(self._clock() * 1000)
@@ -89,6 +99,7 @@ class Controller:
             for r in data["leadership"]:
                 self.leadership.replay(r)
             self.security.load_snapshot(data.get("security"), start)
+            self.scram = ScramCredentials.from_snapshot(data.get("scram", ()))
         for offset, record in self.log.read(start):
             self._replay(record, offset)
         log.info("controller state: next producer id %d, %d brokers, %d topics, metadata log at %d",
@@ -100,6 +111,8 @@ class Controller:
             return
         if record["type"] in (PID_BLOCK, BROKER):
             self.state.replay(record)
+        elif record["type"] in scram.RECORD_TYPES:
+            self.scram.replay(record)
         else:
             self.leadership.replay(record)
 
@@ -135,14 +148,16 @@ class Controller:
             records.append({"type": "leader", "topic": topic, "partition": p, "leader": leader, "epoch": epoch})
         self.log.write_snapshot(self.log.end_offset, {"producer_ids": self.state.to_snapshot(),
                                                        "leadership": records,
-                                                       "security": self.security.state.to_snapshot()})
+                                                       "security": self.security.state.to_snapshot(),
+                                                       "scram": self.scram.to_snapshot()})
 
     def live_brokers(self) -> list[int]:
         return sorted(self.live)
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> tuple[str, int]:
-        self._server = await asyncio.start_server(self._serve, self.config.host, self.config.port)
+        self._server = await asyncio.start_server(self._serve, self.config.host, self.config.port,
+                                                  ssl=self.config.ssl_context)
         self.address = self._server.sockets[0].getsockname()[:2]
         self._watch = asyncio.create_task(self._watch_liveness())
         log.info("controller accepts brokers on %s:%d", *self.address)
@@ -247,16 +262,16 @@ class Controller:
     def _sasl_authenticate(self, version: int, body) -> tuple[bytes, str | None]:
         r = entities.decode_request(ApiKey.SASL_AUTHENTICATE, version, body)
         rb = entities.ResponseBuilder(ApiKey.SASL_AUTHENTICATE, version)
-        parts = bytes(r.auth_bytes).split(b"\x00")
-        user = password = None
-        if len(parts) == 3:
-            user, password = parts[1].decode(errors="replace"), parts[2].decode(errors="replace")
-        if user is None or self.config.users.get(user) != password:
-            log.warning("controller: SASL/PLAIN authentication failed for %r", user)
+        plain = PlainServer(self.config.users)   # constant-time comparison, unknown users included
+        try:
+            plain.evaluate(bytes(r.auth_bytes))
+        except AuthenticationFailed as e:
+            log.warning("controller: SASL/PLAIN authentication failed for %r: %s", e.user, e)
             return rb.encode(error_code=ErrorCode.SASL_AUTHENTICATION_FAILED,
                              error_message="authentication failed: invalid username or password",
                              auth_bytes=b"", session_lifetime=0), None
-        return rb.encode(error_code=ErrorCode.NONE, error_message=None, auth_bytes=b"", session_lifetime=0), user
+        return (rb.encode(error_code=ErrorCode.NONE, error_message=None, auth_bytes=b"", session_lifetime=0),
+                plain.authorization_id)
 
     # ------------------------------------------------------------------ requests
     async def _handle(self, api_key: int, version: int, body: memoryview, principal: str | None) -> bytes:
@@ -294,6 +309,12 @@ class Controller:
                 return self.security.delete_acls(rb, r, authorized)
             if api_key == ApiKey.ALTER_CLIENT_QUOTAS:
                 return self.security.alter_client_quotas(rb, r, authorized)
+            if api_key in (ApiKey.ALTER_USER_SCRAM_CREDENTIALS, ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS):
+                if not authorized:
+                    return rb.encode_error(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+                if api_key == ApiKey.ALTER_USER_SCRAM_CREDENTIALS:
+                    return scram.alter(self.scram, rb, r, self._commit)
+                return scram.describe_with_records(self.scram, rb, r)
         raise entities.MalformedRequest(f"{api_name(api_key)} is not served by the controller")
 
     def _allocate(self, rb, r, principal: str, authorized: bool) -> bytes:

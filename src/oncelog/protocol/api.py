@@ -101,6 +101,11 @@ BROKER_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DELETE_ACLS: (1, 3),
     ApiKey.DESCRIBE_CLIENT_QUOTAS: (0, 1),
     ApiKey.ALTER_CLIENT_QUOTAS: (0, 1),
+    # Security (docs/security.md "Versions"); SaslHandshake never above v1 (KAFKA-9577)
+    ApiKey.SASL_HANDSHAKE: (0, 1),
+    ApiKey.SASL_AUTHENTICATE: (0, 2),
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
 }
 
 # Transactions (issue 16, docs/transactions.md "Versions"): what the broker will advertise once the
@@ -152,6 +157,8 @@ CONTROLLER_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.CREATE_ACLS: (3, 3),
     ApiKey.DELETE_ACLS: (3, 3),
     ApiKey.ALTER_CLIENT_QUOTAS: (1, 1),
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
 }
 
 # first version using flexible encoding (request header v2, response header v1, compact types)

@@ -20,8 +20,13 @@ class LocalCluster:
 
     def __init__(self, root: str | Path, brokers: int = 2, overrides: dict[str, str] | None = None,
                  proxy_config: FaultConfig | None = None, env: dict[str, str] | None = None,
-                 proxies: bool = True) -> None:
+                 proxies: bool = True, security_protocol: str = "PLAINTEXT") -> None:
         self.root = Path(root)
+        # SASL_SSL: brokers listen with TLS and SCRAM-SHA-512 (key material made here with openssl),
+        # the proxies pass TLS through, clients take `client_security` on top of bootstrap.servers
+        self.security_protocol = security_protocol
+        self.client_security: dict[str, str] = {}
+        self._security_overrides: dict[str, str] = {}
         self.data = self.root / "data"
         self.n = brokers
         self.overrides = dict(overrides or {})
@@ -37,21 +42,41 @@ class LocalCluster:
 
     def start(self) -> LocalCluster:
         self.root.mkdir(parents=True, exist_ok=True)
+        if self.security_protocol == "SASL_SSL" and not self.client_security:
+            self._secure()
         self.controller.start()
         for i in range(1, self.n + 1):
             bport, mport = free_port(), free_port()
-            settings = {**self.overrides, **broker_overrides(self.controller, i), "oncelog.cluster": "true",
-                        "metrics.port": str(mport)}
+            settings = {**self.overrides, **self._security_overrides, **broker_overrides(self.controller, i),
+                        "oncelog.cluster": "true", "metrics.port": str(mport)}
+            name = "SASL_SSL" if self.client_security else "PLAINTEXT"
+            if self.client_security:
+                settings["listeners"] = f"SASL_SSL://127.0.0.1:{bport}"
             if self.with_proxies:
                 pport = free_port()
                 seed = self.proxy_config.seed * 1000 + i  # one fault stream per proxy, fixed by the seed
                 cfg = FaultConfig(**{**self.proxy_config.__dict__, "seed": seed})
                 self.proxies[i] = ThreadedFaultProxy(f"127.0.0.1:{bport}", cfg, port=pport).start()
-                settings["advertised.listeners"] = f"PLAINTEXT://127.0.0.1:{pport}"
+                settings["advertised.listeners"] = f"{name}://127.0.0.1:{pport}"
             self.metrics_ports[i] = mport
             self.brokers[i] = BrokerProcess(self.data, settings, port=bport,
                                             log_file=self.root / f"broker{i}.log", env=self.env).start()
         return self
+
+    def _secure(self) -> None:
+        from oncelog.core.security.scram import split_add_scram_list
+        from oncelog.testing.secure import SCRAM_USERS, secure_overrides
+        from oncelog.testing.tls import make_pki
+        pki = make_pki(self.root / "pki")
+        o = secure_overrides(pki)
+        self._security_overrides = {k: v for k, v in o.items() if k in (
+            "ssl.keystore.location", "sasl.enabled.mechanisms")}
+        self.controller.add_scram = split_add_scram_list(o["oncelog.add.scram"])   # the controller holds them
+        self._security_overrides["listener.name.sasl_ssl.plain.sasl.jaas.config"] = \
+            o["listener.name.sasl_ssl.plain.sasl.jaas.config"]
+        self.client_security = {"security.protocol": "SASL_SSL", "ssl.ca.location": str(pki.ca),
+                                "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "admin",
+                                "sasl.password": SCRAM_USERS["admin"]}
 
     @property
     def bootstrap(self) -> str:

@@ -151,12 +151,36 @@ class BrokerProcess(ServerProcess):
                          log_file=log_file or self.data_dir.parent / f"{self.data_dir.name}.log")
         self.overrides = dict(overrides or {})
 
+    listener_line = re.compile(r"oncelog: listener (\w+) \((\w+)\) on ([\w.\-:]+):(\d+)")
+
     def command(self) -> list[str]:
-        cmd = _oncelog("serve", "--log-dirs", str(self.data_dir),
-                       "--listeners", f"PLAINTEXT://{self.host}:{self.port}")
+        cmd = _oncelog("serve", "--log-dirs", str(self.data_dir))
+        if "listeners" not in self.overrides:   # several listeners: given whole, ports 0 or fixed
+            cmd += ["--listeners", f"PLAINTEXT://{self.host}:{self.port}"]
         for name, value in self.overrides.items():
             cmd += ["--override", f"{name}={value}"]
         return cmd
+
+    def _wait_until_serving(self, timeout_s: float) -> None:
+        """Also notes each listener's port (`listener_ports`, by name): the lines come first."""
+        assert self.proc is not None and self.proc.stdout is not None
+        self.listener_ports: dict[str, int] = {}
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline().decode(errors="replace")
+            if not line:
+                break
+            m = self.listener_line.search(line)
+            if m:
+                self.listener_ports[m.group(1)] = int(m.group(4))
+                continue
+            m = self.listening.search(line)
+            if m:
+                threading.Thread(target=self.proc.stdout.read, daemon=True).start()
+                self.host, self.port = m.group(1), int(m.group(2))
+                return
+        self.kill()
+        raise RuntimeError(f"{self.name} did not start; log tail:\n{self.log_tail()}")
 
     def start(self, timeout_s: float = 30) -> BrokerProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -183,6 +207,8 @@ class ControllerProcess(ServerProcess):
         super().__init__(port=port, env=env,
                          log_file=log_file or self.metadata_dir.parent / f"{self.metadata_dir.name}.log")
         self.extra_users = list(extra_users)
+        self.add_scram: list[str] = []    # `--add-scram` arguments
+        self.ssl_keystore: str | None = None   # PEM: the controller listener speaks TLS
 
     def command(self) -> list[str]:
         cmd = _oncelog("controller", "--metadata-dir", str(self.metadata_dir),
@@ -190,6 +216,10 @@ class ControllerProcess(ServerProcess):
                        "--cluster-principal", USER, "--session-timeout-ms", "2000")
         for u in self.extra_users:
             cmd += ["--user", u]
+        for a in self.add_scram:
+            cmd += ["--add-scram", a]
+        if self.ssl_keystore:
+            cmd += ["--ssl-keystore-location", self.ssl_keystore]
         return cmd
 
     def start(self, timeout_s: float = 30) -> ControllerProcess:

@@ -11,6 +11,14 @@ Start the broker with `advertised.listeners` pointing at the proxy's port (or gi
 `oncelog.address.map`) so Metadata answers keep clients on the proxy; no response rewriting is
 done here.
 
+TLS passes through: a connection whose first byte is a TLS handshake record (0x16, which as the
+top byte of a Kafka size would mean a frame of 369 MB, so never a Kafka client) is relayed as TLS
+records, and the same faults apply per record instead of per request: a reset before a client
+record, a cut after a number of client bytes, a dropped response = the connection closed instead
+of forwarding an application-data record from the broker after the client sent one (the request
+was processed, its answer lost). The api key of an encrypted request is unknown, so
+`drop_api_keys` does not narrow the drops there; requests are counted under `TLS_RECORD`.
+
 Faults are drawn from a seeded random.Random, so one seed gives one fault schedule for one
 sequence of requests.
 
@@ -59,9 +67,16 @@ class ProxyStats:
     dropped_responses: int = 0
 
 
-async def _read_frame(reader: asyncio.StreamReader) -> bytes:
-    head = await reader.readexactly(4)
-    (size,) = struct.unpack(">i", head)
+TLS_RECORD = -2             # stats key of a TLS record (its request is encrypted)
+_TLS_HANDSHAKE, _TLS_APPLICATION_DATA = 0x16, 0x17
+
+
+async def _read_frame(reader: asyncio.StreamReader, tls: bool = False, first: bytes = b"") -> bytes:
+    """One Kafka frame (size included), or with `tls` one TLS record (header included);
+    `first`: bytes of it already read."""
+    head_size = 5 if tls else 4
+    head = first + await reader.readexactly(head_size - len(first))
+    size = struct.unpack_from(">H", head, 3)[0] if tls else struct.unpack(">i", head)[0]
     return head + await reader.readexactly(size)
 
 
@@ -205,12 +220,22 @@ class FaultProxy:
         to_broker = _Direction(bwriter, cfg.latency_ms_up, abort)
         to_client = _Direction(cwriter, cfg.latency_ms_down, abort)
         held = self._held[to_client] = []
+        try:
+            first = await creader.readexactly(1)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            abort()
+            return
+        tls = first[0] == _TLS_HANDSHAKE
 
         async def up() -> None:
-            nonlocal budget
+            nonlocal budget, first
             while True:
-                frame = await _read_frame(creader)
-                api_key = struct.unpack_from(">h", frame, 4)[0] if len(frame) >= 6 else -1
+                frame = await _read_frame(creader, tls, first)
+                first = b""
+                if tls:
+                    api_key = TLS_RECORD if frame[0] == _TLS_APPLICATION_DATA else -1
+                else:
+                    api_key = struct.unpack_from(">h", frame, 4)[0] if len(frame) >= 6 else -1
                 self.stats.requests[api_key] += 1
                 if self.enabled and self.rng.random() < cfg.reset_probability:
                     self.stats.resets += 1
@@ -225,20 +250,28 @@ class FaultProxy:
                         if to_broker.task is not None:
                             await to_broker.task  # what is on the wire arrives, then the close
                         return
-                acks_zero = api_key == ApiKey.PRODUCE and _produce_acks(frame) == 0
-                if not acks_zero:
+                acks_zero = not tls and api_key == ApiKey.PRODUCE and _produce_acks(frame) == 0
+                if not acks_zero and (not tls or api_key == TLS_RECORD):
                     pending.put_nowait(api_key)
                 to_broker.send(frame)
                 await to_broker.drain()
 
+        droppable = {TLS_RECORD} if tls else cfg.drop_api_keys
+
         async def down() -> None:
             while True:
-                frame = await _read_frame(breader)
-                api_key = pending.get_nowait() if not pending.empty() else -1
-                if held or (self.holding and api_key in cfg.drop_api_keys):
+                frame = await _read_frame(breader, tls)
+                if tls:   # a response to some request, if the client sent one since the last
+                    api_key = -1
+                    if frame[0] == _TLS_APPLICATION_DATA and not pending.empty():
+                        while not pending.empty():
+                            api_key = pending.get_nowait()
+                else:
+                    api_key = pending.get_nowait() if not pending.empty() else -1
+                if held or (self.holding and api_key in droppable):
                     held.append(frame)
                     continue
-                if (self.enabled and api_key in cfg.drop_api_keys
+                if (self.enabled and api_key in droppable
                         and self.rng.random() < cfg.drop_response_probability):
                     self.stats.dropped_responses += 1
                     abort()

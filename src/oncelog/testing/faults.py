@@ -259,10 +259,11 @@ class FaultRunner:
             time.sleep((EXPIRATION_MS + 2 * EXPIRATION_CHECK_MS) / 1000 + 0.5)
             self.cluster.set_faults(False)
             try:
-                records, ends = read_range(bootstrap, self.topic)
+                security = getattr(self.cluster, "client_security", {})
+                records, ends = read_range(bootstrap, self.topic, security=security)
                 for p, recs in records.items():
                     self.archive.setdefault(p, []).extend(recs)
-                moved = _delete_records(bootstrap, self.topic, ends)
+                moved = _delete_records(bootstrap, self.topic, ends, security)
             finally:
                 self.cluster.set_faults(True)
         finally:
@@ -275,7 +276,7 @@ class FaultRunner:
         last, since = None, time.monotonic()
         while time.monotonic() < deadline:
             try:
-                now = end_offsets(bootstrap, self.topic)
+                now = end_offsets(bootstrap, self.topic, security=getattr(self.cluster, "client_security", {}))
             except Exception:  # noqa: BLE001 - the cluster is mid-fault; asked again until the deadline
                 now = None
             if now != last:
@@ -411,10 +412,11 @@ def _count(path, text: str) -> int:
         return 0
 
 
-def _delete_records(bootstrap: str, topic: str, ends: dict[int, int]) -> dict[int, int]:
+def _delete_records(bootstrap: str, topic: str, ends: dict[int, int], security: dict | None = None
+                    ) -> dict[int, int]:
     from confluent_kafka import TopicPartition
     from confluent_kafka.admin import AdminClient
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    admin = AdminClient({"bootstrap.servers": bootstrap, **(security or {}), "log_level": 3})
     futures = admin.delete_records([TopicPartition(topic, p, off) for p, off in ends.items() if off > 0])
     moved = {}
     for tp, fut in futures.items():

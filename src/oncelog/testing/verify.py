@@ -45,6 +45,7 @@ class VerifyOptions:
     duration_s: float | None = None   # spread the records over this long; default from the faults
     workdir: Path | None = None       # kept when given; a temporary directory otherwise
     timeout_s: float = 180
+    security_protocol: str = "PLAINTEXT"   # or SASL_SSL: TLS + SCRAM-SHA-512 on every broker, through the proxies
 
     def __post_init__(self) -> None:
         unknown = set(self.faults) - set(ALL_FAULTS)
@@ -53,6 +54,8 @@ class VerifyOptions:
         unknown = set(self.clients) - set(CLIENTS)
         if unknown:
             raise ValueError(f"unknown clients {sorted(unknown)}; choose from {', '.join(CLIENTS)}")
+        if self.security_protocol not in ("PLAINTEXT", "SASL_SSL"):
+            raise ValueError(f"security protocol {self.security_protocol}: PLAINTEXT or SASL_SSL")
         if "move" in self.faults and self.brokers < 2:
             raise ValueError("the move fault needs at least 2 brokers")
 
@@ -81,7 +84,8 @@ class VerifyResult:
 
     def to_json(self) -> dict:
         o = self.options
-        return {"ok": self.ok, "seed": o.seed, "faults": list(o.faults), "clients": list(o.clients),
+        return {"ok": self.ok, "seed": o.seed, "security_protocol": o.security_protocol,
+                "faults": list(o.faults), "clients": list(o.clients),
                 "records": o.records, "seconds": round(self.seconds, 1),
                 "fault_counts": dict(Counter(e.fault for e in self.faults)),
                 "fault_events": [e.__dict__ for e in self.faults], "proxy": self.proxy,
@@ -119,7 +123,7 @@ def run(options: VerifyOptions, progress=None) -> VerifyResult:
     topic = "verify"
     cluster = LocalCluster(root, options.brokers, broker_overrides(faults),
                            proxy_config(faults & set(NETWORK_FAULTS + CLIENT_FAULTS), options.seed),
-                           env=process_env(faults))
+                           env=process_env(faults), security_protocol=options.security_protocol)
     disk = FullDisk(cluster.data / f"{topic}-0", cluster) if "disk" in faults else None
     gate = threading.Event()
     gate.set()
@@ -132,7 +136,7 @@ def run(options: VerifyOptions, progress=None) -> VerifyResult:
             disk.prepare()
             notes.append(f"disk fault by {disk.method}")
         cluster.set_faults(False)
-        _create_topic(cluster.bootstrap, topic, options.partitions)
+        _create_topic(cluster.bootstrap, topic, options.partitions, cluster.client_security)
         cluster.set_faults(True)
 
         duration = options.duration()
@@ -143,7 +147,8 @@ def run(options: VerifyOptions, progress=None) -> VerifyResult:
             workloads.append(WORKLOADS[client](cluster.bootstrap, topic, n, client,
                                                rate=n / duration if duration else None, gate=gate,
                                                timeout_s=options.timeout_s,
-                                               config=client_config(faults, client)))
+                                               config=client_config(faults, client),
+                                               security=cluster.client_security))
         runner = FaultRunner(cluster, topic, options.partitions,
                              [f for f in options.faults if f in PROCESS_FAULTS], options.seed, gate, disk,
                              on_event=lambda e: say(e.line()))
@@ -167,7 +172,7 @@ def run(options: VerifyOptions, progress=None) -> VerifyResult:
                                       f"did not finish within {options.timeout_s:.0f}s of its delivery timeout"))
         cluster.set_faults(False)
         say("reading every partition from its start")
-        log = _read_back(cluster.bootstrap, topic, runner.archive, options.timeout_s)
+        log = _read_back(cluster.bootstrap, topic, runner.archive, options.timeout_s, cluster.client_security)
         events = [e for w in workloads for e in list(w.events)]
         report = check(events, log)
         counters = cluster.broker_counters()
@@ -185,9 +190,9 @@ def run(options: VerifyOptions, progress=None) -> VerifyResult:
             shutil.rmtree(root, ignore_errors=True)
 
 
-def _read_back(bootstrap: str, topic: str, archive: dict, timeout_s: float) -> dict:
+def _read_back(bootstrap: str, topic: str, archive: dict, timeout_s: float, security: dict) -> dict:
     """Every partition from its start, behind what the expiry fault read before deleting it."""
-    log, _ends = read_range(bootstrap, topic, timeout_s=timeout_s)
+    log, _ends = read_range(bootstrap, topic, timeout_s=timeout_s, security=security)
     for p, kept in archive.items():
         log[p] = kept + [r for r in log.get(p, []) if not kept or r[0] > kept[-1][0]]
     return log
@@ -215,16 +220,16 @@ def _guard(w: Workload):
     return target
 
 
-def _create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+def _create_topic(bootstrap: str, topic: str, partitions: int, security: dict) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    admin = AdminClient({"bootstrap.servers": bootstrap, **security, "log_level": 3})
     admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
 
 
 def render(result: VerifyResult) -> str:
     """The readable report."""
     o, r = result.options, result.report
-    lines = [f"oncelog verify: seed {o.seed}, faults {','.join(o.faults) or '-'}, clients "
+    lines = [f"oncelog verify: seed {o.seed}, {o.security_protocol}, faults {','.join(o.faults) or '-'}, clients "
              f"{','.join(o.clients)}, {o.records} records, {o.brokers} brokers, "
              f"{o.partitions} partitions, {result.seconds:.0f}s",
              "",

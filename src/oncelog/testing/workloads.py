@@ -29,6 +29,7 @@ class Workload:
     timeout_s: float = 120
     stall_s: float = 30                  # third-party clients: no acknowledgement this long = stuck
     config: dict = field(default_factory=dict)   # producer settings on top of the workload's own
+    security: dict = field(default_factory=dict)  # security.protocol, sasl.*, ssl.* (librdkafka's names)
     events: list[Event] = field(default_factory=list)
     stats: Counter = field(default_factory=Counter)
 
@@ -83,7 +84,8 @@ class LibrdkafkaWorkload(Workload):
                     fatal.append(f"{err.name()}: {err.str()}")
 
         def start():
-            return Producer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True, "linger.ms": 5,
+            return Producer({"bootstrap.servers": self.bootstrap, **self.security,
+                             "enable.idempotence": True, "linger.ms": 5,
                              "message.timeout.ms": int(self.timeout_s * 1000), "socket.timeout.ms": 5000,
                              "reconnect.backoff.ms": 20, "reconnect.backoff.max.ms": 500, "log_level": 3})
 
@@ -129,7 +131,8 @@ class KafkaPythonWorkload(Workload):
         from kafka import KafkaProducer
 
         def start():
-            return KafkaProducer(bootstrap_servers=self.bootstrap, enable_idempotence=True, acks="all",
+            return KafkaProducer(bootstrap_servers=self.bootstrap, **kafka_python_security(self.security),
+                                 enable_idempotence=True, acks="all",
                                  linger_ms=5, request_timeout_ms=5000, retry_backoff_ms=20,
                                  delivery_timeout_ms=int(self.timeout_s * 1000))
 
@@ -192,7 +195,8 @@ class OncelogWorkload(Workload):
         from oncelog.client import Producer
         from oncelog.client.errors import ProducerFatalError
         futs = []
-        with Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5, "enable.idempotence": "required",
+        with Producer({"bootstrap.servers": self.bootstrap, **self.security, "linger.ms": 5,
+                       "enable.idempotence": "required",
                        "delivery.timeout.ms": int(self.timeout_s * 1000), "request.timeout.ms": 5000,
                        **self.config}) as p:
             for v in self.values():
@@ -222,11 +226,21 @@ WORKLOADS: dict[str, type[Workload]] = {"oncelog": OncelogWorkload, "librdkafka"
                                         "kafka-python": KafkaPythonWorkload}
 
 
-def end_offsets(bootstrap: str, topic: str, timeout_s: float = 60) -> dict[int, tuple[int, int]]:
+def kafka_python_security(security: dict) -> dict:
+    """librdkafka's security names as kafka-python's keyword arguments."""
+    names = {"security.protocol": "security_protocol", "ssl.ca.location": "ssl_cafile",
+             "sasl.mechanism": "sasl_mechanism", "sasl.username": "sasl_plain_username",
+             "sasl.password": "sasl_plain_password", "ssl.certificate.location": "ssl_certfile",
+             "ssl.key.location": "ssl_keyfile"}
+    return {names[k]: v for k, v in security.items() if k in names}
+
+
+def end_offsets(bootstrap: str, topic: str, timeout_s: float = 60, security: dict | None = None
+                ) -> dict[int, tuple[int, int]]:
     """partition -> (log start offset, high watermark). Retried while a leader has just moved
     (the consumer's metadata may still name the old one)."""
     from confluent_kafka import Consumer, KafkaException, TopicPartition
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "oncelog-verify", "log_level": 3})
+    c = Consumer({"bootstrap.servers": bootstrap, **(security or {}), "group.id": "oncelog-verify", "log_level": 3})
     deadline = time.monotonic() + timeout_s
     try:
         while True:
@@ -241,17 +255,17 @@ def end_offsets(bootstrap: str, topic: str, timeout_s: float = 60) -> dict[int, 
         c.close()
 
 
-def read_range(bootstrap: str, topic: str, stop: dict[int, int] | None = None, timeout_s: float = 120
-               ) -> tuple[dict[int, list[tuple[int, bytes]]], dict[int, int]]:
+def read_range(bootstrap: str, topic: str, stop: dict[int, int] | None = None, timeout_s: float = 120,
+               security: dict | None = None) -> tuple[dict[int, list[tuple[int, bytes]]], dict[int, int]]:
     """Every partition of `topic` from its log start to `stop` (default: its end offset now).
     Returns (partition -> [(offset, value)], partition -> the offset read up to)."""
     from confluent_kafka import Consumer, TopicPartition
-    marks = end_offsets(bootstrap, topic)
+    marks = end_offsets(bootstrap, topic, security=security)
     ends = {p: (stop or {}).get(p, hw) for p, (_lo, hw) in marks.items()}
     out: dict[int, list[tuple[int, bytes]]] = {p: [] for p in marks}
     todo = {p for p in marks if ends[p] > marks[p][0]}
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "oncelog-verify", "log_level": 3,
-                  "enable.auto.commit": False})
+    c = Consumer({"bootstrap.servers": bootstrap, **(security or {}), "group.id": "oncelog-verify",
+                  "log_level": 3, "enable.auto.commit": False})
     try:
         c.assign([TopicPartition(topic, p, marks[p][0]) for p in todo])
         deadline = time.monotonic() + timeout_s

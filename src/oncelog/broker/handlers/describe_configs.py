@@ -5,7 +5,7 @@ DESCRIBE_CONFIGS on the topic (TOPIC_AUTHORIZATION_FAILED) or the cluster for br
 from __future__ import annotations
 
 from oncelog.broker.authorization import Op, config_denied
-from oncelog.broker.config import SETTINGS
+from oncelog.broker.config import SETTINGS, is_sensitive
 from oncelog.core.topic_config import TOPIC_CONFIGS
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
@@ -65,8 +65,9 @@ async def handle(broker, version: int, request) -> bytes:
             code, message = ErrorCode.INVALID_REQUEST, f"resource type {rtype} is not supported"
         keys = set(res.configuration_keys) if res.configuration_keys is not None else None
         configs = tuple(
-            rb("DescribeConfigsResourceResult", name=n, value=v, read_only=rtype == BROKER,
-               config_source=src, is_sensitive=False, synonyms=(), config_type=_TYPES.get(kind, 0),
+            rb("DescribeConfigsResourceResult", name=n, value=None if is_sensitive(n) else v,
+               read_only=rtype == BROKER, config_source=src, is_sensitive=is_sensitive(n), synonyms=(),
+               config_type=_TYPES.get(kind, 0),
                documentation=doc if getattr(request, "include_documentation", False) else None,
                is_default=src == DEFAULT_CONFIG)
             for n, v, src, doc, kind in entries if keys is None or n in keys)

@@ -7,6 +7,7 @@ from typing import NamedTuple
 from oncelog.client.aio import wire
 from oncelog.client.aio.cluster import Cluster
 from oncelog.client.errors import KafkaClientError
+from oncelog.client.security import ClientSecurity
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.entities import RequestBuilder
 from oncelog.protocol.errors import ErrorCode, error_code
@@ -73,7 +74,8 @@ class AIOAdminClient:
             raise KafkaClientError("bootstrap.servers is required")
         self.cluster = Cluster(servers, str(config.get("client.id", "oncelog-admin")),
                                int(config.get("request.timeout.ms", 30000)), allow_auto_create=False,
-                               address_map=config.get("oncelog.address.map"))
+                               address_map=config.get("oncelog.address.map"),
+                               security=ClientSecurity.from_config(config))
 
     async def start(self) -> AIOAdminClient:
         await self.cluster.any_connection()

@@ -7,8 +7,9 @@ import logging
 import random
 import time
 
-from oncelog.client.aio.connection import BrokerConnectionError, Connection
+from oncelog.client.aio.connection import AuthenticationError, BrokerConnectionError, Connection
 from oncelog.client.errors import KafkaClientError
+from oncelog.client.security import ClientSecurity
 from oncelog.protocol import metadata
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, error_code
@@ -54,8 +55,9 @@ def parse_address_map(m) -> dict:
 class Cluster:
     def __init__(self, bootstrap, client_id: str = "oncelog", request_timeout_ms: int = 30000,
                  reconnect_backoff_ms: int = 50, allow_auto_create: bool = True,
-                 address_map: dict | str | None = None) -> None:
+                 address_map: dict | str | None = None, security: ClientSecurity | None = None) -> None:
         self.bootstrap = parse_bootstrap(bootstrap)
+        self.security = security or ClientSecurity()
         # "advertised host:port -> host:port to dial": reach brokers through a proxy
         self.address_map = parse_address_map(address_map)
         self.client_id = client_id
@@ -95,9 +97,11 @@ class Cluster:
                 continue
         errors = []
         for host, port in random.sample(self.bootstrap, len(self.bootstrap)):
-            c = Connection(host, port, self.client_id)
+            c = Connection(host, port, self.client_id, security=self.security)
             try:
                 await c.connect(self.timeout_s)
+            except AuthenticationError:
+                raise   # refused credentials are fatal, as in Kafka's clients: no other broker will take them
             except (TimeoutError, BrokerConnectionError) as e:
                 errors.append(str(e))
                 continue
@@ -138,7 +142,7 @@ class Cluster:
         if old is not None and old.closed:
             await asyncio.sleep(self.reconnect_backoff_s)
         host, port = self.address_map.get((b.host, b.port), (b.host, b.port))
-        c = Connection(host, port, self.client_id, node)
+        c = Connection(host, port, self.client_id, node, security=self.security)
         try:
             await c.connect(self.timeout_s)
         except BaseException:

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import struct
 from collections import deque
 
 from oncelog.client.aio import wire
 from oncelog.client.errors import KafkaClientError
-from oncelog.protocol import api_versions, headers
+from oncelog.client.security import ClientSecurity, SaslExchange
+from oncelog.protocol import api_versions, entities, headers
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.framing import FrameError, FrameReader
 
@@ -23,6 +25,14 @@ MAX_FRAME = 512 * 1024 * 1024
 
 class BrokerConnectionError(KafkaClientError, ConnectionError):
     """The connection to a broker failed or closed; outstanding requests have unknown outcomes."""
+
+
+class AuthenticationError(BrokerConnectionError):
+    """The broker refused the client's credentials (SASL_AUTHENTICATION_FAILED,
+    UNSUPPORTED_SASL_MECHANISM) or the TLS handshake."""
+
+
+_PLAINTEXT = ClientSecurity()
 
 
 class _Protocol(asyncio.BufferedProtocol):
@@ -62,8 +72,10 @@ class _Protocol(asyncio.BufferedProtocol):
 
 
 class Connection:
-    def __init__(self, host: str, port: int, client_id: str, node_id: int = -1) -> None:
+    def __init__(self, host: str, port: int, client_id: str, node_id: int = -1,
+                 security: ClientSecurity = _PLAINTEXT) -> None:
         self.host, self.port, self.node_id = host, port, node_id
+        self.security = security
         self.addr = f"{host}:{port}"
         self.client_id = client_id
         self.transport: asyncio.Transport | None = None
@@ -78,8 +90,12 @@ class Connection:
     async def connect(self, timeout_s: float) -> None:
         loop = asyncio.get_running_loop()
         try:
+            tls = self.security.ssl_context
             transport, self.proto = await asyncio.wait_for(
-                loop.create_connection(lambda: _Protocol(self), self.host, self.port), timeout_s)
+                loop.create_connection(lambda: _Protocol(self), self.host, self.port, ssl=tls,
+                                       server_hostname=self.host if tls is not None else None), timeout_s)
+        except ssl.SSLError as e:
+            raise AuthenticationError(f"TLS handshake with {self.addr} failed: {e}") from None
         except (TimeoutError, OSError) as e:
             raise BrokerConnectionError(f"cannot connect to {self.addr}: {e!r}") from None
         self.transport = transport
@@ -89,6 +105,34 @@ class Connection:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         transport.set_write_buffer_limits(high=4 * 1024 * 1024)
         await self._negotiate(timeout_s)
+        if self.security.uses_sasl:
+            await self._authenticate(timeout_s)
+
+    async def _authenticate(self, timeout_s: float) -> None:
+        """SaslHandshake v1, then one SaslAuthenticate per token (KIP-152)."""
+        exchange = SaslExchange(self.security)
+
+        async def call(api_key: int, version: int, **fields):
+            body = entities.encode(entities.make(entities.entity_class(api_key, version, "request"), **fields))
+            return entities.decode_response(api_key, version,
+                                            await asyncio.wait_for(self.request(api_key, version, body), timeout_s))
+        hs = await call(ApiKey.SASL_HANDSHAKE, 1, mechanism=exchange.mechanism)
+        if int(hs.error_code):
+            self.close()
+            raise AuthenticationError(f"{self.addr} does not offer SASL mechanism {exchange.mechanism} "
+                                      f"(it offers {', '.join(hs.mechanisms)})")
+        version = min(2, self.broker_versions.get(ApiKey.SASL_AUTHENTICATE, (0, 0))[1])
+        token: bytes | None = exchange.first()
+        while token is not None:
+            r = await call(ApiKey.SASL_AUTHENTICATE, version, auth_bytes=token)
+            if int(r.error_code):
+                self.close()
+                raise AuthenticationError(f"{self.addr}: {r.error_message or 'SASL authentication failed'}")
+            try:
+                token = exchange.next(bytes(r.auth_bytes or b""))
+            except ValueError as e:
+                self.close()
+                raise AuthenticationError(f"{self.addr}: {e}") from None
 
     async def _negotiate(self, timeout_s: float) -> None:
         # v3 first (flexible); a broker that cannot answer it (librdkafka's mock sends a malformed

@@ -16,6 +16,7 @@ from oncelog.client.aio import wire
 from oncelog.client.aio.cluster import Cluster
 from oncelog.client.aio.connection import BrokerConnectionError
 from oncelog.client.errors import KafkaClientError
+from oncelog.client.security import ClientSecurity
 from oncelog.client.types import EARLIEST, LATEST, ConsumerGroupMetadata, ConsumerRecord, TopicPartition
 from oncelog.core.txn.read_committed import ReadCommittedFilter
 from oncelog.protocol import fetch
@@ -44,7 +45,8 @@ class AIOConsumer:
         self.config = dict(config)
         self.cluster = Cluster(servers, str(config.get("client.id", "oncelog-consumer")),
                                int(config.get("request.timeout.ms", 30000)), allow_auto_create=False,
-                               address_map=config.get("oncelog.address.map"))
+                               address_map=config.get("oncelog.address.map"),
+                               security=ClientSecurity.from_config(config))
         self.reset = str(config.get("auto.offset.reset", "earliest")).lower()
         if self.reset not in ("earliest", "latest", "none"):
             raise KafkaClientError("auto.offset.reset must be earliest, latest or none")

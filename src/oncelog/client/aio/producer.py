@@ -79,7 +79,7 @@ class AIOProducer:
         self.lock = threading.Lock()
         self.cluster = Cluster(c.bootstrap_servers, c.client_id, c.request_timeout_ms,
                                allow_auto_create=c.allow_auto_create_topics,
-                               address_map=c.address_map)
+                               address_map=c.address_map, security=c.security)
         self.wakeup = Wakeup()
         self.delivery = Delivery(self.lock)
         self.metadata = ProducerMetadata(self.core, self.lock, c, self.cluster, self.wakeup)

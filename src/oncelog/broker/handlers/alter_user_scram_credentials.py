@@ -1,0 +1,31 @@
+"""AlterUserScramCredentials (API 51), v0: forwarded to the controller, which validates, appends
+the credential records to its metadata log and answers per user (`controller/scram.py`). The
+client salts and hashes; no password reaches the broker. Needs ALTER on the cluster, as in Kafka."""
+from __future__ import annotations
+
+from oncelog.broker.authorization import Op, authorize_cluster
+from oncelog.broker.controller_client import ControllerUnavailable
+from oncelog.protocol import entities
+from oncelog.protocol.api import ApiKey
+from oncelog.protocol.errors import ErrorCode
+
+API_KEY = ApiKey.ALTER_USER_SCRAM_CREDENTIALS
+
+
+async def handle(broker, version: int, request) -> bytes:
+    if not authorize_cluster(broker, Op.ALTER):
+        return error_response(version, request, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+    try:
+        r = await broker.credentials.client().raw(API_KEY, 0, entities.encode(request))
+    except ControllerUnavailable:
+        return error_response(version, request, ErrorCode.NOT_CONTROLLER, "the controller is not reachable")
+    return bytes(r)
+
+
+def error_response(version: int, request, code: int, message: str | None = None) -> bytes:
+    """Every user named in the request, failed with `code`."""
+    rb = entities.ResponseBuilder(API_KEY, version)
+    names = {str(d.name) for d in request.deletions} | {str(u.name) for u in request.upsertions}
+    return rb.encode(throttle_time=0, results=tuple(
+        rb("AlterUserScramCredentialsResult", user=n, error_code=code, error_message=message)
+        for n in sorted(names)))

@@ -1,0 +1,15 @@
+"""SaslAuthenticate (API 36), v0-v2: as SaslHandshake, answered by the authenticator on SASL
+listeners; elsewhere ILLEGAL_SASL_STATE."""
+from __future__ import annotations
+
+from oncelog.protocol import entities
+from oncelog.protocol.api import ApiKey
+from oncelog.protocol.errors import ErrorCode
+
+API_KEY = ApiKey.SASL_AUTHENTICATE
+
+
+async def handle(broker, version: int, request) -> bytes:
+    return entities.ResponseBuilder(API_KEY, version).encode(
+        error_code=ErrorCode.ILLEGAL_SASL_STATE, error_message="no SASL on this listener", auth_bytes=b"",
+        session_lifetime=0)

@@ -1,0 +1,61 @@
+"""SCRAM credentials in the controller's metadata log (Kafka's ScramControlManager): records of
+`core.security.credentials`, AlterUserScramCredentials decided → appended → replayed, the
+`--add-scram` bootstrap at start, and DescribeUserScramCredentials for brokers.
+
+Kept apart from service.py so the security records (this module: credentials; the authorizer's:
+ACLs and quotas) each have one home."""
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+from oncelog.core.security.credentials import (
+    REMOVE_SCRAM_RECORD,
+    SCRAM_RECORD,
+    Deletion,
+    ScramCredentials,
+    Upsertion,
+    credential_record,
+)
+from oncelog.core.security.scram import AddScram, ScramMechanism
+from oncelog.protocol import entities
+from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
+
+RECORD_TYPES = frozenset({SCRAM_RECORD, REMOVE_SCRAM_RECORD})
+
+
+def bootstrap(store: ScramCredentials, adds: list[AddScram]) -> list[dict]:
+    return store.decide_bootstrap(adds)
+
+
+def alter(store: ScramCredentials, rb: entities.ResponseBuilder, r, commit: Callable[[list[dict]], None]) -> bytes:
+    """AlterUserScramCredentials: a storage failure fails every item (nothing was written)."""
+    records, results = store.decide_alter(
+        [Deletion(str(d.name), int(d.mechanism)) for d in r.deletions],
+        [Upsertion(str(u.name), int(u.mechanism), int(u.iterations), bytes(u.salt), bytes(u.salted_password))
+         for u in r.upsertions])
+    answers = [(res.user, int(res.error_code), res.error_message) for res in results]
+    try:
+        commit(records)
+    except KafkaProtocolError as e:
+        answers = [(user, int(e.code), e.message) if code == ErrorCode.NONE else (user, code, message)
+                   for user, code, message in answers]
+    return rb.encode(throttle_time=0, results=tuple(
+        rb("AlterUserScramCredentialsResult", user=user, error_code=code, error_message=message)
+        for user, code, message in answers))
+
+
+def describe_with_records(store: ScramCredentials, rb: entities.ResponseBuilder, r) -> bytes:
+    """For brokers only (the controller listener admits cluster principals): each found user's
+    credential records, as JSON in `error_message` (`broker.scram_credentials` reads them)."""
+    users = None if r.users is None else [str(u.name) for u in r.users]
+    out = []
+    for res in store.describe(users):
+        message = res.error_message
+        if res.error_code == ErrorCode.NONE:
+            message = json.dumps([credential_record(res.user, m, c) for m in ScramMechanism
+                                  if (c := store.lookup(res.user, m)) is not None])
+        out.append(rb("DescribeUserScramCredentialsResult", user=res.user, error_code=res.error_code,
+                      error_message=message, credential_infos=tuple(
+                          rb("CredentialInfo", mechanism=m, iterations=i) for m, i in res.credentials)))
+    return rb.encode(throttle_time=0, error_code=ErrorCode.NONE, error_message=None, results=tuple(out))
