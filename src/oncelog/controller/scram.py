@@ -2,16 +2,14 @@
 `core.security.credentials`, AlterUserScramCredentials decided → appended → replayed, the
 `--add-scram` bootstrap at start, and DescribeUserScramCredentials for brokers.
 
-Kept apart from service.py so the security records (this module: credentials; the authorizer's:
-ACLs and quotas) each have one home."""
+The store is `SecurityMetadata.scram` (replayed and snapshotted with ACLs and quotas by
+`controller/security.py`); this module holds the credential APIs' controller side."""
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
 
 from oncelog.core.security.credentials import (
-    REMOVE_SCRAM_RECORD,
-    SCRAM_RECORD,
     Deletion,
     ScramCredentials,
     Upsertion,
@@ -20,8 +18,6 @@ from oncelog.core.security.credentials import (
 from oncelog.core.security.scram import AddScram, ScramMechanism
 from oncelog.protocol import entities
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
-
-RECORD_TYPES = frozenset({SCRAM_RECORD, REMOVE_SCRAM_RECORD})
 
 
 def bootstrap(store: ScramCredentials, adds: list[AddScram]) -> list[dict]:

@@ -72,7 +72,6 @@ class Controller:
         self.state = ControllerState()
         self.leadership = Leadership()
         self.security = ControllerSecurity(self.log, self._commit)
-        self.scram = ScramCredentials()
         self._load()
         self.live: dict[int, int] = {}  # broker id -> last heartbeat (ms)
         self.rate = TokenBucket(config.allocations_per_s, config.allocation_burst)
@@ -85,6 +84,11 @@ class Controller:
         self.address: tuple[str, int] = ("", 0)
         self._commit(self.state.decide_floor(config.producer_id_floor))
         self._commit(scram.bootstrap(self.scram, config.bootstrap_scram))
+
+    @property
+    def scram(self) -> ScramCredentials:
+        """SCRAM credentials live with the other security records (one replay, one snapshot)."""
+        return self.security.state.scram
 
     def now_ms(self) -> int:
         return int(self._clock() * 1000)
@@ -99,7 +103,6 @@ class Controller:
             for r in data["leadership"]:
                 self.leadership.replay(r)
             self.security.load_snapshot(data.get("security"), start)
-            self.scram = ScramCredentials.from_snapshot(data.get("scram", ()))
         for offset, record in self.log.read(start):
             self._replay(record, offset)
         log.info("controller state: next producer id %d, %d brokers, %d topics, metadata log at %d",
@@ -111,8 +114,6 @@ class Controller:
             return
         if record["type"] in (PID_BLOCK, BROKER):
             self.state.replay(record)
-        elif record["type"] in scram.RECORD_TYPES:
-            self.scram.replay(record)
         else:
             self.leadership.replay(record)
 
@@ -148,8 +149,7 @@ class Controller:
             records.append({"type": "leader", "topic": topic, "partition": p, "leader": leader, "epoch": epoch})
         self.log.write_snapshot(self.log.end_offset, {"producer_ids": self.state.to_snapshot(),
                                                        "leadership": records,
-                                                       "security": self.security.state.to_snapshot(),
-                                                       "scram": self.scram.to_snapshot()})
+                                                       "security": self.security.state.to_snapshot()})
 
     def live_brokers(self) -> list[int]:
         return sorted(self.live)
