@@ -334,7 +334,7 @@ class AdminClient(_SyncWrapper):
     def describe_configs(self, topic: str, keys=None) -> dict:
         return self._run(self._impl.describe_configs(topic, keys))
 
-    def describe_broker_configs(self, node: int, keys=None) -> dict:
+    def describe_broker_configs(self, node: int | None = None, keys=None) -> dict:
         return self._run(self._impl.describe_broker_configs(node, keys))
 
     def alter_configs(self, topic: str, configs: dict) -> None:
