@@ -150,13 +150,14 @@ def read_options(options, streaming: bool) -> ReadOptions:
             "(a regex) or assign (JSON like {\"topicA\":[0,1]})"
             + (f"; got {', '.join(chosen)}" if chosen else ""))
     ro = ReadOptions(client=client_config(opts))
-    isolation = str(ro.client.get("isolation.level", "read_uncommitted")).strip().lower()
-    if isolation not in ("read_uncommitted", "read_committed"):
-        raise OncelogSparkError(f"option kafka.isolation.level={isolation!r}: expected "
-                                "read_uncommitted (the default) or read_committed")
-    # read_committed: end offsets are the last stable offset (ListOffsets and Fetch with
-    # isolation level 1), aborted records are dropped, offsets have gaps
-    ro.client["isolation.level"] = isolation
+    if "isolation.level" in ro.client:
+        # read_committed: end offsets are the last stable offset (ListOffsets and Fetch with
+        # isolation level 1), aborted records are dropped, offsets have gaps
+        isolation = str(ro.client["isolation.level"]).strip().lower()
+        if isolation not in ("read_uncommitted", "read_committed"):
+            raise OncelogSparkError(f"option kafka.isolation.level={isolation!r}: expected "
+                                    "read_uncommitted (the default) or read_committed")
+        ro.client["isolation.level"] = isolation
     if opts.get("subscribe"):
         ro.subscribe = [t.strip() for t in str(opts["subscribe"]).split(",") if t.strip()]
         if not ro.subscribe:
