@@ -4,18 +4,20 @@ transactions its tasks left open (Flink's resumeTransaction), against a real `on
 from __future__ import annotations
 
 import pytest
+from test_txn_producer import FAST, ck_values, create_topic, oncelog_values, txn_producer
 
 from oncelog.client.errors import ProducerFencedError, TransactionFatalError, TransactionStateError
 from oncelog.protocol.errors import ErrorCode
-from test_txn_producer import (  # noqa: F401 - the fixture
-    ck_values,
-    create_topic,
-    oncelog_values,
-    txn_broker,
-    txn_producer,
-)
+from oncelog.testing.embedded import BrokerProcess
 
 pytestmark = pytest.mark.processes
+
+
+@pytest.fixture
+def txn_broker(tmp_path):
+    b = BrokerProcess(tmp_path / "data", FAST).start()
+    yield b
+    b.stop()
 
 
 def _prepare(bs: str, tid: str, topic: str, values: list[bytes]) -> tuple:

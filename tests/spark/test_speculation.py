@@ -16,7 +16,7 @@ def spark_speculating(_spark_sessions):
     session = local_session(
         "local-cluster[2,1,1024]", app="oncelog-tests-speculation",
         **{"spark.speculation": "true", "spark.speculation.interval": "200ms",
-           "spark.speculation.quantile": "0.5", "spark.speculation.multiplier": "1.5",
+           "spark.speculation.quantile": "0.5", "spark.speculation.multiplier": "1.2",
            "spark.speculation.minTaskRuntime": "1s", "spark.executor.memory": "512m",
            "spark.sql.execution.arrow.maxRecordsPerBatch": "10"})
     _spark_sessions.current, _spark_sessions.master = session, "local-cluster"
@@ -45,7 +45,12 @@ def test_speculative_copy_fences_the_slow_original(spark_speculating, spark_brok
                                                    produce, write_opts):
     spark = spark_speculating
     src, dst = _source(produce, make_topic), make_topic(2)
-    (read_topic(spark, spark_broker, src).select(*_slow_first_attempt(20))
+    # warm-up: a Python worker on each executor, so that the fast task and the copy are fast
+    # and the copy starts while the original sleeps (a fresh executor's first task takes ~20 s
+    # on a loaded machine, and the copy waits for 1.2x the fast task's time)
+    read_topic(spark, spark_broker, src).select(*_slow_first_attempt(0)).write.format("noop") \
+        .mode("overwrite").save()
+    (read_topic(spark, spark_broker, src).select(*_slow_first_attempt(90))
      .write.format("oncelog").options(**write_opts).option("topic", dst).mode("append").save())
     uncommitted = assert_exactly_once(spark, spark_broker, dst)
     # the slow original had produced rows before the copy fenced it (aborted, seen only by

@@ -285,7 +285,7 @@ def _scan_markers(consumer, tp, start: int, end: int, want: bytes, out: Markers,
                             out.transactions.add((header.producer_id, epoch))
                     continue
                 for r in records:
-                    if r.offset < start or r.offset >= end or r.key != want:
+                    if r.offset < start or r.offset >= end or r.key != want or not r.value:
                         continue
                     m = json.loads(r.value)
                     b = int(m["batch"])
