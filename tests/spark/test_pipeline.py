@@ -9,7 +9,7 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
 import pipeline  # noqa: E402
 
-pytestmark = pytest.mark.processes
+pytestmark = [pytest.mark.processes, pytest.mark.spark]   # Spark drivers in subprocesses
 
 
 def test_pipeline_counts_every_event_exactly_once(spark_broker, tmp_path):
