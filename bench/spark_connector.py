@@ -1,5 +1,8 @@
 """Spark connector benchmark: write and read N rows (100-byte values) through format("oncelog")
-beside Spark writing and reading the same cached DataFrame as Parquet, in the same run.
+beside Spark writing and reading the same cached DataFrame as Parquet, in the same run. Writes
+with exactly-once on (the default: a transaction per task, committed by the driver) and off
+(`deliveryGuarantee=at-least-once`, the idempotent writer); reads read_uncommitted and
+read_committed (`kafka.isolation.level`) of the exactly-once output.
 
     .venv/bin/python bench/spark_connector.py                 # embedded oncelog broker, 1,000,000 rows
     .venv/bin/python bench/spark_connector.py --rows 200000 --bootstrap 127.0.0.1:9092
@@ -124,32 +127,44 @@ def main() -> int:
         df.limit(1000).write.format("bench_floor").mode("append").save()
 
         results: dict[str, list[float]] = {k: [] for k in
-                                           ("parquet_write", "parquet_read", "oncelog_write", "oncelog_read",
-                                            "floor_write", "floor_read")}
+                                           ("parquet_write", "parquet_read", "oncelog_write",
+                                            "oncelog_write_at_least_once", "oncelog_read",
+                                            "oncelog_read_committed", "floor_write", "floor_read")}
         mismatches: list[str] = []
         for i in range(args.repeat):
             pq = str(work / f"bench-{i}.parquet")
             topic = f"bench-{os.getpid()}-{i}"
+            alo = f"bench-alo-{os.getpid()}-{i}"
             with AdminClient({"bootstrap.servers": bootstrap}) as admin:
-                admin.create_topics([topic], num_partitions=parts)
+                admin.create_topics([topic, alo], num_partitions=parts)
             results["parquet_write"].append(timed(lambda pq=pq: df.write.mode("overwrite").parquet(pq)))
             results["parquet_read"].append(timed(
                 lambda pq=pq: spark.read.parquet(pq).write.format("noop").mode("overwrite").save()))
             results["oncelog_write"].append(timed(
                 lambda topic=topic: df.write.format("oncelog").option("bootstrap.servers", bootstrap)
                 .option("topic", topic).mode("append").save()))
+            results["oncelog_write_at_least_once"].append(timed(
+                lambda alo=alo: df.write.format("oncelog").option("bootstrap.servers", bootstrap)
+                .option("topic", alo).option("deliveryGuarantee", "at-least-once")
+                .mode("append").save()))
             reader = (spark.read.format("oncelog").option("bootstrap.servers", bootstrap)
                       .option("subscribe", topic))
             results["oncelog_read"].append(timed(
                 lambda reader=reader: reader.load().write.format("noop").mode("overwrite").save()))
+            committed = (spark.read.format("oncelog").option("bootstrap.servers", bootstrap)
+                         .option("subscribe", topic).option("kafka.isolation.level", "read_committed"))
+            results["oncelog_read_committed"].append(timed(
+                lambda committed=committed: committed.load().write.format("noop")
+                .mode("overwrite").save()))
             results["floor_write"].append(timed(
                 lambda: df.write.format("bench_floor").mode("append").save()))
             results["floor_read"].append(timed(
                 lambda: spark.read.format("bench_floor").load().write.format("noop")
                 .mode("overwrite").save()))
-            got = reader.load().count()
-            if got != n:
-                mismatches.append(f"run {i}: read back {got:,} rows, wrote {n:,}")
+            for what, r in (("read_uncommitted", reader), ("read_committed", committed)):
+                got = r.load().count()
+                if got != n:
+                    mismatches.append(f"run {i}: read back {got:,} rows {what}, wrote {n:,}")
             shutil.rmtree(pq, ignore_errors=True)
         best = {k: min(v) for k, v in results.items()}
         out = {
@@ -161,14 +176,19 @@ def main() -> int:
             "floor_ratio_write": best["parquet_write"] / best["floor_write"],
             "floor_ratio_read": best["parquet_read"] / best["floor_read"],
             "oncelog_write_rows_per_s": n / best["oncelog_write"],
+            "exactly_once_vs_at_least_once_write": best["oncelog_write_at_least_once"] / best["oncelog_write"],
+            "read_committed_vs_uncommitted": best["oncelog_read"] / best["oncelog_read_committed"],
             "oncelog_read_rows_per_s": n / best["oncelog_read"],
         }
         print(f"{n:,} rows x {vb} B, {parts} partitions, {args.master}, broker: {broker_name}")
-        print(f"{'step':<16}{'best s':>9}{'rows/s':>12}   all runs")
+        print(f"{'step':<30}{'best s':>9}{'rows/s':>12}   all runs")
         for k, v in best.items():
-            print(f"{k:<16}{v:>9.2f}{n / v:>12,.0f}   {', '.join(f'{x:.2f}' for x in results[k])}")
+            print(f"{k:<30}{v:>9.2f}{n / v:>12,.0f}   {', '.join(f'{x:.2f}' for x in results[k])}")
         print(f"connector/Parquet speed ratio: write {out['ratio_write']:.2f}x, "
               f"read {out['ratio_read']:.2f}x (goal >= 0.5x)")
+        print(f"exactly-once write / at-least-once write speed: "
+              f"{out['exactly_once_vs_at_least_once_write']:.2f}x (goal >= 0.8x); read_committed / "
+              f"read_uncommitted speed: {out['read_committed_vs_uncommitted']:.2f}x")
         print(f"a Python data source doing nothing (the API's floor)/Parquet: write "
               f"{out['floor_ratio_write']:.2f}x, read {out['floor_ratio_read']:.2f}x")
         if args.json:

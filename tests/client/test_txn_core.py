@@ -706,3 +706,35 @@ def test_aborting_after_an_abortable_init_leaves_the_producer_uninitialized_not_
     assert again.done and again.error is None and tm.state is S.READY
     tm.begin_transaction()
     assert tm.state is S.IN_TRANSACTION and producer.epochs == [(1000, 0)]
+
+
+def test_a_resumed_transaction_sends_only_its_end_txn_at_the_given_epoch():
+    """resume_transaction (the Spark sink's driver): no InitProducerId (it would bump the epoch
+    and abort the transaction), EndTxn with the stored id and epoch, no records, and only on a
+    new manager."""
+    p = FakeProducer()
+    tm = TransactionManager(TID, producer=p)
+    tm.resume_transaction(4242, 7)
+    with pytest.raises(TransactionStateError):
+        tm.check_send("out")
+    with pytest.raises(TransactionStateError):
+        tm.resume_transaction(4242, 8)
+    result = tm.commit_transaction()
+    find = tm.next_request(0)
+    assert isinstance(find.request, FindCoordinatorRequest)
+    tm.on_response(FindCoordinatorResponse(E.NONE, 1, "h", 1), 0)
+    end = tm.next_request(0)
+    assert end.request == EndTxnRequest(TID, 4242, 7, True) and end.node == 1
+    tm.on_response(EndTxnResponse(E.NONE), 0)
+    assert result.done and result.error is None and p.epochs == []
+    with pytest.raises(TransactionStateError):
+        tm.begin_transaction()
+
+    fenced = TransactionManager(TID, producer=FakeProducer())
+    fenced.resume_transaction(4242, 7)
+    result = fenced.commit_transaction()
+    fenced.next_request(0)
+    fenced.on_response(FindCoordinatorResponse(E.NONE, 1, "h", 1), 0)
+    fenced.next_request(0)
+    fenced.on_response(EndTxnResponse(E.PRODUCER_FENCED), 0)
+    assert isinstance(result.error, ProducerFencedError)

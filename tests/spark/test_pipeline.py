@@ -1,16 +1,21 @@
-"""examples/pipeline.py end to end: batch produce -> streaming aggregate to Parquet with a
-checkpoint -> restart -> exact totals."""
+"""examples/pipeline.py end to end: events -> streaming aggregation -> oncelog through the
+exactly-once sink, with a task failing its first attempt after it produced and a driver process
+dying in the middle of a commit; a read_committed reader sees every event counted once."""
 import os
 import sys
+
+import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
 import pipeline  # noqa: E402
 
+pytestmark = [pytest.mark.processes, pytest.mark.spark]   # Spark drivers in subprocesses
 
-def test_pipeline_totals_are_exact(spark, spark_broker, write_opts, tmp_path):
-    result = pipeline.main(spark_broker, str(tmp_path), first_batch=6000, second_batch=2500,
-                           spark=spark, writer_options=write_opts)
+
+def test_pipeline_counts_every_event_exactly_once(spark_broker, tmp_path):
+    result = pipeline.main(spark_broker, str(tmp_path), n_events=6000, max_per_trigger=1500)
+    assert result["first_exit"] != 0 and result["second_exit"] == 0   # the crash, the restart
     assert result["got"] == result["want"]
-    # maxOffsetsPerTrigger=4000: 6000 events take 2 micro-batches, the restart reads only 2500
-    assert result["batches"] == (2, 1)
-    assert sum(c for c, _ in result["got"].values()) == 8500
+    assert result["repeated"] == 0
+    # the failed attempt and the dead driver's uncommitted task left aborted records
+    assert result["aborted"] > 0

@@ -1,6 +1,8 @@
 """Write tasks and the driver's marker writes reuse one producer per process (spark/producers.py),
 seen from the broker: the producer ids a partition holds state for. Without Spark: each write()
-or commit() call stands for a task or a micro-batch commit in the same Python worker."""
+or commit() call stands for a task or a micro-batch commit in the same Python worker. This is the
+at-least-once path (`deliveryGuarantee=at-least-once`); exactly-once tasks each have their own
+transactional id, hence producer id (docs/spark.md)."""
 import pyarrow as pa
 
 from oncelog.client import AdminClient
@@ -14,7 +16,8 @@ def _producer_ids(bootstrap, topic):
 
 def test_tasks_of_one_worker_write_with_one_producer_id(spark_broker, make_topic):
     topic = make_topic(1)
-    writer = BatchWriter({"bootstrap.servers": spark_broker, "topic": topic}, None)
+    writer = BatchWriter({"bootstrap.servers": spark_broker, "topic": topic,
+                          "deliveryGuarantee": "at-least-once"}, None)
     for task in range(5):
         writer.write(iter([pa.record_batch([pa.array([b"t%d-%d" % (task, i) for i in range(10)])],
                                            names=["value"])]))
@@ -23,7 +26,8 @@ def test_tasks_of_one_worker_write_with_one_producer_id(spark_broker, make_topic
 
 def test_driver_marker_writes_use_one_producer_id(spark_broker, make_topic):
     markers = make_topic(1)
-    options = {"bootstrap.servers": spark_broker, "topic": "unused", "commitTopic": markers}
+    options = {"bootstrap.servers": spark_broker, "topic": "unused", "commitTopic": markers,
+               "deliveryGuarantee": "at-least-once"}
     for batch in range(4):
         # Spark makes a new writer for each micro-batch's commit, in its sink runner process
         StreamWriter(options, None).commit([TaskCommit("s", batch, 0, 0, 3, fingerprint="f")],

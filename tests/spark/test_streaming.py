@@ -136,8 +136,9 @@ def test_max_offsets_per_trigger_makes_the_expected_micro_batches(spark, spark_b
     assert _run(q) == [300, 300, 300, 100]
 
 
-def _sink_rows(spark, bootstrap, topic):
-    return [r["value"] for r in read_topic(spark, bootstrap, topic).select("value").collect()]
+def _sink_rows(spark, bootstrap, topic, isolation="read_committed"):
+    return [r["value"] for r in read_topic(spark, bootstrap, topic, **{
+        "kafka.isolation.level": isolation}).select("value").collect()]
 
 
 def _pipe(spark, bootstrap, src, dst, ckpt, write_opts, **sink_options):
@@ -158,8 +159,9 @@ def test_failed_sink_commit_replayed_writes_nothing_twice(spark, spark_broker, m
     q = _pipe(spark, spark_broker, src, dst, ckpt, write_opts, _failCommitBatch="1")
     with pytest.raises(Exception, match="injected sink commit failure for batch 1"):
         q.awaitTermination()
-    # batch 1's tasks had produced before the commit failed
-    assert len(_sink_rows(spark, spark_broker, dst)) == 300
+    # batch 1's tasks had produced before the commit failed; abort() aborted them
+    assert len(_sink_rows(spark, spark_broker, dst, "read_uncommitted")) == 300
+    assert len(_sink_rows(spark, spark_broker, dst)) == 150
     assert sorted(f for f in os.listdir(os.path.join(ckpt, "commits")) if f.isdigit()) == ["0"]
 
     q = _pipe(spark, spark_broker, src, dst, ckpt, write_opts)   # replays batch 1, then 2

@@ -169,6 +169,20 @@ class Producer:
     def begin_transaction(self) -> None:
         self._p.begin_transaction()
 
+    def resume_transaction(self, producer_id: int, producer_epoch: int) -> None:
+        """On a new producer instead of init_transactions: take over the open transaction
+        that another producer of this transactional.id left at (producer_id, producer_epoch),
+        only to end it with commit_transaction / abort_transaction (EndTxn at that epoch, no
+        InitProducerId, nothing sent). For a process completing transactions that others
+        prepared, such as the Spark sink's driver (Flink's resumeTransaction); see
+        TransactionManager.resume_transaction."""
+        self._p.resume_transaction(producer_id, producer_epoch)
+
+    @property
+    def transaction_ids(self) -> tuple[int, int]:
+        """(producer id, epoch) after init_transactions, for resume_transaction elsewhere."""
+        return self._p.transaction_ids
+
     def send_offsets_to_transaction(self, offsets, group_metadata, timeout: float | None = None
                                     ) -> None:
         self._lt.run(self._p.send_offsets_to_transaction(offsets, group_metadata, timeout), None)
@@ -319,6 +333,9 @@ class AdminClient(_SyncWrapper):
 
     def describe_configs(self, topic: str, keys=None) -> dict:
         return self._run(self._impl.describe_configs(topic, keys))
+
+    def describe_broker_configs(self, node: int | None = None, keys=None) -> dict:
+        return self._run(self._impl.describe_broker_configs(node, keys))
 
     def alter_configs(self, topic: str, configs: dict) -> None:
         self._run(self._impl.alter_configs(topic, configs))

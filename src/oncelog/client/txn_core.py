@@ -300,6 +300,7 @@ class TransactionManager:
         self._call: TxnResult | None = None  # the last user call's result
         self._producer = producer
         self._producer_failed = False
+        self._resumed = False   # resume_transaction: end someone else's transaction, send nothing
         if producer is not None:
             producer.attach_transactions(self)
 
@@ -321,9 +322,37 @@ class TransactionManager:
         self._enqueue(_Pending(_INIT, next(self._seq), result, self._txn_coordinator()))
         return self._started(result)
 
+    def resume_transaction(self, producer_id: int, producer_epoch: int) -> None:
+        """Take over the open transaction that another producer of this transactional.id
+        started at (producer_id, producer_epoch), only to end it: `commit_transaction` or
+        `abort_transaction` then send EndTxn with that id and epoch. Flink's
+        `FlinkKafkaInternalProducer.resumeTransaction` does the same for its recovery; KIP-939's
+        `completeTransaction` is the official form, which no Kafka release has. No
+        InitProducerId is sent (it would bump the epoch and abort the transaction), and nothing
+        may be sent in the transaction (its sequences are the other producer's); the producer
+        is good for that one EndTxn only. For a process that completes transactions other
+        processes prepared (the Spark sink's driver), not for applications.
+
+        The coordinator answers a commit that already completed at this epoch with NONE (a
+        retry); a transaction aborted meanwhile gives INVALID_TXN_STATE, a newer epoch (a later
+        InitProducerId, the timeout sweeper) PRODUCER_FENCED: both fatal, raised by the call."""
+        if self.state is not S.UNINITIALIZED:
+            raise TransactionStateError(
+                f"resume_transaction: only on a new producer, not in state {self.state.name}")
+        if producer_id < 0 or producer_epoch < 0:
+            raise ValueError("resume_transaction needs the transaction's producer id and epoch")
+        self.producer_id, self.producer_epoch = producer_id, producer_epoch
+        self._resumed = True
+        self._transaction_started = True   # EndTxn must be sent: the coordinator holds it
+        log.debug("transaction state %s -> %s (resumed at producer id %d epoch %d)",
+                  self.state.name, S.IN_TRANSACTION.name, producer_id, producer_epoch)
+        self.state = S.IN_TRANSACTION
+
     def begin_transaction(self) -> None:
         self._resume("begin_transaction")
         self._raise_if_error()
+        if self._resumed:
+            raise TransactionStateError("a producer that resumed a transaction only ends it")
         self._transition(S.IN_TRANSACTION, "begin_transaction")
 
     def maybe_add_partition(self, tp: TopicPartition) -> None:
@@ -346,6 +375,9 @@ class TransactionManager:
         the partition it goes to being chosen later)."""
         self._resume("send")
         self._raise_if_error()
+        if self._resumed:
+            raise TransactionStateError(f"cannot send to {what}: a resumed transaction is only "
+                                        "committed or aborted")
         if self.producer_id < 0:
             raise TransactionStateError(
                 f"cannot send to {what} before init_transactions completed")

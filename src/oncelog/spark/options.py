@@ -150,6 +150,14 @@ def read_options(options, streaming: bool) -> ReadOptions:
             "(a regex) or assign (JSON like {\"topicA\":[0,1]})"
             + (f"; got {', '.join(chosen)}" if chosen else ""))
     ro = ReadOptions(client=client_config(opts))
+    if "isolation.level" in ro.client:
+        # read_committed: end offsets are the last stable offset (ListOffsets and Fetch with
+        # isolation level 1), aborted records are dropped, offsets have gaps
+        isolation = str(ro.client["isolation.level"]).strip().lower()
+        if isolation not in ("read_uncommitted", "read_committed"):
+            raise OncelogSparkError(f"option kafka.isolation.level={isolation!r}: expected "
+                                    "read_uncommitted (the default) or read_committed")
+        ro.client["isolation.level"] = isolation
     if opts.get("subscribe"):
         ro.subscribe = [t.strip() for t in str(opts["subscribe"]).split(",") if t.strip()]
         if not ro.subscribe:
@@ -193,6 +201,10 @@ class WriteOptions:
     include_headers: bool
     sink_id: str | None
     marker_topic: str
+    exactly_once: bool = True
+
+
+DELIVERY_GUARANTEES = ("exactly-once", "at-least-once")
 
 
 def write_options(options) -> WriteOptions:
@@ -202,7 +214,15 @@ def write_options(options) -> WriteOptions:
     cfg["enable.idempotence"] = "true"
     cfg.setdefault("acks", "all")
     cfg.setdefault("linger.ms", "5")
+    guarantee = str(opts.get("deliveryguarantee") or "exactly-once").strip().lower()
+    if guarantee not in DELIVERY_GUARANTEES:
+        raise OncelogSparkError(f"option deliveryGuarantee={opts.get('deliveryguarantee')!r}: "
+                                "expected exactly-once (the default) or at-least-once")
+    if "transactional.id" in cfg:
+        raise OncelogSparkError("option kafka.transactional.id: the sink names each task's "
+                                "transaction itself (set sinkId to choose the prefix)")
     return WriteOptions(client=cfg, topic=opts.get("topic") or None,
                         include_headers=_bool(opts, "includeHeaders", False),
                         sink_id=opts.get("sinkid") or None,
-                        marker_topic=opts.get("committopic") or MARKER_TOPIC)
+                        marker_topic=opts.get("committopic") or MARKER_TOPIC,
+                        exactly_once=guarantee == "exactly-once")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 from oncelog.client import AdminClient, Producer, TopicPartition
 from oncelog.protocol.records import RECORD_OVERHEAD
@@ -196,69 +197,126 @@ def ensure_marker_topic(client: dict, topic: str) -> None:
         raise OncelogSparkError(f"cannot create the commit marker topic {topic!r}: {e}") from e
 
 
+@dataclass
+class Markers:
+    """What the marker topic says about one sink: batches the driver committed, and per (batch,
+    task) the fingerprints of inputs whose rows are visible (`tasks`); `transactions` holds the
+    (producer id, epoch) of every committed transaction that wrote one of its task markers."""
+    batches: set[int] = field(default_factory=set)
+    tasks: dict[tuple[int, int], set[str]] = field(default_factory=dict)
+    transactions: set[tuple[int, int]] = field(default_factory=set)
+
+
 def read_markers(client: dict, topic: str, sink_id: str, batch_id: int | None = None,
                  window: int = 2000) -> tuple[set[int], dict[tuple[int, int], set[str]]]:
-    """(committed batch ids, {(batch id, task partition id): fingerprints of the inputs of
-    its attempts that Spark reported successful}) of one sink.
+    """(committed batch ids, {(batch id, task partition id): fingerprints}) of one sink (see
+    `scan_markers`)."""
+    m = scan_markers(client, topic, sink_id, batch_id, window)
+    return m.batches, m.tasks
+
+
+def scan_markers(client: dict, topic: str, sink_id: str, batch_id: int | None = None,
+                 window: int = 2000) -> Markers:
+    """The markers of one sink that count: batch markers (the driver's, plain records), task
+    markers the driver confirmed in a plain record (at-least-once mode), and task markers
+    written inside a task's transaction once that transaction is committed.
+
+    The topic is read uncommitted, with its control batches: a read_committed Fetch stops at the
+    last stable offset, which any open transaction holds back, be it another query's waiting
+    for its driver, or this very batch's stale transaction that the replay's own task is about
+    to fence; waiting for it could wait for the timeout sweeper. Each transactional marker is
+    kept until its producer's COMMIT (counts) or ABORT (dropped) marker; one still open does not
+    count. A writer calls this after its InitProducerId, which completes every earlier
+    transaction of its transactional id, so the fate of its own earlier attempts is known.
 
     A sink's markers are appended in batch order and Spark only replays batches after the last
-    committed one, so with `batch_id` given the topic is read backwards in growing windows from
-    its end until a marker of an earlier batch of this sink shows up: the cost follows the recent
-    history, not the topic's size."""
-    consumer = connect(client, "markers")
+    committed one, so with `batch_id` given the topic is read from windows growing backwards
+    from its end (each read to the end, for the control batches) until a marker of an earlier
+    batch of this sink shows up: the cost follows the recent history, not the topic's size."""
+    cfg = {**client, "isolation.level": "read_uncommitted"}
+    consumer = connect(cfg, "markers")
     try:
         tp = TopicPartition(topic, 0)
         end = consumer.end_offsets([tp]).get(tp) or 0
         lo = consumer.beginning_offsets([tp]).get(tp) or 0
-        batches: set[int] = set()
-        tasks: dict[tuple[int, int], set[str]] = {}
         want = sink_id.encode()
-        while end > lo:
-            start = lo if batch_id is None else max(lo, end - window)
-            older = _scan_markers(consumer, tp, start, end, want, batches, tasks, batch_id)
-            if older or start == lo:
-                break
-            end, window = start, window * 4
-        return batches, tasks
+        start = end
+        while True:
+            start = lo if batch_id is None else max(lo, start - window)
+            found = Markers()
+            older = _scan_markers(consumer, tp, start, end, want, found, batch_id)
+            if older or start <= lo:
+                return found
+            window *= 4
     finally:
         consumer.close()
 
 
-def _scan_markers(consumer, tp, start: int, end: int, want: bytes, batches: set, tasks: dict,
+def _scan_markers(consumer, tp, start: int, end: int, want: bytes, out: Markers,
                   batch_id: int | None) -> bool:
-    """Adds this sink's markers in [start, end); True if one is from a batch before batch_id."""
+    """Adds this sink's markers in [start, end) that count to `out`; True if one is from a batch
+    before batch_id."""
+    from oncelog.protocol.records import iter_record_batches
+    from oncelog.protocol.records.control import COMMIT, control_type
     consumer.assign([TopicPartition(tp.topic, tp.partition, start)])
     older = False
-    nxt = start
+    open_txns: dict[int, list[tuple[dict, int]]] = {}   # producer id -> its markers not ended
     deadline = time.monotonic() + 60
-    while nxt < end:
-        got = consumer.poll(1.0)
+    while True:
+        pos = consumer.position(tp)
+        if pos is not None and pos >= end:
+            break
+        got = consumer.poll_raw(1.0)
         if not got:
-            pos = consumer.position(tp)
-            if pos is not None and pos >= end:
-                break
             if time.monotonic() > deadline:
                 raise OncelogSparkError(f"cannot read the commit markers in {tp.topic} "
                                         f"(stuck at offset {pos} of {end})")
             continue
         deadline = time.monotonic() + 60
-        for r in got:
-            nxt = r.offset + 1
-            if r.offset >= end or r.key != want:
-                continue
-            m = json.loads(r.value)
-            b = int(m["batch"])
-            if batch_id is not None and b < batch_id:
-                older = True
-            if m.get("task") is None:
-                batches.add(b)
-            elif m.get("confirmed") and m.get("fingerprint"):
-                # Task markers without `confirmed` were written by the tasks themselves (earlier
-                # connector versions), possibly by an attempt whose input had been cut short;
-                # without `fingerprint`, nothing says which rows the task held. Either proves
-                # nothing about a replayed task's input, which is then written again.
-                tasks.setdefault((b, int(m["task"])), set()).add(m["fingerprint"])
+        for _tp, _at, data in got:
+            for header, records in iter_record_batches(data, check_crc=True):
+                if header.last_offset < start:
+                    continue
+                if header.is_control:
+                    pending = open_txns.pop(header.producer_id, ())
+                    if records and control_type(records[0].key) == COMMIT:
+                        for m, epoch in pending:
+                            _count(out, m)
+                            out.transactions.add((header.producer_id, epoch))
+                    continue
+                for r in records:
+                    if r.offset < start or r.offset >= end or r.key != want or not r.value:
+                        continue
+                    m = json.loads(r.value)
+                    b = int(m["batch"])
+                    if batch_id is not None and b < batch_id:
+                        older = True
+                    if header.is_transactional:
+                        open_txns.setdefault(header.producer_id, []).append(
+                            (m, header.producer_epoch))
+                    elif m.get("task") is None:
+                        out.batches.add(b)
+                    elif m.get("confirmed"):
+                        # Task markers without `confirmed` were written by the tasks themselves
+                        # (earlier connector versions), possibly by an attempt whose input had
+                        # been cut short: they prove nothing, and such a task is written again.
+                        _count(out, m)
     return older
+
+
+def _count(out: Markers, m: dict) -> None:
+    if m.get("task") is None:
+        out.batches.add(int(m["batch"]))
+    elif m.get("fingerprint"):
+        # without a fingerprint (an earlier version) nothing says which rows the task held
+        out.tasks.setdefault((int(m["batch"]), int(m["task"])), set()).add(m["fingerprint"])
+
+
+def task_marker(sink_id: str, batch_id: int, task: int, rows: int, fingerprint: str) -> bytes:
+    """The marker a task writes inside its own transaction: visible exactly when its rows are."""
+    return json.dumps({"sink": sink_id, "batch": batch_id, "task": task, "rows": rows,
+                       "fingerprint": fingerprint, "transactional": True},
+                      sort_keys=True).encode()
 
 
 def write_markers(producer: Producer, topic: str, sink_id: str, batch_id: int,

@@ -4,7 +4,10 @@ Classes here are pickled by module reference to the executors, so they hold only
 (options, offsets); clients are opened where the work runs and never pickled."""
 from __future__ import annotations
 
+import json
 import logging
+import os
+import uuid
 from dataclasses import dataclass
 
 from pyspark.sql.datasource import (
@@ -18,8 +21,9 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 
-from oncelog.spark import arrow_io, plan, produce, producers
+from oncelog.spark import arrow_io, plan, produce, producers, transactions
 from oncelog.spark.options import OncelogSparkError, canonical, from_spark, read_options, write_options
+from oncelog.spark.transactions import TxnHandle
 
 log = logging.getLogger("oncelog.spark")
 
@@ -201,6 +205,7 @@ class TaskCommit(WriterCommitMessage):
     rows: int
     skipped: bool = False
     fingerprint: str | None = None   # of the task's input (replay.Fingerprint), streaming only
+    txn: TxnHandle | None = None     # exactly-once: the task's open transaction, for the driver
 
 
 def _task_context():
@@ -208,46 +213,113 @@ def _task_context():
     return TaskContext.get()
 
 
+def _transactional(wo) -> None:
+    """On the driver, before the writer is pickled to the tasks: the transaction timeout every
+    task uses (transactions.transaction_timeout)."""
+    if wo.exactly_once:
+        wo.client = transactions.transaction_timeout(wo.client)
+
+
+def _commit_all(wo, messages) -> dict:
+    """The driver completes the transactions of the attempts Spark counted; returns those that
+    failed ({handle: error}): aborted by a later attempt's fencing or by the timeout sweeper,
+    or of unknown outcome."""
+    handles = [m.txn for m in messages if m is not None and m.txn is not None]
+    return transactions.end_all(wo.client, handles, commit=True)
+
+
+def _not_committed(what: str, failed: dict) -> OncelogSparkError:
+    return OncelogSparkError(
+        f"{what}: {len(failed)} task transaction(s) could not be committed, their rows are not "
+        "visible (aborted or fenced before the driver committed them: a later attempt of the "
+        "task, or kafka.transaction.timeout.ms passed): "
+        + "; ".join(f"{h.transactional_id}: {e}" for h, e in failed.items()))
+
+
+def _abort_all(wo, messages, prefix: str | None) -> None:
+    """Abort the transactions of the attempts Spark counted, and fence the ids of tasks that
+    failed (their last attempt may have left a transaction open)."""
+    handles = [m.txn for m in messages if m is not None and m.txn is not None]
+    for h, e in transactions.end_all(wo.client, handles, commit=False).items():
+        # committed already (a commit() that failed midway) or fenced: nothing left open
+        log.info("oncelog sink: abort of %s: %r", h.transactional_id, e)
+    if prefix is not None:
+        transactions.fence(wo.client, [f"{prefix}-{i}" for i, m in enumerate(messages)
+                                       if m is None])
+
+
 class BatchWriter(DataSourceArrowWriter):
+    """Exactly-once (the default): each task writes in its own transaction, `oncelog-write-
+    <job uuid>-<partition>` (a retried attempt fences the earlier one), and the job's commit
+    completes them all; a failed job aborts them (docs/spark.md)."""
+
     def __init__(self, options, schema) -> None:
         self.wo = write_options(options)
         self.fail_task = dict(options).get("_failwriteattempt0")   # test hook, see docs/spark.md
         _check_write_schema(schema, self.wo)
+        _transactional(self.wo)
+        # created once on the driver and pickled to every task: one prefix per write job
+        self.txn_prefix = f"oncelog-write-{uuid.uuid4().hex}"
 
     def write(self, iterator) -> TaskCommit:
         ctx = _task_context()
         task, attempt = (ctx.partitionId(), ctx.attemptNumber()) if ctx else (0, 0)
         _maybe_fail(self.fail_task, task, attempt)
-        rows = produce.produce_task(self.wo.client, iterator, self.wo.topic,
-                                    self.wo.include_headers)
-        return TaskCommit(None, None, task, attempt, rows)
+        if not self.wo.exactly_once:
+            rows = produce.produce_task(self.wo.client, iterator, self.wo.topic,
+                                        self.wo.include_headers)
+            return TaskCommit(None, None, task, attempt, rows)
+        producer = transactions.open_transaction(self.wo.client, f"{self.txn_prefix}-{task}")
+        try:
+            rows = produce.write_batches(producer, iterator, self.wo.topic, self.wo.include_headers)
+        except BaseException:
+            transactions.drop(producer)
+            raise
+        return TaskCommit(None, None, task, attempt, rows, txn=transactions.hand_over(producer))
 
     def commit(self, messages) -> None:
+        if self.wo.exactly_once:
+            failed = _commit_all(self.wo, messages)
+            if failed:   # Spark calls abort(), which aborts the others; the job fails
+                raise _not_committed("oncelog batch write", failed)
         log.info("oncelog batch write committed: %d rows",
                  sum(m.rows for m in messages if m is not None))
 
     def abort(self, messages) -> None:
-        # tasks that finished have already produced; see docs/spark.md "What can duplicate"
+        if self.wo.exactly_once:
+            _abort_all(self.wo, messages, self.txn_prefix)
+            log.warning("oncelog batch write aborted: nothing of it is visible to read_committed "
+                        "readers")
+            return
+        # tasks that finished have already produced; see docs/spark.md "At least once"
         log.warning("oncelog batch write aborted after %d rows were produced",
                     sum(m.rows for m in messages if m is not None))
 
 
 class StreamWriter(DataSourceStreamArrowWriter):
-    """Idempotent across replays of a micro-batch, as far as Spark tells the driver what was
-    written: the driver's commit marks the batch (sink, batch), its abort marks each task whose
-    attempt succeeded (sink, batch, task, fingerprint of the task's input); a replayed batch
-    skips the batch, or a task whose input has the fingerprint of a marked one.
+    """Exactly-once (the default): each task writes its rows and its marker in one transaction,
+    `<sinkId>-<batch id>-<partition>`, and hands it to the driver, whose commit() completes them
+    and then marks the batch; a replayed batch skips tasks whose committed marker names the same
+    input (fingerprint) and writes the others again (docs/spark.md).
 
-    A task never marks itself: its input can end early without an error (see produce.py), so
-    only a commit message that reached the driver proves that an attempt wrote all its rows."""
+    At least once (`deliveryGuarantee=at-least-once`): tasks produce idempotently without
+    transactions; the driver's commit marks the batch, its abort marks each task whose attempt
+    succeeded with the fingerprint of its input. A task never marks itself: its input can end
+    early without an error (see produce.py)."""
 
     def __init__(self, options, schema) -> None:
         self.wo = write_options(options)
         opts = dict(options)
         self.fail_task = opts.get("_failwriteattempt0")
         self.fail_commit = opts.get("_failcommitbatch")
+        # test hook "<batch>:<k>": the driver dies in commit() after completing k transactions
+        # of that batch (so neither the batch marker nor Spark's commit log is written, and
+        # abort() does nothing, as a dead driver would)
+        self.crash = opts.get("_crashincommit")
+        self.checkpoint = opts.get("checkpointlocation")
         _check_write_schema(schema, self.wo)
         produce.ensure_marker_topic(self.wo.client, self.wo.marker_topic)
+        _transactional(self.wo)
 
     def _sink_id(self, ctx) -> str:
         if self.wo.sink_id:
@@ -257,13 +329,73 @@ class StreamWriter(DataSourceStreamArrowWriter):
             raise OncelogSparkError("cannot find the streaming query id; set the option sinkId")
         return qid
 
+    def _driver_sink_id(self, messages) -> str | None:
+        """On the driver: the sink id from a task's message, else the option, else the query id
+        in `<checkpointLocation>/metadata` (what the tasks used)."""
+        for m in messages:
+            if m is not None and m.sink_id:
+                return m.sink_id
+        if self.wo.sink_id:
+            return self.wo.sink_id
+        try:
+            path = str(self.checkpoint)
+            path = path[len("file:"):] if path.startswith("file:") else path
+            with open(os.path.join(path, "metadata")) as f:
+                return str(json.loads(f.read().splitlines()[-1])["id"])
+        except Exception:  # noqa: BLE001 - a checkpoint elsewhere (HDFS, S3): no fencing then
+            return None
+
     def write(self, iterator) -> TaskCommit:
         arrow_io.require_pyarrow()   # a clear message when an executor lacks it
-        from oncelog.spark.replay import Fingerprint, Spill, fingerprinted
         ctx = _task_context()
         sink = self._sink_id(ctx)
         batch_id = int(ctx.getLocalProperty("streaming.sql.batchId"))
         task, attempt = ctx.partitionId(), ctx.attemptNumber()
+        if self.wo.exactly_once:
+            _maybe_fail(self.fail_task, task, attempt)
+            return self._write_in_transaction(iterator, sink, batch_id, task, attempt)
+        return self._write_at_least_once(iterator, sink, batch_id, task, attempt)
+
+    def _write_in_transaction(self, iterator, sink: str, batch_id: int, task: int,
+                              attempt: int) -> TaskCommit:
+        from oncelog.spark.replay import Fingerprint, fingerprinted
+        wo = self.wo
+        producer = transactions.open_transaction(wo.client, f"{sink}-{batch_id}-{task}")
+        try:
+            # after InitProducerId: every earlier attempt of this task is committed or aborted
+            markers = produce.scan_markers(wo.client, wo.marker_topic, sink, batch_id)
+            if batch_id in markers.batches:
+                log.info("oncelog sink %s: batch %d already committed, skipping replay", sink,
+                         batch_id)
+                transactions.drop(producer)
+                return TaskCommit(sink, batch_id, task, attempt, 0, skipped=True)
+            fp = Fingerprint(wo.topic, wo.include_headers)
+            rows = produce.write_batches(producer, fingerprinted(iterator, fp), wo.topic,
+                                         wo.include_headers)
+            digest = fp.digest()
+            if digest in markers.tasks.get((batch_id, task), ()):
+                # the transaction was the spill: nothing of it becomes visible
+                log.info("oncelog sink %s: batch %d task %d already committed (same input), "
+                         "skipping replay", sink, batch_id, task)
+                transactions.drop(producer)
+                return TaskCommit(sink, batch_id, task, attempt, rows, skipped=True,
+                                  fingerprint=digest)
+            marker = producer.send(wo.marker_topic,
+                                   produce.task_marker(sink, batch_id, task, rows, digest),
+                                   sink.encode(), partition=0)
+            producer.flush()
+            if marker.exception() is not None:
+                raise producers.DeliveryFailed(f"writing the task marker to {wo.marker_topic} "
+                                               f"failed: {marker.exception()!r}")
+        except BaseException:
+            transactions.drop(producer)
+            raise
+        return TaskCommit(sink, batch_id, task, attempt, rows, fingerprint=digest,
+                          txn=transactions.hand_over(producer))
+
+    def _write_at_least_once(self, iterator, sink: str, batch_id: int, task: int,
+                             attempt: int) -> TaskCommit:
+        from oncelog.spark.replay import Fingerprint, Spill, fingerprinted
         batches, tasks = produce.read_markers(self.wo.client, self.wo.marker_topic, sink,
                                                batch_id)
         if batch_id in batches:
@@ -303,13 +435,50 @@ class StreamWriter(DataSourceStreamArrowWriter):
         if self.fail_commit is not None and int(self.fail_commit) == batchId:
             raise OncelogSparkError(f"injected sink commit failure for batch {batchId} "
                                     "(option _failCommitBatch)")
+        if self.wo.exactly_once:
+            crash = self._crash(batchId)
+            if crash is not None:
+                _commit_all(self.wo, done[:crash])
+                raise OncelogSparkError(f"injected driver crash in commit of batch {batchId} "
+                                        f"after {crash} transaction(s) (option _crashInCommit)")
+            self._commit_transactions(done, batchId)
         if done:
             self._mark(done[0].sink_id, batchId, {None: (sum(m.rows for m in done), None)})
 
+    def _commit_transactions(self, done: list, batchId: int) -> None:
+        failed = _commit_all(self.wo, done)
+        if not failed:
+            return
+        # A transaction whose commit completed before it was fenced (a retried commit) has its
+        # task marker committed: it is written. Any other makes the batch fail and run again
+        # (the replay skips tasks already committed and writes the others).
+        sink = self._driver_sink_id(done) or ""
+        markers = produce.scan_markers(self.wo.client, self.wo.marker_topic, sink, batchId)
+        lost = {h: e for h, e in failed.items()
+                if (h.producer_id, h.producer_epoch) not in markers.transactions}
+        if lost:
+            raise _not_committed(f"oncelog sink: batch {batchId} must run again (restart the "
+                                 "query)", lost)
+
+    def _crash(self, batch_id: int) -> int | None:
+        if self.crash is None:
+            return None
+        b, k = str(self.crash).split(":")
+        return int(k) if int(b) == batch_id else None
+
     def abort(self, messages, batchId: int) -> None:
-        """The job failed (or commit() did): the tasks Spark reported successful are marked
-        with their input's fingerprint, so that a replay of this batch skips a task holding the
-        same input; every other task is written again in full."""
+        if self._crash(batchId) is not None:
+            return
+        if self.wo.exactly_once:
+            sink = self._driver_sink_id(messages)
+            _abort_all(self.wo, messages, None if sink is None else f"{sink}-{batchId}")
+            log.warning("oncelog sink: batch %d aborted; its task transactions are aborted "
+                        "(tasks committed by a commit() that failed midway stay committed and "
+                        "are skipped by the replay)", batchId)
+            return
+        # At least once: the tasks Spark reported successful are marked with their input's
+        # fingerprint, so that a replay of this batch skips a task holding the same input;
+        # every other task is written again in full.
         done = [m for m in messages if m is not None and not m.skipped]
         log.warning("oncelog sink: batch %d aborted; %d task(s) that finished are marked and "
                     "skipped when a replay holds the same rows", batchId, len(done))

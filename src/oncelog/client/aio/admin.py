@@ -137,7 +137,12 @@ class AIOAdminClient:
     async def describe_configs(self, topic: str, keys: list[str] | None = None) -> dict[str, str | None]:
         return await describe_topic_config(self.cluster, topic, keys)
 
-    async def describe_broker_configs(self, node: int, keys: list[str] | None = None) -> dict:
+    async def describe_broker_configs(self, node: int | None, keys: list[str] | None = None) -> dict:
+        """A broker's configs; node None = any broker the metadata names."""
+        if node is None:
+            if not self.cluster.brokers:
+                await self.cluster.refresh([])
+            node = min(self.cluster.brokers)
         return await describe_topic_config(self.cluster, str(node), keys, BROKER_RESOURCE)
 
     async def alter_configs(self, topic: str, configs: dict[str, str | None]) -> None:

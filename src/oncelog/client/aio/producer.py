@@ -329,6 +329,22 @@ class AIOProducer:
         await self._txn_call("init_transactions", tm.init_transactions,
                              self.config.max_block_ms / 1000 if timeout is None else timeout)
 
+    def resume_transaction(self, producer_id: int, producer_epoch: int) -> None:
+        """Only to commit or abort a transaction another producer of this transactional.id
+        opened and left open (TransactionManager.resume_transaction): instead of
+        init_transactions, on a new producer."""
+        tm = self._tm()
+        with self.lock:
+            tm.resume_transaction(producer_id, producer_epoch)
+
+    @property
+    def transaction_ids(self) -> tuple[int, int]:
+        """(producer id, epoch) of the transactional producer after init_transactions: what
+        another process needs to resume its open transaction."""
+        tm = self._tm()
+        with self.lock:
+            return tm.producer_id, tm.producer_epoch
+
     def begin_transaction(self) -> None:
         tm = self._tm()
         with self.lock:

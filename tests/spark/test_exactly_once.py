@@ -1,0 +1,250 @@
+"""Exactly-once writes (issue 17): a transaction per write task, completed by the driver.
+
+On local[2,3] (Spark retries a failed task): a UDF failing the first attempt of a task after it
+produced rows, a driver dying between the tasks' commit and Spark's checkpoint commit (and in
+the middle of committing), a replay of a batch whose transactions were all committed, a batch
+job failing after tasks finished; speculation on a local cluster. In every case read_committed
+readers, oncelog's (through Spark and the client) and kafka-python's, see each row exactly once;
+with `deliveryGuarantee=at-least-once` the failing UDF shows the duplicates the transactions
+remove. Values of 2 KB in Arrow batches of 10 rows: the JVM feeds the writer 64 KB at a time, so
+the failed attempt really produced rows before it failed (checked with read_uncommitted)."""
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+
+import pytest
+
+from conftest import read_topic
+
+ROWS = 200           # per source partition
+STEP = 100           # maxOffsetsPerTrigger 200 over 2 partitions: ranges [0,100), [100,200)
+FAIL_AT = 60
+PAD = b"." * 2000
+COMMITTED = {"kafka.isolation.level": "read_committed"}
+
+
+@pytest.fixture
+def small_batches(spark_retry):
+    spark_retry.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "10")
+    yield spark_retry
+    spark_retry.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+
+
+def _source(produce, make_topic):
+    src = make_topic(2)
+    for p in (0, 1):
+        produce(src, [f"{p}:{i}:".encode() + PAD for i in range(ROWS)], partition=p)
+    return src
+
+
+def _failing(attempts, fail_partition=1):
+    """value (and the source partition, so a task writes the partition it reads), through a
+    Python UDF raising in the given attempts of the task reading `fail_partition` at offset
+    % STEP == FAIL_AT."""
+    from pyspark.sql.functions import col, udf
+
+    def pass_or_fail(partition, offset, value):
+        from pyspark import TaskContext
+        attempt = TaskContext.get().attemptNumber()
+        if partition == fail_partition and offset % STEP == FAIL_AT and attempt in attempts:
+            raise RuntimeError(f"injected UDF failure at offset {offset}, attempt {attempt}")
+        return value
+
+    return [udf(pass_or_fail, "binary")(col("partition"), col("offset"), col("value"))
+            .alias("value"), col("partition")]
+
+
+def _ids(values) -> Counter:
+    return Counter(v.split(b":", 2)[0] + b":" + v.split(b":", 2)[1] for v in values)
+
+
+def client_values(bootstrap, topic, partitions, isolation):
+    """Everything oncelog's consumer reads up to the end offsets of `isolation` (LSO for
+    read_committed)."""
+    from oncelog.client import Consumer, TopicPartition
+    c = Consumer({"bootstrap.servers": bootstrap, "isolation.level": isolation})
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        ends = c.end_offsets(tps)
+        got: list[bytes] = []
+        deadline = time.monotonic() + 60
+        while any((c.position(tp) or 0) < ends[tp] for tp in tps):
+            assert time.monotonic() < deadline, "reading did not reach the end offsets"
+            got.extend(r.value for r in c.poll(0.3))
+        return got
+    finally:
+        c.close()
+
+
+def kafka_python_values(bootstrap, topic, partitions):
+    """kafka-python's read_committed consumer, up to the last stable offsets."""
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KTP
+    c = KafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
+                      enable_auto_commit=False, consumer_timeout_ms=2000)
+    try:
+        tps = [KTP(topic, p) for p in range(partitions)]
+        c.assign(tps)
+        c.seek_to_beginning(*tps)
+        ends = c.end_offsets(tps)
+        got: list[bytes] = []
+        deadline = time.monotonic() + 60
+        while any(c.position(tp) < ends[tp] for tp in tps):
+            assert time.monotonic() < deadline, "kafka-python did not reach the end offsets"
+            for recs in c.poll(500).values():
+                got.extend(r.value for r in recs)
+        return got
+    finally:
+        c.close()
+
+
+def assert_exactly_once(spark, bootstrap, dst, partitions=2, expect=None):
+    """Each source event exactly once for every read_committed reader; returns what a
+    read_uncommitted reader sees (aborted attempts included)."""
+    expect = expect if expect is not None else {f"{p}:{i}".encode() for p in (0, 1)
+                                                for i in range(ROWS)}
+    via_spark = [r["value"] for r in read_topic(spark, bootstrap, dst, **COMMITTED)
+                 .select("value").collect()]
+    for name, values in (("spark read_committed", via_spark),
+                         ("oncelog read_committed", client_values(bootstrap, dst, partitions,
+                                                                  "read_committed")),
+                         ("kafka-python read_committed",
+                          kafka_python_values(bootstrap, dst, partitions))):
+        counts = _ids(values)
+        assert set(counts) == expect, f"{name}: {len(expect - set(counts))} missing"
+        dup = {k: n for k, n in counts.items() if n > 1}
+        assert not dup, f"{name}: {len(dup)} duplicated, e.g. {sorted(dup)[:5]}"
+    return _ids(client_values(bootstrap, dst, partitions, "read_uncommitted"))
+
+
+def _stream(spark, bootstrap, src, dst, ckpt, select, write_opts, **sink):
+    w = (spark.readStream.format("oncelog").option("bootstrap.servers", bootstrap)
+         .option("subscribe", src).option("startingOffsets", "earliest")
+         .option("maxOffsetsPerTrigger", str(2 * STEP)).load()
+         .select(*select).writeStream.format("oncelog").options(**write_opts)
+         .option("topic", dst).option("checkpointLocation", ckpt).trigger(availableNow=True))
+    for k, v in sink.items():
+        w = w.option(k, v)
+    return w.start()
+
+
+@pytest.mark.parametrize("guarantee", ["exactly-once", "at-least-once"])
+def test_udf_failing_a_first_attempt_after_it_produced(small_batches, spark_broker, make_topic,
+                                                       produce, write_opts, tmp_path, guarantee):
+    spark = small_batches
+    src, dst = _source(produce, make_topic), make_topic(2)
+    q = _stream(spark, spark_broker, src, dst, str(tmp_path / "ckpt"), _failing({0}),
+                write_opts, deliveryGuarantee=guarantee)
+    q.awaitTermination()
+    assert q.exception() is None
+    if guarantee == "at-least-once":
+        # the same run without transactions: the failed attempts' rows stay, a reader that
+        # cannot tell them apart sees them twice (what the transactions remove)
+        counts = _ids(client_values(spark_broker, dst, 2, "read_committed"))
+        assert any(n > 1 for n in counts.values())
+        return
+    uncommitted = assert_exactly_once(spark, spark_broker, dst)
+    # the failed attempts had produced rows (aborted, seen only by read_uncommitted readers)
+    assert any(n > 1 for n in uncommitted.values())
+
+
+def test_batch_write_with_a_retried_task_writes_once(small_batches, spark_broker, make_topic,
+                                                     produce, write_opts):
+    spark = small_batches
+    src, dst = _source(produce, make_topic), make_topic(2)
+    (read_topic(spark, spark_broker, src).select(*_failing({0}, fail_partition=1))
+     .write.format("oncelog").options(**write_opts).option("topic", dst).mode("append").save())
+    uncommitted = assert_exactly_once(spark, spark_broker, dst)
+    assert any(n > 1 for n in uncommitted.values())
+
+
+def _stable(bootstrap, topic, partitions):
+    """The last stable offsets equal the high watermarks (no transaction left open) before a
+    deadline: True, else False."""
+    from oncelog.client import Consumer, TopicPartition
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
+    with Consumer({"bootstrap.servers": bootstrap, "isolation.level": "read_committed"}) as rc, \
+            Consumer({"bootstrap.servers": bootstrap}) as ru:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if rc.end_offsets(tps) == ru.end_offsets(tps):
+                return True
+            time.sleep(0.2)
+    return False
+
+
+@pytest.mark.parametrize("guarantee", ["exactly-once", "at-least-once"])
+def test_batch_job_failing_after_tasks_finished_leaves_nothing_visible(
+        spark, spark_broker, make_topic, produce, write_opts, tmp_path, guarantee):
+    """local[2]: the task of source partition 1 fails after producing 60 rows and fails the job;
+    the task of partition 0 has produced (or finished). read_committed readers see nothing, and
+    no transaction is left open (the driver's abort aborts the finished tasks' transactions and
+    fences the failed task's id), so the last stable offset is not held back."""
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "10")
+    try:
+        src, dst = _source(produce, make_topic), make_topic(2)
+        with pytest.raises(Exception, match="injected UDF failure"):
+            (read_topic(spark, spark_broker, src).select(*_failing({0}))
+             .write.format("oncelog").options(**write_opts).option("topic", dst)
+             .option("deliveryGuarantee", guarantee).mode("append").save())
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    assert client_values(spark_broker, dst, 2, "read_uncommitted"), "no task had produced"
+    if guarantee == "at-least-once":
+        # without transactions the failed job's rows stay visible to every reader
+        assert client_values(spark_broker, dst, 2, "read_committed")
+        return
+    assert _stable(spark_broker, dst, 2), "a transaction of the failed job is still open"
+    assert client_values(spark_broker, dst, 2, "read_committed") == []
+    assert kafka_python_values(spark_broker, dst, 2) == []
+    assert read_topic(spark, spark_broker, dst, **COMMITTED).count() == 0
+
+
+def test_driver_dying_while_committing_then_restarted(small_batches, spark_broker, make_topic,
+                                                      produce, write_opts, tmp_path):
+    """Batch 1's driver completes the transaction of task 0 and dies before task 1's (and before
+    the batch marker and Spark's commit log). A read_committed reader then sees task 0's rows of
+    batch 1 and none of task 1's: the batch is not atomic across tasks, each row is seen at most
+    once. The restarted query replays batch 1: task 0 finds its committed marker and skips, task
+    1 fences the open transaction (aborting it) and writes again: each row exactly once."""
+    spark = small_batches
+    src, dst = _source(produce, make_topic), make_topic(2)
+    ckpt = str(tmp_path / "ckpt")
+    q = _stream(spark, spark_broker, src, dst, ckpt, _failing(set()), write_opts,
+                _crashInCommit="1:1")
+    with pytest.raises(Exception, match="injected driver crash"):
+        q.awaitTermination()
+    assert sorted(f for f in os.listdir(os.path.join(ckpt, "commits")) if f.isdigit()) == ["0"]
+    seen = _ids(client_values(spark_broker, dst, 2, "read_committed"))
+    # batch 0 whole, batch 1's task 0 (source partition 0, offsets 100-199), nothing of task 1
+    assert set(seen) == {f"{p}:{i}".encode() for p in (0, 1) for i in range(STEP)} | {
+        f"0:{i}".encode() for i in range(STEP, 2 * STEP)}
+    assert max(seen.values()) == 1
+
+    q = _stream(spark, spark_broker, src, dst, ckpt, _failing(set()), write_opts)
+    q.awaitTermination()
+    assert q.exception() is None
+    assert_exactly_once(spark, spark_broker, dst)
+
+
+def test_replay_of_a_batch_whose_transactions_were_all_committed(
+        spark_retry, spark_broker, make_topic, produce, write_opts, tmp_path):
+    """The driver completed every transaction of batch 1 and died before the batch marker and
+    Spark's commit log: the replay's tasks all find their committed markers and write nothing
+    (each aborts the transaction it opened)."""
+    spark = spark_retry
+    src, dst = _source(produce, make_topic), make_topic(2)
+    ckpt = str(tmp_path / "ckpt")
+    q = _stream(spark, spark_broker, src, dst, ckpt, _failing(set()), write_opts,
+                _crashInCommit="1:2")
+    with pytest.raises(Exception, match="injected driver crash"):
+        q.awaitTermination()
+    q = _stream(spark, spark_broker, src, dst, ckpt, _failing(set()), write_opts)
+    q.awaitTermination()
+    assert q.exception() is None
+    uncommitted = assert_exactly_once(spark, spark_broker, dst)
+    # the replay's tasks produced batch 1 again, in transactions they aborted
+    assert sum(uncommitted.values()) == 2 * ROWS + 2 * STEP
