@@ -363,3 +363,48 @@ def test_kafkajs_send_offsets_commits_the_group_offsets_with_the_transaction(txn
         assert c.committed([TopicPartition(topic, 0)], 10)[0].offset == 3
     finally:
         c.close()
+
+
+def test_transaction_state_is_compacted_and_a_restart_loads_each_ids_latest_state(tmp_path):
+    """`__transaction_state` is a compacted topic, as in Kafka: after many transactions of one id
+    the cleaner keeps its latest record, and a kill -9 and restart load exactly that state (the
+    next InitProducerId bumps the same producer id's epoch, which a lost state would not)."""
+    config = {"transaction.state.log.num.partitions": "1", "transaction.state.log.segment.bytes": "2048"}
+    b = BrokerProcess(tmp_path / "data", config).start()
+    try:
+        bs, topic, tid = b.bootstrap, "compacted-state", "tx-many"
+        create_topic(bs, topic, 1)
+        p = txn_producer(bs, tid)
+        p.init_transactions(30)
+        for i in range(40):
+            p.begin_transaction()
+            p.produce(topic, value=b"%d" % i, partition=0)
+            p.commit_transaction(30)
+        before = describe(bs, tid)
+        assert before.transaction_state == "CompleteCommit"
+        state_dir = tmp_path / "data" / "__transaction_state-0"
+
+        def log_bytes() -> tuple[int, int]:
+            logs = list(state_dir.glob("*.log"))
+            return len(logs), sum(f.stat().st_size for f in logs)
+
+        deadline = time.monotonic() + 60
+        while log_bytes()[1] > 2 * 2048 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        segments, size = log_bytes()
+        # 40 transactions wrote 100+ records of ~100 bytes: many rolled 2 KB segments, cleaned
+        # down to the id's latest record (in the active segment) and little else
+        assert segments >= 5 and size <= 2 * 2048, (segments, size)
+        b.kill()
+        b.start()
+        bs = b.bootstrap
+        after = wait_for_state(bs, tid, "CompleteCommit")
+        assert (int(after.producer_id), int(after.producer_epoch)) == (int(before.producer_id),
+                                                                        int(before.producer_epoch))
+        p2 = txn_producer(bs, tid)
+        p2.init_transactions(30)
+        bumped = describe(bs, tid)
+        assert int(bumped.producer_id) == int(before.producer_id)
+        assert int(bumped.producer_epoch) == int(before.producer_epoch) + 1
+    finally:
+        b.stop()

@@ -115,8 +115,9 @@ class TxnCoordinatorService:
                 overrides = {"segment.bytes": str(self.broker.config["transaction.state.log.segment.bytes"]),
                              # records are fsynced before they count, whatever the default says
                              "write.caching": "false",
-                             # compaction by snapshot is not built yet: keep every segment
-                             "retention.ms": "-1", "retention.bytes": "-1"}
+                             # as Kafka: the cleaner keeps each id's latest record (the
+                             # loader's last-record-wins), expired ids go with their tombstones
+                             "cleanup.policy": "compact"}
                 try:
                     await self.broker.logs.create_topic(TRANSACTION_STATE_TOPIC, self.num_partitions, overrides,
                                                         self.broker.now_ms())
