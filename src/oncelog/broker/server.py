@@ -34,6 +34,7 @@ from oncelog.broker.metrics import BrokerMetrics
 from oncelog.broker.producer_id_manager import ProducerIdManager
 from oncelog.broker.quotas import BrokerQuotas
 from oncelog.broker.request_context import CLIENT, MUTE
+from oncelog.broker.dynamic_config import DynamicBrokerConfig
 from oncelog.broker.security_follower import SecurityFollower
 from oncelog.broker.txn_coordinator import TxnCoordinatorService
 from oncelog.core.security.quotas import ConnectionLimits, parse_per_ip_overrides
@@ -88,6 +89,7 @@ class Broker:
         self.authorizer = make_authorizer(self.config)
         self.quotas = BrokerQuotas(self.config, self.now_ms)
         self.security: SecurityFollower | None = None
+        self.dynamic_config = DynamicBrokerConfig(self)   # follows the controller with `security`
         self.connection_limits = ConnectionLimits(
             self.config["max.connections"], self.config["max.connections.per.ip"],
             parse_per_ip_overrides(self.config["max.connections.per.ip.overrides"]))
@@ -135,6 +137,7 @@ class Broker:
         await self._connect_controller()
         if self.config["oncelog.cluster"]:
             await self._join_cluster()
+            self.dynamic_config.apply()    # the cluster's logs replaced the ones it was applied to
         # Before serving: a partition of __transaction_state left in Prepare* resumes its markers now.
         assert self.producer_ids is not None  # _connect_controller set it or raised
         self.txn = TxnCoordinatorService(self, self.producer_ids.producer_id_nowait)
@@ -170,7 +173,8 @@ class Broker:
         # allow.everyone.if.no.acl.found would let anyone in)
         self.security = SecurityFollower(ControllerClient(host, int(port), user, password),
                                          self.config["broker.heartbeat.interval.ms"])
-        self.security.on_change += [lambda state: follow_acls(self.authorizer, state), self.quotas.follow]
+        self.security.on_change += [lambda state: follow_acls(self.authorizer, state), self.quotas.follow,
+                                    self.dynamic_config.follow]
         follow_acls(self.authorizer, self.security.state)
         self.quotas.follow(self.security.state)
         await self.security.catch_up()
