@@ -85,7 +85,8 @@ def test_dynamic_broker_configs_survive_a_restart_with_their_source(broker):
         assert configs["log.cleanup.policy"].value == "delete,compact"
         assert configs["log.retention.ms"].value == "7200000"
         assert configs["log.retention.ms"].source == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value
-        assert configs["log.dirs"].is_read_only and configs["log.dirs"].source != ConfigSource.DYNAMIC_BROKER_CONFIG.value
+        assert configs["log.dirs"].is_read_only
+        assert configs["log.dirs"].source != ConfigSource.DYNAMIC_BROKER_CONFIG.value
 
     check(describe_broker(admin))
     broker.restart()

@@ -26,6 +26,7 @@ from oncelog.broker.cluster_logs import ClusterLogs
 from oncelog.broker.config import BrokerConfig, ConfigError, new_cluster_id
 from oncelog.broker.controller_client import ControllerClient
 from oncelog.broker.controller_link import ControllerLink
+from oncelog.broker.dynamic_config import DynamicBrokerConfig
 from oncelog.broker.group_commit import GroupCommit
 from oncelog.broker.group_coordinator import GroupCoordinator
 from oncelog.broker.handlers import APIS, api_versions
@@ -34,7 +35,6 @@ from oncelog.broker.metrics import BrokerMetrics
 from oncelog.broker.producer_id_manager import ProducerIdManager
 from oncelog.broker.quotas import BrokerQuotas
 from oncelog.broker.request_context import CLIENT, MUTE
-from oncelog.broker.dynamic_config import DynamicBrokerConfig
 from oncelog.broker.security_follower import SecurityFollower
 from oncelog.broker.txn_coordinator import TxnCoordinatorService
 from oncelog.core.security.quotas import ConnectionLimits, parse_per_ip_overrides

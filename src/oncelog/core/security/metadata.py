@@ -2,11 +2,11 @@
 client quotas and dynamic broker configs (`core.broker_config`), replayed from records and saved
 in snapshots together.
 
-The controller appends what `Acls.decide_*`, `ScramCredentials.decide_*` and
-`ClientQuotaStore.decide_alter` and `BrokerConfigStore.decide` return, fsyncs, then calls `replay` here; a broker that follows
-the log calls the same `replay`, so both hold the same state. Record types are listed in
-`RECORD_TYPES`; `replay` refuses anything malformed with ValueError (a log that fails to replay
-is corrupt, as for producer-id blocks).
+The controller appends what `Acls.decide_*`, `ScramCredentials.decide_*`,
+`ClientQuotaStore.decide_alter` and `BrokerConfigStore.decide` return, fsyncs, then calls
+`replay` here; a broker that follows the log calls the same `replay`, so both hold the same
+state. Record types are listed in `RECORD_TYPES`; `replay` refuses anything malformed with
+ValueError (a log that fails to replay is corrupt, as for producer-id blocks).
 """
 from __future__ import annotations
 
