@@ -10,11 +10,24 @@ import asyncio
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
-from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, NewTopic
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+)
 from test_dedup_raw import Conn
 
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
+from oncelog.testing.embedded import BrokerProcess
 
 pytestmark = pytest.mark.processes
 
@@ -158,3 +171,30 @@ def test_a_dynamic_topic_default_takes_effect_without_a_restart(broker, unique_t
     assert err is not None and err.code() == KafkaError.MSG_SIZE_TOO_LARGE, err
     assert cluster_default(broker.bootstrap, {"message.max.bytes": None}) == (0, None)
     assert _produce(broker.bootstrap, unique_topic, 20_000) is None
+
+
+def test_altering_broker_configs_needs_alter_configs_on_the_cluster(tmp_path):
+    def on_cluster(op):
+        return AclBinding(ResourceType.BROKER, "kafka-cluster", ResourcePatternType.LITERAL, "User:ANONYMOUS", "*",
+                          op, AclPermissionType.ALLOW)
+
+    b = BrokerProcess(tmp_path / "data", {"authorizer.class.name": "StandardAuthorizer",
+                                          "allow.everyone.if.no.acl.found": "true"}).start()
+    try:
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        # ALTER (to manage ACLs) and DESCRIBE_CONFIGS on the cluster, not ALTER_CONFIGS
+        for f in admin.create_acls([on_cluster(AclOperation.ALTER), on_cluster(AclOperation.DESCRIBE_CONFIGS)]
+                                   ).values():
+            f.result(10)
+        b.overrides["allow.everyone.if.no.acl.found"] = "false"
+        b.restart(clean=False)
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        e = incremental(admin, "1", (KERBEROS, "58000", AlterConfigOpType.SET))
+        assert e is not None and e.code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+        assert describe_broker(admin)[KERBEROS].value is None
+        for f in admin.create_acls([on_cluster(AclOperation.ALTER_CONFIGS)]).values():
+            f.result(10)
+        assert incremental(admin, "1", (KERBEROS, "58000", AlterConfigOpType.SET)) is None
+        assert describe_broker(admin)[KERBEROS].value == "58000"
+    finally:
+        b.stop()
