@@ -405,3 +405,19 @@ async def test_delete_groups_removes_only_empty_groups_with_their_offsets(cluste
     assert [x.error_code.value for x in r.results] == [E.NON_EMPTY_GROUP, E.NONE, E.GROUP_ID_NOT_FOUND]
     assert await solo.committed("t", 0) == -1
     assert await a.committed("t", 0) == 4
+
+
+async def test_delete_groups_sees_a_static_member_whose_session_ran_out_before_the_next_tick(cluster):
+    """A static member leaves no LeaveGroup behind when it closes; Kafka's exact session timer
+    empties the group at its deadline, and librdkafka 0081 deletes the group right after it
+    (sleeping session timeout + 1 s). The broker's tick runs once a second, so DeleteGroups and
+    OffsetDelete expire the group's ran-out sessions themselves."""
+    _broker, clock, member = cluster
+    m = await member("g30", instance="static-1")
+    assert await m.join() == E.NONE
+    assert await m.sync({m.member_id: b"A"}) == (E.NONE, b"A")
+    r = await m.call(DELETE_GROUPS, 2, groups_names=("g30",))
+    assert r.results[0].error_code.value == E.NON_EMPTY_GROUP
+    clock.advance_ms(m.session_ms + 1)       # no tick in between: the test clock moved, not time
+    r = await m.call(DELETE_GROUPS, 2, groups_names=("g30",))
+    assert r.results[0].error_code.value == E.NONE

@@ -190,6 +190,11 @@ class ClusterLogs(MarkerWriting):
     def _partition_config(self, name: str) -> PartitionConfig:
         return PartitionConfig.from_topic_config({**self.topic_config(name), **self.producer_config})
 
+    def set_server_defaults(self, defaults: dict[str, Any]) -> None:
+        self.server_defaults = dict(defaults)
+        for info in list(self.topics.values()):
+            self._apply_config(info)
+
     def _apply_config(self, info: TopicInfo) -> None:
         self.topics[info.name] = info
         config = self._partition_config(info.name)

@@ -485,18 +485,20 @@ class GroupCoordinator:
         """Sessions, pending member ids, and (every `offsets.retention.check.interval.ms`) offsets."""
         now = self.now_ms()
         for g in list(self.groups.values()):
-            for mid, deadline in list(g.pending.items()):
-                if now > deadline:
-                    del g.pending[mid]
-                    log.info("group %s: pending member %s did not rejoin in its session timeout",
-                             g.group_id, mid)
-                    self._try_complete_join(g)
-            for m in list(g.members.values()):
-                if m.member_id in g.members and not m.alive(now):
-                    self._remove(g, m, f"missed its session timeout ({m.session_timeout_ms} ms)")
+            self._expire_sessions(g, now)
         if now >= self._next_retention_ms:
             self._next_retention_ms = now + self.retention_interval_ms
             self.expire_offsets(now)
+
+    def _expire_sessions(self, g: Group, now: int) -> None:
+        for mid, deadline in list(g.pending.items()):
+            if now > deadline:
+                del g.pending[mid]
+                log.info("group %s: pending member %s did not rejoin in its session timeout", g.group_id, mid)
+                self._try_complete_join(g)
+        for m in list(g.members.values()):
+            if m.member_id in g.members and not m.alive(now):
+                self._remove(g, m, f"missed its session timeout ({m.session_timeout_ms} ms)")
 
     def expire_offsets(self, now: int) -> int:
         """Kafka's GroupMetadata.removeExpiredOffsets for every group this broker coordinates; a
@@ -618,8 +620,11 @@ class GroupCoordinator:
         return self.store.get(group_id)
 
     def delete_group(self, group_id: str) -> int:
-        """DeleteGroups: only an empty group goes, with its offsets."""
+        """DeleteGroups: only an empty group goes, with its offsets. Sessions that ran out are
+        expired first, as Kafka's exact timers would have (the tick only runs every second)."""
         g = self.groups.get(group_id)
+        if g is not None:
+            self._expire_sessions(g, self.now_ms())
         if g is None and not self.store.get(group_id):
             return E.GROUP_ID_NOT_FOUND
         if g is not None and (g.state != EMPTY or g.members):
@@ -637,6 +642,8 @@ class GroupCoordinator:
         and for all when the subscriptions are unknown, as Kafka's isSubscribedToTopic is false
         then); a group of another protocol with members refuses (NON_EMPTY_GROUP)."""
         g = self.groups.get(group_id)
+        if g is not None:
+            self._expire_sessions(g, self.now_ms())
         if g is None and not self.store.get(group_id):
             return E.GROUP_ID_NOT_FOUND, {}
         if g is None or g.state == EMPTY:

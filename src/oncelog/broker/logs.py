@@ -50,6 +50,9 @@ class Logs(Protocol):
         per new partition, or None to let the cluster place them."""
     async def delete_topic(self, name: str) -> None: ...
     async def alter_topic_config(self, name: str, set_: dict[str, str], delete: list[str]) -> None: ...
+    def set_server_defaults(self, defaults: dict[str, Any]) -> None:
+        """New broker-wide topic defaults (dynamic broker configs): topics without their own
+        override follow at once."""
 
     async def write_txn_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
                                coordinator_epoch: int, commit: bool) -> ErrorCode:

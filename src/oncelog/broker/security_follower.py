@@ -1,4 +1,5 @@
-"""A broker's copy of the controller's security records (ACLs, client quotas), kept current by
+"""A broker's copy of the controller's security records (ACLs, client quotas, and the dynamic
+broker configs that travel with them: `broker.dynamic_config`), kept current by
 polling the controller's feed (`controller.security`) every heartbeat interval and replayed
 through the same `SecurityMetadata.replay` the controller uses, so every broker of a cluster
 enforces a prefix of the controller's state. A broker that forwarded a change calls `catch_up`

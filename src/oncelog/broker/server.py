@@ -27,6 +27,7 @@ from oncelog.broker.cluster_logs import ClusterLogs
 from oncelog.broker.config import BrokerConfig, ConfigError, new_cluster_id
 from oncelog.broker.controller_client import controller_client
 from oncelog.broker.controller_link import ControllerLink
+from oncelog.broker.dynamic_config import DynamicBrokerConfig
 from oncelog.broker.group_commit import GroupCommit
 from oncelog.broker.group_coordinator import GroupCoordinator
 from oncelog.broker.handlers import APIS, api_versions
@@ -97,6 +98,7 @@ class Broker:
         self.authorizer = make_authorizer(self.config)
         self.quotas = BrokerQuotas(self.config, self.now_ms)
         self.security: SecurityFollower | None = None
+        self.dynamic_config = DynamicBrokerConfig(self)   # follows the controller with `security`
         self.connection_limits = ConnectionLimits(
             self.config["max.connections"], self.config["max.connections.per.ip"],
             parse_per_ip_overrides(self.config["max.connections.per.ip.overrides"]))
@@ -151,6 +153,7 @@ class Broker:
         await self._connect_controller()
         if self.config["oncelog.cluster"]:
             await self._join_cluster()
+            self.dynamic_config.apply()    # the cluster's logs replaced the ones it was applied to
         # Before serving: a partition of __transaction_state left in Prepare* resumes its markers now.
         assert self.producer_ids is not None  # _connect_controller set it or raised
         self.txn = TxnCoordinatorService(self, self.producer_ids.producer_id_nowait)
@@ -208,7 +211,8 @@ class Broker:
         # allow.everyone.if.no.acl.found would let anyone in)
         self.security = SecurityFollower(controller_client(self.config),
                                          self.config["broker.heartbeat.interval.ms"])
-        self.security.on_change += [lambda state: follow_acls(self.authorizer, state), self.quotas.follow]
+        self.security.on_change += [lambda state: follow_acls(self.authorizer, state), self.quotas.follow,
+                                    self.dynamic_config.follow]
         follow_acls(self.authorizer, self.security.state)
         self.quotas.follow(self.security.state)
         await self.security.catch_up()

@@ -1,6 +1,7 @@
 """The controller's security records (ACLs and client quotas; SCRAM credentials join them through
-the same `SecurityMetadata`): CreateAcls, DeleteAcls and AlterClientQuotas forwarded by brokers,
-and the feed brokers follow them by.
+the same `SecurityMetadata`) and dynamic broker configs: CreateAcls, DeleteAcls, AlterClientQuotas
+and IncrementalAlterConfigs on a BROKER resource forwarded by brokers, and the feed brokers follow
+them by.
 
 Brokers authorize the caller (they know its principal) and forward under their own cluster
 principal; here only cluster rights are checked. Each change is decided by the pure stores
@@ -20,9 +21,11 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from oncelog.core.broker_config import apply_ops, check_names
 from oncelog.core.security.acl import AclBinding, binding_from_wire, filter_from_wire
 from oncelog.core.security.metadata import SecurityMetadata
 from oncelog.core.security.quotas import alterations_from_wire
+from oncelog.core.topic_config import ConfigError
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.storage.metadata_log import MetadataLog
 
@@ -98,6 +101,25 @@ class ControllerSecurity:
             rb("EntryData", error_code=code, error_message=msg, entity=tuple(
                 rb("EntityData", entity_type=k, entity_name=n) for k, n in entity))
             for entity, code, msg in results))
+
+    def alter_broker_configs(self, scope: str, ops: Sequence[tuple[str, int, str | None]],
+                             validate_only: bool) -> None:
+        """A BROKER resource's IncrementalAlterConfigs ops, applied to what the log holds for the
+        scope (the forwarding broker has checked the values' types, as Kafka's brokers do before
+        they forward); raises KafkaProtocolError."""
+        if scope and not (scope.isdigit() and scope.isascii()):
+            raise KafkaProtocolError(ErrorCode.INVALID_REQUEST, "Unable to parse broker name as a base 10 number.")
+        store = self.state.broker_configs
+        try:
+            check_names([name for name, _, _ in ops], per_broker=scope != "")
+        except ConfigError as e:
+            raise KafkaProtocolError(ErrorCode.INVALID_REQUEST, str(e)) from None
+        try:
+            wanted = apply_ops(store.get(scope), ops)
+        except ConfigError as e:
+            raise KafkaProtocolError(ErrorCode.INVALID_CONFIG, str(e)) from None
+        if not validate_only:
+            self._commit(store.decide(scope, wanted))
 
     # ------------------------------------------------------------------ the feed
     def follow(self, body: bytes | memoryview) -> bytes:

@@ -45,6 +45,7 @@ from oncelog.storage.metadata_log import MetadataLog, MetadataLogError
 log = logging.getLogger("oncelog.controller")
 
 SNAPSHOT_EVERY = 1000
+BROKER_RESOURCE = 4  # Kafka's ConfigResource.Type.BROKER
 TAG_TOPIC_OVERRIDES = 10001  # controller -> broker Metadata: a topic's config overrides as JSON
 _OPEN_APIS = {ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE}
 
@@ -445,6 +446,13 @@ class Controller:
             code, message = ErrorCode.NONE, None
             try:
                 self._check(authorized)
+                if int(res.resource_type) == BROKER_RESOURCE:
+                    self.security.alter_broker_configs(
+                        str(res.resource_name), [(c.name, int(c.config_operation), c.value) for c in res.configs],
+                        bool(r.validate_only))
+                    out.append(rb("AlterConfigsResourceResponse", error_code=0, error_message=None,
+                                  resource_type=res.resource_type, resource_name=res.resource_name))
+                    continue
                 topic = self.leadership.topics.get(str(res.resource_name))
                 if int(res.resource_type) != 2 or topic is None:
                     raise KafkaProtocolError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {res.resource_name!r}")

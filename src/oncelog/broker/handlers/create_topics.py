@@ -42,7 +42,7 @@ async def handle(broker, version: int, request) -> bytes:
                                                                audit=False):
             configs = tuple(rb("CreatableTopicConfigs", name=n, value=v, read_only=False,
                                config_source=src, is_sensitive=False)
-                            for n, v, src, _doc, _kind in topic_config_entries(broker, name))
+                            for n, v, src, *_ in topic_config_entries(broker, name))
         results.append(rb("CreatableTopicResult", name=t.name, topic_id=topic_id, error_code=ErrorCode.NONE,
                           error_message=None, num_partitions=partitions, replication_factor=1,
                           configs=configs))

@@ -1,11 +1,12 @@
 """DescribeConfigs (API 32), v1-v4: a topic's effective configuration with the source of each
-value (topic override, broker setting, or default), and the broker's settings. Needs
+value (topic override, dynamic broker config, broker setting, or default), and the broker's
+settings with their dynamic values (`broker.dynamic_config`; read-only unless Kafka changes the
+name at runtime, password values hidden). Needs
 DESCRIBE_CONFIGS on the topic (TOPIC_AUTHORIZATION_FAILED) or the cluster for broker settings
 (CLUSTER_AUTHORIZATION_FAILED)."""
 from __future__ import annotations
 
 from oncelog.broker.authorization import Op, config_denied
-from oncelog.broker.config import SETTINGS, is_sensitive
 from oncelog.core.topic_config import TOPIC_CONFIGS
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
@@ -14,32 +15,21 @@ from oncelog.protocol.errors import ErrorCode
 API_KEY = ApiKey.DESCRIBE_CONFIGS
 TOPIC, BROKER = 2, 4
 # Kafka's ConfigSource ids
-TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
+TOPIC_CONFIG, DEFAULT_CONFIG = 1, 5
 # Kafka's ConfigType ids
-_TYPES = {"boolean": 1, "string": 2, "int": 3, "long": 5, "double": 6, "list": 7}
+_TYPES = {"boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5, "double": 6, "list": 7, "class": 8,
+          "password": 9}
 
 
 def topic_config_entries(broker, topic: str):
-    """(name, value, source, doc, kind) for every topic config of `topic`."""
+    """(name, value, source, doc, kind, read-only, sensitive) for every topic config of `topic`."""
     overrides = broker.logs.topics[topic].overrides
     effective = broker.logs.topic_config(topic)
+    dynamic = broker.dynamic_config
     for name, definition in TOPIC_CONFIGS.items():
-        if name in overrides:
-            source = TOPIC_CONFIG
-        elif definition.server_name and broker.config.get(definition.server_name) != definition.default:
-            source = STATIC_BROKER_CONFIG
-        else:
-            source = DEFAULT_CONFIG
-        yield name, definition.render(effective[name]), source, definition.doc, definition.kind
-
-
-def _broker_entries(broker):
-    for name, definition in SETTINGS.items():
-        value = broker.config.get(name)
-        if value is None:
-            continue
-        source = DEFAULT_CONFIG if value == definition.default else STATIC_BROKER_CONFIG
-        yield name, definition.render(value), source, definition.doc, definition.kind
+        source = TOPIC_CONFIG if name in overrides else (
+            dynamic.source(definition.server_name) if definition.server_name else DEFAULT_CONFIG)
+        yield name, definition.render(effective[name]), source, definition.doc, definition.kind, False, False
 
 
 async def handle(broker, version: int, request) -> bytes:
@@ -58,19 +48,19 @@ async def handle(broker, version: int, request) -> bytes:
                 code, message = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {rname!r}"
         elif rtype == BROKER:
             if rname in ("", str(broker.node_id)):
-                entries = list(_broker_entries(broker))
+                entries = list(broker.dynamic_config.entries(rname))
             else:
-                code, message = ErrorCode.INVALID_REQUEST, f"this is broker {broker.node_id}, not {rname}"
+                code, message = ErrorCode.INVALID_REQUEST, (f"Unexpected broker id, expected {broker.node_id} or "
+                                                            f"empty string, but received {rname}")
         else:
             code, message = ErrorCode.INVALID_REQUEST, f"resource type {rtype} is not supported"
         keys = set(res.configuration_keys) if res.configuration_keys is not None else None
         configs = tuple(
-            rb("DescribeConfigsResourceResult", name=n, value=None if is_sensitive(n) else v,
-               read_only=rtype == BROKER, config_source=src, is_sensitive=is_sensitive(n), synonyms=(),
-               config_type=_TYPES.get(kind, 0),
+            rb("DescribeConfigsResourceResult", name=n, value=v, read_only=read_only,
+               config_source=src, is_sensitive=sensitive, synonyms=(), config_type=_TYPES.get(kind, 0),
                documentation=doc if getattr(request, "include_documentation", False) else None,
                is_default=src == DEFAULT_CONFIG)
-            for n, v, src, doc, kind in entries if keys is None or n in keys)
+            for n, v, src, doc, kind, read_only, sensitive in entries if keys is None or n in keys)
         results.append(rb("DescribeConfigsResult", error_code=code, error_message=message,
                           resource_type=rtype, resource_name=rname, configs=configs))
     return rb.encode(throttle_time=0, results=tuple(results))

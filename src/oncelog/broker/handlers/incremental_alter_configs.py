@@ -1,5 +1,7 @@
 """IncrementalAlterConfigs (API 44), v0-v1: set or delete topic overrides at runtime. A new
 `producer.state.batches.to.retain` applies to the next batches, without a restart (KIP-1269).
+On a BROKER resource (a broker id, or the empty name for the cluster-wide default): Kafka's
+dynamic broker configs, kept in the controller's metadata log (`broker.dynamic_config`).
 APPEND and SUBTRACT work on list configs (`cleanup.policy`). All of a resource's changes are
 validated before any is applied. Needs ALTER_CONFIGS on the topic (TOPIC_AUTHORIZATION_FAILED) or
 the cluster for broker settings (CLUSTER_AUTHORIZATION_FAILED)."""
@@ -12,7 +14,7 @@ from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 
 API_KEY = ApiKey.INCREMENTAL_ALTER_CONFIGS
-TOPIC = 2
+TOPIC, BROKER = 2, 4
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 
@@ -27,29 +29,36 @@ async def handle(broker, version: int, request) -> bytes:
             denied = config_denied(broker, Op.ALTER_CONFIGS, rtype, rname)
             if denied is not None:
                 raise KafkaProtocolError(denied, None)
-            if rtype != TOPIC:
-                raise KafkaProtocolError(ErrorCode.INVALID_REQUEST, "only topic configs can be altered "
-                                         "at runtime; broker settings come from server.properties")
-            if rname not in broker.logs.topics:
-                raise KafkaProtocolError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {rname!r}")
-            to_set, to_delete = {}, []
-            for c in res.configs:
-                op = int(c.config_operation)
-                if op == SET:
-                    to_set[c.name] = c.value
-                elif op == DELETE:
-                    to_delete.append(c.name)
-                else:
-                    to_set[c.name] = _list_op(broker, rname, to_set, c.name, c.value, op == APPEND)
-            if not request.validate_only:
-                await broker.logs.alter_topic_config(rname, to_set, to_delete)
+            if rtype == BROKER:
+                await broker.dynamic_config.alter(rname, [(c.name, int(c.config_operation), c.value)
+                                                          for c in res.configs], request.validate_only)
+            elif rtype == TOPIC:
+                await _alter_topic(broker, rname, res.configs, request.validate_only)
             else:
-                parse_topic_configs(to_set)
+                raise KafkaProtocolError(ErrorCode.INVALID_REQUEST, f"Unknown resource type {rtype}")
         except KafkaProtocolError as e:
             code, message = e.code, e.message
         responses.append(rb("AlterConfigsResourceResponse", error_code=code, error_message=message,
                             resource_type=rtype, resource_name=rname))
     return rb.encode(throttle_time=0, responses=tuple(responses))
+
+
+async def _alter_topic(broker, topic: str, configs, validate_only: bool) -> None:
+    if topic not in broker.logs.topics:
+        raise KafkaProtocolError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {topic!r}")
+    to_set, to_delete = {}, []
+    for c in configs:
+        op = int(c.config_operation)
+        if op == SET:
+            to_set[c.name] = c.value
+        elif op == DELETE:
+            to_delete.append(c.name)
+        else:
+            to_set[c.name] = _list_op(broker, topic, to_set, c.name, c.value, op == APPEND)
+    if not validate_only:
+        await broker.logs.alter_topic_config(topic, to_set, to_delete)
+    else:
+        parse_topic_configs(to_set)
 
 
 def _list_op(broker, topic: str, pending: dict[str, str], name: str, value: str | None, append: bool) -> str:
