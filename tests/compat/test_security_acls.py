@@ -22,11 +22,12 @@ there so that every case differs from its allowed twin by one rule:
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import time
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import (
     AclBinding,
     AclOperation,
@@ -39,7 +40,7 @@ from confluent_kafka.admin import (
 from test_kafkajs import kafkajs, run_node  # noqa: F401 - the fixture, installed once per session
 from test_security_clients import aiokafka_conf, confluent_conf, kafka_python_conf, kafkajs_args
 
-from oncelog.testing.secure import SCRAM_USERS, SecureBroker
+from oncelog.testing.secure import REAUTH_MS, SCRAM_USERS, SecureBroker
 
 pytestmark = pytest.mark.processes
 
@@ -333,5 +334,51 @@ def test_a_deny_for_the_user_beats_an_allow_for_everyone(secure):
     assert confluent_produce(secure, "PLAIN", "shared") is None        # alice, by the User:* ALLOW alone
 
 
+def test_pipelined_produce_requests_are_each_authorized_as_alice(secure):
+    """Small batches and five requests in flight: Produce requests are handled while earlier ones
+    wait for their fsync (the broker's pipelined path), each as the connection's principal."""
+    conf = {**confluent_conf(secure, SCRAM), "linger.ms": 0, "batch.num.messages": 5,
+            "max.in.flight.requests.per.connection": 5, "message.timeout.ms": 15000}
+    for topic, expected in (("rw", None), ("ro", "TOPIC_AUTHORIZATION_FAILED")):
+        p = Producer(conf)
+        outcomes: list = []
+        for i in range(500):
+            p.produce(topic, str(i).encode(), on_delivery=lambda err, _msg, seen=outcomes: seen.append(err))
+            p.poll(0)
+        p.flush(30)
+        assert len(outcomes) == 500
+        assert {None if e is None else e.name() for e in outcomes} == {expected}
+
+
 def test_admin_is_a_super_user_without_acls(secure):
     assert confluent_produce(secure, SCRAM, "ro", "admin", SCRAM_USERS["admin"]) is None
+
+
+def test_the_principal_survives_re_authentication(secure):
+    """On a listener whose sessions expire (KIP-368) librdkafka re-authenticates on the open
+    connection; the requests after it are still alice's (rw is writable by alice alone)."""
+    lines: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record):
+            lines.append(record.getMessage())
+    logger = logging.getLogger("test_security_acls.librdkafka")
+    logger.addHandler(Collect())
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False
+    conf = {**confluent_conf(secure, SCRAM), "bootstrap.servers": secure.address("REAUTH"),
+            "security.protocol": "SASL_PLAINTEXT", "debug": "security", "message.timeout.ms": 15000}
+    p = Producer(conf, logger=logger)
+    outcomes: list = []
+    deliver = lambda err, _msg: outcomes.append(err)  # noqa: E731
+    p.produce("rw", b"before", on_delivery=deliver)
+    assert p.flush(30) == 0 and outcomes == [None]
+    # keep the connection busy until librdkafka has re-authenticated twice (expiry is REAUTH_MS)
+    deadline = time.monotonic() + 10 * REAUTH_MS / 1000
+    while sum("Auth in state REAUTH" in line for line in lines) < 2:
+        assert time.monotonic() < deadline, [line for line in lines if "auth" in line.lower()][-10:]
+        p.produce("rw", b"during", on_delivery=deliver)
+        p.flush(30)
+    p.produce("rw", b"after", on_delivery=deliver)
+    assert p.flush(30) == 0
+    assert outcomes and all(err is None for err in outcomes), outcomes
