@@ -49,13 +49,13 @@ def topic_for(request):
 
 # ------------------------------------------------------------------ confluent-kafka
 
-def confluent_conf(secure, way, password=PASSWORD):
+def confluent_conf(secure, way, password=PASSWORD, user=USER):
     if way == "mTLS":
         return {"bootstrap.servers": secure.address("SSL"), "security.protocol": "SSL",
                 "ssl.ca.location": str(secure.pki.ca), "ssl.certificate.location": str(secure.client_cert),
                 "ssl.key.location": str(secure.client_key)}
     return {"bootstrap.servers": secure.address("SASL_SSL"), "security.protocol": "SASL_SSL",
-            "ssl.ca.location": str(secure.pki.ca), "sasl.mechanism": way, "sasl.username": USER,
+            "ssl.ca.location": str(secure.pki.ca), "sasl.mechanism": way, "sasl.username": user,
             "sasl.password": password}
 
 
@@ -92,12 +92,12 @@ def test_confluent_kafka_wrong_password_is_refused(secure, way, refusal_logged):
 
 # ------------------------------------------------------------------ kafka-python
 
-def kafka_python_conf(secure, way, password=PASSWORD):
+def kafka_python_conf(secure, way, password=PASSWORD, user=USER):
     if way == "mTLS":
         return dict(bootstrap_servers=secure.address("SSL"), security_protocol="SSL", ssl_cafile=str(secure.pki.ca),
                     ssl_certfile=str(secure.client_cert), ssl_keyfile=str(secure.client_key))
     return dict(bootstrap_servers=secure.address("SASL_SSL"), security_protocol="SASL_SSL",
-                ssl_cafile=str(secure.pki.ca), sasl_mechanism=way, sasl_plain_username=USER,
+                ssl_cafile=str(secure.pki.ca), sasl_mechanism=way, sasl_plain_username=user,
                 sasl_plain_password=password)
 
 
@@ -129,7 +129,7 @@ def test_kafka_python_wrong_password_is_refused(secure, way, refusal_logged):
 
 # ------------------------------------------------------------------ aiokafka
 
-def aiokafka_conf(secure, way, password=PASSWORD):
+def aiokafka_conf(secure, way, password=PASSWORD, user=USER):
     from aiokafka.helpers import create_ssl_context
     if way == "mTLS":
         return dict(bootstrap_servers=secure.address("SSL"), security_protocol="SSL",
@@ -137,7 +137,7 @@ def aiokafka_conf(secure, way, password=PASSWORD):
                                                    keyfile=str(secure.client_key)))
     return dict(bootstrap_servers=secure.address("SASL_SSL"), security_protocol="SASL_SSL",
                 ssl_context=create_ssl_context(cafile=str(secure.pki.ca)), sasl_mechanism=way,
-                sasl_plain_username=USER, sasl_plain_password=password)
+                sasl_plain_username=user, sasl_plain_password=password)
 
 
 @pytest.mark.parametrize("way", WAYS)
@@ -182,10 +182,10 @@ def test_aiokafka_wrong_password_is_refused(secure, way, refusal_logged):
 
 # ------------------------------------------------------------------ kafkajs
 
-def kafkajs_args(secure, way, password=PASSWORD):
+def kafkajs_args(secure, way, password=PASSWORD, user=USER):
     if way == "mTLS":
         return [secure.address("SSL"), str(secure.pki.ca), "mtls", str(secure.client_cert), str(secure.client_key)]
-    return [secure.address("SASL_SSL"), str(secure.pki.ca), "sasl", way.lower(), USER, password]
+    return [secure.address("SASL_SSL"), str(secure.pki.ca), "sasl", way.lower(), user, password]
 
 
 @pytest.mark.parametrize("way", WAYS)
