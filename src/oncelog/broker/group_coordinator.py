@@ -598,13 +598,14 @@ class GroupCoordinator:
         """The transaction's marker reached the offsets partition of the groups for which
         `groups(group_id)` is true: COMMIT makes their pending offsets visible, ABORT drops them.
         Repeating it is harmless (nothing is left pending)."""
-        pending = self.store.pending().get(producer_id, {})
-        done = [g for g in pending if groups(g)]
-        if commit:
-            for group_id in done:
-                g = self.groups.get(group_id)
-                self.store.commit(group_id, pending[group_id], self._meta(g) if g is not None else None)
-        self.store.drop_pending(producer_id, done)
+        with self.store.locked():  # brokers of a cluster share the files: one applies it at a time
+            pending = self.store.pending_of(producer_id)
+            done = [g for g in pending if groups(g)]
+            if commit:
+                for group_id in done:
+                    g = self.groups.get(group_id)
+                    self.store.commit(group_id, pending[group_id], self._meta(g) if g is not None else None)
+            self.store.drop_pending(producer_id, done)
 
     def unstable(self, group_id: str) -> set[tuple[str, int]]:
         """Partitions of the group with transactional offsets still pending (OffsetFetch v7
