@@ -1,8 +1,9 @@
 """Transactions across a cluster: the coordinator (leader of `__transaction_state-0`) on broker 1,
-the transaction's partitions led by brokers 1 and 2, so the markers of partition 1 go to broker 2
-in WriteTxnMarkers and broker 2 verifies the first batch with broker 1 (AddPartitionsToTxn v4
-VerifyOnly). A read_committed reader sees the committed records and never the aborted ones, also
-when broker 2 is killed (-9) while its markers are outstanding."""
+the transaction's partitions led by other brokers, so their markers go out in WriteTxnMarkers and
+their leaders verify the first batch with broker 1 (AddPartitionsToTxn v4 VerifyOnly). A
+read_committed reader sees the committed records and never the aborted ones, also when a data
+partition's broker is killed (-9) while its markers are outstanding (its partition then moves to
+another broker, or comes back with it)."""
 import os
 import signal
 import time
@@ -20,7 +21,7 @@ TOPIC = "t"
 
 @pytest.fixture
 def cluster(tmp_path):
-    c = LocalCluster(tmp_path, 2, {"transaction.state.log.num.partitions": "1"}, proxies=False).start()
+    c = LocalCluster(tmp_path, 3, {"transaction.state.log.num.partitions": "1"}, proxies=False).start()
     yield c
     c.stop()
 
@@ -75,17 +76,17 @@ def read_committed(bootstrap, expect, timeout_s=30):
         c.close()
 
 
-def setup_cluster(cluster):
+def setup_cluster(cluster, data_leaders):
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "log_level": 3})
     admin.create_topics([NewTopic(TOPIC, 2, 1)])[TOPIC].result(30)
     p = txn_producer(cluster.bootstrap, "warm-up")  # creates __transaction_state
     place(cluster, "__transaction_state", {0: 1})
-    place(cluster, TOPIC, {0: 1, 1: 2})
+    place(cluster, TOPIC, data_leaders)
     return p
 
 
 def test_commit_and_abort_with_partitions_on_two_brokers(cluster):
-    setup_cluster(cluster).flush(1)
+    setup_cluster(cluster, {0: 1, 1: 2}).flush(1)
     p = txn_producer(cluster.bootstrap, "two-brokers")
     one_transaction(p, [b"c1-%d" % i for i in range(6)], commit=True)
     one_transaction(p, [b"a1-%d" % i for i in range(6)], commit=False)
@@ -96,23 +97,23 @@ def test_commit_and_abort_with_partitions_on_two_brokers(cluster):
 
 @pytest.mark.parametrize("commit", [True, False])
 def test_kill_data_broker_with_markers_outstanding(cluster, commit):
-    setup_cluster(cluster).flush(1)
+    setup_cluster(cluster, {0: 2, 1: 3}).flush(1)
     p = txn_producer(cluster.bootstrap, "killed-leader")
     p.begin_transaction()
     values = [b"x-%d" % i for i in range(10)]
     for i, v in enumerate(values):
         p.produce(TOPIC, v, partition=i % 2)
     p.flush(30)
-    b2 = cluster.brokers[2]
-    # Broker 2 stops answering: the coordinator's WriteTxnMarkers to it is outstanding when
+    b3 = cluster.brokers[3]
+    # Broker 3 stops answering: the coordinator's WriteTxnMarkers to it is outstanding when
     # EndTxn has been answered (PrepareCommit/PrepareAbort durable on broker 1).
-    os.kill(b2.proc.pid, signal.SIGSTOP)
+    os.kill(b3.proc.pid, signal.SIGSTOP)
     try:
         (p.commit_transaction if commit else p.abort_transaction)(30)
         time.sleep(0.5)  # let the marker request reach the stopped broker's socket
     finally:
-        cluster.kill_broker(2)
-    cluster.start_broker(2)
+        cluster.kill_broker(3)
+    cluster.start_broker(3)
     # The next transaction of the same id can only begin once every marker is acknowledged
     # (until then the coordinator answers CONCURRENT_TRANSACTIONS, which librdkafka retries).
     one_transaction(p, [b"after-%d" % i for i in range(4)], commit=True)
