@@ -416,7 +416,7 @@ class OncelogLoop(CopyLoop):
             except TransactionAbortableError as e:
                 raise Abortable(str(e)) from None
             except TransactionTimeoutError as e:
-                if i == attempts - 1:
+                if i >= min(attempts, 3) - 1:
                     raise Fatal(f"timed out: {e}") from None
             except (ProducerFatalError, TransactionStateError) as e:
                 raise Fatal(f"{type(e).__name__}: {e}") from None
