@@ -24,7 +24,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 ABORT_PROBABILITY = 0.1
-MAX_RECORDS_PER_TXN = 200
+MAX_RECORDS_PER_TXN = 50
 
 
 def output_value(value: bytes, instance: str, txn: int, aborting: bool) -> bytes:
