@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import random
 import threading
+import traceback
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -162,7 +163,8 @@ class CopyLoop:
         try:
             self.run()
         except Exception as e:  # noqa: BLE001 - a crashed loop is reported, the others go on
-            self.w.notes.append(f"HARNESS: copy loop {self.instance} crashed: {type(e).__name__}: {e}"[:300])
+            self.w.notes.append(f"HARNESS: copy loop {self.instance} crashed: {type(e).__name__}: {e}"[:200]
+                                + " " + "".join(traceback.format_tb(e.__traceback__)[-3:])[-600:])
 
     # each client: open(), poll() -> [(partition, offset, value)], begin(), produce(), send_offsets(),
     # commit(), abort(), rewind(), close(); errors raised as the classes above
@@ -186,6 +188,15 @@ class CopyLoop:
                     w.errors[f"fatal: {e}"[:120]] += 1
                     w.count("producers replaced after a fatal error")
                     self.replace()
+                except Exception as e:  # noqa: BLE001 - a client that raised what it should not: a finding
+                    frames = [f for f in traceback.extract_tb(e.__traceback__) if "/oncelog/" in f.filename
+                              and "/testing/" not in f.filename] or traceback.extract_tb(e.__traceback__)
+                    where = frames[-1]
+                    w.errors[f"unexpected {type(e).__name__}: {str(e)[:60]} at {where.filename.rsplit('/', 2)[-1]}:"
+                             f"{where.lineno} ({where.line})"[:200]] += 1
+                    w.count("loops restarted after an unexpected client exception")
+                    self.close()
+                    self.open()
         finally:
             self.close()
 
@@ -218,18 +229,16 @@ class CopyLoop:
             self.w.count("transactions committed")
             self.w.count("records copied", len(records))
         except Abortable as e:
+            # a commit that failed abortably did not commit; what a fatal error interrupted is
+            # unknown (it may have committed), so only this and deliberate aborts are marked
             self.w.errors[f"abortable: {e}"[:120]] += 1
-            self.w.aborted.add((self.instance, self.txn))
             try:
                 self.abort()
             except Abortable as again:
                 raise Fatal(f"abort failed: {again}") from None
+            self.w.aborted.add((self.instance, self.txn))
             self.w.count("transactions aborted after an abortable error")
             self.rewind()
-        except (Fatal, Fenced):
-            # the transaction never commits: the coordinator aborts it when the next epoch starts
-            self.w.aborted.add((self.instance, self.txn))
-            raise
 
     def replace(self) -> None:
         self.close_producer()
