@@ -12,6 +12,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from oncelog.testing.checker import TxnReport, check_transactions
 from oncelog.testing.cluster import LocalCluster
@@ -45,7 +46,7 @@ _BROKER_COUNTERS = {
 
 @dataclass
 class TxnVerifyResult:
-    options: object
+    options: Any  # verify.VerifyOptions (which imports this module)
     report: TxnReport
     faults: list[FaultEvent]
     proxy: dict[str, int]

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import random
 import threading
-import traceback
 import time
+import traceback
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -170,7 +170,8 @@ class CopyLoop:
     # commit(), abort(), rewind(), close(); errors raised as the classes above
     def run(self) -> None:
         w = self.w
-        self.open()
+        if not self.reopen(first=True):
+            return
         try:
             while not w.done.is_set():
                 if w.gate is not None and not w.gate.is_set():
@@ -183,11 +184,13 @@ class CopyLoop:
                         w.count("zombies fenced")
                         return
                     w.count("fenced (no successor): producer replaced")
-                    self.replace()
+                    if not self.reopen():
+                        return
                 except Fatal as e:
                     w.errors[f"fatal: {e}"[:120]] += 1
                     w.count("producers replaced after a fatal error")
-                    self.replace()
+                    if not self.reopen():
+                        return
                 except Exception as e:  # noqa: BLE001 - a client that raised what it should not: a finding
                     frames = [f for f in traceback.extract_tb(e.__traceback__) if "/oncelog/" in f.filename
                               and "/testing/" not in f.filename] or traceback.extract_tb(e.__traceback__)
@@ -195,8 +198,8 @@ class CopyLoop:
                     w.errors[f"unexpected {type(e).__name__}: {str(e)[:60]} at {where.filename.rsplit('/', 2)[-1]}:"
                              f"{where.lineno} ({where.line})"[:200]] += 1
                     w.count("loops restarted after an unexpected client exception")
-                    self.close()
-                    self.open()
+                    if not self.reopen():
+                        return
         finally:
             self.close()
 
@@ -240,10 +243,20 @@ class CopyLoop:
             self.w.count("transactions aborted after an abortable error")
             self.rewind()
 
-    def replace(self) -> None:
-        self.close_producer()
-        self.open_producer()
-        self.rewind()
+    def reopen(self, first: bool = False) -> bool:
+        """Consumer and producer (re)opened, as an application retries its start while the
+        brokers are down; False if the run ended first."""
+        while not self.w.done.is_set():
+            if not first:
+                self.close()
+            first = False
+            try:
+                self.open()
+                return True
+            except (Fenced, Fatal, Abortable, Exception) as e:  # noqa: BLE001 - brokers down, or a client finding
+                self.w.errors[f"start failed: {type(e).__name__}: {e}"[:120]] += 1
+                time.sleep(0.5)
+        return False
 
     def open(self) -> None:
         self.open_consumer()
@@ -277,7 +290,8 @@ class CopyLoop:
     def close_consumer(self) -> None: ...
     def open_producer(self) -> None: ...
     def close_producer(self) -> None: ...
-    def poll(self) -> list[tuple[int, int, bytes]]: ...
+    def poll(self) -> list[tuple[int, int, bytes]]:
+        raise NotImplementedError
     def begin(self) -> None: ...
     def produce(self, partition: int, value: bytes) -> None: ...
     def flush(self) -> None: ...
@@ -298,8 +312,10 @@ class LibrdkafkaLoop(CopyLoop):
         self.consumer.subscribe([w.in_topic])
 
     def close_consumer(self) -> None:
+        c, self.consumer = getattr(self, "consumer", None), None
         try:
-            self.consumer.close()
+            if c is not None:
+                c.close()
         except Exception:  # noqa: BLE001 - a closed or broken consumer is gone either way
             pass
 
@@ -317,7 +333,7 @@ class LibrdkafkaLoop(CopyLoop):
                 p.flush(1)
             except Exception:  # noqa: BLE001
                 pass
-            self.producer = None
+            self.producer = None  # type: ignore[assignment]
 
     def _call(self, fn, attempts: int = 10):
         from confluent_kafka import KafkaError, KafkaException
@@ -328,7 +344,7 @@ class LibrdkafkaLoop(CopyLoop):
                 err = e.args[0] if e.args else None
                 if not isinstance(err, KafkaError):
                     raise Fatal(str(e)) from None
-                if err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED,  # type: ignore[attr-defined]
+                if err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
                                   KafkaError.INVALID_PRODUCER_EPOCH):
                     raise Fenced(err.str()) from None
                 if err.fatal():
@@ -391,7 +407,12 @@ class OncelogLoop(CopyLoop):
                                   "isolation.level": "read_committed"})
 
     def close_consumer(self) -> None:
-        self.consumer.close()
+        c, self.consumer = getattr(self, "consumer", None), None
+        try:
+            if c is not None:
+                c.close()
+        except Exception:  # noqa: BLE001 - a closed or broken consumer is gone either way
+            pass
 
     def open_producer(self) -> None:
         from oncelog.client.sync import Producer
@@ -407,7 +428,7 @@ class OncelogLoop(CopyLoop):
                 p.close(1)
             except Exception:  # noqa: BLE001
                 pass
-            self.producer = None
+            self.producer = None  # type: ignore[assignment]
 
     def _call(self, fn, attempts: int = 10):
         from oncelog.client.errors import (

@@ -261,7 +261,7 @@ def read_range(bootstrap: str, topic: str, stop: dict[int, int] | None = None, t
             for m in c.consume(1000, 0.5):
                 p, offset = m.partition(), m.offset()
                 err = m.error()
-                if err is not None and err.code() == KafkaError._PARTITION_EOF:  # type: ignore[attr-defined]
+                if err is not None and err.code() == KafkaError._PARTITION_EOF:
                     if offset is not None and p in todo and offset >= ends[p]:
                         todo.discard(p)
                     continue
