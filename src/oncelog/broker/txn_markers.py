@@ -22,7 +22,10 @@ successor resends them from the Prepare* records.
 
 `__consumer_offsets-N` has no leader in oncelog: the groups' offsets live in files every broker
 of a cluster shares (`storage.group_offsets`, re-read on every access in a cluster), so this
-broker applies that marker itself, whichever broker coordinates the groups.
+broker applies that marker itself, whichever broker coordinates the groups, and sends it to
+every other live broker as well: one of them may hold a TxnOffsetCommit of the producer waiting
+for its verification, which the marker must turn away (`GroupCoordinator.begin_txn_commit`), or
+pending offsets the marker must settle. It is done when every live broker acknowledged it.
 """
 from __future__ import annotations
 
@@ -129,10 +132,16 @@ class MarkerWriter:
         codes: dict[TopicPartition, int] = {}
         local: list[TopicPartition] = []
         remote: dict[int, list[TopicPartition]] = {}
+        offsets_to: dict[int, list[TopicPartition]] = {}
         for tp in tps:
             topic, index = tp
             if topic == CONSUMER_OFFSETS_TOPIC:
+                # every live broker: any may hold a TxnOffsetCommit of this producer waiting for
+                # its verification, which the marker must turn away (its guard)
                 codes[tp] = offsets_marker(broker, job.producer_id, job.commit, index)
+                for b in broker.logs.brokers:
+                    if b.node_id != broker.node_id:
+                        offsets_to.setdefault(b.node_id, []).append(tp)
                 continue
             info = broker.logs.topics.get(topic)
             if info is None or index >= info.partitions:
@@ -145,10 +154,13 @@ class MarkerWriter:
                 codes[tp] = E.NOT_LEADER_OR_FOLLOWER  # none leads it now: retried after backoff
             else:
                 remote.setdefault(leader, []).append(tp)
+        for node, parts in offsets_to.items():
+            remote.setdefault(node, []).extend(parts)
         waits = [self._local(job, tp) for tp in local]
         waits += [self._channel(node).send(job, parts) for node, parts in remote.items()]
         for answer in await asyncio.gather(*waits):
-            codes.update(answer)
+            for tp, code in answer.items():
+                codes[tp] = codes.get(tp) or code  # a broadcast partition is done when all said NONE
         return codes
 
     async def _local(self, job: MarkerJob, tp: TopicPartition) -> dict[TopicPartition, int]:

@@ -312,7 +312,7 @@ class LibrdkafkaLoop(CopyLoop):
         self.consumer.subscribe([w.in_topic])
 
     def close_consumer(self) -> None:
-        c, self.consumer = getattr(self, "consumer", None), None
+        c, self.consumer = getattr(self, "consumer", None), None  # type: ignore[assignment]
         try:
             if c is not None:
                 c.close()
@@ -407,7 +407,7 @@ class OncelogLoop(CopyLoop):
                                   "isolation.level": "read_committed"})
 
     def close_consumer(self) -> None:
-        c, self.consumer = getattr(self, "consumer", None), None
+        c, self.consumer = getattr(self, "consumer", None), None  # type: ignore[assignment]
         try:
             if c is not None:
                 c.close()

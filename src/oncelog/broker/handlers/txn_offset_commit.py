@@ -36,15 +36,22 @@ async def handle(broker, version: int, r) -> bytes:
     if not broker.coordinates(group):
         error = E.NOT_COORDINATOR
     else:
-        # asked of the id's coordinator, this broker or another (AddPartitionsToTxn VerifyOnly)
-        code = await broker.txn.verify(str(r.transactional_id), int(r.producer_id), int(r.producer_epoch),
-                                       *broker.txn.core.offsets_partition(group))
-        if code:
-            error = verification_error(code, API_KEY, version)
-    if not error and offsets:
-        error = broker.groups.txn_commit(group, int(r.producer_id), int(getattr(r, "generation_id", -1)),
-                                         str(getattr(r, "member_id", "") or ""),
-                                         getattr(r, "group_instance_id", None), offsets)
+        # asked of the id's coordinator, this broker or another (AddPartitionsToTxn VerifyOnly);
+        # a marker for the producer while it waits ends the transaction it verified
+        token = broker.groups.begin_txn_commit(int(r.producer_id))
+        try:
+            code = await broker.txn.verify(str(r.transactional_id), int(r.producer_id), int(r.producer_epoch),
+                                           *broker.txn.core.offsets_partition(group))
+            if code == E.NONE and not token[0]:
+                code = E.TRANSACTION_ABORTABLE
+            if code:
+                error = verification_error(code, API_KEY, version)
+            elif offsets:
+                error = broker.groups.txn_commit(group, int(r.producer_id), int(getattr(r, "generation_id", -1)),
+                                                 str(getattr(r, "member_id", "") or ""),
+                                                 getattr(r, "group_instance_id", None), offsets)
+        finally:
+            broker.groups.end_txn_commit(int(r.producer_id), token)
     error = for_version(API_KEY, version, error)
     return rb.encode(throttle_time=0, topics=tuple(
         rb("TxnOffsetCommitResponseTopic", name=t.name, partitions=tuple(
