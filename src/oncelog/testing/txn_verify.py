@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from oncelog.testing.checker import TxnReport, check_transactions
+from oncelog.testing.checker import Finding, TxnReport, check_transactions
 from oncelog.testing.cluster import LocalCluster
 from oncelog.testing.faults import (
     CLIENT_FAULTS,
@@ -132,7 +132,8 @@ def run_transactions(options, progress=None) -> TxnVerifyResult:
             notes += w.notes
         cluster.set_faults(False)
         say("reading the output read_committed and read_uncommitted")
-        committed, _ = read_range(cluster.bootstrap, OUTPUT, timeout_s=options.timeout_s)
+        stuck: set[int] = set()
+        committed, _ = read_range(cluster.bootstrap, OUTPUT, timeout_s=options.timeout_s, unread=stuck)
         uncommitted, _ = read_range(cluster.bootstrap, OUTPUT, timeout_s=options.timeout_s,
                                     isolation="read_uncommitted")
         for p, kept in runner.archive.items():  # what the expiry fault deleted (read read_committed)
@@ -141,6 +142,10 @@ def run_transactions(options, progress=None) -> TxnVerifyResult:
         expect_aborts = any(w.stats["transactions aborted on purpose"] for w in workloads) and not runner.archive
         report = check_transactions((v for w in workloads for v in w.values()), committed, uncommitted,
                                     aborted, expect_aborts)
+        for p in sorted(stuck):
+            report.findings.append(Finding("hanging-transaction", "broker", p, None,
+                                           "read_committed never reached the end of the partition: its last "
+                                           "stable offset stays below the high watermark"))
         counters = cluster.broker_counters()
         broker = {name: counters.get(key, 0) for key, name in _BROKER_COUNTERS.items()}
         broker["leader moves (controller)"] = sum(1 for e in runner.events if e.fault == "move")

@@ -242,11 +242,14 @@ def end_offsets(bootstrap: str, topic: str, timeout_s: float = 60) -> dict[int, 
 
 
 def read_range(bootstrap: str, topic: str, stop: dict[int, int] | None = None, timeout_s: float = 120,
-               isolation: str = "read_committed") -> tuple[dict[int, list[tuple[int, bytes]]], dict[int, int]]:
+               isolation: str = "read_committed", unread: set[int] | None = None
+               ) -> tuple[dict[int, list[tuple[int, bytes]]], dict[int, int]]:
     """Every partition of `topic` from its log start to `stop` (default: its end offset now).
     Returns (partition -> [(offset, value)], partition -> the offset read up to). A partition
     is read once a record at or past its end came, or the consumer reached its end: the last
-    offsets may be transaction markers, which no consumer returns."""
+    offsets may be transaction markers, which no consumer returns. With `unread` given, partitions
+    not read to their end in `timeout_s` are added to it (read_committed stops at a transaction
+    left open) instead of raising TimeoutError."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
     marks = end_offsets(bootstrap, topic)
     ends = {p: (stop or {}).get(p, hw) for p, (_lo, hw) in marks.items()}
@@ -270,8 +273,10 @@ def read_range(bootstrap: str, topic: str, stop: dict[int, int] | None = None, t
                 out[p].append((offset, m.value()))  # type: ignore[arg-type]  # verify writes no null values
                 if offset + 1 >= ends[p]:
                     todo.discard(p)
-        if todo:
+        if todo and unread is None:
             raise TimeoutError(f"could not read partitions {sorted(todo)} of {topic} to their end")
+        if unread is not None:
+            unread.update(todo)
         return out, ends
     finally:
         c.close()
