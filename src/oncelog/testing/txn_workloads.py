@@ -25,7 +25,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 ABORT_PROBABILITY = 0.1
-MAX_RECORDS_PER_TXN = 50
+# records per transaction: at least 50, and about 400 transactions per client in a long run (each
+# costs a few round trips and fsyncs, which under faults bound the rate, not the records)
+MIN_RECORDS_PER_TXN = 50
+TXNS_PER_CLIENT = 400
 
 
 def output_value(value: bytes, instance: str, txn: int, aborting: bool) -> bytes:
@@ -46,6 +49,10 @@ class TxnWorkload:
     timeout_s: float = 180
     zombie_after_s: float = 3.0
     rate: float | None = None                    # records/s over all loops; None = as fast as they go
+
+    @property
+    def per_txn(self) -> int:
+        return max(MIN_RECORDS_PER_TXN, self.records // TXNS_PER_CLIENT)
     stats: Counter = field(default_factory=Counter)
     aborted: set = field(default_factory=set)    # (instance, txn) of transactions known aborted
     errors: Counter = field(default_factory=Counter)
@@ -357,7 +364,7 @@ class LibrdkafkaLoop(CopyLoop):
         raise AssertionError("unreachable")
 
     def poll(self):
-        msgs = self.consumer.consume(MAX_RECORDS_PER_TXN, 0.5)
+        msgs = self.consumer.consume(self.w.per_txn, 0.5)
         return [(m.partition(), m.offset(), m.value()) for m in msgs if m.error() is None]
 
     def begin(self) -> None:
@@ -453,7 +460,7 @@ class OncelogLoop(CopyLoop):
         raise AssertionError("unreachable")
 
     def poll(self):
-        return [(r.partition, r.offset, r.value) for r in self.consumer.poll(0.5, MAX_RECORDS_PER_TXN)]
+        return [(r.partition, r.offset, r.value) for r in self.consumer.poll(0.5, self.w.per_txn)]
 
     def begin(self) -> None:
         self._call(self.producer.begin_transaction, 1)
