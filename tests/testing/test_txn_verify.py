@@ -11,7 +11,7 @@ pytestmark = pytest.mark.processes
 
 def test_transactional_copy_under_kills_and_moves(tmp_path):
     result = run(VerifyOptions(faults=("kill", "move", "reset"), records=3000, clients=("oncelog", "librdkafka"),
-                               seed=7, duration_s=8, timeout_s=60, workload="transactions",
+                               seed=7, duration_s=8, timeout_s=120, workload="transactions",
                                workdir=tmp_path))
     text = render(result)
     assert result.ok, text
