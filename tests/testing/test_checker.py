@@ -157,3 +157,10 @@ def test_transactions_duplicate_lost_aborted_read_and_missing_aborts():
     assert r.counts() == {"aborts-missing": 1}
     assert check_transactions([b"in-0"], {0: [(0, _copied(b"in-0"))]}, {0: [(0, _copied(b"in-0"))]}, set(),
                               expect_aborts=False).ok
+
+
+def test_transactions_inputs_beyond_the_committed_offsets():
+    from oncelog.testing.checker import check_transactions
+    out = {0: [(0, _copied(b"in-0")), (1, _copied(b"in-2"))]}
+    r = check_transactions({b"in-0": True, b"in-1": False, b"in-2": False}, out, out, set(), expect_aborts=False)
+    assert r.counts() == {"copied-without-offsets": 1} and r.not_copied == 1

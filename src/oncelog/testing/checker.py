@@ -201,6 +201,7 @@ class TxnReport:
     committed_read: int       # output records read read_committed (markers and aborts skipped)
     uncommitted_read: int     # output records read read_uncommitted
     aborted_seen: int         # records of aborted transactions in the read_uncommitted output
+    not_copied: int = 0       # inputs beyond the group's committed offsets when the run ended
 
     @property
     def ok(self) -> bool:
@@ -217,6 +218,7 @@ class TxnReport:
     def to_json(self) -> dict:
         return {"ok": self.ok, "inputs": self.inputs, "committed_read": self.committed_read,
                 "uncommitted_read": self.uncommitted_read, "aborted_seen": self.aborted_seen,
+                "not_copied": self.not_copied,
                 "counts": self.counts(), "findings": [f.to_json() for f in self.findings[:200]]}
 
 
@@ -226,7 +228,7 @@ def parse_output(value: bytes) -> tuple[bytes, str, int, bool]:
     return source, instance.decode(), int(txn), tag == b"A"
 
 
-def check_transactions(inputs: Iterable[bytes], committed: dict[int, list[tuple[int, bytes]]],
+def check_transactions(inputs: Iterable[bytes] | dict[bytes, bool], committed: dict[int, list[tuple[int, bytes]]],
                        uncommitted: dict[int, list[tuple[int, bytes]]],
                        aborted: set[tuple[str, int]], expect_aborts: bool = True) -> TxnReport:
     """`committed`/`uncommitted`: the output topic read read_committed / read_uncommitted,
@@ -236,8 +238,12 @@ def check_transactions(inputs: Iterable[bytes], committed: dict[int, list[tuple[
     G1a: a record of an aborted transaction visible to read_committed), `unknown` (a value no
     input has), `inconsistent-offsets` (read_committed returned an offset read_uncommitted holds
     another value at), and `aborts-missing` (aborts were made but none is in the log: the
-    workload did not exercise what it claims)."""
-    wanted = set(inputs)
+    workload did not exercise what it claims). `inputs` as a dict says for each input whether
+    the group's committed offsets cover it: one they do not cover (the run ended first) must not
+    be in the output (`copied-without-offsets`: its transaction committed the record but not the
+    offset, Kafka's atomicity broken) and is counted, not lost, when it is not."""
+    covered = inputs if isinstance(inputs, dict) else dict.fromkeys(inputs, True)
+    wanted = set(covered)
     findings: list[Finding] = []
     seen: dict[bytes, list[tuple[int, int, bytes]]] = defaultdict(list)
     raw = {(p, o): v for p, recs in uncommitted.items() for o, v in recs}
@@ -266,8 +272,17 @@ def check_transactions(inputs: Iterable[bytes], committed: dict[int, list[tuple[
             findings.append(Finding("duplicate", "broker", where[0][0], source,
                                     f"copied {len(where)} times", [f"partition {p} offset {o}: {v!r}"
                                                                    for p, o, v in where]))
+    not_copied = 0
     for source in sorted(wanted - set(seen)):
-        findings.append(Finding("lost", "broker", None, source, "never in the committed output"))
+        if covered[source]:
+            findings.append(Finding("lost", "broker", None, source, "never in the committed output, "
+                                    "although the group's committed offset is past it"))
+        else:
+            not_copied += 1
+    for source, where in seen.items():
+        if not covered[source]:
+            findings.append(Finding("copied-without-offsets", "broker", where[0][0], source,
+                                    "in the committed output, but the group's committed offset is not past it"))
     aborted_seen = 0
     for recs in uncommitted.values():
         for _offset, value in recs:
@@ -279,4 +294,4 @@ def check_transactions(inputs: Iterable[bytes], committed: dict[int, list[tuple[
     if expect_aborts and not aborted_seen:
         findings.append(Finding("aborts-missing", "both", None, None,
                                 "transactions were aborted but no aborted record is in the log"))
-    return TxnReport(findings, len(wanted), n_committed, len(raw), aborted_seen)
+    return TxnReport(findings, len(wanted), n_committed, len(raw), aborted_seen, not_copied)

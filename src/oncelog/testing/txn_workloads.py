@@ -120,14 +120,19 @@ class TxnWorkload:
                 self.notes.append(f"{self.client}: loop {loop.instance} did not stop")
 
     def _finished(self) -> bool:
+        got = self.committed_offsets()
+        return got is not None and all(got[q] >= self.ends[q] for q in got)
+
+    def committed_offsets(self) -> dict[int, int] | None:
+        """The group's committed offsets (stable ones: require_stable), None if not answered."""
         from confluent_kafka import Consumer, KafkaException, TopicPartition
         c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": self.group, "log_level": 3,
                       "enable.auto.commit": False, "isolation.level": "read_committed"})
         try:
             got = c.committed([TopicPartition(self.in_topic, q) for q in range(self.partitions)], timeout=10)
-            return all(tp.offset >= self.ends[tp.partition] for tp in got)
+            return {tp.partition: max(tp.offset, 0) for tp in got}
         except KafkaException:
-            return False
+            return None
         finally:
             c.close()
 
