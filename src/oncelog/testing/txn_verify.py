@@ -195,8 +195,8 @@ def render_transactions(result: TxnVerifyResult) -> str:
     lines += [f"note: {n}" for n in result.notes]
     lines.append("")
     if r.ok:
-        lines.append("OK: every input copied exactly once, no aborted record visible to read_committed, "
-                     "aborted records present in the log")
+        lines.append("OK: every input the groups committed copied exactly once, no aborted record visible "
+                     "to read_committed" + (", aborted records present in the log" if r.aborted_seen else ""))
     for kind, n in sorted(r.counts().items()):
         lines.append(f"ANOMALY {kind}: {n}")
     for f in r.findings[:20]:
