@@ -95,13 +95,13 @@ async def test_a_transactional_batch_needs_a_transactional_id(broker):
     # nothing was written: the next plain record lands at offset 0
     p = await produce_raw(c, "txn", encode_batch([Record(0, NOW, None, b"p", [])]))
     assert (p["error_code"], p["base_offset"]) == (E.NONE, 0)
-    # with an id this broker's coordinator does not know (no __transaction_state yet: NOT_COORDINATOR)
-    # it is accepted unverified, as verification by another broker is not built
+    # with an id no coordinator can verify (no __transaction_state yet) it is refused as Kafka's
+    # AddPartitionsToTxnManager refuses it when the topic is missing: COORDINATOR_NOT_AVAILABLE
     p = await produce_raw(c, "txn", txn, transactional_id="app-1")
-    assert (p["error_code"], p["base_offset"]) == (E.NONE, 1)
+    assert p["error_code"] == E.COORDINATOR_NOT_AVAILABLE
     # a transactional id on a request of plain batches is ignored, as Kafka ignores it
     p = await produce_raw(c, "txn", batch(0, pid=12), transactional_id="app-1")
-    assert (p["error_code"], p["base_offset"]) == (E.NONE, 2)
+    assert (p["error_code"], p["base_offset"]) == (E.NONE, 1)
 
 
 # ------------------------------------------------------------------ item 8: v14 tag 1 on both levels

@@ -127,3 +127,40 @@ def test_record_reported_not_written_but_in_the_log_is_a_finding():
     # a: said "not written", is there; b: "possibly written", may be; c: not written, is not
     assert [(f.kind, f.value) for f in r.findings] == [("failed-but-written", b"a")]
     assert r.findings[0].blame == "both"
+
+
+# ---------------------------------------------------------------- transactions
+
+def _copied(source: bytes, instance="l.1", txn=1, tag=b"C") -> bytes:
+    return b"%s|%s|%d|%s" % (source, instance.encode(), txn, tag)
+
+
+IN = [b"in-0", b"in-1", b"in-2"]
+
+
+def test_transactions_clean_copy_has_no_findings():
+    from oncelog.testing.checker import check_transactions
+    committed = {0: [(0, _copied(b"in-0")), (1, _copied(b"in-1")), (5, _copied(b"in-2", txn=3))]}
+    uncommitted = {0: committed[0][:2] + [(3, _copied(b"in-2", txn=2, tag=b"A"))] + committed[0][2:]}
+    r = check_transactions(IN, committed, uncommitted, {("l.1", 2)})
+    assert r.ok, r.to_json()
+    assert (r.inputs, r.committed_read, r.uncommitted_read, r.aborted_seen) == (3, 3, 4, 1)
+
+
+def test_transactions_duplicate_lost_aborted_read_and_missing_aborts():
+    from oncelog.testing.checker import check_transactions
+    committed = {0: [(0, _copied(b"in-0")), (1, _copied(b"in-0", txn=2)), (2, _copied(b"in-1", txn=4, tag=b"A")),
+                     (3, _copied(b"in-1", instance="l.2", txn=7))]}
+    r = check_transactions(IN, committed, committed, {("l.2", 7)})
+    assert r.counts() == {"duplicate": 2, "lost": 1, "aborted-read": 2}
+    r = check_transactions([b"in-0"], {0: [(0, _copied(b"in-0"))]}, {0: [(0, _copied(b"in-0"))]}, set())
+    assert r.counts() == {"aborts-missing": 1}
+    assert check_transactions([b"in-0"], {0: [(0, _copied(b"in-0"))]}, {0: [(0, _copied(b"in-0"))]}, set(),
+                              expect_aborts=False).ok
+
+
+def test_transactions_inputs_beyond_the_committed_offsets():
+    from oncelog.testing.checker import check_transactions
+    out = {0: [(0, _copied(b"in-0")), (1, _copied(b"in-2"))]}
+    r = check_transactions({b"in-0": True, b"in-1": False, b"in-2": False}, out, out, set(), expect_aborts=False)
+    assert r.counts() == {"copied-without-offsets": 1} and r.not_copied == 1

@@ -1,7 +1,8 @@
 """A broker's connection to the controller listener: SASL/PLAIN, then Kafka requests in order.
 
 Used for registration and heartbeats, producer-id blocks (KIP-730) and, in a cluster, the
-metadata view and forwarded topic changes. One request at a time per connection keeps it simple;
+metadata view and forwarded topic changes; without a username (no SASL step) it is also the
+connection to another broker (`broker.peers`). One request at a time per connection keeps it simple;
 the callers (heartbeat loop, id prefetch, metadata poll) each hold their own client.
 """
 from __future__ import annotations
@@ -23,8 +24,9 @@ class ControllerUnavailable(ConnectionError):
 
 
 class ControllerClient:
-    def __init__(self, host: str, port: int, username: str, password: str, client_id: str = "oncelog-broker",
-                 timeout_s: float = 10.0, ssl_context: ssl.SSLContext | None = None) -> None:
+    def __init__(self, host: str, port: int, username: str | None, password: str | None,
+                 client_id: str = "oncelog-broker", timeout_s: float = 10.0,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         self.host, self.port = host, port
         self.ssl_context = ssl_context   # a controller listener on SSL/SASL_SSL
         self.username, self.password = username, password
@@ -54,10 +56,12 @@ class ControllerClient:
             self._reader, self._writer = opening.result()
         except OSError as e:   # ssl.SSLError among them: an untrusted controller is an unreachable one
             raise ControllerUnavailable(f"controller {self.host}:{self.port}: {e}") from None
+        if self.username is None:
+            return
         hs = await self._call(ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN")
         if hs.error_code != 0:
             raise KafkaProtocolError(ErrorCode(int(hs.error_code)), "controller refused SASL/PLAIN")
-        token = b"\x00" + self.username.encode() + b"\x00" + self.password.encode()
+        token = b"\x00" + self.username.encode() + b"\x00" + (self.password or "").encode()
         auth = await self._call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=token)
         if auth.error_code != 0:
             self.close()

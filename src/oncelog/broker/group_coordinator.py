@@ -135,6 +135,7 @@ class GroupCoordinator:
         self.retention_ms = offsets_retention_ms
         self.retention_interval_ms = offsets_retention_check_interval_ms
         self.owns = owns
+        self._txn_guards: dict[int, list[list[bool]]] = {}  # producer id -> TxnOffsetCommits waiting
         self.groups: dict[str, Group] = {}
         self.started_ms = now_ms()
         self._next_retention_ms = self.started_ms + offsets_retention_check_interval_ms
@@ -596,17 +597,36 @@ class GroupCoordinator:
                                                        for k, c in offsets.items()})
         return E.NONE
 
+    def begin_txn_commit(self, producer_id: int) -> list[bool]:
+        """A TxnOffsetCommit of `producer_id` is about to wait (for its verification): the token
+        stays [True] unless a marker for the producer arrives meanwhile (Kafka's
+        VerificationGuard): the commit then belongs to a transaction that already ended, and
+        writing it would leave offsets pending for ever."""
+        token = [True]
+        self._txn_guards.setdefault(producer_id, []).append(token)
+        return token
+
+    def end_txn_commit(self, producer_id: int, token: list[bool]) -> None:
+        tokens = self._txn_guards.get(producer_id, [])
+        if token in tokens:
+            tokens.remove(token)
+        if not tokens:
+            self._txn_guards.pop(producer_id, None)
+
     def complete_txn(self, producer_id: int, commit: bool, groups: Callable[[str], bool]) -> None:
         """The transaction's marker reached the offsets partition of the groups for which
         `groups(group_id)` is true: COMMIT makes their pending offsets visible, ABORT drops them.
         Repeating it is harmless (nothing is left pending)."""
-        pending = self.store.pending().get(producer_id, {})
-        done = [g for g in pending if groups(g)]
-        if commit:
-            for group_id in done:
-                g = self.groups.get(group_id)
-                self.store.commit(group_id, pending[group_id], self._meta(g) if g is not None else None)
-        self.store.drop_pending(producer_id, done)
+        for token in self._txn_guards.get(producer_id, ()):
+            token[0] = False
+        with self.store.locked():  # brokers of a cluster share the files: one applies it at a time
+            pending = self.store.pending_of(producer_id)
+            done = [g for g in pending if groups(g)]
+            if commit:
+                for group_id in done:
+                    g = self.groups.get(group_id)
+                    self.store.commit(group_id, pending[group_id], self._meta(g) if g is not None else None)
+            self.store.drop_pending(producer_id, done)
 
     def unstable(self, group_id: str) -> set[tuple[str, int]]:
         """Partitions of the group with transactional offsets still pending (OffsetFetch v7

@@ -21,9 +21,11 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+from oncelog.broker.peers import Peers, PeerUnavailable
 from oncelog.broker.txn_markers import MarkerWriter
 from oncelog.core.txn import Answer, MarkerJob, TransactionCoordinator, Transition, TxnConfig
 from oncelog.core.txn.log_format import TRANSACTION_STATE_TOPIC
+from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.protocol.records.decode import iter_record_batches
 from oncelog.protocol.records.encode import encode_batch
@@ -43,6 +45,7 @@ class TxnCoordinatorService:
         self.num_partitions = c["transaction.state.log.num.partitions"]
         self.core = self._make_core(self.num_partitions)
         self.markers = MarkerWriter(broker, self)
+        self._peers = Peers(broker, "oncelog-txn-verify")
         self._epochs: dict[int, int] = {}  # partitions loaded or loading -> coordinator epoch
         self._create_lock = asyncio.Lock()
         self._task: asyncio.Task | None = None
@@ -71,6 +74,7 @@ class TxnCoordinatorService:
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
         await self.markers.stop()
+        self._peers.close()
 
     async def _loop(self) -> None:
         while True:
@@ -211,12 +215,43 @@ class TxnCoordinatorService:
                      partition: int) -> int:
         """`broker.txn_verifier` (KIP-890 part 1): may a transactional batch of this producer be
         appended to `topic`-`partition`? NONE if the partition is in its ongoing transaction.
-        An id another broker coordinates is not verified (that would be AddPartitionsToTxn
-        VerifyOnly over the wire, not built): its batch is accepted, as with verification off."""
+        An id another broker coordinates is asked of that broker with AddPartitionsToTxn v4
+        VerifyOnly; when it cannot be reached (or none leads the id's partition) the answer is
+        COORDINATOR_NOT_AVAILABLE, which the producer retries."""
         code = self.core.verify_partitions(transactional_id, producer_id, producer_epoch,
                                            [(topic, partition)])
         answer = next(iter(code.values()))
-        return E.NONE if answer == E.NOT_COORDINATOR else answer
+        if answer != E.NOT_COORDINATOR:
+            return answer
+        node = self.broker.logs.leader(TRANSACTION_STATE_TOPIC, self.core.partition_of(transactional_id))[0]
+        if node < 0 or node == self.broker.node_id:
+            return E.COORDINATOR_NOT_AVAILABLE  # none leads it, or this broker is still loading it
+        return await self._verify_remote(node, transactional_id, producer_id, producer_epoch, topic, partition)
+
+    async def _verify_remote(self, node: int, transactional_id: str, producer_id: int, producer_epoch: int,
+                             topic: str, partition: int) -> int:
+        from oncelog.protocol import entities
+        mod = entities.module(ApiKey.ADD_PARTITIONS_TO_TXN, 4, "request")
+        txn = entities.make(mod.AddPartitionsToTxnTransaction, transactional_id=transactional_id,
+                            producer_id=producer_id, producer_epoch=producer_epoch, verify_only=True,
+                            topics=(entities.make(mod.AddPartitionsToTxnTopic, name=topic, partitions=(partition,)),))
+        try:
+            r = await self._peers.request(node, ApiKey.ADD_PARTITIONS_TO_TXN, 4, transactions=(txn,))
+        except (PeerUnavailable, KafkaProtocolError, ValueError) as e:
+            log.info("verifying %s on %s-%d with broker %d failed: %s", transactional_id, topic, partition, node, e)
+            return E.COORDINATOR_NOT_AVAILABLE
+        if int(r.error_code):
+            return int(r.error_code)
+        for result in r.results_by_transaction:
+            for t in result.topic_results:
+                for p in t.results_by_partition:
+                    if str(t.name) == topic and int(p.partition_index) == partition:
+                        code = int(p.partition_error_code)
+                        # the coordinator moved or is loading: the producer retries, as with no answer
+                        if code in (E.NOT_COORDINATOR, E.COORDINATOR_LOAD_IN_PROGRESS):
+                            return E.COORDINATOR_NOT_AVAILABLE
+                        return code
+        return E.COORDINATOR_NOT_AVAILABLE
 
     async def execute(self, decision: Answer | Transition) -> Answer:
         """A `prepare_*` result: an answer as is, a transition appended then completed."""

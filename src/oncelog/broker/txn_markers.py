@@ -12,8 +12,20 @@ storage error), or the job stops (a newer producer epoch or coordinator owns the
 of `__consumer_offsets` are the group coordinator's: the marker makes the group's pending
 transactional offsets visible (COMMIT) or drops them (ABORT).
 
-Local partitions only: a partition led by another broker of a cluster needs WriteTxnMarkers to
-that broker, which is not built yet; such a partition is retried until this broker leads it.
+Partitions this broker leads are written by a direct call (no socket); a partition another
+broker leads (the broker's metadata view says which) goes to that broker in WriteTxnMarkers v1,
+through one channel per destination that carries the markers of every job waiting for it in one
+request (Kafka's TransactionMarkerChannelManager). A refused or lost request is retried after
+backoff, with the leader looked up again, so a kill -9 or a leader move of the data partition's
+broker only delays its markers; one of the coordinator drops the jobs (`drop_partition`), and its
+successor resends them from the Prepare* records.
+
+`__consumer_offsets-N` has no leader in oncelog: the groups' offsets live in files every broker
+of a cluster shares (`storage.group_offsets`, re-read on every access in a cluster), so this
+broker applies that marker itself, whichever broker coordinates the groups, and sends it to
+every other live broker as well: one of them may hold a TxnOffsetCommit of the producer waiting
+for its verification, which the marker must turn away (`GroupCoordinator.begin_txn_commit`), or
+pending offsets the marker must settle. It is done when every live broker acknowledged it.
 """
 from __future__ import annotations
 
@@ -21,10 +33,13 @@ import asyncio
 import logging
 from functools import partial
 
+from oncelog.broker.peers import Peers, PeerUnavailable
 from oncelog.core.txn import MarkerJob
 from oncelog.core.txn.log_format import CONSUMER_OFFSETS_TOPIC, partition_for
 from oncelog.core.txn.markers import MarkerOutcome, MarkerProgress
-from oncelog.protocol.errors import ErrorCode
+from oncelog.core.txn.state import TopicPartition
+from oncelog.protocol.api import ApiKey
+from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 
 log = logging.getLogger(__name__)
 E = ErrorCode
@@ -38,6 +53,8 @@ class MarkerWriter:
         self.broker = broker
         self.service = service
         self._tasks: dict[tuple[int, str], tuple[MarkerJob, asyncio.Task]] = {}
+        self.peers = Peers(broker, "oncelog-txn-markers")
+        self._channels: dict[int, _Channel] = {}
 
     def submit(self, job: MarkerJob) -> None:
         key = (job.completion.partition, job.transactional_id)
@@ -68,6 +85,10 @@ class MarkerWriter:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._tasks.clear()
+        for channel in self._channels.values():
+            await channel.stop()
+        self._channels.clear()
+        self.peers.close()
 
     def _current(self, job: MarkerJob) -> bool:
         return self.service.owns(job.completion.partition, job.coordinator_epoch)
@@ -78,8 +99,7 @@ class MarkerWriter:
         while progress.left:
             if not self._current(job):
                 return
-            for tp in sorted(progress.left):
-                code = await self._write(job, tp)
+            for tp, code in (await self._write_all(job, sorted(progress.left))).items():
                 outcome = progress.on_result(tp, code)
                 if outcome is MarkerOutcome.UNEXPECTED:
                     log.error("marker for %s (producer id %d) on %s-%d: unexpected %s; retrying",
@@ -105,32 +125,131 @@ class MarkerWriter:
             await asyncio.sleep(backoff / 1000)
             backoff = min(MAX_BACKOFF_MS, backoff * 2)
 
-    async def _write(self, job: MarkerJob, tp: tuple[str, int]) -> int:
-        topic, index = tp
+    async def _write_all(self, job: MarkerJob, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        """One round: every partition left, local ones written directly, the others sent to their
+        leaders, all at once (one group-commit fsync covers the local markers of a log)."""
         broker = self.broker
-        if topic == CONSUMER_OFFSETS_TOPIC:
-            return self._offsets_marker(job, index)
-        info = broker.logs.topics.get(topic)
-        if info is None or index >= info.partitions:
-            return E.NONE  # deleted with its topic: no reader needs a marker there
-        code = await broker.logs.write_txn_marker(topic, index, job.producer_id, job.producer_epoch,
-                                                  job.coordinator_epoch, job.commit)
-        if code:
-            return code
-        partition = broker.logs.get_partition(topic, index)
-        if partition is None:
-            return E.NOT_LEADER_OR_FOLLOWER
-        # Acknowledged only once fsynced: Complete* must never be durable before its markers.
-        durable = broker.group_commit.durable(partition, partition.log_end_offset)
-        if durable is not None and not await durable:
-            return E.KAFKA_STORAGE_ERROR
-        broker.data_appended()
-        return E.NONE
+        codes: dict[TopicPartition, int] = {}
+        local: list[TopicPartition] = []
+        remote: dict[int, list[TopicPartition]] = {}
+        offsets_to: dict[int, list[TopicPartition]] = {}
+        for tp in tps:
+            topic, index = tp
+            if topic == CONSUMER_OFFSETS_TOPIC:
+                # every live broker: any may hold a TxnOffsetCommit of this producer waiting for
+                # its verification, which the marker must turn away (its guard)
+                codes[tp] = offsets_marker(broker, job.producer_id, job.commit, index)
+                for b in broker.logs.brokers:
+                    if b.node_id != broker.node_id:
+                        offsets_to.setdefault(b.node_id, []).append(tp)
+                continue
+            info = broker.logs.topics.get(topic)
+            if info is None or index >= info.partitions:
+                codes[tp] = E.NONE  # deleted with its topic: no reader needs a marker there
+                continue
+            leader, _epoch = broker.logs.leader(topic, index)
+            if leader == broker.node_id:
+                local.append(tp)
+            elif leader < 0:
+                codes[tp] = E.NOT_LEADER_OR_FOLLOWER  # none leads it now: retried after backoff
+            else:
+                remote.setdefault(leader, []).append(tp)
+        for node, parts in offsets_to.items():
+            remote.setdefault(node, []).extend(parts)
+        waits = [self._local(job, tp) for tp in local]
+        waits += [self._channel(node).send(job, parts) for node, parts in remote.items()]
+        for answer in await asyncio.gather(*waits):
+            for tp, code in answer.items():
+                codes[tp] = codes.get(tp) or code  # a broadcast partition is done when all said NONE
+        return codes
 
-    def _offsets_marker(self, job: MarkerJob, index: int) -> int:
-        groups = self.broker.groups
-        if groups is None:
-            return E.COORDINATOR_NOT_AVAILABLE
-        n = self.broker.config["offsets.topic.num.partitions"]
-        groups.complete_txn(job.producer_id, job.commit, lambda g: partition_for(g, n) == index)
-        return E.NONE
+    async def _local(self, job: MarkerJob, tp: TopicPartition) -> dict[TopicPartition, int]:
+        # Acknowledged only once fsynced (write_txn_marker waits for it): Complete* must never be
+        # durable before its markers.
+        code = await self.broker.logs.write_txn_marker(tp[0], tp[1], job.producer_id, job.producer_epoch,
+                                                       job.coordinator_epoch, job.commit)
+        if not code:
+            self.broker.data_appended()
+        return {tp: code}
+
+    def _channel(self, node: int) -> _Channel:
+        channel = self._channels.get(node)
+        if channel is None:
+            channel = self._channels[node] = _Channel(self.peers, node)
+        return channel
+
+
+
+def offsets_marker(broker, producer_id: int, commit: bool, index: int) -> int:
+    """The marker of `__consumer_offsets-<index>`: the pending transactional offsets of the
+    producer's groups that hash to that partition become visible (COMMIT) or are dropped (ABORT).
+    Also what the WriteTxnMarkers handler does for such a partition."""
+    groups = broker.groups
+    if groups is None:
+        return E.COORDINATOR_NOT_AVAILABLE
+    n = broker.config["offsets.topic.num.partitions"]
+    groups.complete_txn(producer_id, commit, lambda g: partition_for(g, n) == index)
+    return E.NONE
+
+
+class _Channel:
+    """Markers waiting for one destination broker. At most one WriteTxnMarkers is in flight; what
+    queues meanwhile, from any number of jobs, goes in the next one."""
+
+    def __init__(self, peers: Peers, node: int) -> None:
+        self.peers, self.node = peers, node
+        self._queue: list[tuple[MarkerJob, list[TopicPartition], asyncio.Future]] = []
+        self._task: asyncio.Task | None = None
+
+    async def send(self, job: MarkerJob, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        future: asyncio.Future[dict[TopicPartition, int]] = asyncio.get_running_loop().create_future()
+        self._queue.append((job, tps, future))
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._drain())
+        return await future
+
+    async def _drain(self) -> None:
+        while self._queue:
+            batch = [item for item in self._queue if not item[2].done()]  # a cancelled job's wait is done
+            self._queue = []
+            if not batch:
+                continue
+            try:
+                answers = await self._request(batch)
+            except (PeerUnavailable, KafkaProtocolError, ValueError) as e:
+                log.info("WriteTxnMarkers to broker %d failed (%s); retrying", self.node, e)
+                answers = [{tp: E.NETWORK_EXCEPTION for tp in tps} for _job, tps, _f in batch]
+            for (_job, _tps, future), answer in zip(batch, answers):
+                if not future.done():
+                    future.set_result(answer)
+
+    async def _request(self, batch) -> list[dict[TopicPartition, int]]:
+        from oncelog.protocol import entities
+        mod = entities.module(ApiKey.WRITE_TXN_MARKERS, 1, "request")
+        markers = []
+        for job, tps, _f in batch:
+            by_topic: dict[str, list[int]] = {}
+            for topic, index in tps:
+                by_topic.setdefault(topic, []).append(index)
+            markers.append(entities.make(
+                mod.WritableTxnMarker, producer_id=job.producer_id, producer_epoch=job.producer_epoch,
+                transaction_result=job.commit, coordinator_epoch=job.coordinator_epoch,
+                topics=tuple(entities.make(mod.WritableTxnMarkerTopic, name=t, partition_indexes=tuple(ps))
+                             for t, ps in by_topic.items())))
+        r = await self.peers.request(self.node, ApiKey.WRITE_TXN_MARKERS, 1, markers=tuple(markers))
+        answers = []
+        for i, (job, tps, _f) in enumerate(batch):
+            # results come in request order (Kafka's handler keeps it); a missing one is retried
+            result = r.markers[i] if i < len(r.markers) and int(r.markers[i].producer_id) == job.producer_id else None
+            got = {} if result is None else {(str(t.name), int(p.partition_index)): int(p.error_code)
+                                             for t in result.topics for p in t.partitions}
+            answers.append({tp: got.get(tp, E.NETWORK_EXCEPTION) for tp in tps})
+        return answers
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        for _job, _tps, future in self._queue:
+            future.cancel()
+        self._queue.clear()

@@ -32,6 +32,10 @@ def _names(allowed):
 @click.option("--records", default=10_000, show_default=True, help="Records in total, shared by the clients.")
 @click.option("--clients", default=",".join(WORKLOADS), show_default=True, callback=_names(tuple(WORKLOADS)),
               help="Producers that write concurrently.")
+@click.option("--workload", type=click.Choice(["produce", "transactions"]), default="produce",
+              show_default=True, help="produce: idempotent producers write unique values. transactions: "
+              "consume-transform-produce copy loops (oncelog, librdkafka) with aborts and zombie fencing; "
+              "the output must hold every input exactly once and no aborted record.")
 @click.option("--seed", default=0, show_default=True, help="Same seed, same fault schedule.")
 @click.option("--brokers", default=2, show_default=True)
 @click.option("--partitions", default=4, show_default=True)
@@ -48,8 +52,8 @@ def _names(allowed):
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the JSON summary here.")
 @click.option("--workdir", type=click.Path(file_okay=False), help="Keep data and logs here (default: a "
               "temporary directory, removed afterwards).")
-def verify(faults, power_loss, records, clients, seed, brokers, partitions, duration, timeout, security_protocol,
-           json_path, workdir) -> None:
+def verify(faults, power_loss, records, clients, workload, seed, brokers, partitions, duration, timeout,
+           security_protocol, json_path, workdir) -> None:
     """Run producers of several clients against a cluster on this machine while faults run, then
     read every partition and report duplicates, lost acknowledged writes, inconsistent offsets,
     reordering and fatal client errors. Exits 1 if the brokers broke a promise.
@@ -65,7 +69,7 @@ def verify(faults, power_loss, records, clients, seed, brokers, partitions, dura
         options = VerifyOptions(faults=faults, records=records, clients=clients, seed=seed, brokers=brokers,
                                 partitions=partitions, duration_s=duration, timeout_s=timeout,
                                 security_protocol=security_protocol,
-                                workdir=Path(workdir) if workdir else None)
+                                workdir=Path(workdir) if workdir else None, workload=workload)
     except ValueError as e:
         raise click.BadParameter(str(e)) from None
     result = run(options, progress=lambda msg: click.echo(f"verify: {msg}", err=True))

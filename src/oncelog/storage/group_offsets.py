@@ -9,10 +9,12 @@ offsets count as committed when the broker started.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import urllib.parse
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -51,6 +53,7 @@ class GroupOffsetStore:
         self.pending_dir = self.directory / "txn-offsets"
         self.pending_dir.mkdir(exist_ok=True)
         self._pending: dict[int, dict[str, dict[tuple[str, int], Committed]]] = {}
+        self._lock_depth = 0
         for path in self.pending_dir.glob("*.json"):
             self._pending[int(path.stem)] = _read_pending(path)
 
@@ -78,6 +81,11 @@ class GroupOffsetStore:
 
     def commit(self, group: str, offsets: dict[tuple[str, int], Committed],
                meta: GroupMeta | None = None) -> None:
+        with self.locked():
+            self._commit(group, offsets, meta)
+
+    def _commit(self, group: str, offsets: dict[tuple[str, int], Committed],
+                meta: GroupMeta | None = None) -> None:
         current, old_meta = self._entry(group)
         self._write(group, {**current, **offsets}, meta if meta is not None else old_meta)
 
@@ -109,12 +117,54 @@ class GroupOffsetStore:
 
     # ------------------------------------------------------------ transactional offsets
     def pending(self) -> dict[int, dict[str, dict[tuple[str, int], Committed]]]:
-        """producer id -> group -> offsets not yet made visible (read-only view)."""
+        """producer id -> group -> offsets not yet made visible (read-only view). Shared: read
+        from the files, where the marker of a transaction coordinated by another broker may have
+        committed or dropped them."""
+        if self.shared:
+            self._pending = {}
+            for path in self.pending_dir.glob("*.json"):
+                self._reload_pending(int(path.stem))
         return self._pending
+
+    def _reload_pending(self, producer_id: int) -> None:
+        try:
+            self._pending[producer_id] = _read_pending(self.pending_dir / f"{producer_id}.json")
+        except FileNotFoundError:
+            self._pending.pop(producer_id, None)
+
+    def pending_of(self, producer_id: int) -> dict[str, dict[tuple[str, int], Committed]]:
+        """One producer's pending offsets, group -> offsets (from its file when shared)."""
+        if self.shared:
+            self._reload_pending(producer_id)
+        return self._pending.get(producer_id, {})
+
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        """Shared: one broker at a time reads and replaces a file (a group's offsets are written by
+        its coordinator and by the brokers applying transaction markers). Re-entrant."""
+        if not self.shared or self._lock_depth:
+            self._lock_depth += 1
+            try:
+                yield
+            finally:
+                self._lock_depth -= 1
+            return
+        fd = os.open(self.directory / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            self._lock_depth += 1
+            yield
+        finally:
+            self._lock_depth -= 1
+            os.close(fd)
 
     def add_pending(self, producer_id: int, group: str, offsets: dict[tuple[str, int], Committed]) -> None:
         """Durable (fsynced) before it returns: the TxnOffsetCommit is answered after this."""
-        groups = {g: dict(o) for g, o in self._pending.get(producer_id, {}).items()}
+        with self.locked():
+            self._add_pending(producer_id, group, offsets)
+
+    def _add_pending(self, producer_id: int, group: str, offsets: dict[tuple[str, int], Committed]) -> None:
+        groups = {g: dict(o) for g, o in self.pending_of(producer_id).items()}
         groups[group] = {**groups.get(group, {}), **offsets}
         _write_json(self.pending_dir / f"{producer_id}.json",
                     {g: _offsets_json(o) for g, o in sorted(groups.items())})
@@ -123,8 +173,12 @@ class GroupOffsetStore:
     def drop_pending(self, producer_id: int, groups: Iterable[str]) -> None:
         """Forget these groups' pending offsets of `producer_id` (after they were committed, or on
         abort); the file goes last, so a marker repeated after a crash finds what is left."""
-        current = self._pending.get(producer_id)
-        if current is None:
+        with self.locked():
+            self._drop_pending(producer_id, groups)
+
+    def _drop_pending(self, producer_id: int, groups: Iterable[str]) -> None:
+        current = self.pending_of(producer_id)
+        if not current:
             return
         kept = {g: o for g, o in current.items() if g not in set(groups)}
         path = self.pending_dir / f"{producer_id}.json"

@@ -256,30 +256,41 @@ def end_offsets(bootstrap: str, topic: str, timeout_s: float = 60, security: dic
 
 
 def read_range(bootstrap: str, topic: str, stop: dict[int, int] | None = None, timeout_s: float = 120,
-               security: dict | None = None) -> tuple[dict[int, list[tuple[int, bytes]]], dict[int, int]]:
+               security: dict | None = None, isolation: str = "read_committed",
+               unread: set[int] | None = None) -> tuple[dict[int, list[tuple[int, bytes]]], dict[int, int]]:
     """Every partition of `topic` from its log start to `stop` (default: its end offset now).
-    Returns (partition -> [(offset, value)], partition -> the offset read up to)."""
-    from confluent_kafka import Consumer, TopicPartition
+    Returns (partition -> [(offset, value)], partition -> the offset read up to). A partition
+    is read once a record at or past its end came, or the consumer reached its end: the last
+    offsets may be transaction markers, which no consumer returns. With `unread` given, partitions
+    not read to their end in `timeout_s` are added to it (read_committed stops at a transaction
+    left open) instead of raising TimeoutError."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
     marks = end_offsets(bootstrap, topic, security=security)
     ends = {p: (stop or {}).get(p, hw) for p, (_lo, hw) in marks.items()}
     out: dict[int, list[tuple[int, bytes]]] = {p: [] for p in marks}
     todo = {p for p in marks if ends[p] > marks[p][0]}
-    c = Consumer({"bootstrap.servers": bootstrap, **(security or {}), "group.id": "oncelog-verify",
-                  "log_level": 3, "enable.auto.commit": False})
+    c = Consumer({"bootstrap.servers": bootstrap, **(security or {}), "group.id": "oncelog-verify", "log_level": 3,
+                  "enable.auto.commit": False, "enable.partition.eof": True, "isolation.level": isolation})
     try:
         c.assign([TopicPartition(topic, p, marks[p][0]) for p in todo])
         deadline = time.monotonic() + timeout_s
         while todo and time.monotonic() < deadline:
             for m in c.consume(1000, 0.5):
                 p, offset = m.partition(), m.offset()
-                if m.error() or offset is None or p not in todo or offset >= ends[p]:
+                err = m.error()
+                if err is not None and err.code() == KafkaError._PARTITION_EOF:
+                    if offset is not None and p in todo and offset >= ends[p]:
+                        todo.discard(p)
+                    continue
+                if err or offset is None or p not in todo or offset >= ends[p]:
                     continue
                 out[p].append((offset, m.value()))  # type: ignore[arg-type]  # verify writes no null values
                 if offset + 1 >= ends[p]:
                     todo.discard(p)
-        if todo:
+        if todo and unread is None:
             raise TimeoutError(f"could not read partitions {sorted(todo)} of {topic} to their end")
+        if unread is not None:
+            unread.update(todo)
         return out, ends
     finally:
         c.close()
-

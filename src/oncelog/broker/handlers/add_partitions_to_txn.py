@@ -14,6 +14,7 @@ import asyncio
 
 from oncelog.broker.authorization import TOPIC, TXN_ID, Op, authorize, authorized_names, require_cluster
 from oncelog.core.txn.errors import for_version
+from oncelog.core.txn.log_format import CONSUMER_OFFSETS_TOPIC
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode
@@ -64,6 +65,10 @@ async def _one(broker, version: int, tid: str, pid: int, epoch: int, verify_only
 
 
 def _exists(broker, topic: str, index: int) -> bool:
+    if topic == CONSUMER_OFFSETS_TOPIC:
+        # no topic in oncelog (offsets are files), but a transaction's member all the same: a
+        # TxnOffsetCommit on another broker verifies it here
+        return 0 <= index < broker.config["offsets.topic.num.partitions"]
     info = broker.logs.topics.get(topic)
     return info is not None and 0 <= index < info.partitions
 

@@ -3,7 +3,7 @@ invisible to OffsetFetch) until the transaction's marker on the group's `__consu
 partition makes them visible (COMMIT) or drops them (ABORT).
 
 Checks, in Kafka's order: this broker coordinates the group; the group's offsets partition is in
-the transaction (KIP-890 verification, when this broker also coordinates the transactional id:
+the transaction (KIP-890 verification, asked of the id's coordinator wherever it runs:
 INVALID_TXN_STATE below v4, INVALID_PRODUCER_EPOCH for a fenced epoch); KIP-447 member data from
 v3 (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID).
 Authorization first: WRITE on the transactional id, READ on the group (for every partition),
@@ -45,17 +45,22 @@ async def handle(broker, version: int, r) -> bytes:
     if not broker.coordinates(group):
         error = E.NOT_COORDINATOR
     else:
-        core = broker.txn.core
-        checked = core.verify_partitions(str(r.transactional_id), int(r.producer_id), int(r.producer_epoch),
-                                         [core.offsets_partition(group)])
-        code = next(iter(checked.values()))
-        # NOT_COORDINATOR: another broker coordinates the id; only it could verify (not built).
-        if code not in (E.NONE, E.NOT_COORDINATOR):
-            error = verification_error(code, API_KEY, version)
-    if not error and offsets:
-        error = broker.groups.txn_commit(group, int(r.producer_id), int(getattr(r, "generation_id", -1)),
-                                         str(getattr(r, "member_id", "") or ""),
-                                         getattr(r, "group_instance_id", None), offsets)
+        # asked of the id's coordinator, this broker or another (AddPartitionsToTxn VerifyOnly);
+        # a marker for the producer while it waits ends the transaction it verified
+        token = broker.groups.begin_txn_commit(int(r.producer_id))
+        try:
+            code = await broker.txn.verify(str(r.transactional_id), int(r.producer_id), int(r.producer_epoch),
+                                           *broker.txn.core.offsets_partition(group))
+            if code == E.NONE and not token[0]:
+                code = E.TRANSACTION_ABORTABLE
+            if code:
+                error = verification_error(code, API_KEY, version)
+            elif offsets:
+                error = broker.groups.txn_commit(group, int(r.producer_id), int(getattr(r, "generation_id", -1)),
+                                                 str(getattr(r, "member_id", "") or ""),
+                                                 getattr(r, "group_instance_id", None), offsets)
+        finally:
+            broker.groups.end_txn_commit(int(r.producer_id), token)
     error = for_version(API_KEY, version, error)
     return rb.encode(throttle_time=0, topics=tuple(
         rb("TxnOffsetCommitResponseTopic", name=t.name, partitions=tuple(

@@ -8,14 +8,16 @@ Per partition: NONE, NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, INVALID
 TRANSACTION_COORDINATOR_FENCED, UNSUPPORTED_FOR_MESSAGE_FORMAT, KAFKA_STORAGE_ERROR
 (`core.txn.markers.classify` says what each means to the writer). The caller needs CLUSTER_ACTION
 on the cluster (a broker: in super.users or granted it), else CLUSTER_AUTHORIZATION_FAILED for every
-partition. Not yet handled: `__consumer_offsets` markers, which belong to the group coordinator
-(docs/transactions.md §4).
+partition. A `__consumer_offsets` partition is the group coordinator's
+(`broker.txn_markers.offsets_marker`: the groups' pending transactional offsets made visible or dropped).
 """
 from __future__ import annotations
 
 import asyncio
 
 from oncelog.broker.authorization import Op, require_cluster
+from oncelog.broker.txn_markers import offsets_marker
+from oncelog.core.txn.log_format import CONSUMER_OFFSETS_TOPIC
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode
@@ -30,6 +32,10 @@ async def handle(broker, version: int, request) -> bytes:
     for m in request.markers:
         for t in m.topics:
             for index in t.partition_indexes:
+                if str(t.name) == CONSUMER_OFFSETS_TOPIC:
+                    jobs.append(_now(offsets_marker(broker, int(m.producer_id), bool(m.transaction_result),
+                                                    int(index))))
+                    continue
                 jobs.append(broker.logs.write_txn_marker(
                     str(t.name), int(index), int(m.producer_id), int(m.producer_epoch),
                     int(m.coordinator_epoch), bool(m.transaction_result)))
@@ -47,6 +53,10 @@ async def handle(broker, version: int, request) -> bytes:
             topics.append(rb("WritableTxnMarkerTopicResult", name=t.name, partitions=tuple(parts)))
         markers.append(rb("WritableTxnMarkerResult", producer_id=m.producer_id, topics=tuple(topics)))
     return rb.encode(markers=tuple(markers))
+
+
+async def _now(code: int) -> int:
+    return code
 
 
 def error_response(version: int, request, code: int) -> bytes:

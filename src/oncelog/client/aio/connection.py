@@ -99,11 +99,19 @@ class Connection:
         except (TimeoutError, OSError) as e:
             raise BrokerConnectionError(f"cannot connect to {self.addr}: {e!r}") from None
         self.transport = transport
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            import socket
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        transport.set_write_buffer_limits(high=4 * 1024 * 1024)
+        # A reset that arrived with the handshake has closed the transport already; uvloop then
+        # raises RuntimeError from any call on it, which must be the connection error it is.
+        try:
+            if transport.is_closing():
+                raise RuntimeError("closed")
+            sock = transport.get_extra_info("socket")
+            if sock is not None:
+                import socket
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            transport.set_write_buffer_limits(high=4 * 1024 * 1024)
+        except (RuntimeError, OSError) as e:
+            transport.abort()
+            raise BrokerConnectionError(f"connection to {self.addr} closed as it opened: {e!r}") from None
         await self._negotiate(timeout_s)
         if self.security.uses_sasl:
             await self._authenticate(timeout_s)

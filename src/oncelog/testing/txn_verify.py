@@ -1,0 +1,205 @@
+"""`oncelog verify --workload transactions`: copy loops of each client (`testing.txn_workloads`)
+move a pre-filled input topic to an output topic in transactions while the faults run; then the
+output is read read_committed and read_uncommitted and checked (`checker.check_transactions`):
+every input exactly once, no record of an aborted transaction visible, aborts present in the log.
+The process faults (kill, move, storage, expiry, disk) target the output topic."""
+from __future__ import annotations
+
+import shutil
+import tempfile
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from oncelog.testing.checker import Finding, TxnReport, check_transactions
+from oncelog.testing.cluster import LocalCluster
+from oncelog.testing.faults import (
+    CLIENT_FAULTS,
+    NETWORK_FAULTS,
+    PROCESS_FAULTS,
+    FaultEvent,
+    FaultRunner,
+    FullDisk,
+    broker_overrides,
+    process_env,
+    proxy_config,
+)
+from oncelog.testing.txn_workloads import TxnWorkload
+from oncelog.testing.workloads import read_range
+
+TXN_CLIENTS = ("oncelog", "librdkafka")
+OUTPUT = "verify-out"
+
+_BROKER_COUNTERS = {
+    "oncelog_requests_total{api=write_txn_markers}": "WriteTxnMarkers requests (broker to broker)",
+    "oncelog_request_errors_total{api=write_txn_markers,error=NOT_LEADER_OR_FOLLOWER}":
+        "write_txn_markers NOT_LEADER_OR_FOLLOWER",
+    "oncelog_requests_total{api=add_partitions_to_txn}": "AddPartitionsToTxn requests",
+    "oncelog_requests_total{api=end_txn}": "EndTxn requests",
+    "oncelog_request_errors_total{api=produce,error=INVALID_PRODUCER_EPOCH}": "produce INVALID_PRODUCER_EPOCH",
+    "oncelog_request_errors_total{api=produce,error=NOT_LEADER_OR_FOLLOWER}": "produce NOT_LEADER_OR_FOLLOWER",
+}
+
+
+@dataclass
+class TxnVerifyResult:
+    options: Any  # verify.VerifyOptions (which imports this module)
+    report: TxnReport
+    faults: list[FaultEvent]
+    proxy: dict[str, int]
+    clients: dict[str, dict[str, int]]
+    client_errors: dict[str, dict[str, int]]
+    broker: dict[str, int]
+    seconds: float
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.report.ok and not any(n.startswith("HARNESS") for n in self.notes)
+
+    def to_json(self) -> dict:
+        o = self.options
+        return {"ok": self.ok, "workload": "transactions", "seed": o.seed, "faults": list(o.faults),
+                "clients": list(o.clients), "records": o.records, "seconds": round(self.seconds, 1),
+                "fault_counts": dict(Counter(e.fault for e in self.faults)),
+                "fault_events": [e.__dict__ for e in self.faults], "proxy": self.proxy,
+                "client_stats": self.clients, "client_errors": self.client_errors,
+                "broker_answers": self.broker, "notes": self.notes, "report": self.report.to_json()}
+
+
+def run_transactions(options, progress=None) -> TxnVerifyResult:
+    say = progress or (lambda _msg: None)
+    faults = set(options.faults)
+    own_dir = options.workdir is None
+    root = Path(tempfile.mkdtemp(prefix="oncelog-verify-")) if own_dir else Path(options.workdir)
+    overrides = {**broker_overrides(faults), "transaction.state.log.num.partitions": "4"}
+    cluster = LocalCluster(root, options.brokers, overrides,
+                           proxy_config(faults & set(NETWORK_FAULTS + CLIENT_FAULTS), options.seed),
+                           env=process_env(faults))
+    disk = FullDisk(cluster.data / f"{OUTPUT}-0", cluster) if "disk" in faults else None
+    gate = threading.Event()
+    gate.set()
+    notes: list[str] = []
+    if "giveup" in faults:
+        notes.append("giveup is a fault of the idempotent producer workload; not applied to copy loops")
+    began = time.monotonic()
+    try:
+        say(f"starting a controller and {options.brokers} brokers in {root}")
+        cluster.start()
+        if disk is not None:
+            disk.prepare()
+            notes.append(f"disk fault by {disk.method}")
+        cluster.set_faults(False)
+        share, extra = divmod(options.records, len(options.clients))
+        duration = options.duration()
+        workloads = []
+        for k, client in enumerate(options.clients):
+            n = share + (1 if k < extra else 0)
+            w = TxnWorkload(cluster.bootstrap, client, f"verify-in-{client}", OUTPUT, options.partitions, n,
+                            seed=options.seed * 100 + k, gate=gate, timeout_s=options.timeout_s + (duration or 0),
+                            rate=n / duration if duration else None)
+            workloads.append(w)
+        from oncelog.testing.verify import _create_topic
+        _create_topic(cluster.bootstrap, OUTPUT, options.partitions, cluster.client_security)
+        ends = {}
+        for w in workloads:
+            _create_topic(cluster.bootstrap, w.in_topic, options.partitions, cluster.client_security)
+            say(f"filling {w.in_topic} with {w.records} records")
+            ends[w.client] = w.fill()
+        cluster.set_faults(True)
+        runner = FaultRunner(cluster, OUTPUT, options.partitions,
+                             [f for f in options.faults if f in PROCESS_FAULTS], options.seed, gate, disk,
+                             on_event=lambda e: say(e.line()))
+        say(f"copying {options.records} records in transactions with {', '.join(options.clients)} under "
+            f"{', '.join(options.faults) or 'no faults'}")
+        threads = [threading.Thread(target=w.run, args=(ends[w.client],), name=f"txn-{w.client}", daemon=True)
+                   for w in workloads]
+        runner.start()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(options.timeout_s + (duration or 0) + 120)
+        say("stopping the faults")
+        runner.stop()
+        if runner.error is not None:
+            notes.append(f"HARNESS: a fault could not run: {runner.error!r}")
+        for w, t in zip(workloads, threads):
+            if t.is_alive():
+                notes.append(f"{w.client}: its copy loops did not stop")
+            notes += w.notes
+        cluster.set_faults(False)
+        say("reading the output read_committed and read_uncommitted")
+        stuck: set[int] = set()
+        committed, _ = read_range(cluster.bootstrap, OUTPUT, timeout_s=options.timeout_s, unread=stuck)
+        uncommitted, _ = read_range(cluster.bootstrap, OUTPUT, timeout_s=options.timeout_s,
+                                    isolation="read_uncommitted")
+        for p, kept in runner.archive.items():  # what the expiry fault deleted (read read_committed)
+            committed[p] = kept + [r for r in committed.get(p, []) if not kept or r[0] > kept[-1][0]]
+        aborted = set().union(*(w.aborted for w in workloads))
+        expect_aborts = any(w.stats["transactions aborted on purpose"] for w in workloads) and not runner.archive
+        covered: dict[bytes, bool] = {}
+        for w in workloads:  # which inputs the group's final committed offsets cover
+            offsets = w.committed_offsets() or {}
+            source, _ = read_range(cluster.bootstrap, w.in_topic, timeout_s=options.timeout_s)
+            for p, recs in source.items():
+                for offset, value in recs:
+                    covered[value] = offset < offsets.get(p, 0)
+            for value in w.values():
+                covered.setdefault(value, True)  # not in the input topic: lost before the copy
+        report = check_transactions(covered, committed, uncommitted, aborted, expect_aborts)
+        if report.not_copied:
+            notes.append(f"{report.not_copied} inputs were not copied when the run ended (beyond the "
+                         "groups' committed offsets): a slow run, not a loss")
+        for p in sorted(stuck):
+            report.findings.append(Finding("hanging-transaction", "broker", p, None,
+                                           "read_committed never reached the end of the partition: its last "
+                                           "stable offset stays below the high watermark"))
+        counters = cluster.broker_counters()
+        broker = {name: counters.get(key, 0) for key, name in _BROKER_COUNTERS.items()}
+        broker["leader moves (controller)"] = sum(1 for e in runner.events if e.fault == "move")
+        return TxnVerifyResult(options, report, runner.events, dict(cluster.proxy_stats()),
+                               {w.client: dict(w.stats) for w in workloads},
+                               {w.client: dict(w.errors) for w in workloads}, broker,
+                               time.monotonic() - began, notes)
+    finally:
+        cluster.stop()
+        if disk is not None:
+            disk.close(keep_in=None if own_dir else root)
+        if own_dir:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def render_transactions(result: TxnVerifyResult) -> str:
+    o, r = result.options, result.report
+    lines = [f"oncelog verify --workload transactions: seed {o.seed}, faults {','.join(o.faults) or '-'}, "
+             f"clients {','.join(o.clients)}, {o.records} records, {o.brokers} brokers, "
+             f"{o.partitions} partitions, {result.seconds:.0f}s", "",
+             f"inputs {r.inputs}, output read_committed {r.committed_read}, read_uncommitted "
+             f"{r.uncommitted_read} (of which {r.aborted_seen} from aborted transactions); inputs not "
+             f"copied when the run ended: {r.not_copied}"]
+    counts = Counter(e.fault for e in result.faults)
+    lines.append("process faults fired: " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none")
+                 + f"; proxy: {result.proxy.get('resets', 0)} resets, "
+                 f"{result.proxy.get('dropped_responses', 0)} responses dropped after the broker wrote")
+    lines += ["  " + e.line() for e in result.faults[:30]]
+    lines.append("copy loops:")
+    for name, stats in result.clients.items():
+        lines.append(f"  {name:<11} " + (", ".join(f"{k} {v}" for k, v in sorted(stats.items())) or "-"))
+        for error, n in sorted(result.client_errors.get(name, {}).items()):
+            lines.append(f"  {'':<11} {n} x {error}")
+    lines.append("brokers answered:")
+    lines += [f"  {k:<48} {v}" for k, v in result.broker.items() if v]
+    lines += [f"note: {n}" for n in result.notes]
+    lines.append("")
+    if r.ok:
+        lines.append("OK: every input the groups committed copied exactly once, no aborted record visible "
+                     "to read_committed" + (", aborted records present in the log" if r.aborted_seen else ""))
+    for kind, n in sorted(r.counts().items()):
+        lines.append(f"ANOMALY {kind}: {n}")
+    for f in r.findings[:20]:
+        lines.append(f"  {f.kind} partition {f.partition}: {f.value!r} {f.detail}")
+        lines += [f"      {h}" for h in f.history[:4]]
+    return "\n".join(lines)

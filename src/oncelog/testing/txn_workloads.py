@@ -1,0 +1,494 @@
+"""The transactional workload of `oncelog verify --workload transactions`: consume-transform-produce
+copy loops, as Kafka's transactions system test and Jepsen's Kafka workload run them.
+
+Per client, an input topic is filled with unique values before the faults start; copy loops
+(each with its own `transactional.id`) read it `read_committed`, and for every poll run one
+transaction: the transformed records to the output topic, the consumed positions with
+`send_offsets_to_transaction` (the client's group), commit. Some transactions are aborted on
+purpose after producing; their records carry the tag `A` so the checker can tell an aborted read.
+Once per client a second instance of a running loop is started with the same transactional id
+(a zombie's successor): the first must be fenced and stop, the second goes on. An abortable error
+aborts and rewinds the consumer to the group's committed offsets; a fatal one replaces the
+producer (same id, a new epoch) and rewinds. librdkafka's loops are members of a consumer group
+(subscribe, KIP-447 group metadata); oncelog's consumer joins no group, so its loops split the
+partitions by assignment and commit to a group without members.
+
+An output value is `<input value>|<instance>|<transaction number>|<C or A>`.
+"""
+from __future__ import annotations
+
+import random
+import threading
+import time
+import traceback
+from collections import Counter
+from dataclasses import dataclass, field
+
+ABORT_PROBABILITY = 0.1
+# records per transaction: at least 50, and about 400 transactions per client in a long run (each
+# costs a few round trips and fsyncs, which under faults bound the rate, not the records)
+MIN_RECORDS_PER_TXN = 50
+TXNS_PER_CLIENT = 400
+
+
+def output_value(value: bytes, instance: str, txn: int, aborting: bool) -> bytes:
+    return b"%s|%s|%d|%s" % (value, instance.encode(), txn, b"A" if aborting else b"C")
+
+
+@dataclass
+class TxnWorkload:
+    bootstrap: str
+    client: str
+    in_topic: str
+    out_topic: str
+    partitions: int
+    records: int
+    loops: int = 2
+    seed: int = 0
+    gate: threading.Event | None = None
+    timeout_s: float = 180
+    zombie_after_s: float = 3.0
+    rate: float | None = None                    # records/s over all loops; None = as fast as they go
+
+    @property
+    def per_txn(self) -> int:
+        return max(MIN_RECORDS_PER_TXN, self.records // TXNS_PER_CLIENT)
+    stats: Counter = field(default_factory=Counter)
+    aborted: set = field(default_factory=set)    # (instance, txn) of transactions known aborted
+    errors: Counter = field(default_factory=Counter)
+    notes: list = field(default_factory=list)
+
+    @property
+    def group(self) -> str:
+        return f"verify-txn-{self.client}"
+
+    @property
+    def producer(self) -> str:
+        return f"txn-{self.client}"
+
+    def values(self) -> list[bytes]:
+        return [f"{self.client}-{i}".encode() for i in range(self.records)]
+
+    def fill(self) -> dict[int, int]:
+        """Writes the input (idempotent, not transactional); returns partition -> end offset."""
+        from confluent_kafka import Producer
+        p = Producer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True, "linger.ms": 20,
+                      "log_level": 3})
+        for i, v in enumerate(self.values()):
+            while True:
+                try:
+                    p.produce(self.in_topic, v, key=v, partition=i % self.partitions)
+                    break
+                except BufferError:
+                    p.poll(0.1)
+        if p.flush(120):
+            raise RuntimeError(f"filling {self.in_topic}: records left unsent")
+        counts = Counter(i % self.partitions for i in range(self.records))
+        return {q: counts[q] for q in range(self.partitions)}
+
+    def run(self, ends: dict[int, int]) -> None:
+        self.ends = ends
+        self.started = time.monotonic()
+        self.done = threading.Event()
+        self.lock = threading.Lock()
+        rng = random.Random(self.seed)
+        loop_cls = OncelogLoop if self.client == "oncelog" else LibrdkafkaLoop
+        running: list[CopyLoop] = []
+        for k in range(self.loops):
+            mine = [q for q in range(self.partitions) if q % self.loops == k]
+            running.append(loop_cls(self, f"{self.producer}-{k}", mine, random.Random(rng.random())).start())
+        deadline = time.monotonic() + self.timeout_s
+        zombie_at = time.monotonic() + self.zombie_after_s
+        zombied = False
+        while time.monotonic() < deadline:
+            if not zombied and time.monotonic() >= zombie_at:
+                old = running[0]
+                old.superseded = True
+                running.append(loop_cls(self, old.tid, old.partitions, random.Random(rng.random()),
+                                        generation=old.generation + 1).start())
+                self.stats["zombies started"] += 1
+                zombied = True
+            if self._finished():
+                break
+            time.sleep(1.0)
+        else:
+            self.notes.append(f"{self.client}: input not fully copied within {self.timeout_s:.0f}s")
+        self.done.set()
+        for loop in running:
+            loop.thread.join(60)
+            if loop.thread.is_alive():
+                self.notes.append(f"{self.client}: loop {loop.instance} did not stop")
+
+    def _finished(self) -> bool:
+        got = self.committed_offsets()
+        return got is not None and all(got[q] >= self.ends[q] for q in got)
+
+    def committed_offsets(self) -> dict[int, int] | None:
+        """The group's committed offsets (stable ones: require_stable), None if not answered."""
+        from confluent_kafka import Consumer, KafkaException, TopicPartition
+        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": self.group, "log_level": 3,
+                      "enable.auto.commit": False, "isolation.level": "read_committed"})
+        try:
+            got = c.committed([TopicPartition(self.in_topic, q) for q in range(self.partitions)], timeout=10)
+            return {tp.partition: max(tp.offset, 0) for tp in got}
+        except KafkaException:
+            return None
+        finally:
+            c.close()
+
+    def count(self, what: str, n: int = 1) -> None:
+        with self.lock:
+            self.stats[what] += n
+
+
+class Fenced(Exception):
+    """This instance's transactional id was taken over by a newer instance."""
+
+
+class Fatal(Exception):
+    """The producer cannot go on: replace it."""
+
+
+class Abortable(Exception):
+    """The transaction must be aborted."""
+
+
+class Retriable(Exception):
+    """The call may be made again."""
+
+
+class CopyLoop:
+    def __init__(self, w: TxnWorkload, tid: str, partitions: list[int], rng: random.Random,
+                 generation: int = 1) -> None:
+        self.w, self.tid, self.partitions, self.rng = w, tid, partitions, rng
+        self.generation = generation
+        self.instance = f"{tid}.{generation}"
+        self.superseded = False
+        self.txn = 0
+        self.thread = threading.Thread(target=self._guarded, name=f"copy-{self.instance}", daemon=True)
+
+    def start(self) -> CopyLoop:
+        self.thread.start()
+        return self
+
+    def _guarded(self) -> None:
+        try:
+            self.run()
+        except Exception as e:  # noqa: BLE001 - a crashed loop is reported, the others go on
+            self.w.notes.append(f"HARNESS: copy loop {self.instance} crashed: {type(e).__name__}: {e}"[:200]
+                                + " " + "".join(traceback.format_tb(e.__traceback__)[-3:])[-600:])
+
+    # each client: open(), poll() -> [(partition, offset, value)], begin(), produce(), send_offsets(),
+    # commit(), abort(), rewind(), close(); errors raised as the classes above
+    def run(self) -> None:
+        w = self.w
+        if not self.reopen(first=True):
+            return
+        try:
+            while not w.done.is_set():
+                if w.gate is not None and not w.gate.is_set():
+                    w.gate.wait(0.2)
+                    continue
+                try:
+                    self.one()
+                except Fenced:
+                    if self.superseded:
+                        w.count("zombies fenced")
+                        return
+                    w.count("fenced (no successor): producer replaced")
+                    if not self.reopen():
+                        return
+                except Fatal as e:
+                    w.errors[f"fatal: {e}"[:120]] += 1
+                    w.count("producers replaced after a fatal error")
+                    if not self.reopen():
+                        return
+                except Exception as e:  # noqa: BLE001 - a client that raised what it should not: a finding
+                    frames = [f for f in traceback.extract_tb(e.__traceback__) if "/oncelog/" in f.filename
+                              and "/testing/" not in f.filename] or traceback.extract_tb(e.__traceback__)
+                    where = frames[-1]
+                    w.errors[f"unexpected {type(e).__name__}: {str(e)[:60]} at {where.filename.rsplit('/', 2)[-1]}:"
+                             f"{where.lineno} ({where.line})"[:200]] += 1
+                    w.count("loops restarted after an unexpected client exception")
+                    if not self.reopen():
+                        return
+        finally:
+            self.close()
+
+    def one(self) -> None:
+        w = self.w
+        if w.rate and w.stats["records copied"] > w.rate * (time.monotonic() - w.started):
+            time.sleep(0.05)  # paced, so that the faults meet many transactions
+            return
+        records = self.poll()
+        if not records:
+            return
+        self.txn += 1
+        aborting = self.rng.random() < ABORT_PROBABILITY
+        try:
+            self.begin()
+            for q, _offset, value in records:
+                self.produce(q, output_value(value, self.instance, self.txn, aborting))
+            positions: dict[int, int] = {}
+            for q, offset, _v in records:
+                positions[q] = max(positions.get(q, 0), offset + 1)
+            self.send_offsets(positions)
+            if aborting:
+                self.flush()   # the records reach the log before the abort: read_uncommitted sees them
+                self.abort()
+                self.w.aborted.add((self.instance, self.txn))
+                self.w.count("transactions aborted on purpose")
+                self.rewind()
+                return
+            self.commit()
+            self.w.count("transactions committed")
+            self.w.count("records copied", len(records))
+        except Abortable as e:
+            # a commit that failed abortably did not commit; what a fatal error interrupted is
+            # unknown (it may have committed), so only this and deliberate aborts are marked
+            self.w.errors[f"abortable: {e}"[:120]] += 1
+            try:
+                self.abort()
+            except Abortable as again:
+                raise Fatal(f"abort failed: {again}") from None
+            self.w.aborted.add((self.instance, self.txn))
+            self.w.count("transactions aborted after an abortable error")
+            self.rewind()
+
+    def reopen(self, first: bool = False) -> bool:
+        """Consumer and producer (re)opened, as an application retries its start while the
+        brokers are down; False if the run ended first."""
+        while not self.w.done.is_set():
+            if not first:
+                self.close()
+            first = False
+            try:
+                self.open()
+                return True
+            except (Fenced, Fatal, Abortable, Exception) as e:  # noqa: BLE001 - brokers down, or a client finding
+                self.w.errors[f"start failed: {type(e).__name__}: {e}"[:120]] += 1
+                time.sleep(0.5)
+        return False
+
+    def open(self) -> None:
+        self.open_consumer()
+        self.open_producer()
+        self.rewind()
+
+    def close(self) -> None:
+        self.close_producer()
+        self.close_consumer()
+
+    def committed(self) -> dict[int, int]:
+        from confluent_kafka import Consumer, KafkaException, TopicPartition
+        w = self.w
+        c = Consumer({"bootstrap.servers": w.bootstrap, "group.id": w.group, "log_level": 3,
+                      "enable.auto.commit": False, "isolation.level": "read_committed"})
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    got = c.committed([TopicPartition(w.in_topic, q) for q in self.partitions], timeout=10)
+                    return {tp.partition: max(tp.offset, 0) for tp in got}
+                except KafkaException:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
+        finally:
+            c.close()
+
+    # subclasses
+    def open_consumer(self) -> None: ...
+    def close_consumer(self) -> None: ...
+    def open_producer(self) -> None: ...
+    def close_producer(self) -> None: ...
+    def poll(self) -> list[tuple[int, int, bytes]]:
+        raise NotImplementedError
+    def begin(self) -> None: ...
+    def produce(self, partition: int, value: bytes) -> None: ...
+    def flush(self) -> None: ...
+    def send_offsets(self, positions: dict[int, int]) -> None: ...
+    def commit(self) -> None: ...
+    def abort(self) -> None: ...
+    def rewind(self) -> None: ...
+
+
+class LibrdkafkaLoop(CopyLoop):
+    def open_consumer(self) -> None:
+        from confluent_kafka import Consumer
+        w = self.w
+        self.consumer = Consumer({"bootstrap.servers": w.bootstrap, "group.id": w.group, "log_level": 3,
+                                  "enable.auto.commit": False, "isolation.level": "read_committed",
+                                  "auto.offset.reset": "earliest", "session.timeout.ms": 10000,
+                                  "heartbeat.interval.ms": 1000, "socket.timeout.ms": 5000})
+        self.consumer.subscribe([w.in_topic])
+
+    def close_consumer(self) -> None:
+        c, self.consumer = getattr(self, "consumer", None), None  # type: ignore[assignment]
+        try:
+            if c is not None:
+                c.close()
+        except Exception:  # noqa: BLE001 - a closed or broken consumer is gone either way
+            pass
+
+    def open_producer(self) -> None:
+        from confluent_kafka import Producer
+        self.producer = Producer({"bootstrap.servers": self.w.bootstrap, "transactional.id": self.tid,
+                                  "linger.ms": 5, "transaction.timeout.ms": 30000, "log_level": 3,
+                                  "socket.timeout.ms": 5000, "message.timeout.ms": 30000})
+        self._call(lambda: self.producer.init_transactions(30))
+
+    def close_producer(self) -> None:
+        p = getattr(self, "producer", None)
+        if p is not None:
+            try:
+                p.flush(1)
+            except Exception:  # noqa: BLE001
+                pass
+            self.producer = None  # type: ignore[assignment]
+
+    def _call(self, fn, attempts: int = 10):
+        from confluent_kafka import KafkaError, KafkaException
+        for i in range(attempts):
+            try:
+                return fn()
+            except KafkaException as e:
+                err = e.args[0] if e.args else None
+                if not isinstance(err, KafkaError):
+                    raise Fatal(str(e)) from None
+                if err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
+                                  KafkaError.INVALID_PRODUCER_EPOCH):
+                    raise Fenced(err.str()) from None
+                if err.fatal():
+                    raise Fatal(f"{err.name()}: {err.str()}") from None
+                if err.txn_requires_abort():
+                    raise Abortable(f"{err.name()}: {err.str()}") from None
+                if err.retriable() and i < attempts - 1:
+                    continue
+                raise Fatal(f"{err.name()}: {err.str()}") from None
+        raise AssertionError("unreachable")
+
+    def poll(self):
+        msgs = self.consumer.consume(self.w.per_txn, 0.5)
+        return [(m.partition(), m.offset(), m.value()) for m in msgs if m.error() is None]
+
+    def begin(self) -> None:
+        self._call(self.producer.begin_transaction, 1)
+
+    def produce(self, partition: int, value: bytes) -> None:
+        while True:
+            try:
+                self.producer.produce(self.w.out_topic, value, partition=partition)
+                return
+            except BufferError:
+                self.producer.poll(0.05)
+
+    def flush(self) -> None:
+        self.producer.flush(30)
+
+    def send_offsets(self, positions: dict[int, int]) -> None:
+        from confluent_kafka import TopicPartition
+        offsets = [TopicPartition(self.w.in_topic, q, o) for q, o in positions.items()]
+        self._call(lambda: self.producer.send_offsets_to_transaction(
+            offsets, self.consumer.consumer_group_metadata(), 30))
+
+    def commit(self) -> None:
+        self._call(lambda: self.producer.commit_transaction(30))
+
+    def abort(self) -> None:
+        self._call(lambda: self.producer.abort_transaction(30))
+
+    def rewind(self) -> None:
+        """Back to the group's committed offsets for every partition assigned now."""
+        from confluent_kafka import KafkaException, TopicPartition
+        assigned = self.consumer.assignment()
+        if not assigned:
+            return
+        got = self.consumer.committed(assigned, timeout=30)
+        for tp in got:
+            try:
+                self.consumer.seek(TopicPartition(tp.topic, tp.partition, max(tp.offset, 0)))
+            except KafkaException:
+                pass  # not yet fetching: it starts from the committed offset anyway
+
+
+class OncelogLoop(CopyLoop):
+    def open_consumer(self) -> None:
+        from oncelog.client.sync import Consumer
+        self.consumer = Consumer({"bootstrap.servers": self.w.bootstrap, "group.id": self.w.group,
+                                  "isolation.level": "read_committed"})
+
+    def close_consumer(self) -> None:
+        c, self.consumer = getattr(self, "consumer", None), None  # type: ignore[assignment]
+        try:
+            if c is not None:
+                c.close()
+        except Exception:  # noqa: BLE001 - a closed or broken consumer is gone either way
+            pass
+
+    def open_producer(self) -> None:
+        from oncelog.client.sync import Producer
+        self.producer = Producer({"bootstrap.servers": self.w.bootstrap, "transactional.id": self.tid,
+                                  "linger.ms": 5, "transaction.timeout.ms": 30000,
+                                  "request.timeout.ms": 5000, "delivery.timeout.ms": 30000})
+        self._call(lambda: self.producer.init_transactions(30))
+
+    def close_producer(self) -> None:
+        p = getattr(self, "producer", None)
+        if p is not None:
+            try:
+                p.close(1)
+            except Exception:  # noqa: BLE001
+                pass
+            self.producer = None  # type: ignore[assignment]
+
+    def _call(self, fn, attempts: int = 10):
+        from oncelog.client.errors import (
+            ProducerFatalError,
+            ProducerFencedError,
+            TransactionAbortableError,
+            TransactionStateError,
+            TransactionTimeoutError,
+        )
+        for i in range(attempts):
+            try:
+                return fn()
+            except ProducerFencedError as e:
+                raise Fenced(str(e)) from None
+            except TransactionAbortableError as e:
+                raise Abortable(str(e)) from None
+            except TransactionTimeoutError as e:
+                if i >= min(attempts, 3) - 1:
+                    raise Fatal(f"timed out: {e}") from None
+            except (ProducerFatalError, TransactionStateError) as e:
+                raise Fatal(f"{type(e).__name__}: {e}") from None
+        raise AssertionError("unreachable")
+
+    def poll(self):
+        return [(r.partition, r.offset, r.value) for r in self.consumer.poll(0.5, self.w.per_txn)]
+
+    def begin(self) -> None:
+        self._call(self.producer.begin_transaction, 1)
+
+    def produce(self, partition: int, value: bytes) -> None:
+        self.producer.send(self.w.out_topic, value, partition=partition)
+
+    def flush(self) -> None:
+        self._call(lambda: self.producer.flush(30), 1)
+
+    def send_offsets(self, positions: dict[int, int]) -> None:
+        from oncelog.client.types import TopicPartition
+        offsets = {TopicPartition(self.w.in_topic, q): o for q, o in positions.items()}
+        self._call(lambda: self.producer.send_offsets_to_transaction(
+            offsets, self.consumer.consumer_group_metadata(), 30))
+
+    def commit(self) -> None:
+        self._call(lambda: self.producer.commit_transaction(30))
+
+    def abort(self) -> None:
+        self._call(lambda: self.producer.abort_transaction(30))
+
+    def rewind(self) -> None:
+        from oncelog.client.types import TopicPartition
+        offsets = self.committed()
+        self.consumer.assign([TopicPartition(self.w.in_topic, q, offsets[q]) for q in self.partitions])

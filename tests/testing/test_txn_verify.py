@@ -1,0 +1,26 @@
+"""`oncelog verify --workload transactions` at CI size: copy loops of oncelog's client and
+librdkafka move a few thousand records in transactions (some aborted on purpose, one zombie
+fenced per client) across a 2-broker cluster while brokers are killed (-9) and partitions move;
+the output read_committed holds every input exactly once and no aborted record."""
+import pytest
+
+from oncelog.testing.verify import VerifyOptions, render, run
+
+pytestmark = pytest.mark.processes
+
+
+def test_transactional_copy_under_kills_and_moves(tmp_path):
+    result = run(VerifyOptions(faults=("kill", "move", "reset"), records=3000, clients=("oncelog", "librdkafka"),
+                               seed=7, duration_s=8, timeout_s=120, workload="transactions",
+                               workdir=tmp_path))
+    text = render(result)
+    assert result.ok, text
+    r = result.report
+    assert r.inputs == 3000 and r.committed_read == 3000, text
+    assert r.aborted_seen > 0, text
+    for client in ("oncelog", "librdkafka"):
+        stats = result.clients[client]
+        assert stats.get("transactions committed", 0) > 0, text
+        assert stats.get("zombies fenced", 0) == 1, text
+    assert result.faults, text
+    assert result.broker["WriteTxnMarkers requests (broker to broker)"] > 0, text
