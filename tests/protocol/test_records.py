@@ -102,7 +102,8 @@ def test_upconverted_legacy_sets_are_one_v2_batch_with_kafkas_timestamps():
     batch = records.upconvert_legacy_message_set(v0, None)
     header, recs = _one_batch(batch)
     assert (header.magic, header.producer_id, header.compression, header.records_count) == (2, -1, 0, 3)
-    assert [(r.offset, r.timestamp, r.key, r.value) for r in recs] == [(i, -1, b"k%d" % i, b"v%d" % i) for i in range(3)]
+    assert [(r.offset, r.timestamp, r.key, r.value) for r in recs] == [
+        (i, -1, b"k%d" % i, b"v%d" % i) for i in range(3)]
     # a magic-0 wrapper (absolute inner offsets) is accepted: every offset is reassigned
     header, recs = _one_batch(records.upconvert_legacy_message_set(_wrapper(0, v0), None))
     assert (header.compression, [r.value for r in recs]) == (1, [b"v0", b"v1", b"v2"])

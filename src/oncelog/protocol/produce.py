@@ -47,8 +47,8 @@ class ProduceRequest:
 def encode_request(version: int, acks: int, timeout_ms: int,
                    topics: Mapping[TopicKey, Sequence[tuple[int, bytes | bytearray | memoryview]]],
                    transactional_id: str | None = None) -> bytes:
-    """ProduceRequest body v0..v14 (v14 = v13 on the wire; below v3 without a transactional id). `topics` maps a topic name (v3-12) or
-    topic id (v13+) to [(partition, record set bytes)]."""
+    """ProduceRequest body v0..v14 (v14 = v13 on the wire; below v3 without a transactional id).
+    `topics` maps a topic name (v0-12) or topic id (v13+) to [(partition, record set bytes)]."""
     return b"".join(encode_request_parts(version, acks, timeout_ms, topics, transactional_id))
 
 
