@@ -65,8 +65,14 @@ def rows() -> list[str]:
             note = "broker to broker"
         elif served is None:
             note = "not served"
-        elif served[1] > kafka_versions(name)[1]:
-            note = f"v{served[1]}: KIP-1269's ProducerStateBatchesToRetain, not in Kafka"
+        else:
+            notes = []
+            if served[0] < kafka_versions(name)[0]:
+                notes.append(f"{span((served[0], kafka_versions(name)[0] - 1))}: Kafka 3.x's (v0/v1 "
+                             "message sets, for clients that do not ask ApiVersions), dropped by 4.0")
+            if served[1] > kafka_versions(name)[1]:
+                notes.append(f"v{served[1]}: KIP-1269's ProducerStateBatchesToRetain, not in Kafka")
+            note = "; ".join(notes)
         out.append(f"| {key} | {pretty(name)} | {kafka} | {span(served)} | {note} |")
     return out
 

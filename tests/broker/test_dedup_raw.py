@@ -145,7 +145,7 @@ def parse_produce(version: int, body: bytes) -> tuple[dict, dict[int, bytes]]:
     m = r.uvarint() - 1 if flexible else r.take(">i")
     assert m == 1
     p = {"index": r.take(">i"), "error_code": r.take(">h"), "base_offset": r.take(">q")}
-    p["log_append_time"] = r.take(">q")
+    p["log_append_time"] = r.take(">q") if version >= 2 else -1
     p["log_start_offset"] = r.take(">q") if version >= 5 else None
     if version >= 8:
         errs = r.uvarint() - 1 if flexible else r.take(">i")

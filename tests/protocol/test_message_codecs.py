@@ -144,3 +144,36 @@ def test_produce_request_acks_read_without_the_rest(version, acks):
     topics = {uuid.uuid4() if version >= 13 else "t": [(0, b"RECORDS")]}
     body = produce.encode_request(version, acks, 30000, topics, transactional_id="tx-é")
     assert produce.request_acks(version, body) == acks == produce.decode_request(version, body).acks
+
+
+@pytest.mark.parametrize("version", [0, 1, 2])
+def test_produce_v0_to_v2_request_and_response_by_hand(version):
+    # kio has no Produce below v3 (Kafka 4 dropped them): the bytes of Kafka 3.x's schema
+    topic = struct.pack(">h", 1) + b"t"
+    body = produce.encode_request(version, 1, 30000, {"t": [(0, b"MESSAGES")]})
+    assert body == struct.pack(">hii", 1, 30000, 1) + topic + struct.pack(">iii", 1, 0, 8) + b"MESSAGES"
+    decoded = produce.decode_request(version, body)
+    assert (decoded.transactional_id, decoded.acks, decoded.topics) == (None, 1, [("t", [(0, b"MESSAGES")])])
+    assert produce.request_acks(version, body) == 1
+    answer = produce.encode_response(version, [produce.TopicResponse("t", [produce.PartitionResponse(0, 0, 42, 99)])],
+                                     throttle_ms=5)
+    expected = struct.pack(">i", 1) + topic + struct.pack(">iihq", 1, 0, 0, 42)
+    expected += (struct.pack(">q", 99) if version >= 2 else b"") + (struct.pack(">i", 5) if version >= 1 else b"")
+    assert answer == expected
+    [p] = produce.decode_response(version, answer)[0].partitions
+    assert (p.base_offset, p.log_append_time) == (42, 99 if version >= 2 else -1)
+
+
+def test_metadata_v0_request_and_response_match_kio():
+    from kio.schema.metadata.v0.request import MetadataRequest
+    from kio.schema.metadata.v0.response import MetadataResponse
+    body = metadata.encode_request(0, None)
+    value, size = entity_reader(MetadataRequest)(body, 0)
+    assert size == len(body) and value.topics == ()  # all topics, in v0's words
+    answer = metadata.encode_response(0, [metadata.BrokerEntry(1, "h", 9092, "rack")], "cluster", 1,
+                                      [metadata.TopicEntry("t", 0, partitions=(metadata.PartitionEntry(0, 0, 1),))])
+    value, size = entity_reader(MetadataResponse)(answer, 0)
+    assert size == len(answer) and value.topics[0].name == "t"
+    info = metadata.decode_response(0, answer)
+    assert info.brokers[1].rack is None and info.controller_id == -1
+    assert info.topics["t"].partitions[0].leader_id == 1

@@ -88,9 +88,53 @@ def test_legacy_crc_mismatch_is_corrupt():
     assert e.value.code == ErrorCode.CORRUPT_MESSAGE
 
 
+def _one_batch(buf):
+    [(header, recs)] = list(records.iter_record_batches(buf))
+    return header, recs
+
+
+def _wrapper(magic, inner, codec=1, **kw):
+    return encode_legacy_message(0, None, compress(codec, inner), magic=magic, compression_codec=codec, **kw)
+
+
+def test_upconverted_legacy_sets_are_one_v2_batch_with_kafkas_timestamps():
+    v0 = b"".join(encode_legacy_message(7, b"k%d" % i, b"v%d" % i, magic=0) for i in range(3))
+    batch = records.upconvert_legacy_message_set(v0, None)
+    header, recs = _one_batch(batch)
+    assert (header.magic, header.producer_id, header.compression, header.records_count) == (2, -1, 0, 3)
+    assert [(r.offset, r.timestamp, r.key, r.value) for r in recs] == [
+        (i, -1, b"k%d" % i, b"v%d" % i) for i in range(3)]
+    # a magic-0 wrapper (absolute inner offsets) is accepted: every offset is reassigned
+    header, recs = _one_batch(records.upconvert_legacy_message_set(_wrapper(0, v0), None))
+    assert (header.compression, [r.value for r in recs]) == (1, [b"v0", b"v1", b"v2"])
+    # magic 1 keeps its timestamps, or takes its LogAppendTime wrapper's; the topic's codec wins
+    v1 = b"".join(encode_legacy_message(i, None, b"x", magic=1, timestamp=100 + i) for i in range(2))
+    header, recs = _one_batch(records.upconvert_legacy_message_set(_wrapper(1, v1, timestamp=101), 0))
+    assert (header.compression, [r.timestamp for r in recs], header.max_timestamp) == (0, [100, 101], 101)
+    stamped = _wrapper(1, v1, timestamp=555, timestamp_type=1)
+    assert [r.timestamp for r in _one_batch(records.upconvert_legacy_message_set(stamped, None))[1]] == [555, 555]
+
+
+@pytest.mark.parametrize("bad, code", [
+    (_wrapper(1, encode_legacy_message(0, None, b"x", magic=1)) * 2, ErrorCode.INVALID_RECORD),  # two wrappers
+    (_wrapper(1, _wrapper(1, encode_legacy_message(0, None, b"x", magic=1))), ErrorCode.INVALID_RECORD),  # nested
+    (_wrapper(1, encode_legacy_message(0, None, b"x", magic=0)), ErrorCode.INVALID_RECORD),  # inner magic differs
+    (_wrapper(1, b""), ErrorCode.INVALID_RECORD),  # holds nothing
+    (encode_legacy_message(0, None, b"x", magic=0) + encode_legacy_message(0, None, b"y", magic=1),
+     ErrorCode.INVALID_RECORD),
+    (encode_legacy_message(0, None, b"not gzip", magic=1, compression_codec=1), ErrorCode.CORRUPT_MESSAGE),
+    (encode_legacy_message(0, b"k", b"v", magic=0)[:-1] + b"w", ErrorCode.CORRUPT_MESSAGE),  # CRC
+])
+def test_bad_legacy_sets_are_refused_before_upconversion(bad, code):
+    with pytest.raises(KafkaProtocolError) as e:
+        records.upconvert_legacy_message_set(bytearray(bad), None)
+    assert e.value.code == code
+
+
 @given(st.binary(max_size=200))
 def test_random_bytes_never_escape_as_other_exceptions(data):
-    for fn in (records.validate_record_set, records.validate_legacy_message_set):
+    for fn in (records.validate_record_set, records.validate_legacy_message_set,
+               lambda b: records.upconvert_legacy_message_set(b, None)):
         try:
             fn(bytearray(data))
         except KafkaProtocolError as e:

@@ -60,10 +60,12 @@ class ApiKey(IntEnum):
 
 # (min, max) served by the broker. Produce v14 is KIP-1269's (v13 on the wire + tagged fields).
 BROKER_VERSIONS: dict[int, tuple[int, int]] = {
-    ApiKey.PRODUCE: (3, 14),
+    # Produce v0-v2 (v0/v1 message sets) and Metadata v0: as Kafka 3.x, for clients told not to
+    # ask ApiVersions (librdkafka's api.version.request=false); Kafka 4.0 dropped Produce v0-v2
+    ApiKey.PRODUCE: (0, 14),
     ApiKey.FETCH: (4, 12),
     ApiKey.LIST_OFFSETS: (1, 10),
-    ApiKey.METADATA: (1, 12),
+    ApiKey.METADATA: (0, 12),
     ApiKey.OFFSET_COMMIT: (2, 8),
     ApiKey.OFFSET_FETCH: (1, 7),
     ApiKey.FIND_COORDINATOR: (0, 4),

@@ -1,8 +1,11 @@
-"""Metadata v1-v12 written by hand, in both directions (clients and brokers read what brokers and
+"""Metadata v0-v12 written by hand, in both directions (clients and brokers read what brokers and
 the controller write), because topics may carry our tagged field 10000 `MessageFormatVersion`
 (int8, flexible versions, sent only when a topic's record format is below v2) that tells a
 producer with `enable.idempotence=requested` to fall back before it sends; the controller adds
-tags of its own for brokers (`TopicEntry.extra_tags`)."""
+tags of its own for brokers (`TopicEntry.extra_tags`).
+
+v0 (still served by Kafka 4.x) differs beyond missing fields: its topics array is never null, and
+an empty one asks for all topics (from v1, null asks for all and empty for none)."""
 from __future__ import annotations
 
 import uuid
@@ -18,7 +21,9 @@ def encode_request(version: int, topics: list[str] | None, allow_auto_create: bo
     """MetadataRequest for `topics` by name (None: all topics)."""
     flex = version >= 9
     out = []
-    if topics is None:
+    if topics is None and version == 0:
+        out.append(array_len(0, flex))
+    elif topics is None:
         out.append(array_len(None, flex))
     else:
         out.append(array_len(len(topics), flex))
@@ -83,18 +88,22 @@ def encode_response(version: int, brokers: list[BrokerEntry], cluster_id: str | 
         out.append(I32.pack(0))  # throttle time
     out.append(array_len(len(brokers), flex))
     for b in brokers:
-        out.append(I32.pack(b.node_id) + string(b.host, flex) + I32.pack(b.port) + string(b.rack, flex))
+        out.append(I32.pack(b.node_id) + string(b.host, flex) + I32.pack(b.port))
+        if version >= 1:
+            out.append(string(b.rack, flex))
         if flex:
             out.append(b"\x00")
     if version >= 2:
         out.append(string(cluster_id, flex))
-    out.append(I32.pack(controller_id))
+    if version >= 1:
+        out.append(I32.pack(controller_id))
     out.append(array_len(len(topics), flex))
     for t in topics:
         out.append(I16.pack(t.error_code) + string(t.name, flex))
         if version >= 10:
             out.append(t.topic_id.bytes)
-        out.append(b"\x00")  # is_internal
+        if version >= 1:
+            out.append(b"\x00")  # is_internal
         out.append(array_len(len(t.partitions), flex))
         for p in t.partitions:
             replicas = I32.pack(p.leader_id) if p.leader_id >= 0 else b""
@@ -132,16 +141,17 @@ def decode_response(version: int, buf: Buf, pos: int = 0) -> MetadataResponse:
     brokers = {}
     for _ in range(r.array_len(flex)):
         node, host, port = r.i32(), r.string(flex), r.i32()
-        rack = r.string(flex)
+        rack = r.string(flex) if version >= 1 else None
         if flex:
             r.skip_tags()
         brokers[node] = BrokerEntry(node, host or "", port, rack)
     cluster_id = r.string(flex) if version >= 2 else None
-    info = MetadataResponse(brokers, cluster_id, r.i32())
+    info = MetadataResponse(brokers, cluster_id, r.i32() if version >= 1 else -1)
     for _ in range(r.array_len(flex)):
         code, name = r.i16(), r.string(flex)
         topic_id = r.uuid() if version >= 10 else NULL_UUID
-        r.boolean()  # is_internal
+        if version >= 1:
+            r.boolean()  # is_internal
         parts = []
         for _ in range(r.array_len(flex)):
             pcode, index, leader = r.i16(), r.i32(), r.i32()

@@ -1,6 +1,9 @@
-"""Produce v3-v14 written by hand, in both directions (the client writes requests and reads
+"""Produce v0-v14 written by hand, in both directions (the client writes requests and reads
 responses, the broker the reverse): it is the hot path, and v14's responses carry tagged fields kio
 does not know.
+
+v0-v2 (Kafka 3.x serves them; 4.0 dropped them) carry v0/v1 message sets and have no
+transactional id; v0 answers have no throttle time, v0-v1 no log append time.
 
 v14 (KIP-1269) is v13 on the wire plus tag 1 `ProducerStateBatchesToRetain` (int32, the topic's
 `producer.state.batches.to.retain`, default 5) for every partition that exists, written twice until
@@ -44,8 +47,8 @@ class ProduceRequest:
 def encode_request(version: int, acks: int, timeout_ms: int,
                    topics: Mapping[TopicKey, Sequence[tuple[int, bytes | bytearray | memoryview]]],
                    transactional_id: str | None = None) -> bytes:
-    """ProduceRequest body v3..v14 (v14 = v13 on the wire). `topics` maps a topic name (v3-12) or
-    topic id (v13+) to [(partition, record set bytes)]."""
+    """ProduceRequest body v0..v14 (v14 = v13 on the wire; below v3 without a transactional id).
+    `topics` maps a topic name (v0-12) or topic id (v13+) to [(partition, record set bytes)]."""
     return b"".join(encode_request_parts(version, acks, timeout_ms, topics, transactional_id))
 
 
@@ -55,8 +58,8 @@ def encode_request_parts(version: int, acks: int, timeout_ms: int,
     """`encode_request` as a list of parts, so that the record sets are sent without a copy."""
     # the producer's per-request path: lengths inline rather than through primitives' helpers
     flex = version >= 9
-    out: list[Buf] = [string(transactional_id, flex), I16.pack(acks), I32.pack(timeout_ms),
-                 uvarint(len(topics) + 1) if flex else I32.pack(len(topics))]
+    out: list[Buf] = [string(transactional_id, flex)] if version >= 3 else []
+    out += [I16.pack(acks), I32.pack(timeout_ms), uvarint(len(topics) + 1) if flex else I32.pack(len(topics))]
     for topic, parts in topics.items():
         out.append(_topic_field(version, topic, flex))
         out.append(uvarint(len(parts) + 1) if flex else I32.pack(len(parts)))
@@ -84,7 +87,7 @@ def request_acks(version: int, body: Buf) -> int:
 def decode_request(version: int, body: Buf) -> ProduceRequest:
     flex = version >= 9
     r = Reader(body)
-    transactional_id = r.string(flex)
+    transactional_id = r.string(flex) if version >= 3 else None
     acks, timeout_ms = r.i16(), r.i32()
     topics = []
     for _ in range(r.array_len(flex)):
@@ -141,8 +144,9 @@ def encode_response(version: int, topics: list[TopicResponse], throttle_ms: int 
         out.append(_topic_field(version, t.topic, flex))
         out.append(array_len(len(t.partitions), flex))
         for p in t.partitions:
-            out.append(I32.pack(p.index) + I16.pack(p.error_code) + I64.pack(p.base_offset)
-                       + I64.pack(p.log_append_time))
+            out.append(I32.pack(p.index) + I16.pack(p.error_code) + I64.pack(p.base_offset))
+            if version >= 2:
+                out.append(I64.pack(p.log_append_time))
             if version >= 5:
                 out.append(I64.pack(p.log_start_offset))
             if version >= 8:
@@ -166,7 +170,8 @@ def encode_response(version: int, topics: list[TopicResponse], throttle_ms: int 
                 if t.max_in_flight_sequence_number is not None:
                     tags[TAG_MAX_IN_FLIGHT_SEQUENCE_NUMBER] = I32.pack(t.max_in_flight_sequence_number)
             out.append(tagged_fields(tags))
-    out.append(I32.pack(throttle_ms))
+    if version >= 1:
+        out.append(I32.pack(throttle_ms))
     if flex:
         out.append(b"\x00")
     return b"".join(out)
@@ -198,7 +203,9 @@ def decode_response(version: int, buf: Buf, pos: int = 0) -> list[TopicResponse]
         topic: TopicKey | None = r.uuid() if version >= 13 else r.string(flex)
         parts = []
         for _ in range(r.array_len(flex)):
-            p = PartitionResponse(r.i32(), r.i16(), r.i64(), r.i64())
+            p = PartitionResponse(r.i32(), r.i16(), r.i64())
+            if version >= 2:
+                p.log_append_time = r.i64()
             if version >= 5:
                 p.log_start_offset = r.i64()
             if version >= 8:

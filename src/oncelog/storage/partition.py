@@ -277,6 +277,10 @@ class Partition:
             if len(buf) == 0:
                 raise KafkaProtocolError(ErrorCode.INVALID_RECORD, "empty record set")
             check = None
+            if rec.magic_of(buf) < 2 and self._format_magic >= 2:
+                # A v0/v1 message set (Produce v0-v2) stored as the current format stores it,
+                # as Kafka's LogValidator up-converts; it is then a plain batch like any other.
+                buf = rec.upconvert_legacy_message_set(buf, self._codec)
             if rec.magic_of(buf) >= 2:
                 headers = rec.validate_record_set(buf)
                 if any(h.has_producer_id for h in headers):

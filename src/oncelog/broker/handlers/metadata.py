@@ -1,4 +1,4 @@
-"""Metadata (API 3), v1-v12: brokers, topics with ids (v10+), partition leaders and leader epochs;
+"""Metadata (API 3), v0-v12: brokers, topics with ids (v10+), partition leaders and leader epochs;
 auto-creation when `auto.create.topics.enable` and the client allows it. In a cluster the brokers
 and leaders come from the controller's view, so a client learns where a partition moved.
 
@@ -8,6 +8,7 @@ TOPIC_AUTHORIZATION_FAILED without looking whether they exist. Auto-creation nee
 cluster or on the topic (else TOPIC_AUTHORIZATION_FAILED)."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 from oncelog.broker.authorization import (
@@ -31,6 +32,8 @@ log = logging.getLogger(__name__)
 
 
 async def handle(broker, version: int, request) -> bytes:
+    if version == 0 and not request.topics:
+        request = dataclasses.replace(request, topics=None)  # v0's empty array asks for all (v1+: null)
     if request.topics is None:
         wanted: list = sorted(authorized_names(broker, Op.DESCRIBE, TOPIC, broker.logs.topics, audit=False))
     else:

@@ -1,4 +1,8 @@
-"""Produce (API 0), v3-v14: validate, deduplicate and append through each Partition.
+"""Produce (API 0), v0-v14: validate, deduplicate and append through each Partition.
+
+v0-v2 carry v0/v1 message sets (a topic of the current format stores them up-converted to v2,
+`Partition.append_from_client`); from v3 a v0/v1 message set is INVALID_RECORD, as Kafka's
+ProduceRequest.validateRecords answers. A v2 batch in v0-v2 is accepted, as Kafka accepts it.
 
 Every answer for a partition that exists carries its log start offset, refusals included: a
 producer tells a lost write (UNKNOWN_PRODUCER_ID above its last acknowledged offset) from retention
@@ -40,8 +44,8 @@ from oncelog.broker.quotas import throttle
 from oncelog.core.txn.errors import verification_error
 from oncelog.protocol import produce as wire
 from oncelog.protocol.api import ApiKey
-from oncelog.protocol.errors import ErrorCode
-from oncelog.protocol.records import iter_batches
+from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
+from oncelog.protocol.records import iter_batches, magic_of
 
 API_KEY = 0
 
@@ -85,6 +89,13 @@ async def handle(broker, version: int, request) -> bytes | None:
                 answer.partitions.append(wire.PartitionResponse(
                     index, refuse[0], log_start_offset=partition.log_start_offset,
                     error_message=refuse[1], batches_to_retain=window))
+                continue
+            if version >= 3 and _is_message_set(records):
+                answer.partitions.append(wire.PartitionResponse(
+                    index, ErrorCode.INVALID_RECORD, log_start_offset=partition.log_start_offset,
+                    error_message=f"Produce v{version} carries record batches of magic 2 only",
+                    batches_to_retain=window))
+                broker.metrics.errors.labels("produce", ErrorCode.INVALID_RECORD.name).inc()
                 continue
             too_large = _too_large(records, broker.logs.topic_config(name)["max.message.bytes"])
             if too_large is not None:
@@ -190,6 +201,14 @@ async def _check_transactional(broker, version: int, request, header, topic: str
                 f"epoch {epoch} ({ErrorCode(code).name})")
     finally:
         partition.end_verification(pid, guard)
+
+
+def _is_message_set(records) -> bool:
+    """A v0/v1 message set (by its first entry; one too short to tell is storage's to refuse)."""
+    try:
+        return records is not None and magic_of(records) < 2
+    except KafkaProtocolError:
+        return False
 
 
 def _too_large(records, limit: int) -> str | None:

@@ -57,6 +57,7 @@ from oncelog.protocol.records.legacy import (
     message_format_magic,
     parse_message_format_version,
     patch_legacy_offsets,
+    upconvert_legacy_message_set,
     validate_legacy_message_set,
 )
 from oncelog.protocol.records.validate import check_batch, validate_batch, validate_record_set
@@ -73,5 +74,6 @@ __all__ = [
     "iter_record_times", "magic_of", "message_format_magic", "parse_message_format_version",
     "patch_batch", "patch_legacy_offsets", "read_batch_header",
     "recompress", "record_size_upper_bound", "rewrite_producer_state", "seal_batch", "set_max_timestamp",
+    "upconvert_legacy_message_set",
     "validate_batch", "validate_legacy_message_set", "validate_record_set", "writable",
 ]

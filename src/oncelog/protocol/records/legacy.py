@@ -12,6 +12,7 @@ import zlib
 from typing import Any, NamedTuple
 
 from oncelog.protocol import compression
+from oncelog.protocol.errors import KafkaProtocolError
 from oncelog.protocol.primitives import Buf
 from oncelog.protocol.records.batch import (
     ATTR_COMPRESSION_MASK,
@@ -25,6 +26,7 @@ from oncelog.protocol.records.batch import (
     invalid,
     iter_batches,
 )
+from oncelog.protocol.records.encode import encode_batch
 
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
@@ -185,6 +187,51 @@ def validate_legacy_message_set(buf: Buf) -> LegacySetInfo:
             raise invalid("compressed message holds no messages")
         count += inner_count
     return LegacySetInfo(magic, count, max_ts)
+
+
+def upconvert_legacy_message_set(buf: Buf, codec: int | None) -> bytearray:
+    """A produced v0/v1 message set as the one v2 batch Kafka's LogValidator stores on a topic of
+    the current format: every CRC checked, one magic, wrappers' inner sets expanded, the records
+    under `codec` (None: the wrapper's codec, or none), no producer id. Each record keeps the
+    timestamp it has: -1 (no timestamp) for magic 0, its own (or its LogAppendTime wrapper's) for
+    magic 1; offsets and a LogAppendTime topic's time are the log's to set, as for any batch.
+
+    As Kafka: a compressed set is its one wrapper; a wrapper holds uncompressed messages of its
+    own magic (their offsets are not checked, since all are reassigned; so compressed magic-0
+    sets, which carry absolute inner offsets, are accepted here)."""
+    if len(buf) == 0:
+        raise invalid("empty message set")
+    mv = memoryview(buf)
+    entries = list(iter_batches(mv, exact=True))
+    magic = entries[0][1].magic
+    source_codec = 0
+    records: list[Record] = []
+    for pos, header in entries:
+        _check_message(mv, pos, header, magic)
+        if not header.compression:
+            records.extend(decode_legacy_entry(mv[pos:pos + header.size], header, False)[1])
+            continue
+        source_codec = header.compression
+        if len(entries) > 1:
+            raise invalid("a compressed message set holds one message, its wrapper")
+        try:
+            inner = memoryview(_inner_set(mv, pos, header))
+        except KafkaProtocolError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a codec error is a corrupt message, whatever the library
+            raise corrupt(f"compressed message set does not decompress: {exc}") from None
+        for inner_pos, inner_header in iter_batches(inner, exact=True):
+            _check_message(inner, inner_pos, inner_header, magic)
+            if inner_header.compression:
+                raise invalid("nested compressed message")
+            records.extend(decode_legacy_entry(inner[inner_pos:inner_pos + inner_header.size],
+                                               inner_header, False)[1])
+        if magic == 1 and header.attributes & ATTR_TIMESTAMP_TYPE:
+            records = [r._replace(timestamp=header.max_timestamp) for r in records]
+    if not records:
+        raise invalid("compressed message holds no messages")
+    return encode_batch([(0, r.timestamp, r.key, r.value) for r in records],
+                        compression=source_codec if codec is None else codec)
 
 
 def patch_legacy_offsets(buf: WritableBuf, base_offset: int) -> int:
