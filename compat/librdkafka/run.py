@@ -301,15 +301,16 @@ class Suite:
         props = {**props,
                  # PLAINTEXT stays for the harness's own tools (kafka-topics.sh over BROKERS)
                  "listeners": f"PLAINTEXT://127.0.0.1:0,{mode.protocol}://127.0.0.1:0",
-                 "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
-                 "connections.max.reauth.ms": str(REAUTH_MS),
-                 f"listener.name.{listener}.plain.sasl.jaas.config":
-                     f'org.apache.kafka.common.security.plain.PlainLoginModule required '
-                     f'username="{USER}" password="{PASSWORD}" user_{USER}="{PASSWORD}";',
-                 "oncelog.add.scram": f"SCRAM-SHA-256=[name={USER},password={PASSWORD}],"
-                                      f"SCRAM-SHA-512=[name={USER},password={PASSWORD}]"}
+                 "connections.max.reauth.ms": str(REAUTH_MS)}
         conf: list[str] = [f"security.protocol={mode.protocol}"]
         if mode.mechanism:
+            props.update({
+                "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+                f"listener.name.{listener}.plain.sasl.jaas.config":
+                    f'org.apache.kafka.common.security.plain.PlainLoginModule required '
+                    f'username="{USER}" password="{PASSWORD}" user_{USER}="{PASSWORD}";',
+                "oncelog.add.scram": f"SCRAM-SHA-256=[name={USER},password={PASSWORD}],"
+                                     f"SCRAM-SHA-512=[name={USER},password={PASSWORD}]"})
             conf += [f"sasl.mechanisms={mode.mechanism}", f"sasl.username={USER}", f"sasl.password={PASSWORD}"]
         env: dict[str, str] = {}
         if "SSL" in mode.protocol:
