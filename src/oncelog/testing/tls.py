@@ -61,3 +61,19 @@ def make_client(pki: Pki, name: str, subject: str | None = None, ca: str = "ca")
     made with `make_ca(pki.directory, ca)` makes one the broker does not trust)."""
     _sign(pki.directory, name, subject or f"/CN={name}", ca, None)
     return pki.client(name)
+
+
+def client_formats(pki: Pki, name: str, password: str) -> dict[str, Path]:
+    """A client key made by `make_client` in every encoding a client may load it from, as
+    librdkafka's test harness (trivup) provides them: key and certificate as PEM and DER, and a
+    PKCS#12 file holding key, certificate and CA, protected by `password`."""
+    cert, key = pki.client(name)
+    d = pki.directory
+    out = {"pub_pem": cert, "priv_pem": key, "pub_der": d / f"{name}-pub.der",
+           "priv_der": d / f"{name}-priv.der", "pkcs": d / f"{name}.p12", "ca_der": d / "ca.der"}
+    _openssl("x509", "-in", cert.name, "-outform", "der", "-out", out["pub_der"].name, cwd=d)
+    _openssl("pkey", "-in", key.name, "-outform", "der", "-out", out["priv_der"].name, cwd=d)
+    _openssl("x509", "-in", pki.ca.name, "-outform", "der", "-out", out["ca_der"].name, cwd=d)
+    _openssl("pkcs12", "-export", "-inkey", key.name, "-in", cert.name, "-certfile", pki.ca.name,
+             "-passout", f"pass:{password}", "-out", out["pkcs"].name, cwd=d)
+    return out
