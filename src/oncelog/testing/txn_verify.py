@@ -173,6 +173,7 @@ def run_transactions(options, progress=None) -> TxnVerifyResult:
 
 
 def render_transactions(result: TxnVerifyResult) -> str:
+    from oncelog.testing.verify import activity_lines  # verify imports this module when it runs
     o, r = result.options, result.report
     lines = [f"oncelog verify --workload transactions: seed {o.seed}, faults {','.join(o.faults) or '-'}, "
              f"clients {','.join(o.clients)}, {o.records} records, {o.brokers} brokers, "
@@ -180,20 +181,7 @@ def render_transactions(result: TxnVerifyResult) -> str:
              f"inputs {r.inputs}, output read_committed {r.committed_read}, read_uncommitted "
              f"{r.uncommitted_read} (of which {r.aborted_seen} from aborted transactions); inputs not "
              f"copied when the run ended: {r.not_copied}"]
-    counts = Counter(e.fault for e in result.faults)
-    lines.append("process faults fired: " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none")
-                 + f"; proxy: {result.proxy.get('resets', 0)} resets, "
-                 f"{result.proxy.get('dropped_responses', 0)} responses dropped after the broker wrote")
-    lines += ["  " + e.line() for e in result.faults[:30]]
-    lines.append("copy loops:")
-    for name, stats in result.clients.items():
-        lines.append(f"  {name:<11} " + (", ".join(f"{k} {v}" for k, v in sorted(stats.items())) or "-"))
-        for error, n in sorted(result.client_errors.get(name, {}).items()):
-            lines.append(f"  {'':<11} {n} x {error}")
-    lines.append("brokers answered:")
-    lines += [f"  {k:<48} {v}" for k, v in result.broker.items() if v]
-    lines += [f"note: {n}" for n in result.notes]
-    lines.append("")
+    lines += activity_lines(result, "copy loops (what recovery cost them; errors they met):")
     if r.ok:
         lines.append("OK: every input the groups committed copied exactly once, no aborted record visible "
                      "to read_committed" + (", aborted records present in the log" if r.aborted_seen else ""))

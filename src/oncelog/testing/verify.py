@@ -242,6 +242,29 @@ def _create_topic(bootstrap: str, topic: str, partitions: int, security: dict) -
     admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
 
 
+def activity_lines(result, clients_title: str) -> list[str]:
+    """What a run went through, as both workloads report it: the faults that fired, what each
+    client's recovery cost, what the brokers answered, the notes; ends with an empty line."""
+    counts = Counter(e.fault for e in result.faults)
+    lines = ["process faults fired: " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none")
+             + f"; proxy: {result.proxy.get('resets', 0)} resets, "
+             f"{result.proxy.get('dropped_responses', 0)} responses dropped after the broker "
+             f"wrote, {result.proxy.get('connections', 0)} connections"]
+    lines += ["  " + e.line() for e in result.faults[:30]]
+    if len(result.faults) > 30:
+        lines.append(f"  ... {len(result.faults) - 30} more")
+    lines.append(clients_title)
+    for name, stats in result.clients.items():
+        lines.append(f"  {name:<13} " + (", ".join(f"{k} {v}" for k, v in sorted(stats.items())) or "-"))
+        for error, n in sorted(result.client_errors.get(name, {}).items()):
+            lines.append(f"  {'':<13} failed: {n} x {error}")
+    lines.append("brokers answered:")
+    lines += [f"  {k:<48} {v}" for k, v in result.broker.items() if v]
+    lines += [f"note: {n}" for n in result.notes]
+    lines.append("")
+    return lines
+
+
 def render(result) -> str:
     """The readable report."""
     if not isinstance(result, VerifyResult):
@@ -253,23 +276,7 @@ def render(result) -> str:
              f"{o.partitions} partitions, {result.seconds:.0f}s",
              "",
              f"sent {r.sent}, acknowledged {r.acked}, failed {r.errors}, read back {r.read}"]
-    counts = Counter(e.fault for e in result.faults)
-    lines.append("process faults fired: " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none")
-                 + f"; proxy: {result.proxy.get('resets', 0)} resets, "
-                 f"{result.proxy.get('dropped_responses', 0)} responses dropped after the broker "
-                 f"wrote, {result.proxy.get('connections', 0)} connections")
-    lines += ["  " + e.line() for e in result.faults[:30]]
-    if len(result.faults) > 30:
-        lines.append(f"  ... {len(result.faults) - 30} more")
-    lines.append("clients (what recovery cost them; records that failed, by error):")
-    for name, stats in result.clients.items():
-        lines.append(f"  {name:<13} " + (", ".join(f"{k} {v}" for k, v in sorted(stats.items())) or "-"))
-        for error, n in sorted(result.client_errors.get(name, {}).items()):
-            lines.append(f"  {'':<13} failed: {n} x {error}")
-    lines.append("brokers answered:")
-    lines += [f"  {k:<48} {v}" for k, v in result.broker.items() if v]
-    lines += [f"note: {n}" for n in result.notes]
-    lines.append("")
+    lines += activity_lines(result, "clients (what recovery cost them; records that failed, by error):")
     if r.ok:
         lines.append("OK: no duplicates, no lost acknowledged writes, no inconsistent offsets, "
                      "no reordering, no fatal client errors")
