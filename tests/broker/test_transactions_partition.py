@@ -22,8 +22,19 @@ from oncelog.protocol.api import ApiKey
 from oncelog.protocol.entities import RequestBuilder
 from oncelog.protocol.errors import ErrorCode as E
 from oncelog.protocol.records import Record, encode_batch
+from oncelog.testing.embedded import BrokerProcess
 
 pytestmark = pytest.mark.processes
+
+
+@pytest.fixture
+def broker(tmp_path):
+    """These tests drive the partition side alone: raw transactional Produce requests and markers
+    by WriteTxnMarkers, no coordinator to verify against (Kafka's
+    transaction.partition.verification.enable=false)."""
+    b = BrokerProcess(tmp_path / "data", {"transaction.partition.verification.enable": "false"}).start()
+    yield b
+    b.stop()
 NOW = 1_700_000_000_000
 TID = "txn-a"
 A, B, PLAIN = 5001, 5002, 5003

@@ -717,6 +717,7 @@ def test_a_resumed_transaction_sends_only_its_end_txn_at_the_given_epoch():
     tm.resume_transaction(4242, 7)
     with pytest.raises(TransactionStateError):
         tm.check_send("out")
+    assert not tm.open_for_records()   # the shell's lock-free per-record check says the same
     with pytest.raises(TransactionStateError):
         tm.resume_transaction(4242, 8)
     result = tm.commit_transaction()

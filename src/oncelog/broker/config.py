@@ -95,6 +95,10 @@ _BROKER_ONLY = (
               "producer may ask for (else INVALID_TRANSACTION_TIMEOUT).", minimum=1),
     ConfigDef("transactional.id.expiration.ms", "int", 604800000, "Idle time after which a "
               "transactional id with no open transaction is forgotten.", minimum=1),
+    ConfigDef("transaction.partition.verification.enable", "boolean", True, "KIP-890 part 1: a partition "
+              "leader asks the transaction coordinator before it appends a producer's first transactional "
+              "batch of a transaction; false accepts transactional batches unverified (a hanging "
+              "transaction then becomes possible, as in Kafka)."),
     ConfigDef("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10000, "How "
               "often transactions open longer than their timeout are aborted.", minimum=1),
     ConfigDef("transaction.remove.expired.transaction.cleanup.interval.ms", "int", 3600000, "How "

@@ -157,7 +157,8 @@ class Broker:
         # Before serving: a partition of __transaction_state left in Prepare* resumes its markers now.
         assert self.producer_ids is not None  # _connect_controller set it or raised
         self.txn = TxnCoordinatorService(self, self.producer_ids.producer_id_nowait)
-        self.txn_verifier = self.txn.verify
+        if self.config["transaction.partition.verification.enable"]:
+            self.txn_verifier = self.txn.verify
         self.txn.start()
         for server in self._servers:
             await server.start_serving()

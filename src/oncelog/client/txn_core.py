@@ -368,7 +368,7 @@ class TransactionManager:
         again when the loop takes it (`maybe_add_partition`) and fails there."""
         call = self._call
         return (self.state is S.IN_TRANSACTION and (call is None or call.done)
-                and self.producer_id >= 0)
+                and self.producer_id >= 0 and not self._resumed)
 
     def check_send(self, what: str = "a topic") -> None:
         """Raises unless a record may be sent now (the shell asks before it takes a record,
