@@ -17,7 +17,9 @@ def _batch(first: int, n: int):
 
 def test_review_small_write_tasks_do_not_all_land_on_partition_0(spark_broker, make_topic):
     topic = make_topic(4)
-    writer = BatchWriter({"bootstrap.servers": spark_broker, "topic": topic}, None)
+    # the shared idempotent producer's partitioning (exactly-once tasks have producers of their own)
+    writer = BatchWriter({"bootstrap.servers": spark_broker, "topic": topic,
+                          "deliveryGuarantee": "at-least-once"}, None)
     for task in range(12):                  # 12 tasks of 50 keyless rows (one Arrow batch each)
         writer.write(iter([_batch(task * 50, 50)]))
         producers.close_all()               # ...each in a Python worker of its own
@@ -34,7 +36,7 @@ def test_tasks_sharing_a_producer_move_on_after_batch_size_bytes(spark_broker, m
     keyless rows to another partition after each batch.size bytes, whichever task sends them."""
     topic = make_topic(4)
     writer = BatchWriter({"bootstrap.servers": spark_broker, "topic": topic,
-                          "kafka.batch.size": "2048"}, None)
+                          "kafka.batch.size": "2048", "deliveryGuarantee": "at-least-once"}, None)
     for task in range(12):
         writer.write(iter([_batch(task * 50, 50)]))
     with Consumer({"bootstrap.servers": spark_broker}) as c:
