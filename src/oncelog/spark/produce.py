@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from oncelog.client import AdminClient, Producer, TopicPartition
+from oncelog.client.errors import TransactionAbortableError
 from oncelog.protocol.records import RECORD_OVERHEAD
 from oncelog.spark import producers
 from oncelog.spark.arrow_io import require_pyarrow
@@ -51,6 +52,14 @@ class _Writer:
         self.partitioner = producer.partitioner
 
     def write(self, batch) -> None:
+        try:
+            self._write(batch)
+        except TransactionAbortableError as e:
+            # an earlier batch of this task's transaction failed and the producer refuses more:
+            # the same failure finish() reports when it is seen there first
+            raise DeliveryFailed(f"producing to oncelog failed: {e!r}") from e
+
+    def _write(self, batch) -> None:
         import pyarrow.compute as pc
         if _column(batch, "value") is None:
             raise OncelogSparkError("the DataFrame written to oncelog needs a `value` column "
