@@ -380,8 +380,8 @@ def test_transaction_state_is_compacted_and_a_restart_loads_each_ids_latest_stat
             p.begin_transaction()
             p.produce(topic, value=b"%d" % i, partition=0)
             p.commit_transaction(30)
-        before = describe(bs, tid)
-        assert before.transaction_state == "CompleteCommit"
+        # commit_transaction returns once PrepareCommit is durable; the markers follow
+        before = wait_for_state(bs, tid, "CompleteCommit")
         state_dir = tmp_path / "data" / "__transaction_state-0"
 
         def log_bytes() -> tuple[int, int]:
