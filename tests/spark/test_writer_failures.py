@@ -38,8 +38,10 @@ def test_input_failing_midway_resolves_every_record_handed_over(spark_broker, ma
     before = len(_producer_threads())
 
     def rows():
-        for k in range(3):
-            yield _batch(k * 500, 500)
+        # batches of 100 rows (about 11 KB) fit the topic's max.message.bytes: this task fails
+        # by the upstream error alone, whenever the broker answers
+        for k in range(15):
+            yield _batch(k * 100, 100)
         raise RuntimeError("upstream failed after 1,500 rows")
 
     writer = BatchWriter(options, None)
@@ -88,8 +90,10 @@ def test_exactly_once_task_failing_midway_leaves_nothing_visible(spark_broker, m
     before = len(_producer_threads())
 
     def rows():
-        for k in range(3):
-            yield _batch(k * 500, 500)
+        # batches of 100 rows (about 11 KB) fit the topic's max.message.bytes: this task fails
+        # by the upstream error alone, whenever the broker answers
+        for k in range(15):
+            yield _batch(k * 100, 100)
         raise RuntimeError("upstream failed after 1,500 rows")
 
     with pytest.raises(RuntimeError, match="upstream failed"):
