@@ -12,7 +12,6 @@ survived it (the metadata log is fsynced before CreateAcls is answered).
 """
 from __future__ import annotations
 
-import asyncio
 import uuid
 from pathlib import Path
 
@@ -28,8 +27,8 @@ from confluent_kafka.admin import (
     ResourcePatternType,
     ResourceType,
 )
+from test_transactions import call  # one raw-request helper for the compat tests
 
-from oncelog.client.aio.connection import Connection
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.testing.embedded import BrokerProcess
@@ -45,19 +44,6 @@ ANY_ACL = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None
 
 
 # ------------------------------------------------------------------ helpers
-async def _call(bootstrap: str, api_key: int, version: int, **fields):
-    host, port = bootstrap.rsplit(":", 1)
-    conn = Connection(host, int(port), "authz-test")
-    await conn.connect(10)
-    try:
-        body = entities.encode(entities.make(entities.entity_class(api_key, version, "request"), **fields))
-        return entities.decode_response(api_key, version, await conn.request(api_key, version, body))
-    finally:
-        conn.close()
-
-
-def call(bootstrap: str, api_key: int, version: int, **fields):
-    return asyncio.run(_call(bootstrap, api_key, version, **fields))
 
 
 def acl(rtype, name, op, permission=ALLOW, pattern=LITERAL, principal=ME):
