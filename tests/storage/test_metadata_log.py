@@ -24,7 +24,7 @@ def block(next_id: int) -> dict:
 
 def replay(directory) -> ControllerState:
     s = ControllerState()
-    for _off, r in MetadataLog(directory).read():
+    for _off, r in MetadataLog(directory, read_only=True).read():
         s.replay(r)
     return s
 
@@ -43,7 +43,7 @@ def test_a_failed_append_leaves_nothing_and_the_next_one_follows_the_last_durabl
     log.append([block(3000)])
     log.close()
     assert replay(tmp_path).next_producer_id == 3000   # replay starts (no "must increase")
-    assert [r["next_producer_id"] for _o, r in MetadataLog(tmp_path).read()] == [1000, 2000, 3000]
+    assert [r["next_producer_id"] for _o, r in MetadataLog(tmp_path, read_only=True).read()] == [1000, 2000, 3000]
 
 
 def test_a_cut_that_fails_refuses_every_later_append(tmp_path):
@@ -77,7 +77,7 @@ def test_torn_metadata_log_tail_is_ignored_and_truncated(tmp_path, caplog):
     assert path.stat().st_size == good
     assert "torn or corrupt tail" in caplog.text
     again.append([{"type": "x", "n": 3}])
-    assert [r["n"] for _o, r in MetadataLog(tmp_path).read()] == [1, 2, 3]
+    assert [r["n"] for _o, r in MetadataLog(tmp_path, read_only=True).read()] == [1, 2, 3]
 
 
 def test_corrupt_snapshot_is_set_aside(tmp_path):

@@ -48,6 +48,7 @@ from oncelog.protocol.framing import FrameError, FrameReader
 from oncelog.protocol.headers import correlation_id_of, read_request_header, response_header
 from oncelog.protocol.primitives import I32
 from oncelog.storage.cleaner import LogCleaner
+from oncelog.storage.dir_lock import DirectoryLock
 from oncelog.storage.group_offsets import GroupOffsetStore
 from oncelog.storage.log_manager import LogManager
 
@@ -86,6 +87,7 @@ class Broker:
         self.credentials: ControllerCredentials | None = None
         self.metrics_port: int | None = None
         self._servers: list[asyncio.base_events.Server] = []
+        self._dir_locks: list[DirectoryLock] = []
         self._connections: set[_Connection] = set()
         self._data_event = asyncio.Event()
         self._ticker: asyncio.Task | None = None
@@ -135,9 +137,38 @@ class Broker:
                 sec.tls.reload()
 
     # ------------------------------------------------------------------ lifecycle
+    def lock_directories(self) -> None:
+        """Take this broker's data directories before anything reads them; raises DirectoryLocked
+        (naming the holder) when another process has them: two brokers on one directory would
+        overwrite each other's acknowledged records. Brokers of one cluster share theirs."""
+        if self._dir_locks:
+            return
+        try:
+            if self.config["oncelog.cluster"]:
+                self._dir_locks.append(DirectoryLock.cluster_member(
+                    self.config.log_dirs[0], f"node-{self.node_id}", f"broker {self.node_id}"))
+            else:
+                for d in self.config.log_dirs:
+                    self._dir_locks.append(DirectoryLock.exclusive(d, "a broker"))
+        except BaseException:
+            self._release_directories()
+            raise
+
+    def _release_directories(self) -> None:
+        for lock in self._dir_locks:
+            lock.release()
+        self._dir_locks = []
+
     async def start(self) -> tuple[str, int]:
+        self.lock_directories()
+        try:
+            return await self._start()
+        except BaseException:
+            self._release_directories()
+            raise
+
+    async def _start(self) -> tuple[str, int]:
         first_dir = Path(self.config.log_dirs[0])
-        first_dir.mkdir(parents=True, exist_ok=True)
         self.cluster_id = self.cluster_id or _stored_cluster_id(first_dir)
         clustered = self.config["oncelog.cluster"]
         if not clustered:
@@ -270,6 +301,7 @@ class Broker:
         self.metrics.close()
         self.group_commit.close()
         await self.logs.close()
+        self._release_directories()
         log.info("broker %d stopped", self.node_id)
 
     def _cleaner(self) -> LogCleaner:

@@ -17,6 +17,7 @@ import click
 
 from oncelog.broker.config import BrokerConfig
 from oncelog.cli.admin import CLUSTER_FILE
+from oncelog.storage.dir_lock import DirectoryLock, DirectoryLocked
 
 _LISTENING = re.compile(r"listening on ([\w.\-]+):(\d+)")
 
@@ -44,7 +45,10 @@ def _start(cmd: list[str]) -> tuple[subprocess.Popen, str, int]:
 def serve_cluster(config: BrokerConfig, n: int, properties: str | None, overrides: dict[str, str],
                   log_level: str) -> None:
     data = Path(config.log_dirs[0]).resolve()
-    data.mkdir(parents=True, exist_ok=True)
+    try:  # held while the cluster runs: a second `serve` of either kind refuses this directory
+        lock = DirectoryLock.cluster_member(data, "cluster", "a cluster (serve --brokers)")
+    except DirectoryLocked as e:
+        raise click.ClickException(str(e)) from None
     user, password = "oncelog-broker", secrets.token_urlsafe(16)
     me = [sys.executable, "-m", "oncelog.cli.main"]
     procs: list[subprocess.Popen] = []
@@ -95,3 +99,4 @@ def serve_cluster(config: BrokerConfig, n: int, properties: str | None, override
                 p.wait(30)
             except subprocess.TimeoutExpired:
                 p.kill()
+        lock.release()

@@ -14,6 +14,7 @@ from oncelog.cli import logs
 from oncelog.cli.admin import admin
 from oncelog.cli.perf import perf
 from oncelog.cli.verify import verify
+from oncelog.storage.dir_lock import DirectoryLocked
 
 log = logging.getLogger("oncelog.cli")
 
@@ -77,6 +78,8 @@ def serve(properties, overrides, listeners, advertised_listeners, log_dirs, log_
         asyncio.run(_serve(config))
     except KeyboardInterrupt:
         pass
+    except DirectoryLocked as e:
+        raise click.ClickException(str(e)) from None
 
 
 def _bootstrap_scram(config: BrokerConfig) -> list:
@@ -89,6 +92,8 @@ def _bootstrap_scram(config: BrokerConfig) -> list:
 async def _serve(config: BrokerConfig) -> None:
     from oncelog.broker.server import Broker
     controller = None
+    broker = Broker(config)
+    broker.lock_directories()  # before the in-process controller opens its part of the directory
     if not config["controller.quorum.bootstrap.servers"]:
         from oncelog.controller.embedded import start_in_process
         controller, reach = await start_in_process(config.log_dirs[0], _bootstrap_scram(config))
@@ -96,7 +101,6 @@ async def _serve(config: BrokerConfig) -> None:
     elif config["oncelog.add.scram"]:
         log.warning("oncelog.add.scram is ignored: credentials are bootstrapped by the controller "
                     "(`oncelog controller --add-scram`)")
-    broker = Broker(config)
     host, port = await broker.start()
     advertised = f"{broker.advertised_host}:{broker.advertised_port}"
     for name, (lhost, lport) in broker.bound.items():
@@ -172,7 +176,10 @@ def controller_command(metadata_dir, listener, users, principals, session_timeou
         if c.fatal.is_set():
             click.echo(f"oncelog: controller stopping: {c.fatal_message}")
             raise SystemExit(2)
-    asyncio.run(run())
+    try:
+        asyncio.run(run())
+    except DirectoryLocked as e:
+        raise click.ClickException(str(e)) from None
 
 
 oncelog.add_command(perf)

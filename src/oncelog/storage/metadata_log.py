@@ -31,6 +31,7 @@ from typing import Any
 from crc32c import crc32c
 
 from oncelog.storage import failpoints as fp
+from oncelog.storage.dir_lock import DirectoryLock
 
 log = logging.getLogger(__name__)
 
@@ -59,14 +60,20 @@ class MetadataLog:
         """`read_only` (audits while a controller runs): read what is complete, change nothing."""
         self.directory = Path(directory)
         self.read_only = read_only
-        if not read_only:
-            self.directory.mkdir(parents=True, exist_ok=True)
+        # one controller per metadata directory: a second one would append records the first
+        # never replays (read-only audits take no lock)
+        self._lock = None if read_only else DirectoryLock.exclusive(self.directory, "a controller")
         self.path = self.directory / LOG_FILE
         self._records: list[dict[str, Any]] = []
         self._size = 0  # bytes of whole, durable records
         self.failed: str | None = None
-        self._recover()
-        self._fd = -1 if read_only else os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            self._recover()
+            self._fd = -1 if read_only else os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        except BaseException:
+            if self._lock is not None:
+                self._lock.release()
+            raise
 
     def _recover(self) -> None:
         data = self.path.read_bytes() if self.path.exists() else b""
@@ -166,3 +173,6 @@ class MetadataLog:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
