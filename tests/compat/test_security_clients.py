@@ -122,8 +122,9 @@ def test_kafka_python_wrong_password_is_refused(secure, way, refusal_logged):
     from kafka import KafkaProducer
     from kafka.errors import KafkaError
     with pytest.raises(KafkaError):
-        p = KafkaProducer(**kafka_python_conf(secure, way, "wrong"), max_block_ms=10000)
-        p.send("never", b"x").get(timeout=10)
+        # kafka-python retries a refused bootstrap until bootstrap_timeout_ms (30 s by default)
+        p = KafkaProducer(**kafka_python_conf(secure, way, "wrong"), max_block_ms=3000, bootstrap_timeout_ms=3000)
+        p.send("never", b"x").get(timeout=3)
     refusal_logged(USER, way)
 
 
