@@ -49,6 +49,8 @@ def refuse_creation(topic: str) -> None:
 
 def check_overrides(topic: str, overrides: Mapping[str, str | None]) -> None:
     """An internal topic's config overrides after a change keep `cleanup.policy=compact`."""
-    if is_internal(topic) and overrides.get("cleanup.policy") != COMPACT:
-        raise KafkaProtocolError(ErrorCode.INVALID_CONFIG, refusal(
-            f"set cleanup.policy={overrides.get('cleanup.policy') or '(default)'} on", topic))
+    policy = overrides.get("cleanup.policy")
+    if is_internal(topic) and policy != COMPACT:
+        # (the value is the client's: quoted if odd, it cannot fake a log line)
+        shown = "(unset)" if policy is None else policy if policy.isidentifier() else repr(policy)
+        raise KafkaProtocolError(ErrorCode.INVALID_CONFIG, refusal(f"set cleanup.policy={shown} on", topic))

@@ -57,8 +57,8 @@ async def _alter_topic(broker, topic: str, configs, validate_only: bool) -> None
             to_delete.append(c.name)
         else:
             to_set[c.name] = _list_op(broker, topic, to_set, c.name, c.value, op == APPEND)
-    internal_topics.check_overrides(topic, {k: v for k, v in {**broker.logs.topics[topic].overrides, **to_set}.items()
-                                            if k not in to_delete})
+    after = {**broker.logs.topics[topic].overrides, **to_set}
+    internal_topics.check_overrides(topic, {k: v for k, v in after.items() if k not in to_delete})
     if not validate_only:
         await broker.logs.alter_topic_config(topic, to_set, to_delete)
     else:
