@@ -120,8 +120,7 @@ def test_a_forged_transaction_state_record_is_refused_and_cannot_complete_anothe
         b.kill()
         b.start()
         bs = b.bootstrap
-        assert eventually(lambda: txn_state(bs, "victim") if txn_state(bs, "victim") != "" else None,
-                          "loaded") == "Ongoing"
+        assert eventually(lambda: txn_state(bs, "victim"), "loaded by the coordinator") == "Ongoing"
         victim.abort_transaction(60)
         checker = Producer({"bootstrap.servers": bs, "transactional.id": "checker", "linger.ms": 0})
         checker.init_transactions(30)
