@@ -26,12 +26,13 @@ from typing import Any
 
 from oncelog.broker.controller_client import ControllerClient, ControllerUnavailable
 from oncelog.core.topic_config import effective_topic_config, parse_topic_configs
+from oncelog.core.topic_names import invalid_topic_reason, validate_topic_name
 from oncelog.protocol import entities
 from oncelog.protocol import metadata as md
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.storage.cleaner import LogCleaner
-from oncelog.storage.log_manager import TopicInfo, check_topic_name, maintain, report_invalid_overrides
+from oncelog.storage.log_manager import TopicInfo, maintain, partition_dir, report_invalid_overrides
 from oncelog.storage.partition import DEFAULT_EXPIRATION_CHECK_INTERVAL_MS, Partition, PartitionConfig
 from oncelog.storage.txn_markers import MarkerWriting
 
@@ -64,6 +65,7 @@ class ClusterLogs(MarkerWriting):
         self.brokers: list[md.BrokerEntry] = []
         self.leaders: dict[tuple[str, int], tuple[int, int]] = {}
         self._by_id: dict[uuid.UUID, str] = {}
+        self._invalid: set[str] = set()   # names in the controller's view that no topic may have
         self._led: dict[tuple[str, int], _Led] = {}
         self._task: asyncio.Task | None = None
         self._changed = asyncio.Event()
@@ -94,6 +96,13 @@ class ClusterLogs(MarkerWriting):
         infos, leaders = {}, {}
         for t in view.topics.values():
             assert t.name is not None  # asked for all topics, the controller names each
+            reason = invalid_topic_reason(t.name)
+            if reason is not None:  # recorded by a controller that did not check names
+                if t.name not in self._invalid:
+                    self._invalid.add(t.name)
+                    log.error("the controller's view has a topic %r whose name is invalid (%s): not opened",
+                              t.name, reason)
+                continue
             overrides = json.loads((t.extra_tags or {}).get(TAG_TOPIC_OVERRIDES, b"{}"))
             old = self.topics.get(t.name)
             info = TopicInfo(t.name, t.topic_id, len(t.partitions), overrides, str(self.log_dir))
@@ -125,7 +134,7 @@ class ClusterLogs(MarkerWriting):
                 self._try_open(key, epoch, now)
 
     def _try_open(self, key: tuple[str, int], epoch: int, now_ms: int) -> None:
-        directory = self.log_dir / f"{key[0]}-{key[1]}"
+        directory = partition_dir(self.log_dir, *key)
         directory.mkdir(parents=True, exist_ok=True)
         fd = os.open(directory / ".leader.lock", os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -219,7 +228,7 @@ class ClusterLogs(MarkerWriting):
                 pass
 
     async def create_topic(self, name: str, partitions: int, overrides: dict[str, str], now_ms: int) -> TopicInfo:
-        check_topic_name(name)
+        validate_topic_name(name)
         parse_topic_configs(overrides)
         mod = entities.module(ApiKey.CREATE_TOPICS, 7, "request")
         configs = tuple(entities.make(mod.CreatableTopicConfig, name=k, value=str(v)) for k, v in overrides.items())

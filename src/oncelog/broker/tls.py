@@ -2,10 +2,12 @@
 (`core.security.listeners.TlsSettings`), TLS 1.2+ only, `ssl.client.auth`, and the peer
 certificate's name as principal (`ssl.principal.mapping.rules`).
 
-`ListenerTls.reload()` (SIGHUP) loads the files again into the same context (the asyncio server
-holds it), after checking them in a fresh one: new handshakes use the new key and certificate,
-open connections keep theirs, CAs are added (OpenSSL cannot drop one from a context). A file that
-fails to load leaves the old material in place, with a log line.
+`ListenerTls.reload()` (SIGHUP) builds a new context from the files and puts it in the place of
+the old one: each connection takes the listener's context when it is accepted, so new handshakes
+use the new key, certificate and truststore (a CA removed from the file is no longer trusted:
+OpenSSL cannot drop a CA from a context, so the context is replaced, never reloaded), and open
+connections keep the session they made. Files that fail to load leave the old context in place,
+with a log line.
 """
 from __future__ import annotations
 
@@ -60,19 +62,12 @@ class ListenerTls:
         self.mapper = SslPrincipalMapper.from_rules(settings.principal_mapping_rules)
 
     def reload(self) -> bool:
-        s = self.settings
         try:
-            server_context(s)   # all of it loads, or nothing changes
-            if s.cert_chain_file:
-                self.context.load_cert_chain(s.cert_chain_file, password=s.key_password)
-            else:
-                assert s.cert_chain_pem and s.key_pem
-                _load_inline(self.context, s.cert_chain_pem, s.key_pem, s.key_password)
-            if s.ca_file or s.ca_pem:
-                self.context.load_verify_locations(cafile=s.ca_file, cadata=s.ca_pem)
+            context = server_context(self.settings)   # all of it loads, or nothing changes
         except (OSError, ssl.SSLError, ValueError) as e:
             log.warning("listener %s: TLS key material did not reload (%s); keeping the old one", self.listener, e)
             return False
+        self.context = context
         log.info("listener %s: TLS key material reloaded", self.listener)
         return True
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from oncelog.core.topic_names import validate_topic_name
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 
 TOPIC, DELETE_TOPIC, TOPIC_CONFIG, LEADER = "topic", "delete_topic", "topic_config", "leader"
@@ -67,6 +68,7 @@ class Leadership:
     # ------------------------------------------------------------------ decisions
     def decide_create_topic(self, name: str, topic_id: str, partitions: int,
                             overrides: dict[str, str], live: list[int]) -> list[dict[str, Any]]:
+        validate_topic_name(name)   # brokers make directories from what is recorded here
         if name in self.topics:
             raise KafkaProtocolError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
         records: list[dict[str, Any]] = [{"type": TOPIC, "name": name, "topic_id": topic_id,

@@ -69,6 +69,7 @@ class TopicEntry:
     message_format_magic: int | None = None  # tag 10000, sent below 2; None: not stated
     extra_tags: dict[int, bytes] | None = None  # the controller's own fields for brokers
     authorized_operations: int = AUTHORIZED_OPERATIONS_OMITTED  # KIP-430 bitfield, v8+, when asked
+    is_internal: bool = False   # v1+: a topic the broker owns (`__transaction_state`)
 
 
 @dataclass(slots=True)
@@ -103,7 +104,7 @@ def encode_response(version: int, brokers: list[BrokerEntry], cluster_id: str | 
         if version >= 10:
             out.append(t.topic_id.bytes)
         if version >= 1:
-            out.append(b"\x00")  # is_internal
+            out.append(b"\x01" if t.is_internal else b"\x00")
         out.append(array_len(len(t.partitions), flex))
         for p in t.partitions:
             replicas = I32.pack(p.leader_id) if p.leader_id >= 0 else b""
@@ -150,8 +151,7 @@ def decode_response(version: int, buf: Buf, pos: int = 0) -> MetadataResponse:
     for _ in range(r.array_len(flex)):
         code, name = r.i16(), r.string(flex)
         topic_id = r.uuid() if version >= 10 else NULL_UUID
-        if version >= 1:
-            r.boolean()  # is_internal
+        internal = r.boolean() if version >= 1 else False
         parts = []
         for _ in range(r.array_len(flex)):
             pcode, index, leader = r.i16(), r.i32(), r.i32()
@@ -164,7 +164,7 @@ def decode_response(version: int, buf: Buf, pos: int = 0) -> MetadataResponse:
             parts.append(PartitionEntry(index, pcode, leader, epoch))
         if version >= 8:
             r.i32()  # topic authorized operations
-        t = TopicEntry(name, code, topic_id, tuple(sorted(parts, key=lambda p: p.index)))
+        t = TopicEntry(name, code, topic_id, tuple(sorted(parts, key=lambda p: p.index)), is_internal=internal)
         if flex:
             tags = {k: bytes(v) for k, v in r.tags().items()}
             magic = tags.pop(TAG_MESSAGE_FORMAT_VERSION, None)

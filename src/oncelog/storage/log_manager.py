@@ -21,6 +21,7 @@ from typing import Any
 
 from oncelog.core.leadership import check_partition_increase
 from oncelog.core.topic_config import effective_topic_config, invalid_topic_configs, parse_topic_configs
+from oncelog.core.topic_names import invalid_topic_reason, validate_topic_name
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.protocol.metadata import BrokerEntry
 from oncelog.storage.cleaner import LogCleaner
@@ -30,7 +31,6 @@ from oncelog.storage.txn_markers import MarkerWriting
 log = logging.getLogger(__name__)
 
 REGISTRY = "__oncelog_topics.json"
-_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 
 
 @dataclass
@@ -42,10 +42,12 @@ class TopicInfo:
     log_dir: str = ""
 
 
-def check_topic_name(name: str) -> None:
-    if name in (".", "..") or not _LEGAL_TOPIC.match(name or ""):
-        raise KafkaProtocolError(ErrorCode.INVALID_TOPIC_EXCEPTION,
-                                 f"topic name {name!r}: 1-249 characters of [a-zA-Z0-9._-], not '.' or '..'")
+def partition_dir(log_dir: Path, topic: str, index: int) -> Path:
+    """`<log dir>/<topic>-<index>`, the only way a partition's path is made: a name that is not a
+    legal topic name (`../x`) is refused here too, whoever let it through."""
+    if index < 0:
+        raise KafkaProtocolError(ErrorCode.INVALID_PARTITIONS, f"partition {index} of {topic!r}")
+    return log_dir / f"{validate_topic_name(topic)}-{index}"
 
 
 def report_invalid_overrides(topic: str, overrides: dict[str, Any], where: Any) -> None:
@@ -96,6 +98,7 @@ class LogManager(MarkerWriting):
         self.brokers: list[BrokerEntry] = []  # no other broker: Metadata answers with this one
         self._by_id: dict[uuid.UUID, str] = {}
         self._partitions: dict[tuple[str, int], Partition] = {}
+        self._invalid: dict[str, list[dict[str, Any]]] = {}  # registry entries whose name is invalid, by log dir
 
     # ------------------------------------------------------------------ open / close
     async def open(self, now_ms: int) -> None:
@@ -105,6 +108,12 @@ class LogManager(MarkerWriting):
             if not path.exists():
                 continue
             for t in json.loads(path.read_text()):
+                reason = invalid_topic_reason(t["name"])
+                if reason is not None:  # (written before names were checked): kept, never opened
+                    log.error("%s: topic %r is not opened: its name is invalid (%s); its entry and files are "
+                              "left as they are", path, t["name"], reason)
+                    self._invalid.setdefault(str(d), []).append(t)
+                    continue
                 info = TopicInfo(t["name"], uuid.UUID(t["topic_id"]), t["partitions"], t.get("overrides", {}), str(d))
                 self.topics[info.name] = info
                 self._by_id[info.topic_id] = info.name
@@ -119,7 +128,7 @@ class LogManager(MarkerWriting):
                     log.warning("%s: a partition directory with no topic in the registry; left alone", child)
 
     def _open_partition(self, info: TopicInfo, index: int, now_ms: int) -> Partition:
-        directory = Path(info.log_dir) / f"{info.name}-{index}"
+        directory = partition_dir(Path(info.log_dir), info.name, index)
         partition = Partition.open(info.name, index, directory, self._partition_config(info.name), now_ms)
         self._partitions[(info.name, index)] = partition
         return partition
@@ -158,7 +167,7 @@ class LogManager(MarkerWriting):
 
     # ------------------------------------------------------------------ changes
     async def create_topic(self, name: str, partitions: int, overrides: dict[str, str], now_ms: int) -> TopicInfo:
-        check_topic_name(name)
+        validate_topic_name(name)
         if name in self.topics:
             raise KafkaProtocolError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
         if partitions < 1:
@@ -214,7 +223,7 @@ class LogManager(MarkerWriting):
         self._by_id.pop(info.topic_id, None)
         self._save_registry(Path(info.log_dir))
         for p in range(info.partitions):
-            directory = Path(info.log_dir) / f"{name}-{p}"
+            directory = partition_dir(Path(info.log_dir), name, p)
             if directory.exists():
                 doomed = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}-delete")
                 directory.rename(doomed)
@@ -251,6 +260,7 @@ class LogManager(MarkerWriting):
     def _save_registry(self, log_dir: Path) -> None:
         entries = [{"name": t.name, "topic_id": str(t.topic_id), "partitions": t.partitions,
                     "overrides": t.overrides} for t in self.topics.values() if t.log_dir == str(log_dir)]
+        entries += self._invalid.get(str(log_dir), [])
         path = log_dir / REGISTRY
         tmp = path.with_suffix(".tmp")
         with open(tmp, "w") as f:

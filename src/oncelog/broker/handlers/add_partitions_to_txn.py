@@ -5,14 +5,17 @@ VerifyOnly, checked without a write (NONE or TRANSACTION_ABORTABLE per partition
 an unknown topic answers UNKNOWN_TOPIC_OR_PARTITION and the rest of its transaction
 OPERATION_NOT_ATTEMPTED, as Kafka does; nothing is added then.
 Authorization: v0-3 WRITE on the transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED for all)
-and on each topic (TOPIC_AUTHORIZATION_FAILED, the rest OPERATION_NOT_ATTEMPTED); v4 (brokers)
-CLUSTER_ACTION on the cluster.
+and on each topic (TOPIC_AUTHORIZATION_FAILED, the rest OPERATION_NOT_ATTEMPTED), which a client
+never has on an internal topic (as Kafka: `__consumer_offsets` joins through AddOffsetsToTxn);
+v4 (brokers) CLUSTER_ACTION on the cluster.
 """
 from __future__ import annotations
 
 import asyncio
 
 from oncelog.broker.authorization import TOPIC, TXN_ID, Op, authorize, authorized_names, require_cluster
+from oncelog.broker.internal_topics import refusal
+from oncelog.core.topic_names import is_internal
 from oncelog.core.txn.errors import for_version
 from oncelog.core.txn.log_format import CONSUMER_OFFSETS_TOPIC
 from oncelog.protocol import entities
@@ -47,6 +50,9 @@ async def _one(broker, version: int, tid: str, pid: int, epoch: int, verify_only
         if not authorize(broker, Op.WRITE, TXN_ID, tid):
             return {tp: E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED for tp in wanted}
         writable = authorized_names(broker, Op.WRITE, TOPIC, (t for t, _ in wanted))
+        for topic in [t for t in writable if is_internal(t)]:
+            refusal("add to a transaction", topic)
+            writable.discard(topic)
         if len(writable) < len({t for t, _ in wanted}):
             return {tp: E.TOPIC_AUTHORIZATION_FAILED if tp[0] not in writable else E.OPERATION_NOT_ATTEMPTED
                     for tp in wanted}

@@ -2,9 +2,11 @@
 the configs given (a name left out reverts to its default), as Kafka's legacyAlterConfigs does;
 validate_only checks without changing anything. A topic's overrides, or on a BROKER resource (a
 broker id, or the empty name for the cluster-wide default) Kafka's dynamic broker configs
-(`broker.dynamic_config`). Needs ALTER_CONFIGS on the resource (the cluster for a broker)."""
+(`broker.dynamic_config`). Needs ALTER_CONFIGS on the resource (the cluster for a broker). An
+internal topic's `cleanup.policy` stays `compact` (`broker.internal_topics`)."""
 from __future__ import annotations
 
+from oncelog.broker import internal_topics
 from oncelog.broker.authorization import Op, config_denied
 from oncelog.broker.handlers import incremental_alter_configs
 from oncelog.core.broker_config import DELETE, SET
@@ -50,6 +52,7 @@ async def _replace_topic(broker, topic: str, configs, validate_only: bool) -> No
         raise KafkaProtocolError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {topic!r}")
     wanted = {c.name: c.value for c in configs if c.value is not None}
     parse_topic_configs(wanted)
+    internal_topics.check_overrides(topic, wanted)
     if not validate_only:
         await broker.logs.alter_topic_config(topic, wanted, [k for k in info.overrides if k not in wanted])
 

@@ -4,11 +4,13 @@ them, or takes the one broker each assignment names), and Metadata shows them at
 pick them up at their next refresh. Kafka's errors: INVALID_PARTITIONS when the count does not
 increase, UNKNOWN_TOPIC_OR_PARTITION, INVALID_REPLICA_ASSIGNMENT for an assignment that does not
 name exactly one known broker per new partition, INVALID_REQUEST for a topic named twice. Needs
-ALTER on the topic (TOPIC_AUTHORIZATION_FAILED)."""
+ALTER on the topic (TOPIC_AUTHORIZATION_FAILED). An internal topic keeps its count
+(INVALID_TOPIC_EXCEPTION: its coordinator maps keys to partitions by it; `broker.internal_topics`)."""
 from __future__ import annotations
 
 from collections import Counter
 
+from oncelog.broker import internal_topics
 from oncelog.broker.authorization import TOPIC, Op, authorize
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
@@ -30,6 +32,7 @@ async def handle(broker, version: int, request) -> bytes:
                 raise KafkaProtocolError(ErrorCode.INVALID_REQUEST, "Duplicate topic name.")
             if not authorize(broker, Op.ALTER, TOPIC, name):
                 raise KafkaProtocolError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
+            internal_topics.refuse("add partitions to", name)
             assignments = None if t.assignments is None else [[int(b) for b in a.broker_ids] for a in t.assignments]
             await broker.logs.create_partitions(name, int(t.count), assignments, broker.now_ms(),
                                                 validate_only=bool(request.validate_only))

@@ -1,12 +1,16 @@
 """CreateTopics (API 19), v2-v7. One replica per partition: a replication factor other than 1
-(or -1, the default) is refused; configs are validated before anything is created. Needs CREATE
-on the cluster or on the topic (TOPIC_AUTHORIZATION_FAILED); the configs in the answer (v5+,
-KIP-525) need DESCRIBE_CONFIGS on the topic."""
+(or -1, the default) is refused; the name (`core.topic_names`: INVALID_TOPIC_EXCEPTION) and the
+configs are validated before anything is created, validate_only or not. The broker's own topics
+are not created by clients (INVALID_REQUEST, `broker.internal_topics`). Needs CREATE on the
+cluster or on the topic (TOPIC_AUTHORIZATION_FAILED); the configs in the answer (v5+, KIP-525)
+need DESCRIBE_CONFIGS on the topic."""
 from __future__ import annotations
 
+from oncelog.broker import internal_topics
 from oncelog.broker.authorization import TOPIC, Op, authorize, authorize_cluster
 from oncelog.broker.handlers.describe_configs import topic_config_entries
 from oncelog.core.topic_config import parse_topic_configs
+from oncelog.core.topic_names import validate_topic_name
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
@@ -21,8 +25,10 @@ async def handle(broker, version: int, request) -> bytes:
     for t in request.topics:
         name = str(t.name)
         try:
+            internal_topics.refuse_creation(name)
             if not (on_cluster or authorize(broker, Op.CREATE, TOPIC, name)):
                 raise KafkaProtocolError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
+            validate_topic_name(name)
             partitions = _partitions(broker, t)
             overrides = {c.name: c.value for c in t.configs if c.value is not None}
             parse_topic_configs(overrides)

@@ -1,9 +1,12 @@
 """DeleteRecords (API 21), v0-v2: move a partition's log start offset (-1: to the high
 watermark). Producer state is snapshotted first so it outlives the deleted batches. Needs DELETE
-on the topic (TOPIC_AUTHORIZATION_FAILED)."""
+on the topic (TOPIC_AUTHORIZATION_FAILED); an internal topic's records are never deleted
+(INVALID_TOPIC_EXCEPTION, as Kafka's ReplicaManager answers)."""
 from __future__ import annotations
 
 from oncelog.broker.authorization import TOPIC, Op, authorized_names
+from oncelog.broker.internal_topics import refusal
+from oncelog.core.topic_names import is_internal
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
@@ -17,12 +20,17 @@ async def handle(broker, version: int, request) -> bytes:
     deletable = authorized_names(broker, Op.DELETE, TOPIC, (str(t.name) for t in request.topics))
     for t in request.topics:
         parts = []
+        internal = str(t.name) in deletable and is_internal(str(t.name))
+        if internal:
+            refusal("delete records of", str(t.name))
         for p in t.partitions:
             partition = broker.logs.get_partition(str(t.name), int(p.partition_index))
             code: int
             code, low = ErrorCode.NONE, -1
             if str(t.name) not in deletable:
                 code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif internal:
+                code = ErrorCode.INVALID_TOPIC_EXCEPTION
             elif partition is None:
                 code = broker.logs.partition_error(str(t.name), int(p.partition_index))
             else:

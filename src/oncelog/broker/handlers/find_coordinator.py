@@ -1,7 +1,9 @@
 """FindCoordinator (API 10), v0-v4: which broker coordinates a group (`Broker.group_coordinator`)
-or a transactional id (key type 1: the leader of its `__transaction_state` partition, the topic
-created on first need). v4 answers a batch of keys (KIP-699). Needs DESCRIBE on the group
-(GROUP_AUTHORIZATION_FAILED) or on the transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED)."""
+or a transactional id (key type 1: the leader of its `__transaction_state` partition). v4 answers a
+batch of keys (KIP-699). Needs DESCRIBE on the group (GROUP_AUTHORIZATION_FAILED) or on the
+transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), checked first: `__transaction_state` is
+created on first need only for a caller allowed to ask (Kafka's getCoordinator order), so a
+refused request creates nothing."""
 from __future__ import annotations
 
 from oncelog.broker import authorization as authz
@@ -16,34 +18,50 @@ GROUP, TRANSACTION = 0, 1
 async def handle(broker, version: int, request) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     key_type = int(getattr(request, "key_type", GROUP))
-    code, message = ErrorCode.NONE, None
-    if key_type == TRANSACTION:
-        code = await broker.txn.ensure_topic()
-    elif key_type != GROUP:
-        code, message = ErrorCode.INVALID_REQUEST, f"unknown key type {key_type}"
-
-    def answer(key: str) -> dict:
-        if code:
-            return dict(node_id=-1, host="", port=-1, error_code=code, error_message=message)
-        resource = authz.TXN_ID if key_type == TRANSACTION else authz.GROUP
-        if not authz.authorize(broker, authz.Op.DESCRIBE, resource, key):
-            return dict(node_id=-1, host="", port=-1, error_code=authz.denied_code(resource), error_message=None)
-        if key_type == TRANSACTION:
-            if not key:
-                return dict(node_id=-1, host="", port=-1, error_code=ErrorCode.INVALID_REQUEST,
-                            error_message="empty transactional id")
-            found = broker.txn.coordinator_node(key)
-            if found is None:
-                return dict(node_id=-1, host="", port=-1, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                            error_message=None)
-            node, host, port = found
+    keys = list(request.coordinator_keys) if version >= 4 else [request.key]
+    answers: dict[str, dict] = {}
+    allowed = []   # transactional ids the caller may look up
+    for key in dict.fromkeys(keys):
+        answer = _answer(broker, key_type, key)
+        if answer is None:
+            allowed.append(key)
         else:
-            node, host, port = broker.group_coordinator(key)
-        return dict(node_id=node, host=host, port=port, error_code=ErrorCode.NONE, error_message=None)
+            answers[key] = answer
+    if allowed:
+        code = await broker.txn.ensure_topic()
+        for key in allowed:
+            answers[key] = _error(code) if code else _transaction_coordinator(broker, key)
     if version >= 4:
-        return rb.encode(throttle_time=0, coordinators=tuple(
-            rb("Coordinator", key=key, **answer(key)) for key in request.coordinator_keys))
-    return rb.encode(throttle_time=0, **answer(request.key))
+        return rb.encode(throttle_time=0, coordinators=tuple(rb("Coordinator", key=key, **answers[key])
+                                                             for key in keys))
+    return rb.encode(throttle_time=0, **answers[request.key])
+
+
+def _answer(broker, key_type: int, key: str) -> dict | None:
+    """The answer for `key`, or None for a transactional id the caller may look up."""
+    if key_type not in (GROUP, TRANSACTION):
+        return _error(ErrorCode.INVALID_REQUEST, f"unknown key type {key_type}")
+    resource = authz.TXN_ID if key_type == TRANSACTION else authz.GROUP
+    if not authz.authorize(broker, authz.Op.DESCRIBE, resource, key):
+        return _error(authz.denied_code(resource))
+    if key_type == GROUP:
+        node, host, port = broker.group_coordinator(key)
+        return dict(node_id=node, host=host, port=port, error_code=ErrorCode.NONE, error_message=None)
+    if not key:
+        return _error(ErrorCode.INVALID_REQUEST, "empty transactional id")
+    return None
+
+
+def _transaction_coordinator(broker, key: str) -> dict:
+    found = broker.txn.coordinator_node(key)
+    if found is None:
+        return _error(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    node, host, port = found
+    return dict(node_id=node, host=host, port=port, error_code=ErrorCode.NONE, error_message=None)
+
+
+def _error(code: int, message: str | None = None) -> dict:
+    return dict(node_id=-1, host="", port=-1, error_code=code, error_message=message)
 
 
 def error_response(version: int, request, code: int) -> bytes:

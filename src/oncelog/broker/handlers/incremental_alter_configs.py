@@ -3,10 +3,12 @@
 On a BROKER resource (a broker id, or the empty name for the cluster-wide default): Kafka's
 dynamic broker configs, kept in the controller's metadata log (`broker.dynamic_config`).
 APPEND and SUBTRACT work on list configs (`cleanup.policy`). All of a resource's changes are
-validated before any is applied. Needs ALTER_CONFIGS on the topic (TOPIC_AUTHORIZATION_FAILED) or
+validated before any is applied; an internal topic's `cleanup.policy` stays `compact`
+(`broker.internal_topics`). Needs ALTER_CONFIGS on the topic (TOPIC_AUTHORIZATION_FAILED) or
 the cluster for broker settings (CLUSTER_AUTHORIZATION_FAILED)."""
 from __future__ import annotations
 
+from oncelog.broker import internal_topics
 from oncelog.broker.authorization import Op, config_denied
 from oncelog.core.topic_config import TOPIC_CONFIGS, alter_list, parse_topic_configs
 from oncelog.protocol import entities
@@ -55,6 +57,8 @@ async def _alter_topic(broker, topic: str, configs, validate_only: bool) -> None
             to_delete.append(c.name)
         else:
             to_set[c.name] = _list_op(broker, topic, to_set, c.name, c.value, op == APPEND)
+    after = {**broker.logs.topics[topic].overrides, **to_set}
+    internal_topics.check_overrides(topic, {k: v for k, v in after.items() if k not in to_delete})
     if not validate_only:
         await broker.logs.alter_topic_config(topic, to_set, to_delete)
     else:

@@ -4,12 +4,16 @@ and leaders come from the controller's view, so a client learns where a partitio
 
 Authorization (Kafka's KafkaApis.handleTopicMetadataRequest): a topic needs DESCRIBE. Asked for
 all topics, those the caller may not describe are left out; named, they are answered
-TOPIC_AUTHORIZATION_FAILED without looking whether they exist. Auto-creation needs CREATE on the
-cluster or on the topic (else TOPIC_AUTHORIZATION_FAILED)."""
+TOPIC_AUTHORIZATION_FAILED without looking whether they exist, and one asked for by its id (v12)
+without its name. Auto-creation needs CREATE on the cluster or on the topic (else
+TOPIC_AUTHORIZATION_FAILED) and a legal name (else INVALID_TOPIC_EXCEPTION); it never creates the
+broker's own topics (`core.topic_names.BROKER_OWNED_TOPICS`), which their coordinators create.
+Internal topics are marked `is_internal`."""
 from __future__ import annotations
 
 import dataclasses
 import logging
+import uuid
 
 from oncelog.broker.authorization import (
     CLUSTER,
@@ -21,6 +25,7 @@ from oncelog.broker.authorization import (
     authorized_names,
     authorized_operations,
 )
+from oncelog.core.topic_names import BROKER_OWNED_TOPICS, invalid_topic_reason, is_internal
 from oncelog.protocol import metadata as wire
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
@@ -34,19 +39,25 @@ log = logging.getLogger(__name__)
 async def handle(broker, version: int, request) -> bytes:
     if version == 0 and not request.topics:
         request = dataclasses.replace(request, topics=None)  # v0's empty array asks for all (v1+: null)
+    by_id: dict[str, uuid.UUID] = {}   # names the request gave only as topic ids
     if request.topics is None:
         wanted: list = sorted(authorized_names(broker, Op.DESCRIBE, TOPIC, broker.logs.topics, audit=False))
     else:
         wanted = []
         for t in request.topics:
-            name = t.name if getattr(t, "name", None) is not None else broker.logs.topic_name(
-                getattr(t, "topic_id", None))
-            wanted.append(name if name is not None else getattr(t, "topic_id", None))
+            name = getattr(t, "name", None)
+            if name is None:
+                name = broker.logs.topic_name(t.topic_id)
+                if name is None:
+                    wanted.append(t.topic_id)
+                    continue
+                by_id[name] = t.topic_id
+            wanted.append(name)
     allow_create = getattr(request, "allow_auto_topic_creation", True)
     described: set[str] = set()
     if request.topics is not None:
         described = authorized_names(broker, Op.DESCRIBE, TOPIC, (n for n in wanted if isinstance(n, str)))
-    topics = [wire.TopicEntry(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+    topics = [_denied(name, by_id)
               if request.topics is not None and isinstance(name, str) and name not in described
               else await topic_entry(broker, name, allow_create) for name in wanted]
     me = wire.BrokerEntry(broker.node_id, broker.advertised_host, broker.advertised_port)
@@ -70,6 +81,13 @@ async def handle(broker, version: int, request) -> bytes:
     return wire.encode_response(version, brokers, broker.cluster_id, broker.node_id, topics, cluster_operations)
 
 
+def _denied(name: str, by_id: dict[str, uuid.UUID]) -> wire.TopicEntry:
+    """TOPIC_AUTHORIZATION_FAILED; asked for by id, the id is told back but never the name."""
+    if name in by_id:
+        return wire.TopicEntry(None, ErrorCode.TOPIC_AUTHORIZATION_FAILED, topic_id=by_id[name])
+    return wire.TopicEntry(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+
+
 def _without_dead_leaders(topic: wire.TopicEntry, alive: set[int]) -> wire.TopicEntry:
     if not topic.partitions or all(p.leader_id in alive or p.leader_id < 0 for p in topic.partitions):
         return topic
@@ -83,7 +101,8 @@ async def topic_entry(broker, name, allow_create: bool) -> wire.TopicEntry:
     if not isinstance(name, str):  # a topic id we do not know
         return wire.TopicEntry(None, ErrorCode.UNKNOWN_TOPIC_ID, topic_id=name)
     info = broker.logs.topics.get(name)
-    if info is None and allow_create and broker.config["auto.create.topics.enable"]:
+    if (info is None and allow_create and broker.config["auto.create.topics.enable"]
+            and name not in BROKER_OWNED_TOPICS):
         if not (authorize_cluster(broker, Op.CREATE, audit=False) or authorize(broker, Op.CREATE, TOPIC, name)):
             return wire.TopicEntry(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
         try:
@@ -94,13 +113,14 @@ async def topic_entry(broker, name, allow_create: bool) -> wire.TopicEntry:
                 return wire.TopicEntry(name, e.code)
             info = broker.logs.topics.get(name)
     if info is None:
-        return wire.TopicEntry(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        return wire.TopicEntry(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if invalid_topic_reason(name) is None
+                               else ErrorCode.INVALID_TOPIC_EXCEPTION)
     partitions = []
     for i in range(info.partitions):
         leader, epoch = broker.logs.leader(name, i)
         partitions.append(wire.PartitionEntry(i, 0 if leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE, leader, epoch))
     magic = message_format_magic(broker.logs.topic_config(name)["message.format.version"])
-    return wire.TopicEntry(name, 0, info.topic_id, tuple(partitions), magic)
+    return wire.TopicEntry(name, 0, info.topic_id, tuple(partitions), magic, is_internal=is_internal(name))
 
 
 def error_response(version: int, request, code: int) -> bytes:

@@ -31,7 +31,8 @@ cache; its records become visible with the next fsync.
 
 Authorization (Kafka's handleProduceRequest): a request with transactional batches needs WRITE on
 its transactional id (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every partition); each topic
-needs WRITE, checked before its existence (TOPIC_AUTHORIZATION_FAILED). Quota
+needs WRITE, checked before its existence (TOPIC_AUTHORIZATION_FAILED). An internal topic
+(`__transaction_state`) is then refused INVALID_TOPIC_EXCEPTION (`broker.internal_topics`). Quota
 (`producer_byte_rate`): the records' bytes are counted; over the quota the answer carries the
 throttle time and the connection is muted for it (KIP-219); the records are appended all the same.
 """
@@ -40,7 +41,9 @@ from __future__ import annotations
 import asyncio
 
 from oncelog.broker.authorization import TOPIC, TXN_ID, Op, authorize, authorized_names
+from oncelog.broker.internal_topics import refusal
 from oncelog.broker.quotas import throttle
+from oncelog.core.topic_names import is_internal
 from oncelog.core.txn.errors import verification_error
 from oncelog.protocol import produce as wire
 from oncelog.protocol.api import ApiKey
@@ -71,6 +74,12 @@ async def handle(broker, version: int, request) -> bytes | None:
         answer = wire.TopicResponse(topic_key, [])
         if name is not None and name not in writable:
             answer.partitions = [wire.PartitionResponse(index, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                                 for index, _records in parts]
+            topics.append(answer)
+            continue
+        if is_internal(name):  # the coordinators' logs: no client appends, whatever the ACLs
+            message = refusal("append to", str(name))
+            answer.partitions = [wire.PartitionResponse(index, ErrorCode.INVALID_TOPIC_EXCEPTION, error_message=message)
                                  for index, _records in parts]
             topics.append(answer)
             continue

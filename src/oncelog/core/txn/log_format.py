@@ -20,6 +20,7 @@ from __future__ import annotations
 import struct
 
 from oncelog.core.producer_epoch import MAX_EPOCH
+from oncelog.core.topic_names import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from oncelog.core.txn.state import (
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
@@ -36,8 +37,6 @@ TAG_PREVIOUS_PRODUCER_ID = 0
 TAG_NEXT_PRODUCER_ID = 1
 TAG_CLIENT_TRANSACTION_VERSION = 2
 TAG_LAST_PRODUCER_EPOCH = 10000
-TRANSACTION_STATE_TOPIC = "__transaction_state"
-CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
 _I8 = struct.Struct(">b")
 _INT_MIN = -2**31
 
