@@ -93,6 +93,11 @@ class MetadataLog:
     def end_offset(self) -> int:
         return len(self._records)
 
+    @property
+    def is_new(self) -> bool:
+        """Nothing was ever written here: no record and no snapshot (`--add-scram` applies now only)."""
+        return not self._records and not any(self.directory.glob("snapshot-*.json"))
+
     def append(self, records: list[dict[str, Any]]) -> int:
         """Write and fsync; returns the offset of the first record. Raises MetadataLogError,
         with nothing of `records` left in the file, when they could not be made durable."""
