@@ -9,6 +9,7 @@ directly, as a broker would."""
 from __future__ import annotations
 
 import json
+import os
 import secrets
 
 import pytest
@@ -65,3 +66,18 @@ async def test_a_controller_user_without_cluster_rights_gets_no_metadata(control
                                 include_topic_authorized_operations=False)
     finally:
         guest.close()
+
+
+async def test_the_metadata_log_is_for_its_owners_eyes_only(tmp_path):
+    """What the feed no longer gives away, the files must not either: every other local user could
+    read the verifiers from the metadata log (0644) and its snapshots."""
+    admin = parse_add_scram("SCRAM-SHA-512=[name=admin,password=admin-secret]", secrets.token_bytes)
+    c = Controller(ControllerConfig(str(tmp_path / "meta"), users={CLUSTER_USER: CLUSTER_PASSWORD},
+                                    cluster_principals={CLUSTER_USER}, bootstrap_scram=[admin]))
+    await c.start()
+    await c.stop()   # writes a snapshot
+    meta = tmp_path / "meta"
+    snapshots = list(meta.glob("snapshot-*.json"))
+    assert snapshots and "stored_key" in snapshots[0].read_text()
+    modes = {p.name: os.stat(p).st_mode & 0o777 for p in [meta / "metadata.log", *snapshots]}
+    assert os.stat(meta).st_mode & 0o777 == 0o700 and set(modes.values()) == {0o600}, modes

@@ -31,8 +31,10 @@ class ControllerUnavailable(ConnectionError):
 class ControllerClient:
     def __init__(self, host: str, port: int, username: str | None, password: str | None,
                  client_id: str = "oncelog-broker", timeout_s: float = 10.0,
-                 ssl_context: ssl.SSLContext | None = None, mechanism: str = PLAIN) -> None:
+                 ssl_context: ssl.SSLContext | None = None, mechanism: str = PLAIN,
+                 server_name: str = "controller") -> None:
         self.host, self.port = host, port
+        self.server_name = server_name   # for messages: "controller", "broker 2"
         self.ssl_context = ssl_context   # a controller listener on SSL/SASL_SSL
         self.username, self.password = username, password   # no username: no SASL step
         self.mechanism = mechanism
@@ -56,12 +58,12 @@ class ControllerClient:
             raise
         if not opening.done():
             opening.cancel()
-            raise ControllerUnavailable(f"controller {self.host}:{self.port}: no connection within "
+            raise ControllerUnavailable(f"{self.server_name} {self.host}:{self.port}: no connection within "
                                         f"{self.timeout_s} s")
         try:
             self._reader, self._writer = opening.result()
         except OSError as e:   # ssl.SSLError among them: an untrusted controller is an unreachable one
-            raise ControllerUnavailable(f"controller {self.host}:{self.port}: {e}") from None
+            raise ControllerUnavailable(f"{self.server_name} {self.host}:{self.port}: {e}") from None
         if self.username is not None:
             await self._authenticate(self.username, self.password or "")
 
@@ -70,7 +72,7 @@ class ControllerClient:
         if hs.error_code != 0:
             self.close()
             raise KafkaProtocolError(ErrorCode(int(hs.error_code)),
-                                     f"{self.host}:{self.port} refused SASL/{self.mechanism}")
+                                     f"{self.server_name} {self.host}:{self.port} refused SASL/{self.mechanism}")
         scram = ScramMechanism.from_name(self.mechanism)
         if scram is None:
             await self._token(client_token(user, password))
@@ -82,7 +84,7 @@ class ControllerClient:
         except ScramClientError as e:   # not the server it claims to be (or a broken one)
             self.close()
             raise KafkaProtocolError(ErrorCode.SASL_AUTHENTICATION_FAILED,
-                                     f"{self.host}:{self.port}: {e}") from None
+                                     f"{self.server_name} {self.host}:{self.port}: {e}") from None
 
     async def _token(self, token: bytes) -> bytes:
         auth = await self._call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=token)
@@ -119,7 +121,7 @@ class ControllerClient:
                 raise
             except (TimeoutError, OSError, asyncio.IncompleteReadError) as e:
                 self.close()
-                raise ControllerUnavailable(f"controller {self.host}:{self.port}: {e!r}") from None
+                raise ControllerUnavailable(f"{self.server_name} {self.host}:{self.port}: {e!r}") from None
             except asyncio.CancelledError:
                 self.close()  # the answer may still come: the next request must not read it
                 raise
@@ -157,7 +159,7 @@ class ControllerClient:
         finally:
             deadline.cancel()
         if Reader(data).i32() != corr:
-            raise ControllerUnavailable("correlation id mismatch from the controller")
+            raise ControllerUnavailable(f"correlation id mismatch from the {self.server_name}")
         return data[headers.response_header_size(api_key, version, data):]
 
     def close(self) -> None:

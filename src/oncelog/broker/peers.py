@@ -48,7 +48,8 @@ class Peers:
             link = self.broker.inter_broker
             client = self._clients[node_id] = ControllerClient(
                 address[0], address[1], link.credential.username, link.credential.password,
-                client_id=self.client_id, timeout_s=self.timeout_s, ssl_context=link.tls, mechanism=link.mechanism)
+                client_id=self.client_id, timeout_s=self.timeout_s, ssl_context=link.tls, mechanism=link.mechanism,
+                server_name=f"broker {node_id}")
         return client
 
     async def request(self, node_id: int, api_key: int, version: int, **fields: Any):
@@ -57,11 +58,12 @@ class Peers:
         client = self._client(node_id)
         try:
             return await client.request(api_key, version, **fields)
-        except (ControllerUnavailable, TimeoutError, OSError) as e:
+        except ControllerUnavailable as e:
+            raise PeerUnavailable(str(e)) from None
+        except (TimeoutError, OSError) as e:
             raise PeerUnavailable(f"broker {node_id} at {client.host}:{client.port}: {e}") from None
         except KafkaProtocolError as e:   # the peer refused the login: another cluster's credential?
-            raise PeerUnavailable(f"broker {node_id} at {client.host}:{client.port} refused this broker's "
-                                  f"cluster credential: {e}") from None
+            raise PeerUnavailable(f"broker {node_id} refused this broker's cluster credential: {e}") from None
 
     def close(self) -> None:
         for client in self._clients.values():

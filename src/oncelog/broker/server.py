@@ -184,9 +184,9 @@ class Broker:
         setup = self.config.listener_setup
         loop = asyncio.get_running_loop()
         self.credentials = ControllerCredentials(self)
+        cluster = ClusterLogin(self.inter_broker.credential)   # other brokers log in on every listener
         for endpoint, advertised in zip(setup.listeners, setup.advertised):
-            sec = ListenerSecurity.from_config(self.config, endpoint, self.credentials.lookup,
-                                               ClusterLogin(self.inter_broker.credential))
+            sec = ListenerSecurity.from_config(self.config, endpoint, self.credentials.lookup, cluster)
             self.listener_security[endpoint.name] = sec
             server = await loop.create_server(lambda sec=sec: _Connection(self, sec), endpoint.host or None,
                                               endpoint.port, reuse_address=True, start_serving=False)
