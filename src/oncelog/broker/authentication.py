@@ -96,11 +96,9 @@ class ListenerSecurity:
             return None
         return SaslSession(self.mechanisms, self._mechanism_server, self.max_reauth_ms)
 
-    def cluster_session(self) -> SaslSession | None:
+    def cluster_session(self) -> SaslSession:
         """On a listener without SASL: the exchange another broker proves itself with (the
-        cluster user alone), or None where there is no cluster credential."""
-        if self.cluster is None:
-            return None
+        cluster user alone: `ConnectionAuth._prefetch` has no other credential to offer)."""
         return SaslSession((CLUSTER_LOGIN_MECHANISM,), self._mechanism_server)
 
     def _plain_password(self, user: str) -> str | None:

@@ -52,7 +52,7 @@ def _start(cmd: list[str], settings: dict[str, str] | None = None) -> tuple[subp
     raise click.ClickException(f"{' '.join(cmd[3:5])} did not start (exit {proc.wait()})")
 
 
-def _bootstrap_scram(config: BrokerConfig, metadata_dir: Path) -> None:
+def _format_scram(config: BrokerConfig, metadata_dir: Path) -> None:
     from oncelog.controller.scram import format_log
     from oncelog.core.security.scram import parse_add_scram_list
     adds = parse_add_scram_list(config["oncelog.add.scram"], secrets.token_bytes)
@@ -67,7 +67,7 @@ def serve_cluster(config: BrokerConfig, n: int, properties: str | None, override
     data.mkdir(parents=True, exist_ok=True)
     credential_file = cluster_credential.path_in(data)
     cluster_credential.load_or_create(credential_file)
-    _bootstrap_scram(config, data / METADATA_DIR)
+    _format_scram(config, data / METADATA_DIR)
     me = [sys.executable, "-m", "oncelog.cli.main"]
     procs: list[subprocess.Popen] = []
     try:
