@@ -154,12 +154,14 @@ def test_kafkajs_commits_a_transaction_across_both_brokers(cluster, kafkajs):  #
     client = cluster["client"]
     topic = f"{TOPIC}-kafkajs"
     make_topic(client, topic)
-    login = [client["bootstrap.servers"], cluster["ca"], "scram-sha-512", "admin", SECRETS["admin"]]
-    run_node(kafkajs, "kafkajs_secure_txn.js", *login, "commit-abort", topic, "secure-kafkajs",
+    env = {"ONCELOG_KAFKAJS_SASL_SSL": json.dumps({"ca": cluster["ca"], "mechanism": "scram-sha-512",
+                                                   "username": "admin", "password": SECRETS["admin"]})}
+    bootstrap = client["bootstrap.servers"]
+    run_node(kafkajs, "kafkajs_txn.js", bootstrap, "commit-abort", topic, "secure-kafkajs",
              json.dumps([[0, "aborted-0"], [1, "aborted-1"]]), json.dumps([[0, "committed-0"], [1, "committed-1"]]),
-             timeout_s=120)
-    out = run_node(kafkajs, "kafkajs_secure_txn.js", *login, "read", topic, f"read-{uuid.uuid4()}", "2",
-                   timeout_s=120)
+             timeout_s=120, env=env)
+    out = run_node(kafkajs, "kafkajs_txn.js", bootstrap, "read", topic, f"read-{uuid.uuid4()}", "2",
+                   timeout_s=120, env=env)
     assert sorted(map(tuple, out["records"])) == [(0, "committed-0"), (1, "committed-1")]
     # and as librdkafka reads it
     assert sorted(read_committed(client, topic, 2)) == [(0, b"committed-0"), (1, b"committed-1")]
