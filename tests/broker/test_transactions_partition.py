@@ -5,6 +5,7 @@ transaction is open; recovery after kill -9 with an open transaction and after a
 from __future__ import annotations
 
 import asyncio
+import io
 import struct
 import time
 
@@ -12,6 +13,7 @@ import pytest
 from kio.schema.types import ProducerId, TopicName
 from kio.schema.write_txn_markers.v1 import request as wtm_req
 from kio.schema.write_txn_markers.v1.response import WriteTxnMarkersResponse
+from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i16, i32
 from test_dedup_raw import Client, Conn, parse_produce, produce_body, uvarint
 
@@ -22,6 +24,7 @@ from oncelog.protocol.api import ApiKey
 from oncelog.protocol.entities import RequestBuilder
 from oncelog.protocol.errors import ErrorCode as E
 from oncelog.protocol.records import Record, encode_batch
+from oncelog.testing.broker_login import as_broker
 from oncelog.testing.embedded import BrokerProcess
 
 pytestmark = pytest.mark.processes
@@ -56,8 +59,10 @@ def with_txn_id(body: bytes, version: int, tid: str | None) -> bytes:
 
 
 class Txn:
-    def __init__(self, client: Client, topic: str) -> None:
+    def __init__(self, client: Client, topic: str, broker: BrokerProcess) -> None:
         self.client, self.topic = client, topic
+        # markers come from a coordinator: another broker, logged in with the cluster credential
+        self.coordinator = as_broker(broker.bootstrap, broker.data_dir)
 
     async def produce(self, records: bytes, tid: str | None = TID, version: int = 9) -> dict:
         body = with_txn_id(produce_body(version, self.topic, 0, records), version, tid)
@@ -68,7 +73,10 @@ class Txn:
             producer_id=ProducerId(pid), producer_epoch=i16(epoch), transaction_result=commit,
             topics=(wtm_req.WritableTxnMarkerTopic(name=TopicName(self.topic), partition_indexes=(i32(0),)),),
             coordinator_epoch=i32(coordinator_epoch)),))
-        resp = await self.client.conn.kio(req, WriteTxnMarkersResponse)
+        buf = io.BytesIO()
+        entity_writer(type(req))(buf, req)
+        body = await self.coordinator.raw(ApiKey.WRITE_TXN_MARKERS, 1, buf.getvalue())
+        resp = entity_reader(WriteTxnMarkersResponse)(body, 0)[0]
         return resp.markers[0].topics[0].partitions[0].error_code.value
 
     async def fetch(self, offset: int, isolation: int) -> fetch_wire.PartitionData:
@@ -95,7 +103,7 @@ async def connect(broker, topic: str) -> Txn:
     host, port = broker.bootstrap.split(":")
     client = Client(await Conn.open(host, int(port)))
     await client.create_topic(topic)
-    return Txn(client, topic)
+    return Txn(client, topic, broker)
 
 
 async def oncelog_read(bootstrap: str, topic: str, isolation: str, until: int) -> list[bytes]:
@@ -231,7 +239,7 @@ def test_recovery_after_kill_9(broker, unique_topic, abort_first):
 
     async def after():
         host, port = broker.bootstrap.split(":")
-        t = Txn(Client(await Conn.open(host, int(port))), unique_topic)
+        t = Txn(Client(await Conn.open(host, int(port))), unique_topic, broker)
         p = await t.fetch(0, 1)
         assert p.last_stable_offset == (2 if abort_first else 0)
         assert await t.marker(B, commit=True) == 0

@@ -2,7 +2,7 @@
 // (through tests/compat/txn_clients.py), which judges the coordinator's side (states, markers,
 // offsets) from the broker and compares what the read role saw with what was committed.
 //
-// usage: node kafkajs_txn.js <bootstrap> <role> <topic> <transactional id or group> [args...]
+// usage: node kafkajs_txn.js <bootstrap[,bootstrap...]> <role> <topic> <transactional id or group> [args...]
 //   commit-abort <topic> <tid> <aborted json> <committed json>
 //       one transaction with the aborted [[partition, value], ...] records, aborted, then one with
 //       the committed ones, committed
@@ -18,11 +18,17 @@
 
 'use strict'
 
+const fs = require('fs')
 const { Kafka, logLevel } = require('kafkajs')
 
 const [bootstrap, role, ...args] = process.argv.slice(2)
-const kafka = new Kafka({ clientId: 'oncelog-compat-txn', brokers: [bootstrap], logLevel: logLevel.NOTHING,
-  retry: { retries: 8, initialRetryTime: 100 } })
+// SASL_SSL when $ONCELOG_KAFKAJS_SASL_SSL is {"ca": <pem file>, "mechanism", "username", "password"}
+// (the environment, not the command line: it is the owner's alone)
+const secure = process.env.ONCELOG_KAFKAJS_SASL_SSL && JSON.parse(process.env.ONCELOG_KAFKAJS_SASL_SSL)
+const security = secure ? { ssl: { ca: [fs.readFileSync(secure.ca, 'utf-8')] },
+  sasl: { mechanism: secure.mechanism, username: secure.username, password: secure.password } } : {}
+const kafka = new Kafka({ clientId: 'oncelog-compat-txn', brokers: bootstrap.split(','), logLevel: logLevel.NOTHING,
+  retry: { retries: 8, initialRetryTime: 100 }, ...security })
 const DEADLINE_MS = 60000
 
 const txnProducer = (transactionalId) =>

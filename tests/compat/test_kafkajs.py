@@ -57,9 +57,9 @@ def _installed(prefix: Path) -> bool:
     return pkg.exists() and json.loads(pkg.read_text()).get("version") == KAFKAJS_VERSION
 
 
-def run_node(node_path: Path, script: str, *args: str, timeout_s: float = 300) -> dict:
+def run_node(node_path: Path, script: str, *args: str, timeout_s: float = 300, env: dict | None = None) -> dict:
     r = subprocess.run(["node", str(HERE / script), *args], capture_output=True, text=True,
-                       timeout=timeout_s, env={**os.environ, "NODE_PATH": str(node_path)})
+                       timeout=timeout_s, env={**os.environ, "NODE_PATH": str(node_path), **(env or {})})
     assert r.returncode == 0, f"{script} exited with {r.returncode}:\n{r.stderr[-4000:]}"
     lines = r.stdout.strip().splitlines()
     assert lines, f"{script} printed nothing:\n{r.stderr[-4000:]}"

@@ -11,7 +11,6 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from oncelog.testing.cluster import LocalCluster
-from oncelog.testing.embedded import PASSWORD, USER
 
 pytestmark = pytest.mark.processes
 
@@ -42,7 +41,7 @@ def leader_of(bootstrap, topic, partition=0, timeout_s=10):
 
 def move(c, topic, partition, broker):
     subprocess.run([sys.executable, "-m", "oncelog.cli.main", "admin", "move-leader", topic, str(partition),
-                    str(broker), "--controller", c.bootstrap, "--user", USER, "--password", PASSWORD],
+                    str(broker), "--controller", c.bootstrap, "--credential-file", str(c.credential_file)],
                    check=True, capture_output=True, timeout=60)
 
 

@@ -24,3 +24,19 @@ def test_transactional_copy_under_kills_and_moves(tmp_path):
         assert stats.get("zombies fenced", 0) == 1, text
     assert result.faults, text
     assert result.broker["WriteTxnMarkers requests (broker to broker)"] > 0, text
+
+
+def test_transactional_copy_over_sasl_ssl(tmp_path):
+    """The same over SASL_SSL (SCRAM-SHA-512 on TLS) across two brokers: every transaction whose
+    partitions are led by the other broker needs WriteTxnMarkers and KIP-890 verifications between
+    the brokers, which log in to each other with the cluster credential over TLS."""
+    result = run(VerifyOptions(faults=("kill", "move"), records=2000, clients=("oncelog", "librdkafka"),
+                               seed=3, duration_s=8, timeout_s=120, workload="transactions",
+                               security_protocol="SASL_SSL", workdir=tmp_path))
+    text = render(result)
+    assert result.ok, text
+    r = result.report
+    assert r.inputs == 2000 and r.committed_read == 2000 and not r.findings, text
+    assert result.broker["WriteTxnMarkers requests (broker to broker)"] > 0, text
+    logs = (tmp_path / "broker1.log").read_text() + (tmp_path / "broker2.log").read_text()
+    assert "authenticated User:oncelog-broker (a broker) (SCRAM-SHA-512)" in logs and "on SASL_SSL" in logs

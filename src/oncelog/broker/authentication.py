@@ -17,13 +17,14 @@ import struct
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from oncelog.broker.inter_broker import CLUSTER_LOGIN_MECHANISM, ClusterLogin
 from oncelog.broker.scram_credentials import CredentialsUnavailable
 from oncelog.broker.tls import ListenerTls
 from oncelog.core.security.jaas import JaasConfigError, parse_sasl_jaas_config, plain_users
 from oncelog.core.security.listeners import Endpoint, SecurityProtocol, jaas_config_key
 from oncelog.core.security.plain import MECHANISM as PLAIN
 from oncelog.core.security.plain import PlainServer
-from oncelog.core.security.principal import ANONYMOUS, KafkaPrincipal
+from oncelog.core.security.principal import ANONYMOUS, KafkaPrincipal, broker_principal
 from oncelog.core.security.sasl import Route, SaslServerMechanism, SaslSession, TokenAnswer
 from oncelog.core.security.scram import ScramCredential, ScramMechanism, ScramServer, username_from_sasl_name
 from oncelog.core.topic_config import ConfigError
@@ -51,6 +52,7 @@ class ListenerSecurity:
     failed_auth_delay_ms: int
     credentials: CredentialLookup | None = None
     mock_secret: bytes = b""
+    cluster: ClusterLogin | None = None   # other brokers of the cluster log in with its credential
 
     @property
     def name(self) -> str:
@@ -61,7 +63,8 @@ class ListenerSecurity:
         return self.endpoint.protocol
 
     @classmethod
-    def from_config(cls, config, endpoint: Endpoint, credentials: CredentialLookup | None) -> ListenerSecurity:
+    def from_config(cls, config, endpoint: Endpoint, credentials: CredentialLookup | None,
+                    cluster: ClusterLogin | None = None) -> ListenerSecurity:
         name = endpoint.name
         tls = ListenerTls(name, config.tls_settings(name)) if endpoint.protocol.uses_tls else None
         mechanisms: tuple[str, ...] = ()
@@ -86,16 +89,26 @@ class ListenerSecurity:
         return cls(endpoint, tls, mechanisms, users,
                    int(config.listener_value(name, "connections.max.reauth.ms", 0)),
                    int(config.listener_value(name, "connection.failed.authentication.delay.ms", 100)),
-                   credentials, secrets.token_bytes(32))
+                   credentials, secrets.token_bytes(32), cluster)
 
     def new_session(self) -> SaslSession | None:
         if not self.mechanisms:
             return None
         return SaslSession(self.mechanisms, self._mechanism_server, self.max_reauth_ms)
 
+    def cluster_session(self) -> SaslSession:
+        """On a listener without SASL: the exchange another broker proves itself with (the
+        cluster user alone: `ConnectionAuth._prefetch` has no other credential to offer)."""
+        return SaslSession((CLUSTER_LOGIN_MECHANISM,), self._mechanism_server)
+
+    def _plain_password(self, user: str) -> str | None:
+        if self.cluster is not None and user == self.cluster.user:
+            return self.cluster.plain_password(user)
+        return self.plain_users.get(user)
+
     def _mechanism_server(self, mechanism: str) -> SaslServerMechanism:
         if mechanism == PLAIN:
-            return PlainServer(self.plain_users)
+            return PlainServer(self._plain_password)
         scram = ScramMechanism.from_name(mechanism)
         assert scram is not None  # only enabled mechanisms reach here
         # the credential was fetched before the first token is evaluated (ConnectionAuth._prefetch)
@@ -120,19 +133,36 @@ class ConnectionAuth:
         self.principal: KafkaPrincipal = ANONYMOUS
         self.session = listener.new_session()
         self._user_tried: str | None = None
+        # on a listener without SASL: whether a SaslHandshake may still start the cluster login
+        # (only as the first request, after an optional ApiVersions)
+        self._cluster_login_open = self.session is None and listener.cluster is not None
 
     @property
     def receive_limit(self) -> int | None:
         return self.session.receive_limit if self.session is not None else None
 
     def intercepts(self, frame: memoryview, now_ms: int) -> bool:
+        """Whether the authenticator takes this frame (asked again for a frame it queued: the
+        answer stays the same)."""
         s = self.session
         if s is None:
-            return False
+            return self._cluster_login_starts(frame)
         if not s.authenticated:
             return True
         api_key = _api_key(frame)
         return api_key in (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE) or s.expired(now_ms)
+
+    def _cluster_login_starts(self, frame: memoryview) -> bool:
+        if not self._cluster_login_open:
+            return False
+        api_key = _api_key(frame)
+        if api_key == ApiKey.SASL_HANDSHAKE:
+            self.session = self.listener.cluster_session()
+            self._cluster_login_open = False
+            return True
+        if api_key != ApiKey.API_VERSIONS:
+            self._cluster_login_open = False
+        return False
 
     async def take(self, frame: memoryview, now_ms: int,
                    api_versions: Callable[[memoryview], Awaitable[bytes | None]]) -> Outcome:
@@ -202,11 +232,16 @@ class ConnectionAuth:
             log.warning("authentication failed: user=%s mechanism=%s from %s on %s: %s", user, s.mechanism,
                         self.peer, self.listener.name, answer.failure)
         elif s.authenticated:
-            if self.principal != s.principal:
-                log.info("authenticated %s (%s) from %s on %s", s.principal, s.mechanism, self.peer,
-                         self.listener.name)
             assert s.principal is not None
-            self.principal = s.principal
+            cluster = self.listener.cluster
+            # the cluster user's name is checked against the cluster credential alone (_prefetch,
+            # _plain_password): authenticated under it, the peer holds that credential
+            principal = broker_principal(s.principal.name) if cluster is not None and \
+                s.principal.name == cluster.user else s.principal
+            if self.principal != principal:
+                log.info("authenticated %s%s (%s) from %s on %s", principal, " (a broker)" if principal.broker
+                         else "", s.mechanism, self.peer, self.listener.name)
+            self.principal = principal
         delay = self.listener.failed_auth_delay_ms if answer.close_after else 0
         if v1 is None:   # v0 framing: the bare token, or nothing on failure
             out = None if answer.auth_bytes is None else I32.pack(len(answer.auth_bytes)) + answer.auth_bytes
@@ -233,9 +268,14 @@ class ConnectionAuth:
         self._user_tried = user
         credential = None
         lookup = self.listener.credentials
-        if user is not None and lookup is not None:
-            mechanism = ScramMechanism.from_name(server.mechanism)
-            assert mechanism is not None
+        mechanism = ScramMechanism.from_name(server.mechanism)
+        assert mechanism is not None
+        cluster = self.listener.cluster
+        if cluster is not None and user == cluster.user:
+            credential = cluster.scram(mechanism)
+        elif not self.listener.protocol.uses_sasl:
+            pass   # the cluster login: nobody else logs in on a listener without SASL
+        elif user is not None and lookup is not None:
             try:
                 credential = await lookup(user, mechanism)
             except CredentialsUnavailable as e:

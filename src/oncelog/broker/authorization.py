@@ -88,6 +88,21 @@ def require_cluster(broker, operation: AclOperation) -> None:
                                  f"{PRINCIPAL.get()} may not {operation.name} the cluster")
 
 
+def require_broker(broker, request: str) -> None:
+    """A broker-only request (WriteTxnMarkers, AddPartitionsToTxn v4): only another broker of the
+    cluster, authenticated with the cluster credential (`broker.inter_broker`), may send it; it
+    holds CLUSTER_ACTION implicitly, and no ACL or super user stands in for it. Anyone else:
+    CLUSTER_AUTHORIZATION_FAILED, with an audit line."""
+    principal = PRINCIPAL.get()
+    if principal.broker:
+        return
+    audit_log.info("Principal = %s is Denied operation = CLUSTER_ACTION from host = %s on resource = "
+                   "CLUSTER:LITERAL:%s for request = %s: only brokers, authenticated with the cluster "
+                   "credential, send it", principal, _caller()[1] or "?", CLUSTER_NAME, request)
+    raise KafkaProtocolError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                             f"{principal} is not a broker of this cluster: {request} is for brokers only")
+
+
 def authorize_by_resource_type(broker, operation: AclOperation, resource_type: ResourceType) -> bool:
     authorizer = broker.authorizer
     if authorizer is None:

@@ -1,18 +1,23 @@
-"""A broker's connection to the controller listener: SASL/PLAIN, then Kafka requests in order.
+"""A broker's connection to the controller listener, SASL/PLAIN then Kafka requests in order;
+also its connection to another broker (`broker.peers`), over TLS and with the inter-broker SASL
+mechanism (PLAIN or SCRAM) as that listener needs.
 
 Used for registration and heartbeats, producer-id blocks (KIP-730) and, in a cluster, the
-metadata view and forwarded topic changes; without a username (no SASL step) it is also the
-connection to another broker (`broker.peers`). One request at a time per connection keeps it simple;
+metadata view and forwarded topic changes. One request at a time per connection keeps it simple;
 the callers (heartbeat loop, id prefetch, metadata poll) each hold their own client.
 """
 from __future__ import annotations
 
 import asyncio
 import itertools
+import secrets
 import ssl
 import struct
 from typing import Any
 
+from oncelog.core.security.plain import MECHANISM as PLAIN
+from oncelog.core.security.plain import client_token
+from oncelog.core.security.scram import ScramClient, ScramClientError, ScramMechanism
 from oncelog.protocol import entities, headers
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
@@ -26,10 +31,13 @@ class ControllerUnavailable(ConnectionError):
 class ControllerClient:
     def __init__(self, host: str, port: int, username: str | None, password: str | None,
                  client_id: str = "oncelog-broker", timeout_s: float = 10.0,
-                 ssl_context: ssl.SSLContext | None = None) -> None:
+                 ssl_context: ssl.SSLContext | None = None, mechanism: str = PLAIN,
+                 server_name: str = "controller") -> None:
         self.host, self.port = host, port
+        self.server_name = server_name   # for messages: "controller", "broker 2"
         self.ssl_context = ssl_context   # a controller listener on SSL/SASL_SSL
-        self.username, self.password = username, password
+        self.username, self.password = username, password   # no username: no SASL step
+        self.mechanism = mechanism
         self.client_id = client_id
         self.timeout_s = timeout_s
         self._reader: asyncio.StreamReader | None = None
@@ -50,22 +58,40 @@ class ControllerClient:
             raise
         if not opening.done():
             opening.cancel()
-            raise ControllerUnavailable(f"controller {self.host}:{self.port}: no connection within "
+            raise ControllerUnavailable(f"{self.server_name} {self.host}:{self.port}: no connection within "
                                         f"{self.timeout_s} s")
         try:
             self._reader, self._writer = opening.result()
         except OSError as e:   # ssl.SSLError among them: an untrusted controller is an unreachable one
-            raise ControllerUnavailable(f"controller {self.host}:{self.port}: {e}") from None
-        if self.username is None:
-            return
-        hs = await self._call(ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN")
+            raise ControllerUnavailable(f"{self.server_name} {self.host}:{self.port}: {e}") from None
+        if self.username is not None:
+            await self._authenticate(self.username, self.password or "")
+
+    async def _authenticate(self, user: str, password: str) -> None:
+        hs = await self._call(ApiKey.SASL_HANDSHAKE, 1, mechanism=self.mechanism)
         if hs.error_code != 0:
-            raise KafkaProtocolError(ErrorCode(int(hs.error_code)), "controller refused SASL/PLAIN")
-        token = b"\x00" + self.username.encode() + b"\x00" + (self.password or "").encode()
+            self.close()
+            raise KafkaProtocolError(ErrorCode(int(hs.error_code)),
+                                     f"{self.server_name} {self.host}:{self.port} refused SASL/{self.mechanism}")
+        scram = ScramMechanism.from_name(self.mechanism)
+        if scram is None:
+            await self._token(client_token(user, password))
+            return
+        client = ScramClient(scram, user, password, secrets.token_bytes)
+        try:
+            server_final = await self._token(client.final_message(await self._token(client.first_message())))
+            client.verify_server_final(server_final)
+        except ScramClientError as e:   # not the server it claims to be (or a broken one)
+            self.close()
+            raise KafkaProtocolError(ErrorCode.SASL_AUTHENTICATION_FAILED,
+                                     f"{self.server_name} {self.host}:{self.port}: {e}") from None
+
+    async def _token(self, token: bytes) -> bytes:
         auth = await self._call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=token)
         if auth.error_code != 0:
             self.close()
             raise KafkaProtocolError(ErrorCode(int(auth.error_code)), auth.error_message)
+        return bytes(auth.auth_bytes)
 
     async def request(self, api_key: int, version: int, **fields: Any):
         """Send one request and return the decoded kio response entity."""
@@ -95,7 +121,7 @@ class ControllerClient:
                 raise
             except (TimeoutError, OSError, asyncio.IncompleteReadError) as e:
                 self.close()
-                raise ControllerUnavailable(f"controller {self.host}:{self.port}: {e!r}") from None
+                raise ControllerUnavailable(f"{self.server_name} {self.host}:{self.port}: {e!r}") from None
             except asyncio.CancelledError:
                 self.close()  # the answer may still come: the next request must not read it
                 raise
@@ -133,7 +159,7 @@ class ControllerClient:
         finally:
             deadline.cancel()
         if Reader(data).i32() != corr:
-            raise ControllerUnavailable("correlation id mismatch from the controller")
+            raise ControllerUnavailable(f"correlation id mismatch from the {self.server_name}")
         return data[headers.response_header_size(api_key, version, data):]
 
     def close(self) -> None:
@@ -144,8 +170,9 @@ class ControllerClient:
 
 def controller_client(config, client_id: str = "oncelog-broker") -> ControllerClient:
     """A client of the controller named by a broker's settings: `controller.quorum.bootstrap.servers`,
-    the PLAIN user, and TLS when `controller.listener.names` names a listener that
-    `listener.security.protocol.map` maps to SSL or SASL_SSL (trust from
+    the cluster credential over PLAIN (`inter_broker.cluster_credential`), and TLS when
+    `controller.listener.names` names a listener that `listener.security.protocol.map` maps to SSL or
+    SASL_SSL (trust from
     `listener.name.<controller>.ssl.truststore.location`, else `ssl.truststore.location`)."""
     host, _, port = config["controller.quorum.bootstrap.servers"].rpartition(":")
     context = None
@@ -157,8 +184,10 @@ def controller_client(config, client_id: str = "oncelog-broker") -> ControllerCl
             context = ssl.create_default_context(
                 cafile=config.listener_value(name, "ssl.truststore.location") or None,
                 cadata=config.listener_value(name, "ssl.truststore.certificates") or None)
-    return ControllerClient(host, int(port), config["controller.sasl.plain.username"],
-                            config["controller.sasl.plain.password"], client_id=client_id, ssl_context=context)
+    from oncelog.broker.inter_broker import cluster_credential
+    credential = cluster_credential(config)
+    return ControllerClient(host, int(port), credential.username, credential.password, client_id=client_id,
+                            ssl_context=context)
 
 
 def _close_opened(opening: asyncio.Future[tuple[asyncio.StreamReader, asyncio.StreamWriter]]) -> None:

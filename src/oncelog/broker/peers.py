@@ -5,15 +5,18 @@ leader to the coordinator).
 Addresses come from the broker's metadata view (`broker.logs.brokers`, the controller's list of
 live brokers), so a restarted or moved peer is reached at its current address: a connection is
 replaced when its peer's address changes. The wire work is `ControllerClient`'s (framing,
-correlation ids, a deadline per request, one request at a time per connection) without its SASL
-step. Each user (marker channel, verifier) holds its own `Peers`, so markers never queue behind
-verifications or the other way round.
+correlation ids, a deadline per request, one request at a time per connection); the link is
+secured as `broker.inter_broker` says (TLS as the inter-broker listener needs, SASL with the
+cluster credential), so the peer serves its broker-only requests. Each user (marker channel,
+verifier) holds its own `Peers`, so markers never queue behind verifications or the other way
+round.
 """
 from __future__ import annotations
 
 from typing import Any
 
 from oncelog.broker.controller_client import ControllerClient, ControllerUnavailable
+from oncelog.protocol.errors import KafkaProtocolError
 
 
 class PeerUnavailable(ConnectionError):
@@ -42,8 +45,11 @@ class Peers:
             client.close()
             client = None
         if client is None:
+            link = self.broker.inter_broker
             client = self._clients[node_id] = ControllerClient(
-                address[0], address[1], None, None, client_id=self.client_id, timeout_s=self.timeout_s)
+                address[0], address[1], link.credential.username, link.credential.password,
+                client_id=self.client_id, timeout_s=self.timeout_s, ssl_context=link.tls, mechanism=link.mechanism,
+                server_name=f"broker {node_id}")
         return client
 
     async def request(self, node_id: int, api_key: int, version: int, **fields: Any):
@@ -52,8 +58,12 @@ class Peers:
         client = self._client(node_id)
         try:
             return await client.request(api_key, version, **fields)
-        except (ControllerUnavailable, TimeoutError, OSError) as e:
+        except ControllerUnavailable as e:
+            raise PeerUnavailable(str(e)) from None
+        except (TimeoutError, OSError) as e:
             raise PeerUnavailable(f"broker {node_id} at {client.host}:{client.port}: {e}") from None
+        except KafkaProtocolError as e:   # the peer refused the login: another cluster's credential?
+            raise PeerUnavailable(f"broker {node_id} refused this broker's cluster credential: {e}") from None
 
     def close(self) -> None:
         for client in self._clients.values():

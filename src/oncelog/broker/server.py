@@ -31,6 +31,7 @@ from oncelog.broker.dynamic_config import DynamicBrokerConfig
 from oncelog.broker.group_commit import GroupCommit
 from oncelog.broker.group_coordinator import GroupCoordinator
 from oncelog.broker.handlers import APIS, api_versions
+from oncelog.broker.inter_broker import ClusterLogin, InterBrokerLink, cluster_credential
 from oncelog.broker.logs import Logs
 from oncelog.broker.metrics import BrokerMetrics
 from oncelog.broker.producer_id_manager import ProducerIdManager
@@ -85,6 +86,7 @@ class Broker:
         self.advertised: dict[str, tuple[str, int]] = {}
         self.listener_security: dict[str, ListenerSecurity] = {}
         self.credentials: ControllerCredentials | None = None
+        self.inter_broker: InterBrokerLink   # set by start(): how this broker and its peers reach each other
         self.metrics_port: int | None = None
         self._servers: list[asyncio.base_events.Server] = []
         self._dir_locks: list[DirectoryLock] = []
@@ -180,6 +182,7 @@ class Broker:
             max_session_timeout_ms=c["group.max.session.timeout.ms"],
             offsets_retention_ms=c["offsets.retention.minutes"] * 60000,
             offsets_retention_check_interval_ms=c["offsets.retention.check.interval.ms"], owns=self.coordinates)
+        self.inter_broker = InterBrokerLink.from_config(self.config, cluster_credential(self.config))
         await self._bind_listeners()
         await self._connect_controller()
         if self.config["oncelog.cluster"]:
@@ -212,8 +215,9 @@ class Broker:
         setup = self.config.listener_setup
         loop = asyncio.get_running_loop()
         self.credentials = ControllerCredentials(self)
+        cluster = ClusterLogin(self.inter_broker.credential)   # other brokers log in on every listener
         for endpoint, advertised in zip(setup.listeners, setup.advertised):
-            sec = ListenerSecurity.from_config(self.config, endpoint, self.credentials.lookup)
+            sec = ListenerSecurity.from_config(self.config, endpoint, self.credentials.lookup, cluster)
             self.listener_security[endpoint.name] = sec
             server = await loop.create_server(lambda sec=sec: _Connection(self, sec), endpoint.host or None,
                                               endpoint.port, reuse_address=True, start_serving=False)
@@ -230,10 +234,11 @@ class Broker:
         if not address:
             raise ConfigError("controller.quorum.bootstrap.servers is not set: a broker takes its producer ids "
                               "from a controller (oncelog.controller.embedded runs one in-process)")
+        # registered: the inter-broker listener, where the other brokers reach this one
+        inter = self.inter_broker.listener
         link = self.controller_link = ControllerLink(
-            controller_client(self.config), self.node_id, self.cluster_id,
-            self.advertised_host, self.advertised_port, self.config["broker.heartbeat.interval.ms"],
-            self.config.listeners[0].name, int(self.config.listeners[0].protocol))
+            controller_client(self.config), self.node_id, self.cluster_id, *self.advertised[inter.name],
+            self.config["broker.heartbeat.interval.ms"], inter.name, int(inter.protocol))
         await link.register()
         link.start()
         self.producer_ids = ProducerIdManager(controller_client(self.config), self.node_id,

@@ -51,31 +51,40 @@ def pid_blocks(data_dir, metadata_dir) -> None:
     Console().print(table)
 
 
-def _controller_client(data_dir, controller, user, password):
+def _controller_client(data_dir, controller, credential_file):
+    """The controller of `serve --brokers N` in `data_dir` (its cluster.json and cluster.credential),
+    or the one at `controller`, logged in with the credential in `credential_file`."""
     from oncelog.broker.controller_client import ControllerClient
+    from oncelog.storage import cluster_credential
+    data = Path(data_dir or "./data")
     if controller is None:
-        path = Path(data_dir or "./data") / CLUSTER_FILE
+        path = data / CLUSTER_FILE
         if not path.exists():
-            raise click.ClickException(f"no {path}: give --controller, --user and --password")
-        info = json.loads(path.read_text())
-        controller, user, password = info["controller"], info["username"], info["password"]
+            raise click.ClickException(f"no {path}: give --controller and --credential-file")
+        controller = json.loads(path.read_text())["controller"]
+    try:
+        credential = cluster_credential.load(credential_file or cluster_credential.path_in(data))
+    except cluster_credential.CredentialFileError as e:
+        raise click.ClickException(str(e)) from None
     host, _, port = controller.rpartition(":")
-    return ControllerClient(host, int(port), user, password, client_id="oncelog-admin")
+    return ControllerClient(host, int(port), credential.username, credential.password, client_id="oncelog-admin")
 
 
 @admin.command("move-leader")
 @click.argument("topic")
 @click.argument("partition", type=int)
 @click.argument("broker", type=int)
-@click.option("--data-dir", help="Data directory of `oncelog serve --brokers N` (reads cluster.json).")
+@click.option("--data-dir", help="Data directory of `oncelog serve --brokers N` (reads cluster.json and "
+              "cluster.credential).")
 @click.option("--controller", help="host:port of the controller listener.")
-@click.option("--user", help="SASL/PLAIN user with cluster rights.")
-@click.option("--password", help="Its password.")
-def move_leader(topic, partition, broker, data_dir, controller, user, password) -> None:
+@click.option("--credential-file", type=click.Path(dir_okay=False),
+              help="The cluster credential to log in with (JSON username/password, mode 0600; default: the "
+              "data directory's cluster.credential).")
+def move_leader(topic, partition, broker, data_dir, controller, credential_file) -> None:
     """Make BROKER the leader of TOPIC's PARTITION (a new leader epoch fences the old leader)."""
 
     async def run():
-        client = _controller_client(data_dir, controller, user, password)
+        client = _controller_client(data_dir, controller, credential_file)
         try:
             return await client.move_leader(topic, partition, broker)
         finally:

@@ -1,6 +1,13 @@
 """`oncelog serve --brokers N`: a controller and N broker processes on one machine, sharing one
-data directory; the controller assigns partition leaders. Writes `cluster.json` (controller
-address and credentials, mode 0600) so that `oncelog admin` finds the controller."""
+data directory; the controller assigns partition leaders.
+
+No secret reaches a command line (`/proc/<pid>/cmdline` is readable by every local user): the
+cluster credential is made once per data directory and kept in `cluster.credential` (mode 0600),
+which the controller and the brokers read themselves; the settings given to this command reach
+the brokers through an inherited descriptor (`serve --overrides-fd`); `--add-scram` credentials
+are written into the metadata log here, when it is new, before the controller starts (as
+`kafka-storage format --add-scram`), and ignored with a warning afterwards. `cluster.json` (0600)
+tells `oncelog admin` where the controller is."""
 from __future__ import annotations
 
 import json
@@ -10,6 +17,7 @@ import secrets
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
@@ -17,22 +25,25 @@ import click
 
 from oncelog.broker.config import BrokerConfig
 from oncelog.cli.admin import CLUSTER_FILE
+from oncelog.storage import cluster_credential
 from oncelog.storage.dir_lock import DirectoryLock, DirectoryLocked
 
 _LISTENING = re.compile(r"listening on ([\w.\-]+):(\d+)")
-
-
-def _add_scram_args(config) -> list[str]:
-    """`--add-scram` for the controller, which holds the credentials (`oncelog.add.scram`)."""
-    from oncelog.core.security.scram import split_add_scram_list
-    return [arg for a in split_add_scram_list(config["oncelog.add.scram"]) for arg in ("--add-scram", a)]
-
-
+METADATA_DIR = "__cluster_metadata"
 _PER_BROKER = {"listeners", "advertised.listeners", "log.dirs", "node.id", "metrics.port"}
 
 
-def _start(cmd: list[str]) -> tuple[subprocess.Popen, str, int]:
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+def _start(cmd: list[str], settings: dict[str, str] | None = None) -> tuple[subprocess.Popen, str, int]:
+    """Start `cmd`; `settings` go to it as JSON through an inherited descriptor (`--overrides-fd`)."""
+    with tempfile.TemporaryFile("w+") as handoff:   # unlinked: only the two processes can reach it
+        fds: tuple[int, ...] = ()
+        if settings is not None:
+            json.dump(settings, handoff)
+            handoff.flush()
+            handoff.seek(0)
+            cmd = [*cmd, "--overrides-fd", str(handoff.fileno())]
+            fds = (handoff.fileno(),)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, pass_fds=fds)
     assert proc.stdout is not None  # a pipe
     for line in proc.stdout:
         m = _LISTENING.search(line)
@@ -42,6 +53,15 @@ def _start(cmd: list[str]) -> tuple[subprocess.Popen, str, int]:
     raise click.ClickException(f"{' '.join(cmd[3:5])} did not start (exit {proc.wait()})")
 
 
+def _format_scram(config: BrokerConfig, metadata_dir: Path) -> None:
+    from oncelog.controller.scram import format_log
+    from oncelog.core.security.scram import parse_add_scram_list
+    adds = parse_add_scram_list(config["oncelog.add.scram"], secrets.token_bytes)
+    if adds and format_log(metadata_dir, adds):
+        click.echo(f"oncelog: SCRAM credentials of {', '.join(sorted({a.name for a in adds}))} written to the "
+                   f"new metadata log")
+
+
 def serve_cluster(config: BrokerConfig, n: int, properties: str | None, overrides: dict[str, str],
                   log_level: str) -> None:
     data = Path(config.log_dirs[0]).resolve()
@@ -49,14 +69,15 @@ def serve_cluster(config: BrokerConfig, n: int, properties: str | None, override
         lock = DirectoryLock.cluster_member(data, "cluster", "a cluster (serve --brokers)")
     except DirectoryLocked as e:
         raise click.ClickException(str(e)) from None
-    user, password = "oncelog-broker", secrets.token_urlsafe(16)
+    credential_file = cluster_credential.path_in(data)
+    cluster_credential.load_or_create(credential_file)
+    _format_scram(config, data / METADATA_DIR)
     me = [sys.executable, "-m", "oncelog.cli.main"]
     procs: list[subprocess.Popen] = []
     try:
-        ctl, chost, cport = _start(me + ["controller", "--metadata-dir", str(data / "__cluster_metadata"),
-                                         "--listener", "127.0.0.1:0", "--user", f"{user}:{password}",
-                                         "--cluster-principal", user, "--log-level", log_level,
-                                         *_add_scram_args(config)])
+        ctl, chost, cport = _start(me + ["controller", "--metadata-dir", str(data / METADATA_DIR),
+                                         "--listener", "127.0.0.1:0", "--credential-file", str(credential_file),
+                                         "--log-level", log_level])
         procs.append(ctl)
         listener = config.listeners[0]
         shared = {k: v for k, v in overrides.items() if k not in _PER_BROKER}
@@ -66,22 +87,18 @@ def serve_cluster(config: BrokerConfig, n: int, properties: str | None, override
             cmd = me + ["serve"] + ([properties] if properties else []) + [
                 "--log-dirs", str(data), "--listeners", f"{listener.name}://{listener.host}:{port}",
                 "--log-level", log_level]
-            settings = {**shared, "node.id": str(i), "oncelog.cluster": "true",
-                        "controller.quorum.bootstrap.servers": f"{chost}:{cport}",
-                        "controller.sasl.plain.username": user, "controller.sasl.plain.password": password}
+            settings = {**shared, "node.id": str(i), "oncelog.cluster": "true", "oncelog.add.scram": "",
+                        "controller.quorum.bootstrap.servers": f"{chost}:{cport}"}
             if config["metrics.port"] > 0:
                 settings["metrics.port"] = str(config["metrics.port"] + i - 1)
-            for k, v in settings.items():
-                cmd += ["--override", f"{k}={v}"]
-            proc, host, bport = _start(cmd)
+            proc, host, bport = _start(cmd, settings)
             procs.append(proc)
             addresses.append(f"{host}:{bport}")
             click.echo(f"oncelog: broker {i} listening on {host}:{bport}")
         info = data / CLUSTER_FILE
         fd = os.open(info, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
-            json.dump({"controller": f"{chost}:{cport}", "username": user, "password": password,
-                       "brokers": addresses}, f)
+            json.dump({"controller": f"{chost}:{cport}", "brokers": addresses}, f)
         click.echo(f"oncelog: cluster of {n} brokers, controller on {chost}:{cport}; clients connect with "
                    f"bootstrap.servers={','.join(addresses)}")
         sys.stdout.flush()

@@ -3,9 +3,12 @@ ids together. Nothing imports this module."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import os
 import signal
 import sys
+from pathlib import Path
 
 import click
 
@@ -14,6 +17,8 @@ from oncelog.cli import logs
 from oncelog.cli.admin import admin
 from oncelog.cli.perf import perf
 from oncelog.cli.verify import verify
+from oncelog.storage import cluster_credential
+from oncelog.storage.cluster_credential import CredentialFileError
 from oncelog.storage.dir_lock import DirectoryLocked
 
 log = logging.getLogger("oncelog.cli")
@@ -50,10 +55,16 @@ def _overrides(ctx, param, values) -> dict[str, str]:
 @click.option("--brokers", type=int, default=0, help="Run a controller and this many broker processes "
               "sharing the data directory (a cluster on one machine); listener ports count up from "
               "the given one.")
+@click.option("--overrides-fd", type=int, metavar="FD", help="Read more --override settings, a JSON object, from "
+              "this inherited file descriptor (how `serve --brokers N` hands its brokers their settings: "
+              "a command line is readable by every local user, a descriptor only by its process).")
 def serve(properties, overrides, listeners, advertised_listeners, log_dirs, log_level, log_format, add_scram,
-          brokers) -> None:
+          brokers, overrides_fd) -> None:
     """Run a broker (single node, controller in-process). Ctrl-C stops it cleanly."""
     logs.configure(log_level, log_format)
+    if overrides_fd is not None:
+        with os.fdopen(overrides_fd) as f:
+            overrides.update({str(k): str(v) for k, v in json.load(f).items()})
     for name, value in (("listeners", listeners), ("advertised.listeners", advertised_listeners),
                         ("log.dirs", log_dirs)):
         if value is not None:
@@ -78,6 +89,8 @@ def serve(properties, overrides, listeners, advertised_listeners, log_dirs, log_
         asyncio.run(_serve(config))
     except KeyboardInterrupt:
         pass
+    except (ConfigError, CredentialFileError) as e:
+        raise click.ClickException(f"bad configuration: {e}") from None
     except DirectoryLocked as e:
         raise click.ClickException(str(e)) from None
 
@@ -85,8 +98,8 @@ def serve(properties, overrides, listeners, advertised_listeners, log_dirs, log_
 def _bootstrap_scram(config: BrokerConfig) -> list:
     import secrets
 
-    from oncelog.core.security.scram import parse_add_scram, split_add_scram_list
-    return [parse_add_scram(a, secrets.token_bytes) for a in split_add_scram_list(config["oncelog.add.scram"])]
+    from oncelog.core.security.scram import parse_add_scram_list
+    return parse_add_scram_list(config["oncelog.add.scram"], secrets.token_bytes)
 
 
 async def _serve(config: BrokerConfig) -> None:
@@ -129,31 +142,39 @@ async def _serve(config: BrokerConfig) -> None:
 @oncelog.command("controller")
 @click.option("--metadata-dir", required=True, help="Where the metadata log and snapshots live.")
 @click.option("--listener", default="127.0.0.1:0", show_default=True, help="host:port of the controller listener.")
-@click.option("--user", "users", multiple=True, metavar="NAME:PASSWORD", help="A SASL/PLAIN user (repeatable).")
-@click.option("--cluster-principal", "principals", multiple=True, metavar="NAME",
-              help="A user with cluster rights (repeatable); others get CLUSTER_AUTHORIZATION_FAILED.")
+@click.option("--credential-file", type=click.Path(dir_okay=False),
+              help="The cluster credential (JSON username/password, mode 0600; made if missing): its user is "
+              "the cluster principal, with which brokers register, take producer ids and follow the "
+              "metadata. Default: cluster.credential beside the metadata directory.")
+@click.option("--users-file", type=click.Path(exists=True, dir_okay=False),
+              help="More SASL/PLAIN users, a JSON object name -> password (mode 0600): they may log in and "
+              "get CLUSTER_AUTHORIZATION_FAILED, or a closed connection, for everything.")
 @click.option("--session-timeout-ms", default=3000, show_default=True, help="A broker silent this long is dead.")
 @click.option("--producer-id-floor", default=0, show_default=True, help="Never issue producer ids below this.")
-@click.option("--add-scram", "add_scram", multiple=True, help="A SCRAM credential written where missing "
-              "(kafka-storage's --add-scram syntax; repeatable).")
+@click.option("--add-scram", "add_scram", multiple=True, help="A SCRAM credential written when the metadata "
+              "log is new (kafka-storage's --add-scram syntax; repeatable; ignored, with a warning, after).")
 @click.option("--ssl-keystore-location", type=click.Path(exists=True, dir_okay=False),
               help="PEM with key and certificate chain: the listener speaks TLS (brokers set "
               "controller.listener.names and listener.name.<name>.ssl.truststore.location).")
 @click.option("--log-level", default="INFO", show_default=True)
-def controller_command(metadata_dir, listener, users, principals, session_timeout_ms, producer_id_floor,
+def controller_command(metadata_dir, listener, credential_file, users_file, session_timeout_ms, producer_id_floor,
                        add_scram, ssl_keystore_location, log_level) -> None:
     """Run a controller on its own (for `serve --brokers N` and tests)."""
     from oncelog.controller.service import Controller, ControllerConfig
     logs.configure(log_level)
     host, _, port = listener.rpartition(":")
-    creds = dict(u.split(":", 1) for u in users)
     import secrets
 
     from oncelog.core.security.scram import AddScramError, parse_add_scram
     try:
+        credential = cluster_credential.load_or_create(
+            credential_file or cluster_credential.path_in(Path(metadata_dir).resolve().parent))
+        users = {str(k): str(v) for k, v in json.loads(cluster_credential.read_private(users_file)).items()} \
+            if users_file else {}
         scram = [parse_add_scram(a, secrets.token_bytes) for a in add_scram]
-    except AddScramError as e:
+    except (AddScramError, CredentialFileError, ValueError, AttributeError) as e:
         raise click.ClickException(str(e)) from None
+    users[credential.username] = credential.password
     tls = None
     if ssl_keystore_location:
         import ssl
@@ -162,8 +183,9 @@ def controller_command(metadata_dir, listener, users, principals, session_timeou
         tls.load_cert_chain(ssl_keystore_location)
 
     async def run() -> None:
-        c = Controller(ControllerConfig(metadata_dir, host, int(port), creds, set(principals), session_timeout_ms,
-                                        producer_id_floor, bootstrap_scram=scram, ssl_context=tls))
+        c = Controller(ControllerConfig(metadata_dir, host, int(port), users, {credential.username},
+                                        session_timeout_ms, producer_id_floor, bootstrap_scram=scram,
+                                        ssl_context=tls))
         h, p = await c.start()
         click.echo(f"oncelog: controller listening on {h}:{p}")
         sys.stdout.flush()

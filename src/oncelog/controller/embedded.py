@@ -1,6 +1,7 @@
 """The single-node default: a controller in the broker's process, reached over loopback through
 the same SASL-authenticated request path a separate controller uses (`oncelog serve` without
-`controller.quorum.bootstrap.servers`; in-process brokers in tests do the same).
+`controller.quorum.bootstrap.servers`; in-process brokers in tests do the same), with the data
+directory's cluster credential (`storage.cluster_credential`, made at the first start).
 
 KIP-730's upgrade rule: before the controller, a single node reserved producer ids in a file of
 its data directory (`producer-id-block`); the controller starts strictly above the highest id
@@ -8,13 +9,12 @@ reserved there, so no id is ever issued twice.
 """
 from __future__ import annotations
 
-import secrets
 from pathlib import Path
 
 from oncelog.controller.service import Controller, ControllerConfig
+from oncelog.storage import cluster_credential
 
 LEGACY_PRODUCER_ID_FILE = "producer-id-block"
-BROKER_USER = "oncelog-broker"
 
 
 def legacy_producer_id_floor(data_dir: str | Path) -> int:
@@ -32,12 +32,13 @@ async def start_in_process(data_dir: str | Path, bootstrap_scram: list | None = 
     settings that reach it (`controller.quorum.bootstrap.servers` and its credentials)."""
     data = Path(data_dir)
     data.mkdir(parents=True, exist_ok=True)
-    password = secrets.token_urlsafe(16)
-    controller = Controller(ControllerConfig(str(data / "__cluster_metadata"), users={BROKER_USER: password},
-                                             cluster_principals={BROKER_USER},
+    credential = cluster_credential.load_or_create(cluster_credential.path_in(data))
+    controller = Controller(ControllerConfig(str(data / "__cluster_metadata"),
+                                             users={credential.username: credential.password},
+                                             cluster_principals={credential.username},
                                              producer_id_floor=legacy_producer_id_floor(data),
                                              bootstrap_scram=list(bootstrap_scram or ())))
     host, port = await controller.start()
     return controller, {"controller.quorum.bootstrap.servers": f"{host}:{port}",
-                        "controller.sasl.plain.username": BROKER_USER,
-                        "controller.sasl.plain.password": password}
+                        "controller.sasl.plain.username": credential.username,
+                        "controller.sasl.plain.password": credential.password}

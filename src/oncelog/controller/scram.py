@@ -7,7 +7,9 @@ The store is `SecurityMetadata.scram` (replayed and snapshotted with ACLs and qu
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
+from pathlib import Path
 
 from oncelog.core.security.credentials import (
     Deletion,
@@ -18,10 +20,37 @@ from oncelog.core.security.credentials import (
 from oncelog.core.security.scram import AddScram, ScramMechanism
 from oncelog.protocol import entities
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
+from oncelog.storage.metadata_log import MetadataLog
+
+_log = logging.getLogger("oncelog.controller")
 
 
-def bootstrap(store: ScramCredentials, adds: list[AddScram]) -> list[dict]:
+def bootstrap(store: ScramCredentials, adds: list[AddScram], log: MetadataLog) -> list[dict]:
+    """`--add-scram`'s records, for a metadata log that is new (kafka-storage format writes them
+    once, when it makes the log); for an existing one none, with a warning that they were ignored:
+    a credential deleted or changed since is never brought back by a restart."""
+    if not adds:
+        return []
+    if not log.is_new:
+        _log.warning("--add-scram (oncelog.add.scram) ignored for %s: the metadata log in %s already exists, "
+                     "and credentials are bootstrapped once, when it is created (as kafka-storage format "
+                     "--add-scram does); change them with AlterUserScramCredentials",
+                     ", ".join(sorted({a.name for a in adds})), log.directory)
+        return []
     return store.decide_bootstrap(adds)
+
+
+def format_log(directory: str | Path, adds: list[AddScram]) -> bool:
+    """Bootstrap `adds` into the metadata log in `directory` if it is new (what `serve --brokers N`
+    does before it starts its controller, so that no password reaches the controller's command
+    line); False if it was not new (and nothing was written)."""
+    log = MetadataLog(directory)
+    try:
+        records = bootstrap(ScramCredentials(), adds, log)
+        log.append(records)
+        return bool(records)
+    finally:
+        log.close()
 
 
 def alter(store: ScramCredentials, rb: entities.ResponseBuilder, r, commit: Callable[[list[dict]], None]) -> bytes:

@@ -48,6 +48,9 @@ SNAPSHOT_EVERY = 1000
 BROKER_RESOURCE = 4  # Kafka's ConfigResource.Type.BROKER
 TAG_TOPIC_OVERRIDES = 10001  # controller -> broker Metadata: a topic's config overrides as JSON
 _OPEN_APIS = {ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE}
+# what brokers follow (leaders, topics; ACLs, quotas and every SCRAM verifier): the cluster
+# principal's alone; anyone else asking is closed on
+_CLUSTER_FEEDS = {ApiKey.METADATA, SECURITY_RECORDS_KEY}
 
 
 @dataclass
@@ -61,7 +64,7 @@ class ControllerConfig:
     producer_id_floor: int = 0
     allocations_per_s: float = 200.0
     allocation_burst: int = 50
-    bootstrap_scram: list[AddScram] = field(default_factory=list)  # `--add-scram`, written where missing
+    bootstrap_scram: list[AddScram] = field(default_factory=list)  # `--add-scram`: applied to a new log only
     ssl_context: ssl.SSLContext | None = None   # TLS on the controller listener (brokers then need its CA)
 
 
@@ -83,8 +86,9 @@ class Controller:
         self.fatal = asyncio.Event()  # the metadata log is unusable: a standalone controller exits
         self.fatal_message = ""
         self.address: tuple[str, int] = ("", 0)
+        bootstrap = scram.bootstrap(self.scram, config.bootstrap_scram, self.log)  # only while the log is new
         self._commit(self.state.decide_floor(config.producer_id_floor))
-        self._commit(scram.bootstrap(self.scram, config.bootstrap_scram))
+        self._commit(bootstrap)
 
     @property
     def scram(self) -> ScramCredentials:
@@ -209,6 +213,11 @@ class Controller:
                     return
                 frame = memoryview(await reader.readexactly(size))
                 h = read_request_header(frame)
+                if h.api_key in _CLUSTER_FEEDS and principal is not None \
+                        and principal not in self.config.cluster_principals:
+                    log.warning("controller: %s from %r at %s, who is not the cluster principal: closing",
+                                _feed_name(h.api_key), principal, peer)
+                    return
                 if h.api_key == SECURITY_RECORDS_KEY and principal is not None:
                     answer = self.security.follow(frame[h.body_offset:])
                     writer.write(_framed(response_header(h.api_key, h.api_version, h.correlation_id), answer))
@@ -494,6 +503,10 @@ class Controller:
                                 error_code=code, error_message=message))
             topics.append(rb("ReassignableTopicResponse", name=t.name, partitions=tuple(parts)))
         return rb.encode(throttle_time=0, error_code=0, error_message=None, responses=tuple(topics))
+
+
+def _feed_name(api_key: int) -> str:
+    return "the security records feed" if api_key == SECURITY_RECORDS_KEY else api_name(api_key)
 
 
 def _framed(header: bytes, body: bytes) -> bytes:

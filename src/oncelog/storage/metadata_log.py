@@ -6,10 +6,12 @@ File `metadata.log`, one frame per record:
     payload         UTF-8 JSON object with a "type" field
 Record offsets count frames from 0. Snapshots `snapshot-<offset>.json` hold the state that replays
 the records below <offset>, wrapped as {"crc": CRC-32C of the canonical state JSON, "state": ...};
-written to a temporary file, fsynced, then renamed. Recovery loads the newest snapshot whose CRC
-checks (others are set aside) and replays the records from its offset. A torn or corrupt tail
-(a write cut by a crash) is truncated with a WARNING; nothing after it was ever acknowledged,
-because a record counts only once its fsync returned.
+written to a temporary file, fsynced, then renamed. The directory and its files are the owner's
+alone (0700, 0600): they hold every SCRAM verifier, which other local users must not read.
+Recovery loads the newest snapshot whose CRC checks (others are set aside) and replays the
+records from its offset. A torn or corrupt tail (a write cut by a crash) is truncated with a
+WARNING; nothing after it was ever acknowledged, because a record counts only once its fsync
+returned.
 
 A write that fails, comes up short (a full disk) or whose fsync fails is cut off again before
 `append` raises MetadataLogError, so the next append starts where the last durable record ended:
@@ -63,13 +65,17 @@ class MetadataLog:
         # one controller per metadata directory: a second one would append records the first
         # never replays (read-only audits take no lock)
         self._lock = None if read_only else DirectoryLock.exclusive(self.directory, "a controller")
+        if not read_only:
+            os.chmod(self.directory, 0o700)   # also a directory made by an older version
         self.path = self.directory / LOG_FILE
         self._records: list[dict[str, Any]] = []
         self._size = 0  # bytes of whole, durable records
         self.failed: str | None = None
         try:
             self._recover()
-            self._fd = -1 if read_only else os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            self._fd = -1 if read_only else os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            if not read_only:
+                os.fchmod(self._fd, 0o600)
         except BaseException:
             if self._lock is not None:
                 self._lock.release()
@@ -99,6 +105,11 @@ class MetadataLog:
     @property
     def end_offset(self) -> int:
         return len(self._records)
+
+    @property
+    def is_new(self) -> bool:
+        """Nothing was ever written here: no record and no snapshot (`--add-scram` applies now only)."""
+        return not self._records and not any(self.directory.glob("snapshot-*.json"))
 
     def append(self, records: list[dict[str, Any]]) -> int:
         """Write and fsync; returns the offset of the first record. Raises MetadataLogError,
@@ -145,7 +156,7 @@ class MetadataLog:
         path = self.directory / f"snapshot-{offset:020d}.json"
         tmp = path.with_suffix(".tmp")
         body = {"crc": crc32c(_canonical(state)), "offset": offset, "state": state}
-        with open(tmp, "w") as f:
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
             json.dump(body, f)
             f.flush()
             os.fsync(f.fileno())

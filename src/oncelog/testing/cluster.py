@@ -10,7 +10,8 @@ import urllib.request
 from collections import Counter
 from pathlib import Path
 
-from oncelog.testing.embedded import PASSWORD, USER, BrokerProcess, ControllerProcess, broker_overrides, free_port
+from oncelog.storage import cluster_credential
+from oncelog.testing.embedded import BrokerProcess, ControllerProcess, broker_overrides, free_port
 from oncelog.testing.fault_proxy import FaultConfig, ThreadedFaultProxy
 
 
@@ -33,8 +34,11 @@ class LocalCluster:
         self.proxy_config = proxy_config or FaultConfig()
         self.with_proxies = proxies
         self.env = dict(env or {})  # for every process (e.g. the failpoint ledger for power-loss)
+        # the cluster credential, as `serve --brokers N` keeps it: a 0600 file in the data directory,
+        # which the controller and the brokers read (nothing secret on a command line)
+        self.credential_file = cluster_credential.path_in(self.data)
         self.controller = ControllerProcess(self.root / "metadata", log_file=self.root / "controller.log",
-                                            env=self.env)
+                                            env=self.env, credential_file=self.credential_file)
         self.brokers: dict[int, BrokerProcess] = {}
         self.proxies: dict[int, ThreadedFaultProxy] = {}
         self.metrics_ports: dict[int, int] = {}
@@ -42,12 +46,14 @@ class LocalCluster:
 
     def start(self) -> LocalCluster:
         self.root.mkdir(parents=True, exist_ok=True)
+        cluster_credential.load_or_create(self.credential_file)
         if self.security_protocol == "SASL_SSL" and not self.client_security:
             self._secure()
         self.controller.start()
         for i in range(1, self.n + 1):
             bport, mport = free_port(), free_port()
-            settings = {**self.overrides, **self._security_overrides, **broker_overrides(self.controller, i),
+            settings = {**self.overrides, **self._security_overrides,
+                        **broker_overrides(self.controller, i, user=None),
                         "oncelog.cluster": "true", "metrics.port": str(mport)}
             name = "SASL_SSL" if self.client_security else "PLAINTEXT"
             if self.client_security:
@@ -64,14 +70,18 @@ class LocalCluster:
         return self
 
     def _secure(self) -> None:
-        from oncelog.core.security.scram import split_add_scram_list
+        import secrets
+
+        from oncelog.controller.scram import format_log
+        from oncelog.core.security.scram import parse_add_scram_list
         from oncelog.testing.secure import SCRAM_USERS, secure_overrides
         from oncelog.testing.tls import make_pki
         pki = make_pki(self.root / "pki")
         o = secure_overrides(pki)
         self._security_overrides = {k: v for k, v in o.items() if k in (
             "ssl.keystore.location", "sasl.enabled.mechanisms")}
-        self.controller.add_scram = split_add_scram_list(o["oncelog.add.scram"])   # the controller holds them
+        # the controller holds the credentials: written to its new metadata log, as serve --brokers does
+        format_log(self.controller.metadata_dir, parse_add_scram_list(o["oncelog.add.scram"], secrets.token_bytes))
         self._security_overrides["listener.name.sasl_ssl.plain.sasl.jaas.config"] = \
             o["listener.name.sasl_ssl.plain.sasl.jaas.config"]
         self.client_security = {"security.protocol": "SASL_SSL", "ssl.ca.location": str(pki.ca),
@@ -117,7 +127,8 @@ class LocalCluster:
         from oncelog.broker.controller_client import ControllerClient
 
         async def run() -> int:
-            client = ControllerClient("127.0.0.1", self.controller.port, USER, PASSWORD,
+            credential = cluster_credential.load(self.credential_file)
+            client = ControllerClient("127.0.0.1", self.controller.port, credential.username, credential.password,
                                       client_id="oncelog-verify")
             try:
                 return (await client.move_leader(topic, partition, broker, int(timeout_s * 1000)))[0]

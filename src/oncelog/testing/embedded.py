@@ -5,6 +5,7 @@ peer broker; each can be killed with SIGKILL (a crash) or stopped with SIGTERM, 
 the same data and port. `ServerProcess` is any other command that prints its listening address."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -12,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -66,6 +68,11 @@ class ServerProcess:
     def command(self) -> list[str]:
         return self.argv
 
+    def handoff(self) -> dict[str, str] | None:
+        """Settings handed to the process through an inherited descriptor (`--overrides-fd`),
+        not its command line, which every local user can read."""
+        return None
+
     @property
     def bootstrap(self) -> str:
         """host:port, as clients (or brokers, for a controller) are given it."""
@@ -73,13 +80,24 @@ class ServerProcess:
 
     def start(self, timeout_s: float = 30) -> ServerProcess:
         log = open(self.log_file, "ab") if self.log_file else None
+        settings = self.handoff()
+        handoff = tempfile.TemporaryFile("w+") if settings is not None else None
+        cmd = self.command()
+        fds: tuple[int, ...] = ()
+        if handoff is not None:
+            json.dump(settings, handoff)
+            handoff.flush()
+            handoff.seek(0)
+            cmd, fds = [*cmd, "--overrides-fd", str(handoff.fileno())], (handoff.fileno(),)
         try:
-            self.proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE,
+            self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, pass_fds=fds,
                                          stderr=log if log is not None else subprocess.STDOUT,
                                          env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env})
         finally:
             if log is not None:
                 log.close()
+            if handoff is not None:
+                handoff.close()
         self._wait_until_serving(timeout_s)
         return self
 
@@ -157,9 +175,10 @@ class BrokerProcess(ServerProcess):
         cmd = _oncelog("serve", "--log-dirs", str(self.data_dir))
         if "listeners" not in self.overrides:   # several listeners: given whole, ports 0 or fixed
             cmd += ["--listeners", f"PLAINTEXT://{self.host}:{self.port}"]
-        for name, value in self.overrides.items():
-            cmd += ["--override", f"{name}={value}"]
         return cmd
+
+    def handoff(self) -> dict[str, str]:
+        return dict(self.overrides)   # JAAS users, SCRAM passwords ... never on the command line
 
     def _wait_until_serving(self, timeout_s: float) -> None:
         """Also notes each listener's port (`listener_ports`, by name): the lines come first."""
@@ -195,45 +214,62 @@ USER, PASSWORD = "broker", "broker-secret"
 
 
 class ControllerProcess(ServerProcess):
-    """`oncelog controller` on `metadata_dir`, brokers authenticating as USER/PASSWORD (plus
-    `extra_users`, "name:password"); its log beside the directory unless given."""
+    """`oncelog controller` on `metadata_dir`, its cluster credential in `credential_file` (made
+    with USER/PASSWORD if there is none: tests log in with them), plus `extra_users`
+    ("name:password", no cluster rights); its log beside the directory unless given."""
 
     listening = re.compile(r"controller listening on ([\d.]+):(\d+)")
     name = "oncelog controller"
 
     def __init__(self, metadata_dir: str | Path, extra_users=(), port: int = 0,
-                 log_file: str | Path | None = None, env: dict[str, str] | None = None) -> None:
+                 log_file: str | Path | None = None, env: dict[str, str] | None = None,
+                 credential_file: str | Path | None = None) -> None:
         self.metadata_dir = Path(metadata_dir)
         super().__init__(port=port, env=env,
                          log_file=log_file or self.metadata_dir.parent / f"{self.metadata_dir.name}.log")
+        self.credential_file = Path(credential_file or
+                                    self.metadata_dir.parent / f"{self.metadata_dir.name}.credential")
         self.extra_users = list(extra_users)
-        self.add_scram: list[str] = []    # `--add-scram` arguments
+        self.add_scram: list[str] = []    # `--add-scram` arguments (applied to a new metadata log only)
         self.ssl_keystore: str | None = None   # PEM: the controller listener speaks TLS
 
     def command(self) -> list[str]:
         cmd = _oncelog("controller", "--metadata-dir", str(self.metadata_dir),
-                       "--listener", f"{self.host}:{self.port}", "--user", f"{USER}:{PASSWORD}",
-                       "--cluster-principal", USER, "--session-timeout-ms", "2000")
-        for u in self.extra_users:
-            cmd += ["--user", u]
+                       "--listener", f"{self.host}:{self.port}", "--credential-file", str(self.credential_file),
+                       "--session-timeout-ms", "2000")
+        if self.extra_users:
+            cmd += ["--users-file", str(self._users_file())]
         for a in self.add_scram:
             cmd += ["--add-scram", a]
         if self.ssl_keystore:
             cmd += ["--ssl-keystore-location", self.ssl_keystore]
         return cmd
 
+    def _users_file(self) -> Path:
+        path = self.metadata_dir.parent / f"{self.metadata_dir.name}.users.json"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(dict(u.split(":", 1) for u in self.extra_users), f)
+        return path
+
     def start(self, timeout_s: float = 30) -> ControllerProcess:
+        from oncelog.storage import cluster_credential
         self.metadata_dir.parent.mkdir(parents=True, exist_ok=True)
+        if not self.credential_file.exists():
+            cluster_credential.create(self.credential_file, cluster_credential.ClusterCredential(USER, PASSWORD))
         super().start(timeout_s)
         return self
 
 
-def broker_overrides(controller: ControllerProcess, node_id: int, user: str = USER,
+def broker_overrides(controller: ControllerProcess, node_id: int, user: str | None = USER,
                      password: str = PASSWORD) -> dict[str, str]:
     """What a broker needs to get producer ids (and, with `oncelog.cluster`, leadership) from
-    `controller`."""
-    return {"node.id": str(node_id), "controller.quorum.bootstrap.servers": controller.bootstrap,
-            "controller.sasl.plain.username": user, "controller.sasl.plain.password": password}
+    `controller`: its address and, unless `user` is None (then the broker reads the cluster
+    credential from its data directory), whom to log in as."""
+    out = {"node.id": str(node_id), "controller.quorum.bootstrap.servers": controller.bootstrap}
+    if user is not None:
+        out.update({"controller.sasl.plain.username": user, "controller.sasl.plain.password": password})
+    return out
 
 
 def find_tansu() -> str | None:

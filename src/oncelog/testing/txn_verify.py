@@ -62,7 +62,8 @@ class TxnVerifyResult:
 
     def to_json(self) -> dict:
         o = self.options
-        return {"ok": self.ok, "workload": "transactions", "seed": o.seed, "faults": list(o.faults),
+        return {"ok": self.ok, "workload": "transactions", "seed": o.seed, "security_protocol": o.security_protocol,
+                "faults": list(o.faults),
                 "clients": list(o.clients), "records": o.records, "seconds": round(self.seconds, 1),
                 "fault_counts": dict(Counter(e.fault for e in self.faults)),
                 "fault_events": [e.__dict__ for e in self.faults], "proxy": self.proxy,
@@ -78,7 +79,7 @@ def run_transactions(options, progress=None) -> TxnVerifyResult:
     overrides = {**broker_overrides(faults), "transaction.state.log.num.partitions": "4"}
     cluster = LocalCluster(root, options.brokers, overrides,
                            proxy_config(faults & set(NETWORK_FAULTS + CLIENT_FAULTS), options.seed),
-                           env=process_env(faults))
+                           env=process_env(faults), security_protocol=options.security_protocol)
     disk = FullDisk(cluster.data / f"{OUTPUT}-0", cluster) if "disk" in faults else None
     gate = threading.Event()
     gate.set()
@@ -100,7 +101,7 @@ def run_transactions(options, progress=None) -> TxnVerifyResult:
             n = share + (1 if k < extra else 0)
             w = TxnWorkload(cluster.bootstrap, client, f"verify-in-{client}", OUTPUT, options.partitions, n,
                             seed=options.seed * 100 + k, gate=gate, timeout_s=options.timeout_s + (duration or 0),
-                            rate=n / duration if duration else None)
+                            rate=n / duration if duration else None, security=cluster.client_security)
             workloads.append(w)
         from oncelog.testing.verify import _create_topic
         _create_topic(cluster.bootstrap, OUTPUT, options.partitions, cluster.client_security)
@@ -133,9 +134,11 @@ def run_transactions(options, progress=None) -> TxnVerifyResult:
         cluster.set_faults(False)
         say("reading the output read_committed and read_uncommitted")
         stuck: set[int] = set()
-        committed, _ = read_range(cluster.bootstrap, OUTPUT, timeout_s=options.timeout_s, unread=stuck)
+        security = cluster.client_security
+        committed, _ = read_range(cluster.bootstrap, OUTPUT, timeout_s=options.timeout_s, unread=stuck,
+                                  security=security)
         uncommitted, _ = read_range(cluster.bootstrap, OUTPUT, timeout_s=options.timeout_s,
-                                    isolation="read_uncommitted")
+                                    isolation="read_uncommitted", security=security)
         for p, kept in runner.archive.items():  # what the expiry fault deleted (read read_committed)
             committed[p] = kept + [r for r in committed.get(p, []) if not kept or r[0] > kept[-1][0]]
         aborted = set().union(*(w.aborted for w in workloads))
@@ -143,7 +146,7 @@ def run_transactions(options, progress=None) -> TxnVerifyResult:
         covered: dict[bytes, bool] = {}
         for w in workloads:  # which inputs the group's final committed offsets cover
             offsets = w.committed_offsets() or {}
-            source, _ = read_range(cluster.bootstrap, w.in_topic, timeout_s=options.timeout_s)
+            source, _ = read_range(cluster.bootstrap, w.in_topic, timeout_s=options.timeout_s, security=security)
             for p, recs in source.items():
                 for offset, value in recs:
                     covered[value] = offset < offsets.get(p, 0)
@@ -175,7 +178,8 @@ def run_transactions(options, progress=None) -> TxnVerifyResult:
 def render_transactions(result: TxnVerifyResult) -> str:
     from oncelog.testing.verify import activity_lines  # verify imports this module when it runs
     o, r = result.options, result.report
-    lines = [f"oncelog verify --workload transactions: seed {o.seed}, faults {','.join(o.faults) or '-'}, "
+    lines = [f"oncelog verify --workload transactions: seed {o.seed}, {o.security_protocol}, "
+             f"faults {','.join(o.faults) or '-'}, "
              f"clients {','.join(o.clients)}, {o.records} records, {o.brokers} brokers, "
              f"{o.partitions} partitions, {result.seconds:.0f}s", "",
              f"inputs {r.inputs}, output read_committed {r.committed_read}, read_uncommitted "

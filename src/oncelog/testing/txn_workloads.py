@@ -49,6 +49,7 @@ class TxnWorkload:
     timeout_s: float = 180
     zombie_after_s: float = 3.0
     rate: float | None = None                    # records/s over all loops; None = as fast as they go
+    security: dict = field(default_factory=dict)  # client settings (librdkafka's names) besides bootstrap.servers
 
     @property
     def per_txn(self) -> int:
@@ -57,6 +58,10 @@ class TxnWorkload:
     aborted: set = field(default_factory=set)    # (instance, txn) of transactions known aborted
     errors: Counter = field(default_factory=Counter)
     notes: list = field(default_factory=list)
+
+    def client_config(self) -> dict:
+        """Where and how clients connect (librdkafka's names, which oncelog's client takes too)."""
+        return {"bootstrap.servers": self.bootstrap, **self.security}
 
     @property
     def group(self) -> str:
@@ -72,7 +77,7 @@ class TxnWorkload:
     def fill(self) -> dict[int, int]:
         """Writes the input (idempotent, not transactional); returns partition -> end offset."""
         from confluent_kafka import Producer
-        p = Producer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True, "linger.ms": 20,
+        p = Producer({**self.client_config(), "enable.idempotence": True, "linger.ms": 20,
                       "log_level": 3})
         for i, v in enumerate(self.values()):
             while True:
@@ -126,7 +131,7 @@ class TxnWorkload:
     def committed_offsets(self) -> dict[int, int] | None:
         """The group's committed offsets (stable ones: require_stable), None if not answered."""
         from confluent_kafka import Consumer, KafkaException, TopicPartition
-        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": self.group, "log_level": 3,
+        c = Consumer({**self.client_config(), "group.id": self.group, "log_level": 3,
                       "enable.auto.commit": False, "isolation.level": "read_committed"})
         try:
             got = c.committed([TopicPartition(self.in_topic, q) for q in range(self.partitions)], timeout=10)
@@ -282,7 +287,7 @@ class CopyLoop:
     def committed(self) -> dict[int, int]:
         from confluent_kafka import Consumer, KafkaException, TopicPartition
         w = self.w
-        c = Consumer({"bootstrap.servers": w.bootstrap, "group.id": w.group, "log_level": 3,
+        c = Consumer({**w.client_config(), "group.id": w.group, "log_level": 3,
                       "enable.auto.commit": False, "isolation.level": "read_committed"})
         try:
             deadline = time.monotonic() + 60
@@ -317,7 +322,7 @@ class LibrdkafkaLoop(CopyLoop):
     def open_consumer(self) -> None:
         from confluent_kafka import Consumer
         w = self.w
-        self.consumer = Consumer({"bootstrap.servers": w.bootstrap, "group.id": w.group, "log_level": 3,
+        self.consumer = Consumer({**w.client_config(), "group.id": w.group, "log_level": 3,
                                   "enable.auto.commit": False, "isolation.level": "read_committed",
                                   "auto.offset.reset": "earliest", "session.timeout.ms": 10000,
                                   "heartbeat.interval.ms": 1000, "socket.timeout.ms": 5000})
@@ -333,7 +338,7 @@ class LibrdkafkaLoop(CopyLoop):
 
     def open_producer(self) -> None:
         from confluent_kafka import Producer
-        self.producer = Producer({"bootstrap.servers": self.w.bootstrap, "transactional.id": self.tid,
+        self.producer = Producer({**self.w.client_config(), "transactional.id": self.tid,
                                   "linger.ms": 5, "transaction.timeout.ms": 30000, "log_level": 3,
                                   "socket.timeout.ms": 5000, "message.timeout.ms": 30000})
         self._call(lambda: self.producer.init_transactions(30))
@@ -415,7 +420,7 @@ class LibrdkafkaLoop(CopyLoop):
 class OncelogLoop(CopyLoop):
     def open_consumer(self) -> None:
         from oncelog.client.sync import Consumer
-        self.consumer = Consumer({"bootstrap.servers": self.w.bootstrap, "group.id": self.w.group,
+        self.consumer = Consumer({**self.w.client_config(), "group.id": self.w.group,
                                   "isolation.level": "read_committed"})
 
     def close_consumer(self) -> None:
@@ -428,7 +433,7 @@ class OncelogLoop(CopyLoop):
 
     def open_producer(self) -> None:
         from oncelog.client.sync import Producer
-        self.producer = Producer({"bootstrap.servers": self.w.bootstrap, "transactional.id": self.tid,
+        self.producer = Producer({**self.w.client_config(), "transactional.id": self.tid,
                                   "linger.ms": 5, "transaction.timeout.ms": 30000,
                                   "request.timeout.ms": 5000, "delivery.timeout.ms": 30000})
         self._call(lambda: self.producer.init_transactions(30))

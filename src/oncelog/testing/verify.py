@@ -65,9 +65,6 @@ class VerifyOptions:
             raise ValueError(f"unknown clients {sorted(unknown)}; choose from {', '.join(CLIENTS)}")
         if self.security_protocol not in ("PLAINTEXT", "SASL_SSL"):
             raise ValueError(f"security protocol {self.security_protocol}: PLAINTEXT or SASL_SSL")
-        if self.workload == "transactions" and self.security_protocol != "PLAINTEXT":
-            # its copy loops and read-backs take no client security settings yet
-            raise ValueError("the transactions workload runs over PLAINTEXT only")
         if "move" in self.faults and self.brokers < 2:
             raise ValueError("the move fault needs at least 2 brokers")
 

@@ -7,13 +7,13 @@ OPERATION_NOT_ATTEMPTED, as Kafka does; nothing is added then.
 Authorization: v0-3 WRITE on the transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED for all)
 and on each topic (TOPIC_AUTHORIZATION_FAILED, the rest OPERATION_NOT_ATTEMPTED), which a client
 never has on an internal topic (as Kafka: `__consumer_offsets` joins through AddOffsetsToTxn);
-v4 (brokers) CLUSTER_ACTION on the cluster.
+v4 from brokers only (`authorization.require_broker`), else CLUSTER_AUTHORIZATION_FAILED.
 """
 from __future__ import annotations
 
 import asyncio
 
-from oncelog.broker.authorization import TOPIC, TXN_ID, Op, authorize, authorized_names, require_cluster
+from oncelog.broker.authorization import TOPIC, TXN_ID, Op, authorize, authorized_names, require_broker
 from oncelog.broker.internal_topics import refusal
 from oncelog.core.topic_names import is_internal
 from oncelog.core.txn.errors import for_version
@@ -33,7 +33,7 @@ async def handle(broker, version: int, r) -> bytes:
                              int(r.v3_and_below_producer_id), int(r.v3_and_below_producer_epoch), False,
                              r.v3_and_below_topics)
         return rb.encode(throttle_time=0, results_by_topic_v3_and_below=_topic_results(rb, results))
-    require_cluster(broker, Op.CLUSTER_ACTION)
+    require_broker(broker, "AddPartitionsToTxn v4")
     answers = await asyncio.gather(*(
         _one(broker, version, str(t.transactional_id), int(t.producer_id), int(t.producer_epoch),
              bool(t.verify_only), t.topics) for t in r.transactions))

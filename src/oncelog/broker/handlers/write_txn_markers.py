@@ -6,16 +6,17 @@ fsync covers the markers that share a partition's log.
 
 Per partition: NONE, NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, INVALID_PRODUCER_EPOCH,
 TRANSACTION_COORDINATOR_FENCED, UNSUPPORTED_FOR_MESSAGE_FORMAT, KAFKA_STORAGE_ERROR
-(`core.txn.markers.classify` says what each means to the writer). The caller needs CLUSTER_ACTION
-on the cluster (a broker: in super.users or granted it), else CLUSTER_AUTHORIZATION_FAILED for every
-partition. A `__consumer_offsets` partition is the group coordinator's
+(`core.txn.markers.classify` says what each means to the writer). Only another broker of the
+cluster may send it (`authorization.require_broker`: the cluster credential's principal, which holds
+CLUSTER_ACTION implicitly), else CLUSTER_AUTHORIZATION_FAILED for every partition: a marker written
+by anyone else would end another producer's transaction. A `__consumer_offsets` partition is the group coordinator's
 (`broker.txn_markers.offsets_marker`: the groups' pending transactional offsets made visible or dropped).
 """
 from __future__ import annotations
 
 import asyncio
 
-from oncelog.broker.authorization import Op, require_cluster
+from oncelog.broker.authorization import require_broker
 from oncelog.broker.txn_markers import offsets_marker
 from oncelog.core.txn.log_format import CONSUMER_OFFSETS_TOPIC
 from oncelog.protocol import entities
@@ -26,7 +27,7 @@ API_KEY = ApiKey.WRITE_TXN_MARKERS
 
 
 async def handle(broker, version: int, request) -> bytes:
-    require_cluster(broker, Op.CLUSTER_ACTION)
+    require_broker(broker, "WriteTxnMarkers")
     rb = entities.ResponseBuilder(API_KEY, version)
     jobs = []
     for m in request.markers:

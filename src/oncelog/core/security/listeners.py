@@ -240,7 +240,13 @@ SECURITY_SETTINGS: tuple[ConfigDef, ...] = (
     ConfigDef("listener.security.protocol.map", "string",
               "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
               "Listener name -> security protocol."),
-    ConfigDef("inter.broker.listener.name", "string", "", "The listener brokers use to reach each other."),
+    ConfigDef("inter.broker.listener.name", "string", "", "The listener brokers reach each other on "
+              "(default: the first listener); a broker registers its address with the controller."),
+    ConfigDef("security.inter.broker.protocol", "string", "", "Kafka's other way to name the inter-broker "
+              "listener: the listener named after this protocol (not together with inter.broker.listener.name)."),
+    ConfigDef("sasl.mechanism.inter.broker.protocol", "string", "", "SASL mechanism of brokers on a SASL "
+              "inter-broker listener (default: SCRAM-SHA-512, SCRAM-SHA-256 or PLAIN, the first the listener "
+              "enables)."),
     ConfigDef("ssl.keystore.type", "string", "PEM", "PEM only."),
     ConfigDef("ssl.keystore.location", "string", "", "PEM file with the private key and certificate chain."),
     ConfigDef("ssl.keystore.password", "string", "", "Password of an encrypted key in ssl.keystore.location."),

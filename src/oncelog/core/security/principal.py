@@ -25,9 +25,13 @@ USER_TYPE = "User"
 
 @dataclass(frozen=True)
 class KafkaPrincipal:
-    """`User:alice`. ACLs, super.users and quotas name principals in this form."""
+    """`User:alice`. ACLs, super.users and quotas name principals in this form (`broker` is not
+    part of it: ACLs see a broker as `User:<cluster user>`)."""
     type: str
     name: str
+    # authenticated with the cluster credential: another broker of the cluster (Kafka's broker
+    # principal). Only `broker_principal` sets it; no certificate, SASL user or ACL can.
+    broker: bool = False
 
     def __str__(self) -> str:
         return f"{self.type}:{self.name}"
@@ -46,6 +50,11 @@ class KafkaPrincipal:
 
 
 ANONYMOUS = KafkaPrincipal(USER_TYPE, "ANONYMOUS")
+
+
+def broker_principal(user: str) -> KafkaPrincipal:
+    """The principal of a connection that proved it holds the cluster credential of user `user`."""
+    return KafkaPrincipal(USER_TYPE, user, broker=True)
 
 # ------------------------------------------------------------------ RFC 2253 names
 

@@ -417,3 +417,8 @@ def split_add_scram_list(text: str) -> list[str]:
     if text[start:].strip():
         out.append(text[start:].strip())
     return out
+
+
+def parse_add_scram_list(text: str, random_bytes: RandomBytes) -> list[AddScram]:
+    """`oncelog.add.scram`'s value, every argument parsed (AddScramError at the first bad one)."""
+    return [parse_add_scram(a, random_bytes) for a in split_add_scram_list(text)]
