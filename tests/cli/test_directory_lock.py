@@ -87,7 +87,7 @@ def test_a_second_controller_on_a_metadata_directory_refuses_to_start(tmp_path):
 def test_serve_brokers_holds_its_shared_directory_against_either_kind_of_serve(tmp_path):
     data = tmp_path / "data"
     cluster = subprocess.Popen([sys.executable, "-m", "oncelog.cli.main", "serve", "--log-dirs", str(data),
-                                "--brokers", "2", "--listeners", f"PLAINTEXT://127.0.0.1:{free_port()}",
+                                "--brokers", "2", "--listeners", "PLAINTEXT://127.0.0.1:0",
                                 "--override", "metrics.port=-1"],
                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
@@ -95,13 +95,12 @@ def test_serve_brokers_holds_its_shared_directory_against_either_kind_of_serve(t
         for line in cluster.stdout:
             if "cluster of 2 brokers" in line:
                 break
-        else:
+        else:  # (ports 0: the brokers' ports count up from the given one, which may be taken)
             pytest.fail(f"serve --brokers 2 did not start (exit {cluster.wait()})")
         alone = _oncelog("serve", "--log-dirs", str(data), "--listeners", f"PLAINTEXT://127.0.0.1:{free_port()}")
         assert alone.returncode != 0 and len(alone.stderr.strip().splitlines()) == 1, alone.stderr
         assert str(data) in alone.stderr and "listening on" not in alone.stdout
-        twice = _oncelog("serve", "--log-dirs", str(data), "--brokers", "2", "--listeners",
-                         f"PLAINTEXT://127.0.0.1:{free_port()}")
+        twice = _oncelog("serve", "--log-dirs", str(data), "--brokers", "2", "--listeners", "PLAINTEXT://127.0.0.1:0")
         _refused(twice, data, cluster.pid)
     finally:
         cluster.terminate()
