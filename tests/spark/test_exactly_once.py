@@ -120,10 +120,10 @@ def assert_exactly_once(spark, bootstrap, dst, partitions=2, expect=None):
     return _ids(client_values(bootstrap, dst, partitions, "read_uncommitted"))
 
 
-def _stream(spark, bootstrap, src, dst, ckpt, select, write_opts, **sink):
+def _stream(spark, bootstrap, src, dst, ckpt, select, write_opts, source=None, **sink):
     w = (spark.readStream.format("oncelog").option("bootstrap.servers", bootstrap)
          .option("subscribe", src).option("startingOffsets", "earliest")
-         .option("maxOffsetsPerTrigger", str(2 * STEP)).load()
+         .option("maxOffsetsPerTrigger", str(2 * STEP)).options(**(source or {})).load()
          .select(*select).writeStream.format("oncelog").options(**write_opts)
          .option("topic", dst).option("checkpointLocation", ckpt).trigger(availableNow=True))
     for k, v in sink.items():
@@ -248,3 +248,37 @@ def test_replay_of_a_batch_whose_transactions_were_all_committed(
     uncommitted = assert_exactly_once(spark, spark_broker, dst)
     # the replay's tasks produced batch 1 again, in transactions they aborted
     assert sum(uncommitted.values()) == 2 * ROWS + 2 * STEP
+
+
+@pytest.mark.parametrize("first_split, replay_split", [("4", None), (None, "4")],
+                         ids=["4-tasks-then-2", "2-tasks-then-4"])
+def test_replay_split_differently_after_a_partial_commit(
+        small_batches, spark_broker, make_topic, produce, write_opts, tmp_path, first_split,
+        replay_split):
+    """Issue 24, finding 5: batch 1's driver commits some of its task transactions and dies;
+    the replay splits the batch differently (minPartitions added or dropped), so no replayed
+    task holds the rows of a task of the first run. The replay writes nothing: its driver
+    commits the transactions the first driver had recorded, and every row is there once."""
+    spark = small_batches
+    src, dst = _source(produce, make_topic), make_topic(2)
+    ckpt = str(tmp_path / "ckpt")
+
+    def split(n):
+        return {"minPartitions": n} if n else {}
+
+    tasks = 4 if first_split else 2
+    q = _stream(spark, spark_broker, src, dst, ckpt, _failing(set()), write_opts,
+                split(first_split), _crashInCommit=f"1:{tasks // 2}")
+    with pytest.raises(Exception, match="injected driver crash"):
+        q.awaitTermination()
+    seen = _ids(client_values(spark_broker, dst, 2, "read_committed"))
+    # batch 0 and half of batch 1 (tasks of 50 or 100 rows)
+    assert sum(seen.values()) == 2 * STEP + STEP and max(seen.values()) == 1
+
+    q = _stream(spark, spark_broker, src, dst, ckpt, _failing(set()), write_opts,
+                split(replay_split))
+    q.awaitTermination()
+    assert q.exception() is None
+    uncommitted = assert_exactly_once(spark, spark_broker, dst)
+    # the replay produced nothing (no aborted copy of batch 1 either)
+    assert sum(uncommitted.values()) == 2 * ROWS
