@@ -3,11 +3,12 @@
 On local[2,3] (Spark retries a failed task): a UDF failing the first attempt of a task after it
 produced rows, a driver dying between the tasks' commit and Spark's checkpoint commit (and in
 the middle of committing), a replay of a batch whose transactions were all committed, a replay
-split differently after a partial commit (issue 24), a batch job failing after tasks finished. In every case read_committed
-readers, oncelog's (through Spark and the client) and kafka-python's, see each row exactly once;
-with `deliveryGuarantee=at-least-once` the failing UDF shows the duplicates the transactions
-remove. Values of 2 KB in Arrow batches of 10 rows: the JVM feeds the writer 64 KB at a time, so
-the failed attempt really produced rows before it failed (checked with read_uncommitted)."""
+split differently after a partial commit (issue 24), a batch job failing after tasks finished.
+In every case read_committed readers, oncelog's (through Spark and the client) and
+kafka-python's, see each row exactly once; with `deliveryGuarantee=at-least-once` the failing
+UDF shows the duplicates the transactions remove. Values of 2 KB in Arrow batches of 10 rows:
+the JVM feeds the writer 64 KB at a time, so the failed attempt really produced rows before it
+failed (checked with read_uncommitted)."""
 from __future__ import annotations
 
 import os
