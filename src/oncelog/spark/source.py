@@ -205,7 +205,7 @@ class TaskCommit(WriterCommitMessage):
     attempt: int
     rows: int
     skipped: bool = False
-    fingerprint: str | None = None   # of the task's input (replay.Fingerprint), streaming only
+    fingerprint: str | None = None   # of the task's input (replay.Fingerprint), at-least-once streaming
     txn: TxnHandle | None = None     # exactly-once: the task's open transaction, for the driver
     opened_ms: int = 0               # exactly-once: when the task opened it (its clock)
 
