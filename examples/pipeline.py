@@ -12,10 +12,11 @@ write task, completed by the driver):
 2. a Spark driver (its own process, `local[2,3]` so that failed tasks are retried) runs the
    query with AvailableNow and maxOffsetsPerTrigger (several micro-batches); the write task of
    Spark partition 0 in micro-batch 1 fails on its first attempt after it produced rows (a UDF
-   raises), and the driver dies in micro-batch 2 after committing the transaction of one task
-   and before the others and Spark's checkpoint commit;
-3. a new driver process restarts the query from the checkpoint: micro-batch 2 is replayed (the
-   task already committed is skipped, the others are written again) and the query finishes;
+   raises), and the driver dies in micro-batch 2 after recording the micro-batch's task
+   transactions and committing one of them, before the others and Spark's checkpoint commit;
+3. a new driver process restarts the query from the checkpoint: micro-batch 2 is replayed (its
+   tasks write nothing, the new driver commits the transactions the dead one had recorded) and
+   the query finishes;
 4. a read_committed consumer reads `totals`: each user's latest total equals the totals computed
    from the generator exactly (every event counted once), and `totals` holds exactly one
    record per user for each micro-batch in Spark's commit log (a micro-batch written twice, or
@@ -32,8 +33,9 @@ import tempfile
 import time
 from pathlib import Path
 
-USERS = 200
+USERS = 400        # each micro-batch writes every user's total: about 200 rows per write task
 PAD = "." * 2000   # 2 KB per output row: the JVM hands the writer its input 64 KB at a time
+FAIL_AT = 150      # rows into the failing attempt: about 50 of them have reached the writer
 
 
 def expected_totals(n_events: int) -> dict[str, tuple[int, int]]:
@@ -67,14 +69,15 @@ def run_driver(bootstrap: str, events: str, totals: str, checkpoint: str, crash:
     seen = {"rows": 0}
 
     def fail_once(value):
-        """Raises in the first attempt of the write task of partition 0 in micro-batch 1, once
-        50 of its rows went to the writer (which produced them into its transaction)."""
+        """Raises in the first attempt of the write task of partition 0 in micro-batch 1 at its
+        FAIL_AT-th row, when the rows before (less the JVM's buffers) went to the writer, which
+        produced them into its transaction."""
         from pyspark import TaskContext
         ctx = TaskContext.get()
         if (ctx.getLocalProperty("streaming.sql.batchId") == "1" and ctx.partitionId() == 0
                 and ctx.attemptNumber() == 0):
             seen["rows"] += 1
-            if seen["rows"] == 50:
+            if seen["rows"] == FAIL_AT:
                 raise RuntimeError("injected failure of a write task's first attempt")
         return value
 

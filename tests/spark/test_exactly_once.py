@@ -2,12 +2,13 @@
 
 On local[2,3] (Spark retries a failed task): a UDF failing the first attempt of a task after it
 produced rows, a driver dying between the tasks' commit and Spark's checkpoint commit (and in
-the middle of committing), a replay of a batch whose transactions were all committed, a batch
-job failing after tasks finished; speculation on a local cluster. In every case read_committed
-readers, oncelog's (through Spark and the client) and kafka-python's, see each row exactly once;
-with `deliveryGuarantee=at-least-once` the failing UDF shows the duplicates the transactions
-remove. Values of 2 KB in Arrow batches of 10 rows: the JVM feeds the writer 64 KB at a time, so
-the failed attempt really produced rows before it failed (checked with read_uncommitted)."""
+the middle of committing), a replay of a batch whose transactions were all committed, a replay
+split differently after a partial commit (issue 24), a batch job failing after tasks finished.
+In every case read_committed readers, oncelog's (through Spark and the client) and
+kafka-python's, see each row exactly once; with `deliveryGuarantee=at-least-once` the failing
+UDF shows the duplicates the transactions remove. Values of 2 KB in Arrow batches of 10 rows:
+the JVM feeds the writer 64 KB at a time, so the failed attempt really produced rows before it
+failed (checked with read_uncommitted)."""
 from __future__ import annotations
 
 import os
@@ -120,10 +121,10 @@ def assert_exactly_once(spark, bootstrap, dst, partitions=2, expect=None):
     return _ids(client_values(bootstrap, dst, partitions, "read_uncommitted"))
 
 
-def _stream(spark, bootstrap, src, dst, ckpt, select, write_opts, **sink):
+def _stream(spark, bootstrap, src, dst, ckpt, select, write_opts, source=None, **sink):
     w = (spark.readStream.format("oncelog").option("bootstrap.servers", bootstrap)
          .option("subscribe", src).option("startingOffsets", "earliest")
-         .option("maxOffsetsPerTrigger", str(2 * STEP)).load()
+         .option("maxOffsetsPerTrigger", str(2 * STEP)).options(**(source or {})).load()
          .select(*select).writeStream.format("oncelog").options(**write_opts)
          .option("topic", dst).option("checkpointLocation", ckpt).trigger(availableNow=True))
     for k, v in sink.items():
@@ -205,11 +206,12 @@ def test_batch_job_failing_after_tasks_finished_leaves_nothing_visible(
 
 def test_driver_dying_while_committing_then_restarted(small_batches, spark_broker, make_topic,
                                                       produce, write_opts, tmp_path):
-    """Batch 1's driver completes the transaction of task 0 and dies before task 1's (and before
-    the batch marker and Spark's commit log). A read_committed reader then sees task 0's rows of
-    batch 1 and none of task 1's: the batch is not atomic across tasks, each row is seen at most
-    once. The restarted query replays batch 1: task 0 finds its committed marker and skips, task
-    1 fences the open transaction (aborting it) and writes again: each row exactly once."""
+    """Batch 1's driver records the batch's two task transactions, commits the older one and
+    dies before the other (and before the batch marker and Spark's commit log). A
+    read_committed reader then sees one task's rows of batch 1 and none of the other's: the
+    batch is not atomic across tasks, each row is seen at most once. The restarted query
+    replays batch 1: its tasks find the recorded decision and write nothing, its driver commits
+    the recorded transaction still open: each row exactly once."""
     spark = small_batches
     src, dst = _source(produce, make_topic), make_topic(2)
     ckpt = str(tmp_path / "ckpt")
@@ -219,9 +221,11 @@ def test_driver_dying_while_committing_then_restarted(small_batches, spark_broke
         q.awaitTermination()
     assert sorted(f for f in os.listdir(os.path.join(ckpt, "commits")) if f.isdigit()) == ["0"]
     seen = _ids(client_values(spark_broker, dst, 2, "read_committed"))
-    # batch 0 whole, batch 1's task 0 (source partition 0, offsets 100-199), nothing of task 1
-    assert set(seen) == {f"{p}:{i}".encode() for p in (0, 1) for i in range(STEP)} | {
-        f"0:{i}".encode() for i in range(STEP, 2 * STEP)}
+    # batch 0 whole, one task of batch 1 (a source partition's offsets 100-199), nothing of
+    # the other
+    batch0 = {f"{p}:{i}".encode() for p in (0, 1) for i in range(STEP)}
+    assert set(seen) in [batch0 | {f"{p}:{i}".encode() for i in range(STEP, 2 * STEP)}
+                         for p in (0, 1)]
     assert max(seen.values()) == 1
 
     q = _stream(spark, spark_broker, src, dst, ckpt, _failing(set()), write_opts)
@@ -233,8 +237,8 @@ def test_driver_dying_while_committing_then_restarted(small_batches, spark_broke
 def test_replay_of_a_batch_whose_transactions_were_all_committed(
         spark_retry, spark_broker, make_topic, produce, write_opts, tmp_path):
     """The driver completed every transaction of batch 1 and died before the batch marker and
-    Spark's commit log: the replay's tasks all find their committed markers and write nothing
-    (each aborts the transaction it opened)."""
+    Spark's commit log: the replay's tasks find the batch's decision and write nothing (they
+    open no transaction either), its driver's commits are answered NONE."""
     spark = spark_retry
     src, dst = _source(produce, make_topic), make_topic(2)
     ckpt = str(tmp_path / "ckpt")
@@ -246,5 +250,38 @@ def test_replay_of_a_batch_whose_transactions_were_all_committed(
     q.awaitTermination()
     assert q.exception() is None
     uncommitted = assert_exactly_once(spark, spark_broker, dst)
-    # the replay's tasks produced batch 1 again, in transactions they aborted
-    assert sum(uncommitted.values()) == 2 * ROWS + 2 * STEP
+    assert sum(uncommitted.values()) == 2 * ROWS    # the replay produced nothing
+
+
+@pytest.mark.parametrize("first_split, replay_split", [("4", None), (None, "4")],
+                         ids=["4-tasks-then-2", "2-tasks-then-4"])
+def test_replay_split_differently_after_a_partial_commit(
+        small_batches, spark_broker, make_topic, produce, write_opts, tmp_path, first_split,
+        replay_split):
+    """Issue 24, finding 5: batch 1's driver commits some of its task transactions and dies;
+    the replay splits the batch differently (minPartitions added or dropped), so no replayed
+    task holds the rows of a task of the first run. The replay writes nothing: its driver
+    commits the transactions the first driver had recorded, and every row is there once."""
+    spark = small_batches
+    src, dst = _source(produce, make_topic), make_topic(2)
+    ckpt = str(tmp_path / "ckpt")
+
+    def split(n):
+        return {"minPartitions": n} if n else {}
+
+    tasks = 4 if first_split else 2
+    q = _stream(spark, spark_broker, src, dst, ckpt, _failing(set()), write_opts,
+                split(first_split), _crashInCommit=f"1:{tasks // 2}")
+    with pytest.raises(Exception, match="injected driver crash"):
+        q.awaitTermination()
+    seen = _ids(client_values(spark_broker, dst, 2, "read_committed"))
+    # batch 0 and half of batch 1 (tasks of 50 or 100 rows)
+    assert sum(seen.values()) == 2 * STEP + STEP and max(seen.values()) == 1
+
+    q = _stream(spark, spark_broker, src, dst, ckpt, _failing(set()), write_opts,
+                split(replay_split))
+    q.awaitTermination()
+    assert q.exception() is None
+    uncommitted = assert_exactly_once(spark, spark_broker, dst)
+    # the replay produced nothing (no aborted copy of batch 1 either)
+    assert sum(uncommitted.values()) == 2 * ROWS

@@ -1,5 +1,6 @@
 """Executor-side writing: Arrow batches -> oncelog's idempotent producer; and the marker topic
-where the streaming sink's driver records which (sink, batch id[, task]) Spark reported written.
+where the streaming sink's driver records which (sink, batch id[, task]) Spark reported written
+and, exactly-once, which task transactions make up a batch (its decision).
 
 Only the driver writes markers, from the commit messages Spark hands it: a write task cannot know
 whether its own attempt succeeded. When the JVM side of a task fails while it feeds the Python
@@ -21,6 +22,7 @@ from oncelog.spark.arrow_io import require_pyarrow
 from oncelog.spark.options import OncelogSparkError
 from oncelog.spark.plan import connect
 from oncelog.spark.producers import DeliveryFailed
+from oncelog.spark.transactions import TxnHandle
 
 
 def _column(batch, name: str):
@@ -207,13 +209,28 @@ def ensure_marker_topic(client: dict, topic: str) -> None:
 
 
 @dataclass
+class Decision:
+    """The task transactions that make up a batch, in the order the driver commits them, and
+    their rows: recorded before the first of them is committed, and final from then on."""
+    handles: list[TxnHandle]
+    rows: int
+
+    @property
+    def ids(self) -> set[str]:
+        return {h.transactional_id for h in self.handles}
+
+
+@dataclass
 class Markers:
     """What the marker topic says about one sink: batches the driver committed, and per (batch,
     task) the fingerprints of inputs whose rows are visible (`tasks`); `transactions` holds the
-    (producer id, epoch) of every committed transaction that wrote one of its task markers."""
+    (producer id, epoch) of every committed transaction that wrote one of its task markers;
+    `decisions` the exactly-once batches whose transactions the driver fixed (and did not
+    void)."""
     batches: set[int] = field(default_factory=set)
     tasks: dict[tuple[int, int], set[str]] = field(default_factory=dict)
     transactions: set[tuple[int, int]] = field(default_factory=set)
+    decisions: dict[int, Decision] = field(default_factory=dict)
 
 
 def read_markers(client: dict, topic: str, sink_id: str, batch_id: int | None = None,
@@ -226,17 +243,15 @@ def read_markers(client: dict, topic: str, sink_id: str, batch_id: int | None = 
 
 def scan_markers(client: dict, topic: str, sink_id: str, batch_id: int | None = None,
                  window: int = 2000) -> Markers:
-    """The markers of one sink that count: batch markers (the driver's, plain records), task
-    markers the driver confirmed in a plain record (at-least-once mode), and task markers
-    written inside a task's transaction once that transaction is committed.
+    """The markers of one sink that count: batch markers and decisions (the driver's, plain
+    records), task markers the driver confirmed in a plain record (at-least-once mode), and task
+    markers written inside a task's transaction once that transaction is committed.
 
     The topic is read uncommitted, with its control batches: a read_committed Fetch stops at the
     last stable offset, which any open transaction holds back, be it another query's waiting
-    for its driver, or this very batch's stale transaction that the replay's own task is about
-    to fence; waiting for it could wait for the timeout sweeper. Each transactional marker is
-    kept until its producer's COMMIT (counts) or ABORT (dropped) marker; one still open does not
-    count. A writer calls this after its InitProducerId, which completes every earlier
-    transaction of its transactional id, so the fate of its own earlier attempts is known.
+    for its driver, or a dead driver's that nobody has aborted yet; waiting for it could wait
+    for the timeout sweeper. Each transactional marker is kept until its producer's COMMIT
+    (counts) or ABORT (dropped) marker; one still open does not count.
 
     A sink's markers are appended in batch order and Spark only replays batches after the last
     committed one, so with `batch_id` given the topic is read from windows growing backwards
@@ -303,6 +318,8 @@ def _scan_markers(consumer, tp, start: int, end: int, want: bytes, out: Markers,
                     if header.is_transactional:
                         open_txns.setdefault(header.producer_id, []).append(
                             (m, header.producer_epoch))
+                    elif "decision" in m:
+                        _decide(out, b, m)
                     elif m.get("task") is None:
                         out.batches.add(b)
                     elif m.get("confirmed"):
@@ -313,6 +330,14 @@ def _scan_markers(consumer, tp, start: int, end: int, want: bytes, out: Markers,
     return older
 
 
+def _decide(out: Markers, batch: int, m: dict) -> None:
+    if m["decision"] is None:       # voided: none of its transactions was committed
+        out.decisions.pop(batch, None)
+    else:
+        out.decisions[batch] = Decision([TxnHandle(str(t), int(p), int(e))
+                                         for t, p, e in m["decision"]], int(m["rows"]))
+
+
 def _count(out: Markers, m: dict) -> None:
     if m.get("task") is None:
         out.batches.add(int(m["batch"]))
@@ -321,11 +346,11 @@ def _count(out: Markers, m: dict) -> None:
         out.tasks.setdefault((int(m["batch"]), int(m["task"])), set()).add(m["fingerprint"])
 
 
-def task_marker(sink_id: str, batch_id: int, task: int, rows: int, fingerprint: str) -> bytes:
-    """The marker a task writes inside its own transaction: visible exactly when its rows are."""
+def task_marker(sink_id: str, batch_id: int, task: int, rows: int) -> bytes:
+    """The marker a task writes inside its own transaction: visible exactly when its rows are
+    (the driver's proof that a transaction committed when its EndTxn answered otherwise)."""
     return json.dumps({"sink": sink_id, "batch": batch_id, "task": task, "rows": rows,
-                       "fingerprint": fingerprint, "transactional": True},
-                      sort_keys=True).encode()
+                       "transactional": True}, sort_keys=True).encode()
 
 
 def write_markers(producer: Producer, topic: str, sink_id: str, batch_id: int,
@@ -334,14 +359,32 @@ def write_markers(producer: Producer, topic: str, sink_id: str, batch_id: int,
     the whole batch committed; a task id = that task's attempt was reported successful by Spark
     (its commit message reached the driver) with an input of this fingerprint
     (replay.Fingerprint), so a replayed task whose input has the same one may skip it."""
-    futures = []
+    records = []
     for task, (rows, fingerprint) in entries.items():
         m = {"sink": sink_id, "batch": batch_id, "task": task, "rows": rows}
         if task is not None:
             m["confirmed"] = True
             m["fingerprint"] = fingerprint
-        futures.append(producer.send(topic, json.dumps(m, sort_keys=True).encode(),
-                                     sink_id.encode(), partition=0))
+        records.append(m)
+    _append(producer, topic, sink_id, records)
+
+
+def write_decision(producer: Producer, topic: str, sink_id: str, batch_id: int,
+                   decision: Decision | None) -> None:
+    """Records which task transactions make up the batch (None: voids the batch's decision,
+    none of its transactions having been committed) and waits until the broker acknowledged it
+    (acks=all: fsynced)."""
+    m = {"sink": sink_id, "batch": batch_id, "decision": None, "rows": 0}
+    if decision is not None:
+        m["decision"] = [[h.transactional_id, h.producer_id, h.producer_epoch]
+                         for h in decision.handles]
+        m["rows"] = decision.rows
+    _append(producer, topic, sink_id, [m])
+
+
+def _append(producer: Producer, topic: str, sink_id: str, records: list[dict]) -> None:
+    futures = [producer.send(topic, json.dumps(m, sort_keys=True).encode(), sink_id.encode(),
+                             partition=0) for m in records]
     producer.flush()
     for f in futures:
         e = f.exception(60)

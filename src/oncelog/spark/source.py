@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 import uuid
 from dataclasses import dataclass
 
@@ -21,7 +22,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 
-from oncelog.spark import arrow_io, plan, produce, producers, transactions
+from oncelog.spark import arrow_io, plan, produce, producers, stream_transactions, transactions
 from oncelog.spark.options import OncelogSparkError, canonical, from_spark, read_options, write_options
 from oncelog.spark.transactions import TxnHandle
 
@@ -204,8 +205,9 @@ class TaskCommit(WriterCommitMessage):
     attempt: int
     rows: int
     skipped: bool = False
-    fingerprint: str | None = None   # of the task's input (replay.Fingerprint), streaming only
+    fingerprint: str | None = None   # of the task's input (replay.Fingerprint), at-least-once streaming
     txn: TxnHandle | None = None     # exactly-once: the task's open transaction, for the driver
+    opened_ms: int = 0               # exactly-once: when the task opened it (its clock)
 
 
 def _task_context():
@@ -221,9 +223,9 @@ def _transactional(wo) -> None:
 
 
 def _commit_all(wo, messages) -> dict:
-    """The driver completes the transactions of the attempts Spark counted; returns those that
-    failed ({handle: error}): aborted by a later attempt's fencing or by the timeout sweeper,
-    or of unknown outcome."""
+    """Batch writes: the driver completes the transactions of the attempts Spark counted;
+    returns those that failed ({handle: error}): aborted by a later attempt's fencing or by the
+    timeout sweeper, or of unknown outcome."""
     handles = [m.txn for m in messages if m is not None and m.txn is not None]
     return transactions.end_all(wo.client, handles, commit=True)
 
@@ -236,16 +238,14 @@ def _not_committed(what: str, failed: dict) -> OncelogSparkError:
         + "; ".join(f"{h.transactional_id}: {e}" for h, e in failed.items()))
 
 
-def _abort_all(wo, messages, prefix: str | None) -> None:
-    """Abort the transactions of the attempts Spark counted, and fence the ids of tasks that
-    failed (their last attempt may have left a transaction open)."""
+def _abort_all(wo, messages, prefix: str) -> None:
+    """Batch writes: abort the transactions of the attempts Spark counted, and fence the ids of
+    tasks that failed (their last attempt may have left a transaction open)."""
     handles = [m.txn for m in messages if m is not None and m.txn is not None]
     for h, e in transactions.end_all(wo.client, handles, commit=False).items():
         # committed already (a commit() that failed midway) or fenced: nothing left open
         log.info("oncelog sink: abort of %s: %r", h.transactional_id, e)
-    if prefix is not None:
-        transactions.fence(wo.client, [f"{prefix}-{i}" for i, m in enumerate(messages)
-                                       if m is None])
+    transactions.fence(wo.client, [f"{prefix}-{i}" for i, m in enumerate(messages) if m is None])
 
 
 class BatchWriter(DataSourceArrowWriter):
@@ -297,10 +297,10 @@ class BatchWriter(DataSourceArrowWriter):
 
 
 class StreamWriter(DataSourceStreamArrowWriter):
-    """Exactly-once (the default): each task writes its rows and its marker in one transaction,
-    `<sinkId>-<batch id>-<partition>`, and hands it to the driver, whose commit() completes them
-    and then marks the batch; a replayed batch skips tasks whose committed marker names the same
-    input (fingerprint) and writes the others again (docs/spark.md).
+    """Exactly-once (the default): each task writes its rows and its marker in one transaction
+    of its own and hands it to the driver, whose commit() records the batch's transactions,
+    commits them and marks the batch; a replayed batch whose transactions were recorded writes
+    nothing and its driver commits the recorded ones (stream_transactions, docs/spark.md).
 
     At least once (`deliveryGuarantee=at-least-once`): tasks produce idempotently without
     transactions; the driver's commit marks the batch, its abort marks each task whose attempt
@@ -312,14 +312,17 @@ class StreamWriter(DataSourceStreamArrowWriter):
         opts = dict(options)
         self.fail_task = opts.get("_failwriteattempt0")
         self.fail_commit = opts.get("_failcommitbatch")
-        # test hook "<batch>:<k>": the driver dies in commit() after completing k transactions
-        # of that batch (so neither the batch marker nor Spark's commit log is written, and
-        # abort() does nothing, as a dead driver would)
+        # test hook "<batch>:<k>": the driver dies in commit() after recording the batch's
+        # transactions and committing k of them (so neither the batch marker nor Spark's commit
+        # log is written, and abort() does nothing, as a dead driver would)
         self.crash = opts.get("_crashincommit")
         self.checkpoint = opts.get("checkpointlocation")
         _check_write_schema(schema, self.wo)
         produce.ensure_marker_topic(self.wo.client, self.wo.marker_topic)
         _transactional(self.wo)
+        # made where Spark plans the batch's write (the driver) and pickled to its tasks: tells
+        # this execution's transactions from a dead driver's (stream_transactions)
+        self.execution = stream_transactions.new_execution()
 
     def _sink_id(self, ctx) -> str:
         if self.wo.sink_id:
@@ -353,35 +356,31 @@ class StreamWriter(DataSourceStreamArrowWriter):
         task, attempt = ctx.partitionId(), ctx.attemptNumber()
         if self.wo.exactly_once:
             _maybe_fail(self.fail_task, task, attempt)
-            return self._write_in_transaction(iterator, sink, batch_id, task, attempt)
+            return self._write_in_transaction(iterator, sink, batch_id, task, attempt,
+                                              ctx.taskAttemptId())
         return self._write_at_least_once(iterator, sink, batch_id, task, attempt)
 
     def _write_in_transaction(self, iterator, sink: str, batch_id: int, task: int,
-                              attempt: int) -> TaskCommit:
-        from oncelog.spark.replay import Fingerprint, fingerprinted
+                              attempt: int, attempt_id: int) -> TaskCommit:
         wo = self.wo
-        producer = transactions.open_transaction(wo.client, f"{sink}-{batch_id}-{task}")
+        markers = produce.scan_markers(wo.client, wo.marker_topic, sink, batch_id)
+        if task == 0:
+            stream_transactions.abort_before_batch(wo.client, sink, batch_id, self.execution,
+                                                   markers)
+        if batch_id in markers.batches or batch_id in markers.decisions:
+            # the rows of this batch are those its recorded transactions hold, whatever this
+            # replay's split: write nothing (and touch no transaction)
+            log.info("oncelog sink %s: batch %d already %s, writing nothing in this replay",
+                     sink, batch_id,
+                     "committed" if batch_id in markers.batches else "decided by its driver")
+            return TaskCommit(sink, batch_id, task, attempt, 0, skipped=True)
+        opened_ms = int(time.time() * 1000)
+        producer = transactions.open_transaction(wo.client, stream_transactions.transactional_id(
+            sink, batch_id, self.execution, task, attempt_id))
         try:
-            # after InitProducerId: every earlier attempt of this task is committed or aborted
-            markers = produce.scan_markers(wo.client, wo.marker_topic, sink, batch_id)
-            if batch_id in markers.batches:
-                log.info("oncelog sink %s: batch %d already committed, skipping replay", sink,
-                         batch_id)
-                transactions.drop(producer)
-                return TaskCommit(sink, batch_id, task, attempt, 0, skipped=True)
-            fp = Fingerprint(wo.topic, wo.include_headers)
-            rows = produce.write_batches(producer, fingerprinted(iterator, fp), wo.topic,
-                                         wo.include_headers)
-            digest = fp.digest()
-            if digest in markers.tasks.get((batch_id, task), ()):
-                # the transaction was the spill: nothing of it becomes visible
-                log.info("oncelog sink %s: batch %d task %d already committed (same input), "
-                         "skipping replay", sink, batch_id, task)
-                transactions.drop(producer)
-                return TaskCommit(sink, batch_id, task, attempt, rows, skipped=True,
-                                  fingerprint=digest)
+            rows = produce.write_batches(producer, iterator, wo.topic, wo.include_headers)
             marker = producer.send(wo.marker_topic,
-                                   produce.task_marker(sink, batch_id, task, rows, digest),
+                                   produce.task_marker(sink, batch_id, task, rows),
                                    sink.encode(), partition=0)
             producer.flush()
             if marker.exception() is not None:
@@ -390,8 +389,8 @@ class StreamWriter(DataSourceStreamArrowWriter):
         except BaseException:
             transactions.drop(producer)
             raise
-        return TaskCommit(sink, batch_id, task, attempt, rows, fingerprint=digest,
-                          txn=transactions.hand_over(producer))
+        return TaskCommit(sink, batch_id, task, attempt, rows, txn=transactions.hand_over(producer),
+                          opened_ms=opened_ms)
 
     def _write_at_least_once(self, iterator, sink: str, batch_id: int, task: int,
                              attempt: int) -> TaskCommit:
@@ -435,30 +434,17 @@ class StreamWriter(DataSourceStreamArrowWriter):
         if self.fail_commit is not None and int(self.fail_commit) == batchId:
             raise OncelogSparkError(f"injected sink commit failure for batch {batchId} "
                                     "(option _failCommitBatch)")
-        if self.wo.exactly_once:
-            crash = self._crash(batchId)
-            if crash is not None:
-                _commit_all(self.wo, done[:crash])
-                raise OncelogSparkError(f"injected driver crash in commit of batch {batchId} "
-                                        f"after {crash} transaction(s) (option _crashInCommit)")
-            self._commit_transactions(done, batchId)
-        if done:
-            self._mark(done[0].sink_id, batchId, {None: (sum(m.rows for m in done), None)})
-
-    def _commit_transactions(self, done: list, batchId: int) -> None:
-        failed = _commit_all(self.wo, done)
-        if not failed:
+        if not self.wo.exactly_once:
+            if done:
+                self._mark(done[0].sink_id, batchId, {None: (sum(m.rows for m in done), None)})
             return
-        # A transaction whose commit completed before it was fenced (a retried commit) has its
-        # task marker committed: it is written. Any other makes the batch fail and run again
-        # (the replay skips tasks already committed and writes the others).
-        sink = self._driver_sink_id(done) or ""
-        markers = produce.scan_markers(self.wo.client, self.wo.marker_topic, sink, batchId)
-        lost = {h: e for h, e in failed.items()
-                if (h.producer_id, h.producer_epoch) not in markers.transactions}
-        if lost:
-            raise _not_committed(f"oncelog sink: batch {batchId} must run again (restart the "
-                                 "query)", lost)
+        sink = self._driver_sink_id(done)
+        if sink is None:
+            return   # no task ran and no sink id to look for: nothing to commit
+        offered = sorted((m for m in done if m.txn is not None), key=lambda m: m.opened_ms)
+        stream_transactions.commit_batch(self.wo.client, self.wo.marker_topic, sink, batchId,
+                                         [m.txn for m in offered],
+                                         sum(m.rows for m in offered), self._crash(batchId))
 
     def _crash(self, batch_id: int) -> int | None:
         if self.crash is None:
@@ -471,10 +457,13 @@ class StreamWriter(DataSourceStreamArrowWriter):
             return
         if self.wo.exactly_once:
             sink = self._driver_sink_id(messages)
-            _abort_all(self.wo, messages, None if sink is None else f"{sink}-{batchId}")
-            log.warning("oncelog sink: batch %d aborted; its task transactions are aborted "
-                        "(tasks committed by a commit() that failed midway stay committed and "
-                        "are skipped by the replay)", batchId)
+            if sink is not None:
+                stream_transactions.abort_batch(
+                    self.wo.client, self.wo.marker_topic, sink, batchId,
+                    [m.txn for m in messages if m is not None and m.txn is not None])
+            log.warning("oncelog sink: batch %d aborted; its task transactions are aborted, "
+                        "unless the driver had recorded them (then the replay commits them)",
+                        batchId)
             return
         # At least once: the tasks Spark reported successful are marked with their input's
         # fingerprint, so that a replay of this batch skips a task holding the same input;

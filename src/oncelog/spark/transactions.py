@@ -2,15 +2,17 @@
 driver (Flink's KafkaSink; what SPARK-28908 proposed for Spark's Kafka sink).
 
 A task opens a transactional producer with `transactional.id = <prefix>-<task partition id>`
-(streaming: `<sinkId>-<batch id>-<partition>`). Its InitProducerId fences every earlier attempt
-of the same task, whose open transaction the coordinator aborts: a failed attempt, a zombie
-whose input was cut short (docs/spark.md, "A task cannot know that it succeeded"), a
-speculative twin. The task produces its rows (and, streaming, its marker) in the transaction,
-flushes, and hands the driver `TxnHandle(transactional id, producer id, epoch)` in its commit
-message **without committing**: its input may have been cut short without an error. Only the
-driver, which receives the messages of the attempts Spark counted, ends the transactions:
-`Producer.resume_transaction` + EndTxn(commit) at the stored epoch, or abort. A fenced attempt
-can never commit (its epoch is stale), so its rows are never visible to read_committed readers.
+(batch writes; its InitProducerId fences every earlier attempt of the same task, whose open
+transaction the coordinator aborts: a failed attempt, a zombie whose input was cut short
+(docs/spark.md, "A task cannot know that it succeeded"), a speculative twin). Streaming writes
+give every attempt an id of its own and abort the others' transactions from the driver
+(stream_transactions). The task produces its rows (and, streaming, its marker) in the
+transaction, flushes, and hands the driver `TxnHandle(transactional id, producer id, epoch)` in
+its commit message **without committing**: its input may have been cut short without an
+error. Only the driver, which receives the messages of the attempts Spark counted, ends the
+transactions: `Producer.resume_transaction` + EndTxn(commit) at the stored epoch, or abort. A
+fenced attempt can never commit (its epoch is stale), so its rows are never visible to
+read_committed readers.
 
 The transaction timeout (`transaction.timeout.ms`, the sink's option `kafka.transaction.timeout.ms`)
 must outlast a whole micro-batch or job, since the transactions wait for the driver: default
@@ -23,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from oncelog.client import AdminClient, Producer
-from oncelog.client.errors import KafkaClientError
+from oncelog.client.errors import KafkaClientError, ProducerFencedError
 from oncelog.protocol.errors import ErrorCode
 from oncelog.spark.options import OncelogSparkError
 from oncelog.spark.producers import WRITER_DEFAULTS
@@ -140,6 +142,20 @@ def end_all(client: dict, handles: list[TxnHandle], commit: bool) -> dict[TxnHan
     with ThreadPoolExecutor(min(8, len(handles)), thread_name_prefix="oncelog-endtxn") as pool:
         outcomes = list(pool.map(one, handles))
     return {h: e for h, e in zip(handles, outcomes) if e is not None}
+
+
+def cannot_commit(e: BaseException) -> bool:
+    """An EndTxn(commit) answer saying the transaction was aborted (by the timeout sweeper or a
+    later InitProducerId) and never will commit; other errors leave its outcome open."""
+    return isinstance(e, ProducerFencedError) or getattr(e, "code", None) in (
+        ErrorCode.INVALID_TXN_STATE, ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.PRODUCER_FENCED)
+
+
+def ongoing(client: dict) -> list[str]:
+    """Transactional ids with a transaction open anywhere in the cluster (ListTransactions to
+    every broker, state Ongoing): only those this client may DESCRIBE."""
+    with AdminClient(dict(client)) as admin:
+        return [t["transactional_id"] for t in admin.list_transactions(["Ongoing"])]
 
 
 def fence(client: dict, transactional_ids: list[str]) -> None:

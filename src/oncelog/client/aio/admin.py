@@ -1,4 +1,5 @@
-"""Asyncio admin client: topics, configs (incremental), delete records."""
+"""Asyncio admin client: topics, configs (incremental), delete records, producers and
+transactions."""
 from __future__ import annotations
 
 import asyncio
@@ -212,4 +213,29 @@ class AIOAdminClient:
                                      p.error_message)
                 out += [{"producer_id": s.producer_id, "producer_epoch": s.producer_epoch,
                          "last_sequence": s.last_sequence} for s in p.active_producers]
+        return out
+
+    async def list_transactions(self, states: list[str] | None = None) -> list[dict]:
+        """Transactions of the whole cluster (ListTransactions, asked of every broker: each
+        lists those its coordinator owns), optionally only in the given states (Kafka's names:
+        "Ongoing", "PrepareCommit", ...): [{"transactional_id", "producer_id", "state"}], only
+        the ids this client may DESCRIBE."""
+        if not self.cluster.brokers:
+            await self.cluster.refresh([])
+        rq_states = tuple(states or ())
+        out: list[dict] = []
+        for node in sorted(self.cluster.brokers):
+            conn = await self.cluster.connection(node)
+            v = conn.version(ApiKey.LIST_TRANSACTIONS)
+            if v is None:
+                raise KafkaClientError(f"broker {conn.addr} does not support ListTransactions")
+            req = RequestBuilder(ApiKey.LIST_TRANSACTIONS, v).encode(
+                state_filters=rq_states, producer_id_filters=())
+            body = await asyncio.wait_for(conn.request(ApiKey.LIST_TRANSACTIONS, v, req),
+                                          self.cluster.timeout_s)
+            r = wire.decode(ApiKey.LIST_TRANSACTIONS, v, body)
+            if r.error_code:
+                raise AdminError(r.error_code, f"list transactions of broker {node}")
+            out += [{"transactional_id": t.transactional_id, "producer_id": t.producer_id,
+                     "state": t.transaction_state} for t in r.transaction_states]
         return out

@@ -22,7 +22,7 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_PRODUCERS: (0, 0), ApiKey.FIND_COORDINATOR: (0, 4),
     # AddPartitionsToTxn v4 is the broker-to-broker form (KIP-890): clients stop at v3
     ApiKey.ADD_PARTITIONS_TO_TXN: (0, 3), ApiKey.ADD_OFFSETS_TO_TXN: (0, 3),
-    ApiKey.TXN_OFFSET_COMMIT: (0, 3), ApiKey.END_TXN: (0, 3),
+    ApiKey.TXN_OFFSET_COMMIT: (0, 3), ApiKey.END_TXN: (0, 3), ApiKey.LIST_TRANSACTIONS: (0, 1),
 }
 
 

@@ -1,0 +1,150 @@
+"""Issue 24, finding 4: a Spark driver killed -9 while its batch's task transactions are open,
+restarted from its checkpoint with fewer tasks (minPartitions dropped). The tasks that vanished
+with the split left transactions that no replayed task shares an id with; unless the sink aborts
+them, read_committed readers stall at their first offset until transaction.timeout.ms (15
+minutes by the sink's default).
+
+The drivers run in processes of their own (driver_process.py) so that the whole of one, JVM and
+Python workers, can be killed at once."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from test_exactly_once import PAD, ROWS, _ids, client_values, kafka_python_values
+
+from oncelog.client import AdminClient
+
+pytestmark = [pytest.mark.processes, pytest.mark.spark]   # Spark drivers in subprocesses
+
+DRIVER = os.path.join(os.path.dirname(__file__), "driver_process.py")
+
+
+def _start(bootstrap, src, dst, ckpt, log, *extra):
+    return subprocess.Popen([sys.executable, DRIVER, "--bootstrap", bootstrap, "--source", src,
+                             "--sink", dst, "--checkpoint", ckpt, *extra],
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _session(sid: int) -> list[int]:
+    """Processes of session `sid` (the driver, its JVM, the JVM's Python daemon and workers,
+    which make a process group of their own but stay in the session)."""
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        if int(stat[stat.rindex(")") + 2:].split()[3]) == sid:
+            out.append(int(pid))
+    return out
+
+
+def _kill_driver(proc: subprocess.Popen) -> None:
+    for pid in _session(proc.pid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.wait(30)
+    deadline = time.monotonic() + 30
+    while _session(proc.pid):
+        assert time.monotonic() < deadline, "processes of the killed driver survived"
+        time.sleep(0.1)
+
+
+def _wait(what: str, done, timeout_s: float = 120):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = done()
+        if got:
+            return got
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def _open_transactions(bootstrap: str, sink: str) -> set[str]:
+    with AdminClient({"bootstrap.servers": bootstrap}) as admin:
+        return {t["transactional_id"] for t in admin.list_transactions(["Ongoing"])
+                if t["transactional_id"].startswith(sink + "-")}
+
+
+def _query_id(ckpt: str) -> str:
+    import json
+    with open(os.path.join(ckpt, "metadata")) as f:
+        return json.loads(f.read().splitlines()[-1])["id"]
+
+
+def _stable(bootstrap, topic, partitions) -> bool:
+    """Last stable offsets equal to the high watermarks: no transaction holds readers back."""
+    from oncelog.client import Consumer, TopicPartition
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
+    with Consumer({"bootstrap.servers": bootstrap, "isolation.level": "read_committed"}) as rc, \
+            Consumer({"bootstrap.servers": bootstrap}) as ru:
+        return rc.end_offsets(tps) == ru.end_offsets(tps)
+
+
+def test_driver_killed_mid_batch_restarted_with_fewer_tasks(spark_broker, make_topic, produce,
+                                                            tmp_path):
+    src, dst = make_topic(2), make_topic(2)
+    for p in (0, 1):
+        produce(src, [f"{p}:{i}:".encode() + PAD for i in range(ROWS)], partition=p)
+    ckpt = str(tmp_path / "ckpt")
+    flags1, flags2 = tmp_path / "run1", tmp_path / "run2"
+    flags1.mkdir()
+    flags2.mkdir()
+    log = open(tmp_path / "drivers.log", "ab")
+
+    # Run 1: one batch of 4 tasks, p0[0,100) p0[100,200) p1[0,100) p1[100,200); task 3 stops
+    # at p1 offset 190, when the rows the JVM passed on before it (about 40: it feeds the writer
+    # 64 KB at a time) are in its transaction. Killed -9 once all four tasks have an open
+    # transaction (three handed over to the driver, one in the middle of its rows).
+    first = _start(spark_broker, src, dst, ckpt, log, "--min-partitions", "4",
+                   "--block-at", "1:190", "--flags", str(flags1))
+    try:
+        _wait("run 1's task 3 to block", lambda: (flags1 / "blocked").exists())
+        sink = _query_id(ckpt)
+        deadline = time.monotonic() + 60
+        while len(killed_run := _open_transactions(spark_broker, sink)) < 4:
+            assert time.monotonic() < deadline, f"4 task transactions never open: {killed_run}"
+            time.sleep(0.2)
+    finally:
+        _kill_driver(first)
+    assert not _stable(spark_broker, dst, 2), "no transaction of the killed run is open"
+
+    # Run 2, minPartitions dropped: batch 0 replays as 2 tasks, p0[0,200) and p1[0,200), so
+    # no task takes over the ids of run 1's tasks 2 and 3. Task 1 stops at p1 offset 190: by
+    # then the batch's first task has aborted every transaction the killed run left open.
+    second = _start(spark_broker, src, dst, ckpt, log, "--block-at", "1:190",
+                    "--flags", str(flags2))
+    try:
+        _wait("run 2's task 1 to block", lambda: (flags2 / "blocked").exists())
+        deadline = time.monotonic() + 30
+        while (left := killed_run & _open_transactions(spark_broker, sink)):
+            assert time.monotonic() < deadline, \
+                f"transactions of the killed driver still open while the restart runs: {left}"
+            time.sleep(0.2)
+        (flags2 / "release").touch()
+        assert second.wait(300) == 0, f"the restarted query failed (see {tmp_path}/drivers.log)"
+    finally:
+        if second.poll() is None:
+            _kill_driver(second)
+    ended = time.monotonic()
+
+    # within 30 s of the restarted query's end, read_committed readers see every row once
+    while not _stable(spark_broker, dst, 2):
+        assert time.monotonic() < ended + 30, (
+            f"read_committed readers still held back 30 s after the restarted query ended; open: "
+            f"{sorted(_open_transactions(spark_broker, sink))}")
+        time.sleep(0.2)
+    expect = {f"{p}:{i}".encode() for p in (0, 1) for i in range(ROWS)}
+    for name, values in (("oncelog", client_values(spark_broker, dst, 2, "read_committed")),
+                         ("kafka-python", kafka_python_values(spark_broker, dst, 2))):
+        counts = _ids(values)
+        assert set(counts) == expect, f"{name}: {len(expect - set(counts))} rows missing"
+        assert max(counts.values()) == 1, f"{name}: duplicates"
