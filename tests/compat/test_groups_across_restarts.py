@@ -22,9 +22,11 @@ from dataclasses import dataclass, field
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 from test_transactions import FAST, create_topic, wait_for_state
 from test_txn_copy_kill9 import CLIENT, read_committed_output, transform
 
+from oncelog.testing.cluster import LocalCluster
 from oncelog.testing.embedded import BrokerProcess
 
 pytestmark = pytest.mark.processes
@@ -211,19 +213,37 @@ def thread(run: Run, target, *args, **kwargs) -> threading.Thread:
     return threading.Thread(target=body)
 
 
-def restarts(b: BrokerProcess, run: Run, members, progress) -> None:
-    """Kill -9 and restart, then stop and start cleanly; after each the members commit again and
-    `progress` more records are read."""
-    for clean in (False, True):
-        if clean:
-            b.restart(clean=True)
-        else:
-            b.kill()
-            b.start()
-        back = time.monotonic()
-        seen = sum(run.values.values())
-        wait(lambda: run.committed_since(members, back) and sum(run.values.values()) >= seen + progress,
-             f"commits after the {'clean' if clean else 'kill -9'} restart", run)
+def restarts(b: BrokerProcess):
+    """Kill -9 and restart, then stop and start cleanly."""
+    def disrupt(after) -> None:
+        b.kill()
+        b.start()
+        after("the kill -9 restart")
+        b.restart(clean=True)
+        after("the clean restart")
+    return disrupt
+
+
+def coordinator_moves(cluster: LocalCluster, group: str):
+    """The group's coordinator killed -9 (another broker takes the group over from the shared
+    files), then started again (the group moves back to it)."""
+    def coordinator() -> int:
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "log_level": 3})
+        try:
+            return admin.describe_consumer_groups([group])[group].result(30).coordinator.id
+        except KafkaException:
+            return -1  # no broker answers for it right now
+
+    def disrupt(after) -> None:
+        node = coordinator()
+        assert node in cluster.brokers, node
+        cluster.kill_broker(node)
+        wait(lambda: coordinator() not in (node, -1), "another broker to coordinate the group")
+        after(f"broker {node}, the coordinator, was killed")
+        cluster.start_broker(node)
+        wait(lambda: coordinator() == node, f"broker {node} to coordinate the group again")
+        after(f"broker {node} came back")
+    return disrupt
 
 
 def check(run: Run, members, produced: int, split_at: float, done_at: float) -> None:
@@ -236,21 +256,28 @@ def check(run: Run, members, produced: int, split_at: float, done_at: float) -> 
     assert [v for v, n in run.values.items() if n > 1] == []
 
 
-def group_run(tmp_path, member, members) -> None:
-    b = BrokerProcess(tmp_path / "data").start()
+def group_run(bootstrap: str, topic: str, member, members, disrupt, progress: int = 200) -> None:
+    """Members of `topic`'s group read what a producer writes; once the group has split the
+    partitions, `disrupt(after)` does its faults and calls `after(what)` after each, which waits
+    until every member committed again and `progress` more records were read."""
     run = Run()
-    topic = f"rs-{tmp_path.name}"[:200]
     threads: list[threading.Thread] = []
     producer_stop, produced = threading.Event(), []
+
+    def after(what: str) -> None:
+        back, seen = time.monotonic(), sum(run.values.values())
+        wait(lambda: run.committed_since(members, back) and sum(run.values.values()) >= seen + progress,
+             f"commits after {what}", run)
+
     try:
-        create_topic(b.bootstrap, topic, PARTITIONS)
-        threads = [thread(run, member, b.bootstrap, topic, m) for m in members]
-        threads.append(threading.Thread(target=produce, args=(b.bootstrap, topic, producer_stop, produced)))
+        create_topic(bootstrap, topic, PARTITIONS)
+        threads = [thread(run, member, bootstrap, topic, m) for m in members]
+        threads.append(threading.Thread(target=produce, args=(bootstrap, topic, producer_stop, produced)))
         for t in threads:
             t.start()
         wait(lambda: run.split(members) and run.committed_since(members, 0), "the group to split its partitions", run)
         split_at = time.monotonic()
-        restarts(b, run, members, progress=200)
+        disrupt(after)
         producer_stop.set()
         threads[-1].join(60)
         assert produced, "the producer did not finish"
@@ -266,23 +293,41 @@ def group_run(tmp_path, member, members) -> None:
         producer_stop.set()
         for t in threads:
             t.join(60)
-        b.stop()
 
 
-def test_a_confluent_group_keeps_its_generation_across_broker_restarts(tmp_path):
-    group_run(tmp_path, confluent_member, ["a", "b"])
+@pytest.fixture
+def broker(tmp_path):
+    b = BrokerProcess(tmp_path / "data").start()
+    yield b
+    b.stop()
 
 
-def test_static_cooperative_confluent_members_keep_their_partitions_across_broker_restarts(tmp_path):
+def test_a_confluent_group_keeps_its_generation_across_broker_restarts(broker):
+    group_run(broker.bootstrap, "rs-confluent", confluent_member, ["a", "b"], restarts(broker))
+
+
+def test_static_cooperative_confluent_members_keep_their_partitions_across_broker_restarts(broker):
     """KIP-345 with cooperative-sticky: each instance keeps its member id and partitions."""
     def member(run, bootstrap, topic, name):
         confluent_member(run, bootstrap, topic, name, **{"group.instance.id": f"inst-{name}",
                                                          "partition.assignment.strategy": "cooperative-sticky"})
-    group_run(tmp_path, member, ["a", "b"])
+    group_run(broker.bootstrap, "rs-static", member, ["a", "b"], restarts(broker))
 
 
-def test_a_kafka_python_group_keeps_its_generation_across_broker_restarts(tmp_path):
-    group_run(tmp_path, kafka_python_member, ["a", "b"])
+def test_a_kafka_python_group_keeps_its_generation_across_broker_restarts(broker):
+    group_run(broker.bootstrap, "rs-kafka-python", kafka_python_member, ["a", "b"], restarts(broker))
+
+
+def test_a_group_keeps_its_generation_when_its_coordinator_moves_between_brokers(tmp_path):
+    """Two brokers sharing one data directory: the coordinator's broker is killed -9, the other
+    one loads the group from the shared files and the members carry on at their generation; the
+    group moves back when the broker returns (the other forgets it)."""
+    cluster = LocalCluster(tmp_path, 2, proxies=False).start()
+    try:
+        group_run(cluster.bootstrap, "rs-cluster", confluent_member, ["a", "b"],
+                  coordinator_moves(cluster, "rs-cluster"))
+    finally:
+        cluster.stop()
 
 
 # ------------------------------------------------------------------ a transactional copy loop
@@ -309,9 +354,10 @@ def test_a_transactional_copy_loop_commits_through_broker_restarts_without_an_ab
                              "isolation.level": "read_committed", "auto.offset.reset": "earliest",
                              "session.timeout.ms": SESSION_MS})
         events: list[tuple[str, frozenset[int]]] = []
-        consumer.subscribe([INPUT], on_assign=lambda _c, ps: events.append(("assign", frozenset(p.partition for p in ps))),
-                           on_revoke=lambda _c, ps: events.append(("revoke", frozenset(p.partition for p in ps))),
-                           on_lost=lambda _c, ps: events.append(("lost", frozenset(p.partition for p in ps))))
+
+        def record(kind: str):
+            return lambda _c, ps: events.append((kind, frozenset(p.partition for p in ps)))
+        consumer.subscribe([INPUT], on_assign=record("assign"), on_revoke=record("revoke"), on_lost=record("lost"))
         producer = Producer({**CLIENT, "bootstrap.servers": bs, "transactional.id": TID, "linger.ms": 5})
         producer.init_transactions(60)
         faults = {5: "kill", 15: "clean"}

@@ -771,7 +771,13 @@ class GroupCoordinator:
         log.info("group %s: no longer coordinated here", g.group_id)
 
     def _persist(self, g: Group) -> bool:
-        """Store the group's metadata record (Kafka's GroupMetadataValue); False if storage failed."""
+        """Store the group's metadata record (Kafka's GroupMetadataValue); False if storage failed,
+        or if another broker coordinates the group now (its record is that broker's to write: a
+        timer of this broker's copy may fire before the tick forgets it)."""
+        if not self.owns(g.group_id):
+            log.info("group %s: generation %d not stored: another broker coordinates the group now",
+                     g.group_id, g.generation)
+            return False
         if g.members:
             meta = GroupMeta(g.protocol_type, None, g.generation, g.protocol, g.leader, tuple(
                 MemberMeta(m.member_id, m.instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
