@@ -560,3 +560,17 @@ async def test_describe_groups_and_list_groups_agree_after_a_restart(restartable
     assert (d5.group_state, d5.members) == ("Empty", ())
     c = await restartable.member("p4")
     assert await c.join() == E.NONE and c.generation == emptied_at + 1
+
+
+def test_an_offset_with_a_transactional_commit_pending_does_not_expire(tmp_path):
+    """Kafka's removeExpiredOffsets keeps an offset whose partition has a transactional commit
+    pending: the transaction's COMMIT would otherwise land on a group that lost its offsets."""
+    from oncelog.broker.group_coordinator import GroupCoordinator
+    from oncelog.storage.group_offsets import Committed, GroupOffsetStore
+    now = [1_000_000]
+    groups = GroupCoordinator(GroupOffsetStore(tmp_path), lambda: now[0], offsets_retention_ms=60_000)
+    assert groups.commit("simple", -1, "", {("t", 0): Committed(5, None), ("t", 1): Committed(6, None)}) == E.NONE
+    assert groups.txn_commit("simple", 77, 0, -1, "", None, {("t", 0): Committed(9, None)}) == E.NONE
+    now[0] += 61_000
+    assert groups.expire_offsets(now[0]) == 1
+    assert groups.committed("simple") == {("t", 0): Committed(5, None, commit_timestamp=1_000_000)}

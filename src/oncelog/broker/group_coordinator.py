@@ -534,11 +534,17 @@ class GroupCoordinator:
 
     def expire_offsets(self, now: int) -> int:
         """Kafka's GroupMetadata.removeExpiredOffsets for every group this broker coordinates; a
-        group left empty without offsets is forgotten, its record too. Returns how many offsets
-        expired."""
+        group left empty without offsets is forgotten, its record too. An offset with a
+        transactional commit pending for its partition stays (Kafka's rule). Returns how many
+        offsets expired."""
         removed = 0
+        pending: dict[str, set[tuple[str, int]]] = {}
+        for groups in self.store.pending().values():
+            for group_id, offsets in groups.items():
+                pending.setdefault(group_id, set()).update(offsets)
         for group_id, g in list(self.groups.items()):
-            offsets = self.store.get(group_id)
+            held = pending.get(group_id, set())
+            offsets = {k: c for k, c in self.store.get(group_id).items() if k not in held}
             ptype = g.protocol_type
             if ptype is not None and g.state == EMPTY:
                 gone = [k for k, c in offsets.items() if self._expired(c, g.state_since_ms, now)]
@@ -554,7 +560,8 @@ class GroupCoordinator:
                          group_id, len(gone))
                 self.store.remove(group_id, gone)
                 removed += len(gone)
-            if g.state == EMPTY and not g.members and not g.pending and not self.store.get(group_id):
+            if (g.state == EMPTY and not g.members and not g.pending and not held
+                    and not self.store.get(group_id)):
                 del self.groups[group_id]
                 self.store.remove(group_id)
         return removed
