@@ -103,9 +103,10 @@ class GroupOffsetStore:
     def _entry(self, group: str) -> tuple[dict[tuple[str, int], Committed], GroupMeta]:
         if self.shared:
             self._groups.pop(group, None)
-            path = self._path(group)
-            if path.exists():
-                self._groups[group] = _read(path)
+            try:
+                self._groups[group] = _read(self._path(group))
+            except FileNotFoundError:
+                pass  # none, or another broker removed it
         return self._groups.get(group, ({}, GroupMeta()))
 
     def get(self, group: str) -> dict[tuple[str, int], Committed]:
