@@ -4,10 +4,11 @@ its GroupMetadata records), so its members keep their member ids and partitions 
 UNKNOWN_MEMBER_ID or ILLEGAL_GENERATION.
 
 Judged from outside: each member's rebalance callbacks with timestamps (no partition owned by two
-members at once, and none after the group first split its partitions), the member ids the clients
-report, the clients' own logs (no UNKNOWN_MEMBER_ID / ILLEGAL_GENERATION answer), and the records
-read: every record produced, none twice (a member that keeps its partitions never re-reads, so
-no record comes back, committed or not). Static members (group.instance.id) with librdkafka's
+members at once, and none after the group first split its partitions), the member id and
+generation each client reports of itself (unchanged after the split), the clients' own logs (no
+UNKNOWN_MEMBER_ID / ILLEGAL_GENERATION answer), and the records read: every record produced, none
+twice (a member that keeps its partitions never re-reads, so no record comes back, committed or
+not). Static members (group.instance.id) with librdkafka's
 cooperative-sticky assignor too. A transactional copy loop (confluent-kafka,
 send_offsets_to_transaction with the consumer's group metadata) commits through both restarts
 without an abort.
@@ -15,6 +16,7 @@ without an abort.
 from __future__ import annotations
 
 import logging
+import struct
 import threading
 import time
 from collections import Counter
@@ -43,13 +45,20 @@ class Run:
     """What the members saw, shared by their threads."""
     events: list[tuple[float, str, str, frozenset[int]]] = field(default_factory=list)  # (t, member, kind, ps)
     values: Counter = field(default_factory=Counter)
-    member_ids: dict[str, set[str]] = field(default_factory=dict)
+    identities: list[tuple[float, str, str]] = field(default_factory=list)  # (t, member, "id@generation")
     fenced_lines: list[str] = field(default_factory=list)
     commits_ok_since: dict[str, float] = field(default_factory=dict)  # member -> last successful commit
     commit_errors: Counter = field(default_factory=Counter)
     crashed: list[str] = field(default_factory=list)  # a member thread's exception
     stop: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def identity(self, member: str, identity: str) -> None:
+        """What a member reports of itself, when it changes."""
+        with self.lock:
+            if not any(m == member for _t, m, _i in self.identities) or \
+                    [i for _t, m, i in self.identities if m == member][-1] != identity:
+                self.identities.append((time.monotonic(), member, identity))
 
     def event(self, member: str, kind: str, partitions) -> None:
         with self.lock:
@@ -141,8 +150,9 @@ def confluent_member(run: Run, bootstrap: str, topic: str, name: str, **conf) ->
     try:
         while not run.stop.is_set():
             msgs = [m for m in c.consume(100, 0.1) if m.error() is None]
-            if c.memberid():
-                run.member_ids.setdefault(name, set()).add(c.memberid())
+            generation = librdkafka_generation(c)
+            if c.memberid() and generation >= 0:  # -1: joining
+                run.identity(name, f"{c.memberid()}@{generation}")
             if not msgs:
                 continue
             with run.lock:
@@ -155,6 +165,14 @@ def confluent_member(run: Run, bootstrap: str, topic: str, name: str, **conf) ->
                 run.commit_errors[e.args[0].name()] += 1
     finally:
         c.close()
+
+
+def librdkafka_generation(c: Consumer) -> int:
+    """The generation librdkafka puts in the group metadata it hands to send_offsets_to_transaction
+    (`rd_kafka_consumer_group_metadata_write`: "CGMDv2:", then the generation as a native int32)."""
+    raw = c.consumer_group_metadata()
+    assert isinstance(raw, bytes) and raw.startswith(b"CGMDv2:"), raw
+    return struct.unpack_from("=i", raw, 7)[0]
 
 
 def kafka_python_member(run: Run, bootstrap: str, topic: str, name: str) -> None:
@@ -180,7 +198,7 @@ def kafka_python_member(run: Run, bootstrap: str, topic: str, name: str) -> None
             batches = c.poll(timeout_ms=100)
             generation = c._coordinator._generation  # the client's view: member id and generation
             if generation is not None and generation.generation_id >= 0:  # -1: joining
-                run.member_ids.setdefault(name, set()).add(f"{generation.member_id}@{generation.generation_id}")
+                run.identity(name, f"{generation.member_id}@{generation.generation_id}")
             if not batches:
                 continue
             with run.lock:
@@ -250,7 +268,8 @@ def check(run: Run, members, produced: int, split_at: float, done_at: float) -> 
     late = [e for e in run.events if split_at < e[0] < done_at]  # closing revokes, of course
     assert not late, f"rebalance callbacks after the group first split: {late}"
     assert not run.overlaps(), run.overlaps()
-    assert {m: len(ids) for m, ids in run.member_ids.items()} == {m: 1 for m in members}, run.member_ids
+    changed = [i for i in run.identities if split_at < i[0] < done_at]
+    assert not changed, f"member ids or generations changed after the group split: {changed}"
     assert not run.fenced_lines, run.fenced_lines[:5]
     assert set(run.values) == {b"%d" % i for i in range(produced)}
     assert [v for v, n in run.values.items() if n > 1] == []
@@ -286,7 +305,8 @@ def group_run(bootstrap: str, topic: str, member, members, disrupt, progress: in
         run.stop.set()
         for t in threads[:-1]:
             t.join(60)
-        print(f"{produced[0]} records, events {run.events}, commit errors {dict(run.commit_errors)}")
+        print(f"{produced[0]} records, events {run.events}, identities {run.identities}, "
+              f"commit errors {dict(run.commit_errors)}")
         check(run, members, produced[0], split_at, done_at)
     finally:
         run.stop.set()
