@@ -32,6 +32,7 @@ from typing import Any, NamedTuple
 
 from oncelog.core.txn.log_format import partition_for
 from oncelog.core.txn.offsets import OffsetsProducer, add_offsets, expired, take_marker
+from oncelog.storage.durable import fsync_dir
 
 _FORMAT = 3
 _PENDING_FORMAT = 2
@@ -320,7 +321,7 @@ def _write_json(path: Path, data: Any) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 def _unlink(path: Path) -> None:
@@ -328,15 +329,7 @@ def _unlink(path: Path) -> None:
         path.unlink()
     except FileNotFoundError:
         return
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_dir(path.parent)
 
 
 def _read(path: Path) -> tuple[dict[tuple[str, int], Committed], GroupMeta]:
