@@ -574,3 +574,26 @@ def test_an_offset_with_a_transactional_commit_pending_does_not_expire(tmp_path)
     now[0] += 61_000
     assert groups.expire_offsets(now[0]) == 1
     assert groups.committed("simple") == {("t", 0): Committed(5, None, commit_timestamp=1_000_000)}
+
+
+async def test_a_storage_error_is_answered_not_coordinator_and_changes_nothing(cluster, monkeypatch):
+    """A group's file that cannot be written: the commit is answered NOT_COORDINATOR (Kafka's
+    answer to a storage error on __consumer_offsets; clients look for the coordinator and retry),
+    the leader's SyncGroup too, and the group rebalances instead of going Stable."""
+    from oncelog.storage import group_offsets
+    broker, _clock, member = cluster
+    a = await member("g40")
+    assert await a.join() == E.NONE and (await a.sync({a.member_id: b"A"}))[0] == E.NONE
+    assert await a.commit({("t", 0): 1}) == [E.NONE]
+
+    def full_disk(path, data):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(group_offsets, "_write_json", full_disk)
+    assert await a.commit({("t", 0): 2}) == [E.NOT_COORDINATOR]
+    assert await a.committed("t", 0) == 1
+    rejoin = asyncio.ensure_future(a.join())
+    assert await asyncio.wait_for(rejoin, 10) == E.NONE
+    assert await a.sync({a.member_id: b"A2"}) == (E.NOT_COORDINATOR, b"")
+    assert await group_state(a, "g40") == "PreparingRebalance"
+    monkeypatch.undo()
+    assert await a.join() == E.NONE and await a.sync({a.member_id: b"A3"}) == (E.NONE, b"A3")

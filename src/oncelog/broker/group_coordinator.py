@@ -291,7 +291,7 @@ class GroupCoordinator:
                 # compute an assignment that a Stable group would not hand out. Kafka records the
                 # new member id first: after a restart the group knows this incarnation.
                 if not self._persist(g):
-                    return JoinResult(E.COORDINATOR_NOT_AVAILABLE, member_id=new_id)
+                    return JoinResult(E.NOT_COORDINATOR, member_id=new_id)
                 return self._join_result(g, m, leader=old_leader or "")
             waiter = self._waiter(m.join_waiters)
             self._maybe_prepare_rebalance(g, f"static member {new_id} changed its protocols")
@@ -423,7 +423,7 @@ class GroupCoordinator:
             if not self._persist(g):
                 # as Kafka: every member is told, and the group rebalances
                 for member in g.members.values():
-                    _resolve(member.sync_waiters, (E.COORDINATOR_NOT_AVAILABLE, b""))
+                    _resolve(member.sync_waiters, (E.NOT_COORDINATOR, b""))
                 self._prepare_rebalance(g, "its assignment could not be stored")
             else:
                 now = self.now_ms()
@@ -595,8 +595,11 @@ class GroupCoordinator:
             m.heartbeat_deadline_ms = self.now_ms() + m.session_timeout_ms
         now = self.now_ms()
         expire = now + retention_ms if retention_ms >= 0 else -1
-        self.store.commit(group_id, {k: c._replace(commit_timestamp=now, expire_timestamp=expire)
-                                     for k, c in offsets.items()})
+        try:
+            self.store.commit(group_id, {k: c._replace(commit_timestamp=now, expire_timestamp=expire)
+                                         for k, c in offsets.items()})
+        except OSError as e:
+            return _storage_failed(group_id, "offset commit", e)
         return E.NONE
 
     def _validate_commit(self, g: Group, generation: int, member_id: str, instance_id: str | None) -> int:
@@ -626,8 +629,11 @@ class GroupCoordinator:
             if error:
                 return error
         now = self.now_ms()
-        return self.store.add_pending(producer_id, producer_epoch, group_id,
-                                      {k: c._replace(commit_timestamp=now) for k, c in offsets.items()}, now)
+        try:
+            return self.store.add_pending(producer_id, producer_epoch, group_id,
+                                          {k: c._replace(commit_timestamp=now) for k, c in offsets.items()}, now)
+        except OSError as e:
+            return _storage_failed(group_id, "transactional offset commit", e)
 
     def begin_txn_commit(self, producer_id: int) -> list[bool]:
         """A TxnOffsetCommit of `producer_id` is about to wait (for its verification): the token
@@ -651,8 +657,12 @@ class GroupCoordinator:
         checks a marker (INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED); taken, COMMIT
         makes the producer's pending offsets of the partition's groups visible and ABORT drops
         them. Repeating it is harmless (nothing is left pending)."""
-        code, why = self.store.apply_marker(producer_id, producer_epoch, coordinator_epoch, commit, partition,
-                                            self.now_ms())
+        try:
+            code, why = self.store.apply_marker(producer_id, producer_epoch, coordinator_epoch, commit, partition,
+                                                self.now_ms())
+        except OSError as e:  # retried by the marker writer; the producer's file is written last
+            log.error("%s-%d: marker of producer %d not applied: %s", CONSUMER_OFFSETS_TOPIC, partition, producer_id, e)
+            return E.KAFKA_STORAGE_ERROR
         if code:
             log.warning("%s marker of producer %d (epoch %d) refused on %s-%d: %s", "COMMIT" if commit else "ABORT",
                         producer_id, producer_epoch, CONSUMER_OFFSETS_TOPIC, partition, why)
@@ -794,8 +804,7 @@ class GroupCoordinator:
         try:
             self.store.set_meta(g.group_id, meta)
         except OSError as e:
-            log.error("group %s: storing generation %d failed: %s", g.group_id, g.generation, e)
-            return False
+            return not _storage_failed(g.group_id, f"generation {g.generation}", e)
         return True
 
     # ------------------------------------------------------------------ helpers
@@ -812,6 +821,14 @@ class GroupCoordinator:
         if handle is not None:
             handle.cancel()
             setattr(g, timer, None)
+
+
+def _storage_failed(group_id: str, what: str, e: OSError) -> int:
+    """A group's file could not be written (the store keeps what it had): the client is told
+    NOT_COORDINATOR, Kafka's answer to a storage error on `__consumer_offsets`, so it looks for
+    the coordinator again and retries."""
+    log.error("group %s: storing the %s failed: %s", group_id, what, e)
+    return E.NOT_COORDINATOR
 
 
 def _resolve(waiters: list[asyncio.Future], result) -> None:
