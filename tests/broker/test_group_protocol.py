@@ -421,3 +421,179 @@ async def test_delete_groups_sees_a_static_member_whose_session_ran_out_before_t
     clock.advance_ms(m.session_ms + 1)       # no tick in between: the test clock moved, not time
     r = await m.call(DELETE_GROUPS, 2, groups_names=("g30",))
     assert r.results[0].error_code.value == E.NONE
+
+
+# ------------------------------------------------------------------ a restarted coordinator (persisted groups)
+
+LIST_GROUPS = 16
+
+
+class Restartable:
+    """A broker that stops and starts again on the same data (a new port: members reconnect)."""
+
+    def __init__(self, tmp_path) -> None:
+        self.clock = Clock()
+        self.config = BrokerConfig({
+            "log.dirs": str(tmp_path / "data"), "listeners": "PLAINTEXT://127.0.0.1:0", "node.id": "1",
+            "group.initial.rebalance.delay.ms": "50", "offsets.retention.check.interval.ms": "1",
+            "offsets.retention.minutes": "60"})
+        self.broker: InProcessBroker | None = None
+        self.conns: list[Conn] = []
+
+    async def start(self) -> None:
+        self.broker = InProcessBroker(self.config, clock=self.clock)
+        self.host, self.port = (await self.broker.start())[:2]
+
+    async def restart(self, *members: Member) -> None:
+        """Stopped and started again; each member's connection goes to the new broker."""
+        await self.stop()
+        await self.start()
+        for m in members:
+            m.conn = await self.connect()
+
+    async def connect(self) -> Conn:
+        conn = await Conn.open(self.host, self.port)
+        self.conns.append(conn)
+        return conn
+
+    async def member(self, group: str, **kw) -> Member:
+        return Member(await self.connect(), group, **kw)
+
+    async def stop(self) -> None:
+        for c in self.conns:
+            await c.close()
+        self.conns = []
+        if self.broker is not None:
+            await self.broker.stop()
+            self.broker = None
+
+
+@pytest.fixture
+async def restartable(tmp_path):
+    r = Restartable(tmp_path)
+    await r.start()
+    await create_topic(await r.member("admin"), "t", 2)
+    yield r
+    await r.stop()
+
+
+async def describe(m: Member, group: str):
+    r = await m.call(DESCRIBE, 5, groups=(group,), include_authorized_operations=False)
+    return r.groups[0]
+
+
+async def listed(m: Member) -> dict[str, str]:
+    r = await m.call(LIST_GROUPS, 4, states_filter=())
+    return {g.group_id: g.group_state for g in r.groups}
+
+
+async def test_a_restarted_broker_keeps_a_stable_group_at_its_generation(restartable):
+    """Kafka's GroupMetadata record: after a restart the group is Stable at the generation its
+    leader's SyncGroup handed out, with the same members and assignments; members that keep
+    heartbeating and committing see no rebalance."""
+    a, b = await stable_pair(restartable.member, "p1")
+    generation = a.generation
+    assert await a.commit({("t", 0): 5}) == [E.NONE]
+    await restartable.restart(a, b)
+    assert await a.heartbeat() == E.NONE
+    assert await b.heartbeat() == E.NONE
+    assert await b.commit({("t", 1): 6}) == [E.NONE]
+    assert await a.committed("t", 0) == 5 and await a.committed("t", 1) == 6
+    # a member that missed its SyncGroup answer asks again: the same assignment
+    assert await b.sync() == (E.NONE, b"B")
+    d = await describe(a, "p1")
+    assert (d.group_state, d.protocol_type, d.protocol_data) == ("Stable", "consumer", "range")
+    assert {m.member_id: m.member_assignment for m in d.members} == {a.member_id: b"A", b.member_id: b"B"}
+    assert {m.member_id: m.member_metadata for m in d.members} == {a.member_id: a.metadata, b.member_id: b.metadata}
+    assert a.generation == b.generation == generation
+    # a follower rejoining with what it had gets the current generation: still no rebalance
+    assert await b.join() == E.NONE and b.generation == generation
+    assert await a.heartbeat() == E.NONE
+
+
+async def test_a_member_missing_after_a_restart_leaves_when_its_session_times_out(restartable):
+    """Session timers start again at load: a member that does not come back is removed one session
+    timeout after the restart (not at once, not never), and the group rebalances without it."""
+    a, b = await stable_pair(restartable.member, "p2")
+    await restartable.restart(a, b)
+    restartable.clock.advance_ms(b.session_ms - 1000)
+    assert await a.heartbeat() == E.NONE
+    restartable.broker.groups.expire()
+    assert await a.heartbeat() == E.NONE                      # b's session from the load still runs
+    restartable.clock.advance_ms(2000)
+    assert await poll(lambda: a.heartbeat(), E.REBALANCE_IN_PROGRESS)
+    generation = a.generation
+    assert await a.join() == E.NONE and len(a.members) == 1 and a.generation == generation + 1
+
+
+async def test_static_members_keep_their_instances_across_a_restart(restartable):
+    """A static member restarted after the broker takes over its old member (same generation, its
+    assignment, no rebalance); the other keeps heartbeating; the old incarnation is fenced."""
+    a, b = await stable_pair(restartable.member, "p3", a={"instance": "inst-a"}, b={"instance": "inst-b"})
+    await restartable.restart(a, b)
+    assert await b.heartbeat() == E.NONE
+    restarted = await restartable.member("p3", instance="inst-a")
+    assert await asyncio.wait_for(restarted.join(), 5) == E.NONE
+    assert restarted.generation == a.generation and restarted.leader != restarted.member_id
+    assert await restarted.sync() == (E.NONE, b"A")
+    assert await a.heartbeat() == E.FENCED_INSTANCE_ID
+    assert await b.heartbeat() == E.NONE
+    # the replacement is stored too: after another restart the new incarnation is the member
+    await restartable.restart(restarted, b)
+    assert await restarted.heartbeat() == E.NONE and await b.heartbeat() == E.NONE
+
+
+async def test_describe_groups_and_list_groups_agree_after_a_restart(restartable):
+    """An emptied consumer group and a group of offsets only: Empty to both ListGroups and
+    DescribeGroups after a restart, and the emptied group's next generation follows its last."""
+    a, b = await stable_pair(restartable.member, "p4")
+    assert await a.commit({("t", 0): 1}) == [E.NONE]
+    assert await a.leave([(a.member_id, None), (b.member_id, None)]) == (E.NONE, [E.NONE, E.NONE])
+    assert await poll(lambda: group_state(a, "p4"), "Empty")
+    emptied_at = a.generation + 1
+    solo = await restartable.member("p5")
+    assert await solo.commit({("t", 0): 3}, generation=-1, member_id="") == [E.NONE]
+    await restartable.restart(a, solo)
+    assert (await listed(a))["p4"] == "Empty" and (await listed(a))["p5"] == "Empty"
+    d4, d5 = await describe(a, "p4"), await describe(a, "p5")
+    assert (d4.group_state, d4.protocol_type, d4.members) == ("Empty", "consumer", ())
+    assert (d5.group_state, d5.members) == ("Empty", ())
+    c = await restartable.member("p4")
+    assert await c.join() == E.NONE and c.generation == emptied_at + 1
+
+
+def test_an_offset_with_a_transactional_commit_pending_does_not_expire(tmp_path):
+    """Kafka's removeExpiredOffsets keeps an offset whose partition has a transactional commit
+    pending: the transaction's COMMIT would otherwise land on a group that lost its offsets."""
+    from oncelog.broker.group_coordinator import GroupCoordinator
+    from oncelog.storage.group_offsets import Committed, GroupOffsetStore
+    now = [1_000_000]
+    groups = GroupCoordinator(GroupOffsetStore(tmp_path), lambda: now[0], offsets_retention_ms=60_000)
+    assert groups.commit("simple", -1, "", {("t", 0): Committed(5, None), ("t", 1): Committed(6, None)}) == E.NONE
+    assert groups.txn_commit("simple", 77, 0, -1, "", None, {("t", 0): Committed(9, None)}) == E.NONE
+    now[0] += 61_000
+    assert groups.expire_offsets(now[0]) == 1
+    assert groups.committed("simple") == {("t", 0): Committed(5, None, commit_timestamp=1_000_000)}
+
+
+async def test_a_storage_error_is_answered_not_coordinator_and_changes_nothing(cluster, monkeypatch):
+    """A group's file that cannot be written: the commit is answered NOT_COORDINATOR (Kafka's
+    answer to a storage error on __consumer_offsets; clients look for the coordinator and retry),
+    the leader's SyncGroup too, and the group rebalances instead of going Stable."""
+    from oncelog.storage import group_offsets
+    broker, _clock, member = cluster
+    a = await member("g40")
+    assert await a.join() == E.NONE and (await a.sync({a.member_id: b"A"}))[0] == E.NONE
+    assert await a.commit({("t", 0): 1}) == [E.NONE]
+
+    def full_disk(path, data):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(group_offsets, "_write_json", full_disk)
+    assert await a.commit({("t", 0): 2}) == [E.NOT_COORDINATOR]
+    assert await a.committed("t", 0) == 1
+    rejoin = asyncio.ensure_future(a.join())
+    assert await asyncio.wait_for(rejoin, 10) == E.NONE
+    assert await a.sync({a.member_id: b"A2"}) == (E.NOT_COORDINATOR, b"")
+    assert await group_state(a, "g40") == "PreparingRebalance"
+    monkeypatch.undo()
+    assert await a.join() == E.NONE and await a.sync({a.member_id: b"A3"}) == (E.NONE, b"A3")

@@ -135,16 +135,16 @@ class Copier:
         self.consumer.close()
 
 
-def read_committed_output(bootstrap: str, ends: dict[int, int]) -> dict[int, list[bytes]]:
-    """Every partition of the output read with read_committed up to its end offset."""
+def read_committed_output(bootstrap: str, ends: dict[int, int], topic: str = OUTPUT) -> dict[int, list[bytes]]:
+    """Every partition of `topic` in `ends` read with read_committed up to its end offset."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "ctp-reader", "enable.auto.commit": False,
                   "isolation.level": "read_committed"})
-    c.assign([TopicPartition(OUTPUT, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
-    out: dict[int, list[bytes]] = {p: [] for p in range(PARTITIONS)}
+    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in ends])
+    out: dict[int, list[bytes]] = {p: [] for p in ends}
     deadline = time.monotonic() + 60
     try:
         while time.monotonic() < deadline:
-            positions = c.position([TopicPartition(OUTPUT, p) for p in range(PARTITIONS)])
+            positions = c.position([TopicPartition(topic, p) for p in ends])
             if all(tp.offset >= ends[tp.partition] for tp in positions):
                 break
             for m in c.consume(1000, 0.2):

@@ -23,6 +23,17 @@ timeout) -> CompletingRebalance (the leader computes the assignment and hands it
   empty; offsets of a group without members (commits from `assign` users) expire by commit time, and
   a Stable consumer group loses only offsets of topics it no longer subscribes to.
 JoinGroup and a follower's SyncGroup wait for the rebalance, as in Kafka; other requests never do.
+
+Persistence, as Kafka writes its GroupMetadata record: when the leader's SyncGroup hands out a
+generation's assignment (the members are answered once it is durable), when a join phase ends with
+the group Empty, and when a static member is replaced without a rebalance; never on an ordinary
+join or leave, so the record always describes a generation that was handed out whole. A broker
+that starts, or that becomes a group's coordinator (a cluster's brokers share the files), loads the
+record: a group with members is Stable at its generation with each member's assignment and a fresh
+session timer (from load time), so members that keep heartbeating see no rebalance and their
+commits at that generation are taken; a member that does not come back is removed when its session
+times out. A broker that stops coordinating a group forgets it (its waiting members are told
+NOT_COORDINATOR).
 """
 from __future__ import annotations
 
@@ -32,9 +43,10 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from oncelog.core.txn.log_format import CONSUMER_OFFSETS_TOPIC
 from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.primitives import Reader
-from oncelog.storage.group_offsets import Committed, GroupMeta, GroupOffsetStore
+from oncelog.storage.group_offsets import Committed, GroupMeta, GroupOffsetStore, MemberMeta
 
 log = logging.getLogger(__name__)
 
@@ -126,19 +138,25 @@ class GroupCoordinator:
                  initial_rebalance_delay_ms: int = 100, *, min_session_timeout_ms: int = 6000,
                  max_session_timeout_ms: int = 1800000, offsets_retention_ms: int = 7 * 24 * 3600 * 1000,
                  offsets_retention_check_interval_ms: int = 600000,
+                 producer_id_expiration_ms: int = 24 * 3600 * 1000,
                  owns: Callable[[str], bool] = lambda group_id: True) -> None:
-        """`owns`: whether this broker coordinates a group (only those are expired here)."""
+        """`owns`: whether this broker coordinates a group (only those are loaded and expired
+        here). A store shared by the brokers of a cluster is loaded by the broker's tick, once
+        the cluster says which groups are this broker's; otherwise every group loads now."""
         self.store = store
         self.now_ms = now_ms
         self.initial_delay_ms = initial_rebalance_delay_ms
         self.min_session_ms, self.max_session_ms = min_session_timeout_ms, max_session_timeout_ms
         self.retention_ms = offsets_retention_ms
         self.retention_interval_ms = offsets_retention_check_interval_ms
+        self.producer_expiration_ms = producer_id_expiration_ms
         self.owns = owns
         self._txn_guards: dict[int, list[list[bool]]] = {}  # producer id -> TxnOffsetCommits waiting
         self.groups: dict[str, Group] = {}
         self.started_ms = now_ms()
         self._next_retention_ms = self.started_ms + offsets_retention_check_interval_ms
+        if not store.shared:
+            self.reconcile()
 
     # ------------------------------------------------------------------ JoinGroup
     async def join(self, group_id: str, member_id: str, instance_id: str | None, client_id: str,
@@ -149,11 +167,11 @@ class GroupCoordinator:
             return JoinResult(E.INVALID_GROUP_ID, member_id=member_id)
         if not self.min_session_ms <= session_timeout_ms <= self.max_session_ms:
             return JoinResult(E.INVALID_SESSION_TIMEOUT, member_id=member_id)
-        g = self.groups.get(group_id)
+        g = self.group(group_id)
         if g is None:
             if member_id:  # a member of a group this coordinator does not know
                 return JoinResult(E.UNKNOWN_MEMBER_ID, member_id=member_id)
-            g = self._group(group_id)
+            g = self._new_group(group_id)
         if not g.supports(protocol_type, [name for name, _ in protocols]):
             return JoinResult(E.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
         timeouts = (session_timeout_ms, rebalance_timeout_ms)
@@ -270,7 +288,10 @@ class GroupCoordinator:
             if g.select_protocol() == g.protocol:
                 # no rebalance: the member gets the current generation and, with SyncGroup, its
                 # old assignment. It is told the old leader id, so a restarted leader does not
-                # compute an assignment that a Stable group would not hand out.
+                # compute an assignment that a Stable group would not hand out. Kafka records the
+                # new member id first: after a restart the group knows this incarnation.
+                if not self._persist(g):
+                    return JoinResult(E.NOT_COORDINATOR, member_id=new_id)
                 return self._join_result(g, m, leader=old_leader or "")
             waiter = self._waiter(m.join_waiters)
             self._maybe_prepare_rebalance(g, f"static member {new_id} changed its protocols")
@@ -343,11 +364,11 @@ class GroupCoordinator:
             g.protocol, g.leader, g.subscribed = None, None, None
             self._set_state(g, EMPTY)
             log.info("group %s: generation %d is empty", g.group_id, g.generation)
+            self._persist(g)
             return
         g.protocol = g.select_protocol()
         g.subscribed = _subscribed_topics(g)
         self._set_state(g, COMPLETING)
-        self.store.set_meta(g.group_id, self._meta(g))  # no longer empty (written only if it was)
         now = self.now_ms()
         for m in g.members.values():
             m.is_new = False
@@ -375,7 +396,7 @@ class GroupCoordinator:
                    protocol_name: str | None = None) -> tuple[int, str | None, str | None, bytes]:
         if not group_id:
             return E.INVALID_GROUP_ID, None, None, b""
-        g = self.groups.get(group_id)
+        g = self.group(group_id)
         if g is None:
             return E.UNKNOWN_MEMBER_ID, None, None, b""
         error = self._validate_member(g, member_id, instance_id)
@@ -397,14 +418,21 @@ class GroupCoordinator:
             return E.NONE, g.protocol_type, g.protocol, m.assignment
         waiter = self._waiter(m.sync_waiters)
         if member_id == g.leader:
-            now = self.now_ms()
             for mid, member in g.members.items():
                 member.assignment = assignments.get(mid, b"")
-                if member.sync_waiters:
-                    member.heartbeat_deadline_ms = now + member.session_timeout_ms
-                _resolve(member.sync_waiters, (E.NONE, member.assignment))
-            self._set_state(g, STABLE)
-            log.info("group %s: generation %d is stable", g.group_id, g.generation)
+            if not self._persist(g):
+                # as Kafka: every member is told, and the group rebalances
+                for member in g.members.values():
+                    _resolve(member.sync_waiters, (E.NOT_COORDINATOR, b""))
+                self._prepare_rebalance(g, "its assignment could not be stored")
+            else:
+                now = self.now_ms()
+                for member in g.members.values():
+                    if member.sync_waiters:
+                        member.heartbeat_deadline_ms = now + member.session_timeout_ms
+                    _resolve(member.sync_waiters, (E.NONE, member.assignment))
+                self._set_state(g, STABLE)
+                log.info("group %s: generation %d is stable", g.group_id, g.generation)
         error, assignment = await waiter
         if error:
             return error, None, None, b""
@@ -420,7 +448,7 @@ class GroupCoordinator:
                   instance_id: str | None = None) -> int:
         if not group_id:
             return E.INVALID_GROUP_ID
-        g = self.groups.get(group_id)
+        g = self.group(group_id)
         if g is None:
             return E.UNKNOWN_MEMBER_ID
         error = self._validate_member(g, member_id, instance_id)
@@ -437,7 +465,7 @@ class GroupCoordinator:
     def leave(self, group_id: str, members: list[tuple[str, str | None]]) -> list[int]:
         """One error per (member id, group instance id); an empty member id names a static member
         by its instance id (an administrator removing it)."""
-        g = self.groups.get(group_id)
+        g = self.group(group_id)
         if g is None:
             return [E.UNKNOWN_MEMBER_ID] * len(members)
         out: list[int] = []
@@ -483,13 +511,16 @@ class GroupCoordinator:
 
     # ------------------------------------------------------------------ timers (the broker's tick)
     def expire(self) -> None:
-        """Sessions, pending member ids, and (every `offsets.retention.check.interval.ms`) offsets."""
+        """Which groups are this broker's, sessions, pending member ids, and (every
+        `offsets.retention.check.interval.ms`) offsets and idle producers' offsets state."""
+        self.reconcile()
         now = self.now_ms()
         for g in list(self.groups.values()):
             self._expire_sessions(g, now)
         if now >= self._next_retention_ms:
             self._next_retention_ms = now + self.retention_interval_ms
             self.expire_offsets(now)
+            self.store.expire_producers(now, self.producer_expiration_ms)
 
     def _expire_sessions(self, g: Group, now: int) -> None:
         for mid, deadline in list(g.pending.items()):
@@ -503,22 +534,21 @@ class GroupCoordinator:
 
     def expire_offsets(self, now: int) -> int:
         """Kafka's GroupMetadata.removeExpiredOffsets for every group this broker coordinates; a
-        group left empty without offsets is forgotten. Returns how many offsets expired."""
+        group left empty without offsets is forgotten, its record too. An offset with a
+        transactional commit pending for its partition stays (Kafka's rule). Returns how many
+        offsets expired."""
         removed = 0
-        for group_id in set(self.groups) | set(self.store.groups()):
-            if not self.owns(group_id):
-                continue
-            g = self.groups.get(group_id)
-            offsets = self.store.get(group_id)
-            if g is None:
-                meta = self.store.meta(group_id)
-                state, ptype = EMPTY, meta.protocol_type
-                empty_since = meta.empty_since_ms if meta.empty_since_ms is not None else self.started_ms
-            else:
-                state, ptype, empty_since = g.state, g.protocol_type, g.state_since_ms
-            if ptype is not None and state == EMPTY:
-                gone = [k for k, c in offsets.items() if self._expired(c, empty_since, now)]
-            elif ptype == CONSUMER_PROTOCOL and state == STABLE and g is not None and g.subscribed is not None:
+        pending: dict[str, set[tuple[str, int]]] = {}
+        for groups in self.store.pending().values():
+            for group_id, offsets in groups.items():
+                pending.setdefault(group_id, set()).update(offsets)
+        for group_id, g in list(self.groups.items()):
+            held = pending.get(group_id, set())
+            offsets = {k: c for k, c in self.store.get(group_id).items() if k not in held}
+            ptype = g.protocol_type
+            if ptype is not None and g.state == EMPTY:
+                gone = [k for k, c in offsets.items() if self._expired(c, g.state_since_ms, now)]
+            elif ptype == CONSUMER_PROTOCOL and g.state == STABLE and g.subscribed is not None:
                 gone = [k for k, c in offsets.items()
                         if k[0] not in g.subscribed and self._expired(c, self._committed_at(c), now)]
             elif ptype is None:
@@ -530,9 +560,10 @@ class GroupCoordinator:
                          group_id, len(gone))
                 self.store.remove(group_id, gone)
                 removed += len(gone)
-            if (g is not None and g.state == EMPTY and not g.members and not g.pending
+            if (g.state == EMPTY and not g.members and not g.pending and not held
                     and not self.store.get(group_id)):
                 del self.groups[group_id]
+                self.store.remove(group_id)
         return removed
 
     def _expired(self, c: Committed, base_ms: int, now: int) -> bool:
@@ -548,11 +579,11 @@ class GroupCoordinator:
                offsets: dict[tuple[str, int], Committed], instance_id: str | None = None,
                retention_ms: int = -1) -> int:
         """`retention_ms`: OffsetCommit v2-v4's retention time (-1: `offsets.retention.minutes`)."""
-        g = self.groups.get(group_id)
+        g = self.group(group_id)
         if g is None:
             if generation >= 0:  # a member of a generation this coordinator does not know
                 return E.ILLEGAL_GENERATION
-            g = self._group(group_id)  # offsets only: a consumer using assign()
+            g = self._new_group(group_id)  # offsets only: a consumer using assign()
         error = self._validate_commit(g, generation, member_id, instance_id)
         if error:
             return error
@@ -564,8 +595,11 @@ class GroupCoordinator:
             m.heartbeat_deadline_ms = self.now_ms() + m.session_timeout_ms
         now = self.now_ms()
         expire = now + retention_ms if retention_ms >= 0 else -1
-        self.store.commit(group_id, {k: c._replace(commit_timestamp=now, expire_timestamp=expire)
-                                     for k, c in offsets.items()}, self._meta(g))
+        try:
+            self.store.commit(group_id, {k: c._replace(commit_timestamp=now, expire_timestamp=expire)
+                                         for k, c in offsets.items()})
+        except OSError as e:
+            return _storage_failed(group_id, "offset commit", e)
         return E.NONE
 
     def _validate_commit(self, g: Group, generation: int, member_id: str, instance_id: str | None) -> int:
@@ -580,10 +614,12 @@ class GroupCoordinator:
         return E.UNKNOWN_MEMBER_ID  # only members commit to a group that has members
 
     # ------------------------------------------------------------ transactional offsets
-    def txn_commit(self, group_id: str, producer_id: int, generation: int, member_id: str,
+    def txn_commit(self, group_id: str, producer_id: int, producer_epoch: int, generation: int, member_id: str,
                    instance_id: str | None, offsets: dict[tuple[str, int], Committed]) -> int:
-        """TxnOffsetCommit (KIP-447): kept pending, durable, until the transaction's marker."""
-        g = self.groups.get(group_id)
+        """TxnOffsetCommit (KIP-447): kept pending, durable, until the transaction's marker; an
+        epoch older than the group's offsets partition knows of the producer is
+        INVALID_PRODUCER_EPOCH."""
+        g = self.group(group_id)
         if generation >= 0 or member_id or instance_id is not None:
             # Member data (v3+): validated as a commit is; without it (v0-2, aiokafka, kafkajs)
             # Kafka skips validation for transactional commits, and so no zombie fencing.
@@ -593,9 +629,11 @@ class GroupCoordinator:
             if error:
                 return error
         now = self.now_ms()
-        self.store.add_pending(producer_id, group_id, {k: c._replace(commit_timestamp=now)
-                                                       for k, c in offsets.items()})
-        return E.NONE
+        try:
+            return self.store.add_pending(producer_id, producer_epoch, group_id,
+                                          {k: c._replace(commit_timestamp=now) for k, c in offsets.items()}, now)
+        except OSError as e:
+            return _storage_failed(group_id, "transactional offset commit", e)
 
     def begin_txn_commit(self, producer_id: int) -> list[bool]:
         """A TxnOffsetCommit of `producer_id` is about to wait (for its verification): the token
@@ -613,20 +651,25 @@ class GroupCoordinator:
         if not tokens:
             self._txn_guards.pop(producer_id, None)
 
-    def complete_txn(self, producer_id: int, commit: bool, groups: Callable[[str], bool]) -> None:
-        """The transaction's marker reached the offsets partition of the groups for which
-        `groups(group_id)` is true: COMMIT makes their pending offsets visible, ABORT drops them.
-        Repeating it is harmless (nothing is left pending)."""
+    def complete_txn(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
+                     partition: int) -> int:
+        """The transaction's marker on `__consumer_offsets-<partition>`, checked as a data partition
+        checks a marker (INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED); taken, COMMIT
+        makes the producer's pending offsets of the partition's groups visible and ABORT drops
+        them. Repeating it is harmless (nothing is left pending)."""
+        try:
+            code, why = self.store.apply_marker(producer_id, producer_epoch, coordinator_epoch, commit, partition,
+                                                self.now_ms())
+        except OSError as e:  # retried by the marker writer; the producer's file is written last
+            log.error("%s-%d: marker of producer %d not applied: %s", CONSUMER_OFFSETS_TOPIC, partition, producer_id, e)
+            return E.KAFKA_STORAGE_ERROR
+        if code:
+            log.warning("%s marker of producer %d (epoch %d) refused on %s-%d: %s", "COMMIT" if commit else "ABORT",
+                        producer_id, producer_epoch, CONSUMER_OFFSETS_TOPIC, partition, why)
+            return code
         for token in self._txn_guards.get(producer_id, ()):
             token[0] = False
-        with self.store.locked():  # brokers of a cluster share the files: one applies it at a time
-            pending = self.store.pending_of(producer_id)
-            done = [g for g in pending if groups(g)]
-            if commit:
-                for group_id in done:
-                    g = self.groups.get(group_id)
-                    self.store.commit(group_id, pending[group_id], self._meta(g) if g is not None else None)
-            self.store.drop_pending(producer_id, done)
+        return E.NONE
 
     def unstable(self, group_id: str) -> set[tuple[str, int]]:
         """Partitions of the group with transactional offsets still pending (OffsetFetch v7
@@ -642,12 +685,11 @@ class GroupCoordinator:
     def delete_group(self, group_id: str) -> int:
         """DeleteGroups: only an empty group goes, with its offsets. Sessions that ran out are
         expired first, as Kafka's exact timers would have (the tick only runs every second)."""
-        g = self.groups.get(group_id)
-        if g is not None:
-            self._expire_sessions(g, self.now_ms())
-        if g is None and not self.store.get(group_id):
+        g = self.group(group_id)
+        if g is None:
             return E.GROUP_ID_NOT_FOUND
-        if g is not None and (g.state != EMPTY or g.members):
+        self._expire_sessions(g, self.now_ms())
+        if g.state != EMPTY or g.members:
             return E.NON_EMPTY_GROUP
         self.groups.pop(group_id, None)
         self.store.remove(group_id)
@@ -661,12 +703,11 @@ class GroupCoordinator:
         those of topics none of them subscribes to (GROUP_SUBSCRIBED_TO_TOPIC for the others,
         and for all when the subscriptions are unknown, as Kafka's isSubscribedToTopic is false
         then); a group of another protocol with members refuses (NON_EMPTY_GROUP)."""
-        g = self.groups.get(group_id)
-        if g is not None:
-            self._expire_sessions(g, self.now_ms())
-        if g is None and not self.store.get(group_id):
+        g = self.group(group_id)
+        if g is None:
             return E.GROUP_ID_NOT_FOUND, {}
-        if g is None or g.state == EMPTY:
+        self._expire_sessions(g, self.now_ms())
+        if g.state == EMPTY:
             deletable = list(partitions)
             errors: dict[tuple[str, int], int] = {}
         elif g.protocol_type == CONSUMER_PROTOCOL:
@@ -688,31 +729,91 @@ class GroupCoordinator:
         self.store.delete_topic(topic)
 
     def listing(self) -> list[tuple[str, str, str]]:
-        """(group id, protocol type, state) of every known group, including offset-only ones."""
-        out = {gid: (gid, g.protocol_type or "", g.state) for gid, g in self.groups.items()}
-        for gid in self.store.groups():
-            out.setdefault(gid, (gid, self.store.meta(gid).protocol_type or "", EMPTY))
-        return sorted(out.values())
+        """(group id, protocol type, state) of every group this broker coordinates, including
+        offset-only ones."""
+        self.reconcile()
+        return sorted((gid, g.protocol_type or "", g.state) for gid, g in self.groups.items())
+
+    # ------------------------------------------------------------------ loading
+    def group(self, group_id: str) -> Group | None:
+        """The group, loaded from the store if this broker has not loaded it yet (after a start,
+        or when it became the group's coordinator); None if nothing is known of it."""
+        g = self.groups.get(group_id)
+        if g is None:
+            g = self._load(group_id)
+        return g
+
+    def reconcile(self) -> None:
+        """Load the stored groups this broker coordinates, forget those it no longer does."""
+        for group_id in [gid for gid in self.groups if not self.owns(gid)]:
+            self._unload(self.groups.pop(group_id))
+        for group_id in self.store.groups():
+            if group_id not in self.groups and self.owns(group_id):
+                self._load(group_id)
+
+    def _load(self, group_id: str) -> Group | None:
+        """A group from its stored record (Kafka's GroupMetadata.loadGroup): Stable at the
+        record's generation if it has members, each with a fresh session timer; else Empty."""
+        meta, offsets = self.store.meta(group_id), self.store.get(group_id)
+        if not offsets and meta == GroupMeta():
+            return None
+        now = self.now_ms()
+        g = Group(group_id, generation=meta.generation, protocol_type=meta.protocol_type)
+        for r in meta.members:
+            g.members[r.member_id] = Member(
+                r.member_id, r.instance_id, r.client_id, r.client_host, [(meta.protocol or "", r.subscription)],
+                r.session_timeout_ms, r.rebalance_timeout_ms, now + r.session_timeout_ms, r.assignment, is_new=False)
+            if r.instance_id is not None:
+                g.static[r.instance_id] = r.member_id
+        if g.members:
+            g.state, g.state_since_ms = STABLE, now
+            g.protocol, g.leader = meta.protocol, meta.leader
+            g.subscribed = _subscribed_topics(g)
+            log.info("group %s: loaded Stable at generation %d with %d members", group_id, g.generation,
+                     len(g.members))
+        elif meta.empty_since_ms is not None:
+            g.state_since_ms = meta.empty_since_ms
+        else:  # offsets only, from before empty-since was stored: as if it emptied at the start
+            g.state_since_ms = self.started_ms
+        self.groups[group_id] = g
+        return g
+
+    def _unload(self, g: Group) -> None:
+        """Another broker coordinates the group now: its waiting members look for it there."""
+        self._cancel(g, "join_timer")
+        self._cancel(g, "sync_timer")
+        for m in g.members.values():
+            _resolve(m.join_waiters, JoinResult(E.NOT_COORDINATOR, member_id=m.member_id))
+            _resolve(m.sync_waiters, (E.NOT_COORDINATOR, b""))
+        log.info("group %s: no longer coordinated here", g.group_id)
+
+    def _persist(self, g: Group) -> bool:
+        """Store the group's metadata record (Kafka's GroupMetadataValue); False if storage failed,
+        or if another broker coordinates the group now (its record is that broker's to write: a
+        timer of this broker's copy may fire before the tick forgets it)."""
+        if not self.owns(g.group_id):
+            log.info("group %s: generation %d not stored: another broker coordinates the group now",
+                     g.group_id, g.generation)
+            return False
+        if g.members:
+            meta = GroupMeta(g.protocol_type, None, g.generation, g.protocol, g.leader, tuple(
+                MemberMeta(m.member_id, m.instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
+                           m.session_timeout_ms, m.metadata(g.protocol), m.assignment) for m in g.members.values()))
+        else:
+            meta = GroupMeta(g.protocol_type, g.state_since_ms, g.generation)
+        try:
+            self.store.set_meta(g.group_id, meta)
+        except OSError as e:
+            return not _storage_failed(g.group_id, f"generation {g.generation}", e)
+        return True
 
     # ------------------------------------------------------------------ helpers
-    def _group(self, group_id: str) -> Group:
-        """A group object, picking up what the store remembers of it (after a restart)."""
-        meta = self.store.meta(group_id)
-        since = meta.empty_since_ms
-        if since is None:
-            since = self.started_ms if self.store.get(group_id) else self.now_ms()
-        g = self.groups[group_id] = Group(group_id, state_since_ms=since, protocol_type=meta.protocol_type)
+    def _new_group(self, group_id: str) -> Group:
+        g = self.groups[group_id] = Group(group_id, state_since_ms=self.now_ms())
         return g
 
     def _set_state(self, g: Group, state: str) -> None:
-        was_empty = g.state == EMPTY
         g.state, g.state_since_ms = state, self.now_ms()
-        if state == EMPTY and not was_empty:
-            self.store.set_meta(g.group_id, self._meta(g))
-
-    @staticmethod
-    def _meta(g: Group) -> GroupMeta:
-        return GroupMeta(g.protocol_type, g.state_since_ms if g.state == EMPTY else None)
 
     @staticmethod
     def _cancel(g: Group, timer: str) -> None:
@@ -720,6 +821,14 @@ class GroupCoordinator:
         if handle is not None:
             handle.cancel()
             setattr(g, timer, None)
+
+
+def _storage_failed(group_id: str, what: str, e: OSError) -> int:
+    """A group's file could not be written (the store keeps what it had): the client is told
+    NOT_COORDINATOR, Kafka's answer to a storage error on `__consumer_offsets`, so it looks for
+    the coordinator again and retries."""
+    log.error("group %s: storing the %s failed: %s", group_id, what, e)
+    return E.NOT_COORDINATOR
 
 
 def _resolve(waiters: list[asyncio.Future], result) -> None:

@@ -177,11 +177,13 @@ class Broker:
             await self.logs.open(self.now_ms())
         c = self.config
         self.groups = GroupCoordinator(
-            GroupOffsetStore(first_dir / "__consumer_offsets", shared=clustered), self.now_ms,
+            GroupOffsetStore(first_dir / "__consumer_offsets", shared=clustered,
+                             offsets_partitions=c["offsets.topic.num.partitions"]), self.now_ms,
             c["group.initial.rebalance.delay.ms"], min_session_timeout_ms=c["group.min.session.timeout.ms"],
             max_session_timeout_ms=c["group.max.session.timeout.ms"],
             offsets_retention_ms=c["offsets.retention.minutes"] * 60000,
-            offsets_retention_check_interval_ms=c["offsets.retention.check.interval.ms"], owns=self.coordinates)
+            offsets_retention_check_interval_ms=c["offsets.retention.check.interval.ms"],
+            producer_id_expiration_ms=c["producer.id.expiration.ms"], owns=self.coordinates)
         self.inter_broker = InterBrokerLink.from_config(self.config, cluster_credential(self.config))
         await self._bind_listeners()
         await self._connect_controller()

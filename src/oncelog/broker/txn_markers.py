@@ -35,7 +35,7 @@ from functools import partial
 
 from oncelog.broker.peers import Peers, PeerUnavailable
 from oncelog.core.txn import MarkerJob
-from oncelog.core.txn.log_format import CONSUMER_OFFSETS_TOPIC, partition_for
+from oncelog.core.txn.log_format import CONSUMER_OFFSETS_TOPIC
 from oncelog.core.txn.markers import MarkerOutcome, MarkerProgress
 from oncelog.core.txn.state import TopicPartition
 from oncelog.protocol.api import ApiKey
@@ -138,7 +138,8 @@ class MarkerWriter:
             if topic == CONSUMER_OFFSETS_TOPIC:
                 # every live broker: any may hold a TxnOffsetCommit of this producer waiting for
                 # its verification, which the marker must turn away (its guard)
-                codes[tp] = offsets_marker(broker, job.producer_id, job.commit, index)
+                codes[tp] = offsets_marker(broker, job.producer_id, job.producer_epoch, job.coordinator_epoch,
+                                           job.commit, index)
                 for b in broker.logs.brokers:
                     if b.node_id != broker.node_id:
                         offsets_to.setdefault(b.node_id, []).append(tp)
@@ -180,16 +181,17 @@ class MarkerWriter:
 
 
 
-def offsets_marker(broker, producer_id: int, commit: bool, index: int) -> int:
-    """The marker of `__consumer_offsets-<index>`: the pending transactional offsets of the
-    producer's groups that hash to that partition become visible (COMMIT) or are dropped (ABORT).
-    Also what the WriteTxnMarkers handler does for such a partition."""
+def offsets_marker(broker, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
+                   index: int) -> int:
+    """The marker of `__consumer_offsets-<index>`, checked as a data partition checks a marker;
+    taken, the pending transactional offsets of the producer's groups on that partition become
+    visible (COMMIT) or are dropped (ABORT). Also what the WriteTxnMarkers handler does for such
+    a partition."""
     groups = broker.groups
     if groups is None:
         return E.COORDINATOR_NOT_AVAILABLE
-    n = broker.config["offsets.topic.num.partitions"]
-    groups.complete_txn(producer_id, commit, lambda g: partition_for(g, n) == index)
-    return E.NONE
+    code: int = groups.complete_txn(producer_id, producer_epoch, coordinator_epoch, commit, index)
+    return code
 
 
 class _Channel:

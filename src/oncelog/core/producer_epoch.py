@@ -11,6 +11,8 @@ One ceiling, Kafka's `Short.MAX_VALUE`, and the two rules Kafka builds on it:
 """
 from __future__ import annotations
 
+from oncelog.protocol.errors import ErrorCode
+
 MAX_EPOCH = 2**15 - 1
 EPOCH_EXHAUSTED_AT = MAX_EPOCH - 1
 
@@ -24,3 +26,19 @@ def is_epoch_exhausted(epoch: int) -> bool:
     """Whether a transactional producer at `epoch` must get a new producer id on its next
     InitProducerId (the coordinator keeps MAX_EPOCH for fencing)."""
     return epoch >= EPOCH_EXHAUSTED_AT
+
+
+def marker_error(producer_id: int, current_epoch: int, current_coordinator_epoch: int, epoch: int,
+                 coordinator_epoch: int) -> tuple[int, str | None]:
+    """Whether a partition takes a COMMIT/ABORT marker from a producer it knows at
+    (`current_epoch`, `current_coordinator_epoch`) (Kafka's ProducerAppendInfo.appendEndTxnMarker):
+    an epoch below the producer's is INVALID_PRODUCER_EPOCH, a coordinator epoch below the last one
+    seen TRANSACTION_COORDINATOR_FENCED (a deposed coordinator's late marker). Data partitions
+    and `__consumer_offsets` partitions alike (`core.txn.offsets`)."""
+    if epoch < current_epoch:
+        return (ErrorCode.INVALID_PRODUCER_EPOCH,
+                f"marker epoch {epoch} is older than producer {producer_id}'s epoch {current_epoch}")
+    if coordinator_epoch < current_coordinator_epoch:
+        return (ErrorCode.TRANSACTION_COORDINATOR_FENCED,
+                f"coordinator epoch {coordinator_epoch} is older than the last seen {current_coordinator_epoch}")
+    return ErrorCode.NONE, None

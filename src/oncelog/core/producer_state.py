@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from oncelog.core.pid_index import ExpiredProducers, PidIndex
+from oncelog.core.producer_epoch import marker_error
 from oncelog.core.sequence import distance_below, increment, seq_before
 from oncelog.protocol.errors import ErrorCode
 
@@ -439,20 +440,12 @@ class ProducerStateManager:
 
     # ------------------------------------------------------------ transaction markers
     def check_marker(self, producer_id: int, epoch: int, coordinator_epoch: int) -> tuple[int, str | None]:
-        """Whether a COMMIT/ABORT marker may be appended (Kafka's ProducerAppendInfo
-        .appendEndTxnMarker): an epoch below the producer's is INVALID_PRODUCER_EPOCH, a
-        coordinator epoch below the last one seen TRANSACTION_COORDINATOR_FENCED (a deposed
-        coordinator's late marker). Never mutates."""
+        """Whether a COMMIT/ABORT marker may be appended (`producer_epoch.marker_error`). Never
+        mutates."""
         s = self._find(producer_id)
         if s < 0:
             return ErrorCode.NONE, None
-        if epoch < self._epoch[s]:
-            return (ErrorCode.INVALID_PRODUCER_EPOCH,
-                    f"marker epoch {epoch} is older than producer {producer_id}'s epoch {self._epoch[s]}")
-        if coordinator_epoch < self._coord[s]:
-            return (ErrorCode.TRANSACTION_COORDINATOR_FENCED,
-                    f"coordinator epoch {coordinator_epoch} is older than the last seen {self._coord[s]}")
-        return ErrorCode.NONE, None
+        return marker_error(producer_id, self._epoch[s], self._coord[s], epoch, coordinator_epoch)
 
     def record_marker(self, producer_id: int, epoch: int, coordinator_epoch: int, updated_ms: int) -> None:
         """A checked marker is in the log (or replayed): the producer takes the marker's epoch (a

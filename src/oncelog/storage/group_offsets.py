@@ -1,25 +1,41 @@
-"""Committed consumer-group offsets: one small JSON file per group, replaced atomically and
-fsynced before the commit is acknowledged (a crash never loses or half-writes a commit).
+"""Consumer groups' durable state: one small JSON file per group, replaced atomically and fsynced
+(file and directory) before the request that changed it is answered, so a crash never loses or
+half-writes a commit or a generation.
 
-Beside the offsets, a file keeps what offset retention (`offsets.retention.minutes`) needs to
-survive a restart, as Kafka keeps it in its group metadata record: each offset's commit time (and
-an explicit expiry from OffsetCommit v2-v4), the group's protocol type, and since when the group
-has been empty. Files written before these existed (a bare list of offsets) still load; their
-offsets count as committed when the broker started.
+A group's file holds what Kafka's compacted `__consumer_offsets` keeps of it: the latest offset
+committed for each partition (with its commit time, and an explicit expiry from OffsetCommit
+v2-v4, for `offsets.retention.minutes`) and the latest group metadata record (Kafka's
+GroupMetadataValue: protocol type, generation, protocol, leader, and each member's id, group
+instance id, client id and host, timeouts, subscription and assignment; plus since when the group
+has been empty). Replacing the file is the compaction: nothing older than the latest state is
+kept, and loading reads one file per group instead of replaying a log. Files written before the
+group record existed (format 2: protocol type and empty-since only; format 1: a bare list of
+offsets) still load, as groups without members.
+
+Transactional offsets waiting for their transaction's marker live in one file per producer id
+(`txn-offsets/`), with what each `__consumer_offsets` partition remembers of the producer
+(`core.txn.offsets`: its epoch and the coordinator epoch of its last marker), so a marker checked
+after a restart meets the same state.
 """
 from __future__ import annotations
 
+import base64
 import fcntl
 import json
 import os
 import urllib.parse
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-_FORMAT = 2
+from oncelog.core.txn.log_format import partition_for
+from oncelog.core.txn.offsets import OffsetsProducer, add_offsets, expired, take_marker
+from oncelog.storage.durable import fsync_dir
+
+_FORMAT = 3
+_PENDING_FORMAT = 2
 
 
 class Committed(NamedTuple):
@@ -30,32 +46,55 @@ class Committed(NamedTuple):
     expire_timestamp: int = -1   # ms; set by OffsetCommit v2-v4's retention time, else -1
 
 
+class MemberMeta(NamedTuple):
+    """One member in a group metadata record (Kafka's MemberMetadata of GroupMetadataValue v3)."""
+    member_id: str
+    instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    subscription: bytes   # the member's metadata for the group's protocol
+    assignment: bytes
+
+
 @dataclass(frozen=True)
 class GroupMeta:
+    """A group's metadata record. With members, the group was Stable at `generation` when it was
+    written (a record is written when a generation's assignment is handed out); without, Empty
+    since `empty_since_ms` (None before any record: a group of offsets only)."""
     protocol_type: str | None = None   # None: offsets only (a consumer using assign), no members ever
     empty_since_ms: int | None = None  # when the group last became empty; None: it has members
+    generation: int = 0
+    protocol: str | None = None
+    leader: str | None = None
+    members: tuple[MemberMeta, ...] = ()
 
 
 class GroupOffsetStore:
-    def __init__(self, directory: str | Path, shared: bool = False) -> None:
+    def __init__(self, directory: str | Path, shared: bool = False, offsets_partitions: int = 50) -> None:
         """`shared`: brokers of a cluster share the directory and a group's coordinator can move,
-        so every read goes to the file (never a cached copy another broker may have replaced)."""
+        so every read goes to the file (never a cached copy another broker may have replaced).
+        `offsets_partitions`: `offsets.topic.num.partitions`, which places a group's transactional
+        offsets on a partition."""
         self.shared = shared
+        self.offsets_partitions = offsets_partitions
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self._groups: dict[str, tuple[dict[tuple[str, int], Committed], GroupMeta]] = {}
         for path in self.directory.glob("*.json"):
             group = urllib.parse.unquote(path.stem)
             self._groups[group] = _read(path)
-        # Transactional offsets (TxnOffsetCommit) waiting for their transaction's marker: producer
-        # id -> group -> offsets, one fsynced file per producer id, so a commit marker that
-        # arrives after a restart still finds them (docs/transactions.md section 4).
+        # Transactional offsets (TxnOffsetCommit) waiting for their transaction's marker, with the
+        # offsets partitions' producer state: producer id -> offsets partition -> entry, one
+        # fsynced file per producer id, so a marker that arrives after a restart still finds them
+        # (docs/transactions.md section 4).
         self.pending_dir = self.directory / "txn-offsets"
         self.pending_dir.mkdir(exist_ok=True)
-        self._pending: dict[int, dict[str, dict[tuple[str, int], Committed]]] = {}
+        self._producers: dict[int, dict[int, OffsetsProducer]] = {}
         self._lock_depth = 0
         for path in self.pending_dir.glob("*.json"):
-            self._pending[int(path.stem)] = _read_pending(path)
+            self._producers[int(path.stem)] = self._read_producer(path)
 
     def groups(self) -> list[str]:
         if self.shared:
@@ -65,9 +104,10 @@ class GroupOffsetStore:
     def _entry(self, group: str) -> tuple[dict[tuple[str, int], Committed], GroupMeta]:
         if self.shared:
             self._groups.pop(group, None)
-            path = self._path(group)
-            if path.exists():
-                self._groups[group] = _read(path)
+            try:
+                self._groups[group] = _read(self._path(group))
+            except FileNotFoundError:
+                pass  # none, or another broker removed it
         return self._groups.get(group, ({}, GroupMeta()))
 
     def get(self, group: str) -> dict[tuple[str, int], Committed]:
@@ -79,64 +119,37 @@ class GroupOffsetStore:
     def _path(self, group: str) -> Path:
         return self.directory / (urllib.parse.quote(group, safe="") + ".json")
 
-    def commit(self, group: str, offsets: dict[tuple[str, int], Committed],
-               meta: GroupMeta | None = None) -> None:
+    def commit(self, group: str, offsets: Mapping[tuple[str, int], Committed]) -> None:
+        """Offsets join the group's; its metadata record stays as it is."""
         with self.locked():
-            self._commit(group, offsets, meta)
-
-    def _commit(self, group: str, offsets: dict[tuple[str, int], Committed],
-                meta: GroupMeta | None = None) -> None:
-        current, old_meta = self._entry(group)
-        self._write(group, {**current, **offsets}, meta if meta is not None else old_meta)
+            current, meta = self._entry(group)
+            self._write(group, {**current, **offsets}, meta)
 
     def set_meta(self, group: str, meta: GroupMeta) -> None:
-        """Only a group with offsets has a file: without offsets there is nothing to retain."""
-        offsets, old = self._entry(group)
-        if offsets and meta != old:
-            self._write(group, offsets, meta)
+        """The group's metadata record, beside its offsets."""
+        with self.locked():
+            offsets, old = self._entry(group)
+            if meta != old or group not in self._groups:
+                self._write(group, offsets, meta)
 
     def remove(self, group: str, partitions: Iterable[tuple[str, int]] | None = None) -> None:
-        """Forget some offsets of a group (all of them when `partitions` is None)."""
-        offsets, meta = self._entry(group)
-        gone = None if partitions is None else set(partitions)
-        kept = {} if gone is None else {k: v for k, v in offsets.items() if k not in gone}
-        if kept:
-            self._write(group, kept, meta)
-            return
-        self._groups.pop(group, None)
-        try:
-            self._path(group).unlink()
-        except FileNotFoundError:
-            pass
+        """Forget some offsets of a group (all of them, and the group, when `partitions` is None).
+        A group left without offsets keeps its file only while its record has members."""
+        with self.locked():
+            offsets, meta = self._entry(group)
+            gone = None if partitions is None else set(partitions)
+            kept = {} if gone is None else {k: v for k, v in offsets.items() if k not in gone}
+            if kept or (gone is not None and meta.members):
+                self._write(group, kept, meta)
+                return
+            self._groups.pop(group, None)
+            _unlink(self._path(group))
 
     def delete_topic(self, topic: str) -> None:
         for group in self.groups():
             gone = [k for k in self.get(group) if k[0] == topic]
             if gone:
                 self.remove(group, gone)
-
-    # ------------------------------------------------------------ transactional offsets
-    def pending(self) -> dict[int, dict[str, dict[tuple[str, int], Committed]]]:
-        """producer id -> group -> offsets not yet made visible (read-only view). Shared: read
-        from the files, where the marker of a transaction coordinated by another broker may have
-        committed or dropped them."""
-        if self.shared:
-            self._pending = {}
-            for path in self.pending_dir.glob("*.json"):
-                self._reload_pending(int(path.stem))
-        return self._pending
-
-    def _reload_pending(self, producer_id: int) -> None:
-        try:
-            self._pending[producer_id] = _read_pending(self.pending_dir / f"{producer_id}.json")
-        except FileNotFoundError:
-            self._pending.pop(producer_id, None)
-
-    def pending_of(self, producer_id: int) -> dict[str, dict[tuple[str, int], Committed]]:
-        """One producer's pending offsets, group -> offsets (from its file when shared)."""
-        if self.shared:
-            self._reload_pending(producer_id)
-        return self._pending.get(producer_id, {})
 
     @contextmanager
     def locked(self) -> Iterator[None]:
@@ -158,49 +171,134 @@ class GroupOffsetStore:
             self._lock_depth -= 1
             os.close(fd)
 
-    def add_pending(self, producer_id: int, group: str, offsets: dict[tuple[str, int], Committed]) -> None:
-        """Durable (fsynced) before it returns: the TxnOffsetCommit is answered after this."""
-        with self.locked():
-            self._add_pending(producer_id, group, offsets)
-
-    def _add_pending(self, producer_id: int, group: str, offsets: dict[tuple[str, int], Committed]) -> None:
-        groups = {g: dict(o) for g, o in self.pending_of(producer_id).items()}
-        groups[group] = {**groups.get(group, {}), **offsets}
-        _write_json(self.pending_dir / f"{producer_id}.json",
-                    {g: _offsets_json(o) for g, o in sorted(groups.items())})
-        self._pending[producer_id] = groups
-
-    def drop_pending(self, producer_id: int, groups: Iterable[str]) -> None:
-        """Forget these groups' pending offsets of `producer_id` (after they were committed, or on
-        abort); the file goes last, so a marker repeated after a crash finds what is left."""
-        with self.locked():
-            self._drop_pending(producer_id, groups)
-
-    def _drop_pending(self, producer_id: int, groups: Iterable[str]) -> None:
-        current = self.pending_of(producer_id)
-        if not current:
-            return
-        kept = {g: o for g, o in current.items() if g not in set(groups)}
-        path = self.pending_dir / f"{producer_id}.json"
-        if kept:
-            _write_json(path, {g: _offsets_json(o) for g, o in sorted(kept.items())})
-            self._pending[producer_id] = kept
-        else:
-            del self._pending[producer_id]
-            try:
-                path.unlink()
-            except FileNotFoundError:
-                pass
-
     def _write(self, group: str, offsets: dict[tuple[str, int], Committed], meta: GroupMeta) -> None:
         data = {"format": _FORMAT, "protocol_type": meta.protocol_type,
-                "empty_since_ms": meta.empty_since_ms,
+                "empty_since_ms": meta.empty_since_ms, "generation": meta.generation,
+                "protocol": meta.protocol, "leader": meta.leader,
+                "members": [_member_json(m) for m in meta.members],
                 "offsets": _offsets_json(offsets)}
         _write_json(self._path(group), data)
         self._groups[group] = (offsets, meta)
 
+    # ------------------------------------------------------------ transactional offsets
+    def pending(self) -> dict[int, dict[str, dict[tuple[str, int], Committed]]]:
+        """producer id -> group -> offsets not yet made visible. Shared: read from the files,
+        where the marker of a transaction coordinated by another broker may have committed or
+        dropped them."""
+        if self.shared:
+            self._producers = {}
+            for path in self.pending_dir.glob("*.json"):
+                self._reload_producer(int(path.stem))
+        out: dict[int, dict[str, dict[tuple[str, int], Committed]]] = {}
+        for pid, partitions in self._producers.items():
+            groups = {g: dict(o) for entry in partitions.values() for g, o in entry.pending.items()}
+            if groups:
+                out[pid] = groups
+        return out
 
-def _offsets_json(offsets: dict[tuple[str, int], Committed]) -> list[dict[str, Any]]:
+    def _reload_producer(self, producer_id: int) -> None:
+        try:
+            self._producers[producer_id] = self._read_producer(self._producer_path(producer_id))
+        except FileNotFoundError:
+            self._producers.pop(producer_id, None)
+
+    def _producer(self, producer_id: int) -> dict[int, OffsetsProducer]:
+        """What the offsets partitions keep of one producer (from its file when shared)."""
+        if self.shared:
+            self._reload_producer(producer_id)
+        return self._producers.get(producer_id, {})
+
+    def _producer_path(self, producer_id: int) -> Path:
+        return self.pending_dir / f"{producer_id}.json"
+
+    def add_pending(self, producer_id: int, producer_epoch: int, group: str,
+                    offsets: Mapping[tuple[str, int], Committed], now_ms: int) -> int:
+        """A TxnOffsetCommit's offsets, pending on the group's offsets partition; durable
+        (fsynced) before it returns NONE. INVALID_PRODUCER_EPOCH for an epoch older than that
+        partition knows of the producer."""
+        partition = partition_for(group, self.offsets_partitions)
+        with self.locked():
+            entries = dict(self._producer(producer_id))
+            code, _message, entry = add_offsets(entries.get(partition), producer_epoch, group, offsets, now_ms)
+            if entry is not None:
+                entries[partition] = entry
+                self._write_producer(producer_id, entries)
+            return code
+
+    def apply_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
+                     partition: int, now_ms: int) -> tuple[int, str | None]:
+        """The transaction's marker on `__consumer_offsets-<partition>`, checked as a data
+        partition checks it (`core.txn.offsets.take_marker`); only a marker taken settles the
+        producer's pending offsets there: COMMIT commits them to their groups, ABORT drops them.
+        The producer's file is written last, so a marker repeated after a crash finds what is
+        left. Returns (code, why refused)."""
+        with self.locked():
+            entries = dict(self._producer(producer_id))
+            code, message, entry, settled = take_marker(entries.get(partition), producer_id, producer_epoch,
+                                                        coordinator_epoch, now_ms)
+            if code:
+                return code, message
+            if commit:
+                for group, offsets in settled.items():
+                    self.commit(group, offsets)
+            assert entry is not None  # taken
+            entries[partition] = entry
+            self._write_producer(producer_id, entries)
+            return code, None
+
+    def expire_producers(self, now_ms: int, expiration_ms: int) -> int:
+        """Forget producers idle on an offsets partition for `producer.id.expiration.ms`, never
+        one with offsets pending there. Returns how many entries went."""
+        removed = 0
+        with self.locked():
+            for pid in [int(p.stem) for p in self.pending_dir.glob("*.json")] if self.shared else list(self._producers):
+                entries = self._producer(pid)
+                kept = {p: e for p, e in entries.items() if not expired(e, now_ms, expiration_ms)}
+                if len(kept) != len(entries):
+                    removed += len(entries) - len(kept)
+                    self._write_producer(pid, kept)
+        return removed
+
+    def _write_producer(self, producer_id: int, entries: dict[int, OffsetsProducer]) -> None:
+        path = self._producer_path(producer_id)
+        if not entries:
+            self._producers.pop(producer_id, None)
+            _unlink(path)
+            return
+        _write_json(path, {"format": _PENDING_FORMAT, "partitions": {
+            str(p): {"epoch": e.epoch, "coordinator_epoch": e.coordinator_epoch, "updated_ms": e.updated_ms,
+                     "groups": {g: _offsets_json(o) for g, o in sorted(e.pending.items())}}
+            for p, e in sorted(entries.items())}})
+        self._producers[producer_id] = entries
+
+    def _read_producer(self, path: Path) -> dict[int, OffsetsProducer]:
+        data = json.loads(path.read_text())
+        if data.get("format") != _PENDING_FORMAT:
+            # format 1: group -> offsets, no producer state (any marker is taken, as before)
+            out: dict[int, dict[str, Any]] = {}
+            for group, entries in data.items():
+                out.setdefault(partition_for(group, self.offsets_partitions), {})[group] = _offsets_from_json(entries)
+            return {p: OffsetsProducer(pending=groups) for p, groups in out.items()}
+        return {int(p): OffsetsProducer(e["epoch"], e["coordinator_epoch"], e["updated_ms"],
+                                        {g: _offsets_from_json(o) for g, o in e["groups"].items()})
+                for p, e in data["partitions"].items()}
+
+
+def _member_json(m: MemberMeta) -> dict[str, Any]:
+    return {"member_id": m.member_id, "instance_id": m.instance_id, "client_id": m.client_id,
+            "client_host": m.client_host, "rebalance_timeout_ms": m.rebalance_timeout_ms,
+            "session_timeout_ms": m.session_timeout_ms,
+            "subscription": base64.b64encode(m.subscription).decode(),
+            "assignment": base64.b64encode(m.assignment).decode()}
+
+
+def _member_from_json(e: dict[str, Any]) -> MemberMeta:
+    return MemberMeta(e["member_id"], e.get("instance_id"), e["client_id"], e["client_host"],
+                      e["rebalance_timeout_ms"], e["session_timeout_ms"], base64.b64decode(e["subscription"]),
+                      base64.b64decode(e["assignment"]))
+
+
+def _offsets_json(offsets: Mapping[tuple[str, int], Committed]) -> list[dict[str, Any]]:
     """A group's offsets as stored, committed or pending alike (read back by `_offsets_from_json`)."""
     return [{"topic": t, "partition": p, "offset": c.offset, "metadata": c.metadata,
              "leader_epoch": c.leader_epoch, "commit_timestamp": c.commit_timestamp,
@@ -215,24 +313,30 @@ def _offsets_from_json(entries: list[dict[str, Any]]) -> dict[tuple[str, int], C
 
 
 def _write_json(path: Path, data: Any) -> None:
-    """Replace `path` with `data` as JSON, durably (written, fsynced, then renamed over it)."""
+    """Replace `path` with `data` as JSON, durably: written and fsynced, renamed over it, and the
+    directory fsynced (without that, a power cut may bring back the file the rename replaced)."""
     tmp = path.with_suffix(".tmp")
     with open(tmp, "w") as f:
         json.dump(data, f)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+    fsync_dir(path.parent)
 
 
-def _read_pending(path: Path) -> dict[str, dict[tuple[str, int], Committed]]:
-    return {group: _offsets_from_json(entries) for group, entries in json.loads(path.read_text()).items()}
+def _unlink(path: Path) -> None:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return
+    fsync_dir(path.parent)
 
 
 def _read(path: Path) -> tuple[dict[tuple[str, int], Committed], GroupMeta]:
     data = json.loads(path.read_text())
     if isinstance(data, list):  # format 1: the offsets alone
-        entries, meta = data, GroupMeta()
-    else:
-        entries = data["offsets"]
-        meta = GroupMeta(data.get("protocol_type"), data.get("empty_since_ms"))
-    return _offsets_from_json(entries), meta
+        return _offsets_from_json(data), GroupMeta()
+    meta = GroupMeta(data.get("protocol_type"), data.get("empty_since_ms"), data.get("generation", 0),
+                     data.get("protocol"), data.get("leader"),
+                     tuple(_member_from_json(m) for m in data.get("members", ())))
+    return _offsets_from_json(data["offsets"]), meta

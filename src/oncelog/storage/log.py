@@ -57,6 +57,7 @@ from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.protocol.primitives import Buf
 from oncelog.protocol.records import iter_record_times
 from oncelog.storage import failpoints as fp
+from oncelog.storage.durable import fsync_dir
 
 log = logging.getLogger(__name__)
 
@@ -170,14 +171,6 @@ def _check_entry(buf: Buf, e: Entry, base_position: int) -> None:
         rec.validate_legacy_message_set(memoryview(buf)[pos:pos + e.size])
 
 
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 CLEANED, SWAP = ".cleaned", ".swap"
 
 
@@ -195,11 +188,11 @@ def commit_swap(directory: Path, base_offset: int) -> None:
     log_cleaned, txn_cleaned = swap_names(directory, base_offset, CLEANED)
     log_swap, txn_swap = swap_names(directory, base_offset, SWAP)
     fp.log_rename(txn_cleaned, txn_swap)
-    _fsync_dir(directory)
+    fsync_dir(directory)
     fp.log_rename(log_cleaned, log_swap)  # the commit point
-    _fsync_dir(directory)
+    fsync_dir(directory)
     _finish_swap(directory, log_swap)
-    _fsync_dir(directory)
+    fsync_dir(directory)
 
 
 def _finish_swap(directory: Path, log_swap: Path) -> None:
@@ -230,7 +223,7 @@ def finish_interrupted_swaps(directory: Path) -> None:
         p.unlink()  # its log never reached `.swap`
         changed = True
     if changed:
-        _fsync_dir(directory)
+        fsync_dir(directory)
 
 
 def _storage_error(what: str, e: OSError) -> KafkaProtocolError:
@@ -427,7 +420,7 @@ class PartitionLog:
         created = not self.directory.exists()
         self.directory.mkdir(parents=True, exist_ok=True)
         if created:  # a power loss must not lose the directory of acknowledged records
-            _fsync_dir(self.directory.parent)
+            fsync_dir(self.directory.parent)
         self._last_flush_ms = now_ms
         clean_marker = self.directory / CLEAN_SHUTDOWN
         clean = clean_marker.exists()
@@ -459,7 +452,7 @@ class PartitionLog:
             active.next_offset = self.log_start_offset
         if clean:
             clean_marker.unlink()
-            _fsync_dir(self.directory)
+            fsync_dir(self.directory)
         elif not fresh:
             # After a crash the recovered tail may sit only in the page cache: make it durable
             # before anything is read from it, or a power loss could take back what was shown.
@@ -559,7 +552,7 @@ class PartitionLog:
         seg = Segment(self.directory, base_offset, now_ms)
         try:
             fp.log_sync(seg.fd)
-            _fsync_dir(self.directory)
+            fsync_dir(self.directory)
         except OSError:
             seg.delete()
             raise
@@ -864,7 +857,7 @@ class PartitionLog:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-        _fsync_dir(self.directory)
+        fsync_dir(self.directory)
 
     def delete_records_before(self, offset: int) -> None:
         if offset > self.log_end_offset:
@@ -979,4 +972,4 @@ class PartitionLog:
         for seg in self.segments:
             seg.close()
         (self.directory / CLEAN_SHUTDOWN).touch()
-        _fsync_dir(self.directory)
+        fsync_dir(self.directory)

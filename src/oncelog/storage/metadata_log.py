@@ -34,19 +34,12 @@ from crc32c import crc32c
 
 from oncelog.storage import failpoints as fp
 from oncelog.storage.dir_lock import DirectoryLock
+from oncelog.storage.durable import fsync_dir
 
 log = logging.getLogger(__name__)
 
 _FRAME = struct.Struct(">II")
 LOG_FILE = "metadata.log"
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class MetadataLogError(Exception):
@@ -161,7 +154,7 @@ class MetadataLog:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-        _fsync_dir(self.directory)
+        fsync_dir(self.directory)
         for old in sorted(self.directory.glob("snapshot-*.json"))[:-2]:
             old.unlink()
         return path

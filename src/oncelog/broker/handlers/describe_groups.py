@@ -26,7 +26,7 @@ async def handle(broker, version: int, r) -> bytes:
                           group_state="", protocol_type="", protocol_data="", members=(),
                           authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))
             continue
-        g = broker.groups.groups.get(str(gid))
+        g = broker.groups.group(str(gid))
         members = ()
         # as Kafka: metadata and assignments only once the group is Stable
         stable = g is not None and g.state == STABLE

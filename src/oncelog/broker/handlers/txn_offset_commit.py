@@ -56,7 +56,8 @@ async def handle(broker, version: int, r) -> bytes:
             if code:
                 error = verification_error(code, API_KEY, version)
             elif offsets:
-                error = broker.groups.txn_commit(group, int(r.producer_id), int(getattr(r, "generation_id", -1)),
+                error = broker.groups.txn_commit(group, int(r.producer_id), int(r.producer_epoch),
+                                                 int(getattr(r, "generation_id", -1)),
                                                  str(getattr(r, "member_id", "") or ""),
                                                  getattr(r, "group_instance_id", None), offsets)
         finally:

@@ -10,7 +10,8 @@ TRANSACTION_COORDINATOR_FENCED, UNSUPPORTED_FOR_MESSAGE_FORMAT, KAFKA_STORAGE_ER
 cluster may send it (`authorization.require_broker`: the cluster credential's principal, which holds
 CLUSTER_ACTION implicitly), else CLUSTER_AUTHORIZATION_FAILED for every partition: a marker written
 by anyone else would end another producer's transaction. A `__consumer_offsets` partition is the group coordinator's
-(`broker.txn_markers.offsets_marker`: the groups' pending transactional offsets made visible or dropped).
+(`broker.txn_markers.offsets_marker`: checked as a data partition checks a marker, then the groups'
+pending transactional offsets made visible or dropped).
 """
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ async def handle(broker, version: int, request) -> bytes:
         for t in m.topics:
             for index in t.partition_indexes:
                 if str(t.name) == CONSUMER_OFFSETS_TOPIC:
-                    jobs.append(_now(offsets_marker(broker, int(m.producer_id), bool(m.transaction_result),
+                    jobs.append(_now(offsets_marker(broker, int(m.producer_id), int(m.producer_epoch),
+                                                    int(m.coordinator_epoch), bool(m.transaction_result),
                                                     int(index))))
                     continue
                 jobs.append(broker.logs.write_txn_marker(

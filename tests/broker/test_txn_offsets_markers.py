@@ -1,0 +1,178 @@
+"""Markers on `__consumer_offsets` take the producer-epoch and coordinator-epoch checks a data
+partition takes (Kafka appends them to the offsets partition through the same producer state):
+a stale marker, refused on the transaction's data partition, is refused on its offsets partition
+in the same WriteTxnMarkers request, and the transaction's pending offsets stay pending until its
+real marker settles them.
+
+Raw requests to an in-process broker with real files: InitProducerId, AddPartitionsToTxn,
+Produce, AddOffsetsToTxn, TxnOffsetCommit and EndTxn (v3, TV1: an EndTxn does not bump the epoch)
+play the transactional producer; WriteTxnMarkers plays a late or deposed coordinator.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from test_dedup_raw import Conn, parse_produce, produce_body
+from test_transactions_partition import with_txn_id
+
+from oncelog.broker.config import BrokerConfig
+from oncelog.core.txn.log_format import CONSUMER_OFFSETS_TOPIC, partition_for
+from oncelog.protocol import entities
+from oncelog.protocol.api import ApiKey
+from oncelog.protocol.errors import ErrorCode as E
+from oncelog.protocol.records import Record, encode_batch
+from oncelog.testing.in_process import InProcessBroker
+
+TOPIC, GROUP, TID = "data", "copier", "stale-markers"
+OFFSETS_PARTITION = partition_for(GROUP, 50)
+
+
+class Producer:
+    """One transactional producer speaking raw requests on its own connection."""
+
+    def __init__(self, conn: Conn) -> None:
+        self.conn = conn
+        self.pid, self.epoch, self.seq = -1, -1, 0
+
+    async def call(self, api: int, version: int, **fields):
+        req = entities.make(entities.entity_class(api, version, "request"), **fields)
+        return await self.conn.kio(req, entities.entity_class(api, version, "response"))
+
+    async def init(self) -> None:
+        """InitProducerId, again with the current (pid, epoch) once there is one: a bump."""
+        deadline = time.monotonic() + 30
+        while True:  # the first one creates __transaction_state: COORDINATOR_LOAD_IN_PROGRESS meanwhile
+            r = await self.call(ApiKey.INIT_PRODUCER_ID, 3, transactional_id=TID, transaction_timeout=60000,
+                                producer_id=self.pid, producer_epoch=self.epoch)
+            if r.error_code.value != E.COORDINATOR_LOAD_IN_PROGRESS or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.05)
+        assert r.error_code.value == E.NONE, r
+        self.pid, self.epoch, self.seq = int(r.producer_id), int(r.producer_epoch), 0
+
+    async def transaction(self, offset: int) -> None:
+        """A record to the data partition and `offset` as the group's pending offset for it."""
+        topic = entities.nested(ApiKey.ADD_PARTITIONS_TO_TXN, 3, "request", "AddPartitionsToTxnTopic")
+        r = await self.call(ApiKey.ADD_PARTITIONS_TO_TXN, 3, v3_and_below_transactional_id=TID,
+                            v3_and_below_producer_id=self.pid, v3_and_below_producer_epoch=self.epoch,
+                            v3_and_below_topics=(topic(name=TOPIC, partitions=(0,)),))
+        assert r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code.value == E.NONE
+        records = encode_batch([Record(0, int(time.time() * 1000), None, b"%d" % offset, [])],
+                               producer_id=self.pid, producer_epoch=self.epoch, base_sequence=self.seq,
+                               transactional=True)
+        body = with_txn_id(produce_body(9, TOPIC, 0, bytes(records)), 9, TID)
+        assert parse_produce(9, await self.conn.raw(ApiKey.PRODUCE, 9, body, True))[0]["error_code"] == E.NONE
+        self.seq += 1
+        r = await self.call(ApiKey.ADD_OFFSETS_TO_TXN, 3, transactional_id=TID, producer_id=self.pid,
+                            producer_epoch=self.epoch, group_id=GROUP)
+        assert r.error_code.value == E.NONE
+        t = entities.nested(ApiKey.TXN_OFFSET_COMMIT, 3, "request", "TxnOffsetCommitRequestTopic")
+        p = entities.nested(ApiKey.TXN_OFFSET_COMMIT, 3, "request", "TxnOffsetCommitRequestPartition")
+        r = await self.call(ApiKey.TXN_OFFSET_COMMIT, 3, transactional_id=TID, group_id=GROUP, producer_id=self.pid,
+                            producer_epoch=self.epoch, generation_id=-1, member_id="", group_instance_id=None,
+                            topics=(t(name=TOPIC, partitions=(p(partition_index=0, committed_offset=offset,
+                                                                committed_leader_epoch=-1,
+                                                                committed_metadata=""),)),))
+        assert r.topics[0].partitions[0].error_code.value == E.NONE
+
+    async def end(self, commit: bool) -> None:
+        r = await self.call(ApiKey.END_TXN, 3, transactional_id=TID, producer_id=self.pid,
+                            producer_epoch=self.epoch, committed=commit)
+        assert r.error_code.value == E.NONE
+        deadline = time.monotonic() + 30
+        while (state := await self.state()) not in ("CompleteCommit", "CompleteAbort"):
+            assert time.monotonic() < deadline, state
+            await asyncio.sleep(0.02)
+
+    async def state(self) -> str:
+        r = await self.call(ApiKey.DESCRIBE_TRANSACTIONS, 0, transactional_ids=(TID,))
+        return r.transaction_states[0].transaction_state
+
+    async def marker(self, epoch: int, coordinator_epoch: int, commit: bool) -> dict[str, int]:
+        """A WriteTxnMarkers for the data partition and the group's offsets partition: each one's code."""
+        mod = entities.module(ApiKey.WRITE_TXN_MARKERS, 1, "request")
+        marker = entities.make(mod.WritableTxnMarker, producer_id=self.pid, producer_epoch=epoch,
+                               transaction_result=commit, coordinator_epoch=coordinator_epoch, topics=(
+                                   entities.make(mod.WritableTxnMarkerTopic, name=TOPIC, partition_indexes=(0,)),
+                                   entities.make(mod.WritableTxnMarkerTopic, name=CONSUMER_OFFSETS_TOPIC,
+                                                 partition_indexes=(OFFSETS_PARTITION,))))
+        r = await self.call(ApiKey.WRITE_TXN_MARKERS, 1, markers=(marker,))
+        return {str(t.name): t.partitions[0].error_code.value for t in r.markers[0].topics}
+
+    async def coordinator_epoch(self) -> int:
+        """The coordinator epoch the data partition holds for the producer (DescribeProducers)."""
+        t = entities.nested(ApiKey.DESCRIBE_PRODUCERS, 0, "request", "TopicRequest")
+        r = await self.call(ApiKey.DESCRIBE_PRODUCERS, 0, topics=(t(name=TOPIC, partition_indexes=(0,)),))
+        (state,) = [s for s in r.topics[0].partitions[0].active_producers if int(s.producer_id) == self.pid]
+        return int(state.coordinator_epoch)
+
+    async def committed(self, require_stable: bool = False) -> tuple[int, int]:
+        """OffsetFetch v7 of the group's offset for the data partition: (error code, offset)."""
+        t = entities.nested(ApiKey.OFFSET_FETCH, 7, "request", "OffsetFetchRequestTopic")
+        r = await self.call(ApiKey.OFFSET_FETCH, 7, group_id=GROUP, require_stable=require_stable,
+                            topics=(t(name=TOPIC, partition_indexes=(0,)),))
+        p = r.topics[0].partitions[0]
+        return p.error_code.value, int(p.committed_offset)
+
+
+@pytest.fixture
+async def producer(tmp_path):
+    broker = InProcessBroker(BrokerConfig({"log.dirs": str(tmp_path / "data"), "listeners": "PLAINTEXT://127.0.0.1:0",
+                                           "transaction.state.log.num.partitions": "1"}))
+    host, port = (await broker.start())[:2]
+    conn = await Conn.open(host, port)
+    p = Producer(conn)
+    ct = entities.nested(ApiKey.CREATE_TOPICS, 7, "request", "CreatableTopic")
+    r = await p.call(ApiKey.CREATE_TOPICS, 7, timeout=10000, validate_only=False, topics=(
+        ct(name=TOPIC, num_partitions=1, replication_factor=1, assignments=(), configs=()),))
+    assert r.topics[0].error_code.value == E.NONE
+    await p.init()
+    yield p
+    await conn.close()
+    await broker.stop()
+
+
+async def test_a_stale_abort_cannot_drop_the_offsets_of_a_later_transaction(producer):
+    """A marker of the producer's previous epoch arrives while its next transaction's offsets are
+    pending: refused on both partitions; the transaction then commits its offsets."""
+    p = producer
+    stale = p.epoch
+    await p.init()                                   # a restarted producer: the epoch is bumped
+    await p.transaction(20)
+    assert await p.marker(stale, 0, commit=False) == {TOPIC: E.INVALID_PRODUCER_EPOCH,
+                                                      CONSUMER_OFFSETS_TOPIC: E.INVALID_PRODUCER_EPOCH}
+    assert await p.committed(require_stable=True) == (E.UNSTABLE_OFFSET_COMMIT, -1)
+    await p.end(commit=True)
+    assert await p.committed() == (E.NONE, 20)
+
+
+async def test_a_stale_commit_cannot_commit_the_offsets_of_a_later_transaction(producer):
+    p = producer
+    await p.transaction(10)
+    await p.end(commit=True)
+    stale = p.epoch
+    await p.init()
+    await p.transaction(20)
+    assert await p.marker(stale, 0, commit=True) == {TOPIC: E.INVALID_PRODUCER_EPOCH,
+                                                     CONSUMER_OFFSETS_TOPIC: E.INVALID_PRODUCER_EPOCH}
+    assert await p.committed() == (E.NONE, 10)
+    await p.end(commit=False)
+    assert await p.committed() == (E.NONE, 10)
+
+
+async def test_a_deposed_coordinators_commit_cannot_commit_the_offsets_of_a_later_transaction(producer):
+    """Same producer epoch (TV1 keeps it across transactions), older coordinator epoch: the marker
+    of a coordinator that lost the transactional id is TRANSACTION_COORDINATOR_FENCED."""
+    p = producer
+    await p.transaction(10)
+    await p.end(commit=True)
+    deposed = await p.coordinator_epoch() - 1
+    await p.transaction(20)
+    assert await p.marker(p.epoch, deposed, commit=True) == {
+        TOPIC: E.TRANSACTION_COORDINATOR_FENCED, CONSUMER_OFFSETS_TOPIC: E.TRANSACTION_COORDINATOR_FENCED}
+    assert await p.committed(require_stable=True) == (E.UNSTABLE_OFFSET_COMMIT, -1)
+    assert await p.committed() == (E.NONE, 10)
+    await p.end(commit=False)
+    assert await p.committed(require_stable=True) == (E.NONE, 10)
