@@ -6,7 +6,8 @@ real marker settles them.
 
 Raw requests to an in-process broker with real files: InitProducerId, AddPartitionsToTxn,
 Produce, AddOffsetsToTxn, TxnOffsetCommit and EndTxn (v3, TV1: an EndTxn does not bump the epoch)
-play the transactional producer; WriteTxnMarkers plays a late or deposed coordinator.
+play the transactional producer; WriteTxnMarkers, sent as another broker of the cluster (the only
+principal allowed to), plays a late or deposed coordinator.
 """
 from __future__ import annotations
 
@@ -18,11 +19,13 @@ from test_dedup_raw import Conn, parse_produce, produce_body
 from test_transactions_partition import with_txn_id
 
 from oncelog.broker.config import BrokerConfig
+from oncelog.broker.controller_client import ControllerClient
 from oncelog.core.txn.log_format import CONSUMER_OFFSETS_TOPIC, partition_for
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode as E
 from oncelog.protocol.records import Record, encode_batch
+from oncelog.testing.broker_login import as_broker
 from oncelog.testing.in_process import InProcessBroker
 
 TOPIC, GROUP, TID = "data", "copier", "stale-markers"
@@ -32,8 +35,8 @@ OFFSETS_PARTITION = partition_for(GROUP, 50)
 class Producer:
     """One transactional producer speaking raw requests on its own connection."""
 
-    def __init__(self, conn: Conn) -> None:
-        self.conn = conn
+    def __init__(self, conn: Conn, peer: ControllerClient) -> None:
+        self.conn, self.peer = conn, peer
         self.pid, self.epoch, self.seq = -1, -1, 0
 
     async def call(self, api: int, version: int, **fields):
@@ -98,7 +101,7 @@ class Producer:
                                    entities.make(mod.WritableTxnMarkerTopic, name=TOPIC, partition_indexes=(0,)),
                                    entities.make(mod.WritableTxnMarkerTopic, name=CONSUMER_OFFSETS_TOPIC,
                                                  partition_indexes=(OFFSETS_PARTITION,))))
-        r = await self.call(ApiKey.WRITE_TXN_MARKERS, 1, markers=(marker,))
+        r = await self.peer.request(ApiKey.WRITE_TXN_MARKERS, 1, markers=(marker,))
         return {str(t.name): t.partitions[0].error_code.value for t in r.markers[0].topics}
 
     async def coordinator_epoch(self) -> int:
@@ -123,13 +126,15 @@ async def producer(tmp_path):
                                            "transaction.state.log.num.partitions": "1"}))
     host, port = (await broker.start())[:2]
     conn = await Conn.open(host, port)
-    p = Producer(conn)
+    peer = as_broker(f"{host}:{port}", tmp_path / "data")
+    p = Producer(conn, peer)
     ct = entities.nested(ApiKey.CREATE_TOPICS, 7, "request", "CreatableTopic")
     r = await p.call(ApiKey.CREATE_TOPICS, 7, timeout=10000, validate_only=False, topics=(
         ct(name=TOPIC, num_partitions=1, replication_factor=1, assignments=(), configs=()),))
     assert r.topics[0].error_code.value == E.NONE
     await p.init()
     yield p
+    peer.close()
     await conn.close()
     await broker.stop()
 
