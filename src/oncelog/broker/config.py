@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from oncelog.core.properties import parse_properties
 from oncelog.core.security.listeners import (
     SECURITY_SETTINGS,
     Endpoint,
@@ -230,19 +231,7 @@ class BrokerConfig:
 
 def read_properties(path: Path) -> dict[str, str]:
     """Java .properties as Kafka uses them: `key=value` or `key: value`, # and ! comments."""
-    out: dict[str, str] = {}
-    for lineno, line in enumerate(path.read_text().splitlines(), 1):
-        line = line.strip()
-        if not line or line[0] in "#!":
-            continue
-        for sep in ("=", ":"):
-            if sep in line:
-                key, _, value = line.partition(sep)
-                out[key.strip()] = value.strip()
-                break
-        else:
-            raise ConfigError(f"{path}:{lineno}: expected key=value, got {line!r}")
-    return out
+    return parse_properties(path.read_text(), str(path))
 
 
 def new_cluster_id() -> str:

@@ -12,6 +12,7 @@ import click
 from oncelog.broker.config import BrokerConfig, ConfigError
 from oncelog.cli import logs
 from oncelog.cli.admin import admin
+from oncelog.cli.operator import operator_commands
 from oncelog.cli.perf import perf
 from oncelog.cli.verify import verify
 from oncelog.storage.dir_lock import DirectoryLocked
@@ -184,11 +185,26 @@ def controller_command(metadata_dir, listener, users, principals, session_timeou
 
 oncelog.add_command(perf)
 oncelog.add_command(admin)
+for _command in operator_commands():
+    oncelog.add_command(_command)
 oncelog.add_command(verify)
 
 
 def main() -> None:
-    oncelog()
+    """Errors as one line on stderr, "oncelog: <what went wrong>", with the command's exit code
+    (cli/connect.py lists them); click's usage errors too, with where to read the help."""
+    try:
+        code = oncelog.main(prog_name="oncelog", standalone_mode=False)
+    except click.UsageError as e:
+        where = f" (see {e.ctx.command_path} --help)" if e.ctx is not None else ""
+        click.echo(f"oncelog: {e.format_message().rstrip('.')}{where}", err=True)
+        sys.exit(e.exit_code)
+    except click.ClickException as e:
+        click.echo(f"oncelog: {e.format_message()}", err=True)
+        sys.exit(e.exit_code)
+    except click.Abort:
+        sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

@@ -317,7 +317,8 @@ class Consumer(_SyncWrapper):
 
 
 class AdminClient(_SyncWrapper):
-    """create_topics, delete_topics, describe_configs, alter_configs (incremental), list_topics."""
+    """create_topics, delete_topics, describe_configs, alter_configs (incremental), list_topics,
+    delete_records, describe_producers, list_transactions."""
 
     _name = "oncelog-admin"
 
@@ -348,3 +349,6 @@ class AdminClient(_SyncWrapper):
 
     def describe_producers(self, topic: str, partition: int) -> list[dict]:
         return self._run(self._impl.describe_producers(topic, partition))
+
+    def list_transactions(self, states=None) -> list[dict]:
+        return self._run(self._impl.list_transactions(list(states) if states else None))

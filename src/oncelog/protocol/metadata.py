@@ -15,6 +15,8 @@ from oncelog.protocol.primitives import I8, I16, I32, NULL_UUID, Buf, Reader, ar
 
 TAG_MESSAGE_FORMAT_VERSION = 10000
 AUTHORIZED_OPERATIONS_OMITTED = -2147483648
+# Kafka's internal topics (Topic.isInternal): the group and transaction coordinators' logs
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 
 def encode_request(version: int, topics: list[str] | None, allow_auto_create: bool = False) -> bytes:
@@ -69,6 +71,7 @@ class TopicEntry:
     message_format_magic: int | None = None  # tag 10000, sent below 2; None: not stated
     extra_tags: dict[int, bytes] | None = None  # the controller's own fields for brokers
     authorized_operations: int = AUTHORIZED_OPERATIONS_OMITTED  # KIP-430 bitfield, v8+, when asked
+    is_internal: bool = False    # as read; written from the name (INTERNAL_TOPICS)
 
 
 @dataclass(slots=True)
@@ -103,7 +106,7 @@ def encode_response(version: int, brokers: list[BrokerEntry], cluster_id: str | 
         if version >= 10:
             out.append(t.topic_id.bytes)
         if version >= 1:
-            out.append(b"\x00")  # is_internal
+            out.append(b"\x01" if t.name in INTERNAL_TOPICS else b"\x00")  # is_internal
         out.append(array_len(len(t.partitions), flex))
         for p in t.partitions:
             replicas = I32.pack(p.leader_id) if p.leader_id >= 0 else b""
@@ -150,8 +153,7 @@ def decode_response(version: int, buf: Buf, pos: int = 0) -> MetadataResponse:
     for _ in range(r.array_len(flex)):
         code, name = r.i16(), r.string(flex)
         topic_id = r.uuid() if version >= 10 else NULL_UUID
-        if version >= 1:
-            r.boolean()  # is_internal
+        internal = r.boolean() if version >= 1 else name in INTERNAL_TOPICS
         parts = []
         for _ in range(r.array_len(flex)):
             pcode, index, leader = r.i16(), r.i32(), r.i32()
@@ -164,7 +166,7 @@ def decode_response(version: int, buf: Buf, pos: int = 0) -> MetadataResponse:
             parts.append(PartitionEntry(index, pcode, leader, epoch))
         if version >= 8:
             r.i32()  # topic authorized operations
-        t = TopicEntry(name, code, topic_id, tuple(sorted(parts, key=lambda p: p.index)))
+        t = TopicEntry(name, code, topic_id, tuple(sorted(parts, key=lambda p: p.index)), is_internal=internal)
         if flex:
             tags = {k: bytes(v) for k, v in r.tags().items()}
             magic = tags.pop(TAG_MESSAGE_FORMAT_VERSION, None)

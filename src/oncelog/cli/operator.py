@@ -1,0 +1,13 @@
+"""The operator's commands, in rpk's and kafka-*.sh's conventions (cli/connect.py has what they
+share): topic, produce, consume, group, transactions, acl, user, cluster, log."""
+from __future__ import annotations
+
+import click
+
+
+def operator_commands() -> list[click.Command]:
+    from oncelog.cli.consume import consume
+    from oncelog.cli.group import group
+    from oncelog.cli.produce import produce
+    from oncelog.cli.topic import topic
+    return [topic, produce, consume, group]
