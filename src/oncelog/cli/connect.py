@@ -43,7 +43,7 @@ class CommandError(click.ClickException):
 
     def __init__(self, message: str, exit_code: int = REFUSED) -> None:
         super().__init__(message)
-        self.exit_code = exit_code
+        self.exit_code = exit_code  # type: ignore[misc]  # click declares it a class constant; ours vary
 
 
 @dataclass

@@ -8,6 +8,7 @@ import click
 def operator_commands() -> list[click.Command]:
     from oncelog.cli.consume import consume
     from oncelog.cli.group import group
+    from oncelog.cli.log_dump import log_group
     from oncelog.cli.produce import produce
     from oncelog.cli.topic import topic
-    return [topic, produce, consume, group]
+    return [topic, produce, consume, group, log_group]
