@@ -6,9 +6,13 @@ import click
 
 
 def operator_commands() -> list[click.Command]:
+    from oncelog.cli.acl import acl
+    from oncelog.cli.cluster_info import cluster
     from oncelog.cli.consume import consume
     from oncelog.cli.group import group
     from oncelog.cli.log_dump import log_group
     from oncelog.cli.produce import produce
     from oncelog.cli.topic import topic
-    return [topic, produce, consume, group, log_group]
+    from oncelog.cli.transactions import transactions
+    from oncelog.cli.user import user
+    return [topic, produce, consume, group, transactions, acl, user, cluster, log_group]
