@@ -69,11 +69,31 @@ def _target(bootstrap_server: str | None, command_config: str | None) -> Target:
     return Target(bootstrap_server or in_file or DEFAULT_BOOTSTRAP, settings)
 
 
+def _client_logs(level: str | None) -> None:
+    """The client library's log lines go to stderr only when asked for: the error a command
+    reports is its own one line."""
+    import logging
+    if level is None:
+        quiet = logging.getLogger("oncelog")
+        quiet.addHandler(logging.NullHandler())   # a handler, so Python's "last resort" one prints nothing
+        quiet.propagate = False
+        return
+    from oncelog.cli import logs
+    try:
+        logs.configure(level)
+    except ValueError:
+        raise CommandError(f"--log-level {level!r}: one of DEBUG, INFO, WARNING, ERROR", USAGE) from None
+
+
 def connection_options(f: Callable) -> Callable:
     """`--bootstrap-server` and `--command-config`, handed to the command as `target: Target`."""
     @functools.wraps(f)
-    def wrapper(*args, bootstrap_server, command_config, **kwargs):
+    def wrapper(*args, bootstrap_server, command_config, log_level, **kwargs):
+        _client_logs(log_level)
         return f(*args, target=_target(bootstrap_server, command_config), **kwargs)
+    wrapper = click.option("--log-level", default=None, metavar="LEVEL",
+                           help="Show the client's log lines from this level (DEBUG, INFO, WARNING); by default "
+                           "a command prints only its result or its one-line error.")(wrapper)
     wrapper = click.option("--command-config", type=click.Path(dir_okay=False), metavar="FILE",
                            help="Kafka client properties (security.protocol, sasl.mechanism, sasl.jaas.config, "
                            "ssl.truststore.location, ...), as kafka-*.sh take them.")(wrapper)
