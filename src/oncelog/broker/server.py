@@ -23,6 +23,7 @@ from typing import Any
 
 from oncelog.broker.authentication import ConnectionAuth, ListenerSecurity
 from oncelog.broker.authorization import follow_acls, make_authorizer
+from oncelog.broker.bind_error import BindError
 from oncelog.broker.cluster_logs import ClusterLogs
 from oncelog.broker.config import BrokerConfig, ConfigError, new_cluster_id
 from oncelog.broker.controller_client import controller_client
@@ -164,6 +165,7 @@ class Broker:
         try:
             return await self._start()
         except BaseException:
+            self.metrics.close()
             self._release_directories()
             raise
 
@@ -181,6 +183,12 @@ class Broker:
             offsets_retention_ms=c["offsets.retention.minutes"] * 60000,
             offsets_retention_check_interval_ms=c["offsets.retention.check.interval.ms"], owns=self.coordinates)
         await self._bind_listeners()
+        if self.config["metrics.port"] >= 0:   # bound before registering: a port in use stops nothing started
+            try:
+                self.metrics_port = self.metrics.serve(self.config["metrics.host"], self.config["metrics.port"])
+            except OSError as e:
+                raise BindError("the metrics endpoint", self.config["metrics.host"], self.config["metrics.port"], e,
+                                "metrics.port") from e
         await self._connect_controller()
         if self.config["oncelog.cluster"]:
             await self._join_cluster()
@@ -193,8 +201,6 @@ class Broker:
         self.txn.start()
         for server in self._servers:
             await server.start_serving()
-        if self.config["metrics.port"] >= 0:
-            self.metrics_port = self.metrics.serve(self.config["metrics.host"], self.config["metrics.port"])
         self._ticker = asyncio.create_task(self._tick_loop())
         for name, (host, port) in self.bound.items():
             log.info("broker %d: listener %s (%s) on %s:%d, advertised %s:%d", self.node_id, name,
@@ -215,8 +221,11 @@ class Broker:
         for endpoint, advertised in zip(setup.listeners, setup.advertised):
             sec = ListenerSecurity.from_config(self.config, endpoint, self.credentials.lookup)
             self.listener_security[endpoint.name] = sec
-            server = await loop.create_server(lambda sec=sec: _Connection(self, sec), endpoint.host or None,
-                                              endpoint.port, reuse_address=True, start_serving=False)
+            try:
+                server = await loop.create_server(lambda sec=sec: _Connection(self, sec), endpoint.host or None,
+                                                  endpoint.port, reuse_address=True, start_serving=False)
+            except OSError as e:
+                raise BindError(f"listener {endpoint.name}", endpoint.host, endpoint.port, e, "listeners") from e
             self._servers.append(server)
             host, port = server.sockets[0].getsockname()[:2]
             self.bound[endpoint.name] = (host, port)

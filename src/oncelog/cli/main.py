@@ -10,12 +10,12 @@ import sys
 import click
 
 from oncelog.broker.config import BrokerConfig, ConfigError
-from oncelog.cli import logs
+from oncelog.cli import logs, startup
 from oncelog.cli.admin import admin
 from oncelog.cli.operator import operator_commands
 from oncelog.cli.perf import perf
+from oncelog.cli.startup import LOG_LEVELS
 from oncelog.cli.verify import verify
-from oncelog.storage.dir_lock import DirectoryLocked
 
 log = logging.getLogger("oncelog.cli")
 
@@ -43,7 +43,7 @@ def _overrides(ctx, param, values) -> dict[str, str]:
 @click.option("--listeners", help="Shortcut for --override listeners=...")
 @click.option("--advertised-listeners", help="Shortcut for --override advertised.listeners=...")
 @click.option("--log-dirs", help="Shortcut for --override log.dirs=...")
-@click.option("--log-level", default="INFO", show_default=True)
+@click.option("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False), default="INFO", show_default=True)
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--add-scram", "add_scram", multiple=True, metavar="'SCRAM-SHA-256=[name=N,password=P]'",
               help="A SCRAM credential written at start where the user has none (kafka-storage's "
@@ -79,8 +79,8 @@ def serve(properties, overrides, listeners, advertised_listeners, log_dirs, log_
         asyncio.run(_serve(config))
     except KeyboardInterrupt:
         pass
-    except DirectoryLocked as e:
-        raise click.ClickException(str(e)) from None
+    except Exception as e:  # noqa: BLE001 - a start failure is one line (cli/startup.py); others re-raised
+        raise startup.failure(e, log_level) from None
 
 
 def _bootstrap_scram(config: BrokerConfig) -> list:
@@ -140,7 +140,7 @@ async def _serve(config: BrokerConfig) -> None:
 @click.option("--ssl-keystore-location", type=click.Path(exists=True, dir_okay=False),
               help="PEM with key and certificate chain: the listener speaks TLS (brokers set "
               "controller.listener.names and listener.name.<name>.ssl.truststore.location).")
-@click.option("--log-level", default="INFO", show_default=True)
+@click.option("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False), default="INFO", show_default=True)
 def controller_command(metadata_dir, listener, users, principals, session_timeout_ms, producer_id_floor,
                        add_scram, ssl_keystore_location, log_level) -> None:
     """Run a controller on its own (for `serve --brokers N` and tests)."""
@@ -179,8 +179,8 @@ def controller_command(metadata_dir, listener, users, principals, session_timeou
             raise SystemExit(2)
     try:
         asyncio.run(run())
-    except DirectoryLocked as e:
-        raise click.ClickException(str(e)) from None
+    except Exception as e:  # noqa: BLE001 - a start failure is one line (cli/startup.py); others re-raised
+        raise startup.failure(e, log_level) from None
 
 
 oncelog.add_command(perf)

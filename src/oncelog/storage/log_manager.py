@@ -79,6 +79,21 @@ def maintain(partitions: Iterable[Partition], now_ms: int, flush: Callable[[Part
             log.warning("partition %s-%d maintenance: %s", partition.topic, partition.index, e)
 
 
+class RegistryDamaged(Exception):
+    """The topic registry does not read (written atomically, so damaged from outside): the broker
+    must not start and forget the topics it lists."""
+
+
+def _read_registry(path: Path, log_dir: str) -> list[TopicInfo]:
+    try:
+        return [TopicInfo(t["name"], uuid.UUID(t["topic_id"]), t["partitions"], t.get("overrides", {}), log_dir)
+                for t in json.loads(path.read_text())]
+    except (ValueError, KeyError, TypeError) as e:
+        raise RegistryDamaged(
+            f"{path} is damaged ({type(e).__name__}: {e}): restore it from a backup; it names the topics, their "
+            "ids and configs (their records are in the partition directories beside it)") from None
+
+
 class LogManager(MarkerWriting):
     """A single node's topics and partitions: this broker leads them all (`broker.logs.Logs`)."""
 
@@ -104,8 +119,7 @@ class LogManager(MarkerWriting):
             path = d / REGISTRY
             if not path.exists():
                 continue
-            for t in json.loads(path.read_text()):
-                info = TopicInfo(t["name"], uuid.UUID(t["topic_id"]), t["partitions"], t.get("overrides", {}), str(d))
+            for info in _read_registry(path, str(d)):
                 self.topics[info.name] = info
                 self._by_id[info.topic_id] = info.name
                 report_invalid_overrides(info.name, info.overrides, path)
