@@ -9,6 +9,7 @@ import sys
 
 import click
 
+from oncelog.broker.bind_error import BindError
 from oncelog.broker.config import BrokerConfig, ConfigError
 from oncelog.cli import logs, startup
 from oncelog.cli.admin import admin
@@ -97,8 +98,16 @@ async def _serve(config: BrokerConfig) -> None:
     broker.lock_directories()  # before the in-process controller opens its part of the directory
     if not config["controller.quorum.bootstrap.servers"]:
         from oncelog.controller.embedded import start_in_process
-        controller, reach = await start_in_process(config.log_dirs[0], _bootstrap_scram(config))
+        chost, _, cport = config["controller.listener"].rpartition(":")
+        try:
+            controller, reach = await start_in_process(config.log_dirs[0], _bootstrap_scram(config), host=chost,
+                                                       port=int(cport))
+        except OSError as e:
+            if e.filename:   # its metadata directory: cli/startup.py says what to do
+                raise
+            raise BindError("the in-process controller", chost, int(cport), e, "controller.listener") from e
         config.update(reach)
+        click.echo(f"oncelog: in-process controller on {reach['controller.quorum.bootstrap.servers']}")
     elif config["oncelog.add.scram"]:
         log.warning("oncelog.add.scram is ignored: credentials are bootstrapped by the controller "
                     "(`oncelog controller --add-scram`)")
