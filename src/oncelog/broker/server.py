@@ -79,6 +79,7 @@ class Broker:
         self.fatal = asyncio.Event()  # set when the broker must stop (e.g. no cluster rights)
         self.fatal_message = ""
         self.metrics = BrokerMetrics(lambda: self.logs.partitions())
+        self.metrics.watch(self)
         self.cluster_id = self.config["cluster.id"]
         self.host, self.port = "", 0
         # per listener name: (host, port) bound and advertised; the first listener is the default
@@ -281,6 +282,13 @@ class Broker:
         b = brokers[zlib.crc32(group_id.encode()) % len(brokers)]
         return b.node_id, b.host, b.port
 
+    def open_connections(self) -> dict[str, int]:
+        """Client connections per listener name (every listener, 0 where none)."""
+        counts = dict.fromkeys(self.listener_security, 0)
+        for conn in list(self._connections):
+            counts[conn.security.name] = counts.get(conn.security.name, 0) + 1
+        return counts
+
     def coordinates(self, group_id: str) -> bool:
         return self.group_coordinator(group_id)[0] == self.node_id
 
@@ -366,6 +374,7 @@ class Broker:
             raise BadRequest(f"{api_name(api_key)} v{version} is not supported "
                              f"(this broker serves v{supported[0]}-v{supported[1]})")
         started = time.perf_counter()
+        refused: int = ErrorCode.NONE
         try:
             request = api.decode(version, frame[header.body_offset:])
         except _MALFORMED as e:
@@ -380,19 +389,30 @@ class Broker:
             body = await (self.quotas.handle_timed(handling) if self.quotas.request.overrides else handling)
         except KafkaProtocolError as e:
             log.info("%s v%d from %s refused: %s", api_name(api_key), version, peer or "?", e)
+            refused = e.code
             body = api.error_response(version, request, e.code)
         except Exception:
             log.exception("%s %s v%d (correlation id %d, client %r at %s); answered UNKNOWN_SERVER_ERROR",
                           HANDLER_BUG, api_name(api_key), version, header.correlation_id, header.client_id,
                           peer or "?")
             self.metrics.handler_bugs.inc()
-            body = api.error_response(version, request, ErrorCode.UNKNOWN_SERVER_ERROR)
+            refused = ErrorCode.UNKNOWN_SERVER_ERROR
+            body = api.error_response(version, request, refused)
+        if body is not None:
+            if api_key not in _ERRORS_COUNTED_BY_HANDLER:
+                self.metrics.count_response_errors(api_key, version, body)
+            elif refused:
+                self.metrics.count_errors(api_name(api_key), (refused,))
         response = None if body is None else _framed(
             response_header(api_key, version, header.correlation_id), body)
         self.metrics.observe(api_key, len(frame), len(response) if response else 0,
                              time.perf_counter() - started)
         return response
 
+
+# Produce and Fetch count their partitions' errors as they build their answers (the hot path: their
+# responses are not read back); every other response's errors are counted from its bytes
+_ERRORS_COUNTED_BY_HANDLER = frozenset({ApiKey.PRODUCE, ApiKey.FETCH})
 
 # What a handler bug's log line starts with: tests fail when a broker logged one
 # (tests/conftest.py, oncelog.testing.handler_bugs).
