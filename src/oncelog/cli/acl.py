@@ -13,6 +13,7 @@ from oncelog.cli.connect import (
     USAGE,
     CommandError,
     Target,
+    admin_client,
     connection_options,
     format_option,
     print_json,
@@ -116,11 +117,6 @@ def _show(bindings, fmt: str) -> None:
                   r["permission"]] for r in rows])
 
 
-def _admin(target: Target):
-    from oncelog.client.aio.admin import AIOAdminClient
-    return AIOAdminClient(target.config(**{"client.id": "oncelog-cli"}))
-
-
 @click.group("acl")
 def acl() -> None:
     """Create, list and delete ACLs."""
@@ -149,7 +145,7 @@ def create(allow, deny, operations, hosts, topic, group, transactional_id, clust
                 for p in principals for op in ops for h in (hosts or ("*",))]
 
     async def go():
-        async with _admin(target) as admin:
+        async with admin_client(target) as admin:
             await admin.create_acls(bindings)
     run(target, go())
     _show(bindings, "text")
@@ -196,7 +192,7 @@ def list_(principal, host, operation, permission, topic, group, transactional_id
                 resource_type, resource_name, resource_pattern_type)
 
     async def go():
-        async with _admin(target) as admin:
+        async with admin_client(target) as admin:
             return await admin.describe_acls(f)
     _show(run(target, go()), fmt)
 
@@ -216,6 +212,6 @@ def delete(principal, host, operation, permission, topic, group, transactional_i
                 resource_type, resource_name, resource_pattern_type)
 
     async def go():
-        async with _admin(target) as admin:
+        async with admin_client(target) as admin:
             return await admin.delete_acls([f])
     _show(run(target, go()), fmt)

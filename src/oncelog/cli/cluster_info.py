@@ -9,6 +9,7 @@ from oncelog.cli.connect import (
     USAGE,
     CommandError,
     Target,
+    admin_client,
     connection_options,
     format_option,
     parse_assignments,
@@ -16,11 +17,6 @@ from oncelog.cli.connect import (
     print_table,
     run,
 )
-
-
-def _admin(target: Target):
-    from oncelog.client.aio.admin import AIOAdminClient
-    return AIOAdminClient(target.config(**{"client.id": "oncelog-cli"}))
 
 
 @click.group("cluster")
@@ -34,7 +30,7 @@ def cluster() -> None:
 def info(fmt, target: Target) -> None:
     """Cluster id, controller and brokers."""
     async def go():
-        async with _admin(target) as admin:
+        async with admin_client(target) as admin:
             return await admin.describe_cluster()
     c = run(target, go())
     out = {"cluster_id": c.cluster_id, "controller_id": c.controller_id,
@@ -71,7 +67,7 @@ def get(names, node, fmt, target: Target) -> None:
     """Broker settings NAMES (all without names), with their sources."""
     async def go():
         from oncelog.client.aio.admin_cluster import BROKER_RESOURCE
-        async with _admin(target) as admin:
+        async with admin_client(target) as admin:
             return await admin.config_entries(BROKER_RESOURCE, str(await _broker(admin, node)))
     entries = run(target, go())
     if names:
@@ -101,7 +97,7 @@ def set_(assignments, deletes, node, target: Target) -> None:
         raise CommandError("nothing to change: give NAME=VALUE or --delete NAME", USAGE)
 
     async def go():
-        async with _admin(target) as admin:
+        async with admin_client(target) as admin:
             chosen = await _broker(admin, node)
             await admin.alter_broker_configs(chosen, changes)
             return chosen

@@ -101,6 +101,12 @@ def connection_options(f: Callable) -> Callable:
                         metavar="HOST:PORT", help=f"Brokers to start from (default {DEFAULT_BOOTSTRAP}).")(wrapper)
 
 
+def admin_client(target: Target):
+    """An AIOAdminClient for `target` (use with `async with`)."""
+    from oncelog.client.aio.admin import AIOAdminClient
+    return AIOAdminClient(target.config(**{"client.id": "oncelog-cli"}))
+
+
 def format_option(f: Callable) -> Callable:
     return click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
                         help="text: a table; json: one JSON document (see docs/operations.md for the shapes).")(f)

@@ -10,17 +10,13 @@ from oncelog.cli.connect import (
     USAGE,
     CommandError,
     Target,
+    admin_client,
     connection_options,
     format_option,
     print_json,
     print_table,
     run,
 )
-
-
-def _admin(target: Target):
-    from oncelog.client.aio.admin import AIOAdminClient
-    return AIOAdminClient(target.config(**{"client.id": "oncelog-cli"}))
 
 
 @click.group("group")
@@ -34,7 +30,7 @@ def group() -> None:
 def list_(fmt, target: Target) -> None:
     """Every group, with its state."""
     async def go():
-        async with _admin(target) as admin:
+        async with admin_client(target) as admin:
             return await admin.list_groups()
     groups = run(target, go())
     if fmt == "json":
@@ -77,7 +73,7 @@ async def _describe(admin, name: str) -> dict:
 def describe(name, fmt, target: Target) -> None:
     """A group's state, members, and per partition its committed offset, log end offset and lag."""
     async def go():
-        async with _admin(target) as admin:
+        async with admin_client(target) as admin:
             return await _describe(admin, name)
     d = run(target, go())
     if fmt == "json":
@@ -102,7 +98,7 @@ def _dash(v):
 def delete(names, target: Target) -> None:
     """Delete groups NAMES (with their committed offsets); a group with members is refused."""
     async def go():
-        async with _admin(target) as admin:
+        async with admin_client(target) as admin:
             await admin.delete_groups(list(names))
     run(target, go())
     for n in names:
@@ -138,7 +134,7 @@ def seek(name, to, topics, dry_run, fmt, target: Target) -> None:
 
     async def go():
         from oncelog.client.types import EARLIEST, LATEST, TopicPartition
-        async with _admin(target) as admin:
+        async with admin_client(target) as admin:
             described = await admin.describe_group(name)
             if described.members:
                 raise CommandError(f"group {name} has {len(described.members)} active members: stop them "

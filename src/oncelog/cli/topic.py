@@ -8,6 +8,7 @@ from oncelog.cli.connect import (
     USAGE,
     CommandError,
     Target,
+    admin_client,
     connection_options,
     format_option,
     parse_assignments,
@@ -15,11 +16,6 @@ from oncelog.cli.connect import (
     print_table,
     run,
 )
-
-
-def _admin(target: Target):
-    from oncelog.client.aio.admin import AIOAdminClient
-    return AIOAdminClient(target.config(**{"client.id": "oncelog-cli"}))
 
 
 @click.group("topic")
@@ -41,7 +37,7 @@ def create(names, partitions, replication_factor, configs, target: Target) -> No
 
     async def go():
         from oncelog.client.aio.admin import NewTopic
-        async with _admin(target) as admin:
+        async with admin_client(target) as admin:
             await admin.create_topics([NewTopic(n, partitions, replication_factor, settings) for n in names])
     run(target, go())
     for n in names:
@@ -56,7 +52,7 @@ def create(names, partitions, replication_factor, configs, target: Target) -> No
 def list_(internal, fmt, target: Target) -> None:
     """Every topic, with its partition count."""
     async def go():
-        async with _admin(target) as admin:
+        async with admin_client(target) as admin:
             return [t._asdict() for t in await admin.topic_listings() if internal or not t.internal]
     topics = run(target, go())
     if fmt == "json":
@@ -75,7 +71,7 @@ def describe(name, all_configs, fmt, target: Target) -> None:
     """A topic's partitions (leader, log start and end offsets) and configs."""
     async def go():
         from oncelog.client.aio.admin_cluster import TOPIC_RESOURCE
-        async with _admin(target) as admin:
+        async with admin_client(target) as admin:
             partitions = await admin.describe_partitions(name)
             entries = await admin.config_entries(TOPIC_RESOURCE, name)
         return partitions, entries
@@ -100,7 +96,7 @@ def describe(name, all_configs, fmt, target: Target) -> None:
 def add_partitions(name, total, target: Target) -> None:
     """Grow topic NAME to --to partitions (keys then map to other partitions)."""
     async def go():
-        async with _admin(target) as admin:
+        async with admin_client(target) as admin:
             await admin.create_partitions(name, total)
     run(target, go())
     click.echo(f"topic {name} has {total} partitions")
@@ -120,7 +116,7 @@ def alter_config(name, sets, deletes, target: Target) -> None:
         raise CommandError("nothing to change: give --set NAME=VALUE or --delete NAME", USAGE)
 
     async def go():
-        async with _admin(target) as admin:
+        async with admin_client(target) as admin:
             await admin.alter_configs(name, changes)
     run(target, go())
     click.echo(f"altered configs of topic {name}")
@@ -132,7 +128,7 @@ def alter_config(name, sets, deletes, target: Target) -> None:
 def delete(names, target: Target) -> None:
     """Delete topics NAMES and their records."""
     async def go():
-        async with _admin(target) as admin:
+        async with admin_client(target) as admin:
             await admin.delete_topics(list(names))
     run(target, go())
     for n in names:

@@ -9,17 +9,13 @@ from oncelog.cli.connect import (
     USAGE,
     CommandError,
     Target,
+    admin_client,
     connection_options,
     format_option,
     print_json,
     print_table,
     run,
 )
-
-
-def _admin(target: Target):
-    from oncelog.client.aio.admin import AIOAdminClient
-    return AIOAdminClient(target.config(**{"client.id": "oncelog-cli"}))
 
 
 @click.group("transactions")
@@ -35,7 +31,7 @@ def transactions() -> None:
 def list_(states, fmt, target: Target) -> None:
     """Every transactional id the coordinators know, with its producer id and state."""
     async def go():
-        async with _admin(target) as admin:
+        async with admin_client(target) as admin:
             return await admin.list_transactions(list(states) or None)
     listed = sorted(run(target, go()), key=lambda t: t["transactional_id"])
     if fmt == "json":
@@ -52,7 +48,7 @@ def list_(states, fmt, target: Target) -> None:
 def describe(transactional_id, fmt, target: Target) -> None:
     """A transactional id's state, producer, timeout and the partitions of its open transaction."""
     async def go():
-        async with _admin(target) as admin:
+        async with admin_client(target) as admin:
             return await admin.describe_transaction(transactional_id)
     d = run(target, go())
     out = {"transactional_id": d.transactional_id, "state": d.state, "producer_id": d.producer_id,
@@ -75,7 +71,7 @@ def describe_producers(topic, partition, fmt, target: Target) -> None:
     """The producers a partition's leader tracks, and where each one's open transaction starts."""
     async def go():
         from oncelog.client.types import TopicPartition
-        async with _admin(target) as admin:
+        async with admin_client(target) as admin:
             return await admin.partition_producers(TopicPartition(topic, partition))
     producers = run(target, go())
     rows = [p._asdict() for p in producers]
@@ -106,7 +102,7 @@ def abort(transactional_id, topic, partition, start_offset, target: Target) -> N
 
     async def go():
         from oncelog.client.types import TopicPartition
-        async with _admin(target) as admin:
+        async with admin_client(target) as admin:
             if transactional_id:
                 pid, epoch = await admin.fence_transactional_id(transactional_id)
                 return f"fenced {transactional_id}: its open transaction is aborted (producer {pid} epoch {epoch})"

@@ -13,6 +13,7 @@ from oncelog.cli.connect import (
     USAGE,
     CommandError,
     Target,
+    admin_client,
     connection_options,
     format_option,
     print_json,
@@ -21,11 +22,6 @@ from oncelog.cli.connect import (
 )
 
 MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
-
-
-def _admin(target: Target):
-    from oncelog.client.aio.admin import AIOAdminClient
-    return AIOAdminClient(target.config(**{"client.id": "oncelog-cli"}))
 
 
 @click.group("user")
@@ -62,7 +58,7 @@ def create(name, mechanism, iterations, password_file, target: Target) -> None:
     password = _password(password_file)
 
     async def go():
-        async with _admin(target) as admin:
+        async with admin_client(target) as admin:
             await admin.upsert_scram_user(name, password, mechanism.upper(), iterations)
     run(target, go())
     click.echo(f"user {name}: {mechanism.upper()} credential set")
@@ -74,7 +70,7 @@ def create(name, mechanism, iterations, password_file, target: Target) -> None:
 def list_(fmt, target: Target) -> None:
     """Every SCRAM user and its mechanisms."""
     async def go():
-        async with _admin(target) as admin:
+        async with admin_client(target) as admin:
             return await admin.describe_scram_users()
     users = run(target, go())
     rows = [{"user": u, "mechanisms": [{"mechanism": m, "iterations": i} for m, i in creds]}
@@ -94,7 +90,7 @@ def list_(fmt, target: Target) -> None:
 def delete(name, mechanism, target: Target) -> None:
     """Delete user NAME's SCRAM credentials."""
     async def go():
-        async with _admin(target) as admin:
+        async with admin_client(target) as admin:
             if mechanism:
                 mechanisms = [mechanism.upper()]
             else:
