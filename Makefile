@@ -24,8 +24,14 @@ $(TEST_STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet -e '.[test,bench]'
 	rm -f $(VENV)/.installed-*; touch $@ $(RUN_STAMP)
 
+# `make run PORT=19610 METRICS_PORT=19611` runs a second broker beside one on the defaults; its
+# data goes to ./data-19610 (a data directory belongs to one broker), unless DATA says where.
+PORT ?= 9092
+METRICS_PORT ?= 9404
+DATA ?= ./data$(if $(filter-out 9092,$(PORT)),-$(PORT))
 run: $(RUN_STAMP)
-	$(VENV)/bin/oncelog serve --log-dirs ./data --override metrics.port=9404
+	$(VENV)/bin/oncelog serve --log-dirs $(DATA) --listeners PLAINTEXT://127.0.0.1:$(PORT) \
+		--override metrics.port=$(METRICS_PORT)
 
 lint: $(TEST_STAMP)
 	$(VENV)/bin/lint-imports
@@ -50,4 +56,4 @@ compat-ci: $(TEST_STAMP)
 	$(PY) compat/librdkafka/run.py --subset ci
 
 clean:
-	rm -rf $(VENV) data
+	rm -rf $(VENV) data data-*

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from oncelog.core.properties import parse_properties
 from oncelog.core.security.listeners import (
     SECURITY_SETTINGS,
     Endpoint,
@@ -26,6 +27,12 @@ from oncelog.core.security.listeners import (
 from oncelog.core.topic_config import SERVER_NAME_TO_TOPIC, TOPIC_CONFIGS, ConfigDef, ConfigError
 
 log = logging.getLogger(__name__)
+
+def _host_port(value: str) -> None:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"{value!r} is not host:port (a port from 0 to 65535)")
+
 
 _BROKER_ONLY = (
     ConfigDef("listeners", "string", "PLAINTEXT://127.0.0.1:9092",
@@ -71,6 +78,9 @@ _BROKER_ONLY = (
               "flush policy run.", minimum=1),
     ConfigDef("controller.quorum.bootstrap.servers", "string", "", "The controller's listener "
               "(host:port). Empty: `oncelog serve` runs a controller in-process on loopback."),
+    ConfigDef("controller.listener", "string", "127.0.0.1:0", "host:port of the controller `oncelog serve` runs "
+              "in-process (when controller.quorum.bootstrap.servers is empty); port 0 picks a free port. A fixed "
+              "port lets a firewall or a second tool find it.", check=_host_port),
     ConfigDef("controller.listener.names", "string", "", "The controller's listener name; mapped to SSL or "
               "SASL_SSL in listener.security.protocol.map, the broker reaches the controller over TLS, trusting "
               "listener.name.<name>.ssl.truststore.location."),
@@ -230,19 +240,7 @@ class BrokerConfig:
 
 def read_properties(path: Path) -> dict[str, str]:
     """Java .properties as Kafka uses them: `key=value` or `key: value`, # and ! comments."""
-    out: dict[str, str] = {}
-    for lineno, line in enumerate(path.read_text().splitlines(), 1):
-        line = line.strip()
-        if not line or line[0] in "#!":
-            continue
-        for sep in ("=", ":"):
-            if sep in line:
-                key, _, value = line.partition(sep)
-                out[key.strip()] = value.strip()
-                break
-        else:
-            raise ConfigError(f"{path}:{lineno}: expected key=value, got {line!r}")
-    return out
+    return parse_properties(path.read_text(), str(path))
 
 
 def new_cluster_id() -> str:

@@ -1,14 +1,27 @@
-"""Prometheus metrics: requests, bytes and latency per API; partitions, log sizes and producer
-state per topic. Each Broker has its own registry so several brokers can share a process (tests)."""
+"""Prometheus metrics: requests, bytes, latency and error codes per API; partitions, log sizes
+and producer state per topic; connections per listener, consumer groups' committed offsets and
+lag, transactions per state. Each Broker has its own registry so several brokers can share a
+process (tests). docs/operations.md maps each metric to Kafka's JMX name.
+
+Error codes are counted as Kafka's ErrorsPerSec counts them (every non-zero code of a response,
+per partition or resource): Produce and Fetch by their handlers, from the partition answers they
+build (their responses are the hot path and carry records); every other response by reading its
+bytes back (`count_response_errors`), so no handler can forget one."""
 from __future__ import annotations
 
+import dataclasses
 import logging
+from collections import Counter as Tally
+from collections.abc import Iterable, Iterator
+from typing import Any
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from oncelog.protocol import entities
 from oncelog.protocol.api import api_name
+from oncelog.protocol.errors import error_code
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +65,24 @@ class BrokerMetrics:
         resp_bytes.inc(response_bytes)
         latency.observe(seconds)
 
+    def count_errors(self, api: str, codes: Iterable[int]) -> None:
+        for code in codes:
+            if code:
+                self.errors.labels(api, error_code(code).name).inc()
+
+    def count_response_errors(self, api_key: int, version: int, body: bytes) -> None:
+        """Every non-zero error code of a response, read back from its bytes."""
+        try:
+            response = entities.decode_response(api_key, version, body)
+            self.count_errors(api_name(api_key), _error_codes(response))
+        except Exception as e:  # noqa: BLE001 - counting must never cost a client its answer
+            log.debug("errors of a %s v%d response not counted: %r", api_name(api_key), version, e)
+
+    def watch(self, broker) -> None:
+        """Gauges read from the broker at scrape time: connections per listener, consumer groups'
+        committed offsets and lag, transactions per state."""
+        self.registry.register(_BrokerStateCollector(broker))
+
     def serve(self, host: str, port: int) -> int:
         """Start the /metrics HTTP endpoint; returns its port."""
         server, _thread = start_http_server(port, addr=host, registry=self.registry)
@@ -63,6 +94,89 @@ class BrokerMetrics:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+
+
+def _error_codes(entity: Any) -> Iterator[int]:
+    for name, is_code in _error_fields(type(entity)):
+        value = getattr(entity, name)
+        if is_code:
+            yield int(value)
+        elif isinstance(value, tuple):
+            for item in value:
+                if dataclasses.is_dataclass(item):
+                    yield from _error_codes(item)
+        elif dataclasses.is_dataclass(value):
+            yield from _error_codes(value)
+
+
+_ERROR_FIELDS: dict[type, tuple[tuple[str, bool], ...]] = {}
+
+
+def _error_fields(cls: type) -> tuple[tuple[str, bool], ...]:
+    """(field, is an error code) for the fields of a kio entity that are or may hold error codes."""
+    fields = _ERROR_FIELDS.get(cls)
+    if fields is None:
+        fields = _ERROR_FIELDS[cls] = tuple(
+            (f.name, f.metadata.get("kafka_type") == "error_code") for f in dataclasses.fields(cls)
+            if f.metadata.get("kafka_type") == "error_code" or not f.metadata.get("kafka_type"))
+    return fields
+
+
+class _BrokerStateCollector:
+    """Read on the metrics thread while the event loop changes what it reads: a scrape that meets
+    a dict mid-change skips that family this time (the next scrape has it)."""
+
+    def __init__(self, broker) -> None:
+        self._broker = broker
+
+    def collect(self):
+        b = self._broker
+        connections = GaugeMetricFamily("oncelog_connections", "open client connections per listener",
+                                        labels=["listener"])
+        for listener, n in sorted(b.open_connections().items()):
+            connections.add_metric([listener], n)
+        yield connections
+        committed = GaugeMetricFamily("oncelog_consumer_group_committed_offset", "a group's committed offset per "
+                                      "partition", labels=["group", "topic", "partition"])
+        lag = GaugeMetricFamily("oncelog_consumer_group_lag", "log end offset (high watermark) minus the committed "
+                                "offset, for partitions this broker leads", labels=["group", "topic", "partition"])
+        try:
+            for group, topic, index, offset, end in _group_offsets(b):
+                labels = [group, topic, str(index)]
+                committed.add_metric(labels, offset)
+                if end is not None:
+                    lag.add_metric(labels, max(0, end - offset))
+        except RuntimeError as e:
+            log.debug("consumer group metrics skipped this scrape: %s", e)
+        yield from (committed, lag)
+        states = GaugeMetricFamily("oncelog_transactions", "transactional ids this broker coordinates, per state",
+                                   labels=["state"])
+        try:
+            for state, n in sorted(_transaction_states(b).items()):
+                states.add_metric([state], n)
+        except RuntimeError as e:
+            log.debug("transaction metrics skipped this scrape: %s", e)
+        yield states
+
+
+def _group_offsets(b) -> Iterator[tuple[str, str, int, int, int | None]]:
+    """(group, topic, partition, committed offset, log end offset or None) for the groups this
+    broker coordinates."""
+    if b.groups is None:
+        return
+    for group, _protocol_type, _state in b.groups.listing():
+        if not b.coordinates(group):
+            continue
+        for (topic, index), c in sorted(dict(b.groups.committed(group)).items()):
+            partition = b.logs.get_partition(topic, index)
+            yield group, topic, index, c.offset, partition.high_watermark if partition is not None else None
+
+
+def _transaction_states(b) -> dict[str, int]:
+    if b.txn is None:
+        return {}
+    code, _unknown, metas = b.txn.core.list_transactions(b.now_ms())
+    return dict(Tally(m.state.display_name for m in metas)) if code == 0 else {}
 
 
 class _PartitionCollector:

@@ -23,6 +23,7 @@ from typing import Any
 
 from oncelog.broker.authentication import ConnectionAuth, ListenerSecurity
 from oncelog.broker.authorization import follow_acls, make_authorizer
+from oncelog.broker.bind_error import BindError
 from oncelog.broker.cluster_logs import ClusterLogs
 from oncelog.broker.config import BrokerConfig, ConfigError, new_cluster_id
 from oncelog.broker.controller_client import controller_client
@@ -79,6 +80,7 @@ class Broker:
         self.fatal = asyncio.Event()  # set when the broker must stop (e.g. no cluster rights)
         self.fatal_message = ""
         self.metrics = BrokerMetrics(lambda: self.logs.partitions())
+        self.metrics.watch(self)
         self.cluster_id = self.config["cluster.id"]
         self.host, self.port = "", 0
         # per listener name: (host, port) bound and advertised; the first listener is the default
@@ -166,6 +168,7 @@ class Broker:
         try:
             return await self._start()
         except BaseException:
+            self.metrics.close()
             self._release_directories()
             raise
 
@@ -186,6 +189,12 @@ class Broker:
             producer_id_expiration_ms=c["producer.id.expiration.ms"], owns=self.coordinates)
         self.inter_broker = InterBrokerLink.from_config(self.config, cluster_credential(self.config))
         await self._bind_listeners()
+        if self.config["metrics.port"] >= 0:   # bound before registering: a port in use stops nothing started
+            try:
+                self.metrics_port = self.metrics.serve(self.config["metrics.host"], self.config["metrics.port"])
+            except OSError as e:
+                raise BindError("the metrics endpoint", self.config["metrics.host"], self.config["metrics.port"], e,
+                                "metrics.port") from e
         await self._connect_controller()
         if self.config["oncelog.cluster"]:
             await self._join_cluster()
@@ -198,8 +207,6 @@ class Broker:
         self.txn.start()
         for server in self._servers:
             await server.start_serving()
-        if self.config["metrics.port"] >= 0:
-            self.metrics_port = self.metrics.serve(self.config["metrics.host"], self.config["metrics.port"])
         self._ticker = asyncio.create_task(self._tick_loop())
         for name, (host, port) in self.bound.items():
             log.info("broker %d: listener %s (%s) on %s:%d, advertised %s:%d", self.node_id, name,
@@ -221,8 +228,11 @@ class Broker:
         for endpoint, advertised in zip(setup.listeners, setup.advertised):
             sec = ListenerSecurity.from_config(self.config, endpoint, self.credentials.lookup, cluster)
             self.listener_security[endpoint.name] = sec
-            server = await loop.create_server(lambda sec=sec: _Connection(self, sec), endpoint.host or None,
-                                              endpoint.port, reuse_address=True, start_serving=False)
+            try:
+                server = await loop.create_server(lambda sec=sec: _Connection(self, sec), endpoint.host or None,
+                                                  endpoint.port, reuse_address=True, start_serving=False)
+            except OSError as e:
+                raise BindError(f"listener {endpoint.name}", endpoint.host, endpoint.port, e, "listeners") from e
             self._servers.append(server)
             host, port = server.sockets[0].getsockname()[:2]
             self.bound[endpoint.name] = (host, port)
@@ -278,6 +288,13 @@ class Broker:
             return self.node_id, self.advertised_host, self.advertised_port
         b = brokers[zlib.crc32(group_id.encode()) % len(brokers)]
         return b.node_id, b.host, b.port
+
+    def open_connections(self) -> dict[str, int]:
+        """Client connections per listener name (every listener, 0 where none)."""
+        counts = dict.fromkeys(self.listener_security, 0)
+        for conn in list(self._connections):
+            counts[conn.security.name] = counts.get(conn.security.name, 0) + 1
+        return counts
 
     def coordinates(self, group_id: str) -> bool:
         return self.group_coordinator(group_id)[0] == self.node_id
@@ -364,6 +381,7 @@ class Broker:
             raise BadRequest(f"{api_name(api_key)} v{version} is not supported "
                              f"(this broker serves v{supported[0]}-v{supported[1]})")
         started = time.perf_counter()
+        refused: int = ErrorCode.NONE
         try:
             request = api.decode(version, frame[header.body_offset:])
         except _MALFORMED as e:
@@ -378,19 +396,30 @@ class Broker:
             body = await (self.quotas.handle_timed(handling) if self.quotas.request.overrides else handling)
         except KafkaProtocolError as e:
             log.info("%s v%d from %s refused: %s", api_name(api_key), version, peer or "?", e)
+            refused = e.code
             body = api.error_response(version, request, e.code)
         except Exception:
             log.exception("%s %s v%d (correlation id %d, client %r at %s); answered UNKNOWN_SERVER_ERROR",
                           HANDLER_BUG, api_name(api_key), version, header.correlation_id, header.client_id,
                           peer or "?")
             self.metrics.handler_bugs.inc()
-            body = api.error_response(version, request, ErrorCode.UNKNOWN_SERVER_ERROR)
+            refused = ErrorCode.UNKNOWN_SERVER_ERROR
+            body = api.error_response(version, request, refused)
+        if body is not None:
+            if api_key not in _ERRORS_COUNTED_BY_HANDLER:
+                self.metrics.count_response_errors(api_key, version, body)
+            elif refused:
+                self.metrics.count_errors(api_name(api_key), (refused,))
         response = None if body is None else _framed(
             response_header(api_key, version, header.correlation_id), body)
         self.metrics.observe(api_key, len(frame), len(response) if response else 0,
                              time.perf_counter() - started)
         return response
 
+
+# Produce and Fetch count their partitions' errors as they build their answers (the hot path: their
+# responses are not read back); every other response's errors are counted from its bytes
+_ERRORS_COUNTED_BY_HANDLER = frozenset({ApiKey.PRODUCE, ApiKey.FETCH})
 
 # What a handler bug's log line starts with: tests fail when a broker logged one
 # (tests/conftest.py, oncelog.testing.handler_bugs).

@@ -12,14 +12,16 @@ from pathlib import Path
 
 import click
 
+from oncelog.broker.bind_error import BindError
 from oncelog.broker.config import BrokerConfig, ConfigError
-from oncelog.cli import logs
+from oncelog.cli import logs, startup
 from oncelog.cli.admin import admin
+from oncelog.cli.operator import operator_commands
 from oncelog.cli.perf import perf
+from oncelog.cli.startup import LOG_LEVELS
 from oncelog.cli.verify import verify
 from oncelog.storage import cluster_credential
 from oncelog.storage.cluster_credential import CredentialFileError
-from oncelog.storage.dir_lock import DirectoryLocked
 
 log = logging.getLogger("oncelog.cli")
 
@@ -47,7 +49,7 @@ def _overrides(ctx, param, values) -> dict[str, str]:
 @click.option("--listeners", help="Shortcut for --override listeners=...")
 @click.option("--advertised-listeners", help="Shortcut for --override advertised.listeners=...")
 @click.option("--log-dirs", help="Shortcut for --override log.dirs=...")
-@click.option("--log-level", default="INFO", show_default=True)
+@click.option("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False), default="INFO", show_default=True)
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--add-scram", "add_scram", multiple=True, metavar="'SCRAM-SHA-256=[name=N,password=P]'",
               help="A SCRAM credential written at start where the user has none (kafka-storage's "
@@ -89,10 +91,8 @@ def serve(properties, overrides, listeners, advertised_listeners, log_dirs, log_
         asyncio.run(_serve(config))
     except KeyboardInterrupt:
         pass
-    except (ConfigError, CredentialFileError) as e:
-        raise click.ClickException(f"bad configuration: {e}") from None
-    except DirectoryLocked as e:
-        raise click.ClickException(str(e)) from None
+    except Exception as e:  # noqa: BLE001 - a start failure is one line (cli/startup.py); others re-raised
+        raise startup.failure(e, log_level) from None
 
 
 def _bootstrap_scram(config: BrokerConfig) -> list:
@@ -109,8 +109,16 @@ async def _serve(config: BrokerConfig) -> None:
     broker.lock_directories()  # before the in-process controller opens its part of the directory
     if not config["controller.quorum.bootstrap.servers"]:
         from oncelog.controller.embedded import start_in_process
-        controller, reach = await start_in_process(config.log_dirs[0], _bootstrap_scram(config))
+        chost, _, cport = config["controller.listener"].rpartition(":")
+        try:
+            controller, reach = await start_in_process(config.log_dirs[0], _bootstrap_scram(config), host=chost,
+                                                       port=int(cport))
+        except OSError as e:
+            if e.filename:   # its metadata directory: cli/startup.py says what to do
+                raise
+            raise BindError("the in-process controller", chost, int(cport), e, "controller.listener") from e
         config.update(reach)
+        click.echo(f"oncelog: in-process controller on {reach['controller.quorum.bootstrap.servers']}")
     elif config["oncelog.add.scram"]:
         log.warning("oncelog.add.scram is ignored: credentials are bootstrapped by the controller "
                     "(`oncelog controller --add-scram`)")
@@ -156,7 +164,7 @@ async def _serve(config: BrokerConfig) -> None:
 @click.option("--ssl-keystore-location", type=click.Path(exists=True, dir_okay=False),
               help="PEM with key and certificate chain: the listener speaks TLS (brokers set "
               "controller.listener.names and listener.name.<name>.ssl.truststore.location).")
-@click.option("--log-level", default="INFO", show_default=True)
+@click.option("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False), default="INFO", show_default=True)
 def controller_command(metadata_dir, listener, credential_file, users_file, session_timeout_ms, producer_id_floor,
                        add_scram, ssl_keystore_location, log_level) -> None:
     """Run a controller on its own (for `serve --brokers N` and tests)."""
@@ -200,17 +208,32 @@ def controller_command(metadata_dir, listener, credential_file, users_file, sess
             raise SystemExit(2)
     try:
         asyncio.run(run())
-    except DirectoryLocked as e:
-        raise click.ClickException(str(e)) from None
+    except Exception as e:  # noqa: BLE001 - a start failure is one line (cli/startup.py); others re-raised
+        raise startup.failure(e, log_level) from None
 
 
 oncelog.add_command(perf)
 oncelog.add_command(admin)
+for _command in operator_commands():
+    oncelog.add_command(_command)
 oncelog.add_command(verify)
 
 
 def main() -> None:
-    oncelog()
+    """Errors as one line on stderr, "oncelog: <what went wrong>", with the command's exit code
+    (cli/connect.py lists them); click's usage errors too, with where to read the help."""
+    try:
+        code = oncelog.main(prog_name="oncelog", standalone_mode=False)
+    except click.UsageError as e:
+        where = f" (see {e.ctx.command_path} --help)" if e.ctx is not None else ""
+        click.echo(f"oncelog: {e.format_message().rstrip('.')}{where}", err=True)
+        sys.exit(e.exit_code)
+    except click.ClickException as e:
+        click.echo(f"oncelog: {e.format_message()}", err=True)
+        sys.exit(e.exit_code)
+    except click.Abort:
+        sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

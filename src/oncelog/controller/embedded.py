@@ -26,14 +26,15 @@ def legacy_producer_id_floor(data_dir: str | Path) -> int:
         return 0
 
 
-async def start_in_process(data_dir: str | Path, bootstrap_scram: list | None = None
-                           ) -> tuple[Controller, dict[str, str]]:
-    """A started controller whose metadata lives in `data_dir/__cluster_metadata`, and the broker
-    settings that reach it (`controller.quorum.bootstrap.servers` and its credentials)."""
+async def start_in_process(data_dir: str | Path, bootstrap_scram: list | None = None, *, host: str = "127.0.0.1",
+                           port: int = 0) -> tuple[Controller, dict[str, str]]:
+    """A started controller whose metadata lives in `data_dir/__cluster_metadata`, listening on
+    host:port (`controller.listener`; port 0: a free one), and the broker settings that reach it
+    (`controller.quorum.bootstrap.servers` and its credentials)."""
     data = Path(data_dir)
     data.mkdir(parents=True, exist_ok=True)
     credential = cluster_credential.load_or_create(cluster_credential.path_in(data))
-    controller = Controller(ControllerConfig(str(data / "__cluster_metadata"),
+    controller = Controller(ControllerConfig(str(data / "__cluster_metadata"), host, port,
                                              users={credential.username: credential.password},
                                              cluster_principals={credential.username},
                                              producer_id_floor=legacy_producer_id_floor(data),

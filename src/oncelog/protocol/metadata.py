@@ -15,6 +15,8 @@ from oncelog.protocol.primitives import I8, I16, I32, NULL_UUID, Buf, Reader, ar
 
 TAG_MESSAGE_FORMAT_VERSION = 10000
 AUTHORIZED_OPERATIONS_OMITTED = -2147483648
+# Kafka's internal topics (Topic.isInternal): the group and transaction coordinators' logs
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 
 def encode_request(version: int, topics: list[str] | None, allow_auto_create: bool = False) -> bytes:

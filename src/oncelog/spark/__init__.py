@@ -1,7 +1,12 @@
 """PySpark connector: format "oncelog" (batch and streaming, read and write).
 
 `oncelog.spark.OncelogDataSource` is imported lazily so that `oncelog.spark.options` and
-`oncelog.spark.plan` work without pyspark."""
+`oncelog.spark.plan` work without pyspark. Importing the package points Spark's Python workers at
+this interpreter when PYSPARK_PYTHON is unset (`interpreter.py`): import it before the session
+starts."""
+from oncelog.spark.interpreter import use_this_interpreter
+
+use_this_interpreter()
 
 
 def __getattr__(name):

@@ -81,6 +81,25 @@ def maintain(partitions: Iterable[Partition], now_ms: int, flush: Callable[[Part
             log.warning("partition %s-%d maintenance: %s", partition.topic, partition.index, e)
 
 
+class RegistryDamaged(Exception):
+    """The topic registry does not read (written atomically, so damaged from outside): the broker
+    must not start and forget the topics it lists."""
+
+
+def _read_registry(path: Path, log_dir: str) -> list[TopicInfo]:
+    try:
+        return [TopicInfo(t["name"], uuid.UUID(t["topic_id"]), t["partitions"], t.get("overrides", {}), log_dir)
+                for t in json.loads(path.read_text())]
+    except (ValueError, KeyError, TypeError) as e:
+        raise RegistryDamaged(
+            f"{path} is damaged ({type(e).__name__}: {e}): restore it from a backup; it names the topics, their "
+            "ids and configs (their records are in the partition directories beside it)") from None
+
+
+def _registry_entry(t: TopicInfo) -> dict[str, Any]:
+    return {"name": t.name, "topic_id": str(t.topic_id), "partitions": t.partitions, "overrides": t.overrides}
+
+
 class LogManager(MarkerWriting):
     """A single node's topics and partitions: this broker leads them all (`broker.logs.Logs`)."""
 
@@ -107,14 +126,13 @@ class LogManager(MarkerWriting):
             path = d / REGISTRY
             if not path.exists():
                 continue
-            for t in json.loads(path.read_text()):
-                reason = invalid_topic_reason(t["name"])
+            for info in _read_registry(path, str(d)):
+                reason = invalid_topic_reason(info.name)
                 if reason is not None:  # (written before names were checked): kept, never opened
                     log.error("%s: topic %r is not opened: its name is invalid (%s); its entry and files are "
-                              "left as they are", path, t["name"], reason)
-                    self._invalid.setdefault(str(d), []).append(t)
+                              "left as they are", path, info.name, reason)
+                    self._invalid.setdefault(str(d), []).append(_registry_entry(info))
                     continue
-                info = TopicInfo(t["name"], uuid.UUID(t["topic_id"]), t["partitions"], t.get("overrides", {}), str(d))
                 self.topics[info.name] = info
                 self._by_id[info.topic_id] = info.name
                 report_invalid_overrides(info.name, info.overrides, path)
@@ -258,8 +276,7 @@ class LogManager(MarkerWriting):
                 partition.update_config(config)
 
     def _save_registry(self, log_dir: Path) -> None:
-        entries = [{"name": t.name, "topic_id": str(t.topic_id), "partitions": t.partitions,
-                    "overrides": t.overrides} for t in self.topics.values() if t.log_dir == str(log_dir)]
+        entries = [_registry_entry(t) for t in self.topics.values() if t.log_dir == str(log_dir)]
         entries += self._invalid.get(str(log_dir), [])
         path = log_dir / REGISTRY
         tmp = path.with_suffix(".tmp")

@@ -46,6 +46,7 @@ async def handle(broker, version: int, request) -> bytes:
                 broker.quotas.unrecord_fetch(size)
                 throttle(throttle_ms)
                 return wire.encode_response(version, [], throttle_ms=throttle_ms)
+            broker.metrics.count_errors("fetch", (p.error_code for _name, parts in topics for p in parts))
             return wire.encode_response(version, topics)
         await broker.wait_for_data(remaining)
 
@@ -91,7 +92,6 @@ def _read(broker, request, max_bytes: int, readable: set[str]):
                         data.records = partition.read(int(fp.fetch_offset), limit, min_one=first)
                 except KafkaProtocolError as e:
                     data.error_code = e.code
-                    broker.metrics.errors.labels("fetch", e.code.name).inc()
             total += len(data.records)
             budget = max(0, budget - len(data.records))
             parts.append(data)

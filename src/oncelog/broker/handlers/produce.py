@@ -66,6 +66,8 @@ async def handle(broker, version: int, request) -> bytes | None:
             and any(_transactional_header(records) is not None
                     for _topic, parts in request.topics for _index, records in parts)
             and not authorize(broker, Op.WRITE, TXN_ID, tid)):
+        broker.metrics.count_errors("produce", (ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+                                                for _topic, parts in request.topics for _part in parts))
         return error_response(version, request, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     names = [(broker.logs.topic_name(key) if version >= 13 else key, key, parts) for key, parts in request.topics]
     writable = authorized_names(broker, Op.WRITE, TOPIC, (n for n, _key, _parts in names if n is not None))
@@ -104,7 +106,6 @@ async def handle(broker, version: int, request) -> bytes | None:
                     index, ErrorCode.INVALID_RECORD, log_start_offset=partition.log_start_offset,
                     error_message=f"Produce v{version} carries record batches of magic 2 only",
                     batches_to_retain=window))
-                broker.metrics.errors.labels("produce", ErrorCode.INVALID_RECORD.name).inc()
                 continue
             too_large = _too_large(records, broker.logs.topic_config(name)["max.message.bytes"])
             if too_large is not None:
@@ -119,7 +120,6 @@ async def handle(broker, version: int, request) -> bytes | None:
                     answer.partitions.append(wire.PartitionResponse(
                         index, refused[0], log_start_offset=partition.log_start_offset,
                         error_message=refused[1], batches_to_retain=window))
-                    broker.metrics.errors.labels("produce", ErrorCode(refused[0]).name).inc()
                     continue
                 now = broker.now_ms()
             result = partition.append_from_client(records if records is not None else b"", now)
@@ -135,11 +135,8 @@ async def handle(broker, version: int, request) -> bytes | None:
                     waits.append((response, waiting))
             else:
                 group_commit.appended(partition)  # visible once fsynced; a failure may have cut
-            if result.error_code:
-                broker.metrics.errors.labels("produce", ErrorCode(result.error_code).name).inc()
         topics.append(answer)
-    if refuse is not None:
-        broker.metrics.errors.labels("produce", ErrorCode(refuse[0]).name).inc()
+    broker.metrics.count_errors("produce", (p.error_code for t in topics for p in t.partitions))
     if appended:
         broker.data_appended()
     throttle_ms = broker.quotas.record_produce(size) if size else 0

@@ -22,7 +22,6 @@ from oncelog.broker.txn_markers import offsets_marker
 from oncelog.core.txn.log_format import CONSUMER_OFFSETS_TOPIC
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
-from oncelog.protocol.errors import ErrorCode
 
 API_KEY = ApiKey.WRITE_TXN_MARKERS
 
@@ -50,8 +49,6 @@ async def handle(broker, version: int, request) -> bytes:
             parts = []
             for index in t.partition_indexes:
                 code = next(codes)
-                if code:
-                    broker.metrics.errors.labels("write_txn_markers", ErrorCode(code).name).inc()
                 parts.append(rb("WritableTxnMarkerPartitionResult", partition_index=index, error_code=code))
             topics.append(rb("WritableTxnMarkerTopicResult", name=t.name, partitions=tuple(parts)))
         markers.append(rb("WritableTxnMarkerResult", producer_id=m.producer_id, topics=tuple(topics)))

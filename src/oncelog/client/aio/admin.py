@@ -6,15 +6,18 @@ import asyncio
 from typing import NamedTuple
 
 from oncelog.client.aio import wire
+from oncelog.client.aio.admin_base import AdminError
+from oncelog.client.aio.admin_base import request as _request
+from oncelog.client.aio.admin_cluster import BROKER_RESOURCE, TOPIC_RESOURCE, ClusterAdmin, alter_configs
+from oncelog.client.aio.admin_groups import GroupAdmin
+from oncelog.client.aio.admin_security import SecurityAdmin
+from oncelog.client.aio.admin_transactions import TransactionAdmin
 from oncelog.client.aio.cluster import Cluster
 from oncelog.client.errors import KafkaClientError
 from oncelog.client.security import ClientSecurity
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.entities import RequestBuilder
-from oncelog.protocol.errors import ErrorCode, error_code
-
-TOPIC_RESOURCE = 2
-BROKER_RESOURCE = 4
+from oncelog.protocol.errors import ErrorCode
 
 
 class NewTopic(NamedTuple):
@@ -22,29 +25,6 @@ class NewTopic(NamedTuple):
     num_partitions: int = 1
     replication_factor: int = 1
     config: dict | None = None
-
-
-class AdminError(KafkaClientError):
-    def __init__(self, code: int, what: str, message: str | None = None) -> None:
-        self.code = error_code(code)
-        name = self.code.name
-        super().__init__(f"{what}: {name}" + (f": {message}" if message else ""))
-
-
-async def _request(cluster: Cluster, api_key: int, build, parse, *, controller: bool = False):
-    conn = None
-    if controller and cluster.controller_id >= 0 and cluster.controller_id in cluster.brokers:
-        try:
-            conn = await cluster.connection(cluster.controller_id)
-        except Exception:  # noqa: BLE001 - fall back to any broker; it forwards or refuses
-            conn = None
-    if conn is None:
-        conn = await cluster.any_connection()
-    v = conn.version(api_key)
-    if v is None:
-        raise KafkaClientError(f"broker {conn.addr} does not support API key {api_key}")
-    body = await asyncio.wait_for(conn.request(api_key, v, build(v)), cluster.timeout_s)
-    return parse(v, body)
 
 
 async def describe_topic_config(cluster: Cluster, topic: str, keys: list[str] | None = None,
@@ -67,7 +47,7 @@ async def describe_topic_config(cluster: Cluster, topic: str, keys: list[str] | 
     return await _request(cluster, ApiKey.DESCRIBE_CONFIGS, build, parse)
 
 
-class AIOAdminClient:
+class AIOAdminClient(GroupAdmin, SecurityAdmin, ClusterAdmin, TransactionAdmin):
     def __init__(self, config: dict) -> None:
         self.config = dict(config)
         servers = config.get("bootstrap.servers")
@@ -148,19 +128,7 @@ class AIOAdminClient:
 
     async def alter_configs(self, topic: str, configs: dict[str, str | None]) -> None:
         """Incremental: a value sets the key, None deletes the override."""
-        def build(v):
-            rq = RequestBuilder(ApiKey.INCREMENTAL_ALTER_CONFIGS, v)
-            items = tuple(rq("AlterableConfig", name=k, config_operation=0 if val is not None else 1,
-                             value=None if val is None else str(val)) for k, val in configs.items())
-            res = rq("AlterConfigsResource", resource_type=TOPIC_RESOURCE, resource_name=topic, configs=items)
-            return rq.encode(resources=(res,), validate_only=False)
-
-        def parse(v, body):
-            r = wire.decode(ApiKey.INCREMENTAL_ALTER_CONFIGS, v, body)
-            for res in r.responses:
-                if res.error_code:
-                    raise AdminError(res.error_code, f"alter configs of {topic}", res.error_message)
-        await _request(self.cluster, ApiKey.INCREMENTAL_ALTER_CONFIGS, build, parse)
+        await alter_configs(self.cluster, TOPIC_RESOURCE, topic, configs)
 
     async def list_topics(self) -> dict[str, int]:
         """Topic name -> partition count."""

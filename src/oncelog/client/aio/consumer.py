@@ -12,9 +12,9 @@ import logging
 import time
 from collections import deque
 
-from oncelog.client.aio import wire
 from oncelog.client.aio.cluster import Cluster
 from oncelog.client.aio.connection import BrokerConnectionError
+from oncelog.client.aio.list_offsets import leader_of, list_offsets
 from oncelog.client.errors import KafkaClientError
 from oncelog.client.security import ClientSecurity
 from oncelog.client.types import EARLIEST, LATEST, ConsumerGroupMetadata, ConsumerRecord, TopicPartition
@@ -115,56 +115,10 @@ class AIOConsumer:
 
     # ------------------------------------------------------------------ offsets
 
-    async def _leader(self, tp: TopicPartition) -> int:
-        t = await self.cluster.topic(tp.topic, self.cluster.timeout_s)
-        if tp.partition >= len(t.partitions):
-            raise KafkaClientError(f"{tp.topic} has no partition {tp.partition}")
-        return t.partitions[tp.partition].leader_id
-
     async def list_offsets(self, tps, timestamp) -> dict[TopicPartition, int | None]:
         """ListOffsets for each partition; `timestamp` is EARLIEST, LATEST, a time in ms, or a
         dict {tp: timestamp}."""
-        by_leader: dict[int, list[tuple[TopicPartition, int]]] = {}
-        for tp in tps:
-            key = _tp(tp)
-            ts = timestamp[tp] if isinstance(timestamp, dict) else timestamp
-            by_leader.setdefault(await self._leader(key), []).append((key, ts))
-        out: dict[TopicPartition, int | None] = {}
-        for leader, items in by_leader.items():
-            for attempt in range(5):
-                try:
-                    out.update(await self._list_offsets_at(leader, items))
-                    break
-                except (TimeoutError, BrokerConnectionError):
-                    if attempt == 4:
-                        raise
-                    await self.cluster.refresh([tp.topic for tp, _ in items])
-                    await asyncio.sleep(0.05 * (attempt + 1))
-        return out
-
-    async def _list_offsets_at(self, leader: int, items):
-        conn = await self.cluster.connection(leader)
-        v = conn.version(ApiKey.LIST_OFFSETS)
-        if v is None:
-            raise KafkaClientError("broker does not support ListOffsets v1+")
-        rq = RequestBuilder(ApiKey.LIST_OFFSETS, v)
-        topics: dict[str, list] = {}
-        for tp, ts in items:
-            topics.setdefault(tp.topic, []).append(
-                rq("ListOffsetsPartition", partition_index=tp.partition, timestamp=ts,
-                   current_leader_epoch=-1, max_num_offsets=1))
-        req = rq.encode(replica_id=-1, isolation_level=self.isolation_level, topics=tuple(
-            rq("ListOffsetsTopic", name=t, partitions=tuple(ps)) for t, ps in topics.items()))
-        body = await asyncio.wait_for(conn.request(ApiKey.LIST_OFFSETS, v, req), self.cluster.timeout_s)
-        r = wire.decode(ApiKey.LIST_OFFSETS, v, body)
-        out = {}
-        for t in r.topics:
-            for p in t.partitions:
-                if p.error_code:
-                    raise KafkaClientError(f"ListOffsets {t.name}-{p.partition_index}: "
-                                           f"{error_code(p.error_code).name}")
-                out[TopicPartition(t.name, p.partition_index)] = None if p.offset < 0 else p.offset
-        return out
+        return await list_offsets(self.cluster, tps, timestamp, self.isolation_level)
 
     # EARLIEST and LATEST always find an offset: no None in these two
     async def beginning_offsets(self, tps) -> dict[TopicPartition, int]:
@@ -231,7 +185,7 @@ class AIOConsumer:
         by_leader: dict[int, list[TopicPartition]] = {}
         for tp in self.positions:
             try:
-                by_leader.setdefault(await self._leader(tp), []).append(tp)
+                by_leader.setdefault(await leader_of(self.cluster, tp), []).append(tp)
             except KafkaClientError as e:
                 log.debug("no leader for %s: %r", tp, e)
         if not by_leader:

@@ -22,7 +22,15 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_PRODUCERS: (0, 0), ApiKey.FIND_COORDINATOR: (0, 4),
     # AddPartitionsToTxn v4 is the broker-to-broker form (KIP-890): clients stop at v3
     ApiKey.ADD_PARTITIONS_TO_TXN: (0, 3), ApiKey.ADD_OFFSETS_TO_TXN: (0, 3),
-    ApiKey.TXN_OFFSET_COMMIT: (0, 3), ApiKey.END_TXN: (0, 3), ApiKey.LIST_TRANSACTIONS: (0, 1),
+    ApiKey.TXN_OFFSET_COMMIT: (0, 3), ApiKey.END_TXN: (0, 3),
+    # the admin client's (groups, ACLs, SCRAM users, cluster, transactions); OffsetFetch v8+ asks
+    # for several groups at once, a shape this client does not use
+    ApiKey.LIST_GROUPS: (0, 4), ApiKey.DESCRIBE_GROUPS: (0, 5), ApiKey.OFFSET_FETCH: (1, 7),
+    ApiKey.OFFSET_COMMIT: (2, 8), ApiKey.DELETE_GROUPS: (0, 2), ApiKey.CREATE_PARTITIONS: (0, 3),
+    ApiKey.DESCRIBE_ACLS: (1, 3), ApiKey.CREATE_ACLS: (1, 3), ApiKey.DELETE_ACLS: (1, 3),
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0), ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
+    ApiKey.DESCRIBE_CLUSTER: (0, 1), ApiKey.DESCRIBE_TRANSACTIONS: (0, 0), ApiKey.LIST_TRANSACTIONS: (0, 1),
+    ApiKey.WRITE_TXN_MARKERS: (1, 1),
 }
 
 

@@ -1,0 +1,180 @@
+"""`oncelog consume`: print a topic's records (kafka-console-consumer, `rpk topic consume`).
+
+Where to start: `-o start|end|OFFSET|@TIMESTAMP` on every partition (default start); with
+`-g GROUP`, the group's committed offsets where it has them, and the offsets printed are committed
+for the group as the command goes and when it stops. The command does not join the group as a
+member (it reads all partitions it is given): it commits as a consumer with assigned partitions
+does, which the coordinator accepts while the group has no members.
+
+When to stop: after `-n NUM` records, at the end of the partitions as they were when it started
+(`-e`), or at Ctrl-C.
+
+How to print (`--format`): `text` the value alone, `json` one object per line ({"topic",
+"partition", "offset", "timestamp", "key", "value", "headers"}; a key or value that is not
+UTF-8 is {"base64": ...}), or a template in rpk's syntax: %t topic, %p partition, %o offset,
+%k key, %v value, %T timestamp (ms), %h headers, %% a percent sign; \\n and \\t are escapes."""
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import re
+import signal
+import sys
+
+import click
+
+from oncelog.cli.connect import USAGE, CommandError, Target, connection_options, run
+
+_TEMPLATE = re.compile(rb"%[tpokvTh%]|\\[nt\\]")
+
+
+def _text(data: bytes | None):
+    if data is None:
+        return None
+    try:
+        return data.decode()
+    except UnicodeDecodeError:
+        return {"base64": base64.b64encode(data).decode()}
+
+
+def _json_line(r) -> bytes:
+    return json.dumps({"topic": r.topic, "partition": r.partition, "offset": r.offset, "timestamp": r.timestamp,
+                       "key": _text(r.key), "value": _text(r.value),
+                       "headers": [[k, _text(v)] for k, v in r.headers]}).encode() + b"\n"
+
+
+def _formatter(fmt: str):
+    if fmt == "json":
+        return _json_line
+    if fmt == "text":
+        return lambda r: (r.value or b"") + b"\n"
+    template = fmt.encode()
+
+    def render(r) -> bytes:
+        def field(m: re.Match) -> bytes:
+            code = m.group()
+            if code == b"%t":
+                return r.topic.encode()
+            if code == b"%p":
+                return str(r.partition).encode()
+            if code == b"%o":
+                return str(r.offset).encode()
+            if code == b"%k":
+                return r.key or b""
+            if code == b"%v":
+                return r.value or b""
+            if code == b"%T":
+                return str(r.timestamp).encode()
+            if code == b"%h":
+                return b",".join(k.encode() + b"=" + (v or b"") for k, v in r.headers)
+            return {b"%%": b"%", b"\\n": b"\n", b"\\t": b"\t", b"\\\\": b"\\"}[code]
+        return _TEMPLATE.sub(field, template)
+    return render
+
+
+def _start(value: str) -> tuple[str, int]:
+    """('start'|'end'|'offset'|'time', number)."""
+    if value in ("start", "beginning", "oldest"):
+        return "start", 0
+    if value in ("end", "newest", "latest"):
+        return "end", 0
+    try:
+        if value.startswith("@"):
+            return "time", int(value[1:])
+        n = int(value)
+    except ValueError:
+        raise CommandError(f"-o {value!r}: expected start, end, an offset or @TIMESTAMP (ms)", USAGE) from None
+    if n < 0:
+        raise CommandError(f"-o {value}: an offset is not negative", USAGE)
+    return "offset", n
+
+
+@click.command("consume")
+@click.argument("topic")
+@click.option("-p", "--partition", "partitions", multiple=True, type=click.IntRange(0),
+              help="Read only this partition (repeatable); default all.")
+@click.option("-o", "--offset", "start", default="start", show_default=True,
+              help="Where to start: start, end, an offset, or @TIMESTAMP (ms since the epoch).")
+@click.option("-n", "--num", type=click.IntRange(1), help="Stop after this many records.")
+@click.option("-e", "--exit-at-end", is_flag=True, help="Stop at the end of the partitions as of the start.")
+@click.option("-g", "--group", help="Start from this group's committed offsets and commit the ones printed.")
+@click.option("--isolation", type=click.Choice(["read_uncommitted", "read_committed"]), default="read_uncommitted",
+              show_default=True, help="read_committed: only committed transactions' records, up to the last "
+              "stable offset.")
+@click.option("--format", "fmt", default="text", show_default=True, metavar="text|json|TEMPLATE",
+              help="text: values; json: one object per record; or a template such as '%k=%v\\n'.")
+@connection_options
+def consume(topic, partitions, start, num, exit_at_end, group, isolation, fmt, target: Target) -> None:
+    """Print TOPIC's records."""
+    where = _start(start)
+    render = _formatter(fmt)
+    if fmt not in ("text", "json") and not _TEMPLATE.search(fmt.encode()):
+        raise CommandError(f"--format {fmt!r}: text, json, or a template with %t %p %o %k %v %T %h", USAGE)
+    out = sys.stdout.buffer
+    try:
+        run(target, _consume(target, topic, partitions, where, num, exit_at_end, group, isolation, render, out))
+    except BrokenPipeError:
+        sys.stderr.close()   # `| head`: quietly, as other tools stop when their reader has gone
+        sys.exit(0)
+
+
+async def _consume(target: Target, topic, partitions, where, num, exit_at_end, group, isolation, render,
+                   out) -> None:
+    from oncelog.client.aio.admin import AIOAdminClient
+    from oncelog.client.aio.consumer import AIOConsumer
+    from oncelog.client.types import EARLIEST, LATEST, TopicPartition
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    config = target.config(**{"client.id": "oncelog-cli-consumer", "isolation.level": isolation,
+                              "auto.offset.reset": "earliest"})
+    async with AIOAdminClient(config) as admin, AIOConsumer(config) as consumer:
+        count = len(await admin.describe_partitions(topic))
+        missing = sorted(p for p in partitions if p >= count)
+        if missing:
+            raise CommandError(f"topic {topic} has {count} partitions: no partition {missing[0]}", USAGE)
+        tps = [TopicPartition(topic, p) for p in (partitions or range(count))]
+        kind, n = where
+        if kind == "start":
+            positions = await consumer.list_offsets(tps, EARLIEST)
+        elif kind == "end":
+            positions = await consumer.list_offsets(tps, LATEST)
+        elif kind == "time":
+            found = await consumer.list_offsets(tps, n)
+            ends = await consumer.list_offsets(tps, LATEST)
+            positions = {tp: ends[tp] if found[tp] is None else found[tp] for tp in tps}
+        else:
+            positions = dict.fromkeys(tps, n)
+        if group:
+            committed = await admin.list_group_offsets(group)
+            positions.update({tp: off for tp, off in committed.items() if tp in positions})
+        consumer.assign([TopicPartition(tp.topic, tp.partition, positions[tp]) for tp in tps])
+        ends = await consumer.list_offsets(tps, LATEST) if exit_at_end else {}
+        printed = 0
+        done: dict = {}
+
+        async def commit() -> None:
+            if group and done:
+                await admin.alter_group_offsets(group, dict(done))
+
+        try:
+            while not stop.is_set() and (num is None or printed < num):
+                if exit_at_end and all((consumer.position(tp) or 0) >= (ends[tp] or 0) for tp in tps):
+                    break
+                poll = asyncio.ensure_future(consumer.poll(0.5, None if num is None else num - printed))
+                await asyncio.wait([poll, asyncio.ensure_future(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
+                if not poll.done():
+                    poll.cancel()
+                    break
+                records = poll.result()
+                for r in records:
+                    out.write(render(r))
+                    done[TopicPartition(r.topic, r.partition)] = r.offset + 1
+                printed += len(records)
+                out.flush()
+                if records:
+                    await commit()
+        finally:
+            await commit()

@@ -1,0 +1,171 @@
+"""`oncelog group`: consumer groups as kafka-consumer-groups and `rpk group` show and change them:
+list, describe (members, and per partition the committed offset, the log end and the lag),
+delete, seek (reset the committed offsets of a group without members)."""
+from __future__ import annotations
+
+import click
+
+from oncelog.cli.connect import (
+    REFUSED,
+    USAGE,
+    CommandError,
+    Target,
+    admin_client,
+    connection_options,
+    format_option,
+    print_json,
+    print_table,
+    run,
+)
+
+
+@click.group("group")
+def group() -> None:
+    """List, describe, delete consumer groups and move their offsets."""
+
+
+@group.command("list")
+@format_option
+@connection_options
+def list_(fmt, target: Target) -> None:
+    """Every group, with its state."""
+    async def go():
+        async with admin_client(target) as admin:
+            return await admin.list_groups()
+    groups = run(target, go())
+    if fmt == "json":
+        print_json([{"group": g.group, "state": g.state, "protocol_type": g.protocol_type} for g in groups])
+    else:
+        print_table(["GROUP", "STATE", "PROTOCOL-TYPE"], [[g.group, g.state, g.protocol_type] for g in groups])
+
+
+async def _describe(admin, name: str) -> dict:
+    from oncelog.client.types import TopicPartition
+    described = await admin.describe_group(name)
+    committed = await admin.list_group_offsets(name)
+    if described.state == "Dead" and not committed:
+        raise CommandError(f"group {name} does not exist", REFUSED)
+    assigned = {tp: m for m in described.members for tp in m.assignment}
+    partitions = sorted(set(committed) | set(assigned))
+    ends: dict = {}
+    for topic in sorted({tp.topic for tp in partitions}):
+        ends.update({TopicPartition(topic, p.partition): p.log_end_offset
+                     for p in await admin.describe_partitions(topic)})
+    rows = []
+    for tp in partitions:
+        c, end = committed.get(tp), ends.get(tp)
+        m = assigned.get(tp)
+        rows.append({"topic": tp.topic, "partition": tp.partition, "committed_offset": c, "log_end_offset": end,
+                     "lag": None if c is None or end is None else max(0, end - c),
+                     "member_id": m.member_id if m else None})
+    return {"group": name, "state": described.state, "protocol": described.protocol,
+            "members": [{"member_id": m.member_id, "instance_id": m.instance_id, "client_id": m.client_id,
+                         "host": m.host, "assignment": [{"topic": tp.topic, "partition": tp.partition}
+                                                        for tp in m.assignment]}
+                        for m in described.members],
+            "partitions": rows}
+
+
+@group.command("describe")
+@click.argument("name")
+@format_option
+@connection_options
+def describe(name, fmt, target: Target) -> None:
+    """A group's state, members, and per partition its committed offset, log end offset and lag."""
+    async def go():
+        async with admin_client(target) as admin:
+            return await _describe(admin, name)
+    d = run(target, go())
+    if fmt == "json":
+        print_json(d)
+        return
+    total = sum(r["lag"] or 0 for r in d["partitions"])
+    click.echo(f"group {d['group']}: {d['state']}" + (f", protocol {d['protocol']}" if d["protocol"] else "")
+               + f", {len(d['members'])} members, total lag {total}")
+    click.echo()
+    print_table(["TOPIC", "PARTITION", "COMMITTED-OFFSET", "LOG-END-OFFSET", "LAG", "MEMBER"],
+                [[r["topic"], r["partition"], _dash(r["committed_offset"]), _dash(r["log_end_offset"]),
+                  _dash(r["lag"]), r["member_id"] or ""] for r in d["partitions"]])
+
+
+def _dash(v):
+    return "-" if v is None else v
+
+
+@group.command("delete")
+@click.argument("names", nargs=-1, required=True)
+@connection_options
+def delete(names, target: Target) -> None:
+    """Delete groups NAMES (with their committed offsets); a group with members is refused."""
+    async def go():
+        async with admin_client(target) as admin:
+            await admin.delete_groups(list(names))
+    run(target, go())
+    for n in names:
+        click.echo(f"deleted group {n}")
+
+
+def _to(value: str) -> tuple[str, int]:
+    if value in ("start", "earliest"):
+        return "start", 0
+    if value in ("end", "latest"):
+        return "end", 0
+    try:
+        if value.startswith("@"):
+            return "time", int(value[1:])
+        if int(value) >= 0:
+            return "offset", int(value)
+    except ValueError:
+        pass
+    raise CommandError(f"--to {value!r}: expected start, end, an offset or @TIMESTAMP (ms)", USAGE)
+
+
+@group.command("seek")
+@click.argument("name")
+@click.option("--to", "to", required=True, help="start, end, an offset, or @TIMESTAMP (ms since the epoch).")
+@click.option("--topic", "topics", multiple=True, help="Only (or also) this topic's partitions (repeatable); "
+              "default: every partition the group has an offset for.")
+@click.option("--dry-run", is_flag=True, help="Show the new offsets without committing them.")
+@format_option
+@connection_options
+def seek(name, to, topics, dry_run, fmt, target: Target) -> None:
+    """Move group NAME's committed offsets (the group must have no members)."""
+    kind, n = _to(to)
+
+    async def go():
+        from oncelog.client.types import EARLIEST, LATEST, TopicPartition
+        async with admin_client(target) as admin:
+            described = await admin.describe_group(name)
+            if described.members:
+                raise CommandError(f"group {name} has {len(described.members)} active members: stop them "
+                                   "before moving its offsets", REFUSED)
+            committed = await admin.list_group_offsets(name)
+            if topics:
+                tps = [TopicPartition(t, p.partition) for t in topics for p in await admin.describe_partitions(t)]
+            else:
+                tps = sorted(committed)
+            if not tps:
+                raise CommandError(f"group {name} has no offsets: name the partitions with --topic", REFUSED)
+            starts = await admin.list_offsets(tps, EARLIEST)
+            ends = await admin.list_offsets(tps, LATEST)
+            if kind == "start":
+                new = starts
+            elif kind == "end":
+                new = ends
+            elif kind == "time":
+                found = await admin.list_offsets(tps, n)
+                new = {tp: ends[tp] if found[tp] is None else found[tp] for tp in tps}
+            else:   # as kafka-consumer-groups: an offset outside the log is moved to its nearest end
+                new = {tp: min(max(n, starts[tp] or 0), ends[tp] or 0) for tp in tps}
+            if not dry_run:
+                await admin.alter_group_offsets(name, {tp: int(off or 0) for tp, off in new.items()})
+            return [{"topic": tp.topic, "partition": tp.partition, "previous_offset": committed.get(tp),
+                     "new_offset": int(new[tp] or 0)} for tp in tps]
+    rows = run(target, go())
+    if fmt == "json":
+        print_json(rows)
+        return
+    print_table(["TOPIC", "PARTITION", "PREVIOUS-OFFSET", "NEW-OFFSET"],
+                [[r["topic"], r["partition"], _dash(r["previous_offset"]), r["new_offset"]] for r in rows])
+    if dry_run:
+        click.echo("(dry run: nothing committed)", err=True)

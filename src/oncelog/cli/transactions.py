@@ -1,0 +1,112 @@
+"""`oncelog transactions`: kafka-transactions.sh's list, describe, describe-producers and abort,
+including aborting a hanging transaction (one open on a partition that its coordinator no longer
+tracks: a producer gone without ending it, or a marker that never reached the partition)."""
+from __future__ import annotations
+
+import click
+
+from oncelog.cli.connect import (
+    USAGE,
+    CommandError,
+    Target,
+    admin_client,
+    connection_options,
+    format_option,
+    print_json,
+    print_table,
+    run,
+)
+
+
+@click.group("transactions")
+def transactions() -> None:
+    """List, describe and abort transactions."""
+
+
+@transactions.command("list")
+@click.option("--state", "states", multiple=True, help="Only transactions in this state (repeatable; Kafka's "
+              "names: Ongoing, PrepareCommit, PrepareAbort, CompleteCommit, CompleteAbort, Empty, Dead).")
+@format_option
+@connection_options
+def list_(states, fmt, target: Target) -> None:
+    """Every transactional id the coordinators know, with its producer id and state."""
+    async def go():
+        async with admin_client(target) as admin:
+            return await admin.list_transactions(list(states) or None)
+    listed = sorted(run(target, go()), key=lambda t: t["transactional_id"])
+    if fmt == "json":
+        print_json(listed)
+    else:
+        print_table(["TRANSACTIONAL-ID", "PRODUCER-ID", "STATE"],
+                    [[t["transactional_id"], t["producer_id"], t["state"]] for t in listed])
+
+
+@transactions.command("describe")
+@click.argument("transactional_id")
+@format_option
+@connection_options
+def describe(transactional_id, fmt, target: Target) -> None:
+    """A transactional id's state, producer, timeout and the partitions of its open transaction."""
+    async def go():
+        async with admin_client(target) as admin:
+            return await admin.describe_transaction(transactional_id)
+    d = run(target, go())
+    out = {"transactional_id": d.transactional_id, "state": d.state, "producer_id": d.producer_id,
+           "producer_epoch": d.producer_epoch, "timeout_ms": d.timeout_ms, "start_ms": d.start_ms,
+           "partitions": [{"topic": tp.topic, "partition": tp.partition} for tp in d.partitions]}
+    if fmt == "json":
+        print_json(out)
+        return
+    print_table(["TRANSACTIONAL-ID", "STATE", "PRODUCER-ID", "EPOCH", "TIMEOUT-MS", "START-MS", "PARTITIONS"],
+                [[d.transactional_id, d.state, d.producer_id, d.producer_epoch, d.timeout_ms,
+                  "" if d.start_ms < 0 else d.start_ms, ",".join(f"{tp.topic}-{tp.partition}" for tp in d.partitions)]])
+
+
+@transactions.command("describe-producers")
+@click.option("--topic", required=True)
+@click.option("--partition", type=click.IntRange(0), required=True)
+@format_option
+@connection_options
+def describe_producers(topic, partition, fmt, target: Target) -> None:
+    """The producers a partition's leader tracks, and where each one's open transaction starts."""
+    async def go():
+        from oncelog.client.types import TopicPartition
+        async with admin_client(target) as admin:
+            return await admin.partition_producers(TopicPartition(topic, partition))
+    producers = run(target, go())
+    rows = [p._asdict() for p in producers]
+    if fmt == "json":
+        print_json(rows)
+        return
+    print_table(["PRODUCER-ID", "EPOCH", "LAST-SEQUENCE", "LAST-TIMESTAMP", "COORDINATOR-EPOCH", "TXN-START-OFFSET"],
+                [[p.producer_id, p.producer_epoch, p.last_sequence, p.last_timestamp, p.coordinator_epoch,
+                  "-" if p.current_txn_start_offset < 0 else p.current_txn_start_offset] for p in producers])
+
+
+@transactions.command("abort")
+@click.option("--transactional-id", help="Fence this id's producers: its open transaction is aborted by the "
+              "coordinator, and the producer gets PRODUCER_FENCED on its next request.")
+@click.option("--topic", help="With --partition and --start-offset: write an ABORT marker for the hanging "
+              "transaction that starts there (needs CLUSTER_ACTION).")
+@click.option("--partition", type=click.IntRange(0))
+@click.option("--start-offset", type=click.IntRange(0),
+              help="Where the hanging transaction starts (`transactions describe-producers`).")
+@connection_options
+def abort(transactional_id, topic, partition, start_offset, target: Target) -> None:
+    """Abort a transaction: by transactional id, or a hanging one by partition and start offset."""
+    hanging = (topic, partition, start_offset)
+    if transactional_id and any(v is not None for v in hanging):
+        raise CommandError("give --transactional-id, or --topic, --partition and --start-offset, not both", USAGE)
+    if not transactional_id and any(v is None for v in hanging):
+        raise CommandError("give --transactional-id, or all of --topic, --partition and --start-offset", USAGE)
+
+    async def go():
+        from oncelog.client.types import TopicPartition
+        async with admin_client(target) as admin:
+            if transactional_id:
+                pid, epoch = await admin.fence_transactional_id(transactional_id)
+                return f"fenced {transactional_id}: its open transaction is aborted (producer {pid} epoch {epoch})"
+            p = await admin.abort_hanging_transaction(TopicPartition(topic, partition), start_offset)
+            return (f"aborted the transaction of producer {p.producer_id} (epoch {p.producer_epoch}) on "
+                    f"{topic}-{partition} from offset {start_offset}")
+    click.echo(run(target, go()))
