@@ -16,6 +16,7 @@ from oncelog.client.types import TopicPartition
 from oncelog.protocol import produce as produce_wire
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.records import Record, encode_batch
+from oncelog.storage import cluster_credential
 from oncelog.testing.embedded import BrokerProcess, free_port
 
 pytestmark = pytest.mark.processes
@@ -190,6 +191,14 @@ async def _open_hanging_transaction(bootstrap: str, topic: str, producer_id: int
         conn.close()
 
 
+def _foreign_credential(tmp_path):
+    """The cluster user's name with another cluster's password."""
+    path = cluster_credential.path_in(tmp_path / "elsewhere")
+    path.parent.mkdir()
+    cluster_credential.load_or_create(path)
+    return path
+
+
 def test_a_hanging_transaction_is_found_and_aborted_by_partition_and_start_offset(tmp_path, unique_topic):
     t = unique_topic
     with BrokerProcess(tmp_path / "data", {"transaction.partition.verification.enable": "false"}) as broker:
@@ -206,9 +215,14 @@ def test_a_hanging_transaction_is_found_and_aborted_by_partition_and_start_offse
                             "last_timestamp": hanging[0]["last_timestamp"], "coordinator_epoch": -1,
                             "current_txn_start_offset": 0}]
 
-        wrong = oncelog("transactions", "abort", "--topic", t, "--partition", "0", "--start-offset", "1", bootstrap=b)
+        # only a broker writes markers: without the cluster credential, the same abort is refused
+        hanging_abort = ("transactions", "abort", "--topic", t, "--partition", "0", "--start-offset")
+        credential = ("--credential-file", str(tmp_path / "data" / "cluster.credential"))
+        wrong = oncelog(*hanging_abort, "1", *credential, bootstrap=b)
         assert wrong.code == 1 and "no open transaction" in wrong.one_line_error()
-        r = oncelog("transactions", "abort", "--topic", t, "--partition", "0", "--start-offset", "0", bootstrap=b)
+        refused = oncelog(*hanging_abort, "0", "--credential-file", str(_foreign_credential(tmp_path)), bootstrap=b)
+        assert refused.code != 0 and "authentication failed" in refused.one_line_error().lower(), refused.err
+        r = oncelog(*hanging_abort, "0", *credential, bootstrap=b)
         assert r.code == 0, r.err
         assert oncelog("consume", t, "-e", "--isolation", "read_committed", bootstrap=b).out == "after\n"
         after = oncelog("transactions", "describe-producers", "--topic", t, "--partition", "0", "--format", "json",

@@ -86,19 +86,26 @@ def describe_producers(topic, partition, fmt, target: Target) -> None:
 @transactions.command("abort")
 @click.option("--transactional-id", help="Fence this id's producers: its open transaction is aborted by the "
               "coordinator, and the producer gets PRODUCER_FENCED on its next request.")
-@click.option("--topic", help="With --partition and --start-offset: write an ABORT marker for the hanging "
-              "transaction that starts there (needs CLUSTER_ACTION).")
+@click.option("--topic", help="With --partition, --start-offset and --credential-file: write an ABORT marker "
+              "for the hanging transaction that starts there.")
 @click.option("--partition", type=click.IntRange(0))
 @click.option("--start-offset", type=click.IntRange(0),
               help="Where the hanging transaction starts (`transactions describe-producers`).")
+@click.option("--credential-file", type=click.Path(dir_okay=False),
+              help="The cluster credential (`<data dir>/cluster.credential`): only a broker of the cluster "
+              "may write a transaction marker, so the hanging abort logs in as one.")
 @connection_options
-def abort(transactional_id, topic, partition, start_offset, target: Target) -> None:
+def abort(transactional_id, topic, partition, start_offset, credential_file, target: Target) -> None:
     """Abort a transaction: by transactional id, or a hanging one by partition and start offset."""
     hanging = (topic, partition, start_offset)
-    if transactional_id and any(v is not None for v in hanging):
-        raise CommandError("give --transactional-id, or --topic, --partition and --start-offset, not both", USAGE)
-    if not transactional_id and any(v is None for v in hanging):
-        raise CommandError("give --transactional-id, or all of --topic, --partition and --start-offset", USAGE)
+    if transactional_id and any(v is not None for v in (*hanging, credential_file)):
+        raise CommandError("give --transactional-id, or --topic, --partition, --start-offset and "
+                           "--credential-file, not both", USAGE)
+    if not transactional_id and any(v is None for v in (*hanging, credential_file)):
+        raise CommandError("give --transactional-id, or all of --topic, --partition, --start-offset and "
+                           "--credential-file", USAGE)
+    if credential_file:
+        target = _as_broker(target, credential_file)
 
     async def go():
         from oncelog.client.types import TopicPartition
@@ -110,3 +117,18 @@ def abort(transactional_id, topic, partition, start_offset, target: Target) -> N
             return (f"aborted the transaction of producer {p.producer_id} (epoch {p.producer_epoch}) on "
                     f"{topic}-{partition} from offset {start_offset}")
     click.echo(run(target, go()))
+
+
+def _as_broker(target: Target, credential_file: str) -> Target:
+    """The target's connection, logged in with the cluster credential (SCRAM-SHA-512; on a listener
+    without SASL the broker takes it as the cluster login, on one with SASL as any login)."""
+    from oncelog.storage import cluster_credential
+    try:
+        credential = cluster_credential.load(credential_file)
+    except cluster_credential.CredentialFileError as e:
+        raise CommandError(f"--credential-file: {e}", USAGE) from None
+    protocol = str(target.settings.get("security.protocol", "PLAINTEXT")).upper()
+    tls = protocol in ("SSL", "SASL_SSL")
+    return Target(target.bootstrap, {**target.settings, "security.protocol": "SASL_SSL" if tls else "SASL_PLAINTEXT",
+                                     "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": credential.username,
+                                     "sasl.password": credential.password})

@@ -3,7 +3,8 @@ at each id's coordinator; a transaction ended from outside in the two ways Kafka
 fencing its transactional id (InitProducerId, as `Admin.fenceProducers`: the coordinator aborts
 the open transaction and bumps the epoch) and aborting a hanging transaction on one partition
 (`Admin.abortTransaction`: DescribeProducers finds the producer whose transaction starts at the
-given offset, WriteTxnMarkers writes its ABORT marker; the caller needs CLUSTER_ACTION)."""
+given offset, WriteTxnMarkers writes its ABORT marker; brokers accept it from the cluster
+credential's principal only)."""
 from __future__ import annotations
 
 import asyncio
