@@ -162,7 +162,8 @@ class Broker:
         self.connection_gate.start({name: functools.partial(_Connection, self, sec)
                                     for name, sec in self.listener_security.items()})
         if self.config["metrics.port"] >= 0:
-            self.metrics_port = self.metrics.serve(self.config["metrics.host"], self.config["metrics.port"])
+            self.metrics_port = self.metrics.serve(self.config["metrics.host"], self.config["metrics.port"],
+                                                   self.config["connections.max.idle.ms"])
         self._ticker = asyncio.create_task(self._tick_loop())
         for name, (host, port) in self.bound.items():
             log.info("broker %d: listener %s (%s) on %s:%d, advertised %s:%d", self.node_id, name,

@@ -27,6 +27,12 @@ def _add_scram_args(config) -> list[str]:
     return [arg for a in split_add_scram_list(config["oncelog.add.scram"]) for arg in ("--add-scram", a)]
 
 
+def _controller_overrides(config) -> list[str]:
+    """The brokers' connection limits apply to the controller's listener too."""
+    from oncelog.controller.connection_limits import SETTINGS
+    return [arg for name in SETTINGS for arg in ("--override", f"{name}={config[name]}")]
+
+
 _PER_BROKER = {"listeners", "advertised.listeners", "log.dirs", "node.id", "metrics.port"}
 
 
@@ -52,7 +58,7 @@ def serve_cluster(config: BrokerConfig, n: int, properties: str | None, override
         ctl, chost, cport = _start(me + ["controller", "--metadata-dir", str(data / "__cluster_metadata"),
                                          "--listener", "127.0.0.1:0", "--user", f"{user}:{password}",
                                          "--cluster-principal", user, "--log-level", log_level,
-                                         *_add_scram_args(config)])
+                                         *_add_scram_args(config), *_controller_overrides(config)])
         procs.append(ctl)
         listener = config.listeners[0]
         shared = {k: v for k, v in overrides.items() if k not in _PER_BROKER}

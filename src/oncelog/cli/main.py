@@ -90,8 +90,10 @@ async def _serve(config: BrokerConfig) -> None:
     from oncelog.broker.server import Broker
     controller = None
     if not config["controller.quorum.bootstrap.servers"]:
+        from oncelog.controller.connection_limits import ConnectionLimits
         from oncelog.controller.embedded import start_in_process
-        controller, reach = await start_in_process(config.log_dirs[0], _bootstrap_scram(config))
+        controller, reach = await start_in_process(config.log_dirs[0], _bootstrap_scram(config),
+                                                   ConnectionLimits.from_settings(config.get))
         config.update(reach)
     elif config["oncelog.add.scram"]:
         log.warning("oncelog.add.scram is ignored: credentials are bootstrapped by the controller "
@@ -135,12 +137,24 @@ async def _serve(config: BrokerConfig) -> None:
 @click.option("--ssl-keystore-location", type=click.Path(exists=True, dir_okay=False),
               help="PEM with key and certificate chain: the listener speaks TLS (brokers set "
               "controller.listener.names and listener.name.<name>.ssl.truststore.location).")
+@click.option("--override", "overrides", multiple=True, callback=_overrides, metavar="NAME=VALUE",
+              help="connections.max.idle.ms, sasl.server.max.receive.size or "
+              "connection.failed.authentication.delay.ms (Kafka's names and defaults; repeatable).")
 @click.option("--log-level", default="INFO", show_default=True)
 def controller_command(metadata_dir, listener, users, principals, session_timeout_ms, producer_id_floor,
-                       add_scram, ssl_keystore_location, log_level) -> None:
+                       add_scram, ssl_keystore_location, overrides, log_level) -> None:
     """Run a controller on its own (for `serve --brokers N` and tests)."""
+    from oncelog.controller.connection_limits import SETTINGS, ConnectionLimits
     from oncelog.controller.service import Controller, ControllerConfig
     logs.configure(log_level)
+    unknown = sorted(set(overrides) - set(SETTINGS))
+    if unknown:
+        raise click.ClickException(f"the controller takes no setting {', '.join(unknown)} "
+                                   f"(only {', '.join(SETTINGS)})")
+    try:
+        limits = ConnectionLimits.from_settings(overrides.get)
+    except ValueError as e:
+        raise click.ClickException(f"bad configuration: {e}") from None
     host, _, port = listener.rpartition(":")
     creds = dict(u.split(":", 1) for u in users)
     import secrets
@@ -159,7 +173,7 @@ def controller_command(metadata_dir, listener, users, principals, session_timeou
 
     async def run() -> None:
         c = Controller(ControllerConfig(metadata_dir, host, int(port), creds, set(principals), session_timeout_ms,
-                                        producer_id_floor, bootstrap_scram=scram, ssl_context=tls))
+                                        producer_id_floor, bootstrap_scram=scram, ssl_context=tls, limits=limits))
         h, p = await c.start()
         click.echo(f"oncelog: controller listening on {h}:{p}")
         sys.stdout.flush()

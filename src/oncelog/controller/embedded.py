@@ -11,6 +11,7 @@ from __future__ import annotations
 import secrets
 from pathlib import Path
 
+from oncelog.controller.connection_limits import ConnectionLimits
 from oncelog.controller.service import Controller, ControllerConfig
 
 LEGACY_PRODUCER_ID_FILE = "producer-id-block"
@@ -26,17 +27,19 @@ def legacy_producer_id_floor(data_dir: str | Path) -> int:
         return 0
 
 
-async def start_in_process(data_dir: str | Path, bootstrap_scram: list | None = None
-                           ) -> tuple[Controller, dict[str, str]]:
+async def start_in_process(data_dir: str | Path, bootstrap_scram: list | None = None,
+                           limits: ConnectionLimits | None = None) -> tuple[Controller, dict[str, str]]:
     """A started controller whose metadata lives in `data_dir/__cluster_metadata`, and the broker
-    settings that reach it (`controller.quorum.bootstrap.servers` and its credentials)."""
+    settings that reach it (`controller.quorum.bootstrap.servers` and its credentials). `limits`:
+    the broker's own (`ConnectionLimits.from_settings(config.get)`), else Kafka's defaults."""
     data = Path(data_dir)
     data.mkdir(parents=True, exist_ok=True)
     password = secrets.token_urlsafe(16)
     controller = Controller(ControllerConfig(str(data / "__cluster_metadata"), users={BROKER_USER: password},
                                              cluster_principals={BROKER_USER},
                                              producer_id_floor=legacy_producer_id_floor(data),
-                                             bootstrap_scram=list(bootstrap_scram or ())))
+                                             bootstrap_scram=list(bootstrap_scram or ()),
+                                             limits=limits or ConnectionLimits()))
     host, port = await controller.start()
     return controller, {"controller.quorum.bootstrap.servers": f"{host}:{port}",
                         "controller.sasl.plain.username": BROKER_USER,
