@@ -20,6 +20,7 @@ from oncelog.testing.tls import make_pki
 
 pytestmark = pytest.mark.processes
 
+
 IDLE_MS = 1500
 CONNECTIONS = 20
 
@@ -113,3 +114,4 @@ def test_the_metrics_endpoint_closes_idle_connections(idle_broker):
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:   # and it still serves
         s.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
         assert s.recv(12).startswith(b"HTTP/1.0 200")
+
