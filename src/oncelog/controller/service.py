@@ -199,7 +199,8 @@ class Controller:
 
     # ------------------------------------------------------------------ connections
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = writer.get_extra_info("peername")
+        address = writer.get_extra_info("peername")
+        peer = f"{address[0]}:{address[1]}" if address else "?"
         principal: str | None = None
         handshake_done = False
         limits = self.config.limits
@@ -269,14 +270,14 @@ class Controller:
         return (entities.ResponseBuilder(ApiKey.SASL_HANDSHAKE, version).encode(error_code=code, mechanisms=("PLAIN",)),
                 code != ErrorCode.NONE)
 
-    def _sasl_authenticate(self, version: int, body, peer) -> tuple[bytes, str | None]:
+    def _sasl_authenticate(self, version: int, body, peer: str) -> tuple[bytes, str | None]:
         r = entities.decode_request(ApiKey.SASL_AUTHENTICATE, version, body)
         rb = entities.ResponseBuilder(ApiKey.SASL_AUTHENTICATE, version)
         plain = PlainServer(self.config.users)   # constant-time comparison, unknown users included
         try:
             plain.evaluate(bytes(r.auth_bytes))
         except AuthenticationFailed as e:
-            log.warning("controller: SASL/PLAIN authentication failed for %r from %s: %s", e.user, peer, e)
+            log.warning("controller: SASL/PLAIN authentication failed for %r: %s (from %s)", e.user, e, peer)
             return rb.encode(error_code=ErrorCode.SASL_AUTHENTICATION_FAILED,
                              error_message="authentication failed: invalid username or password",
                              auth_bytes=b"", session_lifetime=0), None
