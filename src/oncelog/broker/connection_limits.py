@@ -192,14 +192,16 @@ class ConnectionGate:
         try:
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             await asyncio.get_running_loop().connect_accepted_socket(counted, conn)
-        except OSError as e:        # reset before it could be served
-            log.info("connection from %s on %s closed as it was accepted: %s", ip, listener, e)
+        except BaseException as e:
             conn.close()
             if made:
                 self.release(made[0])
             else:
                 self.quotas.release(listener, ip)
                 self._slot_freed.set()
+            if not isinstance(e, OSError):
+                raise
+            log.info("connection from %s on %s closed as it was accepted: %s", ip, listener, e)   # reset first
             return
         self._make_room()
 
