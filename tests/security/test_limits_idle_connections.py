@@ -8,12 +8,15 @@ Written as the attack: raw sockets that connect (and finish TLS) and then send n
 from __future__ import annotations
 
 import re
+import secrets
 import socket
 import ssl
 import time
 
 import pytest
 
+from oncelog.core.security.scram import ScramClient, ScramMechanism
+from oncelog.protocol.api import ApiKey
 from oncelog.testing.embedded import BrokerProcess, free_port
 from oncelog.testing.raw_client import RawConnection
 from oncelog.testing.tls import make_pki
@@ -33,7 +36,8 @@ def idle_broker(tmp_path_factory):
     b = BrokerProcess(base / "data", {
         "listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
         "ssl.keystore.location": str(pki.broker_pem()),
-        "sasl.enabled.mechanisms": "PLAIN",
+        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256",
+        "oncelog.add.scram": ",".join(f"SCRAM-SHA-256=[name={u},password={u}-secret]" for u in ("bob", "carol")),
         "listener.name.sasl_plaintext.plain.sasl.jaas.config":
             f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};",
         "connections.max.idle.ms": str(IDLE_MS),
@@ -51,6 +55,14 @@ def _tls(broker) -> ssl.SSLContext:
 
 def _address(broker, listener: str) -> str:
     return f"127.0.0.1:{broker.listener_ports[listener]}"
+
+
+def scram_login(c: RawConnection, mechanism: ScramMechanism, user: str, password: str):
+    assert int(c.call(ApiKey.SASL_HANDSHAKE, 1, mechanism=mechanism.mechanism_name).error_code) == 0
+    client = ScramClient(mechanism, user, password, secrets.token_bytes)
+    first = c.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=client.first_message())
+    assert int(first.error_code) == 0, first.error_message
+    return c.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=client.final_message(bytes(first.auth_bytes)))
 
 
 def _all_closed(conns: list[RawConnection], deadline_s: float) -> list[RawConnection]:
@@ -88,6 +100,17 @@ def test_a_connection_that_keeps_sending_is_not_idle(idle_broker):
             assert c.api_versions() == 0
             time.sleep(IDLE_MS / 5000)
         assert c.api_versions() == 0
+
+
+def test_the_brokers_own_links_to_the_controller_outlive_its_idle_close(idle_broker):
+    """A SCRAM login asks the controller for the credential on a link of its own; unused for
+    longer than the controller's idle time, that link is reopened, not found closed under the
+    next login."""
+    address = _address(idle_broker, "SASL_PLAINTEXT")
+    for user in ("bob", "carol"):           # carol's credential was never asked for: no answer to fall back on
+        with RawConnection(address) as c:
+            assert int(scram_login(c, ScramMechanism.SCRAM_SHA_256, user, f"{user}-secret").error_code) == 0
+        time.sleep(2 * IDLE_MS / 1000)      # the scenario: no login for longer than the idle time
 
 
 def test_the_controller_listener_closes_idle_connections(idle_broker):

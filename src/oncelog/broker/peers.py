@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from oncelog.broker.controller_client import ControllerClient, ControllerUnavailable
+from oncelog.broker.controller_client import ControllerClient, ControllerUnavailable, client_idle_ms
 
 
 class PeerUnavailable(ConnectionError):
@@ -43,7 +43,8 @@ class Peers:
             client = None
         if client is None:
             client = self._clients[node_id] = ControllerClient(
-                address[0], address[1], None, None, client_id=self.client_id, timeout_s=self.timeout_s)
+                address[0], address[1], None, None, client_id=self.client_id, timeout_s=self.timeout_s,
+                max_idle_ms=client_idle_ms(self.broker.config["connections.max.idle.ms"]))
         return client
 
     async def request(self, node_id: int, api_key: int, version: int, **fields: Any):

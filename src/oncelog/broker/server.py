@@ -642,7 +642,6 @@ class _Connection(asyncio.BufferedProtocol):
         principal = self.auth.principal if self.auth is not None else ANONYMOUS
         log.info("closing idle connection of %s from %s on %s: nothing received for %d ms "
                  "(connections.max.idle.ms)", principal, self.peer, self.listener, idle_ms)
-        self.broker.metrics.connections_closed.inc()
         self.close()
 
     def close(self) -> None:
