@@ -58,6 +58,14 @@ def test_a_listener_holds_at_most_its_max_connections_and_takes_the_next_when_on
             conns[1].close()
             assert _answered(conns[5], 10) and _answered(conns[6], 10)   # they waited, then were served
             assert not _answered(conns[7], 1)
+            # a dynamic change of the limit (IncrementalAlterConfigs on this broker) lets the next one in
+            q = entities.RequestBuilder(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1)
+            config = q("AlterableConfig", name="listener.name.limited.max.connections", config_operation=0, value="6")
+            with RawConnection(b.bootstrap) as admin:
+                answer = admin.call(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, validate_only=False, resources=(
+                    q("AlterConfigsResource", resource_type=4, resource_name="1", configs=(config,)),))
+            assert int(answer.responses[0].error_code) == 0, answer
+            assert _answered(conns[7], 10)
         finally:
             for c in conns:
                 c.close()
