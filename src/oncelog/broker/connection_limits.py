@@ -128,8 +128,7 @@ class ConnectionGate:
         for listener, factory in protocol_factories.items():
             for sock in self._sockets[listener]:
                 self._tasks.append(asyncio.create_task(self._accept_loop(listener, sock, factory)))
-        if self.idle_ms >= 0:
-            self._tasks.append(asyncio.create_task(self._close_idle_loop()))
+        self._tasks.append(asyncio.create_task(self._maintain()))
 
     async def close(self) -> None:
         for task in self._tasks:
@@ -238,11 +237,13 @@ class ConnectionGate:
             victim.close()
 
     # ------------------------------------------------------------------ idle connections
-    async def _close_idle_loop(self) -> None:
-        interval = min(max(self.idle_ms / 4, 10), 1000) / 1000
+    async def _maintain(self) -> None:
+        """Idle connections closed, addresses that stopped connecting forgotten."""
+        interval = min(max(self.idle_ms / 4, 10), 1000) / 1000 if self.idle_ms >= 0 else 1.0
         while True:
             await asyncio.sleep(interval)
-            self.close_idle(time.monotonic())
+            if self.idle_ms >= 0:
+                self.close_idle(time.monotonic())
             self.quotas.expire(self._now_ms())
 
     def close_idle(self, now: float) -> None:

@@ -18,10 +18,6 @@ from oncelog.core.security.sasl import SASL_SERVER_MAX_RECEIVE_SIZE
 MAX_FRAME = 10 << 20                # what an authenticated peer may send in one request
 
 
-SETTINGS = {"sasl.server.max.receive.size": SASL_SERVER_MAX_RECEIVE_SIZE, "connections.max.idle.ms": 600000,
-            "connection.failed.authentication.delay.ms": 100}
-
-
 @dataclass(frozen=True)
 class ConnectionLimits:
     max_receive_size: int = SASL_SERVER_MAX_RECEIVE_SIZE
@@ -30,18 +26,21 @@ class ConnectionLimits:
 
     @classmethod
     def from_settings(cls, get: Callable[[str], Any]) -> ConnectionLimits:
-        """From the Kafka-named `SETTINGS` (`get(name)`, None where unset): a broker's for the
-        controller it runs in-process, `oncelog controller --override`'s for one on its own.
-        Raises ValueError for a value Kafka would refuse."""
-        values = {name: int(default if get(name) is None else get(name)) for name, default in SETTINGS.items()}
-        limits = cls(*values.values())
+        """From the Kafka-named `SETTINGS` (`get(name)`, None where unset: Kafka's default): a
+        broker's for the controller it runs in-process, `oncelog controller --override`'s for one
+        on its own. Raises ValueError for a value Kafka would refuse."""
+        limits = cls(**{field: int(get(name)) for name, field in SETTINGS.items() if get(name) is not None})
         if limits.max_receive_size < 1 or limits.failed_authentication_delay_ms < 0:
-            raise ValueError(f"sasl.server.max.receive.size must be at least 1 and "
-                             f"connection.failed.authentication.delay.ms at least 0: {values}")
+            raise ValueError("sasl.server.max.receive.size must be at least 1 and "
+                             "connection.failed.authentication.delay.ms at least 0")
         if 0 <= limits.idle_ms <= limits.failed_authentication_delay_ms:
             raise ValueError(f"connection.failed.authentication.delay.ms={limits.failed_authentication_delay_ms} "
                              f"should always be less than connections.max.idle.ms={limits.idle_ms}")
         return limits
+
+
+SETTINGS = {"sasl.server.max.receive.size": "max_receive_size", "connections.max.idle.ms": "idle_ms",
+            "connection.failed.authentication.delay.ms": "failed_authentication_delay_ms"}
 
 
 class Refused(Exception):

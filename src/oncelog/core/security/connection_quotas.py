@@ -105,7 +105,8 @@ class ConnectionQuotas:
         """The `connection_creation_rate` of each `ip` quota entity (None: the default entity)."""
         self.ip_rates = {(None if ip is None else canonical_ip(ip)): int(rate) for ip, rate in rates.items()}
 
-    def _protected(self, listener: str) -> bool:
+    def is_protected(self, listener: str) -> bool:
+        """The inter-broker listener, beside at least one other: not held by `max.connections`."""
         return listener == self.protected_listener and len(self._listeners) > 1
 
     # ------------------------------------------------------------------ the acceptor's steps
@@ -114,7 +115,7 @@ class ConnectionQuotas:
         creation rates impose (the longer; the broker-wide one does not apply to the protected
         listener)."""
         wait = 0
-        if not self._protected(listener):
+        if not self.is_protected(listener):
             wait = self._record(self._broker_rate, self.max_creation_rate, now_ms)
         quota = self._listeners[listener]
         return max(wait, self._record(quota.rate, quota.max_creation_rate, now_ms))
@@ -123,7 +124,7 @@ class ConnectionQuotas:
         quota = self._listeners[listener]
         if quota.count >= quota.max_connections:
             return False
-        return self._protected(listener) or self.total < self.max_connections
+        return self.is_protected(listener) or self.total < self.max_connections
 
     def admit(self, listener: str, ip: str, now_ms: int) -> Refusal | None:
         """None: the connection is counted (release it when it closes). Else why it is refused."""
@@ -138,7 +139,7 @@ class ConnectionQuotas:
             if wait > 0:
                 # not accepted: counted nowhere (Kafka's updateListenerMetrics)
                 sensor.rate.record(-1.0, now_ms)
-                if not self._protected(listener):
+                if not self.is_protected(listener):
                     self._broker_rate.record(-1.0, now_ms)
                 self._listeners[listener].rate.record(-1.0, now_ms)
                 return Refusal(f"connection creation rate of {ip} over its quota of {rate_quota}/s "
@@ -168,9 +169,6 @@ class ConnectionQuotas:
         """Kafka's maxConnectionsExceeded: only the protected listener can take the broker over
         `max.connections`; connections of the other listeners then make room."""
         return self.total > self.max_connections
-
-    def is_protected(self, listener: str) -> bool:
-        return self._protected(listener)
 
     def count(self, listener: str | None = None, ip: str | None = None) -> int:
         if ip is not None:
