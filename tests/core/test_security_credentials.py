@@ -17,6 +17,7 @@ from oncelog.core.security.credentials import REMOVE_SCRAM_RECORD, SCRAM_RECORD,
 from oncelog.core.security.metadata import RECORD_TYPES, SecurityMetadata
 from oncelog.core.security.quotas import PRODUCER_BYTE_RATE, QuotaAlteration, QuotaEntity, QuotaOp
 from oncelog.core.security.scram import (
+    CredentialShape,
     ScramClient,
     ScramMechanism,
     ScramServer,
@@ -147,3 +148,15 @@ def test_security_metadata_replays_everything_and_snapshots():
     import json
     text = json.dumps(meta.to_snapshot())
     assert base64.b64encode(salted_password(SHA256, "pw", b"salt-salt-salt-1", 4096)).decode() not in text
+
+
+def test_the_shapes_of_stored_credentials_are_counted_per_mechanism():
+    store = ScramCredentials()
+    applied(store, upsertions=[upsert("a"), upsert("b", iterations=8192), upsert("c", salt=b"s" * 64),
+                               upsert("d", mech=SHA512)])
+    assert store.shapes(SHA256) == {CredentialShape(16, 4096): 1, CredentialShape(16, 8192): 1,
+                                    CredentialShape(64, 4096): 1}
+    assert store.shapes(SHA512) == {CredentialShape(16, 4096): 1}
+    applied(store, upsertions=[upsert("b")], deletions=[Deletion("c", SHA256.type)])   # replaced, removed
+    assert store.shapes(SHA256) == {CredentialShape(16, 4096): 2}
+    assert ScramCredentials.from_snapshot(store.to_snapshot()).shapes(SHA256) == store.shapes(SHA256)

@@ -221,6 +221,33 @@ def test_token_authentication_is_refused():
         s.evaluate(b"n,,n=alice,r=abc,tokenauth=true")
 
 
+@pytest.mark.parametrize("shapes", [{}, {scram.CredentialShape(64, 8192): 3}, {scram.CredentialShape(100, 4096): 1}])
+def test_unknown_user_is_shown_what_stored_credentials_look_like(shapes):
+    first = server(SHA512, {}, mock_shapes=shapes).evaluate(b"n,,n=nobody,r=abc").decode()
+    salt, iterations = base64.b64decode(first.split(",")[1][2:]), int(first.split(",")[2][2:])
+    (shape,) = shapes or {scram.DEFAULT_SHAPE: 1}
+    assert (len(salt), iterations) == (shape.salt_length, shape.iterations)
+
+
+def test_unknown_users_take_the_shapes_of_stored_credentials_in_their_proportions():
+    common, rare = scram.CredentialShape(32, 4096), scram.CredentialShape(64, 8192)
+    shown = [scram.mock_credential(SHA256, b"secret", f"user-{i}", {common: 3, rare: 1}) for i in range(2000)]
+    share = sum((len(c.salt), c.iterations) == (32, 4096) for c in shown) / len(shown)
+    assert 0.7 < share < 0.8
+    assert {(len(c.salt), c.iterations) for c in shown} == {(32, 4096), (64, 8192)}
+    assert len({c.salt for c in shown}) == 2000
+    # the same name, the same answer: a real user's salt does not change between tries either
+    assert scram.mock_credential(SHA256, b"secret", "user-7", {common: 3, rare: 1}) == shown[7]
+
+
+@pytest.mark.parametrize("iterations", [1, 4095])
+def test_client_refuses_fewer_iterations_than_kafka_allows_before_making_a_proof(iterations):
+    c = ScramClient(SHA256, "alice", "pw", counter_bytes(), client_nonce="abc")
+    with pytest.raises(scram.ScramClientError, match=f"Requested iterations {iterations} is less than the minimum "
+                                                      "4096 for SCRAM-SHA-256"):
+        c.final_message(f"r=abcdef,s=c2FsdA==,i={iterations}".encode())
+
+
 def test_credential_below_minimum_iterations_is_refused():
     weak = credential_from_password(SHA256, "pw", b"s" * 16, 1000)
     with pytest.raises(AuthenticationFailed, match="less than the minimum 4096"):

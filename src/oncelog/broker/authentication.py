@@ -25,8 +25,20 @@ from oncelog.core.security.listeners import Endpoint, SecurityProtocol, jaas_con
 from oncelog.core.security.plain import MECHANISM as PLAIN
 from oncelog.core.security.plain import PlainServer
 from oncelog.core.security.principal import ANONYMOUS, KafkaPrincipal, broker_principal
-from oncelog.core.security.sasl import Route, SaslServerMechanism, SaslSession, TokenAnswer
-from oncelog.core.security.scram import ScramCredential, ScramMechanism, ScramServer, username_from_sasl_name
+from oncelog.core.security.sasl import (
+    SASL_SERVER_MAX_RECEIVE_SIZE,
+    Route,
+    SaslServerMechanism,
+    SaslSession,
+    TokenAnswer,
+)
+from oncelog.core.security.scram import (
+    CredentialShapes,
+    ScramCredential,
+    ScramMechanism,
+    ScramServer,
+    username_from_sasl_name,
+)
 from oncelog.core.topic_config import ConfigError
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey, api_name
@@ -53,6 +65,8 @@ class ListenerSecurity:
     credentials: CredentialLookup | None = None
     mock_secret: bytes = b""
     cluster: ClusterLogin | None = None   # other brokers of the cluster log in with its credential
+    max_receive_size: int = SASL_SERVER_MAX_RECEIVE_SIZE    # sasl.server.max.receive.size
+    credential_shapes: CredentialShapes | None = None       # what real credentials look like (the mock's)
 
     @property
     def name(self) -> str:
@@ -64,7 +78,8 @@ class ListenerSecurity:
 
     @classmethod
     def from_config(cls, config, endpoint: Endpoint, credentials: CredentialLookup | None,
-                    cluster: ClusterLogin | None = None) -> ListenerSecurity:
+                    cluster: ClusterLogin | None = None, credential_shapes: CredentialShapes | None = None
+                    ) -> ListenerSecurity:
         name = endpoint.name
         tls = ListenerTls(name, config.tls_settings(name)) if endpoint.protocol.uses_tls else None
         mechanisms: tuple[str, ...] = ()
@@ -89,12 +104,14 @@ class ListenerSecurity:
         return cls(endpoint, tls, mechanisms, users,
                    int(config.listener_value(name, "connections.max.reauth.ms", 0)),
                    int(config.listener_value(name, "connection.failed.authentication.delay.ms", 100)),
-                   credentials, secrets.token_bytes(32), cluster)
+                   credentials, secrets.token_bytes(32), cluster,
+                   int(config.listener_value(name, "sasl.server.max.receive.size", SASL_SERVER_MAX_RECEIVE_SIZE)),
+                   credential_shapes)
 
     def new_session(self) -> SaslSession | None:
         if not self.mechanisms:
             return None
-        return SaslSession(self.mechanisms, self._mechanism_server, self.max_reauth_ms)
+        return SaslSession(self.mechanisms, self._mechanism_server, self.max_reauth_ms, self.max_receive_size)
 
     def cluster_session(self) -> SaslSession:
         """On a listener without SASL: the exchange another broker proves itself with (the
@@ -112,7 +129,8 @@ class ListenerSecurity:
         scram = ScramMechanism.from_name(mechanism)
         assert scram is not None  # only enabled mechanisms reach here
         # the credential was fetched before the first token is evaluated (ConnectionAuth._prefetch)
-        return ScramServer(scram, lambda _user: None, secrets.token_bytes, self.mock_secret)
+        shapes = self.credential_shapes(scram) if self.credential_shapes is not None else None
+        return ScramServer(scram, lambda _user: None, secrets.token_bytes, self.mock_secret, mock_shapes=shapes)
 
 
 @dataclass(frozen=True)

@@ -180,6 +180,17 @@ class BrokerConfig:
                 raise ConfigError(f"{name}: {e}") from None
         self._apply_synonyms(explicit=set(values))
         self.listener_setup  # noqa: B018 - parses: a bad listener stops the start
+        self._check_failed_authentication_delay()
+
+    def _check_failed_authentication_delay(self) -> None:
+        """Kafka's KafkaConfig rule: a failed login's delayed close must come before the idle one."""
+        idle = self["connections.max.idle.ms"]
+        for endpoint in self.listener_setup.listeners if idle >= 0 else ():
+            delay = int(self.listener_value(endpoint.name, "connection.failed.authentication.delay.ms", 100))
+            if delay >= idle:
+                raise ConfigError(f"connection.failed.authentication.delay.ms={delay} should always be less than "
+                                  f"connections.max.idle.ms={idle} to prevent failed authentication responses "
+                                  "from timing out")
 
     def _apply_synonyms(self, explicit: set[str]) -> None:
         # Kafka's precedence: log.retention.ms > .minutes > .hours; log.roll.ms > log.roll.hours

@@ -7,8 +7,9 @@ Effective value of a broker config: this broker's dynamic value, else the cluste
 default, else server.properties, else the default. What takes effect at once: the topic-config
 defaults (`log.retention.ms`, `log.cleanup.policy`, `log.producer.state.batches.to.retain`,
 `write.caching.default`, `compression.type`, ...: every topic without its own override follows),
-`producer.id.expiration.ms`, and the connection limits (`max.connections`,
-`max.connections.per.ip`, `max.connections.per.ip.overrides`). The other names Kafka makes dynamic
+`producer.id.expiration.ms`, and the connection limits (`max.connections` and
+`max.connection.creation.rate`, broker-wide and per listener, `max.connections.per.ip`,
+`max.connections.per.ip.overrides`). The other names Kafka makes dynamic
 (thread pools, Kerberos, listener SSL stores, remote storage, ...) are stored and described but
 change nothing here (docs/operations.md)."""
 from __future__ import annotations
@@ -121,13 +122,7 @@ class DynamicBrokerConfig:
         if defaults != b.logs.server_defaults or b.logs.producer_config.get("producer.id.expiration.ms") != expiration:
             b.logs.producer_config["producer.id.expiration.ms"] = expiration
             b.logs.set_server_defaults(defaults)    # every partition takes its new config
-        limits = b.connection_limits
-        limits.max_connections = self.value("max.connections")
-        limits.max_per_ip = self.value("max.connections.per.ip")
-        try:
-            limits.per_ip_overrides = parse_per_ip_overrides(self.value("max.connections.per.ip.overrides"))
-        except (ConfigError, ValueError) as e:
-            log.warning("max.connections.per.ip.overrides does not apply (%s); kept the previous ones", e)
+        b.connection_gate.configure(self.value)
 
     # ------------------------------------------------------------------ changing
     async def alter(self, resource_name: str, ops: Sequence[tuple[str, int, str | None]], validate_only: bool) -> None:

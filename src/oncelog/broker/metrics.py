@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import socket
+import sys
+import threading
 from collections import Counter as Tally
 from collections.abc import Iterable, Iterator
+from socketserver import ThreadingMixIn
 from typing import Any
-from wsgiref.simple_server import WSGIServer
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Histogram, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from oncelog.protocol import entities
@@ -83,9 +87,15 @@ class BrokerMetrics:
         committed offsets and lag, transactions per state."""
         self.registry.register(_BrokerStateCollector(broker))
 
-    def serve(self, host: str, port: int) -> int:
-        """Start the /metrics HTTP endpoint; returns its port."""
-        server, _thread = start_http_server(port, addr=host, registry=self.registry)
+    def serve(self, host: str, port: int, idle_ms: int = -1) -> int:
+        """Start the /metrics HTTP endpoint (a thread per connection, as prometheus_client's own);
+        a connection that sends no request within `idle_ms` (connections.max.idle.ms; negative:
+        never) is closed. Returns its port."""
+        handler = type("_Handler", (_QuietHandler,), {"timeout": idle_ms / 1000 if idle_ms >= 0 else None})
+        server_class = type("_Server", (_MetricsServer,), {
+            "address_family": socket.AF_INET6 if ":" in host else socket.AF_INET})
+        server: WSGIServer = make_server(host, port, make_wsgi_app(self.registry), server_class, handler_class=handler)
+        threading.Thread(target=server.serve_forever, name="oncelog-metrics", daemon=True).start()
         self._server = server
         return server.server_address[1]
 
@@ -260,3 +270,21 @@ def producer_state_metrics(partitions) -> dict[str, list[tuple[dict[str, str], f
             else:
                 rows.append(({"topic": topic}, stats[source]))
     return out
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format, *args) -> None:  # noqa: A002 - the name WSGIRequestHandler gives it
+        """Scrapes are not logged."""
+
+
+class _MetricsServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address) -> None:
+        """One log line, not a traceback on stderr."""
+        error = sys.exc_info()[1]
+        if isinstance(error, TimeoutError):
+            log.info("metrics: closed the connection from %s:%s: no request within connections.max.idle.ms",
+                     *client_address[:2])
+        else:
+            log.warning("metrics: a request from %s:%s failed: %r", *client_address[:2], error)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from oncelog.broker.controller_client import ControllerClient, ControllerUnavailable
+from oncelog.broker.controller_client import ControllerClient, ControllerUnavailable, client_idle_ms
 from oncelog.protocol.errors import KafkaProtocolError
 
 
@@ -49,7 +49,8 @@ class Peers:
             client = self._clients[node_id] = ControllerClient(
                 address[0], address[1], link.credential.username, link.credential.password,
                 client_id=self.client_id, timeout_s=self.timeout_s, ssl_context=link.tls, mechanism=link.mechanism,
-                server_name=f"broker {node_id}")
+                server_name=f"broker {node_id}",
+                max_idle_ms=client_idle_ms(self.broker.config["connections.max.idle.ms"]))
         return client
 
     async def request(self, node_id: int, api_key: int, version: int, **fields: Any):

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from oncelog.broker.controller_client import ControllerClient, ControllerUnavailable, controller_client
 from oncelog.core.security.credentials import ScramCredentials
-from oncelog.core.security.scram import ScramCredential, ScramMechanism
+from oncelog.core.security.scram import CredentialShape, ScramCredential, ScramMechanism
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import KafkaProtocolError
@@ -66,6 +67,12 @@ class ControllerCredentials:
             self._last.clear()
         self._last[key] = found
         return found
+
+    def shapes(self, mechanism: ScramMechanism) -> Mapping[CredentialShape, int]:
+        """The shapes of the credentials this broker follows (`security_follower`): what the SCRAM
+        mock for a user that does not exist imitates."""
+        security = self._broker.security
+        return {} if security is None else security.state.scram.shapes(mechanism)
 
     def close(self) -> None:
         if self._client is not None:

@@ -10,6 +10,7 @@ answered UNKNOWN_SERVER_ERROR (`Broker.handle_request`, the one error boundary).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import socket
 import struct
@@ -26,6 +27,7 @@ from oncelog.broker.authorization import follow_acls, make_authorizer
 from oncelog.broker.bind_error import BindError
 from oncelog.broker.cluster_logs import ClusterLogs
 from oncelog.broker.config import BrokerConfig, ConfigError, new_cluster_id
+from oncelog.broker.connection_limits import ConnectionGate
 from oncelog.broker.controller_client import controller_client
 from oncelog.broker.controller_link import ControllerLink
 from oncelog.broker.dynamic_config import DynamicBrokerConfig
@@ -43,7 +45,6 @@ from oncelog.broker.security_follower import SecurityFollower
 from oncelog.broker.txn_coordinator import TxnCoordinatorService
 from oncelog.core.security.listeners import Endpoint
 from oncelog.core.security.principal import ANONYMOUS, KafkaPrincipal, NoMatchingRule
-from oncelog.core.security.quotas import ConnectionLimits, parse_per_ip_overrides
 from oncelog.protocol.api import BROKER_VERSIONS, ApiKey, api_name
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.protocol.framing import FrameError, FrameReader
@@ -90,7 +91,6 @@ class Broker:
         self.credentials: ControllerCredentials | None = None
         self.inter_broker: InterBrokerLink   # set by start(): how this broker and its peers reach each other
         self.metrics_port: int | None = None
-        self._servers: list[asyncio.base_events.Server] = []
         self._dir_locks: list[DirectoryLock] = []
         self._connections: set[_Connection] = set()
         self._data_event = asyncio.Event()
@@ -105,9 +105,8 @@ class Broker:
         self.quotas = BrokerQuotas(self.config, self.now_ms)
         self.security: SecurityFollower | None = None
         self.dynamic_config = DynamicBrokerConfig(self)   # follows the controller with `security`
-        self.connection_limits = ConnectionLimits(
-            self.config["max.connections"], self.config["max.connections.per.ip"],
-            parse_per_ip_overrides(self.config["max.connections.per.ip.overrides"]))
+        # listening sockets, connection limits and quotas, idle connections (broker/connection_limits.py)
+        self.connection_gate = ConnectionGate(self.config, self.now_ms)
         self._wire_logs()
 
     def _wire_logs(self) -> None:
@@ -191,7 +190,8 @@ class Broker:
         await self._bind_listeners()
         if self.config["metrics.port"] >= 0:   # bound before registering: a port in use stops nothing started
             try:
-                self.metrics_port = self.metrics.serve(self.config["metrics.host"], self.config["metrics.port"])
+                self.metrics_port = self.metrics.serve(self.config["metrics.host"], self.config["metrics.port"],
+                                                       self.config["connections.max.idle.ms"])
             except OSError as e:
                 raise BindError("the metrics endpoint", self.config["metrics.host"], self.config["metrics.port"], e,
                                 "metrics.port") from e
@@ -205,8 +205,8 @@ class Broker:
         if self.config["transaction.partition.verification.enable"]:
             self.txn_verifier = self.txn.verify
         self.txn.start()
-        for server in self._servers:
-            await server.start_serving()
+        self.connection_gate.start({name: functools.partial(_Connection, self, sec)
+                                    for name, sec in self.listener_security.items()})
         self._ticker = asyncio.create_task(self._tick_loop())
         for name, (host, port) in self.bound.items():
             log.info("broker %d: listener %s (%s) on %s:%d, advertised %s:%d", self.node_id, name,
@@ -222,19 +222,16 @@ class Broker:
         and start TLS per connection (`_Connection`), so a failed handshake is logged with its
         address."""
         setup = self.config.listener_setup
-        loop = asyncio.get_running_loop()
         self.credentials = ControllerCredentials(self)
         cluster = ClusterLogin(self.inter_broker.credential)   # other brokers log in on every listener
         for endpoint, advertised in zip(setup.listeners, setup.advertised):
-            sec = ListenerSecurity.from_config(self.config, endpoint, self.credentials.lookup, cluster)
+            sec = ListenerSecurity.from_config(self.config, endpoint, self.credentials.lookup, cluster,
+                                               self.credentials.shapes)
             self.listener_security[endpoint.name] = sec
             try:
-                server = await loop.create_server(lambda sec=sec: _Connection(self, sec), endpoint.host or None,
-                                                  endpoint.port, reuse_address=True, start_serving=False)
+                host, port = self.connection_gate.bind(endpoint)
             except OSError as e:
                 raise BindError(f"listener {endpoint.name}", endpoint.host, endpoint.port, e, "listeners") from e
-            self._servers.append(server)
-            host, port = server.sockets[0].getsockname()[:2]
             self.bound[endpoint.name] = (host, port)
             self.advertised[endpoint.name] = _advertised_address(endpoint, advertised, port)
         self.host, self.port = self.bound[setup.listeners[0].name]
@@ -261,9 +258,10 @@ class Broker:
         self.security = SecurityFollower(controller_client(self.config),
                                          self.config["broker.heartbeat.interval.ms"])
         self.security.on_change += [lambda state: follow_acls(self.authorizer, state), self.quotas.follow,
-                                    self.dynamic_config.follow]
+                                    self.connection_gate.follow, self.dynamic_config.follow]
         follow_acls(self.authorizer, self.security.state)
         self.quotas.follow(self.security.state)
+        self.connection_gate.follow(self.security.state)
         await self.security.catch_up()
         self.security.start()
 
@@ -314,14 +312,9 @@ class Broker:
             self._ticker = None
         if self.txn is not None:
             await self.txn.stop()
-        if self._servers:
-            for server in self._servers:
-                server.close()
-            for conn in list(self._connections):
-                conn.close()
-            for server in self._servers:
-                await server.wait_closed()
-            self._servers = []
+        await self.connection_gate.close()
+        for conn in list(self._connections):
+            conn.close()
         self.metrics.close()
         self.group_commit.close()
         await self.logs.close()
@@ -480,17 +473,6 @@ def _stored_cluster_id(directory: Path) -> str:
         return cid
 
 
-_last_refusal_log = [0.0]
-
-
-def _log_refused_connection(why: str) -> None:
-    """At most one line a second: a client hammering a full broker must not flood the log."""
-    now = time.monotonic()
-    if now - _last_refusal_log[0] >= 1.0:
-        _last_refusal_log[0] = now
-        log.info("refusing a connection: %s", why)
-
-
 def _is_produce(frame: memoryview) -> bool:
     # Produce's handler appends at dispatch; what it may leave to await is only its answer
     # (the group commit's fsync), so the next Produce can be appended meanwhile.
@@ -526,23 +508,14 @@ class _Connection(asyncio.BufferedProtocol):
         self.current: asyncio.Future | None = None  # the waiting request that holds up the ones behind it
         self.muted = False            # KIP-219: no reads while a quota throttle lasts
         self._muted_until = 0.0
-        self.admitted = ""            # the address counted by the broker's connection limits
+        self.listener = security.name
+        self.last_active = time.monotonic()   # connections.max.idle.ms counts from here
 
     def connection_made(self, transport) -> None:
         self.transport = transport
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.peer_host = f"/{peer[0]}" if peer else ""
-        refused = self.broker.connection_limits.admit(peer[0] if peer else "?")
-        if refused is not None:
-            _log_refused_connection(refused)
-            self.closing = True
-            transport.close()
-            return
-        self.admitted = peer[0] if peer else "?"
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.broker._connections.add(self)
         tls = self.security.tls
         if tls is None:
@@ -595,6 +568,7 @@ class _Connection(asyncio.BufferedProtocol):
     def buffer_updated(self, nbytes: int) -> None:
         if self.closing:
             return
+        self.last_active = time.monotonic()
         try:
             frames = self.decoder.buffer_updated(nbytes)
         except FrameError as e:
@@ -718,9 +692,7 @@ class _Connection(asyncio.BufferedProtocol):
         self._gone()
 
     def _gone(self) -> None:
-        if self.admitted:
-            self.broker.connection_limits.release(self.admitted)
-            self.admitted = ""
+        self.broker.connection_gate.release(self)
         self.closing = True
         self.broker._connections.discard(self)
         self.wakeup.set()
@@ -728,6 +700,16 @@ class _Connection(asyncio.BufferedProtocol):
     def _refuse(self, why: str) -> None:
         log.warning("closing connection from %s: %s", self.peer, why)
         self.broker.metrics.connections_closed.inc()
+        self.close()
+
+    def handling(self) -> bool:
+        """A request of this connection is being handled or waits its turn (not idle)."""
+        return self.busy or bool(self.queue) or bool(self.outbox)
+
+    def close_idle(self, idle_ms: int) -> None:
+        principal = self.auth.principal if self.auth is not None else ANONYMOUS
+        log.info("closing idle connection of %s from %s on %s: nothing received for %d ms "
+                 "(connections.max.idle.ms)", principal, self.peer, self.listener, idle_ms)
         self.close()
 
     def close(self) -> None:

@@ -30,6 +30,14 @@ from oncelog.storage.dir_lock import DirectoryLock, DirectoryLocked
 
 _LISTENING = re.compile(r"listening on ([\w.\-]+):(\d+)")
 METADATA_DIR = "__cluster_metadata"
+
+
+def _controller_overrides(config) -> list[str]:
+    """The brokers' connection limits apply to the controller's listener too."""
+    from oncelog.controller.connection_limits import SETTINGS
+    return [arg for name in SETTINGS for arg in ("--override", f"{name}={config[name]}")]
+
+
 _PER_BROKER = {"listeners", "advertised.listeners", "log.dirs", "node.id", "metrics.port"}
 
 
@@ -77,7 +85,7 @@ def serve_cluster(config: BrokerConfig, n: int, properties: str | None, override
     try:
         ctl, chost, cport = _start(me + ["controller", "--metadata-dir", str(data / METADATA_DIR),
                                          "--listener", "127.0.0.1:0", "--credential-file", str(credential_file),
-                                         "--log-level", log_level])
+                                         "--log-level", log_level, *_controller_overrides(config)])
         procs.append(ctl)
         listener = config.listeners[0]
         shared = {k: v for k, v in overrides.items() if k not in _PER_BROKER}

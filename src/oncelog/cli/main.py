@@ -108,11 +108,13 @@ async def _serve(config: BrokerConfig) -> None:
     broker = Broker(config)
     broker.lock_directories()  # before the in-process controller opens its part of the directory
     if not config["controller.quorum.bootstrap.servers"]:
+        from oncelog.controller.connection_limits import ConnectionLimits
         from oncelog.controller.embedded import start_in_process
         chost, _, cport = config["controller.listener"].rpartition(":")
         try:
             controller, reach = await start_in_process(config.log_dirs[0], _bootstrap_scram(config), host=chost,
-                                                       port=int(cport))
+                                                       port=int(cport),
+                                                       limits=ConnectionLimits.from_settings(config.get))
         except OSError as e:
             if e.filename:   # its metadata directory: cli/startup.py says what to do
                 raise
@@ -164,12 +166,24 @@ async def _serve(config: BrokerConfig) -> None:
 @click.option("--ssl-keystore-location", type=click.Path(exists=True, dir_okay=False),
               help="PEM with key and certificate chain: the listener speaks TLS (brokers set "
               "controller.listener.names and listener.name.<name>.ssl.truststore.location).")
+@click.option("--override", "overrides", multiple=True, callback=_overrides, metavar="NAME=VALUE",
+              help="connections.max.idle.ms, sasl.server.max.receive.size or "
+              "connection.failed.authentication.delay.ms (Kafka's names and defaults; repeatable).")
 @click.option("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False), default="INFO", show_default=True)
 def controller_command(metadata_dir, listener, credential_file, users_file, session_timeout_ms, producer_id_floor,
-                       add_scram, ssl_keystore_location, log_level) -> None:
+                       add_scram, ssl_keystore_location, overrides, log_level) -> None:
     """Run a controller on its own (for `serve --brokers N` and tests)."""
+    from oncelog.controller.connection_limits import SETTINGS, ConnectionLimits
     from oncelog.controller.service import Controller, ControllerConfig
     logs.configure(log_level)
+    unknown = sorted(set(overrides) - set(SETTINGS))
+    if unknown:
+        raise click.ClickException(f"the controller takes no setting {', '.join(unknown)} "
+                                   f"(only {', '.join(SETTINGS)})")
+    try:
+        limits = ConnectionLimits.from_settings(overrides.get)
+    except ValueError as e:
+        raise click.ClickException(f"bad configuration: {e}") from None
     host, _, port = listener.rpartition(":")
     import secrets
 
@@ -193,7 +207,7 @@ def controller_command(metadata_dir, listener, credential_file, users_file, sess
     async def run() -> None:
         c = Controller(ControllerConfig(metadata_dir, host, int(port), users, {credential.username},
                                         session_timeout_ms, producer_id_floor, bootstrap_scram=scram,
-                                        ssl_context=tls))
+                                        ssl_context=tls, limits=limits))
         h, p = await c.start()
         click.echo(f"oncelog: controller listening on {h}:{p}")
         sys.stdout.flush()

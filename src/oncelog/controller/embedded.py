@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from oncelog.controller.connection_limits import ConnectionLimits
 from oncelog.controller.service import Controller, ControllerConfig
 from oncelog.storage import cluster_credential
 
@@ -27,10 +28,11 @@ def legacy_producer_id_floor(data_dir: str | Path) -> int:
 
 
 async def start_in_process(data_dir: str | Path, bootstrap_scram: list | None = None, *, host: str = "127.0.0.1",
-                           port: int = 0) -> tuple[Controller, dict[str, str]]:
+                           port: int = 0, limits: ConnectionLimits | None = None) -> tuple[Controller, dict[str, str]]:
     """A started controller whose metadata lives in `data_dir/__cluster_metadata`, listening on
     host:port (`controller.listener`; port 0: a free one), and the broker settings that reach it
-    (`controller.quorum.bootstrap.servers` and its credentials)."""
+    (`controller.quorum.bootstrap.servers` and its credentials). `limits`: the broker's own
+    (`ConnectionLimits.from_settings(config.get)`), else Kafka's defaults."""
     data = Path(data_dir)
     data.mkdir(parents=True, exist_ok=True)
     credential = cluster_credential.load_or_create(cluster_credential.path_in(data))
@@ -38,7 +40,8 @@ async def start_in_process(data_dir: str | Path, bootstrap_scram: list | None = 
                                              users={credential.username: credential.password},
                                              cluster_principals={credential.username},
                                              producer_id_floor=legacy_producer_id_floor(data),
-                                             bootstrap_scram=list(bootstrap_scram or ())))
+                                             bootstrap_scram=list(bootstrap_scram or ()),
+                                             limits=limits or ConnectionLimits()))
     host, port = await controller.start()
     return controller, {"controller.quorum.bootstrap.servers": f"{host}:{port}",
                         "controller.sasl.plain.username": credential.username,

@@ -20,12 +20,12 @@ import asyncio
 import json
 import logging
 import ssl
-import struct
 import time
 import uuid
 from dataclasses import dataclass, field
 
 from oncelog.controller import scram
+from oncelog.controller.connection_limits import ConnectionLimits, Refused, read_frame
 from oncelog.controller.security import ControllerSecurity
 from oncelog.core.leadership import NO_LEADER, Leadership
 from oncelog.core.producer_ids import BROKER, PID_BLOCK, ControllerState, TokenBucket
@@ -66,6 +66,7 @@ class ControllerConfig:
     allocation_burst: int = 50
     bootstrap_scram: list[AddScram] = field(default_factory=list)  # `--add-scram`: applied to a new log only
     ssl_context: ssl.SSLContext | None = None   # TLS on the controller listener (brokers then need its CA)
+    limits: ConnectionLimits = field(default_factory=ConnectionLimits)   # pre-auth size, idle, failed-login delay
 
 
 class Controller:
@@ -202,16 +203,14 @@ class Controller:
 
     # ------------------------------------------------------------------ connections
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = writer.get_extra_info("peername")
+        address = writer.get_extra_info("peername")
+        peer = f"{address[0]}:{address[1]}" if address else "?"
         principal: str | None = None
         handshake_done = False
+        limits = self.config.limits
         try:
             while True:
-                size = struct.unpack(">i", await reader.readexactly(4))[0]
-                if not 0 <= size <= 10 << 20:
-                    log.warning("controller: frame of %d bytes from %s, closing", size, peer)
-                    return
-                frame = memoryview(await reader.readexactly(size))
+                frame = await read_frame(reader, limits, authenticated=principal is not None)
                 h = read_request_header(frame)
                 if h.api_key in _CLUSTER_FEEDS and principal is not None \
                         and principal not in self.config.cluster_principals:
@@ -236,19 +235,26 @@ class Controller:
                 if h.api_key not in _OPEN_APIS and principal is None:
                     log.warning("controller: %s from unauthenticated %s, closing", api_name(h.api_key), peer)
                     return
+                failed = False
                 if h.api_key == ApiKey.SASL_HANDSHAKE:
                     handshake_done = True
-                    answer = self._sasl_handshake(h.api_version, body)
+                    answer, failed = self._sasl_handshake(h.api_version, body)
                 elif h.api_key == ApiKey.SASL_AUTHENTICATE:
                     if not handshake_done:
                         return
-                    answer, principal = self._sasl_authenticate(h.api_version, body)
+                    answer, principal = self._sasl_authenticate(h.api_version, body, peer)
+                    failed = principal is None
                 else:
                     answer = await self._handle(h.api_key, h.api_version, body, principal)
                 writer.write(_framed(response_header(h.api_key, h.api_version, h.correlation_id), answer))
                 await writer.drain()
-                if h.api_key == ApiKey.SASL_AUTHENTICATE and principal is None:
+                if failed:
+                    # the answer is out; the close waits, reading nothing (Kafka's failed-authentication delay)
+                    await asyncio.sleep(limits.failed_authentication_delay_ms / 1000)
                     return
+        except Refused as e:
+            log.warning("controller: closing connection from %s%s: %s", peer,
+                        f" ({principal})" if principal else "", e)
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
             pass  # the peer went away, or the controller is stopping
         except entities.MalformedRequest as e:
@@ -264,19 +270,23 @@ class Controller:
             out.append(I16.pack(k) + I16.pack(lo) + I16.pack(hi))
         return b"".join(out)
 
-    def _sasl_handshake(self, version: int, body) -> bytes:
+    def _sasl_handshake(self, version: int, body) -> tuple[bytes, bool]:
+        """The answer, and whether it refuses (the connection then closes after the delay)."""
         r = entities.decode_request(ApiKey.SASL_HANDSHAKE, version, body)
         code = ErrorCode.NONE if r.mechanism == "PLAIN" else ErrorCode.UNSUPPORTED_SASL_MECHANISM
-        return entities.ResponseBuilder(ApiKey.SASL_HANDSHAKE, version).encode(error_code=code, mechanisms=("PLAIN",))
+        if code:
+            log.warning("controller: unsupported SASL mechanism %r", r.mechanism)
+        return (entities.ResponseBuilder(ApiKey.SASL_HANDSHAKE, version).encode(error_code=code, mechanisms=("PLAIN",)),
+                code != ErrorCode.NONE)
 
-    def _sasl_authenticate(self, version: int, body) -> tuple[bytes, str | None]:
+    def _sasl_authenticate(self, version: int, body, peer: str) -> tuple[bytes, str | None]:
         r = entities.decode_request(ApiKey.SASL_AUTHENTICATE, version, body)
         rb = entities.ResponseBuilder(ApiKey.SASL_AUTHENTICATE, version)
         plain = PlainServer(self.config.users)   # constant-time comparison, unknown users included
         try:
             plain.evaluate(bytes(r.auth_bytes))
         except AuthenticationFailed as e:
-            log.warning("controller: SASL/PLAIN authentication failed for %r: %s", e.user, e)
+            log.warning("controller: SASL/PLAIN authentication failed for %r: %s (from %s)", e.user, e, peer)
             return rb.encode(error_code=ErrorCode.SASL_AUTHENTICATION_FAILED,
                              error_message="authentication failed: invalid username or password",
                              auth_bytes=b"", session_lifetime=0), None

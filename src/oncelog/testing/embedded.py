@@ -232,6 +232,7 @@ class ControllerProcess(ServerProcess):
         self.extra_users = list(extra_users)
         self.add_scram: list[str] = []    # `--add-scram` arguments (applied to a new metadata log only)
         self.ssl_keystore: str | None = None   # PEM: the controller listener speaks TLS
+        self.overrides: dict[str, str] = {}    # `--override`: its connection limits
 
     def command(self) -> list[str]:
         cmd = _oncelog("controller", "--metadata-dir", str(self.metadata_dir),
@@ -243,6 +244,8 @@ class ControllerProcess(ServerProcess):
             cmd += ["--add-scram", a]
         if self.ssl_keystore:
             cmd += ["--ssl-keystore-location", self.ssl_keystore]
+        for name, value in self.overrides.items():
+            cmd += ["--override", f"{name}={value}"]
         return cmd
 
     def _users_file(self) -> Path:

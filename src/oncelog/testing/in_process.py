@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from oncelog.broker.config import BrokerConfig
 from oncelog.broker.server import Broker
+from oncelog.controller.connection_limits import ConnectionLimits
 from oncelog.controller.embedded import start_in_process
 from oncelog.controller.service import Controller
 
@@ -23,7 +24,8 @@ class InProcessBroker(Broker):
 
     async def start(self) -> tuple[str, int]:
         if self._embedded and self.controller is None:
-            self.controller, reach = await start_in_process(self.config.log_dirs[0])
+            self.controller, reach = await start_in_process(self.config.log_dirs[0],
+                                                            limits=ConnectionLimits.from_settings(self.config.get))
             self.config.update(reach)
         return await super().start()
 

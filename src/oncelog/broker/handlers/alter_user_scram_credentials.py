@@ -3,11 +3,13 @@ the credential records to its metadata log and answers per user (`controller/scr
 client salts and hashes; no password reaches the broker. Needs ALTER on the cluster, as in Kafka."""
 from __future__ import annotations
 
+import contextlib
+
 from oncelog.broker.authorization import Op, authorize_cluster
 from oncelog.broker.controller_client import ControllerUnavailable
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
-from oncelog.protocol.errors import ErrorCode
+from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 
 API_KEY = ApiKey.ALTER_USER_SCRAM_CREDENTIALS
 
@@ -19,6 +21,9 @@ async def handle(broker, version: int, request) -> bytes:
         r = await broker.credentials.client().raw(API_KEY, 0, entities.encode(request))
     except ControllerUnavailable:
         return error_response(version, request, ErrorCode.NOT_CONTROLLER, "the controller is not reachable")
+    # logins ask the controller; the followed copy shapes the mock of unknown users (scram.mock_credential)
+    with contextlib.suppress(ControllerUnavailable, KafkaProtocolError):   # then the next poll catches up
+        await broker.security.catch_up()
     return bytes(r)
 
 

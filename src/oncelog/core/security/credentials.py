@@ -21,6 +21,7 @@ from typing import Any
 
 from oncelog.core.security.scram import (
     AddScram,
+    CredentialShape,
     ScramCredential,
     ScramMechanism,
     check_iterations,
@@ -83,12 +84,28 @@ def _validate_name_and_mechanism(name: str, mechanism: int) -> tuple[ErrorCode, 
 class ScramCredentials:
     def __init__(self) -> None:
         self._creds: dict[tuple[str, ScramMechanism], ScramCredential] = {}
+        # per mechanism, how many credentials have each (salt length, iterations): what the SCRAM
+        # mock of a user that does not exist looks like (`scram.mock_credential`)
+        self._shapes: dict[ScramMechanism, dict[CredentialShape, int]] = {m: {} for m in ScramMechanism}
 
     def __len__(self) -> int:
         return len(self._creds)
 
     def lookup(self, name: str, mechanism: ScramMechanism) -> ScramCredential | None:
         return self._creds.get((name, mechanism))
+
+    def shapes(self, mechanism: ScramMechanism) -> dict[CredentialShape, int]:
+        """A live view (read-only): shape -> number of stored credentials of `mechanism` with it."""
+        return self._shapes[mechanism]
+
+    def _count_shape(self, mechanism: ScramMechanism, c: ScramCredential, delta: int) -> None:
+        shape = CredentialShape(len(c.salt), c.iterations)
+        counts = self._shapes[mechanism]
+        n = counts.get(shape, 0) + delta
+        if n > 0:
+            counts[shape] = n
+        else:
+            counts.pop(shape, None)
 
     def users(self) -> set[str]:
         return {name for name, _ in self._creds}
@@ -197,10 +214,16 @@ class ScramCredentials:
                                        int(record["iterations"]))
             except (KeyError, TypeError, ValueError, binascii.Error) as e:
                 raise ValueError(f"bad SCRAM credential record for {name!r}: {e}") from None
+            replaced = self._creds.get((name, mech))
+            if replaced is not None:
+                self._count_shape(mech, replaced, -1)
             self._creds[(name, mech)] = cred
+            self._count_shape(mech, cred, 1)
         elif kind == REMOVE_SCRAM_RECORD:
-            if self._creds.pop((name, mech), None) is None:
+            removed = self._creds.pop((name, mech), None)
+            if removed is None:
                 raise ValueError(f"Unable to find credential to delete: {name} {mech.mechanism_name}")
+            self._count_shape(mech, removed, -1)
         else:
             raise ValueError(f"not a SCRAM credential record: {kind!r}")
 

@@ -276,16 +276,22 @@ SECURITY_SETTINGS: tuple[ConfigDef, ...] = (
     ConfigDef("allow.everyone.if.no.acl.found", "boolean", False, "Allow actions on resources without ACLs."),
     ConfigDef("quota.window.num", "int", 11, "Samples kept for client quota rates.", minimum=1),
     ConfigDef("quota.window.size.seconds", "int", 1, "Length of one quota sample.", minimum=1),
-    ConfigDef("max.connections", "int", 2**31 - 1, "Connections the broker accepts.", minimum=0),
-    ConfigDef("max.connections.per.ip", "int", 2**31 - 1, "Connections from one address.", minimum=0),
+    ConfigDef("max.connections", "int", 2**31 - 1, "Connections the broker holds (per listener with the "
+              "listener.name.<l>. prefix); at the limit it accepts no more until one closes.", minimum=0),
+    ConfigDef("max.connections.per.ip", "int", 2**31 - 1, "Connections from one address; more are closed as "
+              "they arrive.", minimum=0),
     ConfigDef("max.connections.per.ip.overrides", "string", "", "host:count,... exceptions."),
+    ConfigDef("max.connection.creation.rate", "int", 2**31 - 1, "New connections a second the broker accepts "
+              "(per listener with the listener.name.<l>. prefix); faster ones wait.", minimum=0),
+    ConfigDef("connections.max.idle.ms", "long", 600000, "A connection with no traffic for this long is closed "
+              "(negative: never)."),
     ConfigDef("oncelog.add.scram", "string", "", "Bootstrap SCRAM credentials, as `oncelog serve "
               "--add-scram` (kafka-storage syntax, several separated by commas)."),
 )
 
 # settings that `listener.name.<l>.` may override (Kafka's reconfigurable listener configs)
 LISTENER_OVERRIDABLE_PREFIXES = ("ssl.", "sasl.", "connections.max.reauth.ms", "max.connections",
-                                 "connection.failed.authentication.delay.ms")
+                                 "max.connection.creation.rate", "connection.failed.authentication.delay.ms")
 _LISTENER_KEY = re.compile(r"^listener\.name\.([a-z0-9_\-]+)\.(.+)$")
 
 

@@ -22,15 +22,15 @@ Quota settings live in the metadata log (Kafka's ClientQuotaRecord):
 An entity part that is null is the default entity (`<default>`); an absent part is not in the
 entity. AlterClientQuotas is decided into such records and replayed (`ClientQuotaStore`).
 
-Connection limits (`max.connections`, `max.connections.per.ip`, `...per.ip.overrides`) are
-counted by `ConnectionLimits`.
+Connection limits (`max.connections`, `max.connections.per.ip`, `...per.ip.overrides`, the
+creation rates and the `ip` entities' `connection_creation_rate`) are `connection_quotas`'.
 """
 from __future__ import annotations
 
 import ipaddress
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from oncelog.protocol.errors import ErrorCode
@@ -458,40 +458,6 @@ def _is_ip(text: str) -> bool:
 
 
 # ------------------------------------------------------------------ connection limits
-
-@dataclass
-class ConnectionLimits:
-    """`max.connections` and `max.connections.per.ip` (with `max.connections.per.ip.overrides`,
-    addresses only: the broker resolves host names in the overrides before it builds this)."""
-    max_connections: int = _INT_MAX
-    max_per_ip: int = _INT_MAX
-    per_ip_overrides: dict[str, int] = field(default_factory=dict)
-    _per_ip: dict[str, int] = field(default_factory=dict)
-    _total: int = 0
-
-    def admit(self, ip: str) -> str | None:
-        """None and the connection is counted, or why it must be closed at once."""
-        limit = self.per_ip_overrides.get(ip, self.max_per_ip)
-        count = self._per_ip.get(ip, 0)
-        if count >= limit:
-            return f"Too many connections from {ip} (maximum = {limit})"
-        if self._total >= self.max_connections:
-            return f"Too many connections (max.connections = {self.max_connections})"
-        self._per_ip[ip] = count + 1
-        self._total += 1
-        return None
-
-    def release(self, ip: str) -> None:
-        count = self._per_ip.get(ip, 0)
-        if count <= 1:
-            self._per_ip.pop(ip, None)
-        else:
-            self._per_ip[ip] = count - 1
-        self._total = max(0, self._total - 1)
-
-    def count(self, ip: str | None = None) -> int:
-        return self._total if ip is None else self._per_ip.get(ip, 0)
-
 
 def parse_per_ip_overrides(text: str) -> dict[str, int]:
     """`max.connections.per.ip.overrides`: `host:count` entries separated by commas."""

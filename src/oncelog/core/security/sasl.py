@@ -123,12 +123,13 @@ class SaslSession:
     the order they are advertised; `new_server(mechanism)` makes a fresh mechanism server."""
 
     def __init__(self, mechanisms: tuple[str, ...], new_server: MechanismFactory,
-                 max_reauth_ms: int = 0) -> None:
+                 max_reauth_ms: int = 0, max_receive_size: int = SASL_SERVER_MAX_RECEIVE_SIZE) -> None:
         if not mechanisms:
             raise ValueError("No SASL mechanisms are enabled")
         self.mechanisms = tuple(mechanisms)
         self._new_server = new_server
         self.max_reauth_ms = max_reauth_ms
+        self.max_receive_size = max_receive_size
         self.state = SaslState.INITIAL
         self.raw_tokens = False                 # set by a v0 handshake
         self.principal: KafkaPrincipal | None = None
@@ -157,7 +158,7 @@ class SaslSession:
     @property
     def receive_limit(self) -> int | None:
         """The largest frame accepted now (None: the listener's socket.request.max.bytes)."""
-        return None if self.state is SaslState.COMPLETE else SASL_SERVER_MAX_RECEIVE_SIZE
+        return None if self.state is SaslState.COMPLETE else self.max_receive_size
 
     def expired(self, now_ms: int) -> bool:
         return self.expiry_ms is not None and now_ms > self.expiry_ms

@@ -32,7 +32,7 @@ import binascii
 import hashlib
 import hmac
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 
@@ -111,6 +111,40 @@ def credential_from_password(mechanism: ScramMechanism, password: str, salt: byt
                                            iterations)
 
 
+@dataclass(frozen=True, order=True)
+class CredentialShape:
+    """What a server-first message shows of a credential besides the salt itself."""
+    salt_length: int
+    iterations: int
+
+
+DEFAULT_SHAPE = CredentialShape(32, DEFAULT_ITERATIONS)   # what `--add-scram` makes
+# a mechanism's credential shapes -> how many stored credentials have each
+CredentialShapes = Callable[[ScramMechanism], Mapping[CredentialShape, int]]
+
+
+def mock_credential(mechanism: ScramMechanism, secret: bytes, username: str,
+                    shapes: Mapping[CredentialShape, int]) -> ScramCredential:
+    """RFC 5802 §5.1's made-up credential for a user that does not exist, the same at every try:
+    its salt derived from a server secret, its salt length and iteration count drawn (by the
+    same derivation) from those of the stored credentials, in their proportions, so that a
+    server-first message does not tell whether the user exists. With none stored,
+    `DEFAULT_SHAPE`."""
+    seed = _hmac(mechanism, secret, f"{mechanism.mechanism_name}\0{username}".encode())
+    shape = DEFAULT_SHAPE
+    total = sum(shapes.values())
+    if total:
+        pick = int.from_bytes(seed[:8], "big") % total
+        for candidate in sorted(shapes):
+            pick -= shapes[candidate]
+            if pick < 0:
+                shape = candidate
+                break
+    salt = b"".join(_hmac(mechanism, seed, b"salt%d" % block)
+                    for block in range(-(-shape.salt_length // mechanism.digest_size)))
+    return ScramCredential(salt[:shape.salt_length], b"", b"", shape.iterations)
+
+
 def check_iterations(mechanism: ScramMechanism, iterations: int) -> str | None:
     """Kafka's bounds (UNACCEPTABLE_CREDENTIAL): the error text, or None if acceptable."""
     if iterations < MIN_ITERATIONS:
@@ -175,16 +209,18 @@ class ScramState(Enum):
 class ScramServer:
     """One exchange. `credentials(username)` returns the stored credential or None;
     `random_bytes(n)` supplies the server nonce (`server_nonce`, if given, replaces it: the RFC
-    test vectors); `mock_secret` derives the salt shown to a user that does not exist (a
-    per-broker random secret)."""
+    test vectors); `mock_secret` (a per-broker random secret) and `mock_shapes` (the stored
+    credentials' shapes) make what a user that does not exist is shown (`mock_credential`)."""
 
     def __init__(self, mechanism: ScramMechanism, credentials: Callable[[str], ScramCredential | None],
-                 random_bytes: RandomBytes, mock_secret: bytes, server_nonce: str | None = None) -> None:
+                 random_bytes: RandomBytes, mock_secret: bytes, server_nonce: str | None = None,
+                 mock_shapes: Mapping[CredentialShape, int] | None = None) -> None:
         self.mechanism = mechanism.mechanism_name
         self._mech = mechanism
         self._credentials = credentials
         self._random = random_bytes
         self._mock_secret = mock_secret
+        self._mock_shapes = mock_shapes or {}
         self._server_nonce = server_nonce
         self.state = ScramState.RECEIVE_CLIENT_FIRST
         self.authorization_id: str | None = None
@@ -233,8 +269,7 @@ class ScramServer:
                                        f"{MIN_ITERATIONS} for {self.mechanism}", user=username)
         if credential is None:
             self._unknown_user = True
-            salt = _hmac(self._mech, self._mock_secret, f"{self.mechanism}\0{username}".encode())[:16]
-            credential = ScramCredential(salt, b"", b"", DEFAULT_ITERATIONS)
+            credential = mock_credential(self._mech, self._mock_secret, username, self._mock_shapes)
         self._credential = credential
         self.authorization_id = username
         self._client_first_bare = m.group("bare")
@@ -300,7 +335,11 @@ class ScramClient:
         if not nonce.startswith(client_nonce) or nonce == client_nonce:
             raise ScramClientError("server nonce does not extend the client nonce")
         iterations = int(m.group("iterations"))
-        if not 0 < iterations <= self._max_iterations:
+        if iterations < MIN_ITERATIONS:
+            # Kafka's ScramSaslClient: a server asking for less makes the proof cheap to crack offline
+            raise ScramClientError(f"Requested iterations {iterations} is less than the minimum {MIN_ITERATIONS} "
+                                   f"for {self._mech.mechanism_name}")
+        if iterations > self._max_iterations:
             raise ScramClientError(f"Invalid SCRAM server first message format: invalid iterations {iterations}")
         salted = salted_password(self._mech, self._password, base64.b64decode(m.group("salt")), iterations)
         without_proof = f"c=biws,r={nonce}"
