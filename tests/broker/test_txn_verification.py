@@ -7,6 +7,7 @@ install the verifier the coordinator will provide."""
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 
 from test_dedup_raw import Client, Conn, start_broker
 from test_transactions_partition import A, Txn, batch
@@ -19,8 +20,10 @@ TOPIC = "verified"
 def test_verification_hook(tmp_path):
     async def run():
         broker, host, port = await start_broker(tmp_path)
+        # what Txn's markers need of a broker to log in as another one (start_broker's data dir)
+        reach = SimpleNamespace(bootstrap=f"{host}:{port}", data_dir=tmp_path / "data")
         try:
-            t = Txn(Client(await Conn.open(host, port)), TOPIC)
+            t = Txn(Client(await Conn.open(host, port)), TOPIC, reach)
             await t.client.create_topic(TOPIC)
             calls = []
             added: set[int] = set()
@@ -46,7 +49,7 @@ def test_verification_hook(tmp_path):
                 await release.wait()
                 return E.NONE
             broker.txn_verifier = slow
-            marker_conn = Txn(Client(await Conn.open(host, port)), TOPIC)
+            marker_conn = Txn(Client(await Conn.open(host, port)), TOPIC, reach)
             waiting = asyncio.create_task(t.produce(batch(A, 4), version=11))
             while not broker.logs.get_partition(TOPIC, 0)._verifying:
                 await asyncio.sleep(0.01)
