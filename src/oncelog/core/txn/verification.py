@@ -7,9 +7,10 @@ batch must then be refused rather than open a transaction nobody will end. So ea
 a guard taken before asking, a marker for the producer clears it, and the batch is appended only
 if its guard is still the producer's.
 
-Checks of one producer that overlap (pipelined Produce requests, or two connections) share one
-guard, as `maybeCreateVerificationStateEntry` returns the existing entry: a check must not void
-another's. The guard is dropped when the last check holding it ends, or by a marker.
+Checks of one producer that overlap (its requests on two connections; one connection handles
+one request at a time) share one guard, as `maybeCreateVerificationStateEntry` returns the
+existing entry: a check must not void another's. The guard is dropped when the last check holding
+it ends, or by a marker.
 """
 from __future__ import annotations
 
