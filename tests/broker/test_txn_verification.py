@@ -7,21 +7,26 @@ install the verifier the coordinator will provide."""
 from __future__ import annotations
 
 import asyncio
+import struct
 from types import SimpleNamespace
 
-from test_dedup_raw import Client, Conn, start_broker
-from test_transactions_partition import A, Txn, batch
+from test_dedup_raw import Client, Conn, parse_produce, produce_body, start_broker
+from test_transactions_partition import A, Txn, batch, with_txn_id
 
 from oncelog.protocol.errors import ErrorCode as E
 
 TOPIC = "verified"
 
 
+def _reach(tmp_path, host: str, port: int) -> SimpleNamespace:
+    """What Txn's markers need of a broker to log in as another one (start_broker's data dir)."""
+    return SimpleNamespace(bootstrap=f"{host}:{port}", data_dir=tmp_path / "data")
+
+
 def test_verification_hook(tmp_path):
     async def run():
         broker, host, port = await start_broker(tmp_path)
-        # what Txn's markers need of a broker to log in as another one (start_broker's data dir)
-        reach = SimpleNamespace(bootstrap=f"{host}:{port}", data_dir=tmp_path / "data")
+        reach = _reach(tmp_path, host, port)
         try:
             t = Txn(Client(await Conn.open(host, port)), TOPIC, reach)
             await t.client.create_topic(TOPIC)
@@ -51,12 +56,115 @@ def test_verification_hook(tmp_path):
             broker.txn_verifier = slow
             marker_conn = Txn(Client(await Conn.open(host, port)), TOPIC, reach)
             waiting = asyncio.create_task(t.produce(batch(A, 4), version=11))
-            while not broker.logs.get_partition(TOPIC, 0)._verifying:
+            while not broker.logs.get_partition(TOPIC, 0).verification_guards:
                 await asyncio.sleep(0.01)
             assert await marker_conn.marker(A, commit=False) == 0
             release.set()
             assert (await waiting)["error_code"] == E.TRANSACTION_ABORTABLE
             assert broker.logs.get_partition(TOPIC, 0).txns.open_transactions() == []
+        finally:
+            await broker.stop()
+    asyncio.run(run())
+
+
+def _slow_verifier(broker):
+    """A verifier that answers NONE once `release` is set; `calls` lists the checks asked."""
+    release, calls = asyncio.Event(), []
+
+    async def verifier(tid, pid, epoch, topic, partition):
+        calls.append(pid)
+        await release.wait()
+        return E.NONE
+    broker.txn_verifier = verifier
+    return release, calls
+
+
+async def _until(condition, timeout_s: float = 10) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "condition never met"
+        await asyncio.sleep(0.01)
+
+
+def _frame(correlation_id: int, records: bytes, version: int = 11) -> bytes:
+    body = with_txn_id(produce_body(version, TOPIC, 0, records), version, "txn-a")
+    header = struct.pack(">hhih", 0, version, correlation_id, 4) + b"test" + b"\x00"
+    return struct.pack(">i", len(header) + len(body)) + header + body
+
+
+async def _answers(conn: Conn, n: int, version: int = 11) -> list[tuple[int, int]]:
+    """(correlation id, error code) of the next n answers on the connection."""
+    out = []
+    for _ in range(n):
+        size = struct.unpack(">i", await conn.reader.readexactly(4))[0]
+        data = await conn.reader.readexactly(size)
+        out.append((struct.unpack(">i", data[:4])[0], parse_produce(version, data[5:])[0]["error_code"]))
+    return out
+
+
+def test_a_produce_waiting_for_its_verification_holds_up_the_requests_behind_it(tmp_path):
+    """Two transactional Produce requests written at once on one connection: the second starts
+    only when the first is in the log, so it needs no verification (Kafka handles one request per
+    connection at a time). Before, it started while the first waited and replaced its guard: the
+    first was refused TRANSACTION_ABORTABLE and the second out of order (UNKNOWN_PRODUCER_ID here,
+    the producer having nothing in the log yet)."""
+    async def run():
+        broker, host, port = await start_broker(tmp_path)
+        try:
+            t = Txn(Client(await Conn.open(host, port)), TOPIC, _reach(tmp_path, host, port))
+            await t.client.create_topic(TOPIC)
+            release, calls = _slow_verifier(broker)
+            conn = t.client.conn
+            conn.writer.write(_frame(100, batch(A, 0)) + _frame(101, batch(A, 2)))
+            await conn.writer.drain()
+            await _until(lambda: calls)
+            release.set()
+            assert await _answers(conn, 2) == [(100, E.NONE), (101, E.NONE)]
+            assert calls == [A]
+            assert broker.logs.get_partition(TOPIC, 0).log_end_offset == 4
+        finally:
+            await broker.stop()
+    asyncio.run(run())
+
+
+async def _waiting(conn: Conn, correlation_id: int, seq: int, calls: list) -> None:
+    """A transactional Produce of producer A at `seq`, sent; returns once its check has begun."""
+    asked = len(calls)
+    conn.writer.write(_frame(correlation_id, batch(A, seq)))
+    await conn.writer.drain()
+    await _until(lambda: len(calls) == asked + 1)
+
+
+def test_overlapping_checks_of_one_producer_share_its_guard(tmp_path):
+    """The same producer's first batches on two connections, both waiting for the coordinator:
+    the second check must not void the first (Kafka's maybeCreateVerificationStateEntry returns
+    the producer's entry); a marker voids both."""
+    async def run():
+        broker, host, port = await start_broker(tmp_path)
+        try:
+            first = Txn(Client(await Conn.open(host, port)), TOPIC, _reach(tmp_path, host, port))
+            await first.client.create_topic(TOPIC)
+            second = Client(await Conn.open(host, port))
+            partition = broker.logs.get_partition(TOPIC, 0)
+            release, calls = _slow_verifier(broker)
+            await _waiting(first.client.conn, 100, 0, calls)
+            await _waiting(second.conn, 200, 2, calls)
+            release.set()
+            assert await _answers(first.client.conn, 1) == [(100, E.NONE)]
+            assert await _answers(second.conn, 1) == [(200, E.NONE)]
+            assert partition.log_end_offset == 4 and not partition.verification_guards
+            assert await first.marker(A, commit=True) == 0
+
+            # a marker while both wait: both refused, nothing appended
+            release.clear()
+            await _waiting(first.client.conn, 101, 4, calls)
+            await _waiting(second.conn, 201, 6, calls)
+            marker = Txn(Client(await Conn.open(host, port)), TOPIC, _reach(tmp_path, host, port))
+            assert await marker.marker(A, commit=False) == 0
+            release.set()
+            assert await _answers(first.client.conn, 1) == [(101, E.TRANSACTION_ABORTABLE)]
+            assert await _answers(second.conn, 1) == [(201, E.TRANSACTION_ABORTABLE)]
+            assert partition.txns.open_transactions() == []
         finally:
             await broker.stop()
     asyncio.run(run())

@@ -9,7 +9,7 @@ import signal
 import time
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from oncelog.testing.cluster import LocalCluster
@@ -24,27 +24,6 @@ def cluster(tmp_path):
     c = LocalCluster(tmp_path, 3, {"transaction.state.log.num.partitions": "1"}, proxies=False).start()
     yield c
     c.stop()
-
-
-def leaders(bootstrap, topic, timeout_s=30):
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
-    md = admin.list_topics(topic, timeout=10).topics[topic]
-    return {p: m.leader for p, m in md.partitions.items()}
-
-
-def place(cluster, topic, wanted, timeout_s=30):
-    """Moves partition p to broker wanted[p] and waits until the brokers' metadata say so."""
-    for p, b in wanted.items():
-        assert cluster.move_leader(topic, p, b) == 0
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            if leaders(cluster.bootstrap, topic) == wanted:
-                return
-        except (KafkaException, KeyError):
-            pass
-        assert time.monotonic() < deadline, f"{topic} never led as {wanted}"
-        time.sleep(0.1)
 
 
 def txn_producer(bootstrap, tid):
@@ -80,8 +59,8 @@ def setup_cluster(cluster, data_leaders):
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "log_level": 3})
     admin.create_topics([NewTopic(TOPIC, 2, 1)])[TOPIC].result(30)
     p = txn_producer(cluster.bootstrap, "warm-up")  # creates __transaction_state
-    place(cluster, "__transaction_state", {0: 1})
-    place(cluster, TOPIC, data_leaders)
+    cluster.place("__transaction_state", {0: 1})
+    cluster.place(TOPIC, data_leaders)
     return p
 
 

@@ -15,6 +15,11 @@ batches below the LSO, filtered by the AbortedTransactions the index query gives
 consumer filters them — is exactly the committed records; the index query returns exactly the
 aborted transactions overlapping the fetched range; the indexes hold exactly the aborted
 transactions with the LSO at their completion, and a rebuilt index equals the live one.
+
+KIP-890 verification (`VerificationGuards`): checks of a producer's first transactional batch
+start (alone, or two at once as pipelined requests), overlap and end in any order; a check's
+guard is valid exactly when no marker for its producer was appended since it started, whatever
+the producer's other checks did, and a valid check appends its batch.
 """
 from __future__ import annotations
 
@@ -27,6 +32,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from oncelog.core.txn.partition import AbortedTxnIndex, PartitionTxns, collect_aborted
 from oncelog.core.txn.read_committed import ReadCommittedFilter
+from oncelog.core.txn.verification import Guard, VerificationGuards
 from oncelog.protocol.errors import ErrorCode as E
 
 PIDS = [1, 2, 3, 4]
@@ -70,6 +76,8 @@ class PartitionMachine(RuleBasedStateMachine):
         self.indexes = {0: AbortedTxnIndex()}
         self.txns = PartitionTxns()
         self.snapshots: dict[int, list] = {0: []}  # offset -> open transactions (at each roll, as storage takes them)
+        self.guards = VerificationGuards()
+        self.checks: list[tuple[int, Guard, int]] = []  # (pid, guard, log length when it started)
 
     def _segment_of(self, offset: int) -> int:
         return self.segments[bisect_right(self.segments, offset) - 1]
@@ -144,6 +152,7 @@ class PartitionMachine(RuleBasedStateMachine):
             if abort:
                 self.indexes[self._segment_of(b.base)].append(c)
             self.txns.complete(c)
+        self.guards.clear(pid)  # as storage does after every marker
 
     @rule(pid=st.sampled_from(PIDS), batches=st.integers(1, 3), abort=st.booleans())
     def whole_transaction(self, pid, batches, abort):
@@ -151,6 +160,35 @@ class PartitionMachine(RuleBasedStateMachine):
         for _ in range(batches):
             self.produce(pid, True, 1)
         self.marker(pid, abort)
+
+    # ------------------------------------------------------------------ KIP-890 verification
+    @rule(pid=st.sampled_from(PIDS))
+    def start_verification(self, pid):
+        """A Produce with the producer's first batch here asks the coordinator and waits."""
+        self.checks.append((pid, self.guards.begin(pid), len(self.log)))
+
+    @rule(pid=st.sampled_from(PIDS))
+    def pipelined_verifications(self, pid):
+        """Two requests of one producer start their checks back to back (two connections, or a
+        broker that let the second start while the first waited)."""
+        self.start_verification(pid)
+        self.start_verification(pid)
+
+    @precondition(lambda self: self.checks)
+    @rule(data=st.data(), coordinator_ok=st.booleans())
+    def finish_verification(self, data, coordinator_ok):
+        """Any check in flight gets its answer (peers answer in any order)."""
+        pid, guard, started = self.checks.pop(data.draw(st.integers(0, len(self.checks) - 1)))
+        ended = any(b.control and b.pid == pid for b in self.log[started:])
+        if any(p == pid for p, _g, _s in self.checks):
+            event("a check answered while another of its producer waits")
+        assert self.guards.valid(pid, guard) == (not ended)
+        if not ended and coordinator_ok:
+            self.produce(pid, True, 1)
+            event("a verified batch appended")
+        self.guards.end(pid, guard)
+        if ended:
+            event("a check voided by a marker")
 
     @precondition(lambda self: self.leo > self.segments[-1])
     @rule()
@@ -204,6 +242,8 @@ class PartitionMachine(RuleBasedStateMachine):
         open_txns = self.snapshots[snap_offset]
         event(f"restart from a snapshot with {'some' if open_txns else 'no'} open transactions"
               f"{' after power loss' if power_loss else ''}")
+        self.checks.clear()  # the requests waiting died with the broker
+        self.guards = VerificationGuards()
         txns = PartitionTxns()
         txns.load(open_txns)
         for idx in self.indexes.values():
@@ -261,6 +301,12 @@ class PartitionMachine(RuleBasedStateMachine):
         self._fetch(start, end, max_scan)
 
     # ------------------------------------------------------------------ invariants
+    @invariant()
+    def guards_only_for_checks_in_flight(self):
+        assert len(self.guards) <= len({pid for pid, _g, _s in self.checks})
+        if not self.checks:
+            assert len(self.guards) == 0
+
     @invariant()
     def lso_matches_the_model(self):
         assert self.txns.last_stable_offset(self.hw, self.log_start) == self.expected_lso()

@@ -1,6 +1,7 @@
 """`oncelog verify --workload transactions` at CI size: copy loops of oncelog's client and
 librdkafka move a few thousand records in transactions (some aborted on purpose, one zombie
-fenced per client) across a 2-broker cluster while brokers are killed (-9) and partitions move;
+fenced per client, half the loops sending one record per request) across a 2-broker cluster
+while brokers are killed (-9) and partitions move;
 the output read_committed holds every input exactly once and no aborted record."""
 import pytest
 
@@ -21,9 +22,17 @@ def test_transactional_copy_under_kills_and_moves(tmp_path):
     for client in ("oncelog", "librdkafka"):
         stats = result.clients[client]
         assert stats.get("transactions committed", 0) > 0, text
+        # issue 24: pipelined transactional Produce requests across the two brokers commit too
+        assert stats.get("transactions committed by pipelining loops", 0) > 0, text
         assert stats.get("zombies fenced", 0) == 1, text
     assert result.faults, text
     assert result.broker["WriteTxnMarkers requests (broker to broker)"] > 0, text
+    # No transactional batch was refused by its verification: under kills, moves and resets no
+    # batch outlives its transaction (the clients wait for their batches before EndTxn; a fenced
+    # epoch is INVALID_PRODUCER_EPOCH). Before issue 24, pipelined batches voided each other's
+    # checks across the two brokers: 25 such refusals in this run.
+    assert result.broker["produce TRANSACTION_ABORTABLE"] == 0, text
+    assert result.broker["produce INVALID_TXN_STATE"] == 0, text
 
 
 def test_transactional_copy_over_sasl_ssl(tmp_path):

@@ -1,7 +1,8 @@
 """The broker: one asyncio server, one connection object per client, one handler module per API.
 
 Requests on a connection are handled one at a time and answered in order (Kafka's guarantee, which
-idempotent producers rely on). Bad input costs only the connection that sent it: an oversized frame
+idempotent producers rely on): the next request is read meanwhile, but starts only when the one
+before it has applied everything (`_Connection`). Bad input costs only the connection that sent it: an oversized frame
 is refused from its size prefix, a malformed request or an unsupported version closes the
 connection with a log line, and nothing half-applied remains because handlers validate before
 they append. A handler that raises is a bug in oncelog, not bad input: it is logged as one and
@@ -39,7 +40,7 @@ from oncelog.broker.logs import Logs
 from oncelog.broker.metrics import BrokerMetrics
 from oncelog.broker.producer_id_manager import ProducerIdManager
 from oncelog.broker.quotas import BrokerQuotas
-from oncelog.broker.request_context import CLIENT, LISTENER, MUTE, PRINCIPAL
+from oncelog.broker.request_context import APPLIED, CLIENT, LISTENER, MUTE, PRINCIPAL
 from oncelog.broker.scram_credentials import ControllerCredentials
 from oncelog.broker.security_follower import SecurityFollower
 from oncelog.broker.txn_coordinator import TxnCoordinatorService
@@ -350,7 +351,8 @@ class Broker:
 
     # ------------------------------------------------------------------ requests
     async def handle_request(self, frame: memoryview, peer: str = "", principal: KafkaPrincipal = ANONYMOUS,
-                             listener: str = "", mute: Callable[[int], None] | None = None) -> bytes | None:
+                             listener: str = "", mute: Callable[[int], None] | None = None,
+                             applied: Callable[[], None] | None = None) -> bytes | None:
         """The framed response to one request, or None when it gets none (Produce with acks=0).
 
         The one error boundary, as h11 keeps one: bytes that do not make a request we serve
@@ -382,6 +384,7 @@ class Broker:
                              f"(correlation id {header.correlation_id}): {e}") from None
         CLIENT.set((header.client_id, peer))
         MUTE.set(mute)
+        APPLIED.set(applied)
         PRINCIPAL.set(principal)
         LISTENER.set(listener)
         try:
@@ -474,16 +477,19 @@ def _stored_cluster_id(directory: Path) -> str:
 
 
 def _is_produce(frame: memoryview) -> bool:
-    # Produce's handler appends at dispatch; what it may leave to await is only its answer
-    # (the group commit's fsync), so the next Produce can be appended meanwhile.
+    # Only a Produce starts while answers before it wait for their fsync: any other request (a
+    # Fetch reading what the Produce wrote) sees the connection's earlier requests answered.
     return len(frame) >= 2 and frame[0] == 0 and frame[1] == ApiKey.PRODUCE
 
 
 class _Connection(asyncio.BufferedProtocol):
-    """Requests are applied one at a time, in order, and answered in order. The one exception to
-    "one at a time": a Produce whose answer waits for its fsync does not hold up the Produce
-    requests behind it (their appends join the same group commit); any other request waits
-    until every answer before it is out, as in Kafka."""
+    """Requests are applied one at a time, in order, and answered in order, as Kafka's socket
+    server mutes a channel until its response is sent: a request that waits (a long-poll Fetch, a
+    JoinGroup, a Produce's KIP-890 verification by another broker) holds up the requests behind
+    it, which are read meanwhile. The one exception: a Produce that has appended everything and
+    only waits for its fsync (it calls `request_context.applied()` before it first waits) lets
+    the Produce requests behind it start, so that their appends join the same group commit; its
+    answer still goes out first. Any other request waits until every answer before it is out."""
 
     def __init__(self, broker: Broker, security: ListenerSecurity) -> None:
         self.broker = broker
@@ -506,6 +512,7 @@ class _Connection(asyncio.BufferedProtocol):
         self.closing = False
         self.busy = False
         self.current: asyncio.Future | None = None  # the waiting request that holds up the ones behind it
+        self.only_answer_waits = False  # the request just started called request_context.applied()
         self.muted = False            # KIP-219: no reads while a quota throttle lasts
         self._muted_until = 0.0
         self.listener = security.name
@@ -589,7 +596,7 @@ class _Connection(asyncio.BufferedProtocol):
                 return
             if answered:
                 self._send(result)
-            elif _is_produce(frame):
+            elif self.only_answer_waits:
                 self._pipeline(result)
             else:
                 self.busy = True
@@ -665,8 +672,12 @@ class _Connection(asyncio.BufferedProtocol):
 
 
     def _handle(self, frame: memoryview) -> Coroutine[Any, Any, bytes | None]:
+        self.only_answer_waits = False
         return self.broker.handle_request(frame, self.peer_host, self.auth.principal, self.security.name,
-                                          self.mute)
+                                          self.mute, self._applied)
+
+    def _applied(self) -> None:
+        self.only_answer_waits = True
 
     async def _authenticate(self, frame: memoryview) -> bool:
         """A frame the authenticator takes; True when it is a request to handle after all."""
@@ -751,7 +762,7 @@ class _Connection(asyncio.BufferedProtocol):
                         continue
                     answered, response = _start(self._handle(frame))
                     if not answered:
-                        if _is_produce(frame):
+                        if self.only_answer_waits:
                             self._pipeline(response)
                             continue
                         response = await response

@@ -30,6 +30,7 @@ from oncelog.core.compaction import LastBatch, keyless_records
 from oncelog.core.producer_state import ProducerStateConfig, ProducerStateManager
 from oncelog.core.sequence import distance_below, last_sequence_of
 from oncelog.core.txn.partition import AbortedQuery, PartitionTxns, collect_aborted
+from oncelog.core.txn.verification import VerificationGuards
 from oncelog.protocol import compression
 from oncelog.protocol import records as rec
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
@@ -129,7 +130,8 @@ class Partition:
         self._restored_since_snapshot = False  # the next snapshot is due even if the log did not move
         # open transactions and the LSO; each segment's aborted-transaction index is on its Segment
         self.txns = PartitionTxns()
-        self._verifying: dict[int, object] = {}  # pid -> KIP-890 verification guard
+        # KIP-890 checks in flight (Kafka's VerificationGuard): a marker for the producer voids them
+        self.verification_guards = VerificationGuards()
         self.cleaner_checkpoint = -1  # the cleaner's first dirty offset once read (storage.cleaner)
         self._map_end = self._load_producer_state(now_ms)
         log.on_roll(self._on_roll)
@@ -332,20 +334,6 @@ class Partition:
         batch needs no KIP-890 verification."""
         return self.txns.has_open(producer_id) and self.producer_state.epoch_of(producer_id) == producer_epoch
 
-    def begin_verification(self, producer_id: int) -> object:
-        """A guard (Kafka's VerificationGuard) set before asking the coordinator whether this
-        partition is in the producer's transaction; a marker for the producer clears it, so a
-        batch whose transaction ended while it waited is refused instead of opening a new one."""
-        guard = self._verifying[producer_id] = object()
-        return guard
-
-    def verification_valid(self, producer_id: int, guard: object) -> bool:
-        return self._verifying.get(producer_id) is guard
-
-    def end_verification(self, producer_id: int, guard: object) -> None:
-        if self._verifying.get(producer_id) is guard:
-            del self._verifying[producer_id]
-
     def append_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
                       now_ms: int) -> int:
         """Append a COMMIT/ABORT control batch for the producer's transaction; returns its offset.
@@ -379,7 +367,7 @@ class Partition:
             self._map_end = self.log.log_end_offset
         finally:
             self._in_append = False
-        self._verifying.pop(producer_id, None)
+        self.verification_guards.clear(producer_id)
         if self._roll_pending:
             self._roll_pending = False
             self.take_snapshot(sync=False)

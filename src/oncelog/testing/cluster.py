@@ -6,6 +6,7 @@ killed with SIGKILL and restarted on the same ports and data."""
 from __future__ import annotations
 
 import asyncio
+import time
 import urllib.request
 from collections import Counter
 from pathlib import Path
@@ -135,6 +136,26 @@ class LocalCluster:
             finally:
                 client.close()
         return asyncio.run(asyncio.wait_for(run(), timeout_s))
+
+    def place(self, topic: str, wanted: dict[int, int], timeout_s: float = 30) -> None:
+        """Moves partition p to broker wanted[p] and waits until the brokers' metadata say so."""
+        from confluent_kafka import KafkaException
+        from confluent_kafka.admin import AdminClient
+        for p, b in wanted.items():
+            if self.move_leader(topic, p, b) != 0:
+                raise RuntimeError(f"moving {topic}-{p} to broker {b} was refused")
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 3, **self.client_security})
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                md = admin.list_topics(topic, timeout=10).topics[topic]
+                if {p: m.leader for p, m in md.partitions.items()} == wanted:
+                    return
+            except (KafkaException, KeyError):
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{topic} never led as {wanted}")
+            time.sleep(0.1)
 
     # ---------------------------------------------------------------- observation
 

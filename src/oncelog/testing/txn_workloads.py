@@ -13,6 +13,13 @@ producer (same id, a new epoch) and rewinds. librdkafka's loops are members of a
 (subscribe, KIP-447 group metadata); oncelog's consumer joins no group, so its loops split the
 partitions by assignment and commit to a group without members.
 
+Every other loop, the zombie's first among them, pipelines: one record per Produce request
+(librdkafka's `batch.num.messages=1`, oncelog's `batch.size=1`) and `linger.ms=0`, so that up to
+five requests per partition are in flight on a connection, the first of each transaction and
+partition waiting for the leader's KIP-890 verification (a round trip to another broker when the
+coordinator is there). Those loops are slower; the zombie among them is still copying when its
+successor starts.
+
 An output value is `<input value>|<instance>|<transaction number>|<C or A>`.
 """
 from __future__ import annotations
@@ -101,7 +108,8 @@ class TxnWorkload:
         running: list[CopyLoop] = []
         for k in range(self.loops):
             mine = [q for q in range(self.partitions) if q % self.loops == k]
-            running.append(loop_cls(self, f"{self.producer}-{k}", mine, random.Random(rng.random())).start())
+            running.append(loop_cls(self, f"{self.producer}-{k}", mine, random.Random(rng.random()),
+                                    pipelined=k % 2 == 0).start())
         deadline = time.monotonic() + self.timeout_s
         zombie_at = time.monotonic() + self.zombie_after_s
         zombied = False
@@ -110,7 +118,7 @@ class TxnWorkload:
                 old = running[0]
                 old.superseded = True
                 running.append(loop_cls(self, old.tid, old.partitions, random.Random(rng.random()),
-                                        generation=old.generation + 1).start())
+                                        generation=old.generation + 1, pipelined=old.pipelined).start())
                 self.stats["zombies started"] += 1
                 zombied = True
             if self._finished():
@@ -164,9 +172,10 @@ class Retriable(Exception):
 
 class CopyLoop:
     def __init__(self, w: TxnWorkload, tid: str, partitions: list[int], rng: random.Random,
-                 generation: int = 1) -> None:
+                 generation: int = 1, pipelined: bool = False) -> None:
         self.w, self.tid, self.partitions, self.rng = w, tid, partitions, rng
         self.generation = generation
+        self.pipelined = pipelined  # one record per Produce request, several in flight
         self.instance = f"{tid}.{generation}"
         self.superseded = False
         self.txn = 0
@@ -247,6 +256,8 @@ class CopyLoop:
                 return
             self.commit()
             self.w.count("transactions committed")
+            if self.pipelined:
+                self.w.count("transactions committed by pipelining loops")
             self.w.count("records copied", len(records))
         except Abortable as e:
             # a commit that failed abortably did not commit; what a fatal error interrupted is
@@ -338,9 +349,10 @@ class LibrdkafkaLoop(CopyLoop):
 
     def open_producer(self) -> None:
         from confluent_kafka import Producer
+        batching = {"linger.ms": 0, "batch.num.messages": 1} if self.pipelined else {"linger.ms": 5}
         self.producer = Producer({**self.w.client_config(), "transactional.id": self.tid,
-                                  "linger.ms": 5, "transaction.timeout.ms": 30000, "log_level": 3,
-                                  "socket.timeout.ms": 5000, "message.timeout.ms": 30000})
+                                  "transaction.timeout.ms": 30000, "log_level": 3, "socket.timeout.ms": 5000,
+                                  "message.timeout.ms": 30000, **batching})
         self._call(lambda: self.producer.init_transactions(30))
 
     def close_producer(self) -> None:
@@ -433,9 +445,10 @@ class OncelogLoop(CopyLoop):
 
     def open_producer(self) -> None:
         from oncelog.client.sync import Producer
+        batching = {"linger.ms": "0", "batch.size": "1"} if self.pipelined else {"linger.ms": "5"}
         self.producer = Producer({**self.w.client_config(), "transactional.id": self.tid,
-                                  "linger.ms": 5, "transaction.timeout.ms": 30000,
-                                  "request.timeout.ms": 5000, "delivery.timeout.ms": 30000})
+                                  "transaction.timeout.ms": 30000, "request.timeout.ms": 5000,
+                                  "delivery.timeout.ms": 30000, **batching})
         self._call(lambda: self.producer.init_transactions(30))
 
     def close_producer(self) -> None:

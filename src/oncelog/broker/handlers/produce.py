@@ -18,13 +18,17 @@ refusal is answered per version (`core.txn.errors.verification_error`: INVALID_T
 v11). A verification guard, cleared by a marker for the producer, refuses a batch whose
 transaction ended while it waited. With no verifier wired (`broker.txn_verifier is None`) the
 batch is accepted unverified, as Kafka with transaction.partition.verification.enable=false.
-A Produce that waits for a verification lets the Produce requests behind it on its connection be
-appended meanwhile (as Kafka's asynchronous verification does); their sequence checks still hold.
+A Produce that waits for a verification holds up the requests behind it on its connection (Kafka
+mutes the connection until the answer is sent): a batch behind it is checked once the first is in
+the log, and needs no verification then. Checks of one producer that overlap all the same (two
+connections) share one guard (`core.txn.verification`).
 A transactional id on a request of plain batches is ignored, as Kafka ignores it.
 
 Durability: appends run at once, in order; on a topic without write.caching an acks=all answer
 (a new batch or a duplicate's original) then waits for the group commit to fsync it
-(broker.group_commit), as Kafka's delayed produce waits for the high watermark. A batch whose
+(broker.group_commit), as Kafka's delayed produce waits for the high watermark. That wait alone
+does not hold up the Produce requests behind it on the connection (`request_context.applied`):
+they are appended meanwhile and join the same fsync; the answers go out in order. A batch whose
 fsync failed is answered KAFKA_STORAGE_ERROR (storage cut it: a retry is appended afresh), one
 still not durable after the request's timeout REQUEST_TIMED_OUT. acks=1 is answered from the page
 cache; its records become visible with the next fsync.
@@ -43,6 +47,7 @@ import asyncio
 from oncelog.broker.authorization import TOPIC, TXN_ID, Op, authorize, authorized_names
 from oncelog.broker.internal_topics import refusal
 from oncelog.broker.quotas import throttle
+from oncelog.broker.request_context import applied
 from oncelog.core.topic_names import is_internal
 from oncelog.core.txn.errors import verification_error
 from oncelog.protocol import produce as wire
@@ -144,6 +149,7 @@ async def handle(broker, version: int, request) -> bytes | None:
     if request.acks == 0:
         return None
     if waits:
+        applied()  # the Produce requests behind this one may be appended while it waits
         return await _answer_when_durable(broker, version, topics, waits, request.timeout_ms, throttle_ms)
     return wire.encode_response(version, topics, throttle_ms)
 
@@ -192,13 +198,14 @@ async def _check_transactional(broker, version: int, request, header, topic: str
     verifier = broker.txn_verifier
     if verifier is None or partition.has_open_transaction(pid, epoch):
         return None
-    guard = partition.begin_verification(pid)
+    guards = partition.verification_guards
+    guard = guards.begin(pid)
     try:
         try:
             code = await verifier(tid, pid, epoch, topic, index)
         except (TimeoutError, OSError):
             code = ErrorCode.COORDINATOR_NOT_AVAILABLE
-        if code == ErrorCode.NONE and not partition.verification_valid(pid, guard):
+        if code == ErrorCode.NONE and not guards.valid(pid, guard):
             code = ErrorCode.TRANSACTION_ABORTABLE  # its transaction ended while it waited
         if code == ErrorCode.NONE:
             return None
@@ -206,7 +213,7 @@ async def _check_transactional(broker, version: int, request, header, topic: str
                 f"partition {topic}-{index} is not in transaction {tid!r} of producer {pid} "
                 f"epoch {epoch} ({ErrorCode(code).name})")
     finally:
-        partition.end_verification(pid, guard)
+        guards.end(pid, guard)
 
 
 def _is_message_set(records) -> bool:
