@@ -168,3 +168,25 @@ def test_a_commit_marker_stays_while_its_records_do_even_past_its_horizon(tmp_pa
     assert p.last_stable_offset == p.high_watermark
     assert [v for _o, k, v, _ in read_all(p) if k == b"k"] == [b"committed"]
     p.close()
+
+
+def test_a_tombstone_past_its_horizon_goes_when_the_dirty_range_holds_only_an_aborted_transaction(tmp_path):
+    """The map of pass 2 holds no key (aborted records are left out of it), yet it covers the
+    dirty range: the tombstone below it, past its horizon, goes (Kafka's buildOffsetMap advances
+    the map's latest offset over every batch it reads, markers and aborted ones included)."""
+    p = Partition.open("t", 0, tmp_path / "t-0", config(segment_bytes=1 << 20), T0)
+    txn = {"producer_id": 5, "producer_epoch": 0, "transactional": True}
+    tombstone_at = put(p, b"a", None)
+    put(p, b"a", b"aborted-1", base_sequence=0, **txn)
+    p.append_marker(5, 0, 0, False, T0)
+    p.log.roll(T0)
+    cleaner.clean_now(p, T0 + 1)
+    first = next(h for h in p.log.iter_batches_from(0) if h.base_offset == tombstone_at)
+    assert first.attributes & DELETE_HORIZON_FLAG and first.base_timestamp == T0 + 1 + 1000
+    put(p, b"a", b"aborted-2", base_sequence=1, **txn)
+    p.append_marker(5, 0, 0, False, T0)
+    p.log.roll(T0)
+    assert cleaner.clean_now(p, T0 + 1001) > 0
+    assert [(o, k, v) for o, k, v, _ in read_all(p)] == []
+    assert p.last_stable_offset == p.high_watermark
+    p.close()
