@@ -190,3 +190,40 @@ def test_a_tombstone_past_its_horizon_goes_when_the_dirty_range_holds_only_an_ab
     assert [(o, k, v) for o, k, v, _ in read_all(p)] == []
     assert p.last_stable_offset == p.high_watermark
     p.close()
+
+
+def test_an_emptied_batch_goes_once_no_longer_its_producers_last_and_its_marker_after_it(tmp_path):
+    """Pass 1 empties producer 5's aborted batch and keeps it (its last batch). Once producer 5
+    has written another batch, the empty one goes even though nothing else of its segment
+    changes (Kafka: DELETE_EMPTY keeps no empty batch it need not), and its ABORT marker then
+    follows the tombstone rule: a horizon at the next pass, gone at the first pass after it."""
+    p = Partition.open("t", 0, tmp_path / "t-0", config(segment_bytes=1 << 20, delete_retention_ms=100), T0)
+    txn = {"producer_id": 5, "producer_epoch": 0, "transactional": True}
+    put(p, b"k", b"v")
+    aborted_at = put(p, b"a", b"aborted", base_sequence=0, **txn)
+    abort_at = p.append_marker(5, 0, 0, False, T0)
+    p.log.roll(T0)
+
+    def batches() -> dict[int, tuple[int, bool]]:
+        return {h.base_offset: (h.records_count, bool(h.attributes & DELETE_HORIZON_FLAG))
+                for h in p.log.iter_batches_from(0)}
+
+    cleaner.clean_now(p, T0 + 1)
+    assert batches()[aborted_at] == (0, False)
+    put(p, b"c", b"committed", base_sequence=1, **txn)
+    p.append_marker(5, 0, 0, True, T0)
+    p.log.roll(T0)
+    cleaner.clean_now(p, T0 + 2)
+    assert aborted_at not in batches() and batches()[abort_at] == (1, False)
+    for t in (T0 + 3, T0 + 200):
+        put(p, b"x%d" % (t - T0), b"filler")
+        p.log.roll(t)
+        cleaner.clean_now(p, t)
+        assert batches().get(abort_at) == ((1, True) if t == T0 + 3 else None)
+    assert [(k, v) for _o, k, v, _ in read_all(p)] == [(b"k", b"v"), (b"c", b"committed"),
+                                                      (b"x3", b"filler"), (b"x200", b"filler")]
+    p.close()
+    snaps.delete_snapshots(path for _off, path in snaps.list_snapshots(tmp_path / "t-0"))
+    p = Partition.open("t", 0, tmp_path / "t-0", config(segment_bytes=1 << 20, delete_retention_ms=100), T0 + 300)
+    assert p.last_stable_offset == p.high_watermark
+    p.close()

@@ -261,7 +261,9 @@ def judge_batch(h: BatchHeader, records: list[RecordSpan], offsets: OffsetMap, t
     tombstones = not h.is_control and any(not r.has_value for r in keep)
     if horizon == NO_HORIZON and (tombstones or (h.is_control and may_go and keep)):
         horizon = now_ms + delete_retention_ms
-    unchanged = len(keep) == len(records) and horizon == delete_horizon(h)
+    # an empty batch (emptied by an earlier pass) that is no longer its producer's last goes,
+    # as Kafka keeps no empty batch it need not (DELETE_EMPTY); it would hold its marker too
+    unchanged = len(keep) == len(records) and horizon == delete_horizon(h) and (bool(keep) or is_last)
     return BatchVerdict(keep, is_last, horizon, unchanged)
 
 
