@@ -168,3 +168,62 @@ def test_a_commit_marker_stays_while_its_records_do_even_past_its_horizon(tmp_pa
     assert p.last_stable_offset == p.high_watermark
     assert [v for _o, k, v, _ in read_all(p) if k == b"k"] == [b"committed"]
     p.close()
+
+
+def test_a_tombstone_past_its_horizon_goes_when_the_dirty_range_holds_only_an_aborted_transaction(tmp_path):
+    """The map of pass 2 holds no key (aborted records are left out of it), yet it covers the
+    dirty range: the tombstone below it, past its horizon, goes (Kafka's buildOffsetMap advances
+    the map's latest offset over every batch it reads, markers and aborted ones included)."""
+    p = Partition.open("t", 0, tmp_path / "t-0", config(segment_bytes=1 << 20), T0)
+    txn = {"producer_id": 5, "producer_epoch": 0, "transactional": True}
+    tombstone_at = put(p, b"a", None)
+    put(p, b"a", b"aborted-1", base_sequence=0, **txn)
+    p.append_marker(5, 0, 0, False, T0)
+    p.log.roll(T0)
+    cleaner.clean_now(p, T0 + 1)
+    first = next(h for h in p.log.iter_batches_from(0) if h.base_offset == tombstone_at)
+    assert first.attributes & DELETE_HORIZON_FLAG and first.base_timestamp == T0 + 1 + 1000
+    put(p, b"a", b"aborted-2", base_sequence=1, **txn)
+    p.append_marker(5, 0, 0, False, T0)
+    p.log.roll(T0)
+    assert cleaner.clean_now(p, T0 + 1001) > 0
+    assert [(o, k, v) for o, k, v, _ in read_all(p)] == []
+    assert p.last_stable_offset == p.high_watermark
+    p.close()
+
+
+def test_an_emptied_batch_goes_once_no_longer_its_producers_last_and_its_marker_after_it(tmp_path):
+    """Pass 1 empties producer 5's aborted batch and keeps it (its last batch). Once producer 5
+    has written another batch, the empty one goes even though nothing else of its segment
+    changes (Kafka: DELETE_EMPTY keeps no empty batch it need not), and its ABORT marker then
+    follows the tombstone rule: a horizon at the next pass, gone at the first pass after it."""
+    p = Partition.open("t", 0, tmp_path / "t-0", config(segment_bytes=1 << 20, delete_retention_ms=100), T0)
+    txn = {"producer_id": 5, "producer_epoch": 0, "transactional": True}
+    put(p, b"k", b"v")
+    aborted_at = put(p, b"a", b"aborted", base_sequence=0, **txn)
+    abort_at = p.append_marker(5, 0, 0, False, T0)
+    p.log.roll(T0)
+
+    def batches() -> dict[int, tuple[int, bool]]:
+        return {h.base_offset: (h.records_count, bool(h.attributes & DELETE_HORIZON_FLAG))
+                for h in p.log.iter_batches_from(0)}
+
+    cleaner.clean_now(p, T0 + 1)
+    assert batches()[aborted_at] == (0, False)
+    put(p, b"c", b"committed", base_sequence=1, **txn)
+    p.append_marker(5, 0, 0, True, T0)
+    p.log.roll(T0)
+    cleaner.clean_now(p, T0 + 2)
+    assert aborted_at not in batches() and batches()[abort_at] == (1, False)
+    for t in (T0 + 3, T0 + 200):
+        put(p, b"x%d" % (t - T0), b"filler")
+        p.log.roll(t)
+        cleaner.clean_now(p, t)
+        assert batches().get(abort_at) == ((1, True) if t == T0 + 3 else None)
+    assert [(k, v) for _o, k, v, _ in read_all(p)] == [(b"k", b"v"), (b"c", b"committed"),
+                                                      (b"x3", b"filler"), (b"x200", b"filler")]
+    p.close()
+    snaps.delete_snapshots(path for _off, path in snaps.list_snapshots(tmp_path / "t-0"))
+    p = Partition.open("t", 0, tmp_path / "t-0", config(segment_bytes=1 << 20, delete_retention_ms=100), T0 + 300)
+    assert p.last_stable_offset == p.high_watermark
+    p.close()

@@ -14,6 +14,7 @@ Invariants, after every step:
   removed after its delete horizon (the first pass that covered it, plus delete.retention.ms):
   then the key is absent (records of aborted transactions never count);
 - no transaction is open after any step, restarts included (markers stay while their records do);
+- after a pass, an empty batch below its end is its producer's last batch, none other;
 - a retry of each idempotent producer's last batch is answered as a duplicate with its original
   offset, and its next batch is accepted (never OutOfOrderSequence), after cleaning and restarts."""
 from __future__ import annotations
@@ -163,7 +164,16 @@ class CompactionMachine(RuleBasedStateMachine):
         end = cleaner.read_checkpoint(self.dir)
         if end > before:
             self._model_pass(end)
+            self._only_last_batches_are_kept_empty(end)
         self.first_dirty = max(self.first_dirty, end)
+
+    def _only_last_batches_are_kept_empty(self, end):
+        """A pass keeps an empty batch only for its producer's last sequence: one emptied
+        earlier goes once its producer has written since (else it would hold its marker too)."""
+        last = {pid: state["last"][1] for pid, state in self.producers.items() if state["last"] is not None}
+        empty = [(h.base_offset, h.producer_id) for h in self.p.log.iter_batches_from(0)
+                 if h.last_offset < end and h.records_count == 0]
+        assert all(last.get(pid) == base for base, pid in empty), (empty, last)
 
     def _model_pass(self, end):
         """What a pass that cleaned every segment below `end` does to tombstones."""

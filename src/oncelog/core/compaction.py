@@ -44,12 +44,15 @@ def key_digest(key: bytes | memoryview) -> bytes:
 
 class OffsetMap:
     """key digest -> the offset of its latest record in the dirty range, bounded in entries
-    (`log.cleaner.dedupe.buffer.size` / ENTRY_COST)."""
+    (`log.cleaner.dedupe.buffer.size` / ENTRY_COST). It is built over whole segments, and a pass
+    rewrites only the segments below the end of that range: a key it lacks has no later record
+    in the range, even when the range held no key at all (only aborted transactions and
+    markers). Kafka's map may stop inside a segment; its `latestOffset`, advanced over every
+    batch read, is that end."""
 
     def __init__(self, max_entries: int) -> None:
         self.max_entries = max(1, max_entries)
         self._map: dict[bytes, int] = {}
-        self.latest_offset = -1
 
     def __len__(self) -> int:
         return len(self._map)
@@ -59,8 +62,6 @@ class OffsetMap:
 
     def put(self, digest: bytes, offset: int) -> None:
         self._map[digest] = offset
-        if offset > self.latest_offset:
-            self.latest_offset = offset
 
     def get(self, digest: bytes) -> int:
         return self._map.get(digest, -1)
@@ -260,17 +261,16 @@ def judge_batch(h: BatchHeader, records: list[RecordSpan], offsets: OffsetMap, t
     tombstones = not h.is_control and any(not r.has_value for r in keep)
     if horizon == NO_HORIZON and (tombstones or (h.is_control and may_go and keep)):
         horizon = now_ms + delete_retention_ms
-    unchanged = len(keep) == len(records) and horizon == delete_horizon(h)
+    # an empty batch (emptied by an earlier pass) that is no longer its producer's last goes,
+    # as Kafka keeps no empty batch it need not (DELETE_EMPTY); it would hold its marker too
+    unchanged = len(keep) == len(records) and horizon == delete_horizon(h) and (bool(keep) or is_last)
     return BatchVerdict(keep, is_last, horizon, unchanged)
 
 
 def _keep_record(h: BatchHeader, r: RecordSpan, offsets: OffsetMap, horizon: int, now_ms: int) -> bool:
-    offset = h.base_offset + r.offset_delta
-    if offset > offsets.latest_offset:
-        return True
     if r.key is None:
         return False
-    if offset < offsets.get(key_digest(r.key)):
+    if h.base_offset + r.offset_delta < offsets.get(key_digest(r.key)):
         return False
     return r.has_value or horizon == NO_HORIZON or now_ms < horizon
 
