@@ -174,7 +174,7 @@ def _group_offsets(b) -> Iterator[tuple[str, str, int, int, int | None]]:
     broker coordinates."""
     if b.groups is None:
         return
-    for group, _protocol_type, _state in b.groups.listing():
+    for group, _protocol_type, _state, _type in b.groups.listing():
         if not b.coordinates(group):
             continue
         for (topic, index), c in sorted(dict(b.groups.committed(group)).items()):

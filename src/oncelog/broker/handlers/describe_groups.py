@@ -1,5 +1,7 @@
-"""DescribeGroups (API 15), v0-v5: state, protocol and members of each group. Each group needs
-DESCRIBE (else GROUP_AUTHORIZATION_FAILED in its entry); v3+ authorized operations are the caller's."""
+"""DescribeGroups (API 15), v0-v5: state, protocol and members of each classic group. Each group
+needs DESCRIBE (else GROUP_AUTHORIZATION_FAILED in its entry); v3+ authorized operations are the
+caller's. A KIP-848 consumer group is not a classic group: `Dead` without an error, as Kafka 4
+answers below v6 (ConsumerGroupDescribe describes it)."""
 from __future__ import annotations
 
 from oncelog.broker.authorization import GROUP, Op, authorize, authorized_operations
@@ -26,7 +28,7 @@ async def handle(broker, version: int, r) -> bytes:
                           group_state="", protocol_type="", protocol_data="", members=(),
                           authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))
             continue
-        g = broker.groups.group(str(gid))
+        g = None if broker.groups.consumer.is_consumer_group(str(gid)) else broker.groups.group(str(gid))
         members = ()
         # as Kafka: metadata and assignments only once the group is Stable
         stable = g is not None and g.state == STABLE
