@@ -21,7 +21,7 @@ disabled). A classic JoinGroup converts an empty consumer group back the same wa
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -244,11 +244,15 @@ class ConsumerGroupCoordinator:
                 self._forget_timers(group_id, member_id)
 
     # ------------------------------------------------------------------ offsets
-    def validate_commit(self, g: ConsumerGroup, member_id: str, epoch: int, api_version: int | None) -> int:
-        """Kafka's ConsumerGroup.validateOffsetCommit (4.0): -1 from outside the group only while
-        it is empty; a member's epoch must be its current one (STALE_MEMBER_EPOCH, which a
-        transactional commit, `api_version` None, answers as ILLEGAL_GENERATION); a member of this
-        protocol commits with OffsetCommit v9+."""
+    def validate_commit(self, g: ConsumerGroup, member_id: str, epoch: int, api_version: int | None,
+                        partitions: Iterable[tuple[str, int]]) -> int:
+        """Kafka's ConsumerGroup.validateOffsetCommit: -1 from outside the group only while it is
+        empty; a member of this protocol commits with OffsetCommit v9+; its epoch must be its
+        current one, or (Kafka 4.3, KIP-1251) an older one at which it already owned each
+        partition committed: else STALE_MEMBER_EPOCH, which a transactional commit (`api_version`
+        None) answers as ILLEGAL_GENERATION. Kafka 4.0 wants the current epoch alone, so a commit
+        racing the heartbeat that moves the epoch fails there; librdkafka reports that to the
+        application instead of retrying."""
         transactional = api_version is None
         if epoch < 0 and not g.members:
             return E.NONE
@@ -257,7 +261,8 @@ class ConsumerGroupCoordinator:
             return E.UNKNOWN_MEMBER_ID
         if api_version is not None and api_version < 9:
             return E.UNSUPPORTED_VERSION
-        if epoch != m.member_epoch:
+        ids = self._topics()
+        if not m.commit_epoch_valid(epoch, ((ids[t][0] if t in ids else None, p) for t, p in partitions)):
             return E.ILLEGAL_GENERATION if transactional else E.STALE_MEMBER_EPOCH
         return E.NONE
 

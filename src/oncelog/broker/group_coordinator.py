@@ -612,7 +612,7 @@ class GroupCoordinator:
         `generation`: a consumer group member's epoch (v9+)."""
         cg = self.consumer.group(group_id)
         if cg is not None:
-            error = self.consumer.validate_commit(cg, member_id, generation, api_version)
+            error = self.consumer.validate_commit(cg, member_id, generation, api_version, offsets)
             return error or self._store_commit(group_id, offsets, retention_ms)
         g = self.group(group_id)
         if g is None:
@@ -662,7 +662,7 @@ class GroupCoordinator:
             # Member data (v3+): validated as a commit is; without it (v0-2, aiokafka, kafkajs)
             # Kafka skips validation for transactional commits, and so no zombie fencing.
             if cg is not None:  # a member epoch (a stale one is answered ILLEGAL_GENERATION)
-                error = self.consumer.validate_commit(cg, member_id, generation, None)
+                error = self.consumer.validate_commit(cg, member_id, generation, None, offsets)
                 if error:
                     return error
                 return self._store_txn_commit(group_id, producer_id, producer_epoch, offsets)
@@ -761,23 +761,22 @@ class GroupCoordinator:
         then); a group of another protocol with members refuses (NON_EMPTY_GROUP)."""
         cg = self.consumer.group(group_id)
         g = self.group(group_id) if cg is None else None
-        if cg is None and g is None:
-            return E.GROUP_ID_NOT_FOUND, {}
         if g is not None:
             self._expire_sessions(g, self.now_ms())
+        subscribed: frozenset[str]
         if cg is not None:  # Kafka's ConsumerGroup: only topics no member subscribes to
             subscribed = cg.subscribed_names()
-            deletable = [tp for tp in partitions if tp[0] not in subscribed]
-            errors = {tp: E.GROUP_SUBSCRIBED_TO_TOPIC for tp in partitions if tp[0] in subscribed}
-        elif g is not None and g.state == EMPTY:
-            deletable = list(partitions)
-            errors: dict[tuple[str, int], int] = {}
-        elif g is not None and g.protocol_type == CONSUMER_PROTOCOL:
+        elif g is None:
+            return E.GROUP_ID_NOT_FOUND, {}
+        elif g.state == EMPTY:
+            subscribed = frozenset()
+        elif g.protocol_type == CONSUMER_PROTOCOL:
             subscribed = g.subscribed or frozenset()
-            deletable = [tp for tp in partitions if tp[0] not in subscribed]
-            errors = {tp: E.GROUP_SUBSCRIBED_TO_TOPIC for tp in partitions if tp[0] in subscribed}
         else:
             return E.NON_EMPTY_GROUP, {}
+        deletable = [tp for tp in partitions if tp[0] not in subscribed]
+        errors: dict[tuple[str, int], int] = {tp: E.GROUP_SUBSCRIBED_TO_TOPIC for tp in partitions
+                                              if tp[0] in subscribed}
         committed = self.store.get(group_id)
         gone = [tp for tp in deletable if tp in committed]
         if gone:

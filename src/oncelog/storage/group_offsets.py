@@ -197,11 +197,11 @@ class GroupOffsetStore:
 
     def _write(self, group: str, offsets: dict[tuple[str, int], Committed], meta: GroupMeta,
                consumer: ConsumerGroupRecord | None) -> None:
-        data = {"format": _FORMAT, "protocol_type": meta.protocol_type,
-                "empty_since_ms": meta.empty_since_ms, "generation": meta.generation,
-                "protocol": meta.protocol, "leader": meta.leader,
-                "members": [_member_json(m) for m in meta.members],
-                "offsets": _offsets_json(offsets)}
+        data: dict[str, Any] = {"format": _FORMAT, "protocol_type": meta.protocol_type,
+                                "empty_since_ms": meta.empty_since_ms, "generation": meta.generation,
+                                "protocol": meta.protocol, "leader": meta.leader,
+                                "members": [_member_json(m) for m in meta.members],
+                                "offsets": _offsets_json(offsets)}
         if consumer is not None:
             data["consumer_group"] = _consumer_json(consumer)
         _write_json(self._path(group), data)
@@ -392,7 +392,8 @@ def _consumer_json(r: ConsumerGroupRecord) -> dict[str, Any]:
                          "rebalance_timeout_ms": m.rebalance_timeout_ms, "server_assignor": m.server_assignor,
                          "member_epoch": m.member_epoch, "previous_member_epoch": m.previous_member_epoch,
                          "state": int(m.state), "assigned": _assignment_json(m.assigned),
-                         "pending_revocation": _assignment_json(m.pending_revocation)}
+                         "pending_revocation": _assignment_json(m.pending_revocation),
+                         "assigned_at": [[str(tid), p, e] for (tid, p), e in sorted(m.assigned_at.items())]}
                         for m in r.members],
             "targets": [{"member_id": mid, "partitions": _assignment_json(a)} for mid, a in sorted(targets.items())]}
 
@@ -410,7 +411,8 @@ def _consumer_from_json(d: dict[str, Any]) -> ConsumerGroupRecord:
         tuple(e.get("subscribed_topic_names", ())), e.get("subscribed_topic_regex"), e.get("rebalance_timeout_ms", -1),
         e.get("server_assignor"), e["member_epoch"], e.get("previous_member_epoch", 0),
         _member_state(e.get("state", 0)), _assignment_from_json(e.get("assigned", [])),
-        _assignment_from_json(e.get("pending_revocation", []))) for e in d.get("members", ()))
+        _assignment_from_json(e.get("pending_revocation", [])),
+        {(uuid.UUID(t), p): epoch for t, p, epoch in e.get("assigned_at", ())}) for e in d.get("members", ()))
     return ConsumerGroupRecord(
         d["group_epoch"], d["assignment_epoch"], members,
         tuple((t["member_id"], _assignment_from_json(t["partitions"])) for t in d.get("targets", ())),

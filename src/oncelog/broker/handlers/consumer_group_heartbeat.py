@@ -43,7 +43,7 @@ async def handle(broker, version: int, r) -> bytes:
         return refuse(E.TOPIC_AUTHORIZATION_FAILED, "The member may not describe every topic it subscribes to.")
     if not broker.coordinates(group):
         return refuse(E.NOT_COORDINATOR)
-    owned = None
+    owned: dict[uuid.UUID, frozenset[int]] | None = None
     if r.topic_partitions is not None:
         owned = {}
         for t in r.topic_partitions:

@@ -29,7 +29,7 @@ async def handle(broker, version: int, r) -> bytes:
                           authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))
             continue
         g = None if broker.groups.consumer.is_consumer_group(str(gid)) else broker.groups.group(str(gid))
-        members = ()
+        members: tuple = ()
         # as Kafka: metadata and assignments only once the group is Stable
         stable = g is not None and g.state == STABLE
         if g is not None:
@@ -40,7 +40,7 @@ async def handle(broker, version: int, r) -> bytes:
                             for m in g.members.values())
         out.append(rb("DescribedGroup", error_code=ErrorCode.NONE, group_id=gid,
                       group_state=g.state if g else "Dead", protocol_type=(g.protocol_type or "") if g else "",
-                      protocol_data=(g.protocol or "") if stable else "", members=members,
+                      protocol_data=(g.protocol or "") if stable and g else "", members=members,
                       authorized_operations=authorized_operations(broker, GROUP, str(gid), asked)))
     return rb.encode(throttle_time=0, groups=tuple(out))
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from oncelog.core.groups.reconciliation import Assignment, MemberState
@@ -48,6 +48,23 @@ class Member:
     state: MemberState = MemberState.STABLE
     assigned: Assignment = field(default_factory=dict)
     pending_revocation: Assignment = field(default_factory=dict)
+    # the epoch each assigned partition was given at (KIP-1251); absent: the member's epoch
+    assigned_at: Mapping[tuple[uuid.UUID, int], int] = field(default_factory=dict)
+
+    def commit_epoch_valid(self, epoch: int, partitions: Iterable[tuple[uuid.UUID | None, int]]) -> bool:
+        """A commit at `epoch`: the member's current epoch, or an older one at which it already
+        owned every partition committed (Kafka 4.3's assignment epochs: a commit sent before the
+        answer that moved the member's epoch arrived is still its own)."""
+        if epoch == self.member_epoch:
+            return True
+        if epoch > self.member_epoch:
+            return False
+        for tid, p in partitions:
+            if tid is None or p not in self.assigned.get(tid, ()):
+                return False
+            if epoch < self.assigned_at.get((tid, p), self.member_epoch):
+                return False
+        return True
 
     def reconciled_to(self, epoch: int) -> bool:
         return self.state == MemberState.STABLE and self.member_epoch == epoch

@@ -11,6 +11,10 @@
   those up on later heartbeats as their owners let go.
 So a partition is never handed out while its previous owner may still use it, and a member never
 gets new partitions before it has given up those it lost.
+
+Each assigned partition keeps the epoch it was given at (Kafka 4.3's assignment epochs, KIP-1251),
+so that a commit sent with an epoch the member has since left is still taken for the partitions it
+already owned then.
 """
 from __future__ import annotations
 
@@ -95,11 +99,14 @@ def _next(member: Member, epoch: int, target_epoch: int, target: Assignment, par
     if revoking and _owns_any(owned, revoking):
         return replace(member, state=MemberState.UNREVOKED_PARTITIONS, member_epoch=epoch,
                        previous_member_epoch=member.member_epoch, assigned=assigned,
+                       assigned_at={tp: e for tp, e in member.assigned_at.items() if tp[1] in assigned.get(tp[0], ())},
                        pending_revocation=revoking)
+    given_at = {tp: e for tp, e in member.assigned_at.items() if tp[1] in assigned.get(tp[0], ())}
     for tid, parts in adding.items():
         assigned[tid] = assigned.get(tid, frozenset()) | parts
+        given_at.update({(tid, p): target_epoch for p in parts})
     state = MemberState.UNRELEASED_PARTITIONS if unreleased else MemberState.STABLE
     return replace(member, state=state, member_epoch=target_epoch,
-                   previous_member_epoch=member.member_epoch, assigned=assigned,
+                   previous_member_epoch=member.member_epoch, assigned=assigned, assigned_at=given_at,
                    pending_revocation={})
 
