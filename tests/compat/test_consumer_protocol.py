@@ -13,8 +13,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
+from test_kafkajs import kafkajs, run_node, unexpected_errors  # noqa: F401  (kafkajs: a fixture)
 from test_third_party_clients import create_topic, produce_confluent, values
 
 from oncelog.protocol.api import ApiKey
@@ -47,6 +48,7 @@ class Member:
     read: list[bytes] = field(default_factory=list)
     events: list[tuple[float, str, frozenset[int]]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    commit_errors: list[str] = field(default_factory=list)   # commits refused or cut off (a broker restart)
     stop: threading.Event = field(default_factory=threading.Event)
     thread: threading.Thread | None = None
 
@@ -59,10 +61,10 @@ class Member:
                 owned -= ps
         return owned
 
-    def kinds(self, since: float = 0.0) -> list[tuple[str, frozenset[int]]]:
+    def kinds(self, since: float = 0.0, until: float = float("inf")) -> list[tuple[str, frozenset[int]]]:
         """The callbacks that changed something (librdkafka also calls on_assign with no
         partitions when a reconciliation added none)."""
-        return [(k, ps) for t, k, ps in list(self.events) if t >= since and ps]
+        return [(k, ps) for t, k, ps in list(self.events) if since <= t < until and ps]
 
     def start(self) -> Member:
         self.thread = threading.Thread(target=self._run, name=self.name, daemon=True)
@@ -82,7 +84,7 @@ class Member:
             # owner starts there): the usual pattern for exactly-once reading without transactions
             positions = [p for p in consumer.position(ps) if p.offset >= 0]
             if positions:
-                consumer.commit(offsets=positions, asynchronous=False)
+                self._commit(consumer, positions)
             self.events.append((time.monotonic(), "revoke", frozenset(p.partition for p in ps)))
 
         def on_lost(consumer, ps):
@@ -102,16 +104,25 @@ class Member:
                 self.read.append(m.value())
                 since_commit += 1
                 if since_commit >= 200:
-                    c.commit(asynchronous=False)
+                    self._commit(c)
                     since_commit = 0
                 if self.delay_s:
                     time.sleep(self.delay_s)
             if since_commit:
-                c.commit(asynchronous=False)
+                self._commit(c)
         except Exception as e:  # noqa: BLE001 - reported by the test
             self.errors.append(f"{type(e).__name__}: {e}")
         finally:
             c.close()  # leaves the group (epoch -1)
+
+    def _commit(self, consumer, offsets=None) -> None:
+        try:
+            if offsets is None:
+                consumer.commit(asynchronous=False)
+            else:
+                consumer.commit(offsets=offsets, asynchronous=False)
+        except KafkaException as e:
+            self.commit_errors.append(e.args[0].name())
 
     def close(self, timeout_s: float = 30) -> None:
         self.stop.set()
@@ -167,7 +178,7 @@ def test_three_consumers_read_30000_records_exactly_once(kip848_broker, unique_t
     assert sum(everything.values()) == 30_000, [v for v, n in everything.items() if n > 1][:10]
     assert set(everything) == set(values("x", 30_000))
     assert all(m.read for m in members), [len(m.read) for m in members]
-    assert not [e for m in members for e in m.errors]
+    assert not [e for m in members for e in m.errors + m.commit_errors]
     assert not [k for m in members for k, _ps in m.kinds() if k == "lost"]
 
 
@@ -229,3 +240,84 @@ def test_admin_client_reports_the_group_as_a_consumer_group(kip848_broker, uniqu
     assert (g.error_code.value, g.group_state, g.assignor_name) == (0, "Stable", "uniform")
     assert [mm.member_epoch for mm in g.members] == [g.group_epoch]
     m.close()
+
+
+def test_the_group_keeps_its_epochs_across_a_broker_kill9(tmp_path, unique_topic):
+    """The broker is killed -9 while three members read and commit, and restarted on the same
+    data: the group comes back at its epoch with every member at its epoch and assignment, so the
+    members go on reading where they were: no rebalance callback, no record read twice."""
+    b = BrokerProcess(tmp_path / "data", overrides=FAST_GROUPS).start()
+    try:
+        boot = b.bootstrap
+        create_topic(boot, unique_topic, PARTITIONS)
+        produce_confluent(boot, unique_topic, values("k", 12_000))
+        members = [Member(n, boot, unique_topic, unique_topic, delay_s=0.001).start() for n in ("a", "b", "c")]
+        wait_for(lambda: split(members) and all(len(m.owned()) == 2 for m in members), "two partitions each")
+        wait_for(lambda: describe(boot, unique_topic).group_state == "Stable", "the group to be stable")
+        before = describe(boot, unique_topic)
+        t = time.monotonic()
+        wait_for(lambda: sum(len(m.read) for m in members) >= 3000, "some records read")
+        b.kill()
+        b.start()
+        wait_for(lambda: sum(len(m.read) for m in members) >= 12_000, "every record", timeout_s=120)
+        after = describe(boot, unique_topic)
+        time.sleep(1)
+        end = time.monotonic()
+        for m in members:
+            m.close()
+    finally:
+        b.stop()
+    assert after.group_epoch == before.group_epoch
+    assert {x.member_id: (x.member_epoch, x.assignment) for x in after.members} == \
+        {x.member_id: (x.member_epoch, x.assignment) for x in before.members}
+    for m in members:
+        assert m.kinds(t, end) == [], (m.name, m.kinds(t, end))
+    everything = Counter(v for m in members for v in m.read)
+    assert [v for v, n in everything.items() if n > 1] == []
+    assert set(everything) == set(values("k", 12_000))
+    assert not [e for m in members for e in m.errors]
+
+
+def test_classic_groups_of_kafkajs_and_kafka_python_beside_a_consumer_group(kafkajs, kip848_broker, unique_topic):
+    """One topic read at once by a KIP-848 group of librdkafka members, a classic kafka-python
+    group and a classic kafkajs group (which also produces the records): each group reads every
+    record, and ListGroups tells the types apart."""
+    from kafka import KafkaConsumer
+    boot, n = kip848_broker.bootstrap, 6000
+    create_topic(boot, unique_topic, 3)   # kafkajs_group.js's partition count
+    members = [Member(x, boot, f"{unique_topic}-848", unique_topic).start() for x in ("a", "b")]
+    got_kp: list[bytes] = []
+
+    def kafka_python_group() -> None:
+        c = KafkaConsumer(unique_topic, bootstrap_servers=boot, group_id=f"{unique_topic}-kp",
+                          auto_offset_reset="earliest", enable_auto_commit=True, consumer_timeout_ms=20_000)
+        for m in c:
+            got_kp.append(m.value)
+            if len(got_kp) >= n:
+                break
+        c.commit()
+        c.close()
+
+    kp = threading.Thread(target=kafka_python_group, daemon=True)
+    kp.start()
+    out = run_node(kafkajs, "kafkajs_group.js", boot, unique_topic, f"{unique_topic}-kjs", str(n))
+    kp.join(120)
+    wait_for(lambda: sum(len(m.read) for m in members) >= n, "the consumer group to read everything")
+    admin = AdminClient({"bootstrap.servers": boot})  # kept: a collected client drops its requests
+    types = {g.group_id: g.type for g in admin.list_consumer_groups().result(30).valid
+             if g.group_id.startswith(unique_topic)}
+    for m in members:
+        m.close()
+    from confluent_kafka import ConsumerGroupType
+    assert types == {f"{unique_topic}-848": ConsumerGroupType.CONSUMER, f"{unique_topic}-kp": ConsumerGroupType.CLASSIC,
+                     f"{unique_topic}-kjs": ConsumerGroupType.CLASSIC}
+    expected = {f"kjs-{i}".encode() for i in range(n)}
+    consumer_group = Counter(v for m in members for v in m.read)
+    assert set(consumer_group) == expected and sum(consumer_group.values()) == n
+    assert set(got_kp) == expected
+    assert {d[3] for d in out["consume"]["deliveries"]} == {v.decode() for v in expected}
+    assert out["consume"]["committed"] == out["produce"]["endOffsets"]
+    # the topic was made here before kafkajs asked to create it
+    unexpected = [e for e in unexpected_errors(out) if "CreateTopics" not in e]
+    assert not unexpected, unexpected[:20]
+    assert not [e for m in members for e in m.errors + m.commit_errors]

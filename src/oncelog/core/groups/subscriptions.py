@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from functools import lru_cache
 from typing import Any
 
-import re2  # type: ignore[import-untyped]
+import re2
 
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 
