@@ -53,7 +53,7 @@ async def handle(broker, version: int, r) -> bytes:
     rq = Heartbeat(group, str(r.member_id), int(r.member_epoch), r.instance_id, r.rack_id,
                    entities.millis(r.rebalance_timeout), names, getattr(r, "subscribed_topic_regex", None),
                    r.server_assignor, owned, client_id or "", host)
-    if not rq.member_id and rq.member_epoch == 0:  # v0: the server names a new member
+    if version == 0 and not rq.member_id and rq.member_epoch == 0:  # v0: the server names a new member
         rq = replace(rq, member_id=str(uuid.uuid4()))
     outcome = broker.groups.consumer.heartbeat(rq, version)
     if outcome.error:

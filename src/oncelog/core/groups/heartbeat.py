@@ -17,12 +17,14 @@ One heartbeat:
    the new epoch, for all members.
 4. The member reconciles towards its target (`reconciliation`); the answer carries its whole
    assignment when it joined, sent a full request (rebalance timeout, subscription and owned
-   partitions all set: KAFKA-16367) or its assignment changed.
+   partitions all set: KAFKA-16367), its assignment changed, or (beyond Kafka) the epoch it is
+   told is not the one it sent.
 
 One liberty beside Kafka: a member that joins again (epoch 0, owning nothing, under the member id
-the group still holds at another epoch) starts afresh instead of being fenced until its session
-runs out (Kafka answers FENCED_MEMBER_EPOCH to such a join until then); its old incarnation's
-partitions are released first, so nothing is owned twice.
+the group still holds at another epoch: it was told FENCED_MEMBER_EPOCH) starts afresh, its old
+incarnation's partitions released first so nothing is owned twice. Kafka answers such a join
+FENCED_MEMBER_EPOCH again (UNRELEASED_INSTANCE_ID, fatal, for a static member) until the member's
+session runs out.
 """
 from __future__ import annotations
 
@@ -153,7 +155,10 @@ def heartbeat(group: ConsumerGroup, rq: Heartbeat, topics: TopicMetadata, settin
         group.update_member(reconciled)
     full = (rq.rebalance_timeout_ms != -1 and (rq.subscribed_topic_names is not None or rq.subscribed_topic_regex
                                                is not None) and rq.owned is not None)
-    send = joining or full or reconciled.assigned != member.assigned
+    # beyond Kafka: also when the member's epoch is not the one it sent (it lost the answer that
+    # moved it), or it would never hear of what that answer gave it unless its client sends a
+    # full request next
+    send = joining or full or reconciled.assigned != member.assigned or reconciled.member_epoch != rq.member_epoch
     return Answer(reconciled.member_id, reconciled.member_epoch, reconciled.assigned if send else None, reconciled)
 
 
@@ -173,11 +178,11 @@ def _member(group: ConsumerGroup, rq: Heartbeat) -> Member:
         return m
     holder = group.static_member(rq.instance_id)
     if joining:
-        if holder is None:
+        if holder is None or holder.member_id == rq.member_id:
             existing = group.members.get(rq.member_id)
             if existing is not None and _epoch_accepted(existing, rq):
                 return existing
-            return Member(rq.member_id)
+            return Member(rq.member_id)  # new, or it starts again (module docstring)
         if holder.member_epoch != STATIC_LEAVE_EPOCH:
             raise _refuse(E.UNRELEASED_INSTANCE_ID, f"Static member {rq.member_id} with instance id {rq.instance_id} "
                                                     f"cannot join the group because the instance id is owned by "
