@@ -49,6 +49,12 @@ class GroupDescription(NamedTuple):
 async def coordinator(cluster: Cluster, key: str, key_type: int = GROUP_KEY) -> Connection:
     """A connection to the coordinator of a group (or of a transactional id), waiting out a
     coordinator that is still loading."""
+    return await cluster.connection(await find_coordinator(cluster, key, key_type))
+
+
+async def find_coordinator(cluster: Cluster, key: str, key_type: int = GROUP_KEY) -> int:
+    """The node id of the coordinator of a group (or of a transactional id), waiting out a
+    coordinator that is still loading; the cluster knows the broker's address when it returns."""
     deadline = time.monotonic() + cluster.timeout_s
     delay = 0.05
     while True:
@@ -59,7 +65,7 @@ async def coordinator(cluster: Cluster, key: str, key_type: int = GROUP_KEY) -> 
         if code == ErrorCode.NONE:
             if c.node_id not in cluster.brokers:
                 await cluster.refresh([])
-            return await cluster.connection(c.node_id)
+            return int(c.node_id)
         if code not in _RETRY_COORDINATOR or time.monotonic() > deadline:
             raise AdminError(code, f"find the coordinator of {key}", c.error_message)
         await asyncio.sleep(delay)
