@@ -178,9 +178,7 @@ class AIOGroup:
                 protocol = await self._run_consumer(fall_back=protocol is None)
             if protocol == "classic" and not self._closing:
                 await self._run_classic()
-        except asyncio.CancelledError:
-            raise
-        except BaseException as e:  # noqa: BLE001 - handed to the application at its next poll
+        except Exception as e:  # noqa: BLE001 - handed to the application at its next poll
             log.error("group %s: membership failed: %r", self.config.group_id, e)
             self.error = e
         finally:
