@@ -297,7 +297,8 @@ async def commit(c: Consumer, offsets: dict[tuple[str, int], int], epoch: int | 
     for (topic, p), off in offsets.items():
         topics.setdefault(topic, []).append(p_cls(partition_index=p, committed_offset=off, committed_leader_epoch=-1,
                                                   committed_metadata=""))
-    r = await c.call(COMMIT, version, group_id=c.group, generation_id_or_member_epoch=c.epoch if epoch is None else epoch,
+    r = await c.call(COMMIT, version, group_id=c.group,
+                     generation_id_or_member_epoch=c.epoch if epoch is None else epoch,
                      member_id=c.member_id if member_id is None else member_id, group_instance_id=c.instance,
                      topics=tuple(t_cls(name=t, partitions=tuple(ps)) for t, ps in topics.items()))
     return [p.error_code.value for t in r.topics for p in t.partitions]
@@ -306,7 +307,8 @@ async def commit(c: Consumer, offsets: dict[tuple[str, int], int], epoch: int | 
 async def fetch_offsets(c: Consumer, partition: int, epoch: int | None = None, member_id: str | None = None):
     g_cls = entities.nested(FETCH, 9, "request", "OffsetFetchRequestGroup")
     t_cls = entities.nested(FETCH, 9, "request", "OffsetFetchRequestTopics")
-    r = await c.call(FETCH, 9, groups=(g_cls(group_id=c.group, member_id=c.member_id if member_id is None else member_id,
+    r = await c.call(FETCH, 9, groups=(g_cls(group_id=c.group,
+                                             member_id=c.member_id if member_id is None else member_id,
                                              member_epoch=c.epoch if epoch is None else epoch,
                                              topics=(t_cls(name="t", partition_indexes=(partition,)),)),),
                      require_stable=True)

@@ -3,8 +3,9 @@ clients do, and worse.
 
 Members join, heartbeat, leave (for good, or as a static member for a while and back under a new
 member id), change their subscription, lose heartbeat answers (and come back with their previous
-epoch and, as librdkafka and the Java client do after a failed heartbeat, a full request), apply a new assignment late (they keep consuming revoked partitions, and report them,
-until they get round to it), and are fenced by the coordinator's session or rebalance timer
+epoch and, as librdkafka and the Java client do after a failed heartbeat, a full request), apply
+a new assignment late (they keep consuming revoked partitions, and report them, until they get
+round to it), and are fenced by the coordinator's session or rebalance timer
 without knowing it (they learn it at their next heartbeat, as UNKNOWN_MEMBER_ID or
 FENCED_MEMBER_EPOCH, drop everything and join again). Topics are created and grown. Both
 assignors.
