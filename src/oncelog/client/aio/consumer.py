@@ -305,16 +305,17 @@ class AIOConsumer:
             if self.buffer:
                 return self._take(max_records)
             if not self.positions:
-                self._poll_wake.clear()
+                if self.group is None:
+                    await asyncio.sleep(max(0.0, min(timeout_s, 0.05)))
+                    return []
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return []
+                self._poll_wake.clear()   # set when the group hands out partitions
                 try:
-                    await asyncio.wait_for(self._poll_wake.wait(), min(left, 0.1 if self.group else left))
+                    await asyncio.wait_for(self._poll_wake.wait(), min(left, 0.1))
                 except TimeoutError:
                     pass
-                if self.group is None:
-                    return []
                 continue
             await self._resolve_positions()
             remaining = deadline - time.monotonic()
