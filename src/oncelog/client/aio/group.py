@@ -198,6 +198,7 @@ class AIOGroup:
 
     # ------------------------------------------------------------------ KIP-848
     async def _run_consumer(self, fall_back: bool) -> str | None:
+        self.protocol = "consumer"
         m = self._member = ConsumerProtocolMember(str(uuid.uuid4()), self.config.instance_id,
                                                   self.config.max_poll_interval_ms, self.config.assignor)
         m.subscribe(self.topics, self._regex())
@@ -530,7 +531,7 @@ class AIOGroup:
             self._unlink()
 
     async def _leave(self) -> None:
-        if self._member is not None and self._member.epoch > 0 and self.protocol != "classic":
+        if self.protocol == "consumer" and self._member is not None and self._member.epoch > 0:
             self._member.leaving = True
             fields = self._member.request()
             await self._ask(ApiKey.CONSUMER_GROUP_HEARTBEAT,

@@ -189,12 +189,20 @@ def _member(group: ConsumerGroup, rq: Heartbeat) -> Member:
                                                     f"{holder.member_id} member.")
         # the instance comes back: the new member id takes its place and its assignment
         return replace(holder, member_id=rq.member_id, member_epoch=0, previous_member_epoch=0)
+    holder = _static_holder(group, rq)
+    _check_epoch(holder, rq)
+    return holder
+
+
+def _static_holder(group: ConsumerGroup, rq: Heartbeat) -> Member:
+    """The static member of the request's instance id, which must be the request's member."""
+    assert rq.instance_id is not None
+    holder = group.static_member(rq.instance_id)
     if holder is None:
         raise _refuse(E.UNKNOWN_MEMBER_ID, f"Instance id {rq.instance_id} is unknown.")
     if holder.member_id != rq.member_id:
         raise _refuse(E.FENCED_INSTANCE_ID, f"Static member {rq.member_id} with instance id {rq.instance_id} was "
                                             f"fenced by member {holder.member_id}.")
-    _check_epoch(holder, rq)
     return holder
 
 
@@ -248,13 +256,7 @@ def leave(group: ConsumerGroup, rq: Heartbeat, topics: TopicMetadata) -> Answer:
         if m is None:
             raise _refuse(E.UNKNOWN_MEMBER_ID, f"Member {rq.member_id} is not a member of group {group.group_id}.")
     else:
-        holder = group.static_member(rq.instance_id)
-        if holder is None:
-            raise _refuse(E.UNKNOWN_MEMBER_ID, f"Instance id {rq.instance_id} is unknown.")
-        if holder.member_id != rq.member_id:
-            raise _refuse(E.FENCED_INSTANCE_ID, f"Static member {rq.member_id} with instance id {rq.instance_id} "
-                                                f"was fenced by member {holder.member_id}.")
-        m = holder
+        m = _static_holder(group, rq)
         if rq.member_epoch == STATIC_LEAVE_EPOCH:
             group.update_member(replace(m, member_epoch=STATIC_LEAVE_EPOCH, pending_revocation={}))
             return Answer(rq.member_id, rq.member_epoch, None, None)
