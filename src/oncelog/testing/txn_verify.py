@@ -1,7 +1,8 @@
 """`oncelog verify --workload transactions`: copy loops of each client (`testing.txn_workloads`)
 move a pre-filled input topic to an output topic in transactions while the faults run (for the
-first half of the time budget; then they stop and the loops must finish); then the output is read read_committed and read_uncommitted and checked (`checker.check_transactions`):
-every input exactly once, no record of an aborted transaction visible, aborts present in the log.
+first half of the time budget; then they stop and the loops must finish); then the output is
+read read_committed and read_uncommitted and checked (`checker.check_transactions`): every input
+exactly once, no record of an aborted transaction visible, aborts present in the log.
 The process faults (kill, move, storage, expiry, disk) target the output topic."""
 from __future__ import annotations
 
