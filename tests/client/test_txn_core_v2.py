@@ -10,6 +10,7 @@ from __future__ import annotations
 from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import invariant, rule
+from tests.client.test_txn_core import TID, TP, TP2, FakeProducer, TxnMachine, answer, respond
 
 from oncelog.client.errors import BrokerResponseError, TransactionAbortableError
 from oncelog.client.txn_core import (
@@ -29,7 +30,6 @@ from oncelog.client.txn_core import (
 from oncelog.client.types import ConsumerGroupMetadata, TopicPartition
 from oncelog.core.producer_epoch import EPOCH_EXHAUSTED_AT
 from oncelog.protocol.errors import ErrorCode as E
-from tests.client.test_txn_core import TID, TP, TP2, FakeProducer, TxnMachine, answer, respond
 
 S = TxnState
 
@@ -202,7 +202,7 @@ class TxnMachineV2(TxnMachine):
     def produce(self, tp):
         try:
             self.tm.maybe_add_partition(tp)
-        except (Exception,):  # noqa: BLE001 - illegal now: the machine's user tries anything
+        except Exception:  # noqa: BLE001 - illegal now: the machine's user tries anything
             return
         self.added.add(tp)
         self.producer.queued.append(tp)

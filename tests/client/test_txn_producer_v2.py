@@ -8,7 +8,7 @@ librdkafka's."""
 from __future__ import annotations
 
 import pytest
-from test_txn_producer import FAST, create_topic, ck_values, oncelog_values, wait_for_offset
+from test_txn_producer import FAST, ck_values, create_topic, oncelog_values, wait_for_offset
 
 from oncelog.client.sync import Producer
 from oncelog.client.types import ConsumerGroupMetadata, TopicPartition

@@ -4,18 +4,19 @@ Several producers share a few transactional ids (on two `__transaction_state` pa
 InitProducerId (with and without their id/epoch), AddPartitionsToTxn, AddOffsetsToTxn and EndTxn
 in any order, as Transactions V1 or V2 clients (EndTxn v5 bumps the epoch and tells the producer
 the (id, epoch) to go on with; the partition leaders add partitions for V2 clients; "omega"
-starts one commit away from an epoch overflow); the test plays the broker: it appends prepared transitions to a per-partition log,
-in any order, sometimes failing, completes them later, delivers markers, runs the timeout and
-expiry sweeps, and restarts a partition's coordinator from its log at a new epoch (a kill -9 or a
-leader move: appended-but-not-completed records survive, everything in memory is lost).
+starts one commit away from an epoch overflow); the test plays the broker: it appends prepared
+transitions to a per-partition log, in any order, sometimes failing, completes them later,
+delivers markers, runs the timeout and expiry sweeps, and restarts a partition's coordinator from
+its log at a new epoch (a kill -9 or a leader move: appended-but-not-completed records survive,
+everything in memory is lost).
 
 The model is a dict of plain tuples updated by the spec's rules. Checked after every step: the
 durable state equals the model's; an id is pending exactly when the model says so; every id in
 Prepare* has its Complete* pending with a marker job held or its record on the way; only the
 current (pid, epoch) of an id is accepted, every older grant gets PRODUCER_FENCED or
 INVALID_PRODUCER_ID_MAPPING, so a late request of an earlier transaction never acts on a later
-one; grants only move forward; markers carry the epoch the Prepare* record holds. At teardown every Prepare* is driven to
-Complete* (a Prepare* always leads to Complete*).
+one; grants only move forward; markers carry the epoch the Prepare* record holds. At teardown
+every Prepare* is driven to Complete* (a Prepare* always leads to Complete*).
 """
 from __future__ import annotations
 

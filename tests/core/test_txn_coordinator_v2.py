@@ -6,13 +6,13 @@ transaction refused without touching the next one."""
 from __future__ import annotations
 
 import pytest
+from tests.core.test_txn_coordinator import NOW, T0, T1, TID, U0, Harness
 
 from oncelog.core.producer_epoch import EPOCH_EXHAUSTED_AT, MAX_EPOCH
 from oncelog.core.txn.coordinator import Answer
 from oncelog.core.txn.log_format import decode_value, encode_value
 from oncelog.core.txn.state import TV_0, TV_2, TransactionMetadata, TxnState
 from oncelog.protocol.errors import ErrorCode as E
-from tests.core.test_txn_coordinator import NOW, T0, T1, TID, U0, Harness
 
 S = TxnState
 

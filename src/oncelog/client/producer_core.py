@@ -911,8 +911,9 @@ class ProducerCore:
 
     def start_epoch(self, producer_id: int, producer_epoch: int) -> None:
         """An id/epoch from the transaction coordinator (init_transactions, the bump after an
-        abort, every EndTxn under Transactions V2): every partition's sequences restart at 0 (Java's resetSequenceNumbers). Called
-        with no batch incomplete, so nothing on the wire is renumbered."""
+        abort, every EndTxn under Transactions V2): every partition's sequences restart at 0
+        (Java's resetSequenceNumbers). Called with no batch incomplete, so nothing on the wire is
+        renumbered."""
         self.on_producer_id(producer_id, producer_epoch, routine=True)
         for ps in self.partitions.values():
             if ps.idempotent:

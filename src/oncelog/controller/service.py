@@ -461,6 +461,7 @@ class Controller:
         return rb.encode(throttle_time=0, results=tuple(results))
 
     def _update_features(self, rb, r, authorized: bool) -> bytes:
+        code: int
         code, message = ErrorCode.NONE, None
         try:
             self._check(authorized)

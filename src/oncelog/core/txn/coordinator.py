@@ -534,7 +534,7 @@ class TransactionCoordinator:
         """Prepare* at the next epoch (TV_2). At an exhausted epoch the markers carry MAX_EPOCH
         of the old id and the client is told the new id at epoch 0 (KAFKA-18660)."""
         epoch = meta.producer_epoch
-        changes: dict = dict(state=S.PREPARE_COMMIT if commit else S.PREPARE_ABORT, update_ms=now_ms,
+        changes: dict[str, object] = dict(state=S.PREPARE_COMMIT if commit else S.PREPARE_ABORT, update_ms=now_ms,
                              last_producer_id=meta.producer_id, last_producer_epoch=epoch,
                              client_transaction_version=TV_2)
         if meta.state != S.ONGOING:   # an abort of nothing the coordinator knows of
