@@ -79,6 +79,12 @@ class AddPartitionsManager:
                   add: bool) -> dict[TopicPartition, int]:
         """One attempt (`broker.txn_check`): the coordinator's code per partition."""
         core = self.service.core
+        p = core.partition_of(tid)
+        if (self.broker.logs.leader(TRANSACTION_STATE_TOPIC, p)[0] == self.broker.node_id) != (p in core.owned()):
+            # the id's partition moved since the coordinator's last tick: a stale cache here would
+            # not know the producer (INVALID_PRODUCER_ID_MAPPING), or not yet serve it
+            self.service.reconcile()
+            core = self.service.core
         if add:
             answer = await self.service.execute(core.prepare_add_partitions(
                 tid, pid, epoch, tps, self.broker.now_ms(), transaction_version=TV_2))
@@ -87,7 +93,7 @@ class AddPartitionsManager:
             codes = core.verify_partitions(tid, pid, epoch, tps)
         if any(code != E.NOT_COORDINATOR for code in codes.values()):
             return codes
-        node = self.broker.logs.leader(TRANSACTION_STATE_TOPIC, core.partition_of(tid))[0]
+        node = self.broker.logs.leader(TRANSACTION_STATE_TOPIC, p)[0]
         if node < 0 or node == self.broker.node_id:
             return dict.fromkeys(tps, E.COORDINATOR_NOT_AVAILABLE)  # none leads it, or it loads here
         channel = self._channels.get(node)
