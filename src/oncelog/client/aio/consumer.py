@@ -134,7 +134,8 @@ class AIOConsumer:
         for tp in gone:
             self.positions.pop(tp, None)
             self.consumed.pop(tp, None)
-        self.buffer = deque(r for r in self.buffer if (r.topic, r.partition) not in gone)
+        # keyed as TopicPartition (offset None): a plain (topic, partition) pair never equals one
+        self.buffer = deque(r for r in self.buffer if TopicPartition(r.topic, r.partition) not in gone)
         self.raw_buffer = [x for x in self.raw_buffer if x[0] not in gone]
 
     def _wake_poll(self) -> None:
@@ -248,7 +249,9 @@ class AIOConsumer:
         if key not in self.positions:
             raise KafkaClientError(f"{key.topic}-{key.partition} is not assigned")
         self.positions[key] = offset
-        self.buffer = deque(r for r in self.buffer if (r.topic, r.partition) != key)
+        # records fetched before the seek must not be returned after it (a rewind would read
+        # them twice); compared as TopicPartition, as a (topic, partition) pair never equals one
+        self.buffer = deque(r for r in self.buffer if TopicPartition(r.topic, r.partition) != key)
         self.raw_buffer = [x for x in self.raw_buffer if x[0] != key]
 
     def position(self, tp) -> int | None:
@@ -374,6 +377,7 @@ class AIOConsumer:
             raise KafkaClientError("broker does not support Fetch v4+")
         rq = RequestBuilder(ApiKey.FETCH, v)
         topics: dict[str, list] = {}
+        fetched = {tp: self.positions[tp] for tp in tps}
         for tp in tps:
             topics.setdefault(tp.topic, []).append(rq(
                 "FetchPartition", partition=tp.partition, current_leader_epoch=-1,
@@ -385,11 +389,12 @@ class AIOConsumer:
                         forgotten_topics_data=(), rack_id="", cluster_id=None)
         body = await asyncio.wait_for(conn.request(ApiKey.FETCH, v, req),
                                       self.cluster.timeout_s + wait_ms / 1000)
-        self._on_fetch_response(v, body)
+        self._on_fetch_response(v, body, fetched)
 
-    def _on_fetch_response(self, v: int, body) -> None:
+    def _on_fetch_response(self, v: int, body, fetched: dict[TopicPartition, int | None] | None = None) -> None:
         """Records and errors of one Fetch response; an error code, known or not, is its
-        partition's alone."""
+        partition's alone. `fetched`: the positions asked for, so that a partition sought (or
+        revoked and assigned again) while the Fetch was out is left alone."""
         r = fetch.decode_response(v, body)
         if r.error_code:
             raise KafkaClientError(f"Fetch: {error_code(r.error_code).name}")
@@ -398,6 +403,8 @@ class AIOConsumer:
                 tp = TopicPartition(topic, p.index)
                 if tp not in self.positions:
                     continue
+                if fetched is not None and self.positions[tp] != fetched.get(tp):
+                    continue   # stale: its records would land at, and move, the new position
                 if p.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
                     if self.reset == "none":
                         raise KafkaClientError(f"offset {self.positions[tp]} out of range for {tp}")
