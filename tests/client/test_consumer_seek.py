@@ -1,7 +1,9 @@
 """Where a consumer reads after a seek or a revocation: never records it fetched for the old
 position. A rewind (an aborted consume-transform-produce transaction going back to the group's
 committed offsets) that was followed by records fetched before it duplicated them in the output;
-a seek during a Fetch in flight must not let that Fetch's answer move the new position."""
+a seek during a Fetch in flight must not let that Fetch's answer move the new position; a revoked
+partition's fetched records belong to the member it moves to, and no record of it comes out of
+poll once its on_revoke has run (the application commits there what it has processed)."""
 from __future__ import annotations
 
 import asyncio
@@ -65,3 +67,28 @@ async def test_a_fetch_in_flight_during_a_seek_does_not_move_the_new_position(sh
     finally:
         await c.close()
 
+
+def test_records_fetched_for_a_revoked_partition_are_not_returned(shared_broker, unique_topic):
+    a = _topic(shared_broker.bootstrap, unique_topic + "-a")
+    b = _topic(shared_broker.bootstrap, unique_topic + "-b")
+    _produce(shared_broker.bootstrap, a, 5000)
+    _produce(shared_broker.bootstrap, b, 10)
+    revoked: list[TopicPartition] = []
+    late: list[tuple[str, int]] = []
+    with Consumer({"bootstrap.servers": shared_broker.bootstrap, "group.id": unique_topic,
+                   "group.protocol": "consumer", "enable.auto.commit": False,
+                   "auto.offset.reset": "earliest"}) as c:
+        c.subscribe([a], on_revoke=lambda _c, tps: revoked.extend(tps))
+        deadline = time.monotonic() + 30
+        while not c.poll(0.5, max_records=1):
+            assert time.monotonic() < deadline, "never assigned"
+        c.subscribe([b], on_revoke=lambda _c, tps: revoked.extend(tps))   # takes `a` away
+        got_b = False
+        while not got_b:
+            assert time.monotonic() < deadline, (revoked, late)
+            for r in c.poll(0.2, max_records=1):
+                got_b = got_b or r.topic == b
+                if revoked and r.topic == a:
+                    late.append((r.topic, r.offset))
+        assert TopicPartition(a, 0) in revoked
+        assert late == []

@@ -310,7 +310,12 @@ class Consumer(_SyncWrapper):
             self._run_callbacks()
             left = max(0.0, deadline - time.monotonic())
             records = self._run(self._impl.poll(left, max_records, run_callbacks=False), left + 120)
-            if records or time.monotonic() >= deadline:
+            if records:
+                # callbacks that came due while these were taken wait for the next poll: an
+                # on_revoke run now would precede the processing of records of the partitions it
+                # gives up (committed there without them, read again by their next owner)
+                return records
+            if time.monotonic() >= deadline:
                 self._run_callbacks()
                 return records
 
