@@ -163,6 +163,8 @@ async def test_subscription_by_regex_follows_the_topics(cluster):
     state, _clock, consumer, _restart = cluster
     a = await consumer("g", topics=())
     assert await a.heartbeat(0, subscribed_topic_names=None, subscribed_topic_regex="logs-.*") == E.NONE
+    assert a.partitions() == set()                 # a new regex is resolved after the heartbeat
+    assert await a.heartbeat() == E.NONE
     d = await describe(a)
     assert sorted(t.topic_name for t in d.members[0].assignment.topic_partitions) == ["logs-a", "logs-b"]
     assert d.members[0].subscribed_topic_regex == "logs-.*"
@@ -171,6 +173,35 @@ async def test_subscription_by_regex_follows_the_topics(cluster):
     d = await describe(a)
     assert sorted(t.topic_name for t in d.members[0].assignment.topic_partitions) == ["logs-a", "logs-b", "logs-c"]
     assert sum(len(ps) for ps in a.owned.values()) == 4
+
+
+async def test_a_new_regex_is_resolved_after_the_heartbeat_that_brings_it_as_kafka_does(cluster):
+    """Kafka resolves a regex that no member of the group subscribed to asynchronously: the
+    heartbeat that brings it is answered with the topics named, the regex's topics come at the next
+    one. librdkafka's 0045_resubscribe_with_regex (consumer mode) waits for the two steps."""
+    _state, _clock, consumer, _restart = cluster
+    a = await consumer("g", topics=("u",))
+    assert await a.heartbeat(0, subscribed_topic_regex="logs-.*") == E.NONE
+    names = {t.topic_id: t.topic_name for t in (await describe(a)).members[0].assignment.topic_partitions}
+    assert sorted(names.values()) == ["u"] and a.partitions() == {0, 1}
+    first_epoch = a.epoch
+    assert await a.heartbeat() == E.NONE
+    d = await describe(a)
+    assert sorted(t.topic_name for t in d.members[0].assignment.topic_partitions) == ["logs-a", "logs-b", "u"]
+    assert a.epoch == first_epoch + 1 and sum(len(ps) for ps in a.owned.values()) == 4
+    # a member that joins with a regex the group has resolved is given its share at once
+    b = await consumer("g", topics=())
+    assert await b.heartbeat(0, subscribed_topic_names=None, subscribed_topic_regex="logs-.*") == E.NONE
+    d = await describe(b)
+    assert d.group_epoch == a.epoch + 1 and d.assignment_epoch == d.group_epoch
+    # after leaving and coming back alone, the regex is new again: two steps once more
+    for m in (a, b):
+        assert await m.heartbeat(epoch=-1) == E.NONE
+    c = await consumer("g", topics=("u",))
+    assert await c.heartbeat(0, subscribed_topic_regex="logs-.*") == E.NONE
+    assert sum(len(ps) for ps in c.owned.values()) == 2
+    assert await c.heartbeat() == E.NONE
+    assert sum(len(ps) for ps in c.owned.values()) == 4
 
 
 # ------------------------------------------------------------------ bad input changes nothing

@@ -14,7 +14,8 @@ One heartbeat:
    A regex that changed must compile (INVALID_REGULAR_EXPRESSION).
 3. The group epoch moves when the group is new, a subscription changed, or the subscribed topics'
    metadata changed (a topic created, deleted or grown); then the assignor computes a target for
-   the new epoch, for all members.
+   the new epoch, for all members. A regex no other member subscribes to matches nothing until
+   the group's next heartbeat, as Kafka resolves a new regex asynchronously.
 4. The member reconciles towards its target (`reconciliation`); the answer carries its whole
    assignment when it joined, sent a full request (rebalance timeout, subscription and owned
    partitions all set: KAFKA-16367), its assignment changed, or (beyond Kafka) the epoch it is
@@ -137,12 +138,20 @@ def heartbeat(group: ConsumerGroup, rq: Heartbeat, topics: TopicMetadata, settin
     regex_changed = updated.subscribed_topic_regex != member.subscribed_topic_regex
     if regex_changed and updated.subscribed_topic_regex is not None:
         compile_regex(updated.subscribed_topic_regex)
+    # A regex no other member subscribes to is resolved after this heartbeat, as Kafka resolves it
+    # asynchronously (maybeUpdateRegularExpressions): this answer assigns the member's topics by
+    # name, and the regex's topics come with a later heartbeat (a group epoch of their own).
+    # librdkafka's suite expects these two steps (0045_resubscribe_with_regex in consumer mode).
+    others = {m.subscribed_topic_regex for mid, m in group.members.items() if mid != member.member_id}
+    fresh = frozenset({updated.subscribed_topic_regex}) if (
+        regex_changed and updated.subscribed_topic_regex is not None and updated.subscribed_topic_regex not in others
+        and updated.subscribed_topic_regex not in group.regex_topics) else frozenset()
     # checks done: from here on the group changes
     if group.members.get(member.member_id) is not member:
         _admit(group, member)
     group.update_member(updated)
     bump = group.group_epoch == 0 or names_changed or regex_changed
-    refresh_subscriptions(group, topics, matches, bump)
+    refresh_subscriptions(group, topics, matches, bump, defer=fresh)
     if group.group_epoch > group.assignment_epoch:
         compute_target(group, settings)
     target = group.target.get(updated.member_id, {})
@@ -274,10 +283,12 @@ def fence(group: ConsumerGroup, member_id: str, topics: TopicMetadata) -> Member
 
 
 def refresh_subscriptions(group: ConsumerGroup, topics: TopicMetadata,
-                          matches: Callable[[str], frozenset[str]] | None, bump: bool) -> None:
-    """Resolve the group's regexes, take the metadata of the topics it subscribes to, and move the
-    group epoch if that changed (or `bump`)."""
-    regexes = group.regexes()
+                          matches: Callable[[str], frozenset[str]] | None, bump: bool,
+                          defer: frozenset[str] = frozenset()) -> None:
+    """Resolve the group's regexes (but those in `defer`, which match nothing until the next
+    refresh), take the metadata of the topics it subscribes to, and move the group epoch if that
+    changed (or `bump`)."""
+    regexes = group.regexes() - defer
     resolved = {r: (matches(r) if matches is not None else resolve(r, topics)) for r in regexes}
     if resolved != group.regex_topics:
         group.regex_topics = resolved
