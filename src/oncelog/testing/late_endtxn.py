@@ -75,7 +75,7 @@ class LateEndTxn:
         self.lock = threading.Lock()
         self.held: dict[str, Held] = {}
         self.stats: Counter[str] = Counter()
-        self._timers: set[asyncio.Task] = set()
+        self._deliveries: set[asyncio.Task] = set()
 
     def hold(self, frame: bytes, upstream: tuple[str, int]) -> Held | None:
         """For an EndTxn a proxy is about to forward: held (the caller forwards nothing more of
@@ -91,9 +91,7 @@ class LateEndTxn:
             except (struct.error, ValueError, IndexError):
                 return None
             self.stats[f"EndTxn({'COMMIT' if held.committed else 'ABORT'}) held"] += 1
-        task = asyncio.ensure_future(self._give_up(held))
-        self._timers.add(task)
-        task.add_done_callback(self._timers.discard)
+        asyncio.get_running_loop().call_later(self.give_up_s, self._give_up, held)
         return held
 
     def due(self, frame: bytes) -> Held | None:
@@ -136,10 +134,11 @@ class LateEndTxn:
         finally:
             writer.close()
 
-    async def _give_up(self, held: Held) -> None:
-        await asyncio.sleep(self.give_up_s)
+    def _give_up(self, held: Held) -> None:
         with self.lock:
             if self.held.get(held.transactional_id) is not held:
                 return
             del self.held[held.transactional_id]
-        await self.deliver(held, f"without a next transaction, after {self.give_up_s:.0f} s")
+        task = asyncio.ensure_future(self.deliver(held, f"without a next transaction, after {self.give_up_s:.0f} s"))
+        self._deliveries.add(task)   # kept until done (the loop holds tasks weakly)
+        task.add_done_callback(self._deliveries.discard)
