@@ -129,7 +129,7 @@ class LateEndTxn:
             code = struct.unpack_from(">h", answer, at)[0]
             self.stats[f"late EndTxn({'COMMIT' if held.committed else 'ABORT'}) answered "
                        f"{error_code(code).name}"] += 1
-        except (OSError, asyncio.IncompleteReadError, TimeoutError, struct.error):
+        except (OSError, asyncio.IncompleteReadError, TimeoutError, struct.error, IndexError, ValueError):
             self.stats["late EndTxn: no answer"] += 1
         finally:
             writer.close()
