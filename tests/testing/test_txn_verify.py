@@ -46,7 +46,7 @@ def test_transactional_copy_over_sasl_ssl(tmp_path):
     text = render(result)
     assert result.ok, text
     r = result.report
-    assert r.inputs == 2000 and r.committed_read == 2000 and not r.findings, text
+    assert r.inputs == 2000 and r.committed_read == 2000 and r.ok, text
     assert result.broker["WriteTxnMarkers requests (broker to broker)"] > 0, text
     logs = (tmp_path / "broker1.log").read_text() + (tmp_path / "broker2.log").read_text()
     assert "authenticated User:oncelog-broker (a broker) (SCRAM-SHA-512)" in logs and "on SASL_SSL" in logs
@@ -63,7 +63,7 @@ def test_late_endtxn_is_found_under_transactions_v1(tmp_path):
     change between transactions, so the coordinator takes it for the open one (Jepsen's finding
     against Kafka, KAFKA-17754): the checker must report what that does, for every client that
     ran TV1, and nothing for a client that ran TV2 (its late EndTxn carries an old epoch)."""
-    result = run(VerifyOptions(faults=("late-endtxn",), records=3000, clients=("oncelog", "librdkafka"),
+    result = run(VerifyOptions(faults=("late-endtxn",), records=2000, clients=("oncelog", "librdkafka"),
                                seed=7, duration_s=8, timeout_s=120, workload="transactions", workdir=tmp_path))
     text = render(result)
     late = {k: v for k, v in result.proxy.items() if k.startswith("late-endtxn: ")}
