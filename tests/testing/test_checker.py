@@ -226,6 +226,8 @@ def test_unseen_where_read_committed_could_not_read():
     run.stuck = {0, 1}
     r = run.check()
     assert r.counts() == {"unseen": 2, "hanging-transaction": 2}, r.to_json()
+    run.covered.update({A1: True, B1: True})   # copied where the read could not reach: not lost
+    assert run.check().counts() == {"unseen": 2, "hanging-transaction": 2}
 
 
 def test_duplicate():

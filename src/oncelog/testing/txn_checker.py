@@ -80,10 +80,7 @@ class TxnReport:
         that ran a transaction is listed, with no anomaly if it had none."""
         out: dict[str, dict[str, int]] = {who: {} for who in self.transactions}
         for f in self.findings:
-            who = f.client or "-"
-            if f.protocol is not None:
-                who += f" {f.protocol or 'reader'}"
-            kinds = out.setdefault(who, {})
+            kinds = out.setdefault(whose(f), {})
             kinds[f.kind] = kinds.get(f.kind, 0) + 1
         return out
 
@@ -93,6 +90,13 @@ class TxnReport:
                 "not_copied": self.not_copied, "transactions": self.transactions,
                 "counts": self.counts(), "by_client": self.by_client(),
                 "findings": [f.to_json() for f in self.findings[:200]]}
+
+
+def whose(f: Finding) -> str:
+    """"client protocol", "client reader" (a reader's poll), or the client alone ("-": none)."""
+    if f.protocol is None:
+        return f.client or "-"
+    return f"{f.client or '-'} {f.protocol or 'reader'}"
 
 
 def parse_output(value: bytes) -> tuple[bytes, str, int, bool]:
@@ -115,6 +119,7 @@ class _Checker:
         # the last offset read_committed returned per output partition: what a stuck read reached
         self.reached = {p: recs[-1][0] if recs else -1 for p, recs in committed.items()}
         self.findings: list[Finding] = []
+        self.unseen: set[bytes] = set()     # committed records beyond where the final read reached
         self.sender: dict[bytes, Op] = {v: op for op in ops if op.f == "txn" for _p, v, _o in op.sent}
         # the version order of every topic: (partition, offset) -> (index, value)
         self.order: dict[str, dict[tuple[int, int], tuple[int, bytes]]] = {
@@ -185,6 +190,7 @@ class _Checker:
                 if op.type != "ok":
                     continue
                 if beyond:
+                    self.unseen.add(v)
                     self.add("unseen", p, v, "committed, beyond where read_committed could read", op)
                 else:
                     self.add("lost-write", p, v, f"committed{'' if off is None else f' at offset {off}'}, "
@@ -384,7 +390,8 @@ def _copies(c: _Checker, covered: dict[bytes, bool]) -> int:
         if op.f == "txn" and op.protocol not in protocols.get(op.client, "").split(","):
             protocols[op.client] = ",".join(filter(None, (protocols.get(op.client), op.protocol)))
     not_copied = 0
-    for source in sorted(set(covered) - set(copies)):
+    unseen = {parse_output(v)[0] for v in c.unseen}   # copied, where the read could not reach
+    for source in sorted(set(covered) - set(copies) - unseen):
         if covered[source]:
             client = source.rsplit(b"-", 1)[0].decode("utf-8", "replace")   # inputs are <client>-<i>
             c.add("lost-input", None, source, "never in the committed output, although the group's "

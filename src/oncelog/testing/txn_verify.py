@@ -29,7 +29,7 @@ from oncelog.testing.faults import (
     process_env,
     proxy_config,
 )
-from oncelog.testing.txn_checker import ALLOWED, JEPSEN_CLASSES, TxnReport, check_transactions
+from oncelog.testing.txn_checker import ALLOWED, JEPSEN_CLASSES, TxnReport, check_transactions, whose
 from oncelog.testing.txn_history import History
 from oncelog.testing.txn_workloads import TxnWorkload
 from oncelog.testing.workloads import read_range
@@ -220,7 +220,7 @@ def render_transactions(result: TxnVerifyResult) -> str:
         shown[f.kind] += 1
         if shown[f.kind] > 3:
             continue  # three examples of a class tell what it is
-        lines.append(f"  {f.kind} ({f.client} {f.protocol or ''}) partition {f.partition}: "
+        lines.append(f"  {f.kind} ({whose(f)}) partition {f.partition}: "
                      f"{f.value!r} {f.detail}")
         lines += [f"      {h}" for h in f.history[:4]]
     return "\n".join(lines)
