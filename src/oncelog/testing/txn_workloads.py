@@ -35,6 +35,7 @@ import time
 import traceback
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 from oncelog.testing.txn_history import History
 
@@ -179,6 +180,8 @@ class Retriable(Exception):
 
 
 class CopyLoop:
+    consumer: Any = None
+    producer: Any = None
     def __init__(self, w: TxnWorkload, tid: str, partitions: list[int], rng: random.Random,
                  generation: int = 1, pipelined: bool = False) -> None:
         self.w, self.tid, self.partitions, self.rng = w, tid, partitions, rng
@@ -338,9 +341,12 @@ class CopyLoop:
         """TV1 or TV2: the transaction protocol the producer uses now (librdkafka: TV1 only)."""
         return "TV1"
 
+    def close_consumer(self) -> None:
+        _close_quietly(self.consumer)
+        self.consumer = None
+
     # subclasses
     def open_consumer(self) -> None: ...
-    def close_consumer(self) -> None: ...
     def open_producer(self) -> None: ...
     def close_producer(self) -> None: ...
     def poll(self) -> list[tuple[int, int, bytes]]:
@@ -366,14 +372,6 @@ class LibrdkafkaLoop(CopyLoop):
         # a rebalance starts the partitions it assigns at the group's committed offsets
         self.consumer.subscribe([w.in_topic], on_assign=lambda _c, _parts: self.positioned(None))
 
-    def close_consumer(self) -> None:
-        c, self.consumer = getattr(self, "consumer", None), None  # type: ignore[assignment]
-        try:
-            if c is not None:
-                c.close()
-        except Exception:  # noqa: BLE001 - a closed or broken consumer is gone either way
-            pass
-
     def open_producer(self) -> None:
         from confluent_kafka import Producer
         batching = {"linger.ms": 0, "batch.num.messages": 1} if self.pipelined else {"linger.ms": 5}
@@ -383,13 +381,13 @@ class LibrdkafkaLoop(CopyLoop):
         self._call(lambda: self.producer.init_transactions(30))
 
     def close_producer(self) -> None:
-        p = getattr(self, "producer", None)
+        p = self.producer
         if p is not None:
             try:
                 p.flush(1)
             except Exception:  # noqa: BLE001
                 pass
-            self.producer = None  # type: ignore[assignment]
+            self.producer = None
 
     def _call(self, fn, attempts: int = 10):
         from confluent_kafka import KafkaError, KafkaException
@@ -464,14 +462,6 @@ class OncelogLoop(CopyLoop):
         self.consumer = Consumer({**self.w.client_config(), "group.id": self.w.group,
                                   "isolation.level": "read_committed"})
 
-    def close_consumer(self) -> None:
-        c, self.consumer = getattr(self, "consumer", None), None  # type: ignore[assignment]
-        try:
-            if c is not None:
-                c.close()
-        except Exception:  # noqa: BLE001 - a closed or broken consumer is gone either way
-            pass
-
     def open_producer(self) -> None:
         from oncelog.client.sync import Producer
         batching = {"linger.ms": "0", "batch.size": "1"} if self.pipelined else {"linger.ms": "5"}
@@ -481,13 +471,13 @@ class OncelogLoop(CopyLoop):
         self._call(lambda: self.producer.init_transactions(30))
 
     def close_producer(self) -> None:
-        p = getattr(self, "producer", None)
+        p = self.producer
         if p is not None:
             try:
                 p.close(1)
             except Exception:  # noqa: BLE001
                 pass
-            self.producer = None  # type: ignore[assignment]
+            self.producer = None
 
     def _call(self, fn, attempts: int = 10):
         from oncelog.client.errors import (
@@ -549,6 +539,14 @@ class OncelogLoop(CopyLoop):
         return f"TV{getattr(self.producer, 'transaction_version', 1)}"
 
 
+def _close_quietly(consumer) -> None:
+    try:
+        if consumer is not None:
+            consumer.close()
+    except Exception:  # noqa: BLE001 - a closed or broken consumer is gone either way
+        pass
+
+
 def _delivered(sent: list, err, offset: int | None) -> None:
     if err is None:
         sent[2] = offset
@@ -563,6 +561,8 @@ class Reader:
     records every poll: Jepsen's poll operations over transactional writes, judged for aborted
     reads, skips and going backwards. After an error it starts again where it was, and the
     checker expects nothing of its next poll (an `assign` without positions)."""
+
+    consumer: Any = None
 
     def __init__(self, w: TxnWorkload) -> None:
         self.w = w
@@ -603,7 +603,10 @@ class Reader:
         raise NotImplementedError
     def log_starts(self) -> dict[int, int]:
         raise NotImplementedError
-    def close(self) -> None: ...
+
+    def close(self) -> None:
+        _close_quietly(self.consumer)
+        self.consumer = None
 
 
 class OncelogReader(Reader):
@@ -622,14 +625,6 @@ class OncelogReader(Reader):
         from oncelog.client.types import TopicPartition
         got = self.consumer.beginning_offsets([TopicPartition(self.w.out_topic, q) for q in range(self.w.partitions)])
         return {tp.partition: offset for tp, offset in got.items()}
-
-    def close(self) -> None:
-        c, self.consumer = getattr(self, "consumer", None), None  # type: ignore[assignment]
-        try:
-            if c is not None:
-                c.close()
-        except Exception:  # noqa: BLE001 - a closed or broken consumer is gone either way
-            pass
 
 
 class LibrdkafkaReader(Reader):
@@ -656,11 +651,3 @@ class LibrdkafkaReader(Reader):
         from confluent_kafka import TopicPartition
         return {q: self.consumer.get_watermark_offsets(TopicPartition(self.w.out_topic, q), timeout=10)[0]
                 for q in range(self.w.partitions)}
-
-    def close(self) -> None:
-        c, self.consumer = getattr(self, "consumer", None), None  # type: ignore[assignment]
-        try:
-            if c is not None:
-                c.close()
-        except Exception:  # noqa: BLE001 - a closed or broken consumer is gone either way
-            pass
