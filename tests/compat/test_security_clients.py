@@ -112,9 +112,9 @@ def test_kafka_python(secure, way, request):
     tp = TopicPartition(topic, 0)
     c.assign([tp])
     c.seek_to_beginning(tp)
-    values = [m.value for m in c]
+    first = next(iter(c), None)   # (iterating to the end would wait out consumer_timeout_ms)
     c.close()
-    assert values[:1] == [b"kafka-python-" + way.encode()]
+    assert first is not None and first.value == b"kafka-python-" + way.encode()
 
 
 @pytest.mark.parametrize("way", ["SCRAM-SHA-512", "PLAIN"])

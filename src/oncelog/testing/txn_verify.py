@@ -1,10 +1,11 @@
 """`oncelog verify --workload transactions`: copy loops of each client (`testing.txn_workloads`)
-move a pre-filled input topic to an output topic in transactions while the faults run, recording
-a history (`testing.txn_history`); then the output is read read_committed and read_uncommitted,
-the inputs are read back, and the history is judged (`testing.txn_checker`) with Jepsen's Kafka
-anomaly classes and the copy's promise (every input exactly once), per client and transaction
-protocol. The process faults (kill, move, storage, expiry, disk) target the output topic;
-late-endtxn holds an EndTxn back until its producer has begun the next transaction."""
+move a pre-filled input topic to an output topic in transactions while the faults run (for the
+first half of the time budget; then they stop and the loops must finish), recording a history
+(`testing.txn_history`); then the output is read read_committed and read_uncommitted, the inputs
+are read back, and the history is judged (`testing.txn_checker`) with Jepsen's Kafka anomaly
+classes and the copy's promise (every input exactly once), per client and transaction protocol.
+The process faults (kill, move, storage, expiry, disk) target the output topic; late-endtxn holds
+an EndTxn back until its producer has begun the next transaction."""
 from __future__ import annotations
 
 import shutil
@@ -132,11 +133,24 @@ def run_transactions(options, progress=None) -> TxnVerifyResult:
             f"{', '.join(options.faults) or 'no faults'}")
         threads = [threading.Thread(target=w.run, args=(ends[w.client],), name=f"txn-{w.client}", daemon=True)
                    for w in workloads]
+        # Faults for the first half of the time budget, then quiet (Jepsen's final heal): the
+        # loops must then finish, so a run that never recovers is told from one slowed by faults
+        # that keep coming while the machine is slow.
+        window = (duration or 0) + options.timeout_s / 2
+
+        def heal() -> None:
+            say(f"faults stop after {window:.0f}s: the copy loops finish without them")
+            runner.stop()
+            cluster.set_faults(False)
+        healing = threading.Timer(window, heal)
+        healing.daemon = True
         runner.start()
+        healing.start()
         for t in threads:
             t.start()
         for t in threads:
             t.join(options.timeout_s + (duration or 0) + 120)
+        healing.cancel()
         say("stopping the faults")
         runner.stop()
         if runner.error is not None:
