@@ -18,8 +18,12 @@ The same table as the seed ran it (`kafka-producer-perf-test --transactional-id`
 transactional, committing as Kafka's ProducerPerformance does (after the send that finds the
 transaction `--transaction-duration-ms` old, default 3000 as Kafka's tool), each beside its
 idempotent run in the same invocation; librdkafka's transactional producer (in-flight capped at 5
-as for idempotence). Then the cost of transactions at low latency: idempotent vs transactional
-throughput of both clients, rounds alternated on one broker without the proxy, at each of
+as for idempotence). oncelog's producer runs its transactions twice: in Transactions V2 (the
+default, the broker finalizing transaction.version 2: no AddPartitionsToTxn, an epoch bump per
+EndTxn) and in V1 (`oncelog.transaction.v2.enable=false`, AddPartitionsToTxn before a
+partition's first batch of each transaction, as librdkafka), V2/V1 printed. Then the cost of
+transactions at low latency: idempotent vs transactional throughput of both clients (oncelog's
+in V2 and V1), rounds alternated on one broker without the proxy, at each of
 `--low-latency-durations` (ms per transaction), ratios printed. Plot: docs/bench-inflight-txn.png.
 """
 from __future__ import annotations
@@ -39,6 +43,7 @@ from oncelog.testing.fault_proxy import FaultConfig, FaultProxyProcess
 from oncelog.testing.perf import run_produce
 
 WINDOWS = [1, 5, 10, 20, 50]
+V1 = {"oncelog.transaction.v2.enable": "false"}   # oncelog's producer in Transactions V1
 PNG = "docs/bench-inflight.png"
 PNG_TXN = "docs/bench-inflight-txn.png"
 
@@ -288,7 +293,7 @@ def high_rtt_txn(args, windows: list[int], data: str, results: dict) -> None:
     try:
         with AdminClient({"bootstrap.servers": boot}) as admin:
             for w in windows:
-                for mode in ("idempotent", "transactional"):
+                for mode in ("idempotent", "transactional", "transactional-v1"):
                     admin.create_topics([f"inflight-{mode}-{w}"], config={
                         "producer.state.batches.to.retain": str(max(w, 5))}, exist_ok=True)
             admin.create_topics(["inflight-librdkafka-idempotent",
@@ -299,10 +304,11 @@ def high_rtt_txn(args, windows: list[int], data: str, results: dict) -> None:
                      "max.in.flight.requests.per.connection": str(w), "linger.ms": "5",
                      "batch.size": "16384", "buffer.memory": str(256 << 20)}
             row = {}
-            for mode in ("idempotent", "transactional"):
-                txn = {"transactional_id": f"{tid}-oncelog-{w}", "transaction_duration_ms": ms} \
-                    if mode == "transactional" else {}
-                r = run_produce(f"inflight-{mode}-{w}", n, args.record_size, -1, props,
+            for mode in ("idempotent", "transactional", "transactional-v1"):
+                txn = {"transactional_id": f"{tid}-oncelog-{mode}-{w}", "transaction_duration_ms": ms} \
+                    if mode != "idempotent" else {}
+                r = run_produce(f"inflight-{mode}-{w}", n, args.record_size, -1,
+                                {**props, **(V1 if mode == "transactional-v1" else {})},
                                 progress=False, **txn)
                 row[mode] = {k: v for k, v in r.items() if k != "line"}
             out[f"oncelog-{w}"] = row
@@ -322,10 +328,13 @@ def high_rtt_txn(args, windows: list[int], data: str, results: dict) -> None:
 
 def _print_pair(label: str, row: dict) -> None:
     i, t = row["idempotent"], row["transactional"]
+    v1 = row.get("transactional-v1")
     print(f"{label}: idempotent {i['records_per_sec']:9.1f}, transactional "
           f"{t['records_per_sec']:9.1f} records/sec ({t['mb_per_sec']:.2f} MB/sec, "
           f"{t['transactions']} transactions), transactional/idempotent "
-          f"{t['records_per_sec'] / i['records_per_sec']:.2f}", flush=True)
+          f"{t['records_per_sec'] / i['records_per_sec']:.2f}"
+          + ("" if v1 is None else f"; V1 {v1['records_per_sec']:9.1f} ({v1['transactions']} "
+             f"transactions), V2/V1 {t['records_per_sec'] / v1['records_per_sec']:.2f}"), flush=True)
 
 
 def low_latency_txn(args, data: str, results: dict) -> None:
@@ -333,13 +342,14 @@ def low_latency_txn(args, data: str, results: dict) -> None:
     oncelog and librdkafka on one broker without the proxy, alternated over rounds."""
     broker = server(data, {})
     durations = [int(d) for d in args.low_latency_durations.split(",")]
-    modes = [("idempotent", None)] + [(f"txn-{d}ms", d) for d in durations]
+    modes = [("idempotent", None, {})] + [(f"txn-{d}ms", d, {}) for d in durations]
+    client_modes = {"oncelog": modes + [(f"txn-{d}ms-v1", d, V1) for d in durations], "librdkafka": modes}
     n = args.low_latency_records
     big = {"batch.size": 262144}
-    runs: dict[str, dict[str, list]] = {c: {m: [] for m, _ in modes} for c in ("oncelog", "librdkafka")}
+    runs: dict[str, dict[str, list]] = {c: {m: [] for m, _, _ in ms} for c, ms in client_modes.items()}
     try:
         with AdminClient({"bootstrap.servers": broker.bootstrap}) as admin:
-            admin.create_topics([f"lowlat-{c}-{m}-{i}" for c in runs for m, _ in modes
+            admin.create_topics([f"lowlat-{c}-{m}-{i}" for c in runs for m in runs[c]
                                  for i in range(args.rounds)]
                                 + [f"lowlat-{c}-warmup" for c in runs], exist_ok=True)
         for c, fn in (("oncelog", oncelog_produce), ("librdkafka", librdkafka_produce)):
@@ -350,11 +360,12 @@ def low_latency_txn(args, data: str, results: dict) -> None:
             # a client's modes back to back, in the reverse order every other round, so that a
             # drift of the machine's load weighs on idempotent and transactional runs alike
             for c, fn in (("oncelog", oncelog_produce), ("librdkafka", librdkafka_produce)):
-                for m, d in (modes if i % 2 == 0 else modes[::-1]):
+                ms = client_modes[c]
+                for m, d, extra in (ms if i % 2 == 0 else ms[::-1]):
                     topic = f"lowlat-{c}-{m}-{i}"
                     runs[c][m].append(fn(broker.bootstrap, topic, n, args.record_size,
                                          transaction_ms=d, transactional_id=f"{args.transactional_id}-{c}",
-                                         **big))
+                                         **big, **extra))
             print(f"  round {i + 1}: " + "; ".join(
                 f"{c} " + ", ".join(f"{m} {v[-1]['records_per_sec']:.0f}" for m, v in r.items())
                 for c, r in runs.items()) + " rec/s", flush=True)
@@ -367,7 +378,7 @@ def low_latency_txn(args, data: str, results: dict) -> None:
     for c, r in runs.items():
         best = {m: max(x["records_per_sec"] for x in v) for m, v in r.items()}
         summary[c] = best
-        for m, _ in modes[1:]:
+        for m in list(r)[1:]:
             paired = [t["records_per_sec"] / i["records_per_sec"]
                       for t, i in zip(r[m], r["idempotent"])]
             summary.setdefault("ratios", {}).setdefault(c, {})[m] = {
@@ -378,10 +389,19 @@ def low_latency_txn(args, data: str, results: dict) -> None:
                   f"best against best, median of rounds {statistics.median(paired):.2f} (rounds: "
                   + ", ".join(f"{x:.2f}" for x in paired) + "); transactions per run: "
                   + ", ".join(str(x["transactions"]) for x in r[m]), flush=True)
-    for m, _ in modes:
+    for m, _, _ in modes:
         summary.setdefault("oncelog_vs_librdkafka", {})[m] = summary["oncelog"][m] / summary["librdkafka"][m]
     print("oncelog/librdkafka (best of each): " + ", ".join(
         f"{m} {v:.2f}" for m, v in summary["oncelog_vs_librdkafka"].items()), flush=True)
+    r = runs["oncelog"]
+    for d in durations:
+        v2, v1 = f"txn-{d}ms", f"txn-{d}ms-v1"
+        paired = [a["records_per_sec"] / b["records_per_sec"] for a, b in zip(r[v2], r[v1])]
+        summary.setdefault("v2_vs_v1", {})[v2] = {"best": summary["oncelog"][v2] / summary["oncelog"][v1],
+                                                   "paired": paired, "median_paired": statistics.median(paired)}
+        print(f"oncelog V2/V1, transactions of {d} ms: best against best "
+              f"{summary['oncelog'][v2] / summary['oncelog'][v1]:.2f}, median of rounds "
+              f"{statistics.median(paired):.2f} (rounds: {', '.join(f'{x:.2f}' for x in paired)})", flush=True)
     results["low_latency_txn"] = summary
 
 
@@ -404,6 +424,10 @@ def main_txn(args, windows: list[int]) -> None:
         print(f"transactional: window 20 / window 5 = "
               f"{a / hr['oncelog-5']['transactional']['records_per_sec']:.2f}x; window 20 / "
               f"librdkafka = {a / hr['librdkafka']['transactional']['records_per_sec']:.2f}x")
+    if hr:
+        print("oncelog V2/V1 at the high round trip: " + ", ".join(
+            f"{k} {row['transactional']['records_per_sec'] / row['transactional-v1']['records_per_sec']:.2f}"
+            for k, row in hr.items() if "transactional-v1" in row), flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)
@@ -496,9 +520,12 @@ def plot_txn(results: dict, path: str) -> None:
         labels = [k.replace("oncelog-", "oncelog\nW=").replace("librdkafka", "librdkafka\n(max 5)")
                   for k in hr]
         x = range(len(labels))
-        for off, mode, color in ((-0.2, "idempotent", "#9bbbe8"), (0.2, "transactional", "#3b7dd8")):
-            vals = [row[mode]["records_per_sec"] for row in hr.values()]
-            bars = ax.bar([i + off for i in x], vals, width=0.4, color=color, label=mode)
+        for off, mode, color in ((-0.27, "idempotent", "#9bbbe8"), (0, "transactional", "#3b7dd8"),
+                                 (0.27, "transactional-v1", "#d8703b")):
+            vals = [row[mode]["records_per_sec"] if mode in row else 0 for row in hr.values()]
+            bars = ax.bar([i + off for i in x], vals, width=0.27, color=color,
+                          label={"transactional": "transactional (V2)", "transactional-v1": "transactional V1"}
+                          .get(mode, mode))
             for b, v in zip(bars, vals):
                 ax.annotate(f"{v:,.0f}", (b.get_x() + b.get_width() / 2, v), ha="center",
                             va="bottom", fontsize=7)
@@ -512,10 +539,10 @@ def plot_txn(results: dict, path: str) -> None:
         clients = ["oncelog", "librdkafka"]
         modes = list(ll["oncelog"])
         width = 0.8 / len(modes)
-        shades = ["#bbbbbb", "#3b7dd8", "#d8703b", "#59a14f", "#9c6ade"]
+        shades = ["#bbbbbb", "#3b7dd8", "#d8703b", "#59a14f", "#9c6ade", "#edc948", "#76b7b2", "#ff9da7"]
         for j, m in enumerate(modes):
             # the median round with the range of rounds: single rounds move with the machine
-            rounds = [ll["rounds"][c][m] for c in clients]
+            rounds = [ll["rounds"][c].get(m) or [0] for c in clients]
             vals = [statistics.median(r) for r in rounds]
             err = [[v - min(r) for v, r in zip(vals, rounds)], [max(r) - v for v, r in zip(vals, rounds)]]
             pos = [i - 0.4 + width * (j + 0.5) for i in range(len(clients))]

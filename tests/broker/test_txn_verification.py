@@ -1,6 +1,6 @@
 """KIP-890 part 1 at the partition leader: a transactional Produce is appended only when its
-producer has a transaction open in the partition at that epoch or the broker's `txn_verifier`
-says the partition was added; a refusal is INVALID_TXN_STATE below Produce v11 and
+producer has a transaction open in the partition at that epoch or the broker's `txn_check`
+(verify, below Produce v12) says the partition was added; a refusal is INVALID_TXN_STATE below Produce v11 and
 TRANSACTION_ABORTABLE from v11; a marker that ends the transaction while a batch waits for its
 verification refuses that batch. An in-process broker (real sockets, real files) so the test can
 install the verifier the coordinator will provide."""
@@ -33,13 +33,13 @@ def test_verification_hook(tmp_path):
             calls = []
             added: set[int] = set()
 
-            async def verifier(tid, pid, epoch, topic, partition):
-                calls.append((tid, pid, epoch, topic, partition))
-                return E.NONE if pid in added else E.TRANSACTION_ABORTABLE
-            broker.txn_verifier = verifier
+            async def verifier(tid, pid, epoch, partitions, add):
+                calls.append((tid, pid, epoch, partitions, add))
+                return dict.fromkeys(partitions, E.NONE if pid in added else E.TRANSACTION_ABORTABLE)
+            broker.txn_check = verifier
             assert (await t.produce(batch(A, 0), version=9))["error_code"] == E.INVALID_TXN_STATE
             assert (await t.produce(batch(A, 0), version=11))["error_code"] == E.TRANSACTION_ABORTABLE
-            assert calls[-1] == ("txn-a", A, 0, TOPIC, 0)
+            assert calls[-1] == ("txn-a", A, 0, [(TOPIC, 0)], False)
             added.add(A)
             assert (await t.produce(batch(A, 0), version=11))["error_code"] == 0
             n = len(calls)
@@ -50,10 +50,10 @@ def test_verification_hook(tmp_path):
             # the transaction ends (a marker) while the next one's first batch waits
             release = asyncio.Event()
 
-            async def slow(tid, pid, epoch, topic, partition):
+            async def slow(tid, pid, epoch, partitions, add):
                 await release.wait()
-                return E.NONE
-            broker.txn_verifier = slow
+                return dict.fromkeys(partitions, E.NONE)
+            broker.txn_check = slow
             marker_conn = Txn(Client(await Conn.open(host, port)), TOPIC, reach)
             waiting = asyncio.create_task(t.produce(batch(A, 4), version=11))
             while not broker.logs.get_partition(TOPIC, 0).verification_guards:
@@ -71,11 +71,11 @@ def _slow_verifier(broker):
     """A verifier that answers NONE once `release` is set; `calls` lists the checks asked."""
     release, calls = asyncio.Event(), []
 
-    async def verifier(tid, pid, epoch, topic, partition):
+    async def verifier(tid, pid, epoch, partitions, add):
         calls.append(pid)
         await release.wait()
-        return E.NONE
-    broker.txn_verifier = verifier
+        return dict.fromkeys(partitions, E.NONE)
+    broker.txn_check = verifier
     return release, calls
 
 

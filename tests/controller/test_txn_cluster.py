@@ -99,3 +99,56 @@ def test_kill_data_broker_with_markers_outstanding(cluster, commit):
     expected = (values if commit else []) + [b"after-%d" % i for i in range(4)]
     got = read_committed(cluster.bootstrap, len(expected) + 1, timeout_s=15)
     assert sorted(got) == sorted(expected)
+
+
+def test_v2_producers_with_the_coordinator_on_another_broker_beside_a_v1_producer(cluster):
+    """Transactions V2 across brokers: oncelog's producers (V2, the cluster's default) write to
+    partitions led by brokers 2 and 3 and commit offsets, while broker 1 coordinates; the
+    leaders add the partitions with AddPartitionsToTxn v5 to broker 1 (several producers at once:
+    their adds share requests per destination), the offsets' group coordinator does the same.
+    librdkafka (V1) runs beside them. Each V2 transaction bumps the epoch; read_committed readers
+    see the committed transactions of both, none of the aborted ones."""
+    import threading
+
+    from oncelog.client.sync import Producer as OncelogProducer
+    from oncelog.client.types import ConsumerGroupMetadata
+    from oncelog.client.types import TopicPartition as OTP
+
+    v1 = setup_cluster(cluster, {0: 2, 1: 3})
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "log_level": 3})  # alive until answered
+    admin.create_topics([NewTopic("source", 1, 1)])["source"].result(30)
+    errors: list[BaseException] = []
+    epochs: dict[str, list[int]] = {}
+
+    def v2_producer(n: int) -> None:
+        tid = f"v2-{n}"
+        try:
+            with OncelogProducer({"bootstrap.servers": cluster.bootstrap, "transactional.id": tid,
+                                  "linger.ms": 0}) as p:
+                p.init_transactions(30)
+                seen = epochs[tid] = [p.transaction_ids[1]]
+                for t, commit in enumerate([True, False, True]):
+                    p.begin_transaction()
+                    for i in range(4):
+                        p.send(TOPIC, b"%s-%d-%d-%d" % (tid.encode(), t, int(commit), i), partition=i % 2)
+                    p.send_offsets_to_transaction({OTP("source", 0): t + 1}, ConsumerGroupMetadata(f"g-{n}"), 30)
+                    p.flush(30)
+                    (p.commit_transaction if commit else p.abort_transaction)(30)
+                    seen.append(p.transaction_ids[1])
+        except BaseException as e:  # noqa: BLE001 - reported by the test thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=v2_producer, args=(n,)) for n in range(3)]
+    for t in threads:
+        t.start()
+    one_transaction(v1, [b"v1-c-%d" % i for i in range(4)], commit=True)
+    one_transaction(v1, [b"v1-a-%d" % i for i in range(4)], commit=False)
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    for tid, seen in epochs.items():
+        assert seen == [seen[0] + k for k in range(4)], (tid, seen)   # one bump per EndTxn
+    expected = [b"v1-c-%d" % i for i in range(4)] + [
+        b"v2-%d-%d-1-%d" % (n, t, i) for n in range(3) for t in (0, 2) for i in range(4)]
+    got = read_committed(cluster.bootstrap, len(expected) + 1, timeout_s=20)
+    assert sorted(got) == sorted(expected)

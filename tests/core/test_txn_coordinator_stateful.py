@@ -2,17 +2,21 @@
 
 Several producers share a few transactional ids (on two `__transaction_state` partitions) and send
 InitProducerId (with and without their id/epoch), AddPartitionsToTxn, AddOffsetsToTxn and EndTxn
-in any order; the test plays the broker: it appends prepared transitions to a per-partition log,
-in any order, sometimes failing, completes them later, delivers markers, runs the timeout and
-expiry sweeps, and restarts a partition's coordinator from its log at a new epoch (a kill -9 or a
-leader move: appended-but-not-completed records survive, everything in memory is lost).
+in any order, as Transactions V1 or V2 clients (EndTxn v5 bumps the epoch and tells the producer
+the (id, epoch) to go on with; the partition leaders add partitions for V2 clients; "omega"
+starts one commit away from an epoch overflow); the test plays the broker: it appends prepared
+transitions to a per-partition log, in any order, sometimes failing, completes them later,
+delivers markers, runs the timeout and expiry sweeps, and restarts a partition's coordinator from
+its log at a new epoch (a kill -9 or a leader move: appended-but-not-completed records survive,
+everything in memory is lost).
 
 The model is a dict of plain tuples updated by the spec's rules. Checked after every step: the
 durable state equals the model's; an id is pending exactly when the model says so; every id in
 Prepare* has its Complete* pending with a marker job held or its record on the way; only the
 current (pid, epoch) of an id is accepted, every older grant gets PRODUCER_FENCED or
-INVALID_PRODUCER_ID_MAPPING; grants only move forward. At teardown every Prepare* is driven to
-Complete* (a Prepare* always leads to Complete*).
+INVALID_PRODUCER_ID_MAPPING, so a late request of an earlier transaction never acts on a later
+one; grants only move forward; markers carry the epoch the Prepare* record holds. At teardown
+every Prepare* is driven to Complete* (a Prepare* always leads to Complete*).
 """
 from __future__ import annotations
 
@@ -22,18 +26,20 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from oncelog.core.producer_epoch import EPOCH_EXHAUSTED_AT
+from oncelog.core.producer_epoch import EPOCH_EXHAUSTED_AT, MAX_EPOCH
 from oncelog.core.txn.coordinator import Answer, MarkerJob, TransactionCoordinator, Transition, TxnConfig
 from oncelog.core.txn.errors import for_version, translate_append_error
 from oncelog.core.txn.log_format import encode_record, partition_for
-from oncelog.core.txn.state import VALID_PREVIOUS, TransactionMetadata, TxnState
+from oncelog.core.txn.state import TV_0, TV_2, VALID_PREVIOUS, TransactionMetadata, TxnState
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode as E
 from oncelog.protocol.errors import KafkaProtocolError
 
 S = TxnState
 PARTS = 2
-IDS = ["alpha", "beta", "omega"]  # omega starts near epoch exhaustion
+# omega starts near epoch exhaustion; sigma in a V2 transaction at an exhausted epoch, which its
+# producer (the fourth) ends (an overflow) or a fence aborts (a new producer id either way)
+IDS = ["alpha", "beta", "omega", "sigma"]
 TPS = [("t", 0), ("t", 1), ("u", 0)]
 MAX_TIMEOUT = 60_000
 EXPIRATION = 50_000
@@ -45,7 +51,8 @@ APPEND_ERRORS = [E.NOT_LEADER_OR_FOLLOWER, E.REQUEST_TIMED_OUT, E.KAFKA_STORAGE_
 # the versions each request is answered at (docs/transactions.md §6) and the first one that
 # knows PRODUCER_FENCED (older ones are told INVALID_PRODUCER_EPOCH, as Kafka's KafkaApis does)
 VERSIONS = {ApiKey.INIT_PRODUCER_ID: 5, ApiKey.ADD_PARTITIONS_TO_TXN: 3, ApiKey.ADD_OFFSETS_TO_TXN: 3,
-            ApiKey.END_TXN: 3}
+            ApiKey.END_TXN: 5}
+END_TXN_V2 = 5   # EndTxn v5+: Transactions V2
 FENCED_SINCE = {ApiKey.INIT_PRODUCER_ID: 4, ApiKey.ADD_PARTITIONS_TO_TXN: 2, ApiKey.ADD_OFFSETS_TO_TXN: 2,
                 ApiKey.END_TXN: 2}
 
@@ -73,11 +80,27 @@ class M:
     timeout: int
     start: int
     update: int
+    next_pid: int = -1
+    ctv: int = TV_0
 
 
 def as_model(meta: TransactionMetadata) -> M:
     return M(meta.producer_id, meta.producer_epoch, meta.last_producer_id, meta.last_producer_epoch,
-             meta.state, meta.partitions, meta.timeout_ms, meta.start_ms, meta.update_ms)
+             meta.state, meta.partitions, meta.timeout_ms, meta.start_ms, meta.update_ms,
+             meta.next_producer_id, meta.client_transaction_version)
+
+
+# Transactions V2's EndTxn (reference/transactions_v2.md §3): (state, commit, a retry of the
+# bumped epoch?) -> "bump" or the code; pending transitions, producer ids and epochs are checked
+# before (pending first)
+V2_TABLE = {
+    (S.EMPTY, False, False): "bump", (S.EMPTY, True, False): E.INVALID_TXN_STATE,
+    (S.ONGOING, False, False): "bump", (S.ONGOING, True, False): "bump",
+    (S.COMPLETE_ABORT, False, True): E.NONE, (S.COMPLETE_ABORT, True, True): E.INVALID_TXN_STATE,
+    (S.COMPLETE_ABORT, False, False): "bump", (S.COMPLETE_ABORT, True, False): E.INVALID_TXN_STATE,
+    (S.COMPLETE_COMMIT, True, True): E.NONE, (S.COMPLETE_COMMIT, False, True): E.INVALID_TXN_STATE,
+    (S.COMPLETE_COMMIT, False, False): "bump", (S.COMPLETE_COMMIT, True, False): E.INVALID_TXN_STATE,
+}
 
 
 @dataclass
@@ -108,6 +131,12 @@ class CoordinatorMachine(RuleBasedStateMachine):
         seed = TransactionMetadata("omega", 7, EPOCH_EXHAUSTED_AT - 1, 1000, S.EMPTY, update_ms=self.now)
         self.logs[partition_for("omega", PARTS)].append(encode_record("omega", seed))
         self.model["omega"] = as_model(seed)
+        seed = TransactionMetadata("sigma", 9, EPOCH_EXHAUSTED_AT, MAX_TIMEOUT, S.ONGOING, frozenset(TPS[:1]),
+                                   self.now, self.now, client_transaction_version=TV_2)
+        self.logs[partition_for("sigma", PARTS)].append(encode_record("sigma", seed))
+        self.model["sigma"] = as_model(seed)
+        self.producers[3]["grant"] = (9, EPOCH_EXHAUSTED_AT)
+        self.grants["sigma"].append((9, EPOCH_EXHAUSTED_AT))
         for p in range(PARTS):
             assert self.coord.load(p, self.epochs[p], self.logs[p], self.now) == []
 
@@ -126,9 +155,15 @@ class CoordinatorMachine(RuleBasedStateMachine):
             return E.PRODUCER_FENCED
         return E.NONE
 
-    def _fence(self, m: M) -> M:
+    def _fence(self, m: M) -> M | None:
+        """None: the fence needs a new producer id (V2 at an exhausted epoch) and none is at hand."""
+        rotate = m.ctv == TV_2 and m.epoch >= EPOCH_EXHAUSTED_AT
+        if rotate and self.dry:
+            return None
+        if rotate:
+            event("fence moves to a new producer id")
         return replace(m, state=S.PREPARE_ABORT, epoch=m.epoch + 1, last_epoch=-1, last_pid=m.pid,
-                       update=self.now)
+                       update=self.now, next_pid=self.next_pid if rotate else -1)  # the id just drawn
 
     def _offer(self, decision, predicted_kind: str, predicted: M | None, tid: str, producer: int | None,
                expect_error: int | None):
@@ -177,7 +212,10 @@ class CoordinatorMachine(RuleBasedStateMachine):
         if m.state in PREPARED:
             return self._offer(decision, "", None, tid, i, E.CONCURRENT_TRANSACTIONS)
         if m.state == S.ONGOING:
-            return self._offer(decision, "fence", self._fence(m), tid, i, None)
+            fence = self._fence(m)
+            if fence is None:
+                return self._offer(decision, "", None, tid, i, E.COORDINATOR_LOAD_IN_PROGRESS)
+            return self._offer(decision, "fence", fence, tid, i, None)
         if m.epoch >= EPOCH_EXHAUSTED_AT and (not expected or epoch == m.epoch):
             if self.dry:
                 return self._offer(decision, "", None, tid, i, E.COORDINATOR_LOAD_IN_PROGRESS)
@@ -190,7 +228,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
             after = M(m.pid, m.epoch, m.pid, m.last_epoch, **common)
         else:
             return self._offer(decision, "", None, tid, i, E.PRODUCER_FENCED)
-        self._offer(decision, "init", after, tid, i, None)
+        self._offer(decision, "init", replace(after, ctv=m.ctv), tid, i, None)
 
     @rule(i=st.integers(0, N_PRODUCERS - 1), empty_id=st.booleans(), pid_only=st.booleans(),
           request=versions(ApiKey.INIT_PRODUCER_ID))
@@ -206,9 +244,11 @@ class CoordinatorMachine(RuleBasedStateMachine):
         decision = self.coord.prepare_init_producer_id(tid, MAX_TIMEOUT, self.now, pid, epoch)
         self._offer(decision, "", None, tid, i, E.INVALID_REQUEST)
 
-    def _add(self, i, tps, decision):
+    def _add(self, i, tps, decision, tv=TV_0):
         prod = self.producers[i]
         tid = prod["tid"]
+        if tv == TV_2 and tid in self.model_pending:   # pending first (KAFKA-18660)
+            return self._offer(decision, "", None, tid, i, E.CONCURRENT_TRANSACTIONS)
         err = self._expect_producer(tid, prod["grant"])
         if err:
             return self._offer(decision, "", None, tid, i, err)
@@ -218,7 +258,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         if m.state == S.ONGOING and tps <= m.parts:
             return self._offer(decision, "", None, tid, i, E.NONE)
         after = replace(m, state=S.ONGOING, parts=m.parts | tps, start=self.now if m.state in IDLE else m.start,
-                        update=self.now, last_pid=m.pid)
+                        update=self.now, last_pid=m.pid, ctv=tv)
         self._offer(decision, "add", after, tid, i, None)
 
     @rule(i=st.integers(0, N_PRODUCERS - 1), tps=st.frozensets(st.sampled_from(TPS), min_size=1),
@@ -228,6 +268,16 @@ class CoordinatorMachine(RuleBasedStateMachine):
         prod = self.producers[i]
         pid, epoch = prod["grant"] or (-1, -1)
         self._add(i, tps, self.coord.prepare_add_partitions(prod["tid"], pid, epoch, tps, self.now))
+
+    @rule(i=st.integers(0, N_PRODUCERS - 1), tps=st.frozensets(st.sampled_from(TPS), min_size=1))
+    def add_implicitly(self, i, tps):
+        """A V2 client's Produce v12 / TxnOffsetCommit v5: the partition leader adds for it
+        (AddPartitionsToTxn v5, broker to broker; no per-version rewriting)."""
+        self.request = None
+        prod = self.producers[i]
+        pid, epoch = prod["grant"] or (-1, -1)
+        self._add(i, tps, self.coord.prepare_add_partitions(prod["tid"], pid, epoch, tps, self.now,
+                                                            transaction_version=TV_2), TV_2)
 
     @rule(i=st.integers(0, N_PRODUCERS - 1), group=st.sampled_from(["g1", "g2"]),
           request=versions(ApiKey.ADD_OFFSETS_TO_TXN))
@@ -244,7 +294,11 @@ class CoordinatorMachine(RuleBasedStateMachine):
         prod = self.producers[i]
         tid = prod["tid"]
         pid, epoch = prod["grant"] or (-1, -1)
-        decision = self.coord.prepare_end_txn(tid, pid, epoch, commit, self.now)
+        v2 = request[1] >= END_TXN_V2
+        decision = self.coord.prepare_end_txn(tid, pid, epoch, commit, self.now,
+                                              transaction_version=TV_2 if v2 else TV_0)
+        if v2:
+            return self._end_v2(i, tid, (pid, epoch), commit, decision)
         err = self._expect_producer(tid, prod["grant"])
         if err:
             return self._offer(decision, "", None, tid, i, err)
@@ -258,6 +312,39 @@ class CoordinatorMachine(RuleBasedStateMachine):
                  (S.PREPARE_COMMIT, True): E.CONCURRENT_TRANSACTIONS,
                  (S.PREPARE_ABORT, False): E.CONCURRENT_TRANSACTIONS}
         self._offer(decision, "", None, tid, i, table.get((m.state, commit), E.INVALID_TXN_STATE))
+
+    def _end_v2(self, i, tid, grant, commit, decision):
+        m = self.model.get(tid)
+        pid, epoch = grant
+        if m is None:
+            return self._offer(decision, "", None, tid, i, E.INVALID_PRODUCER_ID_MAPPING)
+        if tid in self.model_pending:
+            return self._offer(decision, "", None, tid, i, E.CONCURRENT_TRANSACTIONS)
+        bumped = m.ctv == TV_2 and epoch >= 0
+        overflow_retry = bumped and (m.last_pid, m.epoch) == (pid, 0) and epoch == EPOCH_EXHAUSTED_AT and m.pid != pid
+        retry = overflow_retry or (bumped and m.pid == pid and m.epoch == epoch + 1)
+        if m.pid != pid and not overflow_retry:
+            return self._offer(decision, "", None, tid, i, E.INVALID_PRODUCER_ID_MAPPING)
+        if epoch != m.epoch and not (retry and m.state not in (S.ONGOING, S.EMPTY)):
+            return self._offer(decision, "", None, tid, i, E.PRODUCER_FENCED)
+        outcome = V2_TABLE.get((m.state, commit, retry and epoch != m.epoch), E.PRODUCER_FENCED)
+        if outcome == E.NONE:
+            assert decision == Answer(E.NONE, m.pid, m.epoch), (tid, decision, m)
+            event("EndTxn v5 retry")
+            self.producers[i]["grant"] = (m.pid, m.epoch)
+            return
+        if outcome != "bump":
+            return self._offer(decision, "", None, tid, i, outcome)
+        overflow = m.epoch >= EPOCH_EXHAUSTED_AT
+        if overflow and self.dry:
+            return self._offer(decision, "", None, tid, i, E.COORDINATOR_LOAD_IN_PROGRESS)
+        after = replace(m, state=S.PREPARE_COMMIT if commit else S.PREPARE_ABORT, update=self.now, last_pid=m.pid,
+                        last_epoch=m.epoch, ctv=TV_2, epoch=MAX_EPOCH if overflow else m.epoch + 1,
+                        next_pid=self.next_pid if overflow else -1)  # the id just drawn
+        if m.state != S.ONGOING:
+            after = replace(after, parts=frozenset(), start=self.now)
+        event("EndTxn v5 overflow" if overflow else "EndTxn v5 bump")
+        self._offer(decision, "end2", after, tid, i, None)
 
     def _flush(self, tid: str) -> None:
         """Write and complete at once whatever the last request of `tid` prepared."""
@@ -278,6 +365,22 @@ class CoordinatorMachine(RuleBasedStateMachine):
         self.end_txn(i, commit)
         self._flush(tid)
 
+    @rule(i=st.integers(0, N_PRODUCERS - 1), tps=st.lists(st.frozensets(st.sampled_from(TPS), min_size=1),
+                                                         min_size=1, max_size=4),
+          commits=st.lists(st.booleans(), min_size=4, max_size=4), markers=st.booleans())
+    def v2_transactions(self, i, tps, commits, markers):
+        """A V2 producer's transactions back to back, each at the epoch the last EndTxn answered
+        (the markers written at once, or not yet: the next add then waits)."""
+        tid = self.producers[i]["tid"]
+        for added, commit in zip(tps, commits):
+            self.add_implicitly(i, added)
+            self._flush(tid)
+            self.end_txn(i, commit, (ApiKey.END_TXN, END_TXN_V2))
+            self._flush(tid)
+            if markers and tid in self.jobs:
+                self.inflight.append(self.jobs.pop(tid)[1])
+                self._flush(tid)
+
     @rule(i=st.integers(0, N_PRODUCERS - 1))
     def init_whose_answer_is_lost(self, i):
         """KIP-360: a bump whose answer is lost, then the same request again."""
@@ -289,6 +392,23 @@ class CoordinatorMachine(RuleBasedStateMachine):
             self._complete(item, lose_reply=True)
         self.init(i, True, MAX_TIMEOUT)
         self._flush(tid)
+
+    @rule(i=st.integers(0, N_PRODUCERS - 1), commit=st.booleans(), again=st.booleans())
+    def end_v2_whose_answer_is_lost(self, i, commit, again):
+        """An EndTxn v5 whose answer is lost: the producer sends it again at its old epoch, while
+        the markers are written (told to wait) or after (a retry, answered with the new epoch),
+        or the other result (INVALID_TXN_STATE); neither changes anything."""
+        tid = self.producers[i]["tid"]
+        self.end_txn(i, commit, (ApiKey.END_TXN, END_TXN_V2))
+        for item in [it for it in self.inflight if it.transition.transactional_id == tid]:
+            self.inflight.remove(item)
+            self.logs[item.transition.partition].append(item.transition.record())
+            self._complete(item, lose_reply=True)
+        self.end_txn(i, commit if again else not commit, (ApiKey.END_TXN, END_TXN_V2))
+        if tid in self.jobs:
+            self.inflight.append(self.jobs.pop(tid)[1])
+            self._flush(tid)
+            self.end_txn(i, commit if again else not commit, (ApiKey.END_TXN, END_TXN_V2))
 
     # ------------------------------------------------------------------ the broker's side
     @precondition(lambda self: self.inflight)
@@ -355,6 +475,15 @@ class CoordinatorMachine(RuleBasedStateMachine):
             assert done.reply == Answer(E.CONCURRENT_TRANSACTIONS)
         elif item.kind in ("add", "end"):
             assert done.reply == Answer(E.NONE)
+        elif item.kind == "end2":
+            p = item.predicted
+            grant = (p.next_pid, 0) if p.next_pid >= 0 else (p.pid, p.epoch)
+            assert done.reply == Answer(E.NONE, *grant)
+            history = self.grants[tid]
+            assert not history or grant > history[-1] or grant[0] not in {g[0] for g in history}, (grant, history)
+            history.append(grant)
+            if not lose_reply:
+                self.producers[item.producer]["grant"] = grant
         if item.predicted is not None and item.predicted.state in PREPARED:
             job = done.markers
             assert job is not None and job.transactional_id == tid
@@ -369,6 +498,8 @@ class CoordinatorMachine(RuleBasedStateMachine):
         done = S.COMPLETE_COMMIT if prepared.state == S.PREPARE_COMMIT else S.COMPLETE_ABORT
         after = replace(prepared, state=done, parts=frozenset(), update=max(self.now, prepared.update),
                         last_pid=prepared.pid)
+        if prepared.next_pid >= 0:   # an overflow: the markers close the old id, the client has the new
+            after = replace(after, pid=prepared.next_pid, epoch=0, next_pid=-1)
         item = InFlight(job.completion, after, "complete", None)
         assert as_model(job.completion.after) == after
         self.model_pending[job.transactional_id] = "complete"
@@ -385,12 +516,17 @@ class CoordinatorMachine(RuleBasedStateMachine):
     def sweep_timeouts(self, ms):
         self.now += ms
         due = {tid for tid, m in self.model.items()
-               if m.state == S.ONGOING and tid not in self.model_pending and m.start + m.timeout < self.now}
+               if m.state == S.ONGOING and tid not in self.model_pending and m.start + m.timeout < self.now
+               and self._fence(m) is not None}
         ts = self.coord.expire_timed_out(self.now)
         assert {t.transactional_id for t in ts} == due
-        for t in ts:
+        for t in sorted(ts, key=lambda t: t.transactional_id):
             predicted = self._fence(self.model[t.transactional_id])
-            assert as_model(t.after) == predicted and t.reply is None
+            assert predicted is not None and t.reply is None
+            # several fences may each draw an id: which one is the coordinator's business
+            assert (t.after.next_producer_id >= 0) == (predicted.next_pid >= 0), (t.after, predicted)
+            predicted = replace(predicted, next_pid=t.after.next_producer_id)
+            assert as_model(t.after) == predicted
             self.model_pending[t.transactional_id] = "fence"
             self.inflight.append(InFlight(t, predicted, "fence", None))
 

@@ -204,15 +204,19 @@ def test_batch_job_failing_after_tasks_finished_leaves_nothing_visible(
     assert read_topic(spark, spark_broker, dst, **COMMITTED).count() == 0
 
 
+@pytest.mark.parametrize("protocol", ["v2", "v1"])
 def test_driver_dying_while_committing_then_restarted(small_batches, spark_broker, make_topic,
-                                                      produce, write_opts, tmp_path):
+                                                      produce, write_opts, tmp_path, protocol):
     """Batch 1's driver records the batch's two task transactions, commits the older one and
     dies before the other (and before the batch marker and Spark's commit log). A
     read_committed reader then sees one task's rows of batch 1 and none of the other's: the
     batch is not atomic across tasks, each row is seen at most once. The restarted query
     replays batch 1: its tasks find the recorded decision and write nothing, its driver commits
-    the recorded transaction still open: each row exactly once."""
+    the recorded transaction still open, at the epoch its task used: each row exactly once.
+    Tasks and driver speak Transactions V2 (the default) or V1."""
     spark = small_batches
+    if protocol == "v1":
+        write_opts = {**write_opts, "kafka.oncelog.transaction.v2.enable": "false"}
     src, dst = _source(produce, make_topic), make_topic(2)
     ckpt = str(tmp_path / "ckpt")
     q = _stream(spark, spark_broker, src, dst, ckpt, _failing(set()), write_opts,

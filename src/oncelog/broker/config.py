@@ -108,7 +108,16 @@ _BROKER_ONLY = (
     ConfigDef("transaction.partition.verification.enable", "boolean", True, "KIP-890 part 1: a partition "
               "leader asks the transaction coordinator before it appends a producer's first transactional "
               "batch of a transaction; false accepts transactional batches unverified (a hanging "
-              "transaction then becomes possible, as in Kafka)."),
+              "transaction then becomes possible, as in Kafka). Transactions V2 clients' batches "
+              "are added to their transaction by the leader whatever this says."),
+    ConfigDef("add.partitions.to.txn.retry.backoff.ms", "int", 20, "Transactions V2: how long a "
+              "partition leader waits before it asks a transaction coordinator on another broker again "
+              "to add a partition, after CONCURRENT_TRANSACTIONS (the previous transaction still writes "
+              "its markers); a coordinator on this broker is asked again as soon as it can answer.",
+              minimum=1),
+    ConfigDef("add.partitions.to.txn.retry.backoff.max.ms", "int", 100, "Transactions V2: how long "
+              "a partition leader keeps asking before it answers the producer CONCURRENT_TRANSACTIONS "
+              "(at most the request's timeout).", minimum=0),
     ConfigDef("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10000, "How "
               "often transactions open longer than their timeout are aborted.", minimum=1),
     ConfigDef("transaction.remove.expired.transaction.cleanup.interval.ms", "int", 3600000, "How "

@@ -98,9 +98,13 @@ class Broker:
         self._ticker: asyncio.Task | None = None
         # acks=all answers wait for their fsync; consumers see fsynced records (write.caching=false)
         self.group_commit = GroupCommit(self.now_ms, on_durable=self.data_appended)
-        # the KIP-890 check of a transactional Produce (set by the transaction coordinator; None:
-        # accepted without verification, Kafka's transaction.partition.verification.enable=false)
-        self.txn_verifier: Callable[[str, int, int, str, int], Awaitable[int]] | None = None
+        # KIP-890: a partition leader's question to the transaction coordinator before a producer's
+        # first transactional batch of a transaction (transactional id, producer id, epoch,
+        # partitions, add?) -> code per partition: `broker.txn_add_partitions`, set with the
+        # coordinator; None: batches accepted as they come. Transactions V1 batches are only
+        # verified with transaction.partition.verification.enable (Kafka's rule)
+        self.txn_check: Callable[[str, int, int, list, bool], Awaitable[dict]] | None = None
+        self.txn_verification = bool(self.config["transaction.partition.verification.enable"])
         # issue 18: ACLs and client quotas follow the controller's metadata log (security_follower)
         self.authorizer = make_authorizer(self.config)
         self.quotas = BrokerQuotas(self.config, self.now_ms)
@@ -203,8 +207,7 @@ class Broker:
         # Before serving: a partition of __transaction_state left in Prepare* resumes its markers now.
         assert self.producer_ids is not None  # _connect_controller set it or raised
         self.txn = TxnCoordinatorService(self, self.producer_ids.producer_id_nowait)
-        if self.config["transaction.partition.verification.enable"]:
-            self.txn_verifier = self.txn.verify
+        self.txn_check = self.txn.partitions.ask
         self.txn.start()
         self.connection_gate.start({name: functools.partial(_Connection, self, sec)
                                     for name, sec in self.listener_security.items()})

@@ -21,11 +21,10 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from oncelog.broker.peers import Peers, PeerUnavailable
+from oncelog.broker.txn_add_partitions import AddPartitionsManager
 from oncelog.broker.txn_markers import MarkerWriter
 from oncelog.core.txn import Answer, MarkerJob, TransactionCoordinator, Transition, TxnConfig
 from oncelog.core.txn.log_format import TRANSACTION_STATE_TOPIC
-from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.protocol.records.decode import iter_record_batches
 from oncelog.protocol.records.encode import encode_batch
@@ -45,7 +44,8 @@ class TxnCoordinatorService:
         self.num_partitions = c["transaction.state.log.num.partitions"]
         self.core = self._make_core(self.num_partitions)
         self.markers = MarkerWriter(broker, self)
-        self._peers = Peers(broker, "oncelog-txn-verify")
+        self.partitions = AddPartitionsManager(broker, self)
+        self._waiters: dict[str, list[asyncio.Future]] = {}
         self._epochs: dict[int, int] = {}  # partitions loaded or loading -> coordinator epoch
         self._create_lock = asyncio.Lock()
         self._task: asyncio.Task | None = None
@@ -74,7 +74,7 @@ class TxnCoordinatorService:
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
         await self.markers.stop()
-        self._peers.close()
+        self.partitions.close()
 
     async def _loop(self) -> None:
         while True:
@@ -211,47 +211,32 @@ class TxnCoordinatorService:
         return None
 
     # ------------------------------------------------------------------ requests
-    async def verify(self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str,
-                     partition: int) -> int:
-        """`broker.txn_verifier` (KIP-890 part 1): may a transactional batch of this producer be
-        appended to `topic`-`partition`? NONE if the partition is in its ongoing transaction.
-        An id another broker coordinates is asked of that broker with AddPartitionsToTxn v4
-        VerifyOnly; when it cannot be reached (or none leads the id's partition) the answer is
-        COORDINATOR_NOT_AVAILABLE, which the producer retries."""
-        code = self.core.verify_partitions(transactional_id, producer_id, producer_epoch,
-                                           [(topic, partition)])
-        answer = next(iter(code.values()))
-        if answer != E.NOT_COORDINATOR:
-            return answer
-        node = self.broker.logs.leader(TRANSACTION_STATE_TOPIC, self.core.partition_of(transactional_id))[0]
-        if node < 0 or node == self.broker.node_id:
-            return E.COORDINATOR_NOT_AVAILABLE  # none leads it, or this broker is still loading it
-        return await self._verify_remote(node, transactional_id, producer_id, producer_epoch, topic, partition)
+    def coordinates(self, transactional_id: str) -> bool:
+        """This broker serves the id (it leads its partition, loaded)."""
+        return self.core.partition_of(transactional_id) in self.core.owned()
 
-    async def _verify_remote(self, node: int, transactional_id: str, producer_id: int, producer_epoch: int,
-                             topic: str, partition: int) -> int:
-        from oncelog.protocol import entities
-        mod = entities.module(ApiKey.ADD_PARTITIONS_TO_TXN, 4, "request")
-        txn = entities.make(mod.AddPartitionsToTxnTransaction, transactional_id=transactional_id,
-                            producer_id=producer_id, producer_epoch=producer_epoch, verify_only=True,
-                            topics=(entities.make(mod.AddPartitionsToTxnTopic, name=topic, partitions=(partition,)),))
+    async def transition_done(self, transactional_id: str, timeout_s: float) -> None:
+        """Wait until a transition of the id completes or fails (or `timeout_s` passes): what a
+        request told CONCURRENT_TRANSACTIONS waits for before it asks again."""
+        if self.core.pending(transactional_id) is None:
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.setdefault(transactional_id, []).append(waiter)
         try:
-            r = await self._peers.request(node, ApiKey.ADD_PARTITIONS_TO_TXN, 4, transactions=(txn,))
-        except (PeerUnavailable, KafkaProtocolError, ValueError) as e:
-            log.info("verifying %s on %s-%d with broker %d failed: %s", transactional_id, topic, partition, node, e)
-            return E.COORDINATOR_NOT_AVAILABLE
-        if int(r.error_code):
-            return int(r.error_code)
-        for result in r.results_by_transaction:
-            for t in result.topic_results:
-                for p in t.results_by_partition:
-                    if str(t.name) == topic and int(p.partition_index) == partition:
-                        code = int(p.partition_error_code)
-                        # the coordinator moved or is loading: the producer retries, as with no answer
-                        if code in (E.NOT_COORDINATOR, E.COORDINATOR_LOAD_IN_PROGRESS):
-                            return E.COORDINATOR_NOT_AVAILABLE
-                        return code
-        return E.COORDINATOR_NOT_AVAILABLE
+            await asyncio.wait_for(waiter, timeout_s)
+        except TimeoutError:
+            pass
+        finally:
+            waiters = self._waiters.get(transactional_id)
+            if waiters is not None and waiter in waiters:
+                waiters.remove(waiter)
+                if not waiters:
+                    del self._waiters[transactional_id]
+
+    def _wake(self, transactional_id: str) -> None:
+        for waiter in self._waiters.pop(transactional_id, ()):
+            if not waiter.done():
+                waiter.set_result(None)
 
     async def execute(self, decision: Answer | Transition) -> Answer:
         """A `prepare_*` result: an answer as is, a transition appended then completed."""
@@ -265,15 +250,19 @@ class TxnCoordinatorService:
         if error:
             log.warning("%s-%d: appending %s for %s failed: %s", TRANSACTION_STATE_TOPIC, t.partition,
                         t.target.display_name, t.transactional_id, ErrorCode(error).name)
-            return self.core.abort_pending(t, error)
+            answer = self.core.abort_pending(t, error)
+            self._wake(t.transactional_id)
+            return answer
         done = self.core.complete(t, self.broker.now_ms())
         if done.markers is not None:
             self.markers.submit(done.markers)
+        self._wake(t.transactional_id)
         return done.reply
 
     def complete(self, t: Transition) -> None:
         """A Complete* transition the marker writer appended."""
         self.core.complete(t, self.broker.now_ms())
+        self._wake(t.transactional_id)
 
     async def append(self, t: Transition) -> int:
         """Append the transition's record and wait for its fsync: NONE or the append's error."""

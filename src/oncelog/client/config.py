@@ -79,6 +79,7 @@ class ProducerConfig:
     address_map: Any = None                # oncelog.address.map: advertised -> reachable address
     transactional_id: str | None = None    # transactional.id: None = not transactional
     transaction_timeout_ms: int = 60000
+    transaction_v2: bool = True            # oncelog.transaction.v2.enable: Transactions V2 where finalized
     security: Any = None                   # client.security.ClientSecurity (security.protocol, sasl.*, ssl.*)
 
     @classmethod
@@ -161,6 +162,9 @@ class ProducerConfig:
         c.partitioner_adaptive = _flag(cfg, "partitioner.adaptive.partitioning.enable", True)
         c.transactional_id = None if tid is None else str(tid)
         c.transaction_timeout_ms = _int(cfg, "transaction.timeout.ms", 60000)
+        # false: Transactions V1 whatever the cluster finalizes (to compare them, or to stay with
+        # what librdkafka and the other Python clients speak)
+        c.transaction_v2 = _flag(cfg, "oncelog.transaction.v2.enable", True)
         if c.transaction_timeout_ms < 1:
             raise ConfigError("transaction.timeout.ms must be positive")
         if c.transactional_id is not None and c.acks != -1:

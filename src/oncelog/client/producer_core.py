@@ -347,10 +347,12 @@ class ProducerCore:
             self.on_producer_id(self.producer_id, self.producer_epoch + 1)  # KIP-360, no request
         return None
 
-    def on_producer_id(self, producer_id: int, producer_epoch: int) -> None:
+    def on_producer_id(self, producer_id: int, producer_epoch: int, routine: bool = False) -> None:
+        """A new id/epoch; `routine`: the transaction coordinator's (Transactions V2 moves to a
+        new epoch at every EndTxn), not worth a warning."""
         if self.producer_id >= 0:
-            log.warning("producer id/epoch %d/%d -> %d/%d", self.producer_id, self.producer_epoch,
-                        producer_id, producer_epoch)
+            log.log(logging.DEBUG if routine else logging.WARNING, "producer id/epoch %d/%d -> %d/%d",
+                    self.producer_id, self.producer_epoch, producer_id, producer_epoch)
         self.producer_id, self.producer_epoch = producer_id, producer_epoch
         self.init_pid_in_progress = False
         self.bump_requested = False
@@ -908,10 +910,11 @@ class ProducerCore:
         self.txn = txn
 
     def start_epoch(self, producer_id: int, producer_epoch: int) -> None:
-        """An id/epoch from the transaction coordinator (init_transactions, or the bump after an
-        abort): every partition's sequences restart at 0 (Java's resetSequenceNumbers). Called
-        with no batch incomplete, so nothing on the wire is renumbered."""
-        self.on_producer_id(producer_id, producer_epoch)
+        """An id/epoch from the transaction coordinator (init_transactions, the bump after an
+        abort, every EndTxn under Transactions V2): every partition's sequences restart at 0
+        (Java's resetSequenceNumbers). Called with no batch incomplete, so nothing on the wire is
+        renumbered."""
+        self.on_producer_id(producer_id, producer_epoch, routine=True)
         for ps in self.partitions.values():
             if ps.idempotent:
                 self._renumber(ps)

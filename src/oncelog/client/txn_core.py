@@ -1,7 +1,8 @@
 """The transactional producer's decisions, without I/O (h11 style, like `producer_core`): user calls
 and coordinator answers go in, the next request to send comes out. Modelled on Java's
-`TransactionManager` and librdkafka's `rdkafka_txnmgr.c` (KIP-98, KIP-360, KIP-447; not
-Transactions V2). The shell's loop, one transactional request in flight at a time:
+`TransactionManager` and librdkafka's `rdkafka_txnmgr.c` (KIP-98, KIP-360, KIP-447, and
+Transactions V2, KIP-890 part 2, when the cluster finalizes `transaction.version` 2). The shell's
+loop, one transactional request in flight at a time:
 
     out = tm.next_request(now_ms)          # None: nothing due (see next_wake_ms)
     ... send out.request to out.node (None: any broker), then exactly one of
@@ -27,6 +28,15 @@ abortable (`on_batch_failed`, `on_sequence_gap`) and the next abort bumps the ep
 InitProducerId(pid, epoch) (KIP-360), after which every partition's sequences start at 0
 (`TxnProducer.start_epoch`). EndTxn and that bump wait until every batch of the transaction has
 an outcome (`TxnProducer.has_incomplete`).
+
+Transactions V2 (Java's `isTransactionV2Enabled`): decided from the finalized `transaction.version`
+the shell reports (`features`) when init_transactions completes and after each EndTxn, so a
+transaction ends in the version it began. Under V2 no AddPartitionsToTxn or AddOffsetsToTxn is
+sent: a partition may be drained as soon as a record for it is queued (its leader adds it), the
+offsets go straight to TxnOffsetCommit (v5), and every EndTxn (v5) answers the producer id and
+epoch to go on with, sequences from 0, which also recovers from abortable errors (no KIP-360
+bump, except when the coordinator lost the producer id). A V1 producer that finds V2 finalized
+bumps its epoch once after its last V1 transaction, so the first V2 one starts fresh.
 """
 from __future__ import annotations
 
@@ -74,7 +84,8 @@ VALID_PREVIOUS: dict[TxnState, frozenset[TxnState]] = {
     # + ABORTING_TRANSACTION: aborting after an init that failed abortably leaves no producer id,
     # so the producer is back where it was before init_transactions (Java would reach READY)
     S.UNINITIALIZED: frozenset({S.READY, S.ABORTABLE_ERROR, S.ABORTING_TRANSACTION}),
-    S.INITIALIZING: frozenset({S.UNINITIALIZED, S.ABORTING_TRANSACTION}),
+    # + COMMITTING_TRANSACTION: the epoch bump after the last Transactions V1 commit (V2 from then on)
+    S.INITIALIZING: frozenset({S.UNINITIALIZED, S.ABORTING_TRANSACTION, S.COMMITTING_TRANSACTION}),
     S.READY: frozenset({S.INITIALIZING, S.COMMITTING_TRANSACTION, S.ABORTING_TRANSACTION}),
     S.IN_TRANSACTION: frozenset({S.READY}),
     S.COMMITTING_TRANSACTION: frozenset({S.IN_TRANSACTION}),
@@ -133,6 +144,7 @@ class TxnOffsetCommitRequest:
     member_id: str
     group_instance_id: str | None
     offsets: tuple[tuple[TopicPartition, OffsetAndMetadata], ...]
+    v2: bool = False                 # Transactions V2: v5+ (the coordinator adds the partition)
 
 
 @dataclass(frozen=True)
@@ -141,6 +153,7 @@ class EndTxnRequest:
     producer_id: int
     producer_epoch: int
     committed: bool
+    v2: bool = False                 # Transactions V2: v5+ (the epoch is bumped and answered)
 
 
 @dataclass(frozen=True)
@@ -176,6 +189,8 @@ class TxnOffsetCommitResponse:
 @dataclass(frozen=True)
 class EndTxnResponse:
     error_code: int
+    producer_id: int = -1            # v5+: the id and epoch to go on with
+    producer_epoch: int = -1
 
 
 @dataclass(frozen=True)
@@ -275,7 +290,8 @@ class _Pending:
 
 class TransactionManager:
     def __init__(self, transactional_id: str, *, transaction_timeout_ms: int = 60000,
-                 retry_backoff_ms: int = 100, producer: TxnProducer | None = None) -> None:
+                 retry_backoff_ms: int = 100, producer: TxnProducer | None = None,
+                 allow_v2: bool = True) -> None:
         if not transactional_id:
             raise ValueError("transactional.id must be a non-empty string")
         self.transactional_id = transactional_id
@@ -287,6 +303,12 @@ class TransactionManager:
         self.producer_epoch = -1
         # KIP-360 needs InitProducerId v3+ on the coordinator; Java assumes no until it knows
         self.epoch_bump_supported = False
+        # Transactions V2: in effect for the current transaction; the cluster's finalized
+        # transaction.version (and its epoch) as the shell last reported it
+        self.allow_v2 = allow_v2
+        self.transaction_v2 = False
+        self._finalized_tv = 0
+        self._features_epoch = -1
         self._coordinators: dict[tuple[int, str], int] = {}
         self._new_partitions: set[TopicPartition] = set()      # sent to, not yet asked for
         self._pending_partitions: set[TopicPartition] = set()  # in an unanswered AddPartitions
@@ -309,6 +331,20 @@ class TransactionManager:
     def coordinator_versions(self, init_producer_id_max: int) -> None:
         """The transaction coordinator's highest InitProducerId version (ApiVersions)."""
         self.epoch_bump_supported = init_producer_id_max >= 3
+
+    def features(self, transaction_version: int, epoch: int) -> None:
+        """The cluster's finalized `transaction.version` from the ApiVersions answer with the
+        highest epoch (0 when the brokers lack the V2 request versions); it takes effect at
+        the next transaction boundary (`_choose_version`)."""
+        if epoch > self._features_epoch:
+            self._finalized_tv, self._features_epoch = transaction_version, epoch
+
+    def _choose_version(self) -> bool:
+        """Java's maybeUpdateTransactionV2Enabled; True when V1 gave way to V2 (Java's
+        clientSideEpochBumpRequired: the first V2 transaction must start on a fresh epoch)."""
+        before = self.transaction_v2
+        self.transaction_v2 = self.allow_v2 and self._finalized_tv >= 2
+        return self.transaction_v2 and not before
 
     # ------------------------------------------------------------------ user calls
 
@@ -359,7 +395,12 @@ class TransactionManager:
         """Before a record for `tp` is queued (Java's maybeAddPartition): the partition joins the
         next AddPartitionsToTxn. Raises if the producer may not send now."""
         self.check_send(f"{tp.topic}-{tp.partition}")
-        if tp not in self._partitions and tp not in self._pending_partitions:
+        if self.transaction_v2:
+            # its leader adds it when the batch arrives (Produce v12+): drained at once, and the
+            # transaction has begun as far as the client can know (EndTxn must be sent)
+            self._partitions.add(tp)
+            self._transaction_started = True
+        elif tp not in self._partitions and tp not in self._pending_partitions:
             self._new_partitions.add(tp)
 
     def open_for_records(self) -> bool:
@@ -399,8 +440,15 @@ class TransactionManager:
         result = TxnResult("send_offsets_to_transaction")
         positions = {tp.key: (o if isinstance(o, OffsetAndMetadata) else OffsetAndMetadata(o))
                      for tp, o in offsets.items()}
-        self._enqueue(_Pending(_ADD, next(self._seq), result, self._txn_coordinator(),
-                               group=group_metadata, offsets=positions))
+        if self.transaction_v2:
+            # TxnOffsetCommit v5 straight to the group's coordinator, which adds its partition
+            self._transaction_started = True
+            self._enqueue(_Pending(_ADD, next(self._seq), result,
+                                   (CoordinatorType.GROUP, group_metadata.group_id),
+                                   group=group_metadata, offsets=positions, offset_commit=True))
+        else:
+            self._enqueue(_Pending(_ADD, next(self._seq), result, self._txn_coordinator(),
+                                   group=group_metadata, offsets=positions))
         return result
 
     def commit_transaction(self) -> TxnResult:
@@ -534,8 +582,9 @@ class TransactionManager:
                         if code is not None else error)
             return
         # Its sequence may be in the log or not: only a new epoch makes the partition's
-        # sequences certain again (Java bumps after any failed batch when it can).
-        if self.epoch_bump_supported:
+        # sequences certain again (Java bumps after any failed batch when it can; under V2 the
+        # abort's EndTxn bumps it).
+        if self.epoch_bump_supported and not self.transaction_v2:
             self._epoch_bump_required = True
         self._abortable(TransactionAbortableError(
             f"{tp.topic}-{tp.partition}: a batch of the transaction failed: {error}",
@@ -547,8 +596,9 @@ class TransactionManager:
         if self.state is S.FATAL_ERROR:
             return
         msg = f"{tp.topic}-{tp.partition}: {reason}"
-        if self.epoch_bump_supported:
-            self._epoch_bump_required = True
+        if self.transaction_v2 or self.epoch_bump_supported:
+            if not self.transaction_v2:   # under V2 the abort's EndTxn bumps
+                self._epoch_bump_required = True
             self._abortable(TransactionAbortableError(
                 msg + ": abort the transaction to continue", E.OUT_OF_ORDER_SEQUENCE_NUMBER))
         else:
@@ -585,6 +635,7 @@ class TransactionManager:
             self._epoch_bump_required = False
             if self._producer is not None:
                 self._producer.start_epoch(r.producer_id, r.producer_epoch)
+            self._choose_version()
             self._transition(S.READY)
             entry.result._resolve(None)
         elif code in _COORDINATOR_MOVED:
@@ -702,6 +753,13 @@ class TransactionManager:
         assert entry.result is not None and entry.coordinator is not None  # made with both
         code = r.error_code
         if code == E.NONE:
+            if r.producer_id >= 0 and r.producer_epoch >= 0 and not self._resumed:
+                # V2: the bumped epoch (a new id after an overflow); sequences start over
+                log.debug("transactional.id %r goes on as producer id %d epoch %d", self.transactional_id,
+                          r.producer_id, r.producer_epoch)
+                self.producer_id, self.producer_epoch = r.producer_id, r.producer_epoch
+                if self._producer is not None:
+                    self._producer.start_epoch(r.producer_id, r.producer_epoch)
             self._complete_transaction(entry.result)
         elif code in _COORDINATOR_MOVED:
             self._lookup(entry.coordinator)
@@ -731,8 +789,10 @@ class TransactionManager:
         self._partitions.clear()
         self._pending_partitions.clear()
         self._new_partitions.clear()
-        if self._epoch_bump_required and self.state is S.ABORTING_TRANSACTION:
-            # KIP-360: InitProducerId with the current id/epoch; the abort resolves with it
+        if self._choose_version() and self.epoch_bump_supported and self.producer_id >= 0 and not self._resumed:
+            self._epoch_bump_required = True   # V1 gave way to V2: the first V2 transaction on a fresh epoch
+        if self._epoch_bump_required and self.state in (S.ABORTING_TRANSACTION, S.COMMITTING_TRANSACTION):
+            # KIP-360: InitProducerId with the current id/epoch; the call resolves with it
             self._transition(S.INITIALIZING)
             self._enqueue(_Pending(_BUMP, next(self._seq), result, self._txn_coordinator()))
             return
@@ -764,14 +824,16 @@ class TransactionManager:
         if e.priority == _BUMP:
             return InitProducerIdRequest(tid, self.transaction_timeout_ms, pid, epoch)
         if e.priority == _END:
-            return EndTxnRequest(tid, pid, epoch, bool(e.committed))
+            if self._resumed:   # never initialized: the cluster's version now
+                self._choose_version()
+            return EndTxnRequest(tid, pid, epoch, bool(e.committed), self.transaction_v2)
         if e.group is None:
             return AddPartitionsToTxnRequest(tid, pid, epoch, tuple(sorted(e.partitions)))
         g = e.group
         if not e.offset_commit:
             return AddOffsetsToTxnRequest(tid, pid, epoch, g.group_id)
         return TxnOffsetCommitRequest(tid, g.group_id, pid, epoch, g.generation_id, g.member_id,
-                                      g.group_instance_id, tuple(sorted(e.offsets.items())))
+                                      g.group_instance_id, tuple(sorted(e.offsets.items())), self.transaction_v2)
 
     def _txn_coordinator(self) -> tuple[int, str]:
         return (CoordinatorType.TRANSACTION, self.transactional_id)
@@ -866,9 +928,12 @@ class TransactionManager:
                 e.result._resolve(error)
 
     def _abortable_if_bump(self, code: int, what: str, entry: _Pending | None = None) -> None:
-        """UNKNOWN_PRODUCER_ID / INVALID_PRODUCER_ID_MAPPING: recoverable by a new epoch only."""
+        """UNKNOWN_PRODUCER_ID / INVALID_PRODUCER_ID_MAPPING: recoverable by a new epoch only
+        (under V2 the abort's EndTxn gives one, unless the coordinator lost the producer id)."""
         msg = f"{what}: {error_code(code).name}"
-        if self.epoch_bump_supported:
+        if self.transaction_v2 and code == E.UNKNOWN_PRODUCER_ID:
+            self._abortable(TransactionAbortableError(msg, code), entry)
+        elif self.epoch_bump_supported:
             self._epoch_bump_required = True
             self._abortable(TransactionAbortableError(msg, code), entry)
         else:

@@ -121,6 +121,13 @@ class ControllerSecurity:
         if not validate_only:
             self._commit(store.decide(scope, wanted))
 
+    def update_features(self, updates: Sequence[tuple[str, int, int]], validate_only: bool) -> None:
+        """UpdateFeatures forwarded by a broker (which checked the caller's ALTER on the
+        cluster): raises KafkaProtocolError."""
+        records = self.state.features.decide(updates)
+        if not validate_only:
+            self._commit(records)
+
     # ------------------------------------------------------------------ the feed
     def follow(self, body: bytes | memoryview) -> bytes:
         try:

@@ -329,6 +329,8 @@ class Controller:
                 return self.security.delete_acls(rb, r, authorized)
             if api_key == ApiKey.ALTER_CLIENT_QUOTAS:
                 return self.security.alter_client_quotas(rb, r, authorized)
+            if api_key == ApiKey.UPDATE_FEATURES:
+                return self._update_features(rb, r, authorized)
             if api_key in (ApiKey.ALTER_USER_SCRAM_CREDENTIALS, ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS):
                 if not authorized:
                     return rb.encode_error(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
@@ -457,6 +459,19 @@ class Controller:
                 code, message = e.code, e.message
             results.append(rb("CreatePartitionsTopicResult", name=t.name, error_code=code, error_message=message))
         return rb.encode(throttle_time=0, results=tuple(results))
+
+    def _update_features(self, rb, r, authorized: bool) -> bytes:
+        code: int
+        code, message = ErrorCode.NONE, None
+        try:
+            self._check(authorized)
+            self.security.update_features([(str(u.feature), int(u.max_version_level), int(u.upgrade_type))
+                                           for u in r.feature_updates], bool(r.validate_only))
+        except KafkaProtocolError as e:
+            code, message = e.code, e.message
+        return rb.encode(throttle_time=0, error_code=code, error_message=message, results=tuple(
+            rb("UpdatableFeatureResult", feature=u.feature, error_code=code, error_message=message)
+            for u in r.feature_updates))
 
     def _alter_configs(self, rb, r, authorized: bool) -> bytes:
         out = []

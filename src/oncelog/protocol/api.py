@@ -45,6 +45,7 @@ class ApiKey(IntEnum):
     ALTER_CLIENT_QUOTAS = 49
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
+    UPDATE_FEATURES = 57
     DESCRIBE_CLUSTER = 60
     DESCRIBE_PRODUCERS = 61
     DESCRIBE_TRANSACTIONS = 65
@@ -88,12 +89,14 @@ BROKER_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.OFFSET_DELETE: (0, 0),
     ApiKey.DESCRIBE_CLUSTER: (0, 1),
     ApiKey.DESCRIBE_PRODUCERS: (0, 0),
-    # Transactions (docs/transactions.md "Versions"): not Transactions V2 (no EndTxn v5,
-    # InitProducerId v6 or transaction.version feature). WriteTxnMarkers: broker to broker, and Kafka's tools.
-    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 4),
+    # Transactions (docs/transactions.md "Versions"), V1 and V2 side by side: EndTxn v5, Produce
+    # v12+ and TxnOffsetCommit v5 are Transactions V2 (KIP-890 part 2; the transaction.version
+    # feature tells clients to use them); AddPartitionsToTxn v4-v5 from brokers only. Not
+    # InitProducerId v6 (KIP-939). WriteTxnMarkers: broker to broker, and Kafka's tools.
+    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 5),
     ApiKey.ADD_OFFSETS_TO_TXN: (0, 3),
-    ApiKey.END_TXN: (0, 3),
-    ApiKey.TXN_OFFSET_COMMIT: (0, 3),
+    ApiKey.END_TXN: (0, 5),
+    ApiKey.TXN_OFFSET_COMMIT: (0, 5),
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
     ApiKey.LIST_TRANSACTIONS: (0, 1),
     ApiKey.WRITE_TXN_MARKERS: (1, 1),  # broker to broker (and Kafka's tools); issue 16
@@ -108,19 +111,8 @@ BROKER_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.SASL_AUTHENTICATE: (0, 2),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
-}
-
-# Transactions (issue 16, docs/transactions.md "Versions"): what the broker will advertise once the
-# handlers exist; not in BROKER_VERSIONS until then. Never: EndTxn v5 and InitProducerId v6
-# (Transactions V2, KIP-939), nor the transaction.version feature.
-TRANSACTION_VERSIONS: dict[int, tuple[int, int]] = {
-    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 4),
-    ApiKey.ADD_OFFSETS_TO_TXN: (0, 3),
-    ApiKey.END_TXN: (0, 3),
-    ApiKey.WRITE_TXN_MARKERS: (1, 1),
-    ApiKey.TXN_OFFSET_COMMIT: (0, 3),
-    ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
-    ApiKey.LIST_TRANSACTIONS: (0, 1),
+    # kafka-features (KIP-584): transaction.version
+    ApiKey.UPDATE_FEATURES: (0, 2),
 }
 
 # Security (issue 18, docs/security.md "Versions"): what client listeners will advertise once the
@@ -161,6 +153,7 @@ CONTROLLER_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.ALTER_CLIENT_QUOTAS: (1, 1),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
+    ApiKey.UPDATE_FEATURES: (1, 1),
 }
 
 # first version using flexible encoding (request header v2, response header v1, compact types)
@@ -181,6 +174,7 @@ FIRST_FLEXIBLE: dict[int, int] = {
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: 0,
     ApiKey.SASL_HANDSHAKE: 1 << 15, ApiKey.SASL_AUTHENTICATE: 2, ApiKey.ALTER_PARTITION_REASSIGNMENTS: 0,
     ApiKey.BROKER_REGISTRATION: 0, ApiKey.BROKER_HEARTBEAT: 0, ApiKey.ALLOCATE_PRODUCER_IDS: 0,
+    ApiKey.UPDATE_FEATURES: 0,
 }
 
 # kio's package name per API (kio.schema.<name>.v<N>.request / .response)
@@ -209,7 +203,7 @@ KIO_NAMES: dict[int, str] = {
     ApiKey.SASL_HANDSHAKE: "sasl_handshake", ApiKey.SASL_AUTHENTICATE: "sasl_authenticate",
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: "alter_partition_reassignments",
     ApiKey.BROKER_REGISTRATION: "broker_registration", ApiKey.BROKER_HEARTBEAT: "broker_heartbeat",
-    ApiKey.ALLOCATE_PRODUCER_IDS: "allocate_producer_ids",
+    ApiKey.ALLOCATE_PRODUCER_IDS: "allocate_producer_ids", ApiKey.UPDATE_FEATURES: "update_features",
 }
 
 

@@ -533,10 +533,7 @@ class OncelogLoop(CopyLoop):
         self.positioned(offsets)
 
     def transaction_protocol(self) -> str:
-        # The hook for Transactions V2: oncelog's producer says which protocol its transactions
-        # use as `transaction_version` (2 once the broker finalizes transaction.version=2); a
-        # producer without the attribute speaks TV1.
-        return f"TV{getattr(self.producer, 'transaction_version', 1)}"
+        return f"TV{self.producer.transaction_version}"
 
 
 def _close_quietly(consumer) -> None:

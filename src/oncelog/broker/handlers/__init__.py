@@ -56,6 +56,7 @@ from oncelog.broker.handlers import (
     sasl_handshake,
     sync_group,
     txn_offset_commit,
+    update_features,
     write_txn_markers,
 )
 from oncelog.protocol import entities
@@ -122,5 +123,6 @@ APIS: dict[int, Api] = {api.key: api for api in (
     _api(produce, decode=produce_wire.decode_request, error_response=produce.error_response),
     _api(sync_group),
     _api(txn_offset_commit, error_response=txn_offset_commit.error_response),
+    _api(update_features, error_response=update_features.error_response),
     _api(write_txn_markers, error_response=write_txn_markers.error_response),
 )}

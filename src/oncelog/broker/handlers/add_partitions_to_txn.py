@@ -1,7 +1,9 @@
-"""AddPartitionsToTxn (API 24), v0-v4: partitions join a transaction (`core.txn`).
+"""AddPartitionsToTxn (API 24), v0-v5: partitions join a transaction (`core.txn`).
 
-v0-3 carry one transaction; v4 a batch of them (brokers only, KIP-890), each either added or, with
-VerifyOnly, checked without a write (NONE or TRANSACTION_ABORTABLE per partition). A partition of
+v0-3 carry one transaction; v4-v5 a batch of them (brokers only, KIP-890), each either added or,
+with VerifyOnly, checked without a write (NONE or TRANSACTION_ABORTABLE per partition). A v5 add
+is a partition leader's for a Transactions V2 client (Produce v12+, TxnOffsetCommit v5+): the
+transaction is marked V2 (Kafka's "version > 4 is TV_2"). A partition of
 an unknown topic answers UNKNOWN_TOPIC_OR_PARTITION and the rest of its transaction
 OPERATION_NOT_ATTEMPTED, as Kafka does; nothing is added then.
 Authorization: v0-3 WRITE on the transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED for all)
@@ -18,12 +20,14 @@ from oncelog.broker.internal_topics import refusal
 from oncelog.core.topic_names import is_internal
 from oncelog.core.txn.errors import for_version
 from oncelog.core.txn.log_format import CONSUMER_OFFSETS_TOPIC
+from oncelog.core.txn.state import TV_0, TV_2
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode
 
 API_KEY = ApiKey.ADD_PARTITIONS_TO_TXN
 E = ErrorCode
+FIRST_V2 = 5
 
 
 async def handle(broker, version: int, r) -> bytes:
@@ -33,7 +37,7 @@ async def handle(broker, version: int, r) -> bytes:
                              int(r.v3_and_below_producer_id), int(r.v3_and_below_producer_epoch), False,
                              r.v3_and_below_topics)
         return rb.encode(throttle_time=0, results_by_topic_v3_and_below=_topic_results(rb, results))
-    require_broker(broker, "AddPartitionsToTxn v4")
+    require_broker(broker, f"AddPartitionsToTxn v{version}")
     answers = await asyncio.gather(*(
         _one(broker, version, str(t.transactional_id), int(t.producer_id), int(t.producer_epoch),
              bool(t.verify_only), t.topics) for t in r.transactions))
@@ -65,7 +69,8 @@ async def _one(broker, version: int, tid: str, pid: int, epoch: int, verify_only
     core = broker.txn.core
     if verify_only:
         return core.verify_partitions(tid, pid, epoch, wanted)
-    answer = await broker.txn.execute(core.prepare_add_partitions(tid, pid, epoch, wanted, broker.now_ms()))
+    answer = await broker.txn.execute(core.prepare_add_partitions(
+        tid, pid, epoch, wanted, broker.now_ms(), transaction_version=TV_2 if version >= FIRST_V2 else TV_0))
     code = for_version(API_KEY, version, answer.error)
     return {tp: code for tp in wanted}
 

@@ -9,15 +9,17 @@ producer tells a lost write (UNKNOWN_PRODUCER_ID above its last acknowledged off
 by comparing them. v14 answers carry the topic's `producer.state.batches.to.retain` per partition
 and per topic (`protocol/produce.py`).
 
-Transactional batches (KIP-98, KIP-890 part 1): a transactional batch needs the request's
-transactional id (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka answers a null id). It is
-appended at once when its producer already has a transaction open in the partition at that
-epoch; otherwise the broker's `txn_verifier(transactional_id, pid, epoch, topic, partition)` (the
-transaction coordinator's AddPartitionsToTxn VerifyOnly check) must answer NONE first, and a
-refusal is answered per version (`core.txn.errors.verification_error`: INVALID_TXN_STATE below
-v11). A verification guard, cleared by a marker for the producer, refuses a batch whose
-transaction ended while it waited. With no verifier wired (`broker.txn_verifier is None`) the
-batch is accepted unverified, as Kafka with transaction.partition.verification.enable=false.
+Transactional batches (KIP-98, KIP-890): a transactional batch needs the request's transactional
+id (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka answers a null id). It is appended at
+once when its producer already has a transaction open in the partition at that epoch; otherwise
+the transaction coordinator is asked first, once for all such partitions of the request
+(`broker.txn_add_partitions`): up to v11 (Transactions V1) whether the partition is in the
+transaction (AddPartitionsToTxn VerifyOnly; skipped with
+transaction.partition.verification.enable=false), from v12 (Transactions V2) to add it. A refusal
+is answered per version (`core.txn.errors.verification_error`: INVALID_TXN_STATE below v11,
+INVALID_PRODUCER_EPOCH for a fenced epoch). A verification guard, cleared by a marker for the
+producer, refuses a batch whose transaction ended while it waited. With no coordinator wired
+(`broker.txn_check is None`) batches are accepted as they come.
 A Produce that waits for a verification holds up the requests behind it on its connection (Kafka
 mutes the connection until the answer is sent): a batch behind it is checked once the first is in
 the log, and needs no verification then. Checks of one producer that overlap all the same (two
@@ -43,7 +45,10 @@ throttle time and the connection is muted for it (KIP-219); the records are appe
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
+from typing import Any
 
+from oncelog.broker import txn_add_partitions
 from oncelog.broker.authorization import TOPIC, TXN_ID, Op, authorize, authorized_names
 from oncelog.broker.internal_topics import refusal
 from oncelog.broker.quotas import throttle
@@ -56,6 +61,7 @@ from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.protocol.records import iter_batches, magic_of
 
 API_KEY = 0
+FIRST_V2 = 12   # Produce v12+: Transactions V2 (the leader adds the partition to the transaction)
 
 
 async def handle(broker, version: int, request) -> bytes | None:
@@ -77,18 +83,18 @@ async def handle(broker, version: int, request) -> bytes | None:
     names = [(broker.logs.topic_name(key) if version >= 13 else key, key, parts) for key, parts in request.topics]
     writable = authorized_names(broker, Op.WRITE, TOPIC, (n for n, _key, _parts in names if n is not None))
     size = 0
+    to_append: list[_Append] = []
     for name, topic_key, parts in names:
         answer = wire.TopicResponse(topic_key, [])
+        topics.append(answer)
         if name is not None and name not in writable:
             answer.partitions = [wire.PartitionResponse(index, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                                  for index, _records in parts]
-            topics.append(answer)
             continue
         if is_internal(name):  # the coordinators' logs: no client appends, whatever the ACLs
             message = refusal("append to", str(name))
             answer.partitions = [wire.PartitionResponse(index, ErrorCode.INVALID_TOPIC_EXCEPTION, error_message=message)
                                  for index, _records in parts]
-            topics.append(answer)
             continue
         for index, records in parts:
             size += len(records) if records is not None else 0
@@ -101,46 +107,48 @@ async def handle(broker, version: int, request) -> bytes | None:
             window = partition.producer_state_batches_to_retain
             answer.batches_to_retain = window
             answer.max_in_flight_sequence_number = partition.max_in_flight_sequence_number
-            if refuse is not None:
+            refused = refuse
+            if refused is None and version >= 3 and _is_message_set(records):
+                refused = ErrorCode.INVALID_RECORD, f"Produce v{version} carries record batches of magic 2 only"
+            if refused is None:
+                too_large = _too_large(records, broker.logs.topic_config(name)["max.message.bytes"])
+                if too_large is not None:
+                    refused = ErrorCode.MESSAGE_TOO_LARGE, too_large
+            if refused is not None:
                 answer.partitions.append(wire.PartitionResponse(
-                    index, refuse[0], log_start_offset=partition.log_start_offset,
-                    error_message=refuse[1], batches_to_retain=window))
+                    index, refused[0], log_start_offset=partition.log_start_offset,
+                    error_message=refused[1], batches_to_retain=window))
                 continue
-            if version >= 3 and _is_message_set(records):
-                answer.partitions.append(wire.PartitionResponse(
-                    index, ErrorCode.INVALID_RECORD, log_start_offset=partition.log_start_offset,
-                    error_message=f"Produce v{version} carries record batches of magic 2 only",
-                    batches_to_retain=window))
-                continue
-            too_large = _too_large(records, broker.logs.topic_config(name)["max.message.bytes"])
-            if too_large is not None:
-                answer.partitions.append(wire.PartitionResponse(
-                    index, ErrorCode.MESSAGE_TOO_LARGE, log_start_offset=partition.log_start_offset,
-                    error_message=too_large, batches_to_retain=window))
-                continue
-            txn = _transactional_header(records)
-            if txn is not None:
-                refused = await _check_transactional(broker, version, request, txn, name, index, partition)
-                if refused is not None:
-                    answer.partitions.append(wire.PartitionResponse(
-                        index, refused[0], log_start_offset=partition.log_start_offset,
-                        error_message=refused[1], batches_to_retain=window))
-                    continue
-                now = broker.now_ms()
-            result = partition.append_from_client(records if records is not None else b"", now)
-            response = wire.PartitionResponse(index, result.error_code, result.base_offset, result.log_append_time,
-                                              result.log_start_offset, result.error_message,
-                                              result.record_errors, batches_to_retain=window)
-            answer.partitions.append(response)
-            if partition.write_caching:
-                appended = appended or (result.error_code == 0 and "duplicate" not in result.extra)
-            elif request.acks == -1 and result.error_code == 0:
-                waiting = group_commit.durable(partition, result.last_offset + 1)
-                if waiting is not None:
-                    waits.append((response, waiting))
-            else:
-                group_commit.appended(partition)  # visible once fsynced; a failure may have cut
-        topics.append(answer)
+            answer.partitions.append(wire.PartitionResponse(index, ErrorCode.NONE))  # answered below
+            to_append.append(_Append(answer, len(answer.partitions) - 1, str(name), index, partition, records,
+                                     _transactional_header(records)))
+    transactional = [a for a in to_append if a.header is not None]
+    if transactional:
+        refusals = await _check_transactional(broker, version, tid, transactional)
+        now = broker.now_ms()
+    else:
+        refusals = {}
+    for a in to_append:
+        partition, window = a.partition, a.partition.producer_state_batches_to_retain
+        refused = refusals.get((a.topic, a.index))
+        if refused is not None:
+            a.answer.partitions[a.slot] = wire.PartitionResponse(
+                a.index, refused[0], log_start_offset=partition.log_start_offset,
+                error_message=refused[1], batches_to_retain=window)
+            continue
+        result = partition.append_from_client(a.records if a.records is not None else b"", now)
+        response = wire.PartitionResponse(a.index, result.error_code, result.base_offset, result.log_append_time,
+                                          result.log_start_offset, result.error_message,
+                                          result.record_errors, batches_to_retain=window)
+        a.answer.partitions[a.slot] = response
+        if partition.write_caching:
+            appended = appended or (result.error_code == 0 and "duplicate" not in result.extra)
+        elif request.acks == -1 and result.error_code == 0:
+            waiting = group_commit.durable(partition, result.last_offset + 1)
+            if waiting is not None:
+                waits.append((response, waiting))
+        else:
+            group_commit.appended(partition)  # visible once fsynced; a failure may have cut
     broker.metrics.count_errors("produce", (p.error_code for t in topics for p in t.partitions))
     if appended:
         broker.data_appended()
@@ -152,6 +160,18 @@ async def handle(broker, version: int, request) -> bytes | None:
         applied()  # the Produce requests behind this one may be appended while it waits
         return await _answer_when_durable(broker, version, topics, waits, request.timeout_ms, throttle_ms)
     return wire.encode_response(version, topics, throttle_ms)
+
+
+@dataclass(slots=True)
+class _Append:
+    """A partition's records that passed the request's checks, and where its answer goes."""
+    answer: wire.TopicResponse
+    slot: int
+    topic: str
+    index: int
+    partition: Any
+    records: Any
+    header: Any   # of its transactional batch, else None
 
 
 async def _answer_when_durable(broker, version: int, topics, waits, timeout_ms: int, throttle_ms: int) -> bytes:
@@ -187,33 +207,48 @@ def _transactional_header(records):
     return None
 
 
-async def _check_transactional(broker, version: int, request, header, topic: str, index: int,
-                               partition) -> tuple[int, str] | None:
-    """None to append the transactional batch, else (code, message)."""
-    tid = request.transactional_id
+async def _check_transactional(broker, version: int, tid: str | None,
+                               batches: list[_Append]) -> dict[tuple[str, int], tuple[int, str]]:
+    """(topic, partition) -> (code, message) for the transactional batches that must not be
+    appended: without a transactional id, or not in (not added to) the producer's transaction.
+    One question to the coordinator per producer (normally one per request), for every partition
+    where its transaction is not open at that epoch yet."""
     if tid is None:
-        return (ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                "a transactional batch needs the request's transactional id")
-    pid, epoch = header.producer_id, header.producer_epoch
-    verifier = broker.txn_verifier
-    if verifier is None or partition.has_open_transaction(pid, epoch):
-        return None
-    guards = partition.verification_guards
-    guard = guards.begin(pid)
-    try:
-        try:
-            code = await verifier(tid, pid, epoch, topic, index)
-        except (TimeoutError, OSError):
-            code = ErrorCode.COORDINATOR_NOT_AVAILABLE
-        if code == ErrorCode.NONE and not guards.valid(pid, guard):
-            code = ErrorCode.TRANSACTION_ABORTABLE  # its transaction ended while it waited
-        if code == ErrorCode.NONE:
-            return None
-        return (verification_error(code, ApiKey.PRODUCE, version),
-                f"partition {topic}-{index} is not in transaction {tid!r} of producer {pid} "
-                f"epoch {epoch} ({ErrorCode(code).name})")
-    finally:
-        guards.end(pid, guard)
+        return {(a.topic, a.index): (ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                                     "a transactional batch needs the request's transactional id") for a in batches}
+    add = version >= FIRST_V2
+    if broker.txn_check is None or not (add or broker.txn_verification):
+        return {}
+    producers: dict[tuple[int, int], dict[tuple[str, int], Any]] = {}
+    for a in batches:
+        pid, epoch = a.header.producer_id, a.header.producer_epoch
+        if not a.partition.has_open_transaction(pid, epoch):
+            producers.setdefault((pid, epoch), {})[(a.topic, a.index)] = a.partition
+    out = {}
+    for (pid, epoch), partitions in producers.items():
+        codes = await txn_add_partitions.check(broker, tid, pid, epoch, list(partitions), add,
+                                               *_guards(pid, list(partitions.values())))
+        for (topic, index), code in codes.items():
+            if code:
+                what = "could not be added to" if add else "is not in"
+                out[(topic, index)] = (verification_error(code, ApiKey.PRODUCE, version),
+                                       f"partition {topic}-{index} {what} transaction {tid!r} of producer {pid} "
+                                       f"epoch {epoch} ({ErrorCode(code).name})")
+    return out
+
+
+def _guards(pid: int, partitions: list):
+    """begin/valid/end of one attempt's verification guards (`core.txn.verification`)."""
+    def begin():
+        return [(p, p.verification_guards.begin(pid)) for p in partitions]
+
+    def valid(token) -> bool:
+        return all(p.verification_guards.valid(pid, g) for p, g in token)
+
+    def end(token) -> None:
+        for p, g in token:
+            p.verification_guards.end(pid, g)
+    return begin, valid, end
 
 
 def _is_message_set(records) -> bool:

@@ -1,16 +1,19 @@
-"""TxnOffsetCommit (API 28), v0-v3: a transaction's consumer offsets, kept pending (durable,
+"""TxnOffsetCommit (API 28), v0-v5: a transaction's consumer offsets, kept pending (durable,
 invisible to OffsetFetch) until the transaction's marker on the group's `__consumer_offsets`
 partition makes them visible (COMMIT) or drops them (ABORT).
 
 Checks, in Kafka's order: this broker coordinates the group; the group's offsets partition is in
-the transaction (KIP-890 verification, asked of the id's coordinator wherever it runs:
-INVALID_TXN_STATE below v4, INVALID_PRODUCER_EPOCH for a fenced epoch); KIP-447 member data from
-v3 (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID).
+the transaction, asked of the id's coordinator wherever it runs (`broker.txn_add_partitions`):
+up to v4 verified (KIP-890 part 1: the client sent AddOffsetsToTxn), from v5 added (Transactions
+V2: the client sends no AddOffsetsToTxn); refusals are INVALID_TXN_STATE below v4,
+INVALID_PRODUCER_EPOCH for a fenced epoch; KIP-447 member data from v3 (ILLEGAL_GENERATION,
+UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID).
 Authorization first: WRITE on the transactional id, READ on the group (for every partition),
 READ on each topic (TOPIC_AUTHORIZATION_FAILED for its partitions).
 """
 from __future__ import annotations
 
+from oncelog.broker import txn_add_partitions
 from oncelog.broker.authorization import GROUP, TOPIC, TXN_ID, Op, authorized_names, require
 from oncelog.core.txn.errors import for_version, verification_error
 from oncelog.protocol import entities
@@ -20,6 +23,7 @@ from oncelog.storage.group_offsets import Committed
 
 API_KEY = ApiKey.TXN_OFFSET_COMMIT
 E = ErrorCode
+FIRST_V2 = 5   # TxnOffsetCommit v5+: Transactions V2 (the group's offsets partition is added)
 
 
 async def handle(broker, version: int, r) -> bytes:
@@ -45,23 +49,20 @@ async def handle(broker, version: int, r) -> bytes:
     if not broker.coordinates(group):
         error = E.NOT_COORDINATOR
     else:
-        # asked of the id's coordinator, this broker or another (AddPartitionsToTxn VerifyOnly);
-        # a marker for the producer while it waits ends the transaction it verified
-        token = broker.groups.begin_txn_commit(int(r.producer_id))
-        try:
-            code = await broker.txn.verify(str(r.transactional_id), int(r.producer_id), int(r.producer_epoch),
-                                           *broker.txn.core.offsets_partition(group))
-            if code == E.NONE and not token[0]:
-                code = E.TRANSACTION_ABORTABLE
-            if code:
-                error = verification_error(code, API_KEY, version)
-            elif offsets:
-                error = broker.groups.txn_commit(group, int(r.producer_id), int(r.producer_epoch),
-                                                 int(getattr(r, "generation_id", -1)),
-                                                 str(getattr(r, "member_id", "") or ""),
-                                                 getattr(r, "group_instance_id", None), offsets)
-        finally:
-            broker.groups.end_txn_commit(int(r.producer_id), token)
+        # a marker for the producer while it waits ends the transaction it asked about
+        pid, groups = int(r.producer_id), broker.groups
+        offsets_tp = broker.txn.core.offsets_partition(group)
+        codes = await txn_add_partitions.check(
+            broker, str(r.transactional_id), pid, int(r.producer_epoch), [offsets_tp], version >= FIRST_V2,
+            lambda: groups.begin_txn_commit(pid), lambda token: token[0],
+            lambda token: groups.end_txn_commit(pid, token))
+        code = codes[offsets_tp]
+        if code:
+            error = verification_error(code, API_KEY, version)
+        elif offsets:   # no await since the check: no marker came in between
+            error = groups.txn_commit(group, pid, int(r.producer_epoch), int(getattr(r, "generation_id", -1)),
+                                      str(getattr(r, "member_id", "") or ""), getattr(r, "group_instance_id", None),
+                                      offsets)
     error = for_version(API_KEY, version, error)
     return rb.encode(throttle_time=0, topics=tuple(
         rb("TxnOffsetCommitResponseTopic", name=t.name, partitions=tuple(

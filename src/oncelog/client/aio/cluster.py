@@ -79,6 +79,10 @@ class Cluster:
         self.last_refresh = 0.0
         self.listeners: list = []   # callables(metadata.MetadataResponse) after each refresh
         self.on_connect: list = []  # callables(node id) when a connection to a broker is made
+        # KIP-584: the finalized features of the answer with the highest epoch from any broker
+        # (Java's ApiVersions.update: a broker that has not caught up cannot take them back)
+        self.finalized_features: dict[str, int] = {}
+        self.features_epoch = -1
         self.closed = False
 
     # ------------------------------------------------------------------ connections
@@ -106,8 +110,13 @@ class Cluster:
                 errors.append(str(e))
                 continue
             self._bootstrap_conn = c
+            self._learn_features(c)
             return c
         raise BrokerConnectionError("no broker reachable: " + "; ".join(errors))
+
+    def _learn_features(self, c: Connection) -> None:
+        if c.features_epoch > self.features_epoch:
+            self.finalized_features, self.features_epoch = c.finalized_features, c.features_epoch
 
     def ready_connection(self, node: int) -> Connection | None:
         c = self.conns.get(node)
@@ -153,6 +162,7 @@ class Cluster:
         self._failures.pop(node, None)
         self._retry_at.pop(node, None)
         self.conns[node] = c
+        self._learn_features(c)
         for fn in self.on_connect:
             fn(node)
         return c

@@ -84,6 +84,9 @@ class Connection:
         self.correlation = 0
         self.versions: dict[int, tuple[int, int]] = {}  # api key -> usable (min, max)
         self.broker_versions: dict[int, tuple[int, int]] = {}
+        # KIP-584: the broker's finalized features and their epoch (ApiVersions v3+)
+        self.finalized_features: dict[str, int] = {}
+        self.features_epoch = -1
         self.closed = False
         self.error: BaseException | None = None
 
@@ -149,9 +152,12 @@ class Connection:
         try:
             body = await asyncio.wait_for(
                 self.request(ApiKey.API_VERSIONS, 3, api_versions.encode_request(3)), timeout_s)
-            err, apis = api_versions.decode_response(3, body)
+            answer = api_versions.decode_answer(3, body)
+            err, apis = answer.error_code, answer.apis
             if err:
                 apis = {}
+            else:
+                self.finalized_features, self.features_epoch = answer.finalized, answer.features_epoch
         except (IndexError, struct.error, UnicodeDecodeError, ValueError):
             apis = {}
         if not apis:

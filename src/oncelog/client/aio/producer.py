@@ -73,7 +73,8 @@ class AIOProducer:
         if c.transactional_id is not None:
             self.txn = TransactionManager(c.transactional_id,
                                           transaction_timeout_ms=c.transaction_timeout_ms,
-                                          retry_backoff_ms=c.retry_backoff_ms, producer=self.core)
+                                          retry_backoff_ms=c.retry_backoff_ms, producer=self.core,
+                                          allow_v2=c.transaction_v2)
         # calls whose caller timed out, by operation: made again, they return its outcome
         self._txn_calls: dict[str, TxnResult] = {}
         self.lock = threading.Lock()

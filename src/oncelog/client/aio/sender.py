@@ -23,6 +23,7 @@ from oncelog.client.config import ProducerConfig
 from oncelog.client.errors import KafkaClientError
 from oncelog.client.producer_core import PartitionResult, ProducerCore
 from oncelog.client.txn_core import FindCoordinatorRequest
+from oncelog.core.features import TRANSACTION_VERSION
 from oncelog.protocol import init_producer_id, produce
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode
@@ -214,6 +215,9 @@ class Sender:
     def _send_produce(self, conn: Connection, node: int, batches: list, now: int) -> None:
         version = conn.version(ApiKey.PRODUCE)
         assert version is not None  # every Kafka broker advertises Produce
+        if self.txn is not None and not self.txn.transaction_v2:
+            # from v12 a transactional Produce asks the leader to add the partition (V2's meaning)
+            version = min(version, txn_wire.LAST_V1[ApiKey.PRODUCE])
         ids = self.cluster.topic_ids
         if version >= 13 and any(b.tp.topic not in ids for b in batches):
             version = 12
@@ -283,6 +287,7 @@ class Sender:
         wire; ms until a backed-off request becomes due."""
         txn = self.txn
         assert txn is not None  # only for a transactional producer
+        self._report_features(txn)
         out = txn.next_request(now)
         if out is not None:
             self._txn_task = asyncio.ensure_future(self._txn_request(out.request, out.node))
@@ -301,6 +306,7 @@ class Sender:
             if v is None:
                 answer = txn_wire.error_response(request, ErrorCode.UNSUPPORTED_VERSION)
             else:
+                v = txn_wire.version(request, v)
                 if api == ApiKey.INIT_PRODUCER_ID:
                     with self.lock:
                         txn.coordinator_versions(v)
@@ -317,10 +323,23 @@ class Sender:
                 txn.on_request_failed(now_ms())
         else:
             with self.lock:
+                self._report_features(txn)   # what this request's connection told, before the answer
                 txn.on_response(answer, now_ms())
         finally:
             self._txn_task = None
         self.completed()
+
+    _V2_VERSIONS = ((ApiKey.END_TXN, 5), (ApiKey.PRODUCE, 12), (ApiKey.TXN_OFFSET_COMMIT, 5))
+
+    def _report_features(self, txn: Any) -> None:
+        """The finalized transaction.version as the freshest ApiVersions answer says, counted
+        only where the brokers speak V2's request versions (franz-go's check: a broker that
+        finalizes it without them would refuse the un-added partitions)."""
+        cluster = self.cluster
+        level = cluster.finalized_features.get(TRANSACTION_VERSION, 0)
+        if level >= 2 and any((cluster.version(api) or 0) < v for api, v in self._V2_VERSIONS):
+            level = 1
+        txn.features(level, cluster.features_epoch)
 
     def _learn_coordinator(self, answer: Any) -> None:
         """A coordinator the metadata has not named yet (another listener, a new broker) can

@@ -3,7 +3,9 @@ negotiated version, and the answers decoded back into its response shapes.
 
 InitProducerId goes through the hand-written codec (error codes read as integers); the others
 through kio. AddPartitionsToTxn stops at v3: v4 is the broker-to-broker (verify-only) form.
-FindCoordinator v4 asks for a list of keys; the manager asks for one."""
+FindCoordinator v4 asks for a list of keys; the manager asks for one. EndTxn and TxnOffsetCommit
+v5 mean Transactions V2: `version` caps them at v4 unless the request is V2's, and the Produce
+requests of a V1 transaction at v11 (Java's LAST_STABLE_VERSION_BEFORE_TRANSACTION_V2)."""
 from __future__ import annotations
 
 from typing import Any
@@ -36,6 +38,17 @@ API_OF: dict[type, int] = {
     TxnOffsetCommitRequest: ApiKey.TXN_OFFSET_COMMIT,
     EndTxnRequest: ApiKey.END_TXN,
 }
+
+
+LAST_V1: dict[int, int] = {ApiKey.END_TXN: 4, ApiKey.TXN_OFFSET_COMMIT: 4, ApiKey.PRODUCE: 11}
+
+
+def version(request: Any, broker_max: int) -> int:
+    """The version to send `request` at, given the broker's highest."""
+    api = API_OF[type(request)]
+    if api in LAST_V1 and not getattr(request, "v2", False):
+        return min(broker_max, LAST_V1[api])
+    return broker_max
 
 
 def _by_topic(tps) -> dict[str, list]:
@@ -101,7 +114,7 @@ def decode(request: Any, version: int, body) -> object:
     if isinstance(request, TxnOffsetCommitRequest):
         return TxnOffsetCommitResponse({TopicPartition(t.name, p.partition_index): int(p.error_code)
                                         for t in r.topics for p in t.partitions})
-    return EndTxnResponse(int(r.error_code))
+    return EndTxnResponse(int(r.error_code), int(getattr(r, "producer_id", -1)), int(getattr(r, "producer_epoch", -1)))
 
 
 def error_response(request: Any, code: int) -> object:

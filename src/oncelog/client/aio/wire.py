@@ -22,7 +22,8 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_PRODUCERS: (0, 0), ApiKey.FIND_COORDINATOR: (0, 4),
     # AddPartitionsToTxn v4 is the broker-to-broker form (KIP-890): clients stop at v3
     ApiKey.ADD_PARTITIONS_TO_TXN: (0, 3), ApiKey.ADD_OFFSETS_TO_TXN: (0, 3),
-    ApiKey.TXN_OFFSET_COMMIT: (0, 3), ApiKey.END_TXN: (0, 3),
+    # v5: Transactions V2, used only when the cluster finalizes transaction.version 2 (txn_core)
+    ApiKey.TXN_OFFSET_COMMIT: (0, 5), ApiKey.END_TXN: (0, 5),
     # the admin client's (groups, ACLs, SCRAM users, cluster, transactions); OffsetFetch v8+ asks
     # for several groups at once, a shape this client does not use
     ApiKey.LIST_GROUPS: (0, 4), ApiKey.DESCRIBE_GROUPS: (0, 5), ApiKey.OFFSET_FETCH: (1, 7),

@@ -20,6 +20,11 @@ is being written the fenced producer is told CONCURRENT_TRANSACTIONS (retriable;
 gets PRODUCER_FENCED) where Kafka, having bumped its cache early, says PRODUCER_FENCED at once.
 The last epoch and last producer id are persisted, so KIP-360 retries survive a coordinator move.
 
+Transactions V2 (KIP-890 part 2; `transaction_version=TV_2` on EndTxn v5 and on the partition
+leaders' implicit adds): every EndTxn bumps the epoch (a new producer id when it is exhausted, its
+markers at MAX_EPOCH of the old one), answers the (id, epoch) the client continues with, tells a
+retry by the bumped epoch, and aborts from Empty or Complete* too (`_end_txn_v2`).
+
 Not here: the idempotent InitProducerId (no transactional id: a new id at epoch 0, the broker's
 business), authorization, and the per-version rewriting of codes (`core/txn/errors.py`).
 """
@@ -28,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
-from oncelog.core.producer_epoch import MAX_EPOCH, is_epoch_exhausted
+from oncelog.core.producer_epoch import EPOCH_EXHAUSTED_AT, MAX_EPOCH, is_epoch_exhausted
 from oncelog.core.txn.errors import translate_append_error
 from oncelog.core.txn.log_format import CONSUMER_OFFSETS_TOPIC, decode_key, decode_value, encode_record, partition_for
 from oncelog.core.txn.state import (
@@ -37,6 +42,8 @@ from oncelog.core.txn.state import (
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     PREPARED,
+    TV_0,
+    TV_2,
     TopicPartition,
     TransactionMetadata,
     TxnState,
@@ -298,18 +305,32 @@ class TransactionCoordinator:
         done = S.COMPLETE_COMMIT if meta.state == S.PREPARE_COMMIT else S.COMPLETE_ABORT
         after = meta.evolve(state=done, partitions=frozenset(), update_ms=max(now_ms, meta.update_ms),
                             last_producer_id=meta.producer_id)
+        if meta.next_producer_id != NO_PRODUCER_ID:
+            # the bump overflowed: the markers closed the old id, the client goes on with the new
+            # one (its last epoch stays the one it held, for an EndTxn or InitProducerId retry)
+            after = after.evolve(producer_id=meta.next_producer_id, producer_epoch=0,
+                                 next_producer_id=NO_PRODUCER_ID)
         completion = self._begin(part, p, meta.transactional_id, entry, after, None)
         return MarkerJob(meta.transactional_id, meta.producer_id, meta.producer_epoch,
                          meta.state == S.PREPARE_COMMIT, part.epoch, meta.partitions, completion)
 
     def _fence(self, part: _TxnPartition, p: int, entry: _Entry, meta: TransactionMetadata,
-               now_ms: int, reply: Answer | None) -> Transition:
-        """Bump the epoch of an Ongoing transaction and abort it, in one PrepareAbort record."""
+               now_ms: int, reply: Answer | None) -> Transition | Answer:
+        """Bump the epoch of an Ongoing transaction and abort it, in one PrepareAbort record (one
+        bump, Transactions V2 included: KAFKA-19367). A V2 transaction at an exhausted epoch also
+        moves to a new producer id (KAFKA-20090), so that its client, which goes on after the
+        abort, never holds MAX_EPOCH."""
         if meta.producer_epoch >= MAX_EPOCH:
             raise CoordinatorInvariantError(f"{meta.transactional_id}: cannot fence epoch {meta.producer_epoch}")
+        next_pid = NO_PRODUCER_ID
+        if meta.client_transaction_version >= TV_2 and is_epoch_exhausted(meta.producer_epoch):
+            pid = self._producer_id()
+            if isinstance(pid, Answer):
+                return pid
+            next_pid = pid
         after = meta.evolve(state=S.PREPARE_ABORT, producer_epoch=meta.producer_epoch + 1,
                             last_producer_epoch=NO_PRODUCER_EPOCH, last_producer_id=meta.producer_id,
-                            update_ms=now_ms)
+                            next_producer_id=next_pid, update_ms=now_ms)
         return self._begin(part, p, meta.transactional_id, entry, after, reply, via=S.PREPARE_EPOCH_FENCE)
 
     def _producer_id(self) -> int | Answer:
@@ -394,8 +415,17 @@ class TransactionCoordinator:
         return part, p, entry, E.NONE
 
     def prepare_add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                               partitions: Iterable[TopicPartition], now_ms: int) -> Answer | Transition:
-        """AddPartitionsToTxn v0-3 (and v4 without VerifyOnly), AddOffsetsToTxn via `prepare_add_offsets`."""
+                               partitions: Iterable[TopicPartition], now_ms: int,
+                               transaction_version: int = TV_0) -> Answer | Transition:
+        """AddPartitionsToTxn v0-3 (and v4 without VerifyOnly), AddOffsetsToTxn via
+        `prepare_add_offsets`; with TV_2, a partition leader's implicit add (Produce v12+,
+        TxnOffsetCommit v5+, through AddPartitionsToTxn v5), which checks a pending transition
+        first: right after an overflow the client already uses the new producer id while the
+        Complete* that installs it is being written (KAFKA-18660)."""
+        if transaction_version >= TV_2:
+            pending = self.pending(transactional_id)
+            if pending is not None:
+                return Answer(E.CONCURRENT_TRANSACTIONS)
         part, p, entry, err = self._check_producer(transactional_id, producer_id, producer_epoch)
         if err:
             return Answer(err)
@@ -410,7 +440,8 @@ class TransactionCoordinator:
             raise CoordinatorInvariantError(f"{transactional_id} is in {meta.state.display_name}")
         after = meta.evolve(state=S.ONGOING, partitions=meta.partitions | added,
                             start_ms=now_ms if meta.state in IDLE else meta.start_ms,
-                            update_ms=now_ms, last_producer_id=meta.producer_id)
+                            update_ms=now_ms, last_producer_id=meta.producer_id,
+                            client_transaction_version=transaction_version)
         return self._begin(part, p, transactional_id, entry, after, OK)
 
     def prepare_add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int,
@@ -434,8 +465,11 @@ class TransactionCoordinator:
         return {tp: E.NONE if tp in members else E.TRANSACTION_ABORTABLE for tp in wanted}
 
     def prepare_end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                        commit: bool, now_ms: int) -> Answer | Transition:
-        """EndTxn v0-4: Ongoing -> Prepare*; retries of a finished one answer NONE."""
+                        commit: bool, now_ms: int, transaction_version: int = TV_0) -> Answer | Transition:
+        """EndTxn v0-4: Ongoing -> Prepare*; retries of a finished one answer NONE. EndTxn v5+
+        (TV_2): `_end_txn_v2`."""
+        if transaction_version >= TV_2:
+            return self._end_txn_v2(transactional_id, producer_id, producer_epoch, commit, now_ms)
         part, p, entry, err = self._check_producer(transactional_id, producer_id, producer_epoch)
         if err:
             return Answer(err)
@@ -456,6 +490,66 @@ class TransactionCoordinator:
             return Answer(E.CONCURRENT_TRANSACTIONS)
         return Answer(E.INVALID_TXN_STATE)
 
+    def _end_txn_v2(self, tid: str, producer_id: int, producer_epoch: int, commit: bool,
+                    now_ms: int) -> Answer | Transition:
+        """EndTxn under Transactions V2 (Kafka 4.0's `TransactionCoordinator.endTransaction`,
+        with KAFKA-18660's check order: a pending transition first, then the producer id, then
+        the epoch). A retry carries the epoch before the bump (or, after an overflow, the
+        previous producer id at EPOCH_EXHAUSTED_AT) and is answered from the completed state,
+        with the (id, epoch) the client continues with; an ABORT at the current epoch from Empty
+        or Complete* bumps too (the client cannot know whether a partition was added for it)."""
+        if not tid:
+            return Answer(E.INVALID_REQUEST)
+        part, p, err = self._lookup(tid)
+        if part is None:
+            return Answer(err)
+        entry = part.entries.get(tid)
+        if entry is None or entry.meta is None:
+            return Answer(E.INVALID_PRODUCER_ID_MAPPING)
+        if entry.pending is not None:
+            return Answer(E.CONCURRENT_TRANSACTIONS)
+        meta = entry.meta
+        bumped = meta.client_transaction_version >= TV_2 and producer_epoch >= 0
+        overflow_retry = (bumped and meta.producer_id != producer_id and meta.last_producer_id == producer_id
+                          and producer_epoch == EPOCH_EXHAUSTED_AT and meta.producer_epoch == 0)
+        retry = overflow_retry or (bumped and meta.producer_epoch == producer_epoch + 1)
+        if meta.producer_id != producer_id and not overflow_retry:
+            return Answer(E.INVALID_PRODUCER_ID_MAPPING)
+        state = meta.state
+        current = producer_epoch == meta.producer_epoch
+        if not (current if state in (S.ONGOING, S.EMPTY) else retry or current):
+            return Answer(E.PRODUCER_FENCED)
+        if state in PREPARED:   # its Complete* is pending: answered above
+            raise CoordinatorInvariantError(f"{tid} is in {state.display_name} with nothing pending")
+        if retry:
+            if state == (S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT):
+                return Answer(E.NONE, meta.producer_id, meta.producer_epoch)
+            return Answer(E.INVALID_TXN_STATE)
+        if state != S.ONGOING and commit:
+            return Answer(E.INVALID_TXN_STATE)
+        return self._bump_and_end(part, p, entry, meta, commit, now_ms)
+
+    def _bump_and_end(self, part: _TxnPartition, p: int, entry: _Entry, meta: TransactionMetadata,
+                      commit: bool, now_ms: int) -> Answer | Transition:
+        """Prepare* at the next epoch (TV_2). At an exhausted epoch the markers carry MAX_EPOCH
+        of the old id and the client is told the new id at epoch 0 (KAFKA-18660)."""
+        epoch = meta.producer_epoch
+        changes: dict[str, object] = dict(state=S.PREPARE_COMMIT if commit else S.PREPARE_ABORT, update_ms=now_ms,
+                             last_producer_id=meta.producer_id, last_producer_epoch=epoch,
+                             client_transaction_version=TV_2)
+        if meta.state != S.ONGOING:   # an abort of nothing the coordinator knows of
+            changes.update(partitions=frozenset(), start_ms=now_ms)
+        if is_epoch_exhausted(epoch):
+            pid = self._producer_id()
+            if isinstance(pid, Answer):
+                return pid
+            after = meta.evolve(producer_epoch=MAX_EPOCH, next_producer_id=pid, **changes)
+            reply = Answer(E.NONE, pid, 0)
+        else:
+            after = meta.evolve(producer_epoch=epoch + 1, **changes)
+            reply = Answer(E.NONE, meta.producer_id, epoch + 1)
+        return self._begin(part, p, meta.transactional_id, entry, after, reply)
+
     # ------------------------------------------------------------------ timers
     def expire_timed_out(self, now_ms: int) -> list[Transition]:
         """Ongoing transactions older than their timeout: fence the epoch and abort
@@ -469,7 +563,9 @@ class TransactionCoordinator:
                 meta = entry.meta
                 assert meta is not None
                 if entry.pending is None and meta.start_ms + meta.timeout_ms < now_ms:
-                    out.append(self._fence(part, p, entry, meta, now_ms, None))
+                    t = self._fence(part, p, entry, meta, now_ms, None)
+                    if isinstance(t, Transition):   # else no producer id at hand: next sweep
+                        out.append(t)
         return out
 
     def expire_transactional_ids(self, now_ms: int) -> list[Transition]:

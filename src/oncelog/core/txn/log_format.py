@@ -6,7 +6,7 @@ value: int16 version, then TransactionLogValue. Version 1 (flexible, what we wri
          TransactionPartitions COMPACT_NULLABLE_ARRAY[Topic COMPACT_STRING,
                                                        PartitionIds COMPACT_ARRAY[i32], tags],
          TransactionLastUpdateTimestampMs i64, TransactionStartTimestampMs i64, tags:
-           0 PreviousProducerId i64 (default -1)   1 NextProducerId i64 (TV2, ignored)
+           0 PreviousProducerId i64 (default -1)   1 NextProducerId i64 (-1; Transactions V2)
            2 ClientTransactionVersion i16 (0)      10000 LastProducerEpoch i16 (oncelog's, -1)
        Version 0 is the same without tags and with classic (int16/int32-length) strings and arrays.
        A null value is a tombstone: the transactional id expired.
@@ -25,6 +25,8 @@ from oncelog.core.txn.state import (
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     PERSISTED,
+    PREPARED,
+    TV_0,
     TopicPartition,
     TransactionMetadata,
     TxnState,
@@ -108,6 +110,10 @@ def encode_value(meta: TransactionMetadata) -> bytes:
     tags: dict[int, bytes] = {}
     if meta.last_producer_id != NO_PRODUCER_ID:
         tags[TAG_PREVIOUS_PRODUCER_ID] = I64.pack(meta.last_producer_id)
+    if meta.next_producer_id != NO_PRODUCER_ID:
+        tags[TAG_NEXT_PRODUCER_ID] = I64.pack(meta.next_producer_id)
+    if meta.client_transaction_version != TV_0:
+        tags[TAG_CLIENT_TRANSACTION_VERSION] = I16.pack(meta.client_transaction_version)
     if meta.last_producer_epoch != NO_PRODUCER_EPOCH:
         tags[TAG_LAST_PRODUCER_EPOCH] = I16.pack(meta.last_producer_epoch)
     out.append(tagged_fields(tags))
@@ -151,19 +157,25 @@ def _decode_value(transactional_id: str, value: bytes) -> TransactionMetadata:
         if flexible:
             r.skip_tags()
     update_ms, start_ms = r.i64(), r.i64()
-    last_pid, last_epoch = NO_PRODUCER_ID, NO_PRODUCER_EPOCH
+    last_pid, last_epoch, next_pid, client_version = NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, TV_0
     if flexible:
         tags = r.tags()
         if TAG_PREVIOUS_PRODUCER_ID in tags:
             last_pid = I64.unpack(bytes(tags[TAG_PREVIOUS_PRODUCER_ID]))[0]
+        if TAG_NEXT_PRODUCER_ID in tags:
+            next_pid = I64.unpack(bytes(tags[TAG_NEXT_PRODUCER_ID]))[0]
+        if TAG_CLIENT_TRANSACTION_VERSION in tags:
+            client_version = I16.unpack(bytes(tags[TAG_CLIENT_TRANSACTION_VERSION]))[0]
         if TAG_LAST_PRODUCER_EPOCH in tags:
             last_epoch = I16.unpack(bytes(tags[TAG_LAST_PRODUCER_EPOCH]))[0]
     if r.pos != len(value):
         raise ValueError(f"{len(value) - r.pos} trailing bytes")
     if state == TxnState.EMPTY:
         partitions.clear()  # Kafka ignores them too
+    if next_pid != NO_PRODUCER_ID and (next_pid < 0 or state not in PREPARED):
+        raise ValueError(f"next producer id {next_pid} in state {state.display_name}")
     return TransactionMetadata(transactional_id, pid, epoch, timeout, state, frozenset(partitions),
-                               start_ms, update_ms, last_pid, last_epoch)
+                               start_ms, update_ms, last_pid, last_epoch, next_pid, client_version)
 
 
 def encode_record(transactional_id: str, meta: TransactionMetadata | None) -> tuple[bytes, bytes | None]:

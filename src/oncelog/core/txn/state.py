@@ -11,6 +11,10 @@ from enum import IntEnum
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
+# clientTransactionVersion: what a transaction's requests said (Kafka's TransactionVersion levels);
+# only TV_2 changes the coordinator's rules (an epoch bump at every EndTxn)
+TV_0 = 0
+TV_2 = 2
 
 TopicPartition = tuple[str, int]
 
@@ -48,7 +52,9 @@ VALID_PREVIOUS: dict[TxnState, frozenset[TxnState]] = {
     S.EMPTY: frozenset({S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
     S.ONGOING: frozenset({S.ONGOING, S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
     S.PREPARE_COMMIT: frozenset({S.ONGOING}),
-    S.PREPARE_ABORT: frozenset({S.ONGOING, S.PREPARE_EPOCH_FENCE}),
+    # + Empty and Complete*: Transactions V2 aborts from there (a client cannot know whether a
+    # partition was added implicitly before a timeout, KAFKA-14563)
+    S.PREPARE_ABORT: frozenset({S.ONGOING, S.PREPARE_EPOCH_FENCE, S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
     S.COMPLETE_COMMIT: frozenset({S.PREPARE_COMMIT}),
     S.COMPLETE_ABORT: frozenset({S.PREPARE_ABORT}),
     S.DEAD: frozenset({S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
@@ -75,6 +81,10 @@ class TransactionMetadata:
     `last_producer_id` is Kafka's previousProducerId (the id before the latest transition, so a
     client whose epoch-exhausted id was rotated can still be recognised); `last_producer_epoch`
     lets a retried InitProducerId (KIP-360) get the epoch it already bumped to.
+    `next_producer_id` is set only in a Prepare* whose epoch bump overflowed (Transactions V2):
+    its markers carry the old id at MAX_EPOCH, and Complete* moves to the new id at epoch 0.
+    `client_transaction_version` is TV_2 for a transaction whose client speaks Transactions V2
+    (its EndTxn retries are told apart by the bumped epoch).
     """
     transactional_id: str
     producer_id: int
@@ -86,6 +96,8 @@ class TransactionMetadata:
     update_ms: int = -1
     last_producer_id: int = NO_PRODUCER_ID
     last_producer_epoch: int = NO_PRODUCER_EPOCH
+    next_producer_id: int = NO_PRODUCER_ID
+    client_transaction_version: int = TV_0
 
     def evolve(self, **changes: object) -> TransactionMetadata:
         return replace(self, **changes)  # type: ignore[arg-type]
