@@ -9,6 +9,7 @@ from oncelog.core.producer_state import ProducerStateConfig
 from oncelog.protocol.errors import ErrorCode as E
 from oncelog.protocol.errors import KafkaProtocolError
 from oncelog.protocol.records import Record, encode_batch
+from oncelog.storage import failpoints as fp
 from oncelog.storage import producer_snapshots as snaps
 from oncelog.storage.log import LogConfig, PartitionLog
 from oncelog.storage.partition import Partition
@@ -212,3 +213,28 @@ def test_producer_with_open_transaction_never_expires(tmp_path):
     env.append(txn_batch(B, 0, transactional=False))
     assert env.p.remove_expired_producers(NOW + 10 * 86_400_000) == 1
     assert A in env.p.producer_state and B not in env.p.producer_state
+
+
+def test_a_failed_fsync_at_recovery_opens_the_partition_offline_not_a_broken_broker(tmp_path):
+    """A crash left markers to replay and recovery's fsync fails: opening used to raise from the
+    replay's read of the offline log, and a broker that opens its partitions at start exited.
+    The partition opens offline (every request KAFKA_STORAGE_ERROR) and the next open recovers it."""
+    env = Env(tmp_path / "t-0")
+    env.append(txn_batch(A, 0))
+    env.marker(A, commit=True)
+    crash(env.p)
+    fp.configure("fsync-eio:log")
+    try:
+        p = env.open()
+    finally:
+        fp.configure(None)
+    assert p.log.offline and "at recovery" in p.log.offline
+    assert p.append_from_client(txn_batch(B, 0), NOW).error_code == E.KAFKA_STORAGE_ERROR
+    with pytest.raises(KafkaProtocolError) as exc:
+        p.read(0, 1 << 20)
+    assert exc.value.code == E.KAFKA_STORAGE_ERROR
+    p.close()
+    env.p = env.open()
+    assert not env.p.log.offline and env.p.log_end_offset == 3
+    r = env.p.append_from_client(txn_batch(A, 0), NOW)   # producer state came back with the log
+    assert (r.error_code, r.base_offset, r.extra.get("duplicate")) == (0, 0, "latest")

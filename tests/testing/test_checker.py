@@ -130,37 +130,259 @@ def test_record_reported_not_written_but_in_the_log_is_a_finding():
 
 
 # ---------------------------------------------------------------- transactions
+# Hand-made histories of the transactions workload, each with exactly one anomaly class (the copy
+# loop's records are `<input>|<instance>|<txn>|<C or A>`, as txn_workloads writes them).
 
-def _copied(source: bytes, instance="l.1", txn=1, tag=b"C") -> bytes:
+import pytest  # noqa: E402
+
+from oncelog.testing.txn_checker import check_transactions  # noqa: E402
+from oncelog.testing.txn_history import History, load  # noqa: E402
+
+
+def _out(source: bytes, txn: int, tag=b"C", instance="l.1") -> bytes:
     return b"%s|%s|%d|%s" % (source, instance.encode(), txn, tag)
 
 
-IN = [b"in-0", b"in-1", b"in-2"]
+A0, A1, B0, B1 = b"oncelog-0", b"oncelog-2", b"oncelog-1", b"oncelog-3"   # input p0: A0 A1, p1: B0 B1
 
 
-def test_transactions_clean_copy_has_no_findings():
-    from oncelog.testing.checker import check_transactions
-    committed = {0: [(0, _copied(b"in-0")), (1, _copied(b"in-1")), (5, _copied(b"in-2", txn=3))]}
-    uncommitted = {0: committed[0][:2] + [(3, _copied(b"in-2", txn=2, tag=b"A"))] + committed[0][2:]}
-    r = check_transactions(IN, committed, uncommitted, {("l.1", 2)})
-    assert r.ok, r.to_json()
-    assert (r.inputs, r.committed_read, r.uncommitted_read, r.aborted_seen) == (3, 3, 4, 1)
+class Run:
+    """A clean run: loop l.1 copies input partitions 0 and 1 in three transactions (the second
+    aborted on purpose, then copied again by the third); a reader follows the output."""
+
+    def __init__(self, protocol="TV1") -> None:
+        h = self.history = History()
+        self.inputs = {"in": {0: [(0, A0), (1, A1)], 1: [(0, B0), (1, B1)]}}
+        self.covered = dict.fromkeys([A0, A1, B0, B1], True)
+        h.assign("l.1", "oncelog", "in", {0: 0, 1: 0})
+        self.t1 = h.txn("l.1", "oncelog", "in", [(0, 0, A0), (1, 0, B0)], protocol)
+        self.t1.sent += [[0, _out(A0, 1), 0], [1, _out(B0, 1), 0]]
+        self.t1.type = "ok"
+        self.t2 = h.txn("l.1", "oncelog", "in", [(0, 1, A1), (1, 1, B1)], protocol)
+        self.t2.sent += [[0, _out(A1, 2, b"A"), 2], [1, _out(B1, 2, b"A"), 2]]   # markers at 1
+        h.assign("l.1", "oncelog", "in", {0: 1, 1: 1})
+        self.t3 = h.txn("l.1", "oncelog", "in", [(0, 1, A1), (1, 1, B1)], protocol)
+        self.t3.sent += [[0, _out(A1, 3), 4], [1, _out(B1, 3), 4]]               # markers at 3
+        self.t3.type = "ok"
+        self.committed = {0: [(0, _out(A0, 1)), (4, _out(A1, 3))], 1: [(0, _out(B0, 1)), (4, _out(B1, 3))]}
+        self.uncommitted = {0: [(0, _out(A0, 1)), (2, _out(A1, 2, b"A")), (4, _out(A1, 3))],
+                            1: [(0, _out(B0, 1)), (2, _out(B1, 2, b"A")), (4, _out(B1, 3))]}
+        h.assign("reader", "oncelog", "verify-out", {0: 0, 1: 0})
+        self.poll1 = h.poll("reader", "oncelog", "verify-out", [(0, 0, _out(A0, 1)), (1, 0, _out(B0, 1))])
+        self.poll2 = h.poll("reader", "oncelog", "verify-out", [(0, 4, _out(A1, 3)), (1, 4, _out(B1, 3))])
+        self.stuck: set[int] = set()
+
+    def check(self):
+        return check_transactions(self.history, self.committed, self.uncommitted, self.covered,
+                                  inputs=self.inputs, stuck=self.stuck)
 
 
-def test_transactions_duplicate_lost_aborted_read_and_missing_aborts():
-    from oncelog.testing.checker import check_transactions
-    committed = {0: [(0, _copied(b"in-0")), (1, _copied(b"in-0", txn=2)), (2, _copied(b"in-1", txn=4, tag=b"A")),
-                     (3, _copied(b"in-1", instance="l.2", txn=7))]}
-    r = check_transactions(IN, committed, committed, {("l.2", 7)})
-    assert r.counts() == {"duplicate": 2, "lost": 1, "aborted-read": 2}
-    r = check_transactions([b"in-0"], {0: [(0, _copied(b"in-0"))]}, {0: [(0, _copied(b"in-0"))]}, set())
-    assert r.counts() == {"aborts-missing": 1}
-    assert check_transactions([b"in-0"], {0: [(0, _copied(b"in-0"))]}, {0: [(0, _copied(b"in-0"))]}, set(),
+def test_transactions_clean_history_has_no_anomaly():
+    r = Run().check()
+    assert r.ok and r.counts() == {}, r.to_json()
+    assert (r.inputs, r.committed_read, r.uncommitted_read, r.aborted_seen) == (4, 4, 6, 2)
+    assert r.transactions == {"oncelog TV1": {"ok": 2, "fail": 1}}
+    assert r.by_client() == {"oncelog TV1": {}}
+
+
+def test_aborted_read_in_the_final_read():
+    """G1a: the aborted transaction committed (a late COMMIT), and nothing was copied again."""
+    run = Run()
+    run.history.ops = [op for op in run.history.ops if op is not run.t3 and op is not run.poll2]
+    run.committed = {0: [(0, _out(A0, 1)), (2, _out(A1, 2, b"A"))], 1: [(0, _out(B0, 1)), (2, _out(B1, 2, b"A"))]}
+    run.uncommitted = run.committed
+    r = run.check()
+    assert r.counts() == {"G1a": 2}, r.to_json()
+    assert {(f.client, f.protocol) for f in r.findings} == {("oncelog", "TV1")}
+    assert r.by_client() == {"oncelog TV1": {"G1a": 2}}
+
+
+def test_aborted_read_by_a_reader_during_the_run():
+    """G1a: a reader was given a record of the aborted transaction that the final read does not hold."""
+    run = Run()
+    run.poll2.polled.insert(0, (0, 2, _out(A1, 2, b"A")))
+    r = run.check()
+    assert r.counts() == {"G1a": 1}, r.to_json()
+    assert "returned to reader" in r.findings[0].detail
+
+
+def test_lost_write():
+    """A committed transaction's records are missing, though the read reached the partitions' end."""
+    run = Run()
+    run.committed = {0: run.committed[0][:1], 1: run.committed[1][:1]}
+    run.uncommitted = {p: recs[:2] for p, recs in run.uncommitted.items()}
+    run.history.ops.remove(run.poll2)
+    run.covered.update({A1: False, B1: False})   # the group's offsets did not move either
+    r = run.check()
+    assert r.counts() == {"lost-write": 2}, r.to_json()
+    assert r.not_copied == 2
+
+
+def test_unseen_where_read_committed_could_not_read():
+    run = Run()
+    run.committed = {0: run.committed[0][:1], 1: run.committed[1][:1]}
+    run.history.ops.remove(run.poll2)
+    run.covered.update({A1: False, B1: False})
+    run.stuck = {0, 1}
+    r = run.check()
+    assert r.counts() == {"unseen": 2, "hanging-transaction": 2}, r.to_json()
+    run.covered.update({A1: True, B1: True})   # copied where the read could not reach: not lost
+    assert run.check().counts() == {"unseen": 2, "hanging-transaction": 2}
+
+
+def test_duplicate():
+    """One record at two offsets."""
+    run = Run()
+    run.committed[0].insert(1, (1, _out(A0, 1)))
+    run.uncommitted[0].insert(1, (1, _out(A0, 1)))
+    run.poll2.polled.insert(0, (0, 1, _out(A0, 1)))
+    r = run.check()
+    assert r.counts() == {"duplicate": 1}, r.to_json()
+
+
+def test_torn_transaction():
+    """A transaction whose outcome the client does not know is half visible."""
+    run = Run()
+    run.t3.type = "info"
+    run.committed[1].pop()
+    run.uncommitted[1].pop()
+    run.poll2.polled.pop()
+    run.covered[B1] = False
+    r = run.check()
+    assert r.counts() == {"torn-transaction": 1}, r.to_json()
+    assert "1 of its 2 records visible, 1 missing" in r.findings[0].detail
+
+
+def test_inconsistent_offsets():
+    run = Run()
+    run.uncommitted[0][2] = (4, b"other")
+    r = run.check()
+    # read_committed against read_uncommitted, and the delivery report against read_uncommitted
+    assert r.counts() == {"inconsistent-offsets": 2}, r.to_json()
+
+
+def test_write_cycle_is_reported_and_allowed():
+    """G0: two loops' transactions follow each other in partition 0 in one order, in 1 in the other."""
+    h = History()
+    written = {}
+    for process, client in (("l.1", "oncelog"), ("m.1", "librdkafka")):
+        sources = [f"{client}-0".encode(), f"{client}-1".encode()]
+        op = h.txn(process, client, client, [(p, 0, v) for p, v in enumerate(sources)], "TV1")
+        op.sent += [[p, _out(v, 1, instance=process), None] for p, v in enumerate(sources)]
+        op.type = "ok"
+        written[client] = [entry[1] for entry in op.sent]
+    committed = {0: [(0, written["oncelog"][0]), (1, written["librdkafka"][0])],
+                 1: [(0, written["librdkafka"][1]), (1, written["oncelog"][1])]}
+    covered = {v.rsplit(b"|", 3)[0]: True for recs in committed.values() for _o, v in recs}
+    r = check_transactions(h, committed, committed, covered)
+    assert r.counts() == {"G0": 1}, r.to_json()
+    assert r.ok   # Kafka does not isolate writes: Jepsen allows G0
+    assert r.findings[0].client == "librdkafka,oncelog"
+
+
+# the order classes, over one transaction of three records in partition 0
+X = [b"oncelog-%d" % i for i in range(3)]
+
+
+def _three(sent_order=(0, 1, 2), stored=(0, 1, 2), txns=1):
+    h = History()
+    inputs = {"in": {0: [(i, x) for i, x in enumerate(X)]}}
+    per = 3 // txns
+    for t in range(txns):
+        picks = sent_order[t * per:(t + 1) * per]
+        op = h.txn("l.1", "oncelog", "in", [(0, i, X[i]) for i in picks], "TV1")
+        op.sent += [[0, _out(X[i], 1), None] for i in picks]
+        op.type = "ok"
+    committed = {0: [(n, _out(X[i], 1)) for n, i in enumerate(stored)]}
+    return h, committed, inputs
+
+
+def _check(h, committed, inputs):
+    return check_transactions(h, committed, committed, dict.fromkeys(X, True), inputs=inputs)
+
+
+def test_int_nonmonotonic_send():
+    h, committed, inputs = _three(stored=(1, 0, 2))
+    assert _check(h, committed, inputs).counts() == {"int-nonmonotonic-send": 1}
+
+
+def test_nonmonotonic_send():
+    """Three transactions of one loop, stored in another order than the loop sent them."""
+    h, committed, inputs = _three(stored=(1, 0, 2), txns=3)
+    assert _check(h, committed, inputs).counts() == {"nonmonotonic-send": 1}
+
+
+@pytest.mark.parametrize("polls, assigned, kind", [
+    ([[0, 2]], False, "int-poll-skip"),
+    ([[1, 0]], False, "int-nonmonotonic-poll"),
+    ([[1, 2]], True, "poll-skip"),
+    ([[0, 1], [1, 2]], True, "nonmonotonic-poll"),
+])
+def test_poll_classes(polls, assigned, kind):
+    """A reader of the output topic whose polls skip or go back in the version order."""
+    h, committed, inputs = _three()
+    if assigned:
+        h.assign("reader", "oncelog", "verify-out", {0: 0})
+    for offsets in polls:
+        h.poll("reader", "oncelog", "verify-out", [(0, o, committed[0][o][1]) for o in offsets])
+    r = _check(h, committed, inputs)
+    assert r.counts() == {kind: 1}, r.to_json()
+    assert (r.findings[0].client, r.findings[0].protocol) == ("oncelog", "")
+    assert r.by_client() == {"oncelog TV1": {}, "oncelog reader": {kind: 1}}
+
+
+@pytest.mark.parametrize("rewound_to, kind", [({0: 0, 1: 1}, "poll-skip"), ({0: 2, 1: 1}, "nonmonotonic-poll")])
+def test_copy_loop_poll_after_a_rewind_must_start_there(rewound_to, kind):
+    """The loop's consumer after its abort polls the inputs from offset 1: had it been rewound
+    to 0, it skipped one; to 2, it went back."""
+    run = Run()
+    run.history.ops[run.history.ops.index(run.t3) - 1].positions = rewound_to
+    assert run.check().counts() == {kind: 1}
+
+
+def test_consumer_positions_unknown_after_a_rebalance():
+    run = Run()
+    run.history.ops[run.history.ops.index(run.t3) - 1].positions = None   # librdkafka's on_assign
+    assert run.check().counts() == {}
+
+
+def test_history_round_trips_through_json_lines(tmp_path):
+    run = Run()
+    run.t3.type = "info"
+    run.committed[1].pop()
+    run.history.dump(tmp_path / "history.jsonl")
+    again = check_transactions(load(tmp_path / "history.jsonl"), run.committed, run.uncommitted, run.covered,
+                               inputs=run.inputs)
+    assert again.to_json() == run.check().to_json() and again.counts()
+
+
+def test_every_client_and_protocol_is_listed():
+    run = Run(protocol="TV2")
+    other = run.history.txn("m.1", "librdkafka", "in", [], "TV1")
+    other.type = "ok"
+    assert run.check().by_client() == {"librdkafka TV1": {}, "oncelog TV2": {}}
+
+
+def test_copy_promise_duplicate_lost_and_copied_without_offsets():
+    """The copy's own classes: an input copied by two committed transactions, one never copied
+    though the offsets moved past it, one copied though they did not."""
+    run = Run()
+    run.t2.type = "ok"      # as if both had committed: A1 and B1 copied twice
+    run.committed = {0: [(0, _out(A0, 1)), (2, _out(A1, 2, b"A")), (4, _out(A1, 3))], 1: [(4, _out(B1, 3))]}
+    run.uncommitted = run.committed
+    run.covered[B1] = False
+    run.history.ops.remove(run.poll1)
+    run.history.ops.remove(run.poll2)
+    r = run.check()
+    assert r.counts() == {"duplicate-copy": 1, "lost-input": 1, "copied-without-offsets": 1, "lost-write": 2,
+                          "torn-transaction": 2}, r.to_json()
+    [lost] = [f for f in r.findings if f.kind == "lost-input"]
+    assert (lost.value, lost.client, lost.protocol) == (B0, "oncelog", "TV1")
+
+
+def test_aborts_missing_unless_told_not_to_expect_them():
+    run = Run()
+    run.uncommitted = run.committed
+    assert run.check().counts() == {"aborts-missing": 1}
+    assert check_transactions(run.history, run.committed, run.committed, run.covered, inputs=run.inputs,
                               expect_aborts=False).ok
-
-
-def test_transactions_inputs_beyond_the_committed_offsets():
-    from oncelog.testing.checker import check_transactions
-    out = {0: [(0, _copied(b"in-0")), (1, _copied(b"in-2"))]}
-    r = check_transactions({b"in-0": True, b"in-1": False, b"in-2": False}, out, out, set(), expect_aborts=False)
-    assert r.counts() == {"copied-without-offsets": 1} and r.not_copied == 1

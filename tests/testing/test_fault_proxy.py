@@ -11,16 +11,18 @@ import pytest
 from oncelog.protocol import headers, produce
 from oncelog.protocol.api import ApiKey
 from oncelog.testing.fault_proxy import FaultConfig, FaultProxy, FaultProxyProcess, ThreadedFaultProxy, _produce_acks
+from oncelog.testing.late_endtxn import transactional_id
 
 
 class EchoServer:
     """Answers each request frame with a frame holding its correlation id (or, `whole`, with the
     frame itself); counts what it did and the bytes of requests it never got whole."""
 
-    def __init__(self, whole=False):
+    def __init__(self, whole=False, tails=None):
         self.processed = []
         self.whole = whole
         self.partial = []
+        self.tails = tails or {}   # api key -> what its answers carry after the correlation id
 
     async def start(self):
         self.server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
@@ -34,7 +36,9 @@ class EchoServer:
                 body = await r.readexactly(size)
                 api_key, _ver, corr = struct.unpack_from(">hhi", body)
                 self.processed.append((api_key, corr))
-                w.write(struct.pack(">i", size) + body if self.whole else struct.pack(">ii", 4, corr))
+                tail = self.tails.get(api_key, b"")
+                answer = struct.pack(">ii", 4 + len(tail), corr) + tail
+                w.write(struct.pack(">i", size) + body if self.whole else answer)
                 await w.drain()
         except asyncio.IncompleteReadError as e:
             if e.partial:
@@ -64,7 +68,7 @@ async def roundtrip(bootstrap, frames):
             w.write(f)
             await w.drain()
             head = await r.readexactly(4)
-            got.append(struct.unpack(">i", await r.readexactly(struct.unpack(">i", head)[0]))[0])
+            got.append(struct.unpack_from(">i", await r.readexactly(struct.unpack(">i", head)[0]))[0])
     except (asyncio.IncompleteReadError, ConnectionError):
         got.append("closed")
     w.close()
@@ -280,3 +284,51 @@ def test_reads_the_acks_of_a_produce_frame(version, acks):
             + produce.encode_request(version, acks, 1000, {"t": [(0, b"R")]}, transactional_id="tx"))
     assert _produce_acks(struct.pack(">i", len(body)) + body) == acks
     assert _produce_acks(struct.pack(">i", 9) + body[:9]) is None   # cut short: unknown
+
+
+def end_txn(corr, tid="tx", version=1, committed=True):
+    body = headers.request_header(ApiKey.END_TXN, version, corr, "c")
+    if version >= 3:   # flexible: compact string, tagged fields
+        body += bytes([len(tid) + 1]) + tid.encode() + struct.pack(">qh?", 7, 0, committed) + b"\0"
+    else:
+        body += struct.pack(">h", len(tid)) + tid.encode() + struct.pack(">qh?", 7, 0, committed)
+    return struct.pack(">i", len(body)) + body
+
+
+def txn_produce(corr, tid="tx", version=3):
+    body = (headers.request_header(ApiKey.PRODUCE, version, corr, "c")
+            + produce.encode_request(version, -1, 1000, {"t": [(0, b"R")]}, transactional_id=tid))
+    return struct.pack(">i", len(body)) + body
+
+
+@pytest.mark.parametrize("frame, api_key, tid", [
+    (end_txn(1, version=1), ApiKey.END_TXN, "tx"), (end_txn(1, "t-1", version=3), ApiKey.END_TXN, "t-1"),
+    (txn_produce(1, version=3), ApiKey.PRODUCE, "tx"), (txn_produce(1, "t-9", version=9), ApiKey.PRODUCE, "t-9"),
+    (txn_produce(1, None, version=9), ApiKey.PRODUCE, None), (end_txn(1)[:12], ApiKey.END_TXN, None)])
+def test_reads_the_transactional_id_of_end_txn_and_produce(frame, api_key, tid):
+    assert transactional_id(frame, api_key) == tid
+
+
+async def test_late_endtxn_reaches_the_broker_after_the_next_transaction_wrote():
+    """The EndTxn is held and its connection closed after hold_s; another producer's Produce
+    does not release it; its own producer's next Produce is written, then the EndTxn reaches the
+    broker (on a connection of its own), then the Produce's answer reaches the client."""
+    server = EchoServer(tails={ApiKey.END_TXN: struct.pack(">ih", 0, 0)})   # EndTxn v1: throttle, NONE
+    addr = await server.start()
+    proxy = FaultProxy(addr, FaultConfig(late_endtxn_probability=1.0, late_endtxn_hold_s=0.2))
+    await proxy.start()
+    try:
+        t0 = time.monotonic()
+        assert await roundtrip(proxy.bootstrap, [end_txn(1)]) == ["closed"]
+        assert time.monotonic() - t0 >= 0.2 and server.processed == []
+        assert await roundtrip(proxy.bootstrap, [txn_produce(2, "another")]) == [2]
+        assert await roundtrip(proxy.bootstrap, [txn_produce(3)]) == [3]
+        assert server.processed == [(ApiKey.PRODUCE, 2), (ApiKey.PRODUCE, 3), (ApiKey.END_TXN, 1)]
+        assert proxy.late is not None and proxy.late.stats == {
+            "EndTxn(COMMIT) held": 1, "delivered after the next transaction's first Produce was written": 1,
+            "late EndTxn(COMMIT) answered NONE": 1}
+        assert await roundtrip(proxy.bootstrap, [end_txn(4, committed=False)]) == ["closed"]  # held again
+        proxy.enabled = False
+        assert await roundtrip(proxy.bootstrap, [end_txn(5, "t2")]) == [5]   # faults off: forwarded
+    finally:
+        await proxy.stop()

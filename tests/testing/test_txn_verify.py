@@ -5,6 +5,7 @@ while brokers are killed (-9) and partitions move;
 the output read_committed holds every input exactly once and no aborted record."""
 import pytest
 
+from oncelog.testing.txn_checker import ALLOWED
 from oncelog.testing.verify import VerifyOptions, render, run
 
 pytestmark = pytest.mark.processes
@@ -45,7 +46,37 @@ def test_transactional_copy_over_sasl_ssl(tmp_path):
     text = render(result)
     assert result.ok, text
     r = result.report
-    assert r.inputs == 2000 and r.committed_read == 2000 and not r.findings, text
+    assert r.inputs == 2000 and r.committed_read == 2000 and r.ok, text
     assert result.broker["WriteTxnMarkers requests (broker to broker)"] > 0, text
     logs = (tmp_path / "broker1.log").read_text() + (tmp_path / "broker2.log").read_text()
     assert "authenticated User:oncelog-broker (a broker) (SCRAM-SHA-512)" in logs and "on SASL_SSL" in logs
+
+
+# what a late EndTxn does to a Transactions V1 producer's next transaction: part of it committed
+# (or aborted) by the late request, its inputs copied again; and the write cycles Kafka allows
+LATE_ENDTXN_CLASSES = {"G1a", "torn-transaction", "lost-write", "duplicate-copy", "lost-input"} | ALLOWED
+
+
+def test_late_endtxn_is_found_under_transactions_v1(tmp_path):
+    """late-endtxn: the proxies hold an EndTxn past the client's request timeout and deliver it
+    once the producer's next transaction has written. Under Transactions V1 the epoch does not
+    change between transactions, so the coordinator takes it for the open one (Jepsen's finding
+    against Kafka, KAFKA-17754): the checker must report what that does, for every client that
+    ran TV1, and nothing for a client that ran TV2 (its late EndTxn carries an old epoch)."""
+    result = run(VerifyOptions(faults=("late-endtxn",), records=2000, clients=("oncelog", "librdkafka"),
+                               seed=7, duration_s=8, timeout_s=120, workload="transactions", workdir=tmp_path))
+    text = render(result)
+    late = {k: v for k, v in result.proxy.items() if k.startswith("late-endtxn: ")}
+    assert sum(v for k, v in late.items() if k.endswith(" held")) > 0, text
+    by_client = result.report.by_client()
+    assert set(by_client) >= {"oncelog TV1", "librdkafka TV1"} or "oncelog TV2" in by_client, text
+    tv1 = {who: kinds for who, kinds in by_client.items() if who.endswith(" TV1")}
+    for who, kinds in by_client.items():
+        if who.endswith(" TV2"):
+            assert not kinds, text   # fenced: nothing of the late EndTxn reaches its next transaction
+        assert set(kinds) <= LATE_ENDTXN_CLASSES, text   # nothing a late EndTxn does not explain
+    if tv1:
+        # the coordinator took late EndTxns, and the checker saw what they did to the next transactions
+        assert sum(v for k, v in late.items() if k.endswith(" answered NONE")) > 0, text
+        assert any({"G1a", "torn-transaction", "lost-write"} & set(kinds) for kinds in tv1.values()), text
+        assert not result.ok, text

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from oncelog.testing.faults import ALL_FAULTS
+from oncelog.testing.faults import ALL_FAULTS, KNOWN_FAULTS
 from oncelog.testing.workloads import WORKLOADS
 
 
@@ -26,7 +26,8 @@ def _names(allowed):
 
 @click.command("verify")
 @click.option("--faults", default="all", show_default=True, callback=_names(ALL_FAULTS),
-              help=f"Comma-separated, from {','.join(ALL_FAULTS)}; 'all' or 'none'.")
+              help=f"Comma-separated, from {','.join(KNOWN_FAULTS)}; 'all' (every one but late-endtxn, "
+                   "which makes Transactions V1 clients fail by design) or 'none'.")
 @click.option("--power-loss", "power_loss", is_flag=True,
               help="Add the power-loss fault: kill every process, cut each segment to its last fsync, restart.")
 @click.option("--records", default=10_000, show_default=True, help="Records in total, shared by the clients.")

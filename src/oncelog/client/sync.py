@@ -183,6 +183,13 @@ class Producer:
         """(producer id, epoch) after init_transactions, for resume_transaction elsewhere."""
         return self._p.transaction_ids
 
+    @property
+    def transaction_version(self) -> int:
+        """The transaction protocol of the current transaction: 2 (Transactions V2, KIP-890
+        part 2) or 1; 0 for a producer without a transactional.id."""
+        txn = self._p.txn
+        return 0 if txn is None else 2 if txn.transaction_v2 else 1
+
     def send_offsets_to_transaction(self, offsets, group_metadata, timeout: float | None = None
                                     ) -> None:
         self._lt.run(self._p.send_offsets_to_transaction(offsets, group_metadata, timeout), None)

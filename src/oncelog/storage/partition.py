@@ -615,6 +615,10 @@ class Partition:
 
     def _load_producer_state(self, now_ms: int) -> int:
         """Newest readable snapshot, then the log above it. Returns the offset the state covers."""
+        if self.log.offline:
+            # recovery failed (an fsync, say): nothing of the log may be read, and the partition
+            # answers KAFKA_STORAGE_ERROR until a restart recovers it; the broker serves the others
+            return self.log.log_start_offset
         log_end = self.log.log_end_offset
         log_start = self.log.log_start_offset
         start = log_start

@@ -39,6 +39,7 @@ class Finding:
     detail: str
     history: list[str] = field(default_factory=list)
     client: str | None = None   # whose value (or whose fatal error) it is
+    protocol: str | None = None  # transactions: TV1 / TV2 of the transaction, "" for a reader's poll
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -188,110 +189,3 @@ def check(history: Iterable[Event], log: dict[int, list[tuple[int, bytes]]],
         if f.client is None and f.value is not None:
             f.client = client_of.get(f.value)
     return Report(findings, sent, acked, errors, read)
-
-
-# ---------------------------------------------------------------- transactions
-
-@dataclass
-class TxnReport:
-    """What `check_transactions` found (Kafka's transactions system test and Jepsen's checks)."""
-
-    findings: list[Finding]
-    inputs: int
-    committed_read: int       # output records read read_committed (markers and aborts skipped)
-    uncommitted_read: int     # output records read read_uncommitted
-    aborted_seen: int         # records of aborted transactions in the read_uncommitted output
-    not_copied: int = 0       # inputs beyond the group's committed offsets when the run ended
-
-    @property
-    def ok(self) -> bool:
-        return not self.findings
-
-    broker_ok = ok
-
-    def counts(self) -> dict[str, int]:
-        c: dict[str, int] = defaultdict(int)
-        for f in self.findings:
-            c[f.kind] += 1
-        return dict(c)
-
-    def to_json(self) -> dict:
-        return {"ok": self.ok, "inputs": self.inputs, "committed_read": self.committed_read,
-                "uncommitted_read": self.uncommitted_read, "aborted_seen": self.aborted_seen,
-                "not_copied": self.not_copied,
-                "counts": self.counts(), "findings": [f.to_json() for f in self.findings[:200]]}
-
-
-def parse_output(value: bytes) -> tuple[bytes, str, int, bool]:
-    """(input value, instance, transaction number, aborted on purpose) of a copied record."""
-    source, instance, txn, tag = value.rsplit(b"|", 3)
-    return source, instance.decode(), int(txn), tag == b"A"
-
-
-def check_transactions(inputs: Iterable[bytes] | dict[bytes, bool], committed: dict[int, list[tuple[int, bytes]]],
-                       uncommitted: dict[int, list[tuple[int, bytes]]],
-                       aborted: set[tuple[str, int]], expect_aborts: bool = True) -> TxnReport:
-    """`committed`/`uncommitted`: the output topic read read_committed / read_uncommitted,
-    partition -> [(offset, value)]. `aborted`: (instance, transaction) the copy loops know ended
-    without a commit (aborted on purpose, or after an error). Findings: `duplicate` (an input
-    copied twice into the committed output), `lost` (an input never copied), `aborted-read` (Jepsen's
-    G1a: a record of an aborted transaction visible to read_committed), `unknown` (a value no
-    input has), `inconsistent-offsets` (read_committed returned an offset read_uncommitted holds
-    another value at), and `aborts-missing` (aborts were made but none is in the log: the
-    workload did not exercise what it claims). `inputs` as a dict says for each input whether
-    the group's committed offsets cover it: one they do not cover (the run ended first) must not
-    be in the output (`copied-without-offsets`: its transaction committed the record but not the
-    offset, Kafka's atomicity broken) and is counted, not lost, when it is not."""
-    covered = inputs if isinstance(inputs, dict) else dict.fromkeys(inputs, True)
-    wanted = set(covered)
-    findings: list[Finding] = []
-    seen: dict[bytes, list[tuple[int, int, bytes]]] = defaultdict(list)
-    raw = {(p, o): v for p, recs in uncommitted.items() for o, v in recs}
-    n_committed = 0
-    for p, recs in committed.items():
-        for offset, value in recs:
-            n_committed += 1
-            other = raw.get((p, offset))
-            if other is not None and other != value:
-                findings.append(Finding("inconsistent-offsets", "broker", p, value,
-                                        f"offset {offset}: read_committed {value!r}, read_uncommitted {other!r}"))
-            try:
-                source, instance, txn, tagged = parse_output(value)
-            except ValueError:
-                findings.append(Finding("unknown", "broker", p, value, f"offset {offset}: not a copied record"))
-                continue
-            if tagged or (instance, txn) in aborted:
-                findings.append(Finding("aborted-read", "broker", p, value,
-                                        f"offset {offset}: transaction {txn} of {instance} was aborted"))
-            if source not in wanted:
-                findings.append(Finding("unknown", "broker", p, value, f"offset {offset}: no such input"))
-                continue
-            seen[source].append((p, offset, value))
-    for source, where in seen.items():
-        if len(where) > 1:
-            findings.append(Finding("duplicate", "broker", where[0][0], source,
-                                    f"copied {len(where)} times", [f"partition {p} offset {o}: {v!r}"
-                                                                   for p, o, v in where]))
-    not_copied = 0
-    for source in sorted(wanted - set(seen)):
-        if covered[source]:
-            findings.append(Finding("lost", "broker", None, source, "never in the committed output, "
-                                    "although the group's committed offset is past it"))
-        else:
-            not_copied += 1
-    for source, where in seen.items():
-        if not covered[source]:
-            findings.append(Finding("copied-without-offsets", "broker", where[0][0], source,
-                                    "in the committed output, but the group's committed offset is not past it"))
-    aborted_seen = 0
-    for recs in uncommitted.values():
-        for _offset, value in recs:
-            try:
-                _s, instance, txn, tagged = parse_output(value)
-            except ValueError:
-                continue
-            aborted_seen += tagged or (instance, txn) in aborted
-    if expect_aborts and not aborted_seen:
-        findings.append(Finding("aborts-missing", "both", None, None,
-                                "transactions were aborted but no aborted record is in the log"))
-    return TxnReport(findings, len(wanted), n_committed, len(raw), aborted_seen, not_copied)

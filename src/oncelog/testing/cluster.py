@@ -14,6 +14,7 @@ from pathlib import Path
 from oncelog.storage import cluster_credential
 from oncelog.testing.embedded import BrokerProcess, ControllerProcess, broker_overrides, free_port
 from oncelog.testing.fault_proxy import FaultConfig, ThreadedFaultProxy
+from oncelog.testing.late_endtxn import LateEndTxn
 
 
 class LocalCluster:
@@ -33,6 +34,10 @@ class LocalCluster:
         self.n = brokers
         self.overrides = dict(overrides or {})
         self.proxy_config = proxy_config or FaultConfig()
+        c = self.proxy_config
+        # one for all proxies: an EndTxn held at the coordinator's is delivered by the partition leader's
+        self.late = (LateEndTxn(c.late_endtxn_probability, c.late_endtxn_hold_s, c.seed)
+                     if c.late_endtxn_probability else None)
         self.with_proxies = proxies
         self.env = dict(env or {})  # for every process (e.g. the failpoint ledger for power-loss)
         # the cluster credential, as `serve --brokers N` keeps it: a 0600 file in the data directory,
@@ -63,7 +68,7 @@ class LocalCluster:
                 pport = free_port()
                 seed = self.proxy_config.seed * 1000 + i  # one fault stream per proxy, fixed by the seed
                 cfg = FaultConfig(**{**self.proxy_config.__dict__, "seed": seed})
-                self.proxies[i] = ThreadedFaultProxy(f"127.0.0.1:{bport}", cfg, port=pport).start()
+                self.proxies[i] = ThreadedFaultProxy(f"127.0.0.1:{bport}", cfg, port=pport, late=self.late).start()
                 settings["advertised.listeners"] = f"{name}://127.0.0.1:{pport}"
             self.metrics_ports[i] = mport
             self.brokers[i] = BrokerProcess(self.data, settings, port=bport,
@@ -106,6 +111,8 @@ class LocalCluster:
             out["resets"] += p.stats.resets
             out["dropped_responses"] += p.stats.dropped_responses
             out["requests"] += sum(p.stats.requests.values())
+        if self.late is not None:
+            out.update({f"late-endtxn: {k}": v for k, v in self.late.stats.items()})
         return out
 
     # ---------------------------------------------------------------- process faults

@@ -5,7 +5,8 @@ header: api key int16, api version int16, correlation id int32) it can fault at 
 granularity: delay each direction, reset a connection at random, cut a connection in the middle of
 a request after a number of client bytes, or drop a response after the broker processed the
 request (the "written but not acknowledged" case: the client sees the connection close and must
-retry; an idempotent producer must not create a duplicate), or hold responses until released.
+retry; an idempotent producer must not create a duplicate), or hold responses until released;
+and hold an EndTxn back until its producer has begun its next transaction (`late_endtxn`).
 
 Start the broker with `advertised.listeners` pointing at the proxy's port (or give clients
 `oncelog.address.map`) so Metadata answers keep clients on the proxy; no response rewriting is
@@ -43,6 +44,7 @@ from oncelog.protocol import produce
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.headers import read_request_header
 from oncelog.testing.embedded import ServerProcess
+from oncelog.testing.late_endtxn import Held, LateEndTxn
 
 
 @dataclass
@@ -56,6 +58,10 @@ class FaultConfig:
     # request that crosses it and close both sides (requests before it written, answers lost)
     cut_after_bytes: tuple[int, int] | None = None
     seed: int = 0
+    # per EndTxn: hold it past the client's request timeout (late_endtxn_hold_s) and deliver it
+    # once its producer's next transaction has written (testing.late_endtxn)
+    late_endtxn_probability: float = 0.0
+    late_endtxn_hold_s: float = 6.0
 
 
 @dataclass
@@ -130,11 +136,15 @@ class _Direction:
 
 class FaultProxy:
     def __init__(self, upstream: str, config: FaultConfig | None = None,
-                 host: str = "127.0.0.1", port: int = 0):
+                 host: str = "127.0.0.1", port: int = 0, late: LateEndTxn | None = None):
         uh, up = upstream.rsplit(":", 1)
         self.upstream = (uh, int(up))
         self.config = config or FaultConfig()
         self.rng = random.Random(self.config.seed)
+        c = self.config
+        # the proxies of a cluster share one (its EndTxn and the Produce after it meet different brokers)
+        self.late = late or (LateEndTxn(c.late_endtxn_probability, c.late_endtxn_hold_s, c.seed)
+                             if c.late_endtxn_probability else None)
         self.stats = ProxyStats()
         self.enabled = True  # faults on/off; latency applies always
         self._host, self._port = host, port
@@ -208,8 +218,9 @@ class FaultProxy:
             return
         self._conns.update((cwriter, bwriter))
         # Responses come back in request order on a Kafka connection, so a FIFO of api keys
-        # tells which request each response answers.
-        pending: asyncio.Queue[int] = asyncio.Queue()
+        # tells which request each response answers (with a late EndTxn to deliver once it is
+        # answered, if the request is the Produce its producer was waiting for)
+        pending: asyncio.Queue[tuple[int, Held | None]] = asyncio.Queue()
         cfg = self.config
         budget = self.rng.randint(*cfg.cut_after_bytes) if cfg.cut_after_bytes else None
 
@@ -226,6 +237,7 @@ class FaultProxy:
             abort()
             return
         tls = first[0] == _TLS_HANDSHAKE
+        late = None if tls else self.late
 
         async def up() -> None:
             nonlocal budget, first
@@ -250,24 +262,38 @@ class FaultProxy:
                         if to_broker.task is not None:
                             await to_broker.task  # what is on the wire arrives, then the close
                         return
+                if late is not None and self.enabled and api_key == ApiKey.END_TXN and \
+                        late.hold(frame, self.upstream) is not None:
+                    # the connection hangs past the client's request timeout, then closes; the
+                    # EndTxn reaches the broker later, on a connection of its own
+                    await asyncio.sleep(late.hold_s)
+                    return
+                due = late.due(frame) if late is not None and api_key == ApiKey.PRODUCE else None
                 acks_zero = not tls and api_key == ApiKey.PRODUCE and _produce_acks(frame) == 0
                 if not acks_zero and (not tls or api_key == TLS_RECORD):
-                    pending.put_nowait(api_key)
+                    pending.put_nowait((api_key, due))
                 to_broker.send(frame)
                 await to_broker.drain()
+                if due is not None and late is not None and acks_zero:   # no answer to wait for
+                    await late.deliver(due, "after the next transaction's first Produce was sent")
 
         droppable = {TLS_RECORD} if tls else cfg.drop_api_keys
 
         async def down() -> None:
             while True:
                 frame = await _read_frame(breader, tls)
+                due = None
                 if tls:   # a response to some request, if the client sent one since the last
                     api_key = -1
                     if frame[0] == _TLS_APPLICATION_DATA and not pending.empty():
                         while not pending.empty():
-                            api_key = pending.get_nowait()
+                            api_key = pending.get_nowait()[0]
                 else:
-                    api_key = pending.get_nowait() if not pending.empty() else -1
+                    api_key, due = pending.get_nowait() if not pending.empty() else (-1, None)
+                if due is not None and late is not None:
+                    # the next transaction has written: the late EndTxn lands on it before its
+                    # producer hears of the write
+                    await late.deliver(due, "after the next transaction's first Produce was written")
                 if held or (self.holding and api_key in droppable):
                     held.append(frame)
                     continue
@@ -291,6 +317,10 @@ class FaultProxy:
             self._conns.discard(cwriter)
             self._conns.discard(bwriter)
             self._held.pop(to_client, None)
+            while late is not None and not pending.empty():
+                due = pending.get_nowait()[1]
+                if due is not None:   # its Produce was never answered here: the next one delivers it
+                    late.put_back(due)
 
 
 def _produce_acks(frame: bytes) -> int | None:
@@ -309,8 +339,9 @@ async def _call(fn, *args):
 class ThreadedFaultProxy:
     """The proxy on its own event loop thread, for synchronous tests, the CLI and bench/."""
 
-    def __init__(self, upstream: str, config: FaultConfig | None = None, port: int = 0):
-        self.proxy = FaultProxy(upstream, config, port=port)
+    def __init__(self, upstream: str, config: FaultConfig | None = None, port: int = 0,
+                 late: LateEndTxn | None = None):
+        self.proxy = FaultProxy(upstream, config, port=port, late=late)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
                                         name="fault-proxy")

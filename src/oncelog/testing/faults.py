@@ -7,7 +7,9 @@ fsync after the bytes reached the file; `shortwrite`: half a write, as on a full
 load until it fires, then restarted clean; and `power-loss`: every process killed and every
 segment and metadata log cut to its last fsynced size (storage.failpoints' ledger, kept by every
 process of such a run) before they restart; and client pressure (giveup): oncelog's producer gives batches up
-while their outcome is unknown.
+while their outcome is unknown. late-endtxn (transactions only, not part of `all`): the proxies
+hold an EndTxn back past the client's request timeout and deliver it once its producer's next
+transaction has written (testing.late_endtxn).
 
 The schedule comes from a seeded random.Random: the same seed gives the same sequence of faults,
 targets and pauses. Every enabled process fault fires once, in a seeded order, before the rest
@@ -36,6 +38,9 @@ STORAGE_FAULTS = ("fsync", "shortwrite", "power-loss")
 PROCESS_FAULTS = ("kill", "move", "expiry", "disk") + STORAGE_FAULTS
 CLIENT_FAULTS = ("giveup",)
 ALL_FAULTS = NETWORK_FAULTS + PROCESS_FAULTS + CLIENT_FAULTS
+# faults `all` leaves out: late-endtxn makes every Transactions V1 client fail by design
+TXN_FAULTS = ("late-endtxn",)
+KNOWN_FAULTS = ALL_FAULTS + TXN_FAULTS
 _FAILPOINT = {"fsync": "fsync-eio", "shortwrite": "shortwrite"}
 
 # giveup, client pressure: oncelog's producer gives batches up with their outcome unknown (one
@@ -49,6 +54,11 @@ GIVEUP_PRODUCER = {"delivery.timeout.ms": 1500, "request.timeout.ms": 600, "retr
 GIVEUP_RESPONSE_DELAY_MS = 20
 GIVEUP_DROP_PROBABILITY = 0.2
 
+# late-endtxn: one EndTxn in five is held, its connection hanging past the copy loops' request
+# timeouts (oncelog's request.timeout.ms and librdkafka's socket.timeout.ms, both 5 s)
+LATE_ENDTXN_PROBABILITY = 0.2
+LATE_ENDTXN_HOLD_S = 6.0
+
 # producer-state expiry as the expiry fault runs it: short, so that a pause can outlast it
 EXPIRATION_MS, EXPIRATION_CHECK_MS = 2000, 250
 
@@ -61,7 +71,9 @@ def proxy_config(faults: set[str], seed: int) -> FaultConfig:
                        reset_probability=0.05 if "reset" in faults else 0,
                        drop_response_probability=(GIVEUP_DROP_PROBABILITY if giveup
                                                   else 0.05 if "drop" in faults else 0),
-                       seed=seed)
+                       seed=seed,
+                       late_endtxn_probability=LATE_ENDTXN_PROBABILITY if "late-endtxn" in faults else 0,
+                       late_endtxn_hold_s=LATE_ENDTXN_HOLD_S)
 
 
 def process_env(faults: set[str]) -> dict[str, str]:

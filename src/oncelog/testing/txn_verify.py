@@ -1,9 +1,11 @@
 """`oncelog verify --workload transactions`: copy loops of each client (`testing.txn_workloads`)
 move a pre-filled input topic to an output topic in transactions while the faults run (for the
-first half of the time budget; then they stop and the loops must finish); then the output is
-read read_committed and read_uncommitted and checked (`checker.check_transactions`): every input
-exactly once, no record of an aborted transaction visible, aborts present in the log.
-The process faults (kill, move, storage, expiry, disk) target the output topic."""
+first half of the time budget; then they stop and the loops must finish), recording a history
+(`testing.txn_history`); then the output is read read_committed and read_uncommitted, the inputs
+are read back, and the history is judged (`testing.txn_checker`) with Jepsen's Kafka anomaly
+classes and the copy's promise (every input exactly once), per client and transaction protocol.
+The process faults (kill, move, storage, expiry, disk) target the output topic; late-endtxn holds
+an EndTxn back until its producer has begun the next transaction."""
 from __future__ import annotations
 
 import shutil
@@ -15,12 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from oncelog.testing.checker import Finding, TxnReport, check_transactions
 from oncelog.testing.cluster import LocalCluster
 from oncelog.testing.faults import (
     CLIENT_FAULTS,
     NETWORK_FAULTS,
     PROCESS_FAULTS,
+    TXN_FAULTS,
     FaultEvent,
     FaultRunner,
     FullDisk,
@@ -28,6 +30,8 @@ from oncelog.testing.faults import (
     process_env,
     proxy_config,
 )
+from oncelog.testing.txn_checker import ALLOWED, JEPSEN_CLASSES, TxnReport, check_transactions, whose
+from oncelog.testing.txn_history import History
 from oncelog.testing.txn_workloads import TxnWorkload
 from oncelog.testing.workloads import read_range
 
@@ -63,6 +67,7 @@ class TxnVerifyResult:
     broker: dict[str, int]
     seconds: float
     notes: list[str] = field(default_factory=list)
+    history: History = field(default_factory=History)
 
     @property
     def ok(self) -> bool:
@@ -86,7 +91,7 @@ def run_transactions(options, progress=None) -> TxnVerifyResult:
     root = Path(tempfile.mkdtemp(prefix="oncelog-verify-")) if own_dir else Path(options.workdir)
     overrides = {**broker_overrides(faults), "transaction.state.log.num.partitions": "4"}
     cluster = LocalCluster(root, options.brokers, overrides,
-                           proxy_config(faults & set(NETWORK_FAULTS + CLIENT_FAULTS), options.seed),
+                           proxy_config(faults & set(NETWORK_FAULTS + CLIENT_FAULTS + TXN_FAULTS), options.seed),
                            env=process_env(faults), security_protocol=options.security_protocol)
     disk = FullDisk(cluster.data / f"{OUTPUT}-0", cluster) if "disk" in faults else None
     gate = threading.Event()
@@ -104,12 +109,14 @@ def run_transactions(options, progress=None) -> TxnVerifyResult:
         cluster.set_faults(False)
         share, extra = divmod(options.records, len(options.clients))
         duration = options.duration()
+        history = History()
         workloads = []
         for k, client in enumerate(options.clients):
             n = share + (1 if k < extra else 0)
             w = TxnWorkload(cluster.bootstrap, client, f"verify-in-{client}", OUTPUT, options.partitions, n,
                             seed=options.seed * 100 + k, gate=gate, timeout_s=options.timeout_s + (duration or 0),
-                            rate=n / duration if duration else None, security=cluster.client_security)
+                            rate=n / duration if duration else None, security=cluster.client_security,
+                            history=history)
             workloads.append(w)
         from oncelog.testing.verify import _create_topic
         _create_topic(cluster.bootstrap, OUTPUT, options.partitions, cluster.client_security)
@@ -162,32 +169,31 @@ def run_transactions(options, progress=None) -> TxnVerifyResult:
                                     isolation="read_uncommitted", security=security)
         for p, kept in runner.archive.items():  # what the expiry fault deleted (read read_committed)
             committed[p] = kept + [r for r in committed.get(p, []) if not kept or r[0] > kept[-1][0]]
-        aborted = set().union(*(w.aborted for w in workloads))
-        expect_aborts = any(w.stats["transactions aborted on purpose"] for w in workloads) and not runner.archive
         covered: dict[bytes, bool] = {}
+        inputs = {}
         for w in workloads:  # which inputs the group's final committed offsets cover
             offsets = w.committed_offsets() or {}
             source, _ = read_range(cluster.bootstrap, w.in_topic, timeout_s=options.timeout_s, security=security)
+            inputs[w.in_topic] = source
             for p, recs in source.items():
                 for offset, value in recs:
                     covered[value] = offset < offsets.get(p, 0)
             for value in w.values():
                 covered.setdefault(value, True)  # not in the input topic: lost before the copy
-        report = check_transactions(covered, committed, uncommitted, aborted, expect_aborts)
+        if options.workdir is not None:
+            history.dump(root / "history.jsonl")
+        report = check_transactions(history, committed, uncommitted, covered, inputs=inputs, output=OUTPUT,
+                                    stuck=stuck, expect_aborts=not runner.archive)
         if report.not_copied:
             notes.append(f"{report.not_copied} inputs were not copied when the run ended (beyond the "
                          "groups' committed offsets): a slow run, not a loss")
-        for p in sorted(stuck):
-            report.findings.append(Finding("hanging-transaction", "broker", p, None,
-                                           "read_committed never reached the end of the partition: its last "
-                                           "stable offset stays below the high watermark"))
         counters = cluster.broker_counters()
         broker = {name: counters.get(key, 0) for key, name in _BROKER_COUNTERS.items()}
         broker["leader moves (controller)"] = sum(1 for e in runner.events if e.fault == "move")
         return TxnVerifyResult(options, report, runner.events, dict(cluster.proxy_stats()),
                                {w.client: dict(w.stats) for w in workloads},
                                {w.client: dict(w.errors) for w in workloads}, broker,
-                               time.monotonic() - began, notes)
+                               time.monotonic() - began, notes, history)
     finally:
         cluster.stop()
         if disk is not None:
@@ -207,12 +213,32 @@ def render_transactions(result: TxnVerifyResult) -> str:
              f"{r.uncommitted_read} (of which {r.aborted_seen} from aborted transactions); inputs not "
              f"copied when the run ended: {r.not_copied}"]
     lines += activity_lines(result, "copy loops (what recovery cost them; errors they met):")
+    late = {k.split(": ", 1)[1]: v for k, v in result.proxy.items() if k.startswith("late-endtxn: ")}
+    if late:
+        lines.append("late-endtxn: " + ", ".join(f"{k} {v}" for k, v in sorted(late.items())))
+    lines.append("anomalies by client and transaction protocol (Jepsen's classes, then the copy's; "
+                 f"{', '.join(sorted(ALLOWED))} allowed):")
+    for who, kinds in r.by_client().items():
+        txns = r.transactions.get(who)
+        done = (f"transactions: {txns.get('ok', 0)} committed, {txns.get('fail', 0)} not committed, "
+                f"{txns.get('info', 0)} unknown; " if txns else "")
+        found = ", ".join(f"{k} {kinds[k]}" for k in sorted(kinds, key=_class_order)) or "none"
+        lines.append(f"  {who:<16} {done}{found}")
     if r.ok:
-        lines.append("OK: every input the groups committed copied exactly once, no aborted record visible "
-                     "to read_committed" + (", aborted records present in the log" if r.aborted_seen else ""))
-    for kind, n in sorted(r.counts().items()):
-        lines.append(f"ANOMALY {kind}: {n}")
-    for f in r.findings[:20]:
-        lines.append(f"  {f.kind} partition {f.partition}: {f.value!r} {f.detail}")
+        lines.append("OK: every input the groups committed copied exactly once, no anomaly of Jepsen's classes"
+                     + (", aborted records present in the log" if r.aborted_seen else ""))
+    for kind, n in sorted(r.counts().items(), key=lambda kv: _class_order(kv[0])):
+        lines.append(f"{'ALLOWED' if kind in ALLOWED else 'ANOMALY'} {kind}: {n}")
+    shown: Counter[str] = Counter()
+    for f in r.findings:
+        shown[f.kind] += 1
+        if shown[f.kind] > 3:
+            continue  # three examples of a class tell what it is
+        lines.append(f"  {f.kind} ({whose(f)}) partition {f.partition}: "
+                     f"{f.value!r} {f.detail}")
         lines += [f"      {h}" for h in f.history[:4]]
     return "\n".join(lines)
+
+
+def _class_order(kind: str) -> tuple[int, str]:
+    return (JEPSEN_CLASSES.index(kind) if kind in JEPSEN_CLASSES else len(JEPSEN_CLASSES), kind)

@@ -21,6 +21,11 @@ coordinator is there). Those loops are slower; the zombie among them is still co
 successor starts.
 
 An output value is `<input value>|<instance>|<transaction number>|<C or A>`.
+
+Everything is recorded in a `txn_history.History` for the checker: each transaction with what
+its consumer returned for it, what it sent (with the delivery reports' offsets) and its outcome,
+each repositioning of a consumer, and the polls of a reader per client that follows the output
+topic read_committed while the loops run (Jepsen's poll operations over transactional writes).
 """
 from __future__ import annotations
 
@@ -30,6 +35,9 @@ import time
 import traceback
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
+
+from oncelog.testing.txn_history import History
 
 ABORT_PROBABILITY = 0.1
 # records per transaction: at least 50, and about 400 transactions per client in a long run (each
@@ -57,12 +65,12 @@ class TxnWorkload:
     zombie_after_s: float = 3.0
     rate: float | None = None                    # records/s over all loops; None = as fast as they go
     security: dict = field(default_factory=dict)  # client settings (librdkafka's names) besides bootstrap.servers
+    history: History = field(default_factory=History)  # shared by the workloads of one run
 
     @property
     def per_txn(self) -> int:
         return max(MIN_RECORDS_PER_TXN, self.records // TXNS_PER_CLIENT)
     stats: Counter = field(default_factory=Counter)
-    aborted: set = field(default_factory=set)    # (instance, txn) of transactions known aborted
     errors: Counter = field(default_factory=Counter)
     notes: list = field(default_factory=list)
 
@@ -105,6 +113,7 @@ class TxnWorkload:
         self.lock = threading.Lock()
         rng = random.Random(self.seed)
         loop_cls = OncelogLoop if self.client == "oncelog" else LibrdkafkaLoop
+        reader = (OncelogReader if self.client == "oncelog" else LibrdkafkaReader)(self).start()
         running: list[CopyLoop] = []
         for k in range(self.loops):
             mine = [q for q in range(self.partitions) if q % self.loops == k]
@@ -127,10 +136,10 @@ class TxnWorkload:
         else:
             self.notes.append(f"{self.client}: input not fully copied within {self.timeout_s:.0f}s")
         self.done.set()
-        for loop in running:
-            loop.thread.join(60)
-            if loop.thread.is_alive():
-                self.notes.append(f"{self.client}: loop {loop.instance} did not stop")
+        for name, thread in [(loop.instance, loop.thread) for loop in running] + [(reader.instance, reader.thread)]:
+            thread.join(60)
+            if thread.is_alive():
+                self.notes.append(f"{self.client}: {name} did not stop")
 
     def _finished(self) -> bool:
         got = self.committed_offsets()
@@ -171,6 +180,8 @@ class Retriable(Exception):
 
 
 class CopyLoop:
+    consumer: Any = None
+    producer: Any = None
     def __init__(self, w: TxnWorkload, tid: str, partitions: list[int], rng: random.Random,
                  generation: int = 1, pipelined: bool = False) -> None:
         self.w, self.tid, self.partitions, self.rng = w, tid, partitions, rng
@@ -239,10 +250,14 @@ class CopyLoop:
             return
         self.txn += 1
         aborting = self.rng.random() < ABORT_PROBABILITY
+        # `fail` until the commit is asked for: a transaction never committed by its producer
+        # must not be visible, whatever became of its abort
+        op = w.history.txn(self.instance, w.client, w.in_topic, records, self.transaction_protocol())
         try:
             self.begin()
             for q, _offset, value in records:
-                self.produce(q, output_value(value, self.instance, self.txn, aborting))
+                out = output_value(value, self.instance, self.txn, aborting)
+                self.produce(q, out, op.send(q, out))
             positions: dict[int, int] = {}
             for q, offset, _v in records:
                 positions[q] = max(positions.get(q, 0), offset + 1)
@@ -250,26 +265,31 @@ class CopyLoop:
             if aborting:
                 self.flush()   # the records reach the log before the abort: read_uncommitted sees them
                 self.abort()
-                self.w.aborted.add((self.instance, self.txn))
-                self.w.count("transactions aborted on purpose")
+                w.count("transactions aborted on purpose")
                 self.rewind()
                 return
+            op.type = "info"
             self.commit()
-            self.w.count("transactions committed")
+            op.type = "ok"
+            w.count("transactions committed")
             if self.pipelined:
-                self.w.count("transactions committed by pipelining loops")
-            self.w.count("records copied", len(records))
+                w.count("transactions committed by pipelining loops")
+            w.count("records copied", len(records))
         except Abortable as e:
-            # a commit that failed abortably did not commit; what a fatal error interrupted is
-            # unknown (it may have committed), so only this and deliberate aborts are marked
-            self.w.errors[f"abortable: {e}"[:120]] += 1
+            # a commit that failed abortably did not commit (once the abort went through); what
+            # a fatal error interrupted after the commit was asked is unknown: it stays `info`
+            op.error = f"abortable: {e}"[:120]
+            w.errors[op.error] += 1
             try:
                 self.abort()
             except Abortable as again:
                 raise Fatal(f"abort failed: {again}") from None
-            self.w.aborted.add((self.instance, self.txn))
-            self.w.count("transactions aborted after an abortable error")
+            op.type = "fail"
+            w.count("transactions aborted after an abortable error")
             self.rewind()
+        except Exception as e:
+            op.error = f"{type(e).__name__}: {e}"[:120]
+            raise
 
     def reopen(self, first: bool = False) -> bool:
         """Consumer and producer (re)opened, as an application retries its start while the
@@ -313,15 +333,27 @@ class CopyLoop:
         finally:
             c.close()
 
+    def positioned(self, positions: dict[int, int] | None) -> None:
+        """The consumer reads next at `positions` (None: where, the client decides)."""
+        self.w.history.assign(self.instance, self.w.client, self.w.in_topic, positions)
+
+    def transaction_protocol(self) -> str:
+        """TV1 or TV2: the transaction protocol the producer uses now (librdkafka: TV1 only)."""
+        return "TV1"
+
+    def close_consumer(self) -> None:
+        _close_quietly(self.consumer)
+        self.consumer = None
+
     # subclasses
     def open_consumer(self) -> None: ...
-    def close_consumer(self) -> None: ...
     def open_producer(self) -> None: ...
     def close_producer(self) -> None: ...
     def poll(self) -> list[tuple[int, int, bytes]]:
         raise NotImplementedError
     def begin(self) -> None: ...
-    def produce(self, partition: int, value: bytes) -> None: ...
+    def produce(self, partition: int, value: bytes, sent: list) -> None:
+        """Sends; the delivery report puts the record's offset in sent[2]."""
     def flush(self) -> None: ...
     def send_offsets(self, positions: dict[int, int]) -> None: ...
     def commit(self) -> None: ...
@@ -337,15 +369,8 @@ class LibrdkafkaLoop(CopyLoop):
                                   "enable.auto.commit": False, "isolation.level": "read_committed",
                                   "auto.offset.reset": "earliest", "session.timeout.ms": 10000,
                                   "heartbeat.interval.ms": 1000, "socket.timeout.ms": 5000})
-        self.consumer.subscribe([w.in_topic])
-
-    def close_consumer(self) -> None:
-        c, self.consumer = getattr(self, "consumer", None), None  # type: ignore[assignment]
-        try:
-            if c is not None:
-                c.close()
-        except Exception:  # noqa: BLE001 - a closed or broken consumer is gone either way
-            pass
+        # a rebalance starts the partitions it assigns at the group's committed offsets
+        self.consumer.subscribe([w.in_topic], on_assign=lambda _c, _parts: self.positioned(None))
 
     def open_producer(self) -> None:
         from confluent_kafka import Producer
@@ -356,13 +381,13 @@ class LibrdkafkaLoop(CopyLoop):
         self._call(lambda: self.producer.init_transactions(30))
 
     def close_producer(self) -> None:
-        p = getattr(self, "producer", None)
+        p = self.producer
         if p is not None:
             try:
                 p.flush(1)
             except Exception:  # noqa: BLE001
                 pass
-            self.producer = None  # type: ignore[assignment]
+            self.producer = None
 
     def _call(self, fn, attempts: int = 10):
         from confluent_kafka import KafkaError, KafkaException
@@ -392,10 +417,11 @@ class LibrdkafkaLoop(CopyLoop):
     def begin(self) -> None:
         self._call(self.producer.begin_transaction, 1)
 
-    def produce(self, partition: int, value: bytes) -> None:
+    def produce(self, partition: int, value: bytes, sent: list) -> None:
         while True:
             try:
-                self.producer.produce(self.w.out_topic, value, partition=partition)
+                self.producer.produce(self.w.out_topic, value, partition=partition,
+                                      on_delivery=lambda err, msg: _delivered(sent, err, msg.offset()))
                 return
             except BufferError:
                 self.producer.poll(0.05)
@@ -427,6 +453,7 @@ class LibrdkafkaLoop(CopyLoop):
                 self.consumer.seek(TopicPartition(tp.topic, tp.partition, max(tp.offset, 0)))
             except KafkaException:
                 pass  # not yet fetching: it starts from the committed offset anyway
+        self.positioned({tp.partition: max(tp.offset, 0) for tp in got})
 
 
 class OncelogLoop(CopyLoop):
@@ -434,14 +461,6 @@ class OncelogLoop(CopyLoop):
         from oncelog.client.sync import Consumer
         self.consumer = Consumer({**self.w.client_config(), "group.id": self.w.group,
                                   "isolation.level": "read_committed"})
-
-    def close_consumer(self) -> None:
-        c, self.consumer = getattr(self, "consumer", None), None  # type: ignore[assignment]
-        try:
-            if c is not None:
-                c.close()
-        except Exception:  # noqa: BLE001 - a closed or broken consumer is gone either way
-            pass
 
     def open_producer(self) -> None:
         from oncelog.client.sync import Producer
@@ -452,13 +471,13 @@ class OncelogLoop(CopyLoop):
         self._call(lambda: self.producer.init_transactions(30))
 
     def close_producer(self) -> None:
-        p = getattr(self, "producer", None)
+        p = self.producer
         if p is not None:
             try:
                 p.close(1)
             except Exception:  # noqa: BLE001
                 pass
-            self.producer = None  # type: ignore[assignment]
+            self.producer = None
 
     def _call(self, fn, attempts: int = 10):
         from oncelog.client.errors import (
@@ -488,8 +507,9 @@ class OncelogLoop(CopyLoop):
     def begin(self) -> None:
         self._call(self.producer.begin_transaction, 1)
 
-    def produce(self, partition: int, value: bytes) -> None:
-        self.producer.send(self.w.out_topic, value, partition=partition)
+    def produce(self, partition: int, value: bytes, sent: list) -> None:
+        self.producer.send(self.w.out_topic, value, partition=partition,
+                           on_delivery=lambda err, meta: _delivered(sent, err, meta and meta.offset))
 
     def flush(self) -> None:
         self._call(lambda: self.producer.flush(30), 1)
@@ -510,3 +530,121 @@ class OncelogLoop(CopyLoop):
         from oncelog.client.types import TopicPartition
         offsets = self.committed()
         self.consumer.assign([TopicPartition(self.w.in_topic, q, offsets[q]) for q in self.partitions])
+        self.positioned(offsets)
+
+    def transaction_protocol(self) -> str:
+        return f"TV{self.producer.transaction_version}"
+
+
+def _close_quietly(consumer) -> None:
+    try:
+        if consumer is not None:
+            consumer.close()
+    except Exception:  # noqa: BLE001 - a closed or broken consumer is gone either way
+        pass
+
+
+def _delivered(sent: list, err, offset: int | None) -> None:
+    if err is None:
+        sent[2] = offset
+
+
+class OffsetReset(Exception):
+    """A reader's position is no longer in the log (records were deleted)."""
+
+
+class Reader:
+    """Follows the output topic read_committed from its start while the copy loops run and
+    records every poll: Jepsen's poll operations over transactional writes, judged for aborted
+    reads, skips and going backwards. After an error it starts again where it was, and the
+    checker expects nothing of its next poll (an `assign` without positions)."""
+
+    consumer: Any = None
+
+    def __init__(self, w: TxnWorkload) -> None:
+        self.w = w
+        self.instance = f"reader-{w.client}"
+        self.thread = threading.Thread(target=self.run, name=self.instance, daemon=True)
+
+    def start(self) -> Reader:
+        self.thread.start()
+        return self
+
+    def run(self) -> None:
+        w = self.w
+        positions = dict.fromkeys(range(w.partitions), 0)
+        w.history.assign(self.instance, w.client, w.out_topic, positions)
+        while not w.done.is_set():
+            try:
+                self.open(positions)
+                while not w.done.is_set():
+                    records = self.poll()
+                    if records:
+                        w.history.poll(self.instance, w.client, w.out_topic, records)
+                        for q, offset, _v in records:
+                            positions[q] = offset + 1
+            except Exception as e:  # noqa: BLE001 - counted; the reader goes on from where it was
+                w.errors[f"reader: {type(e).__name__}: {e}"[:120]] += 1
+                w.history.assign(self.instance, w.client, w.out_topic, None)
+                time.sleep(0.5)
+                try:
+                    starts = self.log_starts()
+                    positions = {q: max(at, starts.get(q, 0)) for q, at in positions.items()}
+                except Exception:  # noqa: BLE001 - brokers down: try the old positions
+                    pass
+            finally:
+                self.close()
+
+    def open(self, positions: dict[int, int]) -> None: ...
+    def poll(self) -> list[tuple[int, int, bytes]]:
+        raise NotImplementedError
+    def log_starts(self) -> dict[int, int]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        _close_quietly(self.consumer)
+        self.consumer = None
+
+
+class OncelogReader(Reader):
+    def open(self, positions: dict[int, int]) -> None:
+        from oncelog.client.sync import Consumer
+        from oncelog.client.types import TopicPartition
+        w = self.w
+        self.consumer = Consumer({**w.client_config(), "group.id": f"{w.group}-reader",
+                                  "isolation.level": "read_committed", "auto.offset.reset": "none"})
+        self.consumer.assign([TopicPartition(w.out_topic, q, at) for q, at in positions.items()])
+
+    def poll(self):
+        return [(r.partition, r.offset, r.value) for r in self.consumer.poll(0.5, 500)]
+
+    def log_starts(self) -> dict[int, int]:
+        from oncelog.client.types import TopicPartition
+        got = self.consumer.beginning_offsets([TopicPartition(self.w.out_topic, q) for q in range(self.w.partitions)])
+        return {tp.partition: offset for tp, offset in got.items()}
+
+
+class LibrdkafkaReader(Reader):
+    def open(self, positions: dict[int, int]) -> None:
+        from confluent_kafka import Consumer, TopicPartition
+        w = self.w
+        self.consumer = Consumer({**w.client_config(), "group.id": f"{w.group}-reader", "log_level": 3,
+                                  "enable.auto.commit": False, "isolation.level": "read_committed",
+                                  "auto.offset.reset": "error"})
+        self.consumer.assign([TopicPartition(w.out_topic, q, at) for q, at in positions.items()])
+
+    def poll(self):
+        from confluent_kafka import KafkaError
+        out = []
+        for m in self.consumer.consume(500, 0.5):
+            err = m.error()
+            if err is None:
+                out.append((m.partition(), m.offset(), m.value()))
+            elif err.code() == KafkaError._AUTO_OFFSET_RESET:
+                raise OffsetReset(err.str())
+        return out
+
+    def log_starts(self) -> dict[int, int]:
+        from confluent_kafka import TopicPartition
+        return {q: self.consumer.get_watermark_offsets(TopicPartition(self.w.out_topic, q), timeout=10)[0]
+                for q in range(self.w.partitions)}

@@ -19,6 +19,7 @@ from oncelog.testing.cluster import LocalCluster
 from oncelog.testing.faults import (
     ALL_FAULTS,
     CLIENT_FAULTS,
+    KNOWN_FAULTS,
     NETWORK_FAULTS,
     PROCESS_FAULTS,
     FaultEvent,
@@ -57,9 +58,11 @@ class VerifyOptions:
             if set(self.clients) - set(TXN_CLIENTS):
                 raise ValueError(f"the transactions workload runs {', '.join(TXN_CLIENTS)}, not "
                                  f"{', '.join(sorted(set(self.clients) - set(TXN_CLIENTS)))}")
-        unknown = set(self.faults) - set(ALL_FAULTS)
+        unknown = set(self.faults) - set(KNOWN_FAULTS)
         if unknown:
-            raise ValueError(f"unknown faults {sorted(unknown)}; choose from {', '.join(ALL_FAULTS)}")
+            raise ValueError(f"unknown faults {sorted(unknown)}; choose from {', '.join(KNOWN_FAULTS)}")
+        if "late-endtxn" in self.faults and self.security_protocol != "PLAINTEXT":
+            raise ValueError("late-endtxn needs PLAINTEXT: the proxies cannot tell an EndTxn inside TLS")
         unknown = set(self.clients) - set(CLIENTS)
         if unknown:
             raise ValueError(f"unknown clients {sorted(unknown)}; choose from {', '.join(CLIENTS)}")
@@ -141,6 +144,8 @@ def run(options: VerifyOptions, progress=None):
     gate = threading.Event()
     gate.set()
     notes: list[str] = []
+    if "late-endtxn" in faults:
+        notes.append("late-endtxn is a fault of the transactions workload; not applied to idempotent producers")
     began = time.monotonic()
     try:
         say(f"starting a controller and {options.brokers} brokers in {root}")

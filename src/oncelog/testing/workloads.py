@@ -240,7 +240,10 @@ def end_offsets(bootstrap: str, topic: str, timeout_s: float = 60, security: dic
     """partition -> (log start offset, high watermark). Retried while a leader has just moved
     (the consumer's metadata may still name the old one)."""
     from confluent_kafka import Consumer, KafkaException, TopicPartition
-    c = Consumer({"bootstrap.servers": bootstrap, **(security or {}), "group.id": "oncelog-verify", "log_level": 3})
+    # read_uncommitted: librdkafka's default, read_committed, would answer the last stable offset,
+    # and a read up to it could not tell that a transaction was left open
+    c = Consumer({"bootstrap.servers": bootstrap, **(security or {}), "group.id": "oncelog-verify", "log_level": 3,
+                  "isolation.level": "read_uncommitted"})
     deadline = time.monotonic() + timeout_s
     try:
         while True:
