@@ -47,13 +47,19 @@ test-fast: $(TEST_STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider -m "not processes and not spark and not slow" --durations=10
 
 # librdkafka's own test suite against `oncelog serve` (compat/librdkafka/README.md): the first
-# run fetches and builds librdkafka's test runner (about 3 min on 2 cores), later runs reuse it
+# run fetches and builds librdkafka's test runner (about 3 min on 2 cores), later runs reuse it;
+# the suite runs once as it is, then again its group entries with KIP-848 members (group.protocol=consumer, tests.consumer);
+# fails if either run fails
 compat: $(TEST_STAMP)
-	$(PY) compat/librdkafka/run.py
+	$(PY) compat/librdkafka/run.py; classic=$$?; \
+	$(PY) compat/librdkafka/run.py --group-protocol consumer; consumer=$$?; \
+	test $$classic = 0 && test $$consumer = 0
 
-# the CI-sized subset (compat/librdkafka/tests.ci)
+# the CI-sized subsets (compat/librdkafka/tests.ci, and tests.consumer.ci with group.protocol=consumer)
 compat-ci: $(TEST_STAMP)
-	$(PY) compat/librdkafka/run.py --subset ci
+	$(PY) compat/librdkafka/run.py --subset ci; classic=$$?; \
+	$(PY) compat/librdkafka/run.py --group-protocol consumer --subset ci; consumer=$$?; \
+	test $$classic = 0 && test $$consumer = 0
 
 clean:
 	rm -rf $(VENV) data data-*

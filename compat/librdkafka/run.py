@@ -13,6 +13,12 @@ An entry that passes but is not in tests.allow is reported, for the list to grow
     python compat/librdkafka/run.py                 # everything applicable (make compat)
     python compat/librdkafka/run.py --subset ci     # tests.ci, the CI-sized subset
     python compat/librdkafka/run.py --tests 0001,0054 --debug broker,protocol
+    python compat/librdkafka/run.py --group-protocol consumer   # the group entries, KIP-848 members
+
+With `--group-protocol consumer` the suite's harness sets `group.protocol=consumer` on every
+consumer it creates (TEST_CONSUMER_GROUP_PROTOCOL, as librdkafka's CI runs it against Kafka 4);
+the entries run are the group entries of tests.allow (CONSUMER_MODE), compared with
+tests.consumer (expected to pass) and tests.consumer.na (not applicable in that mode).
 """
 from __future__ import annotations
 
@@ -82,6 +88,12 @@ SUBTESTS = {
     "0142": ("do_test_producer:", "do_test_txn_producer:", "do_test_reauth_failure:"),
 }
 ENTRY = re.compile(r"\b(\d{4}_\w+)")
+# The suite's consumer-protocol mode: test.c's test_create_handle and testcpp.cpp's conf_init set
+# group.protocol from TEST_CONSUMER_GROUP_PROTOCOL on every consumer. The entries run in it are
+# those of tests.allow whose source joins a group (subscribes, or uses test_consume_msgs_easy*,
+# which subscribe); the security entries among them run in their security modes as usual.
+GROUP_SOURCE = re.compile(r"subscribe|test_consume_msgs_easy|test_consume_txn_msgs_easy")
+CONSUMER_LISTS = {"classic": ("tests.allow", ()), "consumer": ("tests.consumer", ("tests.consumer.na",))}
 
 
 @dataclass
@@ -208,6 +220,10 @@ CLIENT_RACE_ATTEMPTS = 3
 # client reads, which sets off the race above (0097 failed 5 of 5 runs in the SSL mode and 2 of 5
 # over SASL_SSL on this 2-core machine; pinned apart, 4 of 4 passed).
 PIN_APART = ("0097",)
+# Entries that run longer than --timeout by design: 0113_cooperative_rebalance's playbooks wait
+# out fixed schedules (t_max_poll_interval_exceeded about 58 s each, u_multiple_subscription_changes
+# about 47 s each); with group.protocol=consumer the whole entry takes about 11 min on 2 cores
+TIMEOUTS = {"0113": 1200.0}
 _BROKER_ERROR = re.compile(r" (ERROR|CRITICAL) |^Traceback|Error: ", re.M)
 
 
@@ -434,6 +450,8 @@ class Suite:
             env["SUBTESTS"] = subtests
         if self.args.debug:
             env["TEST_DEBUG"] = self.args.debug
+        if self.args.group_protocol != "classic":
+            env["TEST_CONSUMER_GROUP_PROTOCOL"] = self.args.group_protocol
         cmd = ["./test-runner", "-p1", "-L"] + (["-Q"] if self.args.quick else [])
         offset = self.broker_log_size()
         client_cpus = self.pin_apart() if number in PIN_APART else None
@@ -444,7 +462,7 @@ class Suite:
                                     preexec_fn=(lambda: os.sched_setaffinity(0, client_cpus)) if client_cpus else None)
             timed_out = False
             try:
-                rc = proc.wait(self.args.timeout)
+                rc = proc.wait(max(self.args.timeout, TIMEOUTS.get(number, 0.0)))
             except subprocess.TimeoutExpired:
                 timed_out = True
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -467,13 +485,26 @@ class Suite:
         return outcomes
 
 
+def joins_group(src: Path, number: str) -> bool:
+    """Whether the test number's source joins a consumer group (GROUP_SOURCE)."""
+    return any(GROUP_SOURCE.search(f.read_text(errors="replace"))
+               for f in (src / "tests").glob(f"{number}[-_]*.c*") if f.suffix in (".c", ".cpp"))
+
+
 def choose(entries: list[Entry], args: argparse.Namespace, allow: dict, na: dict,
-           version: tuple[int, ...]) -> tuple[list[Entry], dict[str, str]]:
+           version: tuple[int, ...], src: Path | None = None) -> tuple[list[Entry], dict[str, str]]:
     runnable, skipped = [], {}
+    classic_allow, classic_na = read_list(HERE / "tests.allow"), read_list(HERE / "tests.na")
     for e in entries:
         reason = e.skip_reason(version)
         if reason is None and listed(e.name, na) and not args.include_na:
-            reason = "not applicable (tests.na)"
+            reason = "not applicable (tests.na)" if listed(e.name, classic_na) \
+                else "not applicable with group.protocol=consumer (tests.consumer.na)"
+        if reason is None and args.group_protocol == "consumer" and not args.tests:
+            if not listed(e.name, classic_allow):
+                reason = "consumer mode: not in tests.allow"
+            elif src is not None and not joins_group(src, e.number):
+                reason = "consumer mode: joins no consumer group"
         if reason:
             skipped[e.name] = reason
         else:
@@ -482,7 +513,7 @@ def choose(entries: list[Entry], args: argparse.Namespace, allow: dict, na: dict
         wanted = args.tests.split(",")
         runnable = [e for e in runnable if any(e.name.startswith(w) for w in wanted)]
     elif args.subset == "ci":
-        ci = read_list(HERE / "tests.ci")
+        ci = read_list(HERE / ("tests.ci" if args.group_protocol == "classic" else "tests.consumer.ci"))
         runnable = [e for e in runnable if listed(e.name, ci)]
     elif args.subset == "allowed":
         runnable = [e for e in runnable if listed(e.name, allow)]
@@ -498,9 +529,15 @@ def main() -> int:
     p.add_argument("--quick", action="store_true", help="test-runner -Q (the suite's quick mode)")
     p.add_argument("--include-na", action="store_true", help="also run the entries in tests.na")
     p.add_argument("--debug", help="TEST_DEBUG for the clients (e.g. broker,protocol)")
-    p.add_argument("--out", default=os.environ.get("COMPAT_OUT", str(REPO / "build" / "compat-librdkafka")))
+    p.add_argument("--group-protocol", choices=("classic", "consumer"), default="classic",
+                   help="TEST_CONSUMER_GROUP_PROTOCOL: consumer runs the group entries with KIP-848 members")
+    p.add_argument("--out", help="results and logs (default build/compat-librdkafka, "
+                                 "build/compat-librdkafka-consumer with --group-protocol consumer)")
     p.add_argument("--list", action="store_true", help="print the entries and why each is or is not run")
     args = p.parse_args()
+    if args.out is None:
+        default = REPO / "build" / ("compat-librdkafka" + ("-consumer" if args.group_protocol == "consumer" else ""))
+        args.out = os.environ.get("COMPAT_OUT", str(default))
 
     build = subprocess.run(["bash", str(HERE / "build.sh")], stdout=subprocess.PIPE, text=True)
     if build.returncode != 0:
@@ -509,14 +546,19 @@ def main() -> int:
     src = Path(build.stdout.strip().splitlines()[-1])
     version = tuple(int(x) for x in (KAFKA_VERSION.split(".") + ["0"] * 4)[:4])
     entries = read_test_table(src / "tests" / "test.c")
-    allow, na = read_list(HERE / "tests.allow"), read_list(HERE / "tests.na")
-    runnable, skipped = choose(entries, args, allow, na, version)
+    allow_file, na_files = CONSUMER_LISTS[args.group_protocol]
+    allow = read_list(HERE / allow_file)
+    na = read_list(HERE / "tests.na")
+    for name in na_files:
+        na.update(read_list(HERE / name))
+    runnable, skipped = choose(entries, args, allow, na, version, src)
     if args.list:
         for e in entries:
             print(f"{e.name:48} {skipped.get(e.name, 'run' if e in runnable else 'not selected')}")
         return 0
 
     suite = Suite(args, src)
+    allow_name = allow_file
     results: list[Outcome] = []
     started = time.monotonic()
     try:
@@ -533,9 +575,9 @@ def main() -> int:
                 results += outcomes
                 for o in outcomes:
                     mark = "ok  " if o.state == "PASSED" else o.state
-                    exp = "" if listed(o.entry, allow) or o.state != "PASSED" else "  (passes; not in tests.allow)"
+                    exp = "" if listed(o.entry, allow) or o.state != "PASSED" else f"  (passes; not in {allow_name})"
                     if o.state != "PASSED" and listed(o.entry, allow):
-                        exp = "  ** REGRESSION: in tests.allow **"
+                        exp = f"  ** REGRESSION: in {allow_name} **"
                     print(f"   {mark:8} {o.entry:48} {o.seconds:7.1f}s{exp}", flush=True)
                     if o.failure and o.state != "PASSED":
                         print(f"            {o.failure[:400]}", flush=True)
@@ -556,12 +598,13 @@ def summarize(results, allow, na, skipped, entries, suite, total, args) -> int:
     regressions = [r for r in failed if listed(r.entry, allow)]
     unlisted = [r for r in passed if not listed(r.entry, allow)]
     findings = (HERE / "FINDINGS.md").read_text() if (HERE / "FINDINGS.md").exists() else ""
+    allow_file = CONSUMER_LISTS[args.group_protocol][0]
     unexplained = [r for r in failed if not listed(r.entry, allow)
                    and r.entry not in findings and r.entry[:4] not in findings]
     broker_errors = sorted({e for r in results for e in r.broker_errors})
     summary = {
         "librdkafka_src": str(suite.src), "kafka_version": KAFKA_VERSION, "quick": args.quick,
-        "subset": args.tests or args.subset, "seconds": round(total, 1),
+        "subset": args.tests or args.subset, "group_protocol": args.group_protocol, "seconds": round(total, 1),
         "passed": len(passed), "failed": len(failed), "ran": len(results),
         "not_applicable": sorted(n for n, why in skipped.items() if why.startswith("not applicable")),
         "regressions": [r.entry for r in regressions],
@@ -572,10 +615,11 @@ def summarize(results, allow, na, skipped, entries, suite, total, args) -> int:
     }
     (suite.out / "results.json").write_text(json.dumps(summary, indent=1))
     print()
-    print(f"librdkafka suite against oncelog: {len(passed)} of {len(results)} entries passed "
+    mode = "" if args.group_protocol == "classic" else f" (group.protocol={args.group_protocol})"
+    print(f"librdkafka suite against oncelog{mode}: {len(passed)} of {len(results)} entries passed "
           f"in {total:.0f} s (results in {suite.out}/results.json)")
     if unlisted:
-        print("passing but not in tests.allow (add them):", " ".join(r.entry for r in unlisted))
+        print(f"passing but not in {allow_file} (add them):", " ".join(r.entry for r in unlisted))
     if unexplained:
         print("failing and not explained in FINDINGS.md:", " ".join(r.entry for r in unexplained))
     if broker_errors:
@@ -583,10 +627,10 @@ def summarize(results, allow, na, skipped, entries, suite, total, args) -> int:
     if suite.broker_died:
         print("the broker died during:", " ".join(suite.broker_died))
     if regressions:
-        print("REGRESSIONS (in tests.allow, did not pass):", " ".join(r.entry for r in regressions))
+        print(f"REGRESSIONS (in {allow_file}, did not pass):", " ".join(r.entry for r in regressions))
     allowed_run = [r for r in results if listed(r.entry, allow)]
     # the closing line counts the entries this run holds to account: those in tests.allow
-    print(f"tests.allow: {len(allowed_run) - len(regressions)} passed, {len(regressions)} failed")
+    print(f"{allow_file}: {len(allowed_run) - len(regressions)} passed, {len(regressions)} failed")
     return 1 if regressions or suite.broker_died else 0
 
 

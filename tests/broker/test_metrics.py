@@ -100,6 +100,32 @@ def test_consumer_group_committed_offset_and_lag(metered):
     assert m[("oncelog_consumer_group_lag", labels)] == 6
 
 
+def test_a_consumer_group_is_counted_and_its_lag_shown(metered):
+    """A KIP-848 group (oncelog's consumer with group.protocol=consumer): counted per type and
+    state, and its commits' lag as any group's."""
+    from oncelog.client import Consumer
+    with Producer({"bootstrap.servers": metered.bootstrap}) as p:
+        for i in range(8):
+            p.send("read-by-a-group", b"%d" % i, partition=0)
+        p.flush(30)
+    c = Consumer({"bootstrap.servers": metered.bootstrap, "group.id": "kip848-readers", "group.protocol": "consumer",
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    try:
+        c.subscribe(["read-by-a-group"])
+        got = []
+        deadline = time.monotonic() + 30
+        while len(got) < 3 and time.monotonic() < deadline:
+            got += c.poll(0.2, max_records=3 - len(got))
+        c.commit(offsets=[TopicPartition("read-by-a-group", 0, 3)], asynchronous=False)
+        m = scrape(metered)
+        assert m[("oncelog_groups", (("state", "Stable"), ("type", "consumer")))] >= 1
+        labels = (("group", "kip848-readers"), ("partition", "0"), ("topic", "read-by-a-group"))
+        assert (m[("oncelog_consumer_group_committed_offset", labels)], m[("oncelog_consumer_group_lag", labels)]) \
+            == (3, 5)
+    finally:
+        c.close()
+
+
 def test_connections_per_listener(metered):
     def count() -> float:
         return scrape(metered)[("oncelog_connections", (("listener", "PLAINTEXT"),))]

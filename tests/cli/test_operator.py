@@ -134,6 +134,32 @@ def test_a_group_shows_its_lag_and_none_after_seek_to_end(shared_broker, unique_
     assert oncelog("group", "describe", g, bootstrap=b).one_line_error() == f"oncelog: group {g} does not exist"
 
 
+def test_a_consumer_group_is_described_with_its_epochs(shared_broker, unique_topic):
+    """A KIP-848 group (oncelog's consumer with group.protocol=consumer): `group list` says its
+    type, `group describe` its epochs and each member's epoch, assignment and target."""
+    b, t, g = shared_broker.bootstrap, unique_topic, f"{unique_topic}-group"
+    oncelog("topic", "create", t, "-p", "3", bootstrap=b)
+    c = Consumer({"bootstrap.servers": b, "group.id": g, "group.protocol": "consumer", "client.id": "cli-test"})
+    c.subscribe([t])
+    deadline = time.monotonic() + 30
+    while len(c.assignment()) < 3 and time.monotonic() < deadline:
+        c.poll(0.1)
+    try:
+        d = oncelog("group", "describe", g, "--format", "json", bootstrap=b).json()
+        assert (d["type"], d["state"], d["protocol"]) == ("consumer", "Stable", "uniform")
+        [m] = d["members"]
+        assert m["member_epoch"] == d["group_epoch"] == d["assignment_epoch"] >= 1
+        assert m["client_id"] == "cli-test"
+        assert m["assignment"] == m["target_assignment"] == [{"topic": t, "partition": p} for p in range(3)]
+        text = oncelog("group", "describe", g, bootstrap=b).out
+        assert f"consumer group at epoch {d['group_epoch']}" in text and f"{t}:0,1,2" in text
+        listed = {x["group"]: x for x in oncelog("group", "list", "--format", "json", bootstrap=b).json()}
+        assert (listed[g]["type"], listed[g]["state"]) == ("consumer", "Stable")
+    finally:
+        c.close()
+    assert oncelog("group", "describe", g, "--format", "json", bootstrap=b).json()["state"] == "Empty"
+
+
 def test_produce_in_a_transaction_and_read_committed(shared_broker, unique_topic):
     b, t, tid = shared_broker.bootstrap, unique_topic, f"{unique_topic}-tx"
     r = oncelog("produce", t, "--transactional-id", tid, stdin="a\nb\nc\n", bootstrap=b)

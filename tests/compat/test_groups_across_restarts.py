@@ -1,7 +1,8 @@
 """Consumer groups of unmodified clients across a broker killed -9 and restarted, then stopped and
 started cleanly, on the same data: the group comes back Stable at its generation (Kafka reloads
-its GroupMetadata records), so its members keep their member ids and partitions and never hear
-UNKNOWN_MEMBER_ID or ILLEGAL_GENERATION.
+its GroupMetadata records; a KIP-848 group its records, at its epochs), so its members keep their
+member ids and partitions and never hear UNKNOWN_MEMBER_ID or ILLEGAL_GENERATION (nor
+FENCED_MEMBER_EPOCH or GROUP_ID_NOT_FOUND).
 
 Judged from outside: each member's rebalance callbacks with timestamps (no partition owned by two
 members at once, and none after the group first split its partitions), the member id and
@@ -37,7 +38,11 @@ PARTITIONS = 4
 SESSION_MS = 30_000  # well beyond a restart: the clients' own session timers never run out
 DEADLINE_S = 90
 FENCED = ("UNKNOWN_MEMBER_ID", "ILLEGAL_GENERATION", "Unknown member", "generation id is not valid",
-          "UnknownMemberId", "IllegalGeneration")
+          "UnknownMemberId", "IllegalGeneration", "FENCED_MEMBER_EPOCH", "member epoch is fenced", "GROUP_ID_NOT_FOUND",
+          "STALE_MEMBER_EPOCH")
+# KIP-848 (librdkafka's group.protocol=consumer): the coordinator sets the timeouts, the client
+# may not; the member epoch stands for the generation
+CONSUMER_PROTOCOL = {"group.protocol": "consumer"}
 
 
 @dataclass
@@ -130,9 +135,10 @@ def confluent_member(run: Run, bootstrap: str, topic: str, name: str, **conf) ->
     logger.setLevel(logging.DEBUG)
     logger.propagate = False
     logger.addHandler(LogCatcher(run))
+    timeouts = {} if conf.get("group.protocol") == "consumer" else {"session.timeout.ms": SESSION_MS,
+                                                                     "heartbeat.interval.ms": 500}
     c = Consumer({**CLIENT, "bootstrap.servers": bootstrap, "group.id": topic, "auto.offset.reset": "earliest",
-                  "enable.auto.commit": False, "session.timeout.ms": SESSION_MS, "heartbeat.interval.ms": 500,
-                  "debug": "cgrp", **conf}, logger=logger)
+                  "enable.auto.commit": False, "debug": "cgrp", **timeouts, **conf}, logger=logger)
     cooperative = conf.get("partition.assignment.strategy") == "cooperative-sticky"
 
     def on_assign(consumer, ps):
@@ -334,6 +340,13 @@ def test_static_cooperative_confluent_members_keep_their_partitions_across_broke
     group_run(broker.bootstrap, "rs-static", member, ["a", "b"], restarts(broker))
 
 
+def test_a_consumer_protocol_group_keeps_its_epochs_across_broker_restarts(broker):
+    """KIP-848: the members keep their member ids and epochs (the group's records reload)."""
+    def member(run, bootstrap, topic, name):
+        confluent_member(run, bootstrap, topic, name, **CONSUMER_PROTOCOL)
+    group_run(broker.bootstrap, "rs-848", member, ["a", "b"], restarts(broker))
+
+
 def test_a_kafka_python_group_keeps_its_generation_across_broker_restarts(broker):
     group_run(broker.bootstrap, "rs-kafka-python", kafka_python_member, ["a", "b"], restarts(broker))
 
@@ -346,6 +359,11 @@ def test_a_group_keeps_its_generation_when_its_coordinator_moves_between_brokers
     try:
         group_run(cluster.bootstrap, "rs-cluster", confluent_member, ["a", "b"],
                   coordinator_moves(cluster, "rs-cluster"))
+
+        def member(run, bootstrap, topic, name):
+            confluent_member(run, bootstrap, topic, name, **CONSUMER_PROTOCOL)
+        group_run(cluster.bootstrap, "rs-cluster-848", member, ["a", "b"],
+                  coordinator_moves(cluster, "rs-cluster-848"))
     finally:
         cluster.stop()
 
@@ -356,10 +374,12 @@ INPUT, OUTPUT, GROUP, TID = "rs-in", "rs-out", "rs-copier", "rs-copier-txn"
 RECORDS, PER_TXN = 3000, 100
 
 
-def test_a_transactional_copy_loop_commits_through_broker_restarts_without_an_abort(tmp_path):
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_a_transactional_copy_loop_commits_through_broker_restarts_without_an_abort(tmp_path, protocol):
     """The loop's consumer is a group member (subscribe), so each TxnOffsetCommit carries its
-    generation and member id (KIP-447); the broker is killed -9 after a transaction's records are
-    acknowledged and before its offsets are sent, and later restarted cleanly at the same point.
+    generation (KIP-848: its member epoch) and member id (KIP-447); the broker is killed -9 after a
+    transaction's records are acknowledged and before its offsets are sent, and later restarted
+    cleanly at the same point.
     Every transaction commits, none aborts, and the output holds each input record once."""
     b = BrokerProcess(tmp_path / "data", FAST).start()
     try:
@@ -370,9 +390,9 @@ def test_a_transactional_copy_loop_commits_through_broker_restarts_without_an_ab
         for i in range(RECORDS):
             seed.produce(INPUT, value=b"%d" % i, partition=i % 2)
         assert seed.flush(60) == 0
+        membership = CONSUMER_PROTOCOL if protocol == "consumer" else {"session.timeout.ms": SESSION_MS}
         consumer = Consumer({**CLIENT, "bootstrap.servers": bs, "group.id": GROUP, "enable.auto.commit": False,
-                             "isolation.level": "read_committed", "auto.offset.reset": "earliest",
-                             "session.timeout.ms": SESSION_MS})
+                             "isolation.level": "read_committed", "auto.offset.reset": "earliest", **membership})
         events: list[tuple[str, frozenset[int]]] = []
 
         def record(kind: str):

@@ -34,6 +34,22 @@ def _host_port(value: str) -> None:
         raise ConfigError(f"{value!r} is not host:port (a port from 0 to 65535)")
 
 
+def _rebalance_protocols(value: str) -> None:
+    names = {v.strip().lower() for v in value.split(",") if v.strip()}
+    unknown = names - {"classic", "consumer"}
+    if unknown:
+        raise ConfigError(f"{', '.join(sorted(unknown))}: oncelog serves the classic and consumer protocols")
+    if "classic" not in names:
+        raise ConfigError("the classic protocol cannot be disabled (Kafka's rule)")
+
+
+def _assignors(value: str) -> None:
+    names = [v.strip() for v in value.split(",") if v.strip()]
+    unknown = [n for n in names if n not in ("uniform", "range")]
+    if not names or unknown:
+        raise ConfigError(f"{', '.join(unknown) or 'none'}: the server assignors are uniform and range")
+
+
 _BROKER_ONLY = (
     ConfigDef("listeners", "string", "PLAINTEXT://127.0.0.1:9092",
               "Where the broker listens: NAME://host:port,... with NAME mapped to PLAINTEXT, SSL, "
@@ -64,6 +80,26 @@ _BROKER_ONLY = (
               "group member may ask for (else INVALID_SESSION_TIMEOUT).", minimum=0),
     ConfigDef("group.max.session.timeout.ms", "int", 1800000, "Longest session timeout a consumer "
               "group member may ask for.", minimum=0),
+    # KIP-848 consumer groups (Kafka 4's names and defaults)
+    ConfigDef("group.coordinator.rebalance.protocols", "list", "classic,consumer", "Group protocols served: "
+              "classic (JoinGroup/SyncGroup) always; consumer (KIP-848, ConsumerGroupHeartbeat) unless left out, "
+              "when its APIs answer UNSUPPORTED_VERSION.", check=_rebalance_protocols),
+    ConfigDef("group.consumer.heartbeat.interval.ms", "int", 5000, "How often consumer-group members "
+              "heartbeat (told in every heartbeat answer).", minimum=1),
+    ConfigDef("group.consumer.min.heartbeat.interval.ms", "int", 5000, "Lowest "
+              "group.consumer.heartbeat.interval.ms allowed.", minimum=1),
+    ConfigDef("group.consumer.max.heartbeat.interval.ms", "int", 15000, "Highest "
+              "group.consumer.heartbeat.interval.ms allowed.", minimum=1),
+    ConfigDef("group.consumer.session.timeout.ms", "int", 45000, "A consumer-group member without a "
+              "heartbeat for this long is removed and its partitions go to the others.", minimum=1),
+    ConfigDef("group.consumer.min.session.timeout.ms", "int", 45000, "Lowest "
+              "group.consumer.session.timeout.ms allowed.", minimum=1),
+    ConfigDef("group.consumer.max.session.timeout.ms", "int", 60000, "Highest "
+              "group.consumer.session.timeout.ms allowed.", minimum=1),
+    ConfigDef("group.consumer.assignors", "list", "uniform,range", "Server-side assignors of consumer groups; "
+              "the first is used unless members ask for another (group.remote.assignor).", check=_assignors),
+    ConfigDef("group.consumer.max.size", "int", 2147483647, "Most members of a consumer group (more get "
+              "GROUP_MAX_SIZE_REACHED).", minimum=1),
     ConfigDef("offsets.retention.minutes", "int", 10080, "How long committed offsets outlive their "
               "group: from when it became empty, or from the commit for a group without members.",
               minimum=1),
@@ -190,6 +226,20 @@ class BrokerConfig:
         self._apply_synonyms(explicit=set(values))
         self.listener_setup  # noqa: B018 - parses: a bad listener stops the start
         self._check_failed_authentication_delay()
+        self._check_consumer_group_timeouts()
+
+    def _check_consumer_group_timeouts(self) -> None:
+        """Kafka's GroupCoordinatorConfig rules: each value within its bounds, the heartbeat
+        interval below the session timeout."""
+        for what in ("heartbeat.interval", "session.timeout"):
+            value = self[f"group.consumer.{what}.ms"]
+            low, high = self[f"group.consumer.min.{what}.ms"], self[f"group.consumer.max.{what}.ms"]
+            if not low <= value <= high:
+                raise ConfigError(f"group.consumer.{what}.ms={value} must be between group.consumer.min.{what}.ms="
+                                  f"{low} and group.consumer.max.{what}.ms={high}")
+        if self["group.consumer.heartbeat.interval.ms"] >= self["group.consumer.session.timeout.ms"]:
+            raise ConfigError("group.consumer.heartbeat.interval.ms must be less than "
+                              "group.consumer.session.timeout.ms")
 
     def _check_failed_authentication_delay(self) -> None:
         """Kafka's KafkaConfig rule: a failed login's delayed close must come before the idle one."""

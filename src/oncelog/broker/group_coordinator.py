@@ -34,6 +34,11 @@ session timer (from load time), so members that keep heartbeating see no rebalan
 commits at that generation are taken; a member that does not come back is removed when its session
 times out. A broker that stops coordinating a group forgets it (its waiting members are told
 NOT_COORDINATOR).
+
+KIP-848 consumer groups (`consumer_groups`) share the group ids, the offsets and their store with
+classic groups: this coordinator keeps the offsets of both, and asks the consumer-group
+coordinator (`self.consumer`) to check commits to its groups, to list and delete them, and whether
+a JoinGroup may take a group id.
 """
 from __future__ import annotations
 
@@ -43,6 +48,8 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from oncelog.broker.consumer_groups import ConsumerGroupConfig, ConsumerGroupCoordinator
+from oncelog.core.groups.consumer_group import TopicMetadata
 from oncelog.core.txn.log_format import CONSUMER_OFFSETS_TOPIC
 from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.primitives import Reader
@@ -139,10 +146,13 @@ class GroupCoordinator:
                  max_session_timeout_ms: int = 1800000, offsets_retention_ms: int = 7 * 24 * 3600 * 1000,
                  offsets_retention_check_interval_ms: int = 600000,
                  producer_id_expiration_ms: int = 24 * 3600 * 1000,
-                 owns: Callable[[str], bool] = lambda group_id: True) -> None:
+                 owns: Callable[[str], bool] = lambda group_id: True,
+                 consumer_groups: ConsumerGroupConfig | None = None,
+                 topics: Callable[[], TopicMetadata] = dict) -> None:
         """`owns`: whether this broker coordinates a group (only those are loaded and expired
         here). A store shared by the brokers of a cluster is loaded by the broker's tick, once
-        the cluster says which groups are this broker's; otherwise every group loads now."""
+        the cluster says which groups are this broker's; otherwise every group loads now.
+        `topics`: the topics a consumer group may subscribe to (name -> (id, partitions))."""
         self.store = store
         self.now_ms = now_ms
         self.initial_delay_ms = initial_rebalance_delay_ms
@@ -155,6 +165,8 @@ class GroupCoordinator:
         self.groups: dict[str, Group] = {}
         self.started_ms = now_ms()
         self._next_retention_ms = self.started_ms + offsets_retention_check_interval_ms
+        self.consumer = ConsumerGroupCoordinator(store, now_ms, consumer_groups or ConsumerGroupConfig(), topics,
+                                                 owns, self._release)
         if not store.shared:
             self.reconcile()
 
@@ -167,6 +179,10 @@ class GroupCoordinator:
             return JoinResult(E.INVALID_GROUP_ID, member_id=member_id)
         if not self.min_session_ms <= session_timeout_ms <= self.max_session_ms:
             return JoinResult(E.INVALID_SESSION_TIMEOUT, member_id=member_id)
+        if not self.consumer.release(group_id):
+            # Kafka 4 lets classic members into a consumer group (a mixed group); oncelog does not
+            log.info("group %s: JoinGroup refused: the group is a consumer group with members", group_id)
+            return JoinResult(E.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
         g = self.group(group_id)
         if g is None:
             if member_id:  # a member of a group this coordinator does not know
@@ -517,6 +533,7 @@ class GroupCoordinator:
         now = self.now_ms()
         for g in list(self.groups.values()):
             self._expire_sessions(g, now)
+        self.consumer.expire()
         if now >= self._next_retention_ms:
             self._next_retention_ms = now + self.retention_interval_ms
             self.expire_offsets(now)
@@ -564,6 +581,19 @@ class GroupCoordinator:
                     and not self.store.get(group_id)):
                 del self.groups[group_id]
                 self.store.remove(group_id)
+        for group_id, cg in list(self.consumer.groups.items()):
+            # Kafka's ConsumerGroup: by commit time, for topics no member subscribes to
+            held = pending.get(group_id, set())
+            subscribed = cg.subscribed_names()
+            gone = [k for k, c in self.store.get(group_id).items()
+                    if k not in held and k[0] not in subscribed and self._expired(c, self._committed_at(c), now)]
+            if gone:
+                log.info("group %s: %d committed offsets expired (offsets.retention.minutes)", group_id, len(gone))
+                self.store.remove(group_id, gone)
+                removed += len(gone)
+            if not cg.members and not held and not self.store.get(group_id):
+                self.consumer.forget(group_id)
+                self.store.remove(group_id)
         return removed
 
     def _expired(self, c: Committed, base_ms: int, now: int) -> bool:
@@ -577,12 +607,17 @@ class GroupCoordinator:
     # ------------------------------------------------------------------ offsets
     def commit(self, group_id: str, generation: int, member_id: str,
                offsets: dict[tuple[str, int], Committed], instance_id: str | None = None,
-               retention_ms: int = -1) -> int:
-        """`retention_ms`: OffsetCommit v2-v4's retention time (-1: `offsets.retention.minutes`)."""
+               retention_ms: int = -1, api_version: int = 8) -> int:
+        """`retention_ms`: OffsetCommit v2-v4's retention time (-1: `offsets.retention.minutes`);
+        `generation`: a consumer group member's epoch (v9+)."""
+        cg = self.consumer.group(group_id)
+        if cg is not None:
+            error = self.consumer.validate_commit(cg, member_id, generation, api_version, offsets)
+            return error or self._store_commit(group_id, offsets, retention_ms)
         g = self.group(group_id)
         if g is None:
             if generation >= 0:  # a member of a generation this coordinator does not know
-                return E.ILLEGAL_GENERATION
+                return E.GROUP_ID_NOT_FOUND if api_version >= 9 else E.ILLEGAL_GENERATION
             g = self._new_group(group_id)  # offsets only: a consumer using assign()
         error = self._validate_commit(g, generation, member_id, instance_id)
         if error:
@@ -593,6 +628,9 @@ class GroupCoordinator:
         if g.state in (STABLE, PREPARING):
             m = g.members[member_id]
             m.heartbeat_deadline_ms = self.now_ms() + m.session_timeout_ms
+        return self._store_commit(group_id, offsets, retention_ms)
+
+    def _store_commit(self, group_id: str, offsets: dict[tuple[str, int], Committed], retention_ms: int) -> int:
         now = self.now_ms()
         expire = now + retention_ms if retention_ms >= 0 else -1
         try:
@@ -619,15 +657,25 @@ class GroupCoordinator:
         """TxnOffsetCommit (KIP-447): kept pending, durable, until the transaction's marker; an
         epoch older than the group's offsets partition knows of the producer is
         INVALID_PRODUCER_EPOCH."""
-        g = self.group(group_id)
+        cg = self.consumer.group(group_id)
         if generation >= 0 or member_id or instance_id is not None:
             # Member data (v3+): validated as a commit is; without it (v0-2, aiokafka, kafkajs)
             # Kafka skips validation for transactional commits, and so no zombie fencing.
+            if cg is not None:  # a member epoch (a stale one is answered ILLEGAL_GENERATION)
+                error = self.consumer.validate_commit(cg, member_id, generation, None, offsets)
+                if error:
+                    return error
+                return self._store_txn_commit(group_id, producer_id, producer_epoch, offsets)
+            g = self.group(group_id)
             if g is None:
                 return E.ILLEGAL_GENERATION if generation >= 0 else E.UNKNOWN_MEMBER_ID
             error = self._validate_commit(g, generation, member_id, instance_id)
             if error:
                 return error
+        return self._store_txn_commit(group_id, producer_id, producer_epoch, offsets)
+
+    def _store_txn_commit(self, group_id: str, producer_id: int, producer_epoch: int,
+                          offsets: dict[tuple[str, int], Committed]) -> int:
         now = self.now_ms()
         try:
             return self.store.add_pending(producer_id, producer_epoch, group_id,
@@ -685,6 +733,14 @@ class GroupCoordinator:
     def delete_group(self, group_id: str) -> int:
         """DeleteGroups: only an empty group goes, with its offsets. Sessions that ran out are
         expired first, as Kafka's exact timers would have (the tick only runs every second)."""
+        cg = self.consumer.group(group_id)
+        if cg is not None:
+            if cg.members:
+                return E.NON_EMPTY_GROUP
+            self.consumer.forget(group_id)
+            self.store.remove(group_id)
+            log.info("group %s deleted", group_id)
+            return E.NONE
         g = self.group(group_id)
         if g is None:
             return E.GROUP_ID_NOT_FOUND
@@ -703,19 +759,24 @@ class GroupCoordinator:
         those of topics none of them subscribes to (GROUP_SUBSCRIBED_TO_TOPIC for the others,
         and for all when the subscriptions are unknown, as Kafka's isSubscribedToTopic is false
         then); a group of another protocol with members refuses (NON_EMPTY_GROUP)."""
-        g = self.group(group_id)
-        if g is None:
+        cg = self.consumer.group(group_id)
+        g = self.group(group_id) if cg is None else None
+        if g is not None:
+            self._expire_sessions(g, self.now_ms())
+        subscribed: frozenset[str]
+        if cg is not None:  # Kafka's ConsumerGroup: only topics no member subscribes to
+            subscribed = cg.subscribed_names()
+        elif g is None:
             return E.GROUP_ID_NOT_FOUND, {}
-        self._expire_sessions(g, self.now_ms())
-        if g.state == EMPTY:
-            deletable = list(partitions)
-            errors: dict[tuple[str, int], int] = {}
+        elif g.state == EMPTY:
+            subscribed = frozenset()
         elif g.protocol_type == CONSUMER_PROTOCOL:
             subscribed = g.subscribed or frozenset()
-            deletable = [tp for tp in partitions if tp[0] not in subscribed]
-            errors = {tp: E.GROUP_SUBSCRIBED_TO_TOPIC for tp in partitions if tp[0] in subscribed}
         else:
             return E.NON_EMPTY_GROUP, {}
+        deletable = [tp for tp in partitions if tp[0] not in subscribed]
+        errors: dict[tuple[str, int], int] = {tp: E.GROUP_SUBSCRIBED_TO_TOPIC for tp in partitions
+                                              if tp[0] in subscribed}
         committed = self.store.get(group_id)
         gone = [tp for tp in deletable if tp in committed]
         if gone:
@@ -728,11 +789,12 @@ class GroupCoordinator:
         """A deleted topic's committed offsets go with it (Kafka's handleDeletedPartitions)."""
         self.store.delete_topic(topic)
 
-    def listing(self) -> list[tuple[str, str, str]]:
-        """(group id, protocol type, state) of every group this broker coordinates, including
-        offset-only ones."""
+    def listing(self) -> list[tuple[str, str, str, str]]:
+        """(group id, protocol type, state, group type) of every group this broker coordinates,
+        including offset-only ones; the type is Kafka's `classic` or `consumer`."""
         self.reconcile()
-        return sorted((gid, g.protocol_type or "", g.state) for gid, g in self.groups.items())
+        return sorted([(gid, g.protocol_type or "", g.state, "classic") for gid, g in self.groups.items()]
+                      + [(gid, CONSUMER_PROTOCOL, state, "consumer") for gid, state in self.consumer.listing()])
 
     # ------------------------------------------------------------------ loading
     def group(self, group_id: str) -> Group | None:
@@ -750,10 +812,13 @@ class GroupCoordinator:
         for group_id in self.store.groups():
             if group_id not in self.groups and self.owns(group_id):
                 self._load(group_id)
+        self.consumer.reconcile()
 
     def _load(self, group_id: str) -> Group | None:
         """A group from its stored record (Kafka's GroupMetadata.loadGroup): Stable at the
         record's generation if it has members, each with a fresh session timer; else Empty."""
+        if self.store.consumer(group_id) is not None:
+            return None  # a consumer group's (`self.consumer`)
         meta, offsets = self.store.meta(group_id), self.store.get(group_id)
         if not offsets and meta == GroupMeta():
             return None
@@ -805,6 +870,20 @@ class GroupCoordinator:
             self.store.set_meta(g.group_id, meta)
         except OSError as e:
             return not _storage_failed(g.group_id, f"generation {g.generation}", e)
+        return True
+
+    def _release(self, group_id: str) -> bool:
+        """A consumer group would take this group id: True if no classic group uses it (an empty
+        one is forgotten; Kafka's maybeDeleteEmptyClassicGroup; its offsets stay)."""
+        g = self.group(group_id)
+        if g is None:
+            return True
+        if g.state != EMPTY or g.members or g.pending:
+            return False
+        self._cancel(g, "join_timer")
+        self._cancel(g, "sync_timer")
+        del self.groups[group_id]
+        log.info("group %s: the empty classic group becomes a consumer group", group_id)
         return True
 
     # ------------------------------------------------------------------ helpers

@@ -83,8 +83,8 @@ class BrokerMetrics:
             log.debug("errors of a %s v%d response not counted: %r", api_name(api_key), version, e)
 
     def watch(self, broker) -> None:
-        """Gauges read from the broker at scrape time: connections per listener, consumer groups'
-        committed offsets and lag, transactions per state."""
+        """Gauges read from the broker at scrape time: connections per listener, groups per type
+        and state, consumer groups' committed offsets and lag, transactions per state."""
         self.registry.register(_BrokerStateCollector(broker))
 
     def serve(self, host: str, port: int, idle_ms: int = -1) -> int:
@@ -150,15 +150,20 @@ class _BrokerStateCollector:
                                       "partition", labels=["group", "topic", "partition"])
         lag = GaugeMetricFamily("oncelog_consumer_group_lag", "log end offset (high watermark) minus the committed "
                                 "offset, for partitions this broker leads", labels=["group", "topic", "partition"])
+        groups = GaugeMetricFamily("oncelog_groups", "groups this broker coordinates, per type (classic or "
+                                   "consumer) and state", labels=["type", "state"])
         try:
-            for group, topic, index, offset, end in _group_offsets(b):
+            listing = b.groups.listing() if b.groups is not None else []
+            for (gtype, state), n in sorted(Tally((t, st) for _g, _p, st, t in listing).items()):
+                groups.add_metric([gtype, state], n)
+            for group, topic, index, offset, end in _group_offsets(b, listing):
                 labels = [group, topic, str(index)]
                 committed.add_metric(labels, offset)
                 if end is not None:
                     lag.add_metric(labels, max(0, end - offset))
         except RuntimeError as e:
             log.debug("consumer group metrics skipped this scrape: %s", e)
-        yield from (committed, lag)
+        yield from (groups, committed, lag)
         states = GaugeMetricFamily("oncelog_transactions", "transactional ids this broker coordinates, per state",
                                    labels=["state"])
         try:
@@ -169,12 +174,10 @@ class _BrokerStateCollector:
         yield states
 
 
-def _group_offsets(b) -> Iterator[tuple[str, str, int, int, int | None]]:
+def _group_offsets(b, listing) -> Iterator[tuple[str, str, int, int, int | None]]:
     """(group, topic, partition, committed offset, log end offset or None) for the groups this
     broker coordinates."""
-    if b.groups is None:
-        return
-    for group, _protocol_type, _state in b.groups.listing():
+    for group, _protocol_type, _state, _type in listing:
         if not b.coordinates(group):
             continue
         for (topic, index), c in sorted(dict(b.groups.committed(group)).items()):

@@ -29,6 +29,7 @@ from oncelog.broker.bind_error import BindError
 from oncelog.broker.cluster_logs import ClusterLogs
 from oncelog.broker.config import BrokerConfig, ConfigError, new_cluster_id
 from oncelog.broker.connection_limits import ConnectionGate
+from oncelog.broker.consumer_groups import consumer_group_config, topic_metadata
 from oncelog.broker.controller_client import controller_client
 from oncelog.broker.controller_link import ControllerLink
 from oncelog.broker.dynamic_config import DynamicBrokerConfig
@@ -46,6 +47,7 @@ from oncelog.broker.security_follower import SecurityFollower
 from oncelog.broker.txn_coordinator import TxnCoordinatorService
 from oncelog.core.security.listeners import Endpoint
 from oncelog.core.security.principal import ANONYMOUS, KafkaPrincipal, NoMatchingRule
+from oncelog.core.topic_names import is_internal
 from oncelog.protocol.api import BROKER_VERSIONS, ApiKey, api_name
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.protocol.framing import FrameError, FrameReader
@@ -190,7 +192,9 @@ class Broker:
             max_session_timeout_ms=c["group.max.session.timeout.ms"],
             offsets_retention_ms=c["offsets.retention.minutes"] * 60000,
             offsets_retention_check_interval_ms=c["offsets.retention.check.interval.ms"],
-            producer_id_expiration_ms=c["producer.id.expiration.ms"], owns=self.coordinates)
+            producer_id_expiration_ms=c["producer.id.expiration.ms"], owns=self.coordinates,
+            consumer_groups=consumer_group_config(c),
+            topics=lambda: topic_metadata(self.logs.topics, is_internal))
         self.inter_broker = InterBrokerLink.from_config(self.config, cluster_credential(self.config))
         await self._bind_listeners()
         if self.config["metrics.port"] >= 0:   # bound before registering: a port in use stops nothing started

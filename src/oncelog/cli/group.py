@@ -1,5 +1,6 @@
 """`oncelog group`: consumer groups as kafka-consumer-groups and `rpk group` show and change them:
-list, describe (members, and per partition the committed offset, the log end and the lag),
+list (with each group's type: classic, or consumer for KIP-848), describe (members, with their
+epochs for a consumer group, and per partition the committed offset, the log end and the lag),
 delete, seek (reset the committed offsets of a group without members)."""
 from __future__ import annotations
 
@@ -34,9 +35,11 @@ def list_(fmt, target: Target) -> None:
             return await admin.list_groups()
     groups = run(target, go())
     if fmt == "json":
-        print_json([{"group": g.group, "state": g.state, "protocol_type": g.protocol_type} for g in groups])
+        print_json([{"group": g.group, "state": g.state, "protocol_type": g.protocol_type, "type": g.type}
+                    for g in groups])
     else:
-        print_table(["GROUP", "STATE", "PROTOCOL-TYPE"], [[g.group, g.state, g.protocol_type] for g in groups])
+        print_table(["GROUP", "TYPE", "STATE", "PROTOCOL-TYPE"],
+                    [[g.group, g.type, g.state, g.protocol_type] for g in groups])
 
 
 async def _describe(admin, name: str) -> dict:
@@ -58,12 +61,20 @@ async def _describe(admin, name: str) -> dict:
         rows.append({"topic": tp.topic, "partition": tp.partition, "committed_offset": c, "log_end_offset": end,
                      "lag": None if c is None or end is None else max(0, end - c),
                      "member_id": m.member_id if m else None})
-    return {"group": name, "state": described.state, "protocol": described.protocol,
-            "members": [{"member_id": m.member_id, "instance_id": m.instance_id, "client_id": m.client_id,
-                         "host": m.host, "assignment": [{"topic": tp.topic, "partition": tp.partition}
-                                                        for tp in m.assignment]}
-                        for m in described.members],
-            "partitions": rows}
+    out = {"group": name, "type": described.type, "state": described.state, "protocol": described.protocol,
+           "members": [{"member_id": m.member_id, "instance_id": m.instance_id, "client_id": m.client_id,
+                        "host": m.host, "assignment": _partitions(m.assignment)}
+                       for m in described.members],
+           "partitions": rows}
+    if described.type == "consumer":   # KIP-848: the epochs, and what each member is moving to
+        out["group_epoch"], out["assignment_epoch"] = described.group_epoch, described.assignment_epoch
+        for row, m in zip(out["members"], described.members):
+            row["member_epoch"], row["target_assignment"] = m.member_epoch, _partitions(m.target)
+    return out
+
+
+def _partitions(tps) -> list[dict]:
+    return [{"topic": tp.topic, "partition": tp.partition} for tp in tps]
 
 
 @group.command("describe")
@@ -80,12 +91,28 @@ def describe(name, fmt, target: Target) -> None:
         print_json(d)
         return
     total = sum(r["lag"] or 0 for r in d["partitions"])
-    click.echo(f"group {d['group']}: {d['state']}" + (f", protocol {d['protocol']}" if d["protocol"] else "")
+    kind = (f", consumer group at epoch {d['group_epoch']} (assignment epoch {d['assignment_epoch']})"
+            if d["type"] == "consumer" else "")
+    click.echo(f"group {d['group']}: {d['state']}{kind}" + (f", assignor {d['protocol']}" if d["type"] == "consumer"
+                                                          else f", protocol {d['protocol']}" if d["protocol"] else "")
                + f", {len(d['members'])} members, total lag {total}")
     click.echo()
+    if d["type"] == "consumer" and d["members"]:
+        print_table(["MEMBER", "EPOCH", "CLIENT-ID", "HOST", "ASSIGNED", "TARGET"],
+                    [[m["member_id"], m["member_epoch"], m["client_id"], m["host"], _short(m["assignment"]),
+                      _short(m["target_assignment"])] for m in d["members"]])
+        click.echo()
     print_table(["TOPIC", "PARTITION", "COMMITTED-OFFSET", "LOG-END-OFFSET", "LAG", "MEMBER"],
                 [[r["topic"], r["partition"], _dash(r["committed_offset"]), _dash(r["log_end_offset"]),
                   _dash(r["lag"]), r["member_id"] or ""] for r in d["partitions"]])
+
+
+def _short(tps: list[dict]) -> str:
+    """`t:0,1 u:2`"""
+    by_topic: dict[str, list[int]] = {}
+    for tp in tps:
+        by_topic.setdefault(tp["topic"], []).append(tp["partition"])
+    return " ".join(f"{t}:{','.join(map(str, sorted(ps)))}" for t, ps in sorted(by_topic.items())) or "-"
 
 
 def _dash(v):

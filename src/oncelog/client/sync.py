@@ -279,16 +279,24 @@ class _SyncWrapper:
 
 
 class Consumer(_SyncWrapper):
-    """Manual-assignment consumer: assign, seek, poll, offsets."""
+    """A consumer: assigned its partitions (assign, seek) or a member of a consumer group
+    (subscribe); poll, commit, committed, offsets. Rebalance callbacks run in the thread that
+    calls poll, as confluent-kafka's do, so they may call the consumer (commit, seek)."""
 
     _name = "oncelog-consumer"
 
     def __init__(self, config: dict) -> None:
         from oncelog.client.aio.consumer import AIOConsumer
         super().__init__(AIOConsumer(config))
+        self._on_commit: Callable | None = config.get("on_commit")   # confluent-kafka's: (error, partitions)
 
     def assign(self, tps) -> None:
         self._impl.assign(tps)
+
+    def subscribe(self, topics, on_assign=None, on_revoke=None, on_lost=None) -> None:
+        """Join `group.id` (see AIOConsumer.subscribe); callbacks get (consumer, partitions)."""
+        self._callbacks = {"assign": on_assign, "revoke": on_revoke, "lost": on_lost or on_revoke}
+        self._run(_call(lambda: self._impl.subscribe(list(topics))))
 
     def consumer_group_metadata(self):
         """For send_offsets_to_transaction (see AIOConsumer.consumer_group_metadata)."""
@@ -304,7 +312,52 @@ class Consumer(_SyncWrapper):
         return self._impl.position(tp)
 
     def poll(self, timeout_s: float = 1.0, max_records: int | None = None):
-        return self._run(self._impl.poll(timeout_s, max_records), timeout_s + 120)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self._run_callbacks()
+            left = max(0.0, deadline - time.monotonic())
+            records = self._run(self._impl.poll(left, max_records, run_callbacks=False), left + 120)
+            if records:
+                # callbacks that came due while these were taken wait for the next poll: an
+                # on_revoke run now would precede the processing of records of the partitions it
+                # gives up (committed there without them, read again by their next owner)
+                return records
+            if time.monotonic() >= deadline:
+                self._run_callbacks()
+                return records
+
+    def _run_callbacks(self) -> None:
+        while (ev := self._run(_call(self._impl.next_event))) is not None:
+            try:
+                callback = getattr(self, "_callbacks", {}).get(ev.kind)
+                if callback is not None:
+                    callback(self, list(ev.partitions))
+            finally:
+                self._lt.loop.call_soon_threadsafe(self._impl.event_done, ev)
+
+    def commit(self, message=None, offsets=None, asynchronous: bool = True):
+        """confluent-kafka's commit: `message` (its offset + 1), `offsets` (TopicPartitions with
+        offsets) or every position poll returned; asynchronous by default (the outcome goes to
+        the `on_commit` config callback), else waits and returns the partitions committed."""
+        if not asynchronous:
+            return self._run(self._impl.commit(message, offsets))
+        fut = asyncio.run_coroutine_threadsafe(self._impl.commit(message, offsets), self._lt.loop)
+        if self._on_commit is not None:
+            fut.add_done_callback(self._report_commit)
+        return None
+
+    def _report_commit(self, fut) -> None:
+        report = self._on_commit
+        assert report is not None  # set only with on_commit
+        try:
+            committed = fut.result()
+        except Exception as e:  # noqa: BLE001 - the outcome of an asynchronous commit goes to on_commit
+            report(e, [])
+            return
+        report(None, committed)
+
+    def committed(self, partitions, timeout: float | None = None):
+        return self._run(self._impl.committed(partitions, timeout), (timeout or 30) + 30)
 
     def poll_raw(self, timeout_s: float = 1.0):
         """Whole record batches per partition (see AIOConsumer.poll_raw)."""
@@ -321,6 +374,24 @@ class Consumer(_SyncWrapper):
 
     def list_topics(self) -> dict[str, int]:
         return self._run(self._impl.list_topics())
+
+    def close(self) -> None:
+        """Commits what poll returned (enable.auto.commit) and leaves the group; rebalance
+        callbacks due meanwhile still run here."""
+        if self._lt.loop.is_closed():
+            return
+        closing = asyncio.run_coroutine_threadsafe(self._impl.close(run_callbacks=False), self._lt.loop)
+        try:
+            end = time.monotonic() + 30
+            while not closing.done() and time.monotonic() < end:
+                self._run_callbacks()
+                concurrent.futures.wait([closing], timeout=0.05)
+        finally:
+            self._lt.stop()
+
+
+async def _call(fn):
+    return fn()
 
 
 class AdminClient(_SyncWrapper):

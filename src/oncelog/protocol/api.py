@@ -50,6 +50,8 @@ class ApiKey(IntEnum):
     DESCRIBE_PRODUCERS = 61
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
+    CONSUMER_GROUP_HEARTBEAT = 68
+    CONSUMER_GROUP_DESCRIBE = 69
     # controller listener
     SASL_HANDSHAKE = 17
     SASL_AUTHENTICATE = 36
@@ -67,15 +69,16 @@ BROKER_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.FETCH: (4, 12),
     ApiKey.LIST_OFFSETS: (1, 10),
     ApiKey.METADATA: (0, 12),
-    ApiKey.OFFSET_COMMIT: (2, 8),
-    ApiKey.OFFSET_FETCH: (1, 7),
+    # OffsetCommit v9 and OffsetFetch v9 carry a consumer group member's epoch (KIP-848)
+    ApiKey.OFFSET_COMMIT: (2, 9),
+    ApiKey.OFFSET_FETCH: (1, 9),
     ApiKey.FIND_COORDINATOR: (0, 4),
     ApiKey.JOIN_GROUP: (0, 7),
     ApiKey.HEARTBEAT: (0, 4),
     ApiKey.LEAVE_GROUP: (0, 4),
     ApiKey.SYNC_GROUP: (0, 5),
     ApiKey.DESCRIBE_GROUPS: (0, 5),
-    ApiKey.LIST_GROUPS: (0, 4),
+    ApiKey.LIST_GROUPS: (0, 5),
     ApiKey.API_VERSIONS: (0, 4),
     ApiKey.CREATE_TOPICS: (2, 7),
     ApiKey.DELETE_TOPICS: (1, 6),
@@ -89,6 +92,9 @@ BROKER_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.OFFSET_DELETE: (0, 0),
     ApiKey.DESCRIBE_CLUSTER: (0, 1),
     ApiKey.DESCRIBE_PRODUCERS: (0, 0),
+    # KIP-848 consumer groups (docs/operations.md "Consumer groups"); librdkafka heartbeats with v1 only
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),
+    ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),
     # Transactions (docs/transactions.md "Versions"), V1 and V2 side by side: EndTxn v5, Produce
     # v12+ and TxnOffsetCommit v5 are Transactions V2 (KIP-890 part 2; the transaction.version
     # feature tells clients to use them); AddPartitionsToTxn v4-v5 from brokers only. Not
@@ -168,7 +174,7 @@ FIRST_FLEXIBLE: dict[int, int] = {
     ApiKey.ALTER_CONFIGS: 2, ApiKey.CREATE_PARTITIONS: 2, ApiKey.OFFSET_DELETE: 1 << 15, ApiKey.DESCRIBE_PRODUCERS: 0,
     ApiKey.ADD_PARTITIONS_TO_TXN: 3, ApiKey.ADD_OFFSETS_TO_TXN: 3, ApiKey.END_TXN: 3,
     ApiKey.WRITE_TXN_MARKERS: 1, ApiKey.TXN_OFFSET_COMMIT: 3, ApiKey.DESCRIBE_TRANSACTIONS: 0,
-    ApiKey.LIST_TRANSACTIONS: 0,
+    ApiKey.LIST_TRANSACTIONS: 0, ApiKey.CONSUMER_GROUP_HEARTBEAT: 0, ApiKey.CONSUMER_GROUP_DESCRIBE: 0,
     ApiKey.DESCRIBE_ACLS: 2, ApiKey.CREATE_ACLS: 2, ApiKey.DELETE_ACLS: 2, ApiKey.DESCRIBE_CLIENT_QUOTAS: 1,
     ApiKey.ALTER_CLIENT_QUOTAS: 1, ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: 0,
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: 0,
@@ -196,6 +202,8 @@ KIO_NAMES: dict[int, str] = {
     ApiKey.END_TXN: "end_txn", ApiKey.WRITE_TXN_MARKERS: "write_txn_markers",
     ApiKey.TXN_OFFSET_COMMIT: "txn_offset_commit", ApiKey.DESCRIBE_TRANSACTIONS: "describe_transactions",
     ApiKey.LIST_TRANSACTIONS: "list_transactions",
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: "consumer_group_heartbeat",
+    ApiKey.CONSUMER_GROUP_DESCRIBE: "consumer_group_describe",
     ApiKey.DESCRIBE_ACLS: "describe_acls", ApiKey.CREATE_ACLS: "create_acls", ApiKey.DELETE_ACLS: "delete_acls",
     ApiKey.DESCRIBE_CLIENT_QUOTAS: "describe_client_quotas", ApiKey.ALTER_CLIENT_QUOTAS: "alter_client_quotas",
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: "describe_user_scram_credentials",

@@ -7,10 +7,13 @@ committed for each partition (with its commit time, and an explicit expiry from 
 v2-v4, for `offsets.retention.minutes`) and the latest group metadata record (Kafka's
 GroupMetadataValue: protocol type, generation, protocol, leader, and each member's id, group
 instance id, client id and host, timeouts, subscription and assignment; plus since when the group
-has been empty). Replacing the file is the compaction: nothing older than the latest state is
-kept, and loading reads one file per group instead of replaying a log. Files written before the
-group record existed (format 2: protocol type and empty-since only; format 1: a bare list of
-offsets) still load, as groups without members.
+has been empty) or, for a KIP-848 consumer group, its records (`core.groups.ConsumerGroupRecord`:
+group and assignment epochs, each member's metadata, current and target assignment, the
+subscribed topics' metadata and resolved regexes); a group is of one type at a time. Replacing the
+file is the compaction: nothing older than the latest state is kept, and loading reads one file
+per group instead of replaying a log. Files written before the group record existed (format 2:
+protocol type and empty-since only; format 1: a bare list of offsets) still load, as groups
+without members.
 
 Transactional offsets waiting for their transaction's marker live in one file per producer id
 (`txn-offsets/`), with what each `__consumer_offsets` partition remembers of the producer
@@ -24,12 +27,15 @@ import fcntl
 import json
 import os
 import urllib.parse
+import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from oncelog.core.groups.consumer_group import ConsumerGroupRecord, Member
+from oncelog.core.groups.reconciliation import Assignment, MemberState
 from oncelog.core.txn.log_format import partition_for
 from oncelog.core.txn.offsets import OffsetsProducer, add_offsets, expired, take_marker
 from oncelog.storage.durable import fsync_dir
@@ -71,6 +77,10 @@ class GroupMeta:
     members: tuple[MemberMeta, ...] = ()
 
 
+# a group's file: its committed offsets, its classic metadata record, its KIP-848 records (or None)
+_Entry = tuple[dict[tuple[str, int], Committed], GroupMeta, ConsumerGroupRecord | None]
+
+
 class GroupOffsetStore:
     def __init__(self, directory: str | Path, shared: bool = False, offsets_partitions: int = 50) -> None:
         """`shared`: brokers of a cluster share the directory and a group's coordinator can move,
@@ -81,7 +91,7 @@ class GroupOffsetStore:
         self.offsets_partitions = offsets_partitions
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
-        self._groups: dict[str, tuple[dict[tuple[str, int], Committed], GroupMeta]] = {}
+        self._groups: dict[str, _Entry] = {}
         for path in self.directory.glob("*.json"):
             group = urllib.parse.unquote(path.stem)
             self._groups[group] = _read(path)
@@ -101,14 +111,14 @@ class GroupOffsetStore:
             return [urllib.parse.unquote(p.stem) for p in self.directory.glob("*.json")]
         return list(self._groups)
 
-    def _entry(self, group: str) -> tuple[dict[tuple[str, int], Committed], GroupMeta]:
+    def _entry(self, group: str) -> _Entry:
         if self.shared:
             self._groups.pop(group, None)
             try:
                 self._groups[group] = _read(self._path(group))
             except FileNotFoundError:
                 pass  # none, or another broker removed it
-        return self._groups.get(group, ({}, GroupMeta()))
+        return self._groups.get(group, ({}, GroupMeta(), None))
 
     def get(self, group: str) -> dict[tuple[str, int], Committed]:
         return self._entry(group)[0]
@@ -116,31 +126,45 @@ class GroupOffsetStore:
     def meta(self, group: str) -> GroupMeta:
         return self._entry(group)[1]
 
+    def consumer(self, group: str) -> ConsumerGroupRecord | None:
+        """The group's KIP-848 records; None when it is not a consumer group."""
+        return self._entry(group)[2]
+
     def _path(self, group: str) -> Path:
         return self.directory / (urllib.parse.quote(group, safe="") + ".json")
 
     def commit(self, group: str, offsets: Mapping[tuple[str, int], Committed]) -> None:
         """Offsets join the group's; its metadata record stays as it is."""
         with self.locked():
-            current, meta = self._entry(group)
-            self._write(group, {**current, **offsets}, meta)
+            current, meta, consumer = self._entry(group)
+            self._write(group, {**current, **offsets}, meta, consumer)
 
     def set_meta(self, group: str, meta: GroupMeta) -> None:
         """The group's metadata record, beside its offsets."""
         with self.locked():
-            offsets, old = self._entry(group)
+            offsets, old, consumer = self._entry(group)
             if meta != old or group not in self._groups:
-                self._write(group, offsets, meta)
+                self._write(group, offsets, meta, consumer)
+
+    def set_consumer(self, group: str, record: ConsumerGroupRecord | None) -> None:
+        """The group's KIP-848 records, beside its offsets (a classic record it had goes: an empty
+        classic group became this consumer group); None: it is no longer a consumer group."""
+        with self.locked():
+            offsets, meta, old = self._entry(group)
+            if record is not None:
+                meta = GroupMeta()
+            if record != old or group not in self._groups:
+                self._write(group, offsets, meta, record)
 
     def remove(self, group: str, partitions: Iterable[tuple[str, int]] | None = None) -> None:
         """Forget some offsets of a group (all of them, and the group, when `partitions` is None).
         A group left without offsets keeps its file only while its record has members."""
         with self.locked():
-            offsets, meta = self._entry(group)
+            offsets, meta, consumer = self._entry(group)
             gone = None if partitions is None else set(partitions)
             kept = {} if gone is None else {k: v for k, v in offsets.items() if k not in gone}
-            if kept or (gone is not None and meta.members):
-                self._write(group, kept, meta)
+            if kept or (gone is not None and (meta.members or (consumer is not None and consumer.members))):
+                self._write(group, kept, meta, consumer)
                 return
             self._groups.pop(group, None)
             _unlink(self._path(group))
@@ -171,14 +195,17 @@ class GroupOffsetStore:
             self._lock_depth -= 1
             os.close(fd)
 
-    def _write(self, group: str, offsets: dict[tuple[str, int], Committed], meta: GroupMeta) -> None:
-        data = {"format": _FORMAT, "protocol_type": meta.protocol_type,
-                "empty_since_ms": meta.empty_since_ms, "generation": meta.generation,
-                "protocol": meta.protocol, "leader": meta.leader,
-                "members": [_member_json(m) for m in meta.members],
-                "offsets": _offsets_json(offsets)}
+    def _write(self, group: str, offsets: dict[tuple[str, int], Committed], meta: GroupMeta,
+               consumer: ConsumerGroupRecord | None) -> None:
+        data: dict[str, Any] = {"format": _FORMAT, "protocol_type": meta.protocol_type,
+                                "empty_since_ms": meta.empty_since_ms, "generation": meta.generation,
+                                "protocol": meta.protocol, "leader": meta.leader,
+                                "members": [_member_json(m) for m in meta.members],
+                                "offsets": _offsets_json(offsets)}
+        if consumer is not None:
+            data["consumer_group"] = _consumer_json(consumer)
         _write_json(self._path(group), data)
-        self._groups[group] = (offsets, meta)
+        self._groups[group] = (offsets, meta, consumer)
 
     # ------------------------------------------------------------ transactional offsets
     def pending(self) -> dict[int, dict[str, dict[tuple[str, int], Committed]]]:
@@ -332,11 +359,62 @@ def _unlink(path: Path) -> None:
     fsync_dir(path.parent)
 
 
-def _read(path: Path) -> tuple[dict[tuple[str, int], Committed], GroupMeta]:
+def _read(path: Path) -> _Entry:
     data = json.loads(path.read_text())
     if isinstance(data, list):  # format 1: the offsets alone
-        return _offsets_from_json(data), GroupMeta()
+        return _offsets_from_json(data), GroupMeta(), None
     meta = GroupMeta(data.get("protocol_type"), data.get("empty_since_ms"), data.get("generation", 0),
                      data.get("protocol"), data.get("leader"),
                      tuple(_member_from_json(m) for m in data.get("members", ())))
-    return _offsets_from_json(data["offsets"]), meta
+    consumer = data.get("consumer_group")
+    return (_offsets_from_json(data["offsets"]), meta,
+            _consumer_from_json(consumer) if consumer is not None else None)
+
+
+def _assignment_json(a: Assignment) -> list[dict[str, Any]]:
+    return [{"topic_id": str(tid), "partitions": sorted(ps)} for tid, ps in sorted(a.items()) if ps]
+
+
+def _assignment_from_json(entries: list[dict[str, Any]]) -> dict[uuid.UUID, frozenset[int]]:
+    return {uuid.UUID(e["topic_id"]): frozenset(e["partitions"]) for e in entries}
+
+
+def _consumer_json(r: ConsumerGroupRecord) -> dict[str, Any]:
+    targets = dict(r.target)
+    return {"group_epoch": r.group_epoch, "assignment_epoch": r.assignment_epoch,
+            "subscribed_topics": [{"name": n, "topic_id": str(tid), "partitions": p}
+                                  for n, tid, p in r.subscribed_topics],
+            "regexes": [{"regex": rx, "topics": sorted(ts)} for rx, ts in r.regex_topics],
+            "members": [{"member_id": m.member_id, "instance_id": m.instance_id, "rack_id": m.rack_id,
+                         "client_id": m.client_id, "client_host": m.client_host,
+                         "subscribed_topic_names": list(m.subscribed_topic_names),
+                         "subscribed_topic_regex": m.subscribed_topic_regex,
+                         "rebalance_timeout_ms": m.rebalance_timeout_ms, "server_assignor": m.server_assignor,
+                         "member_epoch": m.member_epoch, "previous_member_epoch": m.previous_member_epoch,
+                         "state": int(m.state), "assigned": _assignment_json(m.assigned),
+                         "pending_revocation": _assignment_json(m.pending_revocation),
+                         "assigned_at": [[str(tid), p, e] for (tid, p), e in sorted(m.assigned_at.items())]}
+                        for m in r.members],
+            "targets": [{"member_id": mid, "partitions": _assignment_json(a)} for mid, a in sorted(targets.items())]}
+
+
+def _member_state(value: int) -> MemberState:
+    try:
+        return MemberState(value)
+    except ValueError:  # written by a newer version: reconciled from scratch (Kafka's UNKNOWN)
+        return MemberState.UNKNOWN
+
+
+def _consumer_from_json(d: dict[str, Any]) -> ConsumerGroupRecord:
+    members = tuple(Member(
+        e["member_id"], e.get("instance_id"), e.get("rack_id"), e.get("client_id", ""), e.get("client_host", ""),
+        tuple(e.get("subscribed_topic_names", ())), e.get("subscribed_topic_regex"), e.get("rebalance_timeout_ms", -1),
+        e.get("server_assignor"), e["member_epoch"], e.get("previous_member_epoch", 0),
+        _member_state(e.get("state", 0)), _assignment_from_json(e.get("assigned", [])),
+        _assignment_from_json(e.get("pending_revocation", [])),
+        {(uuid.UUID(t), p): epoch for t, p, epoch in e.get("assigned_at", ())}) for e in d.get("members", ()))
+    return ConsumerGroupRecord(
+        d["group_epoch"], d["assignment_epoch"], members,
+        tuple((t["member_id"], _assignment_from_json(t["partitions"])) for t in d.get("targets", ())),
+        tuple((t["name"], uuid.UUID(t["topic_id"]), t["partitions"]) for t in d.get("subscribed_topics", ())),
+        tuple((r["regex"], frozenset(r["topics"])) for r in d.get("regexes", ())))

@@ -9,9 +9,10 @@ purpose after producing; their records carry the tag `A` so the checker can tell
 Once per client a second instance of a running loop is started with the same transactional id
 (a zombie's successor): the first must be fenced and stop, the second goes on. An abortable error
 aborts and rewinds the consumer to the group's committed offsets; a fatal one replaces the
-producer (same id, a new epoch) and rewinds. librdkafka's loops are members of a consumer group
-(subscribe, KIP-447 group metadata); oncelog's consumer joins no group, so its loops split the
-partitions by assignment and commit to a group without members.
+producer (same id, a new epoch) and rewinds. The loops of a client are members of one consumer
+group (subscribe; KIP-447 group metadata with the offsets): librdkafka's with the classic
+protocol, oncelog's with KIP-848's (`group.protocol=consumer`), so a stale member's offsets are
+fenced by its member epoch.
 
 Every other loop, the zombie's first among them, pipelines: one record per Produce request
 (librdkafka's `batch.num.messages=1`, oncelog's `batch.size=1`) and `linger.ms=0`, so that up to
@@ -459,8 +460,12 @@ class LibrdkafkaLoop(CopyLoop):
 class OncelogLoop(CopyLoop):
     def open_consumer(self) -> None:
         from oncelog.client.sync import Consumer
-        self.consumer = Consumer({**self.w.client_config(), "group.id": self.w.group,
-                                  "isolation.level": "read_committed"})
+        w = self.w
+        self.consumer = Consumer({**w.client_config(), "group.id": w.group, "group.protocol": "consumer",
+                                  "enable.auto.commit": False, "isolation.level": "read_committed",
+                                  "auto.offset.reset": "earliest"})
+        # a rebalance starts the partitions it assigns at the group's committed offsets
+        self.consumer.subscribe([w.in_topic], on_assign=lambda _c, _parts: self.positioned(None))
 
     def open_producer(self) -> None:
         from oncelog.client.sync import Producer
@@ -527,10 +532,18 @@ class OncelogLoop(CopyLoop):
         self._call(lambda: self.producer.abort_transaction(30))
 
     def rewind(self) -> None:
-        from oncelog.client.types import TopicPartition
-        offsets = self.committed()
-        self.consumer.assign([TopicPartition(self.w.in_topic, q, offsets[q]) for q in self.partitions])
-        self.positioned(offsets)
+        """Back to the group's committed offsets for every partition assigned now."""
+        from oncelog.client.errors import KafkaClientError
+        assigned = self.consumer.assignment()
+        if not assigned:
+            return
+        try:
+            got = self.consumer.committed(assigned, 30)
+        except KafkaClientError as e:
+            raise Fatal(f"committed offsets not read: {e}") from None
+        for tp in got:
+            self.consumer.seek(tp, tp.offset or 0)
+        self.positioned({tp.partition: tp.offset or 0 for tp in got})
 
     def transaction_protocol(self) -> str:
         return f"TV{self.producer.transaction_version}"

@@ -1,5 +1,7 @@
-"""DescribeGroups (API 15), v0-v5: state, protocol and members of each group. Each group needs
-DESCRIBE (else GROUP_AUTHORIZATION_FAILED in its entry); v3+ authorized operations are the caller's."""
+"""DescribeGroups (API 15), v0-v5: state, protocol and members of each classic group. Each group
+needs DESCRIBE (else GROUP_AUTHORIZATION_FAILED in its entry); v3+ authorized operations are the
+caller's. A KIP-848 consumer group is not a classic group: `Dead` without an error, as Kafka 4
+answers below v6 (ConsumerGroupDescribe describes it)."""
 from __future__ import annotations
 
 from oncelog.broker.authorization import GROUP, Op, authorize, authorized_operations
@@ -26,8 +28,8 @@ async def handle(broker, version: int, r) -> bytes:
                           group_state="", protocol_type="", protocol_data="", members=(),
                           authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))
             continue
-        g = broker.groups.group(str(gid))
-        members = ()
+        g = None if broker.groups.consumer.is_consumer_group(str(gid)) else broker.groups.group(str(gid))
+        members: tuple = ()
         # as Kafka: metadata and assignments only once the group is Stable
         stable = g is not None and g.state == STABLE
         if g is not None:
@@ -38,7 +40,7 @@ async def handle(broker, version: int, r) -> bytes:
                             for m in g.members.values())
         out.append(rb("DescribedGroup", error_code=ErrorCode.NONE, group_id=gid,
                       group_state=g.state if g else "Dead", protocol_type=(g.protocol_type or "") if g else "",
-                      protocol_data=(g.protocol or "") if stable else "", members=members,
+                      protocol_data=(g.protocol or "") if stable and g else "", members=members,
                       authorized_operations=authorized_operations(broker, GROUP, str(gid), asked)))
     return rb.encode(throttle_time=0, groups=tuple(out))
 

@@ -1,5 +1,6 @@
-"""ListGroups (API 16), v0-v4: every group with DESCRIBE on the cluster, else those the caller may
-DESCRIBE (Kafka filters silently)."""
+"""ListGroups (API 16), v0-v5: every group with DESCRIBE on the cluster, else those the caller may
+DESCRIBE (Kafka filters silently). v4 filters by state, v5 by type and answers each group's type
+(`classic` or `consumer`; filters ignore case, as Kafka's)."""
 from __future__ import annotations
 
 from oncelog.broker.authorization import GROUP, Op, authorize, authorize_cluster
@@ -13,9 +14,11 @@ API_KEY = ApiKey.LIST_GROUPS
 async def handle(broker, version: int, r) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     states = {s.lower() for s in getattr(r, "states_filter", ()) or ()}  # Kafka ignores case
+    types = {t.lower() for t in getattr(r, "types_filter", ()) or ()}
     everything = authorize_cluster(broker, Op.DESCRIBE, audit=False)
-    groups = tuple(rb("ListedGroup", group_id=gid, protocol_type=ptype, group_state=state)
-                   for gid, ptype, state in broker.groups.listing()
+    groups = tuple(rb("ListedGroup", group_id=gid, protocol_type=ptype, group_state=state, group_type=gtype)
+                   for gid, ptype, state, gtype in broker.groups.listing()
                    if broker.coordinates(gid) and (not states or state.lower() in states)
+                   and (not types or gtype in types)
                    and (everything or authorize(broker, Op.DESCRIBE, GROUP, gid, audit=False)))
     return rb.encode(throttle_time=0, error_code=ErrorCode.NONE, groups=groups)

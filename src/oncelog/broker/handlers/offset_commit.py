@@ -1,6 +1,8 @@
-"""OffsetCommit (API 8), v2-v8: durable before it is acknowledged. Generation -1 with no member
+"""OffsetCommit (API 8), v2-v9: durable before it is acknowledged. Generation -1 with no member
 id is a standalone commit (a consumer using assign), accepted while the group has no members.
-v2-v4 may ask for their own retention time; v7+ names the static instance. A partition the
+v2-v4 may ask for their own retention time; v7+ names the static instance; v9 carries a consumer
+group member's epoch (KIP-848: STALE_MEMBER_EPOCH for another epoch, and such a member must use
+v9) and answers GROUP_ID_NOT_FOUND for a member of an unknown group. A partition the
 topic does not have gets UNKNOWN_TOPIC_OR_PARTITION. Needs READ on the group (else
 GROUP_AUTHORIZATION_FAILED for every partition) and READ on each topic (TOPIC_AUTHORIZATION_FAILED)."""
 from __future__ import annotations
@@ -36,7 +38,7 @@ async def handle(broker, version: int, r) -> bytes:
     elif offsets:
         error = broker.groups.commit(
             str(r.group_id), generation, r.member_id, offsets, getattr(r, "group_instance_id", None),
-            entities.millis(getattr(r, "retention_time", None)))
+            entities.millis(getattr(r, "retention_time", None)), api_version=version)
     else:
         error = ErrorCode.NONE
     topics = tuple(

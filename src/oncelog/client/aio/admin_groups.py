@@ -1,8 +1,10 @@
 """Consumer groups as the admin client sees them (kafka-consumer-groups' requests): ListGroups of
-every broker (each lists the groups it coordinates), DescribeGroups and OffsetFetch at the
-group's coordinator, offsets set by an OffsetCommit outside any generation (Kafka's
-`Admin.alterConsumerGroupOffsets`: the coordinator takes it only while the group has no
-members), DeleteGroups."""
+every broker (each lists the groups it coordinates, v5 with each group's type), at the group's
+coordinator ConsumerGroupDescribe for a KIP-848 group (its epochs, each member's epoch and target
+assignment) and DescribeGroups for a classic one (what librdkafka's AdminClient does: the first
+answers GROUP_ID_NOT_FOUND for a classic group), OffsetFetch, offsets set by an OffsetCommit
+outside any generation (Kafka's `Admin.alterConsumerGroupOffsets`: the coordinator takes it only
+while the group has no members), DeleteGroups."""
 from __future__ import annotations
 
 import asyncio
@@ -28,6 +30,7 @@ class GroupListing(NamedTuple):
     group: str
     protocol_type: str   # "consumer" for consumer groups, "" for groups that only commit offsets
     state: str
+    type: str = "classic"   # "consumer" for a KIP-848 group (brokers serving ListGroups v5 say)
 
 
 class GroupMember(NamedTuple):
@@ -36,19 +39,30 @@ class GroupMember(NamedTuple):
     client_id: str
     host: str
     assignment: tuple[TopicPartition, ...]
+    member_epoch: int = -1                        # KIP-848 groups
+    target: tuple[TopicPartition, ...] = ()       # KIP-848: what the coordinator is moving it to
 
 
 class GroupDescription(NamedTuple):
     group: str
-    state: str           # Kafka's names: Empty, Stable, PreparingRebalance, CompletingRebalance, Dead
-    protocol_type: str
-    protocol: str        # the assignor of a Stable consumer group ("range", ...), else ""
+    state: str           # Kafka's names: Empty, Stable, PreparingRebalance, CompletingRebalance, Dead;
+    protocol_type: str   # a KIP-848 group's: Empty, Assigning, Reconciling, Stable
+    protocol: str        # the assignor of a Stable consumer group ("range", "uniform" ...), else ""
     members: tuple[GroupMember, ...]
+    type: str = "classic"
+    group_epoch: int = -1       # KIP-848 groups
+    assignment_epoch: int = -1
 
 
 async def coordinator(cluster: Cluster, key: str, key_type: int = GROUP_KEY) -> Connection:
     """A connection to the coordinator of a group (or of a transactional id), waiting out a
     coordinator that is still loading."""
+    return await cluster.connection(await find_coordinator(cluster, key, key_type))
+
+
+async def find_coordinator(cluster: Cluster, key: str, key_type: int = GROUP_KEY) -> int:
+    """The node id of the coordinator of a group (or of a transactional id), waiting out a
+    coordinator that is still loading; the cluster knows the broker's address when it returns."""
     deadline = time.monotonic() + cluster.timeout_s
     delay = 0.05
     while True:
@@ -59,7 +73,7 @@ async def coordinator(cluster: Cluster, key: str, key_type: int = GROUP_KEY) -> 
         if code == ErrorCode.NONE:
             if c.node_id not in cluster.brokers:
                 await cluster.refresh([])
-            return await cluster.connection(c.node_id)
+            return int(c.node_id)
         if code not in _RETRY_COORDINATOR or time.monotonic() > deadline:
             raise AdminError(code, f"find the coordinator of {key}", c.error_message)
         await asyncio.sleep(delay)
@@ -84,16 +98,31 @@ class GroupAdmin:
         out = []
         for node in sorted(self.cluster.brokers):
             conn = await self.cluster.connection(node)
-            _, r = await ask(conn, ApiKey.LIST_GROUPS, lambda rq: rq.encode(states_filter=()),
+            _, r = await ask(conn, ApiKey.LIST_GROUPS, lambda rq: rq.encode(states_filter=(), types_filter=()),
                               self.cluster.timeout_s)
             if r.error_code:
                 raise AdminError(r.error_code, f"list the groups of broker {node}")
-            out += [GroupListing(str(g.group_id), g.protocol_type, getattr(g, "group_state", ""))
+            out += [GroupListing(str(g.group_id), g.protocol_type, getattr(g, "group_state", ""),
+                                 getattr(g, "group_type", "") or "classic")
                     for g in r.groups]
         return sorted(out)
 
     async def describe_group(self, group: str) -> GroupDescription:
         conn = await coordinator(self.cluster, group)
+        if conn.version(ApiKey.CONSUMER_GROUP_DESCRIBE) is not None:
+            _, c = await ask(conn, ApiKey.CONSUMER_GROUP_DESCRIBE, lambda rq: rq.encode(
+                group_ids=(group,), include_authorized_operations=False), self.cluster.timeout_s)
+            d = c.groups[0]
+            if d.error_code.value == ErrorCode.NONE:
+                def tps(a) -> tuple[TopicPartition, ...]:
+                    return tuple(sorted(TopicPartition(str(t.topic_name), int(p))
+                                        for t in a.topic_partitions for p in t.partitions))
+                return GroupDescription(group, d.group_state, "consumer", d.assignor_name, tuple(
+                    GroupMember(m.member_id, m.instance_id, m.client_id, m.client_host, tps(m.assignment),
+                                int(m.member_epoch), tps(m.target_assignment)) for m in d.members),
+                    "consumer", int(d.group_epoch), int(d.assignment_epoch))
+            if d.error_code.value not in (ErrorCode.GROUP_ID_NOT_FOUND, ErrorCode.UNSUPPORTED_VERSION):
+                raise AdminError(d.error_code.value, f"describe group {group}", d.error_message)
         _, r = await ask(conn, ApiKey.DESCRIBE_GROUPS, lambda rq: rq.encode(
             groups=(group,), include_authorized_operations=False), self.cluster.timeout_s)
         g = r.groups[0]

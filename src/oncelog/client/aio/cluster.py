@@ -167,6 +167,18 @@ class Cluster:
             fn(node)
         return c
 
+    async def dedicated_connection(self, node: int) -> Connection:
+        """A connection of its own to `node`, outside the pool (a group member's link to its
+        coordinator: a JoinGroup waiting for the rebalance must not hold up the fetches); the
+        caller closes it."""
+        b = self.brokers.get(node)
+        if b is None:
+            raise BrokerConnectionError(f"unknown broker {node}")
+        host, port = self.address_map.get((b.host, b.port), (b.host, b.port))
+        c = Connection(host, port, self.client_id, node, security=self.security)
+        await c.connect(self.timeout_s)
+        return c
+
     def version(self, api_key: int) -> int | None:
         """The highest version every connected broker accepts for this API."""
         vs = [c.version(api_key) for c in self.conns.values() if not c.closed]

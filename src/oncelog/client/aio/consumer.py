@@ -1,4 +1,11 @@
-"""Asyncio consumer with manual assignment: assign, seek, poll (Fetch), offsets (ListOffsets).
+"""Asyncio consumer: manual assignment (assign, seek) or a consumer group (subscribe; membership in
+`aio.group`), poll (Fetch), offsets (ListOffsets), commits (commit, committed).
+
+In a group, `enable.auto.commit` (default true, as Kafka's clients) commits, every
+`auto.commit.interval.ms` and before partitions are given up or the consumer closes, the position
+after the last record each partition handed to the application: at-least-once, Kafka's semantics
+(a record is committed only once poll returned it; a crash re-reads what was returned since the
+last commit). `commit()` with no offsets commits the same positions.
 
 `isolation.level` (Kafka's name and values; default read_uncommitted, as the Java client):
 read_committed asks Fetch and ListOffsets for isolation level 1, so the broker stops at the last
@@ -14,6 +21,7 @@ from collections import deque
 
 from oncelog.client.aio.cluster import Cluster
 from oncelog.client.aio.connection import BrokerConnectionError
+from oncelog.client.aio.group import AIOGroup, GroupConfig, RebalanceEvent
 from oncelog.client.aio.list_offsets import leader_of, list_offsets
 from oncelog.client.errors import KafkaClientError
 from oncelog.client.security import ClientSecurity
@@ -60,6 +68,12 @@ class AIOConsumer:
             raise KafkaClientError("isolation.level must be read_uncommitted or read_committed")
         self.isolation_level = 1 if isolation == "read_committed" else 0
         self.positions: dict[TopicPartition, int | None] = {}
+        # the position after the last record poll returned, per partition: what commits commit
+        self.consumed: dict[TopicPartition, int] = {}
+        self.group: AIOGroup | None = None
+        self.callbacks: dict[str, object] = {}
+        self._poll_wake = asyncio.Event()
+        self._next_auto_commit = 0.0
         self.buffer: deque[ConsumerRecord] = deque()
         # raw mode (poll_raw): whole record batches per partition, decoded by the caller
         self.raw = False
@@ -76,23 +90,151 @@ class AIOConsumer:
     async def __aexit__(self, *exc):
         await self.close()
 
-    async def close(self) -> None:
-        self.cluster.close()
+    async def close(self, run_callbacks: bool = True) -> None:
+        """Gives up its partitions (committing what was consumed, with enable.auto.commit; then
+        on_revoke), leaves the group and closes."""
+        try:
+            if self.group is not None:
+                closing = asyncio.ensure_future(self.group.close())
+                while not closing.done():
+                    if run_callbacks:
+                        await self._run_callbacks()
+                    await asyncio.wait([closing], timeout=0.05)
+                await closing
+        finally:
+            self.cluster.close()
+
+    # ------------------------------------------------------------------ group membership
+
+    def subscribe(self, topics, on_assign=None, on_revoke=None, on_lost=None) -> None:
+        """Join `group.id` and read the partitions its coordinator assigns (confluent-kafka's
+        names; a topic starting with `^` is a regex). The callbacks, `(consumer, partitions)`,
+        run during poll: on_revoke before partitions go (they may still be committed), on_assign
+        once new ones are added (a seek there sets where reading starts), on_lost when the
+        member was fenced (else on_revoke)."""
+        if not self.config.get("group.id"):
+            raise KafkaClientError("subscribe needs group.id in the consumer config")
+        if self.group is None:
+            if self.positions:
+                raise KafkaClientError("subscribe after assign: a consumer is assigned or subscribed, not both")
+            self.group = AIOGroup(self, GroupConfig.from_dict(self.config))
+            self._next_auto_commit = time.monotonic() + self.group.config.auto_commit_interval_ms / 1000
+        self.callbacks = {"assign": on_assign, "revoke": on_revoke, "lost": on_lost}
+        self.group.subscribe(list(topics))
+
+    def _add_partitions(self, positions: dict[TopicPartition, int | None]) -> None:
+        for tp, off in positions.items():
+            key = _tp(tp)
+            self.positions[key] = off
+            if off is not None:
+                self.consumed[key] = off
+
+    def _remove_partitions(self, tps) -> None:
+        gone = {_tp(tp) for tp in tps}
+        for tp in gone:
+            self.positions.pop(tp, None)
+            self.consumed.pop(tp, None)
+        # keyed as TopicPartition (offset None): a plain (topic, partition) pair never equals one
+        self.buffer = deque(r for r in self.buffer if TopicPartition(r.topic, r.partition) not in gone)
+        self.raw_buffer = [x for x in self.raw_buffer if x[0] not in gone]
+
+    def _wake_poll(self) -> None:
+        self._poll_wake.set()
+
+    def next_event(self) -> RebalanceEvent | None:
+        """The next rebalance event the application has not seen (the sync facade runs its
+        callback in the caller's thread, then calls `event_done`)."""
+        if self.group is not None and self.group.error is not None:
+            raise self.group.error
+        return self.group.next_event() if self.group is not None else None
+
+    def event_done(self, ev: RebalanceEvent) -> None:
+        if not ev.done.done():
+            ev.done.set_result(None)
+
+    async def _run_callbacks(self) -> None:
+        while (ev := self.next_event()) is not None:
+            callback = self.callbacks.get(ev.kind) or (self.callbacks.get("revoke") if ev.kind == "lost" else None)
+            try:
+                if callback is not None:
+                    result = callback(self, list(ev.partitions))  # type: ignore[operator]
+                    if asyncio.iscoroutine(result):
+                        await result
+            finally:
+                self.event_done(ev)
+
+    async def commit(self, message=None, offsets=None, asynchronous: bool = False):
+        """Commit `offsets` (TopicPartitions with offsets), the position after `message`, or the
+        positions of everything poll returned; returns the partitions committed (a task of them
+        when `asynchronous`). Raises CommitFailedError when the coordinator refuses."""
+        if self.group is None and not self.config.get("group.id"):
+            raise KafkaClientError("commit needs group.id in the consumer config")
+        wanted: dict[TopicPartition, tuple[int, str | None]]
+        if message is not None:
+            wanted = {TopicPartition(message.topic, message.partition): (message.offset + 1, None)}
+        elif offsets is not None:
+            wanted = {_tp(tp): (int(tp[2]), None) for tp in offsets}
+        else:
+            wanted = {tp: (off, None) for tp, off in self.consumed.items()}
+        if not wanted:
+            raise KafkaClientError("nothing to commit: no offsets given and nothing consumed")
+        committing = self._commit(wanted)
+        if asynchronous:
+            return asyncio.ensure_future(committing)
+        return await committing
+
+    async def _commit(self, wanted: dict[TopicPartition, tuple[int, str | None]]) -> list[TopicPartition]:
+        if self.group is not None:
+            await self.group.commit(wanted)
+        else:   # a consumer outside any group commits as the admin client does (generation -1)
+            from oncelog.client.aio.admin import AIOAdminClient
+            admin = AIOAdminClient({**self.config, "client.id": self.cluster.client_id})
+            try:
+                await admin.alter_group_offsets(str(self.config["group.id"]), {tp: o for tp, (o, _m) in wanted.items()})
+            finally:
+                await admin.close()
+        return [TopicPartition(tp.topic, tp.partition, off) for tp, (off, _m) in sorted(wanted.items())]
+
+    async def committed(self, partitions, timeout_s: float | None = None) -> list[TopicPartition]:
+        """The group's committed offsets of `partitions` (offset None where there is none)."""
+        tps = [_tp(tp) for tp in partitions]
+        if self.group is None:
+            from oncelog.client.aio.admin import AIOAdminClient
+            admin = AIOAdminClient({**self.config, "client.id": self.cluster.client_id})
+            try:
+                found: dict[TopicPartition, int | None] = dict(
+                    await admin.list_group_offsets(str(self.config["group.id"])))
+            finally:
+                await admin.close()
+        else:
+            found = await self.group.committed(tps, timeout_s)
+        return [TopicPartition(tp.topic, tp.partition, found.get(tp)) for tp in tps]
+
+    async def _auto_commit(self) -> None:
+        g = self.group
+        if g is None or not g.config.auto_commit or time.monotonic() < self._next_auto_commit:
+            return
+        self._next_auto_commit = time.monotonic() + g.config.auto_commit_interval_ms / 1000
+        await g.commit_consumed(sorted(g.assigned))
 
     # ------------------------------------------------------------------ assignment
 
     def consumer_group_metadata(self) -> ConsumerGroupMetadata:
-        """What `send_offsets_to_transaction` needs. oncelog's consumer joins no group (it is
-        assigned its partitions), so this is the metadata of a group used only to commit
-        offsets (`group.id`; generation -1, no member id), which the group coordinator accepts
-        for a group without members; a caller inside a real group builds a
-        ConsumerGroupMetadata itself with its generation and member id (KIP-447 fencing)."""
+        """What `send_offsets_to_transaction` needs: a subscribed consumer's generation (its
+        member epoch under KIP-848), member id and instance id, so the coordinator fences a zombie
+        (KIP-447); an assigned one's is that of a group used only to commit offsets (`group.id`;
+        generation -1, no member id), which the coordinator accepts while the group has no
+        members."""
+        if self.group is not None:
+            return self.group.metadata()
         group = self.config.get("group.id")
         if not group:
             raise KafkaClientError("consumer_group_metadata needs group.id in the consumer config")
         return ConsumerGroupMetadata(str(group))
 
     def assign(self, tps) -> None:
+        if self.group is not None:
+            raise KafkaClientError("assign after subscribe: a consumer is assigned or subscribed, not both")
         self.positions = {}
         for tp in tps:
             self.positions[_tp(tp)] = tp[2] if len(tp) > 2 and tp[2] is not None and tp[2] >= 0 else None
@@ -107,7 +249,9 @@ class AIOConsumer:
         if key not in self.positions:
             raise KafkaClientError(f"{key.topic}-{key.partition} is not assigned")
         self.positions[key] = offset
-        self.buffer = deque(r for r in self.buffer if (r.topic, r.partition) != key)
+        # records fetched before the seek must not be returned after it (a rewind would read
+        # them twice); compared as TopicPartition, as a (topic, partition) pair never equals one
+        self.buffer = deque(r for r in self.buffer if TopicPartition(r.topic, r.partition) != key)
         self.raw_buffer = [x for x in self.raw_buffer if x[0] != key]
 
     def position(self, tp) -> int | None:
@@ -144,25 +288,51 @@ class AIOConsumer:
             raise KafkaClientError(f"no position for {missing} and auto.offset.reset=none")
         offs = await self.list_offsets(missing, EARLIEST if self.reset == "earliest" else LATEST)
         for tp, off in offs.items():
-            self.positions[tp] = off or 0
+            if tp in self.positions and self.positions[tp] is None:
+                self.positions[tp] = off or 0
+                self.consumed.setdefault(tp, off or 0)
 
-    async def poll(self, timeout_s: float = 1.0, max_records: int | None = None) -> list[ConsumerRecord]:
+    async def poll(self, timeout_s: float = 1.0, max_records: int | None = None,
+                   run_callbacks: bool = True) -> list[ConsumerRecord]:
+        """Records, after the rebalance callbacks due (`run_callbacks` False: return early
+        instead when one is due; the sync facade runs them in its caller's thread)."""
         self.raw = False
         deadline = time.monotonic() + timeout_s
         while True:
+            if self.group is not None:
+                if run_callbacks:
+                    await self._run_callbacks()
+                elif self.group.events or self.group.error is not None:
+                    return []
+                await self._auto_commit()
             if self.buffer:
-                n = len(self.buffer) if max_records is None else min(max_records, len(self.buffer))
-                return [self.buffer.popleft() for _ in range(n)]
+                return self._take(max_records)
             if not self.positions:
-                await asyncio.sleep(max(0.0, min(timeout_s, 0.05)))
-                return []
+                if self.group is None:
+                    await asyncio.sleep(max(0.0, min(timeout_s, 0.05)))
+                    return []
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return []
+                self._poll_wake.clear()   # set when the group hands out partitions
+                try:
+                    await asyncio.wait_for(self._poll_wake.wait(), min(left, 0.1))
+                except TimeoutError:
+                    pass
+                continue
             await self._resolve_positions()
             remaining = deadline - time.monotonic()
             wait_ms = max(0, min(self.max_wait_ms, int(remaining * 1000)))
             await self._fetch_once(wait_ms)
             if self.buffer or time.monotonic() >= deadline:
-                n = len(self.buffer) if max_records is None else min(max_records, len(self.buffer))
-                return [self.buffer.popleft() for _ in range(n)]
+                return self._take(max_records)
+
+    def _take(self, max_records: int | None) -> list[ConsumerRecord]:
+        n = len(self.buffer) if max_records is None else min(max_records, len(self.buffer))
+        out = [self.buffer.popleft() for _ in range(n)]
+        for r in out:
+            self.consumed[TopicPartition(r.topic, r.partition)] = r.offset + 1
+        return out
 
     async def poll_raw(self, timeout_s: float = 1.0) -> list[tuple[TopicPartition, int, bytes | memoryview]]:
         """Whole record batches instead of records, for columnar readers (the Spark connector):
@@ -207,6 +377,7 @@ class AIOConsumer:
             raise KafkaClientError("broker does not support Fetch v4+")
         rq = RequestBuilder(ApiKey.FETCH, v)
         topics: dict[str, list] = {}
+        fetched = {tp: self.positions[tp] for tp in tps}
         for tp in tps:
             topics.setdefault(tp.topic, []).append(rq(
                 "FetchPartition", partition=tp.partition, current_leader_epoch=-1,
@@ -218,11 +389,12 @@ class AIOConsumer:
                         forgotten_topics_data=(), rack_id="", cluster_id=None)
         body = await asyncio.wait_for(conn.request(ApiKey.FETCH, v, req),
                                       self.cluster.timeout_s + wait_ms / 1000)
-        self._on_fetch_response(v, body)
+        self._on_fetch_response(v, body, fetched)
 
-    def _on_fetch_response(self, v: int, body) -> None:
+    def _on_fetch_response(self, v: int, body, fetched: dict[TopicPartition, int | None] | None = None) -> None:
         """Records and errors of one Fetch response; an error code, known or not, is its
-        partition's alone."""
+        partition's alone. `fetched`: the positions asked for, so that a partition sought (or
+        revoked and assigned again) while the Fetch was out is left alone."""
         r = fetch.decode_response(v, body)
         if r.error_code:
             raise KafkaClientError(f"Fetch: {error_code(r.error_code).name}")
@@ -231,6 +403,8 @@ class AIOConsumer:
                 tp = TopicPartition(topic, p.index)
                 if tp not in self.positions:
                     continue
+                if fetched is not None and self.positions[tp] != fetched.get(tp):
+                    continue   # stale: its records would land at, and move, the new position
                 if p.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
                     if self.reset == "none":
                         raise KafkaClientError(f"offset {self.positions[tp]} out of range for {tp}")

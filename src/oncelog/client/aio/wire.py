@@ -26,12 +26,15 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.TXN_OFFSET_COMMIT: (0, 5), ApiKey.END_TXN: (0, 5),
     # the admin client's (groups, ACLs, SCRAM users, cluster, transactions); OffsetFetch v8+ asks
     # for several groups at once, a shape this client does not use
-    ApiKey.LIST_GROUPS: (0, 4), ApiKey.DESCRIBE_GROUPS: (0, 5), ApiKey.OFFSET_FETCH: (1, 7),
-    ApiKey.OFFSET_COMMIT: (2, 8), ApiKey.DELETE_GROUPS: (0, 2), ApiKey.CREATE_PARTITIONS: (0, 3),
+    ApiKey.LIST_GROUPS: (0, 5), ApiKey.DESCRIBE_GROUPS: (0, 5), ApiKey.OFFSET_FETCH: (1, 7),
+    ApiKey.OFFSET_COMMIT: (2, 9), ApiKey.DELETE_GROUPS: (0, 2), ApiKey.CREATE_PARTITIONS: (0, 3),
     ApiKey.DESCRIBE_ACLS: (1, 3), ApiKey.CREATE_ACLS: (1, 3), ApiKey.DELETE_ACLS: (1, 3),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0), ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
     ApiKey.DESCRIBE_CLUSTER: (0, 1), ApiKey.DESCRIBE_TRANSACTIONS: (0, 0), ApiKey.LIST_TRANSACTIONS: (0, 1),
     ApiKey.WRITE_TXN_MARKERS: (1, 1),
+    # a consumer's group membership: the classic protocol, and KIP-848's (librdkafka's v1 only)
+    ApiKey.JOIN_GROUP: (4, 7), ApiKey.SYNC_GROUP: (3, 5), ApiKey.HEARTBEAT: (3, 4), ApiKey.LEAVE_GROUP: (3, 5),
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: (1, 1), ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),
 }
 
 

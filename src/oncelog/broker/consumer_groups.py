@@ -1,0 +1,329 @@
+"""KIP-848 consumer groups on the broker (Kafka 4's group coordinator for groups of type
+`consumer`): heartbeats decided by `core.groups.heartbeat`, each change stored with the group's
+offsets (`storage.group_offsets`, fsynced) before the member is answered, and the timers Kafka
+keeps per member.
+
+- Session: a member that sends no heartbeat for `group.consumer.session.timeout.ms` is fenced
+  (removed; the group epoch moves and its partitions go to the others). A static member that
+  left with epoch -2 keeps its place and partitions until then.
+- Rebalance: a member asked to revoke partitions that has not done so within its rebalance
+  timeout (the client's `max.poll.interval.ms`) is fenced.
+Timers are not stored: a broker that loads a group (a start, or becoming its coordinator) gives
+every member a fresh session from that moment and every member that still has partitions to
+revoke a fresh rebalance timeout, so members that keep heartbeating with the epoch they had see no
+change (Kafka's GroupMetadataManager.onLoaded).
+
+A group id names one group of one type: a heartbeat that would create a consumer group where an
+empty classic group exists converts it (its committed offsets stay); a classic group with members
+is not converted (GROUP_ID_NOT_FOUND, what Kafka answers with `group.consumer.migration.policy`
+disabled). A classic JoinGroup converts an empty consumer group back the same way.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from oncelog.core.groups.consumer_group import (
+    LEAVE_EPOCH,
+    STATIC_LEAVE_EPOCH,
+    ConsumerGroup,
+    OwnershipError,
+    TopicMetadata,
+)
+from oncelog.core.groups.heartbeat import Answer, Heartbeat, Settings, fence, heartbeat, leave, validate
+from oncelog.core.groups.reconciliation import MemberState
+from oncelog.core.groups.subscriptions import resolve
+from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
+from oncelog.storage.group_offsets import GroupOffsetStore
+from oncelog.storage.log_manager import TopicInfo
+
+log = logging.getLogger(__name__)
+E = ErrorCode
+
+
+@dataclass(frozen=True)
+class ConsumerGroupConfig:
+    enabled: bool = True                     # `consumer` in group.coordinator.rebalance.protocols
+    heartbeat_interval_ms: int = 5000        # group.consumer.heartbeat.interval.ms
+    session_timeout_ms: int = 45000          # group.consumer.session.timeout.ms
+    settings: Settings = Settings()          # group.consumer.assignors, group.consumer.max.size
+
+
+@dataclass(frozen=True)
+class Outcome:
+    error: int
+    message: str | None = None
+    answer: Answer | None = None
+
+
+class ConsumerGroupCoordinator:
+    def __init__(self, store: GroupOffsetStore, now_ms: Callable[[], int], config: ConsumerGroupConfig,
+                 topics: Callable[[], TopicMetadata], owns: Callable[[str], bool],
+                 release_classic: Callable[[str], bool]) -> None:
+        """`topics`: the cluster's topics a subscription may name (internal ones left out);
+        `release_classic(group id)`: True if no classic group of that id is in use (an empty one
+        is forgotten), so a consumer group may take the id."""
+        self.store = store
+        self.now_ms = now_ms
+        self.config = config
+        self.topics = topics
+        self.owns = owns
+        self.release_classic = release_classic
+        self.groups: dict[str, ConsumerGroup] = {}
+        self.sessions: dict[tuple[str, str], int] = {}              # (group, member) -> deadline
+        self.rebalances: dict[tuple[str, str], tuple[int, int]] = {}  # (group, member) -> (epoch, deadline)
+        self._image: TopicMetadata = {}
+        self._image_version = 0
+        self._regexes: dict[str, tuple[int, frozenset[str]]] = {}   # regex -> (image version, matches)
+
+    # ------------------------------------------------------------------ heartbeats
+    def heartbeat(self, rq: Heartbeat, version: int) -> Outcome:
+        settings = self.config.settings
+        try:
+            validate(rq, version, settings)
+        except KafkaProtocolError as e:
+            return Outcome(e.code, e.message)
+        g = self.group(rq.group_id)
+        if g is None:
+            if rq.member_epoch != 0:
+                return Outcome(E.GROUP_ID_NOT_FOUND, f"Consumer group {rq.group_id} not found.")
+            if not self.release_classic(rq.group_id):
+                return Outcome(E.GROUP_ID_NOT_FOUND, f"Group {rq.group_id} is not a consumer group.")
+            g = ConsumerGroup(rq.group_id)
+            new = True
+        else:
+            new = False
+        before = g.copy()
+        topics = self._topics()
+        try:
+            if rq.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
+                answer = leave(g, rq, topics)
+            else:
+                answer = heartbeat(g, rq, topics, settings, self._matches)
+        except KafkaProtocolError as e:
+            self._put_back(g, before, new)
+            return Outcome(e.code, e.message)
+        except OwnershipError:
+            self._put_back(g, before, new)
+            log.exception("group %s: heartbeat of member %s refused", rq.group_id, rq.member_id)
+            return Outcome(E.UNKNOWN_SERVER_ERROR, "the coordinator refused a change that would give a partition "
+                                                   "to two members")
+        if not self._store(g, before, new):
+            return Outcome(E.NOT_COORDINATOR, "the group's change could not be stored")
+        self._after(g, rq, answer, before)
+        return Outcome(E.NONE, None, answer)
+
+    def _after(self, g: ConsumerGroup, rq: Heartbeat, answer: Answer, before: ConsumerGroup) -> None:
+        """Timers after a heartbeat that was taken."""
+        key = (g.group_id, answer.member_id)
+        for gone in set(before.members) - set(g.members):
+            self._forget_timers(g.group_id, gone)
+        m = answer.member
+        if m is None:
+            if rq.member_epoch == LEAVE_EPOCH:
+                log.info("group %s: member %s left (epoch %d)", g.group_id, rq.member_id, g.group_epoch)
+            else:
+                log.info("group %s: static member %s (instance %s) left for now", g.group_id, rq.member_id,
+                         rq.instance_id)
+            return
+        self.sessions[key] = self.now_ms() + self.config.session_timeout_ms
+        old = before.members.get(m.member_id)
+        if m.state == MemberState.UNREVOKED_PARTITIONS:
+            if key not in self.rebalances or self.rebalances[key][0] != m.member_epoch:
+                self.rebalances[key] = (m.member_epoch, self.now_ms() + max(m.rebalance_timeout_ms, 0))
+        else:
+            self.rebalances.pop(key, None)
+        if old is None or old.member_epoch != m.member_epoch or old.assigned != m.assigned:
+            log.info("group %s: member %s at epoch %d (group epoch %d, %s) owns %d partitions", g.group_id,
+                     m.member_id, m.member_epoch, g.group_epoch, m.state.name,
+                     sum(len(p) for p in m.assigned.values()))
+
+    def _topics(self) -> TopicMetadata:
+        image = self.topics()
+        if image != self._image:
+            self._image, self._image_version = dict(image), self._image_version + 1
+        return self._image
+
+    def _matches(self, regex: str) -> frozenset[str]:
+        """The topics a regex matches, computed again only when the topics changed."""
+        cached = self._regexes.get(regex)
+        if cached is None or cached[0] != self._image_version:
+            if len(self._regexes) > 10_000:
+                self._regexes.clear()
+            cached = self._regexes[regex] = (self._image_version, resolve(regex, self._image))
+        return cached[1]
+
+    # ------------------------------------------------------------------ storage
+    def _store(self, g: ConsumerGroup, before: ConsumerGroup, new: bool) -> bool:
+        """Store the group if it changed; on failure put back what it was (the member is told
+        NOT_COORDINATOR, finds the coordinator again and retries)."""
+        record = g.record()
+        if not new and record == before.record():
+            return True
+        if not self.owns(g.group_id):
+            log.info("group %s: change not stored: another broker coordinates the group now", g.group_id)
+            self._put_back(g, before, new)
+            return False
+        try:
+            self.store.set_consumer(g.group_id, record)
+        except OSError as e:
+            log.error("group %s: storing the consumer group failed: %s", g.group_id, e)
+            self._put_back(g, before, new)
+            return False
+        self.groups[g.group_id] = g
+        return True
+
+    def _put_back(self, g: ConsumerGroup, before: ConsumerGroup, new: bool) -> None:
+        if new:
+            self.groups.pop(g.group_id, None)
+        else:
+            self.groups[g.group_id] = before
+
+    # ------------------------------------------------------------------ loading
+    def group(self, group_id: str) -> ConsumerGroup | None:
+        g = self.groups.get(group_id)
+        if g is None and self.owns(group_id):
+            record = self.store.consumer(group_id)
+            if record is not None:
+                g = self.groups[group_id] = ConsumerGroup.restore(group_id, record)
+                now = self.now_ms()
+                for m in g.members.values():
+                    key = (group_id, m.member_id)
+                    self.sessions[key] = now + self.config.session_timeout_ms
+                    if m.state == MemberState.UNREVOKED_PARTITIONS:
+                        self.rebalances[key] = (m.member_epoch, now + max(m.rebalance_timeout_ms, 0))
+                log.info("group %s: loaded at group epoch %d (assignment epoch %d) with %d members, %s", group_id,
+                         g.group_epoch, g.assignment_epoch, len(g.members), g.state)
+        return g
+
+    def reconcile(self) -> None:
+        """Load the stored consumer groups this broker coordinates, forget those it no longer does."""
+        for group_id in [gid for gid in self.groups if not self.owns(gid)]:
+            self._unload(group_id)
+        for group_id in self.store.groups():
+            if group_id not in self.groups and self.owns(group_id):
+                self.group(group_id)
+
+    def _unload(self, group_id: str) -> None:
+        g = self.groups.pop(group_id)
+        for member_id in g.members:
+            self._forget_timers(group_id, member_id)
+        log.info("group %s: no longer coordinated here", group_id)
+
+    def _forget_timers(self, group_id: str, member_id: str) -> None:
+        self.sessions.pop((group_id, member_id), None)
+        self.rebalances.pop((group_id, member_id), None)
+
+    def is_consumer_group(self, group_id: str) -> bool:
+        return self.group(group_id) is not None
+
+    def release(self, group_id: str) -> bool:
+        """A classic JoinGroup would create a group of this id: True if no consumer group holds
+        it (an empty one is converted: its records go, its offsets stay)."""
+        g = self.group(group_id)
+        if g is None:
+            return True
+        if g.members:
+            return False
+        try:
+            self.store.set_consumer(group_id, None)
+        except OSError as e:
+            log.error("group %s: converting the empty consumer group failed: %s", group_id, e)
+            return False
+        del self.groups[group_id]
+        log.info("group %s: the empty consumer group becomes a classic group", group_id)
+        return True
+
+    def forget(self, group_id: str) -> None:
+        """The group was deleted (DeleteGroups, or emptied of offsets by expiry)."""
+        g = self.groups.pop(group_id, None)
+        if g is not None:
+            for member_id in g.members:
+                self._forget_timers(group_id, member_id)
+
+    # ------------------------------------------------------------------ offsets
+    def validate_commit(self, g: ConsumerGroup, member_id: str, epoch: int, api_version: int | None,
+                        partitions: Iterable[tuple[str, int]]) -> int:
+        """Kafka's ConsumerGroup.validateOffsetCommit: -1 from outside the group only while it is
+        empty; a member of this protocol commits with OffsetCommit v9+; its epoch must be its
+        current one, or (Kafka 4.3, KIP-1251) an older one at which it already owned each
+        partition committed: else STALE_MEMBER_EPOCH, which a transactional commit (`api_version`
+        None) answers as ILLEGAL_GENERATION. Kafka 4.0 wants the current epoch alone, so a commit
+        racing the heartbeat that moves the epoch fails there; librdkafka reports that to the
+        application instead of retrying."""
+        transactional = api_version is None
+        if epoch < 0 and not g.members:
+            return E.NONE
+        m = g.members.get(member_id)
+        if m is None:
+            return E.UNKNOWN_MEMBER_ID
+        if api_version is not None and api_version < 9:
+            return E.UNSUPPORTED_VERSION
+        ids = self._topics()
+        if not m.commit_epoch_valid(epoch, ((ids[t][0] if t in ids else None, p) for t, p in partitions)):
+            return E.ILLEGAL_GENERATION if transactional else E.STALE_MEMBER_EPOCH
+        return E.NONE
+
+    def validate_fetch(self, group_id: str, member_id: str | None, epoch: int) -> int:
+        """OffsetFetch v9's member checks (Kafka's ConsumerGroup.validateOffsetFetch)."""
+        g = self.group(group_id)
+        if g is None or (member_id is None and epoch < 0):
+            return E.NONE
+        m = g.members.get(member_id or "")
+        if m is None:
+            return E.UNKNOWN_MEMBER_ID
+        return E.STALE_MEMBER_EPOCH if epoch != m.member_epoch else E.NONE
+
+    def subscribed(self, group_id: str) -> frozenset[str]:
+        g = self.group(group_id)
+        return frozenset() if g is None else g.subscribed_names()
+
+    # ------------------------------------------------------------------ timers (the broker's tick)
+    def expire(self) -> None:
+        now = self.now_ms()
+        due = {key for key, deadline in self.sessions.items() if now > deadline}
+        due |= {key for key, (epoch, deadline) in self.rebalances.items()
+                if now > deadline and self._epoch_of(*key) == epoch}
+        for group_id, member_id in sorted(due):
+            self._expire_member(group_id, member_id)
+
+    def _epoch_of(self, group_id: str, member_id: str) -> int | None:
+        g = self.groups.get(group_id)
+        m = g.members.get(member_id) if g is not None else None
+        return None if m is None else m.member_epoch
+
+    def _expire_member(self, group_id: str, member_id: str) -> None:
+        g = self.groups.get(group_id)
+        if g is None or member_id not in g.members:
+            self._forget_timers(group_id, member_id)
+            return
+        session = self.sessions.get((group_id, member_id), 0) < self.now_ms()
+        before = g.copy()
+        fence(g, member_id, self._topics())
+        if not self._store(g, before, False):
+            return  # tried again at the next tick
+        self._forget_timers(group_id, member_id)
+        log.info("group %s: member %s fenced: %s (group epoch %d)", group_id, member_id,
+                 f"no heartbeat within the session timeout ({self.config.session_timeout_ms} ms)" if session
+                 else "it did not revoke its partitions within its rebalance timeout", g.group_epoch)
+
+    def listing(self) -> list[tuple[str, str]]:
+        """(group id, state) of every consumer group this broker coordinates."""
+        self.reconcile()
+        return sorted((gid, g.state) for gid, g in self.groups.items())
+
+
+def consumer_group_config(c: Any) -> ConsumerGroupConfig:
+    """From the broker's settings (`broker.config`)."""
+    return ConsumerGroupConfig(
+        "consumer" in {p.strip().lower() for p in c["group.coordinator.rebalance.protocols"].split(",")},
+        c["group.consumer.heartbeat.interval.ms"], c["group.consumer.session.timeout.ms"],
+        Settings(tuple(a.strip() for a in c["group.consumer.assignors"].split(",") if a.strip()),
+                 c["group.consumer.max.size"]))
+
+
+def topic_metadata(topics: Mapping[str, TopicInfo], internal: Callable[[str], bool]) -> TopicMetadata:
+    """name -> (topic id, partitions) of the topics a subscription may name."""
+    return {name: (info.topic_id, info.partitions) for name, info in topics.items() if not internal(name)}
