@@ -375,6 +375,7 @@ class ThreadedFaultProxy:
 
     def stop(self) -> None:
         asyncio.run_coroutine_threadsafe(self.proxy.stop(), self._loop).result(10)
+        asyncio.run_coroutine_threadsafe(_cancel_the_rest(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5)
         self._loop.close()
@@ -448,5 +449,15 @@ def main(argv: list[str] | None = None) -> None:
     asyncio.run(serve())
 
 
+async def _cancel_the_rest() -> None:
+    """A connection's forwarding tasks outlive its handler; a loop closed under them prints
+    "Task was destroyed but it is pending" and "Event loop is closed" at exit."""
+    rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for t in rest:
+        t.cancel()
+    await asyncio.gather(*rest, return_exceptions=True)
+
+
 if __name__ == "__main__":
     main(sys.argv[1:])
+
