@@ -24,6 +24,7 @@ after its rebalance timeout (`max.poll.interval.ms`), as Kafka does.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import time
@@ -182,7 +183,8 @@ class AIOGroup:
             log.error("group %s: membership failed: %r", self.config.group_id, e)
             self.error = e
         finally:
-            self._wake.set()
+            with contextlib.suppress(RuntimeError):   # a consumer never closed, collected after its loop
+                self._wake.set()
 
     async def _wait(self, seconds: float, until: Callable[[], bool] = lambda: False) -> None:
         end = time.monotonic() + seconds
