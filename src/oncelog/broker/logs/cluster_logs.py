@@ -9,7 +9,7 @@ the lock of a killed process), recovers log and producer state from the director
 with the new leader epoch. Two brokers never write one partition: the lock is exclusive, and a
 broker gives a partition up as soon as it sees a newer leader epoch for it.
 
-What handlers see of it is `broker.logs.Logs`, as of a single node's `LogManager`; topic changes
+What handlers see of it is `broker.logs.seam.Logs`, as of a single node's `LogManager`; topic changes
 are forwarded to the controller and answered once this broker's view shows them.
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from oncelog.broker.controller_client import ControllerClient, ControllerUnavailable
+from oncelog.broker.cluster.controller_client import ControllerClient, ControllerUnavailable
 from oncelog.core.topic_config import effective_topic_config, parse_topic_configs
 from oncelog.core.topic_names import invalid_topic_reason, validate_topic_name
 from oncelog.protocol import entities
@@ -33,8 +33,8 @@ from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.storage.cleaner import LogCleaner
 from oncelog.storage.log_manager import TopicInfo, maintain, partition_dir, report_invalid_overrides
+from oncelog.storage.marker_append import MarkerWriting
 from oncelog.storage.partition import DEFAULT_EXPIRATION_CHECK_INTERVAL_MS, Partition, PartitionConfig
-from oncelog.storage.txn_markers import MarkerWriting
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +174,7 @@ class ClusterLogs(MarkerWriting):
         for key in list(self._led):
             self._close(key)
 
-    # ------------------------------------------------------------------ lookups (broker.logs.Logs)
+    # ------------------------------------------------------------------ lookups (broker.logs.seam.Logs)
     def get_partition(self, topic: str, index: int) -> Partition | None:
         led = self._led.get((topic, index))
         return led.partition if led is not None else None

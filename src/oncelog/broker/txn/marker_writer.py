@@ -7,7 +7,7 @@ Complete* transition is pending (no new transaction can start). A crash or a lea
 Prepare* in `__transaction_state`; the loader hands the job back here and every marker is written
 again, which is harmless where one already was.
 
-Per partition (`core.txn.markers.classify`): done, retried with backoff (a moved leader, a
+Per partition (`core.txn.marker_progress.classify`): done, retried with backoff (a moved leader, a
 storage error), or the job stops (a newer producer epoch or coordinator owns the id). Partitions
 of `__consumer_offsets` are the group coordinator's: the marker makes the group's pending
 transactional offsets visible (COMMIT) or drops them (ABORT).
@@ -33,10 +33,10 @@ import asyncio
 import logging
 from functools import partial
 
-from oncelog.broker.peers import Peers, PeerUnavailable
+from oncelog.broker.cluster.peers import Peers, PeerUnavailable
 from oncelog.core.txn import MarkerJob
 from oncelog.core.txn.log_format import CONSUMER_OFFSETS_TOPIC
-from oncelog.core.txn.markers import MarkerOutcome, MarkerProgress
+from oncelog.core.txn.marker_progress import MarkerOutcome, MarkerProgress
 from oncelog.core.txn.state import TopicPartition
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError

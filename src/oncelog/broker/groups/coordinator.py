@@ -48,7 +48,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from oncelog.broker.consumer_groups import ConsumerGroupConfig, ConsumerGroupCoordinator
+from oncelog.broker.groups.consumer_groups import ConsumerGroupConfig, ConsumerGroupCoordinator
 from oncelog.core.groups.consumer_group import TopicMetadata
 from oncelog.core.txn.log_format import CONSUMER_OFFSETS_TOPIC
 from oncelog.protocol.errors import ErrorCode
