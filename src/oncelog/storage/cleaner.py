@@ -34,6 +34,7 @@ from oncelog.protocol.errors import KafkaProtocolError
 from oncelog.protocol.records.batch import store_crc
 from oncelog.protocol.records.control import ABORT, COMMIT, control_type
 from oncelog.storage import failpoints as fp
+from oncelog.storage.durable import replace_file
 from oncelog.storage.log import CLEANED, Segment, swap_names
 
 if TYPE_CHECKING:
@@ -55,13 +56,7 @@ def read_checkpoint(directory: Path) -> int:
 
 
 def write_checkpoint(directory: Path, offset: int) -> None:
-    path = directory / CHECKPOINT
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w") as f:
-        f.write(f"{offset}\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    replace_file(directory / CHECKPOINT, f"{offset}\n")
 
 
 @dataclass

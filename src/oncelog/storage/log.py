@@ -57,7 +57,7 @@ from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.protocol.primitives import Buf
 from oncelog.protocol.records import iter_record_times
 from oncelog.storage import failpoints as fp
-from oncelog.storage.durable import fsync_dir
+from oncelog.storage.durable import fsync_dir, rename, replace_file
 
 log = logging.getLogger(__name__)
 
@@ -187,20 +187,18 @@ def commit_swap(directory: Path, base_offset: int) -> None:
     swap; before it, recovery discards what was written. Then both take their final names."""
     log_cleaned, txn_cleaned = swap_names(directory, base_offset, CLEANED)
     log_swap, txn_swap = swap_names(directory, base_offset, SWAP)
-    fp.log_rename(txn_cleaned, txn_swap)
-    fsync_dir(directory)
-    fp.log_rename(log_cleaned, log_swap)  # the commit point
-    fsync_dir(directory)
+    rename(txn_cleaned, txn_swap, via=fp.log_rename)
+    rename(log_cleaned, log_swap, via=fp.log_rename)  # the commit point
     _finish_swap(directory, log_swap)
-    fsync_dir(directory)
+    fsync_dir(directory)  # the stale index's removal
 
 
 def _finish_swap(directory: Path, log_swap: Path) -> None:
     stem = log_swap.name[:-len(".log" + SWAP)]
     txn_swap = directory / f"{stem}.txnindex{SWAP}"
     if txn_swap.exists():
-        fp.log_rename(txn_swap, directory / f"{stem}.txnindex")
-    fp.log_rename(log_swap, directory / f"{stem}.log")
+        rename(txn_swap, directory / f"{stem}.txnindex", via=fp.log_rename)
+    rename(log_swap, directory / f"{stem}.log", via=fp.log_rename)
     try:
         (directory / f"{stem}.index").unlink()  # positions of the old file: rebuilt at open
     except FileNotFoundError:
@@ -318,12 +316,7 @@ class Segment:
         data = bytearray()
         for off, position in zip(self.index_offsets, self.index_positions):
             data += _INDEX_ENTRY.pack(off - self.base_offset, position)
-        tmp = self.index_path.with_suffix(".index.tmp")
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.index_path)
+        replace_file(self.index_path, bytes(data))
 
     def adopt_index(self, other: Segment) -> None:
         """Take the index another Segment built of this same file (under its earlier name)."""
@@ -850,14 +843,7 @@ class PartitionLog:
 
     # ------------------------------------------------------------------ deletion
     def _write_start_offset(self) -> None:
-        path = self.directory / START_OFFSET_FILE
-        tmp = path.with_suffix(".tmp")
-        with open(tmp, "w") as f:
-            f.write(f"{self.log_start_offset}\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        fsync_dir(self.directory)
+        replace_file(self.directory / START_OFFSET_FILE, f"{self.log_start_offset}\n")
 
     def delete_records_before(self, offset: int) -> None:
         if offset > self.log_end_offset:

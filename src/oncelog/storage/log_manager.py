@@ -2,15 +2,14 @@
 registry (name, topic id, partition count, config overrides) and the periodic work (retention,
 flush policy, producer-id expiry).
 
-The registry is one JSON file per log dir, replaced atomically (write, fsync, rename, fsync the
-directory), so a crash leaves either the old or the new registry, never a mix. A partition
+The registry is one JSON file per log dir, replaced atomically and durably
+(`storage.durable.replace_file`), so a crash leaves either the old or the new registry, never a mix. A partition
 directory without a registry entry is logged and left alone.
 """
 from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import shutil
 import uuid
@@ -25,6 +24,7 @@ from oncelog.core.topic_names import invalid_topic_reason, validate_topic_name
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.protocol.metadata import BrokerEntry
 from oncelog.storage.cleaner import LogCleaner
+from oncelog.storage.durable import rename, replace_file
 from oncelog.storage.marker_append import MarkerWriting
 from oncelog.storage.partition import DEFAULT_EXPIRATION_CHECK_INTERVAL_MS, Partition, PartitionConfig
 
@@ -244,7 +244,7 @@ class LogManager(MarkerWriting):
             directory = partition_dir(Path(info.log_dir), name, p)
             if directory.exists():
                 doomed = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}-delete")
-                directory.rename(doomed)
+                rename(directory, doomed)
                 shutil.rmtree(doomed, ignore_errors=True)
         log.info("deleted topic %s", name)
 
@@ -278,18 +278,7 @@ class LogManager(MarkerWriting):
     def _save_registry(self, log_dir: Path) -> None:
         entries = [_registry_entry(t) for t in self.topics.values() if t.log_dir == str(log_dir)]
         entries += self._invalid.get(str(log_dir), [])
-        path = log_dir / REGISTRY
-        tmp = path.with_suffix(".tmp")
-        with open(tmp, "w") as f:
-            json.dump(entries, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        fd = os.open(log_dir, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        replace_file(log_dir / REGISTRY, json.dumps(entries, indent=1))
 
     # ------------------------------------------------------------------ periodic work
     def tick(self, now_ms: int, flush: Callable[[Partition], None] | None = None) -> None:
