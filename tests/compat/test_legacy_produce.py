@@ -19,7 +19,7 @@ from oncelog.protocol import produce as produce_codec
 from oncelog.protocol.compression import CODEC_NAMES, compress
 from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.records import Record, encode_batch, encode_legacy_message
-from oncelog.storage.log import scan_entries
+from oncelog.storage.segment import scan_entries
 
 pytestmark = pytest.mark.processes
 GZIP = CODEC_NAMES["gzip"]

@@ -28,10 +28,11 @@ from oncelog.storage import cleaner, cluster_credential, durable, txn_index
 from oncelog.storage import failpoints as fp
 from oncelog.storage import producer_snapshots as snaps
 from oncelog.storage.group_offsets import Committed, GroupOffsetStore
-from oncelog.storage.log import LogConfig, PartitionLog, commit_swap, swap_names
+from oncelog.storage.log import LogConfig, PartitionLog
 from oncelog.storage.log_manager import LogManager
 from oncelog.storage.metadata_log import MetadataLog
 from oncelog.storage.partition import Partition, PartitionConfig
+from oncelog.storage.segment import commit_swap, swap_names
 
 NOW = 1_700_000_000_000
 SRC = Path(oncelog.__file__).parent

@@ -35,7 +35,7 @@ from oncelog.protocol.records.batch import store_crc
 from oncelog.protocol.records.control import ABORT, COMMIT, control_type
 from oncelog.storage import failpoints as fp
 from oncelog.storage.durable import replace_file
-from oncelog.storage.log import CLEANED, Segment, swap_names
+from oncelog.storage.segment import CLEANED, Segment, swap_names
 
 if TYPE_CHECKING:
     from oncelog.storage.partition import Partition

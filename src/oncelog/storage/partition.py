@@ -38,7 +38,8 @@ from oncelog.protocol.primitives import Buf
 from oncelog.protocol.records import message_format_magic
 from oncelog.storage import producer_snapshots as snaps
 from oncelog.storage import txn_index
-from oncelog.storage.log import LogConfig, PartitionLog, Segment, SyncToken
+from oncelog.storage.log import LogConfig, PartitionLog, SyncToken
+from oncelog.storage.segment import Segment
 
 log = logging.getLogger(__name__)
 

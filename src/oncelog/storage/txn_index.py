@@ -22,7 +22,7 @@ from oncelog.core.txn.partition import ENTRY_SIZE, AbortedTxnIndex, CompletedTxn
 from oncelog.storage.durable import rename, replace_file
 
 if TYPE_CHECKING:
-    from oncelog.storage.log import Segment
+    from oncelog.storage.segment import Segment
 
 log = logging.getLogger(__name__)
 
