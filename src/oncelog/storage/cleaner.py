@@ -362,7 +362,7 @@ def clean_now(partition: Partition, now_ms: int, dedupe_buffer_size: int = DEFAU
 
 class LogCleaner:
     """The broker's cleaner: one pass at a time on a thread of its own, started and committed
-    from the periodic tick (`storage.log_manager.maintain`), the filthiest partition first."""
+    from the periodic tick (`storage.topic_registry.maintain`), the filthiest partition first."""
 
     def __init__(self, enabled: bool = True, dedupe_buffer_size: int = DEFAULT_DEDUPE_BUFFER_SIZE) -> None:
         self.enabled = enabled
