@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import datetime
 import io
-import itertools
 import struct
 import uuid
 
@@ -30,6 +29,7 @@ from oncelog.broker.config import BrokerConfig
 from oncelog.protocol.errors import ErrorCode as E
 from oncelog.protocol.records import Record, encode_batch
 from oncelog.testing.in_process import InProcessBroker
+from oncelog.testing.raw_client import RawConnection
 
 NOW = 1_700_000_000_000
 
@@ -82,38 +82,27 @@ class R:
 
 
 class Conn:
-    def __init__(self, reader, writer) -> None:
-        self.reader, self.writer = reader, writer
-        self.ids = itertools.count(1)
+    """The raw wire client (`testing.raw_client`) from the broker's own event loop: each exchange
+    runs on a thread, so the loop serves it meanwhile."""
+
+    def __init__(self, raw: RawConnection) -> None:
+        self.conn = raw
 
     @classmethod
     async def open(cls, host: str, port: int) -> Conn:
-        return cls(*await asyncio.open_connection(host, port))
+        return cls(await asyncio.to_thread(RawConnection, f"{host}:{port}"))
 
-    async def raw(self, api_key: int, version: int, body: bytes, flexible: bool) -> bytes:
-        cid = next(self.ids)
-        header = struct.pack(">hhih", api_key, version, cid, 4) + b"test" + (b"\x00" if flexible else b"")
-        msg = header + body
-        self.writer.write(struct.pack(">i", len(msg)) + msg)
-        await self.writer.drain()
-        size = struct.unpack(">i", await self.reader.readexactly(4))[0]
-        data = await self.reader.readexactly(size)
-        r = R(data)
-        assert r.take(">i") == cid
-        if flexible:
-            r.tags()
-        return data[r.pos:]
+    async def raw(self, api_key: int, version: int, body: bytes) -> bytes:
+        return await asyncio.to_thread(self.conn.exchange, api_key, version, body)
 
     async def kio(self, request, response_type):
         buf = io.BytesIO()
         entity_writer(type(request))(buf, request)
-        body = await self.raw(int(request.__api_key__), int(request.__version__), buf.getvalue(),
-                              request.__flexible__)
+        body = await self.raw(int(request.__api_key__), int(request.__version__), buf.getvalue())
         return entity_reader(response_type)(body, 0)[0]
 
     async def close(self) -> None:
-        self.writer.close()
-        await self.writer.wait_closed()
+        self.conn.close()
 
 
 def produce_body(version: int, topic: str | uuid.UUID, partition: int, records: bytes, acks: int = -1) -> bytes:
@@ -182,12 +171,12 @@ class Client:
         assert resp.topics[0].error_code.value == 0, resp
         # kio refuses unknown tags such as our MessageFormatVersion (10000); the client's reader skips them
         from oncelog.protocol import metadata as metadata_codec
-        body = await self.conn.raw(3, 12, metadata_codec.encode_request(12, [name]), True)
+        body = await self.conn.raw(3, 12, metadata_codec.encode_request(12, [name]))
         self.topic_ids[name] = metadata_codec.decode_response(12, body).topics[name].topic_id
 
     async def produce(self, topic: str, records: bytes, version: int = 14):
         target = self.topic_ids[topic] if version >= 13 else topic
-        body = await self.conn.raw(0, version, produce_body(version, target, 0, records), version >= 9)
+        body = await self.conn.raw(0, version, produce_body(version, target, 0, records))
         return parse_produce(version, body)
 
     async def init_producer_id(self, pid: int = -1, epoch: int = -1) -> tuple[int, int]:

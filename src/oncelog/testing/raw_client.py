@@ -1,6 +1,7 @@
 """A blocking Kafka-protocol connection that sends exactly what a test (or an attacker) writes:
 frames of any size, requests in any order, logins no client library would attempt; and asks
-whether the other side closed it."""
+whether the other side closed it. The one raw wire client of the tests (a test on the broker's
+own event loop runs its calls on a thread: `asyncio.to_thread`)."""
 from __future__ import annotations
 
 import socket
@@ -27,20 +28,28 @@ class RawConnection:
     def send_raw(self, data: bytes) -> None:
         self.sock.sendall(data)
 
+    def send_frame(self, payload: bytes) -> None:
+        """`payload` behind its size, whatever it holds (a SASL v0 token, a request by hand)."""
+        self.sock.sendall(_SIZE.pack(len(payload)) + payload)
+
     def send(self, api_key: int, version: int, body: bytes) -> int:
         self.correlation += 1
         header = headers.request_header(api_key, version, self.correlation, "raw-client")
         self.sock.sendall(_SIZE.pack(len(header) + len(body)) + header + body)
         return self.correlation
 
+    def exchange(self, api_key: int, version: int, body: bytes) -> bytes:
+        """Send a request with `body`; its response's body (after the header, whose correlation
+        id must be the request's)."""
+        correlation = self.send(api_key, version, body)
+        frame = self.recv_frame()
+        assert _SIZE.unpack(frame[:4])[0] == correlation, "a response out of order"
+        return frame[headers.response_header_size(api_key, version, frame):]
+
     def call(self, api_key: int, version: int, **fields):
         """Send a request made of `fields`, return its decoded response."""
         body = entities.encode(entities.make(entities.entity_class(api_key, version, "request"), **fields))
-        correlation = self.send(api_key, version, body)
-        frame = self.recv_frame()
-        assert _SIZE.unpack(frame[:4])[0] == correlation
-        return entities.decode_response(api_key, version,
-                                        frame[headers.response_header_size(api_key, version, frame):])
+        return entities.decode_response(api_key, version, self.exchange(api_key, version, body))
 
     def api_versions(self) -> int:
         """ApiVersions v0 (empty request, every broker answers it): its error code."""
@@ -66,9 +75,10 @@ class RawConnection:
             buf += chunk
         return buf
 
-    def closed_within(self, timeout_s: float) -> bool:
+    def closed_within(self, timeout_s: float, *, quietly: bool = False) -> bool:
         """True once the peer closes (EOF or reset) within `timeout_s`; False if it stays open.
-        Bytes that arrive meanwhile are read and dropped."""
+        Bytes that arrive meanwhile are read and dropped, or, with `quietly`, are an answer: the
+        peer did not close without one (False)."""
         deadline = time.monotonic() + timeout_s
         while True:
             left = deadline - time.monotonic()
@@ -76,8 +86,11 @@ class RawConnection:
                 return False
             self.sock.settimeout(left)
             try:
-                if self.sock.recv(4096) == b"":
+                data = self.sock.recv(1 if quietly else 4096)
+                if data == b"":
                     return True
+                if quietly:
+                    return False
             except TimeoutError:
                 return False
             except (ConnectionResetError, BrokenPipeError, ssl.SSLError):
