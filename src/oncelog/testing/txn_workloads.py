@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from oncelog.testing.txn_history import History
+from oncelog.testing.workloads import retried
 
 ABORT_PROBABILITY = 0.1
 # records per transaction: at least 50, and about 400 transactions per client in a long run (each
@@ -322,15 +323,9 @@ class CopyLoop:
         c = Consumer({**w.client_config(), "group.id": w.group, "log_level": 3,
                       "enable.auto.commit": False, "isolation.level": "read_committed"})
         try:
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    got = c.committed([TopicPartition(w.in_topic, q) for q in self.partitions], timeout=10)
-                    return {tp.partition: max(tp.offset, 0) for tp in got}
-                except KafkaException:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.2)
+            got = retried(lambda: c.committed([TopicPartition(w.in_topic, q) for q in self.partitions], timeout=10),
+                          KafkaException, 60, 0.2)
+            return {tp.partition: max(tp.offset, 0) for tp in got}
         finally:
             c.close()
 
@@ -356,10 +351,25 @@ class CopyLoop:
     def produce(self, partition: int, value: bytes, sent: list) -> None:
         """Sends; the delivery report puts the record's offset in sent[2]."""
     def flush(self) -> None: ...
-    def send_offsets(self, positions: dict[int, int]) -> None: ...
-    def commit(self) -> None: ...
-    def abort(self) -> None: ...
     def rewind(self) -> None: ...
+    def _call(self, fn, attempts: int = 10):
+        """fn(), retried as the client's errors allow; its errors as Fenced, Abortable, Fatal."""
+        raise NotImplementedError
+    def _offsets(self, positions: dict[int, int]) -> Any:
+        """The consumed positions (partition of the input topic -> next offset) as the client takes them."""
+        raise NotImplementedError
+
+    # the transaction's end, the same calls in both clients
+    def send_offsets(self, positions: dict[int, int]) -> None:
+        offsets = self._offsets(positions)
+        self._call(lambda: self.producer.send_offsets_to_transaction(
+            offsets, self.consumer.consumer_group_metadata(), 30))
+
+    def commit(self) -> None:
+        self._call(lambda: self.producer.commit_transaction(30))
+
+    def abort(self) -> None:
+        self._call(lambda: self.producer.abort_transaction(30))
 
 
 class LibrdkafkaLoop(CopyLoop):
@@ -430,17 +440,9 @@ class LibrdkafkaLoop(CopyLoop):
     def flush(self) -> None:
         self.producer.flush(30)
 
-    def send_offsets(self, positions: dict[int, int]) -> None:
+    def _offsets(self, positions: dict[int, int]) -> Any:
         from confluent_kafka import TopicPartition
-        offsets = [TopicPartition(self.w.in_topic, q, o) for q, o in positions.items()]
-        self._call(lambda: self.producer.send_offsets_to_transaction(
-            offsets, self.consumer.consumer_group_metadata(), 30))
-
-    def commit(self) -> None:
-        self._call(lambda: self.producer.commit_transaction(30))
-
-    def abort(self) -> None:
-        self._call(lambda: self.producer.abort_transaction(30))
+        return [TopicPartition(self.w.in_topic, q, o) for q, o in positions.items()]
 
     def rewind(self) -> None:
         """Back to the group's committed offsets for every partition assigned now."""
@@ -519,17 +521,9 @@ class OncelogLoop(CopyLoop):
     def flush(self) -> None:
         self._call(lambda: self.producer.flush(30), 1)
 
-    def send_offsets(self, positions: dict[int, int]) -> None:
+    def _offsets(self, positions: dict[int, int]) -> Any:
         from oncelog.client.types import TopicPartition
-        offsets = {TopicPartition(self.w.in_topic, q): o for q, o in positions.items()}
-        self._call(lambda: self.producer.send_offsets_to_transaction(
-            offsets, self.consumer.consumer_group_metadata(), 30))
-
-    def commit(self) -> None:
-        self._call(lambda: self.producer.commit_transaction(30))
-
-    def abort(self) -> None:
-        self._call(lambda: self.producer.abort_transaction(30))
+        return {TopicPartition(self.w.in_topic, q): o for q, o in positions.items()}
 
     def rewind(self) -> None:
         """Back to the group's committed offsets for every partition assigned now."""
