@@ -132,16 +132,18 @@ class FaultRun:
         admin = AdminClient({"bootstrap.servers": self.bootstrap, **self.security, "log_level": 3})
         admin.create_topics([NewTopic(topic, self.options.partitions, 1)])[topic].result(30)
 
-    def under_faults(self, threads: list[threading.Thread], grace_s: float) -> None:
+    def under_faults(self, threads: list[threading.Thread], grace_s: float, **runner_options: Any) -> None:
         """Start the faults and the threads; faults stop when the threads end or after the first
         half of the time budget, whichever comes first. The threads get the whole budget plus
-        `grace_s` in all; those still running then are the caller's finding (`is_alive`)."""
+        `grace_s` in all; those still running then are the caller's finding (`is_alive`).
+        `runner_options`: what a workload adds to its `FaultRunner`."""
         options = self.options
         duration = options.duration() or 0
         self.cluster.set_faults(True)
         runner = self.runner = FaultRunner(self.cluster, self.target, options.partitions,
                                            [f for f in options.faults if f in PROCESS_FAULTS], options.seed,
-                                           self.gate, self.disk, on_event=lambda e: self.say(e.line()))
+                                           self.gate, self.disk, on_event=lambda e: self.say(e.line()),
+                                           **runner_options)
         window = duration + options.timeout_s / 2
 
         def heal() -> None:
