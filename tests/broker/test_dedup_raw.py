@@ -4,7 +4,6 @@ rules", including ProduceResponse v14's TopicProduceResponse tags 1 (ProducerSta
 and 10000 (MaxInFlightSequenceNumber, range mode only)."""
 from __future__ import annotations
 
-import asyncio
 import datetime
 import io
 import struct
@@ -29,7 +28,7 @@ from oncelog.broker.config import BrokerConfig
 from oncelog.protocol.errors import ErrorCode as E
 from oncelog.protocol.records import Record, encode_batch
 from oncelog.testing.in_process import InProcessBroker
-from oncelog.testing.raw_client import RawConnection
+from oncelog.testing.raw_client import AsyncRawConnection
 
 NOW = 1_700_000_000_000
 
@@ -81,28 +80,18 @@ class R:
         return out
 
 
-class Conn:
-    """The raw wire client (`testing.raw_client`) from the broker's own event loop: each exchange
-    runs on a thread, so the loop serves it meanwhile."""
+class Conn(AsyncRawConnection):
+    """The raw wire client (`testing.raw_client`) on this test's event loop, which the broker shares."""
 
-    def __init__(self, raw: RawConnection) -> None:
-        self.conn = raw
-
-    @classmethod
-    async def open(cls, host: str, port: int) -> Conn:
-        return cls(await asyncio.to_thread(RawConnection, f"{host}:{port}"))
-
-    async def raw(self, api_key: int, version: int, body: bytes) -> bytes:
-        return await asyncio.to_thread(self.conn.exchange, api_key, version, body)
+    async def raw(self, api_key: int, version: int, body: bytes, flexible: bool | None = None) -> bytes:
+        """The response body (`flexible`: the header's form, which the API and version decide)."""
+        return await self.exchange(api_key, version, body)
 
     async def kio(self, request, response_type):
         buf = io.BytesIO()
         entity_writer(type(request))(buf, request)
         body = await self.raw(int(request.__api_key__), int(request.__version__), buf.getvalue())
         return entity_reader(response_type)(body, 0)[0]
-
-    async def close(self) -> None:
-        self.conn.close()
 
 
 def produce_body(version: int, topic: str | uuid.UUID, partition: int, records: bytes, acks: int = -1) -> bytes:
@@ -171,12 +160,12 @@ class Client:
         assert resp.topics[0].error_code.value == 0, resp
         # kio refuses unknown tags such as our MessageFormatVersion (10000); the client's reader skips them
         from oncelog.protocol import metadata as metadata_codec
-        body = await self.conn.raw(3, 12, metadata_codec.encode_request(12, [name]))
+        body = await self.conn.raw(3, 12, metadata_codec.encode_request(12, [name]), True)
         self.topic_ids[name] = metadata_codec.decode_response(12, body).topics[name].topic_id
 
     async def produce(self, topic: str, records: bytes, version: int = 14):
         target = self.topic_ids[topic] if version >= 13 else topic
-        body = await self.conn.raw(0, version, produce_body(version, target, 0, records))
+        body = await self.conn.raw(0, version, produce_body(version, target, 0, records), version >= 9)
         return parse_produce(version, body)
 
     async def init_producer_id(self, pid: int = -1, epoch: int = -1) -> tuple[int, int]:
