@@ -384,6 +384,7 @@ class Broker:
                              f"(this broker serves v{supported[0]}-v{supported[1]})")
         started = time.perf_counter()
         refused: int = ErrorCode.NONE
+        bug = False
         try:
             request = api.decode(version, frame[header.body_offset:])
         except _MALFORMED as e:
@@ -405,24 +406,14 @@ class Broker:
             log.exception("%s %s v%d (correlation id %d, client %r at %s); answered UNKNOWN_SERVER_ERROR",
                           HANDLER_BUG, api_name(api_key), version, header.correlation_id, header.client_id,
                           peer or "?")
-            self.metrics.handler_bugs.inc()
+            bug = True
             refused = ErrorCode.UNKNOWN_SERVER_ERROR
             body = api.error_response(version, request, refused)
-        if body is not None:
-            if api_key not in _ERRORS_COUNTED_BY_HANDLER:
-                self.metrics.count_response_errors(api_key, version, body)
-            elif refused:
-                self.metrics.count_errors(api_name(api_key), (refused,))
         response = None if body is None else _framed(
             response_header(api_key, version, header.correlation_id), body)
-        self.metrics.observe(api_key, len(frame), len(response) if response else 0,
-                             time.perf_counter() - started)
+        self.metrics.request_handled(api_key, version, len(frame), body, len(response) if response else 0,
+                                     refused, bug, time.perf_counter() - started)
         return response
-
-
-# Produce and Fetch count their partitions' errors as they build their answers (the hot path: their
-# responses are not read back); every other response's errors are counted from its bytes
-_ERRORS_COUNTED_BY_HANDLER = frozenset({ApiKey.PRODUCE, ApiKey.FETCH})
 
 # What a handler bug's log line starts with: tests fail when a broker logged one
 # (tests/conftest.py, oncelog.testing.handler_bugs).
