@@ -6,7 +6,7 @@ rebalance, an acks=all Produce for its fsync).
 `APIS` adds to each how its request is decoded (kio, unless the module writes its own `decode`)
 and how an error answers it (Kafka's `getErrorResponse`: the module's `error_response` where the
 response names the request's resources, else the response's top-level error code). The broker's
-dispatch (`Broker.handle_request`) is the only caller: it decodes, then handles, and answers a
+dispatch (`Dispatcher.handle`) is the only caller: it decodes, then handles, and answers a
 handler that raises with `error_response`."""
 from __future__ import annotations
 
