@@ -172,7 +172,7 @@ class _BrokerStateCollector:
         groups = GaugeMetricFamily("oncelog_groups", "groups this broker coordinates, per type (classic or "
                                    "consumer) and state", labels=["type", "state"])
         try:
-            listing = b.groups.listing() if b.groups is not None else []
+            listing = b.groups.listing()  # BrokerNotStarted (a RuntimeError) before the broker starts
             for (gtype, state), n in sorted(Tally((t, st) for _g, _p, st, t in listing).items()):
                 groups.add_metric([gtype, state], n)
             for group, topic, index, offset, end in _group_offsets(b, listing):
@@ -205,8 +205,6 @@ def _group_offsets(b, listing) -> Iterator[tuple[str, str, int, int, int | None]
 
 
 def _transaction_states(b) -> dict[str, int]:
-    if b.txn is None:
-        return {}
     code, _unknown, metas = b.txn.core.list_transactions(b.now_ms())
     return dict(Tally(m.state.display_name for m in metas)) if code == 0 else {}
 

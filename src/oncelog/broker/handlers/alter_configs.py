@@ -6,9 +6,12 @@ broker id, or the empty name for the cluster-wide default) Kafka's dynamic broke
 internal topic's `cleanup.policy` stays `compact` (`broker.security.internal_topics`)."""
 from __future__ import annotations
 
+from typing import Any
+
 from oncelog.broker.handlers import incremental_alter_configs
 from oncelog.broker.security import internal_topics
 from oncelog.broker.security.authorization import Op, config_denied
+from oncelog.broker.services import BrokerServices
 from oncelog.core.broker_config import DELETE, SET
 from oncelog.core.topic_config import parse_topic_configs
 from oncelog.protocol import entities
@@ -19,7 +22,7 @@ API_KEY = ApiKey.ALTER_CONFIGS
 TOPIC, BROKER = 2, 4
 
 
-async def handle(broker, version: int, request) -> bytes:
+async def handle(broker: BrokerServices, version: int, request: Any) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     responses = []
     for res in request.resources:
@@ -46,7 +49,7 @@ async def handle(broker, version: int, request) -> bytes:
     return rb.encode(throttle_time=0, responses=tuple(responses))
 
 
-async def _replace_topic(broker, topic: str, configs, validate_only: bool) -> None:
+async def _replace_topic(broker: BrokerServices, topic: str, configs: Any, validate_only: bool) -> None:
     info = broker.logs.topics.get(topic)
     if info is None:
         raise KafkaProtocolError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {topic!r}")
@@ -57,5 +60,5 @@ async def _replace_topic(broker, topic: str, configs, validate_only: bool) -> No
         await broker.logs.alter_topic_config(topic, wanted, [k for k in info.overrides if k not in wanted])
 
 
-def error_response(version: int, request, code: int) -> bytes:
+def error_response(version: int, request: Any, code: int) -> bytes:
     return incremental_alter_configs.error_response(version, request, code, api_key=API_KEY)

@@ -8,8 +8,11 @@ validated before any is applied; an internal topic's `cleanup.policy` stays `com
 the cluster for broker settings (CLUSTER_AUTHORIZATION_FAILED)."""
 from __future__ import annotations
 
+from typing import Any
+
 from oncelog.broker.security import internal_topics
 from oncelog.broker.security.authorization import Op, config_denied
+from oncelog.broker.services import BrokerServices
 from oncelog.core.topic_config import TOPIC_CONFIGS, alter_list, parse_topic_configs
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
@@ -20,7 +23,7 @@ TOPIC, BROKER = 2, 4
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 
-async def handle(broker, version: int, request) -> bytes:
+async def handle(broker: BrokerServices, version: int, request: Any) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     responses = []
     for res in request.resources:
@@ -45,7 +48,7 @@ async def handle(broker, version: int, request) -> bytes:
     return rb.encode(throttle_time=0, responses=tuple(responses))
 
 
-async def _alter_topic(broker, topic: str, configs, validate_only: bool) -> None:
+async def _alter_topic(broker: BrokerServices, topic: str, configs: Any, validate_only: bool) -> None:
     if topic not in broker.logs.topics:
         raise KafkaProtocolError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {topic!r}")
     to_set, to_delete = {}, []
@@ -65,7 +68,8 @@ async def _alter_topic(broker, topic: str, configs, validate_only: bool) -> None
         parse_topic_configs(to_set)
 
 
-def _list_op(broker, topic: str, pending: dict[str, str], name: str, value: str | None, append: bool) -> str:
+def _list_op(broker: BrokerServices, topic: str, pending: dict[str, str], name: str, value: str | None,
+             append: bool) -> str:
     """APPEND / SUBTRACT on a list config, from the topic's override (or an earlier change in
     this request), else the config's default, as Kafka's ConfigAdminManager does."""
     definition = TOPIC_CONFIGS.get(name)
@@ -76,7 +80,7 @@ def _list_op(broker, topic: str, pending: dict[str, str], name: str, value: str 
     return alter_list(current, value or "", append)
 
 
-def error_response(version: int, request, code: int, api_key: int = API_KEY) -> bytes:
+def error_response(version: int, request: Any, code: int, api_key: int = API_KEY) -> bytes:
     """Every resource refused with `code` (AlterConfigs answers the same shape)."""
     rb = entities.ResponseBuilder(api_key, version)
     return rb.encode_error(code, responses=tuple(

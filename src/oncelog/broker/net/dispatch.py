@@ -13,10 +13,11 @@ import logging
 import struct
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 from oncelog.broker.handlers import APIS, api_versions
 from oncelog.broker.net.request_context import APPLIED, CLIENT, LISTENER, MUTE, PRINCIPAL
+from oncelog.broker.services import BrokerServices
 from oncelog.core.security.principal import ANONYMOUS, KafkaPrincipal
 from oncelog.protocol.api import BROKER_VERSIONS, ApiKey, api_name
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
@@ -38,7 +39,7 @@ class RequestObserver(Protocol):
 class Dispatcher:
     """Decodes a frame, runs its API's handler with the broker's services, frames the answer."""
 
-    def __init__(self, services: Any, observer: RequestObserver) -> None:
+    def __init__(self, services: BrokerServices, observer: RequestObserver) -> None:
         self._services = services
         self._observer = observer
 

@@ -16,8 +16,9 @@ import logging
 import socket
 import time
 import zlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from oncelog.broker.cluster.controller_client import controller_client
 from oncelog.broker.cluster.controller_link import ControllerLink
@@ -41,6 +42,7 @@ from oncelog.broker.security.follower import SecurityFollower
 from oncelog.broker.security.inter_broker import ClusterLogin, InterBrokerLink, cluster_credential
 from oncelog.broker.security.quotas import BrokerQuotas
 from oncelog.broker.security.scram_credentials import ControllerCredentials
+from oncelog.broker.services import BrokerNotStarted, TxnCheck
 from oncelog.broker.txn.coordinator import TxnCoordinatorService
 from oncelog.core.security.listeners import Endpoint
 from oncelog.core.topic_names import is_internal
@@ -51,6 +53,8 @@ from oncelog.storage.log_manager import LogManager
 
 log = logging.getLogger("oncelog.broker")
 
+_T = TypeVar("_T")
+
 class Broker:
     def __init__(self, config: BrokerConfig, clock: Callable[[], float] = time.time) -> None:
         self.config = config
@@ -60,9 +64,12 @@ class Broker:
             self.config.log_dirs, self.config.topic_defaults(), self.config.producer_config(), node_id=self.node_id,
             expiration_check_interval_ms=self.config["producer.id.expiration.check.interval.ms"],
             cleaner=self._cleaner())
-        self.producer_ids: ProducerIdManager | None = None
-        self.groups: GroupCoordinator | None = None
-        self.txn: TxnCoordinatorService | None = None
+        # made by start(); handlers read them through the properties below (`broker.services`)
+        self._producer_ids: ProducerIdManager | None = None
+        self._groups: GroupCoordinator | None = None
+        self._txn: TxnCoordinatorService | None = None
+        self._security: SecurityFollower | None = None
+        self._credentials: ControllerCredentials | None = None
         self.controller_link: ControllerLink | None = None
         self.fatal = asyncio.Event()  # set when the broker must stop (e.g. no cluster rights)
         self.fatal_message = ""
@@ -75,7 +82,6 @@ class Broker:
         self.bound: dict[str, tuple[str, int]] = {}
         self.advertised: dict[str, tuple[str, int]] = {}
         self.listener_security: dict[str, ListenerSecurity] = {}
-        self.credentials: ControllerCredentials | None = None
         self.inter_broker: InterBrokerLink   # set by start(): how this broker and its peers reach each other
         self.metrics_port: int | None = None
         self._dir_locks: list[DirectoryLock] = []
@@ -89,12 +95,11 @@ class Broker:
         # partitions, add?) -> code per partition: `broker.txn.add_partitions`, set with the
         # coordinator; None: batches accepted as they come. Transactions V1 batches are only
         # verified with transaction.partition.verification.enable (Kafka's rule)
-        self.txn_check: Callable[[str, int, int, list, bool], Awaitable[dict]] | None = None
+        self.txn_check: TxnCheck | None = None
         self.txn_verification = bool(self.config["transaction.partition.verification.enable"])
         # issue 18: ACLs and client quotas follow the controller's metadata log (security_follower)
         self.authorizer = make_authorizer(self.config)
         self.quotas = BrokerQuotas(self.config, self.now_ms)
-        self.security: SecurityFollower | None = None
         self.dynamic_config = DynamicBrokerConfig(self)   # follows the controller with `security`
         # listening sockets, connection limits and quotas, idle connections (broker/net/connection_limits.py)
         self.connection_gate = ConnectionGate(self.config, self.now_ms)
@@ -107,6 +112,26 @@ class Broker:
 
     def now_ms(self) -> int:
         return int(self._clock() * 1000)
+
+    @property
+    def groups(self) -> GroupCoordinator:
+        return _started(self._groups, "the group coordinator")
+
+    @property
+    def txn(self) -> TxnCoordinatorService:
+        return _started(self._txn, "the transaction coordinator")
+
+    @property
+    def producer_ids(self) -> ProducerIdManager:
+        return _started(self._producer_ids, "the producer id manager")
+
+    @property
+    def security(self) -> SecurityFollower:
+        return _started(self._security, "the security follower")
+
+    @property
+    def credentials(self) -> ControllerCredentials:
+        return _started(self._credentials, "the controller credentials")
 
     # The address a client is told to use is that of the listener it came in on (Kafka's
     # Metadata answers per listener); outside a request, the first listener's.
@@ -169,7 +194,7 @@ class Broker:
         if not clustered:
             await self.logs.open(self.now_ms())
         c = self.config
-        self.groups = GroupCoordinator(
+        self._groups = GroupCoordinator(
             GroupOffsetStore(first_dir / "__consumer_offsets", shared=clustered,
                              offsets_partitions=c["offsets.topic.num.partitions"]), self.now_ms,
             c["group.initial.rebalance.delay.ms"], min_session_timeout_ms=c["group.min.session.timeout.ms"],
@@ -193,10 +218,9 @@ class Broker:
             await self._join_cluster()
             self.dynamic_config.apply()    # the cluster's logs replaced the ones it was applied to
         # Before serving: a partition of __transaction_state left in Prepare* resumes its markers now.
-        assert self.producer_ids is not None  # _connect_controller set it or raised
-        self.txn = TxnCoordinatorService(self, self.producer_ids.producer_id_nowait)
-        self.txn_check = self.txn.partitions.ask
-        self.txn.start()
+        txn = self._txn = TxnCoordinatorService(self, self.producer_ids.producer_id_nowait)
+        self.txn_check = txn.partitions.ask
+        txn.start()
         self.connection_gate.start({name: functools.partial(Connection, self, sec)
                                     for name, sec in self.listener_security.items()})
         self._ticker = asyncio.create_task(self._tick_loop())
@@ -214,7 +238,7 @@ class Broker:
         and start TLS per connection (`Connection`), so a failed handshake is logged with its
         address."""
         setup = self.config.listener_setup
-        self.credentials = ControllerCredentials(self)
+        self._credentials = ControllerCredentials(self)
         cluster = ClusterLogin(self.inter_broker.credential)   # other brokers log in on every listener
         for endpoint, advertised in zip(setup.listeners, setup.advertised):
             sec = ListenerSecurity.from_config(self.config, endpoint, self.credentials.lookup, cluster,
@@ -242,20 +266,20 @@ class Broker:
             self.config["broker.heartbeat.interval.ms"], inter.name, int(inter.protocol))
         await link.register()
         link.start()
-        self.producer_ids = ProducerIdManager(controller_client(self.config), self.node_id,
+        self._producer_ids = ProducerIdManager(controller_client(self.config), self.node_id,
                                               lambda: link.epoch, on_fatal=self._fatal,
                                               prefetch=self.config["producer.id.block.prefetch"])
         # ACLs and quotas are in force before the first client is served (an empty set with
         # allow.everyone.if.no.acl.found would let anyone in)
-        self.security = SecurityFollower(controller_client(self.config),
-                                         self.config["broker.heartbeat.interval.ms"])
-        self.security.on_change += [lambda state: follow_acls(self.authorizer, state), self.quotas.follow,
+        security = self._security = SecurityFollower(controller_client(self.config),
+                                                     self.config["broker.heartbeat.interval.ms"])
+        security.on_change += [lambda state: follow_acls(self.authorizer, state), self.quotas.follow,
                                     self.connection_gate.follow, self.dynamic_config.follow]
-        follow_acls(self.authorizer, self.security.state)
-        self.quotas.follow(self.security.state)
-        self.connection_gate.follow(self.security.state)
-        await self.security.catch_up()
-        self.security.start()
+        follow_acls(self.authorizer, security.state)
+        self.quotas.follow(security.state)
+        self.connection_gate.follow(security.state)
+        await security.catch_up()
+        security.start()
 
     async def _join_cluster(self) -> None:
         """Shared storage: partitions follow the controller's leadership instead of a local registry."""
@@ -296,14 +320,14 @@ class Broker:
     async def stop(self) -> None:
         if self.controller_link is not None:
             await self.controller_link.stop()
-        if self.security is not None:
-            await self.security.stop()
+        if self._security is not None:
+            await self._security.stop()
         if self._ticker is not None:
             self._ticker.cancel()
             await asyncio.gather(self._ticker, return_exceptions=True)
             self._ticker = None
-        if self.txn is not None:
-            await self.txn.stop()
+        if self._txn is not None:
+            await self._txn.stop()
         await self.connection_gate.close()
         for conn in list(self.connections):
             conn.close()
@@ -318,7 +342,6 @@ class Broker:
 
     async def _tick_loop(self) -> None:
         interval = min(self.config["log.retention.check.interval.ms"], 1000) / 1000
-        assert self.groups is not None  # start() makes the coordinator before it starts this loop
         while True:
             await asyncio.sleep(interval)
             try:
@@ -339,6 +362,12 @@ class Broker:
             await asyncio.wait_for(self._data_event.wait(), timeout_s)
         except TimeoutError:
             pass
+
+
+def _started(service: _T | None, what: str) -> _T:
+    if service is None:
+        raise BrokerNotStarted(f"{what} is made when the broker starts")
+    return service
 
 
 def _advertised_address(bound: Endpoint, advertised: Endpoint, port: int) -> tuple[str, int]:

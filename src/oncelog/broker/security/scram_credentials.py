@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from oncelog.broker.cluster.controller_client import ControllerClient, ControllerUnavailable, controller_client
+from oncelog.broker.services import BrokerNotStarted
 from oncelog.core.security.credentials import ScramCredentials
 from oncelog.core.security.scram import CredentialShape, ScramCredential, ScramMechanism
 from oncelog.protocol import entities
@@ -71,8 +72,11 @@ class ControllerCredentials:
     def shapes(self, mechanism: ScramMechanism) -> Mapping[CredentialShape, int]:
         """The shapes of the credentials this broker follows (`security_follower`): what the SCRAM
         mock for a user that does not exist imitates."""
-        security = self._broker.security
-        return {} if security is None else security.state.scram.shapes(mechanism)
+        try:
+            security = self._broker.security
+        except BrokerNotStarted:  # nothing to imitate yet
+            return {}
+        return security.state.scram.shapes(mechanism)
 
     def close(self) -> None:
         if self._client is not None:

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from oncelog.broker.cluster.peers import Peers, PeerUnavailable
+from oncelog.broker.services import BrokerServices
 from oncelog.core.txn.log_format import TRANSACTION_STATE_TOPIC
 from oncelog.core.txn.state import TV_2, TopicPartition
 from oncelog.protocol.api import ApiKey
@@ -102,7 +103,7 @@ class AddPartitionsManager:
         return await channel.submit(tid, _Entry(pid, epoch, add, set(tps)), tps)
 
 
-async def check(broker, transactional_id: str, producer_id: int, producer_epoch: int,
+async def check(broker: BrokerServices, transactional_id: str, producer_id: int, producer_epoch: int,
                 partitions: list[TopicPartition], add: bool, begin: Callable[[], Any],
                 valid: Callable[[Any], bool], end: Callable[[Any], None]) -> dict[TopicPartition, int]:
     """NONE for each partition that is in the producer's ongoing transaction (after adding it,
