@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from oncelog.broker.groups.coordinator import STABLE
 from oncelog.broker.security.authorization import GROUP, Op, authorize, authorized_operations
 from oncelog.broker.services import BrokerServices
+from oncelog.core.groups.classic_group import STABLE
 from oncelog.core.security.authorizer import AUTHORIZED_OPERATIONS_OMITTED
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
