@@ -27,8 +27,8 @@ from oncelog.protocol.errors import ErrorCode as E
 GROUP = "g"
 SESSION_MS, REBALANCE_MS = 1000, 3000
 INSTANCES = ["i0", "i1", "i2"]
-# ConsumerProtocolSubscription v0: topic "t", no user data
-SUBSCRIPTION = struct.pack(">hih", 0, 1, 1) + b"t" + struct.pack(">i", -1)
+# ConsumerProtocolSubscription v0 (topic "t", no user data), and metadata too short to read
+SUBSCRIPTIONS = [struct.pack(">hih", 0, 1, 1) + b"t" + struct.pack(">i", -1), b"", b"\x00"]
 
 
 class Shell:
@@ -73,10 +73,10 @@ class ClassicGroupMachine(RuleBasedStateMachine):
         return self.waiters - 1
 
     def _join(self, member_id: str, instance_id: str | None, require_known: bool = False,
-              protocols: tuple[str, ...] = ("range",)) -> None:
+              protocols: tuple[str, ...] = ("range",), metadata: bytes = SUBSCRIPTIONS[0]) -> None:
         waiter = self._waiter()
         result = self.groups.join(GROUP, member_id, instance_id, "client", "/127.0.0.1", "consumer",
-                                  [(p, SUBSCRIPTION) for p in protocols], SESSION_MS, REBALANCE_MS, require_known,
+                                  [(p, metadata) for p in protocols], SESSION_MS, REBALANCE_MS, require_known,
                                   waiter, self.now)
         if not isinstance(result, Waiting):
             self.immediate.add(waiter)
@@ -90,9 +90,9 @@ class ClassicGroupMachine(RuleBasedStateMachine):
         return m.member_id, m.instance_id
 
     # ------------------------------------------------------------------ members
-    @rule(require_known=st.booleans())
-    def join_dynamic(self, require_known: bool) -> None:
-        self._join("", None, require_known)
+    @rule(require_known=st.booleans(), metadata=st.sampled_from(SUBSCRIPTIONS))
+    def join_dynamic(self, require_known: bool, metadata: bytes) -> None:
+        self._join("", None, require_known, metadata=metadata)
 
     @rule(data=st.data())
     def join_pending(self, data: st.DataObject) -> None:

@@ -9,6 +9,7 @@ Two rebalance deadlines live on the group: the end of the join phase and the Syn
 """
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, field
 
 from oncelog.protocol.primitives import Reader
@@ -118,7 +119,7 @@ class Group:
                 r.i16()
                 for _ in range(r.array_len(False)):
                     topics.add(r.string(False) or "")
-        except (ValueError, IndexError, UnicodeDecodeError, EOFError):
+        except (ValueError, IndexError, UnicodeDecodeError, EOFError, struct.error):  # too short to read
             return None
         return frozenset(topics)
 
