@@ -8,6 +8,7 @@ validated before any is applied; an internal topic's `cleanup.policy` stays `com
 the cluster for broker settings (CLUSTER_AUTHORIZATION_FAILED)."""
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from oncelog.broker.security import internal_topics
@@ -24,28 +25,42 @@ SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 
 async def handle(broker: BrokerServices, version: int, request: Any) -> bytes:
-    rb = entities.ResponseBuilder(API_KEY, version)
+    return await alter_each(broker, API_KEY, version, request, _alter_broker, _alter_topic)
+
+
+# A resource's change: (broker, resource name, the request's configs for it, validate_only)
+Alter = Callable[[BrokerServices, str, Any, bool], Awaitable[None]]
+
+
+async def alter_each(broker: BrokerServices, api_key: int, version: int, request: Any, alter_broker: Alter,
+                     alter_topic: Alter) -> bytes:
+    """The per-resource loop of AlterConfigs and IncrementalAlterConfigs: each resource is
+    authorized, changed by its type, and answered on its own (a refused one leaves the others
+    changed, as Kafka answers)."""
+    rb = entities.ResponseBuilder(api_key, version)
     responses = []
     for res in request.resources:
         rtype, rname = int(res.resource_type), str(res.resource_name)
-        code: int
-        code, message = ErrorCode.NONE, None
+        code: int = ErrorCode.NONE
+        message: str | None = None
         try:
             denied = config_denied(broker, Op.ALTER_CONFIGS, rtype, rname)
             if denied is not None:
                 raise KafkaProtocolError(denied, None)
-            if rtype == BROKER:
-                await broker.dynamic_config.alter(rname, [(c.name, int(c.config_operation), c.value)
-                                                          for c in res.configs], request.validate_only)
-            elif rtype == TOPIC:
-                await _alter_topic(broker, rname, res.configs, request.validate_only)
-            else:
+            alter = {BROKER: alter_broker, TOPIC: alter_topic}.get(rtype)
+            if alter is None:
                 raise KafkaProtocolError(ErrorCode.INVALID_REQUEST, f"Unknown resource type {rtype}")
+            await alter(broker, rname, res.configs, request.validate_only)
         except KafkaProtocolError as e:
             code, message = e.code, e.message
         responses.append(rb("AlterConfigsResourceResponse", error_code=code, error_message=message,
                             resource_type=rtype, resource_name=rname))
     return rb.encode(throttle_time=0, responses=tuple(responses))
+
+
+async def _alter_broker(broker: BrokerServices, name: str, configs: Any, validate_only: bool) -> None:
+    await broker.dynamic_config.alter(name, [(c.name, int(c.config_operation), c.value) for c in configs],
+                                      validate_only)
 
 
 async def _alter_topic(broker: BrokerServices, topic: str, configs: Any, validate_only: bool) -> None:
