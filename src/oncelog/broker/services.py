@@ -13,7 +13,6 @@ handlers run only once it has.
 """
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
@@ -27,15 +26,9 @@ if TYPE_CHECKING:
     from oncelog.broker.security.follower import SecurityFollower
     from oncelog.broker.security.quotas import BrokerQuotas
     from oncelog.broker.security.scram_credentials import ControllerCredentials
+    from oncelog.broker.txn.add_partitions import TxnCheck
     from oncelog.broker.txn.coordinator import TxnCoordinatorService
     from oncelog.core.security.authorizer import Authorizer
-    from oncelog.core.txn.state import TopicPartition
-
-# KIP-890: a partition leader's question to the transaction coordinator before a producer's first
-# transactional batch of a transaction: (transactional id, producer id, epoch, partitions, add?)
-# -> error code per partition (`broker.txn.add_partitions`)
-TxnCheck = Callable[[str, int, int, "list[TopicPartition]", bool], Awaitable["dict[TopicPartition, int]"]]
-
 
 class BrokerNotStarted(RuntimeError):
     """A service `Broker.start` makes was asked for before it made it."""

@@ -15,7 +15,7 @@ import time
 import types
 from collections import deque
 from collections.abc import Coroutine, Generator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from oncelog.broker.net.dispatch import BadRequest
 from oncelog.broker.security.authentication import ConnectionAuth, ListenerSecurity
@@ -24,9 +24,23 @@ from oncelog.protocol.api import ApiKey
 from oncelog.protocol.framing import FrameError, FrameReader
 
 if TYPE_CHECKING:
-    from oncelog.broker.net.server import Broker
+    from oncelog.broker.config import BrokerConfig
+    from oncelog.broker.metrics import BrokerMetrics
+    from oncelog.broker.net.connection_limits import ConnectionGate
+    from oncelog.broker.net.dispatch import Dispatcher
 
 log = logging.getLogger("oncelog.broker")
+
+class ConnectionOwner(Protocol):
+    """What a connection uses of the broker that accepted it (`net.server.Broker`)."""
+    config: BrokerConfig
+    connections: set[Connection]     # the open ones, each adds and discards itself
+    metrics: BrokerMetrics
+    connection_gate: ConnectionGate
+    dispatcher: Dispatcher
+
+    def now_ms(self) -> int: ...
+
 
 _MAX_QUEUED_FRAMES = 64  # stop reading from a client that pipelines more than this
 _TLS_HANDSHAKE_TIMEOUT_S = 10.0
@@ -47,7 +61,7 @@ class Connection(asyncio.BufferedProtocol):
     the Produce requests behind it start, so that their appends join the same group commit; its
     answer still goes out first. Any other request waits until every answer before it is out."""
 
-    def __init__(self, broker: Broker, security: ListenerSecurity) -> None:
+    def __init__(self, broker: ConnectionOwner, security: ListenerSecurity) -> None:
         self.broker = broker
         self.security = security
         self.auth: ConnectionAuth = None  # type: ignore[assignment]  # set once the connection is established

@@ -42,7 +42,8 @@ from oncelog.broker.security.follower import SecurityFollower
 from oncelog.broker.security.inter_broker import ClusterLogin, InterBrokerLink, cluster_credential
 from oncelog.broker.security.quotas import BrokerQuotas
 from oncelog.broker.security.scram_credentials import ControllerCredentials
-from oncelog.broker.services import BrokerNotStarted, TxnCheck
+from oncelog.broker.services import BrokerNotStarted
+from oncelog.broker.txn.add_partitions import TxnCheck
 from oncelog.broker.txn.coordinator import TxnCoordinatorService
 from oncelog.core.security.listeners import Endpoint
 from oncelog.core.topic_names import is_internal

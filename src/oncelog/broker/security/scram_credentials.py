@@ -17,7 +17,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from oncelog.broker.cluster.controller_client import ControllerClient, ControllerUnavailable, controller_client
-from oncelog.broker.services import BrokerNotStarted
 from oncelog.core.security.credentials import ScramCredentials
 from oncelog.core.security.scram import CredentialShape, ScramCredential, ScramMechanism
 from oncelog.protocol import entities
@@ -74,7 +73,7 @@ class ControllerCredentials:
         mock for a user that does not exist imitates."""
         try:
             security = self._broker.security
-        except BrokerNotStarted:  # nothing to imitate yet
+        except RuntimeError:  # BrokerNotStarted: no security follower yet, nothing to imitate
             return {}
         return security.state.scram.shapes(mechanism)
 
