@@ -19,6 +19,7 @@ import struct
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from tests.tiers import examples
 
 from oncelog.core.groups.classic import ClassicGroups, Waiting
 from oncelog.core.groups.classic_group import COMPLETING, PREPARING, STABLE, Group, JoinResult, SyncAnswer
@@ -224,6 +225,6 @@ class ClassicGroupMachine(RuleBasedStateMachine):
         assert g.pending_sync <= g.members.keys()
 
 
-ClassicGroupMachine.TestCase.settings = settings(max_examples=300, stateful_step_count=50, deadline=None,
+ClassicGroupMachine.TestCase.settings = settings(max_examples=examples(300), stateful_step_count=50, deadline=None,
                                                  suppress_health_check=[HealthCheck.too_slow])
 TestClassicGroup = ClassicGroupMachine.TestCase

@@ -1,9 +1,9 @@
 """Batch reads and writes through format("oncelog") against a real broker."""
 import pytest
 from pyspark.sql import functions as F
+from tests.tiers import size
 
 from conftest import read_topic
-from tests.tiers import size
 
 ROWS = size(20_000, 100_000)
 
