@@ -27,6 +27,8 @@ Everything is recorded in a `txn_history.History` for the checker: each transact
 its consumer returned for it, what it sent (with the delivery reports' offsets) and its outcome,
 each repositioning of a consumer, and the polls of a reader per client that follows the output
 topic read_committed while the loops run (Jepsen's poll operations over transactional writes).
+
+One concern in one module, over 600 lines on purpose: the one workload, its clients and loops.
 """
 from __future__ import annotations
 

@@ -6,7 +6,10 @@ created on first need only for a caller allowed to ask (Kafka's getCoordinator o
 refused request creates nothing."""
 from __future__ import annotations
 
+from typing import Any
+
 from oncelog.broker.security import authorization as authz
+from oncelog.broker.services import BrokerServices
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode
@@ -15,11 +18,11 @@ API_KEY = ApiKey.FIND_COORDINATOR
 GROUP, TRANSACTION = 0, 1
 
 
-async def handle(broker, version: int, request) -> bytes:
+async def handle(broker: BrokerServices, version: int, request: Any) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     key_type = int(getattr(request, "key_type", GROUP))
     keys = list(request.coordinator_keys) if version >= 4 else [request.key]
-    answers: dict[str, dict] = {}
+    answers: dict[str, dict[str, Any]] = {}
     allowed = []   # transactional ids the caller may look up
     for key in dict.fromkeys(keys):
         answer = _answer(broker, key_type, key)
@@ -37,7 +40,7 @@ async def handle(broker, version: int, request) -> bytes:
     return rb.encode(throttle_time=0, **answers[request.key])
 
 
-def _answer(broker, key_type: int, key: str) -> dict | None:
+def _answer(broker: BrokerServices, key_type: int, key: str) -> dict[str, Any] | None:
     """The answer for `key`, or None for a transactional id the caller may look up."""
     if key_type not in (GROUP, TRANSACTION):
         return _error(ErrorCode.INVALID_REQUEST, f"unknown key type {key_type}")
@@ -52,7 +55,7 @@ def _answer(broker, key_type: int, key: str) -> dict | None:
     return None
 
 
-def _transaction_coordinator(broker, key: str) -> dict:
+def _transaction_coordinator(broker: BrokerServices, key: str) -> dict[str, Any]:
     found = broker.txn.coordinator_node(key)
     if found is None:
         return _error(ErrorCode.COORDINATOR_NOT_AVAILABLE)
@@ -60,11 +63,11 @@ def _transaction_coordinator(broker, key: str) -> dict:
     return dict(node_id=node, host=host, port=port, error_code=ErrorCode.NONE, error_message=None)
 
 
-def _error(code: int, message: str | None = None) -> dict:
+def _error(code: int, message: str | None = None) -> dict[str, Any]:
     return dict(node_id=-1, host="", port=-1, error_code=code, error_message=message)
 
 
-def error_response(version: int, request, code: int) -> bytes:
+def error_response(version: int, request: Any, code: int) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     if version >= 4:
         return rb.encode_error(code, coordinators=tuple(rb.error("Coordinator", code, key=key, error_message=None)
