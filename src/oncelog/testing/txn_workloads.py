@@ -28,6 +28,10 @@ its consumer returned for it, what it sent (with the delivery reports' offsets) 
 each repositioning of a consumer, and the polls of a reader per client that follows the output
 topic read_committed while the loops run (Jepsen's poll operations over transactional writes).
 
+librdkafka's transactional calls are bounded here (`bounded`): from librdkafka 2.10 on, one can
+block past its own timeout, and a loop that waited would hold its partitions until the run ends
+(see `WEDGE_GRACE_S`).
+
 One concern in one module, over 600 lines on purpose: the one workload, its clients and loops.
 """
 from __future__ import annotations
@@ -77,6 +81,7 @@ class TxnWorkload:
     stats: Counter = field(default_factory=Counter)
     errors: Counter = field(default_factory=Counter)
     notes: list = field(default_factory=list)
+    lock: Any = field(default_factory=threading.Lock, repr=False)   # over stats, from the loops' threads
 
     def client_config(self) -> dict:
         """Where and how clients connect (librdkafka's names, which oncelog's client takes too)."""
@@ -114,7 +119,6 @@ class TxnWorkload:
         self.ends = ends
         self.started = time.monotonic()
         self.done = threading.Event()
-        self.lock = threading.Lock()
         rng = random.Random(self.seed)
         loop_cls = OncelogLoop if self.client == "oncelog" else LibrdkafkaLoop
         reader = (OncelogReader if self.client == "oncelog" else LibrdkafkaReader)(self).start()
@@ -167,6 +171,45 @@ class TxnWorkload:
             self.stats[what] += n
 
 
+# librdkafka (2.10 on, 2.16 here) drops a broker that a Metadata answer no longer lists (a broker
+# down past the controller's session timeout) and all of them when every broker is down
+# (re-bootstrap), but keeps a dropped one as the cached group coordinator: send_offsets_to_
+# transaction's TxnOffsetCommit then waits for that broker to come up, which it never does, is
+# looked up again only when some other broker's connection changes state, and its timeout is never
+# checked (librdkafka issues #5511 and #5456). Under kills the call blocks for minutes or for good,
+# the loop's partitions stay assigned to its silent consumer and the run ends with inputs not
+# copied. An application bounds the call itself: a call still running this long past its own
+# timeout is given up, its producer abandoned (`_ABANDONED`) and replaced by a new one with the
+# same transactional.id, whose InitProducerId fences it and aborts its open transaction.
+WEDGE_GRACE_S = 10.0
+ABANDONED = "producers abandoned in a call past its timeout (librdkafka #5511, #5456)"   # a stats key
+_ABANDONED: list = []   # clients left inside a call: never destroyed while it may still return
+
+
+class Wedged(Exception):
+    """A client call ran past its own timeout by more than WEDGE_GRACE_S."""
+
+
+def bounded(fn, timeout_s: float):
+    """fn() on a thread of its own: its result or its exception, or Wedged once `timeout_s` has
+    passed with the call still running (it goes on, on that thread)."""
+    box: dict[str, Any] = {}
+
+    def call() -> None:
+        try:
+            box["result"] = fn()
+        except BaseException as e:  # noqa: BLE001 - handed to the caller
+            box["error"] = e
+    t = threading.Thread(target=call, name="client-call", daemon=True)
+    t.start()
+    t.join(timeout_s)
+    if t.is_alive():
+        raise Wedged(f"still running after {timeout_s:.0f}s")
+    if "error" in box:
+        raise box["error"]
+    return box.get("result")
+
+
 class Fenced(Exception):
     """This instance's transactional id was taken over by a newer instance."""
 
@@ -186,6 +229,7 @@ class Retriable(Exception):
 class CopyLoop:
     consumer: Any = None
     producer: Any = None
+    api_timeout_s = 30.0   # the timeout of each transactional call
     def __init__(self, w: TxnWorkload, tid: str, partitions: list[int], rng: random.Random,
                  generation: int = 1, pipelined: bool = False) -> None:
         self.w, self.tid, self.partitions, self.rng = w, tid, partitions, rng
@@ -365,13 +409,13 @@ class CopyLoop:
     def send_offsets(self, positions: dict[int, int]) -> None:
         offsets = self._offsets(positions)
         self._call(lambda: self.producer.send_offsets_to_transaction(
-            offsets, self.consumer.consumer_group_metadata(), 30))
+            offsets, self.consumer.consumer_group_metadata(), self.api_timeout_s))
 
     def commit(self) -> None:
-        self._call(lambda: self.producer.commit_transaction(30))
+        self._call(lambda: self.producer.commit_transaction(self.api_timeout_s))
 
     def abort(self) -> None:
-        self._call(lambda: self.producer.abort_transaction(30))
+        self._call(lambda: self.producer.abort_transaction(self.api_timeout_s))
 
 
 class LibrdkafkaLoop(CopyLoop):
@@ -391,7 +435,7 @@ class LibrdkafkaLoop(CopyLoop):
         self.producer = Producer({**self.w.client_config(), "transactional.id": self.tid,
                                   "transaction.timeout.ms": 30000, "log_level": 3, "socket.timeout.ms": 5000,
                                   "message.timeout.ms": 30000, **batching})
-        self._call(lambda: self.producer.init_transactions(30))
+        self._call(lambda: self.producer.init_transactions(self.api_timeout_s))
 
     def close_producer(self) -> None:
         p = self.producer
@@ -406,7 +450,12 @@ class LibrdkafkaLoop(CopyLoop):
         from confluent_kafka import KafkaError, KafkaException
         for i in range(attempts):
             try:
-                return fn()
+                return bounded(fn, self.api_timeout_s + WEDGE_GRACE_S)
+            except Wedged as e:
+                _ABANDONED.append(self.producer)   # its call may still return: never destroyed
+                self.producer = None
+                self.w.count(ABANDONED)
+                raise Fatal(f"call past its {self.api_timeout_s:.0f}s timeout, producer abandoned: {e}") from None
             except KafkaException as e:
                 err = e.args[0] if e.args else None
                 if not isinstance(err, KafkaError):
