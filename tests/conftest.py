@@ -93,6 +93,9 @@ def pytest_collection_modifyitems(items):
         group = _xdist_group(item)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+    # one SparkContext per process, and asking for the other master restarts it (about 20 s):
+    # the tests on local[2,3] run after all those on local[2], so the worker starts each once
+    items.sort(key=lambda item: "spark_retry" in item.fixturenames)
 
 
 @pytest.fixture(autouse=True)
