@@ -46,6 +46,11 @@ settings.load_profile(TIER)
 # never pay it). `_child_site/hypothesis.py` refuses the import in those processes only.
 _CHILD_SITE = str(Path(__file__).parent / "_child_site")
 
+# The tests' Spark JVMs (their own session's and the drivers they start) run for seconds each:
+# the C1 compiler alone and the serial collector spend less of the two cores on compiling and
+# collecting than the server defaults tuned for long jobs. A user's setting wins.
+os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+
 
 @pytest.fixture(scope="session", autouse=True)
 def _children_without_hypothesis():
