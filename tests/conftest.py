@@ -35,10 +35,11 @@ _SPARK_FIXTURES = frozenset({"_spark_sessions"})
 
 # Hypothesis: a test's explicit max_examples is its full size; in the CI tier it runs a third of
 # them (tests/tiers.py `examples`). Either profile prints the blob that reproduces a failure.
-if TIER not in ("ci", "all"):
-    raise pytest.UsageError(f"ONCELOG_TEST_TIER={TIER!r}: ci or all")
+if TIER not in ("ci", "all", "nightly"):
+    raise pytest.UsageError(f"ONCELOG_TEST_TIER={TIER!r}: ci, all or nightly")
 settings.register_profile("ci", print_blob=True)
 settings.register_profile("all", print_blob=True)
+settings.register_profile("nightly", print_blob=True, deadline=None)
 settings.load_profile(TIER)
 
 # Servers and commands that tests start never import hypothesis: kio registers its strategies when
