@@ -85,6 +85,7 @@ def _xdist_group(item) -> str | None:
     return None
 
 
+@pytest.hookimpl(tryfirst=True)   # before xdist's, which reads the xdist_group marks set here
 def pytest_collection_modifyitems(items):
     if "oncelog.cli" in sys.modules:  # the composition root: nothing imports it, tests neither
         raise pytest.UsageError("a test imports oncelog.cli: run the command as a user does "
@@ -102,6 +103,24 @@ def pytest_collection_modifyitems(items):
     # one SparkContext per process, and asking for the other master restarts it (about 20 s):
     # the tests on local[2,3] run after all those on local[2], so the worker starts each once
     items.sort(key=lambda item: "spark_retry" in item.fixturenames)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session):
+    """Under `--dist loadgroup` each xdist worker must see the group in the node ids (xdist
+    passes groups to its scheduler that way). pytest 9.2 ignores xdist's rewrite (pytest-xdist
+    #1386), and the groups are then silently dropped: Spark JVMs on every worker, the fault
+    matrices side by side. Refuse to run rather than run that way."""
+    config = session.config
+    if not getattr(config.option, "loadgroup", False):
+        return
+    lost = [item.nodeid for item in session.items
+            if item.get_closest_marker("xdist_group") is not None and "@" not in item.nodeid]
+    if lost:
+        sys.stderr.write(f"--dist loadgroup is not grouping: pytest {pytest.__version__} (pytest-xdist #1386)\n")
+        raise pytest.UsageError(f"--dist loadgroup is not grouping ({len(lost)} tests, e.g. {lost[0]}): "
+                                f"pytest {pytest.__version__} and this pytest-xdist do not work together "
+                                "(pytest-xdist #1386); install the pytest that pyproject.toml pins")
 
 
 @pytest.fixture(autouse=True)
