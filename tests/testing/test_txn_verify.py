@@ -26,7 +26,10 @@ def test_transactional_copy_under_kills_and_moves(tmp_path):
         assert stats.get("transactions committed", 0) > 0, text
         # issue 24: pipelined transactional Produce requests across the two brokers commit too
         assert stats.get("transactions committed by pipelining loops", 0) > 0, text
-        assert stats.get("zombies fenced", 0) == 1, text
+        # oncelog's zombie hears that it was fenced; librdkafka's may instead be stuck in a call
+        # past its timeout (librdkafka #5511) and stop on that fatal error
+        stopped = stats.get("zombies stopped by a fatal error", 0) if client == "librdkafka" else 0
+        assert stats.get("zombies fenced", 0) + stopped == 1, text
     assert result.faults, text
     assert result.broker["WriteTxnMarkers requests (broker to broker)"] > 0, text
     # No transactional batch was refused by its verification: under kills, moves and resets no

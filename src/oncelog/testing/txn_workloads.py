@@ -273,6 +273,12 @@ class CopyLoop:
                         return
                 except Fatal as e:
                     w.errors[f"fatal: {e}"[:120]] += 1
+                    if self.superseded:
+                        # a zombie does not come back: a new producer under its id would fence
+                        # its successor (librdkafka's wedged calls end a zombie this way before
+                        # it hears that it was fenced)
+                        w.count("zombies stopped by a fatal error")
+                        return
                     w.count("producers replaced after a fatal error")
                     if not self.reopen():
                         return
