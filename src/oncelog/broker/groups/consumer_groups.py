@@ -21,9 +21,9 @@ disabled). A classic JoinGroup converts an empty consumer group back the same wa
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from oncelog.core.groups.consumer_group import (
     LEAVE_EPOCH,
@@ -41,6 +41,15 @@ from oncelog.storage.topic_registry import TopicInfo
 
 log = logging.getLogger(__name__)
 E = ErrorCode
+
+
+class TopicFilter(Protocol):
+    """A member's DESCRIBE rights on topics (`broker.security.authorization.TopicVisibility`)."""
+
+    @property
+    def key(self) -> Hashable: ...
+
+    def __call__(self, names: Iterable[str]) -> frozenset[str]: ...
 
 
 @dataclass(frozen=True)
@@ -77,9 +86,13 @@ class ConsumerGroupCoordinator:
         self._image: TopicMetadata = {}
         self._image_version = 0
         self._regexes: dict[str, tuple[int, frozenset[str]]] = {}   # regex -> (image version, matches)
+        # (group, member) -> what the member may DESCRIBE, from its last heartbeat taken
+        self.visibility: dict[tuple[str, str], TopicFilter] = {}
 
     # ------------------------------------------------------------------ heartbeats
-    def heartbeat(self, rq: Heartbeat, version: int) -> Outcome:
+    def heartbeat(self, rq: Heartbeat, version: int, visible: TopicFilter | None = None) -> Outcome:
+        """`visible`: the caller's DESCRIBE rights on topics (None: every topic); its regex matches
+        are filtered by them, now and at every later resolution while it is a member."""
         settings = self.config.settings
         try:
             validate(rq, version, settings)
@@ -98,10 +111,11 @@ class ConsumerGroupCoordinator:
         before = g.copy()
         topics = self._topics()
         try:
+            matches = self._matcher(g, rq.member_id, visible)
             if rq.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
-                answer = leave(g, rq, topics)
+                answer = leave(g, rq, topics, matches)
             else:
-                answer = heartbeat(g, rq, topics, settings, self._matches)
+                answer = heartbeat(g, rq, topics, settings, matches)
         except KafkaProtocolError as e:
             self._put_back(g, before, new)
             return Outcome(e.code, e.message)
@@ -112,15 +126,18 @@ class ConsumerGroupCoordinator:
                                                    "to two members")
         if not self._store(g, before, new):
             return Outcome(E.NOT_COORDINATOR, "the group's change could not be stored")
-        self._after(g, rq, answer, before)
+        self._after(g, rq, answer, before, visible)
         return Outcome(E.NONE, None, answer)
 
-    def _after(self, g: ConsumerGroup, rq: Heartbeat, answer: Answer, before: ConsumerGroup) -> None:
-        """Timers after a heartbeat that was taken."""
+    def _after(self, g: ConsumerGroup, rq: Heartbeat, answer: Answer, before: ConsumerGroup,
+               visible: TopicFilter | None) -> None:
+        """Timers (and the member's rights) after a heartbeat that was taken."""
         key = (g.group_id, answer.member_id)
         for gone in set(before.members) - set(g.members):
             self._forget_timers(g.group_id, gone)
         m = answer.member
+        if m is not None and visible is not None:
+            self.visibility[key] = visible
         if m is None:
             if rq.member_epoch == LEAVE_EPOCH:
                 log.info("group %s: member %s left (epoch %d)", g.group_id, rq.member_id, g.group_epoch)
@@ -145,6 +162,32 @@ class ConsumerGroupCoordinator:
         if image != self._image:
             self._image, self._image_version = dict(image), self._image_version + 1
         return self._image
+
+    def _matcher(self, g: ConsumerGroup, member_id: str | None,
+                 visible: TopicFilter | None) -> Callable[[str], frozenset[str]]:
+        """`matches` for the group's resolutions: what a regex matches that every member using it
+        may DESCRIBE (`visible` stands for `member_id`'s rights, the heartbeat being served).
+        A member whose rights are not known here (the group was loaded and it has not heartbeat
+        since) keeps the regex within what it resolved to when stored, which was filtered then.
+        Without an authorizer every filter lets every name through."""
+        def matches(regex: str) -> frozenset[str]:
+            found = self._matches(regex)
+            filters: dict[Hashable, TopicFilter] = {}
+            unknown = False
+            for mid, m in g.members.items():
+                if m.subscribed_topic_regex != regex:
+                    continue
+                f = visible if mid == member_id and visible is not None else self.visibility.get((g.group_id, mid))
+                if f is None:
+                    unknown = True
+                else:
+                    filters.setdefault(f.key, f)
+            if unknown:
+                found = found & g.regex_topics.get(regex, frozenset())
+            for f in filters.values():
+                found = f(found)
+            return frozenset(found)
+        return matches
 
     def _matches(self, regex: str) -> frozenset[str]:
         """The topics a regex matches, computed again only when the topics changed."""
@@ -215,6 +258,7 @@ class ConsumerGroupCoordinator:
     def _forget_timers(self, group_id: str, member_id: str) -> None:
         self.sessions.pop((group_id, member_id), None)
         self.rebalances.pop((group_id, member_id), None)
+        self.visibility.pop((group_id, member_id), None)
 
     def is_consumer_group(self, group_id: str) -> bool:
         return self.group(group_id) is not None
@@ -301,7 +345,7 @@ class ConsumerGroupCoordinator:
             return
         session = self.sessions.get((group_id, member_id), 0) < self.now_ms()
         before = g.copy()
-        fence(g, member_id, self._topics())
+        fence(g, member_id, self._topics(), self._matcher(g, None, None))
         if not self._store(g, before, False):
             return  # tried again at the next tick
         self._forget_timers(group_id, member_id)

@@ -114,8 +114,9 @@ def validate(rq: Heartbeat, version: int, settings: Settings) -> None:
 def heartbeat(group: ConsumerGroup, rq: Heartbeat, topics: TopicMetadata, settings: Settings,
               matches: Callable[[str], frozenset[str]] | None = None) -> Answer:
     """One heartbeat (not a leave) of a validated request. `topics`: the cluster's topics a
-    subscription may name; `matches(regex)`: the topic names a compiled regex matches now (by
-    default, resolved against `topics`)."""
+    subscription may name; `matches(regex)`: the topic names a compiled regex matches now for the
+    members using it (the broker's leaves out what any of them may not DESCRIBE; by default,
+    resolved against `topics`)."""
     joining = rq.member_epoch == JOIN_EPOCH
     if len(group.members) >= settings.max_size and rq.member_id not in group.members:
         raise _refuse(E.GROUP_MAX_SIZE_REACHED, f"The consumer group has reached its maximum capacity of "
@@ -257,7 +258,8 @@ def _subset(owned: Assignment | None, assigned: Assignment) -> bool:
     return all(parts <= assigned.get(tid, frozenset()) for tid, parts in owned.items() if parts)
 
 
-def leave(group: ConsumerGroup, rq: Heartbeat, topics: TopicMetadata) -> Answer:
+def leave(group: ConsumerGroup, rq: Heartbeat, topics: TopicMetadata,
+          matches: Callable[[str], frozenset[str]] | None = None) -> Answer:
     """Epoch -1 (leave; the member is fenced at once) or -2 (a static member leaving for a while:
     it keeps its partitions, at epoch -2, until its session runs out or its instance returns)."""
     if rq.instance_id is None:
@@ -269,16 +271,18 @@ def leave(group: ConsumerGroup, rq: Heartbeat, topics: TopicMetadata) -> Answer:
         if rq.member_epoch == STATIC_LEAVE_EPOCH:
             group.update_member(replace(m, member_epoch=STATIC_LEAVE_EPOCH, pending_revocation={}))
             return Answer(rq.member_id, rq.member_epoch, None, None)
-    fence(group, m.member_id, topics)
+    fence(group, m.member_id, topics, matches)
     return Answer(rq.member_id, rq.member_epoch, None, None)
 
 
-def fence(group: ConsumerGroup, member_id: str, topics: TopicMetadata) -> Member | None:
+def fence(group: ConsumerGroup, member_id: str, topics: TopicMetadata,
+          matches: Callable[[str], frozenset[str]] | None = None) -> Member | None:
     """The member leaves the group (left, session or rebalance timeout): its partitions are free
-    and the group epoch moves, so the others are given them."""
+    and the group epoch moves, so the others are given them. `matches` as for `heartbeat`: the
+    regexes of the members left are resolved again."""
     m = group.remove_member(member_id)
     if m is not None:
-        refresh_subscriptions(group, topics, None, bump=True)
+        refresh_subscriptions(group, topics, matches, bump=True)
     return m
 
 
@@ -286,12 +290,15 @@ def refresh_subscriptions(group: ConsumerGroup, topics: TopicMetadata,
                           matches: Callable[[str], frozenset[str]] | None, bump: bool,
                           defer: frozenset[str] = frozenset()) -> None:
     """Resolve the group's regexes (but those in `defer`, which match nothing until the next
-    refresh), take the metadata of the topics it subscribes to, and move the group epoch if that
-    changed (or `bump`)."""
+    refresh), take the metadata of the topics it subscribes to, and move the group epoch if either
+    changed (or `bump`). A regex that now matches topics the group already subscribes to (by name,
+    or by another regex) changes no topic metadata but changes its members' subscriptions: the
+    epoch moves so the assignor gives them their share (Kafka bumps on any resolution change)."""
     regexes = group.regexes() - defer
     resolved = {r: (matches(r) if matches is not None else resolve(r, topics)) for r in regexes}
     if resolved != group.regex_topics:
         group.regex_topics = resolved
+        bump = True
     names = group.subscribed_names()
     metadata = {n: topics[n] for n in sorted(names) if n in topics}
     if metadata != group.subscribed_topics:
