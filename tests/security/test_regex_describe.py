@@ -35,17 +35,19 @@ class Member:
         self.conn, self.group, self.member_id = conn, group, str(uuid.uuid4())
         self.epoch, self.owned = 0, {}
 
-    async def heartbeat(self, **fields) -> int:
+    async def heartbeat(self, epoch: int | None = None, **fields) -> int:
+        """A heartbeat at the member's epoch (or `epoch`: -1 leaves); applies the answer."""
         tp = entities.nested(HB, 1, "request", "TopicPartitions")
-        if self.epoch == 0:
+        epoch = self.epoch if epoch is None else epoch
+        if epoch == 0:
             fields = {"rebalance_timeout": 30000, **fields}
-        r = await self.conn.call(HB, 1, group_id=self.group, member_id=self.member_id, member_epoch=self.epoch,
+        r = await self.conn.call(HB, 1, group_id=self.group, member_id=self.member_id, member_epoch=epoch,
                                  instance_id=None, **{"subscribed_topic_names": None,
                                                       "subscribed_topic_regex": None, **fields},
                                  topic_partitions=tuple(tp(topic_id=t, partitions=tuple(sorted(ps)))
                                                         for t, ps in self.owned.items() if ps))
         code = int(r.error_code)
-        if code == E.NONE:
+        if code == E.NONE and epoch >= 0:
             self.epoch = int(r.member_epoch)
             if r.assignment is not None:
                 self.owned = {t.topic_id: set(t.partitions) for t in r.assignment.topic_partitions}

@@ -34,7 +34,7 @@ from oncelog.core.groups.consumer_group import (
 )
 from oncelog.core.groups.heartbeat import Answer, Heartbeat, Settings, fence, heartbeat, leave, validate
 from oncelog.core.groups.reconciliation import MemberState
-from oncelog.core.groups.subscriptions import resolve
+from oncelog.core.groups.subscriptions import forget, resolve
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.storage.group_offsets import GroupOffsetStore
 from oncelog.storage.topic_registry import TopicInfo
@@ -126,6 +126,7 @@ class ConsumerGroupCoordinator:
                                                    "to two members")
         if not self._store(g, before, new):
             return Outcome(E.NOT_COORDINATOR, "the group's change could not be stored")
+        self._drop_unused_regexes(before.regexes() - g.regexes())
         self._after(g, rq, answer, before, visible)
         return Outcome(E.NONE, None, answer)
 
@@ -223,6 +224,20 @@ class ConsumerGroupCoordinator:
             self.groups.pop(g.group_id, None)
         else:
             self.groups[g.group_id] = before
+        self._drop_unused_regexes(g.regexes() - before.regexes())
+
+    def _drop_unused_regexes(self, candidates: Iterable[str]) -> None:
+        """Regexes no member of a group coordinated here uses any more: their matches and
+        compiled form go (Kafka keeps a regex only while a member subscribes with it; a member
+        that left, was fenced or changed its regex no longer holds memory)."""
+        unused = set(candidates)
+        for g in self.groups.values():
+            if not unused:
+                return
+            unused -= g.regexes()
+        for regex in unused:
+            self._regexes.pop(regex, None)
+            forget(regex)
 
     # ------------------------------------------------------------------ loading
     def group(self, group_id: str) -> ConsumerGroup | None:
@@ -253,6 +268,7 @@ class ConsumerGroupCoordinator:
         g = self.groups.pop(group_id)
         for member_id in g.members:
             self._forget_timers(group_id, member_id)
+        self._drop_unused_regexes(g.regexes())
         log.info("group %s: no longer coordinated here", group_id)
 
     def _forget_timers(self, group_id: str, member_id: str) -> None:
@@ -286,6 +302,7 @@ class ConsumerGroupCoordinator:
         if g is not None:
             for member_id in g.members:
                 self._forget_timers(group_id, member_id)
+            self._drop_unused_regexes(g.regexes())
 
     # ------------------------------------------------------------------ offsets
     def validate_commit(self, g: ConsumerGroup, member_id: str, epoch: int, api_version: int | None,
@@ -348,6 +365,7 @@ class ConsumerGroupCoordinator:
         fence(g, member_id, self._topics(), self._matcher(g, None, None))
         if not self._store(g, before, False):
             return  # tried again at the next tick
+        self._drop_unused_regexes(before.regexes() - g.regexes())
         self._forget_timers(group_id, member_id)
         log.info("group %s: member %s fenced: %s (group epoch %d)", group_id, member_id,
                  f"no heartbeat within the session timeout ({self.config.session_timeout_ms} ms)" if session
@@ -365,7 +383,7 @@ def consumer_group_config(c: Any) -> ConsumerGroupConfig:
         "consumer" in {p.strip().lower() for p in c["group.coordinator.rebalance.protocols"].split(",")},
         c["group.consumer.heartbeat.interval.ms"], c["group.consumer.session.timeout.ms"],
         Settings(tuple(a.strip() for a in c["group.consumer.assignors"].split(",") if a.strip()),
-                 c["group.consumer.max.size"]))
+                 c["group.consumer.max.size"], c["message.max.bytes"]))
 
 
 def topic_metadata(topics: Mapping[str, TopicInfo], internal: Callable[[str], bool]) -> TopicMetadata:

@@ -5,7 +5,9 @@ back the copy it took before. Every check comes before any change, so a refused 
 nothing.
 
 One heartbeat:
-1. Validation (INVALID_REQUEST, UNSUPPORTED_ASSIGNOR): see `validate`.
+1. Validation (INVALID_REQUEST, UNSUPPORTED_ASSIGNOR): see `validate`; a member whose record
+   would be larger than the offsets topic's maximum (a megabyte of regex or topic names) is
+   refused with UNKNOWN_SERVER_ERROR, Kafka's answer for MESSAGE_TOO_LARGE.
 2. The member: a join (epoch 0) creates it; a static member (instance id) replaces its previous
    incarnation only if that one left with epoch -2 (else UNRELEASED_INSTANCE_ID to the newcomer);
    otherwise the member must exist (UNKNOWN_MEMBER_ID; FENCED_INSTANCE_ID when the instance id
@@ -79,6 +81,21 @@ class Answer:
 class Settings:
     assignors: tuple[str, ...] = ("uniform", "range")  # group.consumer.assignors; the first is the default
     max_size: int = 2**31 - 1                           # group.consumer.max.size
+    # the offsets topic's max.message.bytes (the broker's message.max.bytes): Kafka refuses a
+    # member whose record would not fit in a batch of the offsets topic
+    max_record_bytes: int = 1048588
+
+
+# Kafka's record batch header (61 bytes) and one record's framing, around the member's fields
+_RECORD_OVERHEAD = 61 + 32
+
+
+def member_record_size(m: Member) -> int:
+    """The size of the member's ConsumerGroupMemberMetadata record, as Kafka would write it:
+    its strings (UTF-8, the topic names one by one) and a fixed overhead for the rest."""
+    strings = (m.member_id, m.instance_id, m.rack_id, m.client_id, m.client_host, m.subscribed_topic_regex,
+               m.server_assignor, *m.subscribed_topic_names)
+    return _RECORD_OVERHEAD + sum(2 + len(s.encode()) for s in strings if s is not None)
 
 
 def _refuse(code: ErrorCode, message: str) -> KafkaProtocolError:
@@ -135,6 +152,13 @@ def heartbeat(group: ConsumerGroup, rq: Heartbeat, topics: TopicMetadata, settin
                                 else member.subscribed_topic_names),
         subscribed_topic_regex=regex if rq.subscribed_topic_regex is not None else member.subscribed_topic_regex,
         client_id=rq.client_id, client_host=rq.client_host)
+    size = member_record_size(updated)
+    if size > settings.max_record_bytes:
+        # Kafka's append fails with MESSAGE_TOO_LARGE, which the group coordinator answers as
+        # UNKNOWN_SERVER_ERROR (GroupCoordinatorService.handleOperationException); checked before
+        # the regex is compiled, which is what costs memory
+        raise _refuse(E.UNKNOWN_SERVER_ERROR, f"The member's record is {size} bytes, above the offsets topic's "
+                                              f"maximum of {settings.max_record_bytes} (message.max.bytes).")
     names_changed = updated.subscribed_topic_names != member.subscribed_topic_names
     regex_changed = updated.subscribed_topic_regex != member.subscribed_topic_regex
     if regex_changed and updated.subscribed_topic_regex is not None:
