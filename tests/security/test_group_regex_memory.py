@@ -108,6 +108,18 @@ async def test_regexes_are_freed_with_their_last_member(plain):
     assert fenced not in subscriptions.cached_patterns()
 
 
+def test_no_compiled_pattern_is_kept_out_of_reach():
+    """pyre2's re2.compile keeps the last 128 patterns in an lru_cache of its own, whatever their
+    size (ten 1 MB regexes stayed after their members left); patterns are compiled around it."""
+    import re2
+    before = re2._Regexp._make.cache_info().currsize
+    pattern = big_regex(200_000, "reach")
+    subscriptions.compile_regex(pattern)
+    subscriptions.forget(pattern)
+    assert re2._Regexp._make.cache_info().currsize == before
+    assert pattern not in subscriptions.cached_patterns()
+
+
 def test_the_compile_cache_is_bounded_by_the_patterns_total_length():
     cache = subscriptions._CompileCache(max_patterns=100, max_chars=1_000_000)
     for i in range(10):

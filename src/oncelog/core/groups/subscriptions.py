@@ -57,7 +57,9 @@ _CACHE = _CompileCache(CACHE_PATTERNS, CACHE_PATTERN_CHARS)
 
 def _compile(pattern: str) -> Any:
     try:
-        return re2.compile(pattern, _OPTIONS)
+        # not re2.compile: it keeps the last 128 patterns compiled in a cache of its own
+        # (functools.lru_cache on _Regexp._make), whatever their size, out of this module's reach
+        return re2._Regexp(pattern, _OPTIONS)
     except re2.error as e:
         reason = e.args[0].decode(errors="replace") if e.args and isinstance(e.args[0], bytes) else str(e)
         raise KafkaProtocolError(ErrorCode.INVALID_REGULAR_EXPRESSION,
