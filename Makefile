@@ -9,7 +9,7 @@ CHECKSUM := $(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 RUN_STAMP := $(VENV)/.installed-run-$(CHECKSUM)
 TEST_STAMP := $(VENV)/.installed-test-$(CHECKSUM)
 
-.PHONY: run test test-all install-test lint bench clean compat compat-ci
+.PHONY: run test test-all test-nightly install-test lint bench clean compat compat-ci
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -53,10 +53,13 @@ test: $(TEST_STAMP) lint
 test-all: $(TEST_STAMP) lint
 	ONCELOG_TEST_TIER=all $(PY) -m pytest -q -p no:cacheprovider $(PYTEST_PARALLEL) --durations=25
 
+test-nightly: $(TEST_STAMP) lint
+	ONCELOG_TEST_TIER=nightly $(PY) -m pytest -q -p no:cacheprovider $(PYTEST_PARALLEL) --durations=25
+
 # the tests that start no other process and no Spark session (tests/conftest.py marks the others)
 .PHONY: test-fast
 test-fast: $(TEST_STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider -m "not processes and not spark and not slow" --durations=10
+	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_PARALLEL) -m "not processes and not spark and not slow" --durations=10
 
 # librdkafka's own test suite against `oncelog serve` (compat/librdkafka/README.md): the first
 # run fetches and builds librdkafka's test runner (about 3 min on 2 cores), later runs reuse it;

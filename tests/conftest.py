@@ -35,16 +35,22 @@ _SPARK_FIXTURES = frozenset({"_spark_sessions"})
 
 # Hypothesis: a test's explicit max_examples is its full size; in the CI tier it runs a third of
 # them (tests/tiers.py `examples`). Either profile prints the blob that reproduces a failure.
-if TIER not in ("ci", "all"):
-    raise pytest.UsageError(f"ONCELOG_TEST_TIER={TIER!r}: ci or all")
+if TIER not in ("ci", "all", "nightly"):
+    raise pytest.UsageError(f"ONCELOG_TEST_TIER={TIER!r}: ci, all or nightly")
 settings.register_profile("ci", print_blob=True)
 settings.register_profile("all", print_blob=True)
+settings.register_profile("nightly", print_blob=True, deadline=None)
 settings.load_profile(TIER)
 
 # Servers and commands that tests start never import hypothesis: kio registers its strategies when
 # hypothesis is importable, which costs a third of each start (installs without the test extras
 # never pay it). `_child_site/hypothesis.py` refuses the import in those processes only.
 _CHILD_SITE = str(Path(__file__).parent / "_child_site")
+
+# The tests' Spark JVMs (their own session's and the drivers they start) run for seconds each:
+# the C1 compiler alone and the serial collector spend less of the two cores on compiling and
+# collecting than the server defaults tuned for long jobs. A user's setting wins.
+os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -79,6 +85,7 @@ def _xdist_group(item) -> str | None:
     return None
 
 
+@pytest.hookimpl(tryfirst=True)   # before xdist's, which reads the xdist_group marks set here
 def pytest_collection_modifyitems(items):
     if "oncelog.cli" in sys.modules:  # the composition root: nothing imports it, tests neither
         raise pytest.UsageError("a test imports oncelog.cli: run the command as a user does "
@@ -93,6 +100,27 @@ def pytest_collection_modifyitems(items):
         group = _xdist_group(item)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+    # one SparkContext per process, and asking for the other master restarts it (about 20 s):
+    # the tests on local[2,3] run after all those on local[2], so the worker starts each once
+    items.sort(key=lambda item: "spark_retry" in item.fixturenames)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session):
+    """Under `--dist loadgroup` each xdist worker must see the group in the node ids (xdist
+    passes groups to its scheduler that way). pytest 9.2 ignores xdist's rewrite (pytest-xdist
+    #1386), and the groups are then silently dropped: Spark JVMs on every worker, the fault
+    matrices side by side. Refuse to run rather than run that way."""
+    config = session.config
+    if not getattr(config.option, "loadgroup", False):
+        return
+    lost = [item.nodeid for item in session.items
+            if item.get_closest_marker("xdist_group") is not None and "@" not in item.nodeid]
+    if lost:
+        sys.stderr.write(f"--dist loadgroup is not grouping: pytest {pytest.__version__} (pytest-xdist #1386)\n")
+        raise pytest.UsageError(f"--dist loadgroup is not grouping ({len(lost)} tests, e.g. {lost[0]}): "
+                                f"pytest {pytest.__version__} and this pytest-xdist do not work together "
+                                "(pytest-xdist #1386); install the pytest that pyproject.toml pins")
 
 
 @pytest.fixture(autouse=True)

@@ -1,13 +1,18 @@
-"""The two tiers of the suite (tests/conftest.py): `make test` runs the CI tier, `make test-all`
-sets ONCELOG_TEST_TIER=all. A test written at its full size asks here for its size in this tier."""
+"""The tiers of the suite (tests/conftest.py): `make test` runs the CI tier, `make test-all`
+sets ONCELOG_TEST_TIER=all, `make test-nightly` ONCELOG_TEST_TIER=nightly (the full tier with ten
+times the Hypothesis examples, for a machine that has the night). A test written at its full
+size asks here for its size in this tier."""
 import os
 
 TIER = os.environ.get("ONCELOG_TEST_TIER", "ci")
-FULL = TIER == "all"
+FULL = TIER in ("all", "nightly")
 
 
 def examples(full: int) -> int:
-    """Hypothesis examples: all of them in the full tier, a third (at least 10) in CI."""
+    """Hypothesis examples: all of them in the full tier, ten times as many at night, a third
+    (at least 10) in CI."""
+    if TIER == "nightly":
+        return 10 * full
     return full if FULL else max(10, full // 3)
 
 

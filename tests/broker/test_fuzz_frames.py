@@ -6,12 +6,13 @@ import struct
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_bad_input import connect, produce_one, still_serves
+from test_bad_input import produce_one, still_serves
 from tests.tiers import examples
 
 from oncelog.protocol import api_versions, headers, init_producer_id, metadata, produce
 from oncelog.protocol.records import Record, encode_batch
 from oncelog.testing.embedded import BrokerProcess
+from oncelog.testing.raw_client import RawConnection
 
 pytestmark = pytest.mark.processes
 
@@ -48,8 +49,7 @@ VALID = valid_requests()
 
 def exchange(boot, frame: bytes) -> None:
     """Send one frame; read an answer or the close, whichever the broker chooses."""
-    s = connect(boot)
-    s.settimeout(5)
+    s = RawConnection(boot, timeout_s=5).sock
     try:
         s.sendall(frame)
         s.shutdown(socket.SHUT_WR)

@@ -4,12 +4,12 @@ retries them: every input event reaches the output, duplicates come only from fa
 The failure is a Python UDF upstream of the sink raising in the middle of a task. Spark then ends
 the Python writer's input without an error (the JVM drops the worker's socket, pyarrow reads the
 end of file as the end of the stream), so the sink's write() returns for an attempt that Spark
-failed: the sink must not take that for success. Arrow batches of 10 rows and values of 2 KB (the JVM sends the
-writer its input in chunks of spark.buffer.size, 64 KB), so the failed attempt has handed most
-of the rows before the failure to the producer, and they are in the output."""
+failed: the sink must not take that for success. The failed attempt's writer produces its rows then,
+racing the retry that fences it; a run where the retry won is run again (failing_udf.py)."""
 from collections import Counter
 
 import pytest
+from failing_udf import failing_udf, until_the_failed_attempt_produced
 
 from conftest import read_topic
 
@@ -27,19 +27,10 @@ def small_arrow_batches(spark_retry):
 
 
 def _failing(attempts):
-    """value, passed through a Python UDF that raises in the given attempts of a task reading
-    source partition 1 when it reaches offset % STEP == FAIL_AT."""
-    from pyspark.sql.functions import col, udf
-
-    def pass_or_fail(partition, offset, value):
-        from pyspark import TaskContext
-        attempt = TaskContext.get().attemptNumber()
-        if partition == 1 and offset % STEP == FAIL_AT and attempt in attempts:
-            raise RuntimeError(f"injected UDF failure at offset {offset}, attempt {attempt}")
-        return value
-
-    return udf(pass_or_fail, "binary")(col("partition"), col("offset"), col("value")) \
-        .alias("value")
+    """[value, partition]: value through a Python UDF that raises in the given attempts of a task
+    reading source partition 1 when it reaches offset % STEP == FAIL_AT, written to the partition
+    it was read from."""
+    return failing_udf(attempts, fail_partition=1, step=STEP, fail_at=FAIL_AT)
 
 
 def _source(produce, make_topic):
@@ -69,29 +60,34 @@ def _before_failure(p, off):
 def test_streaming_task_failing_after_it_produced_loses_nothing(
         small_arrow_batches, spark_broker, make_topic, produce, write_opts, tmp_path):
     spark = small_arrow_batches
-    src, dst = _source(produce, make_topic), make_topic(2)
-    q = (spark.readStream.format("oncelog").option("bootstrap.servers", spark_broker)
-         .option("subscribe", src).option("startingOffsets", "earliest")
-         .option("maxOffsetsPerTrigger", str(2 * STEP)).load()
-         .select(_failing(attempts={0})).writeStream.format("oncelog").options(**write_opts)
-         .option("topic", dst).option("checkpointLocation", str(tmp_path / "ckpt"))
-         .trigger(availableNow=True).start())
-    q.awaitTermination()
-    assert q.exception() is None
-    assert [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]] == [200, 200]
-    repeated = _check(spark, spark_broker, dst, _before_failure)
-    # the failed attempts had produced rows before they failed (else this proves nothing)
-    assert repeated
+    runs = iter(range(10))
+
+    def scenario() -> bool:
+        src, dst = _source(produce, make_topic), make_topic(2)
+        q = (spark.readStream.format("oncelog").option("bootstrap.servers", spark_broker)
+             .option("subscribe", src).option("startingOffsets", "earliest")
+             .option("maxOffsetsPerTrigger", str(2 * STEP)).load()
+             .select(_failing(attempts={0})).writeStream.format("oncelog").options(**write_opts)
+             .option("topic", dst).option("checkpointLocation", str(tmp_path / f"ckpt{next(runs)}"))
+             .trigger(availableNow=True).start())
+        q.awaitTermination()
+        assert q.exception() is None
+        assert [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]] == [200, 200]
+        # the failed attempts had produced rows before they failed (else this proves nothing)
+        return bool(_check(spark, spark_broker, dst, _before_failure))
+    until_the_failed_attempt_produced(scenario)
 
 
 def test_batch_task_failing_after_it_produced_loses_nothing(
         small_arrow_batches, spark_broker, make_topic, produce, write_opts):
     spark = small_arrow_batches
-    src, dst = _source(produce, make_topic), make_topic(2)
-    (read_topic(spark, spark_broker, src).select(_failing(attempts={0}))
-     .write.format("oncelog").options(**write_opts).option("topic", dst).mode("append").save())
-    repeated = _check(spark, spark_broker, dst, lambda p, off: p == 1 and off < FAIL_AT)
-    assert repeated
+
+    def scenario() -> bool:
+        src, dst = _source(produce, make_topic), make_topic(2)
+        (read_topic(spark, spark_broker, src).select(_failing(attempts={0}))
+         .write.format("oncelog").options(**write_opts).option("topic", dst).mode("append").save())
+        return bool(_check(spark, spark_broker, dst, lambda p, off: p == 1 and off < FAIL_AT))
+    until_the_failed_attempt_produced(scenario)
 
 
 def test_failed_query_restarted_writes_the_failed_task_again(

@@ -31,22 +31,29 @@ class Cluster:
 
 
 class Runner:
+    """Stands in for FaultRunner; its faults all fire at once on start unless `slow_round`."""
     stopped = threading.Event()
+    slow_round = False
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args, first_round=None, **kwargs) -> None:
         self.events, self.archive, self.error = [], {}, None
+        self.first_round = first_round
 
     def start(self) -> Runner:
+        if not Runner.slow_round:
+            for _ in range(self.first_round.total):
+                self.first_round.one_fired()
         return self
 
     def stop(self) -> None:
         Runner.stopped.set()
 
 
-def _run(monkeypatch, tmp_path, workload, timeout_s: float):
+def _run(monkeypatch, tmp_path, workload, timeout_s: float, slow_round: bool = False):
     monkeypatch.setattr(fault_run, "LocalCluster", Cluster)
     monkeypatch.setattr(fault_run, "FaultRunner", Runner)
     Runner.stopped = threading.Event()
+    Runner.slow_round = slow_round
     options = VerifyOptions(faults=("kill",), duration_s=0, timeout_s=timeout_s, workdir=tmp_path)
     with fault_run.FaultRun(options, "t", {}, set(), print) as run:
         thread = threading.Thread(target=workload, daemon=True)
@@ -72,3 +79,35 @@ def test_a_workload_that_ends_first_ends_the_faults(monkeypatch, tmp_path):
     assert Runner.stopped.is_set() and run.cluster.faults_on[-1] is False
     run.__exit__()
     assert run.cluster.stopped
+
+
+def test_faults_go_on_past_the_window_until_each_fired_once(monkeypatch, tmp_path):
+    """On a slow machine the faults take longer than the window: they go on until each had its
+    turn, and a workload paced by the round holds records back for the faults still to come."""
+    from oncelog.testing.workloads import Workload
+    seen: dict[str, object] = {}
+
+    def workload() -> None:
+        round_ = run_holder["run"].first_round
+        w = Workload("-", "t", 10, "p", share=round_.share)
+        values = w.values()
+        real = []
+        for v in values:
+            if v is None:                    # held
+                break
+            real.append(v)
+        seen["held at"] = len(real)          # 1 fault of 1 still to come: half the records
+        seen["stopped while held"] = Runner.stopped.is_set()
+        round_.one_fired()
+        seen["rest"] = len([v for v in values if v is not None])
+
+    run_holder: dict[str, fault_run.FaultRun] = {}
+    real_init = fault_run.FaultRun.__init__
+
+    def init(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        run_holder["run"] = self
+    monkeypatch.setattr(fault_run.FaultRun, "__init__", init)
+    _run(monkeypatch, tmp_path, workload, timeout_s=0.2, slow_round=True)
+    assert seen == {"held at": 5, "stopped while held": False, "rest": 5}
+    assert Runner.stopped.is_set()

@@ -21,9 +21,18 @@ from pathlib import Path
 from typing import Any
 
 from oncelog.testing.cluster import LocalCluster
-from oncelog.testing.faults import PROCESS_FAULTS, FaultEvent, FaultRunner, FullDisk, process_env, proxy_config
+from oncelog.testing.faults import (
+    PROCESS_FAULTS,
+    FaultEvent,
+    FaultRunner,
+    FirstRound,
+    FullDisk,
+    process_env,
+    proxy_config,
+)
 
 Say = Any  # Callable[[str], None]; a progress line
+ROUND_CAP_S = 180.0   # how long faults may go on past the window for each to fire once
 
 
 @dataclass
@@ -95,6 +104,8 @@ class FaultRun:
         self.disk = FullDisk(self.cluster.data / f"{target}-0", self.cluster) if "disk" in self.faults else None
         self.gate = threading.Event()  # the workloads wait on it while a fault needs them to
         self.gate.set()
+        # each process fault has its turn under load: workloads pace their records by the round
+        self.first_round = FirstRound(sum(f in PROCESS_FAULTS for f in self.faults))
         self.notes: list[str] = []
         self.runner: FaultRunner | None = None
         self.began = time.monotonic()
@@ -134,32 +145,47 @@ class FaultRun:
 
     def under_faults(self, threads: list[threading.Thread], grace_s: float, **runner_options: Any) -> None:
         """Start the faults and the threads; faults stop when the threads end or after the first
-        half of the time budget, whichever comes first. The threads get the whole budget plus
-        `grace_s` in all; those still running then are the caller's finding (`is_alive`).
-        `runner_options`: what a workload adds to its `FaultRunner`."""
+        half of the time budget, whichever comes first, but not before each fault fired once
+        (up to `ROUND_CAP_S` more: on a slow machine the faults take longer, and a fault that
+        never had its turn proves nothing). The threads get the whole budget, plus the time the
+        round took beyond it, plus `grace_s`; those still running then are the caller's finding
+        (`is_alive`). `runner_options`: what a workload adds to its `FaultRunner`."""
         options = self.options
         duration = options.duration() or 0
         self.cluster.set_faults(True)
         runner = self.runner = FaultRunner(self.cluster, self.target, options.partitions,
                                            [f for f in options.faults if f in PROCESS_FAULTS], options.seed,
                                            self.gate, self.disk, on_event=lambda e: self.say(e.line()),
-                                           **runner_options)
+                                           first_round=self.first_round, **runner_options)
         window = duration + options.timeout_s / 2
+        began = time.monotonic()
+        ended = threading.Event()
+        late = [0.0]   # how long the round kept the faults on past the window
 
         def heal() -> None:
-            self.say(f"faults stop after {window:.0f}s: the workloads finish without them")
+            if ended.wait(window):
+                return
+            if not self.first_round.over.is_set():
+                self.say("faults go on until each has fired once")
+                self.first_round.over.wait(ROUND_CAP_S)
+                late[0] = time.monotonic() - began - window
+            if ended.is_set():
+                return
+            self.say(f"faults stop after {time.monotonic() - began:.0f}s: the workloads finish without them")
             runner.stop()
             self.cluster.set_faults(False)
-        healing = threading.Timer(window, heal)
-        healing.daemon = True
+        healing = threading.Thread(target=heal, name="fault-heal", daemon=True)
         runner.start()
         healing.start()
         for t in threads:
             t.start()
-        deadline = time.monotonic() + options.timeout_s + duration + grace_s
         for t in threads:
-            t.join(max(deadline - time.monotonic(), 1))
-        healing.cancel()
+            while t.is_alive():
+                left = began + options.timeout_s + duration + late[0] + grace_s - time.monotonic()
+                if left <= 0:
+                    break
+                t.join(min(left, 1.0))
+        ended.set()
         self.say("stopping the faults")
         runner.stop()
         if runner.error is not None:

@@ -169,6 +169,28 @@ class FaultEvent:
         return f"{self.at_s:7.1f}s  {self.fault:<6} {self.what} ({self.took_s:.1f}s)"
 
 
+class FirstRound:
+    """The first round of a run's faults (each fault once) and the share of a workload's records
+    that may be sent while it lasts: a workload paced by `share` keeps records for every fault
+    of the round however long the faults take, so a slow machine stretches the load with the
+    faults instead of ending it before the last fault had its turn."""
+
+    def __init__(self, faults: int) -> None:
+        self.total = faults
+        self.fired = 0
+        self.over = threading.Event()
+        if faults == 0:
+            self.over.set()
+
+    def one_fired(self) -> None:
+        self.fired += 1
+        if self.fired >= self.total:
+            self.over.set()
+
+    def share(self) -> float:
+        return 1.0 if self.over.is_set() else (self.fired + 1) / (self.total + 1)
+
+
 @dataclass
 class FaultRunner:
     """Runs process faults one at a time until `stop()`; each fault is complete (processes
@@ -185,6 +207,7 @@ class FaultRunner:
     archive: dict[int, list[tuple[int, bytes]]] = field(default_factory=dict)
     error: BaseException | None = None
     on_event: Callable[[FaultEvent], None] | None = None
+    first_round: FirstRound | None = None
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
@@ -201,6 +224,8 @@ class FaultRunner:
 
     def stop(self, timeout_s: float = 120) -> None:
         self._stop.set()
+        if self.first_round is not None:
+            self.first_round.over.set()   # workloads held for the round send the rest
         if self._thread.is_alive():
             self._thread.join(timeout_s)
 
@@ -222,6 +247,8 @@ class FaultRunner:
                 what = getattr(self, f"_{fault.replace('-', '_')}")()
                 event = FaultEvent(round(start - self._t0, 1), fault, what, round(time.monotonic() - start, 1))
                 self.events.append(event)
+                if self.first_round is not None and len(self.events) <= len(self.faults):
+                    self.first_round.one_fired()
                 if self.on_event is not None:
                     self.on_event(event)
         except BaseException as e:  # noqa: BLE001 - reported by verify: a fault that cannot run is a failed run

@@ -125,6 +125,7 @@ def run(options: VerifyOptions, progress=None):
             n = share + (1 if k < extra else 0)
             workloads.append(WORKLOADS[client](fault_run.bootstrap, topic, n, client,
                                                rate=n / duration if duration else None, gate=fault_run.gate,
+                                               share=fault_run.first_round.share,
                                                timeout_s=options.timeout_s,
                                                config=client_config(faults, client),
                                                security=fault_run.security))

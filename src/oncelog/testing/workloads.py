@@ -30,6 +30,7 @@ class Workload:
     producer: str                        # a name unique in the run; values (and keys) are f"{producer}-{i}"
     rate: float | None = None            # records/s; None = as fast as the client goes
     gate: threading.Event | None = None  # cleared = pause sending (the expiry fault idles producers)
+    share: Callable[[], float] | None = None  # the share of the records that may be sent by now
     timeout_s: float = 120
     stall_s: float = 30                  # third-party clients: no acknowledgement this long = stuck
     config: dict = field(default_factory=dict)   # producer settings on top of the workload's own
@@ -61,6 +62,12 @@ class Workload:
                 yield None                # let the caller serve callbacks while paused
                 while not self.gate.wait(0.1):
                     yield None
+            if self.share is not None and i >= self.records * self.share():
+                while i >= self.records * self.share():
+                    yield None            # held for the faults still to come (faults.FirstRound)
+                    time.sleep(0.1)
+                if self.rate:             # then at the pace again, not in a burst
+                    start = time.monotonic() - i / self.rate
             if self.rate and i % 50 == 0:
                 ahead = start + i / self.rate - time.monotonic()
                 if ahead > 0:
