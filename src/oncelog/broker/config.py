@@ -131,7 +131,12 @@ _BROKER_ONLY = (
               minimum=10),
     ConfigDef("metrics.port", "int", -1, "Prometheus /metrics HTTP port (-1: off, 0: any free "
               "port).", minimum=-1, maximum=65535),
-    ConfigDef("metrics.host", "string", "127.0.0.1", "Address of the /metrics endpoint."),
+    ConfigDef("metrics.host", "string", "127.0.0.1", "Address of the /metrics endpoint (loopback by "
+              "default: it names topics and groups)."),
+    ConfigDef("metrics.web.config.file", "string", "", "TLS and basic authentication of /metrics, in the "
+              "Prometheus exporters' web configuration format (tls_server_config, basic_auth_users)."),
+    ConfigDef("metrics.resource.labels.enable", "boolean", True, "Label metrics by topic, partition and "
+              "group; false: sums per broker, no topic or group name on the endpoint."),
     # Transactions (docs/transactions.md), Kafka's names and defaults.
     ConfigDef("transaction.state.log.num.partitions", "int", 50, "Partitions of __transaction_state, "
               "fixed when the topic is created on the first transactional request.", minimum=1),

@@ -6,14 +6,31 @@ process (tests). docs/operations.md maps each metric to Kafka's JMX name.
 Error codes are counted as Kafka's ErrorsPerSec counts them (every non-zero code of a response,
 per partition or resource): Produce and Fetch by their handlers, from the partition answers they
 build (their responses are the hot path and carry records); every other response by reading its
-bytes back (`count_response_errors`), so no handler can forget one."""
+bytes back (`count_response_errors`), so no handler can forget one.
+
+The broker's state (partitions, connections, groups, offsets, transactions) is read on the event
+loop only: a scrape, on the endpoint's thread, asks the loop for a snapshot of plain values and
+renders that (issue 36: scrapes used to read, and through the groups' listing change, the
+coordinators' dicts from their own thread). Snapshots are taken at most once a second (a scrape
+that comes sooner waits, on its own thread; scrapes at once share one), so a client scraping in a
+loop costs the event loop one snapshot a second at most, and a scrape never shows state older
+than its own arrival. Reading changes
+nothing: only the groups already held are listed (the broker's tick loads the others).
+
+What the endpoint reveals (docs/operations.md): topic names, partition counts and offsets, group
+ids with committed offsets and lag, transaction and connection counts. `metrics.resource.labels.
+enable=false` drops every topic, partition and group label (sums per broker instead). The
+endpoint binds 127.0.0.1 by default; `metrics.web.config.file` adds TLS and basic
+authentication in the Prometheus exporters' web-config format (`broker.metrics_web`)."""
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import socket
 import sys
 import threading
+import time
 from collections import Counter as Tally
 from collections.abc import Iterable, Iterator
 from socketserver import ThreadingMixIn
@@ -36,9 +53,20 @@ _ERRORS_COUNTED_BY_HANDLER = frozenset({ApiKey.PRODUCE, ApiKey.FETCH})
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 
+SNAPSHOT_MIN_INTERVAL_S = 1.0   # snapshots are taken at most this often
+SNAPSHOT_TIMEOUT_S = 10.0    # a loop that does not answer by then: the scrape has no state families
+
+
 class BrokerMetrics:
-    def __init__(self, partitions) -> None:
-        """`partitions()` returns the broker's Partition objects at scrape time."""
+    def __init__(self, partitions, resource_labels: bool = True) -> None:
+        """`partitions()` returns the broker's Partition objects (read on the event loop);
+        `resource_labels`: topic, partition and group labels (False: sums without them)."""
+        self.resource_labels = resource_labels
+        self._partitions = partitions
+        self._broker: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._snapshot: tuple[float, list] | None = None
+        self._snapshot_lock = threading.Lock()
         self.registry = CollectorRegistry()
         self.requests = Counter("oncelog_requests", "requests handled", ["api"], registry=self.registry)
         self.request_bytes = Counter("oncelog_request_bytes", "request bytes received", ["api"],
@@ -56,7 +84,7 @@ class BrokerMetrics:
         self.handler_bugs = Counter("oncelog_handler_bugs", "requests whose handler raised (a bug in "
                                     "oncelog, logged with its traceback), answered UNKNOWN_SERVER_ERROR",
                                     registry=self.registry)
-        self.registry.register(_PartitionCollector(partitions))
+        self.registry.register(_SnapshotCollector(self))
         self._server: WSGIServer | None = None
         self._children: dict[int, tuple] = {}  # labelled children per API, looked up once
 
@@ -102,18 +130,64 @@ class BrokerMetrics:
             log.debug("errors of a %s v%d response not counted: %r", api_name(api_key), version, e)
 
     def watch(self, broker) -> None:
-        """Gauges read from the broker at scrape time: connections per listener, groups per type
-        and state, consumer groups' committed offsets and lag, transactions per state."""
-        self.registry.register(_BrokerStateCollector(broker))
+        """Gauges read from the broker in each snapshot: connections per listener, groups per
+        type and state, consumer groups' committed offsets and lag, transactions per state."""
+        self._broker = broker
 
-    def serve(self, host: str, port: int, idle_ms: int = -1) -> int:
-        """Start the /metrics HTTP endpoint (a thread per connection, as prometheus_client's own);
-        a connection that sends no request within `idle_ms` (connections.max.idle.ms; negative:
-        never) is closed. Returns its port."""
+    def families(self) -> list:
+        """The state families of a snapshot taken on the event loop after this scrape arrived
+        (scrapes at once share one; one a SNAPSHOT_MIN_INTERVAL_S at most, a scrape that comes
+        sooner waits). Called on the loop itself (a test rendering the registry there), the
+        snapshot is taken at once."""
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        loop = self._loop
+        if loop is None or running is loop:
+            return self._take()
+        asked = time.monotonic()
+        with self._snapshot_lock:
+            if self._snapshot is not None:
+                started, families = self._snapshot
+                if started >= asked:
+                    return families      # taken after this scrape arrived: shared with it
+                # at most one snapshot a second: a scrape that comes sooner waits on its own thread
+                time.sleep(max(0.0, started + SNAPSHOT_MIN_INTERVAL_S - time.monotonic()))
+            started = time.monotonic()
+            future = asyncio.run_coroutine_threadsafe(self._take_on_loop(), loop)
+            try:
+                families = future.result(SNAPSHOT_TIMEOUT_S)
+            except Exception as e:  # noqa: BLE001 - a stopping or stalled loop: counters are still served
+                future.cancel()
+                log.info("metrics: no snapshot of the broker's state this scrape: %r", e)
+                return []
+            self._snapshot = (started, families)
+            return families
+
+    async def _take_on_loop(self) -> list:
+        return self._take()
+
+    def _take(self) -> list:
+        families = list(_partition_families(list(self._partitions()), self.resource_labels))
+        if self._broker is not None:
+            families += _broker_state_families(self._broker, self.resource_labels)
+        return families
+
+    def serve(self, host: str, port: int, idle_ms: int = -1, web_config: Any = None) -> int:
+        """Start the /metrics HTTP endpoint (a thread per connection, as prometheus_client's own)
+        from the event loop its snapshots are taken on; a connection that sends no request
+        within `idle_ms` (connections.max.idle.ms; negative: never) is closed. `web_config`
+        (`metrics_web.WebConfig`): TLS and basic authentication. Returns its port."""
+        self._loop = asyncio.get_running_loop()
         handler = type("_Handler", (_QuietHandler,), {"timeout": idle_ms / 1000 if idle_ms >= 0 else None})
         server_class = type("_Server", (_MetricsServer,), {
             "address_family": socket.AF_INET6 if ":" in host else socket.AF_INET})
-        server: WSGIServer = make_server(host, port, make_wsgi_app(self.registry), server_class, handler_class=handler)
+        app = make_wsgi_app(self.registry)
+        if web_config is not None:
+            app = web_config.wrap(app)
+            server_class = web_config.server_class(server_class)
+        server: WSGIServer = make_server(host, port, app, server_class, handler_class=handler)
         threading.Thread(target=server.serve_forever, name="oncelog-metrics", daemon=True).start()
         self._server = server
         return server.server_address[1]
@@ -151,46 +225,66 @@ def _error_fields(cls: type) -> tuple[tuple[str, bool], ...]:
     return fields
 
 
-class _BrokerStateCollector:
-    """Read on the metrics thread while the event loop changes what it reads: a scrape that meets
-    a dict mid-change skips that family this time (the next scrape has it)."""
+class _SnapshotCollector:
+    """The state families of `BrokerMetrics.families` (the endpoint's thread renders them)."""
 
-    def __init__(self, broker) -> None:
-        self._broker = broker
+    def __init__(self, metrics: BrokerMetrics) -> None:
+        self._metrics = metrics
 
     def collect(self):
-        b = self._broker
-        connections = GaugeMetricFamily("oncelog_connections", "open client connections per listener",
-                                        labels=["listener"])
-        for listener, n in sorted(b.open_connections().items()):
-            connections.add_metric([listener], n)
-        yield connections
-        committed = GaugeMetricFamily("oncelog_consumer_group_committed_offset", "a group's committed offset per "
-                                      "partition", labels=["group", "topic", "partition"])
-        lag = GaugeMetricFamily("oncelog_consumer_group_lag", "log end offset (high watermark) minus the committed "
-                                "offset, for partitions this broker leads", labels=["group", "topic", "partition"])
-        groups = GaugeMetricFamily("oncelog_groups", "groups this broker coordinates, per type (classic or "
-                                   "consumer) and state", labels=["type", "state"])
-        try:
-            listing = b.groups.listing()  # BrokerNotStarted (a RuntimeError) before the broker starts
-            for (gtype, state), n in sorted(Tally((t, st) for _g, _p, st, t in listing).items()):
-                groups.add_metric([gtype, state], n)
-            for group, topic, index, offset, end in _group_offsets(b, listing):
-                labels = [group, topic, str(index)]
-                committed.add_metric(labels, offset)
-                if end is not None:
-                    lag.add_metric(labels, max(0, end - offset))
-        except RuntimeError as e:
-            log.debug("consumer group metrics skipped this scrape: %s", e)
-        yield from (groups, committed, lag)
-        states = GaugeMetricFamily("oncelog_transactions", "transactional ids this broker coordinates, per state",
-                                   labels=["state"])
-        try:
-            for state, n in sorted(_transaction_states(b).items()):
-                states.add_metric([state], n)
-        except RuntimeError as e:
-            log.debug("transaction metrics skipped this scrape: %s", e)
-        yield states
+        yield from self._metrics.families()
+
+
+def _held_groups(b) -> list[tuple[str, str, str, str]]:
+    """(group id, protocol type, state, group type) of the groups the coordinators hold now, read
+    without loading or unloading any (ListGroups' `listing` reconciles first; a scrape must not)."""
+    groups = b.groups
+    return sorted([(gid, g.protocol_type or "", g.state, "classic") for gid, g in groups.classic.groups.items()]
+                  + [(gid, "consumer", g.state, "consumer") for gid, g in groups.consumer.groups.items()])
+
+
+def _broker_state_families(b, resource_labels: bool) -> list:
+    """Connections, groups, committed offsets and lag, transactions: read on the event loop."""
+    out = []
+    connections = GaugeMetricFamily("oncelog_connections", "open client connections per listener",
+                                    labels=["listener"])
+    for listener, n in sorted(b.open_connections().items()):
+        connections.add_metric([listener], n)
+    out.append(connections)
+    labels = ["group", "topic", "partition"] if resource_labels else []
+    committed = GaugeMetricFamily("oncelog_consumer_group_committed_offset", "a group's committed offset per "
+                                  "partition", labels=["group", "topic", "partition"])
+    lag = GaugeMetricFamily("oncelog_consumer_group_lag", "log end offset (high watermark) minus the committed "
+                            "offset, for partitions this broker leads"
+                            + ("" if resource_labels else ", summed over every group and partition"), labels=labels)
+    groups = GaugeMetricFamily("oncelog_groups", "groups this broker coordinates, per type (classic or "
+                               "consumer) and state", labels=["type", "state"])
+    try:
+        listing = _held_groups(b)  # BrokerNotStarted (a RuntimeError) before the broker starts
+        for (gtype, state), n in sorted(Tally((t, st) for _g, _p, st, t in listing).items()):
+            groups.add_metric([gtype, state], n)
+        total_lag = 0
+        for group, topic, index, offset, end in _group_offsets(b, listing):
+            if resource_labels:
+                committed.add_metric([group, topic, str(index)], offset)
+            if end is not None:
+                if resource_labels:
+                    lag.add_metric([group, topic, str(index)], max(0, end - offset))
+                total_lag += max(0, end - offset)
+        if not resource_labels:
+            lag.add_metric([], total_lag)
+    except RuntimeError as e:
+        log.debug("consumer group metrics skipped this scrape: %s", e)
+    out += [groups, committed, lag] if resource_labels else [groups, lag]
+    states = GaugeMetricFamily("oncelog_transactions", "transactional ids this broker coordinates, per state",
+                               labels=["state"])
+    try:
+        for state, n in sorted(_transaction_states(b).items()):
+            states.add_metric([state], n)
+    except RuntimeError as e:
+        log.debug("transaction metrics skipped this scrape: %s", e)
+    out.append(states)
+    return out
 
 
 def _group_offsets(b, listing) -> Iterator[tuple[str, str, int, int, int | None]]:
@@ -209,35 +303,37 @@ def _transaction_states(b) -> dict[str, int]:
     return dict(Tally(m.state.display_name for m in metas)) if code == 0 else {}
 
 
-class _PartitionCollector:
-    def __init__(self, partitions) -> None:
-        self._partitions = partitions
-
-    def collect(self):
-        parts = list(self._partitions())
-        count = GaugeMetricFamily("oncelog_partitions", "partitions this broker leads")
-        count.add_metric([], len(parts))
-        yield count
-        size = GaugeMetricFamily("oncelog_log_size_bytes", "bytes on disk per partition",
-                                 labels=["topic", "partition"])
-        start = GaugeMetricFamily("oncelog_log_start_offset", "log start offset per partition",
-                                  labels=["topic", "partition"])
-        end = GaugeMetricFamily("oncelog_log_end_offset", "log end offset per partition",
-                                labels=["topic", "partition"])
+def _partition_families(parts: list, resource_labels: bool):
+    count = GaugeMetricFamily("oncelog_partitions", "partitions this broker leads")
+    count.add_metric([], len(parts))
+    yield count
+    labels = ["topic", "partition"] if resource_labels else []
+    size = GaugeMetricFamily("oncelog_log_size_bytes", "bytes on disk per partition"
+                             + ("" if resource_labels else ", summed"), labels=labels)
+    start = GaugeMetricFamily("oncelog_log_start_offset", "log start offset per partition", labels=labels)
+    end = GaugeMetricFamily("oncelog_log_end_offset", "log end offset per partition", labels=labels)
+    if resource_labels:
         for p in parts:
             labels = [p.topic, str(p.index)]
             size.add_metric(labels, p.log.size_bytes)
             start.add_metric(labels, p.log_start_offset)
             end.add_metric(labels, p.log_end_offset)
         yield from (size, start, end)
-        values = producer_state_metrics(parts)
-        for name, kind, doc, source in PRODUCER_STATE_METRICS:
-            labels = ["topic"] + (["kind"] if isinstance(source, dict) else [])
-            family = (GaugeMetricFamily(name, doc, labels=labels) if kind == "gauge"
-                      else CounterMetricFamily(name.removesuffix("_total"), doc, labels=labels))
-            for label_values, value in values[name]:
-                family.add_metric([label_values[k] for k in labels], value)
-            yield family
+    else:   # offsets of different partitions do not add up: only the bytes are summed
+        size.add_metric([], sum(p.log.size_bytes for p in parts))
+        yield size
+    values = producer_state_metrics(parts)
+    for name, kind, doc, source in PRODUCER_STATE_METRICS:
+        labels = (["topic"] if resource_labels else []) + (["kind"] if isinstance(source, dict) else [])
+        family = (GaugeMetricFamily(name, doc, labels=labels) if kind == "gauge"
+                  else CounterMetricFamily(name.removesuffix("_total"), doc, labels=labels))
+        sums: dict[tuple[str, ...], float] = {}
+        for label_values, value in values[name]:
+            key = tuple(label_values[k] for k in labels)
+            sums[key] = sums.get(key, 0) + value
+        for key, value in sums.items():
+            family.add_metric(list(key), value)
+        yield family
 
 
 # Producer state per topic: (name, type, help, the key of Partition.producer_state_stats that is

@@ -9,8 +9,9 @@ changes no state: the caller gets KAFKA_STORAGE_ERROR (retriable; a broker backs
 again). Kafka's controller answers such faults with an error and reverts to its last committed
 offset; here the log itself is cut back to it. A log that cannot even be cut back refuses every
 change until a restart, and `fatal` is set so a standalone controller exits. Callers authenticate
-with SASL/PLAIN; only principals with cluster rights may register, allocate ids or change topics
-(others get CLUSTER_AUTHORIZATION_FAILED).
+with SASL/SCRAM-SHA-512 (brokers and oncelog's tools: the server proves it holds the verifier),
+SCRAM-SHA-256 or PLAIN; only principals with cluster rights may register, allocate ids or change
+topics (others get CLUSTER_AUTHORIZATION_FAILED).
 Liveness: a broker that misses heartbeats for `broker.session.timeout.ms` is considered dead and
 its partitions get new leaders (with a higher leader epoch).
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import secrets
 import ssl
 import time
 import uuid
@@ -30,9 +32,17 @@ from oncelog.controller.security import ControllerSecurity
 from oncelog.core.controller_state import BROKER, PID_BLOCK, ControllerState, TokenBucket
 from oncelog.core.leadership import NO_LEADER, Leadership
 from oncelog.core.security.credentials import ScramCredentials
+from oncelog.core.security.plain import MECHANISM as PLAIN
 from oncelog.core.security.plain import PlainServer
-from oncelog.core.security.sasl import AuthenticationFailed
-from oncelog.core.security.scram import AddScram
+from oncelog.core.security.sasl import AuthenticationFailed, IllegalSaslState, SaslServerMechanism
+from oncelog.core.security.scram import (
+    DEFAULT_ITERATIONS,
+    AddScram,
+    ScramCredential,
+    ScramMechanism,
+    ScramServer,
+    credential_from_password,
+)
 from oncelog.core.topic_config import parse_topic_configs
 from oncelog.protocol import entities
 from oncelog.protocol import metadata as md
@@ -51,6 +61,11 @@ _OPEN_APIS = {ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICA
 # what brokers follow (leaders, topics; ACLs, quotas and every SCRAM verifier): the cluster
 # principal's alone; anyone else asking is closed on
 _CLUSTER_FEEDS = {ApiKey.METADATA, SECURITY_RECORDS_KEY}
+# SCRAM first: the server proves it holds the user's verifier, so a client that checks the proof
+# (every oncelog link does) hands no reusable secret to whoever listens on the controller's port
+# (a local user who bound it while the controller was down). PLAIN stays for other tools.
+CONTROLLER_MECHANISMS = (ScramMechanism.SCRAM_SHA_512.mechanism_name, ScramMechanism.SCRAM_SHA_256.mechanism_name,
+                         PLAIN)
 
 
 @dataclass
@@ -87,6 +102,12 @@ class Controller:
         self.fatal = asyncio.Event()  # the metadata log is unusable: a standalone controller exits
         self.fatal_message = ""
         self.address: tuple[str, int] = ("", 0)
+        # the controller's users' SCRAM verifiers, derived from their passwords once per start
+        self._verifiers: dict[tuple[ScramMechanism, str], ScramCredential] = {
+            (m, user): credential_from_password(m, password, secrets.token_bytes(32), DEFAULT_ITERATIONS)
+            for m in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512)
+            for user, password in config.users.items()}
+        self._mock_secret = secrets.token_bytes(32)
         bootstrap = scram.bootstrap(self.scram, config.bootstrap_scram, self.log)  # only while the log is new
         self._commit(self.state.decide_floor(config.producer_id_floor))
         self._commit(bootstrap)
@@ -206,7 +227,7 @@ class Controller:
         address = writer.get_extra_info("peername")
         peer = f"{address[0]}:{address[1]}" if address else "?"
         principal: str | None = None
-        handshake_done = False
+        mechanism: SaslServerMechanism | None = None   # chosen by the handshake
         limits = self.config.limits
         try:
             while True:
@@ -237,20 +258,25 @@ class Controller:
                     return
                 failed = False
                 if h.api_key == ApiKey.SASL_HANDSHAKE:
-                    handshake_done = True
-                    answer, failed = self._sasl_handshake(h.api_version, body)
+                    if mechanism is not None or principal is not None:
+                        return   # one exchange per connection
+                    answer, mechanism = self._sasl_handshake(h.api_version, body)
+                    failed = mechanism is None
                 elif h.api_key == ApiKey.SASL_AUTHENTICATE:
-                    if not handshake_done:
+                    if mechanism is None or principal is not None:
                         return
-                    answer, principal = self._sasl_authenticate(h.api_version, body, peer)
-                    failed = principal is None
+                    answer, failed = self._sasl_authenticate(h.api_version, body, peer, mechanism)
+                    if mechanism.complete:
+                        principal = mechanism.authorization_id
                 else:
                     answer = await self._handle(h.api_key, h.api_version, body, principal)
+                if failed:
+                    # KIP-306: the failure answer itself waits connection.failed.authentication.delay.ms
+                    # (a guesser learns nothing sooner), then the connection closes
+                    await asyncio.sleep(limits.failed_authentication_delay_ms / 1000)
                 writer.write(_framed(response_header(h.api_key, h.api_version, h.correlation_id), answer))
                 await writer.drain()
                 if failed:
-                    # the answer is out; the close waits, reading nothing (Kafka's failed-authentication delay)
-                    await asyncio.sleep(limits.failed_authentication_delay_ms / 1000)
                     return
         except Refused as e:
             log.warning("controller: closing connection from %s%s: %s", peer,
@@ -270,28 +296,37 @@ class Controller:
             out.append(I16.pack(k) + I16.pack(lo) + I16.pack(hi))
         return b"".join(out)
 
-    def _sasl_handshake(self, version: int, body) -> tuple[bytes, bool]:
-        """The answer, and whether it refuses (the connection then closes after the delay)."""
+    def _sasl_handshake(self, version: int, body) -> tuple[bytes, SaslServerMechanism | None]:
+        """The answer, and the exchange it starts (None: refused, the connection then closes
+        after the delay)."""
         r = entities.decode_request(ApiKey.SASL_HANDSHAKE, version, body)
-        code = ErrorCode.NONE if r.mechanism == "PLAIN" else ErrorCode.UNSUPPORTED_SASL_MECHANISM
-        if code:
+        mechanism: SaslServerMechanism | None = None
+        scram = ScramMechanism.from_name(str(r.mechanism))
+        if r.mechanism == PLAIN:
+            mechanism = PlainServer(self.config.users)   # constant-time comparison, unknown users included
+        elif scram is not None:
+            mechanism = ScramServer(scram, lambda user: self._verifiers.get((scram, user)), secrets.token_bytes,
+                                    self._mock_secret)
+        else:
             log.warning("controller: unsupported SASL mechanism %r", r.mechanism)
-        return (entities.ResponseBuilder(ApiKey.SASL_HANDSHAKE, version).encode(error_code=code, mechanisms=("PLAIN",)),
-                code != ErrorCode.NONE)
+        code = ErrorCode.NONE if mechanism is not None else ErrorCode.UNSUPPORTED_SASL_MECHANISM
+        return (entities.ResponseBuilder(ApiKey.SASL_HANDSHAKE, version).encode(
+            error_code=code, mechanisms=CONTROLLER_MECHANISMS), mechanism)
 
-    def _sasl_authenticate(self, version: int, body, peer: str) -> tuple[bytes, str | None]:
+    def _sasl_authenticate(self, version: int, body, peer: str,
+                           mechanism: SaslServerMechanism) -> tuple[bytes, bool]:
+        """The answer to one token, and whether the exchange failed."""
         r = entities.decode_request(ApiKey.SASL_AUTHENTICATE, version, body)
         rb = entities.ResponseBuilder(ApiKey.SASL_AUTHENTICATE, version)
-        plain = PlainServer(self.config.users)   # constant-time comparison, unknown users included
         try:
-            plain.evaluate(bytes(r.auth_bytes))
-        except AuthenticationFailed as e:
-            log.warning("controller: SASL/PLAIN authentication failed for %r: %s (from %s)", e.user, e, peer)
+            challenge = mechanism.evaluate(bytes(r.auth_bytes))
+        except (AuthenticationFailed, IllegalSaslState) as e:
+            log.warning("controller: SASL/%s authentication failed for %r: %s (from %s)", mechanism.mechanism,
+                        getattr(e, "user", None), e, peer)
             return rb.encode(error_code=ErrorCode.SASL_AUTHENTICATION_FAILED,
                              error_message="authentication failed: invalid username or password",
-                             auth_bytes=b"", session_lifetime=0), None
-        return (rb.encode(error_code=ErrorCode.NONE, error_message=None, auth_bytes=b"", session_lifetime=0),
-                plain.authorization_id)
+                             auth_bytes=b"", session_lifetime=0), True
+        return rb.encode(error_code=ErrorCode.NONE, error_message=None, auth_bytes=challenge, session_lifetime=0), False
 
     # ------------------------------------------------------------------ requests
     async def _handle(self, api_key: int, version: int, body: memoryview, principal: str | None) -> bytes:

@@ -39,8 +39,9 @@ def path_in(directory: str | Path) -> Path:
 
 
 def read_private(path: str | Path) -> str:
-    """The text of a file only its owner may read (CredentialFileError otherwise): for secrets
-    handed to a process by file rather than on its command line."""
+    """The text of a file only its owner may read, that owner being this process's user
+    (CredentialFileError otherwise): for secrets handed to a process by file rather than on its
+    command line."""
     path = Path(path)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
@@ -49,7 +50,12 @@ def read_private(path: str | Path) -> str:
     except OSError as e:
         raise CredentialFileError(f"{path}: {e.strerror}") from None
     with os.fdopen(fd) as f:
-        mode = os.fstat(f.fileno()).st_mode
+        st = os.fstat(f.fileno())
+        mode = st.st_mode
+        if st.st_uid != os.geteuid():
+            # another user's file, whatever its mode: its owner may have read or changed it
+            raise CredentialFileError(f"{path} belongs to uid {st.st_uid}, not to this process's user "
+                                      f"(uid {os.geteuid()}): a secret must be its reader's own")
         if mode & (stat.S_IRWXG | stat.S_IRWXO):
             raise CredentialFileError(f"{path} is readable by others (mode {stat.S_IMODE(mode):04o}): "
                                       f"`chmod 600 {path}`, and change what it holds if others read it")

@@ -32,12 +32,19 @@ fsyncs per segment roll would stall the event loop); the error policy is the sam
 from __future__ import annotations
 
 import os
+import secrets
 from collections.abc import Callable
 from pathlib import Path
 
 TMP_SUFFIX = ".tmp"
 
 StrPath = str | os.PathLike[str]
+
+
+# a file this process creates: never an existing file (O_EXCL), never through a symbolic link
+# (O_NOFOLLOW; O_EXCL alone refuses a link too, this says it), so its owner and mode are the ones
+# asked for, whoever could write in the directory before
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
 
 
 class DurableWriteError(OSError):
@@ -74,8 +81,9 @@ def replace_file(path: StrPath, data: bytes | str, *, mode: int = 0o644, durable
     path = Path(path)
     tmp = tmp_path(path)
     payload = data.encode() if isinstance(data, str) else data
+    _discard(tmp)   # a crash's leftover, or something planted there: never written through
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        fd = os.open(tmp, _NEW_FILE, mode)
         try:
             view = memoryview(payload)
             while view:
@@ -115,11 +123,13 @@ def create_exclusive(path: StrPath, data: bytes | str, *, mode: int = 0o600) -> 
     changed): written and fsynced under a name of this process, then linked, so two processes
     racing agree on the first file and no reader ever sees a partial one."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}{TMP_SUFFIX}")
+    # a name nobody can plant beforehand (issue 36: `.<name>.<pid>.tmp` was opened as found, so a
+    # file or link put there by another user got the secret); created, never opened as found
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(8)}{TMP_SUFFIX}")
     payload = data.encode() if isinstance(data, str) else data
     try:
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
+            fd = os.open(tmp, _NEW_FILE, mode)
             try:
                 view = memoryview(payload)
                 while view:

@@ -149,6 +149,12 @@ class AsyncRawConnection:
         return entities.decode_response(api_key, version, await self.exchange(api_key, version,
                                                                               request_body(api_key, version, fields)))
 
+    async def plain_login(self, user: str, password: str) -> int:
+        """`RawConnection.plain_login`: its SaslAuthenticate's error code."""
+        assert int((await self.call(ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN")).error_code) == 0
+        return int((await self.call(ApiKey.SASL_AUTHENTICATE, 2,
+                                    auth_bytes=client_token(user, password))).error_code)
+
     async def close(self) -> None:
         self.writer.close()
         await self.writer.wait_closed()

@@ -1,4 +1,4 @@
-"""A broker's connection to the controller listener, SASL/PLAIN then Kafka requests in order;
+"""A broker's connection to the controller listener, SASL/SCRAM then Kafka requests in order;
 also its connection to another broker (`broker.cluster.peers`), over TLS and with the inter-broker SASL
 mechanism (PLAIN or SCRAM) as that listener needs.
 
@@ -16,13 +16,18 @@ import struct
 import time
 from typing import Any
 
-from oncelog.core.security.plain import MECHANISM as PLAIN
 from oncelog.core.security.plain import client_token
 from oncelog.core.security.scram import ScramClient, ScramClientError, ScramMechanism
 from oncelog.protocol import entities, headers
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.protocol.primitives import I32, Reader
+
+# The controller link logs in with SCRAM, never PLAIN: SCRAM's last step is the server's proof that
+# it holds the credential's verifier, checked before any request is sent, and the client's own
+# proof is good for that exchange only. Whoever answers on the controller's port (a local user who
+# bound it while the controller was down) learns no reusable secret, and gets no request.
+CONTROLLER_MECHANISM = ScramMechanism.SCRAM_SHA_512.mechanism_name
 
 
 class ControllerUnavailable(ConnectionError):
@@ -32,7 +37,7 @@ class ControllerUnavailable(ConnectionError):
 class ControllerClient:
     def __init__(self, host: str, port: int, username: str | None, password: str | None,
                  client_id: str = "oncelog-broker", timeout_s: float = 10.0,
-                 ssl_context: ssl.SSLContext | None = None, mechanism: str = PLAIN,
+                 ssl_context: ssl.SSLContext | None = None, mechanism: str = CONTROLLER_MECHANISM,
                  server_name: str = "controller", max_idle_ms: int = -1) -> None:
         self.host, self.port = host, port
         self.server_name = server_name   # for messages: "controller", "broker 2"
@@ -179,7 +184,7 @@ class ControllerClient:
 
 def controller_client(config, client_id: str = "oncelog-broker") -> ControllerClient:
     """A client of the controller named by a broker's settings: `controller.quorum.bootstrap.servers`,
-    the cluster credential over PLAIN (`inter_broker.cluster_credential`), and TLS when
+    the cluster credential over SCRAM-SHA-512 (`inter_broker.cluster_credential`), and TLS when
     `controller.listener.names` names a listener that `listener.security.protocol.map` maps to SSL or
     SASL_SSL (trust from
     `listener.name.<controller>.ssl.truststore.location`, else `ssl.truststore.location`)."""

@@ -20,10 +20,11 @@ disabled). A classic JoinGroup converts an empty consumer group back the same wa
 """
 from __future__ import annotations
 
+import ctypes
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from oncelog.core.groups.consumer_group import (
     LEAVE_EPOCH,
@@ -34,13 +35,22 @@ from oncelog.core.groups.consumer_group import (
 )
 from oncelog.core.groups.heartbeat import Answer, Heartbeat, Settings, fence, heartbeat, leave, validate
 from oncelog.core.groups.reconciliation import MemberState
-from oncelog.core.groups.subscriptions import resolve
+from oncelog.core.groups.subscriptions import forget, resolve
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.storage.group_offsets import GroupOffsetStore
 from oncelog.storage.topic_registry import TopicInfo
 
 log = logging.getLogger(__name__)
 E = ErrorCode
+
+
+class TopicFilter(Protocol):
+    """A member's DESCRIBE rights on topics (`broker.security.authorization.TopicVisibility`)."""
+
+    @property
+    def key(self) -> Hashable: ...
+
+    def __call__(self, names: Iterable[str]) -> frozenset[str]: ...
 
 
 @dataclass(frozen=True)
@@ -77,9 +87,13 @@ class ConsumerGroupCoordinator:
         self._image: TopicMetadata = {}
         self._image_version = 0
         self._regexes: dict[str, tuple[int, frozenset[str]]] = {}   # regex -> (image version, matches)
+        # (group, member) -> what the member may DESCRIBE, from its last heartbeat taken
+        self.visibility: dict[tuple[str, str], TopicFilter] = {}
 
     # ------------------------------------------------------------------ heartbeats
-    def heartbeat(self, rq: Heartbeat, version: int) -> Outcome:
+    def heartbeat(self, rq: Heartbeat, version: int, visible: TopicFilter | None = None) -> Outcome:
+        """`visible`: the caller's DESCRIBE rights on topics (None: every topic); its regex matches
+        are filtered by them, now and at every later resolution while it is a member."""
         settings = self.config.settings
         try:
             validate(rq, version, settings)
@@ -98,10 +112,11 @@ class ConsumerGroupCoordinator:
         before = g.copy()
         topics = self._topics()
         try:
+            matches = self._matcher(g, rq.member_id, visible)
             if rq.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
-                answer = leave(g, rq, topics)
+                answer = leave(g, rq, topics, matches)
             else:
-                answer = heartbeat(g, rq, topics, settings, self._matches)
+                answer = heartbeat(g, rq, topics, settings, matches)
         except KafkaProtocolError as e:
             self._put_back(g, before, new)
             return Outcome(e.code, e.message)
@@ -112,15 +127,19 @@ class ConsumerGroupCoordinator:
                                                    "to two members")
         if not self._store(g, before, new):
             return Outcome(E.NOT_COORDINATOR, "the group's change could not be stored")
-        self._after(g, rq, answer, before)
+        self._drop_unused_regexes(before.regexes() - g.regexes())
+        self._after(g, rq, answer, before, visible)
         return Outcome(E.NONE, None, answer)
 
-    def _after(self, g: ConsumerGroup, rq: Heartbeat, answer: Answer, before: ConsumerGroup) -> None:
-        """Timers after a heartbeat that was taken."""
+    def _after(self, g: ConsumerGroup, rq: Heartbeat, answer: Answer, before: ConsumerGroup,
+               visible: TopicFilter | None) -> None:
+        """Timers (and the member's rights) after a heartbeat that was taken."""
         key = (g.group_id, answer.member_id)
         for gone in set(before.members) - set(g.members):
             self._forget_timers(g.group_id, gone)
         m = answer.member
+        if m is not None and visible is not None:
+            self.visibility[key] = visible
         if m is None:
             if rq.member_epoch == LEAVE_EPOCH:
                 log.info("group %s: member %s left (epoch %d)", g.group_id, rq.member_id, g.group_epoch)
@@ -145,6 +164,32 @@ class ConsumerGroupCoordinator:
         if image != self._image:
             self._image, self._image_version = dict(image), self._image_version + 1
         return self._image
+
+    def _matcher(self, g: ConsumerGroup, member_id: str | None,
+                 visible: TopicFilter | None) -> Callable[[str], frozenset[str]]:
+        """`matches` for the group's resolutions: what a regex matches that every member using it
+        may DESCRIBE (`visible` stands for `member_id`'s rights, the heartbeat being served).
+        A member whose rights are not known here (the group was loaded and it has not heartbeat
+        since) keeps the regex within what it resolved to when stored, which was filtered then.
+        Without an authorizer every filter lets every name through."""
+        def matches(regex: str) -> frozenset[str]:
+            found = self._matches(regex)
+            filters: dict[Hashable, TopicFilter] = {}
+            unknown = False
+            for mid, m in g.members.items():
+                if m.subscribed_topic_regex != regex:
+                    continue
+                f = visible if mid == member_id and visible is not None else self.visibility.get((g.group_id, mid))
+                if f is None:
+                    unknown = True
+                else:
+                    filters.setdefault(f.key, f)
+            if unknown:
+                found = found & g.regex_topics.get(regex, frozenset())
+            for f in filters.values():
+                found = f(found)
+            return frozenset(found)
+        return matches
 
     def _matches(self, regex: str) -> frozenset[str]:
         """The topics a regex matches, computed again only when the topics changed."""
@@ -180,6 +225,23 @@ class ConsumerGroupCoordinator:
             self.groups.pop(g.group_id, None)
         else:
             self.groups[g.group_id] = before
+        self._drop_unused_regexes(g.regexes() - before.regexes())
+
+    def _drop_unused_regexes(self, candidates: Iterable[str]) -> None:
+        """Regexes no member of a group coordinated here uses any more: their matches and
+        compiled form go (Kafka keeps a regex only while a member subscribes with it; a member
+        that left, was fenced or changed its regex no longer holds memory)."""
+        unused = set(candidates)
+        for g in self.groups.values():
+            if not unused:
+                return
+            unused -= g.regexes()
+        for regex in unused:
+            self._regexes.pop(regex, None)
+            forget(regex)
+        if sum(len(r) for r in unused) >= _TRIM_AFTER_CHARS:
+            _return_memory()
+
 
     # ------------------------------------------------------------------ loading
     def group(self, group_id: str) -> ConsumerGroup | None:
@@ -210,11 +272,13 @@ class ConsumerGroupCoordinator:
         g = self.groups.pop(group_id)
         for member_id in g.members:
             self._forget_timers(group_id, member_id)
+        self._drop_unused_regexes(g.regexes())
         log.info("group %s: no longer coordinated here", group_id)
 
     def _forget_timers(self, group_id: str, member_id: str) -> None:
         self.sessions.pop((group_id, member_id), None)
         self.rebalances.pop((group_id, member_id), None)
+        self.visibility.pop((group_id, member_id), None)
 
     def is_consumer_group(self, group_id: str) -> bool:
         return self.group(group_id) is not None
@@ -242,6 +306,7 @@ class ConsumerGroupCoordinator:
         if g is not None:
             for member_id in g.members:
                 self._forget_timers(group_id, member_id)
+            self._drop_unused_regexes(g.regexes())
 
     # ------------------------------------------------------------------ offsets
     def validate_commit(self, g: ConsumerGroup, member_id: str, epoch: int, api_version: int | None,
@@ -301,9 +366,10 @@ class ConsumerGroupCoordinator:
             return
         session = self.sessions.get((group_id, member_id), 0) < self.now_ms()
         before = g.copy()
-        fence(g, member_id, self._topics())
+        fence(g, member_id, self._topics(), self._matcher(g, None, None))
         if not self._store(g, before, False):
             return  # tried again at the next tick
+        self._drop_unused_regexes(before.regexes() - g.regexes())
         self._forget_timers(group_id, member_id)
         log.info("group %s: member %s fenced: %s (group epoch %d)", group_id, member_id,
                  f"no heartbeat within the session timeout ({self.config.session_timeout_ms} ms)" if session
@@ -321,9 +387,21 @@ def consumer_group_config(c: Any) -> ConsumerGroupConfig:
         "consumer" in {p.strip().lower() for p in c["group.coordinator.rebalance.protocols"].split(",")},
         c["group.consumer.heartbeat.interval.ms"], c["group.consumer.session.timeout.ms"],
         Settings(tuple(a.strip() for a in c["group.consumer.assignors"].split(",") if a.strip()),
-                 c["group.consumer.max.size"]))
+                 c["group.consumer.max.size"], c["message.max.bytes"]))
 
 
 def topic_metadata(topics: Mapping[str, TopicInfo], internal: Callable[[str], bool]) -> TopicMetadata:
     """name -> (topic id, partitions) of the topics a subscription may name."""
     return {name: (info.topic_id, info.partitions) for name, info in topics.items() if not internal(name)}
+
+
+# glibc keeps freed heap memory for reuse; after a large regex (up to a member record's size,
+# about 1 MB, compiled to a few times that) goes, hand it back so the broker's RSS goes back down
+_TRIM_AFTER_CHARS = 64 << 10
+
+
+def _return_memory() -> None:
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass   # not glibc: nothing to do

@@ -7,7 +7,9 @@ joining member; from v1 the member id is the client's (KIP-1082).
 Refused as Kafka refuses: UNSUPPORTED_VERSION when `consumer` is not in
 `group.coordinator.rebalance.protocols`; READ on the group (GROUP_AUTHORIZATION_FAILED) and
 DESCRIBE on every topic named in the subscription (TOPIC_AUTHORIZATION_FAILED, for the whole
-heartbeat); NOT_COORDINATOR on another broker's group. Every answer says how often to heartbeat.
+heartbeat); a regex matches only topics every member using it may DESCRIBE (the coordinator keeps
+each member's rights, `authorization.topic_visibility`); NOT_COORDINATOR on another broker's
+group. Every answer says how often to heartbeat.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from dataclasses import replace
 from typing import Any
 
 from oncelog.broker.net.request_context import CLIENT
-from oncelog.broker.security.authorization import GROUP, TOPIC, Op, authorized_names, require
+from oncelog.broker.security.authorization import GROUP, TOPIC, Op, authorized_names, require, topic_visibility
 from oncelog.broker.services import BrokerServices
 from oncelog.core.groups.heartbeat import Heartbeat
 from oncelog.protocol import entities
@@ -57,7 +59,7 @@ async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
                    r.server_assignor, owned, client_id or "", host)
     if version == 0 and not rq.member_id and rq.member_epoch == 0:  # v0: the server names a new member
         rq = replace(rq, member_id=str(uuid.uuid4()))
-    outcome = broker.groups.consumer.heartbeat(rq, version)
+    outcome = broker.groups.consumer.heartbeat(rq, version, topic_visibility(broker))
     if outcome.error:
         return refuse(outcome.error, outcome.message)
     answer = outcome.answer

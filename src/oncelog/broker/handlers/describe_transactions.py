@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from oncelog.broker.security.authorization import TOPIC, TXN_ID, Op, authorize, authorized_names
+from oncelog.broker.security.authorization import TXN_ID, Op, authorize, describable_topics
 from oncelog.broker.services import BrokerServices
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
@@ -27,7 +27,7 @@ async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
                                    transaction_start_time=0))
             continue
         topics: dict[str, list[int]] = {}
-        described = authorized_names(broker, Op.DESCRIBE, TOPIC, (t for t, _ in meta.partitions), audit=False)
+        described = describable_topics(broker, (t for t, _ in meta.partitions))
         for topic, index in sorted(meta.partitions):
             if topic in described:
                 topics.setdefault(topic, []).append(index)

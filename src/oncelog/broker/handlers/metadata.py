@@ -25,6 +25,7 @@ from oncelog.broker.security.authorization import (
     authorize_cluster,
     authorized_names,
     authorized_operations,
+    describable_topics,
 )
 from oncelog.broker.services import BrokerServices
 from oncelog.core.topic_names import BROKER_OWNED_TOPICS, invalid_topic_reason, is_internal
@@ -43,7 +44,7 @@ async def handle(broker: BrokerServices, version: int, request: Any) -> bytes:
         request = dataclasses.replace(request, topics=None)  # v0's empty array asks for all (v1+: null)
     by_id: dict[str, uuid.UUID] = {}   # names the request gave only as topic ids
     if request.topics is None:
-        wanted: list[str] = sorted(authorized_names(broker, Op.DESCRIBE, TOPIC, broker.logs.topics, audit=False))
+        wanted: list[str] = sorted(describable_topics(broker, broker.logs.topics))
     else:
         wanted = []
         for t in request.topics:

@@ -12,7 +12,15 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from oncelog.broker.security.authorization import GROUP, TOPIC, Op, authorize, authorized_names, require
+from oncelog.broker.security.authorization import (
+    GROUP,
+    TOPIC,
+    Op,
+    authorize,
+    authorized_names,
+    describable_topics,
+    require,
+)
 from oncelog.broker.services import BrokerServices
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
@@ -58,7 +66,7 @@ def _group(broker: BrokerServices, rb: entities.ResponseBuilder, group_id: str, 
     wanted: dict[str, list[int]]
     if asked is None:
         wanted = defaultdict(list)
-        described = authorized_names(broker, Op.DESCRIBE, TOPIC, {t for t, _p in committed}, audit=False)
+        described = describable_topics(broker, {t for t, _p in committed})
         for (topic, partition) in sorted(committed):
             if topic in described:
                 wanted[topic].append(partition)

@@ -9,7 +9,9 @@ V2: the client sends no AddOffsetsToTxn); refusals are INVALID_TXN_STATE below v
 INVALID_PRODUCER_EPOCH for a fenced epoch; KIP-447 member data from v3 (ILLEGAL_GENERATION,
 UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID).
 Authorization first: WRITE on the transactional id, READ on the group (for every partition),
-READ on each topic (TOPIC_AUTHORIZATION_FAILED for its partitions).
+READ on each topic (TOPIC_AUTHORIZATION_FAILED for its partitions). A request none of whose
+partitions is readable and known is answered at once, the transaction untouched (Kafka's
+KafkaApis: no call to the coordinator).
 """
 from __future__ import annotations
 
@@ -49,7 +51,11 @@ async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
             offsets[tp] = Committed(int(p.committed_offset), p.committed_metadata,
                                     int(getattr(p, "committed_leader_epoch", -1)))
     error: int = E.NONE
-    if not broker.coordinates(group):
+    if not offsets:
+        # every partition refused (not readable) or unknown: answered without the coordinator, as
+        # Kafka does (issue 36: v5 added the group's offsets partition to the transaction anyway)
+        pass
+    elif not broker.coordinates(group):
         error = E.NOT_COORDINATOR
     else:
         # a marker for the producer while it waits ends the transaction it asked about

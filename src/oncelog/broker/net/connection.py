@@ -255,19 +255,28 @@ class Connection(asyncio.BufferedProtocol):
         self._apply_receive_limit()
         if outcome.handle:
             return True
+        if outcome.close_after_ms and not outcome.close:
+            # KIP-306: the failure answer itself waits connection.failed.authentication.delay.ms
+            # (a guesser learns nothing sooner; issue 36: only the close used to wait), then the
+            # connection closes. Nothing more is read meanwhile; other connections are served.
+            self.closing = True
+            self.queue.clear()
+            self.transport.pause_reading()
+            self.broker.metrics.connections_closed.inc()
+            asyncio.get_running_loop().call_later(outcome.close_after_ms / 1000, self._answer_and_close,
+                                                  outcome.response)
+            return False
         if outcome.response is not None and not self.closing:
             self.transport.write(outcome.response)
         if outcome.close:
             self.broker.metrics.connections_closed.inc()
             self.close()
-        elif outcome.close_after_ms:
-            # the answer goes out now; the close waits (Kafka's failed-authentication delay)
-            self.closing = True
-            self.queue.clear()
-            self.transport.pause_reading()
-            self.broker.metrics.connections_closed.inc()
-            asyncio.get_running_loop().call_later(outcome.close_after_ms / 1000, self.close)
         return False
+
+    def _answer_and_close(self, response: bytes | None) -> None:
+        if response is not None and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(response)
+        self.close()
 
     def connection_lost(self, exc) -> None:
         self._gone()

@@ -31,6 +31,7 @@ from oncelog.broker.logs.cluster_logs import ClusterLogs
 from oncelog.broker.logs.fsync_batcher import GroupCommit
 from oncelog.broker.logs.seam import Logs
 from oncelog.broker.metrics import BrokerMetrics
+from oncelog.broker.metrics_web import WebConfig
 from oncelog.broker.net.bind_error import BindError
 from oncelog.broker.net.connection import Connection
 from oncelog.broker.net.connection_limits import ConnectionGate
@@ -74,7 +75,7 @@ class Broker:
         self.controller_link: ControllerLink | None = None
         self.fatal = asyncio.Event()  # set when the broker must stop (e.g. no cluster rights)
         self.fatal_message = ""
-        self.metrics = BrokerMetrics(lambda: self.logs.partitions())
+        self.metrics = BrokerMetrics(lambda: self.logs.partitions(), self.config["metrics.resource.labels.enable"])
         self.metrics.watch(self)
         self.dispatcher = Dispatcher(self, self.metrics)
         self.cluster_id = self.config["cluster.id"]
@@ -209,8 +210,10 @@ class Broker:
         await self._bind_listeners()
         if self.config["metrics.port"] >= 0:   # bound before registering: a port in use stops nothing started
             try:
+                web = self.config["metrics.web.config.file"]
                 self.metrics_port = self.metrics.serve(self.config["metrics.host"], self.config["metrics.port"],
-                                                       self.config["connections.max.idle.ms"])
+                                                       self.config["connections.max.idle.ms"],
+                                                       WebConfig.load(web) if web else None)
             except OSError as e:
                 raise BindError("the metrics endpoint", self.config["metrics.host"], self.config["metrics.port"], e,
                                 "metrics.port") from e

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from oncelog.broker.config import BrokerConfig
 from oncelog.broker.net.request_context import CLIENT, PRINCIPAL
@@ -76,6 +77,42 @@ def authorized_names(broker: BrokerServices, operation: AclOperation, resource_t
     if broker.authorizer is None:
         return distinct
     return {n for n in distinct if authorize(broker, operation, resource_type, n, audit)}
+
+
+def describable_topics(broker: BrokerServices, names: Iterable[str]) -> set[str]:
+    """The one filter of topic names by DESCRIBE for every resolution the caller did not spell
+    out name by name: all-topics Metadata (the wildcard), every topic a group committed, a
+    transaction's partitions, and regex subscriptions (`topic_visibility`). Not audited: Kafka
+    logs no denial for a topic left out of a listing."""
+    return authorized_names(broker, Op.DESCRIBE, TOPIC, names, audit=False)
+
+
+@dataclass(frozen=True, eq=False)
+class TopicVisibility:
+    """`describable_topics` bound to the caller of the request being served, to be applied after
+    it: a group's regexes are resolved again at other members' heartbeats and when a member is
+    fenced, and each resolution must stay within the DESCRIBE rights of every member using the
+    regex (Kafka filters regex matches by DESCRIBE, KAFKA-18813). Decisions are made when it is
+    called, over the ACLs of that moment."""
+    authorizer: Authorizer | None
+    principal: KafkaPrincipal
+    host: str
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """Members with equal keys see the same topics (one filtering for them all)."""
+        return str(self.principal), self.host
+
+    def __call__(self, names: Iterable[str]) -> frozenset[str]:
+        if self.authorizer is None:
+            return frozenset(names)
+        return frozenset(n for n in set(names)
+                         if self.authorizer.decide(self.principal, self.host, Op.DESCRIBE, TOPIC, n).allowed)
+
+
+def topic_visibility(broker: BrokerServices) -> TopicVisibility:
+    principal, host = _caller()
+    return TopicVisibility(broker.authorizer, principal, host)
 
 
 def authorize_cluster(broker: BrokerServices, operation: AclOperation, audit: bool = True) -> bool:

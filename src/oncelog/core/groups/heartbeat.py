@@ -5,7 +5,9 @@ back the copy it took before. Every check comes before any change, so a refused 
 nothing.
 
 One heartbeat:
-1. Validation (INVALID_REQUEST, UNSUPPORTED_ASSIGNOR): see `validate`.
+1. Validation (INVALID_REQUEST, UNSUPPORTED_ASSIGNOR): see `validate`; a member whose record
+   would be larger than the offsets topic's maximum (a megabyte of regex or topic names) is
+   refused with UNKNOWN_SERVER_ERROR, Kafka's answer for MESSAGE_TOO_LARGE.
 2. The member: a join (epoch 0) creates it; a static member (instance id) replaces its previous
    incarnation only if that one left with epoch -2 (else UNRELEASED_INSTANCE_ID to the newcomer);
    otherwise the member must exist (UNKNOWN_MEMBER_ID; FENCED_INSTANCE_ID when the instance id
@@ -79,6 +81,21 @@ class Answer:
 class Settings:
     assignors: tuple[str, ...] = ("uniform", "range")  # group.consumer.assignors; the first is the default
     max_size: int = 2**31 - 1                           # group.consumer.max.size
+    # the offsets topic's max.message.bytes (the broker's message.max.bytes): Kafka refuses a
+    # member whose record would not fit in a batch of the offsets topic
+    max_record_bytes: int = 1048588
+
+
+# Kafka's record batch header (61 bytes) and one record's framing, around the member's fields
+_RECORD_OVERHEAD = 61 + 32
+
+
+def member_record_size(m: Member) -> int:
+    """The size of the member's ConsumerGroupMemberMetadata record, as Kafka would write it:
+    its strings (UTF-8, the topic names one by one) and a fixed overhead for the rest."""
+    strings = (m.member_id, m.instance_id, m.rack_id, m.client_id, m.client_host, m.subscribed_topic_regex,
+               m.server_assignor, *m.subscribed_topic_names)
+    return _RECORD_OVERHEAD + sum(2 + len(s.encode()) for s in strings if s is not None)
 
 
 def _refuse(code: ErrorCode, message: str) -> KafkaProtocolError:
@@ -114,8 +131,9 @@ def validate(rq: Heartbeat, version: int, settings: Settings) -> None:
 def heartbeat(group: ConsumerGroup, rq: Heartbeat, topics: TopicMetadata, settings: Settings,
               matches: Callable[[str], frozenset[str]] | None = None) -> Answer:
     """One heartbeat (not a leave) of a validated request. `topics`: the cluster's topics a
-    subscription may name; `matches(regex)`: the topic names a compiled regex matches now (by
-    default, resolved against `topics`)."""
+    subscription may name; `matches(regex)`: the topic names a compiled regex matches now for the
+    members using it (the broker's leaves out what any of them may not DESCRIBE; by default,
+    resolved against `topics`)."""
     joining = rq.member_epoch == JOIN_EPOCH
     if len(group.members) >= settings.max_size and rq.member_id not in group.members:
         raise _refuse(E.GROUP_MAX_SIZE_REACHED, f"The consumer group has reached its maximum capacity of "
@@ -134,6 +152,13 @@ def heartbeat(group: ConsumerGroup, rq: Heartbeat, topics: TopicMetadata, settin
                                 else member.subscribed_topic_names),
         subscribed_topic_regex=regex if rq.subscribed_topic_regex is not None else member.subscribed_topic_regex,
         client_id=rq.client_id, client_host=rq.client_host)
+    size = member_record_size(updated)
+    if size > settings.max_record_bytes:
+        # Kafka's append fails with MESSAGE_TOO_LARGE, which the group coordinator answers as
+        # UNKNOWN_SERVER_ERROR (GroupCoordinatorService.handleOperationException); checked before
+        # the regex is compiled, which is what costs memory
+        raise _refuse(E.UNKNOWN_SERVER_ERROR, f"The member's record is {size} bytes, above the offsets topic's "
+                                              f"maximum of {settings.max_record_bytes} (message.max.bytes).")
     names_changed = updated.subscribed_topic_names != member.subscribed_topic_names
     regex_changed = updated.subscribed_topic_regex != member.subscribed_topic_regex
     if regex_changed and updated.subscribed_topic_regex is not None:
@@ -257,7 +282,8 @@ def _subset(owned: Assignment | None, assigned: Assignment) -> bool:
     return all(parts <= assigned.get(tid, frozenset()) for tid, parts in owned.items() if parts)
 
 
-def leave(group: ConsumerGroup, rq: Heartbeat, topics: TopicMetadata) -> Answer:
+def leave(group: ConsumerGroup, rq: Heartbeat, topics: TopicMetadata,
+          matches: Callable[[str], frozenset[str]] | None = None) -> Answer:
     """Epoch -1 (leave; the member is fenced at once) or -2 (a static member leaving for a while:
     it keeps its partitions, at epoch -2, until its session runs out or its instance returns)."""
     if rq.instance_id is None:
@@ -269,16 +295,18 @@ def leave(group: ConsumerGroup, rq: Heartbeat, topics: TopicMetadata) -> Answer:
         if rq.member_epoch == STATIC_LEAVE_EPOCH:
             group.update_member(replace(m, member_epoch=STATIC_LEAVE_EPOCH, pending_revocation={}))
             return Answer(rq.member_id, rq.member_epoch, None, None)
-    fence(group, m.member_id, topics)
+    fence(group, m.member_id, topics, matches)
     return Answer(rq.member_id, rq.member_epoch, None, None)
 
 
-def fence(group: ConsumerGroup, member_id: str, topics: TopicMetadata) -> Member | None:
+def fence(group: ConsumerGroup, member_id: str, topics: TopicMetadata,
+          matches: Callable[[str], frozenset[str]] | None = None) -> Member | None:
     """The member leaves the group (left, session or rebalance timeout): its partitions are free
-    and the group epoch moves, so the others are given them."""
+    and the group epoch moves, so the others are given them. `matches` as for `heartbeat`: the
+    regexes of the members left are resolved again."""
     m = group.remove_member(member_id)
     if m is not None:
-        refresh_subscriptions(group, topics, None, bump=True)
+        refresh_subscriptions(group, topics, matches, bump=True)
     return m
 
 
@@ -286,12 +314,15 @@ def refresh_subscriptions(group: ConsumerGroup, topics: TopicMetadata,
                           matches: Callable[[str], frozenset[str]] | None, bump: bool,
                           defer: frozenset[str] = frozenset()) -> None:
     """Resolve the group's regexes (but those in `defer`, which match nothing until the next
-    refresh), take the metadata of the topics it subscribes to, and move the group epoch if that
-    changed (or `bump`)."""
+    refresh), take the metadata of the topics it subscribes to, and move the group epoch if either
+    changed (or `bump`). A regex that now matches topics the group already subscribes to (by name,
+    or by another regex) changes no topic metadata but changes its members' subscriptions: the
+    epoch moves so the assignor gives them their share (Kafka bumps on any resolution change)."""
     regexes = group.regexes() - defer
     resolved = {r: (matches(r) if matches is not None else resolve(r, topics)) for r in regexes}
     if resolved != group.regex_topics:
         group.regex_topics = resolved
+        bump = True
     names = group.subscribed_names()
     metadata = {n: topics[n] for n in sorted(names) if n in topics}
     if metadata != group.subscribed_topics:
