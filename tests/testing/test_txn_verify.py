@@ -66,21 +66,28 @@ def test_late_endtxn_is_found_under_transactions_v1(tmp_path):
     once the producer's next transaction has written. Under Transactions V1 the epoch does not
     change between transactions, so the coordinator takes it for the open one (Jepsen's finding
     against Kafka, KAFKA-17754): the checker must report what that does, for every client that
-    ran TV1, and nothing for a client that ran TV2 (its late EndTxn carries an old epoch)."""
-    result = run(VerifyOptions(faults=("late-endtxn",), records=2000, clients=("oncelog", "librdkafka"),
-                               seed=7, duration_s=8, timeout_s=120, workload="transactions", workdir=tmp_path))
-    text = render(result)
-    late = {k: v for k, v in result.proxy.items() if k.startswith("late-endtxn: ")}
-    assert sum(v for k, v in late.items() if k.endswith(" held")) > 0, text
-    by_client = result.report.by_client()
-    assert set(by_client) >= {"oncelog TV1", "librdkafka TV1"} or "oncelog TV2" in by_client, text
-    tv1 = {who: kinds for who, kinds in by_client.items() if who.endswith(" TV1")}
-    for who, kinds in by_client.items():
-        if who.endswith(" TV2"):
-            assert not kinds, text   # fenced: nothing of the late EndTxn reaches its next transaction
-        assert set(kinds) <= LATE_ENDTXN_CLASSES, text   # nothing a late EndTxn does not explain
-    if tv1:
+    ran TV1, and nothing for a client that ran TV2 (its late EndTxn carries an old epoch).
+    Whether a late EndTxn lands inside the next transaction is a race: a run where none did
+    is checked and the next seed tried, three at most."""
+    for seed in (7, 8, 9):
+        result = run(VerifyOptions(faults=("late-endtxn",), records=2000, clients=("oncelog", "librdkafka"),
+                                   seed=seed, duration_s=8, timeout_s=120, workload="transactions",
+                                   workdir=tmp_path / f"seed{seed}"))
+        text = render(result)
+        late = {k: v for k, v in result.proxy.items() if k.startswith("late-endtxn: ")}
+        assert sum(v for k, v in late.items() if k.endswith(" held")) > 0, text
+        by_client = result.report.by_client()
+        assert set(by_client) >= {"oncelog TV1", "librdkafka TV1"} or "oncelog TV2" in by_client, text
+        tv1 = {who: kinds for who, kinds in by_client.items() if who.endswith(" TV1")}
+        for who, kinds in by_client.items():
+            if who.endswith(" TV2"):
+                assert not kinds, text   # fenced: nothing of the late EndTxn reaches its next transaction
+            assert set(kinds) <= LATE_ENDTXN_CLASSES, text   # nothing a late EndTxn does not explain
+        if not tv1:
+            return
         # the coordinator took late EndTxns, and the checker saw what they did to the next transactions
-        assert sum(v for k, v in late.items() if k.endswith(" answered NONE")) > 0, text
-        assert any({"G1a", "torn-transaction", "lost-write"} & set(kinds) for kinds in tv1.values()), text
-        assert not result.ok, text
+        if any({"G1a", "torn-transaction", "lost-write"} & set(kinds) for kinds in tv1.values()):
+            assert sum(v for k, v in late.items() if k.endswith(" answered NONE")) > 0, text
+            assert not result.ok, text
+            return
+    pytest.fail("in three seeds no late EndTxn landed inside a TV1 producer's next transaction:\n" + text)
