@@ -390,3 +390,24 @@ async def _once(request, client):
         return await request
     finally:
         client.close()
+
+
+# ---------------------------------------------------------------------------------- the controller paused
+
+def test_a_paused_controller_declares_no_broker_dead_for_its_own_silence(cluster):
+    """Brokers cannot heartbeat to a stopped controller: when it resumes, that silence is its
+    own, and the partitions stay where they were, at their epochs."""
+    b1 = Raw(cluster.brokers[1].bootstrap)
+    create_topic(b1, "steady", 2)
+    assert cluster.move_leader("steady", 0, 1) == 0 and cluster.move_leader("steady", 1, 2) == 0
+    before = eventually(lambda: (t := topics(b1).get("steady")) and [x[0] for x in t] == [1, 2] and t,
+                        "steady led by brokers 1 and 2")
+    os.kill(cluster.controller.proc.pid, signal.SIGSTOP)
+    try:
+        time.sleep(6)   # the fault itself: three session timeouts (2 s) of the controller stopped
+    finally:
+        os.kill(cluster.controller.proc.pid, signal.SIGCONT)
+    deadline = time.monotonic() + 4   # two session timeouts after it resumed
+    while time.monotonic() < deadline:
+        assert topics(b1)["steady"] == before
+        time.sleep(0.1)

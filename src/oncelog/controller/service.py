@@ -180,9 +180,22 @@ class Controller:
         self.log.close()
 
     async def _watch_liveness(self) -> None:
+        interval_s = min(0.25, self.config.session_timeout_ms / 4000)
+        last = time.monotonic()
         while True:
-            await asyncio.sleep(min(0.25, self.config.session_timeout_ms / 4000))
+            await asyncio.sleep(interval_s)
+            tick = time.monotonic()
+            stalled_ms, last = (tick - last - interval_s) * 1000, tick
             now = self.now_ms()
+            if stalled_ms > self.config.session_timeout_ms / 4:
+                # The controller itself did not run (paused, a stalled VM): the brokers' heartbeats
+                # of that time wait in its sockets, unread. Their silence is its own, so each gets a
+                # fresh session from now instead of every partition losing its leader at once.
+                log.warning("the controller did not run for %d ms: every broker gets a fresh session of %d ms",
+                            stalled_ms, self.config.session_timeout_ms)
+                for b in self.live:
+                    self.live[b] = max(self.live[b], now)
+                continue
             dead = [b for b, seen in self.live.items() if now - seen > self.config.session_timeout_ms]
             for b in dead:
                 del self.live[b]
