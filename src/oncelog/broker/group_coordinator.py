@@ -53,6 +53,7 @@ from oncelog.core.groups.consumer_group import TopicMetadata
 from oncelog.core.txn.log_format import CONSUMER_OFFSETS_TOPIC
 from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.primitives import Reader
+from oncelog.storage.fence import Busy, Fenced
 from oncelog.storage.group_offsets import Committed, GroupMeta, GroupOffsetStore, MemberMeta
 
 log = logging.getLogger(__name__)
@@ -700,14 +701,20 @@ class GroupCoordinator:
             self._txn_guards.pop(producer_id, None)
 
     def complete_txn(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
-                     partition: int) -> int:
+                     partition: int, transaction_version: int = 0) -> int:
         """The transaction's marker on `__consumer_offsets-<partition>`, checked as a data partition
-        checks a marker (INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED); taken, COMMIT
-        makes the producer's pending offsets of the partition's groups visible and ABORT drops
-        them. Repeating it is harmless (nothing is left pending)."""
+        checks a marker (INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED, a Transactions V2
+        marker not above an open transaction's epoch); taken, COMMIT makes the producer's pending
+        offsets of the partition's groups visible and ABORT drops them. Repeating it is harmless
+        (nothing is left pending). NOT_LEADER_OR_FOLLOWER when another broker owns the partition
+        now (its lease: the marker writer asks the leader again)."""
         try:
             code, why = self.store.apply_marker(producer_id, producer_epoch, coordinator_epoch, commit, partition,
-                                                self.now_ms())
+                                                self.now_ms(), transaction_version)
+        except (Fenced, Busy) as e:
+            log.warning("%s-%d: marker of producer %d not applied: %s", CONSUMER_OFFSETS_TOPIC, partition,
+                        producer_id, e)
+            return E.NOT_LEADER_OR_FOLLOWER
         except OSError as e:  # retried by the marker writer; the producer's file is written last
             log.error("%s-%d: marker of producer %d not applied: %s", CONSUMER_OFFSETS_TOPIC, partition, producer_id, e)
             return E.KAFKA_STORAGE_ERROR
@@ -842,6 +849,13 @@ class GroupCoordinator:
             g.state_since_ms = self.started_ms
         self.groups[group_id] = g
         return g
+
+    def unload_partition(self, partition: int) -> None:
+        """This broker lost `__consumer_offsets-<partition>` (its lease): the groups of it held in
+        memory are forgotten, classic and consumer groups alike (`broker.group_ownership`)."""
+        for group_id in [gid for gid in self.groups if self.store.partition_of(gid) == partition]:
+            self._unload(self.groups.pop(group_id))
+        self.consumer.unload_partition(partition)
 
     def _unload(self, g: Group) -> None:
         """Another broker coordinates the group now: its waiting members look for it there."""

@@ -17,7 +17,6 @@ import socket
 import struct
 import time
 import types
-import zlib
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from pathlib import Path
@@ -35,6 +34,7 @@ from oncelog.broker.controller_link import ControllerLink
 from oncelog.broker.dynamic_config import DynamicBrokerConfig
 from oncelog.broker.group_commit import GroupCommit
 from oncelog.broker.group_coordinator import GroupCoordinator
+from oncelog.broker.group_ownership import GroupOwnership
 from oncelog.broker.handlers import APIS, api_versions
 from oncelog.broker.inter_broker import ClusterLogin, InterBrokerLink, cluster_credential
 from oncelog.broker.logs import Logs
@@ -79,6 +79,7 @@ class Broker:
             cleaner=self._cleaner())
         self.producer_ids: ProducerIdManager | None = None
         self.groups: GroupCoordinator | None = None
+        self.group_ownership: GroupOwnership | None = None   # who coordinates a group (set by start())
         self.txn: TxnCoordinatorService | None = None
         self.controller_link: ControllerLink | None = None
         self.fatal = asyncio.Event()  # set when the broker must stop (e.g. no cluster rights)
@@ -185,9 +186,11 @@ class Broker:
         if not clustered:
             await self.logs.open(self.now_ms())
         c = self.config
+        store = GroupOffsetStore(first_dir / "__consumer_offsets", shared=clustered,
+                                 offsets_partitions=c["offsets.topic.num.partitions"])
+        self.group_ownership = GroupOwnership(self, store)
         self.groups = GroupCoordinator(
-            GroupOffsetStore(first_dir / "__consumer_offsets", shared=clustered,
-                             offsets_partitions=c["offsets.topic.num.partitions"]), self.now_ms,
+            store, self.now_ms,
             c["group.initial.rebalance.delay.ms"], min_session_timeout_ms=c["group.min.session.timeout.ms"],
             max_session_timeout_ms=c["group.max.session.timeout.ms"],
             offsets_retention_ms=c["offsets.retention.minutes"] * 60000,
@@ -195,6 +198,7 @@ class Broker:
             producer_id_expiration_ms=c["producer.id.expiration.ms"], owns=self.coordinates,
             consumer_groups=consumer_group_config(c),
             topics=lambda: topic_metadata(self.logs.topics, is_internal))
+        self.group_ownership.unload = self.groups.unload_partition
         self.inter_broker = InterBrokerLink.from_config(self.config, cluster_credential(self.config))
         await self._bind_listeners()
         if self.config["metrics.port"] >= 0:   # bound before registering: a port in use stops nothing started
@@ -213,6 +217,8 @@ class Broker:
         self.txn = TxnCoordinatorService(self, self.producer_ids.producer_id_nowait)
         self.txn_check = self.txn.partitions.ask
         self.txn.start()
+        if isinstance(self.logs, ClusterLogs):   # coordinators follow leadership as promptly as partitions
+            self.logs.on_view += [self.group_ownership.reconcile, self.txn.reconcile]
         self.connection_gate.start({name: functools.partial(_Connection, self, sec)
                                     for name, sec in self.listener_security.items()})
         self._ticker = asyncio.create_task(self._tick_loop())
@@ -285,15 +291,12 @@ class Broker:
         self._wire_logs()
         await self.logs.open(self.now_ms())
 
-    def group_coordinator(self, group_id: str) -> tuple[int, str, int]:
+    def group_coordinator(self, group_id: str) -> tuple[int, str, int] | None:
         """(node id, host, port) of the broker coordinating `group_id`: this one on a single node; in
-        a cluster, one live broker chosen by a hash of the group id, as Kafka maps groups to
-        partitions of __consumer_offsets."""
-        brokers = sorted(self.logs.brokers, key=lambda b: b.node_id)
-        if not brokers:
-            return self.node_id, self.advertised_host, self.advertised_port
-        b = brokers[zlib.crc32(group_id.encode()) % len(brokers)]
-        return b.node_id, b.host, b.port
+        a cluster, the leader of the group's `__consumer_offsets` partition (`group_ownership`),
+        None while it has none."""
+        assert self.group_ownership is not None  # start() made it before serving
+        return self.group_ownership.coordinator(group_id)
 
     def open_connections(self) -> dict[str, int]:
         """Client connections per listener name (every listener, 0 where none)."""
@@ -303,7 +306,10 @@ class Broker:
         return counts
 
     def coordinates(self, group_id: str) -> bool:
-        return self.group_coordinator(group_id)[0] == self.node_id
+        """This broker coordinates the group now: it leads the group's offsets partition and holds
+        its lease (read before anything is answered from memory)."""
+        assert self.group_ownership is not None  # start() made it before serving
+        return self.group_ownership.coordinates(group_id)
 
     def _fatal(self, message: str) -> None:
         self.fatal_message = message
@@ -326,6 +332,8 @@ class Broker:
         self.metrics.close()
         self.group_commit.close()
         await self.logs.close()
+        if self.group_ownership is not None:
+            self.group_ownership.close()
         self._release_directories()
         log.info("broker %d stopped", self.node_id)
 
@@ -338,6 +346,8 @@ class Broker:
         while True:
             await asyncio.sleep(interval)
             try:
+                assert self.group_ownership is not None  # made with the group coordinator
+                self.group_ownership.reconcile()
                 self.groups.expire()
                 self.logs.tick(self.now_ms(), flush=self.group_commit.appended)
                 self.group_commit.settle_all()

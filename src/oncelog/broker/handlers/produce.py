@@ -18,7 +18,12 @@ transaction (AddPartitionsToTxn VerifyOnly; skipped with
 transaction.partition.verification.enable=false), from v12 (Transactions V2) to add it. A refusal
 is answered per version (`core.txn.errors.verification_error`: INVALID_TXN_STATE below v11,
 INVALID_PRODUCER_EPOCH for a fenced epoch). A verification guard, cleared by a marker for the
-producer, refuses a batch whose transaction ended while it waited. With no coordinator wired
+producer, refuses a batch whose transaction ended while it waited; it is checked again where the
+batch is appended, for every transactional batch of the request (Kafka's
+`batchMissingRequiredVerification`): one that would open a transaction in its partition without a
+guard still valid — its producer's transaction there ended while another partition of the request
+was being verified — is refused (TRANSACTION_ABORTABLE, INVALID_TXN_STATE below v11) instead of
+opening a transaction its coordinator never registered. With no coordinator wired
 (`broker.txn_check is None`) batches are accepted as they come.
 A Produce that waits for a verification holds up the requests behind it on its connection (Kafka
 mutes the connection until the answer is sent): a batch behind it is checked once the first is in
@@ -67,9 +72,7 @@ FIRST_V2 = 12   # Produce v12+: Transactions V2 (the leader adds the partition t
 async def handle(broker, version: int, request) -> bytes | None:
     now = broker.now_ms()
     topics = []
-    appended = False
-    waits = []
-    group_commit = broker.group_commit
+    waits: list = []
     refuse = _refusal(request)
     tid = request.transactional_id
     # (without a transactional id, each transactional batch is refused below, as Kafka answers a null id)
@@ -123,34 +126,19 @@ async def handle(broker, version: int, request) -> bytes | None:
             to_append.append(_Append(answer, len(answer.partitions) - 1, str(name), index, partition, records,
                                      _transactional_header(records)))
     transactional = [a for a in to_append if a.header is not None]
+    checks = _Checks(verify=bool(transactional) and tid is not None and broker.txn_check is not None
+                     and (version >= FIRST_V2 or broker.txn_verification))
     if transactional:
-        refusals = await _check_transactional(broker, version, tid, transactional)
+        refusals = await _check_transactional(broker, version, tid, transactional, checks)
         now = broker.now_ms()
     else:
         refusals = {}
-    for a in to_append:
-        partition, window = a.partition, a.partition.producer_state_batches_to_retain
-        refused = refusals.get((a.topic, a.index))
-        if refused is not None:
-            a.answer.partitions[a.slot] = wire.PartitionResponse(
-                a.index, refused[0], log_start_offset=partition.log_start_offset,
-                error_message=refused[1], batches_to_retain=window)
-            continue
-        result = partition.append_from_client(a.records if a.records is not None else b"", now)
-        response = wire.PartitionResponse(a.index, result.error_code, result.base_offset, result.log_append_time,
-                                          result.log_start_offset, result.error_message,
-                                          result.record_errors, batches_to_retain=window)
-        a.answer.partitions[a.slot] = response
-        if partition.write_caching:
-            appended = appended or (result.error_code == 0 and "duplicate" not in result.extra)
-        elif request.acks == -1 and result.error_code == 0:
-            waiting = group_commit.durable(partition, result.last_offset + 1)
-            if waiting is not None:
-                waits.append((response, waiting))
-        else:
-            group_commit.appended(partition)  # visible once fsynced; a failure may have cut
+    try:
+        _append_all(broker, version, request, to_append, refusals, checks, now, waits)
+    finally:
+        checks.end()
     broker.metrics.count_errors("produce", (p.error_code for t in topics for p in t.partitions))
-    if appended:
+    if checks.appended_plain:   # a write-cached batch is visible at once: wake the fetches
         broker.data_appended()
     throttle_ms = broker.quotas.record_produce(size) if size else 0
     throttle(throttle_ms)
@@ -160,6 +148,53 @@ async def handle(broker, version: int, request) -> bytes | None:
         applied()  # the Produce requests behind this one may be appended while it waits
         return await _answer_when_durable(broker, version, topics, waits, request.timeout_ms, throttle_ms)
     return wire.encode_response(version, topics, throttle_ms)
+
+
+def _append_all(broker, version: int, request, to_append: list, refusals: dict, checks, now: int,
+                waits: list) -> None:
+    group_commit = broker.group_commit
+    for a in to_append:
+        partition, window = a.partition, a.partition.producer_state_batches_to_retain
+        refused = refusals.get((a.topic, a.index))
+        if refused is not None:
+            a.answer.partitions[a.slot] = wire.PartitionResponse(
+                a.index, refused[0], log_start_offset=partition.log_start_offset,
+                error_message=refused[1], batches_to_retain=window)
+            continue
+        result = partition.append_from_client(a.records if a.records is not None else b"", now,
+                                              verify=checks.verify and a.header is not None,
+                                              guard=checks.guards.get((a.topic, a.index)))
+        if result.extra.get("unverified"):
+            result.error_code = verification_error(ErrorCode.TRANSACTION_ABORTABLE, ApiKey.PRODUCE, version)
+        response = wire.PartitionResponse(a.index, result.error_code, result.base_offset, result.log_append_time,
+                                          result.log_start_offset, result.error_message,
+                                          result.record_errors, batches_to_retain=window)
+        a.answer.partitions[a.slot] = response
+        if partition.write_caching:
+            checks.appended_plain = checks.appended_plain or (result.error_code == 0
+                                                              and "duplicate" not in result.extra)
+        elif request.acks == -1 and result.error_code == 0:
+            waiting = group_commit.durable(partition, result.last_offset + 1)
+            if waiting is not None:
+                waits.append((response, waiting))
+        else:
+            group_commit.appended(partition)  # visible once fsynced; a failure may have cut
+
+
+class _Checks:
+    """The request's verification guards (`core.txn.verification`), per partition the one its
+    last check took, held until its batch is appended; and whether a write-cached batch went in."""
+
+    def __init__(self, verify: bool) -> None:
+        self.verify = verify
+        self.guards: dict[tuple[str, int], Any] = {}
+        self.held: list[tuple[Any, int, Any]] = []   # (partition, producer id, guard) to end
+        self.appended_plain = False
+
+    def end(self) -> None:
+        for partition, pid, guard in self.held:
+            partition.verification_guards.end(pid, guard)
+        self.held.clear()
 
 
 @dataclass(slots=True)
@@ -207,8 +242,8 @@ def _transactional_header(records):
     return None
 
 
-async def _check_transactional(broker, version: int, tid: str | None,
-                               batches: list[_Append]) -> dict[tuple[str, int], tuple[int, str]]:
+async def _check_transactional(broker, version: int, tid: str | None, batches: list[_Append],
+                               checks: _Checks) -> dict[tuple[str, int], tuple[int, str]]:
     """(topic, partition) -> (code, message) for the transactional batches that must not be
     appended: without a transactional id, or not in (not added to) the producer's transaction.
     One question to the coordinator per producer (normally one per request), for every partition
@@ -227,7 +262,7 @@ async def _check_transactional(broker, version: int, tid: str | None,
     out = {}
     for (pid, epoch), partitions in producers.items():
         codes = await txn_add_partitions.check(broker, tid, pid, epoch, list(partitions), add,
-                                               *_guards(pid, list(partitions.values())))
+                                               *_guards(pid, partitions, checks))
         for (topic, index), code in codes.items():
             if code:
                 what = "could not be added to" if add else "is not in"
@@ -237,17 +272,22 @@ async def _check_transactional(broker, version: int, tid: str | None,
     return out
 
 
-def _guards(pid: int, partitions: list):
-    """begin/valid/end of one attempt's verification guards (`core.txn.verification`)."""
+def _guards(pid: int, partitions: dict[tuple[str, int], Any], checks: _Checks):
+    """begin/valid/end of one attempt's verification guards (`core.txn.verification`). Each
+    partition's latest guard is held until its batch is appended (`_Checks`), where storage
+    checks it again."""
     def begin():
-        return [(p, p.verification_guards.begin(pid)) for p in partitions]
+        token = [(key, p, p.verification_guards.begin(pid)) for key, p in partitions.items()]
+        for key, p, g in token:
+            checks.guards[key] = g
+            checks.held.append((p, pid, g))
+        return token
 
     def valid(token) -> bool:
-        return all(p.verification_guards.valid(pid, g) for p, g in token)
+        return all(p.verification_guards.valid(pid, g) for _key, p, g in token)
 
     def end(token) -> None:
-        for p, g in token:
-            p.verification_guards.end(pid, g)
+        pass   # `_Checks.end`, once the batches are appended
     return begin, valid, end
 
 
