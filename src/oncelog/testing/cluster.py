@@ -124,6 +124,19 @@ class LocalCluster:
     def start_broker(self, i: int) -> None:
         self.brokers[i].start()
 
+    def pause_broker(self, i: int) -> None:
+        """SIGSTOP broker i (its sockets stay open, its requests wait in them); `resume_broker`."""
+        self.brokers[i].pause()
+
+    def resume_broker(self, i: int) -> None:
+        self.brokers[i].resume()
+
+    def pause_controller(self) -> None:
+        self.controller.pause()
+
+    def resume_controller(self) -> None:
+        self.controller.resume()
+
     def kill_controller(self) -> None:
         self.controller.kill()
 

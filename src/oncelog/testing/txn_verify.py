@@ -21,6 +21,7 @@ from oncelog.testing.cluster import LocalCluster
 from oncelog.testing.faults import (
     CLIENT_FAULTS,
     NETWORK_FAULTS,
+    PAUSE_TRANSACTION_TIMEOUT_MS,
     PROCESS_FAULTS,
     TXN_FAULTS,
     FaultEvent,
@@ -111,12 +112,15 @@ def run_transactions(options, progress=None) -> TxnVerifyResult:
         duration = options.duration()
         history = History()
         workloads = []
+        pausable: list = []   # pause: a copy loop per client runs in its own process, which it stops
         for k, client in enumerate(options.clients):
             n = share + (1 if k < extra else 0)
             w = TxnWorkload(cluster.bootstrap, client, f"verify-in-{client}", OUTPUT, options.partitions, n,
                             seed=options.seed * 100 + k, gate=gate, timeout_s=options.timeout_s + (duration or 0),
                             rate=n / duration if duration else None, security=cluster.client_security,
-                            history=history)
+                            history=history, children=pausable)
+            if "pause" in faults:
+                w.transaction_timeout_ms, w.pausable = PAUSE_TRANSACTION_TIMEOUT_MS, 1
             workloads.append(w)
         from oncelog.testing.verify import _create_topic
         _create_topic(cluster.bootstrap, OUTPUT, options.partitions, cluster.client_security)
@@ -128,7 +132,7 @@ def run_transactions(options, progress=None) -> TxnVerifyResult:
         cluster.set_faults(True)
         runner = FaultRunner(cluster, OUTPUT, options.partitions,
                              [f for f in options.faults if f in PROCESS_FAULTS], options.seed, gate, disk,
-                             on_event=lambda e: say(e.line()))
+                             on_event=lambda e: say(e.line()), pausable_clients=pausable)
         say(f"copying {options.records} records in transactions with {', '.join(options.clients)} under "
             f"{', '.join(options.faults) or 'no faults'}")
         threads = [threading.Thread(target=w.run, args=(ends[w.client],), name=f"txn-{w.client}", daemon=True)
@@ -159,6 +163,8 @@ def run_transactions(options, progress=None) -> TxnVerifyResult:
             if t.is_alive():
                 notes.append(f"{w.client}: its copy loops did not stop")
             notes += w.notes
+        for child in pausable:   # what the copy loops in their own processes did, in time order
+            history.merge(child.ops)
         cluster.set_faults(False)
         say("reading the output read_committed and read_uncommitted")
         stuck: set[int] = set()
