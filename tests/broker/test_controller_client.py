@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from oncelog.broker.controller_client import ControllerClient, ControllerUnavailable
+from oncelog.broker.cluster.controller_client import ControllerClient, ControllerUnavailable
 from oncelog.controller.embedded import start_in_process
 from oncelog.protocol.api import ApiKey
 

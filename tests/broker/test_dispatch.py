@@ -22,7 +22,7 @@ from test_dedup_raw import Client, Conn, batch, parse_produce, produce_body
 
 from oncelog.broker.config import BrokerConfig
 from oncelog.broker.handlers import APIS
-from oncelog.broker.server import HANDLER_BUG
+from oncelog.broker.net.server import HANDLER_BUG
 from oncelog.protocol import entities
 from oncelog.protocol import produce as produce_wire
 from oncelog.protocol.api import BROKER_VERSIONS, ApiKey

@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from oncelog.broker.group_commit import GroupCommit
+from oncelog.broker.logs.fsync_batcher import GroupCommit
 from oncelog.core.producer_state import ProducerStateConfig
 from oncelog.protocol.records import Record, decode_records, encode_batch
 from oncelog.storage import failpoints as fp

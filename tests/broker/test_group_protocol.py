@@ -565,7 +565,7 @@ async def test_describe_groups_and_list_groups_agree_after_a_restart(restartable
 def test_an_offset_with_a_transactional_commit_pending_does_not_expire(tmp_path):
     """Kafka's removeExpiredOffsets keeps an offset whose partition has a transactional commit
     pending: the transaction's COMMIT would otherwise land on a group that lost its offsets."""
-    from oncelog.broker.group_coordinator import GroupCoordinator
+    from oncelog.broker.groups.coordinator import GroupCoordinator
     from oncelog.storage.group_offsets import Committed, GroupOffsetStore
     now = [1_000_000]
     groups = GroupCoordinator(GroupOffsetStore(tmp_path), lambda: now[0], offsets_retention_ms=60_000)

@@ -8,7 +8,7 @@ import ssl
 import pytest
 
 from oncelog.broker.config import BrokerConfig
-from oncelog.broker.tls import ListenerTls
+from oncelog.broker.security.tls import ListenerTls
 from oncelog.core.security.principal import ANONYMOUS, KafkaPrincipal, NoMatchingRule
 from oncelog.testing.tls import make_client, make_pki
 

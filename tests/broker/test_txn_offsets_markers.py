@@ -18,8 +18,8 @@ import pytest
 from test_dedup_raw import Conn, parse_produce, produce_body
 from test_transactions_partition import with_txn_id
 
+from oncelog.broker.cluster.controller_client import ControllerClient
 from oncelog.broker.config import BrokerConfig
-from oncelog.broker.controller_client import ControllerClient
 from oncelog.core.txn.log_format import CONSUMER_OFFSETS_TOPIC, partition_for
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey

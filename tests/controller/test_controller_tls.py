@@ -7,8 +7,8 @@ import asyncio
 
 import pytest
 
+from oncelog.broker.cluster.controller_client import ControllerUnavailable, controller_client
 from oncelog.broker.config import BrokerConfig
-from oncelog.broker.controller_client import ControllerUnavailable, controller_client
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.testing.embedded import BrokerProcess, ControllerProcess, broker_overrides

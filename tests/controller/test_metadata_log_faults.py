@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from oncelog.broker.controller_client import ControllerClient
+from oncelog.broker.cluster.controller_client import ControllerClient
 from oncelog.controller.service import Controller, ControllerConfig
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode

@@ -7,10 +7,10 @@ import struct
 
 import pytest
 
-from oncelog.broker.controller_client import ControllerClient
-from oncelog.broker.producer_id_manager import ProducerIdManager
+from oncelog.broker.cluster.controller_client import ControllerClient
+from oncelog.broker.cluster.producer_id_manager import ProducerIdManager
 from oncelog.controller.service import Controller, ControllerConfig
-from oncelog.core.producer_ids import ProducerIdsBlock
+from oncelog.core.controller_state import ProducerIdsBlock
 from oncelog.protocol import headers, init_producer_id
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError

@@ -1,10 +1,10 @@
-"""KIP-730's producer-id blocks as the controller decides and replays them (core/producer_ids.py),
+"""KIP-730's producer-id blocks as the controller decides and replays them (core/controller_state.py),
 mirroring Kafka's ProducerIdControlManagerTest."""
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from oncelog.core.producer_ids import BLOCK_SIZE, ControllerState, ProducerIdsBlock
+from oncelog.core.controller_state import BLOCK_SIZE, ControllerState, ProducerIdsBlock
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 
 

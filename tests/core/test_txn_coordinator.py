@@ -10,7 +10,7 @@ from oncelog.core.producer_epoch import EPOCH_EXHAUSTED_AT, MAX_EPOCH
 from oncelog.core.txn import errors as txn_errors
 from oncelog.core.txn.coordinator import Answer, MarkerJob, TransactionCoordinator, Transition, TxnConfig
 from oncelog.core.txn.log_format import decode_key, decode_value, partition_for
-from oncelog.core.txn.markers import MarkerOutcome, MarkerProgress, classify
+from oncelog.core.txn.marker_progress import MarkerOutcome, MarkerProgress, classify
 from oncelog.core.txn.state import VALID_PREVIOUS, TransactionMetadata, TxnState
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode as E

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 
-from oncelog.broker.controller_client import ControllerClient
+from oncelog.broker.cluster.controller_client import ControllerClient
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 

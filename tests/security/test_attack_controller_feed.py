@@ -14,7 +14,7 @@ import secrets
 
 import pytest
 
-from oncelog.broker.controller_client import ControllerClient, ControllerUnavailable
+from oncelog.broker.cluster.controller_client import ControllerClient, ControllerUnavailable
 from oncelog.controller.service import Controller, ControllerConfig
 from oncelog.core.security.scram import parse_add_scram
 from oncelog.protocol.api import SECURITY_RECORDS_KEY, ApiKey

@@ -3,7 +3,7 @@ forged record to `__transaction_state`; after a restart the coordinator "complet
 producer's transaction from it and its uncommitted records became visible to read_committed
 readers. Kafka refuses any client append to an internal topic (INVALID_TOPIC_EXCEPTION), whatever
 the ACLs say; oncelog now does, and keeps clients from creating, deleting, growing or un-compacting
-the topics its coordinators own (`broker.internal_topics`). Each test is the attack, with raw
+the topics its coordinators own (`broker.security.internal_topics`). Each test is the attack, with raw
 requests where a client library would not send them, against a real `oncelog serve`."""
 from __future__ import annotations
 

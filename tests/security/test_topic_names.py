@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from oncelog.broker.cluster.controller_client import ControllerClient
 from oncelog.broker.config import BrokerConfig
-from oncelog.broker.controller_client import ControllerClient
 from oncelog.controller.embedded import start_in_process
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
@@ -143,7 +143,7 @@ async def test_a_broker_never_opens_a_recorded_topic_whose_name_is_invalid(contr
     legacy = "../escaped"
     c._commit([{"type": "topic", "name": legacy, "topic_id": str(uuid.uuid4()), "partitions": 1, "overrides": {}},
                {"type": "leader", "topic": legacy, "partition": 0, "leader": -1, "epoch": 0}])
-    caplog.set_level(logging.ERROR, logger="oncelog.broker.cluster_logs")
+    caplog.set_level(logging.ERROR, logger="oncelog.broker.logs.cluster_logs")
     b = await clustered_broker(tmp_path, reach)
     try:
         await b.logs.create_topic("after", 1, {}, b.now_ms())

@@ -7,7 +7,7 @@ import struct
 
 import pytest
 
-from oncelog.core.producer_ids import ControllerState
+from oncelog.core.controller_state import ControllerState
 from oncelog.storage import failpoints as fp
 from oncelog.storage.metadata_log import MetadataLog, MetadataLogError
 

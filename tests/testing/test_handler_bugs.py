@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from oncelog.broker.server import HANDLER_BUG
+from oncelog.broker.net.server import HANDLER_BUG
 from oncelog.testing.handler_bugs import BugWatch
 
 
@@ -35,7 +35,7 @@ TEST_FILE = '''
 import logging
 import pytest
 
-from oncelog.broker.server import HANDLER_BUG
+from oncelog.broker.net.server import HANDLER_BUG
 
 
 def test_bug():

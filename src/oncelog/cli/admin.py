@@ -9,7 +9,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from oncelog.core.producer_ids import BLOCK_SIZE, PID_BLOCK
+from oncelog.core.controller_state import BLOCK_SIZE, PID_BLOCK
 
 CLUSTER_FILE = "cluster.json"
 
@@ -54,7 +54,7 @@ def pid_blocks(data_dir, metadata_dir) -> None:
 def _controller_client(data_dir, controller, credential_file):
     """The controller of `serve --brokers N` in `data_dir` (its cluster.json and cluster.credential),
     or the one at `controller`, logged in with the credential in `credential_file`."""
-    from oncelog.broker.controller_client import ControllerClient
+    from oncelog.broker.cluster.controller_client import ControllerClient
     from oncelog.storage import cluster_credential
     data = Path(data_dir or "./data")
     if controller is None:

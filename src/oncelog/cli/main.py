@@ -12,8 +12,8 @@ from pathlib import Path
 
 import click
 
-from oncelog.broker.bind_error import BindError
 from oncelog.broker.config import BrokerConfig, ConfigError
+from oncelog.broker.net.bind_error import BindError
 from oncelog.cli import logs, startup
 from oncelog.cli.admin import admin
 from oncelog.cli.operator import operator_commands
@@ -103,7 +103,7 @@ def _bootstrap_scram(config: BrokerConfig) -> list:
 
 
 async def _serve(config: BrokerConfig) -> None:
-    from oncelog.broker.server import Broker
+    from oncelog.broker.net.server import Broker
     controller = None
     broker = Broker(config)
     broker.lock_directories()  # before the in-process controller opens its part of the directory

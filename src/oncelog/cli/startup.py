@@ -9,7 +9,7 @@ import traceback
 
 import click
 
-from oncelog.broker.bind_error import BindError
+from oncelog.broker.net.bind_error import BindError
 from oncelog.core.topic_config import ConfigError
 from oncelog.storage.cluster_credential import CredentialFileError
 from oncelog.storage.dir_lock import DirectoryLocked

@@ -72,7 +72,7 @@ def alter(store: ScramCredentials, rb: entities.ResponseBuilder, r, commit: Call
 
 def describe_with_records(store: ScramCredentials, rb: entities.ResponseBuilder, r) -> bytes:
     """For brokers only (the controller listener admits cluster principals): each found user's
-    credential records, as JSON in `error_message` (`broker.scram_credentials` reads them)."""
+    credential records, as JSON in `error_message` (`broker.security.scram_credentials` reads them)."""
     users = None if r.users is None else [str(u.name) for u in r.users]
     out = []
     for res in store.describe(users):

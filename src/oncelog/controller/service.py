@@ -2,7 +2,7 @@
 partition leaders) in its metadata log and serves it on its own listener, in Kafka's request
 format, to authenticated brokers and admin tools.
 
-Every change is decided by a pure function (core.producer_ids, core.leadership), appended and
+Every change is decided by a pure function (core.controller_state, core.leadership), appended and
 fsynced, then replayed; the reply goes out only after that, so a reply never describes state a
 crash could lose. An append that fails (a full disk, a failed fsync) leaves nothing in the log and
 changes no state: the caller gets KAFKA_STORAGE_ERROR (retriable; a broker backs off and asks
@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from oncelog.controller import scram
 from oncelog.controller.connection_limits import ConnectionLimits, Refused, read_frame
 from oncelog.controller.security import ControllerSecurity
+from oncelog.core.controller_state import BROKER, PID_BLOCK, ControllerState, TokenBucket
 from oncelog.core.leadership import NO_LEADER, Leadership
-from oncelog.core.producer_ids import BROKER, PID_BLOCK, ControllerState, TokenBucket
 from oncelog.core.security.credentials import ScramCredentials
 from oncelog.core.security.plain import PlainServer
 from oncelog.core.security.sasl import AuthenticationFailed

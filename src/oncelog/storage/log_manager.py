@@ -26,8 +26,8 @@ from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.protocol.metadata import BrokerEntry
 from oncelog.storage.cleaner import LogCleaner
 from oncelog.storage.fence import Busy, Fenced
+from oncelog.storage.marker_append import MarkerWriting
 from oncelog.storage.partition import DEFAULT_EXPIRATION_CHECK_INTERVAL_MS, Partition, PartitionConfig
-from oncelog.storage.txn_markers import MarkerWriting
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +104,7 @@ def _registry_entry(t: TopicInfo) -> dict[str, Any]:
 
 
 class LogManager(MarkerWriting):
-    """A single node's topics and partitions: this broker leads them all (`broker.logs.Logs`)."""
+    """A single node's topics and partitions: this broker leads them all (`broker.logs.seam.Logs`)."""
 
     def __init__(self, log_dirs: list[str], server_defaults: dict[str, Any],
                  producer_config: dict[str, Any] | None = None, *, node_id: int = 0,

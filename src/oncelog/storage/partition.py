@@ -405,7 +405,7 @@ class Partition:
         Raises KafkaProtocolError: INVALID_PRODUCER_EPOCH (marker epoch below the producer's),
         TRANSACTION_COORDINATOR_FENCED (coordinator epoch below the last seen),
         UNSUPPORTED_FOR_MESSAGE_FORMAT, KAFKA_STORAGE_ERROR. Not durable on return: the caller
-        waits for the fsync as an acks=all Produce does (`storage.txn_markers.write_marker`).
+        waits for the fsync as an acks=all Produce does (`storage.marker_append.write_marker`).
         A marker for a producer with no transaction open here closes nothing and is harmless (a
         coordinator resending after a crash). `transaction_version` (WriteTxnMarkers v2, KIP-1228):
         a Transactions V2 marker needs an epoch above the producer's while its transaction is open

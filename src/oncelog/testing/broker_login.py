@@ -7,7 +7,7 @@ from __future__ import annotations
 import ssl
 from pathlib import Path
 
-from oncelog.broker.controller_client import ControllerClient
+from oncelog.broker.cluster.controller_client import ControllerClient
 from oncelog.storage import cluster_credential
 
 

@@ -145,7 +145,7 @@ class LocalCluster:
 
     def move_leader(self, topic: str, partition: int, broker: int, timeout_s: float = 30) -> int:
         """AlterPartitionReassignments on the controller; returns the Kafka error code (0 = moved)."""
-        from oncelog.broker.controller_client import ControllerClient
+        from oncelog.broker.cluster.controller_client import ControllerClient
 
         async def run() -> int:
             credential = cluster_credential.load(self.credential_file)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from oncelog.broker.server import HANDLER_BUG
+from oncelog.broker.net.server import HANDLER_BUG
 from oncelog.testing.embedded import broker_log_files
 
 

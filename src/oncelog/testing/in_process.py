@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 
 from oncelog.broker.config import BrokerConfig
-from oncelog.broker.server import Broker
+from oncelog.broker.net.server import Broker
 from oncelog.controller.connection_limits import ConnectionLimits
 from oncelog.controller.embedded import start_in_process
 from oncelog.controller.service import Controller

@@ -4,7 +4,7 @@ the TxnOffsetCommit offsets visible or drops them. Needs WRITE on the transactio
 on the group."""
 from __future__ import annotations
 
-from oncelog.broker.authorization import GROUP, TXN_ID, Op, require
+from oncelog.broker.security.authorization import GROUP, TXN_ID, Op, require
 from oncelog.core.txn.errors import for_version
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey

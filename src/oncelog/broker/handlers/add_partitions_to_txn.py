@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import asyncio
 
-from oncelog.broker.authorization import TOPIC, TXN_ID, Op, authorize, authorized_names, require_broker
-from oncelog.broker.internal_topics import refusal
+from oncelog.broker.security.authorization import TOPIC, TXN_ID, Op, authorize, authorized_names, require_broker
+from oncelog.broker.security.internal_topics import refusal
 from oncelog.core.topic_names import is_internal
 from oncelog.core.txn.errors import for_version
 from oncelog.core.txn.log_format import CONSUMER_OFFSETS_TOPIC

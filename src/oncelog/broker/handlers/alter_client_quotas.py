@@ -3,7 +3,7 @@ controller, which validates each entity (INVALID_REQUEST with Kafka's messages),
 fsyncs (unless validate_only); the broker applies the records before it answers."""
 from __future__ import annotations
 
-from oncelog.broker.authorization import Op, authorize_cluster
+from oncelog.broker.security.authorization import Op, authorize_cluster
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode

@@ -3,12 +3,12 @@ the configs given (a name left out reverts to its default), as Kafka's legacyAlt
 validate_only checks without changing anything. A topic's overrides, or on a BROKER resource (a
 broker id, or the empty name for the cluster-wide default) Kafka's dynamic broker configs
 (`broker.dynamic_config`). Needs ALTER_CONFIGS on the resource (the cluster for a broker). An
-internal topic's `cleanup.policy` stays `compact` (`broker.internal_topics`)."""
+internal topic's `cleanup.policy` stays `compact` (`broker.security.internal_topics`)."""
 from __future__ import annotations
 
-from oncelog.broker import internal_topics
-from oncelog.broker.authorization import Op, config_denied
 from oncelog.broker.handlers import incremental_alter_configs
+from oncelog.broker.security import internal_topics
+from oncelog.broker.security.authorization import Op, config_denied
 from oncelog.core.broker_config import DELETE, SET
 from oncelog.core.topic_config import parse_topic_configs
 from oncelog.protocol import entities

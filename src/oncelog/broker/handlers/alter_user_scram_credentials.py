@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import contextlib
 
-from oncelog.broker.authorization import Op, authorize_cluster
-from oncelog.broker.controller_client import ControllerUnavailable
+from oncelog.broker.cluster.controller_client import ControllerUnavailable
+from oncelog.broker.security.authorization import Op, authorize_cluster
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError

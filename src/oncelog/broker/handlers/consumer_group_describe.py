@@ -6,7 +6,7 @@ Each group needs DESCRIBE (GROUP_AUTHORIZATION_FAILED in its entry), and DESCRIB
 its members subscribe to or are assigned (TOPIC_AUTHORIZATION_FAILED, Kafka 4's rule)."""
 from __future__ import annotations
 
-from oncelog.broker.authorization import GROUP, TOPIC, Op, authorize, authorized_names, authorized_operations
+from oncelog.broker.security.authorization import GROUP, TOPIC, Op, authorize, authorized_names, authorized_operations
 from oncelog.core.groups.reconciliation import Assignment
 from oncelog.core.security.authorizer import AUTHORIZED_OPERATIONS_OMITTED
 from oncelog.protocol import entities

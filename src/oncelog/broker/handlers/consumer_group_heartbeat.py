@@ -1,7 +1,7 @@
 """ConsumerGroupHeartbeat (API 68), v0-v1 (KIP-848; librdkafka sends v1 only): a member of a
 consumer group joins (epoch 0), reports what it owns, learns its epoch and the partitions it may
 use now, and leaves (epoch -1, or -2 for a static member coming back). Decided by
-`core.groups.heartbeat`, stored and timed by `broker.consumer_groups`. v0 lets the server name a
+`core.groups.heartbeat`, stored and timed by `broker.groups.consumer_groups`. v0 lets the server name a
 joining member; from v1 the member id is the client's (KIP-1082).
 
 Refused as Kafka refuses: UNSUPPORTED_VERSION when `consumer` is not in
@@ -14,8 +14,8 @@ from __future__ import annotations
 import uuid
 from dataclasses import replace
 
-from oncelog.broker.authorization import GROUP, TOPIC, Op, authorized_names, require
-from oncelog.broker.request_context import CLIENT
+from oncelog.broker.net.request_context import CLIENT
+from oncelog.broker.security.authorization import GROUP, TOPIC, Op, authorized_names, require
 from oncelog.core.groups.heartbeat import Heartbeat
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey

@@ -7,7 +7,7 @@ CreateAclsRequest.validate makes it fail: the connection is closed with a log li
 binding needs a value is INVALID_REQUEST for that binding ("Invalid resourceType ANY")."""
 from __future__ import annotations
 
-from oncelog.broker.authorization import Op, require_authorizer, require_cluster
+from oncelog.broker.security.authorization import Op, require_authorizer, require_cluster
 from oncelog.core.security.acl import binding_from_wire
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey

@@ -5,13 +5,13 @@ pick them up at their next refresh. Kafka's errors: INVALID_PARTITIONS when the 
 increase, UNKNOWN_TOPIC_OR_PARTITION, INVALID_REPLICA_ASSIGNMENT for an assignment that does not
 name exactly one known broker per new partition, INVALID_REQUEST for a topic named twice. Needs
 ALTER on the topic (TOPIC_AUTHORIZATION_FAILED). An internal topic keeps its count
-(INVALID_TOPIC_EXCEPTION: its coordinator maps keys to partitions by it; `broker.internal_topics`)."""
+(INVALID_TOPIC_EXCEPTION: its coordinator maps keys to partitions by it; `broker.security.internal_topics`)."""
 from __future__ import annotations
 
 from collections import Counter
 
-from oncelog.broker import internal_topics
-from oncelog.broker.authorization import TOPIC, Op, authorize
+from oncelog.broker.security import internal_topics
+from oncelog.broker.security.authorization import TOPIC, Op, authorize
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError

@@ -1,14 +1,14 @@
 """CreateTopics (API 19), v2-v7. One replica per partition: a replication factor other than 1
 (or -1, the default) is refused; the name (`core.topic_names`: INVALID_TOPIC_EXCEPTION) and the
 configs are validated before anything is created, validate_only or not. The broker's own topics
-are not created by clients (INVALID_REQUEST, `broker.internal_topics`). Needs CREATE on the
+are not created by clients (INVALID_REQUEST, `broker.security.internal_topics`). Needs CREATE on the
 cluster or on the topic (TOPIC_AUTHORIZATION_FAILED); the configs in the answer (v5+, KIP-525)
 need DESCRIBE_CONFIGS on the topic."""
 from __future__ import annotations
 
-from oncelog.broker import internal_topics
-from oncelog.broker.authorization import TOPIC, Op, authorize, authorize_cluster
 from oncelog.broker.handlers.describe_configs import topic_config_entries
+from oncelog.broker.security import internal_topics
+from oncelog.broker.security.authorization import TOPIC, Op, authorize, authorize_cluster
 from oncelog.core.topic_config import parse_topic_configs
 from oncelog.core.topic_names import validate_topic_name
 from oncelog.protocol import entities

@@ -4,7 +4,7 @@ nothing succeeds with an empty list). A filter with a code Kafka does not know f
 parse (Kafka's DeleteAclsRequest.validate): the connection is closed with a log line."""
 from __future__ import annotations
 
-from oncelog.broker.authorization import Op, require_authorizer, require_cluster
+from oncelog.broker.security.authorization import Op, require_authorizer, require_cluster
 from oncelog.core.security.acl import filter_from_wire, validate_filter
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey

@@ -3,7 +3,7 @@ with members answers NON_EMPTY_GROUP, an unknown one GROUP_ID_NOT_FOUND (Kafka's
 GROUP_AUTHORIZATION_FAILED)."""
 from __future__ import annotations
 
-from oncelog.broker.authorization import GROUP, Op, authorize
+from oncelog.broker.security.authorization import GROUP, Op, authorize
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode

@@ -4,8 +4,8 @@ on the topic (TOPIC_AUTHORIZATION_FAILED); an internal topic's records are never
 (INVALID_TOPIC_EXCEPTION, as Kafka's ReplicaManager answers)."""
 from __future__ import annotations
 
-from oncelog.broker.authorization import TOPIC, Op, authorized_names
-from oncelog.broker.internal_topics import refusal
+from oncelog.broker.security.authorization import TOPIC, Op, authorized_names
+from oncelog.broker.security.internal_topics import refusal
 from oncelog.core.topic_names import is_internal
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey

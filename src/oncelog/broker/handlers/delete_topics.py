@@ -1,11 +1,11 @@
 """DeleteTopics (API 20), v1-v6 (v6 names topics by name or id). Committed group offsets of a
 deleted topic are deleted with it. Needs DELETE on the topic (TOPIC_AUTHORIZATION_FAILED); a topic
 named by its id is answered without its name unless the caller may DESCRIBE it, as Kafka answers.
-An internal topic is never deleted (INVALID_TOPIC_EXCEPTION, `broker.internal_topics`)."""
+An internal topic is never deleted (INVALID_TOPIC_EXCEPTION, `broker.security.internal_topics`)."""
 from __future__ import annotations
 
-from oncelog.broker import internal_topics
-from oncelog.broker.authorization import TOPIC, Op, authorize
+from oncelog.broker.security import internal_topics
+from oncelog.broker.security.authorization import TOPIC, Op, authorize
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from itertools import groupby
 
-from oncelog.broker.authorization import Op, require_cluster
+from oncelog.broker.security.authorization import Op, require_cluster
 from oncelog.core.security.acl import filter_from_wire, validate_filter
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey

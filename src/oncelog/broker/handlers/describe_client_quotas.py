@@ -2,7 +2,7 @@
 broker's copy of the controller's quota settings (`ClientQuotaStore.describe`)."""
 from __future__ import annotations
 
-from oncelog.broker.authorization import Op, authorize_cluster
+from oncelog.broker.security.authorization import Op, authorize_cluster
 from oncelog.core.security.quotas import FilterComponent
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey

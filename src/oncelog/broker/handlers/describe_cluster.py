@@ -1,7 +1,7 @@
 """DescribeCluster (API 60), v0-v1: this broker, the cluster id, and who the controller is."""
 from __future__ import annotations
 
-from oncelog.broker.authorization import CLUSTER, CLUSTER_NAME, Op, authorize_cluster, authorized_operations
+from oncelog.broker.security.authorization import CLUSTER, CLUSTER_NAME, Op, authorize_cluster, authorized_operations
 from oncelog.core.security.authorizer import AUTHORIZED_OPERATIONS_OMITTED
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey

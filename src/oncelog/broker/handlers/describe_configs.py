@@ -6,7 +6,7 @@ DESCRIBE_CONFIGS on the topic (TOPIC_AUTHORIZATION_FAILED) or the cluster for br
 (CLUSTER_AUTHORIZATION_FAILED)."""
 from __future__ import annotations
 
-from oncelog.broker.authorization import Op, config_denied
+from oncelog.broker.security.authorization import Op, config_denied
 from oncelog.core.topic_config import TOPIC_CONFIGS
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey

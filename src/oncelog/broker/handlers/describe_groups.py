@@ -4,8 +4,8 @@ caller's. A KIP-848 consumer group is not a classic group: `Dead` without an err
 answers below v6 (ConsumerGroupDescribe describes it)."""
 from __future__ import annotations
 
-from oncelog.broker.authorization import GROUP, Op, authorize, authorized_operations
-from oncelog.broker.group_coordinator import STABLE
+from oncelog.broker.groups.coordinator import STABLE
+from oncelog.broker.security.authorization import GROUP, Op, authorize, authorized_operations
 from oncelog.core.security.authorizer import AUTHORIZED_OPERATIONS_OMITTED
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey

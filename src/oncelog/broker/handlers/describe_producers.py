@@ -21,7 +21,7 @@ from kio.schema.errors import ErrorCode as KioError
 from kio.schema.types import ProducerId, TopicName
 from kio.static.primitive import i32, i32Timedelta, i64
 
-from oncelog.broker.authorization import TOPIC, Op, authorized_names
+from oncelog.broker.security.authorization import TOPIC, Op, authorized_names
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 

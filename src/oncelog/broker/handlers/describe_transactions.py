@@ -4,7 +4,7 @@ coordinate NOT_COORDINATOR. Each id needs DESCRIBE (TRANSACTIONAL_ID_AUTHORIZATI
 partitions are listed only for topics the caller may DESCRIBE."""
 from __future__ import annotations
 
-from oncelog.broker.authorization import TOPIC, TXN_ID, Op, authorize, authorized_names
+from oncelog.broker.security.authorization import TOPIC, TXN_ID, Op, authorize, authorized_names
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode

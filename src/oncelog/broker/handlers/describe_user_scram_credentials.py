@@ -3,8 +3,8 @@ controller (what the controller adds for brokers — the credential records — 
 Needs DESCRIBE on the cluster, as in Kafka."""
 from __future__ import annotations
 
-from oncelog.broker.authorization import Op, authorize_cluster
-from oncelog.broker.controller_client import ControllerUnavailable
+from oncelog.broker.cluster.controller_client import ControllerUnavailable
+from oncelog.broker.security.authorization import Op, authorize_cluster
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode

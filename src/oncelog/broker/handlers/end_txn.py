@@ -1,5 +1,5 @@
 """EndTxn (API 26), v0-v5: Ongoing -> PrepareCommit/PrepareAbort, answered once that record is
-fsynced; the markers and Complete* follow (`broker.txn_markers`). Retries of a finished
+fsynced; the markers and Complete* follow (`broker.txn.marker_writer`). Retries of a finished
 transaction answer NONE; the rest of the table is `core.txn`'s. Needs WRITE on the transactional
 id.
 
@@ -9,7 +9,7 @@ exhausted), writes the markers with it, and answers the producer id and epoch th
 with; a retry is told them too."""
 from __future__ import annotations
 
-from oncelog.broker.authorization import TXN_ID, Op, require
+from oncelog.broker.security.authorization import TXN_ID, Op, require
 from oncelog.core.txn.errors import for_version
 from oncelog.core.txn.state import TV_0, TV_2
 from oncelog.protocol import entities

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import time
 
-from oncelog.broker.authorization import TOPIC, Op, authorized_names
-from oncelog.broker.quotas import throttle
+from oncelog.broker.security.authorization import TOPIC, Op, authorized_names
+from oncelog.broker.security.quotas import throttle
 from oncelog.protocol import entities
 from oncelog.protocol import fetch as wire
 from oncelog.protocol.api import ApiKey

@@ -8,7 +8,7 @@ created on first need only for a caller allowed to ask (Kafka's getCoordinator o
 refused request creates nothing."""
 from __future__ import annotations
 
-from oncelog.broker import authorization as authz
+from oncelog.broker.security import authorization as authz
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode

@@ -3,7 +3,7 @@ REBALANCE_IN_PROGRESS while the group prepares a rebalance (the member commits, 
 NONE in CompletingRebalance and Stable, ILLEGAL_GENERATION for another generation. Needs READ on the group."""
 from __future__ import annotations
 
-from oncelog.broker.authorization import GROUP, Op, require
+from oncelog.broker.security.authorization import GROUP, Op, require
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode

@@ -4,12 +4,12 @@ On a BROKER resource (a broker id, or the empty name for the cluster-wide defaul
 dynamic broker configs, kept in the controller's metadata log (`broker.dynamic_config`).
 APPEND and SUBTRACT work on list configs (`cleanup.policy`). All of a resource's changes are
 validated before any is applied; an internal topic's `cleanup.policy` stays `compact`
-(`broker.internal_topics`). Needs ALTER_CONFIGS on the topic (TOPIC_AUTHORIZATION_FAILED) or
+(`broker.security.internal_topics`). Needs ALTER_CONFIGS on the topic (TOPIC_AUTHORIZATION_FAILED) or
 the cluster for broker settings (CLUSTER_AUTHORIZATION_FAILED)."""
 from __future__ import annotations
 
-from oncelog.broker import internal_topics
-from oncelog.broker.authorization import Op, config_denied
+from oncelog.broker.security import internal_topics
+from oncelog.broker.security.authorization import Op, config_denied
 from oncelog.core.topic_config import TOPIC_CONFIGS, alter_list, parse_topic_configs
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey

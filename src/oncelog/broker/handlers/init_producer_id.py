@@ -13,7 +13,14 @@ IDEMPOTENT_WRITE on the cluster or WRITE on any topic (KIP-679), else CLUSTER_AU
 """
 from __future__ import annotations
 
-from oncelog.broker.authorization import TOPIC, TXN_ID, Op, authorize_by_resource_type, authorize_cluster, require
+from oncelog.broker.security.authorization import (
+    TOPIC,
+    TXN_ID,
+    Op,
+    authorize_by_resource_type,
+    authorize_cluster,
+    require,
+)
 from oncelog.core.txn.errors import for_version
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey

@@ -4,8 +4,8 @@ rebalance to complete. v0 has no rebalance timeout: the session timeout stands i
 Needs READ on the group (else GROUP_AUTHORIZATION_FAILED)."""
 from __future__ import annotations
 
-from oncelog.broker.authorization import GROUP, Op, require
-from oncelog.broker.request_context import CLIENT
+from oncelog.broker.net.request_context import CLIENT
+from oncelog.broker.security.authorization import GROUP, Op, require
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode

@@ -3,7 +3,7 @@ member id, by its static instance id (KIP-345's administrative removal); each ge
 Needs READ on the group."""
 from __future__ import annotations
 
-from oncelog.broker.authorization import GROUP, Op, require
+from oncelog.broker.security.authorization import GROUP, Op, require
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode

@@ -3,7 +3,7 @@ DESCRIBE (Kafka filters silently). v4 filters by state, v5 by type and answers e
 (`classic` or `consumer`; filters ignore case, as Kafka's)."""
 from __future__ import annotations
 
-from oncelog.broker.authorization import GROUP, Op, authorize, authorize_cluster
+from oncelog.broker.security.authorization import GROUP, Op, authorize, authorize_cluster
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode

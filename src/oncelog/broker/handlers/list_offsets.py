@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from oncelog.broker.authorization import TOPIC, Op, authorized_names
+from oncelog.broker.security.authorization import TOPIC, Op, authorized_names
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError

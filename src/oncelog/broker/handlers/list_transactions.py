@@ -3,7 +3,7 @@ names, producer ids and (v1, KIP-994) how long they have been running; unknown s
 listed back. Only ids the caller may DESCRIBE are listed."""
 from __future__ import annotations
 
-from oncelog.broker.authorization import TXN_ID, Op, authorize
+from oncelog.broker.security.authorization import TXN_ID, Op, authorize
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 

@@ -15,7 +15,7 @@ import dataclasses
 import logging
 import uuid
 
-from oncelog.broker.authorization import (
+from oncelog.broker.security.authorization import (
     CLUSTER,
     OMITTED,
     TOPIC,

@@ -7,7 +7,7 @@ topic does not have gets UNKNOWN_TOPIC_OR_PARTITION. Needs READ on the group (el
 GROUP_AUTHORIZATION_FAILED for every partition) and READ on each topic (TOPIC_AUTHORIZATION_FAILED)."""
 from __future__ import annotations
 
-from oncelog.broker.authorization import GROUP, TOPIC, Op, authorized_names, require
+from oncelog.broker.security.authorization import GROUP, TOPIC, Op, authorized_names, require
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode

@@ -5,7 +5,7 @@ NOT_COORDINATOR) the top-level error with no topics, as Kafka answers it. Needs 
 group (GROUP_AUTHORIZATION_FAILED) and READ on each topic (TOPIC_AUTHORIZATION_FAILED)."""
 from __future__ import annotations
 
-from oncelog.broker.authorization import GROUP, TOPIC, Op, authorized_names, require
+from oncelog.broker.security.authorization import GROUP, TOPIC, Op, authorized_names, require
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError

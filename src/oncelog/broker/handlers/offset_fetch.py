@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from oncelog.broker.authorization import GROUP, TOPIC, Op, authorize, authorized_names, require
+from oncelog.broker.security.authorization import GROUP, TOPIC, Op, authorize, authorized_names, require
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode

@@ -13,7 +13,7 @@ Transactional batches (KIP-98, KIP-890): a transactional batch needs the request
 id (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka answers a null id). It is appended at
 once when its producer already has a transaction open in the partition at that epoch; otherwise
 the transaction coordinator is asked first, once for all such partitions of the request
-(`broker.txn_add_partitions`): up to v11 (Transactions V1) whether the partition is in the
+(`broker.txn.add_partitions`): up to v11 (Transactions V1) whether the partition is in the
 transaction (AddPartitionsToTxn VerifyOnly; skipped with
 transaction.partition.verification.enable=false), from v12 (Transactions V2) to add it. A refusal
 is answered per version (`core.txn.errors.verification_error`: INVALID_TXN_STATE below v11,
@@ -43,7 +43,7 @@ cache; its records become visible with the next fsync.
 Authorization (Kafka's handleProduceRequest): a request with transactional batches needs WRITE on
 its transactional id (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every partition); each topic
 needs WRITE, checked before its existence (TOPIC_AUTHORIZATION_FAILED). An internal topic
-(`__transaction_state`) is then refused INVALID_TOPIC_EXCEPTION (`broker.internal_topics`). Quota
+(`__transaction_state`) is then refused INVALID_TOPIC_EXCEPTION (`broker.security.internal_topics`). Quota
 (`producer_byte_rate`): the records' bytes are counted; over the quota the answer carries the
 throttle time and the connection is muted for it (KIP-219); the records are appended all the same.
 """
@@ -53,11 +53,11 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
-from oncelog.broker import txn_add_partitions
-from oncelog.broker.authorization import TOPIC, TXN_ID, Op, authorize, authorized_names
-from oncelog.broker.internal_topics import refusal
-from oncelog.broker.quotas import throttle
-from oncelog.broker.request_context import applied
+from oncelog.broker.net.request_context import applied
+from oncelog.broker.security.authorization import TOPIC, TXN_ID, Op, authorize, authorized_names
+from oncelog.broker.security.internal_topics import refusal
+from oncelog.broker.security.quotas import throttle
+from oncelog.broker.txn import add_partitions
 from oncelog.core.topic_names import is_internal
 from oncelog.core.txn.errors import verification_error
 from oncelog.protocol import produce as wire
@@ -261,8 +261,8 @@ async def _check_transactional(broker, version: int, tid: str | None, batches: l
             producers.setdefault((pid, epoch), {})[(a.topic, a.index)] = a.partition
     out = {}
     for (pid, epoch), partitions in producers.items():
-        codes = await txn_add_partitions.check(broker, tid, pid, epoch, list(partitions), add,
-                                               *_guards(pid, partitions, checks))
+        codes = await add_partitions.check(broker, tid, pid, epoch, list(partitions), add,
+                                           *_guards(pid, partitions, checks))
         for (topic, index), code in codes.items():
             if code:
                 what = "could not be added to" if add else "is not in"

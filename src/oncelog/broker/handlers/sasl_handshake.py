@@ -1,5 +1,5 @@
 """SaslHandshake (API 17), v0-v1. On a SASL listener the connection's authenticator answers it
-(`broker.authentication`); a request that reaches this handler came on a listener without SASL
+(`broker.security.authentication`); a request that reaches this handler came on a listener without SASL
 (or after authentication), where Kafka answers ILLEGAL_SASL_STATE."""
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ the static instance (fenced if another member took it over); v5 names protocol t
 which must match the group's. Needs READ on the group."""
 from __future__ import annotations
 
-from oncelog.broker.authorization import GROUP, Op, require
+from oncelog.broker.security.authorization import GROUP, Op, require
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode

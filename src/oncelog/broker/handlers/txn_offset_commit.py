@@ -3,7 +3,7 @@ invisible to OffsetFetch) until the transaction's marker on the group's `__consu
 partition makes them visible (COMMIT) or drops them (ABORT).
 
 Checks, in Kafka's order: this broker coordinates the group; the group's offsets partition is in
-the transaction, asked of the id's coordinator wherever it runs (`broker.txn_add_partitions`):
+the transaction, asked of the id's coordinator wherever it runs (`broker.txn.add_partitions`):
 up to v4 verified (KIP-890 part 1: the client sent AddOffsetsToTxn), from v5 added (Transactions
 V2: the client sends no AddOffsetsToTxn); refusals are INVALID_TXN_STATE below v4,
 INVALID_PRODUCER_EPOCH for a fenced epoch; KIP-447 member data from v3 (ILLEGAL_GENERATION,
@@ -13,8 +13,8 @@ READ on each topic (TOPIC_AUTHORIZATION_FAILED for its partitions).
 """
 from __future__ import annotations
 
-from oncelog.broker import txn_add_partitions
-from oncelog.broker.authorization import GROUP, TOPIC, TXN_ID, Op, authorized_names, require
+from oncelog.broker.security.authorization import GROUP, TOPIC, TXN_ID, Op, authorized_names, require
+from oncelog.broker.txn import add_partitions
 from oncelog.core.txn.errors import for_version, verification_error
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
@@ -52,7 +52,7 @@ async def handle(broker, version: int, r) -> bytes:
         # a marker for the producer while it waits ends the transaction it asked about
         pid, groups = int(r.producer_id), broker.groups
         offsets_tp = broker.txn.core.offsets_partition(group)
-        codes = await txn_add_partitions.check(
+        codes = await add_partitions.check(
             broker, str(r.transactional_id), pid, int(r.producer_epoch), [offsets_tp], version >= FIRST_V2,
             lambda: groups.begin_txn_commit(pid), lambda token: token[0],
             lambda token: groups.end_txn_commit(pid, token))

@@ -6,7 +6,7 @@ follows the new level, this one before it answers. v0's AllowDowngrade is a safe
 answers with the top-level error only (no per-feature results)."""
 from __future__ import annotations
 
-from oncelog.broker.authorization import Op, require_cluster
+from oncelog.broker.security.authorization import Op, require_cluster
 from oncelog.core.features import SAFE_DOWNGRADE, UPGRADE
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey

@@ -8,19 +8,19 @@ fsync covers the markers that share a partition's log.
 
 Per partition: NONE, NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, INVALID_PRODUCER_EPOCH,
 TRANSACTION_COORDINATOR_FENCED, UNSUPPORTED_FOR_MESSAGE_FORMAT, KAFKA_STORAGE_ERROR
-(`core.txn.markers.classify` says what each means to the writer). Only another broker of the
+(`core.txn.marker_progress.classify` says what each means to the writer). Only another broker of the
 cluster may send it (`authorization.require_broker`: the cluster credential's principal, which holds
 CLUSTER_ACTION implicitly), else CLUSTER_AUTHORIZATION_FAILED for every partition: a marker written
 by anyone else would end another producer's transaction. A `__consumer_offsets` partition is the group coordinator's
-(`broker.txn_markers.offsets_marker`: checked as a data partition checks a marker, then the groups'
+(`broker.txn.marker_writer.offsets_marker`: checked as a data partition checks a marker, then the groups'
 pending transactional offsets made visible or dropped).
 """
 from __future__ import annotations
 
 import asyncio
 
-from oncelog.broker.authorization import require_broker
-from oncelog.broker.txn_markers import offsets_marker
+from oncelog.broker.security.authorization import require_broker
+from oncelog.broker.txn.marker_writer import offsets_marker
 from oncelog.core.txn.log_format import CONSUMER_OFFSETS_TOPIC
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Generator
 from typing import Any
 
 from oncelog.broker.config import BrokerConfig
-from oncelog.broker.request_context import CLIENT, MUTE, PRINCIPAL
+from oncelog.broker.net.request_context import CLIENT, MUTE, PRINCIPAL
 from oncelog.core.security.metadata import SecurityMetadata
 from oncelog.core.security.quotas import (
     CONSUMER_BYTE_RATE,

@@ -11,7 +11,7 @@ it drops the partition (closed without a write) as soon as its view names anothe
 token moved (`get_partition` reads the token before anything is served from the partition).
 Two brokers never write one partition.
 
-What handlers see of it is `broker.logs.Logs`, as of a single node's `LogManager`; topic changes
+What handlers see of it is `broker.logs.seam.Logs`, as of a single node's `LogManager`; topic changes
 are forwarded to the controller and answered once this broker's view shows them.
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from oncelog.broker.controller_client import ControllerClient, ControllerUnavailable
+from oncelog.broker.cluster.controller_client import ControllerClient, ControllerUnavailable
 from oncelog.core.topic_config import effective_topic_config, parse_topic_configs
 from oncelog.core.topic_names import CONSUMER_OFFSETS_TOPIC, invalid_topic_reason, validate_topic_name
 from oncelog.protocol import entities
@@ -34,8 +34,8 @@ from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.storage.cleaner import LogCleaner
 from oncelog.storage.fence import TOKEN_FILE, Busy, Fenced, Lease
 from oncelog.storage.log_manager import TopicInfo, maintain, partition_dir, report_invalid_overrides
+from oncelog.storage.marker_append import MarkerWriting
 from oncelog.storage.partition import DEFAULT_EXPIRATION_CHECK_INTERVAL_MS, Partition, PartitionConfig
-from oncelog.storage.txn_markers import MarkerWriting
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +142,7 @@ class ClusterLogs(MarkerWriting):
                 self._drop(key)
         for key, (leader, epoch) in self.leaders.items():
             # __consumer_offsets has leaders but no log here: the groups' files are its storage
-            # (`broker.group_ownership` follows its leadership)
+            # (`broker.groups.ownership` follows its leadership)
             if (leader == self.node_id and key not in self._led and key[0] in self.topics
                     and key[0] != CONSUMER_OFFSETS_TOPIC):
                 self._try_open(key, epoch, now)
@@ -190,7 +190,7 @@ class ClusterLogs(MarkerWriting):
         for key in list(self._led):
             self._close(key)
 
-    # ------------------------------------------------------------------ lookups (broker.logs.Logs)
+    # ------------------------------------------------------------------ lookups (broker.logs.seam.Logs)
     def get_partition(self, topic: str, index: int) -> Partition | None:
         """The partition while this broker leads it; the token is read first (a memory load), so
         a broker that was deposed while paused answers NOT_LEADER_OR_FOLLOWER from then on."""

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from oncelog.broker.peers import Peers, PeerUnavailable
+from oncelog.broker.cluster.peers import Peers, PeerUnavailable
 from oncelog.core.txn.log_format import TRANSACTION_STATE_TOPIC
 from oncelog.core.txn.state import TV_2, TopicPartition
 from oncelog.protocol.api import ApiKey

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from oncelog.broker.controller_client import ControllerClient, ControllerUnavailable
-from oncelog.broker.producer_id_manager import MAX_BACKOFF_MS
+from oncelog.broker.cluster.controller_client import ControllerClient, ControllerUnavailable
+from oncelog.broker.cluster.producer_id_manager import MAX_BACKOFF_MS
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 

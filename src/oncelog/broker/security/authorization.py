@@ -15,7 +15,7 @@ import logging
 from collections.abc import Iterable
 
 from oncelog.broker.config import BrokerConfig
-from oncelog.broker.request_context import CLIENT, PRINCIPAL
+from oncelog.broker.net.request_context import CLIENT, PRINCIPAL
 from oncelog.core.security.acl import AclOperation, ResourceType
 from oncelog.core.security.authorizer import (
     AUTHORIZED_OPERATIONS_OMITTED,
@@ -90,7 +90,7 @@ def require_cluster(broker, operation: AclOperation) -> None:
 
 def require_broker(broker, request: str) -> None:
     """A broker-only request (WriteTxnMarkers, AddPartitionsToTxn v4): only another broker of the
-    cluster, authenticated with the cluster credential (`broker.inter_broker`), may send it; it
+    cluster, authenticated with the cluster credential (`broker.security.inter_broker`), may send it; it
     holds CLUSTER_ACTION implicitly, and no ACL or super user stands in for it. Anyone else:
     CLUSTER_AUTHORIZATION_FAILED, with an audit line."""
     principal = PRINCIPAL.get()

@@ -1,7 +1,7 @@
 """The marker writer's bookkeeping: which partitions of a MarkerJob still need their marker, and
 what a partition's answer means (Kafka's TransactionMarkerRequestCompletionHandler).
 
-The writer itself (`broker/txn_markers.py`) owns connections and timers; this decides.
+The writer itself (`broker/txn/marker_writer.py`) owns connections and timers; this decides.
 """
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ import json
 import logging
 from collections.abc import Callable
 
-from oncelog.broker.controller_client import ControllerClient, ControllerUnavailable
+from oncelog.broker.cluster.controller_client import ControllerClient, ControllerUnavailable
 from oncelog.core.security.metadata import SecurityMetadata
 from oncelog.protocol.api import SECURITY_RECORDS_KEY
 from oncelog.protocol.errors import KafkaProtocolError

@@ -25,8 +25,8 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from oncelog.broker.txn_add_partitions import AddPartitionsManager
-from oncelog.broker.txn_markers import MarkerWriter
+from oncelog.broker.txn.add_partitions import AddPartitionsManager
+from oncelog.broker.txn.marker_writer import MarkerWriter
 from oncelog.core.txn import Answer, MarkerJob, TransactionCoordinator, Transition, TxnConfig
 from oncelog.core.txn.log_format import TRANSACTION_STATE_TOPIC
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError

@@ -7,7 +7,7 @@ Complete* transition is pending (no new transaction can start). A crash or a lea
 Prepare* in `__transaction_state`; the loader hands the job back here and every marker is written
 again, which is harmless where one already was.
 
-Per partition (`core.txn.markers.classify`): done, retried with backoff (a moved leader, a
+Per partition (`core.txn.marker_progress.classify`): done, retried with backoff (a moved leader, a
 storage error), or the job stops (a newer producer epoch or coordinator owns the id). Partitions
 of `__consumer_offsets` are the group coordinator's: the marker makes the group's pending
 transactional offsets visible (COMMIT) or drops them (ABORT).
@@ -21,7 +21,7 @@ broker only delays its markers; one of the coordinator drops the jobs (`drop_par
 successor resends them from the Prepare* records.
 
 Markers go to the owner of each partition only (docs/cluster.md): `__consumer_offsets-N` too,
-whose leader coordinates N's groups (`broker.group_ownership`) and applies the marker under N's
+whose leader coordinates N's groups (`broker.groups.ownership`) and applies the marker under N's
 lease; a broker that does not own a partition any more answers NOT_LEADER_OR_FOLLOWER and the
 marker is sent again to whoever leads it then. Each marker carries its transaction's version
 (WriteTxnMarkers v2, KIP-1228): a partition takes a Transactions V2 marker only above the
@@ -34,10 +34,10 @@ import asyncio
 import logging
 from functools import partial
 
-from oncelog.broker.peers import Peers, PeerUnavailable
+from oncelog.broker.cluster.peers import Peers, PeerUnavailable
 from oncelog.core.txn import MarkerJob
 from oncelog.core.txn.log_format import CONSUMER_OFFSETS_TOPIC
-from oncelog.core.txn.markers import MarkerOutcome, MarkerProgress
+from oncelog.core.txn.marker_progress import MarkerOutcome, MarkerProgress
 from oncelog.core.txn.state import TopicPartition
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError

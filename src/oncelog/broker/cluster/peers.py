@@ -6,7 +6,7 @@ Addresses come from the broker's metadata view (`broker.logs.brokers`, the contr
 live brokers), so a restarted or moved peer is reached at its current address: a connection is
 replaced when its peer's address changes. The wire work is `ControllerClient`'s (framing,
 correlation ids, a deadline per request, one request at a time per connection); the link is
-secured as `broker.inter_broker` says (TLS as the inter-broker listener needs, SASL with the
+secured as `broker.security.inter_broker` says (TLS as the inter-broker listener needs, SASL with the
 cluster credential), so the peer serves its broker-only requests. Each user (marker channel,
 verifier) holds its own `Peers`, so markers never queue behind verifications or the other way
 round.
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from oncelog.broker.controller_client import ControllerClient, ControllerUnavailable, client_idle_ms
+from oncelog.broker.cluster.controller_client import ControllerClient, ControllerUnavailable, client_idle_ms
 from oncelog.protocol.errors import KafkaProtocolError
 
 

@@ -1,5 +1,5 @@
 """A broker's connection to the controller listener, SASL/PLAIN then Kafka requests in order;
-also its connection to another broker (`broker.peers`), over TLS and with the inter-broker SASL
+also its connection to another broker (`broker.cluster.peers`), over TLS and with the inter-broker SASL
 mechanism (PLAIN or SCRAM) as that listener needs.
 
 Used for registration and heartbeats, producer-id blocks (KIP-730) and, in a cluster, the
@@ -149,7 +149,7 @@ class ControllerClient:
         # wait_for or asyncio.timeout: Python 3.11's wait_for returns an answer that arrived just
         # as its task was cancelled and drops the cancellation (a stopping broker's heartbeat loop
         # went on for ever), and asyncio.timeout needs a task, which a handler started by hand
-        # (broker.server._start) does not run in until it first waits.
+        # (broker.net.server._start) does not run in until it first waits.
         expired: list[bool] = []
         transport = self._writer.transport
 
@@ -193,7 +193,7 @@ def controller_client(config, client_id: str = "oncelog-broker") -> ControllerCl
             context = ssl.create_default_context(
                 cafile=config.listener_value(name, "ssl.truststore.location") or None,
                 cadata=config.listener_value(name, "ssl.truststore.certificates") or None)
-    from oncelog.broker.inter_broker import cluster_credential
+    from oncelog.broker.security.inter_broker import cluster_credential
     credential = cluster_credential(config)
     return ControllerClient(host, int(port), credential.username, credential.password, client_id=client_id,
                             ssl_context=context, max_idle_ms=client_idle_ms(config["connections.max.idle.ms"]))

@@ -1,7 +1,7 @@
 """What request handlers see of a broker's topics and partitions (`Broker.logs`).
 
 Two implementations: a single node's `storage.log_manager.LogManager`, which owns every partition
-of its registry, and a cluster member's `broker.cluster_logs.ClusterLogs`, which opens the
+of its registry, and a cluster member's `broker.logs.cluster_logs.ClusterLogs`, which opens the
 partitions the controller says it leads and forwards topic changes to the controller. Topic
 changes are coroutines in both, so a handler awaits them the same way whichever it has.
 """
@@ -14,14 +14,14 @@ from typing import Any, Protocol
 from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.metadata import BrokerEntry
 from oncelog.storage.log_manager import TopicInfo
+from oncelog.storage.marker_append import Durability
 from oncelog.storage.partition import Partition
-from oncelog.storage.txn_markers import Durability
 
 
 class Logs(Protocol):
     topics: dict[str, TopicInfo]
     # How a marker is acknowledged durable, and the clock it is stamped with (the broker sets
-    # both: storage.txn_markers.MarkerWriting)
+    # both: storage.marker_append.MarkerWriting)
     durable: Durability | None
     clock_ms: Callable[[], int]
     # The other brokers of the cluster as the controller last described them (this one may be
@@ -57,7 +57,7 @@ class Logs(Protocol):
     async def write_txn_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
                                coordinator_epoch: int, commit: bool, transaction_version: int = 0) -> ErrorCode:
         """Append a COMMIT (commit=True) or ABORT marker to a partition this broker leads and
-        answer once it is fsynced (`storage.txn_markers`; no network). Codes: NONE,
+        answer once it is fsynced (`storage.marker_append`; no network). Codes: NONE,
         NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, INVALID_PRODUCER_EPOCH,
         TRANSACTION_COORDINATOR_FENCED, UNSUPPORTED_FOR_MESSAGE_FORMAT, KAFKA_STORAGE_ERROR."""
 

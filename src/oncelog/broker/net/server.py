@@ -22,29 +22,29 @@ from collections.abc import Awaitable, Callable, Coroutine, Generator
 from pathlib import Path
 from typing import Any
 
-from oncelog.broker.authentication import ConnectionAuth, ListenerSecurity
-from oncelog.broker.authorization import follow_acls, make_authorizer
-from oncelog.broker.bind_error import BindError
-from oncelog.broker.cluster_logs import ClusterLogs
+from oncelog.broker.cluster.controller_client import controller_client
+from oncelog.broker.cluster.controller_link import ControllerLink
+from oncelog.broker.cluster.producer_id_manager import ProducerIdManager
 from oncelog.broker.config import BrokerConfig, ConfigError, new_cluster_id
-from oncelog.broker.connection_limits import ConnectionGate
-from oncelog.broker.consumer_groups import consumer_group_config, topic_metadata
-from oncelog.broker.controller_client import controller_client
-from oncelog.broker.controller_link import ControllerLink
 from oncelog.broker.dynamic_config import DynamicBrokerConfig
-from oncelog.broker.group_commit import GroupCommit
-from oncelog.broker.group_coordinator import GroupCoordinator
-from oncelog.broker.group_ownership import GroupOwnership
+from oncelog.broker.groups.consumer_groups import consumer_group_config, topic_metadata
+from oncelog.broker.groups.coordinator import GroupCoordinator
+from oncelog.broker.groups.ownership import GroupOwnership
 from oncelog.broker.handlers import APIS, api_versions
-from oncelog.broker.inter_broker import ClusterLogin, InterBrokerLink, cluster_credential
-from oncelog.broker.logs import Logs
+from oncelog.broker.logs.cluster_logs import ClusterLogs
+from oncelog.broker.logs.fsync_batcher import GroupCommit
+from oncelog.broker.logs.seam import Logs
 from oncelog.broker.metrics import BrokerMetrics
-from oncelog.broker.producer_id_manager import ProducerIdManager
-from oncelog.broker.quotas import BrokerQuotas
-from oncelog.broker.request_context import APPLIED, CLIENT, LISTENER, MUTE, PRINCIPAL
-from oncelog.broker.scram_credentials import ControllerCredentials
-from oncelog.broker.security_follower import SecurityFollower
-from oncelog.broker.txn_coordinator import TxnCoordinatorService
+from oncelog.broker.net.bind_error import BindError
+from oncelog.broker.net.connection_limits import ConnectionGate
+from oncelog.broker.net.request_context import APPLIED, CLIENT, LISTENER, MUTE, PRINCIPAL
+from oncelog.broker.security.authentication import ConnectionAuth, ListenerSecurity
+from oncelog.broker.security.authorization import follow_acls, make_authorizer
+from oncelog.broker.security.follower import SecurityFollower
+from oncelog.broker.security.inter_broker import ClusterLogin, InterBrokerLink, cluster_credential
+from oncelog.broker.security.quotas import BrokerQuotas
+from oncelog.broker.security.scram_credentials import ControllerCredentials
+from oncelog.broker.txn.coordinator import TxnCoordinatorService
 from oncelog.core.security.listeners import Endpoint
 from oncelog.core.security.principal import ANONYMOUS, KafkaPrincipal, NoMatchingRule
 from oncelog.core.topic_names import is_internal
@@ -103,7 +103,7 @@ class Broker:
         self.group_commit = GroupCommit(self.now_ms, on_durable=self.data_appended)
         # KIP-890: a partition leader's question to the transaction coordinator before a producer's
         # first transactional batch of a transaction (transactional id, producer id, epoch,
-        # partitions, add?) -> code per partition: `broker.txn_add_partitions`, set with the
+        # partitions, add?) -> code per partition: `broker.txn.add_partitions`, set with the
         # coordinator; None: batches accepted as they come. Transactions V1 batches are only
         # verified with transaction.partition.verification.enable (Kafka's rule)
         self.txn_check: Callable[[str, int, int, list, bool], Awaitable[dict]] | None = None
@@ -113,7 +113,7 @@ class Broker:
         self.quotas = BrokerQuotas(self.config, self.now_ms)
         self.security: SecurityFollower | None = None
         self.dynamic_config = DynamicBrokerConfig(self)   # follows the controller with `security`
-        # listening sockets, connection limits and quotas, idle connections (broker/connection_limits.py)
+        # listening sockets, connection limits and quotas, idle connections (broker/net/connection_limits.py)
         self.connection_gate = ConnectionGate(self.config, self.now_ms)
         self._wire_logs()
 

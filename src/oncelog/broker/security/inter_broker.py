@@ -122,7 +122,7 @@ def peer_tls_context(config: BrokerConfig, listener: str) -> ssl.SSLContext:
         ctx.load_verify_locations(cafile=s.cert_chain_file)
         ctx.load_cert_chain(s.cert_chain_file, password=s.key_password)
     else:
-        from oncelog.broker.tls import _load_inline
+        from oncelog.broker.security.tls import _load_inline
         assert s.cert_chain_pem and s.key_pem   # tls_settings checked that one form is given
         ctx.load_verify_locations(cadata=s.cert_chain_pem)
         _load_inline(ctx, s.cert_chain_pem, s.key_pem, s.key_password)

@@ -48,7 +48,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from oncelog.broker.consumer_groups import ConsumerGroupConfig, ConsumerGroupCoordinator
+from oncelog.broker.groups.consumer_groups import ConsumerGroupConfig, ConsumerGroupCoordinator
 from oncelog.core.groups.consumer_group import TopicMetadata
 from oncelog.core.txn.log_format import CONSUMER_OFFSETS_TOPIC
 from oncelog.protocol.errors import ErrorCode
@@ -852,7 +852,7 @@ class GroupCoordinator:
 
     def unload_partition(self, partition: int) -> None:
         """This broker lost `__consumer_offsets-<partition>` (its lease): the groups of it held in
-        memory are forgotten, classic and consumer groups alike (`broker.group_ownership`)."""
+        memory are forgotten, classic and consumer groups alike (`broker.groups.ownership`)."""
         for group_id in [gid for gid in self.groups if self.store.partition_of(gid) == partition]:
             self._unload(self.groups.pop(group_id))
         self.consumer.unload_partition(partition)

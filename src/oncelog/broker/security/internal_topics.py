@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from oncelog.broker.request_context import CLIENT, PRINCIPAL
+from oncelog.broker.net.request_context import CLIENT, PRINCIPAL
 from oncelog.core.topic_names import BROKER_OWNED_TOPICS, is_internal
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 

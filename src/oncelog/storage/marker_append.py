@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from oncelog.storage.partition import Partition
 
 # (partition, offset) -> None when everything below `offset` is durable, else a future resolving
-# to True once it is, False if a failed fsync cut it (broker.group_commit.GroupCommit.durable)
+# to True once it is, False if a failed fsync cut it (broker.logs.fsync_batcher.GroupCommit.durable)
 Durability = Callable[[object, int], "Awaitable[bool] | None"]
 
 

@@ -12,8 +12,8 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from oncelog.broker.controller_client import ControllerClient, ControllerUnavailable
-from oncelog.core.producer_ids import EMPTY_BLOCK, ProducerIdsBlock
+from oncelog.broker.cluster.controller_client import ControllerClient, ControllerUnavailable
+from oncelog.core.controller_state import EMPTY_BLOCK, ProducerIdsBlock
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 

@@ -16,7 +16,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from oncelog.broker.controller_client import ControllerClient, ControllerUnavailable, controller_client
+from oncelog.broker.cluster.controller_client import ControllerClient, ControllerUnavailable, controller_client
 from oncelog.core.security.credentials import ScramCredentials
 from oncelog.core.security.scram import CredentialShape, ScramCredential, ScramMechanism
 from oncelog.protocol import entities

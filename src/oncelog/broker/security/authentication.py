@@ -17,9 +17,9 @@ import struct
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from oncelog.broker.inter_broker import CLUSTER_LOGIN_MECHANISM, ClusterLogin
-from oncelog.broker.scram_credentials import CredentialsUnavailable
-from oncelog.broker.tls import ListenerTls
+from oncelog.broker.security.inter_broker import CLUSTER_LOGIN_MECHANISM, ClusterLogin
+from oncelog.broker.security.scram_credentials import CredentialsUnavailable
+from oncelog.broker.security.tls import ListenerTls
 from oncelog.core.security.jaas import JaasConfigError, parse_sasl_jaas_config, plain_users
 from oncelog.core.security.listeners import Endpoint, SecurityProtocol, jaas_config_key
 from oncelog.core.security.plain import MECHANISM as PLAIN
