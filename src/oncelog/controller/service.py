@@ -187,15 +187,16 @@ class Controller:
             tick = time.monotonic()
             stalled_ms, last = (tick - last - interval_s) * 1000, tick
             now = self.now_ms()
-            if stalled_ms > self.config.session_timeout_ms / 4:
-                # The controller itself did not run (paused, a stalled VM): the brokers' heartbeats
-                # of that time wait in its sockets, unread. Their silence is its own, so each gets a
-                # fresh session from now instead of every partition losing its leader at once.
-                log.warning("the controller did not run for %d ms: every broker gets a fresh session of %d ms",
-                            stalled_ms, self.config.session_timeout_ms)
+            if stalled_ms > 0:
+                # The controller itself did not run for that long (paused, a stalled VM, a loaded
+                # machine): the brokers' heartbeats of that time wait in its sockets, unread. That
+                # silence is its own, so it is credited to every broker instead of every partition
+                # losing its leader at once when it resumes.
+                if stalled_ms > self.config.session_timeout_ms / 4:
+                    log.warning("the controller did not run for %d ms: every broker's session is extended by it",
+                                stalled_ms)
                 for b in self.live:
-                    self.live[b] = max(self.live[b], now)
-                continue
+                    self.live[b] = min(now, self.live[b] + int(stalled_ms))
             dead = [b for b, seen in self.live.items() if now - seen > self.config.session_timeout_ms]
             for b in dead:
                 del self.live[b]
