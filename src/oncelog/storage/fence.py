@@ -158,18 +158,13 @@ class Lease:
         return cls(token, epoch)
 
     def valid(self) -> bool:
-        """Still the owner, as far as a lock-free read tells (what an owner checks before it
-        serves anything from memory). A read that disagrees is confirmed under the lock; a lock
-        held elsewhere leaves the answer to the next write's check."""
+        """Still the owner, as a lock-free read tells (what an owner checks before it serves
+        anything from memory; the writes' check is under the lock). The token only ever grows
+        and is one aligned eight-byte store, so any other value than ours is a newer owner's."""
         if self.lost:
             return False
-        if self.token.current() == self.epoch:
-            return True
-        try:
-            with self.token.locked():
-                self.lost = self.token.current() != self.epoch
-        except Busy:
-            return True
+        if self.token.current() != self.epoch:
+            self.lost = True
         return not self.lost
 
     @contextmanager
