@@ -3,13 +3,23 @@ librdkafka's mock cluster (in this process, through ctypes) for the client's err
 
 What a test starts decides where it runs: `make test-fast` runs the tests that start no other
 process and no Spark session (`pytest -m "not processes and not spark and not slow"`), `make test`
-runs everything. A test is marked `processes` by the fixtures it uses (those that start a broker,
-a controller or Tansu: `_PROCESS_FIXTURES`) or by its own mark, `spark` by the Spark session
-fixtures; a test that starts a server without the mark fails, so the fast run stays what it says."""
+runs everything but the `slow` tier, in parallel (pytest-xdist), and `make test-all` everything at
+its full size (`ONCELOG_TEST_TIER=all`, read by tests/tiers.py). A test is
+marked `processes` by the fixtures it uses (those that start a broker, a controller or Tansu:
+`_PROCESS_FIXTURES`) or by its own mark, `spark` by the Spark session fixtures; a test that starts a
+server without the mark fails, so the fast run stays what it says.
+
+Under xdist (`--dist loadgroup`) the tests that share a Spark session run on one worker (one
+SparkContext per process), and the tests of a module whose servers are module-scoped run together,
+so each such server starts once."""
 import itertools
+import os
 import sys
+from pathlib import Path
 
 import pytest
+from hypothesis import settings
+from tests.tiers import TIER
 
 from oncelog.testing.embedded import BrokerProcess, ServerProcess
 from oncelog.testing.handler_bugs import no_handler_bugs  # noqa: F401  (autouse: a handler bug a broker logs fails the test)
@@ -20,6 +30,50 @@ _topic_counter = itertools.count()
 # fixture of the same name, in-process, is not marked by it)
 _PROCESS_FIXTURES = frozenset({"broker", "shared_broker", "oncelog_broker", "tansu", "cluster"})
 _SPARK_FIXTURES = frozenset({"_spark_sessions"})
+
+
+# Hypothesis: a test's explicit max_examples is its full size; in the CI tier it runs a third of
+# them (tests/tiers.py `examples`). Either profile prints the blob that reproduces a failure.
+if TIER not in ("ci", "all"):
+    raise pytest.UsageError(f"ONCELOG_TEST_TIER={TIER!r}: ci or all")
+settings.register_profile("ci", print_blob=True)
+settings.register_profile("all", print_blob=True)
+settings.load_profile(TIER)
+
+# Servers and commands that tests start never import hypothesis: kio registers its strategies when
+# hypothesis is importable, which costs a third of each start (installs without the test extras
+# never pay it). `_child_site/hypothesis.py` refuses the import in those processes only.
+_CHILD_SITE = str(Path(__file__).parent / "_child_site")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _children_without_hypothesis():
+    """Set in the process that runs tests (an xdist worker, or pytest alone), after its own
+    imports, so only the processes it starts see it."""
+    before = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (_CHILD_SITE, before)))
+    yield
+    if before is None:
+        os.environ.pop("PYTHONPATH", None)
+    else:
+        os.environ["PYTHONPATH"] = before
+
+
+def _xdist_group(item) -> str | None:
+    """Tests that must share a worker: a Spark session's, and a module's that share a server (a
+    module may name its own group: the fault matrices share "faults", so that no two run at once
+    and each keeps the CPU its fault schedule and time budget assume)."""
+    if item.get_closest_marker("xdist_group") is not None:
+        return None
+    if item.get_closest_marker("spark") and set(item.fixturenames) & _SPARK_FIXTURES:
+        return "spark-session"
+    if item.get_closest_marker("processes") is None:
+        return None
+    for name in item.fixturenames:
+        defs = item._fixtureinfo.name2fixturedefs.get(name)
+        if defs and defs[-1].scope in ("module", "class", "package"):
+            return item.nodeid.split("::")[0]
+    return None
 
 
 def pytest_collection_modifyitems(items):
@@ -33,6 +87,9 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.processes)
         if set(item.fixturenames) & _SPARK_FIXTURES:
             item.add_marker(pytest.mark.spark)
+        group = _xdist_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(autouse=True)

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_bad_input import connect, produce_one, still_serves
+from tests.tiers import examples
 
 from oncelog.protocol import api_versions, headers, init_producer_id, metadata, produce
 from oncelog.protocol.records import Record, encode_batch
@@ -85,7 +86,7 @@ def mutated(draw):
     return bytes(frame)
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(120), deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.one_of(mutated(), st.binary(min_size=0, max_size=300).map(
     lambda b: struct.pack(">i", len(b)) + b)))
 def test_fuzzed_frames_never_crash_or_corrupt(fuzz_broker, frame):

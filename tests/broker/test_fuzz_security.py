@@ -10,6 +10,7 @@ import struct
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.tiers import examples
 
 from oncelog.core.security.plain import client_token
 from oncelog.protocol import entities, headers
@@ -121,7 +122,7 @@ def test_a_valid_exchange_is_served_and_the_probe_alone_is_not(secure):
     assert not exchange(secure.address("SASL_PLAINTEXT"), [])
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                    HealthCheck.too_slow])
 @given(frames=sasl_steps())
 def test_fuzzed_sasl_exchanges(secure, frames):
@@ -163,7 +164,7 @@ def first_flights(draw):
     return bytes(data) if draw(st.booleans()) else draw(st.binary(max_size=600))
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                    HealthCheck.too_slow])
 @given(flight=first_flights(), listener=st.sampled_from(["SASL_SSL", "SSL"]))
 def test_fuzzed_tls_first_flights(secure, flight, listener):

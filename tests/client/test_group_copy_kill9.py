@@ -18,7 +18,8 @@ from oncelog.client.errors import KafkaClientError, ProducerFatalError
 from oncelog.client.types import TopicPartition
 from oncelog.testing.embedded import BrokerProcess
 
-pytestmark = pytest.mark.processes
+# one fault matrix at a time (tests/conftest.py)
+pytestmark = [pytest.mark.processes, pytest.mark.xdist_group("faults")]
 
 RECORDS, PARTITIONS = 3000, 3
 INPUT, OUTPUT, GROUP, TID = "copy-in", "copy-out", "copy-group", "copy-txn"

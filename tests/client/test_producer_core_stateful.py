@@ -25,6 +25,7 @@ from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from model_broker import ModelPartition
+from tests.tiers import examples
 
 from oncelog.client.errors import ProducerClosedError
 from oncelog.client.types import TopicPartition
@@ -305,5 +306,6 @@ class InFlightMachine(RuleBasedStateMachine):
 
 
 InFlightMachine.TestCase.settings = settings(
-    max_examples=int(os.environ.get("ONCELOG_HYPOTHESIS_EXAMPLES", "300")), stateful_step_count=60, deadline=None)
+    max_examples=int(os.environ.get("ONCELOG_HYPOTHESIS_EXAMPLES", examples(300))), stateful_step_count=60,
+    deadline=None)
 TestInFlight = InFlightMachine.TestCase

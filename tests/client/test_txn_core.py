@@ -7,6 +7,7 @@ import pytest
 from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from tests.tiers import examples
 
 from oncelog.client.config import ProducerConfig
 from oncelog.client.errors import (
@@ -683,7 +684,7 @@ class TxnMachine(RuleBasedStateMachine):
 
 
 TestTxnMachine = TxnMachine.TestCase
-TestTxnMachine.settings = settings(max_examples=300, stateful_step_count=60, deadline=None)
+TestTxnMachine.settings = settings(max_examples=examples(300), stateful_step_count=60, deadline=None)
 
 
 def test_aborting_after_an_abortable_init_leaves_the_producer_uninitialized_not_in_a_transaction():

@@ -11,6 +11,7 @@ from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import invariant, rule
 from tests.client.test_txn_core import TID, TP, TP2, FakeProducer, TxnMachine, answer, respond
+from tests.tiers import examples
 
 from oncelog.client.errors import BrokerResponseError, TransactionAbortableError
 from oncelog.client.txn_core import (
@@ -304,7 +305,7 @@ class TxnMachineV2(TxnMachine):
 
 
 TestTxnMachineV2 = TxnMachineV2.TestCase
-TestTxnMachineV2.settings = settings(max_examples=300, stateful_step_count=60, deadline=None)
+TestTxnMachineV2.settings = settings(max_examples=examples(300), stateful_step_count=60, deadline=None)
 
 
 def test_abortable_error_codes_under_v2_are_abortable():

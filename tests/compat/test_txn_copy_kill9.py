@@ -22,7 +22,8 @@ from test_transactions import FAST, create_topic, wait_for_state
 
 from oncelog.testing.embedded import BrokerProcess
 
-pytestmark = pytest.mark.processes
+# one fault matrix at a time (tests/conftest.py)
+pytestmark = [pytest.mark.processes, pytest.mark.xdist_group("faults")]
 
 RECORDS = 10_000
 PARTITIONS = 3

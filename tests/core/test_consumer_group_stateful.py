@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from tests.tiers import examples
 
 from oncelog.core.groups.consumer_group import STABLE, ConsumerGroup
 from oncelog.core.groups.heartbeat import Heartbeat, Settings, fence, heartbeat, leave, validate
@@ -231,6 +232,6 @@ class ConsumerGroupMachine(RuleBasedStateMachine):
             self.settle()
 
 
-ConsumerGroupMachine.TestCase.settings = settings(max_examples=300, stateful_step_count=50, deadline=None,
+ConsumerGroupMachine.TestCase.settings = settings(max_examples=examples(300), stateful_step_count=50, deadline=None,
                                                   suppress_health_check=[HealthCheck.too_slow])
 TestConsumerGroup = ConsumerGroupMachine.TestCase

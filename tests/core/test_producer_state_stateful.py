@@ -10,6 +10,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from tests.tiers import examples
 
 from oncelog.core import producer_state as ps
 from oncelog.core.producer_state import ProducerStateConfig, ProducerStateManager
@@ -82,7 +83,7 @@ pids = st.sampled_from([1, 2, 3, 2**40 + 5, 2**62 + 11])
 sizes = st.integers(1, 5)
 
 
-@settings(max_examples=150, stateful_step_count=60, deadline=None,
+@settings(max_examples=examples(150), stateful_step_count=60, deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
 class ProducerStateMachine(RuleBasedStateMachine):
     @initialize(mode=st.sampled_from(["window", "range"]), window=st.sampled_from([5, 6, 20]),

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from tests.tiers import examples
 
 from oncelog.core.security.acl import (
     ANY_FILTER,
@@ -495,11 +496,11 @@ class AuthorizerMachine(RuleBasedStateMachine):
         assert len(self.env.acls) == len(self.model_acls)
 
 
-AuthorizerMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+AuthorizerMachine.TestCase.settings = settings(max_examples=examples(150), stateful_step_count=40, deadline=None)
 TestAuthorizerAgainstModel = AuthorizerMachine.TestCase
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(acls=st.lists(bindings, max_size=12), allow_everyone=st.booleans())
 def test_every_decision_matches_the_model(acls, allow_everyone):
     env = Env({"User:root"}, allow_everyone)

@@ -6,6 +6,7 @@ import math
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.tiers import examples
 
 from oncelog.core.security.quotas import (
     CONSUMER_BYTE_RATE,
@@ -213,7 +214,7 @@ def test_throttle_formula_rounds_like_java():
     assert throttle_time_ms(500.25, 500, 1000) == 1   # 0.5 rounds up
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 3000), st.integers(0, 50_000)), min_size=1, max_size=60),
        st.integers(100, 100_000))
 def test_after_the_throttle_the_rate_is_back_at_the_quota(steps, quota):

@@ -4,6 +4,7 @@ and KIP-368 re-authentication with the clock passed in."""
 import itertools
 
 import pytest
+from tests.tiers import examples
 
 from oncelog.core.security import plain
 from oncelog.core.security.principal import KafkaPrincipal
@@ -308,7 +309,7 @@ frames = st.tuples(st.sampled_from([ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, 
                    st.booleans(), st.integers(0, 3000))
 
 
-@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(1000), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(frames, max_size=16), st.sampled_from([0, 1000]))
 def test_any_frame_sequence_is_answered_by_the_rules(events, reauth_ms):
     """Whatever arrives, the session only ever routes, answers or closes; it authenticates only
@@ -348,7 +349,7 @@ def test_any_frame_sequence_is_answered_by_the_rules(events, reauth_ms):
         assert s.principal.name in valid_users
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(st.lists(st.binary(max_size=200) | st.text(max_size=120).map(str.encode), min_size=1, max_size=3))
 def test_scram_server_only_ever_fails_cleanly(messages):
     s = ScramServer(SHA256, CREDS.get, random_bytes(), b"secret")

@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from tests.tiers import examples
 
 from oncelog.core.producer_epoch import EPOCH_EXHAUSTED_AT, MAX_EPOCH
 from oncelog.core.txn.coordinator import Answer, MarkerJob, TransactionCoordinator, Transition, TxnConfig
@@ -635,6 +636,6 @@ class CoordinatorMachine(RuleBasedStateMachine):
             assert self.coord.pending(tid) is None
 
 
-CoordinatorMachine.TestCase.settings = settings(max_examples=250, stateful_step_count=80, deadline=None,
+CoordinatorMachine.TestCase.settings = settings(max_examples=examples(250), stateful_step_count=80, deadline=None,
                                                 suppress_health_check=[HealthCheck.too_slow])
 test_coordinator = CoordinatorMachine.TestCase

@@ -22,6 +22,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from tests.tiers import examples
 
 from oncelog.core.producer_state import ProducerStateConfig, ProducerStateManager
 from oncelog.core.txn.offsets import OffsetsProducer, add_offsets, expired, take_marker
@@ -163,6 +164,6 @@ class OffsetsMachine(RuleBasedStateMachine):
                 assert not expired(e, self.now + 10**9, 1)
 
 
-OffsetsMachine.TestCase.settings = settings(max_examples=300, stateful_step_count=50, deadline=None,
+OffsetsMachine.TestCase.settings = settings(max_examples=examples(300), stateful_step_count=50, deadline=None,
                                             suppress_health_check=[HealthCheck.too_slow])
 test_offsets_partitions = OffsetsMachine.TestCase

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from tests.tiers import examples
 
 from oncelog.core.txn.partition import AbortedTxnIndex, PartitionTxns, collect_aborted
 from oncelog.core.txn.read_committed import ReadCommittedFilter
@@ -327,6 +328,6 @@ class PartitionMachine(RuleBasedStateMachine):
                 assert self._segment_of(e.last_offset) == s
 
 
-PartitionMachine.TestCase.settings = settings(max_examples=200, stateful_step_count=60, deadline=None,
+PartitionMachine.TestCase.settings = settings(max_examples=examples(200), stateful_step_count=60, deadline=None,
                                               suppress_health_check=[HealthCheck.too_slow])
 test_partition = PartitionMachine.TestCase

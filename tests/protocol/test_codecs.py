@@ -5,6 +5,7 @@ import uuid
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.tiers import examples
 
 from oncelog.protocol import entities, fetch, framing, headers, metadata, produce
 from oncelog.protocol.api import ApiKey
@@ -114,7 +115,7 @@ def test_oversized_or_negative_frame_is_refused_from_its_size_alone(size):
     assert dec.buffered <= 4
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.lists(st.integers(0, 3000) | st.integers(60_000, 2_500_000), min_size=1, max_size=6),
        st.sampled_from([16, 1000, 65536]), st.randoms(use_true_random=False))
 def test_frames_read_into_the_readers_buffers_in_any_pieces(sizes, scratch, rnd):

@@ -3,6 +3,7 @@ on each of its paths: values of one size with one-byte timestamp deltas, any siz
 within the varint cache, and the rest (None values, long deltas, large values)."""
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.tiers import examples
 
 from oncelog.protocol.records import HEADER_ROOM, encode_plain_records, encode_record
 
@@ -18,20 +19,20 @@ def _check(values, deltas):
         assert encode_plain_records(values, deltas, header_room=True) == HEADER_ROOM + want
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(st.tuples(st.none() | _VALUE, st.integers(-2**40, 2**40) | st.integers(0, 20000)),
                 max_size=60))
 def test_any_records(recs):
     _check([v for v, _ in recs], [d for _, d in recs])
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(st.tuples(_VALUE, st.integers(0, 16383)), min_size=1, max_size=60))
 def test_values_and_deltas_within_the_varint_cache(recs):
     _check([v for v, _ in recs], [d for _, d in recs])
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(_SIZES, st.lists(st.tuples(st.integers(0, 255), st.integers(0, 63) | st.integers(64, 200)),
                         min_size=1, max_size=400))
 def test_values_of_one_size(size, recs):

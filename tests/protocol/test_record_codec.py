@@ -4,6 +4,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
+from tests.tiers import examples
 
 from oncelog.protocol import compression
 from oncelog.protocol.errors import KafkaProtocolError
@@ -32,7 +33,7 @@ def test_varint_roundtrip(n):
     assert decode_varint(b, 0) == (n, len(b))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(records_st, st.sampled_from(CODECS))
 def test_roundtrip_and_kafka_python_reads_ours(recs, codec):
     records = [Record(i, ts, k, v, tuple(h)) for i, (ts, k, v, h) in enumerate(recs)]

@@ -6,6 +6,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.tiers import examples
 
 from oncelog.client.partitioner import murmur2
 from oncelog.protocol.errors import KafkaProtocolError
@@ -25,7 +26,7 @@ def _decode(data, lo=0, hi=2**62, headers=False):
     return ar.to_record_batch(cols, "t", 0, arrow_schema(headers))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(rows, st.sampled_from([300, 5000, 1 << 20]), st.booleans())
 def test_encoded_batches_decode_to_the_rows_of_each_partition(data, limit, with_keys):
     keys = pa.array([k for k, _v, _p in data], pa.binary()) if with_keys else None
@@ -41,7 +42,7 @@ def test_encoded_batches_decode_to_the_rows_of_each_partition(data, limit, with_
         assert got.get(p, []) == want
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.lists(st.tuples(blobs, blobs, st.integers(0, 10**6)), min_size=1, max_size=300),
        st.integers(0, 2), st.booleans())
 def test_columnar_decoding_equals_row_decoding(data, codec, uniform):
@@ -87,7 +88,7 @@ def test_wrong_record_lengths_are_refused_even_without_crc():
         ar.decode_into(cols, bytes(batch), 0, 100, False, False)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(st.lists(st.binary(max_size=30), min_size=1, max_size=200), st.integers(1, 50))
 def test_vectorised_murmur2_matches_kafkas_partitioner(keys, n):
     got = ar.murmur2_partitions(pa.array(keys, pa.binary()), n)

@@ -7,6 +7,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.tiers import examples
 
 from oncelog.spark.replay import Fingerprint, Spill, fingerprinted, hash_binary
 
@@ -40,7 +41,7 @@ def _digest(batches, topic_option=None, include_headers=True):
     return fp.digest()
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(rows_st, st.randoms(use_true_random=False), st.lists(st.integers(0, 60), max_size=4))
 def test_fingerprint_ignores_order_and_batch_cuts(rows, rnd, cuts):
     shuffled = list(rows)
@@ -48,7 +49,7 @@ def test_fingerprint_ignores_order_and_batch_cuts(rows, rnd, cuts):
     assert _digest(_batches(rows, [])) == _digest(_batches(shuffled, cuts))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(rows_st, st.data())
 def test_fingerprint_sees_any_change_of_a_written_field(rows, data):
     i = data.draw(st.integers(0, len(rows) - 1))

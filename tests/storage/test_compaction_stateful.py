@@ -27,6 +27,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 from test_partition import crash_log
+from tests.tiers import examples
 
 from oncelog.core import producer_state as ps
 from oncelog.core.compaction import ENTRY_COST
@@ -59,7 +60,7 @@ def read_all(p: Partition) -> list[tuple[int, bytes | None, bytes | None, int]]:
     return out
 
 
-@settings(max_examples=40, stateful_step_count=50, deadline=None,
+@settings(max_examples=examples(40), stateful_step_count=50, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 class CompactionMachine(RuleBasedStateMachine):
     @initialize(segment_bytes=st.sampled_from([200, 400, 900]), ratio=st.sampled_from(["0.0", "0.5"]),

@@ -7,6 +7,7 @@ import os
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.tiers import examples
 
 from oncelog.protocol.compression import CODEC_NAMES, GZIP, compress
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
@@ -126,7 +127,7 @@ def test_a_batch_that_does_not_decompress_is_a_corrupt_message_not_a_crash(tmp_p
     assert e.value.code == ErrorCode.CORRUPT_MESSAGE
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(batches=st.lists(st.tuples(st.lists(st.integers(0, 60), min_size=1, max_size=6),
                                   st.sampled_from([c for _n, c in CODECS])), min_size=1, max_size=14),
        segment_bytes=st.sampled_from([200, 500, 1 << 20]), interval=st.sampled_from([1, 150, 4096]),

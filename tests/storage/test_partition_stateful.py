@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from test_partition import crash_log
+from tests.tiers import examples
 
 from oncelog.core.producer_state import ProducerStateConfig
 from oncelog.protocol.errors import ErrorCode as E
@@ -36,7 +37,7 @@ def batch(pid, epoch, seq, n):
                                   producer_id=pid, producer_epoch=epoch, base_sequence=seq))
 
 
-@settings(max_examples=25, stateful_step_count=40, deadline=None,
+@settings(max_examples=examples(25), stateful_step_count=40, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 class PartitionMachine(RuleBasedStateMachine):
     @initialize(window=st.sampled_from([5, 8]), segment_bytes=st.sampled_from([400, 1500, 1 << 20]),

@@ -11,6 +11,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from tests.tiers import examples
 
 from oncelog.core.producer_state import ProducerStateConfig
 from oncelog.core.txn.read_committed import ReadCommittedFilter
@@ -110,6 +111,6 @@ class PartitionTxnMachine(RuleBasedStateMachine):
 
 
 PartitionTxnMachine.TestCase.settings = settings(
-    max_examples=40, stateful_step_count=25, deadline=None,
+    max_examples=examples(40), stateful_step_count=25, deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 TestPartitionTxn = PartitionTxnMachine.TestCase

@@ -6,6 +6,7 @@ import struct
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.tiers import examples
 
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.protocol.records import Record, decode_records, encode_batch, encode_legacy_message
@@ -203,7 +204,7 @@ def test_offset_for_timestamp(tmp_path):
     assert log.offset_for_timestamp(NOW + 99_999) is None
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(st.lists(st.one_of(st.integers(1, 5), st.just("reopen"), st.just("crash")), max_size=25))
 def test_random_appends_and_restarts_match_a_model(tmp_path_factory, ops):
     d = tmp_path_factory.mktemp("h")

@@ -8,7 +8,8 @@ import pytest
 from oncelog.testing.txn_checker import ALLOWED
 from oncelog.testing.verify import VerifyOptions, render, run
 
-pytestmark = pytest.mark.processes
+# one fault matrix at a time (tests/conftest.py)
+pytestmark = [pytest.mark.processes, pytest.mark.xdist_group("faults")]
 
 
 def test_transactional_copy_under_kills_and_moves(tmp_path):

@@ -5,15 +5,19 @@ failpoints: a failed fsync, a short write, a power cut that keeps only what was 
 any finding the brokers could have caused; oncelog's own producer must have no finding at all.
 Third-party clients' own failures are printed, not failed (the report blames them on the client:
 see docs/reliability.md). The client-pressure fault (giveup) has its own run, oncelog's producer
-alone."""
+alone.
+
+In CI (`make test`) the `all` scenario runs every fault at once and asserts each one fired; each
+fault alone is the full tier's (`make test-all`)."""
 import pytest
 
 from oncelog.testing.faults import ALL_FAULTS, CLIENT_FAULTS, NETWORK_FAULTS
 from oncelog.testing.verify import VerifyOptions, render, run
 
-pytestmark = pytest.mark.processes
+# one fault matrix at a time (tests/conftest.py)
+pytestmark = [pytest.mark.processes, pytest.mark.xdist_group("faults")]
 
-SCENARIOS = [(f,) for f in ALL_FAULTS if f not in CLIENT_FAULTS] + [ALL_FAULTS]
+SCENARIOS = [pytest.param((f,), marks=pytest.mark.slow) for f in ALL_FAULTS if f not in CLIENT_FAULTS] + [ALL_FAULTS]
 
 
 @pytest.mark.timeout(420)

@@ -5,6 +5,7 @@ peer broker; each can be killed with SIGKILL (a crash) or stopped with SIGTERM, 
 the same data and port. `ServerProcess` is any other command that prints its listening address."""
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -26,12 +27,34 @@ def broker_log_files() -> list[Path]:
     return list(_BROKER_LOGS)
 
 
+_WORKER_PORTS_BASE, _WORKER_PORTS = 20000, 400  # below Linux's ephemeral range (32768-60999)
+_worker_ports = itertools.count()
+
+
 def free_port() -> int:
     """A port nobody listens on right now, for a server that must know its port before it starts
-    (a listener advertised through a proxy, Tansu's listener URL)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    (a listener advertised through a proxy, Tansu's listener URL). Servers that may choose bind
+    port 0 themselves and print it (`ServerProcess`): no race at all.
+
+    Under pytest-xdist each worker takes ports from its own block below the kernel's ephemeral
+    range, so neither another worker's probe nor any client's outgoing connection (whose source
+    port comes from the ephemeral range) can take the port between this probe and the server's
+    bind. Elsewhere (`oncelog verify`, a single pytest process) the kernel picks one."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw"):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+    first = _WORKER_PORTS_BASE + (int(worker[2:]) % 30) * _WORKER_PORTS
+    for _ in range(_WORKER_PORTS):
+        port = first + next(_worker_ports) % _WORKER_PORTS
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))   # in use, or in TIME_WAIT from an earlier server: the next
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {first}-{first + _WORKER_PORTS - 1} (worker {worker})")
 
 
 def wait_for_line(proc: subprocess.Popen, pattern: re.Pattern, timeout_s: float) -> re.Match | None:
