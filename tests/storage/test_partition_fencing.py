@@ -94,3 +94,16 @@ def test_a_batch_that_would_open_a_transaction_needs_a_valid_guard(tmp_path):
     r = p.append_from_client(batch(2, transactional=True), NOW, verify=True)
     assert r.error_code == E.INVALID_TXN_STATE and not p.txns.has_open(PID)
     p.close()
+
+
+def test_a_dropped_partition_starts_no_fsync_and_its_waiters_are_not_durable(tmp_path):
+    """Appends of the deposed owner still waiting for their group commit: the partition it drops
+    is offline, so no fsync starts on its closed files (an EBADF in the group commit before)."""
+    old = owner(tmp_path, 1)
+    assert old.append_from_client(batch(0), NOW).error_code == E.NONE
+    assert old.durable_end_offset < old.log_end_offset      # appended, not fsynced yet
+    new = owner(tmp_path, 2)
+    old.drop()
+    assert old.offline and old.begin_sync(NOW) is None
+    assert new.log_end_offset == 1
+    new.close()

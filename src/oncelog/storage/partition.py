@@ -718,7 +718,11 @@ class Partition:
 
     def drop(self) -> None:
         """Another broker owns the partition now: close its files and write nothing (no
-        snapshot, no clean-shutdown marker; the new owner recovered from the log)."""
+        snapshot, no clean-shutdown marker; the new owner recovered from the log). It goes
+        offline, so nothing starts an fsync of it any more, and appends still waiting for one are
+        answered as not durable here (their producers retry at the new leader, which has them)."""
+        if not self.log.offline:
+            self.log.offline = "another broker leads the partition now"   # (not a storage fault: no alarm)
         for seg in self.log.segments:
             seg.close()
         if self.lease is not None:
