@@ -406,8 +406,15 @@ class FaultRunner:
         try:
             p = self.rng.randrange(self.partitions)
             moved = c.move_leader(self.topic, p, i)  # it leads at least one partition under load
-            deadline = time.monotonic() + self.rng.uniform(2.0, 4.0)
-            while time.monotonic() < deadline and _count(b.log_file, f"failpoint {kind}:log fires") - seen < times:
+            # 2-4 s under load, and longer (up to 30 s) while it has not fired at all: appends
+            # are slow to come when the faults before it (a long pause, say) held the producers up
+            start = time.monotonic()
+            deadline, latest = start + self.rng.uniform(2.0, 4.0), start + 30.0
+            while True:
+                fired_now = _count(b.log_file, f"failpoint {kind}:log fires") - seen
+                now = time.monotonic()
+                if fired_now >= times or now >= latest or (now >= deadline and fired_now > 0):
+                    break
                 time.sleep(0.1)
         finally:
             c.kill_broker(i)
