@@ -9,7 +9,7 @@ CHECKSUM := $(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 RUN_STAMP := $(VENV)/.installed-run-$(CHECKSUM)
 TEST_STAMP := $(VENV)/.installed-test-$(CHECKSUM)
 
-.PHONY: run test test-all lint bench clean compat compat-ci
+.PHONY: run test test-all install-test lint bench clean compat compat-ci
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,8 @@ $(RUN_STAMP): pyproject.toml | $(PY)
 $(TEST_STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet -e '.[test,bench]'
 	rm -f $(VENV)/.installed-*; touch $@ $(RUN_STAMP)
+
+install-test: $(TEST_STAMP)
 
 # `make run PORT=19610 METRICS_PORT=19611` runs a second broker beside one on the defaults; its
 # data goes to ./data-19610 (a data directory belongs to one broker), unless DATA says where.

@@ -10,8 +10,9 @@ marked `processes` by the fixtures it uses (those that start a broker, a control
 server without the mark fails, so the fast run stays what it says.
 
 Under xdist (`--dist loadgroup`) the tests that share a Spark session run on one worker (one
-SparkContext per process), and the tests of a module whose servers are module-scoped run together,
-so each such server starts once."""
+SparkContext per process) and those that start Spark drivers of their own on another (a JVM
+starved of CPU by two others takes three times as long), and the tests of a module whose servers
+are module-scoped run together, so each such server starts once."""
 import itertools
 import os
 import sys
@@ -65,8 +66,10 @@ def _xdist_group(item) -> str | None:
     and each keeps the CPU its fault schedule and time budget assume)."""
     if item.get_closest_marker("xdist_group") is not None:
         return None
-    if item.get_closest_marker("spark") and set(item.fixturenames) & _SPARK_FIXTURES:
-        return "spark-session"
+    if item.get_closest_marker("spark"):
+        # a JVM needs a core: the tests in this process's Spark session on one worker, those
+        # that start Spark drivers of their own on another, so that at most two JVMs run at once
+        return "spark-session" if set(item.fixturenames) & _SPARK_FIXTURES else "spark-drivers"
     if item.get_closest_marker("processes") is None:
         return None
     for name in item.fixturenames:

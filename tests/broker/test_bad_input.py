@@ -1,6 +1,5 @@
 """Bad input costs only the connection that sent it: the broker stays up, answers the right error
 code where the request can be answered, and loses nothing it acknowledged."""
-import socket
 import struct
 
 import pytest
@@ -8,84 +7,55 @@ import pytest
 from oncelog.protocol import headers
 from oncelog.protocol import produce as produce_codec
 from oncelog.protocol.records import Record, encode_batch
+from oncelog.testing.raw_client import RawConnection
 
 
-def connect(boot):
-    host, port = boot.split(":")
-    s = socket.create_connection((host, int(port)), timeout=10)
-    return s
-
-
-def send(s, api_key, version, body, corr=1):
-    hdr = headers.request_header(api_key, version, corr, "bad-input-test")
-    s.sendall(struct.pack(">i", len(hdr) + len(body)) + hdr + body)
-
-
-def recv(s):
-    size = struct.unpack(">i", recv_exact(s, 4))[0]
-    return recv_exact(s, size)
-
-
-def recv_exact(s, n):
-    buf = b""
-    while len(buf) < n:
-        chunk = s.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("closed by the broker")
-        buf += chunk
-    return buf
-
-
-def closed_by_peer(s) -> bool:
-    try:
-        return s.recv(1) == b""
-    except ConnectionResetError:
-        return True
+def closed_by_peer(c: RawConnection) -> bool:
+    return c.closed_within(10, quietly=True)
 
 
 def still_serves(boot):
-    s = connect(boot)
-    send(s, 18, 0, b"")
-    body = recv(s)
-    s.close()
-    return struct.unpack(">i", body[:4])[0] == 1 and struct.unpack(">h", body[4:6])[0] == 0
+    with RawConnection(boot) as c:
+        correlation = c.send(18, 0, b"")
+        body = c.recv_frame()
+    return struct.unpack(">i", body[:4])[0] == correlation and struct.unpack(">h", body[4:6])[0] == 0
 
 
 def test_frame_over_socket_request_max_bytes_closes_that_connection_only(broker):
-    s = connect(broker.bootstrap)
-    s.sendall(struct.pack(">i", 200 * 1024 * 1024))  # default limit is 100 MiB; nothing follows
+    s = RawConnection(broker.bootstrap)
+    s.send_raw(struct.pack(">i", 200 * 1024 * 1024))  # default limit is 100 MiB; nothing follows
     assert closed_by_peer(s)
     assert still_serves(broker.bootstrap)
     assert "socket.request.max.bytes" in broker.log_tail()
 
 
 def test_negative_frame_size_closes_the_connection(broker):
-    s = connect(broker.bootstrap)
-    s.sendall(struct.pack(">i", -5))
+    s = RawConnection(broker.bootstrap)
+    s.send_raw(struct.pack(">i", -5))
     assert closed_by_peer(s)
     assert still_serves(broker.bootstrap)
 
 
 def test_unknown_api_key_closes_the_connection_with_a_log_line(broker):
-    s = connect(broker.bootstrap)
-    send(s, 999, 0, b"")
+    s = RawConnection(broker.bootstrap)
+    s.send(999, 0, b"")
     assert closed_by_peer(s)
     assert "unknown API key 999" in broker.log_tail()
     assert still_serves(broker.bootstrap)
 
 
 def test_truncated_request_body_closes_the_connection(broker):
-    s = connect(broker.bootstrap)
-    send(s, 3, 12, b"\x05\x00")  # Metadata v12 announcing topics it does not carry
+    s = RawConnection(broker.bootstrap)
+    s.send(3, 12, b"\x05\x00")  # Metadata v12 announcing topics it does not carry
     assert closed_by_peer(s)
     assert "malformed" in broker.log_tail()
     assert still_serves(broker.bootstrap)
 
 
 def test_api_versions_above_ours_gets_unsupported_version_with_our_ranges(broker):
-    s = connect(broker.bootstrap)
-    send(s, 18, 99, b"")
-    body = recv(s)
+    s = RawConnection(broker.bootstrap)
+    s.send(18, 99, b"")
+    body = s.recv_frame()
     assert struct.unpack(">i", body[:4])[0] == 1
     assert struct.unpack(">h", body[4:6])[0] == 35  # UNSUPPORTED_VERSION
     count = struct.unpack(">i", body[6:10])[0]
@@ -95,10 +65,9 @@ def test_api_versions_above_ours_gets_unsupported_version_with_our_ranges(broker
 
 
 def produce_one(boot, topic, records, version=9):
-    s = connect(boot)
-    send(s, 0, version, produce_codec.encode_request(version, -1, 5000, {topic: [(0, records)]}))
-    body = recv(s)
-    s.close()
+    with RawConnection(boot) as s:
+        s.send(0, version, produce_codec.encode_request(version, -1, 5000, {topic: [(0, records)]}))
+        body = s.recv_frame()
     [t] = produce_codec.decode_response(version, body, headers.response_header_size(0, version, body))
     return t.partitions[0]
 

@@ -4,10 +4,8 @@ rules", including ProduceResponse v14's TopicProduceResponse tags 1 (ProducerSta
 and 10000 (MaxInFlightSequenceNumber, range mode only)."""
 from __future__ import annotations
 
-import asyncio
 import datetime
 import io
-import itertools
 import struct
 import uuid
 
@@ -30,6 +28,7 @@ from oncelog.broker.config import BrokerConfig
 from oncelog.protocol.errors import ErrorCode as E
 from oncelog.protocol.records import Record, encode_batch
 from oncelog.testing.in_process import InProcessBroker
+from oncelog.testing.raw_client import AsyncRawConnection
 
 NOW = 1_700_000_000_000
 
@@ -81,39 +80,18 @@ class R:
         return out
 
 
-class Conn:
-    def __init__(self, reader, writer) -> None:
-        self.reader, self.writer = reader, writer
-        self.ids = itertools.count(1)
+class Conn(AsyncRawConnection):
+    """The raw wire client (`testing.raw_client`) on this test's event loop, which the broker shares."""
 
-    @classmethod
-    async def open(cls, host: str, port: int) -> Conn:
-        return cls(*await asyncio.open_connection(host, port))
-
-    async def raw(self, api_key: int, version: int, body: bytes, flexible: bool) -> bytes:
-        cid = next(self.ids)
-        header = struct.pack(">hhih", api_key, version, cid, 4) + b"test" + (b"\x00" if flexible else b"")
-        msg = header + body
-        self.writer.write(struct.pack(">i", len(msg)) + msg)
-        await self.writer.drain()
-        size = struct.unpack(">i", await self.reader.readexactly(4))[0]
-        data = await self.reader.readexactly(size)
-        r = R(data)
-        assert r.take(">i") == cid
-        if flexible:
-            r.tags()
-        return data[r.pos:]
+    async def raw(self, api_key: int, version: int, body: bytes, flexible: bool | None = None) -> bytes:
+        """The response body (`flexible`: the header's form, which the API and version decide)."""
+        return await self.exchange(api_key, version, body)
 
     async def kio(self, request, response_type):
         buf = io.BytesIO()
         entity_writer(type(request))(buf, request)
-        body = await self.raw(int(request.__api_key__), int(request.__version__), buf.getvalue(),
-                              request.__flexible__)
+        body = await self.raw(int(request.__api_key__), int(request.__version__), buf.getvalue())
         return entity_reader(response_type)(body, 0)[0]
-
-    async def close(self) -> None:
-        self.writer.close()
-        await self.writer.wait_closed()
 
 
 def produce_body(version: int, topic: str | uuid.UUID, partition: int, records: bytes, acks: int = -1) -> bytes:

@@ -1,4 +1,4 @@
-"""The broker's one error boundary (`Broker.handle_request`): bytes that do not make a request close
+"""The broker's one error boundary (`Dispatcher.handle`): bytes that do not make a request close
 that connection; a handler that raises is a bug in oncelog, logged as one and answered
 UNKNOWN_SERVER_ERROR in the response the request expects, on a connection that stays open. Every
 API answers an error in its own response format (Kafka's getErrorResponse)."""
@@ -22,7 +22,7 @@ from test_dedup_raw import Client, Conn, batch, parse_produce, produce_body
 
 from oncelog.broker.config import BrokerConfig
 from oncelog.broker.handlers import APIS
-from oncelog.broker.net.server import HANDLER_BUG
+from oncelog.broker.net.dispatch import HANDLER_BUG
 from oncelog.protocol import entities
 from oncelog.protocol import produce as produce_wire
 from oncelog.protocol.api import BROKER_VERSIONS, ApiKey

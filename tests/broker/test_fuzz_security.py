@@ -16,6 +16,7 @@ from oncelog.core.security.plain import client_token
 from oncelog.protocol import entities, headers
 from oncelog.protocol import metadata as md
 from oncelog.protocol.api import ApiKey
+from oncelog.testing.raw_client import RawConnection
 from oncelog.testing.secure import SecureBroker
 
 pytestmark = pytest.mark.processes
@@ -74,18 +75,15 @@ def sasl_steps(draw):
 
 def exchange(address: str, frames: list[bytes], tls: ssl.SSLContext | None = None) -> bool:
     """Sends the frames, then a Metadata request; True if that request was answered."""
-    host, port = address.split(":")
-    s = socket.create_connection((host, int(port)), timeout=5)
-    if tls is not None:
-        s = tls.wrap_socket(s, server_hostname="localhost")
+    c = RawConnection(address, tls, timeout_s=5)
     try:
-        s.sendall(b"".join(frames))
+        c.send_raw(b"".join(frames))
         hdr = headers.request_header(ApiKey.METADATA, 12, 999, "fuzz")
         probe = raw(hdr + md.encode_request(12, None))
-        s.sendall(probe)
+        c.send_raw(probe)
         data = b""
         while True:
-            chunk = s.recv(65536)
+            chunk = c.sock.recv(65536)
             if not chunk:
                 return False
             data += chunk
@@ -94,7 +92,7 @@ def exchange(address: str, frames: list[bytes], tls: ssl.SSLContext | None = Non
     except (TimeoutError, ConnectionError, ssl.SSLError, OSError):
         return False
     finally:
-        s.close()
+        c.close()
 
 
 def _answers(data: bytes, corr: int) -> bool:
@@ -168,17 +166,16 @@ def first_flights(draw):
                                                                    HealthCheck.too_slow])
 @given(flight=first_flights(), listener=st.sampled_from(["SASL_SSL", "SSL"]))
 def test_fuzzed_tls_first_flights(secure, flight, listener):
-    host, port = secure.address(listener).split(":")
-    s = socket.create_connection((host, int(port)), timeout=5)
+    c = RawConnection(secure.address(listener), timeout_s=5)   # TLS bytes by hand: no TLS context
     try:
-        s.sendall(flight)
-        s.shutdown(socket.SHUT_WR)
-        while s.recv(65536):
+        c.send_raw(flight)
+        c.sock.shutdown(socket.SHUT_WR)
+        while c.sock.recv(65536):
             pass
     except (TimeoutError, ConnectionError, OSError):
         pass
     finally:
-        s.close()
+        c.close()
     good = ssl.create_default_context(cafile=str(secure.pki.ca))
     frames = [request(ApiKey.SASL_HANDSHAKE, 1, 1, mechanism="PLAIN"),
               request(ApiKey.SASL_AUTHENTICATE, 2, 2, auth_bytes=GOOD)]

@@ -576,6 +576,18 @@ def test_an_offset_with_a_transactional_commit_pending_does_not_expire(tmp_path)
     assert groups.committed("simple") == {("t", 0): Committed(5, None, commit_timestamp=1_000_000)}
 
 
+async def test_a_consumer_member_whose_metadata_is_unreadable_still_joins(cluster):
+    """Metadata too short to read its topics (a client's bug, or an attacker's) leaves the group's
+    subscriptions unknown, and the rebalance completes all the same. The reader's error used to
+    escape the join deadline's timer: the group stayed PreparingRebalance and its members waited
+    for their request timeout, again at every attempt."""
+    _broker, _clock, member = cluster
+    a = await member("g41")
+    a.metadata = b"\x00"
+    assert await asyncio.wait_for(a.join(), 10) == E.NONE
+    assert await a.sync({a.member_id: b"A"}) == (E.NONE, b"A")
+
+
 async def test_a_storage_error_is_answered_not_coordinator_and_changes_nothing(cluster, monkeypatch):
     """A group's file that cannot be written: the commit is answered NOT_COORDINATOR (Kafka's
     answer to a storage error on __consumer_offsets; clients look for the coordinator and retry),

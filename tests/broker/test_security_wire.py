@@ -9,7 +9,6 @@ import os
 import re
 import secrets
 import signal
-import socket
 import ssl
 import struct
 import time
@@ -18,10 +17,11 @@ import pytest
 
 from oncelog.core.security.plain import client_token
 from oncelog.core.security.scram import ScramClient, ScramMechanism
-from oncelog.protocol import entities, headers
+from oncelog.protocol import entities
 from oncelog.protocol import metadata as md
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode
+from oncelog.testing.raw_client import RawConnection
 from oncelog.testing.secure import REAUTH_MS, SecureBroker
 from oncelog.testing.tls import make_ca, make_client
 
@@ -35,34 +35,14 @@ def secure(tmp_path_factory):
     b.stop()
 
 
-# ------------------------------------------------------------------ a tiny client
+# ------------------------------------------------------------------ the raw client, as these tests use it
 
-class Conn:
-    def __init__(self, address: str, tls: ssl.SSLContext | None = None) -> None:
-        host, port = address.split(":")
-        raw = socket.create_connection((host, int(port)), timeout=10)
-        self.s = tls.wrap_socket(raw, server_hostname="localhost") if tls is not None else raw
-        self.corr = 0
-
-    def send(self, api_key: int, version: int, body: bytes) -> int:
-        self.corr += 1
-        hdr = headers.request_header(api_key, version, self.corr, "security-test")
-        self.s.sendall(struct.pack(">i", len(hdr) + len(body)) + hdr + body)
-        return self.corr
-
-    def recv_frame(self) -> bytes:
-        size = struct.unpack(">i", self._exact(4))[0]
-        return self._exact(size)
-
-    def call(self, api_key: int, version: int, **fields):
-        body = entities.encode(entities.make(entities.entity_class(api_key, version, "request"), **fields))
-        corr = self.send(api_key, version, body)
-        frame = self.recv_frame()
-        assert struct.unpack(">i", frame[:4])[0] == corr
-        return entities.decode_response(api_key, version, frame[headers.response_header_size(api_key, version, frame):])
+class Conn(RawConnection):
+    """`testing.raw_client.RawConnection` with what these tests ask of a connection."""
 
     def raw_token(self, token: bytes) -> bytes:
-        self.s.sendall(struct.pack(">i", len(token)) + token)
+        """A SASL v0 token, framed by its size only; the answer frame."""
+        self.send_frame(token)
         return self.recv_frame()
 
     def metadata(self) -> md.MetadataResponse:
@@ -72,23 +52,8 @@ class Conn:
         return md.decode_response(12, frame, 5)
 
     def closed(self) -> bool:
-        self.s.settimeout(5)
-        try:
-            return self.s.recv(1) == b""
-        except (ConnectionResetError, ssl.SSLError):
-            return True
-
-    def _exact(self, n: int) -> bytes:
-        buf = b""
-        while len(buf) < n:
-            chunk = self.s.recv(n - len(buf))
-            if not chunk:
-                raise ConnectionError("closed by the broker")
-            buf += chunk
-        return buf
-
-    def close(self) -> None:
-        self.s.close()
+        """Closed by the broker without a byte of answer."""
+        return self.closed_within(5, quietly=True)
 
 
 def client_tls(secure: SecureBroker, cert=None, key=None) -> ssl.SSLContext:
@@ -191,7 +156,7 @@ def test_plain_v0_framing_wrong_password_closes_without_an_answer(secure):
     c = Conn(secure.address("SASL_PLAINTEXT"))
     assert int(c.call(ApiKey.SASL_HANDSHAKE, 0, mechanism="PLAIN").error_code) == 0
     token = client_token("bob", "not-bobs")
-    c.s.sendall(struct.pack(">i", len(token)) + token)
+    c.send_raw(struct.pack(">i", len(token)) + token)
     assert c.closed()   # no answer at all in v0 framing
     wait_for_log(secure, r"authentication failed: user=bob mechanism=PLAIN from 127\.0\.0\.1:\d+")
 
@@ -215,7 +180,7 @@ def test_another_request_during_the_exchange_gets_illegal_sasl_state_then_close(
 
 def test_oversized_frame_before_authentication_closes(secure):
     c = Conn(secure.address("SASL_PLAINTEXT"))
-    c.s.sendall(struct.pack(">i", 524288 + 1) + b"x" * 16)
+    c.send_raw(struct.pack(">i", 524288 + 1) + b"x" * 16)
     assert c.closed()
     wait_for_log(secure, r"sasl\.server\.max\.receive\.size")
 
@@ -357,7 +322,7 @@ def test_sighup_reloads_the_key_material_for_new_connections(tmp_path):
     try:
         old = Conn(b.address("SASL_SSL"), client_tls(b))
         assert int(plain_login(old, "alice", "alice-secret").error_code) == 0
-        before = old.s.getpeercert()["subject"]
+        before = old.sock.getpeercert()["subject"]
         # a new broker certificate with another name, signed by the same CA
         from oncelog.testing.tls import _sign
         _sign(b.pki.directory, "broker2", "/CN=localhost/O=reloaded", "ca", "subjectAltName=DNS:localhost,IP:127.0.0.1")
@@ -366,14 +331,14 @@ def test_sighup_reloads_the_key_material_for_new_connections(tmp_path):
         b.process.proc.send_signal(signal.SIGHUP)
         wait_for_log(b, r"listener SASL_SSL: TLS key material reloaded")
         new = Conn(b.address("SASL_SSL"), client_tls(b))
-        assert ((("organizationName", "reloaded"),) in new.s.getpeercert()["subject"]) and before != \
-            new.s.getpeercert()["subject"]
+        assert ((("organizationName", "reloaded"),) in new.sock.getpeercert()["subject"]) and before != \
+            new.sock.getpeercert()["subject"]
         assert old.metadata().brokers     # the open connection kept its session
         # a key file that does not load: the old material stays
         b.pki.broker_pem().write_text("not a key")
         b.process.proc.send_signal(signal.SIGHUP)
         wait_for_log(b, r"listener SASL_SSL: TLS key material did not reload")
-        assert Conn(b.address("SASL_SSL"), client_tls(b)).s.getpeercert()
+        assert Conn(b.address("SASL_SSL"), client_tls(b)).sock.getpeercert()
     finally:
         b.stop()
 

@@ -12,15 +12,19 @@ import pytest
 from oncelog.client import AdminClient, Consumer, Producer, TopicPartition
 from oncelog.client.errors import DataLossError, IdempotenceUnsupportedError
 from oncelog.client.types import TopicPartition as TP
-from oncelog.testing.embedded import ServerProcess
+from oncelog.testing.embedded import BrokerProcess, ServerProcess
 from oncelog.testing.fault_proxy import FaultConfig, FaultProxyProcess, ThreadedFaultProxy
 
 pytestmark = pytest.mark.processes
 
 
-@pytest.fixture
-def broker(oncelog_broker):
-    return oncelog_broker()
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    """One default broker for the module's tests, which never restart or reconfigure it (each
+    makes topics of its own)."""
+    b = BrokerProcess(tmp_path_factory.mktemp("broker") / "data").start()
+    yield b
+    b.stop()
 
 
 def create(boot, topic, partitions=1, **config):

@@ -5,7 +5,6 @@ wrapper, is stored as one v2 batch without producer id (checked in the segment f
 timestamps Kafka's LogValidator gives it (none for magic 0 on a CreateTime topic, the message's
 own for magic 1, the broker's on a LogAppendTime topic), and confluent-kafka reads it back.
 Requests are written with the protocol layer over a socket; the answers are read the same way."""
-import socket
 import struct
 import time
 
@@ -13,13 +12,13 @@ import pytest
 from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from oncelog.protocol import headers
 from oncelog.protocol import metadata as metadata_codec
 from oncelog.protocol import produce as produce_codec
 from oncelog.protocol.compression import CODEC_NAMES, compress
 from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.records import Record, encode_batch, encode_legacy_message
-from oncelog.storage.log import scan_entries
+from oncelog.storage.segment import scan_entries
+from oncelog.testing.raw_client import RawConnection
 
 pytestmark = pytest.mark.processes
 GZIP = CODEC_NAMES["gzip"]
@@ -27,24 +26,12 @@ CREATE_TS = 1_700_000_000_000
 
 
 def call(boot, api_key, version, body):
-    host, port = boot.split(":")
-    with socket.create_connection((host, int(port)), timeout=10) as s:
-        hdr = headers.request_header(api_key, version, 7, "legacy-test")
-        s.sendall(struct.pack(">i", len(hdr) + len(body)) + hdr + body)
-        size = struct.unpack(">i", recv_exact(s, 4))[0]
-        frame = recv_exact(s, size)
-    assert struct.unpack(">i", frame[:4])[0] == 7
+    """One request; its response frame from the correlation id on."""
+    with RawConnection(boot) as c:
+        correlation = c.send(api_key, version, body)
+        frame = c.recv_frame()
+    assert struct.unpack(">i", frame[:4])[0] == correlation
     return frame
-
-
-def recv_exact(s, n):
-    buf = b""
-    while len(buf) < n:
-        chunk = s.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("closed by the broker")
-        buf += chunk
-    return buf
 
 
 def produce(boot, version, topic, records):

@@ -12,7 +12,7 @@ from oncelog.client.aio.connection import Connection
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode
-from oncelog.storage.log import scan_entries
+from oncelog.storage.segment import scan_entries
 
 # 0054's two timestamps, then times out of order: the first match is not always the largest time
 TIMES = [1234, 999_999_999_999, 5000, 3000, 999_999_999_999, 4000]

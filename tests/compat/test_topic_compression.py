@@ -10,7 +10,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
 from oncelog.protocol.compression import CODEC_NAMES
-from oncelog.storage.log import scan_entries
+from oncelog.storage.segment import scan_entries
 
 pytestmark = pytest.mark.processes
 

@@ -2,8 +2,6 @@
 Kafka's ProducerIdManagerTest and ProducerIdsIntegrationTest.testUniqueProducerIds (the
 controller's decisions are tests/core/test_producer_ids.py, its log tests/storage/test_metadata_log.py)."""
 import asyncio
-import socket
-import struct
 
 import pytest
 
@@ -15,6 +13,7 @@ from oncelog.protocol import headers, init_producer_id
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.testing.embedded import PASSWORD, USER, BrokerProcess, ControllerProcess, broker_overrides
+from oncelog.testing.raw_client import RawConnection
 
 # ---------------------------------------------------------------- controller + ProducerIdManager
 
@@ -126,39 +125,25 @@ def test_broker_without_cluster_rights_stops_with_a_clear_message(tmp_path):
 
 def init_producer_ids(bootstrap: str, n: int) -> list[int]:
     """n InitProducerId v4 requests pipelined on one connection; retried on error 14."""
-    host, port = bootstrap.split(":")
-    s = socket.create_connection((host, int(port)), timeout=30)
     body = init_producer_id.encode_request(4)
     out = []
     pending = n
-    while pending:
-        frames = b""
-        for i in range(pending):
-            hdr = headers.request_header(22, 4, i, "ids")
-            frames += struct.pack(">i", len(hdr) + len(body)) + hdr + body
-        s.sendall(frames)
-        retry = 0
-        for _ in range(pending):
-            size = struct.unpack(">i", _exact(s, 4))[0]
-            data = _exact(s, size)
-            code, pid, _epoch = init_producer_id.decode_response(4, data, headers.response_header_size(22, 4, data))
-            if code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
-                retry += 1
-            else:
-                assert code == 0, code
-                out.append(pid)
-        pending = retry
-    s.close()
+    with RawConnection(bootstrap, timeout_s=30) as c:
+        while pending:
+            for _ in range(pending):
+                c.send(22, 4, body)   # all sent before the first answer is read: pipelined
+            retry = 0
+            for _ in range(pending):
+                data = c.recv_frame()
+                code, pid, _epoch = init_producer_id.decode_response(4, data,
+                                                                     headers.response_header_size(22, 4, data))
+                if code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+                    retry += 1
+                else:
+                    assert code == 0, code
+                    out.append(pid)
+            pending = retry
     return out
-
-
-def _exact(s, n):
-    buf = b""
-    while len(buf) < n:
-        chunk = s.recv(n - len(buf))
-        assert chunk, "connection closed"
-        buf += chunk
-    return buf
 
 
 def test_unique_ids_across_three_brokers_and_after_kill_9(cluster):

@@ -3,41 +3,31 @@ or hide it, over a plain socket to a real broker (or controller), and the broker
 refusals leave."""
 from __future__ import annotations
 
-import asyncio
 import re
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from oncelog.client.aio.connection import Connection
 from oncelog.protocol import entities
 from oncelog.protocol import produce as produce_wire
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.records.decode import iter_record_batches
-
-
-async def _request(bootstrap: str, api_key: int, version: int, body: bytes) -> bytes:
-    host, port = bootstrap.rsplit(":", 1)
-    conn = Connection(host, int(port), "attacker")
-    await conn.connect(10)
-    try:
-        return bytes(await conn.request(api_key, version, body))
-    finally:
-        conn.close()
+from oncelog.testing.raw_client import RawConnection
 
 
 def call(bootstrap: str, api_key: int, version: int, **fields) -> Any:
     """One request made from `fields`, its decoded answer."""
-    body = entities.encode(entities.make(entities.entity_class(api_key, version, "request"), **fields))
-    return entities.decode_response(api_key, version, asyncio.run(_request(bootstrap, api_key, version, body)))
+    with RawConnection(bootstrap) as c:
+        return c.call(api_key, version, **fields)
 
 
 def produce(bootstrap: str, topic: str, partition: int, records: bytes,
             version: int = 9) -> produce_wire.PartitionResponse:
     """A Produce (acks=all) of `records` to one partition; that partition's answer."""
     body = produce_wire.encode_request(version, -1, 10000, {topic: [(partition, records)]})
-    answer = asyncio.run(_request(bootstrap, ApiKey.PRODUCE, version, body))
+    with RawConnection(bootstrap) as c:
+        answer = c.exchange(ApiKey.PRODUCE, version, body)
     return produce_wire.decode_response(version, answer)[0].partitions[0]
 
 

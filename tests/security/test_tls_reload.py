@@ -5,51 +5,36 @@ refused from the next handshake on, while a connection made before keeps its ses
 from __future__ import annotations
 
 import signal
-import socket
 import ssl
 import struct
 
 import pytest
 from raw_requests import wait_for_log
 
-from oncelog.protocol import headers
 from oncelog.protocol.api import ApiKey
+from oncelog.testing.raw_client import RawConnection
 from oncelog.testing.secure import SecureBroker
 from oncelog.testing.tls import make_ca, make_client
 
 pytestmark = pytest.mark.processes
 
 
-class TlsClient:
+class TlsClient(RawConnection):
     """A mutual-TLS connection to the broker's SSL listener that sends ApiVersions v0."""
 
     def __init__(self, broker: SecureBroker, cert, key) -> None:
         ctx = ssl.create_default_context(cafile=str(broker.pki.ca))
         ctx.load_cert_chain(str(cert), str(key))
-        raw = socket.create_connection(("127.0.0.1", broker.port("SSL")), timeout=10)
-        self.s = ctx.wrap_socket(raw, server_hostname="localhost")
-        self.corr = 0
+        super().__init__(f"127.0.0.1:{broker.port('SSL')}", ctx)
 
     def answers(self) -> bool:
         """True if ApiVersions is answered; False if the broker refused or closed the connection
         (with TLS 1.3 a refused client certificate shows at the first read)."""
-        self.corr += 1
-        hdr = headers.request_header(ApiKey.API_VERSIONS, 0, self.corr, "tls-reload")
         try:
-            self.s.sendall(struct.pack(">i", len(hdr)) + hdr)
-            size = struct.unpack(">i", self._exact(4))[0]
-            return struct.unpack(">i", self._exact(size)[:4])[0] == self.corr
+            correlation = self.send(ApiKey.API_VERSIONS, 0, b"")
+            return struct.unpack(">i", self.recv_frame()[:4])[0] == correlation
         except (ssl.SSLError, ConnectionError, TimeoutError):
             return False
-
-    def _exact(self, n: int) -> bytes:
-        buf = b""
-        while len(buf) < n:
-            chunk = self.s.recv(n - len(buf))
-            if not chunk:
-                raise ConnectionError("closed by the broker")
-            buf += chunk
-        return buf
 
 
 def connects(broker: SecureBroker, cert, key) -> bool:
@@ -60,7 +45,7 @@ def connects(broker: SecureBroker, cert, key) -> bool:
     try:
         return c.answers()
     finally:
-        c.s.close()
+        c.close()
 
 
 def test_a_ca_removed_from_the_truststore_is_not_trusted_after_sighup(tmp_path):
@@ -82,6 +67,6 @@ def test_a_ca_removed_from_the_truststore_is_not_trusted_after_sighup(tmp_path):
         wait_for_log(b.log_file, r"TLS handshake failed from 127\.0\.0\.1:\d+ on SSL: .*(CERTIFICATE|certificate)")
         assert connects(b, b.client_cert, b.client_key)   # the CA that stayed still works
         assert before.answers()                           # and so does the connection made before
-        before.s.close()
+        before.close()
     finally:
         b.stop()

@@ -159,7 +159,7 @@ async def test_a_broker_never_opens_a_recorded_topic_whose_name_is_invalid(contr
 # ------------------------------------------------------------------ storage, whoever calls it
 
 def test_storage_makes_no_path_from_an_invalid_name(tmp_path):
-    from oncelog.storage.log_manager import partition_dir  # (the one place a partition's path is made)
+    from oncelog.storage.topic_registry import partition_dir  # (the one place a partition's path is made)
     for name in INVALID:
         with pytest.raises(KafkaProtocolError) as refused:
             partition_dir(tmp_path, name, 0)

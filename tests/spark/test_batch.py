@@ -1,13 +1,16 @@
 """Batch reads and writes through format("oncelog") against a real broker."""
 import pytest
 from pyspark.sql import functions as F
+from tests.tiers import size
 
 from conftest import read_topic
 
+ROWS = size(20_000, 100_000)
 
-def test_round_trip_100k_rows_equal_contents(spark, spark_broker, make_topic, write_opts):
+
+def test_round_trip_of_many_rows_equal_contents(spark, spark_broker, make_topic, write_opts):
     topic = make_topic(4)
-    src = spark.range(100_000, numPartitions=4).selectExpr(
+    src = spark.range(ROWS, numPartitions=4).selectExpr(
         "CAST(id AS STRING) AS key",
         "concat('value-', CAST(id AS STRING), '-', repeat('x', CAST(id % 40 AS INT))) AS value")
     src.write.format("oncelog").options(**write_opts).option("topic", topic).mode("append").save()
@@ -17,7 +20,7 @@ def test_round_trip_100k_rows_equal_contents(spark, spark_broker, make_topic, wr
         "struct<key:binary,value:binary,topic:string,partition:int,offset:bigint,"
         "timestamp:timestamp,timestampType:int>")
     got = back.selectExpr("CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value").cache()
-    assert got.count() == 100_000
+    assert got.count() == ROWS
     assert got.exceptAll(src).count() == 0 and src.exceptAll(got).count() == 0
     # offsets of each partition are dense from 0: nothing lost, nothing written twice
     per = back.groupBy("partition").agg(F.min("offset").alias("lo"), F.max("offset").alias("hi"),

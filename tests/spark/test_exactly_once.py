@@ -204,7 +204,7 @@ def test_batch_job_failing_after_tasks_finished_leaves_nothing_visible(
     assert read_topic(spark, spark_broker, dst, **COMMITTED).count() == 0
 
 
-@pytest.mark.parametrize("protocol", ["v2", "v1"])
+@pytest.mark.parametrize("protocol", ["v2", pytest.param("v1", marks=pytest.mark.slow)])
 def test_driver_dying_while_committing_then_restarted(small_batches, spark_broker, make_topic,
                                                       produce, write_opts, tmp_path, protocol):
     """Batch 1's driver records the batch's two task transactions, commits the older one and

@@ -16,8 +16,9 @@ from oncelog.protocol.errors import KafkaProtocolError
 from oncelog.protocol.records import Record, encode_batch
 from oncelog.storage import cleaner
 from oncelog.storage import producer_snapshots as snaps
-from oncelog.storage.log import CLEANED, SWAP, LogConfig, swap_names
+from oncelog.storage.log import LogConfig
 from oncelog.storage.partition import Partition, PartitionConfig
+from oncelog.storage.segment import CLEANED, SWAP, swap_names
 
 T0 = 1_700_000_000_000
 

@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from oncelog.broker.net.server import HANDLER_BUG
+from oncelog.broker.net.dispatch import HANDLER_BUG
 from oncelog.testing.handler_bugs import BugWatch
 
 
@@ -36,7 +36,7 @@ TEST_FILE = '''
 import logging
 import pytest
 
-from oncelog.broker.net.server import HANDLER_BUG
+from oncelog.broker.net.dispatch import HANDLER_BUG
 
 
 def test_bug():

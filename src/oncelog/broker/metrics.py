@@ -24,10 +24,14 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, make_wsgi_a
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from oncelog.protocol import entities
-from oncelog.protocol.api import api_name
+from oncelog.protocol.api import ApiKey, api_name
 from oncelog.protocol.errors import error_code
 
 log = logging.getLogger(__name__)
+
+# Produce and Fetch count their partitions' errors as they build their answers (the hot path: their
+# responses are not read back); every other response's errors are counted from its bytes
+_ERRORS_COUNTED_BY_HANDLER = frozenset({ApiKey.PRODUCE, ApiKey.FETCH})
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
@@ -55,6 +59,21 @@ class BrokerMetrics:
         self.registry.register(_PartitionCollector(partitions))
         self._server: WSGIServer | None = None
         self._children: dict[int, tuple] = {}  # labelled children per API, looked up once
+
+    def request_handled(self, api_key: int, version: int, request_bytes: int, body: bytes | None,
+                        response_bytes: int, refused: int, bug: bool, seconds: float) -> None:
+        """What the dispatch tells of each request it answered (or left unanswered: `body` None):
+        the error code it answered the whole request with (`refused`, 0 if none), and whether a
+        handler bug made it (`bug`). The request's errors are counted here, so the dispatch's
+        error boundary makes this one call."""
+        if bug:
+            self.handler_bugs.inc()
+        if body is not None:
+            if api_key not in _ERRORS_COUNTED_BY_HANDLER:
+                self.count_response_errors(api_key, version, body)
+            elif refused:
+                self.count_errors(api_name(api_key), (refused,))
+        self.observe(api_key, request_bytes, response_bytes, seconds)
 
     def observe(self, api_key: int, request_bytes: int, response_bytes: int, seconds: float) -> None:
         children = self._children.get(api_key)
@@ -153,7 +172,7 @@ class _BrokerStateCollector:
         groups = GaugeMetricFamily("oncelog_groups", "groups this broker coordinates, per type (classic or "
                                    "consumer) and state", labels=["type", "state"])
         try:
-            listing = b.groups.listing() if b.groups is not None else []
+            listing = b.groups.listing()  # BrokerNotStarted (a RuntimeError) before the broker starts
             for (gtype, state), n in sorted(Tally((t, st) for _g, _p, st, t in listing).items()):
                 groups.add_metric([gtype, state], n)
             for group, topic, index, offset, end in _group_offsets(b, listing):
@@ -186,8 +205,6 @@ def _group_offsets(b, listing) -> Iterator[tuple[str, str, int, int, int | None]
 
 
 def _transaction_states(b) -> dict[str, int]:
-    if b.txn is None:
-        return {}
     code, _unknown, metas = b.txn.core.list_transactions(b.now_ms())
     return dict(Tally(m.state.display_name for m in metas)) if code == 0 else {}
 

@@ -38,6 +38,9 @@ What a failed record's error says (`KafkaClientError.possibly_written`): False =
 not in the log (never sent, or refused by the broker on every attempt); True = the producer gave
 up without knowing (they may be in the log, at most once and in order, or not). A record reported
 successful is in the log, at the reported offset unless that is None.
+
+One concern in one module, over 600 lines on purpose: the idempotent producer's decisions, whose
+rules above depend on each other.
 """
 from __future__ import annotations
 

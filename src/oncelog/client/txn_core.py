@@ -37,6 +37,9 @@ offsets go straight to TxnOffsetCommit (v5), and every EndTxn (v5) answers the p
 epoch to go on with, sequences from 0, which also recovers from abortable errors (no KIP-360
 bump, except when the coordinator lost the producer id). A V1 producer that finds V2 finalized
 bumps its epoch once after its last V1 transaction, so the first V2 one starts fresh.
+
+One concern in one module, over 600 lines on purpose: the transactional producer's state machine
+(Java's TransactionManager is one class too).
 """
 from __future__ import annotations
 

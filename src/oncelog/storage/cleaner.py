@@ -34,8 +34,9 @@ from oncelog.protocol.errors import KafkaProtocolError
 from oncelog.protocol.records.batch import store_crc
 from oncelog.protocol.records.control import ABORT, COMMIT, control_type
 from oncelog.storage import failpoints as fp
+from oncelog.storage.durable import replace_file
 from oncelog.storage.fence import Busy, Fenced
-from oncelog.storage.log import CLEANED, Segment, swap_names
+from oncelog.storage.segment import CLEANED, Segment, swap_names
 
 if TYPE_CHECKING:
     from oncelog.storage.partition import Partition
@@ -56,13 +57,7 @@ def read_checkpoint(directory: Path) -> int:
 
 
 def write_checkpoint(directory: Path, offset: int) -> None:
-    path = directory / CHECKPOINT
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w") as f:
-        f.write(f"{offset}\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    replace_file(directory / CHECKPOINT, f"{offset}\n")
 
 
 @dataclass
@@ -377,7 +372,7 @@ def clean_now(partition: Partition, now_ms: int, dedupe_buffer_size: int = DEFAU
 
 class LogCleaner:
     """The broker's cleaner: one pass at a time on a thread of its own, started and committed
-    from the periodic tick (`storage.log_manager.maintain`), the filthiest partition first."""
+    from the periodic tick (`storage.topic_registry.maintain`), the filthiest partition first."""
 
     def __init__(self, enabled: bool = True, dedupe_buffer_size: int = DEFAULT_DEDUPE_BUFFER_SIZE) -> None:
         self.enabled = enabled

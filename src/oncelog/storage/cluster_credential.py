@@ -15,6 +15,8 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from oncelog.storage.durable import create_exclusive
+
 FILE_NAME = "cluster.credential"
 DEFAULT_USER = "oncelog-broker"
 
@@ -66,16 +68,9 @@ def create(path: str | Path, credential: ClusterCredential) -> None:
     """Write `credential` to a new file at `path` (0600, fsynced); FileExistsError if there is one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump({"username": credential.username, "password": credential.password}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.link(tmp, path)  # never replaces a file: two processes racing agree on the first one
-    finally:
-        tmp.unlink(missing_ok=True)
+    # never replaces a file: two processes racing agree on the first one
+    create_exclusive(path, json.dumps({"username": credential.username, "password": credential.password}),
+                     mode=0o600)
 
 
 def load_or_create(path: str | Path) -> ClusterCredential:

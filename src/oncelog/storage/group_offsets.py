@@ -48,7 +48,7 @@ from oncelog.core.groups.consumer_group import ConsumerGroupRecord, Member
 from oncelog.core.groups.reconciliation import Assignment, MemberState
 from oncelog.core.txn.log_format import partition_for
 from oncelog.core.txn.offsets import OffsetsProducer, add_offsets, expired, take_marker
-from oncelog.storage.durable import fsync_dir
+from oncelog.storage.durable import fsync_dir, replace_file
 from oncelog.storage.fence import Fenced, Lease
 
 _FORMAT = 3
@@ -427,15 +427,8 @@ def _offsets_from_json(entries: list[dict[str, Any]]) -> dict[tuple[str, int], C
 
 
 def _write_json(path: Path, data: Any) -> None:
-    """Replace `path` with `data` as JSON, durably: written and fsynced, renamed over it, and the
-    directory fsynced (without that, a power cut may bring back the file the rename replaced)."""
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w") as f:
-        json.dump(data, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
+    """Replace `path` with `data` as JSON, durably (`storage.durable.replace_file`)."""
+    replace_file(path, json.dumps(data))
 
 
 def _unlink(path: Path) -> None:

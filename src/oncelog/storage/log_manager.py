@@ -1,87 +1,34 @@
-"""All partitions of a broker: directories `<log dir>/<topic>-<partition>`, a durable topic
-registry (name, topic id, partition count, config overrides) and the periodic work (retention,
-flush policy, producer-id expiry).
+"""A single node's topics and partitions: directories `<log dir>/<topic>-<partition>` and the
+durable topic registry file (name, topic id, partition count, config overrides); what a topic
+registry does with them (configs, the periodic work) is `storage.topic_registry`'s.
 
-The registry is one JSON file per log dir, replaced atomically (write, fsync, rename, fsync the
-directory), so a crash leaves either the old or the new registry, never a mix. A partition
-directory without a registry entry is logged and left alone.
+The registry is one JSON file per log dir, replaced atomically and durably
+(`storage.durable.replace_file`), so a crash leaves either the old or the new registry, never a
+mix. A partition directory without a registry entry is logged and left alone.
 """
 from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import shutil
 import uuid
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from oncelog.core.leadership import check_partition_increase
-from oncelog.core.topic_config import effective_topic_config, invalid_topic_configs, parse_topic_configs
+from oncelog.core.topic_config import parse_topic_configs
 from oncelog.core.topic_names import invalid_topic_reason, validate_topic_name
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
-from oncelog.protocol.metadata import BrokerEntry
 from oncelog.storage.cleaner import LogCleaner
-from oncelog.storage.fence import Busy, Fenced
-from oncelog.storage.marker_append import MarkerWriting
-from oncelog.storage.partition import DEFAULT_EXPIRATION_CHECK_INTERVAL_MS, Partition, PartitionConfig
+from oncelog.storage.durable import rename, replace_file
+from oncelog.storage.partition import DEFAULT_EXPIRATION_CHECK_INTERVAL_MS, Partition
+from oncelog.storage.topic_registry import TopicInfo, TopicRegistry, partition_dir, report_invalid_overrides
 
 log = logging.getLogger(__name__)
 
 REGISTRY = "__oncelog_topics.json"
-
-
-@dataclass
-class TopicInfo:
-    name: str
-    topic_id: uuid.UUID
-    partitions: int
-    overrides: dict[str, str] = field(default_factory=dict)
-    log_dir: str = ""
-
-
-def partition_dir(log_dir: Path, topic: str, index: int) -> Path:
-    """`<log dir>/<topic>-<index>`, the only way a partition's path is made: a name that is not a
-    legal topic name (`../x`) is refused here too, whoever let it through."""
-    if index < 0:
-        raise KafkaProtocolError(ErrorCode.INVALID_PARTITIONS, f"partition {index} of {topic!r}")
-    return log_dir / f"{validate_topic_name(topic)}-{index}"
-
-
-def report_invalid_overrides(topic: str, overrides: dict[str, Any], where: Any) -> None:
-    """A stored override that no longer validates must not stop a start: say so, use the default."""
-    for name, why in invalid_topic_configs(overrides).items():
-        log.error("topic %s: stored config %s=%r (%s) is invalid: %s; using the default until it is "
-                  "altered or deleted", topic, name, overrides[name], where, why)
-
-
-def maintain(partitions: Iterable[Partition], now_ms: int, flush: Callable[[Partition], None] | None,
-             expiration_check_interval_ms: int, cleaner: LogCleaner | None = None) -> None:
-    """The periodic work on each partition: retention, the flush policy, producer expiry and
-    the log cleaner's passes (on its own thread; started and swapped in from here).
-    `flush(partition)`: who runs a due fsync (the broker's group commit, off the event loop);
-    None: here and now."""
-    partitions = list(partitions)
-    if cleaner is not None:
-        try:
-            cleaner.tick(partitions, now_ms)
-        except Exception:
-            log.exception("log cleaner pass failed; will retry")
-    for partition in partitions:
-        try:
-            partition.enforce_retention(now_ms)
-            if flush is None:
-                partition.maybe_flush(now_ms)
-            elif partition.flush_due(now_ms):
-                flush(partition)
-            partition.tick(now_ms, expiration_check_interval_ms)
-        except KafkaProtocolError as e:
-            log.warning("partition %s-%d maintenance: %s", partition.topic, partition.index, e)
-        except (Fenced, Busy) as e:   # a newer owner has it (the broker drops it), or is taking it now
-            log.info("partition %s-%d maintenance skipped: %s", partition.topic, partition.index, e)
 
 
 class RegistryDamaged(Exception):
@@ -103,22 +50,18 @@ def _registry_entry(t: TopicInfo) -> dict[str, Any]:
     return {"name": t.name, "topic_id": str(t.topic_id), "partitions": t.partitions, "overrides": t.overrides}
 
 
-class LogManager(MarkerWriting):
-    """A single node's topics and partitions: this broker leads them all (`broker.logs.seam.Logs`)."""
+class LogManager(TopicRegistry):
+    """A single node's topics and partitions: this broker leads them all (`broker.logs.seam.Logs`);
+    the registry file is where its topics come from (`storage.topic_registry`)."""
 
     def __init__(self, log_dirs: list[str], server_defaults: dict[str, Any],
                  producer_config: dict[str, Any] | None = None, *, node_id: int = 0,
                  expiration_check_interval_ms: int = DEFAULT_EXPIRATION_CHECK_INTERVAL_MS,
                  cleaner: LogCleaner | None = None) -> None:
+        super().__init__(server_defaults, producer_config,
+                         expiration_check_interval_ms=expiration_check_interval_ms, cleaner=cleaner)
         self.log_dirs = [Path(d) for d in log_dirs]
-        self.cleaner = cleaner if cleaner is not None else LogCleaner()
-        self.server_defaults = dict(server_defaults)
-        self.producer_config = dict(producer_config or {})
         self.node_id = node_id
-        self.expiration_check_interval_ms = expiration_check_interval_ms
-        self.topics: dict[str, TopicInfo] = {}
-        self.brokers: list[BrokerEntry] = []  # no other broker: Metadata answers with this one
-        self._by_id: dict[uuid.UUID, str] = {}
         self._partitions: dict[tuple[str, int], Partition] = {}
         self._invalid: dict[str, list[dict[str, Any]]] = {}  # registry entries whose name is invalid, by log dir
 
@@ -136,8 +79,7 @@ class LogManager(MarkerWriting):
                               "left as they are", path, info.name, reason)
                     self._invalid.setdefault(str(d), []).append(_registry_entry(info))
                     continue
-                self.topics[info.name] = info
-                self._by_id[info.topic_id] = info.name
+                self._add_topic(info)
                 report_invalid_overrides(info.name, info.overrides, path)
         for info in self.topics.values():
             for p in range(info.partitions):
@@ -177,15 +119,6 @@ class LogManager(MarkerWriting):
     def partitions(self) -> Iterator[Partition]:
         return iter(list(self._partitions.values()))
 
-    def topic_name(self, topic_id: uuid.UUID | None) -> str | None:
-        return self._by_id.get(topic_id) if topic_id is not None else None
-
-    def topic_config(self, name: str) -> dict[str, Any]:
-        return effective_topic_config(self.server_defaults, self.topics[name].overrides)
-
-    def _partition_config(self, name: str) -> PartitionConfig:
-        return PartitionConfig.from_topic_config({**self.topic_config(name), **self.producer_config})
-
     # ------------------------------------------------------------------ changes
     async def create_topic(self, name: str, partitions: int, overrides: dict[str, str], now_ms: int) -> TopicInfo:
         validate_topic_name(name)
@@ -197,15 +130,13 @@ class LogManager(MarkerWriting):
         log_dir = min(self.log_dirs, key=lambda d: sum(
             t.partitions for t in self.topics.values() if t.log_dir == str(d)))
         info = TopicInfo(name, uuid.uuid4(), partitions, {k: str(v) for k, v in overrides.items()}, str(log_dir))
-        self.topics[name] = info
-        self._by_id[info.topic_id] = name
+        self._add_topic(info)
         try:
             self._save_registry(log_dir)
             for p in range(partitions):
                 self._open_partition(info, p, now_ms)
         except Exception:
-            self.topics.pop(name, None)
-            self._by_id.pop(info.topic_id, None)
+            self._remove_topic(name)
             raise
         log.info("created topic %s (%s) with %d partitions%s", name, info.topic_id, partitions,
                  f", overrides {info.overrides}" if info.overrides else "")
@@ -240,14 +171,13 @@ class LogManager(MarkerWriting):
             partition = self._partitions.pop((name, p), None)
             if partition is not None:
                 partition.close()
-        del self.topics[name]
-        self._by_id.pop(info.topic_id, None)
+        self._remove_topic(name)
         self._save_registry(Path(info.log_dir))
         for p in range(info.partitions):
             directory = partition_dir(Path(info.log_dir), name, p)
             if directory.exists():
                 doomed = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}-delete")
-                directory.rename(doomed)
+                rename(directory, doomed)
                 shutil.rmtree(doomed, ignore_errors=True)
         log.info("deleted topic %s", name)
 
@@ -266,35 +196,7 @@ class LogManager(MarkerWriting):
         self._apply_config(name)
         log.info("topic %s: config overrides now %s", name, overrides)
 
-    def set_server_defaults(self, defaults: dict[str, Any]) -> None:
-        self.server_defaults = dict(defaults)
-        for name in self.topics:
-            self._apply_config(name)
-
-    def _apply_config(self, name: str) -> None:
-        config = self._partition_config(name)
-        for p in range(self.topics[name].partitions):
-            partition = self._partitions.get((name, p))
-            if partition is not None:
-                partition.update_config(config)
-
     def _save_registry(self, log_dir: Path) -> None:
         entries = [_registry_entry(t) for t in self.topics.values() if t.log_dir == str(log_dir)]
         entries += self._invalid.get(str(log_dir), [])
-        path = log_dir / REGISTRY
-        tmp = path.with_suffix(".tmp")
-        with open(tmp, "w") as f:
-            json.dump(entries, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        fd = os.open(log_dir, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-    # ------------------------------------------------------------------ periodic work
-    def tick(self, now_ms: int, flush: Callable[[Partition], None] | None = None) -> None:
-        maintain(list(self._partitions.values()), now_ms, flush, self.expiration_check_interval_ms, self.cleaner)
-
+        replace_file(log_dir / REGISTRY, json.dumps(entries, indent=1))

@@ -34,7 +34,7 @@ from crc32c import crc32c
 
 from oncelog.storage import failpoints as fp
 from oncelog.storage.dir_lock import DirectoryLock
-from oncelog.storage.durable import fsync_dir
+from oncelog.storage.durable import rename, replace_file
 
 log = logging.getLogger(__name__)
 
@@ -147,14 +147,8 @@ class MetadataLog:
     # ------------------------------------------------------------------ snapshots
     def write_snapshot(self, offset: int, state: dict[str, Any]) -> Path:
         path = self.directory / f"snapshot-{offset:020d}.json"
-        tmp = path.with_suffix(".tmp")
         body = {"crc": crc32c(_canonical(state)), "offset": offset, "state": state}
-        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
-            json.dump(body, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        fsync_dir(self.directory)
+        replace_file(path, json.dumps(body), mode=0o600)
         for old in sorted(self.directory.glob("snapshot-*.json"))[:-2]:
             old.unlink()
         return path
@@ -170,7 +164,7 @@ class MetadataLog:
             except (ValueError, KeyError, OSError) as e:
                 aside = path.with_suffix(".corrupt")
                 log.warning("%s: unreadable snapshot (%s), set aside as %s", path, e, aside.name)
-                path.rename(aside)
+                rename(path, aside)
         return None
 
     def close(self) -> None:

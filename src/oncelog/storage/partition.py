@@ -11,8 +11,16 @@ answered as a duplicate of nothing.
 
 Producer state follows the log: a snapshot at every segment roll and at clean shutdown; on open the
 newest readable snapshot is loaded (a corrupt one is set aside with a log line and an older one is
-tried) and the log above it is replayed. State outlives the segments that wrote it, as in Kafka:
-only `producer.id.expiration.ms` removes producers.
+tried: `storage.producer_state_store`, which owns the snapshot files) and the log above it is
+replayed. State outlives the segments that wrote it, as in Kafka: only `producer.id.expiration.ms`
+removes producers.
+
+Over 600 lines, one concern: the design's rule that producer state never disagrees with the log.
+Every path that changes either is here, so that each keeps them in step: appends and markers
+(prepare -> append -> commit), cuts after a failed fsync and truncations (rebuild), recovery
+(snapshot + replay), restores of expired producers and the older-duplicate lookup (state read
+back from the log). The verdicts are `core.producer_state`'s, the bytes `storage.log`'s, the
+snapshot files `storage.producer_state_store`'s.
 
 In a cluster on one machine a partition is owned under a lease (`storage.fence`): every write —
 appends, markers, truncations, retention, snapshots, compaction swaps — happens under the lease's
@@ -43,15 +51,15 @@ from oncelog.protocol import records as rec
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.protocol.primitives import Buf
 from oncelog.protocol.records import message_format_magic
-from oncelog.storage import producer_snapshots as snaps
 from oncelog.storage import txn_index
 from oncelog.storage.fence import Busy, Fenced, Lease
-from oncelog.storage.log import LogConfig, PartitionLog, Segment, SyncToken
+from oncelog.storage.log import LogConfig, PartitionLog, SyncToken
+from oncelog.storage.producer_state_store import ProducerStateStore
+from oncelog.storage.segment import Segment
 
 log = logging.getLogger(__name__)
 
 DEFAULT_EXPIRATION_CHECK_INTERVAL_MS = 600_000  # Kafka's producer.id.expiration.check.interval.ms
-SNAPSHOTS_TO_KEEP = 3
 
 
 @dataclass(slots=True)
@@ -128,6 +136,7 @@ class Partition:
         self.lease = lease
         self.log = log
         self.directory = log.directory
+        self.snapshots = ProducerStateStore(log.directory)
         self.counters = ProducerStateCounters()
         # The pid hash's key: random per partition, so no client can choose colliding ids.
         self.producer_state = ProducerStateManager(producer_config, hash_key=secrets.randbits(64))
@@ -659,11 +668,10 @@ class Partition:
         opened = self.txns.open_transactions()
         cols = self.producer_state.columns()._replace(
             txn_pid=array("q", [pid for pid, _first in opened]), txn_first=array("q", [f for _pid, f in opened]))
-        path = snaps.write_snapshot(self.directory, self._map_end, cols, sync=sync)
+        path = self.snapshots.write(self._map_end, cols, sync=sync)
         self._last_snapshot_offset = self._map_end
         self._restored_since_snapshot = False
         self.counters.snapshots_written += 1
-        snaps.remove_stale(self.directory, self._map_end, SNAPSHOTS_TO_KEEP)
         return path
 
     def truncate_to(self, offset: int, now_ms: int | None = None) -> None:
@@ -674,8 +682,7 @@ class Partition:
             self._rebuild_producer_state(_now() if now_ms is None else now_ms)
 
     def _rebuild_producer_state(self, now_ms: int) -> None:
-        snaps.delete_snapshots(p for off, p in snaps.list_snapshots(self.directory)
-                               if off > self.log.log_end_offset)
+        self.snapshots.delete_beyond(self.log.log_end_offset)
         self.producer_state.clear()
         self.txns = PartitionTxns()
         self._last_snapshot_offset = -1
@@ -738,25 +745,11 @@ class Partition:
         log_start = self.log.log_start_offset
         start = log_start
         self.producer_state.forget_expired_before(log_start)
-        for offset, path in reversed(snaps.list_snapshots(self.directory)):
-            if offset > log_end:
-                # The log was truncated below it (torn write): its state is ahead of the log.
-                log.info("producer snapshot %s is beyond the log end %d; removed", path.name, log_end)
-                snaps.delete_snapshots([path])
-                continue
-            try:
-                _off, cols = snaps.read_snapshot(path)
-                self.txns.load(zip(cols.txn_pid or (), cols.txn_first or ()))
-                self.producer_state.load_columns(cols, now_ms, self.txns.has_open)
-            except (snaps.CorruptSnapshotError, ValueError) as exc:
-                snaps.set_aside(path, str(exc))
-                self.counters.snapshots_set_aside += 1
-                self.producer_state.clear()
-                self.txns = PartitionTxns()
-                continue
-            start = max(offset, log_start)
-            self._last_snapshot_offset = offset
-            break
+        loaded = self.snapshots.load(log_end, lambda cols: self._load_snapshot(cols, now_ms))
+        self.counters.snapshots_set_aside += loaded.set_aside
+        if loaded.offset is not None:
+            start = max(loaded.offset, log_start)
+            self._last_snapshot_offset = loaded.offset
         # Remembered batches the log no longer holds (deleted, or cut off by a truncation).
         self.producer_state.expired.forget_outside(log_start, log_end)
         # Aborted-transaction entries at or above the replay start are rebuilt by the replay.
@@ -769,6 +762,16 @@ class Partition:
             self._map_end = log_end
             self.take_snapshot(sync=False)
         return log_end
+
+    def _load_snapshot(self, cols: ps.ProducerSnapshotColumns, now_ms: int) -> None:
+        """A snapshot's state, all or nothing: one that does not apply (ValueError) leaves none."""
+        try:
+            self.txns.load(zip(cols.txn_pid or (), cols.txn_first or ()))
+            self.producer_state.load_columns(cols, now_ms, self.txns.has_open)
+        except ValueError:
+            self.producer_state.clear()
+            self.txns = PartitionTxns()
+            raise
 
     def _replay(self, start: int, end: int, now_ms: int) -> int:
         """Rebuild from the log without validation (it was validated when appended)."""

@@ -42,6 +42,7 @@ from pathlib import Path
 from crc32c import crc32c
 
 from oncelog.core.producer_state import ProducerSnapshotColumns
+from oncelog.storage.durable import TMP_SUFFIX, rename, replace_file
 
 log = logging.getLogger(__name__)
 
@@ -171,18 +172,10 @@ def _from_v2(oldest: array[int], newest: array[int]) -> dict[str, array[int]]:
 
 
 def write_snapshot(directory: Path, offset: int, cols: ProducerSnapshotColumns, *, sync: bool = True) -> Path:
-    """Write atomically (temp file, fsync, rename) so a crash leaves the old file or the new one."""
+    """Write atomically, so a crash leaves the old file or the new one; durably (`storage.durable`)
+    with `sync`, else a power cut may lose it (recovery then uses an older one, or the log)."""
     path = snapshot_path(directory, offset)
-    tmp = path.with_name(path.name + ".tmp")
-    data = encode_snapshot(offset, cols)
-    with open(tmp, "wb") as f:
-        f.write(data)
-        if sync:
-            f.flush()
-            os.fsync(f.fileno())
-    os.replace(tmp, path)
-    if sync:
-        _fsync_dir(Path(directory))
+    replace_file(path, encode_snapshot(offset, cols), durable=sync)
     return path
 
 
@@ -200,7 +193,7 @@ def read_snapshot(path: Path) -> tuple[int, ProducerSnapshotColumns]:
 def set_aside(path: Path, reason: str) -> Path:
     """Rename a bad snapshot out of the way (kept for inspection) and say so in the log."""
     target = Path(path).with_name(Path(path).name + CORRUPT_SUFFIX)
-    os.replace(path, target)
+    rename(path, target)
     log.warning("producer snapshot %s is unusable (%s); set aside as %s", path, reason, target.name)
     return target
 
@@ -219,18 +212,6 @@ def remove_stale(directory: Path, log_end_offset: int, keep: int) -> None:
     delete_snapshots(p for off, p in snaps if off > log_end_offset)
     valid = [p for off, p in snaps if off <= log_end_offset]
     delete_snapshots(valid[:-keep] if keep > 0 else valid)
-    for tmp in Path(directory).glob(f"*{SUFFIX}.tmp"):
+    for tmp in Path(directory).glob(f"*{SUFFIX}{TMP_SUFFIX}"):
         delete_snapshots([tmp])
 
-
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

@@ -19,9 +19,10 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from oncelog.core.txn.partition import ENTRY_SIZE, AbortedTxnIndex, CompletedTxn
+from oncelog.storage.durable import rename, replace_file
 
 if TYPE_CHECKING:
-    from oncelog.storage.log import Segment
+    from oncelog.storage.segment import Segment
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +37,7 @@ def load(seg: Segment) -> AbortedTxnIndex:
         idx = AbortedTxnIndex.decode(data)
     except ValueError as exc:
         aside = seg.txn_index_path.with_name(seg.txn_index_path.name + ".corrupt")
-        os.replace(seg.txn_index_path, aside)
+        rename(seg.txn_index_path, aside)
         log.error("%s is unreadable (%s); set aside as %s: aborted transactions whose markers lie "
                   "below the recovery point of this segment are no longer listed to read_committed "
                   "consumers", seg.txn_index_path, exc, aside.name)
@@ -98,11 +99,6 @@ def _rewrite(seg: Segment) -> None:
         except FileNotFoundError:
             pass
     else:
-        tmp = seg.txn_index_path.with_name(seg.txn_index_path.name + ".tmp")
-        with open(tmp, "wb") as f:
-            f.write(idx.encode())
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, seg.txn_index_path)
+        replace_file(seg.txn_index_path, idx.encode())
     seg.txn_index_written = len(idx)
     seg.txn_index_dirty = False

@@ -47,7 +47,7 @@ def free_port() -> int:
             return s.getsockname()[1]
     first = _WORKER_PORTS_BASE + (int(worker[2:]) % 30) * _WORKER_PORTS
     for _ in range(_WORKER_PORTS):
-        port = first + next(_worker_ports) % _WORKER_PORTS
+        port = first + (next(_worker_ports) * 157) % _WORKER_PORTS
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))   # in use, or in TIME_WAIT from an earlier server: the next

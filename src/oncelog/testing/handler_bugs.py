@@ -1,5 +1,5 @@
 """Handler bugs a broker logged during a test. A broker answers a request whose handler raised
-with UNKNOWN_SERVER_ERROR and carries on (`Broker.handle_request`), so the client may never notice;
+with UNKNOWN_SERVER_ERROR and carries on (`Dispatcher.handle`), so the client may never notice;
 the broker's log line (`HANDLER_BUG`) is what must fail the test.
 
 `BugWatch` collects those lines from brokers in this process (a handler on the `oncelog.broker`
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from oncelog.broker.net.server import HANDLER_BUG
+from oncelog.broker.net.dispatch import HANDLER_BUG
 from oncelog.testing.embedded import broker_log_files
 
 

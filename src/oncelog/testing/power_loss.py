@@ -7,7 +7,9 @@ file beside each partition segment and metadata log after every successful fsync
 process killed, `lose_unsynced(root)` truncates each of those files to its last fsynced size (a
 file with no entry never had an fsync: it is emptied), which is the worst a power cut can do to
 them. What power loss does to files written by replace-and-rename (registries, checkpoints,
-snapshots, all fsynced before the rename) is not emulated.
+snapshots) is not emulated here: they all go through `storage.durable`, which fsyncs the file
+before the rename and the directory after it, and `tests/storage/test_durable.py` checks each
+writer's system calls against what a power cut keeps.
 
     broker = BrokerProcess(data, env={"ONCELOG_FAILPOINTS": LEDGER}).start()
     ... produce ...

@@ -12,7 +12,6 @@ input tells it to finish; what it recorded (operations, counters, notes) comes b
 from __future__ import annotations
 
 import json
-import os
 import random
 import signal
 import subprocess
@@ -24,6 +23,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from oncelog.storage.durable import replace_file
 from oncelog.testing.txn_history import History, Op
 
 
@@ -125,11 +125,9 @@ def main(spec: dict[str, Any]) -> None:
     loop.thread.join(60)
     if loop.thread.is_alive():
         w.notes.append(f"{w.client}: {loop.instance} did not stop")
-    tmp = spec["out"] + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump({"ops": [op.to_json() for op in w.history], "stats": dict(Counter(w.stats)),
-                   "errors": dict(w.errors), "notes": list(w.notes)}, f)
-    os.replace(tmp, spec["out"])
+    # whole or absent for the parent, which reads it once this process exited
+    replace_file(spec["out"], json.dumps({"ops": [op.to_json() for op in w.history], "stats": dict(Counter(w.stats)),
+                                          "errors": dict(w.errors), "notes": list(w.notes)}))
 
 
 if __name__ == "__main__":

@@ -27,6 +27,12 @@ Everything is recorded in a `txn_history.History` for the checker: each transact
 its consumer returned for it, what it sent (with the delivery reports' offsets) and its outcome,
 each repositioning of a consumer, and the polls of a reader per client that follows the output
 topic read_committed while the loops run (Jepsen's poll operations over transactional writes).
+
+librdkafka's transactional calls are bounded here (`bounded`): from librdkafka 2.10 on, one can
+block past its own timeout, and a loop that waited would hold its partitions until the run ends
+(see `WEDGE_GRACE_S`).
+
+One concern in one module, over 600 lines on purpose: the one workload, its clients and loops.
 """
 from __future__ import annotations
 
@@ -39,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from oncelog.testing.txn_history import History
+from oncelog.testing.workloads import retried
 
 ABORT_PROBABILITY = 0.1
 # records per transaction: at least 50, and about 400 transactions per client in a long run (each
@@ -80,6 +87,7 @@ class TxnWorkload:
     notes: list = field(default_factory=list)
     children: list = field(default_factory=list)      # the pausable loops' processes, once running (`pausable`)
     on_txn: Any = None   # called with True when a transaction begins, False when it ended (a child's)
+    lock: Any = field(default_factory=threading.Lock, repr=False)   # over stats, from the loops' threads
 
     def client_config(self) -> dict:
         """Where and how clients connect (librdkafka's names, which oncelog's client takes too)."""
@@ -117,7 +125,6 @@ class TxnWorkload:
         self.ends = ends
         self.started = time.monotonic()
         self.done = threading.Event()
-        self.lock = threading.Lock()
         rng = random.Random(self.seed)
         loop_cls = OncelogLoop if self.client == "oncelog" else LibrdkafkaLoop
         reader = (OncelogReader if self.client == "oncelog" else LibrdkafkaReader)(self).start()
@@ -178,6 +185,45 @@ class TxnWorkload:
             self.stats[what] += n
 
 
+# librdkafka (2.10 on, 2.16 here) drops a broker that a Metadata answer no longer lists (a broker
+# down past the controller's session timeout) and all of them when every broker is down
+# (re-bootstrap), but keeps a dropped one as the cached group coordinator: send_offsets_to_
+# transaction's TxnOffsetCommit then waits for that broker to come up, which it never does, is
+# looked up again only when some other broker's connection changes state, and its timeout is never
+# checked (librdkafka issues #5511 and #5456). Under kills the call blocks for minutes or for good,
+# the loop's partitions stay assigned to its silent consumer and the run ends with inputs not
+# copied. An application bounds the call itself: a call still running this long past its own
+# timeout is given up, its producer abandoned (`_ABANDONED`) and replaced by a new one with the
+# same transactional.id, whose InitProducerId fences it and aborts its open transaction.
+WEDGE_GRACE_S = 10.0
+ABANDONED = "producers abandoned in a call past its timeout (librdkafka #5511, #5456)"   # a stats key
+_ABANDONED: list = []   # clients left inside a call: never destroyed while it may still return
+
+
+class Wedged(Exception):
+    """A client call ran past its own timeout by more than WEDGE_GRACE_S."""
+
+
+def bounded(fn, timeout_s: float):
+    """fn() on a thread of its own: its result or its exception, or Wedged once `timeout_s` has
+    passed with the call still running (it goes on, on that thread)."""
+    box: dict[str, Any] = {}
+
+    def call() -> None:
+        try:
+            box["result"] = fn()
+        except BaseException as e:  # noqa: BLE001 - handed to the caller
+            box["error"] = e
+    t = threading.Thread(target=call, name="client-call", daemon=True)
+    t.start()
+    t.join(timeout_s)
+    if t.is_alive():
+        raise Wedged(f"still running after {timeout_s:.0f}s")
+    if "error" in box:
+        raise box["error"]
+    return box.get("result")
+
+
 class Fenced(Exception):
     """This instance's transactional id was taken over by a newer instance."""
 
@@ -198,6 +244,7 @@ class CopyLoop:
     consumer: Any = None
     producer: Any = None
     polled_metadata: Any = None
+    api_timeout_s = 30.0   # the timeout of each transactional call
     def __init__(self, w: TxnWorkload, tid: str, partitions: list[int], rng: random.Random,
                  generation: int = 1, pipelined: bool = False) -> None:
         self.w, self.tid, self.partitions, self.rng = w, tid, partitions, rng
@@ -351,15 +398,9 @@ class CopyLoop:
         c = Consumer({**w.client_config(), "group.id": w.group, "log_level": 3,
                       "enable.auto.commit": False, "isolation.level": "read_committed"})
         try:
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    got = c.committed([TopicPartition(w.in_topic, q) for q in self.partitions], timeout=10)
-                    return {tp.partition: max(tp.offset, 0) for tp in got}
-                except KafkaException:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.2)
+            got = retried(lambda: c.committed([TopicPartition(w.in_topic, q) for q in self.partitions], timeout=10),
+                          KafkaException, 60, 0.2)
+            return {tp.partition: max(tp.offset, 0) for tp in got}
         finally:
             c.close()
 
@@ -385,10 +426,25 @@ class CopyLoop:
     def produce(self, partition: int, value: bytes, sent: list) -> None:
         """Sends; the delivery report puts the record's offset in sent[2]."""
     def flush(self) -> None: ...
-    def send_offsets(self, positions: dict[int, int]) -> None: ...
-    def commit(self) -> None: ...
-    def abort(self) -> None: ...
     def rewind(self) -> None: ...
+    def _call(self, fn, attempts: int = 10):
+        """fn(), retried as the client's errors allow; its errors as Fenced, Abortable, Fatal."""
+        raise NotImplementedError
+    def _offsets(self, positions: dict[int, int]) -> Any:
+        """The consumed positions (partition of the input topic -> next offset) as the client takes them."""
+        raise NotImplementedError
+
+    # the transaction's end, the same calls in both clients
+    def send_offsets(self, positions: dict[int, int]) -> None:
+        offsets = self._offsets(positions)
+        self._call(lambda: self.producer.send_offsets_to_transaction(
+            offsets, self.polled_metadata, self.api_timeout_s))
+
+    def commit(self) -> None:
+        self._call(lambda: self.producer.commit_transaction(self.api_timeout_s))
+
+    def abort(self) -> None:
+        self._call(lambda: self.producer.abort_transaction(self.api_timeout_s))
 
 
 class LibrdkafkaLoop(CopyLoop):
@@ -410,7 +466,7 @@ class LibrdkafkaLoop(CopyLoop):
                                   "socket.timeout.ms": 5000,
                                   # librdkafka: at most transaction.timeout.ms
                                   "message.timeout.ms": min(30000, self.w.transaction_timeout_ms), **batching})
-        self._call(lambda: self.producer.init_transactions(30))
+        self._call(lambda: self.producer.init_transactions(self.api_timeout_s))
 
     def close_producer(self) -> None:
         p = self.producer
@@ -425,7 +481,12 @@ class LibrdkafkaLoop(CopyLoop):
         from confluent_kafka import KafkaError, KafkaException
         for i in range(attempts):
             try:
-                return fn()
+                return bounded(fn, self.api_timeout_s + WEDGE_GRACE_S)
+            except Wedged as e:
+                _ABANDONED.append(self.producer)   # its call may still return: never destroyed
+                self.producer = None
+                self.w.count(ABANDONED)
+                raise Fatal(f"call past its {self.api_timeout_s:.0f}s timeout, producer abandoned: {e}") from None
             except KafkaException as e:
                 err = e.args[0] if e.args else None
                 if not isinstance(err, KafkaError):
@@ -461,16 +522,9 @@ class LibrdkafkaLoop(CopyLoop):
     def flush(self) -> None:
         self.producer.flush(30)
 
-    def send_offsets(self, positions: dict[int, int]) -> None:
+    def _offsets(self, positions: dict[int, int]) -> Any:
         from confluent_kafka import TopicPartition
-        offsets = [TopicPartition(self.w.in_topic, q, o) for q, o in positions.items()]
-        self._call(lambda: self.producer.send_offsets_to_transaction(offsets, self.polled_metadata, 30))
-
-    def commit(self) -> None:
-        self._call(lambda: self.producer.commit_transaction(30))
-
-    def abort(self) -> None:
-        self._call(lambda: self.producer.abort_transaction(30))
+        return [TopicPartition(self.w.in_topic, q, o) for q, o in positions.items()]
 
     def rewind(self) -> None:
         """Back to the group's committed offsets for every partition assigned now."""
@@ -550,16 +604,9 @@ class OncelogLoop(CopyLoop):
     def flush(self) -> None:
         self._call(lambda: self.producer.flush(30), 1)
 
-    def send_offsets(self, positions: dict[int, int]) -> None:
+    def _offsets(self, positions: dict[int, int]) -> Any:
         from oncelog.client.types import TopicPartition
-        offsets = {TopicPartition(self.w.in_topic, q): o for q, o in positions.items()}
-        self._call(lambda: self.producer.send_offsets_to_transaction(offsets, self.polled_metadata, 30))
-
-    def commit(self) -> None:
-        self._call(lambda: self.producer.commit_transaction(30))
-
-    def abort(self) -> None:
-        self._call(lambda: self.producer.abort_transaction(30))
+        return {TopicPartition(self.w.in_topic, q): o for q, o in positions.items()}
 
     def rewind(self) -> None:
         """Back to the group's committed offsets for every partition assigned now."""

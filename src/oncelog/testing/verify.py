@@ -3,32 +3,26 @@ writing unique values while faults run, then every partition read from its start
 
 The result holds the checker's report, the faults that fired, what the clients said recovery cost
 (retries, epoch bumps, sequence resets) and what the brokers answered (error codes, duplicates),
-so that a run shows both that nothing was lost and that the faults really bit."""
+so that a run shows both that nothing was lost and that the faults really bit. The faults stop
+when the producers finish or after the first half of the time budget (`testing.fault_run`, the
+harness both workloads run in)."""
 from __future__ import annotations
 
-import shutil
-import tempfile
 import threading
-import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from oncelog.testing.checker import Event, Report, check
-from oncelog.testing.cluster import LocalCluster
+from oncelog.testing.fault_run import FaultRun, FaultRunResult
 from oncelog.testing.faults import (
     ALL_FAULTS,
     CLIENT_FAULTS,
     KNOWN_FAULTS,
     NETWORK_FAULTS,
     PROCESS_FAULTS,
-    FaultEvent,
-    FaultRunner,
-    FullDisk,
     broker_overrides,
     client_config,
-    process_env,
-    proxy_config,
 )
 from oncelog.testing.workloads import WORKLOADS, Workload, read_range
 
@@ -81,31 +75,15 @@ class VerifyOptions:
 
 
 @dataclass
-class VerifyResult:
-    options: VerifyOptions
+class VerifyResult(FaultRunResult):
     report: Report
-    faults: list[FaultEvent]
-    proxy: dict[str, int]
-    clients: dict[str, dict[str, int]]
-    broker: dict[str, int]
-    seconds: float
-    notes: list[str] = field(default_factory=list)
-    client_errors: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
-        return self.report.broker_ok and not any(n.startswith("HARNESS") for n in self.notes)
+        return self.report.broker_ok and self.harness_ok
 
     def to_json(self) -> dict:
-        o = self.options
-        return {"ok": self.ok, "seed": o.seed, "security_protocol": o.security_protocol,
-                "faults": list(o.faults), "clients": list(o.clients),
-                "records": o.records, "seconds": round(self.seconds, 1),
-                "fault_counts": dict(Counter(e.fault for e in self.faults)),
-                "fault_events": [e.__dict__ for e in self.faults], "proxy": self.proxy,
-                "client_stats": self.clients, "client_errors": self.client_errors,
-                "broker_answers": self.broker, "notes": self.notes,
-                "report": self.report.to_json()}
+        return {"ok": self.ok, **self.common_json(), "report": self.report.to_json()}
 
 
 # broker counters worth showing, and the names they get in the report
@@ -136,86 +114,41 @@ def run(options: VerifyOptions, progress=None):
         return run_transactions(options, progress)
     say = progress or (lambda _msg: None)
     faults = set(options.faults)
-    own_dir = options.workdir is None
-    root = Path(tempfile.mkdtemp(prefix="oncelog-verify-")) if options.workdir is None else Path(options.workdir)
     topic = "verify"
-    cluster = LocalCluster(root, options.brokers, broker_overrides(faults),
-                           proxy_config(faults & set(NETWORK_FAULTS + CLIENT_FAULTS), options.seed),
-                           env=process_env(faults), security_protocol=options.security_protocol)
-    disk = FullDisk(cluster.data / f"{topic}-0", cluster) if "disk" in faults else None
-    gate = threading.Event()
-    gate.set()
-    notes: list[str] = []
-    if "late-endtxn" in faults:
-        notes.append("late-endtxn is a fault of the transactions workload; not applied to idempotent producers")
-    began = time.monotonic()
-    try:
-        say(f"starting a controller and {options.brokers} brokers in {root}")
-        cluster.start()
-        if disk is not None:
-            disk.prepare()
-            notes.append(f"disk fault by {disk.method}")
-        cluster.set_faults(False)
-        _create_topic(cluster.bootstrap, topic, options.partitions, cluster.client_security)
-        cluster.set_faults(True)
-
+    with FaultRun(options, topic, broker_overrides(faults), set(NETWORK_FAULTS + CLIENT_FAULTS), say) as fault_run:
+        if "late-endtxn" in faults:
+            fault_run.notes.append("late-endtxn is a fault of the transactions workload; not applied to idempotent "
+                                   "producers")
+        fault_run.create_topic(topic)
         duration = options.duration()
         share, extra = divmod(options.records, len(options.clients))
         workloads: list[Workload] = []
         for k, client in enumerate(options.clients):
             n = share + (1 if k < extra else 0)
-            workloads.append(WORKLOADS[client](cluster.bootstrap, topic, n, client,
-                                               rate=n / duration if duration else None, gate=gate,
+            workloads.append(WORKLOADS[client](fault_run.bootstrap, topic, n, client,
+                                               rate=n / duration if duration else None, gate=fault_run.gate,
                                                timeout_s=options.timeout_s,
                                                config=client_config(faults, client),
-                                               security=cluster.client_security))
-        runner = FaultRunner(cluster, topic, options.partitions,
-                             [f for f in options.faults if f in PROCESS_FAULTS], options.seed, gate, disk,
-                             on_event=lambda e: say(e.line()))
+                                               security=fault_run.security))
         say(f"producing {options.records} records with {', '.join(options.clients)} under "
             f"{', '.join(options.faults) or 'no faults'}")
         threads = [threading.Thread(target=_guard(w), name=f"workload-{w.producer}", daemon=True)
                    for w in workloads]
-        runner.start()
-        for t in threads:
-            t.start()
-        deadline = time.monotonic() + options.timeout_s + (duration or 0) + 60
-        for t in threads:
-            t.join(max(deadline - time.monotonic(), 1))
-        say("stopping the faults")
-        runner.stop()
-        if runner.error is not None:
-            notes.append(f"HARNESS: a fault could not run: {runner.error!r}")
+        fault_run.under_faults(threads, grace_s=60)
         for w, t in zip(workloads, threads):
             if t.is_alive():  # a client stuck past its own delivery timeout: its finding, not a hang
                 w.events.append(Event(10**12, w.client, w.instance, "fatal", b"", None, None,
                                       f"did not finish within {options.timeout_s:.0f}s of its delivery timeout"))
-        cluster.set_faults(False)
         say("reading every partition from its start")
-        log = _read_back(cluster.bootstrap, topic, runner.archive, options.timeout_s, cluster.client_security)
+        log, _ends = read_range(fault_run.bootstrap, topic, timeout_s=options.timeout_s, security=fault_run.security)
         events = [e for w in workloads for e in list(w.events)]
-        report = check(events, log)
-        counters = cluster.broker_counters()
-        broker = {name: counters.get(key, 0) for key, name in _BROKER_COUNTERS.items()}
-        broker["leader moves (controller)"] = sum(1 for e in runner.events if e.fault == "move")
+        report = check(events, fault_run.with_archive(log))
         client_errors = _per_client(workloads, events)
-        return VerifyResult(options, report, runner.events, dict(cluster.proxy_stats()),
-                            {w.producer: dict(w.stats) for w in workloads}, broker,
-                            time.monotonic() - began, notes, client_errors)
-    finally:
-        cluster.stop()
-        if disk is not None:
-            disk.close(keep_in=None if own_dir else root)
-        if own_dir:
-            shutil.rmtree(root, ignore_errors=True)
-
-
-def _read_back(bootstrap: str, topic: str, archive: dict, timeout_s: float, security: dict) -> dict:
-    """Every partition from its start, behind what the expiry fault read before deleting it."""
-    log, _ends = read_range(bootstrap, topic, timeout_s=timeout_s, security=security)
-    for p, kept in archive.items():
-        log[p] = kept + [r for r in log.get(p, []) if not kept or r[0] > kept[-1][0]]
-    return log
+        return VerifyResult(options=options, report=report, faults=fault_run.fired,
+                            proxy=dict(fault_run.cluster.proxy_stats()),
+                            clients={w.producer: dict(w.stats) for w in workloads}, client_errors=client_errors,
+                            broker=fault_run.broker_answers(_BROKER_COUNTERS), seconds=fault_run.seconds(),
+                            notes=fault_run.notes)
 
 
 def _per_client(workloads: list[Workload], events: list[Event]) -> dict[str, dict[str, int]]:
@@ -240,35 +173,6 @@ def _guard(w: Workload):
     return target
 
 
-def _create_topic(bootstrap: str, topic: str, partitions: int, security: dict) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
-    admin = AdminClient({"bootstrap.servers": bootstrap, **security, "log_level": 3})
-    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
-
-
-def activity_lines(result, clients_title: str) -> list[str]:
-    """What a run went through, as both workloads report it: the faults that fired, what each
-    client's recovery cost, what the brokers answered, the notes; ends with an empty line."""
-    counts = Counter(e.fault for e in result.faults)
-    lines = ["process faults fired: " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none")
-             + f"; proxy: {result.proxy.get('resets', 0)} resets, "
-             f"{result.proxy.get('dropped_responses', 0)} responses dropped after the broker "
-             f"wrote, {result.proxy.get('connections', 0)} connections"]
-    lines += ["  " + e.line() for e in result.faults[:30]]
-    if len(result.faults) > 30:
-        lines.append(f"  ... {len(result.faults) - 30} more")
-    lines.append(clients_title)
-    for name, stats in result.clients.items():
-        lines.append(f"  {name:<13} " + (", ".join(f"{k} {v}" for k, v in sorted(stats.items())) or "-"))
-        for error, n in sorted(result.client_errors.get(name, {}).items()):
-            lines.append(f"  {'':<13} failed: {n} x {error}")
-    lines.append("brokers answered:")
-    lines += [f"  {k:<48} {v}" for k, v in result.broker.items() if v]
-    lines += [f"note: {n}" for n in result.notes]
-    lines.append("")
-    return lines
-
-
 def render(result) -> str:
     """The readable report."""
     if not isinstance(result, VerifyResult):
@@ -280,7 +184,7 @@ def render(result) -> str:
              f"{o.partitions} partitions, {result.seconds:.0f}s",
              "",
              f"sent {r.sent}, acknowledged {r.acked}, failed {r.errors}, read back {r.read}"]
-    lines += activity_lines(result, "clients (what recovery cost them; records that failed, by error):")
+    lines += result.activity_lines("clients (what recovery cost them; records that failed, by error):")
     if r.ok:
         lines.append("OK: no duplicates, no lost acknowledged writes, no inconsistent offsets, "
                      "no reordering, no fatal client errors")

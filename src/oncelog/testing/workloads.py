@@ -7,10 +7,14 @@ import itertools
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from oncelog.testing.checker import Event
+
+T = TypeVar("T")
 
 # A position in the run's history, shared by every workload thread. count.__next__ is one C
 # call, atomic under the GIL, so no lock is needed (a 1M-record run once hung with every
@@ -244,18 +248,27 @@ def end_offsets(bootstrap: str, topic: str, timeout_s: float = 60, security: dic
     # and a read up to it could not tell that a transaction was left open
     c = Consumer({"bootstrap.servers": bootstrap, **(security or {}), "group.id": "oncelog-verify", "log_level": 3,
                   "isolation.level": "read_uncommitted"})
-    deadline = time.monotonic() + timeout_s
     try:
-        while True:
-            try:
-                parts = sorted(c.list_topics(topic, timeout=10).topics[topic].partitions)
-                return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in parts}
-            except KafkaException:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
+        def ends() -> dict[int, tuple[int, int]]:
+            parts = sorted(c.list_topics(topic, timeout=10).topics[topic].partitions)
+            return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in parts}
+        return retried(ends, KafkaException, timeout_s, 0.5)
     finally:
         c.close()
+
+
+def retried(fn: Callable[[], T], errors: type[BaseException] | tuple[type[BaseException], ...], timeout_s: float,
+            backoff_s: float) -> T:
+    """fn(), again after `backoff_s` while it raises one of `errors` (a leader that just moved),
+    until `timeout_s` passed; then that error."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return fn()
+        except errors:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(backoff_s)
 
 
 def read_range(bootstrap: str, topic: str, stop: dict[int, int] | None = None, timeout_s: float = 120,

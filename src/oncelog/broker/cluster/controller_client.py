@@ -149,7 +149,7 @@ class ControllerClient:
         # wait_for or asyncio.timeout: Python 3.11's wait_for returns an answer that arrived just
         # as its task was cancelled and drops the cancellation (a stopping broker's heartbeat loop
         # went on for ever), and asyncio.timeout needs a task, which a handler started by hand
-        # (broker.net.server._start) does not run in until it first waits.
+        # (broker.net.connection._start) does not run in until it first waits.
         expired: list[bool] = []
         transport = self._writer.transport
 

@@ -37,7 +37,7 @@ from oncelog.core.groups.reconciliation import MemberState
 from oncelog.core.groups.subscriptions import resolve
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.storage.group_offsets import GroupOffsetStore
-from oncelog.storage.log_manager import TopicInfo
+from oncelog.storage.topic_registry import TopicInfo
 
 log = logging.getLogger(__name__)
 E = ErrorCode

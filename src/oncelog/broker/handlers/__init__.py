@@ -1,12 +1,13 @@
 """One module per Kafka API. Each has `API_KEY` and `async def handle(broker, version, request)`,
 which returns the response body (None: no response, for Produce with acks=0) and may wait (Fetch
 long polls, InitProducerId may ask the controller, JoinGroup and SyncGroup wait for the
-rebalance, an acks=all Produce for its fsync).
+rebalance, an acks=all Produce for its fsync). `broker` is what a handler may use of its broker,
+typed (`broker.services.BrokerServices`), so mypy checks every handler strictly.
 
 `APIS` adds to each how its request is decoded (kio, unless the module writes its own `decode`)
 and how an error answers it (Kafka's `getErrorResponse`: the module's `error_response` where the
 response names the request's resources, else the response's top-level error code). The broker's
-dispatch (`Broker.handle_request`) is the only caller: it decodes, then handles, and answers a
+dispatch (`Dispatcher.handle`) is the only caller: it decodes, then handles, and answers a
 handler that raises with `error_response`."""
 from __future__ import annotations
 
@@ -61,6 +62,7 @@ from oncelog.broker.handlers import (
     update_features,
     write_txn_markers,
 )
+from oncelog.broker.services import BrokerServices
 from oncelog.protocol import entities
 from oncelog.protocol import produce as produce_wire
 
@@ -68,7 +70,7 @@ from oncelog.protocol import produce as produce_wire
 class Api(NamedTuple):
     key: int
     decode: Callable[[int, memoryview], Any]           # (version, body) -> request; raises on bad bytes
-    handle: Callable[[Any, int, Any], Awaitable[bytes | None]]  # (broker, version, request)
+    handle: Callable[[BrokerServices, int, Any], Awaitable[bytes | None]]  # (broker, version, request)
     error_response: Callable[[int, Any, int], bytes | None]     # (version, request, error code)
 
 

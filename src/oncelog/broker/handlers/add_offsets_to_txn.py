@@ -4,7 +4,10 @@ the TxnOffsetCommit offsets visible or drops them. Needs WRITE on the transactio
 on the group."""
 from __future__ import annotations
 
+from typing import Any
+
 from oncelog.broker.security.authorization import GROUP, TXN_ID, Op, require
+from oncelog.broker.services import BrokerServices
 from oncelog.core.txn.errors import for_version
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
@@ -12,7 +15,7 @@ from oncelog.protocol.api import ApiKey
 API_KEY = ApiKey.ADD_OFFSETS_TO_TXN
 
 
-async def handle(broker, version: int, r) -> bytes:
+async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
     require(broker, Op.WRITE, TXN_ID, str(r.transactional_id))
     require(broker, Op.READ, GROUP, str(r.group_id))
     rb = entities.ResponseBuilder(API_KEY, version)

@@ -14,9 +14,11 @@ v4 from brokers only (`authorization.require_broker`), else CLUSTER_AUTHORIZATIO
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from oncelog.broker.security.authorization import TOPIC, TXN_ID, Op, authorize, authorized_names, require_broker
 from oncelog.broker.security.internal_topics import refusal
+from oncelog.broker.services import BrokerServices
 from oncelog.core.topic_names import is_internal
 from oncelog.core.txn.errors import for_version
 from oncelog.core.txn.log_format import CONSUMER_OFFSETS_TOPIC
@@ -30,7 +32,7 @@ E = ErrorCode
 FIRST_V2 = 5
 
 
-async def handle(broker, version: int, r) -> bytes:
+async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     if version <= 3:
         results = await _one(broker, version, str(r.v3_and_below_transactional_id),
@@ -47,8 +49,8 @@ async def handle(broker, version: int, r) -> bytes:
         for t, results in zip(r.transactions, answers)))
 
 
-async def _one(broker, version: int, tid: str, pid: int, epoch: int, verify_only: bool,
-               topics) -> dict[tuple[str, int], int]:
+async def _one(broker: BrokerServices, version: int, tid: str, pid: int, epoch: int, verify_only: bool,
+               topics: Any) -> dict[tuple[str, int], int]:
     wanted = [(str(t.name), int(i)) for t in topics for i in t.partitions]
     if version <= 3:
         if not authorize(broker, Op.WRITE, TXN_ID, tid):
@@ -75,17 +77,17 @@ async def _one(broker, version: int, tid: str, pid: int, epoch: int, verify_only
     return {tp: code for tp in wanted}
 
 
-def _exists(broker, topic: str, index: int) -> bool:
+def _exists(broker: BrokerServices, topic: str, index: int) -> bool:
     if topic == CONSUMER_OFFSETS_TOPIC:
         # no topic in oncelog (offsets are files), but a transaction's member all the same: a
         # TxnOffsetCommit on another broker verifies it here
-        return 0 <= index < broker.config["offsets.topic.num.partitions"]
+        return 0 <= index < int(broker.config["offsets.topic.num.partitions"])
     info = broker.logs.topics.get(topic)
     return info is not None and 0 <= index < info.partitions
 
 
-def _topic_results(rb, results: dict[tuple[str, int], int]) -> tuple:
-    by_topic: dict[str, list] = {}
+def _topic_results(rb: entities.ResponseBuilder, results: dict[tuple[str, int], int]) -> tuple[Any, ...]:
+    by_topic: dict[str, list[Any]] = {}
     for (topic, index), code in results.items():
         by_topic.setdefault(topic, []).append(
             rb("AddPartitionsToTxnPartitionResult", partition_index=index, partition_error_code=code))
@@ -93,7 +95,7 @@ def _topic_results(rb, results: dict[tuple[str, int], int]) -> tuple:
                  for topic, parts in by_topic.items())
 
 
-def error_response(version: int, request, code: int) -> bytes:
+def error_response(version: int, request: Any, code: int) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     if version <= 3:
         return rb.encode_error(code, results_by_topic_v3_and_below=_topic_results(

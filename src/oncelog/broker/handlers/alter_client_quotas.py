@@ -3,7 +3,10 @@ controller, which validates each entity (INVALID_REQUEST with Kafka's messages),
 fsyncs (unless validate_only); the broker applies the records before it answers."""
 from __future__ import annotations
 
+from typing import Any
+
 from oncelog.broker.security.authorization import Op, authorize_cluster
+from oncelog.broker.services import BrokerServices
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode
@@ -12,7 +15,7 @@ API_KEY = ApiKey.ALTER_CLIENT_QUOTAS
 CONTROLLER_VERSION = 1
 
 
-async def handle(broker, version: int, r) -> bytes:
+async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
     if not authorize_cluster(broker, Op.ALTER_CONFIGS):
         return error_response(version, r, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     q = entities.RequestBuilder(API_KEY, CONTROLLER_VERSION)
@@ -30,7 +33,7 @@ async def handle(broker, version: int, r) -> bytes:
         for a in answer.entries))
 
 
-def error_response(version: int, r, code: int) -> bytes:
+def error_response(version: int, r: Any, code: int) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     return rb.encode(throttle_time=0, entries=tuple(
         rb("EntryData", error_code=code, error_message=None, entity=tuple(

@@ -4,9 +4,11 @@ client salts and hashes; no password reaches the broker. Needs ALTER on the clus
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 from oncelog.broker.cluster.controller_client import ControllerUnavailable
 from oncelog.broker.security.authorization import Op, authorize_cluster
+from oncelog.broker.services import BrokerServices
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
@@ -14,7 +16,7 @@ from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 API_KEY = ApiKey.ALTER_USER_SCRAM_CREDENTIALS
 
 
-async def handle(broker, version: int, request) -> bytes:
+async def handle(broker: BrokerServices, version: int, request: Any) -> bytes:
     if not authorize_cluster(broker, Op.ALTER):
         return error_response(version, request, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     try:
@@ -27,7 +29,7 @@ async def handle(broker, version: int, request) -> bytes:
     return bytes(r)
 
 
-def error_response(version: int, request, code: int, message: str | None = None) -> bytes:
+def error_response(version: int, request: Any, code: int, message: str | None = None) -> bytes:
     """Every user named in the request, failed with `code`."""
     rb = entities.ResponseBuilder(API_KEY, version)
     names = {str(d.name) for d in request.deletions} | {str(u.name) for u in request.upsertions}

@@ -7,6 +7,7 @@ KAFKA-17492), and the cluster's FinalizedFeatures with their epoch, which only g
 the answer with the highest epoch of any broker). A feature at level 0 is left out, as Kafka does."""
 from __future__ import annotations
 
+from oncelog.broker.services import BrokerServices
 from oncelog.core.features import SUPPORTED, FinalizedFeatures
 from oncelog.protocol import api_versions, entities
 from oncelog.protocol.api import BROKER_VERSIONS, ApiKey
@@ -15,12 +16,12 @@ from oncelog.protocol.errors import ErrorCode
 API_KEY = ApiKey.API_VERSIONS
 
 
-def decode(version: int, body) -> None:
+def decode(version: int, body: memoryview) -> None:
     """Nothing of the request is needed (and none of it can make the answer fail)."""
     return None
 
 
-async def handle(broker, version: int, request: None) -> bytes:
+async def handle(broker: BrokerServices, version: int, request: None) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     keys = tuple(rb("ApiVersion", api_key=k, min_version=lo, max_version=hi)
                  for k, (lo, hi) in sorted(BROKER_VERSIONS.items()))
@@ -36,11 +37,10 @@ async def handle(broker, version: int, request: None) -> bytes:
                      zk_migration_ready=False)
 
 
-def finalized_features(broker) -> FinalizedFeatures:
+def finalized_features(broker: BrokerServices) -> FinalizedFeatures:
     """What this broker follows of the controller's finalized features (the defaults until it
     has heard from the controller)."""
-    security = getattr(broker, "security", None)
-    return FinalizedFeatures() if security is None else security.state.features
+    return broker.security.state.features
 
 
 def unsupported_version() -> bytes:

@@ -6,7 +6,10 @@ Each group needs DESCRIBE (GROUP_AUTHORIZATION_FAILED in its entry), and DESCRIB
 its members subscribe to or are assigned (TOPIC_AUTHORIZATION_FAILED, Kafka 4's rule)."""
 from __future__ import annotations
 
+from typing import Any
+
 from oncelog.broker.security.authorization import GROUP, TOPIC, Op, authorize, authorized_names, authorized_operations
+from oncelog.broker.services import BrokerServices
 from oncelog.core.groups.reconciliation import Assignment
 from oncelog.core.security.authorizer import AUTHORIZED_OPERATIONS_OMITTED
 from oncelog.protocol import entities
@@ -18,16 +21,16 @@ E = ErrorCode
 CONSUMER_MEMBER = 1
 
 
-async def handle(broker, version: int, r) -> bytes:
+async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     asked = bool(r.include_authorized_operations)
     coordinator = broker.groups.consumer
 
-    def failed(gid, code: int, message: str | None = None):
+    def failed(gid: str, code: int, message: str | None = None) -> Any:
         return rb.error("DescribedGroup", code, group_id=gid, error_message=message, group_state="",
                         assignor_name="", authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
 
-    def assignment(a: Assignment):
+    def assignment(a: Assignment) -> Any:
         parts = []
         for tid, ps in sorted(a.items()):
             name = broker.logs.topic_name(tid)
@@ -70,7 +73,7 @@ async def handle(broker, version: int, r) -> bytes:
     return rb.encode(throttle_time=0, groups=tuple(out))
 
 
-def error_response(version: int, request, code: int) -> bytes:
+def error_response(version: int, request: Any, code: int) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     return rb.encode_error(code, groups=tuple(
         rb.error("DescribedGroup", code, group_id=gid, group_state="", assignor_name="",

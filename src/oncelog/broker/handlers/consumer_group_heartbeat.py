@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import replace
+from typing import Any
 
 from oncelog.broker.net.request_context import CLIENT
 from oncelog.broker.security.authorization import GROUP, TOPIC, Op, authorized_names, require
+from oncelog.broker.services import BrokerServices
 from oncelog.core.groups.heartbeat import Heartbeat
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
@@ -25,7 +27,7 @@ API_KEY = ApiKey.CONSUMER_GROUP_HEARTBEAT
 E = ErrorCode
 
 
-async def handle(broker, version: int, r) -> bytes:
+async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     interval = broker.groups.consumer.config.heartbeat_interval_ms
 
@@ -59,6 +61,7 @@ async def handle(broker, version: int, r) -> bytes:
     if outcome.error:
         return refuse(outcome.error, outcome.message)
     answer = outcome.answer
+    assert answer is not None  # an outcome without an error carries its answer
     assignment = None
     if answer.assignment is not None:
         assignment = rb("Assignment", topic_partitions=tuple(

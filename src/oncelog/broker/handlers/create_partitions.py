@@ -9,9 +9,11 @@ ALTER on the topic (TOPIC_AUTHORIZATION_FAILED). An internal topic keeps its cou
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 from oncelog.broker.security import internal_topics
 from oncelog.broker.security.authorization import TOPIC, Op, authorize
+from oncelog.broker.services import BrokerServices
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
@@ -19,7 +21,7 @@ from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 API_KEY = ApiKey.CREATE_PARTITIONS
 
 
-async def handle(broker, version: int, request) -> bytes:
+async def handle(broker: BrokerServices, version: int, request: Any) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     named = Counter(str(t.name) for t in request.topics)
     results = []
@@ -42,7 +44,7 @@ async def handle(broker, version: int, request) -> bytes:
     return rb.encode(throttle_time=0, results=tuple(results))
 
 
-def error_response(version: int, request, code: int) -> bytes:
+def error_response(version: int, request: Any, code: int) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     return rb.encode_error(code, results=tuple(rb.error("CreatePartitionsTopicResult", code, name=t.name)
                                                for t in request.topics))

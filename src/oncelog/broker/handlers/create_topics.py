@@ -6,9 +6,12 @@ cluster or on the topic (TOPIC_AUTHORIZATION_FAILED); the configs in the answer 
 need DESCRIBE_CONFIGS on the topic."""
 from __future__ import annotations
 
+from typing import Any
+
 from oncelog.broker.handlers.describe_configs import topic_config_entries
 from oncelog.broker.security import internal_topics
 from oncelog.broker.security.authorization import TOPIC, Op, authorize, authorize_cluster
+from oncelog.broker.services import BrokerServices
 from oncelog.core.topic_config import parse_topic_configs
 from oncelog.core.topic_names import validate_topic_name
 from oncelog.protocol import entities
@@ -18,7 +21,7 @@ from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 API_KEY = ApiKey.CREATE_TOPICS
 
 
-async def handle(broker, version: int, request) -> bytes:
+async def handle(broker: BrokerServices, version: int, request: Any) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     results = []
     on_cluster = authorize_cluster(broker, Op.CREATE, audit=False)
@@ -55,7 +58,7 @@ async def handle(broker, version: int, request) -> bytes:
     return rb.encode(throttle_time=0, topics=tuple(results))
 
 
-def _partitions(broker, t) -> int:
+def _partitions(broker: BrokerServices, t: Any) -> int:
     if int(t.replication_factor) not in (-1, 1):
         raise KafkaProtocolError(ErrorCode.INVALID_REPLICATION_FACTOR,
                                  "oncelog keeps one replica per partition: use replication factor 1")
@@ -63,13 +66,13 @@ def _partitions(broker, t) -> int:
         return len(t.assignments)
     n = int(t.num_partitions)
     if n == -1:
-        return broker.config["num.partitions"]
+        return int(broker.config["num.partitions"])
     if n < 1:
         raise KafkaProtocolError(ErrorCode.INVALID_PARTITIONS, f"{n} partitions")
     return n
 
 
-def error_response(version: int, request, code: int) -> bytes:
+def error_response(version: int, request: Any, code: int) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     return rb.encode_error(code, topics=tuple(rb.error("CreatableTopicResult", code, name=t.name, configs=None)
                                               for t in request.topics))

@@ -4,7 +4,10 @@ nothing succeeds with an empty list). A filter with a code Kafka does not know f
 parse (Kafka's DeleteAclsRequest.validate): the connection is closed with a log line."""
 from __future__ import annotations
 
+from typing import Any
+
 from oncelog.broker.security.authorization import Op, require_authorizer, require_cluster
+from oncelog.broker.services import BrokerServices
 from oncelog.core.security.acl import filter_from_wire, validate_filter
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
@@ -13,7 +16,7 @@ API_KEY = ApiKey.DELETE_ACLS
 CONTROLLER_VERSION = 3
 
 
-def decode(version: int, body: memoryview):
+def decode(version: int, body: memoryview) -> Any:
     r = entities.decode_request(API_KEY, version, body)
     for f in r.filters:
         problem = validate_filter(filter_from_wire(f))
@@ -22,7 +25,7 @@ def decode(version: int, body: memoryview):
     return r
 
 
-async def handle(broker, version: int, r) -> bytes:
+async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
     require_authorizer(broker)
     require_cluster(broker, Op.ALTER)
     cls = entities.nested(API_KEY, CONTROLLER_VERSION, "request", "DeleteAclsFilter")
@@ -43,7 +46,7 @@ async def handle(broker, version: int, r) -> bytes:
         for f in answer.filter_results))
 
 
-def error_response(version: int, r, code: int) -> bytes:
+def error_response(version: int, r: Any, code: int) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     return rb.encode(throttle_time=0, filter_results=tuple(
         rb("DeleteAclsFilterResult", error_code=code, error_message=None, matching_acls=()) for _ in r.filters))

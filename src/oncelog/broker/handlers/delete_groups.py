@@ -3,7 +3,10 @@ with members answers NON_EMPTY_GROUP, an unknown one GROUP_ID_NOT_FOUND (Kafka's
 GROUP_AUTHORIZATION_FAILED)."""
 from __future__ import annotations
 
+from typing import Any
+
 from oncelog.broker.security.authorization import GROUP, Op, authorize
+from oncelog.broker.services import BrokerServices
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode
@@ -11,7 +14,7 @@ from oncelog.protocol.errors import ErrorCode
 API_KEY = ApiKey.DELETE_GROUPS
 
 
-async def handle(broker, version: int, r) -> bytes:
+async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     results = tuple(
         rb("DeletableGroupResult", group_id=gid,
@@ -22,7 +25,7 @@ async def handle(broker, version: int, r) -> bytes:
     return rb.encode(throttle_time=0, results=results)
 
 
-def error_response(version: int, request, code: int) -> bytes:
+def error_response(version: int, request: Any, code: int) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     return rb.encode_error(code, results=tuple(rb.error("DeletableGroupResult", code, group_id=gid)
                                                for gid in request.groups_names))

@@ -4,8 +4,11 @@ on the topic (TOPIC_AUTHORIZATION_FAILED); an internal topic's records are never
 (INVALID_TOPIC_EXCEPTION, as Kafka's ReplicaManager answers)."""
 from __future__ import annotations
 
+from typing import Any
+
 from oncelog.broker.security.authorization import TOPIC, Op, authorized_names
 from oncelog.broker.security.internal_topics import refusal
+from oncelog.broker.services import BrokerServices
 from oncelog.core.topic_names import is_internal
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
@@ -14,7 +17,7 @@ from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 API_KEY = ApiKey.DELETE_RECORDS
 
 
-async def handle(broker, version: int, request) -> bytes:
+async def handle(broker: BrokerServices, version: int, request: Any) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     topics = []
     deletable = authorized_names(broker, Op.DELETE, TOPIC, (str(t.name) for t in request.topics))
@@ -49,7 +52,7 @@ async def handle(broker, version: int, request) -> bytes:
     return rb.encode(throttle_time=0, topics=tuple(topics))
 
 
-def error_response(version: int, request, code: int) -> bytes:
+def error_response(version: int, request: Any, code: int) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     return rb.encode_error(code, topics=tuple(
         rb.error("DeleteRecordsTopicResult", code, name=t.name, partitions=tuple(

@@ -4,8 +4,11 @@ named by its id is answered without its name unless the caller may DESCRIBE it, 
 An internal topic is never deleted (INVALID_TOPIC_EXCEPTION, `broker.security.internal_topics`)."""
 from __future__ import annotations
 
+from typing import Any
+
 from oncelog.broker.security import internal_topics
 from oncelog.broker.security.authorization import TOPIC, Op, authorize
+from oncelog.broker.services import BrokerServices
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
@@ -13,7 +16,7 @@ from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 API_KEY = ApiKey.DELETE_TOPICS
 
 
-async def handle(broker, version: int, request) -> bytes:
+async def handle(broker: BrokerServices, version: int, request: Any) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     if version >= 6:
         wanted = [(t.name, t.topic_id) for t in request.topics]
@@ -47,7 +50,7 @@ async def handle(broker, version: int, request) -> bytes:
     return rb.encode(throttle_time=0, responses=tuple(results))
 
 
-def error_response(version: int, request, code: int) -> bytes:
+def error_response(version: int, request: Any, code: int) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     named = [(t.name, t.topic_id) for t in request.topics] if version >= 6 else \
         [(name, None) for name in request.topic_names]

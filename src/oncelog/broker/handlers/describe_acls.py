@@ -5,8 +5,10 @@ nothing answers no resources. A filter with a code Kafka does not know fails the
 from __future__ import annotations
 
 from itertools import groupby
+from typing import Any
 
 from oncelog.broker.security.authorization import Op, require_cluster
+from oncelog.broker.services import BrokerServices
 from oncelog.core.security.acl import filter_from_wire, validate_filter
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
@@ -15,7 +17,7 @@ from oncelog.protocol.errors import ErrorCode
 API_KEY = ApiKey.DESCRIBE_ACLS
 
 
-def decode(version: int, body: memoryview):
+def decode(version: int, body: memoryview) -> Any:
     r = entities.decode_request(API_KEY, version, body)
     problem = validate_filter(filter_from_wire(r))
     if problem:
@@ -23,7 +25,7 @@ def decode(version: int, body: memoryview):
     return r
 
 
-async def handle(broker, version: int, r) -> bytes:
+async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     if broker.authorizer is None:
         return rb.encode(throttle_time=0, error_code=ErrorCode.SECURITY_DISABLED,

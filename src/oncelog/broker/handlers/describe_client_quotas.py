@@ -2,7 +2,10 @@
 broker's copy of the controller's quota settings (`ClientQuotaStore.describe`)."""
 from __future__ import annotations
 
+from typing import Any
+
 from oncelog.broker.security.authorization import Op, authorize_cluster
+from oncelog.broker.services import BrokerServices
 from oncelog.core.security.quotas import FilterComponent
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
@@ -11,7 +14,7 @@ from oncelog.protocol.errors import ErrorCode
 API_KEY = ApiKey.DESCRIBE_CLIENT_QUOTAS
 
 
-async def handle(broker, version: int, r) -> bytes:
+async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     if not authorize_cluster(broker, Op.DESCRIBE_CONFIGS):
         return rb.encode(throttle_time=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,

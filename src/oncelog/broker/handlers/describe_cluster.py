@@ -1,7 +1,10 @@
 """DescribeCluster (API 60), v0-v1: this broker, the cluster id, and who the controller is."""
 from __future__ import annotations
 
+from typing import Any
+
 from oncelog.broker.security.authorization import CLUSTER, CLUSTER_NAME, Op, authorize_cluster, authorized_operations
+from oncelog.broker.services import BrokerServices
 from oncelog.core.security.authorizer import AUTHORIZED_OPERATIONS_OMITTED
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
@@ -10,7 +13,7 @@ from oncelog.protocol.errors import ErrorCode
 API_KEY = ApiKey.DESCRIBE_CLUSTER
 
 
-async def handle(broker, version: int, request) -> bytes:
+async def handle(broker: BrokerServices, version: int, request: Any) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     if int(getattr(request, "endpoint_type", 1)) != 1:  # 1 = brokers; 2 = controllers
         return rb.encode(throttle_time=0, error_code=ErrorCode.UNSUPPORTED_ENDPOINT_TYPE,

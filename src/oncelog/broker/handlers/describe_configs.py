@@ -6,7 +6,11 @@ DESCRIBE_CONFIGS on the topic (TOPIC_AUTHORIZATION_FAILED) or the cluster for br
 (CLUSTER_AUTHORIZATION_FAILED)."""
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 from oncelog.broker.security.authorization import Op, config_denied
+from oncelog.broker.services import BrokerServices
 from oncelog.core.topic_config import TOPIC_CONFIGS
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
@@ -21,7 +25,8 @@ _TYPES = {"boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5, "double": 
           "password": 9}
 
 
-def topic_config_entries(broker, topic: str):
+def topic_config_entries(broker: BrokerServices, topic: str
+                         ) -> Iterator[tuple[str, str | None, int, str, str, bool, bool]]:
     """(name, value, source, doc, kind, read-only, sensitive) for every topic config of `topic`."""
     overrides = broker.logs.topics[topic].overrides
     effective = broker.logs.topic_config(topic)
@@ -32,7 +37,7 @@ def topic_config_entries(broker, topic: str):
         yield name, definition.render(effective[name]), source, definition.doc, definition.kind, False, False
 
 
-async def handle(broker, version: int, request) -> bytes:
+async def handle(broker: BrokerServices, version: int, request: Any) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     results = []
     for res in request.resources:
@@ -66,7 +71,7 @@ async def handle(broker, version: int, request) -> bytes:
     return rb.encode(throttle_time=0, results=tuple(results))
 
 
-def error_response(version: int, request, code: int) -> bytes:
+def error_response(version: int, request: Any, code: int) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     return rb.encode_error(code, results=tuple(
         rb.error("DescribeConfigsResult", code, error_message=None, resource_type=res.resource_type,

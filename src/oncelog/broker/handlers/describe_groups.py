@@ -4,8 +4,11 @@ caller's. A KIP-848 consumer group is not a classic group: `Dead` without an err
 answers below v6 (ConsumerGroupDescribe describes it)."""
 from __future__ import annotations
 
-from oncelog.broker.groups.coordinator import STABLE
+from typing import Any
+
 from oncelog.broker.security.authorization import GROUP, Op, authorize, authorized_operations
+from oncelog.broker.services import BrokerServices
+from oncelog.core.groups.classic_group import STABLE
 from oncelog.core.security.authorizer import AUTHORIZED_OPERATIONS_OMITTED
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
@@ -14,7 +17,7 @@ from oncelog.protocol.errors import ErrorCode
 API_KEY = ApiKey.DESCRIBE_GROUPS
 
 
-async def handle(broker, version: int, r) -> bytes:
+async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     asked = bool(getattr(r, "include_authorized_operations", False))
     out = []
@@ -29,7 +32,7 @@ async def handle(broker, version: int, r) -> bytes:
                           authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))
             continue
         g = None if broker.groups.consumer.is_consumer_group(str(gid)) else broker.groups.group(str(gid))
-        members: tuple = ()
+        members: tuple[Any, ...] = ()
         # as Kafka: metadata and assignments only once the group is Stable
         stable = g is not None and g.state == STABLE
         if g is not None:
@@ -45,7 +48,7 @@ async def handle(broker, version: int, r) -> bytes:
     return rb.encode(throttle_time=0, groups=tuple(out))
 
 
-def error_response(version: int, request, code: int) -> bytes:
+def error_response(version: int, request: Any, code: int) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     return rb.encode_error(code, groups=tuple(
         rb.error("DescribedGroup", code, group_id=gid, authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)

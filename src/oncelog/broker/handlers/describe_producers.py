@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Callable
+from typing import Any
 
 from kio.schema.describe_producers.v0.request import DescribeProducersRequest
 from kio.schema.describe_producers.v0.response import (
@@ -22,15 +23,17 @@ from kio.schema.types import ProducerId, TopicName
 from kio.static.primitive import i32, i32Timedelta, i64
 
 from oncelog.broker.security.authorization import TOPIC, Op, authorized_names
+from oncelog.broker.services import BrokerServices
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
+from oncelog.storage.partition import Partition
 
 API_KEY = ApiKey.DESCRIBE_PRODUCERS
 VERSIONS = (0, 0)
 
 
 def describe_producers(request: DescribeProducersRequest,
-                       get_partition: Callable[[str, int], object | None],
+                       get_partition: Callable[[str, int], Partition | None],
                        readable: set[str] | None = None) -> DescribeProducersResponse:
     """`get_partition(topic, index)` returns the Partition, or None when this broker has none;
     topics outside `readable` (None: all) are refused."""
@@ -58,7 +61,7 @@ def describe_producers(request: DescribeProducersRequest,
                                      topics=tuple(topics))
 
 
-def _producers(partition) -> list[ProducerState]:
+def _producers(partition: Partition) -> list[ProducerState]:
     return [ProducerState(producer_id=ProducerId(e.producer_id), producer_epoch=i32(e.epoch),
                           last_sequence=i32(e.last_sequence), last_timestamp=i64(e.last_timestamp),
                           coordinator_epoch=i32(e.coordinator_epoch),
@@ -66,12 +69,12 @@ def _producers(partition) -> list[ProducerState]:
             for e in partition.producer_state.entries()]
 
 
-async def handle(broker, version: int, request) -> bytes:
+async def handle(broker: BrokerServices, version: int, request: Any) -> bytes:
     readable = authorized_names(broker, Op.READ, TOPIC, (str(t.name) for t in request.topics))
     return entities.encode(describe_producers(request, broker.logs.get_partition, readable))
 
 
-def error_response(version: int, request, code: int) -> bytes:
+def error_response(version: int, request: Any, code: int) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     return rb.encode_error(code, topics=tuple(
         rb.error("TopicResponse", code, name=t.name, partitions=tuple(

@@ -4,7 +4,10 @@ coordinate NOT_COORDINATOR. Each id needs DESCRIBE (TRANSACTIONAL_ID_AUTHORIZATI
 partitions are listed only for topics the caller may DESCRIBE."""
 from __future__ import annotations
 
+from typing import Any
+
 from oncelog.broker.security.authorization import TOPIC, TXN_ID, Op, authorize, authorized_names
+from oncelog.broker.services import BrokerServices
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode
@@ -12,7 +15,7 @@ from oncelog.protocol.errors import ErrorCode
 API_KEY = ApiKey.DESCRIBE_TRANSACTIONS
 
 
-async def handle(broker, version: int, r) -> bytes:
+async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     states = []
     for tid in r.transactional_ids:
@@ -37,7 +40,7 @@ async def handle(broker, version: int, r) -> bytes:
     return rb.encode(throttle_time=0, transaction_states=tuple(states))
 
 
-def error_response(version: int, request, code: int) -> bytes:
+def error_response(version: int, request: Any, code: int) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     return rb.encode_error(code, transaction_states=tuple(
         rb.error("TransactionState", code, transactional_id=tid, transaction_state="", transaction_start_time=0)

@@ -3,8 +3,11 @@ controller (what the controller adds for brokers — the credential records — 
 Needs DESCRIBE on the cluster, as in Kafka."""
 from __future__ import annotations
 
+from typing import Any
+
 from oncelog.broker.cluster.controller_client import ControllerUnavailable
 from oncelog.broker.security.authorization import Op, authorize_cluster
+from oncelog.broker.services import BrokerServices
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode
@@ -12,7 +15,7 @@ from oncelog.protocol.errors import ErrorCode
 API_KEY = ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS
 
 
-async def handle(broker, version: int, request) -> bytes:
+async def handle(broker: BrokerServices, version: int, request: Any) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     if not authorize_cluster(broker, Op.DESCRIBE):
         return rb.encode(throttle_time=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,

@@ -9,7 +9,10 @@ exhausted), writes the markers with it, and answers the producer id and epoch th
 with; a retry is told them too."""
 from __future__ import annotations
 
+from typing import Any
+
 from oncelog.broker.security.authorization import TXN_ID, Op, require
+from oncelog.broker.services import BrokerServices
 from oncelog.core.txn.errors import for_version
 from oncelog.core.txn.state import TV_0, TV_2
 from oncelog.protocol import entities
@@ -19,7 +22,7 @@ API_KEY = ApiKey.END_TXN
 FIRST_V2 = 5
 
 
-async def handle(broker, version: int, r) -> bytes:
+async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
     require(broker, Op.WRITE, TXN_ID, str(r.transactional_id))
     rb = entities.ResponseBuilder(API_KEY, version)
     code = await broker.txn.ensure_topic()

@@ -15,14 +15,17 @@ Kafka's unrecordQuotaSensor), and the connection is muted for that time (KIP-219
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from oncelog.broker.security.authorization import TOPIC, Op, authorized_names
 from oncelog.broker.security.quotas import throttle
+from oncelog.broker.services import BrokerServices
 from oncelog.protocol import entities
 from oncelog.protocol import fetch as wire
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.protocol.records import iter_batches
+from oncelog.storage.partition import Partition
 
 API_KEY = ApiKey.FETCH
 READ_COMMITTED = 1
@@ -31,7 +34,7 @@ READ_COMMITTED = 1
 MAX_ABORTED_SCAN = 1000
 
 
-async def handle(broker, version: int, request) -> bytes:
+async def handle(broker: BrokerServices, version: int, request: Any) -> bytes:
     max_wait_s = entities.millis(request.max_wait) / 1000
     deadline = time.monotonic() + max_wait_s
     max_bytes = min(int(request.max_bytes), broker.config["fetch.max.bytes"], broker.quotas.fetch_window_bytes())
@@ -51,12 +54,13 @@ async def handle(broker, version: int, request) -> bytes:
         await broker.wait_for_data(remaining)
 
 
-def _any_readable(topics) -> bool:
+def _any_readable(topics: list[tuple[str, list[wire.PartitionData]]]) -> bool:
     # a request whose partitions all failed will not be helped by waiting
     return any(p.error_code == 0 for _name, parts in topics for p in parts)
 
 
-def _read(broker, request, max_bytes: int, readable: set[str]):
+def _read(broker: BrokerServices, request: Any, max_bytes: int, readable: set[str]
+          ) -> tuple[list[tuple[str, list[wire.PartitionData]]], int]:
     """At most `max_bytes` of records over all partitions and PartitionMaxBytes from each, except
     that the first batch of the first partition with data is returned whole even if it is larger,
     so that a consumer always progresses (Kafka's ReplicaManager.readFromLog, KIP-74). A later
@@ -99,7 +103,7 @@ def _read(broker, request, max_bytes: int, readable: set[str]):
     return topics, total
 
 
-def _read_committed(partition, data: wire.PartitionData, offset: int, limit: int, first: bool) -> None:
+def _read_committed(partition: Partition, data: wire.PartitionData, offset: int, limit: int, first: bool) -> None:
     """Records below the LSO, and the aborted transactions among them."""
     records = partition.read(offset, limit, min_one=first, max_offset=data.last_stable_offset)
     end = _end_offset(records)
@@ -117,7 +121,7 @@ def _read_committed(partition, data: wire.PartitionData, offset: int, limit: int
                                  if t.first_offset < end]
 
 
-def _end_offset(records) -> int:
+def _end_offset(records: bytes | memoryview) -> int:
     """The offset after the last batch of `records` (header-level), or -1 if none."""
     end = -1
     for _pos, header in iter_batches(records):
@@ -125,7 +129,7 @@ def _end_offset(records) -> int:
     return end
 
 
-def error_response(version: int, request, code: int) -> bytes:
+def error_response(version: int, request: Any, code: int) -> bytes:
     return wire.encode_response(version, [(str(t.topic), [wire.PartitionData(int(p.partition), code)
                                                           for p in t.partitions]) for t in request.topics],
                                 error_code=code)

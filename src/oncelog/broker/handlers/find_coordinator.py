@@ -8,7 +8,10 @@ created on first need only for a caller allowed to ask (Kafka's getCoordinator o
 refused request creates nothing."""
 from __future__ import annotations
 
+from typing import Any
+
 from oncelog.broker.security import authorization as authz
+from oncelog.broker.services import BrokerServices
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode
@@ -17,11 +20,11 @@ API_KEY = ApiKey.FIND_COORDINATOR
 GROUP, TRANSACTION = 0, 1
 
 
-async def handle(broker, version: int, request) -> bytes:
+async def handle(broker: BrokerServices, version: int, request: Any) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     key_type = int(getattr(request, "key_type", GROUP))
     keys = list(request.coordinator_keys) if version >= 4 else [request.key]
-    answers: dict[str, dict] = {}
+    answers: dict[str, dict[str, Any]] = {}
     allowed = []   # keys the caller may look up
     for key in dict.fromkeys(keys):
         answer = _answer(broker, key_type, key)
@@ -40,7 +43,7 @@ async def handle(broker, version: int, request) -> bytes:
     return rb.encode(throttle_time=0, **answers[request.key])
 
 
-def _answer(broker, key_type: int, key: str) -> dict | None:
+def _answer(broker: BrokerServices, key_type: int, key: str) -> dict[str, Any] | None:
     """The answer for `key`, or None for a key the caller may look up."""
     if key_type not in (GROUP, TRANSACTION):
         return _error(ErrorCode.INVALID_REQUEST, f"unknown key type {key_type}")
@@ -52,18 +55,18 @@ def _answer(broker, key_type: int, key: str) -> dict | None:
     return None
 
 
-def _coordinator(found: tuple[int, str, int] | None) -> dict:
+def _coordinator(found: tuple[int, str, int] | None) -> dict[str, Any]:
     if found is None:
         return _error(ErrorCode.COORDINATOR_NOT_AVAILABLE)
     node, host, port = found
     return dict(node_id=node, host=host, port=port, error_code=ErrorCode.NONE, error_message=None)
 
 
-def _error(code: int, message: str | None = None) -> dict:
+def _error(code: int, message: str | None = None) -> dict[str, Any]:
     return dict(node_id=-1, host="", port=-1, error_code=code, error_message=message)
 
 
-def error_response(version: int, request, code: int) -> bytes:
+def error_response(version: int, request: Any, code: int) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     if version >= 4:
         return rb.encode_error(code, coordinators=tuple(rb.error("Coordinator", code, key=key, error_message=None)

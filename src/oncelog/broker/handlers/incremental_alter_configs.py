@@ -8,8 +8,12 @@ validated before any is applied; an internal topic's `cleanup.policy` stays `com
 the cluster for broker settings (CLUSTER_AUTHORIZATION_FAILED)."""
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from typing import Any
+
 from oncelog.broker.security import internal_topics
 from oncelog.broker.security.authorization import Op, config_denied
+from oncelog.broker.services import BrokerServices
 from oncelog.core.topic_config import TOPIC_CONFIGS, alter_list, parse_topic_configs
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
@@ -20,24 +24,33 @@ TOPIC, BROKER = 2, 4
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 
-async def handle(broker, version: int, request) -> bytes:
-    rb = entities.ResponseBuilder(API_KEY, version)
+async def handle(broker: BrokerServices, version: int, request: Any) -> bytes:
+    return await alter_each(broker, API_KEY, version, request, _alter_broker, _alter_topic)
+
+
+# A resource's change: (broker, resource name, the request's configs for it, validate_only)
+Alter = Callable[[BrokerServices, str, Any, bool], Awaitable[None]]
+
+
+async def alter_each(broker: BrokerServices, api_key: int, version: int, request: Any, alter_broker: Alter,
+                     alter_topic: Alter) -> bytes:
+    """The per-resource loop of AlterConfigs and IncrementalAlterConfigs: each resource is
+    authorized, changed by its type, and answered on its own (a refused one leaves the others
+    changed, as Kafka answers)."""
+    rb = entities.ResponseBuilder(api_key, version)
     responses = []
     for res in request.resources:
         rtype, rname = int(res.resource_type), str(res.resource_name)
-        code: int
-        code, message = ErrorCode.NONE, None
+        code: int = ErrorCode.NONE
+        message: str | None = None
         try:
             denied = config_denied(broker, Op.ALTER_CONFIGS, rtype, rname)
             if denied is not None:
                 raise KafkaProtocolError(denied, None)
-            if rtype == BROKER:
-                await broker.dynamic_config.alter(rname, [(c.name, int(c.config_operation), c.value)
-                                                          for c in res.configs], request.validate_only)
-            elif rtype == TOPIC:
-                await _alter_topic(broker, rname, res.configs, request.validate_only)
-            else:
+            alter = {BROKER: alter_broker, TOPIC: alter_topic}.get(rtype)
+            if alter is None:
                 raise KafkaProtocolError(ErrorCode.INVALID_REQUEST, f"Unknown resource type {rtype}")
+            await alter(broker, rname, res.configs, request.validate_only)
         except KafkaProtocolError as e:
             code, message = e.code, e.message
         responses.append(rb("AlterConfigsResourceResponse", error_code=code, error_message=message,
@@ -45,7 +58,12 @@ async def handle(broker, version: int, request) -> bytes:
     return rb.encode(throttle_time=0, responses=tuple(responses))
 
 
-async def _alter_topic(broker, topic: str, configs, validate_only: bool) -> None:
+async def _alter_broker(broker: BrokerServices, name: str, configs: Any, validate_only: bool) -> None:
+    await broker.dynamic_config.alter(name, [(c.name, int(c.config_operation), c.value) for c in configs],
+                                      validate_only)
+
+
+async def _alter_topic(broker: BrokerServices, topic: str, configs: Any, validate_only: bool) -> None:
     if topic not in broker.logs.topics:
         raise KafkaProtocolError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {topic!r}")
     to_set, to_delete = {}, []
@@ -65,7 +83,8 @@ async def _alter_topic(broker, topic: str, configs, validate_only: bool) -> None
         parse_topic_configs(to_set)
 
 
-def _list_op(broker, topic: str, pending: dict[str, str], name: str, value: str | None, append: bool) -> str:
+def _list_op(broker: BrokerServices, topic: str, pending: dict[str, str], name: str, value: str | None,
+             append: bool) -> str:
     """APPEND / SUBTRACT on a list config, from the topic's override (or an earlier change in
     this request), else the config's default, as Kafka's ConfigAdminManager does."""
     definition = TOPIC_CONFIGS.get(name)
@@ -76,7 +95,7 @@ def _list_op(broker, topic: str, pending: dict[str, str], name: str, value: str 
     return alter_list(current, value or "", append)
 
 
-def error_response(version: int, request, code: int, api_key: int = API_KEY) -> bytes:
+def error_response(version: int, request: Any, code: int, api_key: int = API_KEY) -> bytes:
     """Every resource refused with `code` (AlterConfigs answers the same shape)."""
     rb = entities.ResponseBuilder(api_key, version)
     return rb.encode_error(code, responses=tuple(

@@ -13,6 +13,8 @@ IDEMPOTENT_WRITE on the cluster or WRITE on any topic (KIP-679), else CLUSTER_AU
 """
 from __future__ import annotations
 
+from typing import Any
+
 from oncelog.broker.security.authorization import (
     TOPIC,
     TXN_ID,
@@ -21,6 +23,7 @@ from oncelog.broker.security.authorization import (
     authorize_cluster,
     require,
 )
+from oncelog.broker.services import BrokerServices
 from oncelog.core.txn.errors import for_version
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
@@ -29,7 +32,7 @@ from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 API_KEY = ApiKey.INIT_PRODUCER_ID
 
 
-async def handle(broker, version: int, request) -> bytes:
+async def handle(broker: BrokerServices, version: int, request: Any) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     if request.transactional_id is not None:
         require(broker, Op.WRITE, TXN_ID, str(request.transactional_id))
@@ -45,7 +48,8 @@ async def handle(broker, version: int, request) -> bytes:
     return rb.encode(throttle_time=0, error_code=ErrorCode.NONE, producer_id=pid, producer_epoch=0)
 
 
-async def _transactional(broker, version: int, request, rb) -> bytes:
+async def _transactional(broker: BrokerServices, version: int, request: Any,
+                        rb: entities.ResponseBuilder) -> bytes:
     tid = str(request.transactional_id)
     code = await broker.txn.ensure_topic() if tid else ErrorCode.NONE
     if code:

@@ -4,8 +4,11 @@ rebalance to complete. v0 has no rebalance timeout: the session timeout stands i
 Needs READ on the group (else GROUP_AUTHORIZATION_FAILED)."""
 from __future__ import annotations
 
+from typing import Any
+
 from oncelog.broker.net.request_context import CLIENT
 from oncelog.broker.security.authorization import GROUP, Op, require
+from oncelog.broker.services import BrokerServices
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode
@@ -13,7 +16,7 @@ from oncelog.protocol.errors import ErrorCode
 API_KEY = ApiKey.JOIN_GROUP
 
 
-async def handle(broker, version: int, r) -> bytes:
+async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
     client_id, host = CLIENT.get()
     require(broker, Op.READ, GROUP, str(r.group_id))
     rb = entities.ResponseBuilder(API_KEY, version)

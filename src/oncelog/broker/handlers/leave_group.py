@@ -3,7 +3,10 @@ member id, by its static instance id (KIP-345's administrative removal); each ge
 Needs READ on the group."""
 from __future__ import annotations
 
+from typing import Any
+
 from oncelog.broker.security.authorization import GROUP, Op, require
+from oncelog.broker.services import BrokerServices
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode
@@ -11,10 +14,10 @@ from oncelog.protocol.errors import ErrorCode
 API_KEY = ApiKey.LEAVE_GROUP
 
 
-async def handle(broker, version: int, r) -> bytes:
+async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     group = str(r.group_id)
-    error = ErrorCode.NONE
+    error: int = ErrorCode.NONE
     if group:
         require(broker, Op.READ, GROUP, group)
     if not group:

@@ -3,7 +3,10 @@ DESCRIBE (Kafka filters silently). v4 filters by state, v5 by type and answers e
 (`classic` or `consumer`; filters ignore case, as Kafka's)."""
 from __future__ import annotations
 
+from typing import Any
+
 from oncelog.broker.security.authorization import GROUP, Op, authorize, authorize_cluster
+from oncelog.broker.services import BrokerServices
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode
@@ -11,7 +14,7 @@ from oncelog.protocol.errors import ErrorCode
 API_KEY = ApiKey.LIST_GROUPS
 
 
-async def handle(broker, version: int, r) -> bytes:
+async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     states = {s.lower() for s in getattr(r, "states_filter", ()) or ()}  # Kafka ignores case
     types = {t.lower() for t in getattr(r, "types_filter", ()) or ()}

@@ -9,8 +9,10 @@ TOPIC_AUTHORIZATION_FAILED)."""
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 from oncelog.broker.security.authorization import TOPIC, Op, authorized_names
+from oncelog.broker.services import BrokerServices
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
@@ -22,7 +24,7 @@ _SINCE_VERSION = {LATEST: 1, EARLIEST: 1, MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, L
 _NOT_FOUND = (ErrorCode.NONE, -1, -1, -1)
 
 
-async def handle(broker, version: int, request) -> bytes:
+async def handle(broker: BrokerServices, version: int, request: Any) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     named = Counter((str(t.name), int(p.partition_index)) for t in request.topics for p in t.partitions)
     duplicates = {tp for tp, n in named.items() if n > 1}
@@ -49,7 +51,8 @@ async def handle(broker, version: int, request) -> bytes:
     return rb.encode(throttle_time=0, topics=tuple(topics))
 
 
-def _lookup(broker, topic: str, index: int, timestamp: int, committed: bool) -> tuple[int, int, int, int]:
+def _lookup(broker: BrokerServices, topic: str, index: int, timestamp: int,
+            committed: bool) -> tuple[int, int, int, int]:
     """(error, timestamp, offset, leader epoch) for one partition."""
     partition = broker.logs.get_partition(topic, index)
     if partition is None:
@@ -76,7 +79,7 @@ def _lookup(broker, topic: str, index: int, timestamp: int, committed: bool) -> 
     return ErrorCode.NONE, found.timestamp, found.offset, found.leader_epoch
 
 
-def error_response(version: int, request, code: int) -> bytes:
+def error_response(version: int, request: Any, code: int) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     return rb.encode_error(code, topics=tuple(
         rb.error("ListOffsetsTopicResponse", code, name=t.name, partitions=tuple(

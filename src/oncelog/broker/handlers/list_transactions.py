@@ -3,14 +3,17 @@ names, producer ids and (v1, KIP-994) how long they have been running; unknown s
 listed back. Only ids the caller may DESCRIBE are listed."""
 from __future__ import annotations
 
+from typing import Any
+
 from oncelog.broker.security.authorization import TXN_ID, Op, authorize
+from oncelog.broker.services import BrokerServices
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 
 API_KEY = ApiKey.LIST_TRANSACTIONS
 
 
-async def handle(broker, version: int, r) -> bytes:
+async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     code, unknown, metas = broker.txn.core.list_transactions(
         broker.now_ms(), [str(s) for s in r.state_filters], [int(p) for p in r.producer_id_filters],

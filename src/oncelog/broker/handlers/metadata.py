@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import uuid
+from typing import Any
 
 from oncelog.broker.security.authorization import (
     CLUSTER,
@@ -25,6 +26,7 @@ from oncelog.broker.security.authorization import (
     authorized_names,
     authorized_operations,
 )
+from oncelog.broker.services import BrokerServices
 from oncelog.core.topic_names import BROKER_OWNED_TOPICS, invalid_topic_reason, is_internal
 from oncelog.protocol import metadata as wire
 from oncelog.protocol.api import ApiKey
@@ -36,12 +38,12 @@ API_KEY = ApiKey.METADATA
 log = logging.getLogger(__name__)
 
 
-async def handle(broker, version: int, request) -> bytes:
+async def handle(broker: BrokerServices, version: int, request: Any) -> bytes:
     if version == 0 and not request.topics:
         request = dataclasses.replace(request, topics=None)  # v0's empty array asks for all (v1+: null)
     by_id: dict[str, uuid.UUID] = {}   # names the request gave only as topic ids
     if request.topics is None:
-        wanted: list = sorted(authorized_names(broker, Op.DESCRIBE, TOPIC, broker.logs.topics, audit=False))
+        wanted: list[str] = sorted(authorized_names(broker, Op.DESCRIBE, TOPIC, broker.logs.topics, audit=False))
     else:
         wanted = []
         for t in request.topics:
@@ -97,7 +99,7 @@ def _without_dead_leaders(topic: wire.TopicEntry, alive: set[int]) -> wire.Topic
     return topic
 
 
-async def topic_entry(broker, name, allow_create: bool) -> wire.TopicEntry:
+async def topic_entry(broker: BrokerServices, name: Any, allow_create: bool) -> wire.TopicEntry:
     if not isinstance(name, str):  # a topic id we do not know
         return wire.TopicEntry(None, ErrorCode.UNKNOWN_TOPIC_ID, topic_id=name)
     info = broker.logs.topics.get(name)
@@ -123,7 +125,7 @@ async def topic_entry(broker, name, allow_create: bool) -> wire.TopicEntry:
     return wire.TopicEntry(name, 0, info.topic_id, tuple(partitions), magic, is_internal=is_internal(name))
 
 
-def error_response(version: int, request, code: int) -> bytes:
+def error_response(version: int, request: Any, code: int) -> bytes:
     """`code` for each topic named (none when all were asked for), and no brokers."""
     topics = [wire.TopicEntry(t.name, code, topic_id=getattr(t, "topic_id", None) or NULL_UUID)
               for t in request.topics or ()]

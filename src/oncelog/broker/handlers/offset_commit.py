@@ -7,7 +7,10 @@ topic does not have gets UNKNOWN_TOPIC_OR_PARTITION. Needs READ on the group (el
 GROUP_AUTHORIZATION_FAILED for every partition) and READ on each topic (TOPIC_AUTHORIZATION_FAILED)."""
 from __future__ import annotations
 
+from typing import Any
+
 from oncelog.broker.security.authorization import GROUP, TOPIC, Op, authorized_names, require
+from oncelog.broker.services import BrokerServices
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode
@@ -16,7 +19,7 @@ from oncelog.storage.group_offsets import Committed
 API_KEY = ApiKey.OFFSET_COMMIT
 
 
-async def handle(broker, version: int, r) -> bytes:
+async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     require(broker, Op.READ, GROUP, str(r.group_id))
     readable = authorized_names(broker, Op.READ, TOPIC, (str(t.name) for t in r.topics))
@@ -33,6 +36,7 @@ async def handle(broker, version: int, r) -> bytes:
                 int(p.committed_offset), p.committed_metadata,
                 int(getattr(p, "committed_leader_epoch", -1)))
     generation = int(getattr(r, "generation_id_or_member_epoch", getattr(r, "generation_id", -1)))
+    error: int
     if not broker.coordinates(str(r.group_id)):
         error = ErrorCode.NOT_COORDINATOR
     elif offsets:
@@ -52,14 +56,14 @@ async def handle(broker, version: int, r) -> bytes:
     return rb.encode(throttle_time=0, topics=topics)
 
 
-def _exists(broker, topic: str, index: int) -> bool:
+def _exists(broker: BrokerServices, topic: str, index: int) -> bool:
     # the topic's metadata, not local leadership: in a cluster the group's coordinator commits
     # offsets of partitions other brokers lead
     info = broker.logs.topics.get(topic)
     return info is not None and 0 <= index < info.partitions
 
 
-def error_response(version: int, request, code: int) -> bytes:
+def error_response(version: int, request: Any, code: int) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     return rb.encode_error(code, topics=tuple(
         rb.error("OffsetCommitResponseTopic", code, name=t.name, partitions=tuple(

@@ -5,7 +5,10 @@ NOT_COORDINATOR) the top-level error with no topics, as Kafka answers it. Needs 
 group (GROUP_AUTHORIZATION_FAILED) and READ on each topic (TOPIC_AUTHORIZATION_FAILED)."""
 from __future__ import annotations
 
+from typing import Any
+
 from oncelog.broker.security.authorization import GROUP, TOPIC, Op, authorized_names, require
+from oncelog.broker.services import BrokerServices
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
@@ -13,7 +16,7 @@ from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 API_KEY = ApiKey.OFFSET_DELETE
 
 
-async def handle(broker, version: int, r) -> bytes:
+async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     group_id = str(r.group_id)
     if not group_id:
@@ -47,5 +50,5 @@ async def handle(broker, version: int, r) -> bytes:
     return rb.encode(error_code=ErrorCode.NONE, throttle_time=0, topics=topics)
 
 
-def error_response(version: int, request, code: int) -> bytes:
+def error_response(version: int, request: Any, code: int) -> bytes:
     return entities.ResponseBuilder(API_KEY, version).encode_error(code, topics=())

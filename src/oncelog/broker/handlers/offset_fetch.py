@@ -10,8 +10,10 @@ described are left out."""
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Any
 
 from oncelog.broker.security.authorization import GROUP, TOPIC, Op, authorize, authorized_names, require
+from oncelog.broker.services import BrokerServices
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode
@@ -21,7 +23,7 @@ FIRST_BATCHED = 8
 E = ErrorCode
 
 
-async def handle(broker, version: int, r) -> bytes:
+async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     stable = bool(getattr(r, "require_stable", False))
     if version < FIRST_BATCHED:
@@ -42,8 +44,9 @@ async def handle(broker, version: int, r) -> bytes:
     return rb.encode(throttle_time=0, groups=tuple(groups))
 
 
-def _group(broker, rb, group_id: str, asked, stable: bool, member_id: str | None, member_epoch: int,
-           topic_cls: str, partition_cls: str) -> tuple[int, tuple]:
+def _group(broker: BrokerServices, rb: entities.ResponseBuilder, group_id: str, asked: Any, stable: bool,
+           member_id: str | None, member_epoch: int,
+           topic_cls: str, partition_cls: str) -> tuple[int, tuple[Any, ...]]:
     """(group error, topics) for one group."""
     if not broker.coordinates(group_id):
         return E.NOT_COORDINATOR, ()
@@ -82,7 +85,7 @@ def _group(broker, rb, group_id: str, asked, stable: bool, member_id: str | None
     return E.NONE, tuple(topics)
 
 
-def error_response(version: int, request, code: int) -> bytes:
+def error_response(version: int, request: Any, code: int) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     if version >= FIRST_BATCHED:
         return rb.encode_error(code, groups=tuple(

@@ -50,29 +50,31 @@ throttle time and the connection is muted for it (KIP-219); the records are appe
 from __future__ import annotations
 
 import asyncio
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from oncelog.broker.net.request_context import applied
 from oncelog.broker.security.authorization import TOPIC, TXN_ID, Op, authorize, authorized_names
 from oncelog.broker.security.internal_topics import refusal
 from oncelog.broker.security.quotas import throttle
+from oncelog.broker.services import BrokerServices
 from oncelog.broker.txn import add_partitions
 from oncelog.core.topic_names import is_internal
 from oncelog.core.txn.errors import verification_error
+from oncelog.core.txn.verification import Guard
 from oncelog.protocol import produce as wire
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
-from oncelog.protocol.records import iter_batches, magic_of
+from oncelog.protocol.records import BatchHeader, iter_batches, magic_of
+from oncelog.storage.partition import Partition
 
 API_KEY = 0
 FIRST_V2 = 12   # Produce v12+: Transactions V2 (the leader adds the partition to the transaction)
 
 
-async def handle(broker, version: int, request) -> bytes | None:
+async def handle(broker: BrokerServices, version: int, request: wire.ProduceRequest) -> bytes | None:
     now = broker.now_ms()
-    topics = []
-    waits: list = []
     refuse = _refusal(request)
     tid = request.transactional_id
     # (without a transactional id, each transactional batch is refused below, as Kafka answers a null id)
@@ -83,29 +85,98 @@ async def handle(broker, version: int, request) -> bytes | None:
         broker.metrics.count_errors("produce", (ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
                                                 for _topic, parts in request.topics for _part in parts))
         return error_response(version, request, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-    names = [(broker.logs.topic_name(key) if version >= 13 else key, key, parts) for key, parts in request.topics]
+    topics, plan, size = _check_partitions(broker, version, request, refuse)
+    transactional = [a for a in plan if a is not None and a.header is not None]
+    checks = _Checks(verify=bool(transactional) and tid is not None and broker.txn_check is not None
+                     and (version >= FIRST_V2 or broker.txn_verification))
+    try:
+        if transactional:
+            refusals = await _check_transactional(broker, version, tid, transactional, checks)
+            now = broker.now_ms()
+        else:
+            refusals = {}
+        appended, waits = _append(broker, version, request, plan, refusals, checks, now)
+    finally:
+        checks.end()
+    broker.metrics.count_errors("produce", (p.error_code for t in topics for p in t.partitions))
+    if appended:
+        broker.data_appended()
+    throttle_ms = broker.quotas.record_produce(size) if size else 0
+    throttle(throttle_ms)
+    if request.acks == 0:
+        return None
+    if waits:
+        applied()  # the Produce requests behind this one may be appended while it waits
+        return await _answer_when_durable(broker, version, topics, waits, request.timeout_ms, throttle_ms)
+    return wire.encode_response(version, topics, throttle_ms)
+
+
+@dataclass(slots=True)
+class _Append:
+    """A partition whose records passed the request's checks, and where its answer goes."""
+    answer: wire.TopicResponse
+    slot: int
+    topic: str
+    index: int
+    partition: Partition
+    header: BatchHeader | None   # of its transactional batch, else None
+
+
+# an acks=all answer waiting for its fsync: the future says whether the batch was kept
+_Wait = tuple[wire.PartitionResponse, "asyncio.Future[bool]"]
+# one verification attempt's guards: a guard per partition asked about (`core.txn.verification`)
+_Token = list[tuple[tuple[str, int], Partition, Guard]]
+
+
+class _Checks:
+    """The request's verification guards (`core.txn.verification`), per partition the one its
+    last check took, held until its batch is appended, where storage checks it again."""
+
+    def __init__(self, verify: bool) -> None:
+        self.verify = verify
+        self.guards: dict[tuple[str, int], Guard] = {}
+        self.held: list[tuple[Partition, int, Guard]] = []   # (partition, producer id, guard) to end
+
+    def end(self) -> None:
+        for partition, pid, guard in self.held:
+            partition.verification_guards.end(pid, guard)
+        self.held.clear()
+
+
+def _check_partitions(broker: BrokerServices, version: int, request: wire.ProduceRequest,
+                      refuse: tuple[int, str] | None
+                      ) -> tuple[list[wire.TopicResponse], list[_Append | None], int]:
+    """Every partition of the request checked before anything is appended: (the answers, the plan,
+    the records' bytes for the quota). The plan has one entry per partition of the request, in its
+    order: None where the partition is answered already (refused), else the `_Append` whose answer
+    `_append` fills in."""
+    names = [(_topic_name(broker, key), key, parts) for key, parts in request.topics]
     writable = authorized_names(broker, Op.WRITE, TOPIC, (n for n, _key, _parts in names if n is not None))
+    topics: list[wire.TopicResponse] = []
+    plan: list[_Append | None] = []
     size = 0
-    to_append: list[_Append] = []
     for name, topic_key, parts in names:
         answer = wire.TopicResponse(topic_key, [])
         topics.append(answer)
         if name is not None and name not in writable:
             answer.partitions = [wire.PartitionResponse(index, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                                  for index, _records in parts]
+            plan.extend(None for _part in parts)
             continue
         if is_internal(name):  # the coordinators' logs: no client appends, whatever the ACLs
             message = refusal("append to", str(name))
             answer.partitions = [wire.PartitionResponse(index, ErrorCode.INVALID_TOPIC_EXCEPTION, error_message=message)
                                  for index, _records in parts]
+            plan.extend(None for _part in parts)
             continue
         for index, records in parts:
             size += len(records) if records is not None else 0
             partition = broker.logs.get_partition(name, index) if name is not None else None
-            if partition is None:
+            if name is None or partition is None:
                 code = ErrorCode.UNKNOWN_TOPIC_ID if name is None else broker.logs.partition_error(name, index)
                 answer.partitions.append(wire.PartitionResponse(index, refuse[0] if refuse else code,
                                                                 error_message=refuse and refuse[1]))
+                plan.append(None)
                 continue
             window = partition.producer_state_batches_to_retain
             answer.batches_to_retain = window
@@ -121,95 +192,64 @@ async def handle(broker, version: int, request) -> bytes | None:
                 answer.partitions.append(wire.PartitionResponse(
                     index, refused[0], log_start_offset=partition.log_start_offset,
                     error_message=refused[1], batches_to_retain=window))
+                plan.append(None)
                 continue
-            answer.partitions.append(wire.PartitionResponse(index, ErrorCode.NONE))  # answered below
-            to_append.append(_Append(answer, len(answer.partitions) - 1, str(name), index, partition, records,
-                                     _transactional_header(records)))
-    transactional = [a for a in to_append if a.header is not None]
-    checks = _Checks(verify=bool(transactional) and tid is not None and broker.txn_check is not None
-                     and (version >= FIRST_V2 or broker.txn_verification))
-    if transactional:
-        refusals = await _check_transactional(broker, version, tid, transactional, checks)
-        now = broker.now_ms()
-    else:
-        refusals = {}
-    try:
-        _append_all(broker, version, request, to_append, refusals, checks, now, waits)
-    finally:
-        checks.end()
-    broker.metrics.count_errors("produce", (p.error_code for t in topics for p in t.partitions))
-    if checks.appended_plain:   # a write-cached batch is visible at once: wake the fetches
-        broker.data_appended()
-    throttle_ms = broker.quotas.record_produce(size) if size else 0
-    throttle(throttle_ms)
-    if request.acks == 0:
-        return None
-    if waits:
-        applied()  # the Produce requests behind this one may be appended while it waits
-        return await _answer_when_durable(broker, version, topics, waits, request.timeout_ms, throttle_ms)
-    return wire.encode_response(version, topics, throttle_ms)
+            answer.partitions.append(wire.PartitionResponse(index, ErrorCode.NONE))  # answered by _append
+            plan.append(_Append(answer, len(answer.partitions) - 1, name, index, partition,
+                                _transactional_header(records)))
+    return topics, plan, size
 
 
-def _append_all(broker, version: int, request, to_append: list, refusals: dict, checks, now: int,
-                waits: list) -> None:
+def _append(broker: BrokerServices, version: int, request: wire.ProduceRequest, plan: list[_Append | None],
+            refusals: dict[tuple[str, int], tuple[int, str]], checks: _Checks,
+            now: int) -> tuple[bool, list[_Wait]]:
+    """The planned partitions' records appended, in the request's order, and their answers filled
+    in: (whether records became visible at once (write.caching), the acks=all answers that wait
+    for their fsync)."""
     group_commit = broker.group_commit
-    for a in to_append:
-        partition, window = a.partition, a.partition.producer_state_batches_to_retain
-        refused = refusals.get((a.topic, a.index))
-        if refused is not None:
-            a.answer.partitions[a.slot] = wire.PartitionResponse(
-                a.index, refused[0], log_start_offset=partition.log_start_offset,
-                error_message=refused[1], batches_to_retain=window)
-            continue
-        result = partition.append_from_client(a.records if a.records is not None else b"", now,
-                                              verify=checks.verify and a.header is not None,
-                                              guard=checks.guards.get((a.topic, a.index)))
-        if result.extra.get("unverified"):
-            result.error_code = verification_error(ErrorCode.TRANSACTION_ABORTABLE, ApiKey.PRODUCE, version)
-        response = wire.PartitionResponse(a.index, result.error_code, result.base_offset, result.log_append_time,
-                                          result.log_start_offset, result.error_message,
-                                          result.record_errors, batches_to_retain=window)
-        a.answer.partitions[a.slot] = response
-        if partition.write_caching:
-            checks.appended_plain = checks.appended_plain or (result.error_code == 0
-                                                              and "duplicate" not in result.extra)
-        elif request.acks == -1 and result.error_code == 0:
-            waiting = group_commit.durable(partition, result.last_offset + 1)
-            if waiting is not None:
-                waits.append((response, waiting))
-        else:
-            group_commit.appended(partition)  # visible once fsynced; a failure may have cut
+    appended = False
+    waits: list[_Wait] = []
+    planned = iter(plan)
+    for _topic, parts in request.topics:
+        for _index, records in parts:
+            a = next(planned)
+            if a is None:
+                continue
+            partition: Partition = a.partition
+            window = partition.producer_state_batches_to_retain
+            refused = refusals.get((a.topic, a.index))
+            if refused is not None:
+                a.answer.partitions[a.slot] = wire.PartitionResponse(
+                    a.index, refused[0], log_start_offset=partition.log_start_offset,
+                    error_message=refused[1], batches_to_retain=window)
+                continue
+            result = partition.append_from_client(records if records is not None else b"", now,
+                                                  verify=checks.verify and a.header is not None,
+                                                  guard=checks.guards.get((a.topic, a.index)))
+            if result.extra.get("unverified"):
+                result.error_code = verification_error(ErrorCode.TRANSACTION_ABORTABLE, ApiKey.PRODUCE, version)
+            response = wire.PartitionResponse(a.index, result.error_code, result.base_offset, result.log_append_time,
+                                              result.log_start_offset, result.error_message,
+                                              result.record_errors, batches_to_retain=window)
+            a.answer.partitions[a.slot] = response
+            if partition.write_caching:
+                appended = appended or (result.error_code == 0 and "duplicate" not in result.extra)
+            elif request.acks == -1 and result.error_code == 0:
+                waiting = group_commit.durable(partition, result.last_offset + 1)
+                if waiting is not None:
+                    waits.append((response, waiting))
+            else:
+                group_commit.appended(partition)  # visible once fsynced; a failure may have cut
+    return appended, waits
 
 
-class _Checks:
-    """The request's verification guards (`core.txn.verification`), per partition the one its
-    last check took, held until its batch is appended; and whether a write-cached batch went in."""
-
-    def __init__(self, verify: bool) -> None:
-        self.verify = verify
-        self.guards: dict[tuple[str, int], Any] = {}
-        self.held: list[tuple[Any, int, Any]] = []   # (partition, producer id, guard) to end
-        self.appended_plain = False
-
-    def end(self) -> None:
-        for partition, pid, guard in self.held:
-            partition.verification_guards.end(pid, guard)
-        self.held.clear()
+def _topic_name(broker: BrokerServices, key: wire.TopicKey | None) -> str | None:
+    """The name a partition list is for: v13+ names its topic by id (None: no such topic)."""
+    return broker.logs.topic_name(key) if isinstance(key, uuid.UUID) else key
 
 
-@dataclass(slots=True)
-class _Append:
-    """A partition's records that passed the request's checks, and where its answer goes."""
-    answer: wire.TopicResponse
-    slot: int
-    topic: str
-    index: int
-    partition: Any
-    records: Any
-    header: Any   # of its transactional batch, else None
-
-
-async def _answer_when_durable(broker, version: int, topics, waits, timeout_ms: int, throttle_ms: int) -> bytes:
+async def _answer_when_durable(broker: BrokerServices, version: int, topics: list[wire.TopicResponse],
+                               waits: list[_Wait], timeout_ms: int, throttle_ms: int) -> bytes:
     _done, pending = await asyncio.wait([w for _r, w in waits], timeout=max(timeout_ms, 0) / 1000)
     for response, waiting in waits:
         if waiting in pending:
@@ -224,14 +264,14 @@ async def _answer_when_durable(broker, version: int, topics, waits, timeout_ms: 
     return wire.encode_response(version, topics, throttle_ms)
 
 
-def _refusal(request) -> tuple[int, str] | None:
+def _refusal(request: wire.ProduceRequest) -> tuple[int, str] | None:
     """An answer for every partition of the request, or None to handle each on its own."""
     if request.acks not in (-1, 0, 1):
         return ErrorCode.INVALID_REQUIRED_ACKS, f"acks={request.acks} (use -1, 0 or 1)"
     return None
 
 
-def _transactional_header(records):
+def _transactional_header(records: memoryview | None) -> BatchHeader | None:
     """The header of a transactional batch in `records`, or None (header-level: an idempotent
     record set holds one batch, which storage checks)."""
     if records is None:
@@ -242,7 +282,7 @@ def _transactional_header(records):
     return None
 
 
-async def _check_transactional(broker, version: int, tid: str | None, batches: list[_Append],
+async def _check_transactional(broker: BrokerServices, version: int, tid: str | None, batches: list[_Append],
                                checks: _Checks) -> dict[tuple[str, int], tuple[int, str]]:
     """(topic, partition) -> (code, message) for the transactional batches that must not be
     appended: without a transactional id, or not in (not added to) the producer's transaction.
@@ -254,8 +294,9 @@ async def _check_transactional(broker, version: int, tid: str | None, batches: l
     add = version >= FIRST_V2
     if broker.txn_check is None or not (add or broker.txn_verification):
         return {}
-    producers: dict[tuple[int, int], dict[tuple[str, int], Any]] = {}
+    producers: dict[tuple[int, int], dict[tuple[str, int], Partition]] = {}
     for a in batches:
+        assert a.header is not None  # `batches` are the transactional ones
         pid, epoch = a.header.producer_id, a.header.producer_epoch
         if not a.partition.has_open_transaction(pid, epoch):
             producers.setdefault((pid, epoch), {})[(a.topic, a.index)] = a.partition
@@ -272,26 +313,27 @@ async def _check_transactional(broker, version: int, tid: str | None, batches: l
     return out
 
 
-def _guards(pid: int, partitions: dict[tuple[str, int], Any], checks: _Checks):
+def _guards(pid: int, partitions: dict[tuple[str, int], Partition], checks: _Checks
+            ) -> tuple[Callable[[], _Token], Callable[[_Token], bool], Callable[[_Token], None]]:
     """begin/valid/end of one attempt's verification guards (`core.txn.verification`). Each
     partition's latest guard is held until its batch is appended (`_Checks`), where storage
     checks it again."""
-    def begin():
+    def begin() -> _Token:
         token = [(key, p, p.verification_guards.begin(pid)) for key, p in partitions.items()]
         for key, p, g in token:
             checks.guards[key] = g
             checks.held.append((p, pid, g))
         return token
 
-    def valid(token) -> bool:
+    def valid(token: _Token) -> bool:
         return all(p.verification_guards.valid(pid, g) for _key, p, g in token)
 
-    def end(token) -> None:
+    def end(token: _Token) -> None:
         pass   # `_Checks.end`, once the batches are appended
     return begin, valid, end
 
 
-def _is_message_set(records) -> bool:
+def _is_message_set(records: memoryview | None) -> bool:
     """A v0/v1 message set (by its first entry; one too short to tell is storage's to refuse)."""
     try:
         return records is not None and magic_of(records) < 2
@@ -299,7 +341,7 @@ def _is_message_set(records) -> bool:
         return False
 
 
-def _too_large(records, limit: int) -> str | None:
+def _too_large(records: memoryview | None, limit: int) -> str | None:
     if records is None or len(records) <= limit:
         return None
     for _pos, header in iter_batches(records):

@@ -3,7 +3,10 @@ the static instance (fenced if another member took it over); v5 names protocol t
 which must match the group's. Needs READ on the group."""
 from __future__ import annotations
 
+from typing import Any
+
 from oncelog.broker.security.authorization import GROUP, Op, require
+from oncelog.broker.services import BrokerServices
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode
@@ -11,7 +14,7 @@ from oncelog.protocol.errors import ErrorCode
 API_KEY = ApiKey.SYNC_GROUP
 
 
-async def handle(broker, version: int, r) -> bytes:
+async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
     require(broker, Op.READ, GROUP, str(r.group_id))
     if not broker.coordinates(str(r.group_id)):
         return entities.ResponseBuilder(API_KEY, version).encode(

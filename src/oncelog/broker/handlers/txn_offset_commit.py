@@ -13,7 +13,10 @@ READ on each topic (TOPIC_AUTHORIZATION_FAILED for its partitions).
 """
 from __future__ import annotations
 
+from typing import Any
+
 from oncelog.broker.security.authorization import GROUP, TOPIC, TXN_ID, Op, authorized_names, require
+from oncelog.broker.services import BrokerServices
 from oncelog.broker.txn import add_partitions
 from oncelog.core.txn.errors import for_version, verification_error
 from oncelog.protocol import entities
@@ -26,7 +29,7 @@ E = ErrorCode
 FIRST_V2 = 5   # TxnOffsetCommit v5+: Transactions V2 (the group's offsets partition is added)
 
 
-async def handle(broker, version: int, r) -> bytes:
+async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     group = str(r.group_id)
     require(broker, Op.WRITE, TXN_ID, str(r.transactional_id))
@@ -74,7 +77,7 @@ async def handle(broker, version: int, r) -> bytes:
         for t in r.topics))
 
 
-def error_response(version: int, request, code: int) -> bytes:
+def error_response(version: int, request: Any, code: int) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     return rb.encode_error(code, topics=tuple(
         rb.error("TxnOffsetCommitResponseTopic", code, name=t.name, partitions=tuple(

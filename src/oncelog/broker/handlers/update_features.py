@@ -6,7 +6,10 @@ follows the new level, this one before it answers. v0's AllowDowngrade is a safe
 answers with the top-level error only (no per-feature results)."""
 from __future__ import annotations
 
+from typing import Any
+
 from oncelog.broker.security.authorization import Op, require_cluster
+from oncelog.broker.services import BrokerServices
 from oncelog.core.features import SAFE_DOWNGRADE, UPGRADE
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
@@ -16,7 +19,7 @@ API_KEY = ApiKey.UPDATE_FEATURES
 CONTROLLER_VERSION = 1
 
 
-async def handle(broker, version: int, r) -> bytes:
+async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
     require_cluster(broker, Op.ALTER)
     updates = [(str(u.feature), int(u.max_version_level),
                 int(u.upgrade_type) if version >= 1 else SAFE_DOWNGRADE if u.allow_downgrade else UPGRADE)
@@ -36,7 +39,7 @@ async def handle(broker, version: int, r) -> bytes:
     return _answer(version, r, code, message)
 
 
-def _answer(version: int, r, code: int, message: str | None) -> bytes:
+def _answer(version: int, r: Any, code: int, message: str | None) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     if version >= 2:
         return rb.encode(throttle_time=0, error_code=code, error_message=message)
@@ -45,5 +48,5 @@ def _answer(version: int, r, code: int, message: str | None) -> bytes:
         for u in r.feature_updates))
 
 
-def error_response(version: int, request, code: int) -> bytes:
+def error_response(version: int, request: Any, code: int) -> bytes:
     return _answer(version, request, code, None)

@@ -18,8 +18,10 @@ pending transactional offsets made visible or dropped).
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from oncelog.broker.security.authorization import require_broker
+from oncelog.broker.services import BrokerServices
 from oncelog.broker.txn.marker_writer import offsets_marker
 from oncelog.core.txn.log_format import CONSUMER_OFFSETS_TOPIC
 from oncelog.protocol import entities
@@ -28,7 +30,7 @@ from oncelog.protocol.api import ApiKey
 API_KEY = ApiKey.WRITE_TXN_MARKERS
 
 
-async def handle(broker, version: int, request) -> bytes:
+async def handle(broker: BrokerServices, version: int, request: Any) -> bytes:
     require_broker(broker, "WriteTxnMarkers")
     rb = entities.ResponseBuilder(API_KEY, version)
     jobs = []
@@ -62,7 +64,7 @@ async def _now(code: int) -> int:
     return code
 
 
-def error_response(version: int, request, code: int) -> bytes:
+def error_response(version: int, request: Any, code: int) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     return rb.encode(markers=tuple(
         rb("WritableTxnMarkerResult", producer_id=m.producer_id, topics=tuple(

@@ -19,13 +19,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from oncelog.broker.cluster.controller_client import ControllerClient, ControllerUnavailable
-from oncelog.core.topic_config import effective_topic_config, parse_topic_configs
+from oncelog.core.topic_config import parse_topic_configs
 from oncelog.core.topic_names import CONSUMER_OFFSETS_TOPIC, invalid_topic_reason, validate_topic_name
 from oncelog.protocol import entities
 from oncelog.protocol import metadata as md
@@ -33,9 +32,8 @@ from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.storage.cleaner import LogCleaner
 from oncelog.storage.fence import TOKEN_FILE, Busy, Fenced, Lease
-from oncelog.storage.log_manager import TopicInfo, maintain, partition_dir, report_invalid_overrides
-from oncelog.storage.marker_append import MarkerWriting
-from oncelog.storage.partition import DEFAULT_EXPIRATION_CHECK_INTERVAL_MS, Partition, PartitionConfig
+from oncelog.storage.partition import DEFAULT_EXPIRATION_CHECK_INTERVAL_MS, Partition
+from oncelog.storage.topic_registry import TopicInfo, TopicRegistry, partition_dir, report_invalid_overrides
 
 log = logging.getLogger(__name__)
 
@@ -51,27 +49,25 @@ class _Led:
         self.partition, self.epoch = partition, epoch
 
 
-class ClusterLogs(MarkerWriting):
+class ClusterLogs(TopicRegistry):
+    """The topics of the controller's view (`storage.topic_registry`) and the partitions of them
+    this broker leads."""
+
     def __init__(self, log_dir: str, server_defaults: dict[str, Any], producer_config: dict[str, Any],
                  client: ControllerClient, node_id: int, now_ms: Callable[[], int], *,
                  expiration_check_interval_ms: int = DEFAULT_EXPIRATION_CHECK_INTERVAL_MS,
                  cleaner: LogCleaner | None = None) -> None:
+        super().__init__(server_defaults, producer_config,
+                         expiration_check_interval_ms=expiration_check_interval_ms, cleaner=cleaner)
         self.log_dir = Path(log_dir)
-        self.cleaner = cleaner if cleaner is not None else LogCleaner()
-        self.server_defaults = dict(server_defaults)
-        self.producer_config = dict(producer_config)
         self.client = client
         self.node_id = node_id
         self.now_ms = now_ms
-        self.topics: dict[str, TopicInfo] = {}
-        self.brokers: list[md.BrokerEntry] = []
         self.leaders: dict[tuple[str, int], tuple[int, int]] = {}
-        self._by_id: dict[uuid.UUID, str] = {}
         self._invalid: set[str] = set()   # names in the controller's view that no topic may have
         self._led: dict[tuple[str, int], _Led] = {}
         self._task: asyncio.Task | None = None
         self._changed = asyncio.Event()
-        self.expiration_check_interval_ms = expiration_check_interval_ms
         # called after each new view: the coordinators follow leadership as the partitions do
         self.on_view: list[Callable[[], None]] = []
 
@@ -97,7 +93,7 @@ class ClusterLogs(MarkerWriting):
         body = await self.client.raw(ApiKey.METADATA, 12, md.encode_request(12, None))
         view = md.decode_response(12, body)
         self.brokers = list(view.brokers.values())
-        infos, leaders = {}, {}
+        infos, leaders, changed = {}, {}, []
         for t in view.topics.values():
             assert t.name is not None  # asked for all topics, the controller names each
             reason = invalid_topic_reason(t.name)
@@ -116,11 +112,12 @@ class ClusterLogs(MarkerWriting):
             for p in t.partitions:
                 leaders[(t.name, p.index)] = (p.leader_id, p.leader_epoch)
             if old is not None and old.overrides != overrides:
-                self._apply_config(info)
+                changed.append(t.name)
         for name in set(self.topics) - set(infos):
             self._forget_topic(name)
-        self.topics = infos
-        self._by_id = {i.topic_id: n for n, i in infos.items()}
+        self._set_topics(infos)
+        for name in changed:
+            self._apply_config(name)
         self.leaders = leaders
         self._reconcile()
         for follow in self.on_view:
@@ -213,27 +210,6 @@ class ClusterLogs(MarkerWriting):
     def partitions(self) -> Iterator[Partition]:
         return iter([led.partition for led in self._led.values()])
 
-    def topic_name(self, topic_id: uuid.UUID | None) -> str | None:
-        return self._by_id.get(topic_id) if topic_id is not None else None
-
-    def topic_config(self, name: str) -> dict[str, Any]:
-        return effective_topic_config(self.server_defaults, self.topics[name].overrides)
-
-    def _partition_config(self, name: str) -> PartitionConfig:
-        return PartitionConfig.from_topic_config({**self.topic_config(name), **self.producer_config})
-
-    def set_server_defaults(self, defaults: dict[str, Any]) -> None:
-        self.server_defaults = dict(defaults)
-        for info in list(self.topics.values()):
-            self._apply_config(info)
-
-    def _apply_config(self, info: TopicInfo) -> None:
-        self.topics[info.name] = info
-        config = self._partition_config(info.name)
-        for (t, _p), led in self._led.items():
-            if t == info.name:
-                led.partition.update_config(config)
-
     # ------------------------------------------------------------------ changes, through the controller
     async def _forward(self, api_key: int, version: int, **fields: Any):
         try:
@@ -300,9 +276,3 @@ class ClusterLogs(MarkerWriting):
         for k in delete:
             expected.pop(k, None)
         await self._until(lambda: name in self.topics and self.topics[name].overrides == expected)
-
-    # ------------------------------------------------------------------ periodic work
-    def tick(self, now_ms: int, flush: Callable[[Partition], None] | None = None) -> None:
-        maintain([led.partition for led in self._led.values()], now_ms, flush, self.expiration_check_interval_ms,
-                 self.cleaner)
-

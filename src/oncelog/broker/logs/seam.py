@@ -13,9 +13,9 @@ from typing import Any, Protocol
 
 from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.metadata import BrokerEntry
-from oncelog.storage.log_manager import TopicInfo
 from oncelog.storage.marker_append import Durability
 from oncelog.storage.partition import Partition
+from oncelog.storage.topic_registry import TopicInfo
 
 
 class Logs(Protocol):
@@ -62,4 +62,4 @@ class Logs(Protocol):
         TRANSACTION_COORDINATOR_FENCED, UNSUPPORTED_FOR_MESSAGE_FORMAT, KAFKA_STORAGE_ERROR."""
 
     def tick(self, now_ms: int, flush: Callable[[Partition], None] | None = None) -> None:
-        """Retention, the flush policy and producer expiry (`storage.log_manager.maintain`)."""
+        """Retention, the flush policy and producer expiry (`storage.topic_registry.maintain`)."""

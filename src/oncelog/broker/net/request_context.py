@@ -1,4 +1,4 @@
-"""Who sent the request being handled, set by `Broker.handle_request` for the handlers.
+"""Who sent the request being handled, set by `Dispatcher.handle` for the handlers.
 
 `CLIENT` is (client id, peer host). `PRINCIPAL` is the authenticated principal of the connection
 (User:ANONYMOUS on a PLAINTEXT listener); the connection sets it once authentication ends, and the

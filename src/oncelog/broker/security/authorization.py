@@ -16,6 +16,7 @@ from collections.abc import Iterable
 
 from oncelog.broker.config import BrokerConfig
 from oncelog.broker.net.request_context import CLIENT, PRINCIPAL
+from oncelog.broker.services import BrokerServices
 from oncelog.core.security.acl import AclOperation, ResourceType
 from oncelog.core.security.authorizer import (
     AUTHORIZED_OPERATIONS_OMITTED,
@@ -54,7 +55,7 @@ def _caller() -> tuple[KafkaPrincipal, str]:
     return PRINCIPAL.get(), CLIENT.get()[1].lstrip("/")
 
 
-def authorize(broker, operation: AclOperation, resource_type: ResourceType, name: str,
+def authorize(broker: BrokerServices, operation: AclOperation, resource_type: ResourceType, name: str,
               audit: bool = True) -> bool:
     authorizer = broker.authorizer
     if authorizer is None:
@@ -67,7 +68,7 @@ def authorize(broker, operation: AclOperation, resource_type: ResourceType, name
     return decision.allowed
 
 
-def authorized_names(broker, operation: AclOperation, resource_type: ResourceType, names: Iterable[str],
+def authorized_names(broker: BrokerServices, operation: AclOperation, resource_type: ResourceType, names: Iterable[str],
                      audit: bool = True) -> set[str]:
     """The names the caller may act on: one decision per distinct name (a Produce to 100
     partitions of a topic asks once)."""
@@ -77,18 +78,18 @@ def authorized_names(broker, operation: AclOperation, resource_type: ResourceTyp
     return {n for n in distinct if authorize(broker, operation, resource_type, n, audit)}
 
 
-def authorize_cluster(broker, operation: AclOperation, audit: bool = True) -> bool:
+def authorize_cluster(broker: BrokerServices, operation: AclOperation, audit: bool = True) -> bool:
     return authorize(broker, operation, CLUSTER, CLUSTER_NAME, audit)
 
 
-def require_cluster(broker, operation: AclOperation) -> None:
+def require_cluster(broker: BrokerServices, operation: AclOperation) -> None:
     """Raise CLUSTER_AUTHORIZATION_FAILED (the dispatcher answers it in the request's shape)."""
     if not authorize_cluster(broker, operation):
         raise KafkaProtocolError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                                  f"{PRINCIPAL.get()} may not {operation.name} the cluster")
 
 
-def require_broker(broker, request: str) -> None:
+def require_broker(broker: BrokerServices, request: str) -> None:
     """A broker-only request (WriteTxnMarkers, AddPartitionsToTxn v4): only another broker of the
     cluster, authenticated with the cluster credential (`broker.security.inter_broker`), may send it; it
     holds CLUSTER_ACTION implicitly, and no ACL or super user stands in for it. Anyone else:
@@ -103,7 +104,7 @@ def require_broker(broker, request: str) -> None:
                              f"{principal} is not a broker of this cluster: {request} is for brokers only")
 
 
-def authorize_by_resource_type(broker, operation: AclOperation, resource_type: ResourceType) -> bool:
+def authorize_by_resource_type(broker: BrokerServices, operation: AclOperation, resource_type: ResourceType) -> bool:
     authorizer = broker.authorizer
     if authorizer is None:
         return True
@@ -111,7 +112,8 @@ def authorize_by_resource_type(broker, operation: AclOperation, resource_type: R
     return authorizer.authorize_by_resource_type(principal, host, operation, resource_type)
 
 
-def authorized_operations(broker, resource_type: ResourceType, name: str, requested: bool = True) -> int:
+def authorized_operations(broker: BrokerServices, resource_type: ResourceType, name: str,
+                          requested: bool = True) -> int:
     """KIP-430's bitfield for the caller: OMITTED when not asked for, every supported operation
     without an authorizer."""
     if not requested:
@@ -123,7 +125,7 @@ def authorized_operations(broker, resource_type: ResourceType, name: str, reques
     return authorizer.authorized_operations(principal, host, resource_type, name)
 
 
-def require_authorizer(broker) -> None:
+def require_authorizer(broker: BrokerServices) -> None:
     if broker.authorizer is None:
         raise KafkaProtocolError(ErrorCode.SECURITY_DISABLED, "No Authorizer is configured.")
 
@@ -137,7 +139,7 @@ def denied_code(resource_type: ResourceType) -> ErrorCode:
     return _DENIED[resource_type]
 
 
-def require(broker, operation: AclOperation, resource_type: ResourceType, name: str) -> None:
+def require(broker: BrokerServices, operation: AclOperation, resource_type: ResourceType, name: str) -> None:
     """Raise the type's authorization error (the dispatcher answers it in the request's shape,
     Kafka's getErrorResponse)."""
     if not authorize(broker, operation, resource_type, name):
@@ -149,7 +151,8 @@ def require(broker, operation: AclOperation, resource_type: ResourceType, name: 
 _CONFIG_RESOURCES = {2: TOPIC, 4: CLUSTER, 8: CLUSTER, 32: GROUP}
 
 
-def config_denied(broker, operation: AclOperation, config_resource_type: int, name: str) -> ErrorCode | None:
+def config_denied(broker: BrokerServices, operation: AclOperation, config_resource_type: int,
+                  name: str) -> ErrorCode | None:
     """DescribeConfigs/AlterConfigs/IncrementalAlterConfigs: None if the caller may, else the error
     for that resource (topics on the topic, broker settings on the cluster, group configs on the
     group; Kafka's ConfigHelper/AuthHelper)."""

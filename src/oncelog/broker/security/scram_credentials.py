@@ -71,8 +71,11 @@ class ControllerCredentials:
     def shapes(self, mechanism: ScramMechanism) -> Mapping[CredentialShape, int]:
         """The shapes of the credentials this broker follows (`security_follower`): what the SCRAM
         mock for a user that does not exist imitates."""
-        security = self._broker.security
-        return {} if security is None else security.state.scram.shapes(mechanism)
+        try:
+            security = self._broker.security
+        except RuntimeError:  # BrokerNotStarted: no security follower yet, nothing to imitate
+            return {}
+        return security.state.scram.shapes(mechanism)
 
     def close(self) -> None:
         if self._client is not None:

@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from oncelog.broker.cluster.peers import Peers, PeerUnavailable
 from oncelog.core.txn.log_format import TRANSACTION_STATE_TOPIC
@@ -36,9 +36,29 @@ from oncelog.core.txn.state import TV_2, TopicPartition
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 
+if TYPE_CHECKING:
+    from oncelog.broker.config import BrokerConfig
+
 log = logging.getLogger(__name__)
 E = ErrorCode
 _MOVED = (E.NOT_COORDINATOR, E.COORDINATOR_LOAD_IN_PROGRESS)
+
+# The question a partition leader asks the coordinator: (transactional id, producer id, epoch,
+# partitions, add?) -> error code per partition (`Broker.txn_check`: the manager's `ask`, or a test's)
+TxnCheck = Callable[[str, int, int, list[TopicPartition], bool], Awaitable[dict[TopicPartition, int]]]
+
+
+class Leader(Protocol):
+    """What `check` uses of the partition leader's broker (`broker.services.BrokerServices`)."""
+    config: BrokerConfig
+    txn_check: TxnCheck | None
+
+    @property
+    def txn(self) -> _Coordinator: ...
+
+
+class _Coordinator(Protocol):
+    partitions: AddPartitionsManager
 
 
 @dataclass(eq=False)
@@ -102,7 +122,7 @@ class AddPartitionsManager:
         return await channel.submit(tid, _Entry(pid, epoch, add, set(tps)), tps)
 
 
-async def check(broker, transactional_id: str, producer_id: int, producer_epoch: int,
+async def check(broker: Leader, transactional_id: str, producer_id: int, producer_epoch: int,
                 partitions: list[TopicPartition], add: bool, begin: Callable[[], Any],
                 valid: Callable[[Any], bool], end: Callable[[Any], None]) -> dict[TopicPartition, int]:
     """NONE for each partition that is in the producer's ongoing transaction (after adding it,

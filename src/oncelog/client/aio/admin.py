@@ -15,6 +15,7 @@ from oncelog.client.aio.admin_transactions import TransactionAdmin
 from oncelog.client.aio.cluster import Cluster
 from oncelog.client.errors import KafkaClientError
 from oncelog.client.security import ClientSecurity
+from oncelog.client.types import TopicPartition
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.entities import RequestBuilder
 from oncelog.protocol.errors import ErrorCode
@@ -163,25 +164,10 @@ class AIOAdminClient(GroupAdmin, SecurityAdmin, ClusterAdmin, TransactionAdmin):
         return out
 
     async def describe_producers(self, topic: str, partition: int) -> list[dict]:
-        """Active producers of one partition (DescribeProducers, asked of its leader)."""
-        t = await self.cluster.topic(topic, self.cluster.timeout_s)
-        conn = await self.cluster.connection(t.partitions[partition].leader_id)
-        v = conn.version(ApiKey.DESCRIBE_PRODUCERS)
-        if v is None:
-            raise KafkaClientError("broker does not support DescribeProducers")
-        rq = RequestBuilder(ApiKey.DESCRIBE_PRODUCERS, v)
-        req = rq.encode(topics=(rq("TopicRequest", name=topic, partition_indexes=(partition,)),))
-        body = await asyncio.wait_for(conn.request(ApiKey.DESCRIBE_PRODUCERS, v, req), self.cluster.timeout_s)
-        r = wire.decode(ApiKey.DESCRIBE_PRODUCERS, v, body)
-        out = []
-        for tr in r.topics:
-            for p in tr.partitions:
-                if p.error_code:
-                    raise AdminError(p.error_code, f"describe producers of {topic}-{partition}",
-                                     p.error_message)
-                out += [{"producer_id": s.producer_id, "producer_epoch": s.producer_epoch,
-                         "last_sequence": s.last_sequence} for s in p.active_producers]
-        return out
+        """Active producers of one partition (DescribeProducers, asked of its leader): id, epoch
+        and last sequence of each (`partition_producers` has all DescribeProducers tells)."""
+        return [{"producer_id": p.producer_id, "producer_epoch": p.producer_epoch, "last_sequence": p.last_sequence}
+                for p in await self.partition_producers(TopicPartition(topic, partition))]
 
     async def list_transactions(self, states: list[str] | None = None) -> list[dict]:
         """Transactions of the whole cluster (ListTransactions, asked of every broker: each

@@ -27,6 +27,9 @@ retry by the bumped epoch, and aborts from Empty or Complete* too (`_end_txn_v2`
 
 Not here: the idempotent InitProducerId (no transactional id: a new id at epoch 0, the broker's
 business), authorization, and the per-version rewriting of codes (`core/txn/errors.py`).
+
+One concern in one module, over 600 lines on purpose: the coordinator's state transitions, which
+read best side by side.
 """
 from __future__ import annotations
 

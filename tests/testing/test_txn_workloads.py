@@ -1,0 +1,103 @@
+"""The copy loops of `oncelog verify --workload transactions` (testing/txn_workloads) against a
+client that blocks: librdkafka (2.10 on) keeps a broker it dropped from its view as the cached
+group coordinator, and send_offsets_to_transaction then waits for it past its own timeout
+(librdkafka issues #5511, #5456). Before the loops bounded their calls, the transactions verify
+under kills ended with a librdkafka loop stuck in that call for minutes and hundreds of inputs not
+copied, whichever ports the cluster had."""
+import random
+import threading
+import time
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from oncelog.testing.cluster import LocalCluster
+from oncelog.testing.txn_workloads import (
+    ABANDONED,
+    WEDGE_GRACE_S,
+    Abortable,
+    Fatal,
+    LibrdkafkaLoop,
+    TxnWorkload,
+)
+
+pytestmark = pytest.mark.processes
+
+
+def read_committed(bootstrap: str, topic: str, expect: int, timeout_s: float = 30) -> list[bytes]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"r-{time.monotonic_ns()}", "log_level": 3,
+                  "isolation.level": "read_committed", "enable.auto.commit": False})
+    c.assign([TopicPartition(topic, 0, 0)])
+    got: list[bytes] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(got) < expect and time.monotonic() < deadline:
+            got += [m.value() for m in c.consume(100, 0.2) if m.error() is None]
+        return got
+    finally:
+        c.close()
+
+
+def test_a_librdkafka_call_blocked_past_its_timeout_gives_up_its_producer(tmp_path):
+    cluster = LocalCluster(tmp_path, 2, {"transaction.state.log.num.partitions": "1"}, proxies=False).start()
+    loop = None
+    try:
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "log_level": 3})
+        for f in admin.create_topics([NewTopic("in", 1, 1), NewTopic("out", 1, 1)]).values():
+            f.result(30)
+        w = TxnWorkload(cluster.bootstrap, "librdkafka", "in", "out", partitions=1, records=3)
+        # the loop's group is coordinated by broker 2, its transaction and partitions by broker 1
+        coordinator = admin.describe_consumer_groups([w.group])[w.group].result(30).coordinator
+        assert coordinator.id == 2, f"{w.group} coordinated by broker {coordinator.id}: the test needs broker 2"
+        loop = LibrdkafkaLoop(w, "copy-0", [0], random.Random(0))
+        loop.api_timeout_s = 5
+        loop.consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": w.group, "log_level": 3,
+                                  "enable.auto.commit": False})
+        loop.open_producer()
+        cluster.place("in", {0: 1})
+        cluster.place("out", {0: 1})
+        cluster.place("__transaction_state", {0: 1})
+
+        def transaction(value: bytes, position: int) -> None:
+            loop.begin()
+            loop.produce(0, value, [None, None, None])
+            loop.send_offsets({0: position})
+            loop.commit()
+        transaction(b"1", 1)   # librdkafka now has broker 2 cached as the group's coordinator
+
+        cluster.kill_broker(2)
+        deadline = time.monotonic() + 60
+        while 2 in loop.producer.list_topics(timeout=10).brokers:   # until broker 1 answers without it
+            assert time.monotonic() < deadline, "broker 2 still in the cluster's Metadata"
+            time.sleep(0.2)
+
+        loop.begin()
+        loop.produce(0, b"2", [None, None, None])
+        outcome: dict[str, BaseException | None] = {}
+
+        def send() -> None:
+            try:
+                loop.send_offsets({0: 2})
+                outcome["error"] = None
+            except BaseException as e:  # noqa: BLE001 - looked at below
+                outcome["error"] = e
+        t = threading.Thread(target=send, daemon=True)
+        t.start()
+        t.join(loop.api_timeout_s + WEDGE_GRACE_S + 15)
+        assert not t.is_alive(), "send_offsets_to_transaction still blocked: the loop would hold its partitions"
+        # librdkafka as of 2.16 never returns: the call is given up and its producer abandoned (a
+        # librdkafka that checks the timeout raises an abortable _TIMED_OUT, or finds broker 1)
+        error = outcome["error"]
+        assert error is None or isinstance(error, (Fatal, Abortable)), repr(error)
+        if w.stats[ABANDONED]:
+            assert isinstance(error, Fatal) and loop.producer is None, repr(error)
+            # the loop's recovery: a new producer with the same transactional.id fences the
+            # abandoned one (its transaction with "2" aborted) and copies on with broker 2 down
+            loop.open_producer()
+            transaction(b"3", 3)
+            assert read_committed(cluster.bootstrap, "out", 2) == [b"1", b"3"]
+    finally:
+        if loop is not None and loop.consumer is not None:
+            loop.consumer.close()
+        cluster.stop()
