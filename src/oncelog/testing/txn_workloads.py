@@ -437,8 +437,10 @@ class CopyLoop:
     # the transaction's end, the same calls in both clients
     def send_offsets(self, positions: dict[int, int]) -> None:
         offsets = self._offsets(positions)
-        self._call(lambda: self.producer.send_offsets_to_transaction(
-            offsets, self.polled_metadata, self.api_timeout_s))
+        # the group metadata of the poll that returned the records (`copy_one`); the consumer's
+        # current one for offsets sent outside a copy (a test driving the calls itself)
+        metadata = self.polled_metadata if self.polled_metadata is not None else self.consumer.consumer_group_metadata()
+        self._call(lambda: self.producer.send_offsets_to_transaction(offsets, metadata, self.api_timeout_s))
 
     def commit(self) -> None:
         self._call(lambda: self.producer.commit_transaction(self.api_timeout_s))
