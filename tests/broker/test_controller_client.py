@@ -56,3 +56,33 @@ async def test_a_controller_that_never_answers_is_unavailable_after_the_timeout(
     finally:
         client.close()
         server.close()
+
+
+def test_a_connection_closed_between_requests_is_made_again_under_uvloop(tmp_path):
+    """The controller's end of the connection went away between two requests (its kill -9 in a
+    verify run): uvloop, which brokers run on, refuses a write to the closed transport with a
+    RuntimeError that escaped the client's error handling, so every later request failed the
+    same way and the broker followed no view until it was restarted (every partition it was
+    handed stayed without a serving leader)."""
+    import uvloop
+
+    async def scenario() -> None:
+        controller, reach = await start_in_process(tmp_path)
+        host, port = reach["controller.quorum.bootstrap.servers"].rsplit(":", 1)
+        client = ControllerClient(host, int(port), reach["controller.sasl.plain.username"],
+                                  reach["controller.sasl.plain.password"])
+        try:
+            await client.request(ApiKey.API_VERSIONS, 0)
+            assert client._writer is not None
+            client._writer.transport.close()   # gone between two requests
+            await asyncio.sleep(0)
+            r = await client.request(ApiKey.API_VERSIONS, 0)
+            assert int(r.error_code) == 0
+        finally:
+            client.close()
+            await controller.stop()
+    loop = uvloop.new_event_loop()
+    try:
+        loop.run_until_complete(scenario())
+    finally:
+        loop.close()

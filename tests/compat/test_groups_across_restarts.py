@@ -29,6 +29,7 @@ from confluent_kafka.admin import AdminClient
 from test_transactions import FAST, create_topic, wait_for_state
 from test_txn_copy_kill9 import CLIENT, read_committed_output, transform
 
+from oncelog.core.txn.log_format import partition_for
 from oncelog.testing.cluster import LocalCluster
 from oncelog.testing.embedded import BrokerProcess
 
@@ -249,8 +250,9 @@ def restarts(b: BrokerProcess):
 
 
 def coordinator_moves(cluster: LocalCluster, group: str):
-    """The group's coordinator killed -9 (another broker takes the group over from the shared
-    files), then started again (the group moves back to it)."""
+    """The group's coordinator killed -9 (the controller moves the group's `__consumer_offsets`
+    partition to the other broker, which takes the group over from the shared files), then started
+    again and the partition moved back to it (as Kafka's preferred leader election would)."""
     def coordinator() -> int:
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "log_level": 3})
         try:
@@ -265,6 +267,9 @@ def coordinator_moves(cluster: LocalCluster, group: str):
         wait(lambda: coordinator() not in (node, -1), "another broker to coordinate the group")
         after(f"broker {node}, the coordinator, was killed")
         cluster.start_broker(node)
+        partition = partition_for(group, 50)
+        wait(lambda: cluster.move_leader("__consumer_offsets", partition, node) == 0,
+             f"__consumer_offsets-{partition} moved back to broker {node}")
         wait(lambda: coordinator() == node, f"broker {node} to coordinate the group again")
         after(f"broker {node} came back")
     return disrupt

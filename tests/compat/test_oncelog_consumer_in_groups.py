@@ -15,7 +15,7 @@ from test_consumer_protocol import FAST_GROUPS, Member, wait_for
 from test_third_party_clients import create_topic, produce_confluent, values
 
 from oncelog.client import Consumer
-from oncelog.client.types import TopicPartition
+from oncelog.client.types import ConsumerGroupMetadata, TopicPartition
 from oncelog.testing.embedded import BrokerProcess
 
 pytestmark = pytest.mark.processes
@@ -157,6 +157,35 @@ def test_commits_explicit_of_a_message_and_asynchronous(groups_broker, unique_to
     ends = c.end_offsets(tps)
     assert {tp.partition: tp.offset for tp in committed} == {tp.partition: ends[tp] for tp in tps}
     c.close()
+
+
+def test_a_transactions_group_metadata_is_the_one_its_records_were_polled_under(groups_broker, unique_topic):
+    """What `consumer_group_metadata` says changes only at the next poll, as Java's consumer
+    shows the application its group: a member fenced and rejoined in the background since the
+    poll (a paused client, issue 34) must send the records' offsets with the epoch it polled them
+    under, which the coordinator refuses if the partitions are no longer its own, not with its
+    new epoch, which it would take."""
+    boot = groups_broker.bootstrap
+    create_topic(boot, unique_topic, 2)
+    produce_confluent(boot, unique_topic, values("g", 20))
+    c = Consumer({"bootstrap.servers": boot, "group.id": unique_topic, "auto.offset.reset": "earliest",
+                  "enable.auto.commit": False})
+    c.subscribe([unique_topic])
+    try:
+        records: list = []
+        deadline = time.monotonic() + 30
+        while not records and time.monotonic() < deadline:
+            records += c.poll(0.2)
+        polled = c.consumer_group_metadata()
+        assert records and polled.generation_id > 0
+        # the membership rejoined in the background at a new epoch, as after a fence
+        rejoined = ConsumerGroupMetadata(polled.group_id, polled.generation_id + 5, polled.member_id)
+        c._impl.group.metadata = lambda: rejoined
+        assert c.consumer_group_metadata() == polled
+        c.poll(0.1)
+        assert c.consumer_group_metadata() == rejoined
+    finally:
+        c.close()
 
 
 def test_the_classic_protocol_where_the_broker_serves_no_other(tmp_path, unique_topic):

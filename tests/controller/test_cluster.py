@@ -120,7 +120,10 @@ def test_librdkafka_keeps_producing_while_the_leader_moves_twice(tmp_path):
         assert len(p.acks) == 6000
         assert_exactly_once_in_order(p, read_partition(boot, "moving", 6000))
         logs = "".join(b.log_tail(20000) for b in brokers)
-        assert logs.count("handing it over") >= 2
+        # each old leader gave the partition up: handed over once its view named the new leader,
+        # or dropped when the new one raised the partition's token first (a loaded machine: the new
+        # leader never waits for the old one, docs/cluster.md)
+        assert logs.count("handing it over") + logs.count("a newer leader holds it") >= 2
     finally:
         for b in brokers:
             b.stop()

@@ -1,6 +1,6 @@
 """Consumer groups on a cluster of brokers sharing one data directory: each group has one
-coordinator (chosen by a hash of its id), two librdkafka members split the partitions, and the
-commits they make are what every broker's OffsetFetch answers."""
+coordinator (the leader of its `__consumer_offsets` partition), two librdkafka members split the
+partitions, and the commits they make are what every broker's OffsetFetch answers."""
 import threading
 import time
 
@@ -58,3 +58,4 @@ def test_a_group_on_a_cluster_splits_partitions_and_commits_once(tmp_path):
         for b in brokers:
             b.stop()
         c.stop()
+

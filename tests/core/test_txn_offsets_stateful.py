@@ -6,7 +6,10 @@ A few producers write TxnOffsetCommits (each is a transactional batch on the gro
 partition) and their coordinator writes COMMIT/ABORT markers, while producers are fenced (epoch
 bumps) and the coordinator moves (coordinator epoch bumps). Late writers send what they would have
 sent earlier: offsets at an older epoch, markers at an older producer epoch or from a deposed
-coordinator (the stale-marker step).
+coordinator (the stale-marker step). Markers of Transactions V1 and V2 transactions both come:
+a V2 EndTxn bumps the epoch and its marker carries the bumped one, at which the producer's next
+transaction runs, so a V2 marker needs an epoch above the producer's unless the producer has
+nothing open there (KIP-1228, KAFKA-19999).
 
 Checked at each step: an offsets partition answers a marker or an offsets append exactly as the
 data partition twin answers the same marker or batch (INVALID_PRODUCER_EPOCH,
@@ -40,7 +43,7 @@ class OffsetsMachine(RuleBasedStateMachine):
         self.next_seq: dict[tuple[int, int], int] = {}
         self.epoch = {pid: 0 for pid in PIDS}           # the coordinator's current grant
         self.coordinator = 0
-        self.sent: set[tuple[int, int, int]] = set()    # (pid, epoch, coordinator epoch) ever used
+        self.sent: set[tuple[int, int, int, int]] = set()  # (pid, epoch, coordinator epoch, version) ever used
         # the model
         self.known: dict[tuple[int, int], tuple[int, int]] = {}  # (partition, pid) -> (epoch, coordinator epoch)
         self.pending: dict[tuple[int, int], dict[str, dict]] = {}
@@ -94,8 +97,15 @@ class OffsetsMachine(RuleBasedStateMachine):
     # ------------------------------------------------------------------ markers
     @rule(pid=st.sampled_from(PIDS), partition=st.sampled_from(PARTITIONS), commit=st.booleans())
     def marker(self, pid, partition, commit):
-        """The coordinator's marker for the producer's current transaction."""
-        self._marker(pid, partition, commit, self.epoch[pid], self.coordinator)
+        """The coordinator's marker for the producer's current transaction (Transactions V1)."""
+        self._marker(pid, partition, commit, self.epoch[pid], self.coordinator, 0)
+
+    @rule(pid=st.sampled_from(PIDS), partition=st.sampled_from(PARTITIONS), commit=st.booleans())
+    def end_v2(self, pid, partition, commit):
+        """A Transactions V2 EndTxn: the epoch is bumped and the marker carries the bumped one;
+        the producer's next transaction runs at it."""
+        self.epoch[pid] += 1
+        self._marker(pid, partition, commit, self.epoch[pid], self.coordinator, 2)
 
     @rule(partition=st.sampled_from(PARTITIONS), commit=st.booleans(), data=st.data())
     def stale_marker(self, partition, commit, data):
@@ -103,19 +113,21 @@ class OffsetsMachine(RuleBasedStateMachine):
         coordinator epoch) a marker was ever sent with."""
         if not self.sent:
             return
-        pid, epoch, coordinator = data.draw(st.sampled_from(sorted(self.sent)))
-        self._marker(pid, partition, commit, epoch, coordinator)
+        pid, epoch, coordinator, version = data.draw(st.sampled_from(sorted(self.sent)))
+        self._marker(pid, partition, commit, epoch, coordinator, version)
 
-    def _marker(self, pid: int, partition: int, commit: bool, epoch: int, coordinator: int) -> None:
-        self.sent.add((pid, epoch, coordinator))
+    def _marker(self, pid: int, partition: int, commit: bool, epoch: int, coordinator: int, version: int) -> None:
+        self.sent.add((pid, epoch, coordinator, version))
         self.now += 1
         key = (partition, pid)
         before = self.entries.get(key)
-        code, _why, after, settled = take_marker(before, pid, epoch, coordinator, self.now)
+        code, _why, after, settled = take_marker(before, pid, epoch, coordinator, self.now, version)
         twin = self.twins[partition]
-        twin_code = twin.check_marker(pid, epoch, coordinator)[0]
+        open_here = bool(self.pending.get(key))   # offsets appended (a batch in the twin) since the last marker
+        twin_code = twin.check_marker(pid, epoch, coordinator, version, open_here)[0]
         known_epoch, known_coordinator = self.known.get(key, (-1, -1))
-        expected = (E.INVALID_PRODUCER_EPOCH if epoch < known_epoch
+        expected = (E.INVALID_PRODUCER_EPOCH if epoch < known_epoch or (version >= 2 and epoch == known_epoch
+                                                                        and open_here)
                     else E.TRANSACTION_COORDINATOR_FENCED if coordinator < known_coordinator else E.NONE)
         assert code == twin_code == expected, (code, twin_code, expected)
         if code:

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from oncelog.core.txn.log_format import partition_for
 from oncelog.protocol.errors import ErrorCode as E
+from oncelog.storage.fence import Fenced
 from oncelog.storage.group_offsets import Committed, GroupMeta, GroupOffsetStore, MemberMeta
 
 GROUP, PID = "copier", 4242
@@ -85,5 +88,68 @@ def test_idle_producers_state_expires_but_never_with_offsets_pending(tmp_path):
     store.apply_marker(PID + 1, 0, 0, False, PARTITION, 1000)
     assert store.expire_producers(1000 + 99, 100) == 0
     assert store.expire_producers(1000 + 100, 100) == 1
-    assert [p.name for p in (tmp_path / "txn-offsets").iterdir()] == [f"{PID}.json"]
+    assert [str(p.relative_to(tmp_path / "txn-offsets")) for p in (tmp_path / "txn-offsets").glob("*/*.json")] \
+        == [f"{PARTITION}/{PID}.json"]
     assert GroupOffsetStore(tmp_path).pending() == {PID: {GROUP: {TP: Committed(1, None)}}}
+
+
+def test_a_deposed_owner_of_an_offsets_partition_writes_nothing(tmp_path):
+    """Two brokers sharing the directory: the one that owned the group's offsets partition was
+    paused while the other took it over; what it then tries to write is refused, what it wrote
+    before is the new owner's."""
+    old, new = GroupOffsetStore(tmp_path, shared=True), GroupOffsetStore(tmp_path, shared=True)
+    with pytest.raises(Fenced):            # nobody writes a partition it does not hold
+        old.commit(GROUP, {TP: Committed(1, None)})
+    old.take(PARTITION, 1)
+    old.commit(GROUP, {TP: Committed(5, None)})
+    assert old.add_pending(PID, 0, GROUP, {TP: Committed(7, None)}, 1) == E.NONE
+    new.take(PARTITION, 2)
+    assert not old.owns(PARTITION) and new.owns(PARTITION)
+    assert new.get(GROUP) == {TP: Committed(5, None)}
+    assert new.pending(PARTITION) == {PID: {GROUP: {TP: Committed(7, None)}}}
+    for write in (lambda: old.commit(GROUP, {TP: Committed(150, None)}),
+                  lambda: old.add_pending(PID, 0, GROUP, {TP: Committed(150, None)}, 2),
+                  lambda: old.apply_marker(PID, 0, 0, True, PARTITION, 2),
+                  lambda: old.set_meta(GROUP, GroupMeta("consumer", 3)),
+                  lambda: old.remove(GROUP)):
+        with pytest.raises(Fenced):
+            write()
+    assert new.get(GROUP) == {TP: Committed(5, None)}
+    assert new.pending(PARTITION) == {PID: {GROUP: {TP: Committed(7, None)}}}
+    assert old.expire_producers(10**12, 1) == 0 and new.pending(PARTITION)
+    with pytest.raises(Fenced):
+        old.take(PARTITION, 1)             # a stale view never takes it back
+    assert new.apply_marker(PID, 0, 0, True, PARTITION, 3) == (E.NONE, None)
+    assert new.get(GROUP) == {TP: Committed(7, None)}
+
+
+def test_a_v2_offsets_marker_needs_an_epoch_above_pending_offsets(tmp_path):
+    """Transactions V2: T1's marker carries the epoch T2 then runs at; a late copy of it must
+    not settle T2's offsets (KIP-1228)."""
+    store = GroupOffsetStore(tmp_path)
+    assert store.add_pending(PID, 1, GROUP, {TP: Committed(10, None)}, 1) == E.NONE   # T1 at epoch 1
+    assert store.apply_marker(PID, 2, 0, True, PARTITION, 2, transaction_version=2) == (E.NONE, None)
+    assert store.add_pending(PID, 2, GROUP, {TP: Committed(20, None)}, 3) == E.NONE   # T2 at epoch 2
+    code, _why = store.apply_marker(PID, 2, 0, True, PARTITION, 4, transaction_version=2)   # T1's, late
+    assert code == E.INVALID_PRODUCER_EPOCH
+    assert store.get(GROUP) == {TP: Committed(10, None)}
+    assert store.pending() == {PID: {GROUP: {TP: Committed(20, None)}}}
+    assert store.apply_marker(PID, 3, 0, False, PARTITION, 5, transaction_version=2) == (E.NONE, None)  # T2's abort
+    assert store.get(GROUP) == {TP: Committed(10, None)} and store.pending() == {}
+    assert store.apply_marker(PID, 3, 0, False, PARTITION, 6, transaction_version=2) == (E.NONE, None)  # exact retry
+
+
+def test_files_of_one_producer_for_every_partition_are_split(tmp_path):
+    other = next(g for g in (f"g{i}" for i in range(1000)) if partition_for(g, 50) != PARTITION)
+    (tmp_path / "txn-offsets").mkdir()
+    (tmp_path / "txn-offsets" / f"{PID}.json").write_text(json.dumps({"format": 2, "partitions": {
+        str(PARTITION): {"epoch": 3, "coordinator_epoch": 1, "updated_ms": 5, "groups": {
+            GROUP: [{"topic": "in", "partition": 0, "offset": 8, "metadata": ""}]}},
+        str(partition_for(other, 50)): {"epoch": 3, "coordinator_epoch": 1, "updated_ms": 5, "groups": {
+            other: [{"topic": "in", "partition": 0, "offset": 9, "metadata": ""}]}}}}))
+    store = GroupOffsetStore(tmp_path, shared=True)
+    assert not (tmp_path / "txn-offsets" / f"{PID}.json").exists()
+    assert store.pending(PARTITION) == {PID: {GROUP: {TP: Committed(8, "")}}}
+    assert store.pending() == {PID: {GROUP: {TP: Committed(8, "")}, other: {TP: Committed(9, "")}}}
+    store.take(PARTITION, 0)
+    assert store.apply_marker(PID, 2, 1, True, PARTITION, 6)[0] == E.INVALID_PRODUCER_EPOCH   # its epoch kept

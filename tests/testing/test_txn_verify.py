@@ -40,6 +40,23 @@ def test_transactional_copy_under_kills_and_moves(tmp_path):
     assert result.broker["produce INVALID_TXN_STATE"] == 0, text
 
 
+def test_transactional_copy_under_pauses(tmp_path):
+    """The pause fault (issue 34): brokers, the controller and a copy loop's own client process
+    stopped with SIGSTOP for times on both sides of their timeouts, then continued. Each loop
+    that was paused past its group session had its partitions copied by another; what it then
+    tried to commit is refused, and every input is copied exactly once."""
+    result = run(VerifyOptions(faults=("pause",), records=3000, clients=("oncelog", "librdkafka"),
+                               seed=3, duration_s=40, timeout_s=120, workload="transactions",
+                               workdir=tmp_path))
+    text = render(result)
+    assert result.ok, text
+    r = result.report
+    assert r.inputs == 3000 and r.committed_read == 3000, text
+    pauses = [e.what for e in result.faults if e.fault == "pause"]
+    assert any("broker" in w for w in pauses) and any("past the session" in w for w in pauses), text
+    assert any("client" in w for w in pauses), text
+
+
 def test_transactional_copy_over_sasl_ssl(tmp_path):
     """The same over SASL_SSL (SCRAM-SHA-512 on TLS) across two brokers: every transaction whose
     partitions are led by the other broker needs WriteTxnMarkers and KIP-890 verifications between

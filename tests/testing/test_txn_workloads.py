@@ -40,15 +40,20 @@ def read_committed(bootstrap: str, topic: str, expect: int, timeout_s: float = 3
 
 
 def test_a_librdkafka_call_blocked_past_its_timeout_gives_up_its_producer(tmp_path):
-    cluster = LocalCluster(tmp_path, 2, {"transaction.state.log.num.partitions": "1"}, proxies=False).start()
+    overrides = {"transaction.state.log.num.partitions": "1", "offsets.topic.num.partitions": "1"}
+    cluster = LocalCluster(tmp_path, 2, overrides, proxies=False).start()
     loop = None
     try:
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "log_level": 3})
         for f in admin.create_topics([NewTopic("in", 1, 1), NewTopic("out", 1, 1)]).values():
             f.result(30)
         w = TxnWorkload(cluster.bootstrap, "librdkafka", "in", "out", partitions=1, records=3)
-        # the loop's group is coordinated by broker 2, its transaction and partitions by broker 1
-        coordinator = admin.describe_consumer_groups([w.group])[w.group].result(30).coordinator
+        # the loop's group is coordinated by broker 2 (groups follow the leader of their
+        # __consumer_offsets partition, made by the first lookup), its transaction and partitions by broker 1
+        admin.describe_consumer_groups([w.group])[w.group].result(30)
+        cluster.place("__consumer_offsets", {0: 2})
+        fresh = AdminClient({"bootstrap.servers": cluster.bootstrap, "log_level": 3})   # no cached coordinator
+        coordinator = fresh.describe_consumer_groups([w.group])[w.group].result(30).coordinator
         assert coordinator.id == 2, f"{w.group} coordinated by broker {coordinator.id}: the test needs broker 2"
         loop = LibrdkafkaLoop(w, "copy-0", [0], random.Random(0))
         loop.api_timeout_s = 5

@@ -7,7 +7,7 @@ broker, is what lets mypy check the handlers and lets a reader (or a call-graph 
 request from its handler into the group coordinator, the transaction coordinator or a
 `storage.partition.Partition` (through `logs`).
 
-The services `Broker.start` makes (groups, transactions, producer ids, the security follower, the
+The services `Broker.start` makes (groups and their ownership, transactions, producer ids, the security follower, the
 controller credentials) are read as properties that raise `BrokerNotStarted` before it made them;
 handlers run only once it has.
 """
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from oncelog.broker.config import BrokerConfig
     from oncelog.broker.dynamic_config import DynamicBrokerConfig
     from oncelog.broker.groups.coordinator import GroupCoordinator
+    from oncelog.broker.groups.ownership import GroupOwnership
     from oncelog.broker.logs.fsync_batcher import GroupCommit
     from oncelog.broker.logs.seam import Logs
     from oncelog.broker.metrics import BrokerMetrics
@@ -50,6 +51,9 @@ class BrokerServices(Protocol):
     @property
     def groups(self) -> GroupCoordinator: ...
     @property
+    def group_ownership(self) -> GroupOwnership:
+        """Which broker coordinates a group: the leader of its `__consumer_offsets` partition."""
+    @property
     def txn(self) -> TxnCoordinatorService: ...
     @property
     def producer_ids(self) -> ProducerIdManager: ...
@@ -66,8 +70,9 @@ class BrokerServices(Protocol):
     def now_ms(self) -> int: ...
     def coordinates(self, group_id: str) -> bool:
         """Whether this broker coordinates `group_id`."""
-    def group_coordinator(self, group_id: str) -> tuple[int, str, int]:
-        """(node id, host, port) of the broker coordinating `group_id`."""
+    def group_coordinator(self, group_id: str) -> tuple[int, str, int] | None:
+        """(node id, host, port) of the broker coordinating `group_id`; None while its
+        `__consumer_offsets` partition has no leader."""
     def data_appended(self) -> None:
         """Wake long-polling fetches."""
     async def wait_for_data(self, timeout_s: float) -> None: ...

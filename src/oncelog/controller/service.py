@@ -201,9 +201,23 @@ class Controller:
         self.log.close()
 
     async def _watch_liveness(self) -> None:
+        interval_s = min(0.25, self.config.session_timeout_ms / 4000)
+        last = time.monotonic()
         while True:
-            await asyncio.sleep(min(0.25, self.config.session_timeout_ms / 4000))
+            await asyncio.sleep(interval_s)
+            tick = time.monotonic()
+            stalled_ms, last = (tick - last - interval_s) * 1000, tick
             now = self.now_ms()
+            if stalled_ms > 0:
+                # The controller itself did not run for that long (paused, a stalled VM, a loaded
+                # machine): the brokers' heartbeats of that time wait in its sockets, unread. That
+                # silence is its own, so it is credited to every broker instead of every partition
+                # losing its leader at once when it resumes.
+                if stalled_ms > self.config.session_timeout_ms / 4:
+                    log.warning("the controller did not run for %d ms: every broker's session is extended by it",
+                                stalled_ms)
+                for b in self.live:
+                    self.live[b] = min(now, self.live[b] + int(stalled_ms))
             dead = [b for b, seen in self.live.items() if now - seen > self.config.session_timeout_ms]
             for b in dead:
                 del self.live[b]

@@ -439,13 +439,15 @@ class ProducerStateManager:
             self._updated[s] = updated_ms
 
     # ------------------------------------------------------------ transaction markers
-    def check_marker(self, producer_id: int, epoch: int, coordinator_epoch: int) -> tuple[int, str | None]:
-        """Whether a COMMIT/ABORT marker may be appended (`producer_epoch.marker_error`). Never
-        mutates."""
+    def check_marker(self, producer_id: int, epoch: int, coordinator_epoch: int, transaction_version: int = 0,
+                     transaction_open: bool = False) -> tuple[int, str | None]:
+        """Whether a COMMIT/ABORT marker may be appended (`producer_epoch.marker_error`; whether
+        the producer has a transaction open here is the partition's to say). Never mutates."""
         s = self._find(producer_id)
         if s < 0:
             return ErrorCode.NONE, None
-        return marker_error(producer_id, self._epoch[s], self._coord[s], epoch, coordinator_epoch)
+        return marker_error(producer_id, self._epoch[s], self._coord[s], epoch, coordinator_epoch,
+                            transaction_version, transaction_open)
 
     def record_marker(self, producer_id: int, epoch: int, coordinator_epoch: int, updated_ms: int) -> None:
         """A checked marker is in the log (or replayed): the producer takes the marker's epoch (a

@@ -105,7 +105,7 @@ BROKER_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.TXN_OFFSET_COMMIT: (0, 5),
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
     ApiKey.LIST_TRANSACTIONS: (0, 1),
-    ApiKey.WRITE_TXN_MARKERS: (1, 1),  # broker to broker (and Kafka's tools); issue 16
+    ApiKey.WRITE_TXN_MARKERS: (1, 2),  # broker to broker (and Kafka's tools); issue 16; v2: KIP-1228
     # Security (issue 18): ACLs and client quotas
     ApiKey.DESCRIBE_ACLS: (1, 3),
     ApiKey.CREATE_ACLS: (1, 3),

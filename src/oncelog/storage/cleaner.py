@@ -35,6 +35,7 @@ from oncelog.protocol.records.batch import store_crc
 from oncelog.protocol.records.control import ABORT, COMMIT, control_type
 from oncelog.storage import failpoints as fp
 from oncelog.storage.durable import replace_file
+from oncelog.storage.fence import Busy, Fenced
 from oncelog.storage.segment import CLEANED, Segment, swap_names
 
 if TYPE_CHECKING:
@@ -86,7 +87,9 @@ class Job:
     cancelled: bool = False          # set from another thread: stop at the next batch
 
     def check_cancelled(self) -> None:
-        if self.cancelled:
+        lease = self.partition.lease
+        if self.cancelled or (lease is not None and lease.superseded()):
+            # (a newer owner of the partition may be cleaning the same segments: stop writing)
             raise CleaningCancelled(f"{self.partition.topic}-{self.partition.index}")
 
 
@@ -331,17 +334,24 @@ def commit(job: Job, now_ms: int) -> int:
         return 0
     swapped = 0
     before = after = 0
-    for c in job.cleaned:
-        new = plog.swap_in(c.old, now_ms, c.indexed)
-        if new is None:
-            continue
-        partition.segment_swapped(c.old, new)
-        swapped += 1
-        before += c.bytes_before
-        after += c.bytes_after
-    if job.end_offset > job.plan.first_dirty_offset and swapped == len(job.cleaned):
-        write_checkpoint(plog.directory, job.end_offset)
-        partition.cleaner_checkpoint = job.end_offset
+    try:
+        with partition.writing():   # a deposed owner swaps nothing in (`storage.fence`)
+            for c in job.cleaned:
+                new = plog.swap_in(c.old, now_ms, c.indexed)
+                if new is None:
+                    continue
+                partition.segment_swapped(c.old, new)
+                swapped += 1
+                before += c.bytes_before
+                after += c.bytes_after
+            if job.end_offset > job.plan.first_dirty_offset and swapped == len(job.cleaned):
+                write_checkpoint(plog.directory, job.end_offset)
+                partition.cleaner_checkpoint = job.end_offset
+    except (Fenced, Busy) as e:
+        log.info("%s-%d: cleaned segments not swapped in: %s", partition.topic, partition.index, e)
+        if not swapped:
+            discard(job)
+        return swapped
     log.info("%s-%d: cleaned up to offset %d (dirty ratio %.2f%s): %d segment(s) rewritten, %d -> %d bytes",
              partition.topic, partition.index, job.end_offset, job.plan.dirty_ratio,
              ", max.compaction.lag.ms passed" if job.plan.forced else "", swapped, before, after)

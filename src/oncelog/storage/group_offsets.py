@@ -15,10 +15,20 @@ per group instead of replaying a log. Files written before the group record exis
 protocol type and empty-since only; format 1: a bare list of offsets) still load, as groups
 without members.
 
-Transactional offsets waiting for their transaction's marker live in one file per producer id
-(`txn-offsets/`), with what each `__consumer_offsets` partition remembers of the producer
-(`core.txn.offsets`: its epoch and the coordinator epoch of its last marker), so a marker checked
-after a restart meets the same state.
+Transactional offsets waiting for their transaction's marker live in one file per offsets
+partition and producer id (`txn-offsets/<N>/<producer id>.json`), with what that `__consumer_offsets`
+partition remembers of the producer (`core.txn.offsets`: its epoch and the coordinator epoch of its
+last marker), so a marker checked after a restart meets the same state. (Files of one producer for
+every partition, `txn-offsets/<producer id>.json`, written before issue 34, are split at open.)
+
+In a cluster on one machine the brokers share this directory, and the groups of offsets partition
+N are written only by N's owner, under its lease (`storage.fence`, `fences/<N>.epoch`): `take(N,
+epoch)` raises N's token before the owner reads anything of N, and every write of N — a group's
+file, its offsets, pending transactional offsets, a marker settling them — checks the token under
+its lock first, so a broker deposed while paused writes nothing (`Fenced`, an OSError the group
+coordinator answers NOT_COORDINATOR). Everything of N is in files of N alone, so owners of
+different partitions never wait for each other, and a paused broker holds up nothing but what it
+was writing when it stopped.
 """
 from __future__ import annotations
 
@@ -39,9 +49,11 @@ from oncelog.core.groups.reconciliation import Assignment, MemberState
 from oncelog.core.txn.log_format import partition_for
 from oncelog.core.txn.offsets import OffsetsProducer, add_offsets, expired, take_marker
 from oncelog.storage.durable import fsync_dir, replace_file
+from oncelog.storage.fence import Fenced, Lease
 
 _FORMAT = 3
-_PENDING_FORMAT = 2
+_PENDING_FORMAT = 3          # one (offsets partition, producer) per file
+_PENDING_FORMAT_BY_PID = 2   # every partition of one producer in one file (before issue 34)
 
 
 class Committed(NamedTuple):
@@ -84,9 +96,10 @@ _Entry = tuple[dict[tuple[str, int], Committed], GroupMeta, ConsumerGroupRecord 
 class GroupOffsetStore:
     def __init__(self, directory: str | Path, shared: bool = False, offsets_partitions: int = 50) -> None:
         """`shared`: brokers of a cluster share the directory and a group's coordinator can move,
-        so every read goes to the file (never a cached copy another broker may have replaced).
-        `offsets_partitions`: `offsets.topic.num.partitions`, which places a group's transactional
-        offsets on a partition."""
+        so every read goes to the file (never a cached copy another broker may have replaced), and
+        every write needs the lease of its offsets partition (`take`).
+        `offsets_partitions`: `offsets.topic.num.partitions`, which places a group (and its
+        transactional offsets) on a partition."""
         self.shared = shared
         self.offsets_partitions = offsets_partitions
         self.directory = Path(directory)
@@ -97,14 +110,67 @@ class GroupOffsetStore:
             self._groups[group] = _read(path)
         # Transactional offsets (TxnOffsetCommit) waiting for their transaction's marker, with the
         # offsets partitions' producer state: producer id -> offsets partition -> entry, one
-        # fsynced file per producer id, so a marker that arrives after a restart still finds them
-        # (docs/transactions.md section 4).
+        # fsynced file per (partition, producer), so a marker that arrives after a restart still
+        # finds them (docs/transactions.md section 4).
         self.pending_dir = self.directory / "txn-offsets"
         self.pending_dir.mkdir(exist_ok=True)
+        self.fences_dir = self.directory / "fences"
+        self._leases: dict[int, Lease] = {}
         self._producers: dict[int, dict[int, OffsetsProducer]] = {}
-        self._lock_depth = 0
-        for path in self.pending_dir.glob("*.json"):
-            self._producers[int(path.stem)] = self._read_producer(path)
+        self._split_files_by_producer()
+        for path in self.pending_dir.glob("*/*.json"):
+            self._producers.setdefault(int(path.stem), {})[int(path.parent.name)] = self._read_entry(path)
+
+    # ------------------------------------------------------------ ownership (a cluster)
+    def partition_of(self, group: str) -> int:
+        return partition_for(group, self.offsets_partitions)
+
+    def take(self, partition: int, epoch: int) -> None:
+        """This broker owns offsets partition `partition` at leader epoch `epoch` from now on: its
+        token raised (`storage.fence.Lease.take`: Fenced when a newer owner has it, Busy when
+        another process holds its lock: try again later)."""
+        held = self._leases.get(partition)
+        if held is not None:
+            if held.epoch == epoch and held.valid():
+                return
+            self.release(partition)
+        self.fences_dir.mkdir(exist_ok=True)
+        self._leases[partition] = Lease.take(self.fences_dir / f"{partition}.epoch", epoch,
+                                             f"__consumer_offsets-{partition}")
+
+    def release(self, partition: int) -> None:
+        lease = self._leases.pop(partition, None)
+        if lease is not None:
+            lease.close()
+
+    def owns(self, partition: int) -> bool:
+        """Not shared: always. Shared: this broker holds the partition's lease and no newer owner
+        raised its token (a memory load; what the coordinator checks before it answers from
+        memory)."""
+        if not self.shared:
+            return True
+        lease = self._leases.get(partition)
+        return lease is not None and lease.valid()
+
+    def owned(self) -> list[tuple[int, int]]:
+        """(partition, epoch) of the leases held."""
+        return sorted((p, lease.epoch) for p, lease in self._leases.items())
+
+    @contextmanager
+    def _writing(self, partition: int) -> Iterator[None]:
+        """Around a write of partition `partition`'s files: its lease's lock after its check."""
+        if not self.shared:
+            yield
+            return
+        lease = self._leases.get(partition)
+        if lease is None:
+            raise Fenced(f"__consumer_offsets-{partition}", -1, -1)
+        with lease.writing():
+            yield
+
+    def close(self) -> None:
+        for partition in list(self._leases):
+            self.release(partition)
 
     def groups(self) -> list[str]:
         if self.shared:
@@ -135,13 +201,13 @@ class GroupOffsetStore:
 
     def commit(self, group: str, offsets: Mapping[tuple[str, int], Committed]) -> None:
         """Offsets join the group's; its metadata record stays as it is."""
-        with self.locked():
+        with self._writing(self.partition_of(group)):
             current, meta, consumer = self._entry(group)
             self._write(group, {**current, **offsets}, meta, consumer)
 
     def set_meta(self, group: str, meta: GroupMeta) -> None:
         """The group's metadata record, beside its offsets."""
-        with self.locked():
+        with self._writing(self.partition_of(group)):
             offsets, old, consumer = self._entry(group)
             if meta != old or group not in self._groups:
                 self._write(group, offsets, meta, consumer)
@@ -149,7 +215,7 @@ class GroupOffsetStore:
     def set_consumer(self, group: str, record: ConsumerGroupRecord | None) -> None:
         """The group's KIP-848 records, beside its offsets (a classic record it had goes: an empty
         classic group became this consumer group); None: it is no longer a consumer group."""
-        with self.locked():
+        with self._writing(self.partition_of(group)):
             offsets, meta, old = self._entry(group)
             if record is not None:
                 meta = GroupMeta()
@@ -159,7 +225,7 @@ class GroupOffsetStore:
     def remove(self, group: str, partitions: Iterable[tuple[str, int]] | None = None) -> None:
         """Forget some offsets of a group (all of them, and the group, when `partitions` is None).
         A group left without offsets keeps its file only while its record has members."""
-        with self.locked():
+        with self._writing(self.partition_of(group)):
             offsets, meta, consumer = self._entry(group)
             gone = None if partitions is None else set(partitions)
             kept = {} if gone is None else {k: v for k, v in offsets.items() if k not in gone}
@@ -170,30 +236,14 @@ class GroupOffsetStore:
             _unlink(self._path(group))
 
     def delete_topic(self, topic: str) -> None:
+        """The topic's offsets leave every group this broker owns (the owners of the others do
+        the same for theirs)."""
         for group in self.groups():
+            if not self.owns(self.partition_of(group)):
+                continue
             gone = [k for k in self.get(group) if k[0] == topic]
             if gone:
                 self.remove(group, gone)
-
-    @contextmanager
-    def locked(self) -> Iterator[None]:
-        """Shared: one broker at a time reads and replaces a file (a group's offsets are written by
-        its coordinator and by the brokers applying transaction markers). Re-entrant."""
-        if not self.shared or self._lock_depth:
-            self._lock_depth += 1
-            try:
-                yield
-            finally:
-                self._lock_depth -= 1
-            return
-        fd = os.open(self.directory / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            self._lock_depth += 1
-            yield
-        finally:
-            self._lock_depth -= 1
-            os.close(fd)
 
     def _write(self, group: str, offsets: dict[tuple[str, int], Committed], meta: GroupMeta,
                consumer: ConsumerGroupRecord | None) -> None:
@@ -208,103 +258,140 @@ class GroupOffsetStore:
         self._groups[group] = (offsets, meta, consumer)
 
     # ------------------------------------------------------------ transactional offsets
-    def pending(self) -> dict[int, dict[str, dict[tuple[str, int], Committed]]]:
-        """producer id -> group -> offsets not yet made visible. Shared: read from the files,
-        where the marker of a transaction coordinated by another broker may have committed or
-        dropped them."""
+    def pending(self, partition: int | None = None) -> dict[int, dict[str, dict[tuple[str, int], Committed]]]:
+        """producer id -> group -> offsets not yet made visible, of offsets partition `partition`
+        (all when None). Shared: read from the files."""
         if self.shared:
-            self._producers = {}
-            for path in self.pending_dir.glob("*.json"):
-                self._reload_producer(int(path.stem))
+            pattern = f"{partition}/*.json" if partition is not None else "*/*.json"
+            producers: dict[int, dict[int, OffsetsProducer]] = {}
+            for path in self.pending_dir.glob(pattern):
+                try:
+                    producers.setdefault(int(path.stem), {})[int(path.parent.name)] = self._read_entry(path)
+                except FileNotFoundError:
+                    continue   # settled meanwhile
+        else:
+            producers = self._producers
         out: dict[int, dict[str, dict[tuple[str, int], Committed]]] = {}
-        for pid, partitions in self._producers.items():
-            groups = {g: dict(o) for entry in partitions.values() for g, o in entry.pending.items()}
+        for pid, partitions in producers.items():
+            groups = {g: dict(o) for p, entry in partitions.items() if partition is None or p == partition
+                      for g, o in entry.pending.items()}
             if groups:
                 out[pid] = groups
         return out
 
-    def _reload_producer(self, producer_id: int) -> None:
-        try:
-            self._producers[producer_id] = self._read_producer(self._producer_path(producer_id))
-        except FileNotFoundError:
-            self._producers.pop(producer_id, None)
+    def _entry_path(self, partition: int, producer_id: int) -> Path:
+        return self.pending_dir / str(partition) / f"{producer_id}.json"
 
-    def _producer(self, producer_id: int) -> dict[int, OffsetsProducer]:
-        """What the offsets partitions keep of one producer (from its file when shared)."""
+    def _producer_entry(self, partition: int, producer_id: int) -> OffsetsProducer | None:
+        """What offsets partition `partition` keeps of the producer (from its file when shared)."""
         if self.shared:
-            self._reload_producer(producer_id)
-        return self._producers.get(producer_id, {})
-
-    def _producer_path(self, producer_id: int) -> Path:
-        return self.pending_dir / f"{producer_id}.json"
+            try:
+                return self._read_entry(self._entry_path(partition, producer_id))
+            except FileNotFoundError:
+                return None
+        return self._producers.get(producer_id, {}).get(partition)
 
     def add_pending(self, producer_id: int, producer_epoch: int, group: str,
                     offsets: Mapping[tuple[str, int], Committed], now_ms: int) -> int:
         """A TxnOffsetCommit's offsets, pending on the group's offsets partition; durable
         (fsynced) before it returns NONE. INVALID_PRODUCER_EPOCH for an epoch older than that
         partition knows of the producer."""
-        partition = partition_for(group, self.offsets_partitions)
-        with self.locked():
-            entries = dict(self._producer(producer_id))
-            code, _message, entry = add_offsets(entries.get(partition), producer_epoch, group, offsets, now_ms)
+        partition = self.partition_of(group)
+        with self._writing(partition):
+            code, _message, entry = add_offsets(self._producer_entry(partition, producer_id), producer_epoch, group,
+                                                offsets, now_ms)
             if entry is not None:
-                entries[partition] = entry
-                self._write_producer(producer_id, entries)
+                self._write_entry(partition, producer_id, entry)
             return code
 
     def apply_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
-                     partition: int, now_ms: int) -> tuple[int, str | None]:
+                     partition: int, now_ms: int, transaction_version: int = 0) -> tuple[int, str | None]:
         """The transaction's marker on `__consumer_offsets-<partition>`, checked as a data
         partition checks it (`core.txn.offsets.take_marker`); only a marker taken settles the
         producer's pending offsets there: COMMIT commits them to their groups, ABORT drops them.
         The producer's file is written last, so a marker repeated after a crash finds what is
         left. Returns (code, why refused)."""
-        with self.locked():
-            entries = dict(self._producer(producer_id))
-            code, message, entry, settled = take_marker(entries.get(partition), producer_id, producer_epoch,
-                                                        coordinator_epoch, now_ms)
+        with self._writing(partition):
+            code, message, entry, settled = take_marker(self._producer_entry(partition, producer_id), producer_id,
+                                                        producer_epoch, coordinator_epoch, now_ms, transaction_version)
             if code:
                 return code, message
             if commit:
                 for group, offsets in settled.items():
                     self.commit(group, offsets)
             assert entry is not None  # taken
-            entries[partition] = entry
-            self._write_producer(producer_id, entries)
+            self._write_entry(partition, producer_id, entry)
             return code, None
 
     def expire_producers(self, now_ms: int, expiration_ms: int) -> int:
         """Forget producers idle on an offsets partition for `producer.id.expiration.ms`, never
-        one with offsets pending there. Returns how many entries went."""
+        one with offsets pending there (of the partitions this broker owns, when shared).
+        Returns how many entries went."""
         removed = 0
-        with self.locked():
-            for pid in [int(p.stem) for p in self.pending_dir.glob("*.json")] if self.shared else list(self._producers):
-                entries = self._producer(pid)
-                kept = {p: e for p, e in entries.items() if not expired(e, now_ms, expiration_ms)}
-                if len(kept) != len(entries):
-                    removed += len(entries) - len(kept)
-                    self._write_producer(pid, kept)
+        if self.shared:
+            entries = [(int(path.parent.name), int(path.stem)) for path in self.pending_dir.glob("*/*.json")]
+        else:
+            entries = [(p, pid) for pid, parts in self._producers.items() for p in parts]
+        for partition, pid in entries:
+            if not self.owns(partition):
+                continue
+            with self._writing(partition):
+                entry = self._producer_entry(partition, pid)
+                if entry is not None and expired(entry, now_ms, expiration_ms):
+                    self._write_entry(partition, pid, None)
+                    removed += 1
         return removed
 
-    def _write_producer(self, producer_id: int, entries: dict[int, OffsetsProducer]) -> None:
-        path = self._producer_path(producer_id)
-        if not entries:
-            self._producers.pop(producer_id, None)
+    def _write_entry(self, partition: int, producer_id: int, entry: OffsetsProducer | None) -> None:
+        path = self._entry_path(partition, producer_id)
+        if entry is None:
+            parts = self._producers.get(producer_id, {})
+            parts.pop(partition, None)
+            if not parts:
+                self._producers.pop(producer_id, None)
             _unlink(path)
             return
-        _write_json(path, {"format": _PENDING_FORMAT, "partitions": {
-            str(p): {"epoch": e.epoch, "coordinator_epoch": e.coordinator_epoch, "updated_ms": e.updated_ms,
-                     "groups": {g: _offsets_json(o) for g, o in sorted(e.pending.items())}}
-            for p, e in sorted(entries.items())}})
-        self._producers[producer_id] = entries
+        path.parent.mkdir(exist_ok=True)
+        _write_json(path, {"format": _PENDING_FORMAT, "epoch": entry.epoch,
+                           "coordinator_epoch": entry.coordinator_epoch, "updated_ms": entry.updated_ms,
+                           "groups": {g: _offsets_json(o) for g, o in sorted(entry.pending.items())}})
+        self._producers.setdefault(producer_id, {})[partition] = entry
 
-    def _read_producer(self, path: Path) -> dict[int, OffsetsProducer]:
+    @staticmethod
+    def _read_entry(path: Path) -> OffsetsProducer:
+        e = json.loads(path.read_text())
+        return OffsetsProducer(e["epoch"], e["coordinator_epoch"], e["updated_ms"],
+                               {g: _offsets_from_json(o) for g, o in e["groups"].items()})
+
+    def _split_files_by_producer(self) -> None:
+        """Files of one producer for every partition (formats 1 and 2) become one file per
+        partition; under the directory's lock, so that brokers starting together split each
+        once. A partition's file already written in the new layout wins."""
+        old = list(self.pending_dir.glob("*.json"))
+        if not old:
+            return
+        fd = os.open(self.directory / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            for path in old:
+                try:
+                    entries = self._read_producer_file(path)
+                except FileNotFoundError:
+                    continue   # another broker split it
+                for partition, entry in entries.items():
+                    if not self._entry_path(partition, int(path.stem)).exists():
+                        self._write_entry(partition, int(path.stem), entry)
+                _unlink(path)
+        finally:
+            os.close(fd)
+
+    def _read_producer_file(self, path: Path) -> dict[int, OffsetsProducer]:
         data = json.loads(path.read_text())
-        if data.get("format") != _PENDING_FORMAT:
+        if data.get("format") != _PENDING_FORMAT_BY_PID:
             # format 1: group -> offsets, no producer state (any marker is taken, as before)
             out: dict[int, dict[str, Any]] = {}
             for group, entries in data.items():
-                out.setdefault(partition_for(group, self.offsets_partitions), {})[group] = _offsets_from_json(entries)
+                out.setdefault(self.partition_of(group), {})[group] = _offsets_from_json(entries)
             return {p: OffsetsProducer(pending=groups) for p, groups in out.items()}
         return {int(p): OffsetsProducer(e["epoch"], e["coordinator_epoch"], e["updated_ms"],
                                         {g: _offsets_from_json(o) for g, o in e["groups"].items()})

@@ -30,23 +30,25 @@ class MarkerWriting:
     clock_ms: Callable[[], int] = staticmethod(lambda: int(time.time() * 1000))
 
     async def write_txn_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
-                               coordinator_epoch: int, commit: bool) -> ErrorCode:
+                               coordinator_epoch: int, commit: bool, transaction_version: int = 0) -> ErrorCode:
         """NONE once the marker is fsynced; otherwise why not: NOT_LEADER_OR_FOLLOWER /
         UNKNOWN_TOPIC_OR_PARTITION (retry at the leader), INVALID_PRODUCER_EPOCH,
         TRANSACTION_COORDINATOR_FENCED (stop), UNSUPPORTED_FOR_MESSAGE_FORMAT (done),
-        KAFKA_STORAGE_ERROR (retry)."""
+        KAFKA_STORAGE_ERROR (retry). `transaction_version`: the marker's (KIP-1228)."""
         p = self.get_partition(topic, partition)  # type: ignore[attr-defined]
         if p is None:
             code: ErrorCode = self.partition_error(topic, partition)  # type: ignore[attr-defined]
             return code
         return await write_marker(p, producer_id, producer_epoch, coordinator_epoch, commit,
-                                  self.clock_ms(), self.durable)
+                                  self.clock_ms(), self.durable, transaction_version)
 
 
 async def write_marker(partition: Partition, producer_id: int, producer_epoch: int, coordinator_epoch: int,
-                       commit: bool, now_ms: int, durable: Durability | None) -> ErrorCode:
+                       commit: bool, now_ms: int, durable: Durability | None,
+                       transaction_version: int = 0) -> ErrorCode:
     try:
-        offset = partition.append_marker(producer_id, producer_epoch, coordinator_epoch, commit, now_ms)
+        offset = partition.append_marker(producer_id, producer_epoch, coordinator_epoch, commit, now_ms,
+                                         transaction_version)
     except KafkaProtocolError as exc:
         return ErrorCode(exc.code)
     if durable is None:

@@ -21,6 +21,12 @@ Every path that changes either is here, so that each keeps them in step: appends
 (snapshot + replay), restores of expired producers and the older-duplicate lookup (state read
 back from the log). The verdicts are `core.producer_state`'s, the bytes `storage.log`'s, the
 snapshot files `storage.producer_state_store`'s.
+
+In a cluster on one machine a partition is owned under a lease (`storage.fence`): every write —
+appends, markers, truncations, retention, snapshots, compaction swaps — happens under the lease's
+lock after its token is checked, so a broker deposed while it was paused writes nothing once a
+newer leader raised the token; it is answered NOT_LEADER_OR_FOLLOWER, and `fenced` tells the
+broker to drop the partition (`drop`: its files closed, nothing written).
 """
 from __future__ import annotations
 
@@ -29,6 +35,7 @@ import secrets
 import time
 from array import array
 from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -38,13 +45,14 @@ from oncelog.core.compaction import LastBatch, keyless_records
 from oncelog.core.producer_state import ProducerStateConfig, ProducerStateManager
 from oncelog.core.sequence import distance_below, last_sequence_of
 from oncelog.core.txn.partition import AbortedQuery, PartitionTxns, collect_aborted
-from oncelog.core.txn.verification import VerificationGuards
+from oncelog.core.txn.verification import Guard, VerificationGuards
 from oncelog.protocol import compression
 from oncelog.protocol import records as rec
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.protocol.primitives import Buf
 from oncelog.protocol.records import message_format_magic
 from oncelog.storage import txn_index
+from oncelog.storage.fence import Busy, Fenced, Lease
 from oncelog.storage.log import LogConfig, PartitionLog, SyncToken
 from oncelog.storage.producer_state_store import ProducerStateStore
 from oncelog.storage.segment import Segment
@@ -119,10 +127,13 @@ class PartitionConfig:
 
 class Partition:
     def __init__(self, topic: str, index: int, log: PartitionLog, producer_config: ProducerStateConfig,
-                 *, now_ms: int) -> None:
-        """Over an open log; producer state is loaded from its directory's snapshots and the log."""
+                 *, now_ms: int, lease: Lease | None = None) -> None:
+        """Over an open log; producer state is loaded from its directory's snapshots and the log.
+        `lease`: the ownership token this partition's writes are checked against (a cluster);
+        None: the process owns the directory outright (a single node's exclusive lock)."""
         self.topic = topic
         self.index = index
+        self.lease = lease
         self.log = log
         self.directory = log.directory
         self.snapshots = ProducerStateStore(log.directory)
@@ -148,11 +159,30 @@ class Partition:
 
     @classmethod
     def open(cls, topic: str, index: int, directory: Path, config: PartitionConfig, now_ms: int,
-             *, leader_epoch: int = 0) -> Partition:
-        """Open (or create) the partition's directory: log recovery, then producer state."""
-        log = PartitionLog.open(directory, config.log, now_ms)
-        log.leader_epoch = leader_epoch
-        return cls(topic, index, log, config.producer_state, now_ms=now_ms)
+             *, leader_epoch: int = 0, lease: Lease | None = None) -> Partition:
+        """Open (or create) the partition's directory: log recovery, then producer state (under
+        the lease, whose token the caller raised before)."""
+        with lease.writing() if lease is not None else nullcontext():
+            log = PartitionLog.open(directory, config.log, now_ms)
+            log.leader_epoch = leader_epoch
+            return cls(topic, index, log, config.producer_state, now_ms=now_ms, lease=lease)
+
+    # ------------------------------------------------------------------ ownership
+    def writing(self) -> AbstractContextManager[None]:
+        """Around every write to the partition's files: the lease's lock, after its check
+        (`storage.fence`: Fenced once a newer owner raised the token, Busy while another process
+        holds its lock). Re-entrant."""
+        return self.lease.writing() if self.lease is not None else nullcontext()
+
+    @property
+    def fenced(self) -> bool:
+        """A newer owner holds the partition: the broker drops it (`drop`) before answering
+        anything from it. A lock-free read of the token (a memory load)."""
+        return self.lease is not None and not self.lease.valid()
+
+    def _not_leader(self, e: OSError) -> KafkaProtocolError:
+        log.warning("%s-%d: %s", self.topic, self.index, e)
+        return KafkaProtocolError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{self.topic}-{self.index}: {e.strerror or e}")
 
     # ------------------------------------------------------------------ reads
     @property
@@ -216,9 +246,18 @@ class Partition:
         self.log.run_sync(token)
 
     def end_sync(self, token: SyncToken, error: BaseException | None, now_ms: int) -> None:
-        """Back on the loop: records become durable, or a failure cut them (state follows)."""
-        self.log.end_sync(token, error)
-        self._follow_cuts(now_ms)
+        """Back on the loop: records become durable, or a failure cut them (state follows). A
+        failure cuts the file, a write: a deposed owner cuts nothing and goes offline instead
+        (what its fsync covered is the new owner's log now)."""
+        if error is None:
+            self.log.end_sync(token, error)
+            return
+        try:
+            with self.writing():
+                self.log.end_sync(token, error)
+                self._follow_cuts(now_ms)
+        except (Fenced, Busy) as e:
+            self.log._take_offline(f"fsync failed ({error}) after the partition was fenced: {e}")
 
     def flush_due(self, now_ms: int) -> bool:
         return self.log.flush_due(now_ms)
@@ -278,7 +317,23 @@ class Partition:
         self._codec = _topic_codec(config.log.compression_type)
 
     # ----------------------------------------------------------------- writes
-    def append_from_client(self, records: Buf, now_ms: int) -> AppendResult:
+    def append_from_client(self, records: Buf, now_ms: int, *, verify: bool = False,
+                           guard: Guard | None = None) -> AppendResult:
+        """Validate, deduplicate, append. `verify` (KIP-890, Kafka's
+        `batchMissingRequiredVerification`): a transactional batch that would open a transaction
+        here (its producer has none open at that epoch) needs `guard`, the verification guard
+        its transaction's check took, still valid now: a marker for the producer since then
+        (the transaction ended while another partition of the request was being verified, say)
+        refuses it with INVALID_TXN_STATE (`extra["unverified"]`) instead of opening a transaction
+        its coordinator never registered."""
+        try:
+            with self.writing():
+                return self._append_from_client(records, now_ms, verify, guard)
+        except (Fenced, Busy) as e:
+            err = self._not_leader(e)
+            return AppendResult(int(err.code), -1, -1, self._safe_log_start(), err.message, self._extra())
+
+    def _append_from_client(self, records: Buf, now_ms: int, verify: bool, guard: Guard | None) -> AppendResult:
         if self.log.offline:
             return AppendResult(int(ErrorCode.KAFKA_STORAGE_ERROR), -1, -1, self._safe_log_start(),
                                 f"partition offline: {self.log.offline}", self._extra())
@@ -301,6 +356,14 @@ class Partition:
                     if check.kind != ps.APPEND:
                         return self._answer_without_append(check)
                     transactional = headers[0].is_transactional
+                    if (verify and transactional and not self.has_open_transaction(check.producer_id,
+                                                                                   headers[0].producer_epoch)
+                            and (guard is None or not self.verification_guards.valid(check.producer_id, guard))):
+                        return AppendResult(
+                            int(ErrorCode.INVALID_TXN_STATE), -1, -1, self._safe_log_start(),
+                            f"the batch of producer {check.producer_id} would open a transaction in {self.topic}-"
+                            f"{self.index} that its coordinator did not verify (it ended meanwhile)",
+                            self._extra(unverified=True))
                     if self.txns.check_data_batch(check.producer_id, transactional):
                         raise KafkaProtocolError(
                             ErrorCode.INVALID_TXN_STATE,
@@ -329,6 +392,8 @@ class Partition:
                 self._follow_cuts(now_ms)
             return AppendResult(int(exc.code), -1, -1, self._safe_log_start(), exc.message or exc.code.name,
                                 self._extra(), record_errors=getattr(exc, "record_errors", []))
+        except (Fenced, Busy):
+            raise
         except OSError as exc:
             # Nothing was committed to producer state, so a retry of this batch is judged afresh.
             log.error("append to %s-%d failed: %s", self.topic, self.index, exc)
@@ -344,14 +409,25 @@ class Partition:
         return self.txns.has_open(producer_id) and self.producer_state.epoch_of(producer_id) == producer_epoch
 
     def append_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
-                      now_ms: int) -> int:
+                      now_ms: int, transaction_version: int = 0) -> int:
         """Append a COMMIT/ABORT control batch for the producer's transaction; returns its offset.
         Raises KafkaProtocolError: INVALID_PRODUCER_EPOCH (marker epoch below the producer's),
         TRANSACTION_COORDINATOR_FENCED (coordinator epoch below the last seen),
         UNSUPPORTED_FOR_MESSAGE_FORMAT, KAFKA_STORAGE_ERROR. Not durable on return: the caller
         waits for the fsync as an acks=all Produce does (`storage.marker_append.write_marker`).
         A marker for a producer with no transaction open here closes nothing and is harmless (a
-        coordinator resending after a crash)."""
+        coordinator resending after a crash). `transaction_version` (WriteTxnMarkers v2, KIP-1228):
+        a Transactions V2 marker needs an epoch above the producer's while its transaction is open
+        here (`core.producer_epoch.marker_error`)."""
+        try:
+            with self.writing():
+                return self._append_marker(producer_id, producer_epoch, coordinator_epoch, commit, now_ms,
+                                           transaction_version)
+        except (Fenced, Busy) as e:
+            raise self._not_leader(e) from None
+
+    def _append_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
+                       now_ms: int, transaction_version: int) -> int:
         if self.log.offline:
             raise KafkaProtocolError(ErrorCode.KAFKA_STORAGE_ERROR, f"partition offline: {self.log.offline}")
         self._follow_cuts(now_ms)
@@ -362,7 +438,8 @@ class Partition:
         state = self.producer_state
         if producer_id in state.expired and producer_id not in state:
             self._restore_from_log(producer_id, now_ms)
-        code, message = state.check_marker(producer_id, producer_epoch, coordinator_epoch)
+        code, message = state.check_marker(producer_id, producer_epoch, coordinator_epoch, transaction_version,
+                                           self.txns.has_open(producer_id))
         if code:
             raise KafkaProtocolError(ErrorCode(code), message)
         batch = rec.encode_marker_batch(producer_id, producer_epoch, coordinator_epoch, commit, now_ms)
@@ -370,6 +447,8 @@ class Partition:
         try:
             try:
                 info = self.log.append(batch, now_ms)
+            except (Fenced, Busy):
+                raise
             except OSError as exc:
                 raise KafkaProtocolError(ErrorCode.KAFKA_STORAGE_ERROR, f"storage error: {exc}") from None
             self._apply_marker(producer_id, producer_epoch, coordinator_epoch, commit, info.first_offset, now_ms)
@@ -561,8 +640,17 @@ class Partition:
 
     def delete_records_before(self, offset: int) -> None:
         """DeleteRecords: snapshot first, so no crash can lose state whose batches are deleted."""
-        self.take_snapshot(sync=True)
-        self.log.delete_records_before(offset)
+        try:
+            with self.writing():
+                self.take_snapshot(sync=True)
+                self.log.delete_records_before(offset)
+        except (Fenced, Busy) as e:
+            raise self._not_leader(e) from None
+
+    def enforce_retention(self, now_ms: int) -> int:
+        """Retention (segments deleted by time or size), under the lease."""
+        with self.writing():
+            return self.log.enforce_retention(now_ms)
 
     def take_snapshot(self, sync: bool = True, force: bool = False) -> Path | None:
         """Write the state covering offsets below `_map_end`; skipped when the log did not move
@@ -570,6 +658,10 @@ class Partition:
         expired producer was restored since."""
         if self._map_end <= self._last_snapshot_offset and not force and not self._restored_since_snapshot:
             return None
+        with self.writing():
+            return self._write_snapshot(sync)
+
+    def _write_snapshot(self, sync: bool) -> Path:
         # the snapshot says recovery need not look below _map_end: the aborted-transaction
         # entries below it must be on disk first
         txn_index.sync_dirty(self.log.segments)
@@ -585,8 +677,9 @@ class Partition:
     def truncate_to(self, offset: int, now_ms: int | None = None) -> None:
         """Cut the log to `offset` and rebuild producer state for what is left (Kafka's
         truncateTo -> rebuildProducerState): snapshots beyond it go, then snapshot + replay."""
-        self.log.truncate_to(offset)
-        self._rebuild_producer_state(_now() if now_ms is None else now_ms)
+        with self.writing():
+            self.log.truncate_to(offset)
+            self._rebuild_producer_state(_now() if now_ms is None else now_ms)
 
     def _rebuild_producer_state(self, now_ms: int) -> None:
         self.snapshots.delete_beyond(self.log.log_end_offset)
@@ -606,19 +699,41 @@ class Partition:
 
     def maybe_flush(self, now_ms: int) -> None:
         """The flush policy, run periodically; a failed fsync leaves state that follows the log."""
-        try:
-            self.log.maybe_flush(now_ms)
-        finally:
-            self._follow_cuts(now_ms)
+        with self.writing():   # a failed fsync cuts the file
+            try:
+                self.log.maybe_flush(now_ms)
+            finally:
+                self._follow_cuts(now_ms)
 
     def close(self) -> None:
         """Clean shutdown: a final snapshot so the next start replays nothing (an offline
-        partition writes nothing: the next start recovers it from the log)."""
+        partition writes nothing: the next start recovers it from the log). A fenced partition is
+        dropped instead: a newer owner has the files."""
         try:
-            if not self.log.offline:
-                self.take_snapshot(sync=True)
+            with self.writing():
+                try:
+                    if not self.log.offline:
+                        self.take_snapshot(sync=True)
+                finally:
+                    self.log.close()
+        except (Fenced, Busy) as e:
+            log.info("%s-%d: not closed cleanly (%s); dropped", self.topic, self.index, e)
+            self.drop()
         finally:
-            self.log.close()
+            if self.lease is not None:
+                self.lease.close()
+
+    def drop(self) -> None:
+        """Another broker owns the partition now: close its files and write nothing (no
+        snapshot, no clean-shutdown marker; the new owner recovered from the log). It goes
+        offline, so nothing starts an fsync of it any more, and appends still waiting for one are
+        answered as not durable here (their producers retry at the new leader, which has them)."""
+        if not self.log.offline:
+            self.log.offline = "another broker leads the partition now"   # (not a storage fault: no alarm)
+        for seg in self.log.segments:
+            seg.close()
+        if self.lease is not None:
+            self.lease.close()
 
     def _load_producer_state(self, now_ms: int) -> int:
         """Newest readable snapshot, then the log above it. Returns the offset the state covers."""

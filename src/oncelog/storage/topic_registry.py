@@ -25,6 +25,7 @@ from oncelog.core.topic_names import validate_topic_name
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.protocol.metadata import BrokerEntry
 from oncelog.storage.cleaner import LogCleaner
+from oncelog.storage.fence import Busy, Fenced
 from oncelog.storage.marker_append import MarkerWriting
 from oncelog.storage.partition import DEFAULT_EXPIRATION_CHECK_INTERVAL_MS, Partition, PartitionConfig
 
@@ -69,7 +70,7 @@ def maintain(partitions: Iterable[Partition], now_ms: int, flush: Callable[[Part
             log.exception("log cleaner pass failed; will retry")
     for partition in partitions:
         try:
-            partition.log.enforce_retention(now_ms)
+            partition.enforce_retention(now_ms)
             if flush is None:
                 partition.maybe_flush(now_ms)
             elif partition.flush_due(now_ms):
@@ -77,6 +78,8 @@ def maintain(partitions: Iterable[Partition], now_ms: int, flush: Callable[[Part
             partition.tick(now_ms, expiration_check_interval_ms)
         except KafkaProtocolError as e:
             log.warning("partition %s-%d maintenance: %s", partition.topic, partition.index, e)
+        except (Fenced, Busy) as e:   # a newer owner has it (the broker drops it), or is taking it now
+            log.info("partition %s-%d maintenance skipped: %s", partition.topic, partition.index, e)
 
 
 class TopicRegistry(MarkerWriting):

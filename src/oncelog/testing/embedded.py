@@ -72,6 +72,10 @@ def wait_for_line(proc: subprocess.Popen, pattern: re.Pattern, timeout_s: float)
             return None
 
 
+# the controller's broker session timeout in tests and `oncelog verify` (the default is 3 s): a
+# broker silent this long is dead and its partitions move
+SESSION_TIMEOUT_MS = 2000
+
 class ServerProcess:
     """A child process that serves on host:port once it prints a line matching `listening`.
     Its stderr goes to `log_file` (else it is read with stdout and dropped); `env` is added to
@@ -149,11 +153,24 @@ class ServerProcess:
             proc.kill()
             proc.wait(10)
 
+    def pause(self) -> None:
+        """SIGSTOP: the process stops where it is (a GC pause, a stalled VM, a debugger) with its
+        sockets open and its locks held; `resume` continues it."""
+        if self.running:
+            assert self.proc is not None  # running
+            self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.running:
+            assert self.proc is not None  # running
+            self.proc.send_signal(signal.SIGCONT)
+
     def stop(self, timeout_s: float = 20) -> int | None:
         """SIGTERM and wait: the clean shutdown path (Ctrl-C does the same)."""
         if self.proc is None:
             return None
         if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)   # a paused process could not act on the SIGTERM
             self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(timeout_s)
@@ -260,7 +277,7 @@ class ControllerProcess(ServerProcess):
     def command(self) -> list[str]:
         cmd = _oncelog("controller", "--metadata-dir", str(self.metadata_dir),
                        "--listener", f"{self.host}:{self.port}", "--credential-file", str(self.credential_file),
-                       "--session-timeout-ms", "2000")
+                       "--session-timeout-ms", str(SESSION_TIMEOUT_MS))
         if self.extra_users:
             cmd += ["--users-file", str(self._users_file())]
         for a in self.add_scram:

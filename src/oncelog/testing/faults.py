@@ -7,7 +7,11 @@ fsync after the bytes reached the file; `shortwrite`: half a write, as on a full
 load until it fires, then restarted clean; and `power-loss`: every process killed and every
 segment and metadata log cut to its last fsynced size (storage.failpoints' ledger, kept by every
 process of such a run) before they restart; and client pressure (giveup): oncelog's producer gives batches up
-while their outcome is unknown. late-endtxn (transactions only, not part of `all`): the proxies
+while their outcome is unknown; and `pause` (Jepsen's nemesis of that name): SIGSTOP of a broker,
+of the controller, or (transactions) of a copy-loop client process in the middle of a
+transaction, for a time drawn on both sides of the timeouts that matter to the target (the
+brokers' session with the controller; the group session and the transaction timeout for a
+client), then SIGCONT. late-endtxn (transactions only, not part of `all`): the proxies
 hold an EndTxn back past the client's request timeout and deliver it once its producer's next
 transaction has written (testing.late_endtxn).
 
@@ -29,13 +33,14 @@ from pathlib import Path
 
 from oncelog.storage.failpoints import ENV as FAILPOINTS
 from oncelog.testing.cluster import LocalCluster
+from oncelog.testing.embedded import SESSION_TIMEOUT_MS
 from oncelog.testing.fault_proxy import FaultConfig
 from oncelog.testing.power_loss import LEDGER, lose_unsynced
 from oncelog.testing.workloads import end_offsets, read_range
 
 NETWORK_FAULTS = ("reset", "drop", "delay")
 STORAGE_FAULTS = ("fsync", "shortwrite", "power-loss")
-PROCESS_FAULTS = ("kill", "move", "expiry", "disk") + STORAGE_FAULTS
+PROCESS_FAULTS = ("kill", "move", "pause", "expiry", "disk") + STORAGE_FAULTS
 CLIENT_FAULTS = ("giveup",)
 ALL_FAULTS = NETWORK_FAULTS + PROCESS_FAULTS + CLIENT_FAULTS
 # faults `all` leaves out: late-endtxn makes every Transactions V1 client fail by design
@@ -62,6 +67,13 @@ LATE_ENDTXN_HOLD_S = 6.0
 # producer-state expiry as the expiry fault runs it: short, so that a pause can outlast it
 EXPIRATION_MS, EXPIRATION_CHECK_MS = 2000, 250
 
+# pause: the timeouts a pause is drawn around. A broker or the controller: the brokers' session
+# (`--session-timeout-ms` of the cluster's controller); a client: its group session (KIP-848's
+# group.consumer.session.timeout.ms, librdkafka's classic session.timeout.ms: both this under the
+# pause fault) and its transaction.timeout.ms (this under the pause fault)
+PAUSE_GROUP_SESSION_MS = 10_000
+PAUSE_TRANSACTION_TIMEOUT_MS = 15_000
+
 
 def proxy_config(faults: set[str], seed: int) -> FaultConfig:
     giveup = "giveup" in faults
@@ -87,10 +99,14 @@ def client_config(faults: set[str], client: str) -> dict:
 
 
 def broker_overrides(faults: set[str]) -> dict[str, str]:
-    if "expiry" not in faults:
-        return {}
-    return {"producer.id.expiration.ms": str(EXPIRATION_MS),
-            "producer.id.expiration.check.interval.ms": str(EXPIRATION_CHECK_MS)}
+    out = {}
+    if "expiry" in faults:
+        out.update({"producer.id.expiration.ms": str(EXPIRATION_MS),
+                    "producer.id.expiration.check.interval.ms": str(EXPIRATION_CHECK_MS)})
+    if "pause" in faults:   # a paused client outlasts its group session within a run's time
+        out.update({"group.consumer.min.session.timeout.ms": str(PAUSE_GROUP_SESSION_MS // 2),
+                    "group.consumer.session.timeout.ms": str(PAUSE_GROUP_SESSION_MS)})
+    return out
 
 
 class FullDisk:
@@ -208,6 +224,9 @@ class FaultRunner:
     error: BaseException | None = None
     on_event: Callable[[FaultEvent], None] | None = None
     first_round: FirstRound | None = None
+    # pause: client processes that can be stopped in the middle of a transaction (the
+    # transactions workload's `txn_workloads.PausableLoop`s); none: pauses hit brokers and the controller
+    pausable_clients: list = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
@@ -280,6 +299,53 @@ class FaultRunner:
         for i in c.brokers:
             c.start_broker(i)
         return f"kill -9 controller and all {n} brokers, down {down:.1f}s"
+
+    def _pause(self) -> str:
+        """SIGSTOP, a drawn time, SIGCONT. A broker: below its session (nothing moves; requests
+        wait in its sockets and complete), past it (its partitions, transaction coordinators and
+        group coordinators move; it must change nothing once it resumes), now and then past the
+        clients' group session too. The controller: below or past the session (it must not
+        declare anyone dead for its own silence). A client in the middle of a transaction: below
+        its group session, past it (fenced as a member), or past its transaction timeout too
+        (aborted by its coordinator, then fenced when it resumes)."""
+        c = self.cluster
+        session = SESSION_TIMEOUT_MS / 1000
+        targets = ["broker"] * 4 + ["controller"] + ["client"] * (2 if self.pausable_clients else 0)
+        target = self.rng.choice(targets)
+        if target == "client":
+            return self._pause_client()
+        r = self.rng.random()
+        if target == "controller":
+            held = self.rng.uniform(0.3, 0.8) * session if r < 0.5 else self.rng.uniform(1.5, 3.0) * session
+            c.pause_controller()
+            try:
+                time.sleep(held)
+            finally:
+                c.resume_controller()
+            return f"SIGSTOP controller for {held:.1f}s ({_side(held, session, 'session')})"
+        i = self.rng.randint(1, c.n)
+        if r < 0.4:
+            held = self.rng.uniform(0.2, 0.8) * session
+        elif r < 0.85:
+            held = self.rng.uniform(1.3, 3.0) * session
+        else:
+            held = PAUSE_GROUP_SESSION_MS / 1000 + self.rng.uniform(0.5, 3.0)
+        c.pause_broker(i)
+        try:
+            time.sleep(held)
+        finally:
+            c.resume_broker(i)
+        return f"SIGSTOP broker {i} for {held:.1f}s ({_side(held, session, 'session')})"
+
+    def _pause_client(self) -> str:
+        loop = self.rng.choice(self.pausable_clients)
+        group, txn = PAUSE_GROUP_SESSION_MS / 1000, PAUSE_TRANSACTION_TIMEOUT_MS / 1000
+        r = self.rng.random()
+        held = (self.rng.uniform(1.0, 3.0) if r < 0.4 else self.rng.uniform(group + 0.5, txn - 0.5) if r < 0.7
+                else self.rng.uniform(txn + 0.5, txn + 4.0))
+        where = loop.pause(held)
+        return (f"SIGSTOP client {loop.name} {where} for {held:.1f}s ({_side(held, group, 'group session')}, "
+                f"{_side(held, txn, 'transaction timeout')})")
 
     def _move(self) -> str:
         p, b = self.rng.randrange(self.partitions), self.rng.randint(1, self.cluster.n)
@@ -367,8 +433,15 @@ class FaultRunner:
         try:
             p = self.rng.randrange(self.partitions)
             moved = c.move_leader(self.topic, p, i)  # it leads at least one partition under load
-            deadline = time.monotonic() + self.rng.uniform(2.0, 4.0)
-            while time.monotonic() < deadline and _count(b.log_file, f"failpoint {kind}:log fires") - seen < times:
+            # 2-4 s under load, and longer (up to 30 s) while it has not fired at all: appends
+            # are slow to come when the faults before it (a long pause, say) held the producers up
+            start = time.monotonic()
+            deadline, latest = start + self.rng.uniform(2.0, 4.0), start + 30.0
+            while True:
+                fired_now = _count(b.log_file, f"failpoint {kind}:log fires") - seen
+                now = time.monotonic()
+                if fired_now >= times or now >= latest or (now >= deadline and fired_now > 0):
+                    break
                 time.sleep(0.1)
         finally:
             c.kill_broker(i)
@@ -441,6 +514,10 @@ class FaultRunner:
             c.start_broker(i)
         return (f"power loss{during}: controller and {c.n} brokers killed, {len(cuts)} files cut to their "
                 f"last fsync ({sum(cut.lost for cut in cuts)} bytes lost), down {down:.1f}s")
+
+
+def _side(held_s: float, timeout_s: float, what: str) -> str:
+    return f"{'past' if held_s > timeout_s else 'within'} the {what} of {timeout_s:.0f}s"
 
 
 def _count(path, text: str) -> int:

@@ -14,6 +14,10 @@ it performs them; `index` orders operations across processes by when they began.
 - `assign`: a consumer was positioned: `positions` says where it reads next per partition, or
   None when it cannot be known (a group rebalance), so that the next poll may start anywhere.
 
+A copy loop run in its own process (the pause fault stops it with SIGSTOP) keeps its own history;
+`merge` adds its operations to the run's, ordered with the others by when they began (`t`, the
+machine's monotonic clock, which every process shares).
+
 Values are unique per send, so a value names the transaction that sent it. Recording is cheap:
 tuples appended to lists by the thread that owns them; `dump` and `load` write and read JSON
 lines, for a post-mortem and to check a history again.
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +47,7 @@ class Op:
     sent: list[list] = field(default_factory=list)  # [partition, value, offset or None]
     positions: dict[int, int] | None = None         # assign: next offset per partition, None = unknown
     error: str = ""                   # why a transaction did not commit, or its outcome is unknown
+    t: int = 0                        # time.monotonic_ns() when it began (orders merged histories)
 
     def send(self, partition: int, value: bytes) -> list:
         """Records a send; the returned entry takes the offset when the delivery report comes."""
@@ -50,7 +56,7 @@ class Op:
         return entry
 
     def to_json(self) -> dict:
-        d: dict = {"index": self.index, "process": self.process, "client": self.client, "f": self.f}
+        d: dict = {"index": self.index, "process": self.process, "client": self.client, "f": self.f, "t": self.t}
         if self.topic:
             d["topic"] = self.topic
         if self.f == "txn":
@@ -70,7 +76,8 @@ class Op:
         return cls(d["index"], d["process"], d["client"], d["f"], d.get("topic", ""), d.get("type", "ok"),
                    d.get("protocol", ""), [(p, o, v.encode("latin-1")) for p, o, v in d.get("polled", [])],
                    [[p, v.encode("latin-1"), o] for p, v, o in d.get("sent", [])],
-                   None if positions is None else {int(p): o for p, o in positions}, d.get("error", ""))
+                   None if positions is None else {int(p): o for p, o in positions}, d.get("error", ""),
+                   d.get("t", 0))
 
 
 class History:
@@ -81,9 +88,18 @@ class History:
         self._index = itertools.count()   # next() is atomic under the GIL: threads share it
 
     def _op(self, process: str, client: str, f: str, **fields) -> Op:
-        op = Op(next(self._index), process, client, f, **fields)
+        op = Op(next(self._index), process, client, f, t=time.monotonic_ns(), **fields)
         self.ops.append(op)
         return op
+
+    def merge(self, ops: Iterable[Op]) -> None:
+        """Operations recorded by another process (after its end): every operation is numbered
+        again in the order of when it began."""
+        self.ops.extend(ops)
+        self.ops.sort(key=lambda op: (op.t, op.index))
+        for i, op in enumerate(self.ops):
+            op.index = i
+        self._index = itertools.count(len(self.ops))
 
     def txn(self, process: str, client: str, topic: str, polled: list[Record], protocol: str) -> Op:
         """A transaction begins; it is `fail` until the loop asks for its commit."""

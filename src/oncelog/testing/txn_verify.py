@@ -5,7 +5,7 @@ finish), recording a history
 (`testing.txn_history`); then the output is read read_committed and read_uncommitted, the inputs
 are read back, and the history is judged (`testing.txn_checker`) with Jepsen's Kafka anomaly
 classes and the copy's promise (every input exactly once), per client and transaction protocol.
-The process faults (kill, move, storage, expiry, disk) target the output topic; late-endtxn holds
+The process faults (kill, move, pause, storage, expiry, disk) target the output topic; late-endtxn holds
 an EndTxn back until its producer has begun the next transaction."""
 from __future__ import annotations
 
@@ -14,7 +14,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from oncelog.testing.fault_run import FaultRun, FaultRunResult
-from oncelog.testing.faults import CLIENT_FAULTS, NETWORK_FAULTS, TXN_FAULTS, broker_overrides
+from oncelog.testing.faults import (
+    CLIENT_FAULTS,
+    NETWORK_FAULTS,
+    PAUSE_TRANSACTION_TIMEOUT_MS,
+    TXN_FAULTS,
+    broker_overrides,
+)
 from oncelog.testing.txn_checker import ALLOWED, JEPSEN_CLASSES, TxnReport, check_transactions, whose
 from oncelog.testing.txn_history import History
 from oncelog.testing.txn_workloads import TxnWorkload
@@ -66,12 +72,16 @@ def run_transactions(options, progress=None) -> TxnVerifyResult:
         duration = options.duration()
         history = History()
         workloads = []
+        pausable: list = []   # pause: a copy loop per client runs in its own process, which it stops
         for k, client in enumerate(options.clients):
             n = share + (1 if k < extra else 0)
             w = TxnWorkload(bootstrap, client, f"verify-in-{client}", OUTPUT, options.partitions, n,
                             seed=options.seed * 100 + k, gate=fault_run.gate,
                             timeout_s=options.timeout_s + (duration or 0),
-                            rate=n / duration if duration else None, security=security, history=history)
+                            rate=n / duration if duration else None, security=security, history=history,
+                            children=pausable)
+            if "pause" in faults:
+                w.transaction_timeout_ms, w.pausable = PAUSE_TRANSACTION_TIMEOUT_MS, 1
             workloads.append(w)
         fault_run.create_topic(OUTPUT)
         ends = {}
@@ -83,7 +93,9 @@ def run_transactions(options, progress=None) -> TxnVerifyResult:
             f"{', '.join(options.faults) or 'no faults'}")
         threads = [threading.Thread(target=w.run, args=(ends[w.client],), name=f"txn-{w.client}", daemon=True)
                    for w in workloads]
-        fault_run.under_faults(threads, grace_s=120)
+        fault_run.under_faults(threads, grace_s=120, pausable_clients=pausable)
+        for child in pausable:   # what the copy loops in their own processes did, in time order
+            history.merge(child.ops)
         for w, t in zip(workloads, threads):
             if t.is_alive():
                 notes.append(f"{w.client}: its copy loops did not stop")

@@ -74,6 +74,10 @@ class TxnWorkload:
     rate: float | None = None                    # records/s over all loops; None = as fast as they go
     security: dict = field(default_factory=dict)  # client settings (librdkafka's names) besides bootstrap.servers
     history: History = field(default_factory=History)  # shared by the workloads of one run
+    transaction_timeout_ms: int = 30000
+    # copy loops of this client run in their own process, which the pause fault stops with SIGSTOP
+    # in the middle of a transaction (`testing.txn_child`); they join the group like the others
+    pausable: int = 0
 
     @property
     def per_txn(self) -> int:
@@ -81,6 +85,8 @@ class TxnWorkload:
     stats: Counter = field(default_factory=Counter)
     errors: Counter = field(default_factory=Counter)
     notes: list = field(default_factory=list)
+    children: list = field(default_factory=list)      # the pausable loops' processes, once running (`pausable`)
+    on_txn: Any = None   # called with True when a transaction begins, False when it ended (a child's)
     lock: Any = field(default_factory=threading.Lock, repr=False)   # over stats, from the loops' threads
 
     def client_config(self) -> dict:
@@ -122,6 +128,12 @@ class TxnWorkload:
         rng = random.Random(self.seed)
         loop_cls = OncelogLoop if self.client == "oncelog" else LibrdkafkaLoop
         reader = (OncelogReader if self.client == "oncelog" else LibrdkafkaReader)(self).start()
+        children = []
+        if self.pausable:
+            from oncelog.testing.txn_child import PausableLoop
+            for k in range(self.pausable):
+                children.append(PausableLoop(self, f"{self.producer}-p{k}", self.seed * 10 + k).start())
+                self.children.append(children[-1])   # (a list the run shares with the fault runner)
         running: list[CopyLoop] = []
         for k in range(self.loops):
             mine = [q for q in range(self.partitions) if q % self.loops == k]
@@ -144,6 +156,8 @@ class TxnWorkload:
         else:
             self.notes.append(f"{self.client}: input not fully copied within {self.timeout_s:.0f}s")
         self.done.set()
+        for child in children:
+            child.stop()
         for name, thread in [(loop.instance, loop.thread) for loop in running] + [(reader.instance, reader.thread)]:
             thread.join(60)
             if thread.is_alive():
@@ -229,6 +243,7 @@ class Retriable(Exception):
 class CopyLoop:
     consumer: Any = None
     producer: Any = None
+    polled_metadata: Any = None
     api_timeout_s = 30.0   # the timeout of each transactional call
     def __init__(self, w: TxnWorkload, tid: str, partitions: list[int], rng: random.Random,
                  generation: int = 1, pipelined: bool = False) -> None:
@@ -302,11 +317,25 @@ class CopyLoop:
         records = self.poll()
         if not records:
             return
+        # the group metadata its offsets go with is the one these records were polled under: a
+        # member fenced (and rejoined) since, a paused client say, must not commit them with its
+        # new epoch (the coordinator refuses the old one unless it still owns the partitions)
+        self.polled_metadata = self.consumer.consumer_group_metadata()
         self.txn += 1
         aborting = self.rng.random() < ABORT_PROBABILITY
         # `fail` until the commit is asked for: a transaction never committed by its producer
         # must not be visible, whatever became of its abort
         op = w.history.txn(self.instance, w.client, w.in_topic, records, self.transaction_protocol())
+        if w.on_txn is not None:
+            w.on_txn(True)
+        try:
+            self._one(op, records, aborting)
+        finally:
+            if w.on_txn is not None:
+                w.on_txn(False)
+
+    def _one(self, op, records, aborting: bool) -> None:
+        w = self.w
         try:
             self.begin()
             for q, _offset, value in records:
@@ -414,8 +443,10 @@ class CopyLoop:
     # the transaction's end, the same calls in both clients
     def send_offsets(self, positions: dict[int, int]) -> None:
         offsets = self._offsets(positions)
-        self._call(lambda: self.producer.send_offsets_to_transaction(
-            offsets, self.consumer.consumer_group_metadata(), self.api_timeout_s))
+        # the group metadata of the poll that returned the records (`copy_one`); the consumer's
+        # current one for offsets sent outside a copy (a test driving the calls itself)
+        metadata = self.polled_metadata if self.polled_metadata is not None else self.consumer.consumer_group_metadata()
+        self._call(lambda: self.producer.send_offsets_to_transaction(offsets, metadata, self.api_timeout_s))
 
     def commit(self) -> None:
         self._call(lambda: self.producer.commit_transaction(self.api_timeout_s))
@@ -439,8 +470,10 @@ class LibrdkafkaLoop(CopyLoop):
         from confluent_kafka import Producer
         batching = {"linger.ms": 0, "batch.num.messages": 1} if self.pipelined else {"linger.ms": 5}
         self.producer = Producer({**self.w.client_config(), "transactional.id": self.tid,
-                                  "transaction.timeout.ms": 30000, "log_level": 3, "socket.timeout.ms": 5000,
-                                  "message.timeout.ms": 30000, **batching})
+                                  "transaction.timeout.ms": self.w.transaction_timeout_ms, "log_level": 3,
+                                  "socket.timeout.ms": 5000,
+                                  # librdkafka: at most transaction.timeout.ms
+                                  "message.timeout.ms": min(30000, self.w.transaction_timeout_ms), **batching})
         self._call(lambda: self.producer.init_transactions(self.api_timeout_s))
 
     def close_producer(self) -> None:
@@ -530,7 +563,8 @@ class OncelogLoop(CopyLoop):
         from oncelog.client.sync import Producer
         batching = {"linger.ms": "0", "batch.size": "1"} if self.pipelined else {"linger.ms": "5"}
         self.producer = Producer({**self.w.client_config(), "transactional.id": self.tid,
-                                  "transaction.timeout.ms": 30000, "request.timeout.ms": 5000,
+                                  "transaction.timeout.ms": self.w.transaction_timeout_ms,
+                                  "request.timeout.ms": 5000,
                                   "delivery.timeout.ms": 30000, **batching})
         self._call(lambda: self.producer.init_transactions(30))
 

@@ -68,8 +68,10 @@ class VerifyOptions:
     def duration(self) -> float | None:
         if self.duration_s is not None:
             return self.duration_s or None
-        # paced, so that there are many requests for the network faults to hit
-        return max(10.0, 8.0 * sum(f in PROCESS_FAULTS for f in self.faults))
+        # paced, so that there are many requests for the network faults to hit, and still some for
+        # the last process faults (a pause takes up to 13 s of the schedule: twice the share)
+        shares = sum(f in PROCESS_FAULTS for f in self.faults) + ("pause" in self.faults)
+        return max(10.0, 8.0 * shares)
 
 
 @dataclass

@@ -125,6 +125,11 @@ class ControllerClient:
             try:
                 if self._writer is not None and 0 <= self.max_idle_ms <= (time.monotonic() - self._last_used) * 1000:
                     self.close()
+                if self._writer is not None and self._writer.transport.is_closing():
+                    # closed under us (the controller went away between two requests): uvloop
+                    # refuses the write with a RuntimeError, which no retry here would cure (a
+                    # broker followed no view for minutes after a controller's kill -9)
+                    self.close()
                 if self._writer is None:
                     await self._connect()
                 answer = await self._exchange(api_key, version, body)

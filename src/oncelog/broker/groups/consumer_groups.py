@@ -268,6 +268,11 @@ class ConsumerGroupCoordinator:
             if group_id not in self.groups and self.owns(group_id):
                 self.group(group_id)
 
+    def unload_partition(self, partition: int) -> None:
+        """The groups of a `__consumer_offsets` partition this broker lost are forgotten."""
+        for group_id in [gid for gid in self.groups if self.store.partition_of(gid) == partition]:
+            self._unload(group_id)
+
     def _unload(self, group_id: str) -> None:
         g = self.groups.pop(group_id)
         for member_id in g.members:

@@ -166,6 +166,13 @@ class GroupCoordinator:
                 self.classic.group(group_id)
         self.consumer.reconcile()
 
+    def unload_partition(self, partition: int) -> None:
+        """This broker lost `__consumer_offsets-<partition>` (its lease): the groups of it held in
+        memory are forgotten, classic and consumer groups alike (`broker.groups.ownership`)."""
+        for group_id in [gid for gid in self.classic.groups if self.store.partition_of(gid) == partition]:
+            self.classic.unload(group_id)
+        self.consumer.unload_partition(partition)
+
     # ------------------------------------------------------------------ offsets (`offsets.GroupOffsets`)
     def commit(self, group_id: str, generation: int, member_id: str,
                offsets: dict[tuple[str, int], Committed], instance_id: str | None = None,
@@ -200,8 +207,9 @@ class GroupCoordinator:
         self.offsets.end_txn_commit(producer_id, token)
 
     def complete_txn(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
-                     partition: int) -> int:
-        return self.offsets.complete_txn(producer_id, producer_epoch, coordinator_epoch, commit, partition)
+                     partition: int, transaction_version: int = 0) -> int:
+        return self.offsets.complete_txn(producer_id, producer_epoch, coordinator_epoch, commit, partition,
+                                         transaction_version)
 
     # ------------------------------------------------------------------ ClassicShell
     def answer(self, waiter: object, result: JoinResult | SyncAnswer) -> None:

@@ -24,6 +24,7 @@ from oncelog.core.groups.classic import ClassicGroups
 from oncelog.core.groups.classic_group import CONSUMER_PROTOCOL, EMPTY, STABLE
 from oncelog.core.txn.log_format import CONSUMER_OFFSETS_TOPIC
 from oncelog.protocol.errors import ErrorCode
+from oncelog.storage.fence import Busy, Fenced
 from oncelog.storage.group_offsets import Committed, GroupOffsetStore
 
 log = logging.getLogger(__name__)
@@ -227,14 +228,20 @@ class GroupOffsets:
             self._txn_guards.pop(producer_id, None)
 
     def complete_txn(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
-                     partition: int) -> int:
+                     partition: int, transaction_version: int = 0) -> int:
         """The transaction's marker on `__consumer_offsets-<partition>`, checked as a data partition
-        checks a marker (INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED); taken, COMMIT
-        makes the producer's pending offsets of the partition's groups visible and ABORT drops
-        them. Repeating it is harmless (nothing is left pending)."""
+        checks a marker (INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED, a Transactions V2
+        marker not above an open transaction's epoch); taken, COMMIT makes the producer's pending
+        offsets of the partition's groups visible and ABORT drops them. Repeating it is harmless
+        (nothing is left pending). NOT_LEADER_OR_FOLLOWER when another broker owns the partition
+        now (its lease: the marker writer asks the leader again)."""
         try:
             code, why = self.store.apply_marker(producer_id, producer_epoch, coordinator_epoch, commit, partition,
-                                                self.now_ms())
+                                                self.now_ms(), transaction_version)
+        except (Fenced, Busy) as e:
+            log.warning("%s-%d: marker of producer %d not applied: %s", CONSUMER_OFFSETS_TOPIC, partition,
+                        producer_id, e)
+            return E.NOT_LEADER_OR_FOLLOWER
         except OSError as e:  # retried by the marker writer; the producer's file is written last
             log.error("%s-%d: marker of producer %d not applied: %s", CONSUMER_OFFSETS_TOPIC, partition, producer_id, e)
             return E.KAFKA_STORAGE_ERROR

@@ -1,5 +1,7 @@
-"""FindCoordinator (API 10), v0-v4: which broker coordinates a group (`Broker.group_coordinator`)
-or a transactional id (key type 1: the leader of its `__transaction_state` partition). v4 answers a
+"""FindCoordinator (API 10), v0-v4: which broker coordinates a group (the leader of its
+`__consumer_offsets` partition, `Broker.group_coordinator`; that topic is created through the
+controller on first need, as Kafka creates it) or a transactional id (key type 1: the leader of its
+`__transaction_state` partition); COORDINATOR_NOT_AVAILABLE while the partition has no leader. v4 answers a
 batch of keys (KIP-699). Needs DESCRIBE on the group (GROUP_AUTHORIZATION_FAILED) or on the
 transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), checked first: `__transaction_state` is
 created on first need only for a caller allowed to ask (Kafka's getCoordinator order), so a
@@ -23,7 +25,7 @@ async def handle(broker: BrokerServices, version: int, request: Any) -> bytes:
     key_type = int(getattr(request, "key_type", GROUP))
     keys = list(request.coordinator_keys) if version >= 4 else [request.key]
     answers: dict[str, dict[str, Any]] = {}
-    allowed = []   # transactional ids the caller may look up
+    allowed = []   # keys the caller may look up
     for key in dict.fromkeys(keys):
         answer = _answer(broker, key_type, key)
         if answer is None:
@@ -31,9 +33,10 @@ async def handle(broker: BrokerServices, version: int, request: Any) -> bytes:
         else:
             answers[key] = answer
     if allowed:
-        code = await broker.txn.ensure_topic()
+        code = await (broker.txn.ensure_topic() if key_type == TRANSACTION else broker.group_ownership.ensure_topic())
         for key in allowed:
-            answers[key] = _error(code) if code else _transaction_coordinator(broker, key)
+            answers[key] = _error(code) if code else _coordinator(
+                broker.txn.coordinator_node(key) if key_type == TRANSACTION else broker.group_coordinator(key))
     if version >= 4:
         return rb.encode(throttle_time=0, coordinators=tuple(rb("Coordinator", key=key, **answers[key])
                                                              for key in keys))
@@ -41,22 +44,18 @@ async def handle(broker: BrokerServices, version: int, request: Any) -> bytes:
 
 
 def _answer(broker: BrokerServices, key_type: int, key: str) -> dict[str, Any] | None:
-    """The answer for `key`, or None for a transactional id the caller may look up."""
+    """The answer for `key`, or None for a key the caller may look up."""
     if key_type not in (GROUP, TRANSACTION):
         return _error(ErrorCode.INVALID_REQUEST, f"unknown key type {key_type}")
     resource = authz.TXN_ID if key_type == TRANSACTION else authz.GROUP
     if not authz.authorize(broker, authz.Op.DESCRIBE, resource, key):
         return _error(authz.denied_code(resource))
-    if key_type == GROUP:
-        node, host, port = broker.group_coordinator(key)
-        return dict(node_id=node, host=host, port=port, error_code=ErrorCode.NONE, error_message=None)
-    if not key:
+    if key_type == TRANSACTION and not key:
         return _error(ErrorCode.INVALID_REQUEST, "empty transactional id")
     return None
 
 
-def _transaction_coordinator(broker: BrokerServices, key: str) -> dict[str, Any]:
-    found = broker.txn.coordinator_node(key)
+def _coordinator(found: tuple[int, str, int] | None) -> dict[str, Any]:
     if found is None:
         return _error(ErrorCode.COORDINATOR_NOT_AVAILABLE)
     node, host, port = found

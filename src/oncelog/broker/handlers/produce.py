@@ -18,7 +18,12 @@ transaction (AddPartitionsToTxn VerifyOnly; skipped with
 transaction.partition.verification.enable=false), from v12 (Transactions V2) to add it. A refusal
 is answered per version (`core.txn.errors.verification_error`: INVALID_TXN_STATE below v11,
 INVALID_PRODUCER_EPOCH for a fenced epoch). A verification guard, cleared by a marker for the
-producer, refuses a batch whose transaction ended while it waited. With no coordinator wired
+producer, refuses a batch whose transaction ended while it waited; it is checked again where the
+batch is appended, for every transactional batch of the request (Kafka's
+`batchMissingRequiredVerification`): one that would open a transaction in its partition without a
+guard still valid — its producer's transaction there ended while another partition of the request
+was being verified — is refused (TRANSACTION_ABORTABLE, INVALID_TXN_STATE below v11) instead of
+opening a transaction its coordinator never registered. With no coordinator wired
 (`broker.txn_check is None`) batches are accepted as they come.
 A Produce that waits for a verification holds up the requests behind it on its connection (Kafka
 mutes the connection until the answer is sent): a batch behind it is checked once the first is in
@@ -82,12 +87,17 @@ async def handle(broker: BrokerServices, version: int, request: wire.ProduceRequ
         return error_response(version, request, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     topics, plan, size = _check_partitions(broker, version, request, refuse)
     transactional = [a for a in plan if a is not None and a.header is not None]
-    if transactional:
-        refusals = await _check_transactional(broker, version, tid, transactional)
-        now = broker.now_ms()
-    else:
-        refusals = {}
-    appended, waits = _append(broker, request, plan, refusals, now)
+    checks = _Checks(verify=bool(transactional) and tid is not None and broker.txn_check is not None
+                     and (version >= FIRST_V2 or broker.txn_verification))
+    try:
+        if transactional:
+            refusals = await _check_transactional(broker, version, tid, transactional, checks)
+            now = broker.now_ms()
+        else:
+            refusals = {}
+        appended, waits = _append(broker, version, request, plan, refusals, checks, now)
+    finally:
+        checks.end()
     broker.metrics.count_errors("produce", (p.error_code for t in topics for p in t.partitions))
     if appended:
         broker.data_appended()
@@ -115,7 +125,22 @@ class _Append:
 # an acks=all answer waiting for its fsync: the future says whether the batch was kept
 _Wait = tuple[wire.PartitionResponse, "asyncio.Future[bool]"]
 # one verification attempt's guards: a guard per partition asked about (`core.txn.verification`)
-_Token = list[tuple[Partition, Guard]]
+_Token = list[tuple[tuple[str, int], Partition, Guard]]
+
+
+class _Checks:
+    """The request's verification guards (`core.txn.verification`), per partition the one its
+    last check took, held until its batch is appended, where storage checks it again."""
+
+    def __init__(self, verify: bool) -> None:
+        self.verify = verify
+        self.guards: dict[tuple[str, int], Guard] = {}
+        self.held: list[tuple[Partition, int, Guard]] = []   # (partition, producer id, guard) to end
+
+    def end(self) -> None:
+        for partition, pid, guard in self.held:
+            partition.verification_guards.end(pid, guard)
+        self.held.clear()
 
 
 def _check_partitions(broker: BrokerServices, version: int, request: wire.ProduceRequest,
@@ -175,8 +200,9 @@ def _check_partitions(broker: BrokerServices, version: int, request: wire.Produc
     return topics, plan, size
 
 
-def _append(broker: BrokerServices, request: wire.ProduceRequest, plan: list[_Append | None],
-            refusals: dict[tuple[str, int], tuple[int, str]], now: int) -> tuple[bool, list[_Wait]]:
+def _append(broker: BrokerServices, version: int, request: wire.ProduceRequest, plan: list[_Append | None],
+            refusals: dict[tuple[str, int], tuple[int, str]], checks: _Checks,
+            now: int) -> tuple[bool, list[_Wait]]:
     """The planned partitions' records appended, in the request's order, and their answers filled
     in: (whether records became visible at once (write.caching), the acks=all answers that wait
     for their fsync)."""
@@ -197,7 +223,11 @@ def _append(broker: BrokerServices, request: wire.ProduceRequest, plan: list[_Ap
                     a.index, refused[0], log_start_offset=partition.log_start_offset,
                     error_message=refused[1], batches_to_retain=window)
                 continue
-            result = partition.append_from_client(records if records is not None else b"", now)
+            result = partition.append_from_client(records if records is not None else b"", now,
+                                                  verify=checks.verify and a.header is not None,
+                                                  guard=checks.guards.get((a.topic, a.index)))
+            if result.extra.get("unverified"):
+                result.error_code = verification_error(ErrorCode.TRANSACTION_ABORTABLE, ApiKey.PRODUCE, version)
             response = wire.PartitionResponse(a.index, result.error_code, result.base_offset, result.log_append_time,
                                               result.log_start_offset, result.error_message,
                                               result.record_errors, batches_to_retain=window)
@@ -252,8 +282,8 @@ def _transactional_header(records: memoryview | None) -> BatchHeader | None:
     return None
 
 
-async def _check_transactional(broker: BrokerServices, version: int, tid: str | None,
-                               batches: list[_Append]) -> dict[tuple[str, int], tuple[int, str]]:
+async def _check_transactional(broker: BrokerServices, version: int, tid: str | None, batches: list[_Append],
+                               checks: _Checks) -> dict[tuple[str, int], tuple[int, str]]:
     """(topic, partition) -> (code, message) for the transactional batches that must not be
     appended: without a transactional id, or not in (not added to) the producer's transaction.
     One question to the coordinator per producer (normally one per request), for every partition
@@ -273,7 +303,7 @@ async def _check_transactional(broker: BrokerServices, version: int, tid: str | 
     out = {}
     for (pid, epoch), partitions in producers.items():
         codes = await add_partitions.check(broker, tid, pid, epoch, list(partitions), add,
-                                               *_guards(pid, list(partitions.values())))
+                                           *_guards(pid, partitions, checks))
         for (topic, index), code in codes.items():
             if code:
                 what = "could not be added to" if add else "is not in"
@@ -283,18 +313,23 @@ async def _check_transactional(broker: BrokerServices, version: int, tid: str | 
     return out
 
 
-def _guards(pid: int, partitions: list[Partition]) -> tuple[Callable[[], _Token], Callable[[_Token], bool],
-                                                            Callable[[_Token], None]]:
-    """begin/valid/end of one attempt's verification guards (`core.txn.verification`)."""
+def _guards(pid: int, partitions: dict[tuple[str, int], Partition], checks: _Checks
+            ) -> tuple[Callable[[], _Token], Callable[[_Token], bool], Callable[[_Token], None]]:
+    """begin/valid/end of one attempt's verification guards (`core.txn.verification`). Each
+    partition's latest guard is held until its batch is appended (`_Checks`), where storage
+    checks it again."""
     def begin() -> _Token:
-        return [(p, p.verification_guards.begin(pid)) for p in partitions]
+        token = [(key, p, p.verification_guards.begin(pid)) for key, p in partitions.items()]
+        for key, p, g in token:
+            checks.guards[key] = g
+            checks.held.append((p, pid, g))
+        return token
 
     def valid(token: _Token) -> bool:
-        return all(p.verification_guards.valid(pid, g) for p, g in token)
+        return all(p.verification_guards.valid(pid, g) for _key, p, g in token)
 
     def end(token: _Token) -> None:
-        for p, g in token:
-            p.verification_guards.end(pid, g)
+        pass   # `_Checks.end`, once the batches are appended
     return begin, valid, end
 
 

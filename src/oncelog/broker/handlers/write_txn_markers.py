@@ -1,5 +1,7 @@
-"""WriteTxnMarkers (API 27, v1): a coordinator asks this broker to append COMMIT/ABORT markers to
-partitions it leads (Kafka's KafkaApis.handleWriteTxnMarkersRequest). Each partition is written
+"""WriteTxnMarkers (API 27, v1-v2): a coordinator asks this broker to append COMMIT/ABORT markers to
+partitions it leads (Kafka's KafkaApis.handleWriteTxnMarkersRequest). v2 (KIP-1228) carries each
+marker's transaction version: a Transactions V2 marker needs an epoch above the producer's while
+its transaction is open in the partition (v1 markers are taken as Transactions V1's). Each partition is written
 through `Logs.write_txn_marker`, the same path the local marker writer calls, and answered once its
 marker is fsynced; the partitions of one request are written concurrently, so one group-commit
 fsync covers the markers that share a partition's log.
@@ -35,14 +37,15 @@ async def handle(broker: BrokerServices, version: int, request: Any) -> bytes:
     for m in request.markers:
         for t in m.topics:
             for index in t.partition_indexes:
+                version_of_txn = int(getattr(m, "transaction_version", 0))
                 if str(t.name) == CONSUMER_OFFSETS_TOPIC:
                     jobs.append(_now(offsets_marker(broker, int(m.producer_id), int(m.producer_epoch),
                                                     int(m.coordinator_epoch), bool(m.transaction_result),
-                                                    int(index))))
+                                                    int(index), version_of_txn)))
                     continue
                 jobs.append(broker.logs.write_txn_marker(
                     str(t.name), int(index), int(m.producer_id), int(m.producer_epoch),
-                    int(m.coordinator_epoch), bool(m.transaction_result)))
+                    int(m.coordinator_epoch), bool(m.transaction_result), version_of_txn))
     codes = iter(await asyncio.gather(*jobs))
     markers = []
     for m in request.markers:

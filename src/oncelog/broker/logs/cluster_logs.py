@@ -2,12 +2,14 @@
 module follows its view and opens exactly the partitions this broker leads.
 
 Storage is shared (every broker's `log.dirs` is the same directory), so a partition moves by
-handing over its directory: the old leader, once the controller's view names another leader,
-closes the partition (a producer-state snapshot, the clean-shutdown marker) and releases the
-directory lock; the new leader takes the lock, which also covers a dead leader (the kernel drops
-the lock of a killed process), recovers log and producer state from the directory, and appends
-with the new leader epoch. Two brokers never write one partition: the lock is exclusive, and a
-broker gives a partition up as soon as it sees a newer leader epoch for it.
+handing over its directory. Ownership is a fenced lease, never a view (docs/cluster.md): the new
+leader raises the partition's token to its leader epoch (`storage.fence`) — without waiting for
+the old leader, which may be paused — then recovers log and producer state from the directory
+and appends with the new leader epoch. Every write of a leader is checked against the token, so
+the old leader, even one that resumes from a pause still believing it leads, writes nothing more;
+it drops the partition (closed without a write) as soon as its view names another leader or the
+token moved (`get_partition` reads the token before anything is served from the partition).
+Two brokers never write one partition.
 
 What handlers see of it is `broker.logs.seam.Logs`, as of a single node's `LogManager`; topic changes
 are forwarded to the controller and answered once this broker's view shows them.
@@ -15,22 +17,21 @@ are forwarded to the controller and answered once this broker's view shows them.
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import json
 import logging
-import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from oncelog.broker.cluster.controller_client import ControllerClient, ControllerUnavailable
 from oncelog.core.topic_config import parse_topic_configs
-from oncelog.core.topic_names import invalid_topic_reason, validate_topic_name
+from oncelog.core.topic_names import CONSUMER_OFFSETS_TOPIC, invalid_topic_reason, validate_topic_name
 from oncelog.protocol import entities
 from oncelog.protocol import metadata as md
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.storage.cleaner import LogCleaner
+from oncelog.storage.fence import TOKEN_FILE, Busy, Fenced, Lease
 from oncelog.storage.partition import DEFAULT_EXPIRATION_CHECK_INTERVAL_MS, Partition
 from oncelog.storage.topic_registry import TopicInfo, TopicRegistry, partition_dir, report_invalid_overrides
 
@@ -41,10 +42,11 @@ POLL_S = 0.1
 
 
 class _Led:
-    """A partition this broker has open, with the lock that makes it the only writer."""
+    """A partition this broker has open, under the lease (its token at `epoch`) that makes it
+    the only writer."""
 
-    def __init__(self, partition: Partition, lock_fd: int, epoch: int) -> None:
-        self.partition, self.lock_fd, self.epoch = partition, lock_fd, epoch
+    def __init__(self, partition: Partition, epoch: int) -> None:
+        self.partition, self.epoch = partition, epoch
 
 
 class ClusterLogs(TopicRegistry):
@@ -66,6 +68,8 @@ class ClusterLogs(TopicRegistry):
         self._led: dict[tuple[str, int], _Led] = {}
         self._task: asyncio.Task | None = None
         self._changed = asyncio.Event()
+        # called after each new view: the coordinators follow leadership as the partitions do
+        self.on_view: list[Callable[[], None]] = []
 
     # ------------------------------------------------------------------ lifecycle
     async def open(self, now_ms: int) -> None:
@@ -116,6 +120,11 @@ class ClusterLogs(TopicRegistry):
             self._apply_config(name)
         self.leaders = leaders
         self._reconcile()
+        for follow in self.on_view:
+            try:
+                follow()
+            except Exception:
+                log.exception("following the cluster view failed; will retry at the next one")
         self._changed.set()
         self._changed = asyncio.Event()
 
@@ -126,37 +135,44 @@ class ClusterLogs(TopicRegistry):
             if leader != self.node_id or epoch != led.epoch:
                 log.info("partition %s-%d: leader is now %d (epoch %d); handing it over", *key, leader, epoch)
                 self._close(key)
+            elif led.partition.fenced:
+                self._drop(key)
         for key, (leader, epoch) in self.leaders.items():
-            if leader == self.node_id and key not in self._led and key[0] in self.topics:
+            # __consumer_offsets has leaders but no log here: the groups' files are its storage
+            # (`broker.groups.ownership` follows its leadership)
+            if (leader == self.node_id and key not in self._led and key[0] in self.topics
+                    and key[0] != CONSUMER_OFFSETS_TOPIC):
                 self._try_open(key, epoch, now)
 
     def _try_open(self, key: tuple[str, int], epoch: int, now_ms: int) -> None:
         directory = partition_dir(self.log_dir, *key)
         directory.mkdir(parents=True, exist_ok=True)
-        fd = os.open(directory / ".leader.lock", os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)  # the old leader still has it: try again at the next view
+            lease = Lease.take(directory / TOKEN_FILE, epoch, f"{key[0]}-{key[1]}")
+        except Busy:
+            return  # a process is inside one write to it (a paused old leader): again at the next view
+        except Fenced as e:
+            log.warning("partition %s-%d: not opened: %s (this view is older)", *key, e)
             return
         try:
             partition = Partition.open(key[0], key[1], directory, self._partition_config(key[0]), now_ms,
-                                       leader_epoch=epoch)
+                                       leader_epoch=epoch, lease=lease)
         except Exception:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
+            lease.close()
             raise
-        self._led[key] = _Led(partition, fd, epoch)
+        self._led[key] = _Led(partition, epoch)
         log.info("partition %s-%d: leading at epoch %d (log end %d, %d producers)", *key, epoch,
                  partition.log_end_offset, partition.producers_tracked)
 
     def _close(self, key: tuple[str, int]) -> None:
+        """Handed over: closed cleanly while the lease holds (a fenced one is dropped)."""
+        self._led.pop(key).partition.close()
+
+    def _drop(self, key: tuple[str, int]) -> None:
+        """A newer leader raised the token: nothing more is written or served from here."""
         led = self._led.pop(key)
-        try:
-            led.partition.close()
-        finally:
-            fcntl.flock(led.lock_fd, fcntl.LOCK_UN)
-            os.close(led.lock_fd)
+        log.warning("partition %s-%d: a newer leader holds it (epoch %d was ours); dropped", *key, led.epoch)
+        led.partition.drop()
 
     def _forget_topic(self, name: str) -> None:
         for key in [k for k in self._led if k[0] == name]:
@@ -173,8 +189,15 @@ class ClusterLogs(TopicRegistry):
 
     # ------------------------------------------------------------------ lookups (broker.logs.seam.Logs)
     def get_partition(self, topic: str, index: int) -> Partition | None:
+        """The partition while this broker leads it; the token is read first (a memory load), so
+        a broker that was deposed while paused answers NOT_LEADER_OR_FOLLOWER from then on."""
         led = self._led.get((topic, index))
-        return led.partition if led is not None else None
+        if led is None:
+            return None
+        if led.partition.fenced:
+            self._drop((topic, index))
+            return None
+        return led.partition
 
     def partition_error(self, topic: str, index: int) -> ErrorCode:
         if (topic, index) in self.leaders:

@@ -55,7 +55,7 @@ class Logs(Protocol):
         override follow at once."""
 
     async def write_txn_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
-                               coordinator_epoch: int, commit: bool) -> ErrorCode:
+                               coordinator_epoch: int, commit: bool, transaction_version: int = 0) -> ErrorCode:
         """Append a COMMIT (commit=True) or ABORT marker to a partition this broker leads and
         answer once it is fsynced (`storage.marker_append`; no network). Codes: NONE,
         NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, INVALID_PRODUCER_EPOCH,

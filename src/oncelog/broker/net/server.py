@@ -15,7 +15,6 @@ import functools
 import logging
 import socket
 import time
-import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -27,6 +26,7 @@ from oncelog.broker.config import BrokerConfig, ConfigError, new_cluster_id
 from oncelog.broker.dynamic_config import DynamicBrokerConfig
 from oncelog.broker.groups.consumer_groups import consumer_group_config, topic_metadata
 from oncelog.broker.groups.coordinator import GroupCoordinator
+from oncelog.broker.groups.ownership import GroupOwnership
 from oncelog.broker.logs.cluster_logs import ClusterLogs
 from oncelog.broker.logs.fsync_batcher import GroupCommit
 from oncelog.broker.logs.seam import Logs
@@ -69,6 +69,7 @@ class Broker:
         # made by start(); handlers read them through the properties below (`broker.services`)
         self._producer_ids: ProducerIdManager | None = None
         self._groups: GroupCoordinator | None = None
+        self._group_ownership: GroupOwnership | None = None   # who coordinates a group
         self._txn: TxnCoordinatorService | None = None
         self._security: SecurityFollower | None = None
         self._credentials: ControllerCredentials | None = None
@@ -118,6 +119,10 @@ class Broker:
     @property
     def groups(self) -> GroupCoordinator:
         return _started(self._groups, "the group coordinator")
+
+    @property
+    def group_ownership(self) -> GroupOwnership:
+        return _started(self._group_ownership, "the group ownership")
 
     @property
     def txn(self) -> TxnCoordinatorService:
@@ -196,9 +201,11 @@ class Broker:
         if not clustered:
             await self.logs.open(self.now_ms())
         c = self.config
+        store = GroupOffsetStore(first_dir / "__consumer_offsets", shared=clustered,
+                                 offsets_partitions=c["offsets.topic.num.partitions"])
+        self._group_ownership = GroupOwnership(self, store)
         self._groups = GroupCoordinator(
-            GroupOffsetStore(first_dir / "__consumer_offsets", shared=clustered,
-                             offsets_partitions=c["offsets.topic.num.partitions"]), self.now_ms,
+            store, self.now_ms,
             c["group.initial.rebalance.delay.ms"], min_session_timeout_ms=c["group.min.session.timeout.ms"],
             max_session_timeout_ms=c["group.max.session.timeout.ms"],
             offsets_retention_ms=c["offsets.retention.minutes"] * 60000,
@@ -206,6 +213,7 @@ class Broker:
             producer_id_expiration_ms=c["producer.id.expiration.ms"], owns=self.coordinates,
             consumer_groups=consumer_group_config(c),
             topics=lambda: topic_metadata(self.logs.topics, is_internal))
+        self.group_ownership.unload = self.groups.unload_partition
         self.inter_broker = InterBrokerLink.from_config(self.config, cluster_credential(self.config))
         await self._bind_listeners()
         if self.config["metrics.port"] >= 0:   # bound before registering: a port in use stops nothing started
@@ -225,6 +233,8 @@ class Broker:
         txn = self._txn = TxnCoordinatorService(self, self.producer_ids.producer_id_nowait)
         self.txn_check = txn.partitions.ask
         txn.start()
+        if isinstance(self.logs, ClusterLogs):   # coordinators follow leadership as promptly as partitions
+            self.logs.on_view += [self.group_ownership.reconcile, txn.reconcile]
         self.connection_gate.start({name: functools.partial(Connection, self, sec)
                                     for name, sec in self.listener_security.items()})
         self._ticker = asyncio.create_task(self._tick_loop())
@@ -297,15 +307,11 @@ class Broker:
         self._wire_logs()
         await self.logs.open(self.now_ms())
 
-    def group_coordinator(self, group_id: str) -> tuple[int, str, int]:
+    def group_coordinator(self, group_id: str) -> tuple[int, str, int] | None:
         """(node id, host, port) of the broker coordinating `group_id`: this one on a single node; in
-        a cluster, one live broker chosen by a hash of the group id, as Kafka maps groups to
-        partitions of __consumer_offsets."""
-        brokers = sorted(self.logs.brokers, key=lambda b: b.node_id)
-        if not brokers:
-            return self.node_id, self.advertised_host, self.advertised_port
-        b = brokers[zlib.crc32(group_id.encode()) % len(brokers)]
-        return b.node_id, b.host, b.port
+        a cluster, the leader of the group's `__consumer_offsets` partition (`group_ownership`),
+        None while it has none."""
+        return self.group_ownership.coordinator(group_id)
 
     def open_connections(self) -> dict[str, int]:
         """Client connections per listener name (every listener, 0 where none)."""
@@ -315,7 +321,9 @@ class Broker:
         return counts
 
     def coordinates(self, group_id: str) -> bool:
-        return self.group_coordinator(group_id)[0] == self.node_id
+        """This broker coordinates the group now: it leads the group's offsets partition and holds
+        its lease (read before anything is answered from memory)."""
+        return self.group_ownership.coordinates(group_id)
 
     def _fatal(self, message: str) -> None:
         self.fatal_message = message
@@ -338,6 +346,8 @@ class Broker:
         self.metrics.close()
         self.group_commit.close()
         await self.logs.close()
+        if self._group_ownership is not None:
+            self._group_ownership.close()
         self._release_directories()
         log.info("broker %d stopped", self.node_id)
 
@@ -349,6 +359,7 @@ class Broker:
         while True:
             await asyncio.sleep(interval)
             try:
+                self.group_ownership.reconcile()
                 self.groups.expire()
                 self.logs.tick(self.now_ms(), flush=self.group_commit.appended)
                 self.group_commit.settle_all()

@@ -14,6 +14,10 @@ It owns the `__transaction_state` partitions this broker leads (docs/transaction
   `transactional.id.expiration.ms` removal, plus a leadership check in a cluster.
 
 The coordinator epoch is the partition's leader epoch (`logs.leader`), carried in every marker.
+Ownership is the partition's lease (docs/cluster.md): its records are appended under it, so a
+coordinator deposed while paused appends nothing; and a partition whose token a newer leader
+raised is unloaded before anything is answered from it (`core`), its marker jobs stopped (the
+new leader resends them from the Prepare* records).
 """
 from __future__ import annotations
 
@@ -42,7 +46,7 @@ class TxnCoordinatorService:
         c = broker.config
         self._new_producer_id = new_producer_id
         self.num_partitions = c["transaction.state.log.num.partitions"]
-        self.core = self._make_core(self.num_partitions)
+        self._core = self._make_core(self.num_partitions)
         self.markers = MarkerWriter(broker, self)
         self.partitions = AddPartitionsManager(broker, self)
         self._waiters: dict[str, list[asyncio.Future]] = {}
@@ -52,6 +56,16 @@ class TxnCoordinatorService:
         self._abort_interval = c["transaction.abort.timed.out.transaction.cleanup.interval.ms"]
         self._remove_interval = c["transaction.remove.expired.transaction.cleanup.interval.ms"]
         self._next_abort = self._next_remove = 0
+
+    @property
+    def core(self) -> TransactionCoordinator:
+        """The coordinator's state, once the partitions whose token a newer leader raised are
+        unloaded: what is answered from it comes only from partitions this broker still owns
+        (docs/cluster.md; a lock-free read of each loaded partition's token)."""
+        logs = self.broker.logs
+        for p in [p for p in self._epochs if logs.get_partition(TRANSACTION_STATE_TOPIC, p) is None]:
+            self._unload(p)
+        return self._core
 
     def _make_core(self, partitions: int) -> TransactionCoordinator:
         c = self.broker.config
@@ -92,10 +106,10 @@ class TxnCoordinatorService:
         transitions: list[Transition] = []
         if now >= self._next_abort:
             self._next_abort = now + self._abort_interval
-            transitions += self.core.expire_timed_out(now)
+            transitions += self._core.expire_timed_out(now)
         if now >= self._next_remove:
             self._next_remove = now + self._remove_interval
-            transitions += self.core.expire_transactional_ids(now)
+            transitions += self._core.expire_transactional_ids(now)
         for t in transitions:
             if t.after is not None:
                 log.info("transaction %s (producer id %d) timed out: aborting at epoch %d",
@@ -138,11 +152,11 @@ class TxnCoordinatorService:
         info = self.broker.logs.topics.get(TRANSACTION_STATE_TOPIC)
         if info is None:
             return
-        if info.partitions != self.core.config.num_partitions:
+        if info.partitions != self._core.config.num_partitions:
             # The topic's count wins over the setting; nothing is loaded yet at this point.
             for p in list(self._epochs):
                 self._unload(p)
-            self.core = self._make_core(info.partitions)
+            self._core = self._make_core(info.partitions)
         logs = self.broker.logs
         for p in range(info.partitions):
             partition = logs.get_partition(TRANSACTION_STATE_TOPIC, p)
@@ -158,7 +172,7 @@ class TxnCoordinatorService:
     def _unload(self, p: int) -> None:
         log.info("no longer coordinating %s-%d", TRANSACTION_STATE_TOPIC, p)
         self._epochs.pop(p, None)
-        self.core.unload(p)
+        self._core.unload(p)
         self.markers.drop_partition(p)
 
     def _load(self, p: int, partition, epoch: int) -> None:
@@ -167,7 +181,7 @@ class TxnCoordinatorService:
         if p in self._epochs:
             self.markers.drop_partition(p)
         self._epochs[p] = epoch
-        self.core.begin_load(p, epoch)
+        self._core.begin_load(p, epoch)
         offset, end, records = partition.log_start_offset, partition.high_watermark, 0
         try:
             while offset < end:
@@ -182,7 +196,7 @@ class TxnCoordinatorService:
                         continue
                     for r in batch:
                         if r.key is not None:
-                            self.core.replay(p, r.key, r.value)
+                            self._core.replay(p, r.key, r.value)
                             records += 1
                 if not moved:
                     break
@@ -190,7 +204,7 @@ class TxnCoordinatorService:
             # A record no coordinator wrote (or unreadable bytes): serve what was read before it,
             # as Kafka's loader stops at a corrupt record, and say so loudly.
             log.error("%s-%d: loading stopped at offset %d: %s", TRANSACTION_STATE_TOPIC, p, offset, e)
-        jobs = self.core.finish_load(p, epoch, self.broker.now_ms())
+        jobs = self._core.finish_load(p, epoch, self.broker.now_ms())
         log.info("coordinating %s-%d at epoch %d: %d records, %d transactions to complete",
                  TRANSACTION_STATE_TOPIC, p, epoch, records, len(jobs))
         for job in jobs:
@@ -201,7 +215,7 @@ class TxnCoordinatorService:
 
     def coordinator_node(self, transactional_id: str) -> tuple[int, str, int] | None:
         """(node id, host, port) of the leader of the id's partition, None while none leads it."""
-        p = self.core.partition_of(transactional_id)
+        p = self._core.partition_of(transactional_id)
         node, _epoch = self.broker.logs.leader(TRANSACTION_STATE_TOPIC, p)
         if node == self.broker.node_id:
             return node, self.broker.advertised_host, self.broker.advertised_port
@@ -213,12 +227,13 @@ class TxnCoordinatorService:
     # ------------------------------------------------------------------ requests
     def coordinates(self, transactional_id: str) -> bool:
         """This broker serves the id (it leads its partition, loaded)."""
-        return self.core.partition_of(transactional_id) in self.core.owned()
+        core = self.core
+        return core.partition_of(transactional_id) in core.owned()
 
     async def transition_done(self, transactional_id: str, timeout_s: float) -> None:
         """Wait until a transition of the id completes or fails (or `timeout_s` passes): what a
         request told CONCURRENT_TRANSACTIONS waits for before it asks again."""
-        if self.core.pending(transactional_id) is None:
+        if self._core.pending(transactional_id) is None:
             return
         waiter = asyncio.get_running_loop().create_future()
         self._waiters.setdefault(transactional_id, []).append(waiter)
@@ -250,10 +265,10 @@ class TxnCoordinatorService:
         if error:
             log.warning("%s-%d: appending %s for %s failed: %s", TRANSACTION_STATE_TOPIC, t.partition,
                         t.target.display_name, t.transactional_id, ErrorCode(error).name)
-            answer = self.core.abort_pending(t, error)
+            answer = self._core.abort_pending(t, error)
             self._wake(t.transactional_id)
             return answer
-        done = self.core.complete(t, self.broker.now_ms())
+        done = self._core.complete(t, self.broker.now_ms())
         if done.markers is not None:
             self.markers.submit(done.markers)
         self._wake(t.transactional_id)
@@ -261,7 +276,7 @@ class TxnCoordinatorService:
 
     def complete(self, t: Transition) -> None:
         """A Complete* transition the marker writer appended."""
-        self.core.complete(t, self.broker.now_ms())
+        self._core.complete(t, self.broker.now_ms())
         self._wake(t.transactional_id)
 
     async def append(self, t: Transition) -> int:

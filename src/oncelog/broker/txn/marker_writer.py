@@ -20,12 +20,13 @@ backoff, with the leader looked up again, so a kill -9 or a leader move of the d
 broker only delays its markers; one of the coordinator drops the jobs (`drop_partition`), and its
 successor resends them from the Prepare* records.
 
-`__consumer_offsets-N` has no leader in oncelog: the groups' offsets live in files every broker
-of a cluster shares (`storage.group_offsets`, re-read on every access in a cluster), so this
-broker applies that marker itself, whichever broker coordinates the groups, and sends it to
-every other live broker as well: one of them may hold a TxnOffsetCommit of the producer waiting
-for its verification, which the marker must turn away (`GroupCoordinator.begin_txn_commit`), or
-pending offsets the marker must settle. It is done when every live broker acknowledged it.
+Markers go to the owner of each partition only (docs/cluster.md): `__consumer_offsets-N` too,
+whose leader coordinates N's groups (`broker.groups.ownership`) and applies the marker under N's
+lease; a broker that does not own a partition any more answers NOT_LEADER_OR_FOLLOWER and the
+marker is sent again to whoever leads it then. Each marker carries its transaction's version
+(WriteTxnMarkers v2, KIP-1228): a partition takes a Transactions V2 marker only above the
+producer's epoch while its transaction is open there, so a copy of a marker that arrives late (a
+request that waited in a paused broker's socket) cannot settle the producer's next transaction.
 """
 from __future__ import annotations
 
@@ -46,6 +47,7 @@ E = ErrorCode
 
 BACKOFF_MS = 50
 MAX_BACKOFF_MS = 2000
+MARKERS_VERSION = 2   # KIP-1228: each marker says its transaction's version
 
 
 class MarkerWriter:
@@ -132,17 +134,17 @@ class MarkerWriter:
         codes: dict[TopicPartition, int] = {}
         local: list[TopicPartition] = []
         remote: dict[int, list[TopicPartition]] = {}
-        offsets_to: dict[int, list[TopicPartition]] = {}
         for tp in tps:
             topic, index = tp
             if topic == CONSUMER_OFFSETS_TOPIC:
-                # every live broker: any may hold a TxnOffsetCommit of this producer waiting for
-                # its verification, which the marker must turn away (its guard)
-                codes[tp] = offsets_marker(broker, job.producer_id, job.producer_epoch, job.coordinator_epoch,
-                                           job.commit, index)
-                for b in broker.logs.brokers:
-                    if b.node_id != broker.node_id:
-                        offsets_to.setdefault(b.node_id, []).append(tp)
+                leader = broker.logs.leader(topic, index)[0] if broker.config["oncelog.cluster"] else broker.node_id
+                if leader == broker.node_id:
+                    codes[tp] = offsets_marker(broker, job.producer_id, job.producer_epoch, job.coordinator_epoch,
+                                               job.commit, index, job.transaction_version)
+                elif leader < 0:
+                    codes[tp] = E.NOT_LEADER_OR_FOLLOWER
+                else:
+                    remote.setdefault(leader, []).append(tp)
                 continue
             info = broker.logs.topics.get(topic)
             if info is None or index >= info.partitions:
@@ -155,20 +157,17 @@ class MarkerWriter:
                 codes[tp] = E.NOT_LEADER_OR_FOLLOWER  # none leads it now: retried after backoff
             else:
                 remote.setdefault(leader, []).append(tp)
-        for node, parts in offsets_to.items():
-            remote.setdefault(node, []).extend(parts)
         waits = [self._local(job, tp) for tp in local]
         waits += [self._channel(node).send(job, parts) for node, parts in remote.items()]
         for answer in await asyncio.gather(*waits):
-            for tp, code in answer.items():
-                codes[tp] = codes.get(tp) or code  # a broadcast partition is done when all said NONE
+            codes.update(answer)
         return codes
 
     async def _local(self, job: MarkerJob, tp: TopicPartition) -> dict[TopicPartition, int]:
         # Acknowledged only once fsynced (write_txn_marker waits for it): Complete* must never be
         # durable before its markers.
         code = await self.broker.logs.write_txn_marker(tp[0], tp[1], job.producer_id, job.producer_epoch,
-                                                       job.coordinator_epoch, job.commit)
+                                                       job.coordinator_epoch, job.commit, job.transaction_version)
         if not code:
             self.broker.data_appended()
         return {tp: code}
@@ -182,15 +181,18 @@ class MarkerWriter:
 
 
 def offsets_marker(broker, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
-                   index: int) -> int:
+                   index: int, transaction_version: int = 0) -> int:
     """The marker of `__consumer_offsets-<index>`, checked as a data partition checks a marker;
     taken, the pending transactional offsets of the producer's groups on that partition become
     visible (COMMIT) or are dropped (ABORT). Also what the WriteTxnMarkers handler does for such
-    a partition."""
-    groups = broker.groups
-    if groups is None:
+    a partition. NOT_LEADER_OR_FOLLOWER unless this broker owns the partition (its lease)."""
+    groups, ownership = broker.groups, broker.group_ownership
+    if groups is None or ownership is None:
         return E.COORDINATOR_NOT_AVAILABLE
-    code: int = groups.complete_txn(producer_id, producer_epoch, coordinator_epoch, commit, index)
+    if not ownership.owns_partition(index):
+        return E.NOT_LEADER_OR_FOLLOWER
+    code: int = groups.complete_txn(producer_id, producer_epoch, coordinator_epoch, commit, index,
+                                    transaction_version)
     return code
 
 
@@ -227,7 +229,7 @@ class _Channel:
 
     async def _request(self, batch) -> list[dict[TopicPartition, int]]:
         from oncelog.protocol import entities
-        mod = entities.module(ApiKey.WRITE_TXN_MARKERS, 1, "request")
+        mod = entities.module(ApiKey.WRITE_TXN_MARKERS, MARKERS_VERSION, "request")
         markers = []
         for job, tps, _f in batch:
             by_topic: dict[str, list[int]] = {}
@@ -236,9 +238,10 @@ class _Channel:
             markers.append(entities.make(
                 mod.WritableTxnMarker, producer_id=job.producer_id, producer_epoch=job.producer_epoch,
                 transaction_result=job.commit, coordinator_epoch=job.coordinator_epoch,
+                transaction_version=job.transaction_version,
                 topics=tuple(entities.make(mod.WritableTxnMarkerTopic, name=t, partition_indexes=tuple(ps))
                              for t, ps in by_topic.items())))
-        r = await self.peers.request(self.node, ApiKey.WRITE_TXN_MARKERS, 1, markers=tuple(markers))
+        r = await self.peers.request(self.node, ApiKey.WRITE_TXN_MARKERS, MARKERS_VERSION, markers=tuple(markers))
         answers = []
         for i, (job, tps, _f) in enumerate(batch):
             # results come in request order (Kafka's handler keeps it); a missing one is retried

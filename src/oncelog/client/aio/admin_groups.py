@@ -22,7 +22,7 @@ from oncelog.protocol.entities import RequestBuilder
 from oncelog.protocol.errors import ErrorCode
 
 GROUP_KEY, TRANSACTION_KEY = 0, 1
-_RETRY_COORDINATOR = {ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+RETRY_COORDINATOR = _RETRY_COORDINATOR = {ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
                       ErrorCode.NOT_COORDINATOR}
 
 

@@ -71,6 +71,7 @@ class AIOConsumer:
         # the position after the last record poll returned, per partition: what commits commit
         self.consumed: dict[TopicPartition, int] = {}
         self.group: AIOGroup | None = None
+        self._polled_metadata: ConsumerGroupMetadata | None = None   # the group metadata of the latest poll
         self.callbacks: dict[str, object] = {}
         self._poll_wake = asyncio.Event()
         self._next_auto_commit = 0.0
@@ -224,9 +225,15 @@ class AIOConsumer:
         member epoch under KIP-848), member id and instance id, so the coordinator fences a zombie
         (KIP-447); an assigned one's is that of a group used only to commit offsets (`group.id`;
         generation -1, no member id), which the coordinator accepts while the group has no
-        members."""
+        members.
+
+        The generation is the one of the latest poll, as Java's consumer updates what the
+        application sees of its group only in poll: records are committed with the epoch they
+        were polled under, so a member fenced and rejoined since (it was paused, say) has its
+        commit refused instead of committing, with its new epoch, records of partitions it lost
+        (issue 34's pause fault found it)."""
         if self.group is not None:
-            return self.group.metadata()
+            return self._polled_metadata or self.group.metadata()
         group = self.config.get("group.id")
         if not group:
             raise KafkaClientError("consumer_group_metadata needs group.id in the consumer config")
@@ -295,7 +302,14 @@ class AIOConsumer:
     async def poll(self, timeout_s: float = 1.0, max_records: int | None = None,
                    run_callbacks: bool = True) -> list[ConsumerRecord]:
         """Records, after the rebalance callbacks due (`run_callbacks` False: return early
-        instead when one is due; the sync facade runs them in its caller's thread)."""
+        instead when one is due; the sync facade runs them in its caller's thread). The group
+        metadata `consumer_group_metadata` gives is the one of the latest poll."""
+        try:
+            return await self._poll(timeout_s, max_records, run_callbacks)
+        finally:
+            self._polled_metadata = self.group.metadata() if self.group is not None else None
+
+    async def _poll(self, timeout_s: float, max_records: int | None, run_callbacks: bool) -> list[ConsumerRecord]:
         self.raw = False
         deadline = time.monotonic() + timeout_s
         while True:

@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from oncelog.client.aio import wire
-from oncelog.client.aio.admin_groups import find_coordinator
+from oncelog.client.aio.admin_base import AdminError
+from oncelog.client.aio.admin_groups import RETRY_COORDINATOR, find_coordinator
 from oncelog.client.aio.connection import BrokerConnectionError, Connection
 from oncelog.client.errors import KafkaClientError
 from oncelog.client.group_membership import ConsumerProtocolMember, GroupError, range_assignment
@@ -153,7 +154,18 @@ class AIOGroup:
     # ------------------------------------------------------------------ the coordinator link
     async def _link(self) -> Connection:
         if self._conn is None or self._conn.closed:
-            node = await find_coordinator(self.cluster, self.config.group_id)
+            while True:
+                try:
+                    node = await find_coordinator(self.cluster, self.config.group_id)
+                    break
+                except AdminError as e:
+                    # no coordinator for longer than a request timeout (its __consumer_offsets
+                    # partition without a live leader: every broker restarting, say): a member
+                    # keeps looking, as Kafka's clients do, instead of failing the consumer
+                    if e.code not in RETRY_COORDINATOR or self._closing:
+                        raise
+                    log.warning("group %s: %s; still looking", self.config.group_id, e)
+                    await self._wait(1.0)
             self._conn = await self.cluster.dedicated_connection(node)
         return self._conn
 

@@ -125,6 +125,9 @@ class MarkerJob:
     coordinator_epoch: int
     partitions: frozenset[TopicPartition]
     completion: Transition
+    # the transaction's version, sent with each marker (KIP-1228): partitions take a V2 marker only
+    # above the producer's epoch there (`core.producer_epoch.marker_error`)
+    transaction_version: int = TV_0
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,7 +318,8 @@ class TransactionCoordinator:
                                  next_producer_id=NO_PRODUCER_ID)
         completion = self._begin(part, p, meta.transactional_id, entry, after, None)
         return MarkerJob(meta.transactional_id, meta.producer_id, meta.producer_epoch,
-                         meta.state == S.PREPARE_COMMIT, part.epoch, meta.partitions, completion)
+                         meta.state == S.PREPARE_COMMIT, part.epoch, meta.partitions, completion,
+                         meta.client_transaction_version)
 
     def _fence(self, part: _TxnPartition, p: int, entry: _Entry, meta: TransactionMetadata,
                now_ms: int, reply: Answer | None) -> Transition | Answer:

@@ -49,14 +49,18 @@ def add_offsets(current: OffsetsProducer | None, epoch: int, group: str, offsets
 
 
 def take_marker(current: OffsetsProducer | None, producer_id: int, epoch: int, coordinator_epoch: int,
-                now_ms: int) -> tuple[int, str | None, OffsetsProducer | None, Mapping[str, Offsets]]:
+                now_ms: int, transaction_version: int = 0
+                ) -> tuple[int, str | None, OffsetsProducer | None, Mapping[str, Offsets]]:
     """A COMMIT/ABORT marker for the producer on this partition: (code, message, the entry after
     it, the pending offsets it settles per group). Refused: the entry unchanged and nothing settled.
     Taken: the producer takes the marker's epoch and coordinator epoch (when higher) and has no
     open transaction here; a marker for a producer with nothing pending settles nothing (a
-    repeated marker, or a transaction that wrote no offsets here)."""
+    repeated marker, or a transaction that wrote no offsets here). The producer's transaction is
+    open here while it has offsets pending: a Transactions V2 marker at its epoch is then a late
+    one of the transaction before (KIP-1228, `producer_epoch.marker_error`)."""
     p = current or OffsetsProducer()
-    code, message = marker_error(producer_id, p.epoch, p.coordinator_epoch, epoch, coordinator_epoch)
+    code, message = marker_error(producer_id, p.epoch, p.coordinator_epoch, epoch, coordinator_epoch,
+                                 transaction_version, bool(p.pending))
     if code:
         return code, message, current, {}
     after = OffsetsProducer(max(p.epoch, epoch), max(p.coordinator_epoch, coordinator_epoch),
