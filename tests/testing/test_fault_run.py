@@ -49,12 +49,12 @@ class Runner:
         Runner.stopped.set()
 
 
-def _run(monkeypatch, tmp_path, workload, timeout_s: float, slow_round: bool = False):
+def _run(monkeypatch, tmp_path, workload, timeout_s: float, slow_round: bool = False, faults=("kill",)):
     monkeypatch.setattr(fault_run, "LocalCluster", Cluster)
     monkeypatch.setattr(fault_run, "FaultRunner", Runner)
     Runner.stopped = threading.Event()
     Runner.slow_round = slow_round
-    options = VerifyOptions(faults=("kill",), duration_s=0, timeout_s=timeout_s, workdir=tmp_path)
+    options = VerifyOptions(faults=faults, duration_s=0, timeout_s=timeout_s, workdir=tmp_path)
     with fault_run.FaultRun(options, "t", {}, set(), print) as run:
         thread = threading.Thread(target=workload, daemon=True)
         run.under_faults([thread], grace_s=5)
@@ -96,7 +96,7 @@ def test_faults_go_on_past_the_window_until_each_fired_once(monkeypatch, tmp_pat
             if v is None:                    # held
                 break
             real.append(v)
-        seen["held at"] = len(real)          # 1 fault of 1 still to come: half the records
+        seen["held at"] = len(real)          # 2 faults to come: the records of the first two thirds
         seen["stopped while held"] = Runner.stopped.is_set()
         round_.one_fired()
         seen["rest"] = len([v for v in values if v is not None])
@@ -108,6 +108,6 @@ def test_faults_go_on_past_the_window_until_each_fired_once(monkeypatch, tmp_pat
         real_init(self, *args, **kwargs)
         run_holder["run"] = self
     monkeypatch.setattr(fault_run.FaultRun, "__init__", init)
-    _run(monkeypatch, tmp_path, workload, timeout_s=0.2, slow_round=True)
-    assert seen == {"held at": 5, "stopped while held": False, "rest": 5}
+    _run(monkeypatch, tmp_path, workload, timeout_s=0.2, slow_round=True, faults=("kill", "move"))
+    assert seen == {"held at": 7, "stopped while held": False, "rest": 3}
     assert Runner.stopped.is_set()
