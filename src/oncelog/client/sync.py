@@ -164,10 +164,13 @@ class Producer:
     # transactions: confluent-kafka's methods and semantics (timeouts in seconds; a call that
     # raised TransactionTimeoutError may be made again and resumes)
 
-    def init_transactions(self, timeout: float | None = None, keep_prepared_txn: bool = False) -> None:
+    def init_transactions(self, timeout: float | None = None, keep_prepared_txn: bool = False,
+                          expected: tuple[int, int] | None = None) -> None:
         """`keep_prepared_txn` (KIP-939, transaction.two.phase.commit.enable=true): keep the
-        transaction a crashed producer prepared, for complete_transaction, instead of aborting it."""
-        self._lt.run(self._p.init_transactions(timeout, keep_prepared_txn), None)
+        transaction a crashed producer prepared, for complete_transaction, instead of aborting it.
+        `expected` (producer id, epoch): only if that is the id's current one (or the one just
+        before, a retry), else ProducerFencedError (TransactionManager.init_transactions)."""
+        self._lt.run(self._p.init_transactions(timeout, keep_prepared_txn, expected), None)
 
     def prepare_transaction(self, timeout: float | None = None) -> PreparedTxnState:
         """KIP-939's prepareTransaction: flush, leave the transaction open (never aborted by a

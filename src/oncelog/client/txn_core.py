@@ -378,6 +378,7 @@ class TransactionManager:
         # KIP-939: the open transaction init_transactions kept (or prepare_transaction prepared)
         self.prepared: PreparedTxnState | None = None
         self._completing: bool | None = None      # what the running complete_transaction does
+        self._expected: tuple[int, int] | None = None   # init_transactions(expected=)
         if producer is not None:
             producer.attach_transactions(self)
 
@@ -403,11 +404,18 @@ class TransactionManager:
 
     # ------------------------------------------------------------------ user calls
 
-    def init_transactions(self, keep_prepared_txn: bool = False) -> TxnResult:
+    def init_transactions(self, keep_prepared_txn: bool = False,
+                          expected: tuple[int, int] | None = None) -> TxnResult:
+        """`expected` (producer id, epoch): take over the id only if that is its current (or, for
+        a retry, previous) producer id and epoch, else PRODUCER_FENCED (InitProducerId v3+'s
+        fields, KIP-360): how one process of a writer that several processes share (the Spark
+        sink's driver) goes on where another initialized it, and a zombie that a newer
+        InitProducerId replaced cannot."""
         resumed = self._resume("init_transactions")
         if resumed is not None:
             return resumed
         self._raise_if_error()
+        self._expected = expected
         if keep_prepared_txn and not self.two_phase_commit:
             raise TransactionStateError("init_transactions(keep_prepared_txn=True) needs "
                                         "transaction.two.phase.commit.enable=true")
@@ -941,8 +949,9 @@ class TransactionManager:
         if e.find is not None:
             return FindCoordinatorRequest(int(e.find[0]), e.find[1])
         if e.priority == _INIT:
-            return InitProducerIdRequest(tid, self.transaction_timeout_ms, enable_2pc=self.two_phase_commit,
-                                         keep_prepared_txn=self._keep_prepared)
+            xpid, xepoch = self._expected if self._expected is not None else (-1, -1)
+            return InitProducerIdRequest(tid, self.transaction_timeout_ms, xpid, xepoch,
+                                         enable_2pc=self.two_phase_commit, keep_prepared_txn=self._keep_prepared)
         if e.priority == _BUMP:
             return InitProducerIdRequest(tid, self.transaction_timeout_ms, pid, epoch,
                                          enable_2pc=self.two_phase_commit)

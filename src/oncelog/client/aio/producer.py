@@ -321,14 +321,15 @@ class AIOProducer:
             raise TransactionStateError("the producer has no transactional.id")
         return self.txn
 
-    async def init_transactions(self, timeout: float | None = None, keep_prepared_txn: bool = False) -> None:
+    async def init_transactions(self, timeout: float | None = None, keep_prepared_txn: bool = False,
+                                expected: tuple[int, int] | None = None) -> None:
         """Find the transaction coordinator and get the producer id and epoch of
         `transactional.id`, fencing any older producer with it and completing its open
         transaction. `timeout` seconds (None: max.block.ms); a timed-out call may be made
         again and resumes. `keep_prepared_txn` (KIP-939, with transaction.two.phase.commit.enable):
         keep the open transaction instead of aborting it, for `complete_transaction`."""
         tm = self._tm()
-        await self._txn_call("init_transactions", lambda: tm.init_transactions(keep_prepared_txn),
+        await self._txn_call("init_transactions", lambda: tm.init_transactions(keep_prepared_txn, expected),
                              self.config.max_block_ms / 1000 if timeout is None else timeout)
 
     async def prepare_transaction(self, timeout: float | None = None) -> PreparedTxnState:
