@@ -25,8 +25,8 @@ pytestmark = pytest.mark.processes
 @pytest.fixture(scope="module")
 def metered(tmp_path_factory):
     port = free_port()
-    b = BrokerProcess(tmp_path_factory.mktemp("metrics") / "data", {"metrics.port": str(port),
-                                                                    "transaction.two.phase.commit.enable": "true"}).start()
+    b = BrokerProcess(tmp_path_factory.mktemp("metrics") / "data",
+                      {"metrics.port": str(port), "transaction.two.phase.commit.enable": "true"}).start()
     b.metrics_url = f"http://127.0.0.1:{port}/metrics"
     yield b
     b.stop()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from test_exactly_once import client_values
 
-from oncelog.client import AdminClient, Producer
+from oncelog.client import AdminClient
 from oncelog.spark import produce, stream_transactions, transactions
 from oncelog.spark.options import OncelogSparkError
 
