@@ -25,7 +25,8 @@ pytestmark = pytest.mark.processes
 @pytest.fixture(scope="module")
 def metered(tmp_path_factory):
     port = free_port()
-    b = BrokerProcess(tmp_path_factory.mktemp("metrics") / "data", {"metrics.port": str(port)}).start()
+    b = BrokerProcess(tmp_path_factory.mktemp("metrics") / "data",
+                      {"metrics.port": str(port), "transaction.two.phase.commit.enable": "true"}).start()
     b.metrics_url = f"http://127.0.0.1:{port}/metrics"
     yield b
     b.stop()
@@ -157,6 +158,23 @@ def test_transactions_per_state(metered):
         p.send("txn-metered", b"one")
         p.commit_transaction()
     assert eventually(lambda: scrape(metered).get(("oncelog_transactions", (("state", "CompleteCommit"),)), 0)) >= 1
+
+
+def test_the_oldest_open_two_phase_transaction_has_an_age(metered):
+    """KIP-939: a prepared transaction nobody completes is visible to operators by its age."""
+    key = ("oncelog_transaction_oldest_open_age_seconds", (("two_phase", "true"),))
+    p = Producer({"bootstrap.servers": metered.bootstrap, "transactional.id": "metered-2pc",
+                  "transaction.two.phase.commit.enable": "true"})
+    try:
+        p.init_transactions()
+        p.begin_transaction()
+        p.send("txn-metered", b"prepared")
+        state = p.prepare_transaction()
+        assert eventually(lambda: scrape(metered).get(key, 0) >= 0.5)
+        assert p.complete_transaction(state) is True
+        assert eventually(lambda: scrape(metered).get(key, -1) == 0)
+    finally:
+        p.close()
 
 
 def test_every_metric_served_is_in_the_operations_table(metered):

@@ -371,3 +371,37 @@ def test_log_dump_of_a_file_that_is_not_a_segment(tmp_path):
     text.write_text("these are not record batches\n" * 10)
     r = oncelog("log", "dump", str(text))
     assert r.code == 1 and r.one_line_error() == f"oncelog: {text} is not a log segment: no record batch at position 0"
+
+
+def test_a_prepared_2pc_transaction_is_found_by_duration_and_completed_by_hand(shared_broker, unique_topic):
+    """KIP-939's operator: `transactions list --duration-filter` finds the prepared transaction a
+    vanished manager left open (it holds the topic's last stable offset, however long), and
+    `transactions complete` commits it when the state given is its own (abort otherwise)."""
+    b, t = shared_broker.bootstrap, unique_topic
+    ids = {}
+    for name in ("kept", "stale"):
+        tid = f"{t}-{name}"
+        p = Producer({"bootstrap.servers": b, "transactional.id": tid, "transaction.two.phase.commit.enable": "true"})
+        p.init_transactions(30)
+        p.begin_transaction()
+        p.send(t, name.encode(), partition=0)
+        ids[tid] = str(p.prepare_transaction(30))
+        p.close(5)   # the manager is gone: the transaction stays prepared
+    time.sleep(0.3)   # so that both have run longer than the filter below
+    old = {x["transactional_id"] for x in oncelog("transactions", "list", "--duration-filter", "200",
+                                                   "--format", "json", bootstrap=b).json()}
+    assert set(ids) <= old
+    young = {x["transactional_id"] for x in oncelog("transactions", "list", "--duration-filter", "3600000",
+                                                     "--format", "json", bootstrap=b).json()}
+    assert not set(ids) & young
+    assert oncelog("consume", t, "-e", "--isolation", "read_committed", bootstrap=b).out == ""
+    kept, stale = ids
+    r = oncelog("transactions", "complete", "--transactional-id", kept, "--prepared-state", ids[kept], bootstrap=b)
+    assert r.code == 0 and "committed" in r.out, r.err
+    pid, epoch = ids[stale].split(":")
+    r = oncelog("transactions", "complete", "--transactional-id", stale, "--prepared-state",
+                f"{pid}:{int(epoch) + 3}", bootstrap=b)
+    assert r.code == 0 and "aborted" in r.out, r.err
+    assert oncelog("consume", t, "-e", "--isolation", "read_committed", bootstrap=b).out == "kept\n"
+    bad = oncelog("transactions", "complete", "--transactional-id", kept, "--prepared-state", "nonsense", bootstrap=b)
+    assert bad.code != 0

@@ -12,6 +12,7 @@ survived it (the metadata log is fsynced before CreateAcls is answered).
 """
 from __future__ import annotations
 
+import time
 import uuid
 from pathlib import Path
 
@@ -80,7 +81,8 @@ def assert_denied(err: KafkaError | None, code: int = KafkaError.TOPIC_AUTHORIZA
 def secured(tmp_path_factory):
     """A broker with an authorizer where ANONYMOUS may do anything on the cluster resource only."""
     b = BrokerProcess(tmp_path_factory.mktemp("authz") / "data",
-                      {**AUTHORIZER, "allow.everyone.if.no.acl.found": "true"}).start()
+                      {**AUTHORIZER, "allow.everyone.if.no.acl.found": "true",
+                       "transaction.two.phase.commit.enable": "true"}).start()
     try:
         admin = AdminClient({"bootstrap.servers": b.bootstrap})
         grant(admin, acl(ResourceType.BROKER, "kafka-cluster", AclOperation.ALL))
@@ -214,6 +216,40 @@ def test_transactional_producer_needs_write_on_its_transactional_id(secured, adm
     p.begin_transaction()
     p.produce(topic, b"in a transaction")
     p.commit_transaction(20)
+
+
+def test_enable_2pc_needs_two_phase_commit_and_write_on_the_transactional_id(secured, admin):
+    """KIP-939: InitProducerId v6 with Enable2Pc needs TWO_PHASE_COMMIT (15) beside WRITE on the
+    transactional id; neither implies the other, ALL implies both (Kafka's AclOperation and its
+    KafkaApis check; confluent-kafka's enum lacks 15, so the ACLs are made with raw CreateAcls)."""
+    prefix = f"tx2pc-{uuid.uuid4().hex[:6]}"
+    write_id, two_pc_id, both_id, all_id = (f"{prefix}-{k}" for k in ("write", "2pc", "both", "all"))
+    creation = entities.nested(ApiKey.CREATE_ACLS, 3, "request", "AclCreation")
+    grants = [(write_id, AclOperation.WRITE.value), (two_pc_id, 15), (both_id, AclOperation.WRITE.value),
+              (both_id, 15), (all_id, AclOperation.ALL.value)]
+    r = call(secured.bootstrap, ApiKey.CREATE_ACLS, 3, creations=tuple(
+        creation(resource_type=ResourceType.TRANSACTIONAL_ID.value, resource_name=name, resource_pattern_type=3,
+                 principal=ME, host="*", operation=op, permission_type=3) for name, op in grants))
+    assert [x.error_code.value for x in r.results] == [0] * len(grants)
+    # DescribeAcls shows the new operation back
+    described = call(secured.bootstrap, ApiKey.DESCRIBE_ACLS, 3, resource_type_filter=5, resource_name_filter=two_pc_id,
+                     pattern_type_filter=3, principal_filter=None, host_filter=None, operation=1, permission_type=1)
+    assert [a.operation for r_ in described.resources for a in r_.acls] == [15]
+
+    def init(tid: str, enable_2pc: bool) -> int:
+        deadline = time.monotonic() + 30
+        while True:  # the first one may create __transaction_state: COORDINATOR_LOAD_IN_PROGRESS meanwhile
+            code = call(secured.bootstrap, ApiKey.INIT_PRODUCER_ID, 6, transactional_id=tid, transaction_timeout=60000,
+                        producer_id=-1, producer_epoch=-1, enable2_pc=enable_2pc).error_code.value
+            if code != KafkaError.COORDINATOR_LOAD_IN_PROGRESS or time.monotonic() > deadline:
+                return code
+            time.sleep(0.05)
+
+    assert init(write_id, False) == 0
+    assert init(write_id, True) == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    assert init(two_pc_id, True) == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    assert init(both_id, True) == 0
+    assert init(all_id, True) == 0
 
 
 # ------------------------------------------------------------------ the ACL APIs, bad input

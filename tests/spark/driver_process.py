@@ -3,12 +3,15 @@
 
     python tests/spark/driver_process.py --bootstrap H:P --source S --sink D --checkpoint C
         [--min-partitions N] [--block-at PARTITION:OFFSET --flags DIR]
+        [--block-in-commit BATCH:K --flags DIR] [--option KEY=VALUE ...]
 
 Streams topic S into topic D through the exactly-once sink with AvailableNow on local[2]; each
 row keeps its source partition. With --block-at, the Python UDF in front of the writer stops at
 that source record (the write task has produced the rows before it into its transaction),
 creates DIR/blocked and waits until DIR/release exists (at most 5 minutes, then it raises, so
-that a worker left behind ends)."""
+that a worker left behind ends). With --block-in-commit, the driver's commit() of that batch does
+the same after completing K of its task transactions (the sink's `_blockInCommit` hook). --option
+adds a sink option."""
 from __future__ import annotations
 
 import argparse
@@ -24,6 +27,8 @@ def main() -> int:
     ap.add_argument("--min-partitions")
     ap.add_argument("--block-at")
     ap.add_argument("--flags")
+    ap.add_argument("--block-in-commit")
+    ap.add_argument("--option", action="append", default=[])
     args = ap.parse_args()
 
     from pyspark.sql.functions import col, udf
@@ -53,6 +58,8 @@ def main() -> int:
                  .alias("value"), col("partition"))
          .writeStream.format("oncelog").option("bootstrap.servers", args.bootstrap)
          .option("topic", args.sink).option("checkpointLocation", args.checkpoint)
+         .options(**dict(o.split("=", 1) for o in args.option))
+         .options(**({"_blockInCommit": f"{args.block_in_commit}:{flags}"} if args.block_in_commit else {}))
          .trigger(availableNow=True).start())
     q.awaitTermination()
     spark.stop()

@@ -290,3 +290,40 @@ def test_replay_split_differently_after_a_partial_commit(
     uncommitted = assert_exactly_once(spark, spark_broker, dst)
     # the replay produced nothing (no aborted copy of batch 1 either)
     assert sum(uncommitted.values()) == 2 * ROWS
+
+
+def test_another_principal_cannot_make_the_query_skip_a_batch(spark, spark_broker, make_topic, produce,
+                                                              write_opts, tmp_path):
+    """Issue 35's forgery: alice, who may write the shared marker topic as every sink's principal
+    must, appends bob's "batch 1 committed" and "batch 1 decided (no transactions)" records, as
+    plain records and in a committed transaction of her own. Only records in committed
+    transactions of bob's driver transactional id count: bob's query writes batch 1 all the
+    same (before the fix it skipped it: 200 rows lost)."""
+    import json
+    import uuid
+
+    from oncelog.client import Producer
+    from oncelog.spark import produce as sink_produce
+    from oncelog.spark.options import MARKER_TOPIC
+    src, dst = _source(produce, make_topic), make_topic(2)
+    sink = f"bob-{uuid.uuid4().hex[:8]}"
+    sink_produce.ensure_marker_topic({"bootstrap.servers": spark_broker}, MARKER_TOPIC)
+    forged = [json.dumps(m, sort_keys=True).encode() for m in (
+        {"sink": sink, "batch": 1, "task": None, "rows": 0},
+        {"sink": sink, "batch": 1, "decision": [], "rows": 0},
+        {"sink": sink, "batch": 1, "task": 0, "rows": 0, "confirmed": True, "fingerprint": "x"})]
+    with Producer({"bootstrap.servers": spark_broker}) as alice:
+        for v in forged:
+            alice.send(MARKER_TOPIC, v, sink.encode(), partition=0)
+        alice.flush()
+    with Producer({"bootstrap.servers": spark_broker, "transactional.id": "alice-forger"}) as alice:
+        alice.init_transactions(30)
+        alice.begin_transaction()
+        for v in forged:
+            alice.send(MARKER_TOPIC, v, sink.encode(), partition=0)
+        alice.commit_transaction(30)
+    q = _stream(spark, spark_broker, src, dst, str(tmp_path / "ckpt"), _failing(set()), write_opts,
+                sinkId=sink)
+    q.awaitTermination()
+    assert q.exception() is None
+    assert_exactly_once(spark, spark_broker, dst)

@@ -2,19 +2,23 @@
 import json
 
 from oncelog.client import Producer
-from oncelog.spark import produce
+from oncelog.spark import produce, stream_transactions
+
+
+def _driver_marks(client, topic, sink, batch, entries):
+    """What the sink's driver writes: in a transaction of its driver transactional id."""
+    stream_transactions._write(client, sink, lambda p: produce.write_markers(p, topic, sink, batch, entries))
 
 
 def test_markers_read_backwards_find_what_a_replay_needs(spark_broker, make_topic):
     topic = make_topic(1)
     client = {"bootstrap.servers": spark_broker}
-    with Producer(client) as p:
-        for b in range(30):
-            for sink in ("A", "B"):
-                if b < 29:
-                    produce.write_markers(p, topic, sink, b, {None: (20, None)})
-                else:   # batch 29 of both sinks failed: the driver's abort marked its tasks
-                    produce.write_markers(p, topic, sink, b, {0: (10, "fp0"), 1: (10, "fp1")})
+    for b in range(30):
+        for sink in ("A", "B"):
+            if b < 29:
+                _driver_marks(client, topic, sink, b, {None: (20, None)})
+            else:   # batch 29 of both sinks failed: the driver's abort marked its tasks
+                _driver_marks(client, topic, sink, b, {0: (10, "fp0"), 1: (10, "fp1")})
     batches, tasks = produce.read_markers(client, topic, "A", batch_id=29, window=4)
     assert tasks == {(29, 0): {"fp0"}, (29, 1): {"fp1"}} and 29 not in batches
     assert 28 in batches                      # the window grew until an earlier batch showed up
@@ -31,12 +35,12 @@ def test_task_markers_without_confirmation_or_fingerprint_are_ignored(spark_brok
     task held, so no replayed task can match it."""
     topic = make_topic(1)
     client = {"bootstrap.servers": spark_broker}
+    _driver_marks(client, topic, "A", 0, {None: (5, None)})
     with Producer(client) as p:
-        produce.write_markers(p, topic, "A", 0, {None: (5, None)})
         old = {"sink": "A", "batch": 1, "task": 0, "rows": 3}
         p.send(topic, json.dumps(old).encode(), b"A", partition=0).result(30)
         unprinted = {"sink": "A", "batch": 1, "task": 2, "rows": 3, "confirmed": True}
         p.send(topic, json.dumps(unprinted).encode(), b"A", partition=0).result(30)
-        produce.write_markers(p, topic, "A", 1, {1: (4, "fp-a")})
-        produce.write_markers(p, topic, "A", 1, {1: (6, "fp-b")})   # another failed run
+    _driver_marks(client, topic, "A", 1, {1: (4, "fp-a")})
+    _driver_marks(client, topic, "A", 1, {1: (6, "fp-b")})   # another failed run
     assert produce.read_markers(client, topic, "A", batch_id=1) == ({0}, {(1, 1): {"fp-a", "fp-b"}})

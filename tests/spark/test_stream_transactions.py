@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from test_exactly_once import client_values
 
-from oncelog.client import AdminClient, Producer
+from oncelog.client import AdminClient
 from oncelog.spark import produce, stream_transactions, transactions
 from oncelog.spark.options import OncelogSparkError
 
@@ -31,19 +31,21 @@ def test_a_batch_start_aborts_what_earlier_batches_and_executions_left(spark_bro
     client = {"bootstrap.servers": spark_broker}
     tid = stream_transactions.transactional_id
     sink = f"sink-{topic}"
-    lingering = {tid(sink, 3, OLD, 0, 7), tid(sink, 4, OLD, 2, 9), tid(sink, 4, OLD, 5, 10)}
+    lingering = {tid(sink, 3, OLD, 0, 7), tid(sink, 4, OLD, 2, 9), tid(sink, 4, OLD, 5, 10),
+                 tid(sink, 5, OLD, 0, 13),   # a later batch of an older execution (fenced: it never decides)
+                 tid(sink, 3, NOW, 0, 14)}   # an earlier batch of this execution
     kept = {
         tid(sink, 4, NOW, 0, 11),          # this execution's own tasks
         tid(sink, 4, LATER, 1, 12),        # a newer execution (this task is the zombie)
-        tid(sink, 5, OLD, 0, 13),          # a later batch
+        tid(sink, 3, LATER, 1, 15),        # ...at any batch
         tid(sink, 4, OLD, 1, 8),           # recorded in a decision: the replay commits it
         tid(sink + "-2", 1, OLD, 0, 1),    # a sink whose id extends this one
         f"{sink}-4-0",                     # not an id of this sink's making
     }
     handles = {t: _open(client, topic, t) for t in lingering | kept}
-    with Producer(client) as p:
-        produce.write_decision(p, markers, sink, 4, produce.Decision(
-            [handles[tid(sink, 4, OLD, 1, 8)]], 1))
+    # the driver's records count in its own transactions only (a plain one would be ignored)
+    stream_transactions._write(client, sink, lambda p: produce.write_decision(p, markers, sink, 4, produce.Decision(
+        [handles[tid(sink, 4, OLD, 1, 8)]], 1)))
     found = produce.scan_markers(client, markers, sink, 4)
     assert found.decisions[4].ids == {tid(sink, 4, OLD, 1, 8)}
 

@@ -144,6 +144,11 @@ _BROKER_ONLY = (
               "__transaction_state.", minimum=1024),
     ConfigDef("transaction.max.timeout.ms", "int", 900000, "Largest transaction.timeout.ms a "
               "producer may ask for (else INVALID_TRANSACTION_TIMEOUT).", minimum=1),
+    ConfigDef("transaction.two.phase.commit.enable", "boolean", False, "KIP-939: whether producers may "
+              "open two-phase commit transactions (InitProducerId v6 with Enable2Pc), which the "
+              "coordinator never aborts by timeout and a restarted producer can keep "
+              "(KeepPreparedTxn); false answers Enable2Pc with TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "
+              "as Kafka does."),
     ConfigDef("transactional.id.expiration.ms", "int", 604800000, "Idle time after which a "
               "transactional id with no open transaction is forgotten.", minimum=1),
     ConfigDef("transaction.partition.verification.enable", "boolean", True, "KIP-890 part 1: a partition "

@@ -278,12 +278,20 @@ def _broker_state_families(b, resource_labels: bool) -> list:
     out += [groups, committed, lag] if resource_labels else [groups, lag]
     states = GaugeMetricFamily("oncelog_transactions", "transactional ids this broker coordinates, per state",
                                labels=["state"])
+    # KIP-939: a prepared two-phase-commit transaction nobody completes never times out and
+    # holds its partitions' last stable offset: operators alert on this age (two_phase: "true")
+    oldest = GaugeMetricFamily("oncelog_transaction_oldest_open_age_seconds", "age of the oldest open "
+                               "(Ongoing) transaction this broker coordinates, 0 when none; two_phase=true for "
+                               "two-phase commit ones (KIP-939), which no timeout aborts", labels=["two_phase"])
     try:
-        for state, n in sorted(_transaction_states(b).items()):
+        tally, ages = _transaction_states(b)
+        for state, n in sorted(tally.items()):
             states.add_metric([state], n)
+        for kind in ("false", "true"):
+            oldest.add_metric([kind], ages.get(kind, 0.0))
     except RuntimeError as e:
         log.debug("transaction metrics skipped this scrape: %s", e)
-    out.append(states)
+    out += [states, oldest]
     return out
 
 
@@ -298,9 +306,18 @@ def _group_offsets(b, listing) -> Iterator[tuple[str, str, int, int, int | None]
             yield group, topic, index, c.offset, partition.high_watermark if partition is not None else None
 
 
-def _transaction_states(b) -> dict[str, int]:
-    code, _unknown, metas = b.txn.core.list_transactions(b.now_ms())
-    return dict(Tally(m.state.display_name for m in metas)) if code == 0 else {}
+def _transaction_states(b) -> tuple[dict[str, int], dict[str, float]]:
+    """(ids per state, {"true"/"false": age in seconds of the oldest Ongoing transaction, 2PC or not})."""
+    now = b.now_ms()
+    code, _unknown, metas = b.txn.core.list_transactions(now)
+    if code != 0:
+        return {}, {}
+    ages: dict[str, float] = {}
+    for m in metas:
+        if m.state.display_name == "Ongoing" and m.start_ms >= 0:
+            kind = "true" if m.two_phase else "false"
+            ages[kind] = max(ages.get(kind, 0.0), max(0, now - m.start_ms) / 1000)
+    return dict(Tally(m.state.display_name for m in metas)), ages
 
 
 def _partition_families(parts: list, resource_labels: bool):

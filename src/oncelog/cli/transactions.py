@@ -1,6 +1,10 @@
 """`oncelog transactions`: kafka-transactions.sh's list, describe, describe-producers and abort,
 including aborting a hanging transaction (one open on a partition that its coordinator no longer
-tracks: a producer gone without ending it, or a marker that never reached the partition)."""
+tracks: a producer gone without ending it, or a marker that never reached the partition); and
+KIP-939's operator needs: `list --duration-filter` finds transactions open for long (a prepared
+two-phase-commit one nobody completes holds its partitions' last stable offset), `complete`
+commits or aborts a prepared one as its external transaction manager would, `abort
+--transactional-id` aborts it."""
 from __future__ import annotations
 
 import click
@@ -26,13 +30,16 @@ def transactions() -> None:
 @transactions.command("list")
 @click.option("--state", "states", multiple=True, help="Only transactions in this state (repeatable; Kafka's "
               "names: Ongoing, PrepareCommit, PrepareAbort, CompleteCommit, CompleteAbort, Empty, Dead).")
+@click.option("--duration-filter", "duration_ms", type=click.IntRange(0), default=None,
+              help="Only transactions running for longer than this many milliseconds (kafka-transactions.sh's "
+              "option; ListTransactions v1).")
 @format_option
 @connection_options
-def list_(states, fmt, target: Target) -> None:
+def list_(states, duration_ms, fmt, target: Target) -> None:
     """Every transactional id the coordinators know, with its producer id and state."""
     async def go():
         async with admin_client(target) as admin:
-            return await admin.list_transactions(list(states) or None)
+            return await admin.list_transactions(list(states) or None, -1 if duration_ms is None else duration_ms)
     listed = sorted(run(target, go()), key=lambda t: t["transactional_id"])
     if fmt == "json":
         print_json(listed)
@@ -117,6 +124,34 @@ def abort(transactional_id, topic, partition, start_offset, credential_file, tar
             return (f"aborted the transaction of producer {p.producer_id} (epoch {p.producer_epoch}) on "
                     f"{topic}-{partition} from offset {start_offset}")
     click.echo(run(target, go()))
+
+
+@transactions.command("complete")
+@click.option("--transactional-id", required=True)
+@click.option("--prepared-state", required=True, help="The state the external transaction manager recorded "
+              "(`<producer id>:<epoch>`, PreparedTxnState's form): the open transaction is committed if it is "
+              "that one, aborted otherwise.")
+@connection_options
+def complete(transactional_id, prepared_state, target: Target) -> None:
+    """Complete a prepared two-phase-commit transaction (KIP-939) by hand: keep it
+    (InitProducerId with KeepPreparedTxn, which fences its producer), then commit it if it is the
+    recorded one, else abort it. Needs TWO_PHASE_COMMIT and WRITE on the transactional id."""
+    from oncelog.client import PreparedTxnState, Producer
+    try:
+        state = PreparedTxnState.parse(prepared_state)
+    except ValueError as e:
+        raise CommandError(f"--prepared-state: {e}", USAGE) from None
+    config = target.config(**{"transactional.id": transactional_id, "transaction.two.phase.commit.enable": "true"})
+    with Producer(config) as p:
+        p.init_transactions(60, keep_prepared_txn=True)
+        kept = p.prepared_transaction
+        outcome = p.complete_transaction(state, 60)
+    if outcome is None:
+        click.echo(f"{transactional_id}: no prepared transaction is open (completed before)")
+    elif outcome:
+        click.echo(f"{transactional_id}: committed the prepared transaction {kept}")
+    else:
+        click.echo(f"{transactional_id}: the open transaction {kept} is not {state}: aborted it")
 
 
 def _as_broker(target: Target, credential_file: str) -> Target:

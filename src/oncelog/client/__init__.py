@@ -2,7 +2,8 @@
 an admin client. Synchronous classes here; asyncio ones in `oncelog.client.aio`."""
 from oncelog.client.aio.admin import NewTopic
 from oncelog.client.sync import AdminClient, Consumer, Producer
+from oncelog.client.txn_core import PreparedTxnState
 from oncelog.client.types import ConsumerRecord, RecordMetadata, SentBatch, TopicPartition
 
 __all__ = ["Producer", "Consumer", "AdminClient", "RecordMetadata", "SentBatch", "ConsumerRecord",
-           "TopicPartition", "NewTopic"]
+           "TopicPartition", "NewTopic", "PreparedTxnState"]

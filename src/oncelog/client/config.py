@@ -80,6 +80,7 @@ class ProducerConfig:
     transactional_id: str | None = None    # transactional.id: None = not transactional
     transaction_timeout_ms: int = 60000
     transaction_v2: bool = True            # oncelog.transaction.v2.enable: Transactions V2 where finalized
+    two_phase_commit: bool = False         # transaction.two.phase.commit.enable (KIP-939)
     security: Any = None                   # client.security.ClientSecurity (security.protocol, sasl.*, ssl.*)
 
     @classmethod
@@ -167,6 +168,12 @@ class ProducerConfig:
         c.transaction_v2 = _flag(cfg, "oncelog.transaction.v2.enable", True)
         if c.transaction_timeout_ms < 1:
             raise ConfigError("transaction.timeout.ms must be positive")
+        c.two_phase_commit = _flag(cfg, "transaction.two.phase.commit.enable", False)
+        if c.two_phase_commit and c.transactional_id is None:
+            raise ConfigError("transaction.two.phase.commit.enable needs a transactional.id")
+        if c.two_phase_commit and "transaction.timeout.ms" in cfg:
+            # Kafka's ProducerConfig refuses the pair: a two-phase-commit transaction has no timeout
+            raise ConfigError("transaction.timeout.ms cannot be set with transaction.two.phase.commit.enable=true")
         if c.transactional_id is not None and c.acks != -1:
             # as Kafka's ProducerConfig: a commit must cover only durable records, and only an
             # acks=all answer waits for that (on oncelog, for the fsync)

@@ -16,6 +16,7 @@ from oncelog.client.config import ProducerConfig
 from oncelog.client.errors import BufferExhaustedError, KafkaClientError
 from oncelog.client.futures import new_record_future
 from oncelog.client.partitioner import StickyPartitioner
+from oncelog.client.txn_core import PreparedTxnState
 
 
 class LoopThread:
@@ -163,8 +164,30 @@ class Producer:
     # transactions: confluent-kafka's methods and semantics (timeouts in seconds; a call that
     # raised TransactionTimeoutError may be made again and resumes)
 
-    def init_transactions(self, timeout: float | None = None) -> None:
-        self._lt.run(self._p.init_transactions(timeout), None)
+    def init_transactions(self, timeout: float | None = None, keep_prepared_txn: bool = False,
+                          expected: tuple[int, int] | None = None) -> None:
+        """`keep_prepared_txn` (KIP-939, transaction.two.phase.commit.enable=true): keep the
+        transaction a crashed producer prepared, for complete_transaction, instead of aborting it.
+        `expected` (producer id, epoch): only if that is the id's current one (or the one just
+        before, a retry), else ProducerFencedError (TransactionManager.init_transactions)."""
+        self._lt.run(self._p.init_transactions(timeout, keep_prepared_txn, expected), None)
+
+    def prepare_transaction(self, timeout: float | None = None) -> PreparedTxnState:
+        """KIP-939's prepareTransaction: flush, leave the transaction open (never aborted by a
+        timeout), return its state for the external transaction manager to record."""
+        return self._lt.run(self._p.prepare_transaction(timeout), None)
+
+    @property
+    def prepared_transaction(self) -> PreparedTxnState | None:
+        """The transaction kept by init_transactions(keep_prepared_txn=True) (or prepared)."""
+        return self._p.prepared_transaction
+
+    def complete_transaction(self, state: PreparedTxnState | str, timeout: float | None = None) -> bool | None:
+        """KIP-939's completeTransaction: commit if `state` (or its str()) names the open
+        transaction, abort otherwise (logged). True committed, False aborted, None: none open."""
+        if isinstance(state, str):
+            state = PreparedTxnState.parse(state)
+        return self._lt.run(self._p.complete_transaction(state, timeout), None)
 
     def begin_transaction(self) -> None:
         self._p.begin_transaction()
@@ -428,5 +451,10 @@ class AdminClient(_SyncWrapper):
     def describe_producers(self, topic: str, partition: int) -> list[dict]:
         return self._run(self._impl.describe_producers(topic, partition))
 
-    def list_transactions(self, states=None) -> list[dict]:
-        return self._run(self._impl.list_transactions(list(states) if states else None))
+    def list_transactions(self, states=None, duration_ms: int = -1) -> list[dict]:
+        return self._run(self._impl.list_transactions(list(states) if states else None, duration_ms))
+
+    def describe_transaction(self, transactional_id: str):
+        """DescribeTransactions for one id (a TransactionDescription); AdminError when unknown
+        (TRANSACTIONAL_ID_NOT_FOUND) or refused."""
+        return self._run(self._impl.describe_transaction(transactional_id))

@@ -38,6 +38,16 @@ epoch to go on with, sequences from 0, which also recovers from abortable errors
 bump, except when the coordinator lost the producer id). A V1 producer that finds V2 finalized
 bumps its epoch once after its last V1 transaction, so the first V2 one starts fresh.
 
+Two-phase commit (KIP-939, `transaction.two.phase.commit.enable`): init_transactions asks for
+Enable2Pc (InitProducerId v6), so the coordinator never aborts this producer's transactions by
+timeout; `prepare_transaction` (after the shell flushed every record) returns a
+`PreparedTxnState` for an external transaction manager to record, and leaves the transaction
+open (PREPARED_TRANSACTION: only completing it is allowed). After a crash,
+`init_transactions(keep_prepared_txn=True)` keeps the open transaction (the coordinator bumps the
+epoch, fencing the crashed producer) and learns its id and epoch; `complete_transaction(state)`
+commits it if `state` names it, else aborts it (and says so): Java's KafkaProducer API as the KIP
+describes it, which no Kafka release ships.
+
 One concern in one module, over 600 lines on purpose: the transactional producer's state machine
 (Java's TransactionManager is one class too).
 """
@@ -77,6 +87,7 @@ class TxnState(Enum):
     IN_TRANSACTION = "IN_TRANSACTION"
     COMMITTING_TRANSACTION = "COMMITTING_TRANSACTION"
     ABORTING_TRANSACTION = "ABORTING_TRANSACTION"
+    PREPARED_TRANSACTION = "PREPARED_TRANSACTION"   # KIP-939: flushed, waiting for its manager
     ABORTABLE_ERROR = "ABORTABLE_ERROR"
     FATAL_ERROR = "FATAL_ERROR"
 
@@ -91,8 +102,10 @@ VALID_PREVIOUS: dict[TxnState, frozenset[TxnState]] = {
     S.INITIALIZING: frozenset({S.UNINITIALIZED, S.ABORTING_TRANSACTION, S.COMMITTING_TRANSACTION}),
     S.READY: frozenset({S.INITIALIZING, S.COMMITTING_TRANSACTION, S.ABORTING_TRANSACTION}),
     S.IN_TRANSACTION: frozenset({S.READY}),
-    S.COMMITTING_TRANSACTION: frozenset({S.IN_TRANSACTION}),
-    S.ABORTING_TRANSACTION: frozenset({S.IN_TRANSACTION, S.ABORTABLE_ERROR}),
+    S.COMMITTING_TRANSACTION: frozenset({S.IN_TRANSACTION, S.PREPARED_TRANSACTION}),
+    S.ABORTING_TRANSACTION: frozenset({S.IN_TRANSACTION, S.ABORTABLE_ERROR, S.PREPARED_TRANSACTION}),
+    # prepare_transaction, or init_transactions(keep_prepared_txn=True) finding one open
+    S.PREPARED_TRANSACTION: frozenset({S.IN_TRANSACTION, S.INITIALIZING}),
     S.ABORTABLE_ERROR: frozenset({S.IN_TRANSACTION, S.COMMITTING_TRANSACTION, S.ABORTABLE_ERROR,
                                   S.INITIALIZING}),
     S.FATAL_ERROR: frozenset(TxnState),
@@ -119,6 +132,38 @@ class InitProducerIdRequest:
     transaction_timeout_ms: int
     producer_id: int = -1      # v3+ (KIP-360): the current id and epoch, to bump them
     producer_epoch: int = -1
+    enable_2pc: bool = False   # v6 (KIP-939): sent at v6 only, and only when set
+    keep_prepared_txn: bool = False
+
+
+@dataclass(frozen=True, order=True)
+class PreparedTxnState:
+    """KIP-939's PreparedTxnState: the producer id and epoch of a prepared transaction, which the
+    external transaction manager records with its own decision and gives back to
+    `complete_transaction` after a crash. `str()` and `parse` are its serialized form
+    ("<producer id>:<epoch>", Java's toString), "" for no transaction."""
+    producer_id: int = -1
+    epoch: int = -1
+
+    def __str__(self) -> str:
+        return "" if self.producer_id < 0 else f"{self.producer_id}:{self.epoch}"
+
+    @classmethod
+    def parse(cls, text: str | None) -> PreparedTxnState:
+        if not text:
+            return cls()
+        pid, sep, epoch = text.partition(":")
+        try:
+            state = cls(int(pid), int(epoch))
+        except ValueError:
+            raise ValueError(f"not a prepared transaction state: {text!r}") from None
+        if not sep or state.producer_id < 0 or not 0 <= state.epoch <= 32767:
+            raise ValueError(f"not a prepared transaction state: {text!r}")
+        return state
+
+    @property
+    def has_transaction(self) -> bool:
+        return self.producer_id >= 0
 
 
 @dataclass(frozen=True)
@@ -172,6 +217,8 @@ class InitProducerIdResponse:
     error_code: int
     producer_id: int = -1
     producer_epoch: int = -1
+    ongoing_producer_id: int = -1     # v6: the transaction KeepPreparedTxn kept
+    ongoing_producer_epoch: int = -1
 
 
 @dataclass(frozen=True)
@@ -294,7 +341,7 @@ class _Pending:
 class TransactionManager:
     def __init__(self, transactional_id: str, *, transaction_timeout_ms: int = 60000,
                  retry_backoff_ms: int = 100, producer: TxnProducer | None = None,
-                 allow_v2: bool = True) -> None:
+                 allow_v2: bool = True, two_phase_commit: bool = False) -> None:
         if not transactional_id:
             raise ValueError("transactional.id must be a non-empty string")
         self.transactional_id = transactional_id
@@ -326,6 +373,12 @@ class TransactionManager:
         self._producer = producer
         self._producer_failed = False
         self._resumed = False   # resume_transaction: end someone else's transaction, send nothing
+        self.two_phase_commit = two_phase_commit   # transaction.two.phase.commit.enable
+        self._keep_prepared = False                # asked by the running init_transactions
+        # KIP-939: the open transaction init_transactions kept (or prepare_transaction prepared)
+        self.prepared: PreparedTxnState | None = None
+        self._completing: bool | None = None      # what the running complete_transaction does
+        self._expected: tuple[int, int] | None = None   # init_transactions(expected=)
         if producer is not None:
             producer.attach_transactions(self)
 
@@ -351,12 +404,23 @@ class TransactionManager:
 
     # ------------------------------------------------------------------ user calls
 
-    def init_transactions(self) -> TxnResult:
+    def init_transactions(self, keep_prepared_txn: bool = False,
+                          expected: tuple[int, int] | None = None) -> TxnResult:
+        """`expected` (producer id, epoch): take over the id only if that is its current (or, for
+        a retry, previous) producer id and epoch, else PRODUCER_FENCED (InitProducerId v3+'s
+        fields, KIP-360): how one process of a writer that several processes share (the Spark
+        sink's driver) goes on where another initialized it, and a zombie that a newer
+        InitProducerId replaced cannot."""
         resumed = self._resume("init_transactions")
         if resumed is not None:
             return resumed
         self._raise_if_error()
+        self._expected = expected
+        if keep_prepared_txn and not self.two_phase_commit:
+            raise TransactionStateError("init_transactions(keep_prepared_txn=True) needs "
+                                        "transaction.two.phase.commit.enable=true")
         self._transition(S.INITIALIZING, "init_transactions")
+        self._keep_prepared = keep_prepared_txn
         result = TxnResult("init_transactions")
         self._enqueue(_Pending(_INIT, next(self._seq), result, self._txn_coordinator()))
         return self._started(result)
@@ -454,11 +518,62 @@ class TransactionManager:
                                    group=group_metadata, offsets=positions))
         return result
 
+    def prepare_transaction(self) -> PreparedTxnState:
+        """KIP-939's prepareTransaction, once the shell flushed every record of the transaction
+        (and any offsets call resolved): the transaction stays open, the coordinator never aborts
+        it by timeout, and only `complete_transaction` (or commit/abort) may follow."""
+        self._raise_if_error()
+        if not self.two_phase_commit:
+            raise TransactionStateError("prepare_transaction needs transaction.two.phase.commit.enable=true")
+        if self.state is not S.IN_TRANSACTION:
+            raise TransactionStateError(f"prepare_transaction: not in a transaction (state {self.state.name})")
+        if self._has_incomplete() or self._pending_partitions or self._new_partitions or \
+                any(e.find is None for e in self._queue) or self._in_flight is not None:
+            raise TransactionStateError("prepare_transaction: records or requests of the transaction "
+                                        "are still in flight (flush first)")
+        self._transition(S.PREPARED_TRANSACTION, "prepare_transaction")
+        self.prepared = PreparedTxnState(self.producer_id, self.producer_epoch)
+        if not self._transaction_started:
+            self.prepared = PreparedTxnState()   # nothing was added: nothing for the coordinator to keep
+        return self.prepared
+
+    def complete_transaction(self, state: PreparedTxnState) -> tuple[bool | None, TxnResult]:
+        """KIP-939's completeTransaction: commit the prepared (or kept) transaction if `state`
+        names it, else abort it. (True, result) for a commit, (False, result) for an abort (logged
+        as a warning: the manager's record and the log disagree), (None, done result) when no
+        transaction is open (it was completed before the manager crashed, or never prepared)."""
+        resumed = self._resume("complete_transaction")
+        if resumed is not None:
+            return self._completing, resumed
+        self._raise_if_error()
+        if self.state is S.READY and self.prepared is None:
+            done = TxnResult("complete_transaction")
+            done._resolve(None)
+            return None, done
+        if self.state is not S.PREPARED_TRANSACTION or self.prepared is None:
+            raise TransactionStateError(f"complete_transaction: no prepared transaction (state {self.state.name})")
+        commit = state == self.prepared and state.has_transaction
+        if not commit:
+            log.warning("transactional.id %r: the recorded state %r does not match the open transaction "
+                        "%r: aborting it", self.transactional_id, str(state), str(self.prepared))
+        self._completing = commit
+        self.prepared = None
+        if not self._transaction_started:   # prepared with nothing in it
+            self._transition(S.COMMITTING_TRANSACTION if commit else S.ABORTING_TRANSACTION)
+            result = TxnResult("complete_transaction")
+            self._complete_transaction(result)
+            return commit, result
+        self._transition(S.COMMITTING_TRANSACTION if commit else S.ABORTING_TRANSACTION, "complete_transaction")
+        result = self._end_transaction(commit)
+        result.operation = "complete_transaction"
+        return commit, self._started(result)
+
     def commit_transaction(self) -> TxnResult:
         resumed = self._resume("commit_transaction")
         if resumed is not None:
             return resumed
         self._raise_if_error()
+        self.prepared = None
         self._transition(S.COMMITTING_TRANSACTION, "commit_transaction")
         return self._started(self._end_transaction(True))
 
@@ -469,6 +584,7 @@ class TransactionManager:
         if self.state is not S.ABORTABLE_ERROR:
             self._raise_if_error()
         cause = self.last_error
+        self.prepared = None
         self._transition(S.ABORTING_TRANSACTION, "abort_transaction")
         self._new_partitions.clear()   # nothing more joins a transaction being aborted
         # The coordinator does not know our producer id: it would refuse EndTxn, and the bump
@@ -639,7 +755,17 @@ class TransactionManager:
             if self._producer is not None:
                 self._producer.start_epoch(r.producer_id, r.producer_epoch)
             self._choose_version()
-            self._transition(S.READY)
+            if self._keep_prepared and r.ongoing_producer_id >= 0:
+                # KIP-939: the coordinator kept an open transaction; only completing it may follow
+                log.info("transactional.id %r: kept the open transaction of producer id %d epoch %d",
+                         self.transactional_id, r.ongoing_producer_id, r.ongoing_producer_epoch)
+                self.prepared = PreparedTxnState(r.ongoing_producer_id, r.ongoing_producer_epoch)
+                self._transaction_started = True
+                self._transition(S.PREPARED_TRANSACTION)
+            else:
+                self.prepared = None
+                self._transition(S.READY)
+            self._keep_prepared = False
             entry.result._resolve(None)
         elif code in _COORDINATOR_MOVED:
             self._lookup(entry.coordinator)
@@ -823,9 +949,12 @@ class TransactionManager:
         if e.find is not None:
             return FindCoordinatorRequest(int(e.find[0]), e.find[1])
         if e.priority == _INIT:
-            return InitProducerIdRequest(tid, self.transaction_timeout_ms)
+            xpid, xepoch = self._expected if self._expected is not None else (-1, -1)
+            return InitProducerIdRequest(tid, self.transaction_timeout_ms, xpid, xepoch,
+                                         enable_2pc=self.two_phase_commit, keep_prepared_txn=self._keep_prepared)
         if e.priority == _BUMP:
-            return InitProducerIdRequest(tid, self.transaction_timeout_ms, pid, epoch)
+            return InitProducerIdRequest(tid, self.transaction_timeout_ms, pid, epoch,
+                                         enable_2pc=self.two_phase_commit)
         if e.priority == _END:
             if self._resumed:   # never initialized: the cluster's version now
                 self._choose_version()

@@ -83,7 +83,7 @@ BROKER_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.CREATE_TOPICS: (2, 7),
     ApiKey.DELETE_TOPICS: (1, 6),
     ApiKey.DELETE_RECORDS: (0, 2),
-    ApiKey.INIT_PRODUCER_ID: (0, 5),
+    ApiKey.INIT_PRODUCER_ID: (0, 6),   # v6: KIP-939 (Enable2Pc, KeepPreparedTxn)
     ApiKey.DESCRIBE_CONFIGS: (1, 4),
     ApiKey.ALTER_CONFIGS: (0, 2),
     ApiKey.CREATE_PARTITIONS: (0, 3),
@@ -97,8 +97,8 @@ BROKER_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),
     # Transactions (docs/transactions.md "Versions"), V1 and V2 side by side: EndTxn v5, Produce
     # v12+ and TxnOffsetCommit v5 are Transactions V2 (KIP-890 part 2; the transaction.version
-    # feature tells clients to use them); AddPartitionsToTxn v4-v5 from brokers only. Not
-    # InitProducerId v6 (KIP-939). WriteTxnMarkers: broker to broker, and Kafka's tools.
+    # feature tells clients to use them); AddPartitionsToTxn v4-v5 from brokers only; InitProducerId
+    # v6 is KIP-939's two-phase commit. WriteTxnMarkers: broker to broker, and Kafka's tools.
     ApiKey.ADD_PARTITIONS_TO_TXN: (0, 5),
     ApiKey.ADD_OFFSETS_TO_TXN: (0, 3),
     ApiKey.END_TXN: (0, 5),

@@ -202,6 +202,11 @@ class WriteOptions:
     sink_id: str | None
     marker_topic: str
     exactly_once: bool = True
+    # KIP-939 two-phase commit for the task transactions: "auto" (where the broker enables
+    # transaction.two.phase.commit.enable), "true" (required), "false"; the driver resolves it
+    # to `two_phase` before the writer goes to the tasks
+    two_phase_option: str = "auto"
+    two_phase: bool = False
 
 
 DELIVERY_GUARANTEES = ("exactly-once", "at-least-once")
@@ -218,6 +223,10 @@ def write_options(options) -> WriteOptions:
     if guarantee not in DELIVERY_GUARANTEES:
         raise OncelogSparkError(f"option deliveryGuarantee={opts.get('deliveryguarantee')!r}: "
                                 "expected exactly-once (the default) or at-least-once")
+    two_phase = str(opts.get("twophasecommit") or "auto").strip().lower()
+    if two_phase not in ("auto", "true", "false"):
+        raise OncelogSparkError(f"option twoPhaseCommit={opts.get('twophasecommit')!r}: expected auto "
+                                "(the default), true or false")
     if "transactional.id" in cfg:
         raise OncelogSparkError("option kafka.transactional.id: the sink names each task's "
                                 "transaction itself (set sinkId to choose the prefix)")
@@ -225,4 +234,4 @@ def write_options(options) -> WriteOptions:
                         include_headers=_bool(opts, "includeHeaders", False),
                         sink_id=opts.get("sinkid") or None,
                         marker_topic=opts.get("committopic") or MARKER_TOPIC,
-                        exactly_once=guarantee == "exactly-once")
+                        exactly_once=guarantee == "exactly-once", two_phase_option=two_phase)

@@ -6,7 +6,13 @@ Only the driver writes markers, from the commit messages Spark hands it: a write
 whether its own attempt succeeded. When the JVM side of a task fails while it feeds the Python
 writer (a Python UDF upstream raised, say), Spark drops the socket to the writer's worker and
 pyarrow ends the writer's input as if it were complete; write() returns normally for an attempt
-Spark has failed (docs/spark.md, "A task cannot know that it succeeded")."""
+Spark has failed (docs/spark.md, "A task cannot know that it succeeded").
+
+The driver's records (decisions, batch markers, confirmed task markers) are written in
+transactions of the sink's driver transactional id (`producers.driver`) and count only there:
+in a committed transaction of that id's current producer id, which the coordinator hands to
+whoever may WRITE the id. Anyone else's record, however well formed, is ignored: another
+principal cannot make a query skip a batch, and a fenced (zombie) driver cannot write any."""
 from __future__ import annotations
 
 import json
@@ -15,6 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from oncelog.client import AdminClient, Producer, TopicPartition
+from oncelog.client.aio.admin_base import AdminError
 from oncelog.client.errors import TransactionAbortableError
 from oncelog.protocol.records import RECORD_OVERHEAD
 from oncelog.spark import producers
@@ -241,6 +248,20 @@ def read_markers(client: dict, topic: str, sink_id: str, batch_id: int | None = 
     return m.batches, m.tasks
 
 
+def driver_producer_id(client: dict, sink_id: str) -> int | None:
+    """The producer id of the sink's driver transactional id (None: no driver ever wrote)."""
+    from oncelog.protocol.errors import ErrorCode
+    try:
+        with AdminClient(dict(client)) as admin:
+            return int(admin.describe_transaction(producers.driver_transactional_id(sink_id)).producer_id)
+    except AdminError as e:
+        if e.code == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND:
+            return None
+        raise OncelogSparkError(f"cannot describe the transactional id of sink {sink_id}'s driver "
+                                f"({e}): the sink needs DESCRIBE on {producers.driver_transactional_id(sink_id)}"
+                                ) from e
+
+
 def scan_markers(client: dict, topic: str, sink_id: str, batch_id: int | None = None,
                  window: int = 2000) -> Markers:
     """The markers of one sink that count: batch markers and decisions (the driver's, plain
@@ -257,6 +278,7 @@ def scan_markers(client: dict, topic: str, sink_id: str, batch_id: int | None = 
     committed one, so with `batch_id` given the topic is read from windows growing backwards
     from its end (each read to the end, for the control batches) until a marker of an earlier
     batch of this sink shows up: the cost follows the recent history, not the topic's size."""
+    driver = driver_producer_id(client, sink_id)
     cfg = {**client, "isolation.level": "read_uncommitted"}
     consumer = connect(cfg, "markers")
     try:
@@ -268,7 +290,7 @@ def scan_markers(client: dict, topic: str, sink_id: str, batch_id: int | None = 
         while True:
             start = lo if batch_id is None else max(lo, start - window)
             found = Markers()
-            older = _scan_markers(consumer, tp, start, end, want, found, batch_id)
+            older = _scan_markers(consumer, tp, start, end, want, found, batch_id, driver)
             if older or start <= lo:
                 return found
             window *= 4
@@ -277,9 +299,10 @@ def scan_markers(client: dict, topic: str, sink_id: str, batch_id: int | None = 
 
 
 def _scan_markers(consumer, tp, start: int, end: int, want: bytes, out: Markers,
-                  batch_id: int | None) -> bool:
+                  batch_id: int | None, driver: int | None = None) -> bool:
     """Adds this sink's markers in [start, end) that count to `out`; True if one is from a batch
-    before batch_id."""
+    before batch_id. `driver`: the producer id of the sink's driver transactional id, the only
+    one whose records are the driver's."""
     from oncelog.protocol.records import iter_record_batches
     from oncelog.protocol.records.control import COMMIT, control_type
     consumer.assign([TopicPartition(tp.topic, tp.partition, start)])
@@ -305,8 +328,12 @@ def _scan_markers(consumer, tp, start: int, end: int, want: bytes, out: Markers,
                     pending = open_txns.pop(header.producer_id, ())
                     if records and control_type(records[0].key) == COMMIT:
                         for m, epoch in pending:
-                            _count(out, m)
-                            out.transactions.add((header.producer_id, epoch))
+                            if m.get("transactional") and m.get("task") is not None:
+                                # a task's marker, in its own transaction: proof that it committed
+                                _count(out, m)
+                                out.transactions.add((header.producer_id, epoch))
+                            elif header.producer_id == driver and driver is not None:
+                                _driver_record(out, m)
                     continue
                 for r in records:
                     if r.offset < start or r.offset >= end or r.key != want or not r.value:
@@ -318,22 +345,28 @@ def _scan_markers(consumer, tp, start: int, end: int, want: bytes, out: Markers,
                     if header.is_transactional:
                         open_txns.setdefault(header.producer_id, []).append(
                             (m, header.producer_epoch))
-                    elif "decision" in m:
-                        _decide(out, b, m)
-                    elif m.get("task") is None:
-                        out.batches.add(b)
-                    elif m.get("confirmed"):
-                        # Task markers without `confirmed` were written by the tasks themselves
-                        # (earlier connector versions), possibly by an attempt whose input had
-                        # been cut short: they prove nothing, and such a task is written again.
-                        _count(out, m)
+                    # Plain records (earlier connector versions wrote the driver's records so, and
+                    # anyone with WRITE on the topic can): they prove nothing, and count for nothing.
     return older
 
 
+def _driver_record(out: Markers, m: dict) -> None:
+    b = int(m["batch"])
+    if "decision" in m:
+        _decide(out, b, m)
+    elif m.get("task") is None:
+        out.batches.add(b)
+    elif m.get("confirmed"):
+        _count(out, m)
+
+
 def _decide(out: Markers, batch: int, m: dict) -> None:
+    """The first decision of a batch stands (two drivers racing: the later one completes the
+    first's transactions); a void (Transactions without two-phase commit only, when the first
+    transaction of a decision was aborted by its timeout) clears it for the replay's."""
     if m["decision"] is None:       # voided: none of its transactions was committed
         out.decisions.pop(batch, None)
-    else:
+    elif batch not in out.decisions:
         out.decisions[batch] = Decision([TxnHandle(str(t), int(p), int(e))
                                          for t, p, e in m["decision"]], int(m["rows"]))
 

@@ -95,6 +95,47 @@ class DeliveryFailed(OncelogSparkError):
     """A record of the task was not delivered."""
 
 
+def driver_transactional_id(sink: str) -> str:
+    """The transactional id through which only this sink's driver writes its records (decisions,
+    batch markers): readers count a driver record only in a committed transaction of this id's
+    producer id, and a new driver's InitProducerId fences an old one (a zombie)."""
+    return f"{sink}-driver"
+
+
+def _driver_config(client: dict, sink: str) -> dict:
+    config = {**client, "transactional.id": driver_transactional_id(sink), "enable.idempotence": "true",
+              "acks": "all", "oncelog.transaction.v2.enable": "false", "linger.ms": "0"}
+    config.pop("transaction.two.phase.commit.enable", None)
+    config.setdefault("transaction.timeout.ms", "60000")
+    return config
+
+
+def start_driver(client: dict, sink: str) -> tuple[int, int]:
+    """Where the driver plans a query's write, before any of its tasks runs: InitProducerId for
+    the sink's driver transactional id, which fences every earlier driver of the sink (a zombie
+    of a restarted query: its next write fails with PRODUCER_FENCED). Returns the (producer id,
+    epoch) that this driver's later processes go on from (`driver`)."""
+    with Producer(_driver_config(client, sink)) as p:
+        p.init_transactions(60)
+        return p.transaction_ids
+
+
+@contextmanager
+def driver(client: dict, sink: str, started: tuple[int, int] | None) -> Iterator[Producer]:
+    """The driver's transactional producer in the process that commits (Spark runs a sink's
+    commit() in a process of its own): InitProducerId with the (producer id, epoch) of
+    `start_driver`, which the coordinator grants only while no later driver started (else
+    PRODUCER_FENCED: this driver is a zombie). Transactions V1, so that only starts move the
+    epoch. `started` None (the sink id was unknown when the write was planned): a plain
+    InitProducerId, which fences without being fenced."""
+    p = Producer(_driver_config(client, sink))
+    try:
+        p.init_transactions(60, expected=started)
+        yield p
+    finally:
+        p.close(10)
+
+
 def close_all() -> None:
     with _lock:
         producers = list(_pool.values()) if _pid == os.getpid() else []

@@ -208,6 +208,11 @@ class TaskCommit(WriterCommitMessage):
     fingerprint: str | None = None   # of the task's input (replay.Fingerprint), at-least-once streaming
     txn: TxnHandle | None = None     # exactly-once: the task's open transaction, for the driver
     opened_ms: int = 0               # exactly-once: when the task opened it (its clock)
+    # streaming: the execution the task ran in, and the (producer id, epoch) its driver's start
+    # got for the sink's driver transactional id (Spark runs commit() in a process that makes
+    # the writer anew: these come to it in the messages)
+    execution: str | None = None
+    driver: tuple[int, int] | None = None
 
 
 def _task_context():
@@ -215,11 +220,14 @@ def _task_context():
     return TaskContext.get()
 
 
-def _transactional(wo) -> None:
+def _transactional(wo, streaming: bool = False) -> None:
     """On the driver, before the writer is pickled to the tasks: the transaction timeout every
-    task uses (transactions.transaction_timeout)."""
+    task uses (transactions.transaction_timeout), and, streaming, whether the tasks' transactions
+    are two-phase commit ones (transactions.two_phase; a batch job has no recorded decision to
+    complete them after its driver dies, so its transactions keep their timeout)."""
     if wo.exactly_once:
         wo.client = transactions.transaction_timeout(wo.client)
+        wo.two_phase = streaming and transactions.two_phase(wo.client, wo.two_phase_option)
 
 
 def _commit_all(wo, messages) -> dict:
@@ -316,13 +324,30 @@ class StreamWriter(DataSourceStreamArrowWriter):
         # transactions and committing k of them (so neither the batch marker nor Spark's commit
         # log is written, and abort() does nothing, as a dead driver would)
         self.crash = opts.get("_crashincommit")
+        # test hook "<batch>:<k>:<dir>": in commit() of that batch, after completing k prepared
+        # transactions, the driver creates <dir>/blocked and waits for <dir>/release (a test
+        # kills it -9 meanwhile)
+        self.block = opts.get("_blockincommit")
         self.checkpoint = opts.get("checkpointlocation")
         _check_write_schema(schema, self.wo)
         produce.ensure_marker_topic(self.wo.client, self.wo.marker_topic)
-        _transactional(self.wo)
+        _transactional(self.wo, streaming=True)
         # made where Spark plans the batch's write (the driver) and pickled to its tasks: tells
         # this execution's transactions from a dead driver's (stream_transactions)
         self.execution = stream_transactions.new_execution()
+        self.driver: tuple[int, int] | None = None
+
+    def __getstate__(self):
+        """Spark pickles the writer where it plans the write, on the driver, to send it to the
+        tasks (the process that runs commit() makes its own and never pickles it): there the
+        sink's driver transactional id is started, before any task of this driver runs, which
+        fences a zombie driver of the sink (producers.start_driver). A sink id unknown here (a
+        checkpoint on HDFS or S3): no start, and the commit's InitProducerId fences instead."""
+        if self.driver is None:
+            sink = self._driver_sink_id([])
+            if sink is not None:
+                self.driver = producers.start_driver(self.wo.client, sink)
+        return self.__dict__
 
     def _sink_id(self, ctx) -> str:
         if self.wo.sink_id:
@@ -373,10 +398,11 @@ class StreamWriter(DataSourceStreamArrowWriter):
             log.info("oncelog sink %s: batch %d already %s, writing nothing in this replay",
                      sink, batch_id,
                      "committed" if batch_id in markers.batches else "decided by its driver")
-            return TaskCommit(sink, batch_id, task, attempt, 0, skipped=True)
+            return TaskCommit(sink, batch_id, task, attempt, 0, skipped=True, execution=self.execution,
+                              driver=self.driver)
         opened_ms = int(time.time() * 1000)
         producer = transactions.open_transaction(wo.client, stream_transactions.transactional_id(
-            sink, batch_id, self.execution, task, attempt_id))
+            sink, batch_id, self.execution, task, attempt_id), wo.two_phase)
         try:
             rows = produce.write_batches(producer, iterator, wo.topic, wo.include_headers)
             marker = producer.send(wo.marker_topic,
@@ -390,7 +416,7 @@ class StreamWriter(DataSourceStreamArrowWriter):
             transactions.drop(producer)
             raise
         return TaskCommit(sink, batch_id, task, attempt, rows, txn=transactions.hand_over(producer),
-                          opened_ms=opened_ms)
+                          opened_ms=opened_ms, execution=self.execution, driver=self.driver)
 
     def _write_at_least_once(self, iterator, sink: str, batch_id: int, task: int,
                              attempt: int) -> TaskCommit:
@@ -399,13 +425,13 @@ class StreamWriter(DataSourceStreamArrowWriter):
                                                batch_id)
         if batch_id in batches:
             log.info("oncelog sink %s: batch %d already committed, skipping replay", sink, batch_id)
-            return TaskCommit(sink, batch_id, task, attempt, 0, skipped=True)
+            return TaskCommit(sink, batch_id, task, attempt, 0, skipped=True, driver=self.driver)
         _maybe_fail(self.fail_task, task, attempt)
         fp = Fingerprint(self.wo.topic, self.wo.include_headers)
         confirmed = tasks.get((batch_id, task))
         if not confirmed:
             rows = self._produce(fingerprinted(iterator, fp))
-            return TaskCommit(sink, batch_id, task, attempt, rows, fingerprint=fp.digest())
+            return TaskCommit(sink, batch_id, task, attempt, rows, fingerprint=fp.digest(), driver=self.driver)
         # A marked task of a replayed batch: skip only if this input is the one marked (the
         # replay may split the batch differently), which is known once the input ended
         with Spill() as spill:
@@ -414,20 +440,20 @@ class StreamWriter(DataSourceStreamArrowWriter):
                 log.info("oncelog sink %s: batch %d task %d already written (same input), "
                          "skipping replay", sink, batch_id, task)
                 return TaskCommit(sink, batch_id, task, attempt, fp.rows, skipped=True,
-                                  fingerprint=fp.digest())
+                                  fingerprint=fp.digest(), driver=self.driver)
             log.warning("oncelog sink %s: batch %d task %d was written with other rows than "
                         "this replay holds (the batch is split differently); writing its %d "
                         "rows", sink, batch_id, task, fp.rows)
             rows = self._produce(spill.read())
-        return TaskCommit(sink, batch_id, task, attempt, rows, fingerprint=fp.digest())
+        return TaskCommit(sink, batch_id, task, attempt, rows, fingerprint=fp.digest(), driver=self.driver)
 
     def _produce(self, batches) -> int:
         return produce.produce_task(self.wo.client, batches, self.wo.topic,
                                     self.wo.include_headers)
 
-    def _mark(self, sink: str, batch_id: int, entries: dict) -> None:
-        with producers.task_producer(self.wo.client) as producer:
-            produce.write_markers(producer, self.wo.marker_topic, sink, batch_id, entries)
+    def _mark(self, sink: str, batch_id: int, entries: dict, driver) -> None:
+        stream_transactions._write(self.wo.client, sink, lambda p: produce.write_markers(
+            p, self.wo.marker_topic, sink, batch_id, entries), driver)
 
     def commit(self, messages, batchId: int) -> None:
         done = [m for m in messages if m is not None]
@@ -436,7 +462,8 @@ class StreamWriter(DataSourceStreamArrowWriter):
                                     "(option _failCommitBatch)")
         if not self.wo.exactly_once:
             if done:
-                self._mark(done[0].sink_id, batchId, {None: (sum(m.rows for m in done), None)})
+                self._mark(done[0].sink_id, batchId, {None: (sum(m.rows for m in done), None)},
+                           _driver(done))
             return
         sink = self._driver_sink_id(done)
         if sink is None:
@@ -444,7 +471,27 @@ class StreamWriter(DataSourceStreamArrowWriter):
         offered = sorted((m for m in done if m.txn is not None), key=lambda m: m.opened_ms)
         stream_transactions.commit_batch(self.wo.client, self.wo.marker_topic, sink, batchId,
                                          [m.txn for m in offered],
-                                         sum(m.rows for m in offered), self._crash(batchId))
+                                         sum(m.rows for m in offered), self._crash(batchId),
+                                         execution=_execution(done), two_phase=self.wo.two_phase,
+                                         block=self._block(batchId), driver=_driver(done))
+
+    def _block(self, batch_id: int):
+        if self.block is None:
+            return None
+        b, k, flags = str(self.block).split(":", 2)
+        if int(b) != batch_id:
+            return None
+
+        def block(done: int) -> None:
+            if done != int(k):
+                return
+            open(os.path.join(flags, "blocked"), "w").close()
+            deadline = time.monotonic() + 300
+            while not os.path.exists(os.path.join(flags, "release")):
+                if time.monotonic() > deadline:
+                    raise OncelogSparkError("_blockInCommit: never released")
+                time.sleep(0.05)
+        return block
 
     def _crash(self, batch_id: int) -> int | None:
         if self.crash is None:
@@ -460,7 +507,9 @@ class StreamWriter(DataSourceStreamArrowWriter):
             if sink is not None:
                 stream_transactions.abort_batch(
                     self.wo.client, self.wo.marker_topic, sink, batchId,
-                    [m.txn for m in messages if m is not None and m.txn is not None])
+                    [m.txn for m in messages if m is not None and m.txn is not None],
+                    execution=_execution([m for m in messages if m is not None]),
+                    two_phase=self.wo.two_phase)
             log.warning("oncelog sink: batch %d aborted; its task transactions are aborted, "
                         "unless the driver had recorded them (then the replay commits them)",
                         batchId)
@@ -473,7 +522,19 @@ class StreamWriter(DataSourceStreamArrowWriter):
                     "skipped when a replay holds the same rows", batchId, len(done))
         if done:
             self._mark(done[0].sink_id, batchId,
-                       {m.task: (m.rows, m.fingerprint) for m in done})
+                       {m.task: (m.rows, m.fingerprint) for m in done}, _driver(done))
+
+
+def _driver(messages) -> tuple[int, int] | None:
+    """The (producer id, epoch) the driver's start got, from the tasks' messages (all carry the
+    same; None when the start could not know the sink id)."""
+    return next((tuple(m.driver) for m in messages if m is not None and m.driver), None)
+
+
+def _execution(messages) -> str:
+    """The execution the tasks ran in (the newest, should they differ); "0": none known, so the
+    driver aborts no lingering transaction (its tasks' task 0 did)."""
+    return max((m.execution for m in messages if m is not None and m.execution), default="0")
 
 
 def _check_write_schema(schema, wo) -> None:

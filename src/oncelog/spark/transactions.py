@@ -17,14 +17,21 @@ read_committed readers.
 The transaction timeout (`transaction.timeout.ms`, the sink's option `kafka.transaction.timeout.ms`)
 must outlast a whole micro-batch or job, since the transactions wait for the driver: default
 15 minutes (Kafka's default `transaction.max.timeout.ms`), lowered to the broker's
-`transaction.max.timeout.ms` when that is smaller."""
+`transaction.max.timeout.ms` when that is smaller.
+
+Two-phase commit (KIP-939; option `twoPhaseCommit`, by default wherever the broker enables
+`transaction.two.phase.commit.enable`): the task's producer asks for Enable2Pc, so the
+coordinator never aborts its transaction by timeout, and hands over the state
+`prepare_transaction` returns; the driver completes it with `init_transactions(keep_prepared_txn=
+True)` + `complete_transaction(state)`, which also fences the task (and any other producer of the
+id). No window is left for the timeout: a driver may be down for any time."""
 from __future__ import annotations
 
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from oncelog.client import AdminClient, Producer
+from oncelog.client import AdminClient, PreparedTxnState, Producer
 from oncelog.client.errors import KafkaClientError, ProducerFencedError
 from oncelog.protocol.errors import ErrorCode
 from oncelog.spark.options import OncelogSparkError
@@ -67,15 +74,50 @@ def transaction_timeout(client: dict) -> dict:
     return {**client, "transaction.timeout.ms": str(timeout)}
 
 
-def _config(client: dict, transactional_id: str) -> dict:
-    return {**WRITER_DEFAULTS, **client, "transactional.id": transactional_id,
-            "enable.idempotence": "true", "acks": "all"}
+TWO_PC = "transaction.two.phase.commit.enable"
 
 
-def open_transaction(client: dict, transactional_id: str) -> Producer:
+class NoOpenTransaction(OncelogSparkError):
+    """complete: the prepared transaction is no longer open (completed before, by this driver
+    before it died or by another; or aborted by hand): the caller decides from its proof."""
+
+
+def two_phase(client: dict, option: str) -> bool:
+    """Whether task transactions use KIP-939's two-phase commit: option "true" (the broker must
+    enable it), "false", or "auto": where the broker's transaction.two.phase.commit.enable is
+    true (DescribeConfigs; Kafka's releases and brokers that hide it: no)."""
+    if option == "false":
+        return False
+    try:
+        with AdminClient(dict(client)) as admin:
+            enabled = str(admin.describe_broker_configs(None, [TWO_PC]).get(TWO_PC)).lower() == "true"
+    except Exception as e:  # noqa: BLE001 - a broker that hides its config: no 2PC
+        log.info("cannot read %s from %s (%r)", TWO_PC, client.get("bootstrap.servers"), e)
+        enabled = False
+    if option == "true" and not enabled:
+        raise OncelogSparkError(f"option twoPhaseCommit=true: the broker does not enable {TWO_PC}")
+    if not enabled:
+        log.warning("oncelog sink: the broker does not enable %s (KIP-939): task transactions are "
+                    "aborted by the coordinator after kafka.transaction.timeout.ms, and a driver "
+                    "down longer than that mid-commit loses the rows of the transactions it had "
+                    "not committed (docs/spark.md)", TWO_PC)
+    return enabled
+
+
+def _config(client: dict, transactional_id: str, two_phase: bool = False) -> dict:
+    config = {**WRITER_DEFAULTS, **client, "transactional.id": transactional_id,
+              "enable.idempotence": "true", "acks": "all"}
+    if two_phase:
+        # Kafka's ProducerConfig refuses a timeout with 2PC: the coordinator never times it out
+        config.pop("transaction.timeout.ms", None)
+        config[TWO_PC] = "true"
+    return config
+
+
+def open_transaction(client: dict, transactional_id: str, two_phase: bool = False) -> Producer:
     """A task's transactional producer, with earlier attempts fenced and a transaction begun."""
     try:
-        producer = Producer(_config(client, transactional_id))
+        producer = Producer(_config(client, transactional_id, two_phase))
     except Exception as e:  # noqa: BLE001
         raise OncelogSparkError(
             f"cannot start a producer for bootstrap.servers={client['bootstrap.servers']!r} "
@@ -99,7 +141,17 @@ def open_transaction(client: dict, transactional_id: str) -> Producer:
 
 def hand_over(producer: Producer) -> TxnHandle:
     """After the task's records were all acknowledged: its transaction, left open for the
-    driver. Closing the producer sends no EndTxn."""
+    driver (two-phase commit: prepared, its state the handle). Closing the producer sends no
+    EndTxn."""
+    if producer.config.two_phase_commit:
+        try:
+            state = producer.prepare_transaction(60)
+        except BaseException:
+            producer.close(5)
+            raise
+        handle = TxnHandle(str(producer.config.transactional_id), state.producer_id, state.epoch)
+        producer.close(10)
+        return handle
     pid, epoch = producer.transaction_ids
     handle = TxnHandle(str(producer.config.transactional_id), pid, epoch)
     producer.close(10)
@@ -117,16 +169,35 @@ def drop(producer: Producer) -> None:
         producer.close(5)
 
 
-def end(client: dict, handle: TxnHandle, commit: bool) -> None:
+def end(client: dict, handle: TxnHandle, commit: bool, two_phase: bool = False) -> None:
     """EndTxn for a task's transaction from the driver, at the epoch the task had. A commit the
     coordinator already completed at that epoch answers NONE (a retry); one aborted meanwhile
-    or fenced by a later InitProducerId raises (KafkaClientError)."""
+    or fenced by a later InitProducerId raises (KafkaClientError).
+
+    Two-phase commit: InitProducerId(keepPreparedTxn) keeps the prepared transaction (fencing
+    the task and any other producer of the id) and names it; it is committed if it is the
+    handle's, aborted otherwise; NoOpenTransaction when none is open any more."""
+    if two_phase:
+        with Producer(_config(client, handle.transactional_id, True)) as p:
+            if not commit:
+                p.init_transactions(60)   # keepPreparedTxn=false: the coordinator aborts it
+                return
+            p.init_transactions(60, keep_prepared_txn=True)
+            outcome = p.complete_transaction(PreparedTxnState(handle.producer_id, handle.producer_epoch), 60)
+            if outcome is None:
+                raise NoOpenTransaction(f"{handle.transactional_id}: no prepared transaction is open")
+            if outcome is False:
+                raise NoOpenTransaction(f"{handle.transactional_id}: the open transaction is not the "
+                                        f"recorded one ({handle.producer_id}:{handle.producer_epoch}); "
+                                        "aborted it")
+        return
     with Producer(_config(client, handle.transactional_id)) as p:
         p.resume_transaction(handle.producer_id, handle.producer_epoch)
         (p.commit_transaction if commit else p.abort_transaction)(60)
 
 
-def end_all(client: dict, handles: list[TxnHandle], commit: bool) -> dict[TxnHandle, Exception]:
+def end_all(client: dict, handles: list[TxnHandle], commit: bool,
+            two_phase: bool = False) -> dict[TxnHandle, Exception]:
     """`end` for each handle (concurrently: one round trip to the coordinator each); the
     handles that failed, with their errors."""
     if not handles:
@@ -134,7 +205,7 @@ def end_all(client: dict, handles: list[TxnHandle], commit: bool) -> dict[TxnHan
 
     def one(h: TxnHandle) -> Exception | None:
         try:
-            end(client, h, commit)
+            end(client, h, commit, two_phase)
             return None
         except Exception as e:  # noqa: BLE001 - returned for the caller to judge
             return e

@@ -72,6 +72,7 @@ class TxnCoordinatorService:
         return TransactionCoordinator(self._new_producer_id, TxnConfig(
             max_timeout_ms=c["transaction.max.timeout.ms"],
             transactional_id_expiration_ms=c["transactional.id.expiration.ms"],
+            two_phase_commit_enable=c["transaction.two.phase.commit.enable"],
             num_partitions=partitions, offsets_topic_partitions=c["offsets.topic.num.partitions"]))
 
     # ------------------------------------------------------------------ lifecycle

@@ -169,11 +169,13 @@ class AIOAdminClient(GroupAdmin, SecurityAdmin, ClusterAdmin, TransactionAdmin):
         return [{"producer_id": p.producer_id, "producer_epoch": p.producer_epoch, "last_sequence": p.last_sequence}
                 for p in await self.partition_producers(TopicPartition(topic, partition))]
 
-    async def list_transactions(self, states: list[str] | None = None) -> list[dict]:
+    async def list_transactions(self, states: list[str] | None = None, duration_ms: int = -1) -> list[dict]:
         """Transactions of the whole cluster (ListTransactions, asked of every broker: each
         lists those its coordinator owns), optionally only in the given states (Kafka's names:
         "Ongoing", "PrepareCommit", ...): [{"transactional_id", "producer_id", "state"}], only
-        the ids this client may DESCRIBE."""
+        the ids this client may DESCRIBE. `duration_ms` >= 0: only transactions running longer
+        than that (ListTransactions v1, KIP-994; KIP-939's operators look for prepared
+        transactions nobody completes this way)."""
         if not self.cluster.brokers:
             await self.cluster.refresh([])
         rq_states = tuple(states or ())
@@ -183,8 +185,11 @@ class AIOAdminClient(GroupAdmin, SecurityAdmin, ClusterAdmin, TransactionAdmin):
             v = conn.version(ApiKey.LIST_TRANSACTIONS)
             if v is None:
                 raise KafkaClientError(f"broker {conn.addr} does not support ListTransactions")
+            if duration_ms >= 0 and v < 1:
+                raise KafkaClientError(f"broker {conn.addr} cannot filter transactions by duration "
+                                       "(ListTransactions v1)")
             req = RequestBuilder(ApiKey.LIST_TRANSACTIONS, v).encode(
-                state_filters=rq_states, producer_id_filters=())
+                state_filters=rq_states, producer_id_filters=(), duration_filter=duration_ms)
             body = await asyncio.wait_for(conn.request(ApiKey.LIST_TRANSACTIONS, v, req),
                                           self.cluster.timeout_s)
             r = wire.decode(ApiKey.LIST_TRANSACTIONS, v, body)

@@ -37,7 +37,7 @@ from oncelog.client.errors import (
 )
 from oncelog.client.partitioner import StickyPartitioner
 from oncelog.client.producer_core import ProducerCore
-from oncelog.client.txn_core import TransactionManager, TxnResult
+from oncelog.client.txn_core import PreparedTxnState, TransactionManager, TxnResult
 from oncelog.client.types import ConsumerGroupMetadata, RecordMetadata, TopicPartition
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.records import BATCH_OVERHEAD, RECORD_OVERHEAD, record_size_upper_bound
@@ -74,7 +74,7 @@ class AIOProducer:
             self.txn = TransactionManager(c.transactional_id,
                                           transaction_timeout_ms=c.transaction_timeout_ms,
                                           retry_backoff_ms=c.retry_backoff_ms, producer=self.core,
-                                          allow_v2=c.transaction_v2)
+                                          allow_v2=c.transaction_v2, two_phase_commit=c.two_phase_commit)
         # calls whose caller timed out, by operation: made again, they return its outcome
         self._txn_calls: dict[str, TxnResult] = {}
         self.lock = threading.Lock()
@@ -321,14 +321,46 @@ class AIOProducer:
             raise TransactionStateError("the producer has no transactional.id")
         return self.txn
 
-    async def init_transactions(self, timeout: float | None = None) -> None:
+    async def init_transactions(self, timeout: float | None = None, keep_prepared_txn: bool = False,
+                                expected: tuple[int, int] | None = None) -> None:
         """Find the transaction coordinator and get the producer id and epoch of
         `transactional.id`, fencing any older producer with it and completing its open
         transaction. `timeout` seconds (None: max.block.ms); a timed-out call may be made
-        again and resumes."""
+        again and resumes. `keep_prepared_txn` (KIP-939, with transaction.two.phase.commit.enable):
+        keep the open transaction instead of aborting it, for `complete_transaction`."""
         tm = self._tm()
-        await self._txn_call("init_transactions", tm.init_transactions,
+        await self._txn_call("init_transactions", lambda: tm.init_transactions(keep_prepared_txn, expected),
                              self.config.max_block_ms / 1000 if timeout is None else timeout)
+
+    async def prepare_transaction(self, timeout: float | None = None) -> PreparedTxnState:
+        """KIP-939: flush every record of the transaction and leave it open (prepared); the
+        returned state is for the external transaction manager to record with its decision."""
+        tm = self._tm()
+        await self.flush(self._txn_timeout(timeout))
+        with self.lock:
+            return tm.prepare_transaction()
+
+    @property
+    def prepared_transaction(self) -> PreparedTxnState | None:
+        """The open transaction init_transactions(keep_prepared_txn=True) kept, or
+        prepare_transaction prepared; None when there is none."""
+        tm = self._tm()
+        with self.lock:
+            return tm.prepared
+
+    async def complete_transaction(self, state: PreparedTxnState, timeout: float | None = None) -> bool | None:
+        """KIP-939: commit the prepared transaction if `state` names it, else abort it (logged
+        as a warning). True: committed; False: aborted; None: no transaction was open (it was
+        completed before the manager crashed)."""
+        tm = self._tm()
+        outcome: list[bool | None] = []
+
+        def start() -> TxnResult:
+            commit, result = tm.complete_transaction(state)
+            outcome.append(commit)
+            return result
+        await self._txn_call("complete_transaction", start, self._txn_timeout(timeout))
+        return outcome[0] if outcome else tm._completing
 
     def resume_transaction(self, producer_id: int, producer_epoch: int) -> None:
         """Only to commit or abort a transaction another producer of this transactional.id
@@ -381,6 +413,8 @@ class AIOProducer:
         await self._txn_call("abort_transaction", tm.abort_transaction, self._txn_timeout(timeout))
 
     def _txn_timeout(self, timeout: float | None) -> float:
+        if timeout is None and self.config.two_phase_commit:
+            return self.config.max_block_ms / 1000   # no transaction timeout to go by
         return self.config.transaction_timeout_ms / 1000 if timeout is None else timeout
 
     async def _txn_call(self, operation: str, start: Callable[[], TxnResult], timeout: float) -> None:

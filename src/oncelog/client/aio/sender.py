@@ -303,10 +303,14 @@ class Sender:
             conn = await (self.cluster.any_connection() if node is None
                           else self.cluster.connection(node))
             v = conn.version(api)
+            two_pc = txn_wire.two_phase_version(request, conn.broker_versions)
+            if two_pc is not None:
+                v = two_pc if two_pc >= 0 else None
             if v is None:
                 answer = txn_wire.error_response(request, ErrorCode.UNSUPPORTED_VERSION)
             else:
-                v = txn_wire.version(request, v)
+                if two_pc is None:
+                    v = txn_wire.version(request, v)
                 if api == ApiKey.INIT_PRODUCER_ID:
                     with self.lock:
                         txn.coordinator_versions(v)

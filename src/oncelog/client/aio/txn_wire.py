@@ -43,6 +43,20 @@ API_OF: dict[type, int] = {
 LAST_V1: dict[int, int] = {ApiKey.END_TXN: 4, ApiKey.TXN_OFFSET_COMMIT: 4, ApiKey.PRODUCE: 11}
 
 
+# KIP-939's InitProducerId: asked for only by a two-phase-commit producer (CLIENT_VERSIONS keeps
+# every other InitProducerId at v4); a broker without it answers UNSUPPORTED_VERSION, fatal
+TWO_PC_INIT_VERSION = 6
+
+
+def two_phase_version(request: Any, broker_versions: dict[int, tuple[int, int]]) -> int | None:
+    """The version of a two-phase-commit InitProducerId (v6), None where the broker lacks it
+    (Kafka's releases do not advertise it: its latest version is unstable)."""
+    if not (isinstance(request, InitProducerIdRequest) and (request.enable_2pc or request.keep_prepared_txn)):
+        return None
+    lo, hi = broker_versions.get(ApiKey.INIT_PRODUCER_ID, (0, -1))
+    return TWO_PC_INIT_VERSION if lo <= TWO_PC_INIT_VERSION <= hi else -1
+
+
 def version(request: Any, broker_max: int) -> int:
     """The version to send `request` at, given the broker's highest."""
     api = API_OF[type(request)]
@@ -69,7 +83,8 @@ def encode(request: Any, version: int) -> bytes:
     if isinstance(r, InitProducerIdRequest):
         return init_producer_id.encode_request(version, r.producer_id, r.producer_epoch,
                                                transactional_id=r.transactional_id,
-                                               transaction_timeout_ms=r.transaction_timeout_ms)
+                                               transaction_timeout_ms=r.transaction_timeout_ms,
+                                               enable_2pc=r.enable_2pc, keep_prepared_txn=r.keep_prepared_txn)
     if isinstance(r, AddPartitionsToTxnRequest):
         topics = tuple(rq("AddPartitionsToTxnTopic", name=t, partitions=tuple(p for (p,) in ps))
                        for t, ps in _by_topic((tp,) for tp in r.partitions).items())
@@ -100,7 +115,7 @@ def decode(request: Any, version: int, body) -> object:
     """The answer to `request`, in txn_core's shape. Error codes stay integers."""
     if isinstance(request, InitProducerIdRequest):
         code, pid, epoch = init_producer_id.decode_response(version, body)
-        return InitProducerIdResponse(code, pid, epoch)
+        return InitProducerIdResponse(code, pid, epoch, *init_producer_id.decode_ongoing(version, body))
     r = wire.decode(API_OF[type(request)], version, body)
     if isinstance(request, FindCoordinatorRequest):
         c = r.coordinators[0] if version >= 4 else r

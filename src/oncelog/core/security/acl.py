@@ -66,6 +66,7 @@ class AclOperation(IntEnum):
     IDEMPOTENT_WRITE = 12
     CREATE_TOKENS = 13
     DESCRIBE_TOKENS = 14
+    TWO_PHASE_COMMIT = 15   # KIP-939: InitProducerId with Enable2Pc needs it beside WRITE
 
 
 class AclPermissionType(IntEnum):

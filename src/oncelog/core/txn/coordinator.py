@@ -47,6 +47,7 @@ from oncelog.core.txn.state import (
     PREPARED,
     TV_0,
     TV_2,
+    TWO_PC_TIMEOUT_MS,
     TopicPartition,
     TransactionMetadata,
     TxnState,
@@ -74,6 +75,8 @@ class TxnConfig:
     transactional_id_expiration_ms: int = DEFAULT_ID_EXPIRATION_MS
     num_partitions: int = DEFAULT_NUM_PARTITIONS
     offsets_topic_partitions: int = DEFAULT_OFFSETS_PARTITIONS
+    # transaction.two.phase.commit.enable (KIP-939; Kafka's default false)
+    two_phase_commit_enable: bool = False
 
     def __post_init__(self) -> None:
         if self.max_timeout_ms < 1:
@@ -86,10 +89,13 @@ class TxnConfig:
 
 @dataclass(frozen=True, slots=True)
 class Answer:
-    """A reply: an error code, and for InitProducerId the id and epoch."""
+    """A reply: an error code, and for InitProducerId the id and epoch (v6: and the id and epoch
+    of the two-phase-commit transaction a KeepPreparedTxn kept, -1 when none)."""
     error: int = E.NONE
     producer_id: int = NO_PRODUCER_ID
     producer_epoch: int = NO_PRODUCER_EPOCH
+    ongoing_producer_id: int = NO_PRODUCER_ID
+    ongoing_producer_epoch: int = NO_PRODUCER_EPOCH
 
 
 OK = Answer()
@@ -260,6 +266,8 @@ class TransactionCoordinator:
                via: TxnState | None = None) -> Transition:
         if entry is None:
             entry = part.entries[tid] = _Entry(None)
+        if after is not None and after.state != S.ONGOING and after.ongoing_txn_epoch != NO_PRODUCER_EPOCH:
+            after = after.evolve(ongoing_txn_epoch=NO_PRODUCER_EPOCH)  # the kept transaction ended
         t = Transition(p, part.epoch, tid, entry.meta, after, reply, via)
         entry.pending = t
         return t
@@ -349,14 +357,31 @@ class TransactionCoordinator:
     # ------------------------------------------------------------------ requests
     def prepare_init_producer_id(self, transactional_id: str, timeout_ms: int, now_ms: int,
                                  producer_id: int = NO_PRODUCER_ID,
-                                 producer_epoch: int = NO_PRODUCER_EPOCH) -> Answer | Transition:
-        """InitProducerId with a transactional id (v3+ may name the caller's id and epoch)."""
+                                 producer_epoch: int = NO_PRODUCER_EPOCH, *, enable_2pc: bool = False,
+                                 keep_prepared: bool = False) -> Answer | Transition:
+        """InitProducerId with a transactional id (v3+ may name the caller's id and epoch; v6 adds
+        KIP-939's Enable2Pc and KeepPreparedTxn).
+
+        Enable2Pc: the id's transactions are two-phase commit ones, persisted with
+        TWO_PC_TIMEOUT_MS (the requested timeout is ignored, as Kafka ignores it) and never aborted
+        by the timeout sweep; refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED where the broker's
+        transaction.two.phase.commit.enable is false (Kafka's answer). KeepPreparedTxn (with
+        Enable2Pc only, else INVALID_REQUEST): an Ongoing two-phase-commit transaction is kept
+        instead of aborted; the epoch is bumped all the same (the crashed producer is fenced) and
+        the answer names the transaction's own id and epoch, for the external transaction manager
+        to compare with what it recorded before it commits or aborts at the new epoch."""
         tid = transactional_id
         if not tid:
             return Answer(E.INVALID_REQUEST)
+        if enable_2pc and not self.config.two_phase_commit_enable:
+            return Answer(E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        if keep_prepared and not enable_2pc:
+            return Answer(E.INVALID_REQUEST)
         if (producer_id == NO_PRODUCER_ID) != (producer_epoch == NO_PRODUCER_EPOCH):
             return Answer(E.INVALID_REQUEST)
-        if not 0 < timeout_ms <= self.config.max_timeout_ms:
+        if enable_2pc:
+            timeout_ms = TWO_PC_TIMEOUT_MS
+        elif not 0 < timeout_ms <= self.config.max_timeout_ms:
             return Answer(E.INVALID_TRANSACTION_TIMEOUT)
         part, p, err = self._lookup(tid)
         if part is None:
@@ -378,9 +403,11 @@ class TransactionCoordinator:
         if meta.state in PREPARED:
             return Answer(E.CONCURRENT_TRANSACTIONS)
         if meta.state == S.ONGOING:
+            assert entry is not None  # meta came from it
+            if keep_prepared and meta.two_phase:
+                return self._keep_prepared(part, p, entry, meta, now_ms)
             # Abort the open transaction at a new epoch; the caller retries and gets a second bump
             # (a new producer id if that one exhausts the epochs).
-            assert entry is not None  # meta came from it
             return self._fence(part, p, entry, meta, now_ms, Answer(E.CONCURRENT_TRANSACTIONS))
         if meta.state not in IDLE:
             raise CoordinatorInvariantError(f"{tid} is in {meta.state.display_name}")
@@ -405,6 +432,23 @@ class TransactionCoordinator:
         else:
             return Answer(E.PRODUCER_FENCED)
         return self._begin(part, p, tid, entry, after, Answer(E.NONE, after.producer_id, after.producer_epoch))
+
+    def _keep_prepared(self, part: _TxnPartition, p: int, entry: _Entry, meta: TransactionMetadata,
+                       now_ms: int) -> Answer | Transition:
+        """KeepPreparedTxn on an Ongoing two-phase-commit transaction: one record, still Ongoing
+        with its partitions and start time, at the next epoch, so the producer that prepared it (a
+        zombie, if it still runs) is fenced from EndTxn and from adding partitions, and the new
+        one completes it. The transaction's own epoch is kept (`ongoing_txn_epoch`) across any
+        number of such restarts."""
+        if is_epoch_exhausted(meta.producer_epoch):
+            # Kafka would move to a new producer id here (its nextProducerId); the id the manager
+            # recorded must stay, so the manager is told to complete it some other way (by hand).
+            return Answer(E.INVALID_TXN_STATE)
+        kept = meta.ongoing_txn_epoch if meta.ongoing_txn_epoch != NO_PRODUCER_EPOCH else meta.producer_epoch
+        after = meta.evolve(producer_epoch=meta.producer_epoch + 1, last_producer_epoch=NO_PRODUCER_EPOCH,
+                            last_producer_id=meta.producer_id, ongoing_txn_epoch=kept, update_ms=now_ms)
+        return self._begin(part, p, meta.transactional_id, entry, after,
+                           Answer(E.NONE, meta.producer_id, after.producer_epoch, meta.producer_id, kept))
 
     def _check_producer(self, tid: str, producer_id: int, producer_epoch: int
                         ) -> tuple[_TxnPartition | None, int, _Entry | None, int]:
@@ -569,7 +613,8 @@ class TransactionCoordinator:
                 entry = part.entries[tid]
                 meta = entry.meta
                 assert meta is not None
-                if entry.pending is None and meta.start_ms + meta.timeout_ms < now_ms:
+                # a two-phase-commit transaction waits for its manager, however long (KIP-939)
+                if entry.pending is None and not meta.two_phase and meta.start_ms + meta.timeout_ms < now_ms:
                     t = self._fence(part, p, entry, meta, now_ms, None)
                     if isinstance(t, Transition):   # else no producer id at hand: next sweep
                         out.append(t)

@@ -8,6 +8,8 @@ value: int16 version, then TransactionLogValue. Version 1 (flexible, what we wri
          TransactionLastUpdateTimestampMs i64, TransactionStartTimestampMs i64, tags:
            0 PreviousProducerId i64 (default -1)   1 NextProducerId i64 (-1; Transactions V2)
            2 ClientTransactionVersion i16 (0)      10000 LastProducerEpoch i16 (oncelog's, -1)
+           10001 OngoingTxnProducerEpoch i16 (oncelog's, -1; KIP-939: the epoch an Ongoing
+                 two-phase-commit transaction was prepared at, once a KeepPreparedTxn bumped it)
        Version 0 is the same without tags and with classic (int16/int32-length) strings and arrays.
        A null value is a tombstone: the transactional id expired.
 
@@ -39,6 +41,7 @@ TAG_PREVIOUS_PRODUCER_ID = 0
 TAG_NEXT_PRODUCER_ID = 1
 TAG_CLIENT_TRANSACTION_VERSION = 2
 TAG_LAST_PRODUCER_EPOCH = 10000
+TAG_ONGOING_TXN_EPOCH = 10001
 _I8 = struct.Struct(">b")
 _INT_MIN = -2**31
 
@@ -116,6 +119,8 @@ def encode_value(meta: TransactionMetadata) -> bytes:
         tags[TAG_CLIENT_TRANSACTION_VERSION] = I16.pack(meta.client_transaction_version)
     if meta.last_producer_epoch != NO_PRODUCER_EPOCH:
         tags[TAG_LAST_PRODUCER_EPOCH] = I16.pack(meta.last_producer_epoch)
+    if meta.ongoing_txn_epoch != NO_PRODUCER_EPOCH:
+        tags[TAG_ONGOING_TXN_EPOCH] = I16.pack(meta.ongoing_txn_epoch)
     out.append(tagged_fields(tags))
     return b"".join(out)
 
@@ -158,6 +163,7 @@ def _decode_value(transactional_id: str, value: bytes) -> TransactionMetadata:
             r.skip_tags()
     update_ms, start_ms = r.i64(), r.i64()
     last_pid, last_epoch, next_pid, client_version = NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, TV_0
+    ongoing_epoch = NO_PRODUCER_EPOCH
     if flexible:
         tags = r.tags()
         if TAG_PREVIOUS_PRODUCER_ID in tags:
@@ -168,14 +174,19 @@ def _decode_value(transactional_id: str, value: bytes) -> TransactionMetadata:
             client_version = I16.unpack(bytes(tags[TAG_CLIENT_TRANSACTION_VERSION]))[0]
         if TAG_LAST_PRODUCER_EPOCH in tags:
             last_epoch = I16.unpack(bytes(tags[TAG_LAST_PRODUCER_EPOCH]))[0]
+        if TAG_ONGOING_TXN_EPOCH in tags:
+            ongoing_epoch = I16.unpack(bytes(tags[TAG_ONGOING_TXN_EPOCH]))[0]
     if r.pos != len(value):
         raise ValueError(f"{len(value) - r.pos} trailing bytes")
     if state == TxnState.EMPTY:
         partitions.clear()  # Kafka ignores them too
     if next_pid != NO_PRODUCER_ID and (next_pid < 0 or state not in PREPARED):
         raise ValueError(f"next producer id {next_pid} in state {state.display_name}")
+    if ongoing_epoch != NO_PRODUCER_EPOCH and (state != TxnState.ONGOING or not 0 <= ongoing_epoch < epoch):
+        raise ValueError(f"ongoing transaction epoch {ongoing_epoch} in state {state.display_name} at epoch {epoch}")
     return TransactionMetadata(transactional_id, pid, epoch, timeout, state, frozenset(partitions),
-                               start_ms, update_ms, last_pid, last_epoch, next_pid, client_version)
+                               start_ms, update_ms, last_pid, last_epoch, next_pid, client_version,
+                               ongoing_epoch)
 
 
 def encode_record(transactional_id: str, meta: TransactionMetadata | None) -> tuple[bytes, bytes | None]:

@@ -15,6 +15,10 @@ NO_PRODUCER_EPOCH = -1
 # only TV_2 changes the coordinator's rules (an epoch bump at every EndTxn)
 TV_0 = 0
 TV_2 = 2
+# KIP-939: a two-phase-commit transaction is persisted with this timeout (Kafka's Int.MaxValue,
+# `TransactionMetadata.isDistributedTwoPhaseCommitTxn`), so a coordinator that loads it after a
+# crash knows, from the record alone, never to abort it by timeout
+TWO_PC_TIMEOUT_MS = 2**31 - 1
 
 TopicPartition = tuple[str, int]
 
@@ -85,6 +89,11 @@ class TransactionMetadata:
     its markers carry the old id at MAX_EPOCH, and Complete* moves to the new id at epoch 0.
     `client_transaction_version` is TV_2 for a transaction whose client speaks Transactions V2
     (its EndTxn retries are told apart by the bumped epoch).
+    `ongoing_txn_epoch` (KIP-939): set while an Ongoing two-phase-commit transaction was kept by an
+    InitProducerId(KeepPreparedTxn) that bumped the epoch to fence the crashed producer; it is the
+    epoch the transaction was prepared at, which every later keep answers as
+    OngoingTxnProducerEpoch (the external transaction manager compares it with what it recorded),
+    however many restarts bump the epoch meanwhile.
     """
     transactional_id: str
     producer_id: int
@@ -98,6 +107,12 @@ class TransactionMetadata:
     last_producer_epoch: int = NO_PRODUCER_EPOCH
     next_producer_id: int = NO_PRODUCER_ID
     client_transaction_version: int = TV_0
+    ongoing_txn_epoch: int = NO_PRODUCER_EPOCH
+
+    @property
+    def two_phase(self) -> bool:
+        """A KIP-939 transaction: never aborted by its timeout."""
+        return self.timeout_ms == TWO_PC_TIMEOUT_MS
 
     def evolve(self, **changes: object) -> TransactionMetadata:
         return replace(self, **changes)  # type: ignore[arg-type]
