@@ -83,15 +83,7 @@ def replace_file(path: StrPath, data: bytes | str, *, mode: int = 0o644, durable
     payload = data.encode() if isinstance(data, str) else data
     _discard(tmp)   # a crash's leftover, or something planted there: never written through
     try:
-        fd = os.open(tmp, _NEW_FILE, mode)
-        try:
-            view = memoryview(payload)
-            while view:
-                view = view[os.write(fd, view):]
-            if durable:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
+        _write_new(tmp, payload, mode, fsync=durable)
     except OSError as e:
         _discard(tmp)
         raise _failed("write", tmp, e) from e
@@ -129,14 +121,7 @@ def create_exclusive(path: StrPath, data: bytes | str, *, mode: int = 0o600) -> 
     payload = data.encode() if isinstance(data, str) else data
     try:
         try:
-            fd = os.open(tmp, _NEW_FILE, mode)
-            try:
-                view = memoryview(payload)
-                while view:
-                    view = view[os.write(fd, view):]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            _write_new(tmp, payload, mode, fsync=True)
         except OSError as e:
             raise _failed("write", tmp, e) from e
         try:
@@ -148,6 +133,19 @@ def create_exclusive(path: StrPath, data: bytes | str, *, mode: int = 0o600) -> 
     finally:
         _discard(tmp)
     fsync_dir(path.parent)
+
+
+def _write_new(path: Path, payload: bytes, mode: int, *, fsync: bool) -> None:
+    """Create `path` (never open one found there: O_EXCL, O_NOFOLLOW) with all of `payload`."""
+    fd = os.open(path, _NEW_FILE, mode)
+    try:
+        view = memoryview(payload)
+        while view:
+            view = view[os.write(fd, view):]
+        if fsync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _discard(path: Path) -> None:
