@@ -15,6 +15,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from oncelog.testing.cluster import LocalCluster
 from oncelog.testing.txn_workloads import (
     ABANDONED,
+    POSITION_RESET,
     WEDGE_GRACE_S,
     Abortable,
     Fatal,
@@ -106,3 +107,35 @@ def test_a_librdkafka_call_blocked_past_its_timeout_gives_up_its_producer(tmp_pa
         if loop is not None and loop.consumer is not None:
             loop.consumer.close()
         cluster.stop()
+
+
+def test_a_librdkafka_position_reset_the_loop_did_not_ask_for_is_counted(shared_broker, unique_topic):
+    """librdkafka applies auto.offset.reset=earliest after a Fetch answered OFFSET_OUT_OF_RANGE and
+    tells the application nothing but a log line: a copy loop then re-reads what its group committed
+    and the checker finds nonmonotonic-poll and duplicate-copy with no assign before them (a CI run,
+    seed 7, kill,move,reset: 375 inputs copied twice). The loop's consumer log counts such a reset,
+    so that a report says where the position went."""
+    admin = AdminClient({"bootstrap.servers": shared_broker.bootstrap, "log_level": 3})
+    for f in admin.create_topics([NewTopic(unique_topic, 1, 1)]).values():
+        f.result(30)
+    from confluent_kafka import Producer
+    p = Producer({"bootstrap.servers": shared_broker.bootstrap, "log_level": 3})
+    for v in (b"a", b"b", b"c"):
+        p.produce(unique_topic, v, partition=0)
+    assert p.flush(30) == 0
+    w = TxnWorkload(shared_broker.bootstrap, "librdkafka", unique_topic, "out", partitions=1, records=3)
+    loop = LibrdkafkaLoop(w, "copy-0", [0], random.Random(0))
+    loop.open_consumer()
+    try:
+        loop.consumer.unsubscribe()
+        loop.consumer.assign([TopicPartition(unique_topic, 0, 1000)])   # beyond the log end
+        deadline = time.monotonic() + 30
+        got: list[bytes] = []
+        while len(got) < 3:
+            assert time.monotonic() < deadline, f"read {got} after the reset"
+            got += [v for _q, _o, v in loop.poll()]
+        assert got == [b"a", b"b", b"c"]   # from the start again: what auto.offset.reset=earliest does
+        assert w.stats[POSITION_RESET] == 1, dict(w.stats)
+        assert any("offset reset" in n for n in w.notes), w.notes
+    finally:
+        loop.close_consumer()

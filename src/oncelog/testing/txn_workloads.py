@@ -37,6 +37,7 @@ One concern in one module, over 600 lines on purpose: the one workload, its clie
 from __future__ import annotations
 
 import random
+import sys
 import threading
 import time
 import traceback
@@ -197,6 +198,11 @@ class TxnWorkload:
 # same transactional.id, whose InitProducerId fences it and aborts its open transaction.
 WEDGE_GRACE_S = 10.0
 ABANDONED = "producers abandoned in a call past its timeout (librdkafka #5511, #5456)"   # a stats key
+# stats keys: a consumer whose position moved without the loop asking (librdkafka's offset reset
+# after a Fetch error, auto.offset.reset=earliest) re-reads what its group committed: the checker
+# then finds nonmonotonic-poll and duplicate-copy with no assign before them, and this says why
+POSITION_RESET = "consumer positions reset by the client (auto.offset.reset after a fetch error)"
+REWIND_REFUSED = "rewinds refused: committed offsets answered with an error"
 _ABANDONED: list = []   # clients left inside a call: never destroyed while it may still return
 
 
@@ -459,7 +465,10 @@ class LibrdkafkaLoop(CopyLoop):
     def open_consumer(self) -> None:
         from confluent_kafka import Consumer
         w = self.w
-        self.consumer = Consumer({**w.client_config(), "group.id": w.group, "log_level": 3,
+        # warnings through `_ConsumerLog`: librdkafka reports a reset of a fetch position (what
+        # auto.offset.reset does after OFFSET_OUT_OF_RANGE) only as a log line, never to the app
+        self.consumer = Consumer({**w.client_config(), "group.id": w.group, "log_level": 4,
+                                  "logger": _ConsumerLog(self),
                                   "enable.auto.commit": False, "isolation.level": "read_committed",
                                   "auto.offset.reset": "earliest", "session.timeout.ms": 10000,
                                   "heartbeat.interval.ms": 1000, "socket.timeout.ms": 5000})
@@ -541,12 +550,37 @@ class LibrdkafkaLoop(CopyLoop):
         if not assigned:
             return
         got = self.consumer.committed(assigned, timeout=30)
+        failed = [tp for tp in got if tp.error is not None]
+        if failed:
+            # the partition's offset comes back OFFSET_INVALID with the error: seeking to 0 (what
+            # `max(offset, 0)` made of it) re-reads what the group committed. Start again instead.
+            self.w.count(REWIND_REFUSED)
+            raise Fatal("committed offsets not read: " + ", ".join(f"{tp.partition}: {tp.error}" for tp in failed))
         for tp in got:
             try:
+                # OFFSET_INVALID without an error: the group has no offset for the partition
                 self.consumer.seek(TopicPartition(tp.topic, tp.partition, max(tp.offset, 0)))
             except KafkaException:
                 pass  # not yet fetching: it starts from the committed offset anyway
         self.positioned({tp.partition: max(tp.offset, 0) for tp in got})
+
+
+class _ConsumerLog:
+    """librdkafka's log of one copy loop's consumer (its `logger`): resets of a fetch position are
+    counted and noted, everything else goes to stderr as librdkafka's own logging would."""
+
+    def __init__(self, loop: CopyLoop) -> None:
+        self.loop = loop
+
+    def log(self, level: int, fmt: str, *args: Any) -> None:
+        text = fmt % args if args else fmt
+        if args and args[0] == "OFFSET" and "offset reset" in text:
+            w = self.loop.w
+            w.count(POSITION_RESET)
+            if w.stats[POSITION_RESET] <= 3:
+                w.notes.append(f"{self.loop.instance}: librdkafka {text}"[:300])
+            return
+        print(f"%{level}|{text}", file=sys.stderr, flush=True)
 
 
 class OncelogLoop(CopyLoop):
