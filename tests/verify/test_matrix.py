@@ -7,9 +7,10 @@ Third-party clients' own failures are printed, not failed (the report blames the
 see docs/reliability.md). The client-pressure fault (giveup) has its own run, oncelog's producer
 alone.
 
-In CI (`make test`) the `all` scenario runs every fault at once and asserts each one fired; each
+In CI (`make test`) the `all` scenario runs every fault but pause at once and asserts each one fired; each
 fault alone is the full tier's (`make test-all`)."""
 import pytest
+from tests.tiers import FULL
 
 from oncelog.testing.faults import ALL_FAULTS, CLIENT_FAULTS, NETWORK_FAULTS
 from oncelog.testing.verify import VerifyOptions, render, run
@@ -17,7 +18,13 @@ from oncelog.testing.verify import VerifyOptions, render, run
 # one fault matrix at a time (tests/conftest.py)
 pytestmark = [pytest.mark.processes, pytest.mark.xdist_group("faults")]
 
-SCENARIOS = [pytest.param((f,), marks=pytest.mark.slow) for f in ALL_FAULTS if f not in CLIENT_FAULTS] + [ALL_FAULTS]
+# In CI the `all` scenario leaves the pause out: with a broker stopped past the clients' sessions,
+# third-party clients may stall for the rest of the run and the faults that wait for writes (the
+# fsync and short-write failpoints) then never fire (2 runs of 2 after pause joined). Pause runs in
+# CI in tests/testing/test_txn_verify.py (copy loops under pauses) and the fencing reproductions
+# of tests/controller/test_pause_fencing.py; the full tier runs `all` with it, and pause alone.
+ALL_IN_TIER = ALL_FAULTS if FULL else tuple(f for f in ALL_FAULTS if f != "pause")
+SCENARIOS = [pytest.param((f,), marks=pytest.mark.slow) for f in ALL_FAULTS if f not in CLIENT_FAULTS] + [ALL_IN_TIER]
 
 
 @pytest.mark.timeout(420)
