@@ -31,6 +31,7 @@ _topic_counter = itertools.count()
 # fixture of the same name, in-process, is not marked by it)
 _PROCESS_FIXTURES = frozenset({"broker", "shared_broker", "oncelog_broker", "tansu", "cluster"})
 _SPARK_FIXTURES = frozenset({"_spark_sessions"})
+_LONGEST_GROUPS = {"spark-drivers": 0, "spark-session": 1}   # scheduled first, longest first
 
 
 # Hypothesis: a test's explicit max_examples is its full size; in the CI tier it runs a third of
@@ -100,9 +101,16 @@ def pytest_collection_modifyitems(items):
         group = _xdist_group(item)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
-    # one SparkContext per process, and asking for the other master restarts it (about 20 s):
-    # the tests on local[2,3] run after all those on local[2], so the worker starts each once
-    items.sort(key=lambda item: "spark_retry" in item.fixturenames)
+    # xdist hands out work in collection order, a group when its first test comes up: the
+    # longest chains (the Spark drivers', about 12 minutes of one worker, then the Spark
+    # session's) start first, or they start when most of the suite has run and are then the
+    # run's critical path. And one SparkContext per process, where asking for the other master
+    # restarts it (about 20 s): the tests on local[2,3] run after all those on local[2], so the
+    # worker starts each once.
+    def rank(item) -> int:
+        mark = item.get_closest_marker("xdist_group")
+        return _LONGEST_GROUPS.get(mark.args[0], 2) if mark is not None else 2
+    items.sort(key=lambda item: (rank(item), "spark_retry" in item.fixturenames))
 
 
 @pytest.hookimpl(trylast=True)
