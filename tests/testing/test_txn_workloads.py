@@ -19,7 +19,9 @@ from oncelog.testing.txn_workloads import (
     WEDGE_GRACE_S,
     Abortable,
     Fatal,
+    Fenced,
     LibrdkafkaLoop,
+    OncelogLoop,
     TxnWorkload,
 )
 
@@ -139,3 +141,33 @@ def test_a_librdkafka_position_reset_the_loop_did_not_ask_for_is_counted(shared_
         assert any("offset reset" in n for n in w.notes), w.notes
     finally:
         loop.close_consumer()
+
+
+@pytest.mark.parametrize("client", ["oncelog", "librdkafka"])
+def test_a_zombie_with_nothing_to_copy_still_hears_that_it_is_fenced(shared_broker, unique_topic, client):
+    """A zombie whose group gave its partitions to its successor (or whose input is all copied)
+    polls nothing and, before its loops probed, never touched its producer again: the CI run of
+    the transactions verify under kills counted 0 zombies fenced for oncelog with no anomaly,
+    and a zombie that was not fenced would have gone unseen the same way. Now it opens a
+    transaction and sends offsets, which its successor's epoch must refuse."""
+    admin = AdminClient({"bootstrap.servers": shared_broker.bootstrap, "log_level": 3})
+    out = f"{unique_topic}-out"
+    for f in admin.create_topics([NewTopic(unique_topic, 1, 1), NewTopic(out, 1, 1)]).values():
+        f.result(30)
+    w = TxnWorkload(shared_broker.bootstrap, client, unique_topic, out, partitions=1, records=1)
+    loop_cls = OncelogLoop if client == "oncelog" else LibrdkafkaLoop
+    zombie = loop_cls(w, f"zombie-{unique_topic}", [0], random.Random(0))
+    successor = loop_cls(w, zombie.tid, [0], random.Random(1), generation=2)
+    zombie.api_timeout_s = successor.api_timeout_s = 10
+    try:
+        zombie.open()
+        successor.open()           # the same transactional.id: its InitProducerId fences the zombie
+        zombie.superseded = True
+        deadline = time.monotonic() + 60
+        with pytest.raises((Fenced, Fatal) if client == "librdkafka" else Fenced):
+            while True:            # the input topic is empty: nothing to copy
+                assert time.monotonic() < deadline, "the zombie never heard that it was fenced"
+                zombie.one()
+    finally:
+        zombie.close()
+        successor.close()

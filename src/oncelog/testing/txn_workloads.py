@@ -258,6 +258,7 @@ class CopyLoop:
         self.pipelined = pipelined  # one record per Produce request, several in flight
         self.instance = f"{tid}.{generation}"
         self.superseded = False
+        self.next_probe = 0.0   # a zombie's next probe of its producer (_probe)
         self.txn = 0
         self.thread = threading.Thread(target=self._guarded, name=f"copy-{self.instance}", daemon=True)
 
@@ -322,6 +323,8 @@ class CopyLoop:
             return
         records = self.poll()
         if not records:
+            if self.superseded:
+                self._probe()
             return
         # the group metadata its offsets go with is the one these records were polled under: a
         # member fenced (and rejoined) since, a paused client say, must not commit them with its
@@ -339,6 +342,23 @@ class CopyLoop:
         finally:
             if w.on_txn is not None:
                 w.on_txn(False)
+
+    def _probe(self) -> None:
+        """A zombie with nothing to copy (the group gave its partitions to its successor, or
+        they are all copied) still acts as the producer it was, as a zombie that wakes up does:
+        it opens a transaction and sends its partitions' offsets, which the coordinator must
+        refuse as fenced. The transaction is then aborted, so that even a zombie that is not
+        fenced changes nothing, and the count of zombies fenced says so."""
+        now = time.monotonic()
+        if now < self.next_probe:
+            return
+        self.next_probe = now + 1.0
+        self.begin()
+        try:
+            self.send_offsets(self.committed())
+        except Abortable:
+            pass
+        self.abort()
 
     def _one(self, op, records, aborting: bool) -> None:
         w = self.w
