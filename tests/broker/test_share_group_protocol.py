@@ -236,9 +236,12 @@ async def test_a_closed_session_and_a_member_that_leaves_give_their_records_back
     assert (await a.fetch(epoch=-1, max_records=0, acks=[(0, 0, [ACCEPT])]))[0] == E.NONE
     _c, got = await b.fetch(epoch=0, max_records=10)
     assert got[0][2] == [(1, 2, 2), (3, 5, 1)]
-    assert await b.heartbeat(epoch=-1) == E.NONE      # leaves holding 1-5: they go back
+    assert await b.heartbeat(epoch=-1) == E.NONE      # leaves holding 1-5: kept until it closes its session
     c = await share["sharer"]("g", tid)
     _c, got = await c.fetch(epoch=0)
+    assert got == {}
+    assert (await b.fetch(epoch=-1, max_records=0, acks=[]))[0] == E.NONE   # closed: 1-5 go back
+    _c, got = await c.fetch()
     assert got[0][2] == [(1, 2, 3), (3, 5, 2)]
 
 

@@ -5,7 +5,10 @@ ShareSessionEpoch).
 
 - Membership lives in memory: a member that sends no heartbeat for `group.share.session.timeout.ms`
   is removed and what it holds goes back (as Kafka's share-partition leader releases the records of
-  a member that left). After a restart members join again (their next heartbeat is answered
+  a member that left). A member that leaves (epoch -1) keeps its share session and its records
+  until it closes the session (epoch -1 on ShareFetch/ShareAcknowledge, with its last
+  acknowledgements: librdkafka's close leaves first) or its locks run out; a session whose member
+  is gone and that is not used for a session timeout is closed. After a restart members join again (their next heartbeat is answered
   UNKNOWN_MEMBER_ID, and clients rejoin); what matters across a crash is the share-partitions'
   state, which is persisted.
 - A share-partition is loaded (or initialized at `share.auto.offset.reset`: the log end by
@@ -54,6 +57,7 @@ class ShareGroupConfig:
 class ShareSession:
     epoch: int
     partitions: set[tuple[uuid.UUID, int]] = field(default_factory=set)
+    last_used_ms: int = 0
 
 
 SpKey = tuple[str, uuid.UUID, int]   # (group, topic id, partition)
@@ -133,7 +137,11 @@ class ShareGroupCoordinator:
         answer = heartbeat(group, rq, self.topics(), self.config.max_size)
         key = (rq.group_id, rq.member_id)
         if answer.left:
-            self._member_gone(rq.group_id, rq.member_id)
+            # A member leaving keeps its share session and what it holds until it closes the
+            # session (librdkafka's close sends the leave first and its last acknowledgements
+            # after, with epoch -1) or until its locks run out; only a member whose session
+            # timed out gives everything back at once.
+            self._member_deadlines.pop(key, None)
         else:
             if rq.member_epoch == 0:
                 self._release_member(rq.group_id, rq.member_id)   # a rejoin: its old incarnation's records
@@ -162,6 +170,10 @@ class ShareGroupCoordinator:
                 if g is not None:
                     leave(g, member, self.topics())
                 self._member_gone(group, member)
+        for (group, member), s in list(self.sessions.items()):
+            g = self.groups.get(group)
+            if (g is None or member not in g.members) and now - s.last_used_ms > self.config.session_timeout_ms:
+                self.close_session(group, member)   # a member gone without closing it
         for key, sp in self.partitions.items():
             if sp.expire(now):
                 self._persist(key, sp)
@@ -202,10 +214,11 @@ class ShareGroupCoordinator:
                                          f"(group.share.max.share.sessions)")
             if current is not None:
                 self._release_member(group, member)
-            s = self.sessions[key] = ShareSession(1)
+            s = self.sessions[key] = ShareSession(1, last_used_ms=self.now_ms())
             return s
         if current is None:
             raise KafkaProtocolError(E.SHARE_SESSION_NOT_FOUND, f"no share session for member {member}")
+        current.last_used_ms = self.now_ms()
         if epoch == -1:
             return None
         if epoch != current.epoch:
