@@ -8,9 +8,9 @@ ShareSessionEpoch).
   a member that left). A member that leaves (epoch -1) keeps its share session and its records
   until it closes the session (epoch -1 on ShareFetch/ShareAcknowledge, with its last
   acknowledgements: librdkafka's close leaves first) or its locks run out; a session whose member
-  is gone and that is not used for a session timeout is closed. After a restart members join again (their next heartbeat is answered
-  UNKNOWN_MEMBER_ID, and clients rejoin); what matters across a crash is the share-partitions'
-  state, which is persisted.
+  is gone and that is not used for a session timeout is closed. After a restart members join
+  again (their next heartbeat is answered UNKNOWN_MEMBER_ID, and clients rejoin); what matters
+  across a crash is the share-partitions' state, which is persisted.
 - A share-partition is loaded (or initialized at `share.auto.offset.reset`: the log end by
   default, the log start with `earliest`) on its first ShareFetch. Its state is written (fsynced)
   after every change that must survive a crash and before the answer: acquisitions (so delivery
@@ -34,7 +34,7 @@ from typing import Any
 from oncelog.core.share.group import ShareAnswer, ShareGroup, ShareHeartbeat, TopicMetadata, heartbeat, leave, validate
 from oncelog.core.share.partition import Counts, SharePartition
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
-from oncelog.storage.share_state import ShareState, ShareStateStore
+from oncelog.storage.share_state import ShareState, ShareStateStore, StaleStateEpoch
 
 log = logging.getLogger(__name__)
 E = ErrorCode
@@ -156,7 +156,16 @@ class ShareGroupCoordinator:
     def _release_member(self, group: str, member: str) -> None:
         for key, sp in self.partitions.items():
             if key[0] == group and sp.release_member(member):
-                self._persist(key, sp)
+                self._persist_quietly(key, sp)
+
+    def _persist_quietly(self, key: SpKey, sp: SharePartition) -> None:
+        """A write no request waits for (records given back): one that fails is logged, and the
+        records stay given back in memory; after a crash they would come back anyway, with the
+        delivery counts last written."""
+        try:
+            self._persist(key, sp)
+        except (OSError, StaleStateEpoch) as e:
+            log.warning("share group %s: the state of %s-%d not written: %s", key[0], key[1], key[2], e)
 
     def expire(self) -> None:
         """The broker's tick: members whose session ran out leave; locks that ran out give
@@ -176,7 +185,7 @@ class ShareGroupCoordinator:
                 self.close_session(group, member)   # a member gone without closing it
         for key, sp in self.partitions.items():
             if sp.expire(now):
-                self._persist(key, sp)
+                self._persist_quietly(key, sp)
 
     def listing(self) -> list[tuple[str, str]]:
         """(group id, state) of every share group this broker knows (members or persisted state)."""
@@ -239,7 +248,7 @@ class ShareGroupCoordinator:
             key = (group, topic_id, p)
             sp = self.partitions.get(key)
             if sp is not None and sp.release_member(member):
-                self._persist(key, sp)
+                self._persist_quietly(key, sp)
 
     # ------------------------------------------------------------------ share-partitions
     def share_partition(self, group: str, topic_id: uuid.UUID, partition: int, log_start: int, log_end: int

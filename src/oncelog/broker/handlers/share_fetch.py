@@ -95,7 +95,11 @@ def acknowledge(broker: BrokerServices, group: str, member: str, tp: TP, name: s
     if partition is None:
         answer.ack_error_code = broker.logs.partition_error(name, tp[1])
         return
-    sp = share.share_partition(group, tp[0], tp[1], partition.log_start_offset, partition.high_watermark)
+    try:
+        sp = share.share_partition(group, tp[0], tp[1], partition.log_start_offset, partition.high_watermark)
+    except OSError as e:
+        answer.ack_error_code, answer.ack_error_message = _storage_code(e), str(e)
+        return
     try:
         sp.acknowledge(member, batches, broker.now_ms(), share.lock_ms(group))
     except InvalidRecordState as e:
@@ -103,10 +107,14 @@ def acknowledge(broker: BrokerServices, group: str, member: str, tp: TP, name: s
         return
     try:
         share.persist((group, tp[0], tp[1]))
-    except (Fenced, StaleStateEpoch) as e:
-        answer.ack_error_code, answer.ack_error_message = E.NOT_LEADER_OR_FOLLOWER, str(e)
-    except OSError as e:
-        answer.ack_error_code, answer.ack_error_message = E.KAFKA_STORAGE_ERROR, str(e)
+    except (OSError, StaleStateEpoch) as e:
+        answer.ack_error_code, answer.ack_error_message = _storage_code(e), str(e)
+
+
+def _storage_code(e: Exception) -> int:
+    """A share state write refused: by the fence or a newer state epoch (another broker owns the
+    group's state now), or by the disk."""
+    return E.NOT_LEADER_OR_FOLLOWER if isinstance(e, (Fenced, StaleStateEpoch)) else E.KAFKA_STORAGE_ERROR
 
 
 def ack_batches(p: Any) -> list[tuple[int, int, list[int]]]:
@@ -195,7 +203,11 @@ def _acquire(broker: BrokerServices, group: str, member: str, partitions: set[TP
         if partition is None:
             answer.error_code = broker.logs.partition_error(name, tp[1])
             continue
-        sp = share.share_partition(group, tp[0], tp[1], partition.log_start_offset, partition.high_watermark)
+        try:
+            sp = share.share_partition(group, tp[0], tp[1], partition.log_start_offset, partition.high_watermark)
+        except OSError as e:
+            answer.error_code, answer.error_message = _storage_code(e), str(e)
+            continue
         offset = sp.next_fetch_offset(broker.now_ms())
         upper = partition.last_stable_offset if committed else partition.high_watermark
         if offset >= upper:
@@ -217,18 +229,15 @@ def _acquire(broker: BrokerServices, group: str, member: str, partitions: set[TP
         batches = [(h.base_offset, h.last_offset, not h.is_control and i not in aborted)
                    for i, (_pos, h) in enumerate(headers)]
         acquired = sp.acquire(member, batches, max_records - total, broker.now_ms(), share.lock_ms(group), mode)
-        if not acquired:
-            if sp.end > offset:   # archived what it met (control batches, aborted): keep that
-                share.persist((group, tp[0], tp[1]))
-            continue
         try:
-            share.persist((group, tp[0], tp[1]))
-        except (Fenced, StaleStateEpoch, OSError) as e:
+            if acquired or sp.end > offset:   # (nothing acquired: archived control or aborted batches)
+                share.persist((group, tp[0], tp[1]))
+        except (OSError, StaleStateEpoch) as e:
             # not durable: nothing may be handed out (its delivery count would be lost)
             sp.release_member(member)
-            answer.error_code = E.NOT_LEADER_OR_FOLLOWER if not isinstance(e, OSError) or isinstance(
-                e, Fenced) else E.KAFKA_STORAGE_ERROR
-            answer.error_message = str(e)
+            answer.error_code, answer.error_message = _storage_code(e), str(e)
+            continue
+        if not acquired:
             continue
         first, last = acquired[0].first_offset, acquired[-1].last_offset
         chosen = [(pos, h) for pos, h in headers if h.last_offset >= first and h.base_offset <= last]
