@@ -259,3 +259,21 @@ async def test_a_restart_redelivers_only_what_was_not_acknowledged(share):
     # the acknowledged never come back; the others do, with their delivery counts kept
     assert got[0][2] == [(5, 6, 2), (8, 9, 2)]
 
+
+
+async def test_share_metrics_count_what_happened_and_the_lag(share):
+    tid = await share["topic"]()
+    await share["group_config"]("g", share_auto_offset_reset="earliest")
+    await share["produce"]("t", 10)
+    a = await share["sharer"]("g", tid)
+    _c, got = await a.fetch(epoch=0, max_records=4, mode=1, version=2)
+    assert (await a.acknowledge([(0, 1, [ACCEPT]), (2, 2, [RELEASE]), (3, 3, [REJECT])]))[1][0] == E.NONE
+    families = {f.name: f for f in share["broker"].metrics.families()}
+    events = {s.labels["event"]: s.value for s in families["oncelog_share_records"].samples
+              if s.name.endswith("_total")}
+    assert {k: events[k] for k in ("acquired", "accepted", "released", "rejected")} == {
+        "acquired": 4, "accepted": 2, "released": 1, "rejected": 1}
+    lag = {(s.labels["group"], s.labels["topic"]): s.value for s in families["oncelog_share_group_lag"].samples}
+    assert lag == {("g", "t"): 8}      # records 2 and up are not done with (2 was released)
+    groups = {(s.labels["type"], s.labels["state"]): s.value for s in families["oncelog_groups"].samples}
+    assert groups[("share", "Stable")] == 1
