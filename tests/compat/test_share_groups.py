@@ -213,3 +213,39 @@ def test_a_broker_killed_mid_run_never_redelivers_what_it_confirmed(share_broker
     again = [o for o, _c in s.given[given_before:] if o in confirmed_before]
     assert again == [], f"{len(again)} confirmed records delivered again after the crash"
     assert {o for o, _c in s.given} == set(range(n))
+
+
+def test_read_committed_share_group_never_sees_aborted_records(share_broker):
+    from confluent_kafka import Producer  # noqa: PLC0415
+    topic = "share-read-committed"
+    boot = share_broker.bootstrap
+    create_topic(boot, topic, 1)
+    group_configs(boot, topic, share_auto_offset_reset="earliest", share_isolation_level="read_committed")
+    p = Producer({"bootstrap.servers": boot, "transactional.id": "share-rc", "linger.ms": 2})
+    p.init_transactions(30)
+    for i, commit in enumerate((True, False, True, False, True)):
+        p.begin_transaction()
+        for j in range(20):
+            p.produce(topic, value=f"{'c' if commit else 'a'}-{i}-{j}".encode())
+        p.flush(30)
+        p.commit_transaction(30) if commit else p.abort_transaction(30)
+    values_read: list[bytes] = []
+
+    class Reader(Sharer):
+        def _run(self) -> None:
+            c = ShareConsumer({"bootstrap.servers": self.boot, "group.id": self.topic,
+                               "share.acknowledgement.mode": "explicit"})
+            c.subscribe([self.topic])
+            try:
+                while not self.stop.is_set():
+                    for m in c.poll(0.5):
+                        if not m.error():
+                            self.given.append((m.offset(), m.delivery_count()))
+                            values_read.append(m.value())
+                            c.acknowledge(m, AcknowledgeType.ACCEPT)
+            finally:
+                c.close()
+
+    r = Reader("rc", boot, topic).start()
+    run_until([r], lambda: len(values_read) >= 60, 60)
+    assert sorted(values_read) == sorted(f"c-{i}-{j}".encode() for i in (0, 2, 4) for j in range(20))
