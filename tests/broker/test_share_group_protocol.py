@@ -277,3 +277,31 @@ async def test_share_metrics_count_what_happened_and_the_lag(share):
     assert lag == {("g", "t"): 8}      # records 2 and up are not done with (2 was released)
     groups = {(s.labels["type"], s.labels["state"]): s.value for s in families["oncelog_groups"].samples}
     assert groups[("share", "Stable")] == 1
+
+
+async def test_one_group_id_names_one_group_of_one_type(share):
+    tid = await share["topic"]()
+    c = await share["conn"]()
+    # configs alone do not make a share group (nor stop another type from using the id)
+    await share["group_config"]("configured", share_auto_offset_reset="earliest")
+    r = await call(c, ApiKey.LIST_GROUPS, 5, states_filter=(), types_filter=())
+    assert "configured" not in {g.group_id for g in r.groups}
+    a = await share["sharer"]("g", tid)
+    assert a.epoch >= 1
+    join = await call(c, ApiKey.JOIN_GROUP, 5, group_id="g", session_timeout=10000, rebalance_timeout=10000,
+                      member_id="", group_instance_id=None, protocol_type="consumer", protocols=(
+                          entities.nested(ApiKey.JOIN_GROUP, 5, "request", "JoinGroupRequestProtocol")(
+                              name="range", metadata=b""),))
+    assert join.error_code.value == E.INCONSISTENT_GROUP_PROTOCOL
+    hb = await call(c, ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, group_id="g", member_id=str(uuid.uuid4()), member_epoch=0,
+                    rebalance_timeout=30000, subscribed_topic_names=("t",), topic_partitions=())
+    assert hb.error_code.value == E.GROUP_ID_NOT_FOUND
+    # and a share group may not take a classic group's id (one with committed offsets here)
+    await call(c, ApiKey.OFFSET_COMMIT, 8, group_id="classic", generation_id_or_member_epoch=-1, member_id="",
+               group_instance_id=None, topics=(entities.nested(ApiKey.OFFSET_COMMIT, 8, "request",
+                                                                "OffsetCommitRequestTopic")(
+                   name="t", partitions=(entities.nested(ApiKey.OFFSET_COMMIT, 8, "request",
+                                                         "OffsetCommitRequestPartition")(
+                       partition_index=0, committed_offset=0, committed_leader_epoch=-1, committed_metadata=""),)),))
+    s = Sharer(c, "classic", tid)
+    assert await s.heartbeat() == E.GROUP_ID_NOT_FOUND

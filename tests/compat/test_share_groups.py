@@ -16,6 +16,7 @@ confirmed through the acknowledgement commit callback."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import threading
@@ -249,3 +250,52 @@ def test_read_committed_share_group_never_sees_aborted_records(share_broker):
     r = Reader("rc", boot, topic).start()
     run_until([r], lambda: len(values_read) >= 60, 60)
     assert sorted(values_read) == sorted(f"c-{i}-{j}".encode() for i in (0, 2, 4) for j in range(20))
+
+
+PAUSED_CHILD = """
+import json, sys
+from confluent_kafka import AcknowledgeType, ShareConsumer
+results = []
+c = ShareConsumer({"bootstrap.servers": sys.argv[1], "group.id": sys.argv[2], "share.acknowledgement.mode": "explicit"})
+c.set_acknowledgement_commit_callback(lambda offsets, exc: results.append(
+    [sorted(o for offs in offsets.values() for o in offs), exc is None]))
+c.subscribe([sys.argv[2]])
+while True:
+    msgs = [m for m in c.poll(1.0) if not m.error()]
+    if msgs:
+        break
+print(json.dumps([m.offset() for m in msgs]), flush=True)
+sys.stdin.readline()            # the test pauses this process here, past the lock, then resumes it
+for m in msgs:
+    c.acknowledge(m, AcknowledgeType.ACCEPT)
+c.commit_sync(30)
+print(json.dumps(results), flush=True)
+c.close()
+"""
+
+
+def test_a_paused_member_cannot_accept_what_its_lock_no_longer_covers(share_broker):
+    """SIGSTOP a member holding records past its lock: the others get them; its late ACCEPT after
+    SIGCONT is refused, so each record is accepted once."""
+    topic = "share-pause-member"
+    n = 100
+    setup(share_broker.bootstrap, topic, n, share_record_lock_duration_ms="2000")
+    child = subprocess.Popen([sys.executable, "-c", PAUSED_CHILD, share_broker.bootstrap, topic],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdin is not None and child.stdout is not None
+        held = set(json.loads(child.stdout.readline()))
+        child.send_signal(signal.SIGSTOP)
+        s = Sharer("while-paused", share_broker.bootstrap, topic).start()
+        run_until([s], lambda: len({o for o, _c in s.given}) >= n, 60)   # the held ones came back to s
+        assert held <= {o for o, c in s.given if c == 2}
+        child.send_signal(signal.SIGCONT)
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        results = json.loads(child.stdout.readline())
+        late_accepted = {o for offsets, ok in results if ok for o in offsets}
+        assert not late_accepted & held, "a paused member accepted records another member had been given"
+        assert child.wait(60) == 0
+    finally:
+        child.kill()
+        child.wait(10)

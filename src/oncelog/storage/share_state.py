@@ -8,6 +8,9 @@ ReadShareGroupStateSummary (`read_summary`). A write carrying a state epoch belo
 refused (FENCED_STATE_EPOCH in Kafka; `StaleStateEpoch` here): an old leader of the share-partition
 cannot overwrite what a newer one wrote.
 
+Group configs (`share.auto.offset.reset` ...) are kept apart (`<dir>/../group-configs/<group>.json`):
+a group may have configs before it has any state, and its configs do not make it a share group.
+
 One small JSON file per share-partition (`<dir>/<group>/<topic id>-<partition>.json`), replaced
 atomically and fsynced before the request that changed the state is answered
 (`storage.durable.replace_file`), so a crash never loses an acknowledgement that was answered and
@@ -48,6 +51,7 @@ class ShareStateStore:
                  writing: Callable[[str], AbstractContextManager[object]] | None = None) -> None:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
+        self.configs_dir = self.directory.parent / "group-configs"
         self._writing = writing or (lambda group: nullcontext())
 
     def _group_dir(self, group: str) -> Path:
@@ -115,18 +119,20 @@ class ShareStateStore:
     def read_configs(self, group: str) -> dict[str, str]:
         """The group's configs (Kafka keeps them in the metadata log as GROUP config records)."""
         try:
-            data = json.loads((self._group_dir(group) / "configs.json").read_text())
+            data = json.loads(self._configs_path(group).read_text())
         except FileNotFoundError:
             return {}
         return {str(k): str(v) for k, v in data["configs"].items()}
 
     def write_configs(self, group: str, configs: dict[str, str]) -> None:
         with self._writing(group):
-            d = self._group_dir(group)
-            if not d.exists():
-                d.mkdir(parents=True)
-                fsync_dir(self.directory)
-            replace_file(d / "configs.json", json.dumps({"format": _FORMAT, "configs": configs}))
+            if not self.configs_dir.exists():
+                self.configs_dir.mkdir(parents=True)
+                fsync_dir(self.configs_dir.parent)
+            replace_file(self._configs_path(group), json.dumps({"format": _FORMAT, "configs": configs}))
+
+    def _configs_path(self, group: str) -> Path:
+        return self.configs_dir / (urllib.parse.quote(group, safe="") + ".json")
 
     # ------------------------------------------------------------------ listings
     def has_group(self, group: str) -> bool:

@@ -92,6 +92,9 @@ class GroupCoordinator:
         error = self.classic.join_error(group_id, session_timeout_ms)
         if error:
             return JoinResult(error, member_id=member_id)
+        if self.share.is_share_group(group_id):
+            log.info("group %s: JoinGroup refused: the group is a share group", group_id)
+            return JoinResult(E.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
         if not self.consumer.release(group_id):
             # Kafka 4 lets classic members into a consumer group (a mixed group); oncelog does not
             log.info("group %s: JoinGroup refused: the group is a consumer group with members", group_id)
