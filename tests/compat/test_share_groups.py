@@ -30,7 +30,9 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 from test_third_party_clients import create_topic, produce_confluent, values
 from tests.tiers import size
 
+from oncelog.protocol.api import ApiKey
 from oncelog.testing.embedded import BrokerProcess
+from oncelog.testing.raw_client import RawConnection
 
 pytestmark = pytest.mark.processes
 
@@ -57,7 +59,8 @@ def group_configs(boot: str, group: str, **configs: str) -> None:
 def setup(boot: str, name: str, n: int, **configs: str) -> None:
     create_topic(boot, name, 1)
     group_configs(boot, name, share_auto_offset_reset="earliest", **configs)
-    produce_confluent(boot, name, values(name, n))
+    if n:
+        produce_confluent(boot, name, values(name, n))
 
 
 @dataclass
@@ -125,10 +128,34 @@ def accepted(sharers: list[Sharer], released=frozenset()) -> Counter:
     return Counter(o for s in sharers for o, c in s.given if (o, c) not in released)
 
 
+def produce_small_batches(boot: str, topic: str, vals: list[bytes]) -> None:
+    from confluent_kafka import Producer  # noqa: PLC0415
+    p = Producer({"bootstrap.servers": boot, "linger.ms": 2, "batch.num.messages": 50})
+    for v in vals:
+        p.produce(topic, value=v)
+        p.poll(0)
+    assert p.flush(60) == 0
+
+
+def members_of(boot: str, group: str) -> int:
+    """How many members ShareGroupDescribe shows with an assignment."""
+    r = RawConnection(boot).call(ApiKey.SHARE_GROUP_DESCRIBE, 1, group_ids=(group,),
+                                 include_authorized_operations=False)
+    return sum(1 for m in r.groups[0].members if m.assignment.topic_partitions)
+
+
 def test_three_members_read_every_record_exactly_once(share_broker):
     topic = "share-exactly-once"
-    setup(share_broker.bootstrap, topic, RECORDS)
+    setup(share_broker.bootstrap, topic, 0)
     sharers = [Sharer(f"m{i}", share_broker.bootstrap, topic).start() for i in range(3)]
+    # every member in the group before the records come, so that they all take part
+    deadline = time.monotonic() + 60
+    while members_of(share_broker.bootstrap, topic) < 3:
+        assert time.monotonic() < deadline, "the members did not join"
+        time.sleep(0.05)
+    # in batches of 50: a v1 ShareFetch (librdkafka's) acquires whole batches, as Kafka does, so
+    # one large batch would go to one member whole
+    produce_small_batches(share_broker.bootstrap, topic, values(topic, RECORDS))
     run_until(sharers, lambda: sum(len(s.given) for s in sharers) >= RECORDS, 120 + RECORDS / 100)
     given = Counter(o for s in sharers for o, _c in s.given)
     assert set(given) == set(range(RECORDS))
