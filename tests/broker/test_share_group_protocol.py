@@ -305,3 +305,16 @@ async def test_one_group_id_names_one_group_of_one_type(share):
                        partition_index=0, committed_offset=0, committed_leader_epoch=-1, committed_metadata=""),)),))
     s = Sharer(c, "classic", tid)
     assert await s.heartbeat() == E.GROUP_ID_NOT_FOUND
+
+
+async def test_group_configs_are_validated_and_describe_answers_only_share_groups(share):
+    c = await share["conn"]()
+    res = entities.nested(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, "request", "AlterConfigsResource")
+    cfg = entities.nested(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, "request", "AlterableConfig")
+    for name, value in (("share.auto.offset.reset", "sometimes"), ("share.isolation.level", "read_dirty"),
+                        ("share.record.lock.duration.ms", "-5"), ("no.such.config", "1")):
+        r = await call(c, ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, validate_only=False, resources=(res(
+            resource_type=32, resource_name="g", configs=(cfg(name=name, config_operation=0, value=value),)),))
+        assert r.responses[0].error_code.value == E.INVALID_CONFIG, (name, value)
+    d = await call(c, DESCRIBE, 1, group_ids=("nobody",), include_authorized_operations=False)
+    assert d.groups[0].error_code.value == E.GROUP_ID_NOT_FOUND
