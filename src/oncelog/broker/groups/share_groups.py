@@ -143,7 +143,9 @@ class ShareGroupCoordinator:
             # timed out gives everything back at once.
             self._member_deadlines.pop(key, None)
         else:
-            if rq.member_epoch == 0:
+            if rq.member_epoch == 0 and self._held(rq.group_id, rq.member_id):
+                log.info("share group %s: member %s joined again holding %d records: they go back",
+                         rq.group_id, rq.member_id, self._held(rq.group_id, rq.member_id))
                 self._release_member(rq.group_id, rq.member_id)   # a rejoin: its old incarnation's records
             self._member_deadlines[key] = self.now_ms() + self.config.session_timeout_ms
         return answer
@@ -157,6 +159,9 @@ class ShareGroupCoordinator:
         for key, sp in self.partitions.items():
             if key[0] == group and sp.release_member(member):
                 self._persist_quietly(key, sp)
+
+    def _held(self, group: str, member: str) -> int:
+        return sum(len(sp.acquired_by(member)) for key, sp in self.partitions.items() if key[0] == group)
 
     def _persist_quietly(self, key: SpKey, sp: SharePartition) -> None:
         """A write no request waits for (records given back): one that fails is logged, and the
@@ -221,7 +226,9 @@ class ShareGroupCoordinator:
                 raise KafkaProtocolError(E.SHARE_SESSION_LIMIT_REACHED,
                                          f"the broker has {len(self.sessions)} share sessions "
                                          f"(group.share.max.share.sessions)")
-            if current is not None:
+            if current is not None:   # the client lost its session's state: what it held goes back
+                log.info("share group %s: member %s opened a new share session over epoch %d; %d records "
+                         "it held go back", group, member, current.epoch, self._held(group, member))
                 self._release_member(group, member)
             s = self.sessions[key] = ShareSession(1, last_used_ms=self.now_ms())
             return s
