@@ -1,5 +1,6 @@
 """The `transaction.version` feature (KIP-584, Kafka 4.0's TransactionVersion): ApiVersions
-reports it supported 0-2 and finalized at 2 by default; UpdateFeatures (what kafka-features.sh
+reports it supported 0-2 and finalized at 2 by default (and `share.version` 0-1, finalized at 1,
+which lists the share-group APIs only while it is 1); UpdateFeatures (what kafka-features.sh
 sends) changes it through the controller's metadata log, so it survives a restart, and its epoch
 only grows. Bad updates get Kafka's codes and change nothing."""
 from __future__ import annotations
@@ -19,6 +20,9 @@ def features(c: RawConnection, version: int = 4):
     r = c.call(ApiKey.API_VERSIONS, version, client_software_name="t", client_software_version="1")
     finalized = {str(f.name): (int(f.min_version_level), int(f.max_version_level)) for f in r.finalized_features}
     supported = {str(f.name): (int(f.min_version), int(f.max_version)) for f in r.supported_features}
+    # share.version has its own test below
+    finalized.pop("share.version", None)
+    supported.pop("share.version", None)
     return supported, finalized, int(r.finalized_features_epoch)
 
 
@@ -82,3 +86,29 @@ def test_bad_updates_are_refused_and_change_nothing(broker, feature, level, code
     assert update(c, level, feature=feature) == code
     assert update(c, 1, upgrade_type=7) == E.INVALID_REQUEST
     assert features(c) == before
+
+
+SHARE = {ApiKey.SHARE_GROUP_HEARTBEAT: (1, 1), ApiKey.SHARE_GROUP_DESCRIBE: (1, 1), ApiKey.SHARE_FETCH: (1, 2),
+         ApiKey.SHARE_ACKNOWLEDGE: (1, 2)}
+
+
+def test_share_version_lists_the_share_group_apis_only_while_finalized(tmp_path):
+    b = BrokerProcess(tmp_path / "data").start()
+    try:
+        c = RawConnection(b.bootstrap)
+        r = c.call(ApiKey.API_VERSIONS, 4, client_software_name="t", client_software_version="1")
+        assert {str(f.name): (int(f.min_version), int(f.max_version)) for f in r.supported_features
+                }["share.version"] == (0, 1)
+        assert {str(f.name): int(f.max_version_level) for f in r.finalized_features}["share.version"] == 1
+        listed = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in r.api_keys}
+        assert {k: listed.get(k) for k in SHARE} == SHARE
+        assert update(c, 0, upgrade_type=2, feature="share.version") == E.NONE
+        r = c.call(ApiKey.API_VERSIONS, 4, client_software_name="t", client_software_version="1")
+        assert not {int(k.api_key) for k in r.api_keys} & set(SHARE)
+        assert "share.version" not in {str(f.name) for f in r.finalized_features}
+        # and a share-group heartbeat is refused as Kafka refuses it with share groups off
+        hb = c.call(ApiKey.SHARE_GROUP_HEARTBEAT, 1, group_id="g", member_id="m", member_epoch=0,
+                    subscribed_topic_names=("t",))
+        assert int(hb.error_code) == E.UNSUPPORTED_VERSION
+    finally:
+        b.stop()

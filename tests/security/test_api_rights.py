@@ -41,6 +41,7 @@ NAMES = {ResourceType.TOPIC: TOPIC_NAME, ResourceType.GROUP: GROUP_NAME, Resourc
          ResourceType.CLUSTER: "kafka-cluster"}
 # not generated: the SASL exchange itself, and the requests whose answer the generic request
 # cannot reach (named here, with why, so the list is read when it grows)
+TOPIC_ID: dict[str, uuid.UUID] = {}   # the test topic's id, once the fixture created it
 NOT_GENERATED = {
     ApiKey.SASL_HANDSHAKE: "the login itself",
     ApiKey.SASL_AUTHENTICATE: "the login itself",
@@ -90,7 +91,8 @@ def _value(hint, name: str, depth: int):
     if hint is bytes:
         return b""
     if hint is uuid.UUID:
-        return uuid.UUID(int=0)
+        # the test topic's id where a request names topics by id (ShareFetch, ShareAcknowledge)
+        return TOPIC_ID.get("id", uuid.UUID(int=0)) if name == "topic_id" else uuid.UUID(int=0)
     if hint is datetime.timedelta:
         return datetime.timedelta(seconds=30)
     if hint is datetime.datetime:
@@ -207,6 +209,7 @@ async def rights(tmp_path):
                                                              assignments=(), configs=()),),
                          timeout=10000, validate_only=False)
     assert int(r.topics[0].error_code) == E.NONE
+    TOPIC_ID["id"] = r.topics[0].topic_id
     # the group exists (an offset committed), so group APIs reach their topic checks
     tp = entities.nested(ApiKey.OFFSET_COMMIT, 8, "request", "OffsetCommitRequestTopic")
     pp = entities.nested(ApiKey.OFFSET_COMMIT, 8, "request", "OffsetCommitRequestPartition")

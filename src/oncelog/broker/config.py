@@ -100,6 +100,22 @@ _BROKER_ONLY = (
               "the first is used unless members ask for another (group.remote.assignor).", check=_assignors),
     ConfigDef("group.consumer.max.size", "int", 2147483647, "Most members of a consumer group (more get "
               "GROUP_MAX_SIZE_REACHED).", minimum=1),
+    # Share groups (KIP-932; Kafka 4.2's names and defaults; docs/share-groups.md)
+    ConfigDef("group.share.heartbeat.interval.ms", "int", 5000, "How often share-group members heartbeat "
+              "(told in every heartbeat answer).", minimum=1),
+    ConfigDef("group.share.session.timeout.ms", "int", 45000, "A share-group member without a heartbeat for "
+              "this long is removed and the records it holds go back.", minimum=1),
+    ConfigDef("group.share.record.lock.duration.ms", "int", 30000, "How long a share-group member holds the "
+              "records it acquired before they go back to the others (the group config "
+              "share.record.lock.duration.ms overrides it).", minimum=1),
+    ConfigDef("group.share.delivery.count.limit", "int", 5, "Deliveries of a record to share-group members "
+              "before it is archived.", minimum=1, maximum=10),
+    ConfigDef("group.share.partition.max.record.locks", "int", 2000, "Most records of a share-partition "
+              "in flight (acquired or waiting to be acquired again) at once.", minimum=1),
+    ConfigDef("group.share.max.size", "int", 200, "Most members of a share group (more get "
+              "GROUP_MAX_SIZE_REACHED).", minimum=1),
+    ConfigDef("group.share.max.share.sessions", "int", 2000, "Most share sessions of a broker (more get "
+              "SHARE_SESSION_LIMIT_REACHED).", minimum=1),
     ConfigDef("offsets.retention.minutes", "int", 10080, "How long committed offsets outlive their "
               "group: from when it became empty, or from the commit for a group without members.",
               minimum=1),

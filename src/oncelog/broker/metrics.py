@@ -240,7 +240,8 @@ def _held_groups(b) -> list[tuple[str, str, str, str]]:
     without loading or unloading any (ListGroups' `listing` reconciles first; a scrape must not)."""
     groups = b.groups
     return sorted([(gid, g.protocol_type or "", g.state, "classic") for gid, g in groups.classic.groups.items()]
-                  + [(gid, "consumer", g.state, "consumer") for gid, g in groups.consumer.groups.items()])
+                  + [(gid, "consumer", g.state, "consumer") for gid, g in groups.consumer.groups.items()]
+                  + [(gid, "share", g.state, "share") for gid, g in groups.share.groups.items()])
 
 
 def _broker_state_families(b, resource_labels: bool) -> list:
@@ -257,8 +258,8 @@ def _broker_state_families(b, resource_labels: bool) -> list:
     lag = GaugeMetricFamily("oncelog_consumer_group_lag", "log end offset (high watermark) minus the committed "
                             "offset, for partitions this broker leads"
                             + ("" if resource_labels else ", summed over every group and partition"), labels=labels)
-    groups = GaugeMetricFamily("oncelog_groups", "groups this broker coordinates, per type (classic or "
-                               "consumer) and state", labels=["type", "state"])
+    groups = GaugeMetricFamily("oncelog_groups", "groups this broker coordinates, per type (classic, "
+                               "consumer or share) and state", labels=["type", "state"])
     try:
         listing = _held_groups(b)  # BrokerNotStarted (a RuntimeError) before the broker starts
         for (gtype, state), n in sorted(Tally((t, st) for _g, _p, st, t in listing).items()):
@@ -292,7 +293,38 @@ def _broker_state_families(b, resource_labels: bool) -> list:
     except RuntimeError as e:
         log.debug("transaction metrics skipped this scrape: %s", e)
     out += [states, oldest]
+    out += _share_families(b, resource_labels)
     return out
+
+
+def _share_families(b, resource_labels: bool) -> list:
+    """Share groups (KIP-932): what their share-partitions did (records acquired, redelivered,
+    accepted, released, rejected, archived by the delivery limit, locks that ran out) and their
+    lag: the high watermark minus the share-partition start offset (records not yet done with)."""
+    records = CounterMetricFamily("oncelog_share_records", "share-group records by event, over every "
+                                  "share-partition this broker holds", labels=["event"])
+    labels = ["group", "topic", "partition"] if resource_labels else []
+    lag = GaugeMetricFamily("oncelog_share_group_lag", "high watermark minus the share-partition start offset"
+                            + ("" if resource_labels else ", summed over every share-partition"), labels=labels)
+    try:
+        share = b.groups.share
+        for event, n in vars(share.counts()).items():
+            records.add_metric([event], n)
+        total = 0
+        for (group, topic_id, index), sp in sorted(share.partitions.items(), key=lambda kv: str(kv[0])):
+            name = b.logs.topic_name(topic_id)
+            partition = b.logs.get_partition(name, index) if name is not None else None
+            if partition is None:
+                continue
+            behind = max(0, partition.high_watermark - sp.start)
+            total += behind
+            if resource_labels:
+                lag.add_metric([group, name, str(index)], behind)
+        if not resource_labels:
+            lag.add_metric([], total)
+    except RuntimeError as e:
+        log.debug("share group metrics skipped this scrape: %s", e)
+    return [records, lag]
 
 
 def _group_offsets(b, listing) -> Iterator[tuple[str, str, int, int, int | None]]:

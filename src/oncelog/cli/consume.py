@@ -6,6 +6,11 @@ for the group as the command goes and when it stops. The command does not join t
 member (it reads all partitions it is given): it commits as a consumer with assigned partitions
 does, which the coordinator accepts while the group has no members.
 
+With `--share-group GROUP` the command is a member of that share group (KIP-932): consoles of one
+share group share the work, each record printed by one of them and accepted once printed
+(implicit acknowledgement); -o, -p, -g and -e do not apply (the group decides what each member
+gets).
+
 When to stop: after `-n NUM` records, at the end of the partitions as they were when it started
 (`-e`), or at Ctrl-C.
 
@@ -104,16 +109,24 @@ def _start(value: str) -> tuple[str, int]:
               "stable offset.")
 @click.option("--format", "fmt", default="text", show_default=True, metavar="text|json|TEMPLATE",
               help="text: values; json: one object per record; or a template such as '%k=%v\\n'.")
+@click.option("--share-group", help="Read as a member of this share group (KIP-932): consoles of one share "
+              "group share the records, each printed by one of them.")
 @connection_options
-def consume(topic, partitions, start, num, exit_at_end, group, isolation, fmt, target: Target) -> None:
+def consume(topic, partitions, start, num, exit_at_end, group, isolation, fmt, share_group, target: Target) -> None:
     """Print TOPIC's records."""
+    if share_group and (partitions or group or exit_at_end or start != "start"):
+        raise CommandError("--share-group: the share group decides what each member reads "
+                           "(no -p, -o, -g or -e)", USAGE)
     where = _start(start)
     render = _formatter(fmt)
     if fmt not in ("text", "json") and not _TEMPLATE.search(fmt.encode()):
         raise CommandError(f"--format {fmt!r}: text, json, or a template with %t %p %o %k %v %T %h", USAGE)
     out = sys.stdout.buffer
     try:
-        run(target, _consume(target, topic, partitions, where, num, exit_at_end, group, isolation, render, out))
+        if share_group:
+            run(target, _share_consume(target, topic, share_group, num, render, out))
+        else:
+            run(target, _consume(target, topic, partitions, where, num, exit_at_end, group, isolation, render, out))
     except BrokenPipeError:
         sys.stderr.close()   # `| head`: quietly, as other tools stop when their reader has gone
         sys.exit(0)
@@ -178,3 +191,31 @@ async def _consume(target: Target, topic, partitions, where, num, exit_at_end, g
                     await commit()
         finally:
             await commit()
+
+
+async def _share_consume(target: Target, topic: str, group: str, num, render, out) -> None:
+    from oncelog.client.aio.share_consumer import AIOShareConsumer
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    config = target.config(**{"client.id": "oncelog-cli-share-consumer", "group.id": group,
+                              "share.acknowledgement.mode": "explicit",
+                              "max.poll.records": 500 if num is None else min(500, num)})
+    async with AIOShareConsumer(config) as consumer:
+        consumer.subscribe([topic])
+        printed = 0
+        while not stop.is_set() and (num is None or printed < num):
+            poll = asyncio.ensure_future(consumer.poll(0.5))
+            await asyncio.wait([poll, asyncio.ensure_future(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
+            if not poll.done():
+                poll.cancel()
+                break
+            for r in poll.result():
+                if num is not None and printed >= num:
+                    consumer.acknowledge(r, 2)   # RELEASE: not printed, for the others
+                    continue
+                out.write(render(r))
+                consumer.acknowledge(r, 1)       # ACCEPT: printed
+                printed += 1
+            out.flush()

@@ -66,6 +66,10 @@ async def _describe(admin, name: str) -> dict:
                         "host": m.host, "assignment": _partitions(m.assignment)}
                        for m in described.members],
            "partitions": rows}
+    if described.type == "share":      # KIP-932: members share partitions; epochs, no committed offsets
+        out["group_epoch"], out["assignment_epoch"] = described.group_epoch, described.assignment_epoch
+        for row, m in zip(out["members"], described.members):
+            row["member_epoch"] = m.member_epoch
     if described.type == "consumer":   # KIP-848: the epochs, and what each member is moving to
         out["group_epoch"], out["assignment_epoch"] = described.group_epoch, described.assignment_epoch
         for row, m in zip(out["members"], described.members):
@@ -91,9 +95,9 @@ def describe(name, fmt, target: Target) -> None:
         print_json(d)
         return
     total = sum(r["lag"] or 0 for r in d["partitions"])
-    kind = (f", consumer group at epoch {d['group_epoch']} (assignment epoch {d['assignment_epoch']})"
-            if d["type"] == "consumer" else "")
-    click.echo(f"group {d['group']}: {d['state']}{kind}" + (f", assignor {d['protocol']}" if d["type"] == "consumer"
+    kind = (f", {d['type']} group at epoch {d['group_epoch']} (assignment epoch {d['assignment_epoch']})"
+            if d["type"] in ("consumer", "share") else "")
+    click.echo(f"group {d['group']}: {d['state']}{kind}" + (f", assignor {d['protocol']}" if d["type"] != "classic"
                                                           else f", protocol {d['protocol']}" if d["protocol"] else "")
                + f", {len(d['members'])} members, total lag {total}")
     click.echo()
@@ -102,6 +106,11 @@ def describe(name, fmt, target: Target) -> None:
                     [[m["member_id"], m["member_epoch"], m["client_id"], m["host"], _short(m["assignment"]),
                       _short(m["target_assignment"])] for m in d["members"]])
         click.echo()
+    if d["type"] == "share":
+        print_table(["MEMBER", "EPOCH", "CLIENT-ID", "HOST", "ASSIGNED"],
+                    [[m["member_id"], m["member_epoch"], m["client_id"], m["host"], _short(m["assignment"])]
+                     for m in d["members"]])
+        return
     print_table(["TOPIC", "PARTITION", "COMMITTED-OFFSET", "LOG-END-OFFSET", "LAG", "MEMBER"],
                 [[r["topic"], r["partition"], _dash(r["committed_offset"]), _dash(r["log_end_offset"]),
                   _dash(r["lag"]), r["member_id"] or ""] for r in d["partitions"]])

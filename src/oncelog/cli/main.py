@@ -18,6 +18,7 @@ COMMANDS = {
     "produce": "oncelog.cli.produce:produce",
     "consume": "oncelog.cli.consume:consume",
     "group": "oncelog.cli.group:group",
+    "share-group": "oncelog.cli.share_group:share_group",
     "transactions": "oncelog.cli.transactions:transactions",
     "acl": "oncelog.cli.acl:acl",
     "user": "oncelog.cli.user:user",

@@ -301,6 +301,36 @@ class _SyncWrapper:
         self.close()
 
 
+class ShareConsumer(_SyncWrapper):
+    """A share-group member (KIP-932), as confluent-kafka's ShareConsumer: subscribe, poll (a list
+    of ShareRecords, each with its delivery count), acknowledge (explicit mode), commit_sync,
+    close (see `aio.share_consumer`)."""
+
+    _name = "oncelog-share-consumer"
+
+    def __init__(self, config: dict) -> None:
+        from oncelog.client.aio.share_consumer import AIOShareConsumer
+        super().__init__(AIOShareConsumer(config))
+
+    def subscribe(self, topics) -> None:
+        self._run(_call(lambda: self._impl.subscribe(list(topics))))
+
+    def poll(self, timeout_s: float = 1.0):
+        return self._run(self._impl.poll(timeout_s), timeout_s + 120)
+
+    def acknowledge(self, record, kind: int = 1) -> None:
+        self._impl.acknowledge(record, kind)
+
+    def acknowledge_offset(self, topic: str, partition: int, offset: int, kind: int = 1) -> None:
+        self._impl.acknowledge_offset(topic, partition, offset, kind)
+
+    def commit_sync(self, timeout: float | None = 60):
+        return self._run(self._impl.commit_sync(), timeout)
+
+    def commit_async(self):
+        return asyncio.run_coroutine_threadsafe(self._impl.commit_sync(), self._lt.loop)
+
+
 class Consumer(_SyncWrapper):
     """A consumer: assigned its partitions (assign, seek) or a member of a consumer group
     (subscribe); poll, commit, committed, offsets. Rebalance callbacks run in the thread that

@@ -2,11 +2,14 @@
 controller keeps each feature's level in its metadata log, every broker reports it in ApiVersions
 (FinalizedFeatures, with an epoch that only grows), and clients decide from it.
 
-oncelog has one: `transaction.version` (Kafka 4.0's `TransactionVersion`), supported 0-2 and
-finalized at 2 unless an operator changes it (`kafka-features.sh` or `oncelog features`, through
-UpdateFeatures). At 2, clients that know it (Kafka's Java producer from 4.0, oncelog's producer)
-use Transactions V2 (KIP-890 part 2); the broker serves both versions whatever the level, by the
-request versions each client sends, as Kafka does.
+oncelog has two. `share.version` (Kafka's ShareVersion), supported 0-1 and finalized at 1 for a
+new cluster as Kafka 4.2 does: at 1 the broker serves share groups (KIP-932) and ApiVersions lists
+their APIs; at 0 it lists none of them and answers them UNSUPPORTED_VERSION.
+`transaction.version` (Kafka 4.0's `TransactionVersion`), supported 0-2 and finalized at 2
+unless an operator changes it (`kafka-features.sh` or `oncelog features`, through UpdateFeatures).
+At 2, clients that know it (Kafka's Java producer from 4.0, oncelog's producer) use Transactions
+V2 (KIP-890 part 2); the broker serves both versions whatever the level, by the request versions
+each client sends, as Kafka does.
 
 Pure: `decide` checks an UpdateFeatures request and returns the records the controller appends;
 `replay` applies them, on the controller and on every broker that follows its log.
@@ -20,8 +23,11 @@ from typing import Any
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 
 TRANSACTION_VERSION = "transaction.version"
-SUPPORTED: dict[str, tuple[int, int]] = {TRANSACTION_VERSION: (0, 2)}
-DEFAULT_LEVELS: dict[str, int] = {TRANSACTION_VERSION: 2}
+# Kafka's ShareVersion: 1 serves share groups (KIP-932), production-ready and finalized for new
+# clusters from Kafka 4.2; 2 (KIP-1191's dead-letter topics, Kafka 4.4) is not served yet.
+SHARE_VERSION = "share.version"
+SUPPORTED: dict[str, tuple[int, int]] = {TRANSACTION_VERSION: (0, 2), SHARE_VERSION: (0, 1)}
+DEFAULT_LEVELS: dict[str, int] = {TRANSACTION_VERSION: 2, SHARE_VERSION: 1}
 FEATURE_RECORD = "feature_level"
 
 # UpdateFeatures' upgrade types (v1+; v0's allowDowngrade=true means SAFE_DOWNGRADE)

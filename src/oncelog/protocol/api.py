@@ -52,6 +52,10 @@ class ApiKey(IntEnum):
     LIST_TRANSACTIONS = 66
     CONSUMER_GROUP_HEARTBEAT = 68
     CONSUMER_GROUP_DESCRIBE = 69
+    SHARE_GROUP_HEARTBEAT = 76
+    SHARE_GROUP_DESCRIBE = 77
+    SHARE_FETCH = 78
+    SHARE_ACKNOWLEDGE = 79
     # controller listener
     SASL_HANDSHAKE = 17
     SASL_AUTHENTICATE = 36
@@ -117,9 +121,20 @@ BROKER_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.SASL_AUTHENTICATE: (0, 2),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
-    # kafka-features (KIP-584): transaction.version
+    # kafka-features (KIP-584): transaction.version, share.version
     ApiKey.UPDATE_FEATURES: (0, 2),
+    # Share groups (KIP-932; docs/share-groups.md), at the versions Kafka 4.2 serves (v0 was 4.0's
+    # early access, removed in 4.1); librdkafka 2.16 sends v1 of each. Advertised only while the
+    # `share.version` feature is finalized at 1 or more (SHARE_APIS).
+    ApiKey.SHARE_GROUP_HEARTBEAT: (1, 1),
+    ApiKey.SHARE_GROUP_DESCRIBE: (1, 1),
+    ApiKey.SHARE_FETCH: (1, 2),          # v2: BatchSize, ShareAcquireMode (KIP-1206), IsRenewAck (KIP-1222)
+    ApiKey.SHARE_ACKNOWLEDGE: (1, 2),    # v2: IsRenewAck
 }
+
+# APIs that ApiVersions lists (and the broker serves) only while share groups are enabled
+SHARE_APIS = frozenset({ApiKey.SHARE_GROUP_HEARTBEAT, ApiKey.SHARE_GROUP_DESCRIBE, ApiKey.SHARE_FETCH,
+                        ApiKey.SHARE_ACKNOWLEDGE})
 
 # Security (issue 18, docs/security.md "Versions"): what client listeners will advertise once the
 # handlers exist; not in BROKER_VERSIONS until then. ACL APIs start at v1 (Kafka 4 removed v0, and
@@ -181,6 +196,8 @@ FIRST_FLEXIBLE: dict[int, int] = {
     ApiKey.SASL_HANDSHAKE: 1 << 15, ApiKey.SASL_AUTHENTICATE: 2, ApiKey.ALTER_PARTITION_REASSIGNMENTS: 0,
     ApiKey.BROKER_REGISTRATION: 0, ApiKey.BROKER_HEARTBEAT: 0, ApiKey.ALLOCATE_PRODUCER_IDS: 0,
     ApiKey.UPDATE_FEATURES: 0,
+    ApiKey.SHARE_GROUP_HEARTBEAT: 0, ApiKey.SHARE_GROUP_DESCRIBE: 0, ApiKey.SHARE_FETCH: 0,
+    ApiKey.SHARE_ACKNOWLEDGE: 0,
 }
 
 # kio's package name per API (kio.schema.<name>.v<N>.request / .response)
@@ -212,6 +229,8 @@ KIO_NAMES: dict[int, str] = {
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: "alter_partition_reassignments",
     ApiKey.BROKER_REGISTRATION: "broker_registration", ApiKey.BROKER_HEARTBEAT: "broker_heartbeat",
     ApiKey.ALLOCATE_PRODUCER_IDS: "allocate_producer_ids", ApiKey.UPDATE_FEATURES: "update_features",
+    ApiKey.SHARE_GROUP_HEARTBEAT: "share_group_heartbeat", ApiKey.SHARE_GROUP_DESCRIBE: "share_group_describe",
+    ApiKey.SHARE_FETCH: "share_fetch", ApiKey.SHARE_ACKNOWLEDGE: "share_acknowledge",
 }
 
 

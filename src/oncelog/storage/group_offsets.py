@@ -39,7 +39,7 @@ import os
 import urllib.parse
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -167,6 +167,11 @@ class GroupOffsetStore:
             raise Fenced(f"__consumer_offsets-{partition}", -1, -1)
         with lease.writing():
             yield
+
+    def writing_group(self, group: str) -> AbstractContextManager[None]:
+        """Around a write of something else the group owns (its share groups' state,
+        `storage.share_state`): the lease of the group's offsets partition."""
+        return self._writing(self.partition_of(group))
 
     def close(self) -> None:
         for partition in list(self._leases):

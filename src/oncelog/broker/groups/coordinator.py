@@ -29,6 +29,7 @@ from typing import Any, cast
 
 from oncelog.broker.groups.consumer_groups import ConsumerGroupConfig, ConsumerGroupCoordinator
 from oncelog.broker.groups.offsets import GroupOffsets, storage_failed
+from oncelog.broker.groups.share_groups import ShareGroupConfig, ShareGroupCoordinator
 from oncelog.core.groups.classic import ClassicGroups, Waiting
 from oncelog.core.groups.classic_group import (
     CONSUMER_PROTOCOL,
@@ -43,6 +44,7 @@ from oncelog.core.groups.classic_group import (
 from oncelog.core.groups.consumer_group import TopicMetadata
 from oncelog.protocol.errors import ErrorCode
 from oncelog.storage.group_offsets import Committed, GroupMeta, GroupOffsetStore, MemberMeta
+from oncelog.storage.share_state import ShareStateStore
 
 log = logging.getLogger(__name__)
 E = ErrorCode
@@ -56,7 +58,8 @@ class GroupCoordinator:
                  producer_id_expiration_ms: int = 24 * 3600 * 1000,
                  owns: Callable[[str], bool] = lambda group_id: True,
                  consumer_groups: ConsumerGroupConfig | None = None,
-                 topics: Callable[[], TopicMetadata] = dict) -> None:
+                 topics: Callable[[], TopicMetadata] = dict,
+                 share_groups: ShareGroupConfig | None = None, share_store: ShareStateStore | None = None) -> None:
         """`owns`: whether this broker coordinates a group (only those are loaded and expired
         here). A store shared by the brokers of a cluster is loaded by the broker's tick, once
         the cluster says which groups are this broker's; otherwise every group loads now.
@@ -68,6 +71,10 @@ class GroupCoordinator:
         self.classic = ClassicGroups(self, initial_rebalance_delay_ms, min_session_timeout_ms, max_session_timeout_ms)
         self.consumer = ConsumerGroupCoordinator(store, now_ms, consumer_groups or ConsumerGroupConfig(), topics,
                                                  owns, self.classic.release)
+        # share groups (KIP-932): their state beside the groups' files, under the same leases
+        self.share = ShareGroupCoordinator(
+            share_store or ShareStateStore(store.directory / "share-state", store.writing_group),
+            now_ms, share_groups or ShareGroupConfig(), topics)
         self.offsets = GroupOffsets(store, now_ms, self.classic, self.consumer, retention_ms=offsets_retention_ms,
                                     retention_check_interval_ms=offsets_retention_check_interval_ms,
                                     producer_id_expiration_ms=producer_id_expiration_ms,
@@ -85,6 +92,9 @@ class GroupCoordinator:
         error = self.classic.join_error(group_id, session_timeout_ms)
         if error:
             return JoinResult(error, member_id=member_id)
+        if self.share.is_share_group(group_id):
+            log.info("group %s: JoinGroup refused: the group is a share group", group_id)
+            return JoinResult(E.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
         if not self.consumer.release(group_id):
             # Kafka 4 lets classic members into a consumer group (a mixed group); oncelog does not
             log.info("group %s: JoinGroup refused: the group is a consumer group with members", group_id)
@@ -122,8 +132,19 @@ class GroupCoordinator:
         return self.classic.group(group_id)
 
     # ------------------------------------------------------------------ either type
+    def free_for_share(self, group_id: str) -> bool:
+        """Whether a share group may take `group_id`: no classic or consumer group uses it (with
+        members or offsets: Kafka's group ids name one group of one type)."""
+        cg = self.consumer.group(group_id)
+        if cg is not None:
+            return False
+        return self.classic.group(group_id) is None and not self.store.get(group_id)
+
     def delete_group(self, group_id: str) -> int:
-        """DeleteGroups: only an empty group goes, with its offsets."""
+        """DeleteGroups: only an empty group goes, with its offsets (a share group with its
+        share-partitions' state)."""
+        if self.share.is_share_group(group_id):
+            return self.share.delete(group_id)
         cg = self.consumer.group(group_id)
         if cg is not None:
             if cg.members:
@@ -142,10 +163,11 @@ class GroupCoordinator:
 
     def listing(self) -> list[tuple[str, str, str, str]]:
         """(group id, protocol type, state, group type) of every group this broker coordinates,
-        including offset-only ones; the type is Kafka's `classic` or `consumer`."""
+        including offset-only ones; the type is Kafka's `classic`, `consumer` or `share`."""
         self.reconcile()
         return sorted([(gid, g.protocol_type or "", g.state, "classic") for gid, g in self.classic.groups.items()]
-                      + [(gid, CONSUMER_PROTOCOL, state, "consumer") for gid, state in self.consumer.listing()])
+                      + [(gid, CONSUMER_PROTOCOL, state, "consumer") for gid, state in self.consumer.listing()]
+                      + [(gid, "share", state, "share") for gid, state in self.share.listing()])
 
     def expire(self) -> None:
         """The broker's tick: which groups are this broker's, sessions, pending member ids, and
@@ -155,6 +177,7 @@ class GroupCoordinator:
         for g in list(self.classic.groups.values()):
             self.classic.expire_sessions(g, now)
         self.consumer.expire()
+        self.share.expire()
         self.offsets.tick(now)
 
     def reconcile(self) -> None:

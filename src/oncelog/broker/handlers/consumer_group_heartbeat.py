@@ -47,6 +47,8 @@ async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
         return refuse(E.TOPIC_AUTHORIZATION_FAILED, "The member may not describe every topic it subscribes to.")
     if not broker.coordinates(group):
         return refuse(E.NOT_COORDINATOR)
+    if broker.groups.share.is_share_group(group):   # one group id names one group of one type
+        return refuse(E.GROUP_ID_NOT_FOUND, f"Group {group} is a share group.")
     owned: dict[uuid.UUID, frozenset[int]] | None = None
     if r.topic_partitions is not None:
         owned = {}

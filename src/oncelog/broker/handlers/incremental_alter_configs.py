@@ -5,7 +5,10 @@ dynamic broker configs, kept in the controller's metadata log (`broker.dynamic_c
 APPEND and SUBTRACT work on list configs (`cleanup.policy`). All of a resource's changes are
 validated before any is applied; an internal topic's `cleanup.policy` stays `compact`
 (`broker.security.internal_topics`). Needs ALTER_CONFIGS on the topic (TOPIC_AUTHORIZATION_FAILED) or
-the cluster for broker settings (CLUSTER_AUTHORIZATION_FAILED)."""
+the cluster for broker settings (CLUSTER_AUTHORIZATION_FAILED). On a GROUP resource: a share
+group's configs (`share.auto.offset.reset`, `share.isolation.level`,
+`share.record.lock.duration.ms`; SET and DELETE), ALTER_CONFIGS on the group
+(GROUP_AUTHORIZATION_FAILED)."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
@@ -20,12 +23,12 @@ from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 
 API_KEY = ApiKey.INCREMENTAL_ALTER_CONFIGS
-TOPIC, BROKER = 2, 4
+TOPIC, BROKER, GROUP = 2, 4, 32
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 
 async def handle(broker: BrokerServices, version: int, request: Any) -> bytes:
-    return await alter_each(broker, API_KEY, version, request, _alter_broker, _alter_topic)
+    return await alter_each(broker, API_KEY, version, request, _alter_broker, _alter_topic, _alter_group)
 
 
 # A resource's change: (broker, resource name, the request's configs for it, validate_only)
@@ -33,7 +36,7 @@ Alter = Callable[[BrokerServices, str, Any, bool], Awaitable[None]]
 
 
 async def alter_each(broker: BrokerServices, api_key: int, version: int, request: Any, alter_broker: Alter,
-                     alter_topic: Alter) -> bytes:
+                     alter_topic: Alter, alter_group: Alter | None = None) -> bytes:
     """The per-resource loop of AlterConfigs and IncrementalAlterConfigs: each resource is
     authorized, changed by its type, and answered on its own (a refused one leaves the others
     changed, as Kafka answers)."""
@@ -47,7 +50,7 @@ async def alter_each(broker: BrokerServices, api_key: int, version: int, request
             denied = config_denied(broker, Op.ALTER_CONFIGS, rtype, rname)
             if denied is not None:
                 raise KafkaProtocolError(denied, None)
-            alter = {BROKER: alter_broker, TOPIC: alter_topic}.get(rtype)
+            alter = {BROKER: alter_broker, TOPIC: alter_topic, GROUP: alter_group}.get(rtype)
             if alter is None:
                 raise KafkaProtocolError(ErrorCode.INVALID_REQUEST, f"Unknown resource type {rtype}")
             await alter(broker, rname, res.configs, request.validate_only)
@@ -61,6 +64,20 @@ async def alter_each(broker: BrokerServices, api_key: int, version: int, request
 async def _alter_broker(broker: BrokerServices, name: str, configs: Any, validate_only: bool) -> None:
     await broker.dynamic_config.alter(name, [(c.name, int(c.config_operation), c.value) for c in configs],
                                       validate_only)
+
+
+async def _alter_group(broker: BrokerServices, group: str, configs: Any, validate_only: bool) -> None:
+    to_set: dict[str, str] = {}
+    to_delete: list[str] = []
+    for c in configs:
+        op = int(c.config_operation)
+        if op == SET:
+            to_set[c.name] = c.value or ""
+        elif op == DELETE:
+            to_delete.append(c.name)
+        else:
+            raise KafkaProtocolError(ErrorCode.INVALID_CONFIG, f"{c.name}: APPEND/SUBTRACT apply to list configs only")
+    broker.groups.share.alter_group_configs(group, to_set, to_delete, validate_only)
 
 
 async def _alter_topic(broker: BrokerServices, topic: str, configs: Any, validate_only: bool) -> None:

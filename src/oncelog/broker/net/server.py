@@ -27,6 +27,7 @@ from oncelog.broker.dynamic_config import DynamicBrokerConfig
 from oncelog.broker.groups.consumer_groups import consumer_group_config, topic_metadata
 from oncelog.broker.groups.coordinator import GroupCoordinator
 from oncelog.broker.groups.ownership import GroupOwnership
+from oncelog.broker.groups.share_groups import share_group_config
 from oncelog.broker.logs.cluster_logs import ClusterLogs
 from oncelog.broker.logs.fsync_batcher import GroupCommit
 from oncelog.broker.logs.seam import Logs
@@ -212,7 +213,7 @@ class Broker:
             offsets_retention_check_interval_ms=c["offsets.retention.check.interval.ms"],
             producer_id_expiration_ms=c["producer.id.expiration.ms"], owns=self.coordinates,
             consumer_groups=consumer_group_config(c),
-            topics=lambda: topic_metadata(self.logs.topics, is_internal))
+            topics=lambda: topic_metadata(self.logs.topics, is_internal), share_groups=share_group_config(c))
         self.group_ownership.unload = self.groups.unload_partition
         self.inter_broker = InterBrokerLink.from_config(self.config, cluster_credential(self.config))
         await self._bind_listeners()

@@ -123,6 +123,20 @@ class GroupAdmin:
                     "consumer", int(d.group_epoch), int(d.assignment_epoch))
             if d.error_code.value not in (ErrorCode.GROUP_ID_NOT_FOUND, ErrorCode.UNSUPPORTED_VERSION):
                 raise AdminError(d.error_code.value, f"describe group {group}", d.error_message)
+        if conn.version(ApiKey.SHARE_GROUP_DESCRIBE) is not None:   # a share group (KIP-932)?
+            _, sh = await ask(conn, ApiKey.SHARE_GROUP_DESCRIBE, lambda rq: rq.encode(
+                group_ids=(group,), include_authorized_operations=False), self.cluster.timeout_s)
+            d = sh.groups[0]
+            if d.error_code.value == ErrorCode.NONE:
+                def shared(a) -> tuple[TopicPartition, ...]:
+                    return tuple(sorted(TopicPartition(str(t.topic_name), int(p))
+                                        for t in a.topic_partitions for p in t.partitions))
+                return GroupDescription(group, d.group_state, "share", d.assignor_name, tuple(
+                    GroupMember(m.member_id, None, m.client_id, m.client_host, shared(m.assignment),
+                                int(m.member_epoch)) for m in d.members),
+                    "share", int(d.group_epoch), int(d.assignment_epoch))
+            if d.error_code.value not in (ErrorCode.GROUP_ID_NOT_FOUND, ErrorCode.UNSUPPORTED_VERSION):
+                raise AdminError(d.error_code.value, f"describe group {group}", d.error_message)
         _, r = await ask(conn, ApiKey.DESCRIBE_GROUPS, lambda rq: rq.encode(
             groups=(group,), include_authorized_operations=False), self.cluster.timeout_s)
         g = r.groups[0]

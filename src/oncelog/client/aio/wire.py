@@ -35,6 +35,9 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     # a consumer's group membership: the classic protocol, and KIP-848's (librdkafka's v1 only)
     ApiKey.JOIN_GROUP: (4, 7), ApiKey.SYNC_GROUP: (3, 5), ApiKey.HEARTBEAT: (3, 4), ApiKey.LEAVE_GROUP: (3, 5),
     ApiKey.CONSUMER_GROUP_HEARTBEAT: (1, 1), ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),
+    # share groups (KIP-932; aio.share_consumer): ShareFetch/ShareAcknowledge v2 where served
+    ApiKey.SHARE_GROUP_HEARTBEAT: (1, 1), ApiKey.SHARE_GROUP_DESCRIBE: (1, 1), ApiKey.SHARE_FETCH: (1, 2),
+    ApiKey.SHARE_ACKNOWLEDGE: (1, 2),
 }
 
 

@@ -95,6 +95,11 @@ API_RIGHTS: dict[int, tuple[ApiRights, ...]] = {
     K.LIST_TRANSACTIONS: (ApiRights((0, 1), filtered=True, note="by DESCRIBE X"),),
     K.CONSUMER_GROUP_HEARTBEAT: (ApiRights((0, 1), (RG, DT), note="regex matches filtered by DESCRIBE T"),),
     K.CONSUMER_GROUP_DESCRIBE: (ApiRights((0, 1), (DG,), note="and DESCRIBE T of every topic of the group"),),
+    # share groups (KIP-932): topics of ShareFetch/ShareAcknowledge are named by id
+    K.SHARE_GROUP_HEARTBEAT: (ApiRights((1, 1), (RG, DT)),),
+    K.SHARE_GROUP_DESCRIBE: (ApiRights((1, 1), (DG,), note="and DESCRIBE T of every topic of the group"),),
+    K.SHARE_FETCH: (ApiRights((1, 2), (RG, RT)),),
+    K.SHARE_ACKNOWLEDGE: (ApiRights((1, 2), (RG, RT)),),
 }
 
 

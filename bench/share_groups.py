@@ -1,0 +1,125 @@
+"""Share-group consumption (KIP-932) beside a classic consumer group on the same topic, in one run.
+
+    .venv/bin/python bench/share_groups.py [--records 50000] [--consumers 1,3,8] [--partitions 1,8]
+
+One `oncelog serve`; a topic per partition count filled with --records records of 100 bytes
+(confluent-kafka's producer); then per consumer count, librdkafka consumers in threads of this
+process read every record once:
+- `share`: confluent-kafka's ShareConsumer in one share group (implicit acknowledgement: each
+  poll accepts the previous one), starting at the log start (`share.auto.offset.reset=earliest`);
+- `classic`: confluent-kafka's Consumer in one classic group (range assignor, auto commit), from
+  the log start.
+The time is from the first subscribe until the last record was read (a share group's records are
+each read once by some member; a classic group's members split the partitions). Prints records/s
+per cell and the ratio share / classic. A classic group cannot use more consumers than partitions:
+the extra ones sit idle, while a share group's members share a partition.
+"""
+from __future__ import annotations
+
+import argparse
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer, ShareConsumer
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
+
+from oncelog.testing.embedded import BrokerProcess
+
+
+def fill(boot: str, topic: str, partitions: int, records: int) -> None:
+    a = AdminClient({"bootstrap.servers": boot})
+    for f in a.create_topics([NewTopic(topic, partitions, 1)]).values():
+        f.result(30)
+    p = Producer({"bootstrap.servers": boot, "linger.ms": 5, "batch.num.messages": 1000})
+    value = b"x" * 100
+    for i in range(records):
+        while True:
+            try:
+                p.produce(topic, value=value, partition=i % partitions)
+                break
+            except BufferError:
+                p.poll(0.05)
+    assert p.flush(120) == 0
+
+
+def earliest(boot: str, group: str) -> None:
+    a = AdminClient({"bootstrap.servers": boot})
+    res = ConfigResource(ConfigResource.Type.GROUP, group, incremental_configs=[
+        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+    for f in a.incremental_alter_configs([res]).values():
+        f.result(30)
+
+
+def consume(boot: str, topic: str, kind: str, members: int, records: int, run: int) -> float:
+    group = f"{kind}-{topic}-{members}-{run}"
+    if kind == "share":
+        earliest(boot, group)
+    read = [0]
+    lock = threading.Lock()
+    done = threading.Event()
+
+    def member(i: int) -> None:
+        if kind == "share":
+            c = ShareConsumer({"bootstrap.servers": boot, "group.id": group, "client.id": f"m{i}"})
+        else:
+            c = Consumer({"bootstrap.servers": boot, "group.id": group, "client.id": f"m{i}",
+                          "auto.offset.reset": "earliest", "enable.auto.commit": True})
+        c.subscribe([topic])
+        try:
+            while not done.is_set():
+                if kind == "share":
+                    n = sum(1 for m in c.poll(0.2) if not m.error())
+                else:
+                    n = sum(1 for m in c.consume(500, 0.2) if not m.error())
+                if n:
+                    with lock:
+                        read[0] += n
+                        if read[0] >= records:
+                            done.set()
+        finally:
+            c.close()
+
+    started = time.perf_counter()
+    threads = [threading.Thread(target=member, args=(i,), daemon=True) for i in range(members)]
+    for t in threads:
+        t.start()
+    done.wait(600)
+    elapsed = time.perf_counter() - started
+    for t in threads:
+        t.join(60)
+    if read[0] < records:
+        raise SystemExit(f"{kind} x{members} on {topic}: {read[0]} of {records} records in 600 s")
+    return records / elapsed
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--records", type=int, default=50_000)
+    ap.add_argument("--consumers", default="1,3,8")
+    ap.add_argument("--partitions", default="1,8")
+    args = ap.parse_args()
+    consumers = [int(x) for x in args.consumers.split(",")]
+    partitions = [int(x) for x in args.partitions.split(",")]
+    with tempfile.TemporaryDirectory() as d:
+        b = BrokerProcess(Path(d) / "data", overrides={"group.share.heartbeat.interval.ms": "1000",
+                                                       "group.consumer.heartbeat.interval.ms": "1000",
+                                                       "group.consumer.min.heartbeat.interval.ms": "1000",
+                                                       "group.initial.rebalance.delay.ms": "0"}).start(timeout_s=120)
+        try:
+            print(f"{args.records} records of 100 bytes; records/s (share / classic)")
+            print(f"{'partitions':>10} {'consumers':>9} {'share':>10} {'classic':>10} {'ratio':>6}")
+            for parts in partitions:
+                topic = f"bench-share-{parts}"
+                fill(b.bootstrap, topic, parts, args.records)
+                for run, n in enumerate(consumers):
+                    share = consume(b.bootstrap, topic, "share", n, args.records, run)
+                    classic = consume(b.bootstrap, topic, "classic", n, args.records, run)
+                    print(f"{parts:>10} {n:>9} {share:>10.0f} {classic:>10.0f} {share / classic:>6.2f}", flush=True)
+        finally:
+            b.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,303 @@
+"""Share groups on the broker (KIP-932, Kafka 4.2's semantics; docs/share-groups.md): membership
+(ShareGroupHeartbeat, decided by `core.share.group`), the share-partitions of each group (decided
+by `core.share.partition`, persisted by `storage.share_state`), and share sessions (ShareFetch's
+ShareSessionEpoch).
+
+- Membership lives in memory: a member that sends no heartbeat for `group.share.session.timeout.ms`
+  is removed and what it holds goes back (as Kafka's share-partition leader releases the records of
+  a member that left). A member that leaves (epoch -1) keeps its share session and its records
+  until it closes the session (epoch -1 on ShareFetch/ShareAcknowledge, with its last
+  acknowledgements: librdkafka's close leaves first) or its locks run out; a session whose member
+  is gone and that is not used for a session timeout is closed. After a restart members join
+  again (their next heartbeat is answered UNKNOWN_MEMBER_ID, and clients rejoin); what matters
+  across a crash is the share-partitions' state, which is persisted.
+- A share-partition is loaded (or initialized at `share.auto.offset.reset`: the log end by
+  default, the log start with `earliest`) on its first ShareFetch. Its state is written (fsynced)
+  after every change that must survive a crash and before the answer: acquisitions (so delivery
+  counts are never lost), acknowledgements, releases. Locks that run out are taken back on the
+  broker's tick and before every decision.
+- Share sessions are keyed by (group, member id), as Kafka's ShareSessionCache: epoch 0 opens one
+  (replacing an older one of the member, whose records go back), -1 closes it (its records go
+  back), any other epoch must be the next one (INVALID_SHARE_SESSION_EPOCH; SHARE_SESSION_NOT_FOUND
+  without a session). At most `group.share.max.share.sessions` sessions
+  (SHARE_SESSION_LIMIT_REACHED beyond), and a member holds at most
+  `group.share.partition.max.record.locks` records of a share-partition (the in-flight bound).
+"""
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from oncelog.core.share.group import ShareAnswer, ShareGroup, ShareHeartbeat, TopicMetadata, heartbeat, leave, validate
+from oncelog.core.share.partition import Counts, SharePartition
+from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
+from oncelog.storage.share_state import ShareState, ShareStateStore, StaleStateEpoch
+
+log = logging.getLogger(__name__)
+E = ErrorCode
+
+
+@dataclass(frozen=True)
+class ShareGroupConfig:
+    heartbeat_interval_ms: int = 5000        # group.share.heartbeat.interval.ms
+    session_timeout_ms: int = 45000          # group.share.session.timeout.ms
+    record_lock_duration_ms: int = 30000     # group.share.record.lock.duration.ms
+    delivery_count_limit: int = 5            # group.share.delivery.count.limit
+    partition_max_record_locks: int = 2000   # group.share.partition.max.record.locks
+    max_size: int = 200                      # group.share.max.size
+    max_share_sessions: int = 2000           # group.share.max.share.sessions
+    auto_offset_reset: str = "latest"        # share.auto.offset.reset (the group config's default)
+    isolation_level: str = "read_uncommitted"   # share.isolation.level (the group config's default)
+
+
+@dataclass
+class ShareSession:
+    epoch: int
+    partitions: set[tuple[uuid.UUID, int]] = field(default_factory=set)
+    last_used_ms: int = 0
+
+
+SpKey = tuple[str, uuid.UUID, int]   # (group, topic id, partition)
+GROUP_CONFIGS = ("share.auto.offset.reset", "share.isolation.level", "share.record.lock.duration.ms")
+
+
+def check_group_config(name: str, value: str) -> None:
+    """Kafka's GroupConfig validation of the share-group configs oncelog serves."""
+    ok = True
+    if name == "share.auto.offset.reset":
+        ok = value in ("earliest", "latest")
+    elif name == "share.isolation.level":
+        ok = value in ("read_committed", "read_uncommitted")
+    elif name == "share.record.lock.duration.ms":
+        ok = value.isdigit() and int(value) >= 1
+    else:
+        raise KafkaProtocolError(E.INVALID_CONFIG, f"{name} is not a share group config "
+                                                   f"(served: {', '.join(GROUP_CONFIGS)})")
+    if not ok:
+        raise KafkaProtocolError(E.INVALID_CONFIG, f"invalid value {value!r} for {name}")
+
+
+class ShareGroupCoordinator:
+    def __init__(self, store: ShareStateStore, now_ms: Callable[[], int], config: ShareGroupConfig,
+                 topics: Callable[[], TopicMetadata]) -> None:
+        self.store = store
+        self.now_ms = now_ms
+        self.config = config
+        self.topics = topics
+        self.groups: dict[str, ShareGroup] = {}
+        self.sessions: dict[tuple[str, str], ShareSession] = {}
+        self.partitions: dict[SpKey, SharePartition] = {}
+        self._member_deadlines: dict[tuple[str, str], int] = {}
+        # what every share-partition of this broker did, for metrics (and what was dropped with them)
+        self.totals = Counts()
+        # a group's configs (share.auto.offset.reset, share.isolation.level,
+        # share.record.lock.duration.ms): set with IncrementalAlterConfigs on the GROUP resource
+        self.group_configs: dict[str, dict[str, str]] = {}
+
+    # ------------------------------------------------------------------ group configs
+    def group_config(self, group: str, name: str) -> str:
+        if group not in self.group_configs:
+            self.group_configs[group] = self.store.read_configs(group)
+        value = self.group_configs[group].get(name)
+        if value is not None:
+            return value
+        return {"share.auto.offset.reset": self.config.auto_offset_reset,
+                "share.isolation.level": self.config.isolation_level,
+                "share.record.lock.duration.ms": str(self.config.record_lock_duration_ms)}[name]
+
+    def alter_group_configs(self, group: str, to_set: dict[str, str], to_delete: list[str],
+                            validate_only: bool = False) -> None:
+        """IncrementalAlterConfigs on a GROUP resource: validated first (INVALID_CONFIG), then
+        kept durably beside the group's share state."""
+        for name, value in to_set.items():
+            check_group_config(name, value)
+        for name in to_delete:
+            if name not in GROUP_CONFIGS:
+                raise KafkaProtocolError(E.INVALID_CONFIG, f"{name} is not a share group config")
+        if validate_only:
+            return
+        configs = {k: v for k, v in {**self.group_configs.get(group, {}), **to_set}.items() if k not in to_delete}
+        self.store.write_configs(group, configs)
+        self.group_configs[group] = configs
+
+    def lock_ms(self, group: str) -> int:
+        return int(self.group_config(group, "share.record.lock.duration.ms"))
+
+    # ------------------------------------------------------------------ membership
+    def heartbeat(self, rq: ShareHeartbeat) -> ShareAnswer:
+        validate(rq)
+        group = self.groups.get(rq.group_id)
+        if group is None:
+            if rq.member_epoch != 0:
+                raise KafkaProtocolError(E.UNKNOWN_MEMBER_ID, f"Group {rq.group_id} has no member {rq.member_id}.")
+            group = self.groups[rq.group_id] = ShareGroup(rq.group_id)
+        answer = heartbeat(group, rq, self.topics(), self.config.max_size)
+        key = (rq.group_id, rq.member_id)
+        if answer.left:
+            # A member leaving keeps its share session and what it holds until it closes the
+            # session (librdkafka's close sends the leave first and its last acknowledgements
+            # after, with epoch -1) or until its locks run out; only a member whose session
+            # timed out gives everything back at once.
+            self._member_deadlines.pop(key, None)
+        else:
+            if rq.member_epoch == 0 and self._held(rq.group_id, rq.member_id):
+                log.info("share group %s: member %s joined again holding %d records: they go back",
+                         rq.group_id, rq.member_id, self._held(rq.group_id, rq.member_id))
+                self._release_member(rq.group_id, rq.member_id)   # a rejoin: its old incarnation's records
+            self._member_deadlines[key] = self.now_ms() + self.config.session_timeout_ms
+        return answer
+
+    def _member_gone(self, group: str, member: str) -> None:
+        self._member_deadlines.pop((group, member), None)
+        self.sessions.pop((group, member), None)
+        self._release_member(group, member)
+
+    def _release_member(self, group: str, member: str) -> None:
+        for key, sp in self.partitions.items():
+            if key[0] == group and sp.release_member(member):
+                self._persist_quietly(key, sp)
+
+    def _held(self, group: str, member: str) -> int:
+        return sum(len(sp.acquired_by(member)) for key, sp in self.partitions.items() if key[0] == group)
+
+    def _persist_quietly(self, key: SpKey, sp: SharePartition) -> None:
+        """A write no request waits for (records given back): one that fails is logged, and the
+        records stay given back in memory; after a crash they would come back anyway, with the
+        delivery counts last written."""
+        try:
+            self._persist(key, sp)
+        except (OSError, StaleStateEpoch) as e:
+            log.warning("share group %s: the state of %s-%d not written: %s", key[0], key[1], key[2], e)
+
+    def expire(self) -> None:
+        """The broker's tick: members whose session ran out leave; locks that ran out give
+        their records back (persisted, so the delivery counts are kept)."""
+        now = self.now_ms()
+        for (group, member), deadline in list(self._member_deadlines.items()):
+            if deadline <= now:
+                g = self.groups.get(group)
+                log.info("share group %s: member %s left (no heartbeat for %d ms)", group, member,
+                         self.config.session_timeout_ms)
+                if g is not None:
+                    leave(g, member, self.topics())
+                self._member_gone(group, member)
+        for (group, member), s in list(self.sessions.items()):
+            g = self.groups.get(group)
+            if (g is None or member not in g.members) and now - s.last_used_ms > self.config.session_timeout_ms:
+                self.close_session(group, member)   # a member gone without closing it
+        for key, sp in self.partitions.items():
+            if sp.expire(now):
+                self._persist_quietly(key, sp)
+
+    def listing(self) -> list[tuple[str, str]]:
+        """(group id, state) of every share group this broker knows (members or persisted state)."""
+        known = {g: sg.state for g, sg in self.groups.items()}
+        for g in self.store.groups():
+            known.setdefault(g, "Empty")
+        return sorted(known.items())
+
+    def is_share_group(self, group: str) -> bool:
+        return group in self.groups or self.store.has_group(group)
+
+    def delete(self, group: str) -> int:
+        """DeleteGroups of a share group: only an empty one; its state goes."""
+        g = self.groups.get(group)
+        if g is not None and g.members:
+            return E.NON_EMPTY_GROUP
+        self.groups.pop(group, None)
+        self.sessions = {k: v for k, v in self.sessions.items() if k[0] != group}
+        for key in [k for k in self.partitions if k[0] == group]:
+            del self.partitions[key]
+        self.group_configs.pop(group, None)
+        self.store.delete(group)
+        return E.NONE
+
+    # ------------------------------------------------------------------ share sessions
+    def session(self, group: str, member: str, epoch: int) -> ShareSession | None:
+        """The member's session for a request at `epoch` (0 opens one, -1 closes it: None);
+        raises KafkaProtocolError with the session error."""
+        key = (group, member)
+        current = self.sessions.get(key)
+        if epoch == 0:
+            if current is None and len(self.sessions) >= self.config.max_share_sessions:
+                raise KafkaProtocolError(E.SHARE_SESSION_LIMIT_REACHED,
+                                         f"the broker has {len(self.sessions)} share sessions "
+                                         f"(group.share.max.share.sessions)")
+            if current is not None:   # the client lost its session's state: what it held goes back
+                log.info("share group %s: member %s opened a new share session over epoch %d; %d records "
+                         "it held go back", group, member, current.epoch, self._held(group, member))
+                self._release_member(group, member)
+            s = self.sessions[key] = ShareSession(1, last_used_ms=self.now_ms())
+            return s
+        if current is None:
+            raise KafkaProtocolError(E.SHARE_SESSION_NOT_FOUND, f"no share session for member {member}")
+        current.last_used_ms = self.now_ms()
+        if epoch == -1:
+            return None
+        if epoch != current.epoch:
+            raise KafkaProtocolError(E.INVALID_SHARE_SESSION_EPOCH,
+                                     f"share session epoch {epoch}, expected {current.epoch}")
+        current.epoch = current.epoch + 1 if current.epoch < 2**31 - 1 else 1
+        return current
+
+    def close_session(self, group: str, member: str) -> None:
+        """ShareFetch/ShareAcknowledge with epoch -1, after its acknowledgements: what the member
+        still holds goes back."""
+        self.sessions.pop((group, member), None)
+        self._release_member(group, member)
+
+    def forget(self, group: str, member: str, session: ShareSession, parts: set[tuple[uuid.UUID, int]]) -> None:
+        session.partitions -= parts
+        for topic_id, p in parts:
+            key = (group, topic_id, p)
+            sp = self.partitions.get(key)
+            if sp is not None and sp.release_member(member):
+                self._persist_quietly(key, sp)
+
+    # ------------------------------------------------------------------ share-partitions
+    def share_partition(self, group: str, topic_id: uuid.UUID, partition: int, log_start: int, log_end: int
+                        ) -> SharePartition:
+        """Loaded from the store, or initialized at share.auto.offset.reset; the log's start
+        moving past it (retention) moves it too."""
+        key = (group, topic_id, partition)
+        sp = self.partitions.get(key)
+        if sp is None:
+            c = self.config
+            state = self.store.read(group, topic_id, partition)
+            if state is None:
+                start = log_start if self.group_config(group, "share.auto.offset.reset") == "earliest" else log_end
+                state = self.store.initialize(group, topic_id, partition, 0, start)
+            sp = SharePartition.loaded(state.start_offset, state.batches, c.delivery_count_limit,
+                                       c.partition_max_record_locks, state.state_epoch)
+            self.partitions[key] = sp
+        if log_start > sp.start:
+            sp.move_start(log_start)
+        if log_end < sp.end:   # the log was truncated below what was fetched (a lost unflushed tail)
+            sp.reset_to(min(sp.start, log_end))
+        return sp
+
+    def persist(self, key: SpKey) -> None:
+        sp = self.partitions.get(key)
+        if sp is not None:
+            self._persist(key, sp)
+
+    def _persist(self, key: SpKey, sp: SharePartition) -> None:
+        self.store.write(key[0], key[1], key[2], ShareState(sp.state_epoch, sp.start, tuple(sp.state_batches())))
+
+    def counts(self) -> Counts:
+        out = Counts(**vars(self.totals))
+        for sp in self.partitions.values():
+            for name, value in vars(sp.counts).items():
+                setattr(out, name, getattr(out, name) + value)
+        return out
+
+
+def share_group_config(c: Any) -> ShareGroupConfig:
+    """From the broker's settings (`broker.config`)."""
+    return ShareGroupConfig(c["group.share.heartbeat.interval.ms"], c["group.share.session.timeout.ms"],
+                            c["group.share.record.lock.duration.ms"], c["group.share.delivery.count.limit"],
+                            c["group.share.partition.max.record.locks"], c["group.share.max.size"],
+                            c["group.share.max.share.sessions"])

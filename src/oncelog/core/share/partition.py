@@ -1,0 +1,326 @@
+"""One share-partition (Kafka's `SharePartition`): which records of one topic partition a share
+group has delivered, to whom, and what became of them.
+
+The share-partition start offset (SPSO, `start`) is the first offset not yet finished with; the
+end (`end`, Kafka's SPEO + 1) is the first offset never fetched. Every offset in [start, end) is
+in one state:
+- AVAILABLE: may be acquired by the next fetch of any member;
+- ACQUIRED: held by one member until its lock runs out (`deadline`, now + the record lock
+  duration at acquisition or at a RENEW);
+- ACKNOWLEDGED: the member accepted it; never delivered again;
+- ARCHIVED: rejected, past the delivery count limit, a gap in the log (compacted away), a control
+  record or a record of an aborted transaction; never delivered again.
+Only AVAILABLE and ACQUIRED records (and finished ones above the first unfinished one) are kept
+in memory: an offset below `end` that is not in `_records` is finished. `start` moves past the
+finished prefix at once, so in-flight state is bounded by `max_in_flight`
+(`group.share.partition.max.record.locks`): no new offset is acquired while `end - start` is at
+the bound.
+
+Delivery count: each acquisition counts one delivery. A record whose lock runs out or that is
+RELEASEd goes back to AVAILABLE, unless it was delivered `delivery_limit` times
+(`group.share.delivery.count.limit`): then it is ARCHIVED. So no record is delivered more than
+the limit, and the delivery count survives a restart because the state is persisted (with
+ACQUIRED written as AVAILABLE, as Kafka writes it) before the records are handed out.
+
+Acknowledgements (ShareFetch/ShareAcknowledge batches): 0 GAP, 1 ACCEPT, 2 RELEASE, 3 REJECT,
+4 RENEW (KIP-1222). Every offset acknowledged must be ACQUIRED by that member with its lock still
+valid (a GAP may also name an offset already finished), else the whole partition's
+acknowledgement is refused with INVALID_RECORD_STATE and nothing changes. Locks that ran out are
+taken back before anything is decided (`expire`), so a record is never held by two members while
+a lock on it is valid.
+
+Acquisition modes (ShareFetch v2, KIP-1206): BATCH_OPTIMIZED (0) acquires whole log batches and
+may pass MaxRecords to end on a batch boundary, as Kafka does; RECORD_LIMIT (1) never acquires
+more than MaxRecords.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+AVAILABLE, ACQUIRED, ACKNOWLEDGED, ARCHIVED = 0, 1, 2, 4   # Kafka's RecordState ids
+STATE_NAMES = {AVAILABLE: "AVAILABLE", ACQUIRED: "ACQUIRED", ACKNOWLEDGED: "ACKNOWLEDGED", ARCHIVED: "ARCHIVED"}
+GAP, ACCEPT, RELEASE, REJECT, RENEW = 0, 1, 2, 3, 4       # AcknowledgeType
+ACK_TYPES = (GAP, ACCEPT, RELEASE, REJECT, RENEW)
+BATCH_OPTIMIZED, RECORD_LIMIT = 0, 1                     # ShareAcquireMode
+NO_DEADLINE = 1 << 62
+
+
+class InvalidRecordState(Exception):
+    """An acknowledgement names a record the member does not hold (Kafka's INVALID_RECORD_STATE)."""
+
+
+class _Rec:
+    __slots__ = ("state", "count", "member", "deadline")
+
+    def __init__(self, state: int = AVAILABLE, count: int = 0) -> None:
+        self.state = state
+        self.count = count
+        self.member: str | None = None
+        self.deadline = NO_DEADLINE
+
+
+@dataclass(frozen=True)
+class Acquired:
+    """A run of consecutive offsets acquired by one fetch, all with the same delivery count
+    (ShareFetch's AcquiredRecords)."""
+    first_offset: int
+    last_offset: int
+    delivery_count: int
+
+
+@dataclass(frozen=True)
+class StateBatch:
+    """A run of [first, last] in one persisted state (Kafka's PersisterStateBatch)."""
+    first_offset: int
+    last_offset: int
+    state: int
+    delivery_count: int
+
+
+@dataclass
+class Counts:
+    """What happened, for metrics: records acquired, redelivered (acquired again), acknowledged,
+    released, rejected, archived by the delivery limit, locks that ran out."""
+    acquired: int = 0
+    redelivered: int = 0
+    accepted: int = 0
+    released: int = 0
+    rejected: int = 0
+    archived_by_limit: int = 0
+    lock_expiries: int = 0
+
+
+class SharePartition:
+    def __init__(self, start: int, delivery_limit: int = 5, max_in_flight: int = 2000,
+                 state_epoch: int = 0) -> None:
+        self.start = start
+        self.end = start
+        self.delivery_limit = delivery_limit
+        self.max_in_flight = max_in_flight
+        self.state_epoch = state_epoch
+        self._records: dict[int, _Rec] = {}
+        self._next_deadline = NO_DEADLINE
+        self.counts = Counts()
+
+    # ------------------------------------------------------------------ reading
+    def state_of(self, offset: int) -> tuple[int, int, str | None]:
+        """(state, delivery count, holder) of one offset; finished offsets below `start` (and
+        gaps) are ARCHIVED or ACKNOWLEDGED as far as anyone can tell: ARCHIVED, 0."""
+        rec = self._records.get(offset)
+        if rec is None:
+            return (AVAILABLE, 0, None) if offset >= self.end else (ARCHIVED, 0, None)
+        return rec.state, rec.count, rec.member
+
+    def next_fetch_offset(self, now: int) -> int:
+        """Where the next fetch reads the log: the lowest AVAILABLE offset (locks that ran out by
+        `now` taken back first), else `end`."""
+        self.expire(now)
+        available = [o for o, r in self._records.items() if r.state == AVAILABLE]
+        return min(available) if available else self.end
+
+    def in_flight(self) -> int:
+        return self.end - self.start
+
+    def acquired_by(self, member: str) -> list[int]:
+        return sorted(o for o, r in self._records.items() if r.state == ACQUIRED and r.member == member)
+
+    def next_deadline(self) -> int:
+        return self._next_deadline
+
+    # ------------------------------------------------------------------ the log moved
+    def move_start(self, log_start: int) -> None:
+        """The log's start moved past `start` (retention, DeleteRecords): what went is finished."""
+        if log_start <= self.start:
+            return
+        for o in [o for o in self._records if o < log_start]:
+            del self._records[o]
+        self.start = log_start
+        self.end = max(self.end, log_start)
+
+    def reset_to(self, offset: int) -> None:
+        """An administrator's reset (only while the group has no members): everything forgotten,
+        the next fetch starts at `offset`."""
+        self._records.clear()
+        self.start = self.end = offset
+        self._next_deadline = NO_DEADLINE
+
+    # ------------------------------------------------------------------ acquisition
+    def acquire(self, member: str, batches: Iterable[tuple[int, int, bool]], max_records: int, now: int,
+                lock_ms: int, mode: int = BATCH_OPTIMIZED) -> list[Acquired]:
+        """Acquire for `member` what it may have of the log batches read from
+        `next_fetch_offset()` on: (first offset, last offset, acquirable) in offset order;
+        acquirable is False for control batches and aborted transactions (archived when first
+        met). Returns runs of acquired offsets."""
+        self.expire(now)
+        if max_records <= 0:
+            return []
+        taken: list[tuple[int, int]] = []      # (offset, delivery count)
+        deadline = now + lock_ms
+        stop = False
+        for first, last, acquirable in batches:
+            if stop:
+                break
+            if mode == BATCH_OPTIMIZED and len(taken) >= max_records:
+                break
+            for offset in range(max(first, self.start), last + 1):
+                if mode == RECORD_LIMIT and len(taken) >= max_records:
+                    stop = True
+                    break
+                rec = self._records.get(offset)
+                if rec is None:
+                    if offset < self.end:
+                        continue                      # finished
+                    if self.end - self.start >= self.max_in_flight:
+                        stop = True
+                        break
+                    self.end = offset + 1             # offsets skipped below it are gaps: finished
+                    if not acquirable:
+                        continue                      # control or aborted: archived
+                    rec = self._records[offset] = _Rec()
+                if rec.state != AVAILABLE:
+                    continue
+                rec.state, rec.member, rec.deadline = ACQUIRED, member, deadline
+                rec.count += 1
+                if rec.count > 1:
+                    self.counts.redelivered += 1
+                taken.append((offset, rec.count))
+        if taken:
+            self._next_deadline = min(self._next_deadline, deadline)
+            self.counts.acquired += len(taken)
+        self._advance()
+        return _runs(taken)
+
+    # ------------------------------------------------------------------ acknowledgement
+    def acknowledge(self, member: str, batches: Sequence[tuple[int, int, Sequence[int]]], now: int,
+                    lock_ms: int) -> None:
+        """Apply (first, last, types) batches of `member`; raises InvalidRecordState (nothing
+        changed) if any offset is not the member's to acknowledge."""
+        self.expire(now)
+        plan: list[tuple[int, int]] = []
+        for first, last, types in batches:
+            if last < first or not types or (len(types) != 1 and len(types) != last - first + 1):
+                raise InvalidRecordState(f"malformed acknowledgement batch {first}-{last}")
+            for i, offset in enumerate(range(first, last + 1)):
+                kind = types[0] if len(types) == 1 else types[i]
+                if kind not in ACK_TYPES:
+                    raise InvalidRecordState(f"unknown acknowledge type {kind}")
+                rec = self._records.get(offset)
+                if kind == GAP and (rec is None and offset < self.end):
+                    continue
+                if rec is None or rec.state != ACQUIRED or rec.member != member:
+                    raise InvalidRecordState(f"offset {offset} is not acquired by this member")
+                plan.append((offset, kind))
+        for offset, kind in plan:
+            rec = self._records[offset]
+            if kind == RENEW:
+                rec.deadline = now + lock_ms
+                self._next_deadline = min(self._next_deadline, rec.deadline)
+            elif kind == ACCEPT:
+                self._finish(rec, ACKNOWLEDGED)
+                self.counts.accepted += 1
+            elif kind == RELEASE:
+                self._give_back(rec)
+                self.counts.released += 1
+            else:   # REJECT, GAP
+                self._finish(rec, ARCHIVED)
+                if kind == REJECT:
+                    self.counts.rejected += 1
+        self._advance()
+
+    def release_member(self, member: str) -> int:
+        """The member left (or its share session closed): what it holds goes back, as RELEASE."""
+        n = 0
+        for rec in self._records.values():
+            if rec.state == ACQUIRED and rec.member == member:
+                self._give_back(rec)
+                n += 1
+        self._advance()
+        return n
+
+    def expire(self, now: int) -> int:
+        """Locks that ran out by `now` give their records back."""
+        if now < self._next_deadline:
+            return 0
+        n = 0
+        nxt = NO_DEADLINE
+        for rec in self._records.values():
+            if rec.state != ACQUIRED:
+                continue
+            if rec.deadline <= now:
+                self._give_back(rec)
+                n += 1
+            else:
+                nxt = min(nxt, rec.deadline)
+        self._next_deadline = nxt
+        self.counts.lock_expiries += n
+        self._advance()
+        return n
+
+    def _give_back(self, rec: _Rec) -> None:
+        if rec.count >= self.delivery_limit:
+            self._finish(rec, ARCHIVED)
+            self.counts.archived_by_limit += 1
+        else:
+            rec.state, rec.member, rec.deadline = AVAILABLE, None, NO_DEADLINE
+
+    @staticmethod
+    def _finish(rec: _Rec, state: int) -> None:
+        rec.state, rec.member, rec.deadline = state, None, NO_DEADLINE
+
+    def _advance(self) -> None:
+        records = self._records
+        while self.start < self.end:
+            rec = records.get(self.start)
+            if rec is not None:
+                if rec.state not in (ACKNOWLEDGED, ARCHIVED):
+                    break
+                del records[self.start]
+            self.start += 1
+
+    # ------------------------------------------------------------------ persistence
+    def state_batches(self) -> list[StateBatch]:
+        """What the persister keeps (Kafka's WriteShareGroupState batches): runs over [start,
+        end) with ACQUIRED written as AVAILABLE (after a restart nobody holds anything) and
+        finished offsets as ARCHIVED."""
+        out: list[StateBatch] = []
+        for offset in range(self.start, self.end):
+            rec = self._records.get(offset)
+            state, count = (ARCHIVED, 0) if rec is None else (
+                AVAILABLE if rec.state == ACQUIRED else rec.state, rec.count)
+            if state == ACKNOWLEDGED:
+                state = ARCHIVED   # both are finished; one state keeps the runs long
+            prev = out[-1] if out else None
+            if prev is not None and prev.state == state and prev.delivery_count == count \
+                    and prev.last_offset == offset - 1:
+                out[-1] = StateBatch(prev.first_offset, offset, state, count)
+            else:
+                out.append(StateBatch(offset, offset, state, count))
+        return out
+
+    @classmethod
+    def loaded(cls, start: int, batches: Iterable[StateBatch], delivery_limit: int = 5,
+               max_in_flight: int = 2000, state_epoch: int = 0) -> SharePartition:
+        """The share-partition a persisted state describes; nothing is acquired in it."""
+        sp = cls(start, delivery_limit, max_in_flight, state_epoch)
+        for b in batches:
+            if b.last_offset < start:
+                continue
+            sp.end = max(sp.end, b.last_offset + 1)
+            if b.state in (AVAILABLE, ACQUIRED):
+                for offset in range(max(b.first_offset, start), b.last_offset + 1):
+                    if b.delivery_count >= delivery_limit:
+                        continue   # the limit was lowered: archived
+                    sp._records[offset] = _Rec(AVAILABLE, b.delivery_count)
+        sp._advance()
+        return sp
+
+
+def _runs(taken: list[tuple[int, int]]) -> list[Acquired]:
+    out: list[Acquired] = []
+    for offset, count in taken:
+        if out and out[-1].last_offset == offset - 1 and out[-1].delivery_count == count:
+            out[-1] = Acquired(out[-1].first_offset, offset, count)
+        else:
+            out.append(Acquired(offset, offset, count))
+    return out

@@ -1,0 +1,94 @@
+"""oncelog's share consumer (`client.ShareConsumer`, KIP-932) against an oncelog broker over real
+sockets: two members of one share group read one partition together, each record once, with
+explicit acknowledgement; released records come back to some member with their delivery count;
+implicit mode accepts what the last poll returned; close gives back what is still held."""
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+import pytest
+
+from oncelog.client import ACCEPT, RELEASE, AdminClient, NewTopic, Producer, ShareConsumer
+from oncelog.protocol import entities
+from oncelog.protocol.api import ApiKey
+from oncelog.testing.raw_client import RawConnection
+
+pytestmark = pytest.mark.processes
+N = 300
+
+
+def setup(boot: str, topic: str) -> None:
+    admin = AdminClient({"bootstrap.servers": boot})
+    try:
+        admin.create_topics([NewTopic(topic, 1)])
+    finally:
+        admin.close()
+    res = entities.nested(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, "request", "AlterConfigsResource")
+    cfg = entities.nested(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, "request", "AlterableConfig")
+    r = RawConnection(boot).call(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, validate_only=False, resources=(res(
+        resource_type=32, resource_name=topic, configs=(
+            cfg(name="share.auto.offset.reset", config_operation=0, value="earliest"),)),))
+    assert int(r.responses[0].error_code) == 0
+    with Producer({"bootstrap.servers": boot}) as p:
+        for i in range(N):
+            p.send(topic, value=f"v{i}".encode())
+        p.flush(30)
+
+
+def test_two_members_explicit_each_record_once_and_released_ones_come_back(broker):
+    topic = "oncelog-share"
+    setup(broker.bootstrap, topic)
+    config = {"bootstrap.servers": broker.bootstrap, "group.id": topic, "share.acknowledgement.mode": "explicit",
+              "max.poll.records": 50}
+    members = [ShareConsumer(config), ShareConsumer(config)]
+    given: list[tuple[int, int]] = []
+    try:
+        for m in members:
+            m.subscribe([topic])
+        deadline = time.monotonic() + 60
+        while len({o for o, c in given if not (o % 10 == 0 and c == 1)}) < N:
+            assert time.monotonic() < deadline, f"{len(given)} records given"
+            for m in members:
+                for r in m.poll(0.2):
+                    given.append((r.offset, r.delivery_count))
+                    m.acknowledge(r, RELEASE if r.offset % 10 == 0 and r.delivery_count == 1 else ACCEPT)
+    finally:
+        for m in members:
+            m.close()
+    counts = Counter(given)
+    assert max(counts.values()) == 1
+    assert {o for o, _c in given} == set(range(N))
+    assert {(o, c) for o, c in given if o % 10 == 0} == {(o, c) for o in range(0, N, 10) for c in (1, 2)}
+    assert all(c == 1 for o, c in given if o % 10)
+
+
+def test_implicit_mode_accepts_the_last_poll_and_close_gives_back_what_is_held(broker):
+    topic = "oncelog-share-implicit"
+    setup(broker.bootstrap, topic)
+    config = {"bootstrap.servers": broker.bootstrap, "group.id": topic, "max.poll.records": 100}
+    a = ShareConsumer(config)
+    a.subscribe([topic])
+    first: list[int] = []
+    deadline = time.monotonic() + 30
+    while not first:
+        assert time.monotonic() < deadline
+        first = [r.offset for r in a.poll(0.5)]
+    a.commit_sync()     # implicit: the records of that poll are accepted now
+    held: list[int] = []
+    while not held:
+        assert time.monotonic() < deadline
+        held = [r.offset for r in a.poll(0.5)]
+    # close: held records are accepted too (implicit mode commits the last poll at close)
+    a.close()
+    b = ShareConsumer(config)
+    b.subscribe([topic])
+    rest: list[tuple[int, int]] = []
+    try:
+        while len(rest) < N - len(first) - len(held):
+            assert time.monotonic() < deadline + 30, rest[-3:]
+            rest += [(r.offset, r.delivery_count) for r in b.poll(0.5)]
+    finally:
+        b.close()
+    assert not {o for o, _c in rest} & (set(first) | set(held))
+    assert sorted(first + held + [o for o, _c in rest]) == list(range(N))
