@@ -7,13 +7,17 @@ its default durable acknowledgements (answered once fsynced, group commit) and w
     .venv/bin/python bench/broker_produce.py [--records 100000] [--repeat 3]
 
 Twice: with librdkafka's default batching, and with batch.size=16384. Prints records/s (best of
---repeat) and the ratios of each oncelog setting to the peer and to the mock.
+--repeat), the broker's CPU seconds (user + system of its process, /proc/<pid>/stat) per million
+records (median of --repeat; the mock runs inside the client and has none) and the ratios of each
+oncelog setting to the peer and to the mock. CPU per record moves far less than records/s when
+the machine is shared: compare those figures between runs made under different load.
 """
 from __future__ import annotations
 
 import argparse
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -23,6 +27,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 from oncelog.testing.embedded import BrokerProcess, TansuProcess, find_tansu  # noqa: E402
+from oncelog.testing.hostile import process_cpu_seconds  # noqa: E402
 
 VALUE = b"x" * 1024
 
@@ -76,6 +81,7 @@ def main() -> None:
     tansu = TansuProcess(binary).start() if binary else None
     batching = {"default batching": {}, "batch.size=16384": {"batch.size": 16384}}
     results: dict[tuple[str, str], float] = {}
+    cpu: dict[tuple[str, str], float] = {}   # broker CPU seconds per million records
     try:
         for label, extra in batching.items():
             targets = {"oncelog": ({"bootstrap.servers": oncelog.bootstrap}, {}),
@@ -85,14 +91,23 @@ def main() -> None:
                 targets["tansu"] = ({"bootstrap.servers": tansu.bootstrap}, {})
             for name, (conf, topic_config) in targets.items():
                 best = 0.0
+                pid = tansu.proc.pid if name == "tansu" and tansu else oncelog.proc.pid if name != "mock" else None
+                per_m = []
                 for r in range(args.repeat):
                     topic = f"bench-{name}-{len(results)}-{r}".replace(".", "-")
                     if topic_config is not None:
                         create(conf["bootstrap.servers"], topic, topic_config)
+                    cpu0 = process_cpu_seconds(pid) if pid else 0.0
                     best = max(best, produce({**conf, **extra}, topic, args.records))
+                    if pid:
+                        per_m.append((process_cpu_seconds(pid) - cpu0) / args.records * 1e6)
                 results[(label, name)] = best
-                print(f"{label:18s} {name:10s} {best:12,.0f} records/s  ({best * 1024 / 1e6:7.1f} MB/s)",
-                      flush=True)
+                cpu_text = ""
+                if per_m:
+                    cpu[(label, name)] = statistics.median(per_m)
+                    cpu_text = f"  broker CPU {cpu[(label, name)]:6.2f} s per M records"
+                print(f"{label:18s} {name:10s} {best:12,.0f} records/s  ({best * 1024 / 1e6:7.1f} MB/s){cpu_text}"
+                      f"  (load {os.getloadavg()[0]:.1f})", flush=True)
     finally:
         oncelog.stop()
         if tansu:
@@ -106,6 +121,7 @@ def main() -> None:
             line = f"{label:18s} {setting:19s} oncelog/mock = {o / m:.2f}"
             if (label, "tansu") in results:
                 line += f"   oncelog/tansu = {o / results[(label, 'tansu')]:.2f}"
+                line += f"   CPU per record oncelog/tansu = {cpu[(label, name)] / cpu[(label, 'tansu')]:.2f}"
             print(line)
 
 

@@ -175,7 +175,7 @@ async def test_pipelined_produce_requests_share_an_fsync_and_are_answered_in_ord
         await w.drain()
         deadline = asyncio.get_running_loop().time() + 10
         partition = broker.logs.get_partition("p", 0)
-        while partition.log_end_offset < 6 and asyncio.get_running_loop().time() < deadline:
+        while (partition.log_end_offset < 6 or not calls) and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.01)
         assert partition.log_end_offset == 6 and calls == [2]   # all appended during fsync 1
         gate.release()
@@ -191,5 +191,25 @@ async def test_pipelined_produce_requests_share_an_fsync_and_are_answered_in_ord
     finally:
         for _ in range(4):
             gate.release()
+        await c.conn.close()
+        await broker.stop()
+
+
+async def test_a_lone_acks_all_produce_is_answered_after_exactly_one_fsync(tmp_path):
+    """Nothing else in flight: the request's fsync starts at once (no group-commit tick to wait
+    for), its answer goes out after that fsync and no other (the log's fsync counter)."""
+    from test_dedup_raw import Client, Conn, start_broker
+
+    broker, host, port = await start_broker(tmp_path)
+    c = Client(await Conn.open(host, port))
+    try:
+        await c.create_topic("lone")
+        partition = broker.logs.get_partition("lone", 0)
+        for seq in (0, 2, 4):
+            before = partition.fsyncs
+            p, _tags = await c.produce("lone", bytes(batch(seq)))
+            assert p["error_code"] == 0 and p["base_offset"] == seq
+            assert partition.fsyncs == before + 1 and partition.durable_end_offset == seq + 2
+    finally:
         await c.conn.close()
         await broker.stop()

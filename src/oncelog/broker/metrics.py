@@ -88,7 +88,7 @@ class BrokerMetrics:
         self._server: WSGIServer | None = None
         self._children: dict[int, tuple] = {}  # labelled children per API, looked up once
 
-    def request_handled(self, api_key: int, version: int, request_bytes: int, body: bytes | None,
+    def request_handled(self, api_key: int, version: int, request_bytes: int, body: bytes | list | None,
                         response_bytes: int, refused: int, bug: bool, seconds: float) -> None:
         """What the dispatch tells of each request it answered (or left unanswered: `body` None):
         the error code it answered the whole request with (`refused`, 0 if none), and whether a
@@ -97,7 +97,7 @@ class BrokerMetrics:
         if bug:
             self.handler_bugs.inc()
         if body is not None:
-            if api_key not in _ERRORS_COUNTED_BY_HANDLER:
+            if api_key not in _ERRORS_COUNTED_BY_HANDLER and isinstance(body, bytes):
                 self.count_response_errors(api_key, version, body)
             elif refused:
                 self.count_errors(api_name(api_key), (refused,))

@@ -58,6 +58,7 @@ from oncelog.storage.durable import fsync_dir, replace_file
 from oncelog.storage.segment import (
     CLEANED,
     Entry,
+    FileRegion,
     Segment,
     commit_swap,
     finish_interrupted_swaps,
@@ -163,6 +164,7 @@ class PartitionLog:
         self.durable_end_offset = 0  # every record below it is fsynced
         self.sync_generation = 0     # bumped whenever records above the durable end are cut away
         self.offline: str | None = None  # why the partition is offline (a storage failure)
+        self.fsyncs = 0   # fsyncs of the active segment for appends (group commit, flush policy, rolls)
 
     # ------------------------------------------------------------------ open / recovery
     @classmethod
@@ -337,6 +339,7 @@ class PartitionLog:
     def end_sync(self, token: SyncToken, error: BaseException | None) -> None:
         """Back on the appending thread: the records the fsync covered are durable, or, after a
         failure, the unsynced tail is cut (or the partition goes offline: `_sync_failed`)."""
+        self.fsyncs += 1
         if error is None:
             if token.generation == self.sync_generation:
                 self._mark_durable(token.segment, token.size, token.end_offset)
@@ -386,6 +389,7 @@ class PartitionLog:
         (not yet acknowledged nor visible). Raises KAFKA_STORAGE_ERROR after `_sync_failed`."""
         seg = self.segments[-1]
         size, end = seg.size, self.log_end_offset
+        self.fsyncs += 1
         try:
             fp.log_sync(seg.fd)
         except OSError as e:
@@ -449,40 +453,98 @@ class PartitionLog:
         return max(0, bisect.bisect_right(bases, offset) - 1)
 
     def read(self, offset: int, max_bytes: int, max_offset: int | None = None,
-             min_one: bool = True) -> bytes | memoryview:
+             min_one: bool = True) -> bytes:
         """Whole entries from the one holding `offset` within max_bytes, none at or above
         `max_offset` (the high watermark); with `min_one` at least one, even above max_bytes,
-        without it nothing if the first does not fit (a view of what was read when the tail is
-        cut: no second copy of a large read)."""
+        without it nothing if the first does not fit. Exactly the bytes of `read_region`."""
+        found = self._region(offset, max_bytes, max_offset, min_one)
+        if found is None:
+            return b""
+        seg, position, size, _end = found
+        return os.pread(seg.fd, size, position)
+
+    def read_region(self, offset: int, max_bytes: int, max_offset: int | None = None,
+                    min_one: bool = True) -> FileRegion | None:
+        """`read`'s entries as a region of their segment file, for a Fetch to send without reading
+        them (None: nothing to send). Costs a few small reads of entry frames, whatever its size."""
+        found = self._region(offset, max_bytes, max_offset, min_one)
+        if found is None:
+            return None
+        seg, position, size, end_offset = found
+        return FileRegion(os.dup(seg.fd), position, size, end_offset)
+
+    def _region(self, offset: int, max_bytes: int, max_offset: int | None,
+                min_one: bool) -> tuple[Segment, int, int, int] | None:
+        """(segment, position, size, end offset) of what `read` answers, or None for nothing.
+        Within one segment: the entry holding `offset` (or the first after it), then the entries
+        after it while they end within max_bytes of its start; none whose first offset is at or
+        above `max_offset`. Entries are found by their frames (`_frames`), from the sparse index
+        entries nearest to where the answer starts and ends, so a large answer costs no more
+        reads than a small one."""
         if self.offline:
             raise KafkaProtocolError(ErrorCode.KAFKA_STORAGE_ERROR, f"{self.directory.name} is offline: {self.offline}")
         self._check_offset(offset)
         if offset >= (self.log_end_offset if max_offset is None else min(max_offset, self.log_end_offset)):
-            return b""
+            return None
         for seg in self.segments[self._segment_for(offset):]:
-            start = self._find(seg, offset)
-            if start is None:
+            first = self._find(seg, offset)
+            if first is None:
                 continue
-            pos, first_size = start
-            if first_size > max_bytes and not min_one:
-                return b""
-            want = max(max_bytes, first_size)
-            data = os.pread(seg.fd, min(want, seg.size - pos), pos)
-            end = 0
-            for e in scan_entries(data):
-                if (e.position + e.size > len(data) or (end and e.position + e.size > max_bytes)
-                        or (max_offset is not None and e.first_offset >= max_offset)):
-                    break
-                end = e.position + e.size
-            return memoryview(data)[:end] if end < len(data) else data
-        return b""
-
-    def _find(self, seg: Segment, offset: int) -> tuple[int, int] | None:
-        """(position, size) of the first entry of `seg` whose last offset is >= offset."""
-        for e, _chunk in seg.entries_from(seg.position_for(offset)):
-            if e.last_offset >= offset:
-                return e.position, e.size
+            position, size, first_offset, last_offset = first
+            if (size > max_bytes and not min_one) or (max_offset is not None and first_offset >= max_offset):
+                return None
+            end, end_offset = position + size, last_offset + 1
+            limit = position + min(max_bytes, seg.size - position)   # where the entries after it must end
+            if max_offset is not None and max_offset < seg.next_offset:
+                limit = min(limit, self._position_of_first_at(seg, max_offset, end))
+            if end < limit:
+                # from the index entry before the last one within the limit: the walk meets the
+                # last entry that fits (it ends at or after that index entry), and no more
+                i = bisect.bisect_right(seg.index_positions, limit) - 2
+                start = max(end, seg.index_positions[i]) if i >= 0 else end
+                for pos, entry_size, _first, last in self._frames(seg, start):
+                    if pos + entry_size > limit:
+                        break
+                    end, end_offset = pos + entry_size, last + 1
+            return seg, position, end - position, end_offset
         return None
+
+    def _position_of_first_at(self, seg: Segment, offset: int, start: int) -> int:
+        """The position of the first entry of `seg` at or after `start` whose first offset is
+        >= offset (the segment's size if none)."""
+        i = bisect.bisect_left(seg.index_offsets, offset) - 1
+        for pos, _size, first, _last in self._frames(seg, max(start, seg.index_positions[i]) if i >= 0 else start):
+            if first >= offset:
+                return pos
+        return seg.size
+
+    def _find(self, seg: Segment, offset: int) -> tuple[int, int, int, int] | None:
+        """(position, size, first offset, last offset) of the first entry of `seg` whose last
+        offset is >= offset."""
+        for frame in self._frames(seg, seg.position_for(offset)):
+            if frame[3] >= offset:
+                return frame
+        return None
+
+    def _frames(self, seg: Segment, pos: int) -> Iterator[tuple[int, int, int, int]]:
+        """(position, size, first offset, last offset) of each entry of `seg` from `pos` (an
+        entry's start) on, ending where a walk over the file with `rec.iter_batches` ends, from
+        the entries' first bytes only (`rec.entry_frame`): small entries share a read of an index
+        interval, a large one costs a read of its own."""
+        chunk = min(self.config.index_interval_bytes, _HEADER_READ_MAX) + rec.FRAME_PREFIX
+        frame = rec.entry_frame
+        buf: bytes = b""
+        base = pos
+        while pos < seg.size:
+            rel = pos - base
+            if rel + rec.FRAME_PREFIX > len(buf) and base + len(buf) < seg.size:
+                base, rel = pos, 0
+                buf = os.pread(seg.fd, min(chunk, seg.size - pos), pos)
+            f = frame(buf, rel, seg.size - pos)
+            if f is None:
+                return
+            yield pos, f.size, f.first_offset, f.last_offset
+            pos += f.size
 
     def iter_batches_from(self, offset: int) -> Iterator[rec.BatchHeader]:
         """v2 batch headers from the batch holding `offset` (for producer-state rebuilds and tail

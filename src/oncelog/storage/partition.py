@@ -55,7 +55,7 @@ from oncelog.storage import txn_index
 from oncelog.storage.fence import Busy, Fenced, Lease
 from oncelog.storage.log import LogConfig, PartitionLog, SyncToken
 from oncelog.storage.producer_state_store import ProducerStateStore
-from oncelog.storage.segment import Segment
+from oncelog.storage.segment import FileRegion, Segment
 
 log = logging.getLogger(__name__)
 
@@ -205,12 +205,17 @@ class Partition:
         open (librdkafka and kafkajs read read_committed by default)."""
         return self.txns.last_stable_offset(self.log.high_watermark, self.log.log_start_offset)
 
-    def read(self, offset: int, max_bytes: int, min_one: bool = True, max_offset: int | None = None
-             ) -> bytes | memoryview:
+    def read(self, offset: int, max_bytes: int, min_one: bool = True, max_offset: int | None = None) -> bytes:
         """Whole batches from `offset`, none at or above `max_offset` (default: the high
         watermark; a read_committed fetch passes the LSO)."""
         return self.log.read(offset, max_bytes, self.log.high_watermark if max_offset is None else max_offset,
                              min_one)
+
+    def read_region(self, offset: int, max_bytes: int, min_one: bool = True,
+                    max_offset: int | None = None) -> FileRegion | None:
+        """`read`'s batches as a region of their segment file, which a Fetch sends unread."""
+        return self.log.read_region(offset, max_bytes,
+                                    self.log.high_watermark if max_offset is None else max_offset, min_one)
 
     def aborted_transactions(self, fetch_offset: int, upper: int, max_scan: int | None = None) -> AbortedQuery:
         """The aborted transactions overlapping [fetch_offset, upper) (`core.txn.collect_aborted`),
@@ -236,6 +241,11 @@ class Partition:
     @property
     def offline(self) -> str | None:
         return self.log.offline
+
+    @property
+    def fsyncs(self) -> int:
+        """fsyncs of the log's active segment so far (group commits, the flush policy, rolls)."""
+        return self.log.fsyncs
 
     def begin_sync(self, now_ms: int) -> SyncToken | None:
         """Group commit: an fsync of what was appended so far, for `run_sync` on a thread."""

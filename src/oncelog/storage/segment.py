@@ -125,6 +125,45 @@ def finish_interrupted_swaps(directory: Path) -> None:
 
 
 
+class FileRegion:
+    """Whole entries of a segment file as a Fetch answers them, not read: the broker's connection
+    sends them with os.sendfile (Kafka's FileRecords.writeTo) or, where it cannot (TLS), reads them
+    once. It holds its own duplicate of the segment's descriptor, so a roll, a retention delete or
+    a cleaner's swap between the answer and its sending cannot take the bytes away; `close` (or
+    the region's end, when nothing sent it) releases the descriptor. `end_offset`: the offset
+    after its last entry's last record (what read_committed's aborted-transaction lookup needs)."""
+
+    __slots__ = ("fd", "position", "size", "end_offset")
+
+    def __init__(self, fd: int, position: int, size: int, end_offset: int) -> None:
+        self.fd = fd
+        self.position = position
+        self.size = size
+        self.end_offset = end_offset
+
+    def __len__(self) -> int:
+        return self.size
+
+    def read(self, skip: int = 0) -> bytes:
+        """Its bytes from `skip` on (what a partial sendfile left), then closed."""
+        try:
+            want = self.size - skip
+            data = os.pread(self.fd, want, self.position + skip)
+            if len(data) != want:
+                raise OSError(f"segment file ended {want - len(data)} bytes short of a region read from it")
+            return data
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __del__(self) -> None:
+        self.close()
+
+
 class Segment:
     """One `.log` file and its in-memory sparse index (first offset of an entry -> position)."""
 

@@ -69,12 +69,14 @@ from oncelog.broker.handlers import (
 from oncelog.broker.services import BrokerServices
 from oncelog.protocol import entities
 from oncelog.protocol import produce as produce_wire
+from oncelog.protocol.fetch import OpaqueRecords
 
 
 class Api(NamedTuple):
     key: int
     decode: Callable[[int, memoryview], Any]           # (version, body) -> request; raises on bad bytes
-    handle: Callable[[BrokerServices, int, Any], Awaitable[bytes | None]]  # (broker, version, request)
+    # (broker, version, request) -> the body; a Fetch's may hold record sets to send unread
+    handle: Callable[[BrokerServices, int, Any], Awaitable[bytes | list[bytes | OpaqueRecords] | None]]
     error_response: Callable[[int, Any, int], bytes | None]     # (version, request, error code)
 
 

@@ -24,7 +24,6 @@ from oncelog.protocol import entities
 from oncelog.protocol import fetch as wire
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
-from oncelog.protocol.records import iter_batches
 from oncelog.storage.partition import Partition
 
 API_KEY = ApiKey.FETCH
@@ -34,7 +33,7 @@ READ_COMMITTED = 1
 MAX_ABORTED_SCAN = 1000
 
 
-async def handle(broker: BrokerServices, version: int, request: Any) -> bytes:
+async def handle(broker: BrokerServices, version: int, request: Any) -> bytes | list[bytes | wire.OpaqueRecords]:
     max_wait_s = entities.millis(request.max_wait) / 1000
     deadline = time.monotonic() + max_wait_s
     max_bytes = min(int(request.max_bytes), broker.config["fetch.max.bytes"], broker.quotas.fetch_window_bytes())
@@ -50,7 +49,7 @@ async def handle(broker: BrokerServices, version: int, request: Any) -> bytes:
                 throttle(throttle_ms)
                 return wire.encode_response(version, [], throttle_ms=throttle_ms)
             broker.metrics.count_errors("fetch", (p.error_code for _name, parts in topics for p in parts))
-            return wire.encode_response(version, topics)
+            return wire.encode_response_parts(version, topics)
         await broker.wait_for_data(remaining)
 
 
@@ -93,7 +92,7 @@ def _read(broker: BrokerServices, request: Any, max_bytes: int, readable: set[st
                     if committed:
                         _read_committed(partition, data, int(fp.fetch_offset), limit, first)
                     else:
-                        data.records = partition.read(int(fp.fetch_offset), limit, min_one=first)
+                        data.records = partition.read_region(int(fp.fetch_offset), limit, min_one=first) or b""
                 except KafkaProtocolError as e:
                     data.error_code = e.code
             total += len(data.records)
@@ -105,28 +104,23 @@ def _read(broker: BrokerServices, request: Any, max_bytes: int, readable: set[st
 
 def _read_committed(partition: Partition, data: wire.PartitionData, offset: int, limit: int, first: bool) -> None:
     """Records below the LSO, and the aborted transactions among them."""
-    records = partition.read(offset, limit, min_one=first, max_offset=data.last_stable_offset)
-    end = _end_offset(records)
-    if end <= offset:
+    records = partition.read_region(offset, limit, min_one=first, max_offset=data.last_stable_offset)
+    if records is None:
         return
+    end = records.end_offset
     query = partition.aborted_transactions(offset, end, MAX_ABORTED_SCAN)
     if query.upper < end:
         if query.upper > offset:  # complete below query.upper only: return that much
-            records = partition.read(offset, limit, min_one=first, max_offset=query.upper)
-            end = _end_offset(records)
+            records.close()
+            records = partition.read_region(offset, limit, min_one=first, max_offset=query.upper)
+            if records is None:
+                return
+            end = records.end_offset
         else:  # one transaction open across more aborts than the bound: no progress without all
             query = partition.aborted_transactions(offset, end)
     data.records = records
     data.aborted_transactions = [(t.producer_id, t.first_offset) for t in query.transactions
                                  if t.first_offset < end]
-
-
-def _end_offset(records: bytes | memoryview) -> int:
-    """The offset after the last batch of `records` (header-level), or -1 if none."""
-    end = -1
-    for _pos, header in iter_batches(records):
-        end = header.last_offset + 1
-    return end
 
 
 def error_response(version: int, request: Any, code: int) -> bytes:

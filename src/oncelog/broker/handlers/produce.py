@@ -185,7 +185,9 @@ def _check_partitions(broker: BrokerServices, version: int, request: wire.Produc
             if refused is None and version >= 3 and _is_message_set(records):
                 refused = ErrorCode.INVALID_RECORD, f"Produce v{version} carries record batches of magic 2 only"
             if refused is None:
-                too_large = _too_large(records, broker.logs.topic_config(name)["max.message.bytes"])
+                # the partition's own copy of the topic's config (kept in step by every change):
+                # the whole effective config is rebuilt per call, tens of microseconds
+                too_large = _too_large(records, partition.log.config.max_message_bytes)
                 if too_large is not None:
                     refused = ErrorCode.MESSAGE_TOO_LARGE, too_large
             if refused is not None:
@@ -250,9 +252,9 @@ def _topic_name(broker: BrokerServices, key: wire.TopicKey | None) -> str | None
 
 async def _answer_when_durable(broker: BrokerServices, version: int, topics: list[wire.TopicResponse],
                                waits: list[_Wait], timeout_ms: int, throttle_ms: int) -> bytes:
-    _done, pending = await asyncio.wait([w for _r, w in waits], timeout=max(timeout_ms, 0) / 1000)
+    await _all_or_timeout([w for _r, w in waits], max(timeout_ms, 0) / 1000)
     for response, waiting in waits:
-        if waiting in pending:
+        if not waiting.done():
             code, message = ErrorCode.REQUEST_TIMED_OUT, "the batch was not fsynced within the request timeout"
         elif not waiting.result():
             code, message = ErrorCode.KAFKA_STORAGE_ERROR, "the batch's fsync failed; it was not kept"
@@ -262,6 +264,31 @@ async def _answer_when_durable(broker: BrokerServices, version: int, topics: lis
         response.error_message = message
         broker.metrics.errors.labels("produce", code.name).inc()
     return wire.encode_response(version, topics, throttle_ms)
+
+
+def _all_or_timeout(futures: list[asyncio.Future[bool]], timeout_s: float) -> asyncio.Future[None]:
+    """Done once every future is, or after `timeout_s` (the futures are left alone: the group
+    commit still resolves them). asyncio.wait's sets, per-future waiter and task bookkeeping
+    cost a lone acks=all Produce more than the rest of its answer."""
+    loop = asyncio.get_running_loop()
+    gate: asyncio.Future[None] = loop.create_future()
+    left = len(futures)
+
+    def one_done(_future: asyncio.Future[bool]) -> None:
+        nonlocal left
+        left -= 1
+        if left == 0 and not gate.done():
+            gate.set_result(None)
+
+    def expired() -> None:
+        if not gate.done():
+            gate.set_result(None)
+
+    for future in futures:
+        future.add_done_callback(one_done)
+    timer = loop.call_later(timeout_s, expired)
+    gate.add_done_callback(lambda _gate: timer.cancel())
+    return gate
 
 
 def _refusal(request: wire.ProduceRequest) -> tuple[int, str] | None:

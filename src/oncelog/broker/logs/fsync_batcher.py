@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import queue
+import threading
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from functools import partial
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,12 @@ class GroupCommit:
                  threads: int = FSYNC_THREADS) -> None:
         self._now_ms = now_ms
         self._on_durable = on_durable
-        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="oncelog-fsync")
+        # Threads of our own that wait on a queue (started at the first fsync): an fsync is one
+        # put, its end one call_soon_threadsafe. A thread pool's futures, locks and the chaining
+        # of its future to the loop's cost a lone small Produce more than its own handling did.
+        self._threads_wanted = threads
+        self._threads: list[threading.Thread] = []
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._syncing: set = set()       # partitions with an fsync in flight
         self._waiters: dict = {}         # partition -> deque[(offset, generation, future)]
         self._closed = False
@@ -69,9 +74,13 @@ class GroupCommit:
     def close(self) -> None:
         """Stop starting fsyncs; wait for those in flight (the logs close after this)."""
         self._closed = True
-        self._pool.shutdown(wait=True)
-        for queue in self._waiters.values():
-            for _offset, _generation, future in queue:
+        for _thread in self._threads:
+            self._jobs.put(None)
+        for thread in self._threads:
+            thread.join()
+        self._threads.clear()
+        for waiting in self._waiters.values():
+            for _offset, _generation, future in waiting:
                 if not future.done():
                     future.set_result(False)
         self._waiters.clear()
@@ -85,14 +94,32 @@ class GroupCommit:
             self._settle(partition)  # offline, or nothing left: answer whoever still waits
             return
         self._syncing.add(partition)
-        running = asyncio.get_running_loop().run_in_executor(self._pool, partition.run_sync, token)
-        running.add_done_callback(partial(self._done, partition, token))
+        if not self._threads:
+            for i in range(self._threads_wanted):
+                thread = threading.Thread(target=self._worker, name=f"oncelog-fsync-{i}", daemon=True)
+                thread.start()
+                self._threads.append(thread)
+        self._jobs.put((asyncio.get_running_loop(), partition, token))
 
-    def _done(self, partition, token, running: asyncio.Future) -> None:
+    def _worker(self) -> None:
+        """A thread's loop: fsync what it is given, hand the outcome back to the event loop."""
+        jobs = self._jobs
+        while (job := jobs.get()) is not None:
+            loop, partition, token = job
+            try:
+                partition.run_sync(token)
+                error = None
+            except BaseException as e:  # noqa: BLE001 - the loop decides what a failed fsync means
+                error = e
+            try:
+                loop.call_soon_threadsafe(self._done, partition, token, error)
+            except RuntimeError:   # the loop is closed: nobody waits any more
+                pass
+
+    def _done(self, partition, token, error: BaseException | None) -> None:
         self._syncing.discard(partition)
         if self._closed:
             return
-        error = (OSError("fsync cancelled") if running.cancelled() else running.exception())
         partition.end_sync(token, error, self._now_ms())
         self.fsyncs += 1
         self._settle(partition)

@@ -10,18 +10,21 @@ handshake is logged with its address; on a SASL listener the frames before authe
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
+import os
 import time
 import types
 from collections import deque
 from collections.abc import Coroutine, Generator
 from typing import TYPE_CHECKING, Any, Protocol
 
-from oncelog.broker.net.dispatch import BadRequest
+from oncelog.broker.net.dispatch import BadRequest, Response
 from oncelog.broker.security.authentication import ConnectionAuth, ListenerSecurity
 from oncelog.core.security.principal import ANONYMOUS, NoMatchingRule
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.framing import FrameError, FrameReader
+from oncelog.storage.segment import FileRegion
 
 if TYPE_CHECKING:
     from oncelog.broker.config import BrokerConfig
@@ -87,6 +90,7 @@ class Connection(asyncio.BufferedProtocol):
         self._muted_until = 0.0
         self.listener = security.name
         self.last_active = time.monotonic()   # connections.max.idle.ms counts from here
+        self.sendfile_fd: int | None = None   # the plain socket's descriptor, which Fetch answers are sent to
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -121,6 +125,9 @@ class Connection(asyncio.BufferedProtocol):
 
     def _established(self, transport) -> None:
         self.transport = transport
+        if self.security.tls is None:
+            sock = transport.get_extra_info("socket")
+            self.sendfile_fd = sock.fileno() if sock is not None else None
         self.auth = ConnectionAuth(self.security, self.peer)
         tls = self.security.tls
         if tls is not None and not self.security.protocol.uses_sasl:
@@ -181,13 +188,37 @@ class Connection(asyncio.BufferedProtocol):
     def _may_start(self, frame: memoryview) -> bool:
         return not self.outbox or (_is_produce(frame) and len(self.outbox) < _MAX_QUEUED_FRAMES)
 
-    def _send(self, response: bytes | None) -> None:
+    def _send(self, response: Response | None) -> None:
         if response is None or self.closing:
             return
         if self.outbox:
             self.outbox.append(response)
         else:
+            self._write(response)
+
+    def _write(self, response: Response) -> None:
+        if isinstance(response, bytes):
             self.transport.write(response)
+            return
+        # A Fetch answer with regions of log files: on a plain socket whose transport has
+        # nothing buffered, sent straight from the page cache (os.sendfile, as Kafka's
+        # FileRecords.writeTo); what the socket does not take at once, and everything over TLS,
+        # is read once and goes through the transport, in order.
+        parts: list = response
+        try:
+            if self.sendfile_fd is not None and not self.transport.get_write_buffer_size():
+                parts = send_direct(self.sendfile_fd, parts)
+            parts = [p.read() if isinstance(p, FileRegion) else p for p in parts]
+        except ConnectionError:
+            self._abort()
+            return
+        except OSError as e:   # a region no longer readable whole: the answer cannot be completed
+            log.warning("closing connection from %s: a Fetch answer could not be sent: %s", self.peer, e)
+            self.broker.metrics.connections_closed.inc()
+            self._abort()
+            return
+        if parts:
+            self.transport.writelines(parts)
 
     def _pipeline(self, task: asyncio.Future) -> None:
         self.outbox.append(task)
@@ -215,7 +246,7 @@ class Connection(asyncio.BufferedProtocol):
             else:
                 response = self.outbox.popleft()
             if response is not None and not self.closing:
-                self.transport.write(response)
+                self._write(response)
         self.outbox_empty.set()
         if self.queue:
             self.wakeup.set()
@@ -241,7 +272,7 @@ class Connection(asyncio.BufferedProtocol):
             self.transport.resume_reading()
 
 
-    def _handle(self, frame: memoryview) -> Coroutine[Any, Any, bytes | None]:
+    def _handle(self, frame: memoryview) -> Coroutine[Any, Any, Response | None]:
         self.only_answer_waits = False
         return self.broker.dispatcher.handle(frame, self.peer_host, self.auth.principal, self.security.name,
                                              self.mute, self._applied)
@@ -302,6 +333,10 @@ class Connection(asyncio.BufferedProtocol):
                  "(connections.max.idle.ms)", principal, self.peer, self.listener, idle_ms)
         self.close()
 
+    def _abort(self) -> None:
+        self.close()
+        self.transport.abort()
+
     def close(self) -> None:
         self.closing = True
         self.queue.clear()
@@ -356,7 +391,7 @@ class Connection(asyncio.BufferedProtocol):
             self._send(response)
 
 
-def _start(request: Coroutine[Any, Any, bytes | None]) -> tuple[bool, Any]:
+def _start(request: Coroutine[Any, Any, Any]) -> tuple[bool, Any]:
     """Runs a request's coroutine until it first waits: (True, its response) if it never does,
     else (False, a task running the rest). Most requests never wait, and answering them here,
     without a task, saves most of a small request's latency (a task costs a trip through the
@@ -384,3 +419,32 @@ def _resume(request: Coroutine[Any, Any, Any], waiting_on: Any) -> Generator[Any
                 return done.value
             continue
         return (yield from request)
+
+
+def send_direct(fd: int, parts: list) -> list:
+    """Write `parts` (bytes, and `FileRegion`s sent with os.sendfile) to the non-blocking socket
+    `fd` until it would block; returns what is left, in order (a region partly sent is left as
+    the bytes it still owes). Only while the transport has nothing buffered: these bytes must
+    not overtake its own. Raises ConnectionError for a broken connection, OSError for a region
+    whose file is shorter than it (neither answer can be completed)."""
+    for i, part in enumerate(parts):
+        if isinstance(part, FileRegion):
+            sent = 0
+            try:
+                while sent < part.size:
+                    n = os.sendfile(fd, part.fd, part.position + sent, part.size - sent)
+                    if n == 0:
+                        raise OSError(errno.EIO, f"segment file ended {part.size - sent} bytes short of a "
+                                                 "region sent from it")
+                    sent += n
+            except BlockingIOError:
+                return [part.read(sent), *parts[i + 1:]]
+            part.close()
+        else:
+            try:
+                n = os.write(fd, part)
+            except BlockingIOError:
+                n = 0
+            if n < len(part):
+                return [memoryview(part)[n:], *parts[i + 1:]]
+    return []

@@ -21,6 +21,7 @@ from oncelog.broker.services import BrokerServices
 from oncelog.core.security.principal import ANONYMOUS, KafkaPrincipal
 from oncelog.protocol.api import BROKER_VERSIONS, ApiKey, api_name
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
+from oncelog.protocol.fetch import OpaqueRecords
 from oncelog.protocol.headers import correlation_id_of, read_request_header, response_header
 from oncelog.protocol.primitives import I32
 
@@ -31,8 +32,14 @@ class BadRequest(Exception):
     """The request cannot be answered in its own format; the connection is closed."""
 
 
+# A framed answer: bytes, or (a Fetch's) bytes with record sets the connection sends unread
+# between them (`protocol.fetch.OpaqueRecords`: regions of log files, `storage.segment.FileRegion`).
+Parts = list[bytes | OpaqueRecords]
+Response = bytes | Parts
+
+
 class RequestObserver(Protocol):
-    def request_handled(self, api_key: int, version: int, request_bytes: int, body: bytes | None,
+    def request_handled(self, api_key: int, version: int, request_bytes: int, body: Response | None,
                         response_bytes: int, refused: int, bug: bool, seconds: float) -> None: ...
 
 
@@ -45,7 +52,7 @@ class Dispatcher:
 
     async def handle(self, frame: memoryview, peer: str = "", principal: KafkaPrincipal = ANONYMOUS,
                      listener: str = "", mute: Callable[[int], None] | None = None,
-                     applied: Callable[[], None] | None = None) -> bytes | None:
+                     applied: Callable[[], None] | None = None) -> Response | None:
         """The framed response to one request, or None when it gets none (Produce with acks=0);
         raises BadRequest for bytes that make no request this broker serves."""
         try:
@@ -93,7 +100,7 @@ class Dispatcher:
             body = api.error_response(version, request, refused)
         response = None if body is None else _framed(
             response_header(api_key, version, header.correlation_id), body)
-        self._observer.request_handled(api_key, version, len(frame), body, len(response) if response else 0,
+        self._observer.request_handled(api_key, version, len(frame), body, response_size(response),
                                        refused, bug, time.perf_counter() - started)
         return response
 
@@ -106,5 +113,18 @@ HANDLER_BUG = "handler bug in"
 _MALFORMED = (ValueError, IndexError, TypeError, UnicodeDecodeError, EOFError, OverflowError, struct.error)
 
 
-def _framed(header: bytes, body: bytes) -> bytes:
-    return b"".join((I32.pack(len(header) + len(body)), header, body))
+def _framed(header: bytes, body: Response) -> Response:
+    if isinstance(body, bytes):
+        return b"".join((I32.pack(len(header) + len(body)), header, body))
+    size = len(header) + sum(len(p) for p in body)
+    head = body[0]   # encode_response_parts starts with bytes
+    assert isinstance(head, bytes)
+    return [b"".join((I32.pack(size), header, head)), *body[1:]]
+
+
+def response_size(response: Response | None) -> int:
+    if response is None:
+        return 0
+    if isinstance(response, bytes):
+        return len(response)
+    return sum(len(p) for p in response)

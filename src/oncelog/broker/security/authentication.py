@@ -16,6 +16,7 @@ import secrets
 import struct
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from oncelog.broker.security.inter_broker import CLUSTER_LOGIN_MECHANISM, ClusterLogin
 from oncelog.broker.security.scram_credentials import CredentialsUnavailable
@@ -183,7 +184,7 @@ class ConnectionAuth:
         return False
 
     async def take(self, frame: memoryview, now_ms: int,
-                   api_versions: Callable[[memoryview], Awaitable[bytes | None]]) -> Outcome:
+                   api_versions: Callable[[memoryview], Awaitable[Any]]) -> Outcome:
         s = self.session
         assert s is not None
         if s.expects_raw_token:

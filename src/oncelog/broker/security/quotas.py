@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 import types
 from collections.abc import Awaitable, Callable, Generator
-from typing import Any
+from typing import Any, TypeVar
 
 from oncelog.broker.config import BrokerConfig
 from oncelog.broker.net.request_context import CLIENT, MUTE, PRINCIPAL
@@ -28,6 +28,8 @@ from oncelog.core.security.quotas import (
     ClientQuotaStore,
     request_percentage,
 )
+
+_Answer = TypeVar("_Answer")  # whatever the handler answers
 
 
 class BrokerQuotas:
@@ -74,7 +76,7 @@ class BrokerQuotas:
             return 0
         return self.request.record(*self._who(), request_percentage(thread_time_ns), self.now_ms())
 
-    async def handle_timed(self, handling: Awaitable[bytes | None]) -> bytes | None:
+    async def handle_timed(self, handling: Awaitable[_Answer]) -> _Answer:
         """Run a handler, counting the event loop's time in its steps (not the time it waits) against
         the caller's `request_percentage`; over the quota the connection is muted (KIP-219). The
         answer's throttle_time_ms shows byte-rate throttles only: the time is known once the

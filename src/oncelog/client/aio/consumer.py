@@ -432,9 +432,11 @@ class AIOConsumer:
                     log.debug("fetch %s: %s", tp, error_code(p.error_code).name)
                     continue
                 self.high_watermarks[tp] = p.high_watermark
-                if p.records:
+                records = p.records
+                if records:
+                    assert isinstance(records, (bytes, memoryview))  # decode_response reads views
                     keep = ReadCommittedFilter(p.aborted_transactions or ()) if self.isolation_level else None
-                    (self._add_raw if self.raw else self._add_records)(tp, p.records, keep)
+                    (self._add_raw if self.raw else self._add_records)(tp, records, keep)
 
     def _add_raw(self, tp: TopicPartition, data: bytes | memoryview, keep: ReadCommittedFilter | None = None) -> None:
         pos = self.positions[tp]

@@ -168,6 +168,41 @@ def iter_batches(buf: Buf, *, strict: bool = False, exact: bool = False) -> Iter
         pos += LOG_OVERHEAD + odd.batch_length
 
 
+# how much of an entry `entry_frame` reads: base offset, length, epoch, magic, CRC, attributes,
+# last offset delta (a v0/v1 message needs only its first MAGIC_POS + 1 bytes)
+FRAME_PREFIX = 27
+_LAST_OFFSET_DELTA_POS = 23
+
+
+class Frame(NamedTuple):
+    """Where an entry ends and which offsets it holds, read from its first FRAME_PREFIX bytes."""
+    size: int
+    first_offset: int
+    last_offset: int
+
+
+def entry_frame(buf: Buf, pos: int, available: int) -> Frame | None:
+    """The frame of the entry at `pos` of `buf` (which need hold only its first FRAME_PREFIX bytes),
+    when `available` bytes from `pos` on may hold it; None exactly where `iter_batches` (default
+    mode) would end its walk over those `available` bytes. What lets the broker find whole batches
+    in a log file without reading them (`storage.log.PartitionLog.read_region`)."""
+    have = len(buf) - pos
+    if have <= MAGIC_POS or available <= MAGIC_POS:
+        return None
+    first, length = _OFFSET_AND_LENGTH.unpack_from(buf, pos)
+    size = LOG_OVERHEAD + length
+    if length < 0 or size > available:
+        return None
+    magic = buf[pos + MAGIC_POS]
+    if magic == 2:
+        if length < _MIN_BATCH_LENGTH or have < FRAME_PREFIX:
+            return None
+        return Frame(size, first, first + _I32.unpack_from(buf, pos + _LAST_OFFSET_DELTA_POS)[0])
+    if magic > 2 or length < LEGACY_MIN_SIZE[magic]:
+        return None
+    return Frame(size, first, first)   # a v0/v1 message: its offset is its first and last, as read
+
+
 def _odd_entry(buf: Buf, pos: int, end: int, strict: bool, exact: bool) -> BatchHeader | None:
     """The entry at `pos` that is not a whole v2 batch: a v0/v1 message, or None where the walk
     ends (raising instead where the mode says so)."""
