@@ -40,6 +40,8 @@ pytestmark = pytest.mark.processes
 ORDERS, BATCH = 50, 10
 DEADLINE_S = 60
 KILLED = -signal.SIGKILL
+# no transaction open: the last one ended (Empty: an InitProducerId since, a recovery's)
+ENDED = ("CompleteCommit", "CompleteAbort", "Empty")
 
 
 class Writer:
@@ -94,7 +96,7 @@ class Writer:
     def check_agreement(self, expected_rows: int) -> None:
         """No transaction open; the table holds orders 0..expected_rows-1, and read_committed
         consumers of three clients read exactly those, each once."""
-        self.wait_for_state("CompleteCommit", "CompleteAbort")
+        self.wait_for_state(*ENDED)
         rows = self.rows()
         assert rows == list(range(expected_rows))
         for name, read in (("oncelog", lambda: example.read_orders(self.bootstrap, self.topic)),
