@@ -129,7 +129,8 @@ class OrderWriter:
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=FULL")   # a committed decision survives a power cut too
         self.db.executescript(SCHEMA)
-        self.db.execute("INSERT OR IGNORE INTO kafka_writer (transactional_id) VALUES (?)", (self.tid,))
+        self.db.execute("INSERT INTO kafka_writer (transactional_id) VALUES (?) "
+                        "ON CONFLICT (transactional_id) DO NOTHING", (self.tid,))
         self.producer = Producer({**self.client_config, "transactional.id": transactional_id,
                                   "transaction.two.phase.commit.enable": "true", "linger.ms": 5})
         self.writer_epoch = -1
