@@ -49,9 +49,23 @@ async def handle(broker: BrokerServices, version: int, request: Any) -> bytes:
                 broker.quotas.unrecord_fetch(size)
                 throttle(throttle_ms)
                 return wire.encode_response(version, [], throttle_ms=throttle_ms)
-            broker.metrics.count_errors("fetch", (p.error_code for _name, parts in topics for p in parts))
+            broker.metrics.count_errors("Fetch", (p.error_code for _name, parts in topics for p in parts))
+            if size:
+                _count_out(broker, topics)
             return wire.encode_response(version, topics)
         await broker.wait_for_data(remaining)
+
+
+def _count_out(broker: BrokerServices, topics: list[tuple[str, list[wire.PartitionData]]]) -> None:
+    """Bytes and records answered per topic (batch headers only: whole batches go out as stored)."""
+    for name, parts in topics:
+        size = records = 0
+        for p in parts:
+            if p.records:
+                size += len(p.records)
+                records += sum(header.records_count for _pos, header in iter_batches(p.records))
+        if size:
+            broker.metrics.fetched(name, size, records)
 
 
 def _any_readable(topics: list[tuple[str, list[wire.PartitionData]]]) -> bool:
