@@ -4,7 +4,7 @@ regenerates both tables from the code); docs/coming-from-kafka.md names exactly 
 not served."""
 import re
 
-from api_table import COMPATIBILITY, OPERATIONS, notes_of, not_served, regenerated, regenerated_compat, table_span
+from api_table import COMPATIBILITY, OPERATIONS, not_served, notes_of, regenerated, regenerated_compat, table_span
 
 from oncelog.protocol.api import BROKER_VERSIONS
 

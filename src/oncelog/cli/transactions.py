@@ -1,9 +1,9 @@
 """`oncelog transactions`: kafka-transactions.sh's list, describe, describe-producers and abort,
 including aborting a hanging transaction (one open on a partition that its coordinator no longer
-tracks: a producer gone without ending it, or a marker that never reached the partition); and
-KIP-939's operator needs: `find-hanging` lists transactions open on partitions that no coordinator tracks (kafka-transactions.sh
-find-hanging); `list --duration-filter` finds transactions open for long (a prepared
-two-phase-commit one nobody completes holds its partitions' last stable offset), `complete`
+tracks: a producer gone without ending it, or a marker that never reached the partition) and
+finding them (`find-hanging`, as kafka-transactions.sh); and KIP-939's operator needs: `list
+--duration-filter` finds transactions open for long (a prepared two-phase-commit one nobody
+completes holds its partitions' last stable offset), `complete`
 commits or aborts a prepared one as its external transaction manager would, `abort
 --transactional-id` aborts it."""
 from __future__ import annotations

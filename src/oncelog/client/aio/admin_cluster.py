@@ -130,13 +130,15 @@ class ClusterAdmin:
         out: list[dict] = []
         for node in sorted(self.cluster.brokers):
             conn = await self.cluster.connection(node)
-            v, r = await ask(conn, ApiKey.DESCRIBE_LOG_DIRS, lambda rq: rq.encode(topics=None if wanted is None else tuple(
-                rq("DescribableLogDirTopic", topic=t, partitions=tuple(ps)) for t, ps in wanted)),
+            _v, r = await ask(conn, ApiKey.DESCRIBE_LOG_DIRS, lambda rq: rq.encode(
+                topics=None if wanted is None else tuple(
+                    rq("DescribableLogDirTopic", topic=t, partitions=tuple(ps)) for t, ps in wanted)),
                 self.cluster.timeout_s)
             if getattr(r, "error_code", 0):
                 raise AdminError(r.error_code, f"describe the log directories of broker {node}")
             for res in r.results:
-                out.append({"broker": node, "log_dir": str(res.log_dir), "error": None if not res.error_code else error_code(res.error_code).name,
+                error = error_code(res.error_code).name if res.error_code else None
+                out.append({"broker": node, "log_dir": str(res.log_dir), "error": error,
                             "total_bytes": int(getattr(res, "total_bytes", -1)),
                             "usable_bytes": int(getattr(res, "usable_bytes", -1)),
                             "partitions": [{"topic": str(t.name), "partition": int(p.partition_index),
