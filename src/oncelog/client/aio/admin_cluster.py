@@ -125,8 +125,8 @@ class ClusterAdmin:
             await self.cluster.refresh([])
         wanted = None
         if topics is not None:
-            wanted = [(t, [p.index for p in (await self.cluster.topic(t, self.cluster.timeout_s)).partitions])
-                      for t in topics]
+            # describe_partitions: an unknown topic is refused (UNKNOWN_TOPIC_OR_PARTITION), not waited for
+            wanted = [(t, [p.partition for p in await self.describe_partitions(t)]) for t in topics]
         out: list[dict] = []
         for node in sorted(self.cluster.brokers):
             conn = await self.cluster.connection(node)
