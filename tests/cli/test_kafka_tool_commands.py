@@ -130,3 +130,17 @@ def test_log_dirs_with_partition_sizes_and_free_space(shared_broker, unique_topi
     everything = oncelog("cluster", "log-dirs", "--format", "json", bootstrap=b).json()
     assert any(p["topic"] == t for x in everything for p in x["partitions"])
     assert oncelog("cluster", "log-dirs", "--topic", "no-such-topic-here", bootstrap=b).code == 1
+
+
+def test_quotas_set_described_and_removed(shared_broker):
+    b, name = shared_broker.bootstrap, f"quota-client-{time.time_ns()}"
+    entity = ("--name", f"client-id={name}")
+    assert oncelog("quota", "alter", *entity, "--add", "producer_byte_rate=100000", bootstrap=b).code == 0
+    found = oncelog("quota", "describe", *entity, "--format", "json", bootstrap=b).json()
+    assert found == [{"entity": {"client-id": name}, "values": {"producer_byte_rate": 100000.0}}]
+    assert name in oncelog("quota", "describe", bootstrap=b).out
+    assert oncelog("quota", "alter", *entity, "--delete", "producer_byte_rate", bootstrap=b).code == 0
+    assert all(not q["values"] for q in oncelog("quota", "describe", *entity, "--format", "json", bootstrap=b).json())
+    refused = oncelog("quota", "alter", *entity, "--add", "consumer_byte_rate=2.5", bootstrap=b)
+    assert refused.code == 1 and "INVALID_REQUEST" in refused.one_line_error()   # a byte rate is whole
+    assert oncelog("quota", "alter", "--name", "team=x", "--add", "producer_byte_rate=1", bootstrap=b).code == 2

@@ -21,6 +21,7 @@ COMMANDS = {
     "transactions": "oncelog.cli.transactions:transactions",
     "acl": "oncelog.cli.acl:acl",
     "user": "oncelog.cli.user:user",
+    "quota": "oncelog.cli.quota:quota",
     "cluster": "oncelog.cli.cluster_info:cluster",
     "log": "oncelog.cli.log_dump:log_group",
     "admin": "oncelog.cli.admin:admin",
