@@ -28,12 +28,14 @@ install-test: $(TEST_STAMP)
 
 # `make run PORT=19610 METRICS_PORT=19611` runs a second broker beside one on the defaults; its
 # data goes to ./data-19610 (a data directory belongs to one broker), unless DATA says where.
+# CONTROLLER_PORT fixes the in-process controller's port (default: a free one).
 PORT ?= 9092
 METRICS_PORT ?= 9404
+CONTROLLER_PORT ?=
 DATA ?= ./data$(if $(filter-out 9092,$(PORT)),-$(PORT))
 run: $(RUN_STAMP)
 	$(VENV)/bin/oncelog serve --log-dirs $(DATA) --listeners PLAINTEXT://127.0.0.1:$(PORT) \
-		--override metrics.port=$(METRICS_PORT)
+		--override metrics.port=$(METRICS_PORT)$(if $(CONTROLLER_PORT), --controller-listener 127.0.0.1:$(CONTROLLER_PORT))
 
 lint: $(TEST_STAMP)
 	$(VENV)/bin/lint-imports

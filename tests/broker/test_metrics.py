@@ -59,30 +59,30 @@ def test_message_too_large_in_produce_is_counted(metered):
         admin.create_topics(["small-records"], config={"max.message.bytes": "1000"})
     finally:
         admin.close()
-    before = errors(metered, "produce", "MESSAGE_TOO_LARGE")
+    before = errors(metered, "Produce", "MESSAGE_TOO_LARGE")
     with Producer({"bootstrap.servers": metered.bootstrap, "retries": "3"}) as p:
         with pytest.raises(KafkaClientError, match="MESSAGE_TOO_LARGE"):
             p.send("small-records", b"x" * 5000).result(30)
-    assert errors(metered, "produce", "MESSAGE_TOO_LARGE") == before + 1
+    assert errors(metered, "Produce", "MESSAGE_TOO_LARGE") == before + 1
 
 
 def test_admin_errors_are_counted_from_the_responses(metered):
     admin = AdminClient({"bootstrap.servers": metered.bootstrap})
     try:
         admin.create_topics(["counted"])
-        before = {e: errors(metered, "create_topics", e) for e in ("TOPIC_ALREADY_EXISTS", "INVALID_CONFIG")}
+        before = {e: errors(metered, "CreateTopics", e) for e in ("TOPIC_ALREADY_EXISTS", "INVALID_CONFIG")}
         with pytest.raises(KafkaClientError, match="TOPIC_ALREADY_EXISTS"):
             admin.create_topics(["counted"])
         with pytest.raises(KafkaClientError, match="INVALID_CONFIG"):
             admin.create_topics(["other"], config={"no.such.config": "1"})
-        missing = errors(metered, "describe_configs", "UNKNOWN_TOPIC_OR_PARTITION")
+        missing = errors(metered, "DescribeConfigs", "UNKNOWN_TOPIC_OR_PARTITION")
         with pytest.raises(KafkaClientError, match="UNKNOWN_TOPIC_OR_PARTITION"):
             admin.describe_configs("no-such-topic")
     finally:
         admin.close()
-    assert errors(metered, "create_topics", "TOPIC_ALREADY_EXISTS") == before["TOPIC_ALREADY_EXISTS"] + 1
-    assert errors(metered, "create_topics", "INVALID_CONFIG") == before["INVALID_CONFIG"] + 1
-    assert errors(metered, "describe_configs", "UNKNOWN_TOPIC_OR_PARTITION") == missing + 1
+    assert errors(metered, "CreateTopics", "TOPIC_ALREADY_EXISTS") == before["TOPIC_ALREADY_EXISTS"] + 1
+    assert errors(metered, "CreateTopics", "INVALID_CONFIG") == before["INVALID_CONFIG"] + 1
+    assert errors(metered, "DescribeConfigs", "UNKNOWN_TOPIC_OR_PARTITION") == missing + 1
 
 
 def test_consumer_group_committed_offset_and_lag(metered):
@@ -190,3 +190,40 @@ def test_every_metric_served_is_in_the_operations_table(metered):
         if not any(f"`{n}" in doc for n in (name, f"{name}_total", short, f"{short}_total")):
             missing.append(name)
     assert missing == []
+
+
+def test_per_topic_traffic_process_gauges_kafka_api_names_and_no_created_series(metered):
+    """Issue 39, item 9: records and bytes in and out per topic (Kafka's BrokerTopicMetrics,
+    Redpanda's records produced / fetched), the process collector's gauges, `api` labels as
+    Kafka names its requests, and none of prometheus_client's `_created` series."""
+    from oncelog.client import Consumer
+    admin = AdminClient({"bootstrap.servers": metered.bootstrap})
+    try:
+        admin.create_topics(["traffic"], num_partitions=2)
+    finally:
+        admin.close()
+    with Producer({"bootstrap.servers": metered.bootstrap}) as p:
+        for i in range(30):
+            p.send("traffic", b"x" * 100, partition=i % 2)
+        p.flush()
+    c = Consumer({"bootstrap.servers": metered.bootstrap})
+    try:
+        c.assign([TopicPartition("traffic", 0, 0), TopicPartition("traffic", 1, 0)])
+        got = 0
+        deadline = time.monotonic() + 30
+        while got < 30 and time.monotonic() < deadline:
+            got += len(c.poll(0.5))
+        assert got == 30
+    finally:
+        c.close()
+    topic = (("topic", "traffic"),)
+    values = eventually(lambda: (s := scrape(metered)).get(("oncelog_topic_messages_out_total", topic), 0) >= 30
+                        and s)
+    assert values[("oncelog_topic_messages_in_total", topic)] == 30
+    assert values[("oncelog_topic_bytes_in_total", topic)] >= 30 * 100
+    assert values[("oncelog_topic_bytes_out_total", topic)] >= 30 * 100
+    apis = {dict(labels).get("api") for (name, labels) in values if name == "oncelog_requests_total"}
+    assert {"Produce", "Fetch", "Metadata", "ApiVersions"} <= apis and "produce" not in apis
+    assert values[("process_resident_memory_bytes", ())] > 0
+    assert ("process_cpu_seconds_total", ()) in values
+    assert [name for name, _labels in values if name.endswith("_created")] == []

@@ -2,8 +2,10 @@
 both started and both acknowledged writes, and the second overwrote the first's records. Kafka
 locks each log directory; so does oncelog: the second process exits with one line naming the
 directory and the process holding it, and a killed holder's lock goes with it."""
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -18,12 +20,30 @@ def _oncelog(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
                           text=True, timeout=timeout)
 
 
+# the line docs/operations.md shows, with the path, pid and command line left open
+_LOCKED = re.compile(r"oncelog: (?P<dir>\S+) is in use by process (?P<pid>\d+) \((?P<cmd>.+)\): not starting a broker "
+                     r"on it \(lock file \.lock\)")
+
+
 def _refused(result: subprocess.CompletedProcess, directory, holder_pid: int) -> None:
     assert result.returncode != 0, result.stdout
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr   # one line, no traceback
     assert str(directory) in lines[0] and f"process {holder_pid}" in lines[0], lines[0]
     assert "listening on" not in result.stdout   # it never served
+
+
+def test_the_lock_message_in_the_docs_is_the_one_printed(tmp_path):
+    """docs/operations.md shows the line a second broker prints (it said `Error: ...`)."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+    shown = [line for line in doc.splitlines() if "is in use by process" in line]
+    assert shown and all(_LOCKED.fullmatch(line) for line in shown), shown
+    data = tmp_path / "data"
+    with BrokerProcess(data) as first:
+        second = _oncelog("serve", "--log-dirs", str(data), "--listeners", "PLAINTEXT://127.0.0.1:0")
+        m = _LOCKED.fullmatch(second.stderr.strip())
+        assert m is not None, second.stderr
+        assert first.proc is not None and m["dir"] == str(data) and int(m["pid"]) == first.proc.pid
 
 
 def _produce(bootstrap: str, topic: str, values: list[bytes]) -> None:

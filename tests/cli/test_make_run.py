@@ -111,3 +111,36 @@ def test_the_in_process_controller_on_a_fixed_port(tmp_path):
         assert bad.returncode == 1 and "controller.listener" in bad.stderr and "not host:port" in bad.stderr
     finally:
         stop(proc)
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_run_takes_a_controller_port():
+    plan = plain(subprocess.run(["make", "--no-print-directory", "-n", "-C", str(ROOT), "run", "CONTROLLER_PORT=19612"],
+                                capture_output=True, text=True, check=True).stdout)
+    assert "--controller-listener 127.0.0.1:19612" in plan
+    default = subprocess.run(["make", "--no-print-directory", "-n", "-C", str(ROOT), "run"], capture_output=True,
+                             text=True, check=True).stdout
+    assert "--controller-listener" not in default
+
+
+def test_a_cluster_controller_on_a_fixed_port(tmp_path):
+    """`serve --brokers N --controller-listener HOST:PORT` (issue 39, item 10: the cluster's
+    controller always took a free port)."""
+    controller = free_port()
+    proc = subprocess.Popen([
+        *ONCELOG, "serve", "--log-dirs", str(tmp_path / "d"), "--listeners", "PLAINTEXT://127.0.0.1:0",
+        "--brokers", "1", "--controller-listener", f"127.0.0.1:{controller}"], stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 90
+        for line in proc.stdout:
+            if "oncelog: cluster of 1 brokers" in line:
+                assert f"controller on 127.0.0.1:{controller}" in line, line
+                break
+            assert time.monotonic() < deadline
+        else:
+            pytest.fail("the cluster did not start")
+        socket.create_connection(("127.0.0.1", controller), 5).close()
+    finally:
+        stop(proc)

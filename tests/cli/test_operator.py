@@ -240,6 +240,19 @@ def test_a_hanging_transaction_is_found_and_aborted_by_partition_and_start_offse
         assert hanging == [{"producer_id": 777_000, "producer_epoch": 0, "last_sequence": 1,
                             "last_timestamp": hanging[0]["last_timestamp"], "coordinator_epoch": -1,
                             "current_txn_start_offset": 0}]
+        # find-hanging names it (kafka-transactions.sh find-hanging); a transaction its coordinator
+        # tracks is not hanging, however long it is open
+        tracked = Producer({"bootstrap.servers": b, "transactional.id": f"{t}-tracked"})
+        tracked.init_transactions(30)
+        tracked.begin_transaction()
+        tracked.send(t, value=b"open").result(30)
+        found = oncelog("transactions", "find-hanging", "--topic", t, "--max-transaction-timeout", "0",
+                        "--format", "json", bootstrap=b).json()
+        assert [(h["producer_id"], h["start_offset"]) for h in found] == [(777_000, 0)]
+        assert oncelog("transactions", "find-hanging", "--topic", t, "--format", "json", bootstrap=b).json() == []
+        assert oncelog("transactions", "find-hanging", bootstrap=b).code == 2
+        tracked.abort_transaction(30)
+        tracked.close()
 
         # only a broker writes markers: without the cluster credential, the same abort is refused
         hanging_abort = ("transactions", "abort", "--topic", t, "--partition", "0", "--start-offset")
@@ -251,6 +264,8 @@ def test_a_hanging_transaction_is_found_and_aborted_by_partition_and_start_offse
         r = oncelog(*hanging_abort, "0", *credential, bootstrap=b)
         assert r.code == 0, r.err
         assert oncelog("consume", t, "-e", "--isolation", "read_committed", bootstrap=b).out == "after\n"
+        assert oncelog("transactions", "find-hanging", "--broker-id", "1", "--max-transaction-timeout", "0",
+                       "--format", "json", bootstrap=b).json() == []
         after = oncelog("transactions", "describe-producers", "--topic", t, "--partition", "0", "--format", "json",
                         bootstrap=b).json()
         assert all(p["current_txn_start_offset"] == -1 for p in after)

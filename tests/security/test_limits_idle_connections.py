@@ -123,6 +123,11 @@ def test_the_controller_listener_closes_idle_connections(idle_broker):
     finally:
         for c in conns:
             c.close()
+    # closing an idle connection is routine (Kafka's Selector logs it at debug): no WARNING, which
+    # an idle healthy broker's own links to its controller logged every connections.max.idle.ms
+    # (issue 39, item 10)
+    assert [line for line in idle_broker.log_file.read_text().splitlines()
+            if "WARNING" in line and "idle" in line] == []
 
 
 def test_the_metrics_endpoint_closes_idle_connections(idle_broker):

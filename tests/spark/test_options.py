@@ -44,7 +44,9 @@ def test_batch_rules_of_spark_kafka_source():
     ro = read_options({**BS, "kafka.client.id": "x", "subscribe": "a, b",
                        "maxOffsetsPerTrigger": "10"}, streaming=True)
     assert ro.subscribe == ["a", "b"] and ro.starting == "latest"
-    assert ro.client == {"bootstrap.servers": "127.0.0.1:1", "client.id": "x"}
+    assert ro.client["bootstrap.servers"] == "127.0.0.1:1" and ro.client["client.id"] == "x"
+    # the source's consumers never commit; their group id only names them (as Spark's)
+    assert ro.client["enable.auto.commit"] == "false" and ro.client["group.id"].startswith("spark-kafka-source-")
     assert ro.max_offsets_per_trigger == 10
     with pytest.raises(OncelogSparkError, match="maxOffsetsPerTrigger"):
         read_options({**BS, "subscribe": "a", "maxOffsetsPerTrigger": "ten"}, streaming=True)

@@ -28,26 +28,40 @@ def _metadata_dir(data_dir: str | None, metadata_dir: str | None) -> Path:
 @admin.command("pid-blocks")
 @click.option("--data-dir", help="The broker's log.dirs (the metadata log is in __cluster_metadata).")
 @click.option("--metadata-dir", help="A controller's --metadata-dir.")
-def pid_blocks(data_dir, metadata_dir) -> None:
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="text: a table; json: a list of {record_offset, broker_id, broker_epoch, first_id, last_id} "
+              "(broker_id null for the upgrade floor).")
+def pid_blocks(data_dir, metadata_dir, fmt) -> None:
     """Every producer-id block the controller handed out, and to whom (KIP-730's audit)."""
     from oncelog.storage.metadata_log import MetadataLog
     directory = _metadata_dir(data_dir, metadata_dir)
     if not (directory / "metadata.log").exists():
         raise click.ClickException(f"no metadata log in {directory}")
     log = MetadataLog(directory, read_only=True)
-    table = Table("record offset", "broker", "broker epoch", "first id", "last id")
+    rows = []
     previous = 0
     for offset, r in log.read():
         if r["type"] != PID_BLOCK:
             continue
         nxt = r["next_producer_id"]
-        if r["broker_id"] < 0:
-            table.add_row(str(offset), "-", "-", "(upgrade floor)", str(nxt - 1))
+        if r["broker_id"] < 0:   # the upgrade floor: every id below it was issued before
+            rows.append({"record_offset": offset, "broker_id": None, "broker_epoch": None, "first_id": None,
+                         "last_id": nxt - 1})
         else:
-            first = max(previous, nxt - BLOCK_SIZE)
-            table.add_row(str(offset), str(r["broker_id"]), str(r["broker_epoch"]), str(first), str(nxt - 1))
+            rows.append({"record_offset": offset, "broker_id": r["broker_id"], "broker_epoch": r["broker_epoch"],
+                         "first_id": max(previous, nxt - BLOCK_SIZE), "last_id": nxt - 1})
         previous = nxt
     log.close()
+    if fmt == "json":
+        click.echo(json.dumps(rows, indent=2))
+        return
+    table = Table("record offset", "broker", "broker epoch", "first id", "last id")
+    for row in rows:
+        if row["broker_id"] is None:
+            table.add_row(str(row["record_offset"]), "-", "-", "(upgrade floor)", str(row["last_id"]))
+        else:
+            table.add_row(*(str(row[k]) for k in ("record_offset", "broker_id", "broker_epoch", "first_id",
+                                                  "last_id")))
     Console().print(table)
 
 

@@ -38,7 +38,7 @@ def _controller_overrides(config) -> list[str]:
     return [arg for name in SETTINGS for arg in ("--override", f"{name}={config[name]}")]
 
 
-_PER_BROKER = {"listeners", "advertised.listeners", "log.dirs", "node.id", "metrics.port"}
+_PER_BROKER = {"listeners", "advertised.listeners", "log.dirs", "node.id", "metrics.port", "controller.listener"}
 
 
 def _start(cmd: list[str], settings: dict[str, str] | None = None) -> tuple[subprocess.Popen, str, int]:
@@ -84,7 +84,8 @@ def serve_cluster(config: BrokerConfig, n: int, properties: str | None, override
     procs: list[subprocess.Popen] = []
     try:
         ctl, chost, cport = _start(me + ["controller", "--metadata-dir", str(data / METADATA_DIR),
-                                         "--listener", "127.0.0.1:0", "--credential-file", str(credential_file),
+                                         "--listener", config["controller.listener"],
+                                         "--credential-file", str(credential_file),
                                          "--log-level", log_level, *_controller_overrides(config)])
         procs.append(ctl)
         listener = config.listeners[0]

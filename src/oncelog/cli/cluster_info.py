@@ -1,6 +1,7 @@
-"""`oncelog cluster`: who is in the cluster (`rpk cluster info`) and the brokers' settings
+"""`oncelog cluster`: who is in the cluster (`rpk cluster info`), the brokers' settings
 (`rpk cluster config get|set`, kafka-configs --entity-type brokers): a change is made on the
-running broker where Kafka allows it at runtime, and refused with the reason where not."""
+running broker where Kafka allows it at runtime, and refused with the reason where not; and the
+log directories (`rpk cluster logdirs describe`, kafka-log-dirs.sh)."""
 from __future__ import annotations
 
 import click
@@ -103,3 +104,25 @@ def set_(assignments, deletes, node, target: Target) -> None:
             return chosen
     chosen = run(target, go())
     click.echo(f"broker {chosen}: altered {', '.join(changes)}")
+
+
+@cluster.command("log-dirs")
+@click.option("--topic", "topics", multiple=True, help="Only this topic's partitions (repeatable); default all.")
+@format_option
+@connection_options
+def log_dirs(topics, fmt, target: Target) -> None:
+    """Each broker's log directories: the volume's size and free bytes, and the bytes of each partition
+    (kafka-log-dirs.sh --describe, `rpk cluster logdirs describe`; DescribeLogDirs)."""
+    async def go():
+        async with admin_client(target) as admin:
+            return await admin.describe_log_dirs(list(topics) or None)
+    dirs = run(target, go())
+    if fmt == "json":
+        print_json(dirs)
+        return
+    print_table(["BROKER", "DIR", "TOTAL-BYTES", "USABLE-BYTES", "ERROR"],
+                [[d["broker"], d["log_dir"], d["total_bytes"], d["usable_bytes"], d["error"] or ""] for d in dirs])
+    click.echo()
+    print_table(["BROKER", "DIR", "TOPIC", "PARTITION", "SIZE-BYTES", "OFFSET-LAG"],
+                [[d["broker"], d["log_dir"], p["topic"], p["partition"], p["size_bytes"], p["offset_lag"]]
+                 for d in dirs for p in d["partitions"]])

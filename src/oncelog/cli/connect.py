@@ -32,6 +32,11 @@ from oncelog.client.aio.connection import AuthenticationError, BrokerConnectionE
 from oncelog.client.errors import ConfigError, KafkaClientError
 
 BOOTSTRAP_ENV = "ONCELOG_BOOTSTRAP_SERVER"
+# where main.py keeps the connection options given before the command (click's Context.meta,
+# shared by a context and its children)
+GLOBAL_BOOTSTRAP = "oncelog.bootstrap_server"
+GLOBAL_COMMAND_CONFIG = "oncelog.command_config"
+GLOBAL_LOG_LEVEL = "oncelog.log_level"
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 REFUSED, USAGE, UNREACHABLE, AUTHENTICATION = 1, 2, 3, 4
 # a command waits this long for an answer unless --command-config says request.timeout.ms
@@ -89,7 +94,13 @@ def connection_options(f: Callable) -> Callable:
     """`--bootstrap-server` and `--command-config`, handed to the command as `target: Target`."""
     @functools.wraps(f)
     def wrapper(*args, bootstrap_server, command_config, log_level, **kwargs):
-        _client_logs(log_level)
+        # given after the command, else before it (`oncelog --bootstrap-server X topic list`, as
+        # rpk's flags go anywhere; main.py keeps them in the context's meta), else the environment
+        meta = click.get_current_context().meta
+        bootstrap_server = (bootstrap_server or meta.get(GLOBAL_BOOTSTRAP)
+                            or os.environ.get(BOOTSTRAP_ENV) or None)
+        command_config = command_config or meta.get(GLOBAL_COMMAND_CONFIG)
+        _client_logs(log_level or meta.get(GLOBAL_LOG_LEVEL))
         return f(*args, target=_target(bootstrap_server, command_config), **kwargs)
     wrapper = click.option("--log-level", default=None, metavar="LEVEL",
                            help="Show the client's log lines from this level (DEBUG, INFO, WARNING); by default "
@@ -97,8 +108,9 @@ def connection_options(f: Callable) -> Callable:
     wrapper = click.option("--command-config", type=click.Path(dir_okay=False), metavar="FILE",
                            help="Kafka client properties (security.protocol, sasl.mechanism, sasl.jaas.config, "
                            "ssl.truststore.location, ...), as kafka-*.sh take them.")(wrapper)
-    return click.option("--bootstrap-server", "-b", envvar=BOOTSTRAP_ENV, show_envvar=True, default=None,
-                        metavar="HOST:PORT", help=f"Brokers to start from (default {DEFAULT_BOOTSTRAP}).")(wrapper)
+    return click.option("--bootstrap-server", "-b", default=None, metavar="HOST:PORT",
+                        help=f"Brokers to start from (also before the command; default ${BOOTSTRAP_ENV}, "
+                        f"else {DEFAULT_BOOTSTRAP}).")(wrapper)
 
 
 def admin_client(target: Target):

@@ -1,10 +1,15 @@
 """`oncelog consume`: print a topic's records (kafka-console-consumer, `rpk topic consume`).
 
-Where to start: `-o start|end|OFFSET|@TIMESTAMP` on every partition (default start); with
-`-g GROUP`, the group's committed offsets where it has them, and the offsets printed are committed
-for the group as the command goes and when it stops. The command does not join the group as a
-member (it reads all partitions it is given): it commits as a consumer with assigned partitions
-does, which the coordinator accepts while the group has no members.
+Where to start: `-o start|end|OFFSET|@TIMESTAMP|-DURATION|ISO-TIME` on every partition (default
+start; `-1h` is an hour ago, `2026-01-31T12:00:00Z` a time, as rpk's `-o @-1h` and `-o @TIME`).
+
+With `-g GROUP` the command joins the group as a member, as kafka-console-consumer --group and
+`rpk topic consume -g` do: consumers of one group share the topic's partitions, each reads from the
+group's committed offsets (`-o start|end` only says where partitions without one begin: the
+consumer's auto.offset.reset), and what it prints is committed as it goes and when it stops. With
+`-g` and `-p`, it reads the partitions given without joining, from the group's committed offsets,
+and commits for the group as a consumer with assigned partitions does (the coordinator accepts
+that while the group has no members).
 
 With `--share-group GROUP` the command is a member of that share group (KIP-932): consoles of one
 share group share the work, each record printed by one of them and accepted once printed
@@ -30,6 +35,8 @@ import sys
 import click
 
 from oncelog.cli.connect import USAGE, CommandError, Target, connection_options, run
+from oncelog.cli.options import DURATION as _DURATION
+from oncelog.cli.options import when
 
 _TEMPLATE = re.compile(rb"%[tpokvTh%]|\\[nt\\]")
 
@@ -84,12 +91,13 @@ def _start(value: str) -> tuple[str, int]:
         return "start", 0
     if value in ("end", "newest", "latest"):
         return "end", 0
-    try:
-        if value.startswith("@"):
-            return "time", int(value[1:])
-        n = int(value)
-    except ValueError:
-        raise CommandError(f"-o {value!r}: expected start, end, an offset or @TIMESTAMP (ms)", USAGE) from None
+    if value.startswith("@") or _DURATION.fullmatch(value) or not value.lstrip("-").isdigit():
+        at = when(value[1:] if value.startswith("@") else value)
+        if at is None:
+            raise CommandError(f"-o {value!r}: expected start, end, an offset, @TIMESTAMP (ms), a time "
+                               "before now such as -1h, or an ISO time such as 2026-01-31T12:00:00Z", USAGE)
+        return "time", at
+    n = int(value)
     if n < 0:
         raise CommandError(f"-o {value}: an offset is not negative", USAGE)
     return "offset", n
@@ -100,10 +108,13 @@ def _start(value: str) -> tuple[str, int]:
 @click.option("-p", "--partition", "partitions", multiple=True, type=click.IntRange(0),
               help="Read only this partition (repeatable); default all.")
 @click.option("-o", "--offset", "start", default="start", show_default=True,
-              help="Where to start: start, end, an offset, or @TIMESTAMP (ms since the epoch).")
+              help="Where to start: start, end, an offset, @TIMESTAMP (ms since the epoch), a time before "
+              "now (-1h, -30m, -2d) or an ISO time (2026-01-31T12:00:00Z). With -g: start or end, for "
+              "partitions the group has no offset for.")
 @click.option("-n", "--num", type=click.IntRange(1), help="Stop after this many records.")
 @click.option("-e", "--exit-at-end", is_flag=True, help="Stop at the end of the partitions as of the start.")
-@click.option("-g", "--group", help="Start from this group's committed offsets and commit the ones printed.")
+@click.option("-g", "--group", help="Join this consumer group (its members share the partitions), start "
+              "from its committed offsets and commit what is printed.")
 @click.option("--isolation", type=click.Choice(["read_uncommitted", "read_committed"]), default="read_uncommitted",
               show_default=True, help="read_committed: only committed transactions' records, up to the last "
               "stable offset.")
@@ -118,6 +129,10 @@ def consume(topic, partitions, start, num, exit_at_end, group, isolation, fmt, s
         raise CommandError("--share-group: the share group decides what each member reads "
                            "(no -p, -o, -g or -e)", USAGE)
     where = _start(start)
+    if group and not partitions and where[0] not in ("start", "end"):
+        raise CommandError(f"-o {start}: with -g the group's committed offsets say where to start; -o takes "
+                           "start or end (for partitions without one). Move the group with "
+                           "`oncelog group seek`", USAGE)
     render = _formatter(fmt)
     if fmt not in ("text", "json") and not _TEMPLATE.search(fmt.encode()):
         raise CommandError(f"--format {fmt!r}: text, json, or a template with %t %p %o %k %v %T %h", USAGE)
@@ -142,13 +157,19 @@ async def _consume(target: Target, topic, partitions, where, num, exit_at_end, g
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     config = target.config(**{"client.id": "oncelog-cli-consumer", "isolation.level": isolation,
-                              "auto.offset.reset": "earliest"})
+                              "auto.offset.reset": "latest" if where[0] == "end" else "earliest"})
+    member = bool(group) and not partitions
+    if member:
+        config.update({"group.id": group, "enable.auto.commit": "true"})
     async with AIOAdminClient(config) as admin, AIOConsumer(config) as consumer:
         count = len(await admin.describe_partitions(topic))
         missing = sorted(p for p in partitions if p >= count)
         if missing:
             raise CommandError(f"topic {topic} has {count} partitions: no partition {missing[0]}", USAGE)
         tps = [TopicPartition(topic, p) for p in (partitions or range(count))]
+        if member:
+            await _consume_in_group(consumer, topic, tps, num, exit_at_end, render, out, stop)
+            return
         kind, n = where
         if kind == "start":
             positions = await consumer.list_offsets(tps, EARLIEST)
@@ -191,6 +212,36 @@ async def _consume(target: Target, topic, partitions, where, num, exit_at_end, g
                     await commit()
         finally:
             await commit()
+
+
+async def _consume_in_group(consumer, topic, tps, num, exit_at_end, render, out, stop) -> None:
+    """A member of the group: the coordinator assigns its share of the partitions; what it prints
+    is committed after each poll (and by the consumer's auto-commit, and when it leaves)."""
+    from oncelog.client.errors import KafkaClientError
+    from oncelog.client.types import LATEST, TopicPartition
+    consumer.subscribe([topic])
+    ends = await consumer.list_offsets(tps, LATEST) if exit_at_end else {}
+    printed = 0
+    while not stop.is_set() and (num is None or printed < num):
+        if exit_at_end:
+            mine = [TopicPartition(tp.topic, tp.partition) for tp in consumer.assignment()]
+            if mine and all((consumer.position(tp) or 0) >= (ends.get(tp) or 0) for tp in mine):
+                break
+        poll = asyncio.ensure_future(consumer.poll(0.5, None if num is None else num - printed))
+        await asyncio.wait([poll, asyncio.ensure_future(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
+        if not poll.done():
+            poll.cancel()
+            break
+        records = poll.result()
+        for r in records:
+            out.write(render(r))
+        printed += len(records)
+        out.flush()
+        if records:
+            try:
+                await consumer.commit()
+            except KafkaClientError:
+                pass   # a rebalance under way: the partitions' revocation commits them
 
 
 async def _share_consume(target: Target, topic: str, group: str, num, render, out) -> None:

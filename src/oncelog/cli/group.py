@@ -1,8 +1,12 @@
 """`oncelog group`: consumer groups as kafka-consumer-groups and `rpk group` show and change them:
-list (with each group's type: classic, or consumer for KIP-848), describe (members, with their
-epochs for a consumer group, and per partition the committed offset, the log end and the lag),
-delete, seek (reset the committed offsets of a group without members)."""
+list (with each group's type: classic, or consumer for KIP-848), describe (one, several or
+`--all-groups`: members, with their epochs for a consumer group, and per partition the committed
+offset, the log end and the lag), delete, seek (reset the committed offsets of a group without
+members: to start, end, an offset, a time, a duration back, or shifted by N, as
+kafka-consumer-groups --reset-offsets), delete-offsets (OffsetDelete)."""
 from __future__ import annotations
+
+import time
 
 import click
 
@@ -18,6 +22,7 @@ from oncelog.cli.connect import (
     print_table,
     run,
 )
+from oncelog.cli.options import duration_ms, when
 
 
 @click.group("group")
@@ -82,18 +87,31 @@ def _partitions(tps) -> list[dict]:
 
 
 @group.command("describe")
-@click.argument("name")
+@click.argument("names", nargs=-1)
+@click.option("--all-groups", is_flag=True, help="Every group the cluster has (kafka-consumer-groups' option).")
 @format_option
 @connection_options
-def describe(name, fmt, target: Target) -> None:
-    """A group's state, members, and per partition its committed offset, log end offset and lag."""
+def describe(names, all_groups, fmt, target: Target) -> None:
+    """Groups NAMES (or --all-groups): state, members, and per partition the committed offset, log end
+    offset and lag. JSON: one object for one NAME, else a list of them."""
+    if bool(names) == all_groups:
+        raise CommandError("name the groups to describe, or give --all-groups", USAGE)
+
     async def go():
         async with admin_client(target) as admin:
-            return await _describe(admin, name)
-    d = run(target, go())
+            chosen = sorted(g.group for g in await admin.list_groups()) if all_groups else list(names)
+            return [await _describe(admin, name) for name in chosen]
+    described = run(target, go())
     if fmt == "json":
-        print_json(d)
+        print_json(described[0] if len(names) == 1 else described)
         return
+    for i, d in enumerate(described):
+        if i:
+            click.echo()
+        _print_description(d)
+
+
+def _print_description(d: dict) -> None:
     total = sum(r["lag"] or 0 for r in d["partitions"])
     kind = (f", {d['type']} group at epoch {d['group_epoch']} (assignment epoch {d['assignment_epoch']})"
             if d["type"] in ("consumer", "share") else "")
@@ -146,27 +164,56 @@ def _to(value: str) -> tuple[str, int]:
         return "start", 0
     if value in ("end", "latest"):
         return "end", 0
-    try:
-        if value.startswith("@"):
-            return "time", int(value[1:])
-        if int(value) >= 0:
-            return "offset", int(value)
-    except ValueError:
-        pass
-    raise CommandError(f"--to {value!r}: expected start, end, an offset or @TIMESTAMP (ms)", USAGE)
+    if value.isdigit():
+        return "offset", int(value)
+    at = when(value[1:] if value.startswith("@") else value)
+    if at is not None and (value.startswith("@") or not value.isdigit()):
+        return "time", at
+    raise CommandError(f"--to {value!r}: expected start, end, an offset, @TIMESTAMP (ms), a time before now "
+                       "(-1h) or an ISO time", USAGE)
+
+
+def _where(to, to_datetime, by_duration, shift_by) -> tuple[str, int]:
+    given = [name for name, v in (("--to", to), ("--to-datetime", to_datetime), ("--by-duration", by_duration),
+                                  ("--shift-by", shift_by)) if v is not None]
+    if len(given) != 1:
+        raise CommandError("give one of --to, --to-datetime, --by-duration, --shift-by"
+                           + (f" (got {', '.join(given)})" if given else ""), USAGE)
+    if to is not None:
+        return _to(to)
+    if to_datetime is not None:
+        at = when(to_datetime)
+        if at is None or to_datetime.isdigit() or to_datetime.startswith("-"):
+            raise CommandError(f"--to-datetime {to_datetime!r}: expected an ISO time such as "
+                               "2026-01-31T12:00:00Z (without a zone: UTC)", USAGE)
+        return "time", at
+    if by_duration is not None:
+        ms = duration_ms(by_duration)
+        if ms is None:
+            raise CommandError(f"--by-duration {by_duration!r}: expected a duration such as PT1H, P1DT12H or 30m",
+                               USAGE)
+        return "time", int(time.time() * 1000) - ms
+    return "shift", int(shift_by)
 
 
 @group.command("seek")
 @click.argument("name")
-@click.option("--to", "to", required=True, help="start, end, an offset, or @TIMESTAMP (ms since the epoch).")
+@click.option("--to", "to", help="start, end, an offset, @TIMESTAMP (ms since the epoch), a time before now (-1h) "
+              "or an ISO time.")
+@click.option("--to-datetime", help="The first offset at or after this ISO time, e.g. 2026-01-31T12:00:00Z "
+              "(kafka-consumer-groups' option).")
+@click.option("--by-duration", help="The first offset at or after this long ago: PT1H, P1DT12H, 30m "
+              "(kafka-consumer-groups' option).")
+@click.option("--shift-by", type=int, help="Move each committed offset by N (negative: back), kept within the log "
+              "(kafka-consumer-groups' option).")
 @click.option("--topic", "topics", multiple=True, help="Only (or also) this topic's partitions (repeatable); "
               "default: every partition the group has an offset for.")
 @click.option("--dry-run", is_flag=True, help="Show the new offsets without committing them.")
 @format_option
 @connection_options
-def seek(name, to, topics, dry_run, fmt, target: Target) -> None:
+def seek(name, to, to_datetime, by_duration, shift_by, topics, dry_run, fmt, target: Target) -> None:
     """Move group NAME's committed offsets (the group must have no members)."""
-    kind, n = _to(to)
+    kind, n = _where(to, to_datetime, by_duration, shift_by)
 
     async def go():
         from oncelog.client.types import EARLIEST, LATEST, TopicPartition
@@ -191,6 +238,9 @@ def seek(name, to, topics, dry_run, fmt, target: Target) -> None:
             elif kind == "time":
                 found = await admin.list_offsets(tps, n)
                 new = {tp: ends[tp] if found[tp] is None else found[tp] for tp in tps}
+            elif kind == "shift":   # from the committed offset (the start where there is none), as Kafka
+                new = {tp: min(max(committed.get(tp, starts[tp] or 0) + n, starts[tp] or 0), ends[tp] or 0)
+                       for tp in tps}
             else:   # as kafka-consumer-groups: an offset outside the log is moved to its nearest end
                 new = {tp: min(max(n, starts[tp] or 0), ends[tp] or 0) for tp in tps}
             if not dry_run:
@@ -205,3 +255,28 @@ def seek(name, to, topics, dry_run, fmt, target: Target) -> None:
                 [[r["topic"], r["partition"], _dash(r["previous_offset"]), r["new_offset"]] for r in rows])
     if dry_run:
         click.echo("(dry run: nothing committed)", err=True)
+
+
+@group.command("delete-offsets")
+@click.argument("name")
+@click.option("--topic", required=True, help="The topic whose committed offsets go.")
+@click.option("-p", "--partition", "partitions", multiple=True, type=click.IntRange(0),
+              help="Only this partition (repeatable); default every partition of the topic.")
+@format_option
+@connection_options
+def delete_offsets(name, topic, partitions, fmt, target: Target) -> None:
+    """Forget group NAME's committed offsets of a topic (kafka-consumer-groups --delete-offsets;
+    refused while a member of the group consumes it)."""
+    async def go():
+        from oncelog.client.types import TopicPartition
+        async with admin_client(target) as admin:
+            parts = partitions or [p.partition for p in await admin.describe_partitions(topic)]
+            tps = [TopicPartition(topic, p) for p in sorted(parts)]
+            await admin.delete_group_offsets(name, tps)
+            return [{"topic": tp.topic, "partition": tp.partition} for tp in tps]
+    rows = run(target, go())
+    if fmt == "json":
+        print_json(rows)
+    else:
+        for r in rows:
+            click.echo(f"deleted the offset of group {name} on {r['topic']}-{r['partition']}")

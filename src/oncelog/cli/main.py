@@ -22,6 +22,7 @@ COMMANDS = {
     "transactions": "oncelog.cli.transactions:transactions",
     "acl": "oncelog.cli.acl:acl",
     "user": "oncelog.cli.user:user",
+    "quota": "oncelog.cli.quota:quota",
     "cluster": "oncelog.cli.cluster_info:cluster",
     "log": "oncelog.cli.log_dump:log_group",
     "admin": "oncelog.cli.admin:admin",
@@ -49,8 +50,24 @@ class LazyGroup(click.Group):
 
 @click.group(cls=LazyGroup)
 @click.version_option(package_name="oncelog")
-def oncelog() -> None:
-    """oncelog: a Kafka-compatible log whose reason to exist is exactly-once producing."""
+@click.option("--bootstrap-server", "-b", default=None, metavar="HOST:PORT",
+              help="Brokers to start from, for every command that reaches the cluster (the command's own "
+              "--bootstrap-server wins).")
+@click.option("--command-config", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Kafka client properties for every command that reaches the cluster.")
+@click.option("--log-level", default=None, metavar="LEVEL", help="The client's log lines from this level.")
+@click.pass_context
+def oncelog(ctx: click.Context, bootstrap_server: str | None, command_config: str | None,
+            log_level: str | None) -> None:
+    """oncelog: a Kafka-compatible log whose reason to exist is exactly-once producing.
+
+    Shell completion (click's): `eval "$(_ONCELOG_COMPLETE=bash_source oncelog)"` in ~/.bashrc
+    (zsh_source in ~/.zshrc; fish: `_ONCELOG_COMPLETE=fish_source oncelog | source`)."""
+    # read by cli/connect.py's connection_options (these names are its GLOBAL_* constants; not
+    # imported from there, so that `oncelog serve` does not import the client)
+    ctx.meta["oncelog.bootstrap_server"] = bootstrap_server
+    ctx.meta["oncelog.command_config"] = command_config
+    ctx.meta["oncelog.log_level"] = log_level
 
 
 def main() -> None:

@@ -61,6 +61,8 @@ def produce(topic, num_records, record_size, payload_file, throughput, producer_
     # kafka-producer-perf-test takes `--producer-props k=v k=v ...`: the values after the first
     # arrive here as extra arguments
     props.update(parse_props(_split(producer_props) + list(more_props)))
+    # the command's own, else the one before the command (`oncelog -b HOST:PORT perf produce`)
+    bootstrap_server = bootstrap_server or click.get_current_context().meta.get("oncelog.bootstrap_server")
     if bootstrap_server:
         props["bootstrap.servers"] = bootstrap_server
     if "bootstrap.servers" not in props:

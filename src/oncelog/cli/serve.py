@@ -28,6 +28,9 @@ log = logging.getLogger("oncelog.cli")
 @click.option("--listeners", help="Shortcut for --override listeners=...")
 @click.option("--advertised-listeners", help="Shortcut for --override advertised.listeners=...")
 @click.option("--log-dirs", help="Shortcut for --override log.dirs=...")
+@click.option("--controller-listener", metavar="HOST:PORT", help="Shortcut for --override controller.listener=...: "
+              "where the controller listens (the in-process one, or with --brokers the cluster's); default a free "
+              "port.")
 @click.option("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False), default="INFO", show_default=True)
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--add-scram", "add_scram", multiple=True, metavar="'SCRAM-SHA-256=[name=N,password=P]'",
@@ -39,15 +42,15 @@ log = logging.getLogger("oncelog.cli")
 @click.option("--overrides-fd", type=int, metavar="FD", help="Read more --override settings, a JSON object, from "
               "this inherited file descriptor (how `serve --brokers N` hands its brokers their settings: "
               "a command line is readable by every local user, a descriptor only by its process).")
-def serve(properties, overrides, listeners, advertised_listeners, log_dirs, log_level, log_format, add_scram,
-          brokers, overrides_fd) -> None:
+def serve(properties, overrides, listeners, advertised_listeners, log_dirs, controller_listener, log_level,
+          log_format, add_scram, brokers, overrides_fd) -> None:
     """Run a broker (single node, controller in-process). Ctrl-C stops it cleanly."""
     logs.configure(log_level, log_format)
     if overrides_fd is not None:
         with os.fdopen(overrides_fd) as f:
             overrides.update({str(k): str(v) for k, v in json.load(f).items()})
     for name, value in (("listeners", listeners), ("advertised.listeners", advertised_listeners),
-                        ("log.dirs", log_dirs)):
+                        ("log.dirs", log_dirs), ("controller.listener", controller_listener)):
         if value is not None:
             overrides[name] = value
     try:

@@ -1,5 +1,6 @@
 """`oncelog topic`: kafka-topics' and `rpk topic`'s daily work (create, list, describe, add
-partitions, alter configs, delete)."""
+partitions, alter configs, delete), and delete-records (kafka-delete-records.sh; `trim-prefix`,
+rpk's name, is the same command)."""
 from __future__ import annotations
 
 import click
@@ -16,6 +17,7 @@ from oncelog.cli.connect import (
     print_table,
     run,
 )
+from oncelog.cli.options import when
 
 
 @click.group("topic")
@@ -133,3 +135,59 @@ def delete(names, target: Target) -> None:
     run(target, go())
     for n in names:
         click.echo(f"deleted topic {n}")
+
+
+def _delete_records(name, offset, partitions, fmt, target: Target) -> None:
+    where = offset.strip().lower()
+    at = None
+    if where not in ("end", "latest") and not where.isdigit():
+        at = when(offset[1:] if offset.startswith("@") else offset)
+        if at is None:
+            raise CommandError(f"-o {offset!r}: expected an offset, end, @TIMESTAMP (ms), a time before now (-1h) "
+                               "or an ISO time", USAGE)
+
+    async def go():
+        from oncelog.client.types import LATEST, TopicPartition
+        async with admin_client(target) as admin:
+            count = len(await admin.describe_partitions(name))
+            missing = sorted(p for p in partitions if p >= count)
+            if missing:
+                raise CommandError(f"topic {name} has {count} partitions: no partition {missing[0]}", USAGE)
+            tps = [TopicPartition(name, p) for p in (partitions or range(count))]
+            if where in ("end", "latest"):
+                offsets = {tp: off or 0 for tp, off in (await admin.list_offsets(tps, LATEST)).items()}
+            elif at is not None:   # records before the time go: the first offset at or after it stays
+                ends = await admin.list_offsets(tps, LATEST)
+                found = await admin.list_offsets(tps, at)
+                offsets = {tp: ends[tp] or 0 if found[tp] is None else found[tp] for tp in tps}
+            else:
+                offsets = dict.fromkeys(tps, int(where))
+            done = await admin.delete_records({(tp.topic, tp.partition): off for tp, off in offsets.items()})
+            return [{"topic": t, "partition": p, "log_start_offset": low} for (t, p), low in sorted(done.items())]
+    rows = run(target, go())
+    if fmt == "json":
+        print_json(rows)
+    else:
+        print_table(["PARTITION", "LOG-START-OFFSET"], [[r["partition"], r["log_start_offset"]] for r in rows])
+
+
+_DELETE_RECORDS_HELP = ("Delete TOPIC's records below an offset (DeleteRecords, as kafka-delete-records.sh and "
+                        "`rpk topic trim-prefix`): its log start offset moves there.")
+
+
+def _delete_records_command(command_name: str):
+    @topic.command(command_name, help=_DELETE_RECORDS_HELP)
+    @click.argument("name")
+    @click.option("-o", "--offset", required=True, help="The new log start offset: an offset, end (every record), "
+                  "@TIMESTAMP (ms), a time before now (-1h) or an ISO time (records before it go).")
+    @click.option("-p", "--partition", "partitions", multiple=True, type=click.IntRange(0),
+                  help="Only this partition (repeatable); default every partition.")
+    @format_option
+    @connection_options
+    def command(name, offset, partitions, fmt, target: Target) -> None:
+        _delete_records(name, offset, partitions, fmt, target)
+    return command
+
+
+delete_records = _delete_records_command("delete-records")
+trim_prefix = _delete_records_command("trim-prefix")   # rpk's name

@@ -1,8 +1,9 @@
 """`oncelog transactions`: kafka-transactions.sh's list, describe, describe-producers and abort,
 including aborting a hanging transaction (one open on a partition that its coordinator no longer
-tracks: a producer gone without ending it, or a marker that never reached the partition); and
-KIP-939's operator needs: `list --duration-filter` finds transactions open for long (a prepared
-two-phase-commit one nobody completes holds its partitions' last stable offset), `complete`
+tracks: a producer gone without ending it, or a marker that never reached the partition) and
+finding them (`find-hanging`, as kafka-transactions.sh); and KIP-939's operator needs: `list
+--duration-filter` finds transactions open for long (a prepared two-phase-commit one nobody
+completes holds its partitions' last stable offset), `complete`
 commits or aborts a prepared one as its external transaction manager would, `abort
 --transactional-id` aborts it."""
 from __future__ import annotations
@@ -88,6 +89,82 @@ def describe_producers(topic, partition, fmt, target: Target) -> None:
     print_table(["PRODUCER-ID", "EPOCH", "LAST-SEQUENCE", "LAST-TIMESTAMP", "COORDINATOR-EPOCH", "TXN-START-OFFSET"],
                 [[p.producer_id, p.producer_epoch, p.last_sequence, p.last_timestamp, p.coordinator_epoch,
                   "-" if p.current_txn_start_offset < 0 else p.current_txn_start_offset] for p in producers])
+
+
+@transactions.command("find-hanging")
+@click.option("--topic", "topics", multiple=True, help="Look at this topic's partitions (repeatable).")
+@click.option("--partition", "partitions", multiple=True, type=click.IntRange(0),
+              help="Only this partition of the topic (repeatable).")
+@click.option("--broker-id", type=int, default=None, help="Look at every partition this broker leads.")
+@click.option("--max-transaction-timeout", "max_minutes", type=click.FloatRange(0), default=15.0,
+              show_default=True, help="Minutes: a transaction open no longer than this may still end by itself "
+              "(the brokers' transaction.max.timeout.ms), so it is not listed.")
+@format_option
+@connection_options
+def find_hanging(topics, partitions, broker_id, max_minutes, fmt, target: Target) -> None:
+    """Transactions open on a partition that their coordinator does not track (as kafka-transactions.sh
+    find-hanging): DescribeProducers finds the open ones older than --max-transaction-timeout,
+    ListTransactions and DescribeTransactions tell which the coordinators know; the rest hang, and
+    `transactions abort --topic --partition --start-offset` ends them."""
+    if bool(topics) == (broker_id is not None):
+        raise CommandError("give --topic (with --partition) or --broker-id", USAGE)
+    if partitions and len(topics) != 1:
+        raise CommandError("--partition needs exactly one --topic", USAGE)
+
+    async def go():
+        import time
+
+        from oncelog.client.aio.admin_base import AdminError
+        from oncelog.client.types import TopicPartition
+        async with admin_client(target) as admin:
+            tps: list = []
+            if broker_id is not None:
+                for listing in await admin.topic_listings():
+                    tps += [TopicPartition(listing.name, p.partition)
+                            for p in await admin.describe_partitions(listing.name) if p.leader == broker_id]
+            else:
+                for t in topics:
+                    found = await admin.describe_partitions(t)
+                    missing = sorted(set(partitions) - {p.partition for p in found})
+                    if missing:
+                        raise CommandError(f"topic {t} has {len(found)} partitions: no partition {missing[0]}",
+                                           USAGE)
+                    tps += [TopicPartition(t, p.partition) for p in found
+                            if not partitions or p.partition in partitions]
+            now = int(time.time() * 1000)
+            candidates = [(tp, p) for tp in tps for p in await admin.partition_producers(tp)
+                          if p.current_txn_start_offset >= 0 and now - p.last_timestamp > max_minutes * 60_000]
+            if not candidates:
+                return []
+            ids: dict[int, list[str]] = {}
+            for t in await admin.list_transactions():
+                ids.setdefault(int(t["producer_id"]), []).append(str(t["transactional_id"]))
+            hanging = []
+            for tp, p in candidates:
+                tracked = False
+                for tid in ids.get(p.producer_id, []):
+                    try:
+                        d = await admin.describe_transaction(tid)
+                    except AdminError:
+                        continue
+                    if d.producer_id == p.producer_id and d.state not in ("Empty", "CompleteCommit",
+                                                                          "CompleteAbort", "Dead") \
+                            and TopicPartition(tp.topic, tp.partition) in d.partitions:
+                        tracked = True
+                if not tracked:
+                    hanging.append({"topic": tp.topic, "partition": tp.partition, "producer_id": p.producer_id,
+                                    "producer_epoch": p.producer_epoch, "coordinator_epoch": p.coordinator_epoch,
+                                    "start_offset": p.current_txn_start_offset, "last_timestamp": p.last_timestamp,
+                                    "duration_min": round((now - p.last_timestamp) / 60_000, 1)})
+            return hanging
+    rows = run(target, go())
+    if fmt == "json":
+        print_json(rows)
+        return
+    print_table(["TOPIC", "PARTITION", "PRODUCER-ID", "EPOCH", "COORDINATOR-EPOCH", "START-OFFSET",
+                 "LAST-TIMESTAMP", "DURATION(MIN)"],
+                [[r["topic"], r["partition"], r["producer_id"], r["producer_epoch"], r["coordinator_epoch"],
+                  r["start_offset"], r["last_timestamp"], r["duration_min"]] for r in rows])
 
 
 @transactions.command("abort")

@@ -47,6 +47,11 @@ class Refused(Exception):
     """The peer broke a limit; the message is for the log line, and the connection closes."""
 
 
+class Idle(Refused):
+    """Nothing received for connections.max.idle.ms: closed, as Kafka's Selector closes it, with a
+    debug line only (a broker's link that had nothing to ask is healthy, not a fault)."""
+
+
 async def read_frame(reader: asyncio.StreamReader, limits: ConnectionLimits, authenticated: bool) -> memoryview:
     """The next size-prefixed frame. Raises Refused (too large, or idle), or IncompleteReadError
     when the peer closed."""
@@ -70,7 +75,7 @@ async def _read(reader: asyncio.StreamReader, n: int, idle_ms: int) -> bytes:
             async with asyncio.timeout(idle_ms / 1000):
                 chunk = await reader.read(min(left, 1 << 16))
         except TimeoutError:
-            raise Refused(f"idle: nothing received for {idle_ms} ms (connections.max.idle.ms)") from None
+            raise Idle(f"idle: nothing received for {idle_ms} ms (connections.max.idle.ms)") from None
         if not chunk:
             raise asyncio.IncompleteReadError(b"".join(chunks), n)
         chunks.append(chunk)

@@ -27,7 +27,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from oncelog.controller import scram
-from oncelog.controller.connection_limits import ConnectionLimits, Refused, read_frame
+from oncelog.controller.connection_limits import ConnectionLimits, Idle, Refused, read_frame
 from oncelog.controller.security import ControllerSecurity
 from oncelog.core.controller_state import BROKER, PID_BLOCK, ControllerState, TokenBucket
 from oncelog.core.leadership import NO_LEADER, Leadership
@@ -292,6 +292,9 @@ class Controller:
                 await writer.drain()
                 if failed:
                     return
+        except Idle as e:
+            log.debug("controller: closing connection from %s%s: %s", peer,
+                      f" ({principal})" if principal else "", e)
         except Refused as e:
             log.warning("controller: closing connection from %s%s: %s", peer,
                         f" ({principal})" if principal else "", e)

@@ -37,6 +37,7 @@ class ApiKey(IntEnum):
     DELETE_ACLS = 31
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
+    DESCRIBE_LOG_DIRS = 35
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     INCREMENTAL_ALTER_CONFIGS = 44
@@ -90,6 +91,7 @@ BROKER_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.INIT_PRODUCER_ID: (0, 6),   # v6: KIP-939 (Enable2Pc, KeepPreparedTxn)
     ApiKey.DESCRIBE_CONFIGS: (1, 4),
     ApiKey.ALTER_CONFIGS: (0, 2),
+    ApiKey.DESCRIBE_LOG_DIRS: (1, 4),  # kafka-log-dirs.sh, `rpk cluster logdirs`; v4: volume bytes (KIP-827)
     ApiKey.CREATE_PARTITIONS: (0, 3),
     ApiKey.DELETE_GROUPS: (0, 2),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
@@ -195,7 +197,7 @@ FIRST_FLEXIBLE: dict[int, int] = {
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: 0,
     ApiKey.SASL_HANDSHAKE: 1 << 15, ApiKey.SASL_AUTHENTICATE: 2, ApiKey.ALTER_PARTITION_REASSIGNMENTS: 0,
     ApiKey.BROKER_REGISTRATION: 0, ApiKey.BROKER_HEARTBEAT: 0, ApiKey.ALLOCATE_PRODUCER_IDS: 0,
-    ApiKey.UPDATE_FEATURES: 0,
+    ApiKey.UPDATE_FEATURES: 0, ApiKey.DESCRIBE_LOG_DIRS: 2,
     ApiKey.SHARE_GROUP_HEARTBEAT: 0, ApiKey.SHARE_GROUP_DESCRIBE: 0, ApiKey.SHARE_FETCH: 0,
     ApiKey.SHARE_ACKNOWLEDGE: 0,
 }
@@ -213,6 +215,7 @@ KIO_NAMES: dict[int, str] = {
     ApiKey.DELETE_RECORDS: "delete_records", ApiKey.INIT_PRODUCER_ID: "init_producer_id",
     ApiKey.DESCRIBE_CONFIGS: "describe_configs", ApiKey.ALTER_CONFIGS: "alter_configs",
     ApiKey.CREATE_PARTITIONS: "create_partitions", ApiKey.OFFSET_DELETE: "offset_delete",
+    ApiKey.DESCRIBE_LOG_DIRS: "describe_log_dirs",
     ApiKey.INCREMENTAL_ALTER_CONFIGS: "incremental_alter_configs",
     ApiKey.DESCRIBE_CLUSTER: "describe_cluster", ApiKey.DESCRIBE_PRODUCERS: "describe_producers",
     ApiKey.ADD_PARTITIONS_TO_TXN: "add_partitions_to_txn", ApiKey.ADD_OFFSETS_TO_TXN: "add_offsets_to_txn",
@@ -241,5 +244,14 @@ def is_flexible(api_key: int, version: int) -> bool:
 def api_name(api_key: int) -> str:
     try:
         return ApiKey(api_key).name.lower()
+    except ValueError:
+        return KIO_NAMES.get(api_key, f"api_{api_key}")
+
+
+def kafka_api_name(api_key: int) -> str:
+    """Kafka's own name of an API, as its JMX metrics label requests (`request=Produce`,
+    `InitProducerId`): the key's words capitalized and joined."""
+    try:
+        return "".join(part.capitalize() for part in ApiKey(api_key).name.split("_"))
     except ValueError:
         return KIO_NAMES.get(api_key, f"api_{api_key}")

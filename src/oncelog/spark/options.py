@@ -3,8 +3,10 @@
 Pure parsing: no Spark, no sockets, so it is usable (and testable) anywhere."""
 from __future__ import annotations
 
+import difflib
 import json
 import re
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, overload
 
@@ -55,6 +57,76 @@ def bootstrap_servers(options) -> str:
     return str(servers)
 
 
+# Options of Spark's Kafka source and sink (docs/structured-streaming-kafka-integration.md), in
+# lower case as Spark hands them to a Python data source, plus oncelog's own. Every one of them
+# either acts or is refused by name: a Kafka job that moves over never loses a setting silently.
+READ_OPTIONS = frozenset({
+    "bootstrap.servers", "kafka.bootstrap.servers", "assign", "subscribe", "subscribepattern",
+    "startingoffsets", "endingoffsets", "startingtimestamp", "startingoffsetsbytimestamp",
+    "endingtimestamp", "endingoffsetsbytimestamp", "startingoffsetsbytimestampstrategy",
+    "failondataloss", "kafkaconsumer.polltimeoutms", "fetchoffset.numretries",
+    "fetchoffset.retryintervalms", "maxoffsetspertrigger", "minoffsetspertrigger",
+    "maxtriggerdelay", "minpartitions", "maxrecordsperpartition", "groupidprefix",
+    "includeheaders"})
+WRITE_OPTIONS = frozenset({
+    "bootstrap.servers", "kafka.bootstrap.servers", "topic", "includeheaders",
+    "deliveryguarantee", "twophasecommit", "sinkid", "committopic"})
+# what Spark itself adds to a writer's options (streaming: the checkpoint), and `path`, which
+# `.save(path)` / `.load(path)` would set
+_SPARK_OWN = frozenset({"checkpointlocation", "path"})
+
+# Kafka settings Spark's connector refuses, with its reasons (KafkaSourceProvider)
+_FORBIDDEN_READ = {
+    "auto.offset.reset": "set the option startingOffsets instead (earliest, latest or JSON)",
+    "key.deserializer": "keys are always read as bytes; deserialize them with DataFrame operations",
+    "value.deserializer": "values are always read as bytes; deserialize them with DataFrame "
+                          "operations",
+    "enable.auto.commit": "the source never commits offsets: the checkpoint records progress",
+    "interceptor.classes": "the source runs no consumer interceptors",
+}
+_FORBIDDEN_WRITE = {
+    "key.serializer": "keys are written as given (string or binary); serialize them with "
+                      "DataFrame operations",
+    "value.serializer": "values are written as given (string or binary); serialize them with "
+                        "DataFrame operations",
+    "interceptor.classes": "the sink runs no producer interceptors",
+    "partitioner.class": "the sink partitions with Kafka's default partitioner (murmur2 of the "
+                         "key); give the DataFrame a `partition` column to choose partitions",
+}
+
+
+def _check_names(opts: dict, known: frozenset, forbidden: dict, what: str) -> None:
+    """Refuse an option the connector would otherwise ignore: a misspelt one (naming the nearest
+    known option, as confluent-kafka does for its properties) or a Kafka setting it cannot honour.
+    Names starting with `_` are test hooks; `kafka.<name>` settings go to oncelog's client, which
+    checks them itself."""
+    for name in opts:
+        if name.startswith("kafka."):
+            setting = name[len("kafka."):]
+            if setting in forbidden:
+                raise OncelogSparkError(f"option {name} is not supported by the oncelog {what}: "
+                                        f"{forbidden[setting]}")
+            continue
+        if name in known or name in _SPARK_OWN or name.startswith("_"):
+            continue
+        near = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+        raise OncelogSparkError(
+            f"option {name} is not an option of the oncelog {what}"
+            + (f" (did you mean {_SPELLING.get(near[0], near[0])}?)" if near else "")
+            + "; see docs/spark.md for the options it takes")
+
+
+# how the docs spell each option (Spark lower-cases them before a Python source sees them)
+_SPELLING = {n.lower(): n for n in (
+    "subscribePattern", "startingOffsets", "endingOffsets", "startingTimestamp",
+    "startingOffsetsByTimestamp", "endingTimestamp", "endingOffsetsByTimestamp",
+    "startingOffsetsByTimestampStrategy", "failOnDataLoss", "kafkaConsumer.pollTimeoutMs",
+    "fetchOffset.numRetries", "fetchOffset.retryIntervalMs", "maxOffsetsPerTrigger",
+    "minOffsetsPerTrigger", "maxTriggerDelay", "minPartitions", "maxRecordsPerPartition",
+    "groupIdPrefix", "includeHeaders", "deliveryGuarantee", "twoPhaseCommit", "sinkId",
+    "commitTopic")}
+
+
 def client_config(options) -> dict:
     """Client settings: bootstrap.servers plus any `kafka.`-prefixed option (as Spark passes them)."""
     cfg = {"bootstrap.servers": bootstrap_servers(options)}
@@ -62,6 +134,36 @@ def client_config(options) -> dict:
         if k.startswith("kafka.") and k != "kafka.bootstrap.servers":
             cfg[k[len("kafka."):]] = v
     return cfg
+
+
+def parse_duration_ms(raw, option: str) -> int:
+    """Spark's time strings (JavaUtils.timeStringAsMs): `15m`, `30s`, `500ms`, `1h`, `2d`; a bare
+    number is milliseconds."""
+    m = re.fullmatch(r"\s*(\d+)\s*(ms|s|m|min|h|d)?\s*", str(raw).lower())
+    if m is None:
+        raise OncelogSparkError(f"option {option}={raw!r}: expected a duration such as 15m, 30s, "
+                                "500ms or 1h")
+    unit = {None: 1, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000,
+            "d": 86_400_000}[m.group(2)]
+    return int(m.group(1)) * unit
+
+
+def parse_timestamps_json(raw: str, option: str) -> dict[str, dict[int, int]]:
+    """Spark's `{"topicA":{"0":1700000000000,"1":...}}` (milliseconds since the epoch)."""
+    hint = f'option {option} must be JSON like {{"topicA":{{"0":1700000000000}}}} (ms since the epoch)'
+    try:
+        obj = json.loads(raw)
+    except (TypeError, ValueError) as e:
+        raise OncelogSparkError(f"{hint}; got {raw!r} ({e})") from None
+    if not isinstance(obj, dict) or not all(isinstance(ps, dict) for ps in obj.values()):
+        raise OncelogSparkError(f"{hint}; got {raw!r}")
+    out: dict[str, dict[int, int]] = {}
+    for topic, parts in obj.items():
+        for p, ts in parts.items():
+            if not str(p).isdigit() or isinstance(ts, bool) or not isinstance(ts, int) or ts < 0:
+                raise OncelogSparkError(f"{hint}; {topic}-{p}: {ts!r}")
+            out.setdefault(topic, {})[int(p)] = ts
+    return out
 
 
 def parse_offsets_json(raw: str, option: str) -> dict[str, dict[int, int]]:
@@ -115,6 +217,16 @@ class ReadOptions:
     min_partitions: int | None = None
     max_records_per_partition: int | None = None
     poll_timeout_ms: int = 120000
+    # startingTimestamp (one time for every partition) or startingOffsetsByTimestamp
+    # ({topic: {partition: ms}}): these win over startingOffsets, as in Spark; likewise ending
+    starting_ts: int | dict | None = None
+    ending_ts: int | dict | None = None
+    # no offset at or after the starting time: "error" fails the query, "latest" starts at the end
+    ts_strategy: str = "error"
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = 15 * 60_000
+    fetch_retries: int = 3
+    fetch_retry_interval_ms: int = 10
     extra: dict = field(default_factory=dict)
 
 
@@ -141,8 +253,17 @@ def _position(options, name: str, default: str, allow_latest: bool, allow_earlie
     return parsed
 
 
+def _timestamps(opts: dict, single: str, by_partition: str):
+    """`single` (one time for all partitions) wins over `by_partition` (JSON), as in Spark."""
+    if opts.get(single.lower()) not in (None, ""):
+        return _int(opts, single, None, minimum=0)
+    raw = opts.get(by_partition.lower())
+    return None if raw in (None, "") else parse_timestamps_json(str(raw), by_partition)
+
+
 def read_options(options, streaming: bool) -> ReadOptions:
     opts = {k.lower(): v for k, v in dict(options).items()}
+    _check_names(opts, READ_OPTIONS, _FORBIDDEN_READ, "source")
     chosen = [k for k in ("subscribe", "subscribepattern", "assign") if opts.get(k)]
     if len(chosen) != 1:
         raise OncelogSparkError(
@@ -191,6 +312,34 @@ def read_options(options, streaming: bool) -> ReadOptions:
     ro.min_partitions = _int(opts, "minPartitions", None)
     ro.max_records_per_partition = _int(opts, "maxRecordsPerPartition", None)
     ro.poll_timeout_ms = _int(opts, "kafkaConsumer.pollTimeoutMs", 120000)
+    ro.starting_ts = _timestamps(opts, "startingTimestamp", "startingOffsetsByTimestamp")
+    ro.ending_ts = _timestamps(opts, "endingTimestamp", "endingOffsetsByTimestamp")
+    if streaming:
+        for name in ("endingTimestamp", "endingOffsetsByTimestamp"):
+            if opts.get(name.lower()):
+                raise OncelogSparkError(f"option {name} is for batch reads only")
+    strategy = str(opts.get("startingoffsetsbytimestampstrategy") or "error").strip().lower()
+    if strategy not in ("error", "latest"):
+        raise OncelogSparkError(
+            f"option startingOffsetsByTimestampStrategy={opts['startingoffsetsbytimestampstrategy']!r}: "
+            "expected error (the default) or latest")
+    ro.ts_strategy = strategy
+    ro.min_offsets_per_trigger = _int(opts, "minOffsetsPerTrigger", None)
+    if opts.get("maxtriggerdelay") not in (None, ""):
+        ro.max_trigger_delay_ms = parse_duration_ms(opts["maxtriggerdelay"], "maxTriggerDelay")
+    if not streaming:
+        for name in ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay"):
+            if opts.get(name.lower()) not in (None, ""):
+                raise OncelogSparkError(f"option {name} is for streaming reads only")
+    ro.fetch_retries = _int(opts, "fetchOffset.numRetries", 3, minimum=0)
+    ro.fetch_retry_interval_ms = _int(opts, "fetchOffset.retryIntervalMs", 10, minimum=0)
+    # The source's consumers read assigned partitions and never join a group or commit (Spark's
+    # do the same): the group id only names them, `kafka.group.id` as given, else
+    # `<groupIdPrefix>-<uuid>` (Spark's default prefix spark-kafka-source)
+    if "group.id" not in ro.client:
+        prefix = str(opts.get("groupidprefix") or "spark-kafka-source")
+        ro.client["group.id"] = f"{prefix}-{uuid.uuid4()}"
+    ro.client["enable.auto.commit"] = "false"
     return ro
 
 
@@ -214,6 +363,7 @@ DELIVERY_GUARANTEES = ("exactly-once", "at-least-once")
 
 def write_options(options) -> WriteOptions:
     opts = {k.lower(): v for k, v in dict(options).items()}
+    _check_names(opts, WRITE_OPTIONS, _FORBIDDEN_WRITE, "sink")
     cfg = client_config(opts)
     # every task produces idempotently; a user cannot switch it off by accident
     cfg["enable.idempotence"] = "true"

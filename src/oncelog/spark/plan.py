@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import math
 import re
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from oncelog.client import Consumer, TopicPartition
 from oncelog.spark.options import EARLIEST, LATEST, OncelogSparkError, ReadOptions
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -66,13 +71,34 @@ def topic_partitions(consumer: Consumer, ro: ReadOptions) -> list[tuple[str, int
     return sorted(out)
 
 
-def bounds(consumer: Consumer, tps: list[tuple[str, int]]):
+def retried(ro: ReadOptions, what: str, fetch: Callable[[], T]) -> T:
+    """Spark's fetchOffset.numRetries / fetchOffset.retryIntervalMs: an offset lookup that fails
+    is tried again that many times, that long apart, before the query fails with its error."""
+    for attempt in range(ro.fetch_retries + 1):
+        try:
+            return fetch()
+        except OncelogSparkError:
+            raise
+        except Exception as e:  # noqa: BLE001 - any client error; the last one is reported
+            if attempt == ro.fetch_retries:
+                raise OncelogSparkError(
+                    f"{what} failed {attempt + 1} time(s) (fetchOffset.numRetries="
+                    f"{ro.fetch_retries}): {type(e).__name__}: {e}") from e
+            time.sleep(ro.fetch_retry_interval_ms / 1000)   # a backoff, not a wait for state
+    raise AssertionError("unreachable")
+
+
+def bounds(consumer: Consumer, tps: list[tuple[str, int]], ro: ReadOptions | None = None):
     """(earliest, latest) offsets of each partition."""
     if not tps:
         return {}, {}
     keys = [TopicPartition(t, p) for t, p in tps]
-    lo = consumer.beginning_offsets(keys)
-    hi = consumer.end_offsets(keys)
+    if ro is not None:
+        lo = retried(ro, "listing the earliest offsets", lambda: consumer.beginning_offsets(keys))
+        hi = retried(ro, "listing the latest offsets", lambda: consumer.end_offsets(keys))
+    else:
+        lo = consumer.beginning_offsets(keys)
+        hi = consumer.end_offsets(keys)
     return ({(k.topic, k.partition): lo.get(k) or 0 for k in keys},
             {(k.topic, k.partition): hi.get(k) or 0 for k in keys})
 
@@ -104,6 +130,41 @@ def resolve(position, tps, lo: dict, hi: dict, default_missing: int, option: str
         if extra:
             raise OncelogSparkError(f"option {option} names partitions this query does not read: "
                                     f"{', '.join(extra)}")
+    return out
+
+
+def by_timestamp(consumer: Consumer, ro: ReadOptions, times, tps, hi: dict, option: str,
+                 strategy: str) -> dict[str, dict[int, int]]:
+    """startingTimestamp / startingOffsetsByTimestamp / endingTimestamp / endingOffsetsByTimestamp
+    -> offsets, as Spark's KafkaOffsetReader: each partition's earliest offset whose timestamp is
+    at or after the time (ListOffsets by timestamp). Where no record is that recent, `strategy`
+    says: "error" fails (Spark's default for starting times), "latest" takes the end offset
+    (always so for ending times). A JSON of times must name every partition the query reads."""
+    if isinstance(times, dict):
+        named = {(t, p) for t, ps in times.items() for p in ps}
+        missing = sorted(set(tps) - named)
+        extra = sorted(named - set(tps))
+        if missing or extra:
+            raise OncelogSparkError(
+                f"option {option} must name exactly the partitions this query reads"
+                + (f"; missing {', '.join(f'{t}-{p}' for t, p in missing)}" if missing else "")
+                + (f"; not read {', '.join(f'{t}-{p}' for t, p in extra)}" if extra else ""))
+        wanted = {TopicPartition(t, p): times[t][p] for t, p in tps}
+    else:
+        wanted = {TopicPartition(t, p): times for t, p in tps}
+    found = retried(ro, f"looking up offsets by time ({option})",
+                    lambda: consumer.offsets_for_times(wanted) if wanted else {})
+    out: dict[str, dict[int, int]] = {}
+    for key, ts in wanted.items():
+        off = found.get(key)
+        if off is None or off < 0:
+            if strategy == "error":
+                raise OncelogSparkError(
+                    f"option {option}: {key.topic}-{key.partition} has no record with a timestamp "
+                    f"at or after {ts}; set startingOffsetsByTimestampStrategy=latest to start at "
+                    "its end instead")
+            off = hi[(key.topic, key.partition)]
+        out.setdefault(key.topic, {})[key.partition] = off
     return out
 
 

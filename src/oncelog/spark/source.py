@@ -95,6 +95,19 @@ class _Reading:
                 plan.split(ranges, self.ro.min_partitions, self.ro.max_records_per_partition)]
 
 
+def _ts_option(times, end: str) -> str:
+    return f"{end}Timestamp" if isinstance(times, int) else f"{end}OffsetsByTimestamp"
+
+
+def _starting(consumer, ro, tps, lo, hi) -> dict[str, dict[int, int]]:
+    """Where a new query starts: startingTimestamp / startingOffsetsByTimestamp when set (they win
+    over startingOffsets, as in Spark), else startingOffsets."""
+    if ro.starting_ts is not None:
+        return plan.by_timestamp(consumer, ro, ro.starting_ts, tps, hi,
+                                 _ts_option(ro.starting_ts, "starting"), ro.ts_strategy)
+    return plan.resolve(ro.starting, tps, lo, hi, -2, "startingOffsets")
+
+
 class BatchReader(_Reading, DataSourceReader):  # type: ignore[misc]  # read() takes our own partitions
     def __init__(self, options) -> None:
         _Reading.__init__(self, options, streaming=False)
@@ -103,16 +116,23 @@ class BatchReader(_Reading, DataSourceReader):  # type: ignore[misc]  # read() t
         try:
             c = self.consumer()
             tps = plan.topic_partitions(c, self.ro)
-            lo, hi = plan.bounds(c, tps)
-            start = plan.resolve(self.ro.starting, tps, lo, hi, -2, "startingOffsets")
-            end = plan.resolve(self.ro.ending, tps, lo, hi, -1, "endingOffsets")
+            lo, hi = plan.bounds(c, tps, self.ro)
+            start = _starting(c, self.ro, tps, lo, hi)
+            if self.ro.ending_ts is not None:
+                end = plan.by_timestamp(c, self.ro, self.ro.ending_ts, tps, hi,
+                                        _ts_option(self.ro.ending_ts, "ending"), "latest")
+            else:
+                end = plan.resolve(self.ro.ending, tps, lo, hi, -1, "endingOffsets")
         finally:
             self.close()
         ranges = []
         for t, p in tps:
             s, e = start[t][p], end[t][p]
             if s > e:
-                raise OncelogSparkError(f"{t}-{p}: startingOffsets {s} is after endingOffsets {e}")
+                if self.ro.starting_ts is not None or self.ro.ending_ts is not None:
+                    s = e   # a starting time after the ending time: nothing to read (as Spark)
+                else:
+                    raise OncelogSparkError(f"{t}-{p}: startingOffsets {s} is after endingOffsets {e}")
             ranges.append(plan.OffsetRange(t, p, s, e))
         parts = self._split(ranges)
         # Spark needs at least one partition; an empty range reads nothing
@@ -126,16 +146,41 @@ class StreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvailableNow
     def __init__(self, options) -> None:
         _Reading.__init__(self, options, streaming=True)
         self._target = None        # Trigger.AvailableNow: latest offsets when the run began
+        # minOffsetsPerTrigger: when the last micro-batch was admitted (0: none yet, so the first
+        # trigger runs at once, as Spark's KafkaMicroBatchStream)
+        self._last_trigger_ms = 0.0
+
+    @staticmethod
+    def _now_ms() -> float:
+        return time.time() * 1000
 
     def _latest(self):
         c = self.consumer()
         tps = plan.topic_partitions(c, self.ro)
-        lo, hi = plan.bounds(c, tps)
+        lo, hi = plan.bounds(c, tps, self.ro)
         return tps, lo, hi
 
     def initialOffset(self) -> dict:
         tps, lo, hi = self._latest()
-        return canonical(plan.resolve(self.ro.starting, tps, lo, hi, -2, "startingOffsets"))
+        return canonical(_starting(self.consumer(), self.ro, tps, lo, hi))
+
+    def _delay(self, start: dict, latest: dict) -> bool:
+        """Spark's minOffsetsPerTrigger with maxTriggerDelay: hold the trigger back while fewer
+        offsets than the minimum wait, until maxTriggerDelay has passed since the last batch
+        (never under Trigger.AvailableNow, which reads what there is)."""
+        n = self.ro.min_offsets_per_trigger
+        if n is None or self._target is not None:
+            return False
+        now = self._now_ms()
+        if now - self._last_trigger_ms >= self.ro.max_trigger_delay_ms:
+            self._last_trigger_ms = now
+            return False
+        waiting = sum(max(0, off - start.get(t, {}).get(p, off))
+                      for t, ps in latest.items() for p, off in ps.items())
+        if waiting < n:
+            return True
+        self._last_trigger_ms = now
+        return False
 
     def prepareForTriggerAvailableNow(self) -> None:
         _tps, _lo, hi = self._latest()
@@ -167,6 +212,8 @@ class StreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvailableNow
                     f"{t}-{p}: the query is at offset {s} but the partition ends at {hi[(t, p)]} "
                     "(topic deleted and recreated?); set failOnDataLoss=false to continue")
             latest.setdefault(t, {})[p] = max(cap, s)
+        if self._delay(filled, latest):
+            return canonical(begin)   # the same offsets: Spark runs no micro-batch
         if isinstance(limit, ReadMaxRows):
             latest = plan.limit_rows(filled, latest, limit.max_rows)
         # partitions that vanished keep their position, so offsets never move backwards

@@ -157,6 +157,8 @@ class PartitionLog:
         self.config = config
         self.segments: list[Segment] = []
         self.log_start_offset = 0
+        self.recovered = False      # opened after an unclean stop (no clean-shutdown marker)
+        self.truncated_bytes = 0    # torn or corrupt tail bytes that open cut off
         self._roll_callbacks: list[Callable[[int], None]] = []
         self._delete_callbacks: list[Callable[[int], None]] = []
         self._last_flush_ms = 0
@@ -190,6 +192,7 @@ class PartitionLog:
             if valid < seg.size:
                 log.warning("%s: truncating %d bytes of a torn or corrupt tail at position %d "
                             "(a write cut short by a crash)", seg.path, seg.size - valid, valid)
+                self.truncated_bytes += seg.size - valid
                 seg.truncate(valid)
             try:
                 seg.created_ms = int(os.stat(seg.path).st_mtime * 1000) if seg.size else now_ms
@@ -203,6 +206,8 @@ class PartitionLog:
         active = self.segments[-1]
         if active.size == 0 and active.next_offset < self.log_start_offset:
             active.next_offset = self.log_start_offset
+        # what the log manager's one line after an unclean shutdown counts
+        self.recovered = not clean and not fresh
         if clean:
             clean_marker.unlink()
             fsync_dir(self.directory)

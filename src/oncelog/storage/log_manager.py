@@ -81,9 +81,20 @@ class LogManager(TopicRegistry):
                     continue
                 self._add_topic(info)
                 report_invalid_overrides(info.name, info.overrides, path)
+        recovered = truncated = opened = 0
         for info in self.topics.values():
             for p in range(info.partitions):
-                self._open_partition(info, p, now_ms)
+                plog = self._open_partition(info, p, now_ms).log
+                opened += 1
+                if plog.recovered:
+                    recovered += 1
+                    truncated += plog.truncated_bytes
+        if recovered:
+            # one line that says the last stop was not clean and what recovery did (Kafka logs
+            # its recovery of unflushed segments per partition)
+            log.warning("recovery ran after an unclean shutdown: %d of %d partitions were not closed cleanly; "
+                        "their active segments were checked batch by batch (CRC) and %d bytes of torn tails "
+                        "truncated", recovered, opened, truncated)
         known = {f"{t.name}-{p}" for t in self.topics.values() for p in range(t.partitions)}
         for d in self.log_dirs:
             for child in d.iterdir():

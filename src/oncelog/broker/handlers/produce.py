@@ -82,7 +82,7 @@ async def handle(broker: BrokerServices, version: int, request: wire.ProduceRequ
             and any(_transactional_header(records) is not None
                     for _topic, parts in request.topics for _index, records in parts)
             and not authorize(broker, Op.WRITE, TXN_ID, tid)):
-        broker.metrics.count_errors("produce", (ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        broker.metrics.count_errors("Produce", (ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
                                                 for _topic, parts in request.topics for _part in parts))
         return error_response(version, request, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     topics, plan, size = _check_partitions(broker, version, request, refuse)
@@ -98,7 +98,7 @@ async def handle(broker: BrokerServices, version: int, request: wire.ProduceRequ
         appended, waits = _append(broker, version, request, plan, refusals, checks, now)
     finally:
         checks.end()
-    broker.metrics.count_errors("produce", (p.error_code for t in topics for p in t.partitions))
+    broker.metrics.count_errors("Produce", (p.error_code for t in topics for p in t.partitions))
     if appended:
         broker.data_appended()
     throttle_ms = broker.quotas.record_produce(size) if size else 0
@@ -234,6 +234,8 @@ def _append(broker: BrokerServices, version: int, request: wire.ProduceRequest, 
                                               result.log_start_offset, result.error_message,
                                               result.record_errors, batches_to_retain=window)
             a.answer.partitions[a.slot] = response
+            if result.error_code == 0 and "duplicate" not in result.extra and records is not None:
+                broker.metrics.produced(a.topic, len(records), result.last_offset - result.base_offset + 1)
             if partition.write_caching:
                 appended = appended or (result.error_code == 0 and "duplicate" not in result.extra)
             elif request.acks == -1 and result.error_code == 0:
@@ -262,7 +264,7 @@ async def _answer_when_durable(broker: BrokerServices, version: int, topics: lis
             continue
         response.error_code, response.base_offset, response.log_append_time = code, -1, -1
         response.error_message = message
-        broker.metrics.errors.labels("produce", code.name).inc()
+        broker.metrics.errors.labels("Produce", code.name).inc()
     return wire.encode_response(version, topics, throttle_ms)
 
 

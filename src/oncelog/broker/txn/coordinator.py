@@ -159,6 +159,7 @@ class TxnCoordinatorService:
                 self._unload(p)
             self._core = self._make_core(info.partitions)
         logs = self.broker.logs
+        loaded: list[tuple[int, int, int, int]] = []   # (partition, epoch, records, jobs)
         for p in range(info.partitions):
             partition = logs.get_partition(TRANSACTION_STATE_TOPIC, p)
             held = self._epochs.get(p)
@@ -168,7 +169,14 @@ class TxnCoordinatorService:
                 continue
             _leader, epoch = logs.leader(TRANSACTION_STATE_TOPIC, p)
             if held != epoch:
-                self._load(p, partition, epoch)
+                loaded.append((p, epoch, *self._load(p, partition, epoch)))
+        if loaded:
+            # one line for what a start loads (50 partitions by default), not one per partition
+            epochs = sorted({e for _p, e, _r, _j in loaded})
+            log.info("coordinating %d partition(s) of %s (%s) at epoch%s %s: %d records, %d transactions "
+                     "to complete", len(loaded), TRANSACTION_STATE_TOPIC, _ranges([p for p, *_ in loaded]),
+                     "s" if len(epochs) > 1 else "", ",".join(map(str, epochs)),
+                     sum(r for *_x, r, _j in loaded), sum(j for *_x, j in loaded))
 
     def _unload(self, p: int) -> None:
         log.info("no longer coordinating %s-%d", TRANSACTION_STATE_TOPIC, p)
@@ -176,9 +184,10 @@ class TxnCoordinatorService:
         self._core.unload(p)
         self.markers.drop_partition(p)
 
-    def _load(self, p: int, partition, epoch: int) -> None:
-        """Replay the partition's records. Synchronous: the partition's ids answer
-        COORDINATOR_LOAD_IN_PROGRESS only if a request could arrive mid-load, and none can."""
+    def _load(self, p: int, partition, epoch: int) -> tuple[int, int]:
+        """Replay the partition's records; returns (records replayed, transactions to complete).
+        Synchronous: the partition's ids answer COORDINATOR_LOAD_IN_PROGRESS only if a request
+        could arrive mid-load, and none can."""
         if p in self._epochs:
             self.markers.drop_partition(p)
         self._epochs[p] = epoch
@@ -206,10 +215,11 @@ class TxnCoordinatorService:
             # as Kafka's loader stops at a corrupt record, and say so loudly.
             log.error("%s-%d: loading stopped at offset %d: %s", TRANSACTION_STATE_TOPIC, p, offset, e)
         jobs = self._core.finish_load(p, epoch, self.broker.now_ms())
-        log.info("coordinating %s-%d at epoch %d: %d records, %d transactions to complete",
-                 TRANSACTION_STATE_TOPIC, p, epoch, records, len(jobs))
+        log.debug("coordinating %s-%d at epoch %d: %d records, %d transactions to complete",
+                  TRANSACTION_STATE_TOPIC, p, epoch, records, len(jobs))
         for job in jobs:
             self.markers.submit(job)
+        return records, len(jobs)
 
     def owns(self, partition: int, coordinator_epoch: int) -> bool:
         return self.core.owned().get(partition) == coordinator_epoch
@@ -297,3 +307,16 @@ class TxnCoordinatorService:
 
     def submitted_jobs(self) -> list[MarkerJob]:
         return self.markers.jobs()
+
+
+def _ranges(numbers: list[int]) -> str:
+    """[0, 1, 2, 5, 7, 8] -> "0-2,5,7-8"."""
+    out: list[str] = []
+    for n in sorted(numbers):
+        if out and "-" in out[-1] and int(out[-1].split("-")[1]) == n - 1:
+            out[-1] = f"{out[-1].split('-')[0]}-{n}"
+        elif out and "-" not in out[-1] and int(out[-1]) == n - 1:
+            out[-1] = f"{out[-1]}-{n}"
+        else:
+            out.append(str(n))
+    return ",".join(out)

@@ -14,7 +14,7 @@ from oncelog.client.aio.list_offsets import list_offsets
 from oncelog.client.types import EARLIEST, LATEST, TopicPartition
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.entities import RequestBuilder
-from oncelog.protocol.errors import ErrorCode
+from oncelog.protocol.errors import ErrorCode, error_code
 
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
@@ -115,6 +115,35 @@ class ClusterAdmin:
                 raise AdminError(res.error_code, f"describe configs of {name}", res.error_message)
             out += [ConfigEntry(c.name, c.value, CONFIG_SOURCES.get(int(c.config_source), str(c.config_source)),
                                 bool(c.read_only), bool(c.is_sensitive)) for c in res.configs]
+        return out
+
+    async def describe_log_dirs(self, topics: list[str] | None = None) -> list[dict]:
+        """DescribeLogDirs of every broker (kafka-log-dirs.sh --describe): per broker and log
+        directory its volume's total and usable bytes (-1 before v4) and each partition's size;
+        `topics` limits the partitions to those topics' (None: all)."""
+        if not self.cluster.brokers:
+            await self.cluster.refresh([])
+        wanted = None
+        if topics is not None:
+            # describe_partitions: an unknown topic is refused (UNKNOWN_TOPIC_OR_PARTITION), not waited for
+            wanted = [(t, [p.partition for p in await self.describe_partitions(t)]) for t in topics]
+        out: list[dict] = []
+        for node in sorted(self.cluster.brokers):
+            conn = await self.cluster.connection(node)
+            _v, r = await ask(conn, ApiKey.DESCRIBE_LOG_DIRS, lambda rq: rq.encode(
+                topics=None if wanted is None else tuple(
+                    rq("DescribableLogDirTopic", topic=t, partitions=tuple(ps)) for t, ps in wanted)),
+                self.cluster.timeout_s)
+            if getattr(r, "error_code", 0):
+                raise AdminError(r.error_code, f"describe the log directories of broker {node}")
+            for res in r.results:
+                error = error_code(res.error_code).name if res.error_code else None
+                out.append({"broker": node, "log_dir": str(res.log_dir), "error": error,
+                            "total_bytes": int(getattr(res, "total_bytes", -1)),
+                            "usable_bytes": int(getattr(res, "usable_bytes", -1)),
+                            "partitions": [{"topic": str(t.name), "partition": int(p.partition_index),
+                                            "size_bytes": int(p.partition_size), "offset_lag": int(p.offset_lag)}
+                                           for t in res.topics for p in t.partitions]})
         return out
 
     async def alter_broker_configs(self, node: int, configs: dict[str, str | None]) -> None:

@@ -4,7 +4,7 @@ coordinator ConsumerGroupDescribe for a KIP-848 group (its epochs, each member's
 assignment) and DescribeGroups for a classic one (what librdkafka's AdminClient does: the first
 answers GROUP_ID_NOT_FOUND for a classic group), OffsetFetch, offsets set by an OffsetCommit
 outside any generation (Kafka's `Admin.alterConsumerGroupOffsets`: the coordinator takes it only
-while the group has no members), DeleteGroups."""
+while the group has no members), DeleteGroups, OffsetDelete (`Admin.deleteConsumerGroupOffsets`)."""
 from __future__ import annotations
 
 import asyncio
@@ -183,6 +183,25 @@ class GroupAdmin:
             for p in t.partitions:
                 if p.error_code:
                     raise AdminError(p.error_code, f"commit the offset of {group} on {t.name}-{p.partition_index}")
+
+    async def delete_group_offsets(self, group: str, tps: list[TopicPartition]) -> None:
+        """OffsetDelete: forget the group's committed offsets of `tps` (refused for a partition
+        the group consumes: GROUP_SUBSCRIBED_TO_TOPIC, as Kafka)."""
+        by_topic: dict[str, list[int]] = {}
+        for tp in sorted(tps):
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+        conn = await coordinator(self.cluster, group)
+        _, r = await ask(conn, ApiKey.OFFSET_DELETE, lambda rq: rq.encode(
+            group_id=group, topics=tuple(
+                rq("OffsetDeleteRequestTopic", name=t, partitions=tuple(
+                    rq("OffsetDeleteRequestPartition", partition_index=p) for p in ps))
+                for t, ps in by_topic.items())), self.cluster.timeout_s)
+        if r.error_code:
+            raise AdminError(r.error_code, f"delete the offsets of group {group}")
+        for t in r.topics:
+            for p in t.partitions:
+                if p.error_code:
+                    raise AdminError(p.error_code, f"delete the offset of {group} on {t.name}-{p.partition_index}")
 
     async def delete_groups(self, groups: list[str]) -> None:
         for group in groups:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import secrets
 
-from oncelog.client.aio.admin_base import AdminError, ask_controller
+from oncelog.client.aio.admin_base import AdminError, ask, ask_controller
 from oncelog.client.aio.cluster import Cluster
 from oncelog.client.errors import KafkaClientError
 from oncelog.core.security.acl import (
@@ -121,3 +121,41 @@ class SecurityAdmin:
 def _mechanism(type_: int) -> str:
     m = ScramMechanism.from_type(type_)
     return m.mechanism_name if m is not None else f"UNKNOWN({type_})"
+
+
+QUOTA_ENTITY_TYPES = ("user", "client-id", "ip")
+
+
+class QuotaAdmin:
+    """Client quotas (KIP-546's DescribeClientQuotas and AlterClientQuotas), as
+    `kafka-configs --entity-type users|clients|ips` and `rpk cluster quotas` use them. An entity is
+    {type: name} with `user`, `client-id`, `ip`; a name None is that type's default."""
+
+    cluster: Cluster
+
+    async def describe_client_quotas(self, exact: dict[str, str | None] | None = None,
+                                     strict: bool = False) -> list[dict]:
+        """Quotas of entities matching `exact` ({type: name, or None for the default entity};
+        empty: every entity): [{"entity": {type: name}, "values": {key: value}}]."""
+        components = exact or {}
+        conn = await self.cluster.any_connection()
+        _, r = await ask(conn, ApiKey.DESCRIBE_CLIENT_QUOTAS, lambda rq: rq.encode(strict=strict, components=tuple(
+            rq("ComponentData", entity_type=t, match_type=0 if n is not None else 1, match=n)
+            for t, n in components.items())), self.cluster.timeout_s)
+        if r.error_code:
+            raise AdminError(r.error_code, "describe client quotas", r.error_message)
+        return [{"entity": {str(e.entity_type): e.entity_name for e in entry.entity},
+                 "values": {str(v.key): float(v.value) for v in entry.values}} for entry in (r.entries or ())]
+
+    async def alter_client_quotas(self, entity: dict[str, str | None], add: dict[str, float],
+                                  remove: list[str]) -> None:
+        """Set `add` and remove `remove` (quota keys: producer_byte_rate, consumer_byte_rate,
+        request_percentage, controller_mutation_rate, connection_creation_rate) for `entity`."""
+        ops = [(k, v, False) for k, v in add.items()] + [(k, 0.0, True) for k in remove]
+        r = await ask_controller(self.cluster, ApiKey.ALTER_CLIENT_QUOTAS, lambda rq: rq.encode(
+            validate_only=False, entries=(rq("EntryData", entity=tuple(
+                rq("EntityData", entity_type=t, entity_name=n) for t, n in entity.items()), ops=tuple(
+                rq("OpData", key=k, value=v, remove=rm) for k, v, rm in ops)),)))
+        for e in r.entries:
+            if e.error_code:
+                raise AdminError(e.error_code, "alter client quotas", e.error_message)

@@ -65,6 +65,9 @@ API_RIGHTS: dict[int, tuple[ApiRights, ...]] = {
     K.CREATE_TOPICS: (ApiRights((2, 7), any_of=((_r(Op.CREATE, CLUSTER), _r(Op.CREATE, TOPIC)),)),),
     K.DELETE_TOPICS: (ApiRights((1, 6), (_r(Op.DELETE, TOPIC),)),),
     K.DELETE_RECORDS: (ApiRights((0, 2), (_r(Op.DELETE, TOPIC),)),),
+    # v1-v2 have no error code: without the right, an empty list (Kafka's answer too)
+    K.DESCRIBE_LOG_DIRS: (ApiRights((1, 2), filtered=True, note="DESCRIBE C; else an empty list"),
+                          ApiRights((3, 4), (DC,))),
     K.INIT_PRODUCER_ID: (ApiRights((0, 6), any_of=((_r(Op.IDEMPOTENT_WRITE, CLUSTER), WT),),
                                    note="transactional: WRITE X instead; v6 with Enable2Pc: also "
                                         "TWO_PHASE_COMMIT X (KIP-939)"),),

@@ -1,0 +1,51 @@
+"""What a start says (issue 39, item 10): the transaction coordinator's load of its 50
+partitions is one line, not fifty; a start after kill -9 says that recovery ran, a start after a
+clean stop does not."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from oncelog.client import Producer
+from oncelog.testing.embedded import BrokerProcess
+
+pytestmark = pytest.mark.processes
+
+RECOVERY = "recovery ran after an unclean shutdown"
+
+
+def _since(broker: BrokerProcess, mark: int) -> str:
+    return broker.log_file.read_text(errors="replace")[mark:]
+
+
+def _coordinating(text: str) -> list[str]:
+    return [line for line in text.splitlines() if "coordinating" in line and "__transaction_state" in line]
+
+
+def test_one_coordinator_line_and_a_recovery_line_after_kill_9(tmp_path):
+    broker = BrokerProcess(tmp_path / "data").start()
+    try:
+        assert RECOVERY not in _since(broker, 0)      # a new data directory: nothing to recover
+        with Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "start-lines"}) as p:
+            p.init_transactions(30)                    # creates __transaction_state's 50 partitions
+            p.begin_transaction()
+            for i in range(20):
+                p.send("recovered", value=b"r%d" % i)
+            p.commit_transaction(30)
+
+        mark = len(broker.log_file.read_text(errors="replace"))
+        broker.restart(clean=False)      # kill -9
+        after_kill = _since(broker, mark)
+        lines = [line for line in after_kill.splitlines() if RECOVERY in line]
+        assert len(lines) == 1 and "WARNING" in lines[0], after_kill[-3000:]
+        assert re.search(r"\d+ of \d+ partitions were not closed cleanly", lines[0])
+        [coordinating] = _coordinating(after_kill)
+        assert re.search(r"coordinating 50 partition\(s\) of __transaction_state \(0-49\) at epoch", coordinating)
+
+        mark = len(broker.log_file.read_text(errors="replace"))
+        broker.restart(clean=True)       # SIGTERM: a clean stop leaves nothing to recover
+        after_stop = _since(broker, mark)
+        assert RECOVERY not in after_stop and len(_coordinating(after_stop)) == 1
+    finally:
+        broker.stop()
