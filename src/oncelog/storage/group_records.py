@@ -15,7 +15,8 @@ One frame per record, as the controller's metadata log frames them:
 An append is fsynced before it returns (the heartbeat is answered after); a failed write or fsync
 is cut back so that the file ends where the last durable append ended, and if the cut fails too
 the log refuses appends until the group is loaded again. Recovery reads frames up to the first
-torn or corrupt one (a crash mid-append: nothing after it was acknowledged) and cuts the rest.
+torn or corrupt one (a crash mid-append: nothing after it was acknowledged); the rest is cut by
+the next append, under the owner's lease (a reader writes nothing).
 
 Compaction: the store keeps the latest frame of every live key, so when the file has grown past
 twice the live records (plus a slack), the live frames are written whole to a new file that
@@ -61,6 +62,7 @@ class RecordLog:
     failed: str | None = None
     writes: int = 0                                 # bytes appended (compactions not counted)
     synced: int = 0                                 # bytes known to be on disk
+    end: int = 0                                    # the file's size as last read or written
     generation: int = 0                             # moves when the file is replaced (compaction)
 
     @classmethod
@@ -89,15 +91,12 @@ class RecordLog:
                 values[key] = record["v"]
             pos = end
         if pos < len(data):
-            log.warning("%s: ignoring a torn or corrupt tail of %d bytes at position %d (truncated)",
+            # cut by the first append, under the owner's lease: a reader never writes (in a
+            # cluster the reader may have just lost the group to a broker appending to it)
+            log.warning("%s: ignoring a torn or corrupt tail of %d bytes at position %d (cut at the next append)",
                         path, len(data) - pos, pos)
-            fd = os.open(path, os.O_WRONLY)
-            try:
-                os.ftruncate(fd, pos)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
         out.size = out.synced = pos
+        out.end = len(data)
         out.inode = os.stat(path).st_ino
         return out, _group(values)
 
@@ -125,9 +124,12 @@ class RecordLog:
         try:
             if shared:
                 st = os.fstat(fd)
-                if st.st_ino != self.inode or st.st_size != self.size:
+                if st.st_ino != self.inode or st.st_size != self.end:
                     raise OSError(f"{self.path} was written by another broker since this one read it")
             try:
+                if self.end > self.size:     # a torn tail read at load: cut before appending
+                    os.ftruncate(fd, self.size)
+                    self.end = self.size
                 written = os.pwrite(fd, data, self.size)
                 if written != len(data):
                     raise OSError(f"short write: {written} of {len(data)} bytes")
@@ -139,6 +141,7 @@ class RecordLog:
         finally:
             os.close(fd)
         self.size += len(data)
+        self.end = self.size
         if sync:
             self.synced = self.size
         self.writes += len(data)
@@ -179,7 +182,7 @@ class RecordLog:
             self._cut_back(fd, self.synced, error)
         finally:
             os.close(fd)
-        self.size = self.synced
+        self.size = self.end = self.synced
         self.failed = self.failed or f"a failed fsync ({error}): the group must be read again"
 
     def _cut_back(self, fd: int, size: int, error: OSError) -> None:
@@ -190,6 +193,7 @@ class RecordLog:
             self.failed = f"a failed append ({error}) could not be cut back to {size} bytes ({e})"
             log.critical("%s: %s", self.path, self.failed)
             return
+        self.end = size
         log.error("%s: append failed (%s); cut back to %d bytes", self.path, error, size)
 
     def due(self) -> bool:
@@ -203,7 +207,7 @@ class RecordLog:
         data = b"".join(f for _k, f in frames)
         replace_file(self.path, data)
         self.latest = dict(frames)
-        self.live = self.size = self.synced = len(data)
+        self.live = self.size = self.synced = self.end = len(data)
         self.inode = os.stat(self.path).st_ino
         self.generation += 1
         self.failed = None
