@@ -246,3 +246,31 @@ def test_a_killed_broker_reads_its_groups_records_back_exactly(tmp_path):
                 assert m.heartbeat() == E.NONE
     finally:
         broker.stop()
+
+
+async def test_a_failed_fsync_answers_not_coordinator_and_the_group_is_read_again_from_disk(broker, monkeypatch):
+    """The records are fsynced off the event loop after the heartbeat changed the group in memory:
+    when that fsync fails, what it covered is cut off the file, the heartbeats waiting on it are
+    told NOT_COORDINATOR (they find the coordinator again and retry), and the group is read again
+    from what is on disk, so memory never holds a change the disk lost."""
+    import errno
+
+    from oncelog.storage.group_records import RecordLog
+    b, consumer = broker
+    a, c = await consumer("g"), await consumer("g")
+    assert await a.heartbeat(0) == E.NONE
+    await settle(a)
+    before = await describe(a)
+    real = RecordLog.fsync
+
+    def failing(path):
+        raise OSError(errno.EIO, "injected")
+
+    monkeypatch.setattr(RecordLog, "fsync", staticmethod(failing))
+    assert await c.heartbeat(0) == E.NOT_COORDINATOR
+    monkeypatch.setattr(RecordLog, "fsync", staticmethod(real))
+    assert "g" not in b.groups.consumer.groups                  # unloaded
+    assert await describe(a) == before                          # read again: c was never a member
+    assert await c.heartbeat(0) == E.NONE                       # its retry joins
+    await settle(a, c)
+    assert len((await describe(a)).members) == 2

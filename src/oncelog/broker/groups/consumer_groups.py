@@ -43,6 +43,7 @@ from oncelog.core.groups.reconciliation import MemberState
 from oncelog.core.groups.subscriptions import forget, resolve
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.storage.group_offsets import GroupOffsetStore
+from oncelog.storage.group_records import RecordLog
 from oncelog.storage.topic_registry import TopicInfo
 
 log = logging.getLogger(__name__)
@@ -95,8 +96,9 @@ class ConsumerGroupCoordinator:
         # (group, member) -> what the member may DESCRIBE, from its last heartbeat taken
         self.visibility: dict[tuple[str, str], TopicFilter] = {}
         # answers waiting for their group's records to be on disk: (generation, size, future)
-        self._waiting: dict[str, list[tuple[int, int, asyncio.Future[bool]]]] = {}
-        self._syncing: dict[str, asyncio.Task[None]] = {}
+        # by record log (`id`): (generation, size, future)
+        self._waiting: dict[int, list[tuple[int, int, asyncio.Future[bool]]]] = {}
+        self._syncing: dict[int, asyncio.Task[None]] = {}
 
     # ------------------------------------------------------------------ heartbeats
     async def heartbeat_durably(self, rq: Heartbeat, version: int, visible: TopicFilter | None = None) -> Outcome:
@@ -120,23 +122,26 @@ class ConsumerGroupCoordinator:
         its fsync failed (the group is unloaded: read again from what is on disk)."""
         records = self.store.consumer_log(group_id)
         pending = records.unsynced() if records is not None else None
-        if pending is None:
+        if records is None or pending is None:
             return True
         waiter: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._waiting.setdefault(group_id, []).append((pending[1], pending[2], waiter))
-        if group_id not in self._syncing:
-            self._syncing[group_id] = asyncio.create_task(self._sync(group_id))
+        key = id(records)
+        self._waiting.setdefault(key, []).append((pending[1], pending[2], waiter))
+        if key not in self._syncing:
+            self._syncing[key] = asyncio.create_task(self._sync(group_id, records))
         return await waiter
 
-    async def _sync(self, group_id: str) -> None:
-        """fsync the group's record log off the event loop while heartbeats wait on it (group
-        commit: each fsync covers every write before it began)."""
+    async def _sync(self, group_id: str, records: RecordLog) -> None:
+        """fsync a group's record log off the event loop while heartbeats wait on it (group
+        commit: each fsync covers every write before it began). The log object is the one the
+        waiters wrote to, even if the group was unloaded meanwhile (its bytes are owed an fsync
+        all the same)."""
+        key = id(records)
         try:
-            while self._waiting.get(group_id):
-                records = self.store.consumer_log(group_id)
-                pending = records.unsynced() if records is not None else None
-                if records is None or pending is None:
-                    self._settle(group_id, records)
+            while self._waiting.get(key):
+                pending = records.unsynced()
+                if pending is None:
+                    self._settle(key, records)
                     continue
                 path, generation, size = pending
                 try:
@@ -144,33 +149,30 @@ class ConsumerGroupCoordinator:
                 except OSError as e:
                     log.error("group %s: fsync of its records failed: %s; the group is read again", group_id, e)
                     records.sync_failed(generation, e)
-                    for *_t, waiter in self._waiting.pop(group_id, []):
+                    for *_t, waiter in self._waiting.pop(key, []):
                         if not waiter.done():
                             waiter.set_result(False)
-                    if group_id in self.groups:
+                    if group_id in self.groups and self.store.consumer_log(group_id) is records:
                         self._unload(group_id)
                     continue
                 records.synced_to(generation, size)
-                self._settle(group_id, records)
+                self._settle(key, records)
         finally:
-            self._syncing.pop(group_id, None)
+            self._syncing.pop(key, None)
 
-    def _settle(self, group_id: str, records: Any) -> None:
-        """Answer the waiters whose writes are on disk (all of them when the log is gone: it was
-        unloaded after being read, or replaced whole, which is durable)."""
-        waiting = self._waiting.get(group_id, [])
+    def _settle(self, key: int, records: RecordLog) -> None:
+        """Answer the waiters whose writes are on disk (a log replaced whole since is durable)."""
         left = []
-        for generation, size, waiter in waiting:
-            done = records is None or generation != records.generation or records.synced >= size
-            if done:
+        for generation, size, waiter in self._waiting.get(key, []):
+            if generation != records.generation or records.synced >= size:
                 if not waiter.done():
                     waiter.set_result(True)
             else:
                 left.append((generation, size, waiter))
         if left:
-            self._waiting[group_id] = left
+            self._waiting[key] = left
         else:
-            self._waiting.pop(group_id, None)
+            self._waiting.pop(key, None)
 
     def heartbeat(self, rq: Heartbeat, version: int, visible: TopicFilter | None = None,
                   sync: bool = True) -> Outcome:
@@ -443,14 +445,16 @@ class ConsumerGroupCoordinator:
             self._expire_member(group_id, member_id)
 
     async def expire_stepwise(self) -> None:
-        """`expire`, for the broker's tick: one member at a time, each fence answered by the group
-        commit off the loop, other requests served between two (1,200 abandoned members fenced in
-        one go stalled the broker 0.6-1.4 s, issue 36)."""
+        """`expire`, for the broker's tick: one member at a time, other requests served between
+        two, their records fsynced off the loop once per group at the end (1,200 abandoned members
+        fenced in one go, each with a whole-group write, stalled the broker 0.6-1.4 s, issue 36)."""
+        written: set[str] = set()
         for group_id, member_id in self._due():
             if self._expire_member(group_id, member_id, sync=False):
-                await self.flushed(group_id)
-            else:
-                await asyncio.sleep(0)
+                written.add(group_id)
+            await asyncio.sleep(0)
+        for group_id in sorted(written):
+            await self.flushed(group_id)
 
     def _due(self) -> list[tuple[str, str]]:
         now = self.now_ms()
