@@ -98,7 +98,7 @@ class RecordLog:
         out.size = out.synced = pos
         out.end = len(data)
         out.inode = os.stat(path).st_ino
-        return out, _group(values)
+        return out, group_from(values)
 
     def _note(self, key: Key, frame: bytes, tombstone: bool) -> None:
         old = self.latest.pop(key, None)
@@ -257,7 +257,8 @@ def records_of(r: ConsumerGroupRecord) -> list[tuple[Key, Any]]:
         {n: (tid, p) for n, tid, p in r.subscribed_topics}, dict(r.regex_topics)))
 
 
-def _group(values: Mapping[Key, Any]) -> ConsumerGroupRecord | None:
+def group_from(values: Mapping[Key, Any]) -> ConsumerGroupRecord | None:
+    """The group the latest value of each key makes (None without a group epoch record)."""
     if ("epoch", "") not in values:
         return None
     members = tuple(member_from_json(v) for (k, _id), v in sorted(values.items()) if k == "member")
