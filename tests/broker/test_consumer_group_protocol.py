@@ -100,8 +100,10 @@ async def describe(c: Consumer, group: str | None = None):
     return r.groups[0]
 
 
-def stored(broker, group: str) -> str:
-    return (Path(broker.config.log_dirs[0]) / "__consumer_offsets" / f"{group}.json").read_text()
+def stored(broker, group: str) -> bytes:
+    """The group's files: its offsets and its record log (`storage.group_records`)."""
+    d = Path(broker.config.log_dirs[0]) / "__consumer_offsets"
+    return b"".join(p.read_bytes() if p.exists() else b"-" for p in (d / f"{group}.json", d / f"{group}.records"))
 
 
 async def settle(*members: Consumer, rounds: int = 6) -> None:

@@ -35,6 +35,7 @@ from oncelog.core.groups.consumer_group import STABLE, ConsumerGroup
 from oncelog.core.groups.heartbeat import Heartbeat, Settings, fence, heartbeat, leave, validate
 from oncelog.protocol.errors import ErrorCode as E
 from oncelog.protocol.errors import KafkaProtocolError
+from oncelog.storage.group_records import changed_records, group_from
 
 TOPIC_IDS = {name: uuid.UUID(int=i + 1) for i, name in enumerate(("t", "u", "v"))}
 NAMES = ["m0", "m1", "m2", "m3"]
@@ -63,6 +64,7 @@ class ConsumerGroupMachine(RuleBasedStateMachine):
         self.settings = Settings(assignors=(assignor, "uniform" if assignor == "range" else "range"))
         self.topics: dict[str, tuple[uuid.UUID, int]] = {"t": (TOPIC_IDS["t"], t), "u": (TOPIC_IDS["u"], u)}
         self.group = ConsumerGroup("g")
+        self.stored: dict = {}
         self.clients = {n: Client(f"{n}-0", f"static-{n}" if n == "m3" else None, ("t",) if n != "m2" else ("t", "u"))
                         for n in NAMES}
 
@@ -181,6 +183,35 @@ class ConsumerGroupMachine(RuleBasedStateMachine):
 
     # ------------------------------------------------------------------ checks
     @invariant()
+    def the_records_of_each_change_make_the_group(self) -> None:
+        """What the coordinator writes is the records of what changed since the last write
+        (`ConsumerGroup.changes`): replayed in order, latest value per key, they make the group."""
+        g = getattr(self, "group", None)
+        if g is None:
+            return
+        for key, value in changed_records(g.changes()):
+            if value is None:
+                self.stored.pop(key, None)
+            else:
+                self.stored[key] = value
+        g.mark()
+        replayed = group_from(self.stored)
+        assert (replayed or ConsumerGroup("g").record()) == g.record()
+
+    def _indexes_are_the_members(self) -> None:
+        """The indexes kept with each change are those a group restored from its record builds
+        (checked when the group settles: restoring at every step doubled the run)."""
+        g = self.group
+        fresh = ConsumerGroup.restore("g", g.record())
+        assert fresh.subscribed_names() == g.subscribed_names() and fresh.regexes() == g.regexes()
+        assert fresh.homogeneous() == g.homogeneous()
+        assert {n: set(ms) for n, ms in fresh.target_sizes().items()} == \
+            {n: set(ms) for n, ms in g.target_sizes().items()}
+        for mid, a in g.target.items():
+            for t, ps in a.items():
+                assert all(g.target_owner((t, p)) == mid for p in ps)
+
+    @invariant()
     def nothing_is_owned_twice(self) -> None:
         g = getattr(self, "group", None)
         if g is None:
@@ -219,6 +250,11 @@ class ConsumerGroupMachine(RuleBasedStateMachine):
             for tp in c.partitions():
                 assert tp not in owners
                 owners[tp] = c.member_id
+        self._indexes_are_the_members()
+        joined = [c for c in self.clients.values() if c.joined]
+        if self.settings.assignors[0] == "uniform" and joined and len({c.topics for c in joined}) == 1:
+            counts = [len(c.partitions()) for c in joined]   # uniform: balanced when all subscribe alike
+            assert max(counts) - min(counts) <= 1, counts
         for name, (tid, n) in self.topics.items():
             subscribers = {c.member_id for c in self.clients.values() if c.joined and name in c.topics}
             for p in range(n):

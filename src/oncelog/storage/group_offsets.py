@@ -7,13 +7,15 @@ committed for each partition (with its commit time, and an explicit expiry from 
 v2-v4, for `offsets.retention.minutes`) and the latest group metadata record (Kafka's
 GroupMetadataValue: protocol type, generation, protocol, leader, and each member's id, group
 instance id, client id and host, timeouts, subscription and assignment; plus since when the group
-has been empty) or, for a KIP-848 consumer group, its records (`core.groups.ConsumerGroupRecord`:
-group and assignment epochs, each member's metadata, current and target assignment, the
-subscribed topics' metadata and resolved regexes); a group is of one type at a time. Replacing the
-file is the compaction: nothing older than the latest state is kept, and loading reads one file
-per group instead of replaying a log. Files written before the group record existed (format 2:
-protocol type and empty-since only; format 1: a bare list of offsets) still load, as groups
-without members.
+has been empty). A KIP-848 consumer group's records (`core.groups.ConsumerGroupRecord`: group and
+assignment epochs, each member's metadata, current and target assignment, the subscribed topics'
+metadata and resolved regexes) are in a record log of their own beside it (`<group>.records`,
+`storage.group_records`), to which a heartbeat appends only what it changed; files of format 3
+that hold a consumer group whole still load, and move to a record log at the group's next change.
+A group is of one type at a time. Replacing the offsets file is its compaction: nothing older
+than the latest state is kept, and loading reads one file per group instead of replaying a log.
+Files written before the group record existed (format 2: protocol type and empty-since only;
+format 1: a bare list of offsets) still load, as groups without members.
 
 Transactional offsets waiting for their transaction's marker live in one file per offsets
 partition and producer id (`txn-offsets/<N>/<producer id>.json`), with what that `__consumer_offsets`
@@ -35,21 +37,32 @@ from __future__ import annotations
 import base64
 import fcntl
 import json
+import logging
 import os
 import urllib.parse
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from oncelog.core.groups.consumer_group import ConsumerGroupRecord, Member
-from oncelog.core.groups.reconciliation import Assignment, MemberState
+from oncelog.core.groups.consumer_group import Changes, ConsumerGroupRecord
 from oncelog.core.txn.log_format import partition_for
 from oncelog.core.txn.offsets import OffsetsProducer, add_offsets, expired, take_marker
 from oncelog.storage.durable import fsync_dir, replace_file
 from oncelog.storage.fence import Fenced, Lease
+from oncelog.storage.group_records import (
+    SUFFIX,
+    RecordLog,
+    assignment_from_json,
+    assignment_json,
+    changed_records,
+    member_from_json,
+    member_json,
+)
+
+log = logging.getLogger(__name__)
 
 _FORMAT = 3
 _PENDING_FORMAT = 3          # one (offsets partition, producer) per file
@@ -108,6 +121,9 @@ class GroupOffsetStore:
         for path in self.directory.glob("*.json"):
             group = urllib.parse.unquote(path.stem)
             self._groups[group] = _read(path)
+        # consumer groups' record logs (`storage.group_records`): those read or written here
+        self._records: dict[str, RecordLog] = {}
+        self._record_names = {urllib.parse.unquote(p.name[:-len(SUFFIX)]) for p in self.directory.glob("*" + SUFFIX)}
         # Transactional offsets (TxnOffsetCommit) waiting for their transaction's marker, with the
         # offsets partitions' producer state: producer id -> offsets partition -> entry, one
         # fsynced file per (partition, producer), so a marker that arrives after a restart still
@@ -179,8 +195,9 @@ class GroupOffsetStore:
 
     def groups(self) -> list[str]:
         if self.shared:
-            return [urllib.parse.unquote(p.stem) for p in self.directory.glob("*.json")]
-        return list(self._groups)
+            return sorted({urllib.parse.unquote(p.stem) for p in self.directory.glob("*.json")}
+                          | {urllib.parse.unquote(p.name[:-len(SUFFIX)]) for p in self.directory.glob("*" + SUFFIX)})
+        return sorted(set(self._groups) | self._record_names)
 
     def _entry(self, group: str) -> _Entry:
         if self.shared:
@@ -198,11 +215,74 @@ class GroupOffsetStore:
         return self._entry(group)[1]
 
     def consumer(self, group: str) -> ConsumerGroupRecord | None:
-        """The group's KIP-848 records; None when it is not a consumer group."""
-        return self._entry(group)[2]
+        """The group's KIP-848 records, read from its record log (recovered; kept open for the
+        appends that follow); None when it is not a consumer group."""
+        path = self._records_path(group)
+        try:
+            records, record = RecordLog.read(path)
+        except FileNotFoundError:
+            self._records.pop(group, None)
+            return self._entry(group)[2]   # written whole, before record logs (format 3)
+        self._records[group] = records
+        return record
+
+    def is_consumer(self, group: str) -> bool:
+        """Whether the group is a consumer group, without reading its records."""
+        if group in self._records or self._records_path(group).exists():
+            return True
+        return self._entry(group)[2] is not None
+
+    def append_consumer(self, group: str, changes: Changes, whole: Callable[[], ConsumerGroupRecord],
+                        new: bool, sync: bool = True) -> int:
+        """The records of a consumer group's change, appended to its record log and fsynced;
+        `whole()` the group after it, written whole when the group has no log yet (`new`: it was
+        just created; a classic record of an empty classic group of that id goes). The bytes
+        written, compactions aside (what a heartbeat costs the disk). `sync=False`: not fsynced
+        yet (`RecordLog.unsynced`): the caller answers nobody before it is."""
+        with self._writing(self.partition_of(group)):
+            log_ = None if new else self._records.get(group)
+            if log_ is None:
+                offsets, meta, legacy = self._entry(group)
+                path = self._records_path(group)
+                log_ = self._records[group] = RecordLog.create(path, whole())
+                self._record_names.add(group)
+                if meta != GroupMeta() or legacy is not None:
+                    self._write(group, offsets, GroupMeta(), None)
+                return log_.size
+            written = log_.append(changed_records(changes), self.shared, sync)
+            if log_.due():
+                grown = log_.size
+                log_.compact()
+                log.info("group %s: records compacted from %d to %d bytes", group, grown, log_.size)
+            return written
+
+    def consumer_log(self, group: str) -> RecordLog | None:
+        """The group's record log as this broker last read or wrote it (bytes written, size)."""
+        return self._records.get(group)
+
+    def close_consumer(self, group: str) -> None:
+        """This broker no longer coordinates the group: what it knew of its log is forgotten (the
+        next owner, or this one later, reads the file again)."""
+        self._records.pop(group, None)
+
+    def drop_consumer(self, group: str) -> None:
+        """The group is no longer a consumer group: its records go, its offsets stay."""
+        with self._writing(self.partition_of(group)):
+            self._drop_records(group)
+            offsets, meta, legacy = self._entry(group)
+            if legacy is not None:
+                self._write(group, offsets, meta, None)
+
+    def _drop_records(self, group: str) -> None:
+        self._records.pop(group, None)
+        self._record_names.discard(group)
+        _unlink(self._records_path(group))
 
     def _path(self, group: str) -> Path:
         return self.directory / (urllib.parse.quote(group, safe="") + ".json")
+
+    def _records_path(self, group: str) -> Path:
+        return self.directory / (urllib.parse.quote(group, safe="") + SUFFIX)
 
     def commit(self, group: str, offsets: Mapping[tuple[str, int], Committed]) -> None:
         """Offsets join the group's; its metadata record stays as it is."""
@@ -217,16 +297,6 @@ class GroupOffsetStore:
             if meta != old or group not in self._groups:
                 self._write(group, offsets, meta, consumer)
 
-    def set_consumer(self, group: str, record: ConsumerGroupRecord | None) -> None:
-        """The group's KIP-848 records, beside its offsets (a classic record it had goes: an empty
-        classic group became this consumer group); None: it is no longer a consumer group."""
-        with self._writing(self.partition_of(group)):
-            offsets, meta, old = self._entry(group)
-            if record is not None:
-                meta = GroupMeta()
-            if record != old or group not in self._groups:
-                self._write(group, offsets, meta, record)
-
     def remove(self, group: str, partitions: Iterable[tuple[str, int]] | None = None) -> None:
         """Forget some offsets of a group (all of them, and the group, when `partitions` is None).
         A group left without offsets keeps its file only while its record has members."""
@@ -234,6 +304,8 @@ class GroupOffsetStore:
             offsets, meta, consumer = self._entry(group)
             gone = None if partitions is None else set(partitions)
             kept = {} if gone is None else {k: v for k, v in offsets.items() if k not in gone}
+            if partitions is None:
+                self._drop_records(group)
             if kept or (gone is not None and (meta.members or (consumer is not None and consumer.members))):
                 self._write(group, kept, meta, consumer)
                 return
@@ -456,50 +528,19 @@ def _read(path: Path) -> _Entry:
             _consumer_from_json(consumer) if consumer is not None else None)
 
 
-def _assignment_json(a: Assignment) -> list[dict[str, Any]]:
-    return [{"topic_id": str(tid), "partitions": sorted(ps)} for tid, ps in sorted(a.items()) if ps]
-
-
-def _assignment_from_json(entries: list[dict[str, Any]]) -> dict[uuid.UUID, frozenset[int]]:
-    return {uuid.UUID(e["topic_id"]): frozenset(e["partitions"]) for e in entries}
-
-
 def _consumer_json(r: ConsumerGroupRecord) -> dict[str, Any]:
-    targets = dict(r.target)
+    """A consumer group written whole into its offsets file (format 3, before record logs)."""
     return {"group_epoch": r.group_epoch, "assignment_epoch": r.assignment_epoch,
             "subscribed_topics": [{"name": n, "topic_id": str(tid), "partitions": p}
                                   for n, tid, p in r.subscribed_topics],
             "regexes": [{"regex": rx, "topics": sorted(ts)} for rx, ts in r.regex_topics],
-            "members": [{"member_id": m.member_id, "instance_id": m.instance_id, "rack_id": m.rack_id,
-                         "client_id": m.client_id, "client_host": m.client_host,
-                         "subscribed_topic_names": list(m.subscribed_topic_names),
-                         "subscribed_topic_regex": m.subscribed_topic_regex,
-                         "rebalance_timeout_ms": m.rebalance_timeout_ms, "server_assignor": m.server_assignor,
-                         "member_epoch": m.member_epoch, "previous_member_epoch": m.previous_member_epoch,
-                         "state": int(m.state), "assigned": _assignment_json(m.assigned),
-                         "pending_revocation": _assignment_json(m.pending_revocation),
-                         "assigned_at": [[str(tid), p, e] for (tid, p), e in sorted(m.assigned_at.items())]}
-                        for m in r.members],
-            "targets": [{"member_id": mid, "partitions": _assignment_json(a)} for mid, a in sorted(targets.items())]}
-
-
-def _member_state(value: int) -> MemberState:
-    try:
-        return MemberState(value)
-    except ValueError:  # written by a newer version: reconciled from scratch (Kafka's UNKNOWN)
-        return MemberState.UNKNOWN
+            "members": [member_json(m) for m in r.members],
+            "targets": [{"member_id": mid, "partitions": assignment_json(a)} for mid, a in r.target]}
 
 
 def _consumer_from_json(d: dict[str, Any]) -> ConsumerGroupRecord:
-    members = tuple(Member(
-        e["member_id"], e.get("instance_id"), e.get("rack_id"), e.get("client_id", ""), e.get("client_host", ""),
-        tuple(e.get("subscribed_topic_names", ())), e.get("subscribed_topic_regex"), e.get("rebalance_timeout_ms", -1),
-        e.get("server_assignor"), e["member_epoch"], e.get("previous_member_epoch", 0),
-        _member_state(e.get("state", 0)), _assignment_from_json(e.get("assigned", [])),
-        _assignment_from_json(e.get("pending_revocation", [])),
-        {(uuid.UUID(t), p): epoch for t, p, epoch in e.get("assigned_at", ())}) for e in d.get("members", ()))
     return ConsumerGroupRecord(
-        d["group_epoch"], d["assignment_epoch"], members,
-        tuple((t["member_id"], _assignment_from_json(t["partitions"])) for t in d.get("targets", ())),
+        d["group_epoch"], d["assignment_epoch"], tuple(member_from_json(e) for e in d.get("members", ())),
+        tuple((t["member_id"], assignment_from_json(t["partitions"])) for t in d.get("targets", ())),
         tuple((t["name"], uuid.UUID(t["topic_id"]), t["partitions"]) for t in d.get("subscribed_topics", ())),
         tuple((r["regex"], frozenset(r["topics"])) for r in d.get("regexes", ())))

@@ -169,14 +169,17 @@ class GroupCoordinator:
                       + [(gid, CONSUMER_PROTOCOL, state, "consumer") for gid, state in self.consumer.listing()]
                       + [(gid, "share", state, "share") for gid, state in self.share.listing()])
 
-    def expire(self) -> None:
+    def expire(self, consumer_groups: bool = True) -> None:
         """The broker's tick: which groups are this broker's, sessions, pending member ids, and
-        (every `offsets.retention.check.interval.ms`) offsets and idle producers' offsets state."""
+        (every `offsets.retention.check.interval.ms`) offsets and idle producers' offsets state.
+        `consumer_groups=False`: the consumer groups' members are left to the caller
+        (`ConsumerGroupCoordinator.expire_stepwise`, which the broker's tick awaits)."""
         self.reconcile()
         now = self.now_ms()
         for g in list(self.classic.groups.values()):
             self.classic.expire_sessions(g, now)
-        self.consumer.expire()
+        if consumer_groups:
+            self.consumer.expire()
         self.share.expire()
         self.offsets.tick(now)
 
@@ -282,7 +285,7 @@ class GroupCoordinator:
     def load(self, group_id: str) -> Group | None:
         """A group from its stored record (Kafka's GroupMetadata.loadGroup), each member with a
         fresh session timer; None for a consumer group's or an unknown id."""
-        if self.store.consumer(group_id) is not None:
+        if self.store.is_consumer(group_id):
             return None  # a consumer group's (`self.consumer`)
         meta, offsets = self.store.meta(group_id), self.store.get(group_id)
         if not offsets and meta == GroupMeta():

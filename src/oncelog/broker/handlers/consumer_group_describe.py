@@ -3,9 +3,14 @@ each with its epoch, subscription, current and target assignment (v1: the member
 the consumer protocol). A group that is not a consumer group (unknown, or classic) is
 GROUP_ID_NOT_FOUND, which is how librdkafka's AdminClient knows to ask DescribeGroups instead.
 Each group needs DESCRIBE (GROUP_AUTHORIZATION_FAILED in its entry), and DESCRIBE on every topic
-its members subscribe to or are assigned (TOPIC_AUTHORIZATION_FAILED, Kafka 4's rule)."""
+its members subscribe to or are assigned (TOPIC_AUTHORIZATION_FAILED, Kafka 4's rule).
+
+Bounded per request (issue 36): a group id repeated in one request is described once, its other
+entries INVALID_REQUEST (so an answer is as large as the distinct groups asked for, each built
+by its members' heartbeats), and other clients are served between two groups."""
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from oncelog.broker.security.authorization import GROUP, TOPIC, Op, authorize, authorized_names, authorized_operations
@@ -39,8 +44,18 @@ async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
         return rb("Assignment", topic_partitions=tuple(parts))
 
     out = []
+    seen: set[str] = set()
     for gid in r.group_ids:
         group_id = str(gid)
+        if group_id in seen:
+            # Kafka answers a group asked for twice twice: one request repeating a group of
+            # thousands of members made an answer of gigabytes, built and encoded on the event
+            # loop. As Kafka's CreateTopics and ListOffsets answer a duplicate, INVALID_REQUEST.
+            out.append(failed(gid, E.INVALID_REQUEST, f"Group {group_id} is asked for more than once."))
+            continue
+        seen.add(group_id)
+        if out:
+            await asyncio.sleep(0)   # other clients' requests are served between two groups
         if not authorize(broker, Op.DESCRIBE, GROUP, group_id):
             out.append(failed(gid, E.GROUP_AUTHORIZATION_FAILED))
             continue

@@ -61,7 +61,7 @@ async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
                    r.server_assignor, owned, client_id or "", host)
     if version == 0 and not rq.member_id and rq.member_epoch == 0:  # v0: the server names a new member
         rq = replace(rq, member_id=str(uuid.uuid4()))
-    outcome = broker.groups.consumer.heartbeat(rq, version, topic_visibility(broker))
+    outcome = await broker.groups.consumer.heartbeat_durably(rq, version, topic_visibility(broker))
     if outcome.error:
         return refuse(outcome.error, outcome.message)
     answer = outcome.answer

@@ -361,7 +361,8 @@ class Broker:
             await asyncio.sleep(interval)
             try:
                 self.group_ownership.reconcile()
-                self.groups.expire()
+                self.groups.expire(consumer_groups=False)
+                await self.groups.consumer.expire_stepwise()
                 self.logs.tick(self.now_ms(), flush=self.group_commit.appended)
                 self.group_commit.settle_all()
             except Exception:

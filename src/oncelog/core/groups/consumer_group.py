@@ -14,6 +14,7 @@ import uuid
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from oncelog.core.groups.reconciliation import Assignment, MemberState
 
@@ -88,6 +89,26 @@ class ConsumerGroupRecord:
     regex_topics: tuple[tuple[str, frozenset[str]], ...]           # (regex, topic names)
 
 
+# attributes whose changes are journaled (`ConsumerGroup.mark`) besides members and targets
+_JOURNALED = frozenset({"group_epoch", "assignment_epoch", "subscribed_topics", "regex_topics"})
+
+
+@dataclass(frozen=True)
+class Changes:
+    """What changed in a group since `ConsumerGroup.mark`: the records to write (Kafka writes only
+    the records of what changed, never the whole group). None in a mapping: a tombstone."""
+    members: Mapping[str, Member | None]
+    targets: Mapping[str, Assignment | None]
+    group_epoch: int | None
+    assignment_epoch: int | None
+    subscribed_topics: Mapping[str, tuple[uuid.UUID, int]] | None
+    regexes: Mapping[str, frozenset[str] | None]
+
+    def __bool__(self) -> bool:
+        return bool(self.members or self.targets or self.regexes) or self.group_epoch is not None \
+            or self.assignment_epoch is not None or self.subscribed_topics is not None
+
+
 @dataclass
 class ConsumerGroup:
     group_id: str
@@ -101,14 +122,42 @@ class ConsumerGroup:
     static: dict[str, str] = field(default_factory=dict)             # instance id -> member id
     holders: dict[tuple[uuid.UUID, int], tuple[str, int]] = field(default_factory=dict)  # -> (member, epoch)
 
+    def __post_init__(self) -> None:
+        # Indexes kept with every change, so that a heartbeat costs the same in a group of ten
+        # members or of ten thousand (issue 36: every join went over every member, several times):
+        # topic names and regexes by how many members subscribe with them, members by regex and
+        # by server assignor, each subscription's members (one subscription: a homogeneous group),
+        # who holds each partition in the target and how many partitions each member's target has.
+        self._names: Counter[str] = Counter()
+        self._regex_members: dict[str, dict[str, None]] = {}
+        self._assignors: Counter[str] = Counter()
+        self._subscriptions: Counter[tuple[tuple[str, ...], str | None]] = Counter()
+        self._target_owner: dict[tuple[uuid.UUID, int], str] = {}
+        self._buckets: dict[int, dict[str, None]] = {}               # target size -> members
+        # what the last target was computed for (not stored: after a load the first target is
+        # computed whole): (assignor, subscribed topics)
+        self.computed_for: tuple[str, Mapping[str, tuple[uuid.UUID, int]]] | None = None
+        # (kind, key, value before the change), since `mark`
+        self._journal: list[tuple[str, str, Any]] = []
+        members, target = dict(self.members), dict(self.target)
+        self.members, self.target, self.static, self.holders = {}, {}, {}, {}
+        for mid, a in target.items():
+            self._put_target(mid, a)
+        for m in members.values():
+            self.update_member(m)
+        self._journal.clear()
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        journal = self.__dict__.get("_journal")
+        if journal is not None and name in _JOURNALED:
+            journal.append(("attr", name, self.__dict__[name]))
+        object.__setattr__(self, name, value)
+
     @classmethod
     def restore(cls, group_id: str, r: ConsumerGroupRecord) -> ConsumerGroup:
-        g = cls(group_id, r.group_epoch, r.assignment_epoch, target=dict(r.target),
-                subscribed_topics={name: (tid, n) for name, tid, n in r.subscribed_topics},
-                regex_topics=dict(r.regex_topics))
-        for m in r.members:
-            g.update_member(m)
-        return g
+        return cls(group_id, r.group_epoch, r.assignment_epoch, {m.member_id: m for m in r.members},
+                   dict(r.target), {name: (tid, n) for name, tid, n in r.subscribed_topics},
+                   dict(r.regex_topics))
 
     def record(self) -> ConsumerGroupRecord:
         return ConsumerGroupRecord(
@@ -118,11 +167,67 @@ class ConsumerGroup:
             tuple(sorted(self.regex_topics.items())))
 
     def copy(self) -> ConsumerGroup:
-        """A copy to restore if a change cannot be stored (members are immutable)."""
-        return ConsumerGroup(self.group_id, self.group_epoch, self.assignment_epoch, dict(self.members),
-                             dict(self.target), dict(self.subscribed_topics), dict(self.regex_topics),
-                             dict(self.static), dict(self.holders))
+        """An independent copy (members are immutable)."""
+        g = ConsumerGroup(self.group_id, self.group_epoch, self.assignment_epoch, dict(self.members),
+                          dict(self.target), dict(self.subscribed_topics), dict(self.regex_topics))
+        g.computed_for = self.computed_for
+        return g
 
+    # ------------------------------------------------------------------ the journal
+    def mark(self) -> None:
+        """From here on, changes are journaled: `changes` says what they were, `rollback` undoes
+        them (a heartbeat refused, or one whose records could not be stored)."""
+        self._journal.clear()
+
+    def rollback(self) -> None:
+        for kind, key, old in reversed(self._journal):
+            if kind == "member":
+                self._put_member(key, old)
+            elif kind == "target":
+                self._put_target(key, old)
+            else:
+                object.__setattr__(self, key, old)
+        self._journal.clear()
+
+    def touched_members(self) -> dict[str, Member | None]:
+        """member id -> the member as it was at `mark` (None: it was not a member), for every
+        member changed since."""
+        out: dict[str, Member | None] = {}
+        for kind, key, old in self._journal:
+            if kind == "member" and key not in out:
+                out[key] = old
+        return out
+
+    def changes(self) -> Changes:
+        members: dict[str, Member | None] = {}
+        targets: dict[str, Assignment | None] = {}
+        attrs: dict[str, Any] = {}
+        seen: set[tuple[str, str]] = set()
+        for kind, key, old in self._journal:
+            if (kind, key) in seen:
+                continue
+            seen.add((kind, key))
+            if kind == "member":
+                now = self.members.get(key)
+                if now != old:
+                    members[key] = now
+            elif kind == "target":
+                now_t = self.target.get(key)
+                if now_t != old:
+                    targets[key] = now_t
+            elif self.__dict__[key] != old:
+                attrs[key] = old
+        regexes: dict[str, frozenset[str] | None] = {}
+        if "regex_topics" in attrs:
+            old_rx = attrs["regex_topics"]
+            for rx in set(old_rx) | set(self.regex_topics):
+                if old_rx.get(rx) != self.regex_topics.get(rx):
+                    regexes[rx] = self.regex_topics.get(rx)
+        return Changes(members, targets, self.group_epoch if "group_epoch" in attrs else None,
+                       self.assignment_epoch if "assignment_epoch" in attrs else None,
+                       dict(self.subscribed_topics) if "subscribed_topics" in attrs else None, regexes)
+
+    # ------------------------------------------------------------------ state
     @property
     def state(self) -> str:
         if not self.members:
@@ -142,32 +247,97 @@ class ConsumerGroup:
         return None if member_id is None else self.members.get(member_id)
 
     def update_member(self, m: Member) -> None:
-        old = self.members.get(m.member_id)
-        if old is not None:
-            self._release(old)
-            if old.instance_id is not None and self.static.get(old.instance_id) == old.member_id:
-                del self.static[old.instance_id]
-        self.members[m.member_id] = m
-        if m.instance_id is not None:
-            self.static[m.instance_id] = m.member_id
+        """Add or replace a member; OwnershipError (and nothing changed) if it would hold a
+        partition another member holds."""
         for assignment in (m.assigned, m.pending_revocation):
             for tid, parts in assignment.items():
                 for p in parts:
                     holder = self.holders.get((tid, p))
-                    if holder is not None:
+                    if holder is not None and holder[0] != m.member_id:
                         raise OwnershipError(f"group {self.group_id}: {tid}-{p} of member {m.member_id} at epoch "
                                              f"{m.member_epoch} is held by {holder[0]} at epoch {holder[1]}")
-                    self.holders[(tid, p)] = (m.member_id, m.member_epoch)
+        self._journal.append(("member", m.member_id, self.members.get(m.member_id)))
+        self._put_member(m.member_id, m)
 
     def remove_member(self, member_id: str) -> Member | None:
         """The member and its target go; its partitions are free."""
-        m = self.members.pop(member_id, None)
-        self.target.pop(member_id, None)
+        self.set_target(member_id, None)
+        m = self.members.get(member_id)
         if m is not None:
-            self._release(m)
-            if m.instance_id is not None and self.static.get(m.instance_id) == member_id:
-                del self.static[m.instance_id]
+            self._journal.append(("member", member_id, m))
+            self._put_member(member_id, None)
         return m
+
+    def set_target(self, member_id: str, assignment: Assignment | None) -> None:
+        """The member's target assignment (None: it has none)."""
+        old = self.target.get(member_id)
+        if old is None and assignment is None:
+            return
+        self._journal.append(("target", member_id, old))
+        self._put_target(member_id, assignment)
+
+    def _put_member(self, member_id: str, m: Member | None) -> None:
+        """Install `m` (None: remove) with every index, unjournaled."""
+        old = self.members.get(member_id)
+        if old is not None:
+            self._release(old)
+            if old.instance_id is not None and self.static.get(old.instance_id) == member_id:
+                del self.static[old.instance_id]
+            self._unindex(old)
+            del self.members[member_id]
+        if m is None:
+            return
+        self.members[member_id] = m
+        if m.instance_id is not None:
+            self.static[m.instance_id] = member_id
+        for assignment in (m.assigned, m.pending_revocation):
+            for tid, parts in assignment.items():
+                for p in parts:
+                    self.holders[(tid, p)] = (member_id, m.member_epoch)
+        self._index(m)
+
+    def _index(self, m: Member) -> None:
+        self._names.update(m.subscribed_topic_names)
+        if m.subscribed_topic_regex:
+            self._regex_members.setdefault(m.subscribed_topic_regex, {})[m.member_id] = None
+        if m.server_assignor:
+            self._assignors[m.server_assignor] += 1
+        self._subscriptions[(m.subscribed_topic_names, m.subscribed_topic_regex or None)] += 1
+        self._buckets.setdefault(_size(self.target.get(m.member_id)), {})[m.member_id] = None
+
+    def _unindex(self, m: Member) -> None:
+        _decrement(self._names, m.subscribed_topic_names)
+        if m.subscribed_topic_regex:
+            users = self._regex_members[m.subscribed_topic_regex]
+            del users[m.member_id]
+            if not users:
+                del self._regex_members[m.subscribed_topic_regex]
+        if m.server_assignor:
+            _decrement(self._assignors, (m.server_assignor,))
+        _decrement(self._subscriptions, ((m.subscribed_topic_names, m.subscribed_topic_regex or None),))
+        self._unbucket(m.member_id, _size(self.target.get(m.member_id)))
+
+    def _unbucket(self, member_id: str, size: int) -> None:
+        bucket = self._buckets[size]
+        del bucket[member_id]
+        if not bucket:
+            del self._buckets[size]
+
+    def _put_target(self, member_id: str, assignment: Assignment | None) -> None:
+        old = self.target.pop(member_id, None)
+        if old is not None:
+            for tid, parts in old.items():
+                for p in parts:
+                    if self._target_owner.get((tid, p)) == member_id:
+                        del self._target_owner[(tid, p)]
+        if assignment is not None:
+            self.target[member_id] = assignment
+            for tid, parts in assignment.items():
+                for p in parts:
+                    self._target_owner[(tid, p)] = member_id
+        if member_id in self.members:
+            self._unbucket(member_id, _size(old))
+            self._buckets.setdefault(_size(assignment), {})[member_id] = None
 
     def _release(self, m: Member) -> None:
         for assignment in (m.assigned, m.pending_revocation):
@@ -176,19 +346,47 @@ class ConsumerGroup:
                     if self.holders.get((tid, p), ("",))[0] == m.member_id:
                         del self.holders[(tid, p)]
 
+    # ------------------------------------------------------------------ subscriptions
     def subscribed_names(self) -> frozenset[str]:
-        out: frozenset[str] = frozenset()
-        for m in self.members.values():
-            out |= m.subscribed(self.regex_topics)
-        return out
+        out = set(self._names)
+        for regex in self._regex_members:
+            out |= self.regex_topics.get(regex, frozenset())
+        return frozenset(out)
 
     def regexes(self) -> frozenset[str]:
-        return frozenset(m.subscribed_topic_regex for m in self.members.values() if m.subscribed_topic_regex)
+        return frozenset(self._regex_members)
+
+    def regex_users(self, regex: str) -> Iterable[str]:
+        """The ids of the members subscribing with `regex`."""
+        return self._regex_members.get(regex, {}).keys()
+
+    def homogeneous(self) -> bool:
+        """Every member subscribes alike (the same names and regex)."""
+        return len(self._subscriptions) == 1
+
+    def target_owner(self, tp: tuple[uuid.UUID, int]) -> str | None:
+        return self._target_owner.get(tp)
+
+    def target_sizes(self) -> Mapping[int, Mapping[str, None]]:
+        """target size -> the members whose target has that many partitions (in the order they
+        got there)."""
+        return self._buckets
 
     def preferred_assignor(self, default: str) -> str:
         """The server assignor most members ask for (Kafka's computePreferredServerAssignor),
         else the default."""
-        counts = Counter(m.server_assignor for m in self.members.values() if m.server_assignor)
+        counts = self._assignors
         if not counts:
             return default
         return min(counts, key=lambda name: (-counts[name], name))
+
+
+def _size(a: Assignment | None) -> int:
+    return 0 if not a else sum(len(ps) for ps in a.values())
+
+
+def _decrement(counter: Counter[Any], keys: Iterable[Any]) -> None:
+    for k in keys:
+        counter[k] -= 1
+        if counter[k] <= 0:
+            del counter[k]

@@ -167,10 +167,10 @@ def heartbeat(group: ConsumerGroup, rq: Heartbeat, topics: TopicMetadata, settin
     # asynchronously (maybeUpdateRegularExpressions): this answer assigns the member's topics by
     # name, and the regex's topics come with a later heartbeat (a group epoch of their own).
     # librdkafka's suite expects these two steps (0045_resubscribe_with_regex in consumer mode).
-    others = {m.subscribed_topic_regex for mid, m in group.members.items() if mid != member.member_id}
-    fresh = frozenset({updated.subscribed_topic_regex}) if (
-        regex_changed and updated.subscribed_topic_regex is not None and updated.subscribed_topic_regex not in others
-        and updated.subscribed_topic_regex not in group.regex_topics) else frozenset()
+    new_regex = updated.subscribed_topic_regex
+    others = new_regex is not None and any(mid != member.member_id for mid in group.regex_users(new_regex))
+    fresh = frozenset({new_regex}) if (
+        regex_changed and new_regex is not None and not others and new_regex not in group.regex_topics) else frozenset()
     # checks done: from here on the group changes
     if group.members.get(member.member_id) is not member:
         _admit(group, member)
@@ -246,16 +246,16 @@ def _admit(group: ConsumerGroup, member: Member) -> None:
     if member.instance_id is not None:
         old_id = group.static.get(member.instance_id)
         if old_id is not None and old_id != member.member_id:
-            target = group.target.pop(old_id, None)
+            target = group.target.get(old_id)
             group.remove_member(old_id)
             if target is not None:
-                group.target[member.member_id] = target
+                group.set_target(member.member_id, target)
             return
     if member.member_id in group.members:
         target = group.target.get(member.member_id)
         group.remove_member(member.member_id)
         if target is not None:
-            group.target[member.member_id] = target
+            group.set_target(member.member_id, target)
 
 
 def _epoch_accepted(m: Member, rq: Heartbeat) -> bool:
@@ -333,13 +333,66 @@ def refresh_subscriptions(group: ConsumerGroup, topics: TopicMetadata,
 
 
 def compute_target(group: ConsumerGroup, settings: Settings) -> None:
-    """The assignor's target for every member at the group epoch (Kafka's TargetAssignmentBuilder)."""
+    """The assignor's target for every member at the group epoch (Kafka's TargetAssignmentBuilder).
+    Only members whose target changed get a new one (each is a record to write). The `uniform`
+    assignor on a group whose members all subscribe alike, whose topics did not change since its
+    last target, only places the partitions nobody holds in the target and evens the counts out
+    (`_rebalance_uniform`): work in proportion to what moves, not to the group's size, so a
+    member joining a group of thousands costs what it costs in a group of ten."""
+    name = group.preferred_assignor(settings.assignors[0])
+    if not (name == "uniform" and group.homogeneous() and group.computed_for is not None
+            and group.computed_for == (name, group.subscribed_topics)):
+        _compute_whole(group, name)
+    else:
+        _rebalance_uniform(group)
+    group.computed_for = (name, dict(group.subscribed_topics))
+    group.assignment_epoch = group.group_epoch
+
+
+def _compute_whole(group: ConsumerGroup, name: str) -> None:
     ids = {name: tid for name, (tid, _n) in group.subscribed_topics.items()}
     counts: Mapping[uuid.UUID, int] = {tid: n for tid, n in group.subscribed_topics.values()}
     specs = {mid: MemberSpec(frozenset(ids[n] for n in m.subscribed(group.regex_topics) if n in ids),
                              group.target.get(mid, {}))
              for mid, m in group.members.items()}
-    assignor = ASSIGNORS[group.preferred_assignor(settings.assignors[0])]
-    group.target = dict(assignor(specs, counts))
-    group.assignment_epoch = group.group_epoch
+    computed = ASSIGNORS[name](specs, counts)
+    for mid in [mid for mid in group.target if mid not in computed]:
+        group.set_target(mid, None)
+    for mid, a in computed.items():
+        a = {tid: ps for tid, ps in a.items() if ps}
+        if dict(group.target.get(mid, {})) != a:
+            group.set_target(mid, a)
 
+
+def _rebalance_uniform(group: ConsumerGroup) -> None:
+    """`uniform` for a homogeneous group whose last target was computed for the same topics: every
+    member may take every partition, so balanced means counts that differ by at most one. The
+    partitions nobody holds in the target (a member left, or none was given yet) go to the members
+    with the fewest; then, while the largest target has two more than the smallest, one partition
+    moves from the first to the second. Sticky as the whole computation is: nothing else moves."""
+    sizes = group.target_sizes()
+    parts = [(tid, p) for _name, (tid, n) in sorted(group.subscribed_topics.items()) for p in range(n)]
+    for tp in parts:
+        if group.target_owner(tp) is None:
+            smallest = next(iter(sizes[min(sizes)]))
+            _move(group, tp, None, smallest)
+    while sizes and max(sizes) - min(sizes) >= 2:
+        largest = next(iter(sizes[max(sizes)]))
+        smallest = next(iter(sizes[min(sizes)]))
+        tid, ps = max((tid, ps) for tid, ps in group.target[largest].items() if ps)
+        _move(group, (tid, max(ps)), largest, smallest)
+
+
+def _move(group: ConsumerGroup, tp: tuple[uuid.UUID, int], source: str | None, dest: str) -> None:
+    tid, p = tp
+    if source is not None:
+        a = dict(group.target[source])
+        left = a[tid] - {p}
+        if left:
+            a[tid] = left
+        else:
+            del a[tid]
+        group.set_target(source, a)
+    b = dict(group.target.get(dest, {}))
+    b[tid] = b.get(tid, frozenset()) | {p}
+    group.set_target(dest, b)
