@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from oncelog.client.aio.admin import NewTopic
 from oncelog.client.aio.delivery import DeliveryCallback
 from oncelog.client.aio.producer import AIOProducer
 from oncelog.client.config import ProducerConfig
@@ -321,6 +322,26 @@ class Consumer(_SyncWrapper):
         self._callbacks = {"assign": on_assign, "revoke": on_revoke, "lost": on_lost or on_revoke}
         self._run(_call(lambda: self._impl.subscribe(list(topics))))
 
+    def unsubscribe(self) -> None:
+        """Leave the group (what poll returned committed with enable.auto.commit, on_revoke run
+        here) or drop the assignment; subscribe or assign may follow."""
+        leaving = asyncio.run_coroutine_threadsafe(self._impl.unsubscribe(run_callbacks=False), self._lt.loop)
+        while not leaving.done():
+            self._run_callbacks()
+            concurrent.futures.wait([leaving], timeout=0.05)
+        leaving.result()
+        self._run_callbacks()
+
+    def pause(self, partitions) -> None:
+        """Stop fetching these assigned partitions until resume (see AIOConsumer.pause)."""
+        self._run(_call(lambda: self._impl.pause(list(partitions))))
+
+    def resume(self, partitions) -> None:
+        self._run(_call(lambda: self._impl.resume(list(partitions))))
+
+    def paused(self) -> list:
+        return self._run(_call(self._impl.paused))
+
     def consumer_group_metadata(self):
         """For send_offsets_to_transaction (see AIOConsumer.consumer_group_metadata)."""
         return self._impl.consumer_group_metadata()
@@ -427,8 +448,30 @@ class AdminClient(_SyncWrapper):
         from oncelog.client.aio.admin import AIOAdminClient
         super().__init__(AIOAdminClient(config))
 
-    def create_topics(self, topics, **kw) -> None:
-        self._run(self._impl.create_topics(topics, **kw))
+    def create_topics(self, topics, **kw) -> dict[str, concurrent.futures.Future]:
+        """confluent-kafka's create_topics: at once, a future per topic name whose result() is
+        None once the topic is created (and in the metadata), or raises its refusal (AdminError,
+        e.g. TOPIC_ALREADY_EXISTS unless exist_ok=True). `topics`: names or NewTopics; keywords
+        num_partitions, replication_factor, config, timeout_ms, exist_ok for plain names."""
+        names = [t.name if isinstance(t, NewTopic) else str(t) for t in topics]
+        futures: dict[str, concurrent.futures.Future] = {n: concurrent.futures.Future() for n in names}
+        whole = asyncio.run_coroutine_threadsafe(self._impl.create_topics_each(list(topics), **kw), self._lt.loop)
+
+        def settle(done: concurrent.futures.Future) -> None:
+            try:
+                outcomes = done.result()
+            except BaseException as e:  # noqa: BLE001 - the request failed: every topic's future says so
+                for f in futures.values():
+                    f.set_exception(e)
+                return
+            for name, f in futures.items():
+                error = outcomes.get(name)
+                if error is None:
+                    f.set_result(None)
+                else:
+                    f.set_exception(error)
+        whole.add_done_callback(settle)
+        return futures
 
     def delete_topics(self, names, **kw) -> None:
         self._run(self._impl.delete_topics(list(names), **kw))

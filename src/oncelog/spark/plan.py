@@ -6,7 +6,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from oncelog.client import Consumer, TopicPartition
+from oncelog.client import Consumer, TopicPartition, config_keys
 from oncelog.spark.options import EARLIEST, LATEST, OncelogSparkError, ReadOptions
 
 
@@ -24,7 +24,7 @@ class OffsetRange:
 
 
 def connect(client: dict, role: str = "consumer") -> Consumer:
-    cfg = dict(client)
+    cfg = config_keys.only(client, "consumer")   # a sink's producer settings are not the reader's
     cfg.setdefault("request.timeout.ms", "15000")
     cfg.setdefault("client.id", f"oncelog-spark-{role}")
     try:
