@@ -253,6 +253,9 @@ def test_the_reserve_keeps_commits_and_snapshots_writable(tmp_path):
                     got += c.poll(0.5)
                 c.commit(offsets=[TopicPartition("kept", 0, 20)], asynchronous=False)
                 assert c.committed([tp], timeout=30)[0].offset == 20
+            # ... the controller's metadata log (a topic created below the reserve) ...
+            with AdminClient({"bootstrap.servers": boot}) as a:
+                a.create_topics(["made-in-the-reserve"])["made-in-the-reserve"].result(60)
             # ... and the snapshots of a clean stop, with the metadata log's
             assert b.stop() == 0
             assert "Traceback" not in b.log_tail(10**7)
@@ -261,6 +264,7 @@ def test_the_reserve_keeps_commits_and_snapshots_writable(tmp_path):
             b.start(timeout_s=120)
             with Consumer({"bootstrap.servers": boot, "group.id": "reserve-readers"}) as c:
                 assert c.committed([tp], timeout=30)[0].offset == 20
+                assert "made-in-the-reserve" in c.list_topics()
             assert [int(v.split(b"-")[1]) for v in readable(b.bootstrap, "kept")] == list(range(20))
             assert acked == list(range(20))
         finally:
