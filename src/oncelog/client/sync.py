@@ -20,6 +20,14 @@ from oncelog.client.partitioner import StickyPartitioner
 from oncelog.client.txn_core import PreparedTxnState
 
 
+async def _end_tasks() -> None:
+    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for t in tasks:
+        t.cancel()
+    if tasks:
+        await asyncio.wait(tasks, timeout=2)
+
+
 class LoopThread:
     def __init__(self, name: str) -> None:
         try:
@@ -48,6 +56,14 @@ class LoopThread:
     def stop(self) -> None:
         if self.loop.is_closed():
             return
+        if threading.current_thread() is not self.thread:
+            # tasks still pending (a background metadata refresh cancelled by close, a connect)
+            # end before the loop stops: else each prints "Task was destroyed but it is pending!"
+            # as the process exits
+            try:
+                asyncio.run_coroutine_threadsafe(_end_tasks(), self.loop).result(3)
+            except Exception:  # noqa: BLE001 - a loop that cannot even do that is stopped all the same
+                pass
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(5)
         if not self.thread.is_alive():
