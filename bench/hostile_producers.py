@@ -66,7 +66,7 @@ def run(src: str | None, never_seen: int, colliding: int, plain: int,
     out = {}
     try:
         with AdminClient({"bootstrap.servers": b.bootstrap}) as admin:
-            admin.create_topics(["hostile"])
+            admin.create_topics(["hostile"])["hostile"].result()
         answers = produce(b.bootstrap, "hostile", [plain_batches(500)] * (LOG_BATCHES // 500))
         assert all(a.error_code == 0 for a in answers)
 
@@ -86,7 +86,8 @@ def run(src: str | None, never_seen: int, colliding: int, plain: int,
               colliding, lambda a: a.error_code == 0)
         if cap_attacks:
             with AdminClient({"bootstrap.servers": b.bootstrap}) as admin:
-                admin.create_topics(["capped"], config={"producer.state.max.producers.per.partition": str(CAP)})
+                admin.create_topics(["capped"], config={"producer.state.max.producers.per.partition": str(CAP)}
+                                    )["capped"].result()
             windowed = range(2 * 10**12, 2 * 10**12 + WINDOWED)
             setup = produce(b.bootstrap, "capped", (idempotent_batch(pid, seq) for seq in range(5) for pid in windowed))
             assert all(a.error_code == 0 for a in setup)

@@ -68,8 +68,12 @@ class _Nothing:
     def __exit__(self, *exc):
         pass
 
-    def create_topics(self, *a, **kw):
-        pass
+    def create_topics(self, topics, **kw):
+        # as AdminClient.create_topics: a future per topic, here done at once
+        import concurrent.futures
+        done: concurrent.futures.Future = concurrent.futures.Future()
+        done.set_result(None)
+        return dict.fromkeys(topics, done)
 
 
 def librdkafka_produce(bootstrap: str, topic: str, n: int, record_size: int,
@@ -209,9 +213,10 @@ def high_rtt(args, windows: list[int], data: str, standin: dict | None, results:
             admin = None   # the stand-in creates topics on first use
         with admin or _Nothing() as admin:
             for w in windows:
-                admin.create_topics([f"inflight-{w}"], config={
-                    "producer.state.batches.to.retain": str(max(w, 5))}, exist_ok=True)
-            admin.create_topics(["inflight-librdkafka"], exist_ok=True)
+                topic = f"inflight-{w}"
+                admin.create_topics([topic], config={"producer.state.batches.to.retain": str(max(w, 5))},
+                                    exist_ok=True)[topic].result()
+            admin.create_topics(["inflight-librdkafka"], exist_ok=True)["inflight-librdkafka"].result()
         for w in windows:
             n = max(500, int(w * per_batch * args.seconds * 1000 / args.rtt_ms))
             r = run_produce(f"inflight-{w}", n, args.record_size, -1, {
@@ -248,8 +253,9 @@ def low_latency(args, data: str, standin: dict | None, results: dict) -> None:
         # alternated over rounds on fresh topics; the best round of each is compared
         runs: dict[str, list] = {"oncelog": [], "librdkafka": [], "oncelog-send": []}
         with AdminClient({"bootstrap.servers": broker.bootstrap}) as admin:
-            admin.create_topics([f"lowlat-{c}-{i}" for c in runs for i in range(args.rounds)],
-                                exist_ok=True)
+            for created in admin.create_topics([f"lowlat-{c}-{i}" for c in runs for i in range(args.rounds)],
+                                    exist_ok=True).values():
+                created.result()
         big = {"batch.size": 262144}
         for i in range(args.rounds):
             runs["oncelog"].append(oncelog_produce(broker.bootstrap, f"lowlat-oncelog-{i}", n,
@@ -294,10 +300,12 @@ def high_rtt_txn(args, windows: list[int], data: str, results: dict) -> None:
         with AdminClient({"bootstrap.servers": boot}) as admin:
             for w in windows:
                 for mode in ("idempotent", "transactional", "transactional-v1"):
-                    admin.create_topics([f"inflight-{mode}-{w}"], config={
-                        "producer.state.batches.to.retain": str(max(w, 5))}, exist_ok=True)
-            admin.create_topics(["inflight-librdkafka-idempotent",
-                                 "inflight-librdkafka-transactional"], exist_ok=True)
+                    topic = f"inflight-{mode}-{w}"
+                    admin.create_topics([topic], config={"producer.state.batches.to.retain": str(max(w, 5))},
+                                        exist_ok=True)[topic].result()
+            for created in admin.create_topics(["inflight-librdkafka-idempotent",
+                                     "inflight-librdkafka-transactional"], exist_ok=True).values():
+                created.result()
         for w in windows:
             n = max(500, int(w * per_batch * args.seconds * 1000 / args.rtt_ms))
             props = {"bootstrap.servers": boot, "acks": "all", "enable.idempotence": "required",
@@ -349,9 +357,10 @@ def low_latency_txn(args, data: str, results: dict) -> None:
     runs: dict[str, dict[str, list]] = {c: {m: [] for m, _, _ in ms} for c, ms in client_modes.items()}
     try:
         with AdminClient({"bootstrap.servers": broker.bootstrap}) as admin:
-            admin.create_topics([f"lowlat-{c}-{m}-{i}" for c in runs for m in runs[c]
-                                 for i in range(args.rounds)]
-                                + [f"lowlat-{c}-warmup" for c in runs], exist_ok=True)
+            for created in admin.create_topics([f"lowlat-{c}-{m}-{i}" for c in runs for m in runs[c]
+                                     for i in range(args.rounds)]
+                                    + [f"lowlat-{c}-warmup" for c in runs], exist_ok=True).values():
+                created.result()
         for c, fn in (("oncelog", oncelog_produce), ("librdkafka", librdkafka_produce)):
             # not counted: the first runs on a fresh broker (empty page cache, no writeback yet)
             # are faster than any later one

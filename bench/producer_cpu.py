@@ -83,7 +83,9 @@ def main() -> None:
         broker = BrokerProcess(data).start()
         try:
             with AdminClient({"bootstrap.servers": broker.bootstrap}) as admin:
-                admin.create_topics([f"cpu-{api}-{i}" for api in apis for i in range(args.rounds)])
+                topics = [f"cpu-{api}-{i}" for api in apis for i in range(args.rounds)]
+                for created in admin.create_topics(topics).values():
+                    created.result()
             for i in range(args.rounds):
                 for api in apis:
                     r = run(broker.bootstrap, f"cpu-{api}-{i}", args.records,

@@ -116,7 +116,7 @@ def main() -> int:
         # warm-up: Python workers and both code paths, outside the timings
         warm = f"bench-warm-{os.getpid()}"
         with AdminClient({"bootstrap.servers": bootstrap}) as admin:
-            admin.create_topics([warm], num_partitions=parts)
+            admin.create_topics([warm], num_partitions=parts)[warm].result()
         df.limit(1000).write.format("oncelog").option("bootstrap.servers", bootstrap) \
             .option("topic", warm).mode("append").save()
         spark.read.format("oncelog").option("bootstrap.servers", bootstrap) \
@@ -136,7 +136,8 @@ def main() -> int:
             topic = f"bench-{os.getpid()}-{i}"
             alo = f"bench-alo-{os.getpid()}-{i}"
             with AdminClient({"bootstrap.servers": bootstrap}) as admin:
-                admin.create_topics([topic, alo], num_partitions=parts)
+                for created in admin.create_topics([topic, alo], num_partitions=parts).values():
+                    created.result()
             results["parquet_write"].append(timed(lambda pq=pq: df.write.mode("overwrite").parquet(pq)))
             results["parquet_read"].append(timed(
                 lambda pq=pq: spark.read.parquet(pq).write.format("noop").mode("overwrite").save()))

@@ -147,7 +147,8 @@ def main(bootstrap: str | None = None, workdir: str | None = None, n_events: int
         stamp = int(time.time() * 1000)
         events, totals = f"events-{stamp}", f"totals-{stamp}"
         with AdminClient({"bootstrap.servers": bootstrap}) as admin:
-            admin.create_topics([events, totals], num_partitions=3)
+            for created in admin.create_topics([events, totals], num_partitions=3).values():
+                created.result()
         produce_events(bootstrap, events, 0, n_events)
         ckpt = os.path.join(workdir, "checkpoint")
         driver = [sys.executable, os.path.abspath(__file__), "--driver", "--bootstrap", bootstrap,

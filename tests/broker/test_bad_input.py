@@ -76,7 +76,7 @@ def produce_one(boot, topic, records, version=9):
 def test_corrupt_batch_gets_corrupt_message_and_appends_nothing(broker, damage):
     from oncelog.client import AdminClient
     with AdminClient({"bootstrap.servers": broker.bootstrap}) as admin:
-        admin.create_topics(["t"])
+        admin.create_topics(["t"])["t"].result()
     good = encode_batch([Record(0, 1000, None, b"good", [])])
     assert produce_one(broker.bootstrap, "t", good).error_code == 0
     bad = bytearray(encode_batch([Record(0, 1000, None, b"value", []), Record(1, 1000, None, b"v2", [])]))

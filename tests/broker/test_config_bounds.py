@@ -34,15 +34,15 @@ def _code(exc: AdminError) -> ErrorCode:
 
 def test_out_of_range_values_are_refused_at_create_and_alter(broker):
     with AdminClient({"bootstrap.servers": broker.bootstrap}) as admin:
-        admin.create_topics(["bounded"])
+        admin.create_topics(["bounded"])["bounded"].result()
         for name, value in BAD.items():
             with pytest.raises(AdminError) as created:
-                admin.create_topics([f"bad-{name}"], config={name: value})
+                admin.create_topics([f"bad-{name}"], config={name: value})[f"bad-{name}"].result()
             assert _code(created.value) == ErrorCode.INVALID_CONFIG, (name, created.value)
             with pytest.raises(AdminError) as altered:
                 admin.alter_configs("bounded", {name: value})
             assert _code(altered.value) == ErrorCode.INVALID_CONFIG, (name, altered.value)
-        admin.create_topics(["edge"], config=EDGE)  # the bounds themselves are accepted
+        admin.create_topics(["edge"], config=EDGE)["edge"].result()  # the bounds themselves are accepted
         assert admin.describe_configs("edge", list(EDGE)) == EDGE
         assert "bad-producer.state.duplicate.lookup.offsets" not in admin.list_topics()
     broker.restart()  # and nothing that was accepted stops a start
@@ -65,7 +65,7 @@ def test_a_stored_config_that_no_longer_validates_does_not_stop_a_start(tmp_path
     try:
         with AdminClient({"bootstrap.servers": b.bootstrap}) as admin:
             admin.create_topics(["kept"], config={"producer.state.batches.to.retain": "8",
-                                                  "producer.state.duplicate.lookup.offsets": "100"})
+                                                  "producer.state.duplicate.lookup.offsets": "100"})["kept"].result()
         assert _produce_idempotently(b.bootstrap, "kept") == list(range(20))
     finally:
         b.stop()

@@ -23,7 +23,8 @@ def fuzz_broker(tmp_path_factory):
                       {"auto.create.topics.enable": "false"}).start()
     from oncelog.client import AdminClient
     with AdminClient({"bootstrap.servers": b.bootstrap}) as admin:
-        admin.create_topics(["guard", "fuzz"])
+        for created in admin.create_topics(["guard", "fuzz"]).values():
+            created.result()
     for i in range(5):
         batch = encode_batch([Record(j, 1000, None, b"guard-%d-%d" % (i, j), []) for j in range(3)])
         assert produce_one(b.bootstrap, "guard", batch).base_offset == 3 * i
@@ -98,7 +99,7 @@ def test_after_fuzzing_the_log_is_whole(fuzz_broker):
     assert still_serves(fuzz_broker.bootstrap)
     from oncelog.client import Consumer, TopicPartition
     for topic in ("guard", "fuzz"):
-        with Consumer({"bootstrap.servers": fuzz_broker.bootstrap}) as c:
+        with Consumer({"auto.offset.reset": "earliest", "bootstrap.servers": fuzz_broker.bootstrap}) as c:
             end = c.end_offsets([TopicPartition(topic, 0)])
             c.assign([TopicPartition(topic, 0, 0)])
             got = []

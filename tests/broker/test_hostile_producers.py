@@ -26,7 +26,7 @@ def _log_end(bootstrap: str, topic: str) -> int:
 def test_never_seen_producers_and_colliding_ids_are_each_answered_correctly(broker):
     topic = "hostile"
     with AdminClient({"bootstrap.servers": broker.bootstrap}) as admin:
-        admin.create_topics([topic])
+        admin.create_topics([topic])[topic].result()
     end = _fill(broker.bootstrap, topic)
 
     # 10,000 producer ids the broker never saw, at sequence 1: UNKNOWN_PRODUCER_ID with the log
@@ -55,7 +55,7 @@ def test_producers_beyond_the_cap_evict_the_least_recently_updated_and_keep_dedu
     # evicted or not, is still answered with its original offset (restored from the log).
     topic = "capped"
     with AdminClient({"bootstrap.servers": broker.bootstrap}) as admin:
-        admin.create_topics([topic], config={"producer.state.max.producers.per.partition": "1000"})
+        admin.create_topics([topic], config={"producer.state.max.producers.per.partition": "1000"})[topic].result()
     ids = colliding_producer_ids(1500)
     answers = produce(broker.bootstrap, topic, (idempotent_batch(pid, 0) for pid in ids))
     assert [(a.error_code, a.base_offset) for a in answers] == [(0, i) for i in range(1500)]

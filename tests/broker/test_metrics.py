@@ -56,7 +56,7 @@ def eventually(check, timeout_s: float = 20):
 def test_message_too_large_in_produce_is_counted(metered):
     admin = AdminClient({"bootstrap.servers": metered.bootstrap})
     try:
-        admin.create_topics(["small-records"], config={"max.message.bytes": "1000"})
+        admin.create_topics(["small-records"], config={"max.message.bytes": "1000"})["small-records"].result()
     finally:
         admin.close()
     before = errors(metered, "Produce", "MESSAGE_TOO_LARGE")
@@ -69,12 +69,12 @@ def test_message_too_large_in_produce_is_counted(metered):
 def test_admin_errors_are_counted_from_the_responses(metered):
     admin = AdminClient({"bootstrap.servers": metered.bootstrap})
     try:
-        admin.create_topics(["counted"])
+        admin.create_topics(["counted"])["counted"].result()
         before = {e: errors(metered, "CreateTopics", e) for e in ("TOPIC_ALREADY_EXISTS", "INVALID_CONFIG")}
         with pytest.raises(KafkaClientError, match="TOPIC_ALREADY_EXISTS"):
-            admin.create_topics(["counted"])
+            admin.create_topics(["counted"])["counted"].result()
         with pytest.raises(KafkaClientError, match="INVALID_CONFIG"):
-            admin.create_topics(["other"], config={"no.such.config": "1"})
+            admin.create_topics(["other"], config={"no.such.config": "1"})["other"].result()
         missing = errors(metered, "DescribeConfigs", "UNKNOWN_TOPIC_OR_PARTITION")
         with pytest.raises(KafkaClientError, match="UNKNOWN_TOPIC_OR_PARTITION"):
             admin.describe_configs("no-such-topic")

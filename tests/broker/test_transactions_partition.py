@@ -108,7 +108,8 @@ async def connect(broker, topic: str) -> Txn:
 
 async def oncelog_read(bootstrap: str, topic: str, isolation: str, until: int) -> list[bytes]:
     """Values a consumer of oncelog reads from offset 0 until its position reaches `until`."""
-    async with AIOConsumer({"bootstrap.servers": bootstrap, "isolation.level": isolation}) as c:
+    async with AIOConsumer({"auto.offset.reset": "earliest",
+                            "bootstrap.servers": bootstrap, "isolation.level": isolation}) as c:
         tp = TopicPartition(topic, 0)
         c.assign([tp])
         c.seek(tp, 0)

@@ -139,7 +139,8 @@ def test_a_consumer_group_is_described_with_its_epochs(shared_broker, unique_top
     type, `group describe` its epochs and each member's epoch, assignment and target."""
     b, t, g = shared_broker.bootstrap, unique_topic, f"{unique_topic}-group"
     oncelog("topic", "create", t, "-p", "3", bootstrap=b)
-    c = Consumer({"bootstrap.servers": b, "group.id": g, "group.protocol": "consumer", "client.id": "cli-test"})
+    c = Consumer({"auto.offset.reset": "earliest",
+                  "bootstrap.servers": b, "group.id": g, "group.protocol": "consumer", "client.id": "cli-test"})
     c.subscribe([t])
     deadline = time.monotonic() + 30
     while len(c.assignment()) < 3 and time.monotonic() < deadline:
@@ -342,7 +343,7 @@ def test_log_dump_shows_batches_and_verify_finds_a_flipped_byte(tmp_path, unique
         b = broker.bootstrap
         assert oncelog("produce", t, stdin="one\ntwo\n", bootstrap=b).code == 0
         assert oncelog("produce", t, "--transactional-id", "dump-tx", stdin="three\n", bootstrap=b).code == 0
-        c = Consumer({"bootstrap.servers": b, "isolation.level": "read_committed"})
+        c = Consumer({"auto.offset.reset": "earliest", "bootstrap.servers": b, "isolation.level": "read_committed"})
         try:   # the COMMIT marker is written once this reads "three"
             c.assign([TopicPartition(t, 0, 0)])
             deadline, seen = time.monotonic() + 30, []

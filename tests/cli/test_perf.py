@@ -63,8 +63,9 @@ def _read_committed_count(bootstrap: str, topic: str, partitions: int, expect: i
     """Records a read_committed consumer reads from the start, with the partitions' last stable
     offsets and high watermarks."""
     tps = [TopicPartition(topic, p) for p in range(partitions)]
-    committed = Consumer({"bootstrap.servers": bootstrap, "isolation.level": "read_committed"})
-    uncommitted = Consumer({"bootstrap.servers": bootstrap})
+    committed = Consumer({"auto.offset.reset": "earliest",
+                          "bootstrap.servers": bootstrap, "isolation.level": "read_committed"})
+    uncommitted = Consumer({"auto.offset.reset": "earliest", "bootstrap.servers": bootstrap})
     try:
         committed.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         got = 0
@@ -86,7 +87,7 @@ def test_transactional_perf_run_commits_every_record_and_leaves_no_open_transact
     try:
         topic, n = "perf-txn", 3000
         with AdminClient({"bootstrap.servers": b.bootstrap}) as admin:
-            admin.create_topics([topic], num_partitions=2)
+            admin.create_topics([topic], num_partitions=2)[topic].result()
         # 10,000 records/s for 0.3 s with 50 ms transactions: several commits; the flags as the
         # KIP-1269 seed gives them (KIP-1147's --command-property)
         r = perf("produce", "--topic", topic, "--num-records", str(n), "--record-size", "100",

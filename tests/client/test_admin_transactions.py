@@ -48,7 +48,7 @@ def _per_broker(bootstrap: str) -> dict[int, set[str]]:
 def test_list_transactions_asks_every_broker(cluster):
     bs = cluster.bootstrap
     with AdminClient({"bootstrap.servers": bs}) as admin:
-        admin.create_topics(["t"], num_partitions=1)
+        admin.create_topics(["t"], num_partitions=1)["t"].result()
     producers = {}
     for i in range(8):
         tid = f"lt-{i}"

@@ -35,7 +35,7 @@ def test_produce_and_consume(secure, way):
     topic = f"client-{way.lower()}"
     with Producer(conf(secure, way)) as p:
         p.send(topic, b"oncelog-" + way.encode(), partition=0).result(30)
-    with Consumer(conf(secure, way)) as c:
+    with Consumer({**conf(secure, way), "auto.offset.reset": "earliest"}) as c:
         c.assign([TopicPartition(topic, 0)])
         records = c.poll(10)
     assert [r.value for r in records] == [b"oncelog-" + way.encode()]

@@ -24,7 +24,7 @@ def _produce(bootstrap: str, topic: str, n: int, partitions: int = 1) -> None:
 def _topic(bootstrap: str, name: str, partitions: int = 1) -> str:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     try:
-        admin.create_topics([name], num_partitions=partitions)
+        admin.create_topics([name], num_partitions=partitions)[name].result()
     finally:
         admin.close()
     return name
@@ -34,7 +34,7 @@ def test_a_seek_back_drops_the_records_fetched_before_it(shared_broker, unique_t
     topic = _topic(shared_broker.bootstrap, unique_topic)
     _produce(shared_broker.bootstrap, topic, 500)
     tp = TopicPartition(topic, 0)
-    with Consumer({"bootstrap.servers": shared_broker.bootstrap}) as c:
+    with Consumer({"auto.offset.reset": "earliest", "bootstrap.servers": shared_broker.bootstrap}) as c:
         c.assign([TopicPartition(topic, 0, 0)])
         first = c.poll(10, max_records=10)
         assert [r.offset for r in first] == list(range(10))   # the rest of the fetch is buffered
@@ -50,7 +50,8 @@ async def test_a_fetch_in_flight_during_a_seek_does_not_move_the_new_position(sh
     topic = _topic(shared_broker.bootstrap, unique_topic)
     _produce(shared_broker.bootstrap, topic, 10)
     tp = TopicPartition(topic, 0)
-    c = AIOConsumer({"bootstrap.servers": shared_broker.bootstrap, "fetch.max.wait.ms": 20000})
+    c = AIOConsumer({"auto.offset.reset": "earliest",
+                     "bootstrap.servers": shared_broker.bootstrap, "fetch.max.wait.ms": 20000})
     await c.start()
     try:
         c.assign([TopicPartition(topic, 0, 10)])     # at the end: the Fetch waits for a record

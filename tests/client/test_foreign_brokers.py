@@ -111,7 +111,7 @@ def test_librdkafka_mock_leader_move_resets_window_and_delivers(rdkafka_mock3):
 def test_tansu_window_stays_5_and_exactly_once(tansu):
     from oncelog.client import AdminClient
     with AdminClient({"bootstrap.servers": tansu}) as a:
-        a.create_topics(["ft"], num_partitions=2)
+        a.create_topics(["ft"], num_partitions=2)["ft"].result()
     metas, windows, seen = produce_numbered(tansu, "ft", 3000)
     assert set(windows.values()) == {5}
     assert max(seen.values()) <= 5
@@ -124,7 +124,7 @@ def test_tansu_idempotence_modes(tansu, mode):
     from oncelog.client import AdminClient
     topic = f"fmode-{mode}"
     with AdminClient({"bootstrap.servers": tansu}) as a:
-        a.create_topics([topic])
+        a.create_topics([topic])[topic].result()
     metas, _, _ = produce_numbered(tansu, topic, 200, **{"enable.idempotence": mode})
     check_exactly_once(read_all(tansu, topic, 1, 200), metas, 200)
 
@@ -137,7 +137,7 @@ def test_tansu_exactly_once_and_order_through_connection_resets(tansu):
     from oncelog.client import AdminClient
     from oncelog.testing.fault_proxy import FaultConfig, ThreadedFaultProxy
     with AdminClient({"bootstrap.servers": tansu}) as a:
-        a.create_topics(["fr"], num_partitions=1)
+        a.create_topics(["fr"], num_partitions=1)["fr"].result()
     proxy = ThreadedFaultProxy(tansu, FaultConfig(cut_after_bytes=(20000, 120000), seed=1)).start()
     try:
         n = 4000
@@ -185,6 +185,6 @@ def test_compressed_batches_round_trip(tansu, codec):
     from oncelog.client import AdminClient
     topic = f"fc-{codec}"
     with AdminClient({"bootstrap.servers": tansu}) as a:
-        a.create_topics([topic])
+        a.create_topics([topic])[topic].result()
     metas, _, _ = produce_numbered(tansu, topic, 500, **{"compression.type": codec})
     check_exactly_once(read_all(tansu, topic, 1, 500), metas, 500)

@@ -39,7 +39,8 @@ def test_a_copy_loop_of_oncelog_clients_is_exactly_once_through_broker_kills(tmp
     conf = {"bootstrap.servers": b.bootstrap}
     try:
         admin = AdminClient(conf)
-        admin.create_topics([INPUT, OUTPUT], num_partitions=PARTITIONS)
+        for created in admin.create_topics([INPUT, OUTPUT], num_partitions=PARTITIONS).values():
+            created.result()
         admin.close()
         with Producer({**conf, "enable.idempotence": True}) as seed:
             for i in range(RECORDS):
@@ -120,7 +121,7 @@ def _recover(producer: Producer, conf: dict, error: Exception) -> Producer:
 
 
 def _read_committed(conf: dict) -> dict[int, list[bytes]]:
-    c = Consumer({**conf, "isolation.level": "read_committed"})
+    c = Consumer({"auto.offset.reset": "earliest", **conf, "isolation.level": "read_committed"})
     tps = [TopicPartition(OUTPUT, p) for p in range(PARTITIONS)]
     ends = c.end_offsets(tps)
     c.assign([TopicPartition(OUTPUT, p, 0) for p in range(PARTITIONS)])

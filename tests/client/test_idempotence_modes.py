@@ -5,7 +5,7 @@ import logging
 import pytest
 
 from oncelog.client import Producer
-from oncelog.client.errors import IdempotenceUnsupportedError
+from oncelog.client.errors import AuthorizationError, IdempotenceUnsupportedError
 from oncelog.protocol.errors import ErrorCode as E
 
 INIT_PRODUCER_ID = 22
@@ -52,9 +52,18 @@ def test_requested_falls_back_when_init_producer_id_fails(rdkafka_mock, caplog):
     assert "CLUSTER_AUTHORIZATION_FAILED" in caplog.text
 
 
-def test_required_fails_clearly_when_init_producer_id_fails(rdkafka_mock):
+def test_required_names_the_missing_authorization(rdkafka_mock):
+    # a refusal is not a missing feature: the error names it (Java's ClusterAuthorizationException)
     rdkafka_mock.push_errors(INIT_PRODUCER_ID, E.CLUSTER_AUTHORIZATION_FAILED)
-    with pytest.raises(IdempotenceUnsupportedError, match="CLUSTER_AUTHORIZATION_FAILED"):
+    with pytest.raises(AuthorizationError, match="not authorized.*CLUSTER_AUTHORIZATION_FAILED") as refused:
+        Producer({"bootstrap.servers": rdkafka_mock.bootstrap, "enable.idempotence": "required"})
+    assert "does not support" not in str(refused.value)
+    assert refused.value.code == E.CLUSTER_AUTHORIZATION_FAILED
+
+
+def test_required_fails_clearly_when_init_producer_id_fails(rdkafka_mock):
+    rdkafka_mock.push_errors(INIT_PRODUCER_ID, E.UNSUPPORTED_VERSION)
+    with pytest.raises(IdempotenceUnsupportedError, match="UNSUPPORTED_VERSION"):
         Producer({"bootstrap.servers": rdkafka_mock.bootstrap, "enable.idempotence": "required"})
 
 

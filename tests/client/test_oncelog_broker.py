@@ -30,7 +30,7 @@ def broker(tmp_path_factory):
 def create(boot, topic, partitions=1, **config):
     with AdminClient({"bootstrap.servers": boot}) as a:
         a.create_topics([topic], num_partitions=partitions,
-                        config={k.replace("_", "."): str(v) for k, v in config.items()})
+                        config={k.replace("_", "."): str(v) for k, v in config.items()})[topic].result()
 
 
 def via_proxy(boot, rtt_ms=30):
@@ -46,7 +46,7 @@ def cutting_proxy(boot):
 
 def read(boot, topic, partition=0, expected=None, timeout_s=30):
     tp = TopicPartition(topic, partition)
-    with Consumer({"bootstrap.servers": boot}) as c:
+    with Consumer({"auto.offset.reset": "earliest", "bootstrap.servers": boot}) as c:
         end = c.end_offsets([tp])[TopicPartition(topic, partition)]
         c.assign([TopicPartition(topic, partition, 0)])
         out = []
@@ -337,7 +337,7 @@ def test_consumer_offsets_seek_and_times(broker):
         metas = [p.send("cons", b"v%d" % i, partition=i % 2, timestamp=1000 + i).result(30)
                  for i in range(20)]
     tps = [TopicPartition("cons", 0), TopicPartition("cons", 1)]
-    with Consumer({"bootstrap.servers": broker.bootstrap}) as c:
+    with Consumer({"auto.offset.reset": "earliest", "bootstrap.servers": broker.bootstrap}) as c:
         assert c.beginning_offsets(tps) == {tps[0]: 0, tps[1]: 0}
         assert c.end_offsets(tps) == {tps[0]: 10, tps[1]: 10}
         assert c.offsets_for_times({tps[0]: 1010})[tps[0]] == 5
@@ -414,7 +414,7 @@ def test_poll_raw_returns_whole_batches_and_moves_past_them(broker):
             if i % 10 == 9:
                 p.flush()
     tp = TopicPartition("raw", 0)
-    with Consumer({"bootstrap.servers": broker.bootstrap}) as c:
+    with Consumer({"auto.offset.reset": "earliest", "bootstrap.servers": broker.bootstrap}) as c:
         c.assign([TopicPartition("raw", 0, 25)])
         records = []
         deadline = time.monotonic() + 20

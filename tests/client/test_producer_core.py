@@ -7,7 +7,7 @@ from core_harness import Harness
 from model_broker import ModelPartition
 
 from oncelog.client.config import Idempotence, ProducerConfig
-from oncelog.client.errors import ConfigError, DataLossError, IdempotenceUnsupportedError
+from oncelog.client.errors import AuthorizationError, ConfigError, DataLossError, IdempotenceUnsupportedError
 from oncelog.client.producer_core import PartitionResult, ProducerCore
 from oncelog.client.types import TopicPartition
 from oncelog.protocol.errors import ErrorCode as E
@@ -661,10 +661,14 @@ def test_init_producer_id_refused_for_a_fresh_id():
     core.producer_id_request(0)
     assert not core.on_init_producer_id(-1, E.CLUSTER_AUTHORIZATION_FAILED, -1, -1, 0)
     assert not core.idempotent and core.fatal is None
-    # required: that is fatal
+    # required: that is fatal, and a refusal is named as one (not a missing feature)
     core = _core("required")
     core.producer_id_request(0)
     assert not core.on_init_producer_id(-1, E.CLUSTER_AUTHORIZATION_FAILED, -1, -1, 0)
+    assert isinstance(core.fatal, AuthorizationError) and core.fatal.code == E.CLUSTER_AUTHORIZATION_FAILED
+    core = _core("required")
+    core.producer_id_request(0)
+    assert not core.on_init_producer_id(-1, E.UNSUPPORTED_VERSION, -1, -1, 0)
     assert isinstance(core.fatal, IdempotenceUnsupportedError)
 
 

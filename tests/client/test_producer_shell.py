@@ -231,7 +231,7 @@ def test_flush_never_returns_before_the_callbacks_of_a_completed_batch(shared_br
 def test_keyless_records_spread_a_batch_at_a_time(shared_broker, unique_topic):
     boot = shared_broker.bootstrap
     with AdminClient({"bootstrap.servers": boot}) as a:
-        a.create_topics([unique_topic], num_partitions=4)
+        a.create_topics([unique_topic], num_partitions=4)[unique_topic].result()
     with Producer({"bootstrap.servers": boot}) as p:   # batch.size 16384
         futs = [p.send(unique_topic, bytes(100)) for _ in range(2000)]
         p.flush(60)
@@ -250,7 +250,7 @@ def test_keyless_records_spread_a_batch_at_a_time(shared_broker, unique_topic):
 def test_producers_start_on_different_partitions(shared_broker, unique_topic):
     boot = shared_broker.bootstrap
     with AdminClient({"bootstrap.servers": boot}) as a:
-        a.create_topics([unique_topic], num_partitions=8)
+        a.create_topics([unique_topic], num_partitions=8)[unique_topic].result()
     first = set()
     for _ in range(4):
         with Producer({"bootstrap.servers": boot}) as p:

@@ -82,7 +82,7 @@ def ck_values(bootstrap: str, topic: str, partitions: int, isolation: str, expec
 
 def oncelog_values(bootstrap: str, topic: str, partitions: int, isolation: str) -> list[bytes]:
     """Everything up to the high watermark (read_uncommitted) or the LSO (read_committed)."""
-    c = Consumer({"bootstrap.servers": bootstrap, "isolation.level": isolation})
+    c = Consumer({"auto.offset.reset": "earliest", "bootstrap.servers": bootstrap, "isolation.level": isolation})
     try:
         tps = [TopicPartition(topic, p) for p in range(partitions)]
         c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
@@ -225,7 +225,7 @@ def test_send_offsets_to_transaction_commits_offsets_only_with_the_transaction(t
     bs, src, dst, group = txn_broker.bootstrap, "src", "dst", "copy-group"
     create_topic(bs, src, 1)
     create_topic(bs, dst, 1)
-    consumer = Consumer({"bootstrap.servers": bs, "group.id": group})
+    consumer = Consumer({"auto.offset.reset": "earliest", "bootstrap.servers": bs, "group.id": group})
     try:
         meta = consumer.consumer_group_metadata()
         assert meta == ConsumerGroupMetadata(group)

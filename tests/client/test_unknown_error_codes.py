@@ -75,7 +75,7 @@ def test_unknown_fetch_error_is_retried(rdkafka_mock):
     rdkafka_mock.create_topic("m", 1)
     with Producer({"bootstrap.servers": rdkafka_mock.bootstrap}) as p:
         p.send("m", b"a").result(10)
-    with Consumer({"bootstrap.servers": rdkafka_mock.bootstrap}) as c:
+    with Consumer({"auto.offset.reset": "earliest", "bootstrap.servers": rdkafka_mock.bootstrap}) as c:
         c.assign([TopicPartition("m", 0, 0)])
         rdkafka_mock.push_errors(FETCH, UNKNOWN)
         got = []
@@ -93,7 +93,7 @@ def test_unknown_fetch_error_on_one_partition_leaves_the_others_readable():
     from oncelog.client.aio.consumer import AIOConsumer
     from oncelog.protocol import fetch
     from oncelog.protocol.records import Record, encode_batch
-    c = AIOConsumer({"bootstrap.servers": "127.0.0.1:1"})
+    c = AIOConsumer({"auto.offset.reset": "earliest", "bootstrap.servers": "127.0.0.1:1"})
     c.assign([TopicPartition("m", 0, 0), TopicPartition("m", 1, 0)])
     records = encode_batch([Record(0, 1000, None, b"a"), Record(1, 1000, None, b"b")])
     for version in (4, 11, 12):

@@ -12,7 +12,7 @@ from oncelog.client import AdminClient
 def test_review_librdkafka_producer_on_a_full_partition_is_retried_not_failed(broker):
     confluent_kafka = pytest.importorskip("confluent_kafka")
     with AdminClient({"bootstrap.servers": broker.bootstrap}) as admin:
-        admin.create_topics(["capped"], config={"producer.state.max.producers.per.partition": "1"})
+        admin.create_topics(["capped"], config={"producer.state.max.producers.per.partition": "1"})["capped"].result()
     errors = []
 
     def report(err, _msg):

@@ -30,7 +30,7 @@ def test_a_bad_config_in_the_metadata_log_does_not_stop_a_broker(tmp_path):
     try:
         b.start()
         with AdminClient({"bootstrap.servers": b.bootstrap}) as admin:
-            admin.create_topics(["t"], config={"producer.state.batches.to.retain": "8"})
+            admin.create_topics(["t"], config={"producer.state.batches.to.retain": "8"})["t"].result()
         assert _produce(b.bootstrap, "t") == list(range(10))
         b.stop()
         c.stop()

@@ -23,7 +23,7 @@ def make_topic(spark_broker, request):
     def make(partitions: int = 1) -> str:
         name = f"spark-{request.node.name[:60]}-{next(_counter)}".replace("[", "-").replace("]", "")
         with AdminClient({"bootstrap.servers": spark_broker}) as admin:
-            admin.create_topics([name], num_partitions=partitions)
+            admin.create_topics([name], num_partitions=partitions)[name].result()
         return name
     return make
 

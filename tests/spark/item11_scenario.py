@@ -40,7 +40,7 @@ def fail_at_row(value):
 
 
 def output(bootstrap):
-    with Consumer({"bootstrap.servers": bootstrap}) as c:
+    with Consumer({"auto.offset.reset": "earliest", "bootstrap.servers": bootstrap}) as c:
         tps = [TopicPartition("dst", p) for p in range(PARTS)]
         ends = c.end_offsets(tps)
         seen = collections.Counter()
@@ -61,7 +61,8 @@ def main(mode: str) -> None:
     bs = broker.bootstrap
     try:
         with AdminClient({"bootstrap.servers": bs}) as admin:
-            admin.create_topics(["src", "dst"], num_partitions=PARTS)
+            for created in admin.create_topics(["src", "dst"], num_partitions=PARTS).values():
+                created.result()
         with Producer({"bootstrap.servers": bs}) as p:
             futures = [p.send("src", f"e{i:06d}".encode().ljust(PAD, b"."), partition=i % PARTS)
                        for i in range(N)]

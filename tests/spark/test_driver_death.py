@@ -84,8 +84,9 @@ def _stable(bootstrap, topic, partitions) -> bool:
     """Last stable offsets equal to the high watermarks: no transaction holds readers back."""
     from oncelog.client import Consumer, TopicPartition
     tps = [TopicPartition(topic, p) for p in range(partitions)]
-    with Consumer({"bootstrap.servers": bootstrap, "isolation.level": "read_committed"}) as rc, \
-            Consumer({"bootstrap.servers": bootstrap}) as ru:
+    with Consumer({"auto.offset.reset": "earliest",
+                   "bootstrap.servers": bootstrap, "isolation.level": "read_committed"}) as rc, \
+            Consumer({"auto.offset.reset": "earliest", "bootstrap.servers": bootstrap}) as ru:
         return rc.end_offsets(tps) == ru.end_offsets(tps)
 
 
@@ -176,8 +177,8 @@ def test_driver_killed_after_the_first_of_four_commits_and_down_3x_the_timeout(t
     try:
         bs = b.bootstrap
         with AdminClient({"bootstrap.servers": bs}) as admin:
-            admin.create_topics(["src"], num_partitions=4)
-            admin.create_topics(["dst"], num_partitions=4)
+            admin.create_topics(["src"], num_partitions=4)["src"].result()
+            admin.create_topics(["dst"], num_partitions=4)["dst"].result()
         from oncelog.client import Producer
         with Producer({"bootstrap.servers": bs}) as p:
             for part in range(4):

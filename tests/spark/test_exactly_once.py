@@ -56,7 +56,7 @@ def client_values(bootstrap, topic, partitions, isolation):
     """Everything oncelog's consumer reads up to the end offsets of `isolation` (LSO for
     read_committed)."""
     from oncelog.client import Consumer, TopicPartition
-    c = Consumer({"bootstrap.servers": bootstrap, "isolation.level": isolation})
+    c = Consumer({"auto.offset.reset": "earliest", "bootstrap.servers": bootstrap, "isolation.level": isolation})
     try:
         tps = [TopicPartition(topic, p) for p in range(partitions)]
         c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
@@ -165,8 +165,9 @@ def _stable(bootstrap, topic, partitions):
     deadline: True, else False."""
     from oncelog.client import Consumer, TopicPartition
     tps = [TopicPartition(topic, p) for p in range(partitions)]
-    with Consumer({"bootstrap.servers": bootstrap, "isolation.level": "read_committed"}) as rc, \
-            Consumer({"bootstrap.servers": bootstrap}) as ru:
+    with Consumer({"auto.offset.reset": "earliest",
+                   "bootstrap.servers": bootstrap, "isolation.level": "read_committed"}) as rc, \
+            Consumer({"auto.offset.reset": "earliest", "bootstrap.servers": bootstrap}) as ru:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if rc.end_offsets(tps) == ru.end_offsets(tps):

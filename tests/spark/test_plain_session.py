@@ -51,7 +51,7 @@ def test_a_plain_session_reads_and_writes_without_pyspark_python(broker, tmp_pat
     b, topic = broker.bootstrap, "plain-session"
     admin = AdminClient({"bootstrap.servers": b})
     try:
-        admin.create_topics([topic])
+        admin.create_topics([topic])[topic].result()
     finally:
         admin.close()
     with Producer({"bootstrap.servers": b}) as p:
@@ -72,7 +72,7 @@ def test_a_plain_session_reads_and_writes_without_pyspark_python(broker, tmp_pat
     assert r.returncode == 0, r.stderr[-3000:]
     assert "READ ['a', 'b', 'c']" in r.stdout
     out = TopicPartition(f"{topic}-out", 0)
-    c = Consumer({"bootstrap.servers": b, "isolation.level": "read_committed"})
+    c = Consumer({"auto.offset.reset": "earliest", "bootstrap.servers": b, "isolation.level": "read_committed"})
     try:
         c.assign([TopicPartition(out.topic, 0, 0)])
         end = c.end_offsets([out])[out]

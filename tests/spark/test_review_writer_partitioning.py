@@ -23,7 +23,7 @@ def test_review_small_write_tasks_do_not_all_land_on_partition_0(spark_broker, m
     for task in range(12):                  # 12 tasks of 50 keyless rows (one Arrow batch each)
         writer.write(iter([_batch(task * 50, 50)]))
         producers.close_all()               # ...each in a Python worker of its own
-    with Consumer({"bootstrap.servers": spark_broker}) as c:
+    with Consumer({"auto.offset.reset": "earliest", "bootstrap.servers": spark_broker}) as c:
         ends = c.end_offsets([TopicPartition(topic, p) for p in range(4)])
     per_partition = Counter({tp.partition: n for tp, n in ends.items()})
     assert sum(per_partition.values()) == 600
@@ -39,7 +39,7 @@ def test_tasks_sharing_a_producer_move_on_after_batch_size_bytes(spark_broker, m
                           "kafka.batch.size": "2048", "deliveryGuarantee": "at-least-once"}, None)
     for task in range(12):
         writer.write(iter([_batch(task * 50, 50)]))
-    with Consumer({"bootstrap.servers": spark_broker}) as c:
+    with Consumer({"auto.offset.reset": "earliest", "bootstrap.servers": spark_broker}) as c:
         ends = c.end_offsets([TopicPartition(topic, p) for p in range(4)])
     per_partition = Counter({tp.partition: n for tp, n in ends.items()})
     assert sum(per_partition.values()) == 600

@@ -46,7 +46,7 @@ def _wait_for_rows(bootstrap, topic, n):
     import time
 
     from oncelog.client import Consumer, TopicPartition
-    with Consumer({"bootstrap.servers": bootstrap}) as c:
+    with Consumer({"auto.offset.reset": "earliest", "bootstrap.servers": bootstrap}) as c:
         deadline = time.monotonic() + 60
         while sum(c.end_offsets([TopicPartition(topic, p) for p in (0, 1)]).values()) < n:
             assert time.monotonic() < deadline, "the original produced nothing"

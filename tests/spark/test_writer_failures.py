@@ -22,7 +22,7 @@ def _batch(first: int, n: int, size: int = 100):
 
 
 def _end(bootstrap, topic, partitions):
-    with Consumer({"bootstrap.servers": bootstrap}) as c:
+    with Consumer({"auto.offset.reset": "earliest", "bootstrap.servers": bootstrap}) as c:
         ends = c.end_offsets([TopicPartition(topic, p) for p in range(partitions)])
     return sum(ends.values())
 
@@ -102,8 +102,9 @@ def test_exactly_once_task_failing_midway_leaves_nothing_visible(spark_broker, m
         BatchWriter(options, None).write(iter([_batch(0, 50), _batch(50, 1, size=50_000)]))
     assert len(_producer_threads()) == before        # each task's producer is closed
     tps = [TopicPartition(topic, p) for p in range(2)]
-    with Consumer({"bootstrap.servers": spark_broker, "isolation.level": "read_committed"}) as c, \
-            Consumer({"bootstrap.servers": spark_broker}) as uncommitted:
+    with Consumer({"auto.offset.reset": "earliest",
+                   "bootstrap.servers": spark_broker, "isolation.level": "read_committed"}) as c, \
+            Consumer({"auto.offset.reset": "earliest", "bootstrap.servers": spark_broker}) as uncommitted:
         # the last stable offset is the high watermark: no transaction is left open
         assert c.end_offsets(tps) == uncommitted.end_offsets(tps)
         c.assign([TopicPartition(topic, p, 0) for p in range(2)])

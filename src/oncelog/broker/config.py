@@ -57,6 +57,11 @@ _BROKER_ONLY = (
     ConfigDef("advertised.listeners", "string", "", "What clients are told to connect to, per "
               "listener name (default: the bound listener)."),
     ConfigDef("log.dirs", "string", "./data", "Comma-separated data directories."),
+    ConfigDef("storage.min.free.bytes", "long", 64 * 1024 * 1024, "Redpanda's storage_min_free_bytes: "
+              "below this much free space on a data directory's filesystem, Produce to its partitions "
+              "is refused with KAFKA_STORAGE_ERROR (producers retry), keeping the rest for offset "
+              "commits, transaction markers, snapshots and the metadata log; 0 turns the reserve off.",
+              minimum=0),
     ConfigDef("node.id", "int", 1, "This broker's id.", minimum=0),
     ConfigDef("cluster.id", "string", "", "Cluster id (default: generated once and kept in log.dirs)."),
     ConfigDef("num.partitions", "int", 1, "Partitions of auto-created topics and CreateTopics "

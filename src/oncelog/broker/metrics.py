@@ -333,6 +333,7 @@ def _broker_state_families(b, resource_labels: bool) -> list:
         log.debug("transaction metrics skipped this scrape: %s", e)
     out += [states, oldest]
     out += _share_families(b, resource_labels)
+    out += _disk_families(b)
     return out
 
 
@@ -364,6 +365,27 @@ def _share_families(b, resource_labels: bool) -> list:
     except RuntimeError as e:
         log.debug("share group metrics skipped this scrape: %s", e)
     return [records, lag]
+
+
+def _disk_families(b) -> list:
+    """Free and total bytes of each data directory's filesystem (Redpanda's
+    storage_disk_free_bytes / total_bytes): what an operator watches before the disk fills."""
+    free = GaugeMetricFamily("oncelog_storage_disk_free_bytes", "bytes free on the filesystem of each "
+                             "log.dirs directory (Produce is refused below storage.min.free.bytes)",
+                             labels=["directory"])
+    total = GaugeMetricFamily("oncelog_storage_disk_total_bytes", "size of the filesystem of each log.dirs "
+                              "directory", labels=["directory"])
+    reserve = GaugeMetricFamily("oncelog_storage_min_free_bytes", "storage.min.free.bytes: the reserve "
+                                "Produce may not use")
+    space = getattr(b, "disk_space", None)
+    if space is None:
+        return []
+    for directory, usage in sorted(space.all_usage().items()):
+        if usage.free >= 0:
+            free.add_metric([str(directory)], usage.free)
+            total.add_metric([str(directory)], usage.total)
+    reserve.add_metric([], space.min_free_bytes)
+    return [free, total, reserve]
 
 
 def _group_offsets(b, listing) -> Iterator[tuple[str, str, int, int, int | None]]:

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from oncelog.broker.txn.add_partitions import TxnCheck
     from oncelog.broker.txn.coordinator import TxnCoordinatorService
     from oncelog.core.security.authorizer import Authorizer
+    from oncelog.storage.disk_space import DiskSpace
 
 class BrokerNotStarted(RuntimeError):
     """A service `Broker.start` makes was asked for before it made it."""
@@ -45,6 +46,7 @@ class BrokerServices(Protocol):
     metrics: BrokerMetrics
     group_commit: GroupCommit       # acks=all answers wait for their fsync here
     dynamic_config: DynamicBrokerConfig
+    disk_space: DiskSpace           # free space of log.dirs, and the reserve Produce may not use
     txn_check: TxnCheck | None      # None: transactional batches are appended as they come
     txn_verification: bool          # transaction.partition.verification.enable (Transactions V1)
 

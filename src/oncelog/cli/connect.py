@@ -65,11 +65,15 @@ class Target:
 def _target(bootstrap_server: str | None, command_config: str | None) -> Target:
     settings: dict[str, Any] = {}
     if command_config:
+        from oncelog.client.config_keys import ANY, unknown_message
         from oncelog.client.properties import read_client_properties
         try:
             settings = dict(read_client_properties(command_config))
         except ConfigError as e:
             raise CommandError(f"--command-config: {e}", USAGE) from None
+        for key in settings:
+            if key not in ANY:   # a typo would otherwise do nothing, silently
+                raise CommandError(f"--command-config {command_config}: {unknown_message(key)}", USAGE)
     in_file = settings.pop("bootstrap.servers", None)
     return Target(bootstrap_server or in_file or DEFAULT_BOOTSTRAP, settings)
 

@@ -90,4 +90,4 @@ def controller_command(metadata_dir, listener, credential_file, users_file, sess
     try:
         asyncio.run(run())
     except Exception as e:  # noqa: BLE001 - a start failure is one line (cli/startup.py); others re-raised
-        raise startup.failure(e, log_level) from None
+        raise startup.failure(e, log_level, [str(metadata_dir)]) from None

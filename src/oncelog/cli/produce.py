@@ -43,6 +43,22 @@ class _Outcomes:
                                        "timestamp": meta.timestamp}))
 
 
+def _show_retries() -> None:
+    """The producer's retries, with the error each was answered (KAFKA_STORAGE_ERROR of a full
+    disk, NOT_LEADER_OR_FOLLOWER ...), on stderr even without --log-level, as Java's console
+    producer shows them: a command that waits on them would otherwise look hung. The producer
+    writes a few a minute."""
+    import logging
+    retries = logging.getLogger("oncelog.client.producer.retries")
+    if not any(getattr(h, "_oncelog_produce", False) for h in retries.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("oncelog: %(message)s"))
+        handler._oncelog_produce = True  # type: ignore[attr-defined]
+        retries.addHandler(handler)
+        retries.setLevel(logging.WARNING)
+        retries.propagate = False
+
+
 @click.command("produce")
 @click.argument("topic")
 @click.option("-k", "--key-separator", metavar="SEP",
@@ -66,6 +82,7 @@ def produce(topic, key_separator, partition, headers, transactional_id, properti
         settings["transactional.id"] = transactional_id
     outcomes = _Outcomes(fmt == "json")
     sent = 0
+    _show_retries()
     with reporting(target):
         from oncelog.client import Producer
         producer = Producer(target.config(**settings))

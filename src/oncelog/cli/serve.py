@@ -13,7 +13,7 @@ import sys
 import click
 
 from oncelog.broker.config import BrokerConfig, ConfigError
-from oncelog.broker.net.bind_error import BindError
+from oncelog.broker.net.bind_error import BindError, is_bind_failure
 from oncelog.cli import logs, startup
 from oncelog.cli.options import overrides as _overrides
 from oncelog.cli.startup import LOG_LEVELS
@@ -74,7 +74,7 @@ def serve(properties, overrides, listeners, advertised_listeners, log_dirs, cont
     except KeyboardInterrupt:
         pass
     except Exception as e:  # noqa: BLE001 - a start failure is one line (cli/startup.py); others re-raised
-        raise startup.failure(e, log_level) from None
+        raise startup.failure(e, log_level, config.log_dirs) from None
 
 
 def _bootstrap_scram(config: BrokerConfig) -> list:
@@ -98,7 +98,9 @@ async def _serve(config: BrokerConfig) -> None:
                                                        port=int(cport),
                                                        limits=ConnectionLimits.from_settings(config.get))
         except OSError as e:
-            if e.filename:   # its metadata directory: cli/startup.py says what to do
+            if e.filename or not is_bind_failure(e):
+                # its metadata directory (a write without a file name: a full disk's ENOSPC):
+                # cli/startup.py says what to do
                 raise
             raise BindError("the in-process controller", chost, int(cport), e, "controller.listener") from e
         config.update(reach)

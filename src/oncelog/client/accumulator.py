@@ -37,7 +37,7 @@ class ProducerBatch:
                  "timestamps", "cookies",
                  "created_ms", "encoded", "producer_id", "producer_epoch", "base_sequence",
                  "attempts", "retry_at_ms", "needs_head_of_line", "node", "sent_ms", "compression",
-                 "done", "ordinal", "whole", "maybe_written")
+                 "done", "ordinal", "whole", "maybe_written", "last_error")
 
     def __init__(self, tp: TopicPartition, created_ms: int, compression: int) -> None:
         self.tp = tp
@@ -67,6 +67,7 @@ class ProducerBatch:
         self.ordinal = 0  # position among the partition's sequenced batches of this epoch
         self.whole = False  # encoded by the caller (send_encoded): closed, one cookie for all records
         self.maybe_written = False  # an attempt ended without telling whether it was appended
+        self.last_error: BaseException | None = None  # what the latest attempt was answered (retried)
 
     def try_append(self, ts: int, key, value, headers, cookie, batch_size: int) -> bool:
         count = self.count

@@ -6,6 +6,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from oncelog.client import config_keys
 from oncelog.client.errors import ConfigError
 from oncelog.client.security import ClientSecurity
 from oncelog.protocol.compression import codec_for_name
@@ -85,6 +86,7 @@ class ProducerConfig:
 
     @classmethod
     def from_dict(cls, cfg: dict) -> ProducerConfig:
+        config_keys.check(cfg, "producer")
         servers = cfg.get("bootstrap.servers")
         if not servers:
             raise ConfigError("bootstrap.servers is required")

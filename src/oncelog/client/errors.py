@@ -39,6 +39,16 @@ class IdempotenceUnsupportedError(ProducerFatalError):
     """`enable.idempotence=required` but the broker or the topic's message format cannot do it."""
 
 
+class AuthorizationError(ProducerFatalError):
+    """The principal lacks the ACL the request needs (CLUSTER_AUTHORIZATION_FAILED,
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED: Java's ClusterAuthorizationException and
+    TransactionalIdAuthorizationException); `code` is the Kafka error."""
+
+    def __init__(self, code: int, message: str) -> None:
+        self.code = error_code(code)
+        super().__init__(message)
+
+
 class DeliveryTimeoutError(KafkaClientError):
     """A record was not acknowledged within `delivery.timeout.ms`."""
 
@@ -53,7 +63,7 @@ class BrokerResponseError(KafkaClientError):
 
 
 __all__ = ["KafkaClientError", "ConfigError", "BufferExhaustedError", "ProducerFatalError",
-           "DataLossError", "IdempotenceUnsupportedError", "DeliveryTimeoutError",
+           "DataLossError", "IdempotenceUnsupportedError", "AuthorizationError", "DeliveryTimeoutError",
            "BrokerResponseError", "KafkaProtocolError"]
 
 

@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 from oncelog.client.accumulator import ProducerBatch, RecordAccumulator, TopicPartition, TxnProducerBatch
 from oncelog.client.config import DEFAULT_WINDOW, Idempotence, ProducerConfig
 from oncelog.client.errors import (
+    AuthorizationError,
     BrokerResponseError,
     DataLossError,
     DeliveryTimeoutError,
@@ -61,6 +62,7 @@ from oncelog.client.errors import (
     ProducerFatalError,
     ProducerFencedError,
 )
+from oncelog.core.log_limit import LogLimit, held_back
 from oncelog.core.producer_epoch import can_bump_locally
 from oncelog.core.sequence import decrement, distance_below, increment, seq_before
 from oncelog.protocol.errors import RETRIABLE, ErrorCode
@@ -70,6 +72,7 @@ if TYPE_CHECKING:
     from oncelog.client.txn_core import TransactionManager
 
 log = logging.getLogger("oncelog.client.producer")
+retry_log = logging.getLogger("oncelog.client.producer.retries")   # `oncelog produce` shows these
 
 E = ErrorCode
 _REFRESH_METADATA = {E.NOT_LEADER_OR_FOLLOWER, E.UNKNOWN_TOPIC_OR_PARTITION, E.LEADER_NOT_AVAILABLE,
@@ -98,6 +101,7 @@ _RETRIABLE_PID = {E.COORDINATOR_LOAD_IN_PROGRESS, E.COORDINATOR_NOT_AVAILABLE, E
 # answers to a bump (KIP-360, id and epoch sent) after which a fresh id is asked for at once
 _BUMP_REFUSED = {E.INVALID_PRODUCER_ID_MAPPING, E.INVALID_PRODUCER_EPOCH, E.PRODUCER_FENCED,
                  E.UNSUPPORTED_VERSION, E.INVALID_REQUEST}
+_AUTHORIZATION = {E.CLUSTER_AUTHORIZATION_FAILED, E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
 _UNHEARD = object()   # what the current leader reported, before it has answered
 
 
@@ -219,6 +223,7 @@ class ProducerCore:
         # given_up (batches given up with their outcome unknown), resolved (of those, proven
         # written by a later acknowledgement)
         self.stats: Counter[str] = Counter()
+        self._retry_logs: dict[str, LogLimit] = {}   # per error: how often a retry is logged
         # the transaction manager, for a transactional producer (txn_core): it owns
         # InitProducerId and epochs, says which partitions may be sent to, and hears of failures
         self.txn: TransactionManager | None = None
@@ -390,9 +395,24 @@ class ProducerCore:
             self.on_producer_id(producer_id, producer_epoch)
         elif error_code in _RETRIABLE_PID:
             self.producer_id_retry_later(KafkaClientError(name), now_ms)
+        elif (error_code in _AUTHORIZATION and asked_id < 0 and self.producer_id < 0
+              and self.config.idempotence is Idempotence.REQUIRED):
+            # a refusal, not a missing feature: say which ACL is missing (Java's
+            # ClusterAuthorizationException), instead of "the broker does not support" it
+            self.on_producer_id_failed(AuthorizationError(error_code, (
+                f"not authorized to produce idempotently: InitProducerId answered {name} (the principal "
+                "needs WRITE on the topic or IDEMPOTENT_WRITE on the cluster, KIP-679: `oncelog acl create "
+                "--allow-principal User:NAME --operation write --topic TOPIC`)")), fatal=True)
         elif asked_id < 0 and self.producer_id < 0:
             self.on_producer_id_failed(KafkaClientError(name))
-            self.broker_lacks_idempotence(f"InitProducerId failed with {name}")
+            if error_code in _AUTHORIZATION:   # requested: plain producing needs only WRITE on the topic
+                log.warning("not authorized to produce idempotently (InitProducerId answered %s): producing "
+                            "without idempotence (enable.idempotence=requested)", name)
+                self.idempotent = False
+                for ps in self.partitions.values():
+                    self._drop_sequences(ps)
+            else:
+                self.broker_lacks_idempotence(f"InitProducerId failed with {name}")
         else:
             self.on_producer_id_failed(KafkaClientError(f"InitProducerId failed: {name}"), fatal=True)
         return False
@@ -776,7 +796,24 @@ class ProducerCore:
                 if expired else err)
             return
         b.retry_at_ms = now_ms + self.config.retry_backoff_ms
+        b.last_error = err
         self.stats["retries"] += 1
+        # as Java's producer, each retry with its error (KAFKA_STORAGE_ERROR of a full disk,
+        # NOT_LEADER ...), but a few a minute per error: every batch of every partition retries
+        # alike. The knock-on answers of the batches behind a failed one (OutOfOrderSequence,
+        # not counted as attempts) would only hide the cause: DEBUG.
+        if count:
+            limit = self._retry_logs.setdefault(str(getattr(err, "code", type(err).__name__)),
+                                                LogLimit(burst=3, period_s=30.0))
+            write, held = limit.allow(now_ms / 1000)
+        else:
+            write, held, limit = False, 0, None
+        if write or retry_log.isEnabledFor(logging.DEBUG):
+            retry_log.log(logging.WARNING if write else logging.DEBUG,
+                          "%s-%d: %d records answered %s, retrying (attempt %d, %d ms left of "
+                          "delivery.timeout.ms)%s", b.tp.topic, b.tp.partition, b.count, err, b.attempts,
+                          max(0, self.config.delivery_timeout_ms - (now_ms - b.created_ms)),
+                          held_back(held, limit.period_s) if limit is not None else "")
         if ps.idempotent and b.has_sequence and not b.needs_head_of_line and b in ps.unacked:
             b.needs_head_of_line = True
             ps.retrying += 1
@@ -873,7 +910,8 @@ class ProducerCore:
                 b = q.popleft()
                 self._give_up(b, self._state(tp), DeliveryTimeoutError(
                     f"{tp.topic}-{tp.partition}: {b.count} records not delivered within "
-                    f"delivery.timeout.ms={limit}"))
+                    f"delivery.timeout.ms={limit}"
+                    + (f"; last error: {b.last_error}" if b.last_error is not None else "")))
 
     def go_fatal(self, err: BaseException) -> None:
         """The producer cannot go on: every queued record fails with `err`, and so will anything

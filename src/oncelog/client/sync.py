@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from oncelog.client.aio.admin import NewTopic
 from oncelog.client.aio.delivery import DeliveryCallback
 from oncelog.client.aio.producer import AIOProducer
 from oncelog.client.config import ProducerConfig
@@ -17,6 +18,14 @@ from oncelog.client.errors import BufferExhaustedError, KafkaClientError
 from oncelog.client.futures import new_record_future
 from oncelog.client.partitioner import StickyPartitioner
 from oncelog.client.txn_core import PreparedTxnState
+
+
+async def _end_tasks() -> None:
+    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for t in tasks:
+        t.cancel()
+    if tasks:
+        await asyncio.wait(tasks, timeout=2)
 
 
 class LoopThread:
@@ -47,6 +56,14 @@ class LoopThread:
     def stop(self) -> None:
         if self.loop.is_closed():
             return
+        if threading.current_thread() is not self.thread:
+            # tasks still pending (a background metadata refresh cancelled by close, a connect)
+            # end before the loop stops: else each prints "Task was destroyed but it is pending!"
+            # as the process exits
+            try:
+                asyncio.run_coroutine_threadsafe(_end_tasks(), self.loop).result(3)
+            except Exception:  # noqa: BLE001 - a loop that cannot even do that is stopped all the same
+                pass
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(5)
         if not self.thread.is_alive():
@@ -351,6 +368,26 @@ class Consumer(_SyncWrapper):
         self._callbacks = {"assign": on_assign, "revoke": on_revoke, "lost": on_lost or on_revoke}
         self._run(_call(lambda: self._impl.subscribe(list(topics))))
 
+    def unsubscribe(self) -> None:
+        """Leave the group (what poll returned committed with enable.auto.commit, on_revoke run
+        here) or drop the assignment; subscribe or assign may follow."""
+        leaving = asyncio.run_coroutine_threadsafe(self._impl.unsubscribe(run_callbacks=False), self._lt.loop)
+        while not leaving.done():
+            self._run_callbacks()
+            concurrent.futures.wait([leaving], timeout=0.05)
+        leaving.result()
+        self._run_callbacks()
+
+    def pause(self, partitions) -> None:
+        """Stop fetching these assigned partitions until resume (see AIOConsumer.pause)."""
+        self._run(_call(lambda: self._impl.pause(list(partitions))))
+
+    def resume(self, partitions) -> None:
+        self._run(_call(lambda: self._impl.resume(list(partitions))))
+
+    def paused(self) -> list:
+        return self._run(_call(self._impl.paused))
+
     def consumer_group_metadata(self):
         """For send_offsets_to_transaction (see AIOConsumer.consumer_group_metadata)."""
         return self._impl.consumer_group_metadata()
@@ -457,8 +494,30 @@ class AdminClient(_SyncWrapper):
         from oncelog.client.aio.admin import AIOAdminClient
         super().__init__(AIOAdminClient(config))
 
-    def create_topics(self, topics, **kw) -> None:
-        self._run(self._impl.create_topics(topics, **kw))
+    def create_topics(self, topics, **kw) -> dict[str, concurrent.futures.Future]:
+        """confluent-kafka's create_topics: at once, a future per topic name whose result() is
+        None once the topic is created (and in the metadata), or raises its refusal (AdminError,
+        e.g. TOPIC_ALREADY_EXISTS unless exist_ok=True). `topics`: names or NewTopics; keywords
+        num_partitions, replication_factor, config, timeout_ms, exist_ok for plain names."""
+        names = [t.name if isinstance(t, NewTopic) else str(t) for t in topics]
+        futures: dict[str, concurrent.futures.Future] = {n: concurrent.futures.Future() for n in names}
+        whole = asyncio.run_coroutine_threadsafe(self._impl.create_topics_each(list(topics), **kw), self._lt.loop)
+
+        def settle(done: concurrent.futures.Future) -> None:
+            try:
+                outcomes = done.result()
+            except BaseException as e:  # noqa: BLE001 - the request failed: every topic's future says so
+                for f in futures.values():
+                    f.set_exception(e)
+                return
+            for name, f in futures.items():
+                error = outcomes.get(name)
+                if error is None:
+                    f.set_result(None)
+                else:
+                    f.set_exception(error)
+        whole.add_done_callback(settle)
+        return futures
 
     def delete_topics(self, names, **kw) -> None:
         self._run(self._impl.delete_topics(list(names), **kw))

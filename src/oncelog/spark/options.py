@@ -10,6 +10,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, overload
 
+from oncelog.client import config_keys
+
 EARLIEST = -2
 LATEST = -1
 MARKER_TOPIC = "__oncelog_spark_commits"
@@ -132,7 +134,10 @@ def client_config(options) -> dict:
     cfg = {"bootstrap.servers": bootstrap_servers(options)}
     for k, v in dict(options).items():
         if k.startswith("kafka.") and k != "kafka.bootstrap.servers":
-            cfg[k[len("kafka."):]] = v
+            name = k[len("kafka."):]
+            if name not in config_keys.ANY:   # a typo would otherwise do nothing, silently
+                raise OncelogSparkError(f"option {k}: {config_keys.unknown_message(name)}")
+            cfg[name] = v
     return cfg
 
 

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from oncelog.client import Consumer, TopicPartition
+from oncelog.client import Consumer, TopicPartition, config_keys
 from oncelog.spark.options import EARLIEST, LATEST, OncelogSparkError, ReadOptions
 
 T = TypeVar("T")
@@ -29,7 +29,7 @@ class OffsetRange:
 
 
 def connect(client: dict, role: str = "consumer") -> Consumer:
-    cfg = dict(client)
+    cfg = config_keys.only(client, "consumer")   # a sink's producer settings are not the reader's
     cfg.setdefault("request.timeout.ms", "15000")
     cfg.setdefault("client.id", f"oncelog-spark-{role}")
     try:

@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from oncelog.client import AdminClient, Producer, TopicPartition
+from oncelog.client import AdminClient, Producer, TopicPartition, config_keys
 from oncelog.client.aio.admin_base import AdminError
 from oncelog.client.errors import TransactionAbortableError
 from oncelog.protocol.records import RECORD_OVERHEAD
@@ -205,9 +205,9 @@ def ensure_marker_topic(client: dict, topic: str) -> None:
     if known in _ensured:
         return
     try:
-        with AdminClient(dict(client)) as admin:
+        with AdminClient(config_keys.only(client, "admin")) as admin:
             if topic not in admin.list_topics():
-                admin.create_topics([topic], num_partitions=1, exist_ok=True)
+                admin.create_topics([topic], num_partitions=1, exist_ok=True)[topic].result()
         _ensured.add(known)
     except OncelogSparkError:
         raise
@@ -252,7 +252,7 @@ def driver_producer_id(client: dict, sink_id: str) -> int | None:
     """The producer id of the sink's driver transactional id (None: no driver ever wrote)."""
     from oncelog.protocol.errors import ErrorCode
     try:
-        with AdminClient(dict(client)) as admin:
+        with AdminClient(config_keys.only(client, "admin")) as admin:
             return int(admin.describe_transaction(producers.driver_transactional_id(sink_id)).producer_id)
     except AdminError as e:
         if e.code == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND:

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from oncelog.client import Producer
+from oncelog.client import Producer, config_keys
 from oncelog.spark.options import OncelogSparkError
 
 # A writer task sends ~1 MB batches for several partitions at once: let one request carry
@@ -42,7 +42,7 @@ def _key(config: dict) -> tuple:
 def shared(client: dict) -> Producer:
     """The process's producer for this client configuration (opened on first use)."""
     global _pid
-    config = {**WRITER_DEFAULTS, **client}
+    config = {**WRITER_DEFAULTS, **config_keys.only(client, "producer")}
     key = _key(config)
     with _lock:
         if _pid != os.getpid():
@@ -103,7 +103,8 @@ def driver_transactional_id(sink: str) -> str:
 
 
 def _driver_config(client: dict, sink: str) -> dict:
-    config = {**client, "transactional.id": driver_transactional_id(sink), "enable.idempotence": "true",
+    config = {**config_keys.only(client, "producer"), "transactional.id": driver_transactional_id(sink),
+              "enable.idempotence": "true",
               "acks": "all", "oncelog.transaction.v2.enable": "false", "linger.ms": "0"}
     config.pop("transaction.two.phase.commit.enable", None)
     config.setdefault("transaction.timeout.ms", "60000")

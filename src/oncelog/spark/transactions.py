@@ -31,7 +31,7 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from oncelog.client import AdminClient, PreparedTxnState, Producer
+from oncelog.client import AdminClient, PreparedTxnState, Producer, config_keys
 from oncelog.client.errors import KafkaClientError, ProducerFencedError
 from oncelog.protocol.errors import ErrorCode
 from oncelog.spark.options import OncelogSparkError
@@ -61,7 +61,7 @@ def transaction_timeout(client: dict) -> dict:
     servers = str(client["bootstrap.servers"])
     if servers not in _broker_max:
         try:
-            with AdminClient(dict(client)) as admin:
+            with AdminClient(config_keys.only(client, "admin")) as admin:
                 raw = admin.describe_broker_configs(None, ["transaction.max.timeout.ms"]).get(
                     "transaction.max.timeout.ms")
             _broker_max[servers] = int(raw) if raw else None
@@ -89,7 +89,7 @@ def two_phase(client: dict, option: str) -> bool:
     if option == "false":
         return False
     try:
-        with AdminClient(dict(client)) as admin:
+        with AdminClient(config_keys.only(client, "admin")) as admin:
             enabled = str(admin.describe_broker_configs(None, [TWO_PC]).get(TWO_PC)).lower() == "true"
     except Exception as e:  # noqa: BLE001 - a broker that hides its config: no 2PC
         log.info("cannot read %s from %s (%r)", TWO_PC, client.get("bootstrap.servers"), e)
@@ -105,7 +105,7 @@ def two_phase(client: dict, option: str) -> bool:
 
 
 def _config(client: dict, transactional_id: str, two_phase: bool = False) -> dict:
-    config = {**WRITER_DEFAULTS, **client, "transactional.id": transactional_id,
+    config = {**WRITER_DEFAULTS, **config_keys.only(client, "producer"), "transactional.id": transactional_id,
               "enable.idempotence": "true", "acks": "all"}
     if two_phase:
         # Kafka's ProducerConfig refuses a timeout with 2PC: the coordinator never times it out
@@ -225,7 +225,7 @@ def cannot_commit(e: BaseException) -> bool:
 def ongoing(client: dict) -> list[str]:
     """Transactional ids with a transaction open anywhere in the cluster (ListTransactions to
     every broker, state Ongoing): only those this client may DESCRIBE."""
-    with AdminClient(dict(client)) as admin:
+    with AdminClient(config_keys.only(client, "admin")) as admin:
         return [t["transactional_id"] for t in admin.list_transactions(["Ongoing"])]
 
 

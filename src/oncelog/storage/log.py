@@ -43,11 +43,13 @@ import errno
 import logging
 import os
 import struct
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from oncelog.core.log_limit import LogLimit, held_back
 from oncelog.core.topic_config import cleanup_policies
 from oncelog.protocol import records as rec
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
@@ -148,6 +150,18 @@ class SyncToken(NamedTuple):
 
 def _storage_error(what: str, e: OSError) -> KafkaProtocolError:
     return KafkaProtocolError(ErrorCode.KAFKA_STORAGE_ERROR, f"{what} failed: {e.strerror or e}")
+
+
+# A full disk fails every append of every partition while producers retry (ten a second and
+# more): the cause is logged a few times a minute per errno, the rest counted into the next line.
+_WRITE_FAILURES: dict[int, LogLimit] = {}
+
+
+def _log_write_failure(path: Path, e: OSError) -> None:
+    limit = _WRITE_FAILURES.setdefault(e.errno or 0, LogLimit(burst=3, period_s=60.0))
+    write, held = limit.allow(time.monotonic())
+    if write:
+        log.error("%s: write failed, nothing appended: %s%s", path, e, held_back(held, limit.period_s))
 
 
 
@@ -269,13 +283,14 @@ class PartitionLog:
         try:
             written = fp.log_write(seg.fd, buf, seg.size)
             if written != len(buf):
-                raise OSError(errno.ENOSPC, f"short write: {written} of {len(buf)} bytes")
+                raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} (a short write: {written} of "
+                                            f"{len(buf)} bytes)")
         except OSError as e:
             try:
                 fp.log_truncate(seg.fd, seg.size)
             except OSError as cut:
                 self._take_offline(f"cannot remove a partial write from {seg.path.name}: {cut}")
-            log.error("%s: write failed, nothing appended: %s", seg.path, e)
+            _log_write_failure(seg.path, e)
             raise _storage_error("write", e) from None
         seg.size += len(buf)
         interval = self.config.index_interval_bytes
@@ -777,10 +792,23 @@ class PartitionLog:
                 seg.close()
             return
         active = self.segments[-1]
-        fp.log_sync(active.fd)
-        self._mark_durable(active, active.size, self.log_end_offset)
-        active.write_index()
+        try:
+            fp.log_sync(active.fd)
+            self._mark_durable(active, active.size, self.log_end_offset)
+            active.write_index()
+        except OSError as e:
+            # a full disk (or a failing one) at shutdown: no clean-shutdown marker, so the next
+            # start checks the active segment and rebuilds its index, as after a crash
+            for seg in self.segments:
+                seg.close()
+            log.error("%s: not closed cleanly (%s): the next start recovers it", self.directory,
+                      e.strerror or e)
+            return
         for seg in self.segments:
             seg.close()
-        (self.directory / CLEAN_SHUTDOWN).touch()
-        fsync_dir(self.directory)
+        try:
+            (self.directory / CLEAN_SHUTDOWN).touch()
+            fsync_dir(self.directory)
+        except OSError as e:
+            log.error("%s: no clean-shutdown marker (%s): the next start recovers it", self.directory,
+                      e.strerror or e)

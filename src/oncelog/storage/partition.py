@@ -724,6 +724,10 @@ class Partition:
                 try:
                     if not self.log.offline:
                         self.take_snapshot(sync=True)
+                except OSError as e:
+                    # a full disk at shutdown: the stop goes on, the next start replays the log
+                    log.error("%s-%d: no producer-state snapshot at shutdown (%s): the next start "
+                              "rebuilds it from the log", self.topic, self.index, e.strerror or e)
                 finally:
                     self.log.close()
         except (Fenced, Busy) as e:

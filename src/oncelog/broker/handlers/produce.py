@@ -190,6 +190,10 @@ def _check_partitions(broker: BrokerServices, version: int, request: wire.Produc
                 too_large = _too_large(records, partition.log.config.max_message_bytes)
                 if too_large is not None:
                     refused = ErrorCode.MESSAGE_TOO_LARGE, too_large
+            if refused is None:
+                low = broker.disk_space.produce_refusal(partition.directory)
+                if low is not None:   # the reserve is for what the broker itself must write
+                    refused = ErrorCode.KAFKA_STORAGE_ERROR, low
             if refused is not None:
                 answer.partitions.append(wire.PartitionResponse(
                     index, refused[0], log_start_offset=partition.log_start_offset,

@@ -9,6 +9,12 @@ _WHY = {errno.EADDRINUSE: "the address is in use (another broker, or another pro
         errno.EADDRNOTAVAIL: "no interface of this machine has that address"}
 
 
+def is_bind_failure(e: OSError) -> bool:
+    """Whether an OSError from starting a server is about its address (not, say, a full disk
+    met while the server opened its files)."""
+    return e.errno in _WHY
+
+
 class BindError(Exception):
     def __init__(self, what: str, host: str | None, port: int, cause: OSError, setting: str) -> None:
         self.cause = cause

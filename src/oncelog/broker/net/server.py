@@ -47,10 +47,12 @@ from oncelog.broker.security.scram_credentials import ControllerCredentials
 from oncelog.broker.services import BrokerNotStarted
 from oncelog.broker.txn.add_partitions import TxnCheck
 from oncelog.broker.txn.coordinator import TxnCoordinatorService
+from oncelog.core.log_limit import LogLimit, held_back
 from oncelog.core.security.listeners import Endpoint
 from oncelog.core.topic_names import is_internal
 from oncelog.storage.cleaner import LogCleaner
 from oncelog.storage.dir_lock import DirectoryLock
+from oncelog.storage.disk_space import DiskSpace
 from oncelog.storage.group_offsets import GroupOffsetStore
 from oncelog.storage.log_manager import LogManager
 
@@ -94,6 +96,7 @@ class Broker:
         self._ticker: asyncio.Task | None = None
         # acks=all answers wait for their fsync; consumers see fsynced records (write.caching=false)
         self.group_commit = GroupCommit(self.now_ms, on_durable=self.data_appended)
+        self.disk_space = DiskSpace(self.config.log_dirs, self.config["storage.min.free.bytes"])
         # KIP-890: a partition leader's question to the transaction coordinator before a producer's
         # first transactional batch of a transaction (transactional id, producer id, epoch,
         # partitions, add?) -> code per partition: `broker.txn.add_partitions`, set with the
@@ -357,6 +360,7 @@ class Broker:
 
     async def _tick_loop(self) -> None:
         interval = min(self.config["log.retention.check.interval.ms"], 1000) / 1000
+        failures = LogLimit(burst=3, period_s=60.0)
         while True:
             await asyncio.sleep(interval)
             try:
@@ -365,6 +369,11 @@ class Broker:
                 await self.groups.consumer.expire_stepwise()
                 self.logs.tick(self.now_ms(), flush=self.group_commit.appended)
                 self.group_commit.settle_all()
+            except OSError as e:
+                # a full disk: a line, not a traceback every second
+                write, held = failures.allow(time.monotonic())
+                if write:
+                    log.error("periodic log maintenance failed (%s); will retry%s", e, held_back(held, 60.0))
             except Exception:
                 log.exception("periodic log maintenance failed; will retry")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import NamedTuple
 
+from oncelog.client import config_keys
 from oncelog.client.aio import wire
 from oncelog.client.aio.admin_base import AdminError
 from oncelog.client.aio.admin_base import request as _request
@@ -50,6 +51,7 @@ async def describe_topic_config(cluster: Cluster, topic: str, keys: list[str] | 
 
 class AIOAdminClient(GroupAdmin, SecurityAdmin, QuotaAdmin, ClusterAdmin, TransactionAdmin):
     def __init__(self, config: dict) -> None:
+        config_keys.check(config, "admin")
         self.config = dict(config)
         servers = config.get("bootstrap.servers")
         if not servers:
@@ -76,6 +78,19 @@ class AIOAdminClient(GroupAdmin, SecurityAdmin, QuotaAdmin, ClusterAdmin, Transa
     async def create_topics(self, topics, *, num_partitions: int = 1, replication_factor: int = 1,
                             config: dict | None = None, timeout_ms: int = 30000,
                             exist_ok: bool = False) -> None:
+        """Creates them all, or raises the first topic's refusal (AdminError)."""
+        outcomes = await self.create_topics_each(topics, num_partitions=num_partitions,
+                                                 replication_factor=replication_factor, config=config,
+                                                 timeout_ms=timeout_ms, exist_ok=exist_ok)
+        for error in outcomes.values():
+            if error is not None:
+                raise error
+
+    async def create_topics_each(self, topics, *, num_partitions: int = 1, replication_factor: int = 1,
+                                 config: dict | None = None, timeout_ms: int = 30000,
+                                 exist_ok: bool = False) -> dict[str, AdminError | None]:
+        """One CreateTopics request: each topic's refusal (AdminError), or None once it is
+        created and in the metadata (the sync AdminClient's futures per topic)."""
         new = [t if isinstance(t, NewTopic) else NewTopic(t, num_partitions, replication_factor, config)
                for t in topics]
 
@@ -88,17 +103,21 @@ class AIOAdminClient(GroupAdmin, SecurityAdmin, QuotaAdmin, ClusterAdmin, Transa
                        for t in new)
             return rq.encode(topics=ts, timeout=timeout_ms, validate_only=False)
 
-        def parse(v, body):
+        def parse(v, body) -> dict[str, AdminError | None]:
             r = wire.decode(ApiKey.CREATE_TOPICS, v, body)
+            out: dict[str, AdminError | None] = {}
             for t in r.topics:
-                if t.error_code == ErrorCode.TOPIC_ALREADY_EXISTS and exist_ok:
-                    continue
-                if t.error_code:
-                    raise AdminError(t.error_code, f"create topic {t.name}",
-                                     getattr(t, "error_message", None))
-        await _request(self.cluster, ApiKey.CREATE_TOPICS, build, parse, controller=True)
+                if t.error_code and not (t.error_code == ErrorCode.TOPIC_ALREADY_EXISTS and exist_ok):
+                    out[t.name] = AdminError(t.error_code, f"create topic {t.name}",
+                                             getattr(t, "error_message", None))
+                else:
+                    out[t.name] = None
+            return out
+        outcomes = await _request(self.cluster, ApiKey.CREATE_TOPICS, build, parse, controller=True)
         for t in new:
-            await self.cluster.topic(t.name, timeout_ms / 1000)
+            if outcomes.get(t.name, None) is None:
+                await self.cluster.topic(t.name, timeout_ms / 1000)
+        return {t.name: outcomes.get(t.name) for t in new}
 
     async def delete_topics(self, names: list[str], *, timeout_ms: int = 30000) -> None:
         def build(v):

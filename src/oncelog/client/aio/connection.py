@@ -98,9 +98,15 @@ class Connection:
                 loop.create_connection(lambda: _Protocol(self), self.host, self.port, ssl=tls,
                                        server_hostname=self.host if tls is not None else None), timeout_s)
         except ssl.SSLError as e:
-            raise AuthenticationError(f"TLS handshake with {self.addr} failed: {e}") from None
+            hint = ""
+            if any(s in str(e) for s in ("WRONG_VERSION_NUMBER", "wrong version number", "EOF")):
+                hint = self._not_tls_hint()
+            raise AuthenticationError(f"TLS handshake with {self.addr} failed: {e}{hint}") from None
         except (TimeoutError, OSError) as e:
-            raise BrokerConnectionError(f"cannot connect to {self.addr}: {e!r}") from None
+            # a plaintext listener closes on a ClientHello (a frame far too large): the handshake
+            # is reset, which says more about security.protocol than about the network
+            hint = "" if tls is None or isinstance(e, (TimeoutError, ConnectionRefusedError)) else self._not_tls_hint()
+            raise BrokerConnectionError(f"cannot connect to {self.addr}: {e!r}{hint}") from None
         self.transport = transport
         # A reset that arrived with the handshake has closed the transport already; uvloop then
         # raises RuntimeError from any call on it, which must be the connection error it is.
@@ -115,9 +121,21 @@ class Connection:
         except (RuntimeError, OSError) as e:
             transport.abort()
             raise BrokerConnectionError(f"connection to {self.addr} closed as it opened: {e!r}") from None
-        await self._negotiate(timeout_s)
+        try:
+            await self._negotiate(timeout_s)
+        except BrokerConnectionError as e:
+            if self.security.ssl_context is not None or isinstance(e, AuthenticationError):
+                raise
+            # a TLS listener answers a plaintext ApiVersions with an alert (a "frame" too large to
+            # be one) or by closing: librdkafka's hint, as Kafka clients give it
+            raise BrokerConnectionError(
+                f"{e}: disconnected while requesting ApiVersions; the server may expect TLS: check "
+                f"security.protocol (it is {self.security.protocol})") from None
         if self.security.uses_sasl:
             await self._authenticate(timeout_s)
+
+    def _not_tls_hint(self) -> str:
+        return f"; the server may not expect TLS: check security.protocol (it is {self.security.protocol})"
 
     async def _authenticate(self, timeout_s: float) -> None:
         """SaslHandshake v1, then one SaslAuthenticate per token (KIP-152)."""

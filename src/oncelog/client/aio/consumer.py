@@ -19,6 +19,7 @@ import logging
 import time
 from collections import deque
 
+from oncelog.client import config_keys
 from oncelog.client.aio.cluster import Cluster
 from oncelog.client.aio.connection import BrokerConnectionError
 from oncelog.client.aio.group import AIOGroup, GroupConfig, RebalanceEvent
@@ -47,6 +48,7 @@ def _tp(tp) -> TopicPartition:
 
 class AIOConsumer:
     def __init__(self, config: dict) -> None:
+        config_keys.check(config, "consumer")
         servers = config.get("bootstrap.servers")
         if not servers:
             raise KafkaClientError("bootstrap.servers is required")
@@ -55,7 +57,9 @@ class AIOConsumer:
                                int(config.get("request.timeout.ms", 30000)), allow_auto_create=False,
                                address_map=config.get("oncelog.address.map"),
                                security=ClientSecurity.from_config(config))
-        self.reset = str(config.get("auto.offset.reset", "earliest")).lower()
+        # latest, as every Kafka client: a new group (or an assigned partition without a position)
+        # reads what is produced from now on; set earliest to read what is there already
+        self.reset = str(config.get("auto.offset.reset", "latest")).lower()
         if self.reset not in ("earliest", "latest", "none"):
             raise KafkaClientError("auto.offset.reset must be earliest, latest or none")
         self.max_wait_ms = int(config.get("fetch.max.wait.ms", 500))
@@ -68,6 +72,7 @@ class AIOConsumer:
             raise KafkaClientError("isolation.level must be read_uncommitted or read_committed")
         self.isolation_level = 1 if isolation == "read_committed" else 0
         self.positions: dict[TopicPartition, int | None] = {}
+        self._paused: set[TopicPartition] = set()   # assigned, not fetched until resumed
         # the position after the last record poll returned, per partition: what commits commit
         self.consumed: dict[TopicPartition, int] = {}
         self.group: AIOGroup | None = None
@@ -90,6 +95,18 @@ class AIOConsumer:
 
     async def __aexit__(self, *exc):
         await self.close()
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self) -> ConsumerRecord:
+        """`async for record in consumer`: aiokafka's iteration, one record at a time, waiting
+        as long as it takes (end it with break, or close the consumer from another task)."""
+        while not self.buffer:
+            if self.cluster.closed:
+                raise StopAsyncIteration
+            await self.poll(1.0, 0)   # fills the buffer, returns nothing
+        return self._take(1)[0]
 
     async def close(self, run_callbacks: bool = True) -> None:
         """Gives up its partitions (committing what was consumed, with enable.auto.commit; then
@@ -123,6 +140,56 @@ class AIOConsumer:
         self.callbacks = {"assign": on_assign, "revoke": on_revoke, "lost": on_lost}
         self.group.subscribe(list(topics))
 
+    async def unsubscribe(self, run_callbacks: bool = True) -> None:
+        """Leave the group (committing what was consumed, with enable.auto.commit; on_revoke runs
+        for the partitions given up) or drop the assignment of `assign`, as Kafka's unsubscribe;
+        subscribe or assign may follow. `run_callbacks` False: the caller runs them (the sync
+        facade, in its own thread)."""
+        if self.group is not None:
+            closing = asyncio.ensure_future(self.group.close())
+            try:
+                while not closing.done():
+                    if run_callbacks:
+                        await self._run_callbacks()
+                    await asyncio.wait([closing], timeout=0.05)
+                await closing
+            finally:
+                self.group = None
+        self.positions = {}
+        self.consumed = {}
+        self._paused = set()
+        self.buffer.clear()
+        self.raw_buffer.clear()
+
+    def pause(self, partitions) -> None:
+        """Stop fetching these assigned partitions until `resume` (Kafka's pause: the group
+        membership goes on; records of them fetched but not yet returned are dropped and fetched
+        again after resume)."""
+        for tp in partitions:
+            key = _tp(tp)
+            if key not in self.positions:
+                raise KafkaClientError(f"pause: {key.topic}-{key.partition} is not assigned")
+            self._paused.add(key)
+            self._unbuffer(key)
+
+    def resume(self, partitions) -> None:
+        for tp in partitions:
+            self._paused.discard(_tp(tp))
+
+    def paused(self) -> list[TopicPartition]:
+        return sorted(self._paused, key=lambda tp: (tp.topic, tp.partition))
+
+    def _unbuffer(self, key: TopicPartition) -> None:
+        """Records of `key` fetched but not returned are dropped and the position goes back to
+        the first of them, so that they are fetched again."""
+        first = next((r.offset for r in self.buffer if TopicPartition(r.topic, r.partition) == key), None)
+        if first is None:
+            first = next((at for tp, at, _data in self.raw_buffer if tp == key), None)
+        if first is not None:
+            self.positions[key] = first
+        self.buffer = deque(r for r in self.buffer if TopicPartition(r.topic, r.partition) != key)
+        self.raw_buffer = [x for x in self.raw_buffer if x[0] != key]
+
     def _add_partitions(self, positions: dict[TopicPartition, int | None]) -> None:
         for tp, off in positions.items():
             key = _tp(tp)
@@ -135,6 +202,7 @@ class AIOConsumer:
         for tp in gone:
             self.positions.pop(tp, None)
             self.consumed.pop(tp, None)
+            self._paused.discard(tp)
         # keyed as TopicPartition (offset None): a plain (topic, partition) pair never equals one
         self.buffer = deque(r for r in self.buffer if TopicPartition(r.topic, r.partition) not in gone)
         self.raw_buffer = [x for x in self.raw_buffer if x[0] not in gone]
@@ -243,6 +311,7 @@ class AIOConsumer:
         if self.group is not None:
             raise KafkaClientError("assign after subscribe: a consumer is assigned or subscribed, not both")
         self.positions = {}
+        self._paused = set()
         for tp in tps:
             self.positions[_tp(tp)] = tp[2] if len(tp) > 2 and tp[2] is not None and tp[2] >= 0 else None
         self.buffer.clear()
@@ -368,6 +437,8 @@ class AIOConsumer:
     async def _fetch_once(self, wait_ms: int) -> None:
         by_leader: dict[int, list[TopicPartition]] = {}
         for tp in self.positions:
+            if tp in self._paused:
+                continue
             try:
                 by_leader.setdefault(await leader_of(self.cluster, tp), []).append(tp)
             except KafkaClientError as e:
@@ -415,8 +486,8 @@ class AIOConsumer:
         for topic, partitions in r.topics:
             for p in partitions:
                 tp = TopicPartition(topic, p.index)
-                if tp not in self.positions:
-                    continue
+                if tp not in self.positions or tp in self._paused:
+                    continue   # paused while the Fetch was out: fetched again after resume
                 if fetched is not None and self.positions[tp] != fetched.get(tp):
                     continue   # stale: its records would land at, and move, the new position
                 if p.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
