@@ -199,7 +199,7 @@ def test_per_topic_traffic_process_gauges_kafka_api_names_and_no_created_series(
     from oncelog.client import Consumer
     admin = AdminClient({"bootstrap.servers": metered.bootstrap})
     try:
-        admin.create_topics(["traffic"], num_partitions=2)
+        admin.create_topics(["traffic"], num_partitions=2)["traffic"].result()
     finally:
         admin.close()
     with Producer({"bootstrap.servers": metered.bootstrap}) as p:

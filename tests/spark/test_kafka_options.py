@@ -109,7 +109,7 @@ def _timed_topic(bootstrap: str) -> str:
     """Two partitions, RECORDS records with timestamps 10 ms apart (even i on partition 0)."""
     topic = f"spark-timed-{time.time_ns()}"
     with AdminClient({"bootstrap.servers": bootstrap}) as admin:
-        admin.create_topics([topic], num_partitions=2)
+        admin.create_topics([topic], num_partitions=2)[topic].result()
     with Producer({"bootstrap.servers": bootstrap, "linger.ms": 5}) as p:
         for i in range(RECORDS):
             p.send(topic, value=f"v{i}".encode(), partition=i % 2, timestamp=BASE_TS + 10 * i)

@@ -460,6 +460,10 @@ class AIOConsumer:
         v = conn.version(ApiKey.FETCH)
         if v is None:
             raise KafkaClientError("broker does not support Fetch v4+")
+        # a rebalance may have revoked some of them while the leader and connection were found
+        tps = [tp for tp in tps if tp in self.positions]
+        if not tps:
+            return
         rq = RequestBuilder(ApiKey.FETCH, v)
         topics: dict[str, list] = {}
         fetched = {tp: self.positions[tp] for tp in tps}
