@@ -172,4 +172,6 @@ def test_every_api_answers_an_error_in_its_own_format(api_key):
         else:
             response = entity_reader(entities.entity_class(api_key, version, "response"))(answer, 0)[0]
             codes = _error_codes(response)
+        if api_key == ApiKey.DESCRIBE_LOG_DIRS and version < 3 and not codes:
+            continue   # v1-2 have no top-level error code: Kafka answers an error with no results
         assert codes and set(codes) == {E.UNKNOWN_SERVER_ERROR}, (api_key, version, codes)
