@@ -217,7 +217,7 @@ class OrderWriter:
 
 def create_topic(bootstrap: str, topic: str, client_config: dict | None = None) -> None:
     with AdminClient({"bootstrap.servers": bootstrap, **(client_config or {})}) as admin:
-        admin.create_topics([topic], num_partitions=PARTITIONS, exist_ok=True)
+        admin.create_topics([topic], num_partitions=PARTITIONS, exist_ok=True)[topic].result()
 
 
 def database_orders(db_path: str) -> list[int]:
