@@ -197,12 +197,9 @@ async def _consume(target: Target, topic, partitions, where, num, exit_at_end, g
             while not stop.is_set() and (num is None or printed < num):
                 if exit_at_end and all((consumer.position(tp) or 0) >= (ends[tp] or 0) for tp in tps):
                     break
-                poll = asyncio.ensure_future(consumer.poll(0.5, None if num is None else num - printed))
-                await asyncio.wait([poll, asyncio.ensure_future(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
-                if not poll.done():
-                    poll.cancel()
+                records = await _poll_or_stop(consumer.poll(0.5, None if num is None else num - printed), stop)
+                if records is None:
                     break
-                records = poll.result()
                 for r in records:
                     out.write(render(r))
                     done[TopicPartition(r.topic, r.partition)] = r.offset + 1
@@ -212,6 +209,17 @@ async def _consume(target: Target, topic, partitions, where, num, exit_at_end, g
                     await commit()
         finally:
             await commit()
+
+
+async def _poll_or_stop(poll, stop: asyncio.Event) -> list | None:
+    """The records of one poll, or None when Ctrl-C / SIGTERM came first (the poll cancelled)."""
+    polled, stopped = asyncio.ensure_future(poll), asyncio.ensure_future(stop.wait())
+    await asyncio.wait([polled, stopped], return_when=asyncio.FIRST_COMPLETED)
+    stopped.cancel()
+    if not polled.done():
+        polled.cancel()
+        return None
+    return polled.result()
 
 
 async def _consume_in_group(consumer, topic, tps, num, exit_at_end, render, out, stop) -> None:
@@ -227,12 +235,9 @@ async def _consume_in_group(consumer, topic, tps, num, exit_at_end, render, out,
             mine = [TopicPartition(tp.topic, tp.partition) for tp in consumer.assignment()]
             if mine and all((consumer.position(tp) or 0) >= (ends.get(tp) or 0) for tp in mine):
                 break
-        poll = asyncio.ensure_future(consumer.poll(0.5, None if num is None else num - printed))
-        await asyncio.wait([poll, asyncio.ensure_future(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
-        if not poll.done():
-            poll.cancel()
+        records = await _poll_or_stop(consumer.poll(0.5, None if num is None else num - printed), stop)
+        if records is None:
             break
-        records = poll.result()
         for r in records:
             out.write(render(r))
         printed += len(records)
@@ -257,12 +262,10 @@ async def _share_consume(target: Target, topic: str, group: str, num, render, ou
         consumer.subscribe([topic])
         printed = 0
         while not stop.is_set() and (num is None or printed < num):
-            poll = asyncio.ensure_future(consumer.poll(0.5))
-            await asyncio.wait([poll, asyncio.ensure_future(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
-            if not poll.done():
-                poll.cancel()
+            polled = await _poll_or_stop(consumer.poll(0.5), stop)
+            if polled is None:
                 break
-            for r in poll.result():
+            for r in polled:
                 if num is not None and printed >= num:
                     consumer.acknowledge(r, 2)   # RELEASE: not printed, for the others
                     continue
