@@ -4,6 +4,7 @@ clean stop does not."""
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 
@@ -23,6 +24,16 @@ def _coordinating(text: str) -> list[str]:
     return [line for line in text.splitlines() if "coordinating" in line and "__transaction_state" in line]
 
 
+def _once_coordinating(broker: BrokerProcess, mark: int, timeout_s: float = 60.0) -> str:
+    """The log since `mark` once the coordinator's line is in it: a start is over when the broker
+    listens, and the coordinator loads its partitions after that (later still on a loaded machine)."""
+    deadline = time.monotonic() + timeout_s
+    while not _coordinating(text := _since(broker, mark)):
+        assert time.monotonic() < deadline, f"no coordinator line in {timeout_s} s:\n{text[-3000:]}"
+        time.sleep(0.1)
+    return text
+
+
 def test_one_coordinator_line_and_a_recovery_line_after_kill_9(tmp_path):
     broker = BrokerProcess(tmp_path / "data").start()
     try:
@@ -36,7 +47,7 @@ def test_one_coordinator_line_and_a_recovery_line_after_kill_9(tmp_path):
 
         mark = len(broker.log_file.read_text(errors="replace"))
         broker.restart(clean=False)      # kill -9
-        after_kill = _since(broker, mark)
+        after_kill = _once_coordinating(broker, mark)
         lines = [line for line in after_kill.splitlines() if RECOVERY in line]
         assert len(lines) == 1 and "WARNING" in lines[0], after_kill[-3000:]
         assert re.search(r"\d+ of \d+ partitions were not closed cleanly", lines[0])
@@ -45,7 +56,7 @@ def test_one_coordinator_line_and_a_recovery_line_after_kill_9(tmp_path):
 
         mark = len(broker.log_file.read_text(errors="replace"))
         broker.restart(clean=True)       # SIGTERM: a clean stop leaves nothing to recover
-        after_stop = _since(broker, mark)
+        after_stop = _once_coordinating(broker, mark)
         assert RECOVERY not in after_stop and len(_coordinating(after_stop)) == 1
     finally:
         broker.stop()

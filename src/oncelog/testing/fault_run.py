@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from oncelog.protocol.api import kafka_api_name
 from oncelog.testing.cluster import LocalCluster
 from oncelog.testing.faults import (
     PROCESS_FAULTS,
@@ -207,9 +208,22 @@ class FaultRun:
     def broker_answers(self, names: dict[str, str]) -> dict[str, int]:
         """The brokers' counters named in `names` (metric -> label), and the leader moves."""
         counters = self.cluster.broker_counters()
+        for key in names:
+            _check_api_label(key)
         broker = {label: counters.get(key, 0) for key, label in names.items()}
         broker["leader moves (controller)"] = sum(1 for e in self.fired if e.fault == "move")
         return broker
 
     def seconds(self) -> float:
         return time.monotonic() - self.began
+
+
+def _check_api_label(key: str) -> None:
+    """A counter looked up by an API name the broker does not use reads 0 forever, and a test
+    asserting it is above 0 fails for the wrong reason (or one asserting 0 passes for the wrong
+    one): the names are Kafka's (`api=WriteTxnMarkers`), checked here against the broker's table."""
+    if "{api=" not in key:
+        return
+    api = key.split("{api=", 1)[1].split(",", 1)[0].rstrip("}")
+    if api not in {kafka_api_name(k) for k in range(100)}:
+        raise ValueError(f"{key}: the broker labels no API {api!r} (its labels are Kafka's API names)")

@@ -30,20 +30,20 @@ TXN_CLIENTS = ("oncelog", "librdkafka")
 OUTPUT = "verify-out"
 
 _BROKER_COUNTERS = {
-    "oncelog_requests_total{api=write_txn_markers}": "WriteTxnMarkers requests (broker to broker)",
-    "oncelog_request_errors_total{api=write_txn_markers,error=NOT_LEADER_OR_FOLLOWER}":
+    "oncelog_requests_total{api=WriteTxnMarkers}": "WriteTxnMarkers requests (broker to broker)",
+    "oncelog_request_errors_total{api=WriteTxnMarkers,error=NOT_LEADER_OR_FOLLOWER}":
         "write_txn_markers NOT_LEADER_OR_FOLLOWER",
-    "oncelog_requests_total{api=add_partitions_to_txn}": "AddPartitionsToTxn requests",
-    "oncelog_requests_total{api=end_txn}": "EndTxn requests",
-    "oncelog_request_errors_total{api=produce,error=INVALID_PRODUCER_EPOCH}": "produce INVALID_PRODUCER_EPOCH",
+    "oncelog_requests_total{api=AddPartitionsToTxn}": "AddPartitionsToTxn requests",
+    "oncelog_requests_total{api=EndTxn}": "EndTxn requests",
+    "oncelog_request_errors_total{api=Produce,error=INVALID_PRODUCER_EPOCH}": "produce INVALID_PRODUCER_EPOCH",
     # a transactional batch refused by its KIP-890 verification (TRANSACTION_ABORTABLE from Produce
     # v11, INVALID_TXN_STATE below): the transaction ended, or (issue 24) a pipelined batch's check
     # was voided by the one behind it
-    "oncelog_request_errors_total{api=produce,error=TRANSACTION_ABORTABLE}": "produce TRANSACTION_ABORTABLE",
-    "oncelog_request_errors_total{api=produce,error=INVALID_TXN_STATE}": "produce INVALID_TXN_STATE",
-    "oncelog_request_errors_total{api=produce,error=OUT_OF_ORDER_SEQUENCE_NUMBER}":
+    "oncelog_request_errors_total{api=Produce,error=TRANSACTION_ABORTABLE}": "produce TRANSACTION_ABORTABLE",
+    "oncelog_request_errors_total{api=Produce,error=INVALID_TXN_STATE}": "produce INVALID_TXN_STATE",
+    "oncelog_request_errors_total{api=Produce,error=OUT_OF_ORDER_SEQUENCE_NUMBER}":
         "produce OUT_OF_ORDER_SEQUENCE_NUMBER",
-    "oncelog_request_errors_total{api=produce,error=NOT_LEADER_OR_FOLLOWER}": "produce NOT_LEADER_OR_FOLLOWER",
+    "oncelog_request_errors_total{api=Produce,error=NOT_LEADER_OR_FOLLOWER}": "produce NOT_LEADER_OR_FOLLOWER",
 }
 
 

@@ -88,17 +88,17 @@ class VerifyResult(FaultRunResult):
 
 # broker counters worth showing, and the names they get in the report
 _BROKER_COUNTERS = {
-    "oncelog_request_errors_total{api=produce,error=OUT_OF_ORDER_SEQUENCE_NUMBER}":
+    "oncelog_request_errors_total{api=Produce,error=OUT_OF_ORDER_SEQUENCE_NUMBER}":
         "produce OUT_OF_ORDER_SEQUENCE_NUMBER",
-    "oncelog_request_errors_total{api=produce,error=UNKNOWN_PRODUCER_ID}": "produce UNKNOWN_PRODUCER_ID",
-    "oncelog_request_errors_total{api=produce,error=DUPLICATE_SEQUENCE_NUMBER}": "produce DUPLICATE_SEQUENCE_NUMBER",
-    "oncelog_request_errors_total{api=produce,error=INVALID_PRODUCER_EPOCH}": "produce INVALID_PRODUCER_EPOCH",
-    "oncelog_request_errors_total{api=produce,error=NOT_LEADER_OR_FOLLOWER}": "produce NOT_LEADER_OR_FOLLOWER",
-    "oncelog_request_errors_total{api=produce,error=KAFKA_STORAGE_ERROR}": "produce KAFKA_STORAGE_ERROR",
-    "oncelog_request_errors_total{api=produce,error=REQUEST_TIMED_OUT}": "produce REQUEST_TIMED_OUT",
-    "oncelog_request_errors_total{api=init_producer_id,error=COORDINATOR_LOAD_IN_PROGRESS}":
+    "oncelog_request_errors_total{api=Produce,error=UNKNOWN_PRODUCER_ID}": "produce UNKNOWN_PRODUCER_ID",
+    "oncelog_request_errors_total{api=Produce,error=DUPLICATE_SEQUENCE_NUMBER}": "produce DUPLICATE_SEQUENCE_NUMBER",
+    "oncelog_request_errors_total{api=Produce,error=INVALID_PRODUCER_EPOCH}": "produce INVALID_PRODUCER_EPOCH",
+    "oncelog_request_errors_total{api=Produce,error=NOT_LEADER_OR_FOLLOWER}": "produce NOT_LEADER_OR_FOLLOWER",
+    "oncelog_request_errors_total{api=Produce,error=KAFKA_STORAGE_ERROR}": "produce KAFKA_STORAGE_ERROR",
+    "oncelog_request_errors_total{api=Produce,error=REQUEST_TIMED_OUT}": "produce REQUEST_TIMED_OUT",
+    "oncelog_request_errors_total{api=InitProducerId,error=COORDINATOR_LOAD_IN_PROGRESS}":
         "init_producer_id COORDINATOR_LOAD_IN_PROGRESS",
-    "oncelog_requests_total{api=init_producer_id}": "init_producer_id requests",
+    "oncelog_requests_total{api=InitProducerId}": "init_producer_id requests",
     "oncelog_producer_state_duplicates_total{kind=window}": "duplicates answered from the window",
     "oncelog_producer_state_duplicates_total{kind=tail}": "duplicates answered from the log tail",
     "oncelog_producer_state_expirations_total": "producer states expired",
