@@ -50,7 +50,7 @@ lint: $(TEST_STAMP)
 TEST_WORKERS ?= 3
 PYTEST_PARALLEL := -n $(TEST_WORKERS) --dist loadgroup
 test: $(TEST_STAMP) lint
-	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_PARALLEL) -m "not slow" --durations=25
+	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_PARALLEL) -m "not slow" --durations=25 --junitxml=build/pytest-ci.xml
 
 test-all: $(TEST_STAMP) lint
 	ONCELOG_TEST_TIER=all $(PY) -m pytest -q -p no:cacheprovider $(PYTEST_PARALLEL) --durations=25
