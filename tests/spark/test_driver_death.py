@@ -90,6 +90,11 @@ def _stable(bootstrap, topic, partitions) -> bool:
         return rc.end_offsets(tps) == ru.end_offsets(tps)
 
 
+# The slow tier (make test-all): two Spark drivers of about 100 s each on one worker. In CI the
+# kill -9 of a driver runs in the test below and in test_exactly_once's driver dying while
+# committing, and a replay split into fewer tasks in test_exactly_once's
+# test_replay_split_differently_after_a_partial_commit.
+@pytest.mark.slow
 def test_driver_killed_mid_batch_restarted_with_fewer_tasks(spark_broker, make_topic, produce,
                                                             tmp_path):
     src, dst = make_topic(2), make_topic(2)
