@@ -144,7 +144,11 @@ class TxnWorkload:
         zombie_at = time.monotonic() + self.zombie_after_s
         zombied = False
         while time.monotonic() < deadline:
-            if not zombied and time.monotonic() >= zombie_at:
+            # the zombie's loop pipelines: its successor starts once it has committed (or a minute
+            # late), or a loaded run may zombie it before its first commit, the group may give its
+            # partitions to the other loop, and no pipelined transaction ever commits
+            if not zombied and time.monotonic() >= zombie_at and (
+                    running[0].commits > 0 or time.monotonic() >= zombie_at + 60):
                 old = running[0]
                 old.superseded = True
                 running.append(loop_cls(self, old.tid, old.partitions, random.Random(rng.random()),
@@ -260,6 +264,7 @@ class CopyLoop:
         self.superseded = False
         self.next_probe = 0.0   # a zombie's next probe of its producer (_probe)
         self.txn = 0
+        self.commits = 0   # transactions this loop committed (the zombie waits for the first)
         self.thread = threading.Thread(target=self._guarded, name=f"copy-{self.instance}", daemon=True)
 
     def start(self) -> CopyLoop:
@@ -381,6 +386,7 @@ class CopyLoop:
             self.commit()
             op.type = "ok"
             w.count("transactions committed")
+            self.commits += 1
             if self.pipelined:
                 w.count("transactions committed by pipelining loops")
             w.count("records copied", len(records))
