@@ -9,7 +9,7 @@ import threading
 import time
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from oncelog.testing.cluster import LocalCluster
@@ -42,6 +42,24 @@ def read_committed(bootstrap: str, topic: str, expect: int, timeout_s: float = 3
         c.close()
 
 
+def _describe(admin, group: str, timeout_s: float = 60):
+    """The group's description once its coordinator answers: a just-made __consumer_offsets
+    partition answers NOT_COORDINATOR (retriable) until its coordinator has loaded it, as a CI run
+    under load saw."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return admin.describe_consumer_groups([group])[group].result(30)
+        except KafkaException as e:
+            err = e.args[0]
+            waiting = err.retriable() or err.code() in (
+                KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                KafkaError.COORDINATOR_NOT_AVAILABLE)
+            if not waiting or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 def test_a_librdkafka_call_blocked_past_its_timeout_gives_up_its_producer(tmp_path):
     overrides = {"transaction.state.log.num.partitions": "1", "offsets.topic.num.partitions": "1"}
     cluster = LocalCluster(tmp_path, 2, overrides, proxies=False).start()
@@ -53,10 +71,10 @@ def test_a_librdkafka_call_blocked_past_its_timeout_gives_up_its_producer(tmp_pa
         w = TxnWorkload(cluster.bootstrap, "librdkafka", "in", "out", partitions=1, records=3)
         # the loop's group is coordinated by broker 2 (groups follow the leader of their
         # __consumer_offsets partition, made by the first lookup), its transaction and partitions by broker 1
-        admin.describe_consumer_groups([w.group])[w.group].result(30)
+        _describe(admin, w.group)
         cluster.place("__consumer_offsets", {0: 2})
         fresh = AdminClient({"bootstrap.servers": cluster.bootstrap, "log_level": 3})   # no cached coordinator
-        coordinator = fresh.describe_consumer_groups([w.group])[w.group].result(30).coordinator
+        coordinator = _describe(fresh, w.group).coordinator
         assert coordinator.id == 2, f"{w.group} coordinated by broker {coordinator.id}: the test needs broker 2"
         loop = LibrdkafkaLoop(w, "copy-0", [0], random.Random(0))
         loop.api_timeout_s = 5
