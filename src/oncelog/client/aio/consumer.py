@@ -113,14 +113,19 @@ class AIOConsumer:
         on_revoke), leaves the group and closes."""
         try:
             if self.group is not None:
-                closing = asyncio.ensure_future(self.group.close())
-                while not closing.done():
-                    if run_callbacks:
-                        await self._run_callbacks()
-                    await asyncio.wait([closing], timeout=0.05)
-                await closing
+                await self._leave_group(self.group, run_callbacks)
         finally:
             self.cluster.close()
+
+    async def _leave_group(self, group: AIOGroup, run_callbacks: bool) -> None:
+        """The group's close (a last commit, on_revoke, LeaveGroup), running the callbacks it
+        queues while it waits, unless the caller runs them."""
+        closing = asyncio.ensure_future(group.close())
+        while not closing.done():
+            if run_callbacks:
+                await self._run_callbacks()
+            await asyncio.wait([closing], timeout=0.05)
+        await closing
 
     # ------------------------------------------------------------------ group membership
 
@@ -146,13 +151,8 @@ class AIOConsumer:
         subscribe or assign may follow. `run_callbacks` False: the caller runs them (the sync
         facade, in its own thread)."""
         if self.group is not None:
-            closing = asyncio.ensure_future(self.group.close())
             try:
-                while not closing.done():
-                    if run_callbacks:
-                        await self._run_callbacks()
-                    await asyncio.wait([closing], timeout=0.05)
-                await closing
+                await self._leave_group(self.group, run_callbacks)
             finally:
                 self.group = None
         self.positions = {}
