@@ -107,3 +107,22 @@ def test_a_dropped_partition_starts_no_fsync_and_its_waiters_are_not_durable(tmp
     assert old.offline and old.begin_sync(NOW) is None
     assert new.log_end_offset == 1
     new.close()
+
+
+def test_a_request_that_waited_while_its_partition_was_dropped_is_refused_as_not_leader(tmp_path):
+    """A Produce holds its Partition across an await (a KIP-890 verification); the broker paused
+    meanwhile, a newer owner raised the token and the broker dropped the partition, closing its
+    lease. The append then answers NOT_LEADER_OR_FOLLOWER (its producer retries at the new
+    leader): it failed on the lease's closed mmap before, a handler bug answered
+    UNKNOWN_SERVER_ERROR (CI, test_txn_verify under pauses and over SASL_SSL)."""
+    old = owner(tmp_path, 1)
+    new = owner(tmp_path, 2)
+    assert old.fenced
+    old.drop()                                          # get_partition saw it fenced
+    r = old.append_from_client(batch(0), NOW)
+    assert r.error_code == E.NOT_LEADER_OR_FOLLOWER and "epoch 2" in (r.error_message or "")
+    with pytest.raises(KafkaProtocolError) as e:
+        old.append_marker(PID, 0, 0, True, NOW)
+    assert e.value.code == E.NOT_LEADER_OR_FOLLOWER
+    old.close()                                         # a shutdown after the drop: nothing to do
+    new.close()

@@ -30,6 +30,21 @@ def test_the_watch_sees_bugs_logged_in_process_and_in_broker_log_files(tmp_path)
     bugs = watch.stop()
     assert [b.split(HANDLER_BUG)[1].split(" (")[0] for b in bugs] == [" list_groups v4", " fetch v12",
                                                                        " metadata v12"]
+    # a file's bug comes with the traceback logged under it (CI's output is all a reader gets)
+    assert bugs[1].splitlines()[1:] == ["    Traceback ..."]
+
+
+def test_a_bug_line_carries_its_traceback_up_to_the_next_log_line(tmp_path):
+    path = tmp_path / "broker.log"
+    watch = BugWatch(lambda: [path])
+    path.write_text(f"2026-11-29 03:18:43,023 ERROR oncelog.broker: {HANDLER_BUG} produce v10 (correlation id 9)\n"
+                    "Traceback (most recent call last):\n"
+                    '  File "partition.py", line 1, in append\n'
+                    "ValueError: I/O operation on closed file\n"
+                    "2026-11-29 03:18:44,000 INFO oncelog.broker: next line\n")
+    (bug,) = watch.stop()
+    assert bug.splitlines()[1:] == ["    Traceback (most recent call last):", '      File "partition.py", line 1, in append',
+                                    "    ValueError: I/O operation on closed file"]
 
 
 TEST_FILE = '''

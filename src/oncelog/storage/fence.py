@@ -66,6 +66,7 @@ class Token:
         self.what = what or str(self.path.parent.name)
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         self._depth = 0
+        self._closed_at = -1
         try:
             if os.fstat(self.fd).st_size < _EPOCH.size:
                 with self.locked():
@@ -78,7 +79,11 @@ class Token:
 
     def current(self) -> int:
         """The epoch of the latest owner to raise it (no lock: an owner's check before it answers
-        from memory; `Lease.writing` checks under the lock)."""
+        from memory; `Lease.writing` checks under the lock). A closed token answers what it held
+        when it was closed: a request that waited while its partition was dropped is refused as
+        fenced, not failed on the unmapped file."""
+        if self.fd < 0:
+            return self._closed_at
         return int(_EPOCH.unpack_from(self._map, 0)[0])
 
     def _store(self, epoch: int) -> None:
@@ -130,6 +135,7 @@ class Token:
     def close(self) -> None:
         if self.fd < 0:
             return
+        self._closed_at = self.current()
         try:
             self._map.close()
         finally:

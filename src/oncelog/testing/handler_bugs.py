@@ -10,6 +10,7 @@ one was logged, unless the test is marked `handler_bug` (it provokes one on purp
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -57,9 +58,21 @@ def _bug_lines(path: Path, offset: int) -> Iterator[str]:
             text = f.read().decode(errors="replace")
     except OSError:
         return
-    for line in text.splitlines():
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
         if HANDLER_BUG in line:
-            yield f"{path}: {line.strip()}"
+            # the traceback log.exception wrote under it: what CI prints is all a reader has
+            trace = []
+            for follow in lines[i + 1:i + 1 + _TRACEBACK_LINES]:
+                if _LOG_LINE.match(follow):
+                    break
+                trace.append("    " + follow)
+            yield "\n".join([f"{path}: {line.strip()}", *trace])
+
+
+# a log line of its own (not a traceback's): it starts with the record's date
+_LOG_LINE = re.compile(r"\d{4}-\d{2}-\d{2} ")
+_TRACEBACK_LINES = 60
 
 
 @pytest.fixture(autouse=True)
