@@ -34,6 +34,7 @@ METRICS_PORT ?= 9404
 CONTROLLER_PORT ?=
 DATA ?= ./data$(if $(filter-out 9092,$(PORT)),-$(PORT))
 run: $(RUN_STAMP)
+	$(PY) -m compileall -q -j 0 src >/dev/null
 	$(VENV)/bin/oncelog serve --log-dirs $(DATA) --listeners PLAINTEXT://127.0.0.1:$(PORT) \
 		--override metrics.port=$(METRICS_PORT)$(if $(CONTROLLER_PORT), --controller-listener 127.0.0.1:$(CONTROLLER_PORT))
 
@@ -49,18 +50,27 @@ lint: $(TEST_STAMP)
 # fastest of 2, 3 and 4 on a 2-core machine (most tests wait on sockets and processes).
 TEST_WORKERS ?= 3
 PYTEST_PARALLEL := -n $(TEST_WORKERS) --dist loadgroup
+# Bytecode compiled once before the run: with PYTHONDONTWRITEBYTECODE set (as on CI's machines)
+# every process would compile oncelog's sources again, about 1 s of CPU for each of the
+# suite's hundreds of broker starts, CLI calls and Spark workers. A .pyc is read whatever
+# that variable says.
+COMPILE := $(PY) -m compileall -q -j 0 src tests >/dev/null
 test: $(TEST_STAMP) lint
+	$(COMPILE)
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_PARALLEL) -m "not slow" --durations=25 --junitxml=build/pytest-ci.xml
 
 test-all: $(TEST_STAMP) lint
+	$(COMPILE)
 	ONCELOG_TEST_TIER=all $(PY) -m pytest -q -p no:cacheprovider $(PYTEST_PARALLEL) --durations=25
 
 test-nightly: $(TEST_STAMP) lint
+	$(COMPILE)
 	ONCELOG_TEST_TIER=nightly $(PY) -m pytest -q -p no:cacheprovider $(PYTEST_PARALLEL) --durations=25
 
 # the tests that start no other process and no Spark session (tests/conftest.py marks the others)
 .PHONY: test-fast
 test-fast: $(TEST_STAMP)
+	$(COMPILE)
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_PARALLEL) -m "not processes and not spark and not slow" --durations=10
 
 # librdkafka's own test suite against `oncelog serve` (compat/librdkafka/README.md): the first
