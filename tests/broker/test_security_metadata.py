@@ -19,7 +19,7 @@ from oncelog.testing.cluster import LocalCluster
 from oncelog.testing.embedded import BrokerProcess
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "compat"))
-from test_authorization import ANY_ACL, AUTHORIZER, acl, call, grant  # noqa: E402
+from test_authorization import ANY_ACL, AUTHORIZER, ME, call  # noqa: E402
 
 pytestmark = pytest.mark.processes
 
@@ -45,20 +45,33 @@ def test_every_broker_of_a_cluster_enforces_the_controllers_acls(tmp_path):
         admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(30)
         # no ACL on it: everyone may (once each broker knows the topic)
         wait_until(lambda: metadata_error(one, topic) == metadata_error(two, topic) == 0, "topic never seen")
-        # an ACL for someone else guards the topic: the broker that took it applies it before answering
-        grant(admin, acl(ResourceType.TOPIC, topic, AclOperation.READ, principal="User:alice"))
+        # an ACL for someone else guards the topic: the broker that took it applies it before
+        # answering (sent to broker 1 itself: librdkafka's admin client picks any broker)
+        grant_at(one, topic, AclOperation.READ, "User:alice")
         assert metadata_error(one, topic) == DENIED
         wait_until(lambda: metadata_error(two, topic) == DENIED, "broker 2 never applied the ACL")
         # the controller restarts from its metadata log (kill -9: what was acknowledged was fsynced)
         cluster.kill_controller()
         cluster.start_controller()
-        grant(AdminClient({"bootstrap.servers": two}), acl(ResourceType.TOPIC, topic, AclOperation.DESCRIBE))
+        grant_at(two, topic, AclOperation.DESCRIBE, ME)
         assert metadata_error(two, topic) == 0
         wait_until(lambda: metadata_error(one, topic) == 0, "broker 1 never applied the second ACL")
         # and both ACLs are in the restarted controller's log, as every broker sees them
         assert len(AdminClient({"bootstrap.servers": one}).describe_acls(ANY_ACL).result(20)) == 2
     finally:
         cluster.stop()
+
+
+def grant_at(bootstrap: str, topic: str, operation: AclOperation, principal: str) -> None:
+    """CreateAcls (ALLOW, any host) sent to the broker at `bootstrap`, retried while the
+    controller is restarting."""
+    creation = entities.nested(ApiKey.CREATE_ACLS, 3, "request", "AclCreation")(
+        resource_type=ResourceType.TOPIC.value, resource_name=topic, resource_pattern_type=3, principal=principal,
+        host="*", operation=operation.value, permission_type=3)
+    deadline = time.monotonic() + 30
+    while (code := call(bootstrap, ApiKey.CREATE_ACLS, 3, creations=(creation,)).results[0].error_code.value):
+        assert time.monotonic() < deadline, f"CreateAcls at {bootstrap} answered {code}"
+        time.sleep(0.2)
 
 
 def wait_until(done, message: str, timeout_s: float = 20) -> None:
