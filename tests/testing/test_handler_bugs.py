@@ -43,7 +43,8 @@ def test_a_bug_line_carries_its_traceback_up_to_the_next_log_line(tmp_path):
                     "ValueError: I/O operation on closed file\n"
                     "2026-11-29 03:18:44,000 INFO oncelog.broker: next line\n")
     (bug,) = watch.stop()
-    assert bug.splitlines()[1:] == ["    Traceback (most recent call last):", '      File "partition.py", line 1, in append',
+    assert bug.splitlines()[1:] == ["    Traceback (most recent call last):",
+                                    '      File "partition.py", line 1, in append',
                                     "    ValueError: I/O operation on closed file"]
 
 
