@@ -30,6 +30,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -139,6 +140,9 @@ class Outcome:
     failure: str = ""
     broker_errors: list[str] = field(default_factory=list)
     scenario: str = "default"
+    # for a failure: the test's last lines and the broker's warnings and group lines meanwhile,
+    # printed under it (CI's output is all a reader of a failed run gets)
+    context: str = ""
 
 
 def _split_args(text: str) -> list[str]:
@@ -225,6 +229,7 @@ PIN_APART = ("0097",)
 # about 47 s each); with group.protocol=consumer the whole entry takes about 11 min on 2 cores
 TIMEOUTS = {"0113": 1200.0}
 _BROKER_ERROR = re.compile(r" (ERROR|CRITICAL) |^Traceback|Error: ", re.M)
+_BROKER_NOTED = re.compile(r" (WARNING|ERROR|CRITICAL) | group ")
 
 
 def parse_run(number: str, names: list[str], log: str, report: Path,
@@ -372,6 +377,17 @@ class Suite:
             text = f.read().decode(errors="replace")
         return [line for line in text.splitlines() if _BROKER_ERROR.search(line)][:20]
 
+    def failure_context(self, test_log: str, offset: int, lines: int = 30) -> str:
+        """The test's last lines (without its once-a-second progress lines) and what the broker
+        logged at WARNING and above, or about groups, since the test number started."""
+        test_lines = [ln for ln in test_log.splitlines() if "test(s) running" not in ln][-lines:]
+        with open(self.broker.log_file, "rb") as f:
+            f.seek(offset)
+            broker = f.read().decode(errors="replace").splitlines()
+        noted = [ln for ln in broker if _BROKER_NOTED.search(ln)][-lines:]
+        return "\n".join(["the test's last lines:", *test_lines,
+                          f"the broker's warnings and group lines ({len(noted)} last):", *noted])
+
     def run_number(self, number: str, names: list[str]) -> list[Outcome]:
         """One test-runner process per selected subtest group (SUBTESTS), else one; an entry
         passes when it passed in each."""
@@ -473,9 +489,11 @@ class Suite:
         text = re.sub(r"\x1b\[[0-9;]*m", "", logfile.read_text(errors="replace"))
         outcomes = parse_run(number, names, text, report, timed_out, rc, elapsed)
         errors = self.broker_errors_since(offset)
+        context = self.failure_context(text, offset) if any(o.state != "PASSED" for o in outcomes) else ""
         for o in outcomes:
             o.broker_errors = list(errors)
             o.scenario = scenario
+            o.context = context
         if not self.broker.running:
             self.broker_died.append(number)
             for o in outcomes:
@@ -583,6 +601,8 @@ def main() -> int:
                         print(f"            {o.failure[:400]}", flush=True)
                     if o.broker_errors and o.state != "PASSED":
                         print(f"            broker: {o.broker_errors[0][:300]}", flush=True)
+                    if o.context and o.state != "PASSED":
+                        print(textwrap.indent(o.context, "            | "), flush=True)
                 print(f"   ({number}: {time.monotonic() - t0:.0f} s)", flush=True)
     finally:
         suite.stop_broker()
