@@ -386,3 +386,52 @@ def test_aborts_missing_unless_told_not_to_expect_them():
     assert run.check().counts() == {"aborts-missing": 1}
     assert check_transactions(run.history, run.committed, run.committed, run.covered, inputs=run.inputs,
                               expect_aborts=False).ok
+
+
+def _restamp_case(identities):
+    """A duplicate of v2 at offsets 2 and 5, judged with the batch identities given per offset."""
+    from oncelog.testing.checker import reclassify_restamped
+    r = check(_history(VALUES), {0: list(enumerate(VALUES)) + [(5, b"v2")]})
+    asked = []
+
+    def identity(places):
+        asked.append(places)
+        return {pl: identities[pl[1]] for pl in places if pl[1] in identities}
+    reclassify_restamped(r, identity)
+    assert asked == [[(0, 2), (0, 5)]]
+    return r.findings[0]
+
+
+def test_a_duplicate_resent_under_a_newer_epoch_is_the_clients():
+    from oncelog.testing.batch_identity import BatchIdentity
+    f = _restamp_case({2: BatchIdentity(7, 0, 113, 2), 5: BatchIdentity(7, 1, 0, 5)})
+    assert (f.kind, f.blame) == ("restamped", "client") and "epochs [0, 1]" in f.detail and "#4953" in f.detail
+
+
+def test_a_duplicate_within_one_epoch_or_of_two_producers_stays_a_duplicate():
+    from oncelog.testing.batch_identity import BatchIdentity
+    # the same epoch twice: a retry the broker should have recognised
+    f = _restamp_case({2: BatchIdentity(7, 1, 113, 2), 5: BatchIdentity(7, 1, 113, 5)})
+    assert (f.kind, f.blame) == ("duplicate", "both")
+    # the newer copy at the older epoch is not a re-stamp either
+    f = _restamp_case({2: BatchIdentity(7, 1, 0, 2), 5: BatchIdentity(7, 0, 113, 5)})
+    assert (f.kind, f.blame) == ("duplicate", "both")
+    f = _restamp_case({2: BatchIdentity(7, 0, 113, 2), 5: BatchIdentity(8, 1, 0, 5)})  # two producers
+    assert (f.kind, f.blame) == ("duplicate", "both")
+    f = _restamp_case({5: BatchIdentity(7, 1, 0, 5)})   # a copy whose batch could not be read
+    assert (f.kind, f.blame) == ("duplicate", "both")
+
+
+@pytest.mark.processes
+def test_batch_identities_name_the_producer_epoch_and_sequence_of_each_offset(shared_broker, unique_topic):
+    from oncelog.client import AdminClient, Producer
+    from oncelog.testing.batch_identity import batch_identities
+    with AdminClient({"bootstrap.servers": shared_broker.bootstrap}) as admin:
+        admin.create_topics([unique_topic], num_partitions=1)[unique_topic].result()
+    with Producer({"bootstrap.servers": shared_broker.bootstrap, "linger.ms": 0}) as p:
+        for i in range(3):
+            p.send(unique_topic, b"x%d" % i, partition=0).result(30)
+    got = batch_identities(shared_broker.bootstrap, unique_topic, [(0, 0), (0, 2), (0, 9)])
+    assert set(got) == {(0, 0), (0, 2)}                        # nothing at offset 9
+    assert got[(0, 0)].producer_id >= 0 and got[(0, 0)].producer_epoch == 0
+    assert [got[(0, o)].base_sequence for o in (0, 2)] == [0, 2] and got[(0, 2)].base_offset == 2

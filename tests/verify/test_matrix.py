@@ -33,7 +33,12 @@ def test_no_findings_under(faults, tmp_path):
     result = run(VerifyOptions(faults=faults, records=1500, seed=7, timeout_s=30, workdir=tmp_path))
     print(render(result))
     report = result.report
-    assert result.ok, render(result)
+    # Nothing but librdkafka's own duplicates: an UNKNOWN_PRODUCER_ID after the expiry fault makes
+    # it bump the producer's epoch, and it re-sends what was in flight on other partitions as new
+    # records, written or not (librdkafka #4953; seen once in CI under reset + drop + expiry). The
+    # checker proves each from the batches' producer epochs (`checker.reclassify_restamped`).
+    unexplained = [f for f in report.findings if not (f.kind == "restamped" and f.client == "librdkafka")]
+    assert not unexplained, render(result)
     assert not [f for f in report.findings if f.client == "oncelog"], render(result)
     assert report.acked > 0 and report.read >= report.acked
     fired = {e.fault for e in result.faults}

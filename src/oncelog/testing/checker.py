@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 
 
@@ -32,7 +32,7 @@ class Event:
 
 @dataclass
 class Finding:
-    kind: str                   # duplicate | lost | inconsistent | reorder | fatal | failed-but-written
+    kind: str                   # duplicate | restamped | lost | inconsistent | reorder | fatal | failed-but-written
     blame: str                  # broker | client | both
     partition: int | None
     value: bytes | None
@@ -40,6 +40,7 @@ class Finding:
     history: list[str] = field(default_factory=list)
     client: str | None = None   # whose value (or whose fatal error) it is
     protocol: str | None = None  # transactions: TV1 / TV2 of the transaction, "" for a reader's poll
+    places: list[tuple[int, int]] = field(default_factory=list)  # a duplicate's (partition, offset)s
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -114,7 +115,8 @@ def check(history: Iterable[Event], log: dict[int, list[tuple[int, bytes]]],
     for val, places in where.items():
         if len(places) > 1:
             findings.append(Finding("duplicate", "both", places[0][0], val,
-                                    f"one value at {len(places)} offsets: {places}", hist(val)))
+                                    f"one value at {len(places)} offsets: {places}", hist(val),
+                                    places=list(places)))
 
     sent = acked = errors = 0
     send_t: dict[bytes, int] = {}
@@ -189,3 +191,34 @@ def check(history: Iterable[Event], log: dict[int, list[tuple[int, bytes]]],
         if f.client is None and f.value is not None:
             f.client = client_of.get(f.value)
     return Report(findings, sent, acked, errors, read)
+
+
+# confluentinc/librdkafka#4953 (maintainer's comment): an epoch bump of the idempotent producer
+# re-sends what was in flight on other partitions, written or not, as new records
+RESTAMP_REFERENCE = "a client bump of the producer epoch re-sends batches possibly written (librdkafka #4953)"
+
+
+def reclassify_restamped(report: Report, identity: Callable[[list[tuple[int, int]]], Mapping]) -> None:
+    """Duplicates that the client made, told apart from those a broker made: every copy in a batch
+    of one producer id, each later copy under a higher epoch than the one before. A new epoch
+    starts a new sequence space (KIP-360), so a broker cannot recognise records its producer sent
+    again under it: the client re-sent them as new (a producer-wide epoch bump re-stamps what was
+    in flight on every partition, written or not). Such a finding becomes `restamped`, the
+    client's. `identity(places)`: (partition, offset) -> BatchIdentity of the batch holding it,
+    for the places it could read (`batch_identity.batch_identities`); a copy it could not read
+    keeps the finding as it was."""
+    duplicates = [f for f in report.findings if f.kind == "duplicate"]
+    if not duplicates:
+        return
+    found = identity(sorted({pl for f in duplicates for pl in f.places}))
+    for f in duplicates:
+        got = [found.get(pl) for pl in sorted(f.places, key=lambda x: x[1])]
+        ids = [i for i in got if i is not None]
+        if len(ids) < len(got) or len({i.producer_id for i in ids}) != 1:
+            continue
+        epochs = [i.producer_epoch for i in ids]
+        if all(a < b for a, b in zip(epochs, epochs[1:])):
+            f.kind, f.blame = "restamped", "client"
+            f.detail += (f"; producer {ids[0].producer_id} wrote it under epochs {epochs} (sequences "
+                         f"{[i.base_sequence for i in ids]} at batches {[i.base_offset for i in ids]}): "
+                         f"{RESTAMP_REFERENCE}")

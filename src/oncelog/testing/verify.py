@@ -8,12 +8,15 @@ when the producers finish or after the first half of the time budget (`testing.f
 harness both workloads run in)."""
 from __future__ import annotations
 
+import logging
 import threading
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from oncelog.testing.checker import Event, Report, check
+from oncelog.protocol.errors import KafkaProtocolError
+from oncelog.testing.batch_identity import batch_identities
+from oncelog.testing.checker import Event, Report, check, reclassify_restamped
 from oncelog.testing.fault_run import FaultRun, FaultRunResult
 from oncelog.testing.faults import (
     ALL_FAULTS,
@@ -25,6 +28,8 @@ from oncelog.testing.faults import (
     client_config,
 )
 from oncelog.testing.workloads import WORKLOADS, Workload, read_range
+
+log = logging.getLogger(__name__)
 
 CLIENTS = tuple(WORKLOADS)
 WORKLOAD_KINDS = ("produce", "transactions")
@@ -144,12 +149,22 @@ def run(options: VerifyOptions, progress=None):
         log, _ends = read_range(fault_run.bootstrap, topic, timeout_s=options.timeout_s, security=fault_run.security)
         events = [e for w in workloads for e in list(w.events)]
         report = check(events, fault_run.with_archive(log))
+        if fault_run.security is None:   # (the raw reads speak PLAINTEXT)
+            reclassify_restamped(report, lambda places: _identities(fault_run.bootstrap, topic, places))
         client_errors = _per_client(workloads, events)
         return VerifyResult(options=options, report=report, faults=fault_run.fired,
                             proxy=dict(fault_run.cluster.proxy_stats()),
                             clients={w.producer: dict(w.stats) for w in workloads}, client_errors=client_errors,
                             broker=fault_run.broker_answers(_BROKER_COUNTERS), seconds=fault_run.seconds(),
                             notes=fault_run.notes)
+
+
+def _identities(bootstrap: str, topic: str, places: list[tuple[int, int]]) -> dict:
+    try:
+        return batch_identities(bootstrap, topic, places)
+    except (OSError, KafkaProtocolError) as e:   # then the duplicates stay the broker's to explain too
+        log.warning("could not read the duplicates' batch headers: %s", e)
+        return {}
 
 
 def _per_client(workloads: list[Workload], events: list[Event]) -> dict[str, dict[str, int]]:
