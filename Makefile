@@ -46,9 +46,10 @@ lint: $(TEST_STAMP)
 # The suite in parallel (pytest-xdist; tests/conftest.py keeps a Spark session's tests and a
 # module's shared servers on one worker). `make test` is the CI tier: every module, the fault
 # matrices at their CI size, each fault type at least once; `make test-all` adds the `slow` tests
-# and runs everything at full size (ONCELOG_TEST_TIER=all, tests/tiers.py). TEST_WORKERS=3 was the
-# fastest of 2, 3 and 4 on a 2-core machine (most tests wait on sockets and processes).
-TEST_WORKERS ?= 3
+# and runs everything at full size (ONCELOG_TEST_TIER=all, tests/tiers.py). TEST_WORKERS=4 is the
+# fastest of 3 and 4 on a 2-core machine once servers stopped compiling their sources (most
+# tests wait on sockets and processes): `.ci/run` took 1,065 s with 4, 1,258 s with 3.
+TEST_WORKERS ?= 4
 PYTEST_PARALLEL := -n $(TEST_WORKERS) --dist loadgroup
 # Bytecode compiled once before the run: with PYTHONDONTWRITEBYTECODE set (as on CI's machines)
 # every process would compile oncelog's sources again, about 1 s of CPU for each of the
