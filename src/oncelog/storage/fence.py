@@ -82,9 +82,10 @@ class Token:
         from memory; `Lease.writing` checks under the lock). A closed token answers what it held
         when it was closed: a request that waited while its partition was dropped is refused as
         fenced, not failed on the unmapped file."""
-        if self.fd < 0:
+        try:
+            return int(_EPOCH.unpack_from(self._map, 0)[0])
+        except ValueError:   # the map is closed (no check first: the log cleaner's thread may close it meanwhile)
             return self._closed_at
-        return int(_EPOCH.unpack_from(self._map, 0)[0])
 
     def _store(self, epoch: int) -> None:
         _EPOCH.pack_into(self._map, 0, epoch)
