@@ -30,10 +30,7 @@ def batch_identities(bootstrap: str, topic: str, places: Iterable[tuple[int, int
     wanted = sorted(set(places))
     if not wanted:
         return {}
-    with RawConnection(bootstrap, timeout_s=timeout_s) as c:
-        t = entities.nested(ApiKey.METADATA, 12, "request", "MetadataRequestTopic")
-        md = c.call(ApiKey.METADATA, 12, topics=(t(topic_id=None, name=topic),), allow_auto_topic_creation=False,
-                    include_topic_authorized_operations=False)
+    md = _metadata(bootstrap, topic, timeout_s)
     brokers = {b.node_id: f"{b.host}:{b.port}" for b in md.brokers}
     leaders = {p.partition_index: p.leader_id for t_ in md.topics for p in t_.partitions}
     found: dict[tuple[int, int], BatchIdentity] = {}
@@ -49,6 +46,21 @@ def batch_identities(bootstrap: str, topic: str, places: Iterable[tuple[int, int
                                                            h.base_offset)
                 break
     return found
+
+
+def _metadata(bootstrap: str, topic: str, timeout_s: float):
+    """Metadata for `topic` from the first of the bootstrap servers (comma-separated) that answers."""
+    t = entities.nested(ApiKey.METADATA, 12, "request", "MetadataRequestTopic")
+    error: OSError | None = None
+    for address in bootstrap.split(","):
+        try:
+            with RawConnection(address.strip(), timeout_s=timeout_s) as c:
+                return c.call(ApiKey.METADATA, 12, topics=(t(topic_id=None, name=topic),),
+                              allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+        except OSError as e:
+            error = e
+    assert error is not None
+    raise error
 
 
 def _fetch(c: RawConnection, topic: str, partition: int, offset: int) -> bytes:

@@ -149,7 +149,7 @@ def run(options: VerifyOptions, progress=None):
         log, _ends = read_range(fault_run.bootstrap, topic, timeout_s=options.timeout_s, security=fault_run.security)
         events = [e for w in workloads for e in list(w.events)]
         report = check(events, fault_run.with_archive(log))
-        if fault_run.security is None:   # (the raw reads speak PLAINTEXT)
+        if not fault_run.security:   # PLAINTEXT (the raw reads speak nothing else)
             reclassify_restamped(report, lambda places: _identities(fault_run.bootstrap, topic, places))
         client_errors = _per_client(workloads, events)
         return VerifyResult(options=options, report=report, faults=fault_run.fired,
