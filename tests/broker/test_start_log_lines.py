@@ -64,3 +64,28 @@ def test_one_coordinator_line_and_a_recovery_line_after_kill_9(tmp_path):
         assert RECOVERY not in after_stop and len(_coordinating(after_stop)) == 1
     finally:
         broker.stop()
+
+
+def test_sigterm_during_the_start_stops_the_broker_cleanly(tmp_path):
+    """SIGTERM as soon as the process's first line appears (the in-process controller's, long
+    before the broker listens): it stops cleanly, exit 0, as it does once running. The handlers were
+    installed after "listening on" before, and a stop that came first killed it outright (exit
+    -15; the next start then ran recovery on every partition, as a CI run saw)."""
+    import signal
+    import subprocess
+    import sys
+    proc = subprocess.Popen([sys.executable, "-m", "oncelog.cli.main", "serve", "--log-dirs", str(tmp_path / "data"),
+                             "--listeners", "PLAINTEXT://127.0.0.1:0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()   # the in-process controller's first log line
+        assert "oncelog.controller" in first, first
+        proc.send_signal(signal.SIGTERM)
+        rest = proc.stdout.read()
+        assert proc.wait(60) == 0, first + rest
+        assert "oncelog: shutting down" in rest, first + rest
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

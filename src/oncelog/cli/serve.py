@@ -88,6 +88,13 @@ async def _serve(config: BrokerConfig) -> None:
     from oncelog.broker.net.server import Broker
     controller = None
     broker = Broker(config)
+    # SIGTERM and Ctrl-C stop the broker cleanly from here on, during the start too: a supervisor
+    # that stops it as soon as it says "listening on" (tests do) killed it outright when the
+    # handlers came after that line, and the next start ran recovery on every partition
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
     broker.lock_directories()  # before the in-process controller opens its part of the directory
     if not config["controller.quorum.bootstrap.servers"]:
         from oncelog.controller.connection_limits import ConnectionLimits
@@ -117,10 +124,6 @@ async def _serve(config: BrokerConfig) -> None:
                + (f"; metrics on http://{config['metrics.host']}:{broker.metrics_port}/metrics"
                   if broker.metrics_port else ""))
     sys.stdout.flush()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGHUP, broker.reload_tls)
     stopped = asyncio.ensure_future(stop.wait())
     failed = asyncio.ensure_future(broker.fatal.wait())
