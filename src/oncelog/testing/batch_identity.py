@@ -33,18 +33,20 @@ def batch_identities(bootstrap: str, topic: str, places: Iterable[tuple[int, int
     md = _metadata(bootstrap, topic, timeout_s)
     brokers = {b.node_id: f"{b.host}:{b.port}" for b in md.brokers}
     leaders = {p.partition_index: p.leader_id for t_ in md.topics for p in t_.partitions}
-    found: dict[tuple[int, int], BatchIdentity] = {}
-    for (partition, offset) in wanted:
+    by_leader: dict[str, list[tuple[int, int]]] = {}
+    for partition, offset in wanted:
         address = brokers.get(leaders.get(partition, -1))
-        if address is None:
-            continue
+        if address is not None:
+            by_leader.setdefault(address, []).append((partition, offset))
+    found: dict[tuple[int, int], BatchIdentity] = {}
+    for address, at in by_leader.items():   # one connection per leader
         with RawConnection(address, timeout_s=timeout_s) as c:
-            records = _fetch(c, topic, partition, offset)
-        for _pos, h in iter_batches(memoryview(records)):
-            if h.base_offset <= offset <= h.last_offset:
-                found[(partition, offset)] = BatchIdentity(h.producer_id, h.producer_epoch, h.base_sequence,
-                                                           h.base_offset)
-                break
+            for partition, offset in at:
+                for _pos, h in iter_batches(memoryview(_fetch(c, topic, partition, offset))):
+                    if h.base_offset <= offset <= h.last_offset:
+                        found[(partition, offset)] = BatchIdentity(h.producer_id, h.producer_epoch,
+                                                                   h.base_sequence, h.base_offset)
+                        break
     return found
 
 
