@@ -82,6 +82,7 @@ def test_produce_lines_and_consume_them_in_every_format(shared_broker, unique_to
     assert oncelog("consume", t, "-e", bootstrap=b).out == "".join(f"v{i}\n" for i in range(5))
     assert oncelog("consume", t, "-n", "2", "-o", "3", "--format", "%p/%o %k=%v\\n", bootstrap=b).out == \
         "0/3 k3=v3\n0/4 k4=v4\n"
+    assert oncelog("consume", t, "-e", "-n", "0", bootstrap=b).out.count("\n") == 5   # 0: no limit, as rpk
     assert oncelog("consume", t, "-e", "-o", "end", bootstrap=b).out == ""
     assert oncelog("consume", t, "-e", "-o", f"@{before}", "--format", "%o\\n", bootstrap=b).out == \
         "0\n1\n2\n3\n4\n"

@@ -111,7 +111,8 @@ def _start(value: str) -> tuple[str, int]:
               help="Where to start: start, end, an offset, @TIMESTAMP (ms since the epoch), a time before "
               "now (-1h, -30m, -2d) or an ISO time (2026-01-31T12:00:00Z). With -g: start or end, for "
               "partitions the group has no offset for.")
-@click.option("-n", "--num", type=click.IntRange(1), help="Stop after this many records.")
+@click.option("-n", "--num", type=click.IntRange(0), help="Stop after this many records (0: no limit, as "
+              "rpk's -n 0).")
 @click.option("-e", "--exit-at-end", is_flag=True, help="Stop at the end of the partitions as of the start.")
 @click.option("-g", "--group", help="Join this consumer group (its members share the partitions), start "
               "from its committed offsets and commit what is printed.")
@@ -125,6 +126,7 @@ def _start(value: str) -> tuple[str, int]:
 @connection_options
 def consume(topic, partitions, start, num, exit_at_end, group, isolation, fmt, share_group, target: Target) -> None:
     """Print TOPIC's records."""
+    num = num or None
     if share_group and (partitions or group or exit_at_end or start != "start"):
         raise CommandError("--share-group: the share group decides what each member reads "
                            "(no -p, -o, -g or -e)", USAGE)
