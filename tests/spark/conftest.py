@@ -39,11 +39,8 @@ class _Sessions:
     def get(self, master):
         if self.master != master:
             self.stop()
-            from jvm_priority import raised
-
             from oncelog.spark.session import local_session
-            with raised():
-                self.current = local_session(master, app=f"oncelog-tests-{master}")
+            self.current = local_session(master, app=f"oncelog-tests-{master}")
             self.master = master
         return self.current
 

@@ -15,7 +15,6 @@ import sys
 import time
 
 import pytest
-from jvm_priority import raised
 from test_exactly_once import PAD, ROWS, _ids, client_values, kafka_python_values
 
 from oncelog.client import AdminClient
@@ -26,10 +25,9 @@ DRIVER = os.path.join(os.path.dirname(__file__), "driver_process.py")
 
 
 def _start(bootstrap, src, dst, ckpt, log, *extra):
-    with raised():               # the driver's JVM and Python workers ahead of the test load
-        return subprocess.Popen([sys.executable, DRIVER, "--bootstrap", bootstrap, "--source", src,
-                                 "--sink", dst, "--checkpoint", ckpt, *extra],
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    return subprocess.Popen([sys.executable, DRIVER, "--bootstrap", bootstrap, "--source", src,
+                             "--sink", dst, "--checkpoint", ckpt, *extra],
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def _session(sid: int) -> list[int]:
