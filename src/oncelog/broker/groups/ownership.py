@@ -19,8 +19,9 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+from oncelog.broker.logs.internal_topic import ensure_internal_topic
 from oncelog.core.topic_names import CONSUMER_OFFSETS_TOPIC
-from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
+from oncelog.protocol.errors import ErrorCode
 from oncelog.storage.fence import Busy, Fenced
 from oncelog.storage.group_offsets import GroupOffsetStore
 
@@ -113,21 +114,13 @@ class GroupOwnership:
     # ------------------------------------------------------------------ the topic
     async def ensure_topic(self) -> int:
         """Create `__consumer_offsets` on first need (a cluster); NONE, or the code to answer meanwhile."""
-        logs = self.broker.logs
-        if not self.clustered or CONSUMER_OFFSETS_TOPIC in logs.topics:
+        if not self.clustered or CONSUMER_OFFSETS_TOPIC in self.broker.logs.topics:
             return ErrorCode.NONE
-        async with self._create_lock:
-            if CONSUMER_OFFSETS_TOPIC not in logs.topics:
-                try:
-                    await logs.create_topic(CONSUMER_OFFSETS_TOPIC, self.num_partitions, {"cleanup.policy": "compact"},
-                                            self.broker.now_ms())
-                    log.info("created %s with %d partitions", CONSUMER_OFFSETS_TOPIC, self.num_partitions)
-                except KafkaProtocolError as e:
-                    if e.code != ErrorCode.TOPIC_ALREADY_EXISTS:
-                        log.warning("creating %s failed: %s", CONSUMER_OFFSETS_TOPIC, e)
-                        return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        self.reconcile()
-        return ErrorCode.NONE
+        code = await ensure_internal_topic(self.broker.logs, self._create_lock, CONSUMER_OFFSETS_TOPIC,
+                                           self.num_partitions, {"cleanup.policy": "compact"}, self.broker.now_ms())
+        if code == ErrorCode.NONE:
+            self.reconcile()
+        return code
 
     def close(self) -> None:
         self.store.close()

@@ -25,6 +25,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+from oncelog.broker.logs.internal_topic import ensure_internal_topic
 from oncelog.broker.txn.add_partitions import AddPartitionsManager
 from oncelog.broker.txn.marker_writer import MarkerWriter
 from oncelog.core.txn import Answer, MarkerJob, TransactionCoordinator, Transition, TxnConfig
@@ -129,24 +130,17 @@ class TxnCoordinatorService:
         """Create `__transaction_state` on first need. NONE, or the code to answer meanwhile."""
         if self.topic_exists:
             return E.NONE
-        async with self._create_lock:
-            if not self.topic_exists:
-                overrides = {"segment.bytes": str(self.broker.config["transaction.state.log.segment.bytes"]),
-                             # records are fsynced before they count, whatever the default says
-                             "write.caching": "false",
-                             # as Kafka: the cleaner keeps each id's latest record (the
-                             # loader's last-record-wins), expired ids go with their tombstones
-                             "cleanup.policy": "compact"}
-                try:
-                    await self.broker.logs.create_topic(TRANSACTION_STATE_TOPIC, self.num_partitions, overrides,
-                                                        self.broker.now_ms())
-                    log.info("created %s with %d partitions", TRANSACTION_STATE_TOPIC, self.num_partitions)
-                except KafkaProtocolError as e:
-                    if e.code != E.TOPIC_ALREADY_EXISTS:
-                        log.warning("creating %s failed: %s", TRANSACTION_STATE_TOPIC, e)
-                        return E.COORDINATOR_NOT_AVAILABLE
-        self.reconcile()
-        return E.NONE
+        overrides = {"segment.bytes": str(self.broker.config["transaction.state.log.segment.bytes"]),
+                     # records are fsynced before they count, whatever the default says
+                     "write.caching": "false",
+                     # as Kafka: the cleaner keeps each id's latest record (the loader's
+                     # last-record-wins), expired ids go with their tombstones
+                     "cleanup.policy": "compact"}
+        code = await ensure_internal_topic(self.broker.logs, self._create_lock, TRANSACTION_STATE_TOPIC,
+                                           self.num_partitions, overrides, self.broker.now_ms())
+        if code == E.NONE:
+            self.reconcile()
+        return code
 
     def reconcile(self) -> None:
         """Load the partitions this broker now leads, unload those it no longer leads."""
