@@ -228,6 +228,23 @@ class SharePartition:
                     self.counts.rejected += 1
         self._advance()
 
+    def unacquire(self, member: str, acquired: Sequence[Acquired]) -> int:
+        """Acquisitions that were never handed out (their state write failed): back to AVAILABLE
+        with the delivery count they had, as Kafka rolls back a state transition whose write
+        failed. Offsets no longer held by `member` at that count (their lock ran out meanwhile)
+        are left as they are."""
+        n = 0
+        for a in acquired:
+            for offset in range(a.first_offset, a.last_offset + 1):
+                rec = self._records.get(offset)
+                if rec is not None and rec.state == ACQUIRED and rec.member == member \
+                        and rec.count == a.delivery_count:
+                    rec.state, rec.member, rec.deadline = AVAILABLE, None, NO_DEADLINE
+                    rec.count -= 1
+                    n += 1
+        self.counts.acquired -= n
+        return n
+
     def release_member(self, member: str) -> int:
         """The member left (or its share session closed): what it holds goes back, as RELEASE."""
         n = 0
