@@ -6,14 +6,16 @@ One request: the share session is checked (epoch 0 opens one, -1 closes it after
 acknowledgements, else the next epoch; errors top-level), the partitions named join the session and
 the forgotten ones leave it (what the member held of them goes back); then the acknowledgements of
 each partition are applied (AcknowledgeErrorCode per partition: INVALID_RECORD_STATE when it names
-a record the member does not hold; nothing of that partition changes) and their write is started;
-then, when MaxRecords > 0, records are acquired from the session's partitions in turn (lowest
-available offset first) and returned with their AcquiredRecords ranges and delivery counts, long
-polling up to MaxWait (waking on appends and on the next lock to run out).
+a record the member does not hold; nothing of that partition changes); then, when MaxRecords > 0,
+records are acquired from the session's partitions in turn (lowest available offset first) and
+returned with their AcquiredRecords ranges and delivery counts, long polling up to MaxWait (waking
+on appends and on the next lock to run out).
 
 Nothing is answered before the share group's state write that covers the request's changes is on
 disk (`ShareGroupCoordinator.durable`: one write and one fsync for every share-partition and every
-request of the group that changed meanwhile). If that write failed: the acknowledgements not
+request of the group that changed meanwhile). A request's acknowledgements and acquisitions go
+into one write; a long poll that finds nothing at once has its acknowledgements written while it
+waits. If that write failed: the acknowledgements not
 known to be durable answer KAFKA_STORAGE_ERROR (NOT_LEADER_OR_FOLLOWER when another broker owns the
 group's state now), and the records acquired are not handed out (the partition answers the error;
 they go back with their delivery count, as Kafka rolls back a failed transition).
@@ -193,8 +195,6 @@ async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
         share.close_session(group, member)
         await answer_durably(broker, group, member, answers, acks, 0)
         return encode(broker, rb, answers, E.NONE, None, lock_ms)
-    if acks:
-        share.flush(group)   # written while this request waits for records
     if forgotten:
         share.forget(group, member, session, forgotten)
     session.partitions |= set(resolved.usable)
@@ -215,6 +215,10 @@ async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
             next_lock = min((sp.next_deadline() for (g, tid, p), sp in share.partitions.items()
                              if g == group and (tid, p) in session.partitions), default=1 << 62)
             wait = min(remaining, max(0.005, (next_lock - broker.now_ms()) / 1000))
+            if acks or acquired:
+                # what changed so far is written while this waits (when records are there at
+                # once, as under load, the acknowledgements and acquisitions share one write)
+                share.flush(group)
             await broker.wait_for_data(wait)
             if share.sessions.get((group, member)) is not session:
                 break   # closed or replaced meanwhile: nothing more for this request
