@@ -19,11 +19,13 @@ the extra ones sit idle, while a share group's members share a partition.
 change: `--baseline /path/to/main/src`) beside this tree's, fills it the same way, and runs each
 cell on both brokers one after the other (baseline share, baseline classic, this share, this
 classic), so that the load of the machine falls on both alike; it prints both brokers' ratios and
-this tree's share records/s over the baseline's.
+this tree's share records/s over the baseline's. --rounds N runs every cell N times (in turn, each
+with fresh groups on the same topics) and prints the medians at the end.
 """
 from __future__ import annotations
 
 import argparse
+import statistics
 import tempfile
 import threading
 import time
@@ -110,10 +112,13 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=50_000)
     ap.add_argument("--consumers", default="1,3,8")
     ap.add_argument("--partitions", default="1,8")
+    ap.add_argument("--rounds", type=int, default=1, help="each cell this many times (fresh groups); medians")
     ap.add_argument("--baseline", help="another source tree's src/ whose broker runs each cell too")
     args = ap.parse_args()
     consumers = [int(x) for x in args.consumers.split(",")]
     partitions = [int(x) for x in args.partitions.split(",")]
+    # (partitions, consumers) -> broker -> kind -> records/s of each round
+    results: dict[tuple[int, int], dict[str, dict[str, list[float]]]] = {}
     with tempfile.TemporaryDirectory() as d:
         brokers: dict[str, BrokerProcess] = {}
         try:
@@ -130,19 +135,36 @@ def main() -> None:
                 topic = f"bench-share-{parts}"
                 for b in brokers.values():
                     fill(b.bootstrap, topic, parts, args.records)
-                for run, n in enumerate(consumers):
-                    line = f"{parts:>10} {n:>9}"
-                    shares = {}
-                    for name, b in brokers.items():
-                        share = shares[name] = consume(b.bootstrap, topic, "share", n, args.records, run)
-                        classic = consume(b.bootstrap, topic, "classic", n, args.records, run)
-                        line += f" {share:>15.0f} {classic:>17.0f} {share / classic:>6.2f}"
-                    if args.baseline:
-                        line += f" {shares['this'] / shares['baseline']:>16.2f}"
-                    print(line, flush=True)
+            for rnd in range(args.rounds):
+                for parts in partitions:
+                    topic = f"bench-share-{parts}"
+                    for i, n in enumerate(consumers):
+                        cell = results.setdefault((parts, n), {})
+                        for name, b in brokers.items():
+                            for kind in ("share", "classic"):
+                                rate = consume(b.bootstrap, topic, kind, n, args.records, rnd * 100 + i)
+                                cell.setdefault(name, {}).setdefault(kind, []).append(rate)
+                        print(_line(parts, n, cell, -1, args.baseline is not None), flush=True)
+            if args.rounds > 1:
+                print(f"medians of {args.rounds} rounds")
+                for (parts, n), cell in results.items():
+                    print(_line(parts, n, cell, None, args.baseline is not None))
         finally:
             for b in brokers.values():
                 b.stop()
+
+
+def _line(parts: int, n: int, cell: dict[str, dict[str, list[float]]], index: int | None, baseline: bool) -> str:
+    """One cell: its last round (`index` -1) or the medians (None)."""
+    def pick(xs: list[float]) -> float:
+        return statistics.median(xs) if index is None else xs[index]
+    line = f"{parts:>10} {n:>9}"
+    for kinds in cell.values():
+        share, classic = pick(kinds["share"]), pick(kinds["classic"])
+        line += f" {share:>15.0f} {classic:>17.0f} {share / classic:>6.2f}"
+    if baseline:
+        line += f" {pick(cell['this']['share']) / pick(cell['baseline']['share']):>16.2f}"
+    return line
 
 
 if __name__ == "__main__":

@@ -155,6 +155,8 @@ class _GroupStateSync:
 
     def end_sync(self, token: tuple[int, Pending], error: BaseException | None, now: int) -> None:
         n, pending = token
+        if self.gone:
+            return   # deleted meanwhile (its file with it)
         if error is None:
             ShareStateStore.synced(pending)
             self.durable_end_offset = max(self.durable_end_offset, n)
