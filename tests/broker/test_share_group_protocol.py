@@ -284,6 +284,9 @@ async def test_share_metrics_count_what_happened_and_the_lag(share):
     assert lag == {("g", "t"): 8}      # records 2 and up are not done with (2 was released)
     groups = {(s.labels["type"], s.labels["state"]): s.value for s in families["oncelog_groups"].samples}
     assert groups[("share", "Stable")] == 1
+    # the fetch created the group's state log (durable when written); the acknowledgements' write
+    # was fsynced once
+    assert [s.value for s in families["oncelog_share_state_fsyncs"].samples if s.name.endswith("_total")] == [1]
 
 
 async def test_one_group_id_names_one_group_of_one_type(share):
