@@ -115,6 +115,8 @@ def acknowledge(broker: BrokerServices, group: str, member: str, tp: TP, name: s
     except InvalidRecordState as e:
         answer.ack_error_code, answer.ack_error_message = E.INVALID_RECORD_STATE, str(e)
         return 0
+    if all(t == RENEW for _f, _l, types in batches for t in types):
+        return 0   # a lock's deadline is not stored (acquired records are stored as available)
     return share.changed((group, tp[0], tp[1]))
 
 
