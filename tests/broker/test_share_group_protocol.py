@@ -4,6 +4,10 @@ over real sockets to an in-process Broker with real files. The broker's clock is
 where record locks and sessions matter (lock expiry is stepped, never slept for)."""
 from __future__ import annotations
 
+import asyncio
+import os
+import threading
+import time
 import uuid
 
 import pytest
@@ -15,6 +19,7 @@ from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode as E
 from oncelog.protocol.records import encode_batch
+from oncelog.storage import failpoints as storage_failpoints
 from oncelog.testing.in_process import InProcessBroker
 
 HB, DESCRIBE, FETCH, ACK = (ApiKey.SHARE_GROUP_HEARTBEAT, ApiKey.SHARE_GROUP_DESCRIBE, ApiKey.SHARE_FETCH,
@@ -51,16 +56,18 @@ class Sharer:
 
     async def fetch(self, max_records: int = 500, acks: list[tuple[int, int, list[int]]] = (), version: int = 1,
                     max_wait_ms: int = 0, epoch: int | None = None, mode: int = 0, partitions=(0,),
-                    forget=()):
-        """(top-level code, {partition: (error, ack error, [(first, last, delivery count)])})."""
+                    forget=(), acks_by_partition=None):
+        """(top-level code, {partition: (error, ack error, [(first, last, delivery count)])}).
+        `acks` are partition 0's; `acks_by_partition` {partition: acks} any partition's."""
         v = version
         ab = entities.nested(FETCH, v, "request", "AcknowledgementBatch")
         fp = entities.nested(FETCH, v, "request", "FetchPartition")
         ft = entities.nested(FETCH, v, "request", "FetchTopic")
         fg = entities.nested(FETCH, v, "request", "ForgottenTopic")
         epoch = self.session_epoch if epoch is None else epoch
+        by_partition = acks_by_partition if acks_by_partition is not None else {0: acks}
         parts = tuple(fp(partition_index=p, acknowledgement_batches=tuple(
-            ab(first_offset=f, last_offset=la, acknowledge_types=tuple(ts)) for f, la, ts in acks) if p == 0 else ())
+            ab(first_offset=f, last_offset=la, acknowledge_types=tuple(ts)) for f, la, ts in by_partition.get(p, ())))
             for p in partitions)
         r = await call(self.conn, FETCH, v, group_id=self.group, member_id=self.member_id,
                        share_session_epoch=epoch, max_wait=max_wait_ms, min_bytes=1, max_bytes=1 << 20,
@@ -277,6 +284,9 @@ async def test_share_metrics_count_what_happened_and_the_lag(share):
     assert lag == {("g", "t"): 8}      # records 2 and up are not done with (2 was released)
     groups = {(s.labels["type"], s.labels["state"]): s.value for s in families["oncelog_groups"].samples}
     assert groups[("share", "Stable")] == 1
+    # the fetch created the group's state log (durable when written); the acknowledgements' write
+    # was fsynced once
+    assert [s.value for s in families["oncelog_share_state_fsyncs"].samples if s.name.endswith("_total")] == [1]
 
 
 async def test_one_group_id_names_one_group_of_one_type(share):
@@ -318,3 +328,97 @@ async def test_group_configs_are_validated_and_describe_answers_only_share_group
         assert r.responses[0].error_code.value == E.INVALID_CONFIG, (name, value)
     d = await call(c, DESCRIBE, 1, group_ids=("nobody",), include_authorized_operations=False)
     assert d.groups[0].error_code.value == E.GROUP_ID_NOT_FOUND
+
+
+def count_fsyncs(monkeypatch) -> list[int]:
+    """Every fsync the process makes from here on (the share-state hook calls os.fsync through the
+    failpoint layer once a rule is set, and this one never fires)."""
+    storage_failpoints.configure("fsync-eio:share:after=1000000000")
+    calls: list[int] = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (calls.append(fd), real(fd))[1])
+    return calls
+
+
+@pytest.fixture
+def failpoints():
+    yield storage_failpoints.configure
+    storage_failpoints.configure(None)
+
+
+async def produce_to(share, name: str, partition: int, records: int, batch: int = 5) -> None:
+    c = await share["conn"]()
+    for start in range(0, records, batch):
+        n = min(batch, records - start)
+        body = produce_body(9, name, partition, bytes(encode_batch(
+            [(0, 1000, None, f"p{partition}-{start + i}".encode()) for i in range(n)])))
+        await c.raw(ApiKey.PRODUCE, 9, body)
+
+
+async def test_one_fsync_makes_a_fetch_over_eight_partitions_durable(share, monkeypatch, failpoints):
+    tid = await share["topic"](partitions=8)
+    await share["group_config"]("g", share_auto_offset_reset="earliest")
+    for p in range(8):
+        await produce_to(share, "t", p, 5)
+    a = await share["sharer"]("g", tid)
+    _c, got = await a.fetch(epoch=0, max_records=1000, partitions=range(8))   # creates the group's log
+    assert sorted(got) == list(range(8))
+    fsyncs = count_fsyncs(monkeypatch)
+    acks = {p: [(0, 4, [ACCEPT])] for p in range(8)}
+    code, parts = await a.fetch(max_records=0, acks_by_partition=acks, partitions=range(8))
+    assert code == E.NONE and all(parts[p][1] == E.NONE for p in range(8))
+    assert len(fsyncs) == 1     # not one per partition (each was a file replaced and fsynced, with its directory)
+
+
+async def test_requests_that_arrive_together_share_one_fsync(share, monkeypatch, failpoints):
+    tid = await share["topic"](partitions=8)
+    await share["group_config"]("g", share_auto_offset_reset="earliest")
+    members = [await share["sharer"]("g", tid) for _ in range(4)]
+    for m in members:   # (the first creates the group's state log)
+        assert (await m.fetch(epoch=0, max_records=1, partitions=range(8)))[0] == E.NONE
+    for p in range(8):
+        await produce_to(share, "t", p, 40, batch=1)
+    # a slow disk: the first request's fsync is held until the other three wait behind it
+    storage_failpoints.configure("fsync-eio:share:after=1000000000")
+    fsyncs: list[int] = []
+    gate = threading.Event()
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (fsyncs.append(fd), gate.wait(30), real(fd))[2])
+    fetches = [asyncio.create_task(m.fetch(max_records=10, mode=1, version=2, partitions=range(8)))
+               for m in members]
+    share_groups = share["broker"].groups.share
+    deadline = time.monotonic() + 30
+    while share_groups.commit.waiting(share_groups._syncs["g"]) < 4:
+        assert time.monotonic() < deadline and not any(f.done() for f in fetches)
+        await asyncio.sleep(0.005)
+    gate.set()
+    results = await asyncio.gather(*fetches)
+    given = [(p, o) for _code, parts in results for p, (_e, _a, acq) in parts.items() for o in offsets(acq)]
+    assert all(code == E.NONE for code, _p in results)
+    assert len(given) == 40 and len(set(given)) == 40          # each record to one member
+    assert len(fsyncs) == 2, fsyncs   # the first request's write, then one for the three behind it
+
+
+async def test_a_failed_state_write_hands_nothing_out_and_answers_a_storage_error(share, failpoints):
+    tid = await share["topic"]()
+    await share["group_config"]("g", share_auto_offset_reset="earliest")
+    await share["produce"]("t", 10)
+    a = await share["sharer"]("g", tid)
+    _c, got = await a.fetch(epoch=0, max_records=4, mode=1, version=2)    # creates the group's log
+    assert offsets(got[0][2]) == [0, 1, 2, 3]
+    failpoints("fsync-eio:share")
+    code, got = await a.fetch(max_records=3, mode=1, version=2)
+    assert code == E.NONE and got[0][0] == E.KAFKA_STORAGE_ERROR and got[0][2] == []
+    # not handed out: the next fetch gets them, as their first delivery
+    code, got = await a.fetch(max_records=3, mode=1, version=2)
+    assert code == E.NONE and got[0][2] == [(4, 6, 1)]
+    failpoints("fsync-eio:share")
+    code, parts = await a.acknowledge([(0, 3, [ACCEPT])])
+    assert code == E.NONE and parts[0] == E.KAFKA_STORAGE_ERROR
+    failpoints(None)
+    # the disk is back: the next write holds every share-partition of the group whole
+    assert (await a.acknowledge([(4, 6, [ACCEPT])]))[1][0] == E.NONE
+    await share["restart"]()
+    b = await share["sharer"]("g", tid)
+    _c, got = await b.fetch(epoch=0, max_records=10)
+    assert offsets(got[0][2]) == [7, 8, 9]

@@ -24,6 +24,7 @@ def test_off_means_the_os_functions_themselves():
     assert fp.log_write is os.pwrite and fp.log_sync is os.fsync and fp.log_truncate is os.ftruncate
     assert fp.log_rename is os.replace
     assert fp.meta_write is os.write and fp.meta_sync is os.fsync and fp.meta_truncate is os.ftruncate
+    assert fp.share_write is os.pwrite and fp.share_sync is os.fsync
 
 
 def test_syntax():
@@ -31,6 +32,7 @@ def test_syntax():
     assert [(r.fault, r.target, r.after, r.times, r.match, r.at) for r in rules] == [
         ("fsync-eio", "log", 3, 2, "", "write"), ("shortwrite", "metadata", 0, 1, "", "write"),
         ("crash", "log", 0, 1, "orders-0", "fsync"), ("ledger", "any", 0, 1, "", "write")]
+    assert [(r.target, r.at) for r in fp.parse("crash:share:at=synced")] == [("share", "synced")]
     for bad in ("fsync", "fsync-eio:disk", "enospc:log:after=x", "crash:log:at=read", "shortwrite:log:every=2"):
         with pytest.raises(fp.FailpointSyntaxError):
             fp.parse(bad)
@@ -111,6 +113,18 @@ def test_crash_kills_the_process_between_write_and_fsync(tmp_path, at, expected)
     assert out.returncode == -signal.SIGKILL
     assert b"survived" not in out.stdout
     assert (tmp_path / "seg.log").read_bytes() == expected
+
+
+def test_crash_at_synced_kills_the_process_right_after_the_fsync(tmp_path):
+    """What `tests/broker/test_share_state_crash.py` needs: durable, and nobody told."""
+    code = ("from oncelog.storage import failpoints as fp; import os\n"
+            "fd = os.open('share-state.log', os.O_RDWR | os.O_CREAT)\n"
+            "fp.share_write(fd, b'written', 0)\n"
+            "fp.share_sync(fd)\n"
+            "print('survived')\n")
+    out = _child(code, "crash:share:at=synced,ledger:share", tmp_path)
+    assert out.returncode == -signal.SIGKILL and b"survived" not in out.stdout
+    assert fp.read_ledger(tmp_path) == {"share-state.log": len(b"written")}   # the fsync happened
 
 
 def test_crash_at_rename_kills_the_process_before_the_rename(tmp_path):

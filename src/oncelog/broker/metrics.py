@@ -340,9 +340,13 @@ def _broker_state_families(b, resource_labels: bool) -> list:
 def _share_families(b, resource_labels: bool) -> list:
     """Share groups (KIP-932): what their share-partitions did (records acquired, redelivered,
     accepted, released, rejected, archived by the delivery limit, locks that ran out) and their
-    lag: the high watermark minus the share-partition start offset (records not yet done with)."""
+    lag: the high watermark minus the share-partition start offset (records not yet done with);
+    and the fsyncs of their state logs (each covers every share-partition and request of a group
+    that changed while the one before ran: fewer than ShareFetch requests under load)."""
     records = CounterMetricFamily("oncelog_share_records", "share-group records by event, over every "
                                   "share-partition this broker holds", labels=["event"])
+    fsyncs = CounterMetricFamily("oncelog_share_state_fsyncs", "fsyncs of share groups' state logs "
+                                 "(group commits of their share-partitions' state)")
     labels = ["group", "topic", "partition"] if resource_labels else []
     lag = GaugeMetricFamily("oncelog_share_group_lag", "high watermark minus the share-partition start offset"
                             + ("" if resource_labels else ", summed over every share-partition"), labels=labels)
@@ -350,6 +354,7 @@ def _share_families(b, resource_labels: bool) -> list:
         share = b.groups.share
         for event, n in vars(share.counts()).items():
             records.add_metric([event], n)
+        fsyncs.add_metric([], share.commit.fsyncs)
         total = 0
         for (group, topic_id, index), sp in sorted(share.partitions.items(), key=lambda kv: str(kv[0])):
             name = b.logs.topic_name(topic_id)
@@ -364,7 +369,7 @@ def _share_families(b, resource_labels: bool) -> list:
             lag.add_metric([], total)
     except RuntimeError as e:
         log.debug("share group metrics skipped this scrape: %s", e)
-    return [records, lag]
+    return [records, lag, fsyncs]
 
 
 def _disk_families(b) -> list:

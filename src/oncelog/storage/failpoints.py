@@ -1,5 +1,5 @@
-"""Storage failpoints: faults injected into the writes, fsyncs and cuts of partition segments and
-of the controller's metadata log, for tests and `oncelog verify`.
+"""Storage failpoints: faults injected into the writes, fsyncs and cuts of partition segments, of
+the controller's metadata log and of share groups' state logs, for tests and `oncelog verify`.
 
 Off unless the environment variable ONCELOG_FAILPOINTS is set when this module is imported (a
 broker or controller process reads it once at start), or a test calls `configure()`. When off,
@@ -14,16 +14,18 @@ ONCELOG_FAILPOINTS holds rules separated by commas, each `fault:target[:option=v
              enospc        the write raises ENOSPC and writes nothing
              truncate-eio  the ftruncate that cuts a failed write back raises EIO
              crash         SIGKILL this process right after a write (its bytes are in the page
-                           cache, not synced), with `at=fsync` right before an fsync, or with
-                           `at=rename` right before a rename (the cleaner's segment swap)
+                           cache, not synced), with `at=fsync` right before an fsync, with
+                           `at=synced` right after an fsync returned (before anyone is told),
+                           or with `at=rename` right before a rename (the cleaner's segment swap)
              ledger        after every successful fsync, append "<file> <size>" to `.fsynced`
                            in the file's directory: what a power loss would leave (see
                            oncelog.testing.power_loss)
-    targets  log (partition segments), metadata (the controller's metadata log), any
+    targets  log (partition segments), metadata (the controller's metadata log), share (share
+             groups' state logs, `storage.share_state`; writes and fsyncs only), any
     options  after=N   let the first N matching calls through (default 0)
              times=N   fire N times, then never again (default 1; 0 = every matching call)
              match=S   only files whose path contains S (e.g. a topic-partition "orders-0")
-             at=write|fsync|rename   (crash only) where to die; default write
+             at=write|fsync|synced|rename   (crash only) where to die; default write
 
     ONCELOG_FAILPOINTS="fsync-eio:log:after=3:times=2"
     ONCELOG_FAILPOINTS="shortwrite:metadata:after=1,ledger:any"
@@ -46,7 +48,7 @@ log = logging.getLogger(__name__)
 ENV = "ONCELOG_FAILPOINTS"
 LEDGER = ".fsynced"
 FAULTS = ("fsync-eio", "shortwrite", "enospc", "truncate-eio", "crash", "ledger")
-TARGETS = ("log", "metadata", "any")
+TARGETS = ("log", "metadata", "share", "any")
 
 # The hooks storage calls. Off: the os functions themselves.
 log_write: Callable[..., int] = os.pwrite          # (fd, data, offset) -> bytes written
@@ -56,6 +58,8 @@ log_rename: Callable[..., None] = os.replace      # (src, dst): the cleaner's sw
 meta_write: Callable[..., int] = os.write          # (fd, data) -> bytes written
 meta_sync: Callable[[int], None] = os.fsync
 meta_truncate: Callable[[int, int], None] = os.ftruncate
+share_write: Callable[..., int] = os.pwrite        # (fd, data, offset) -> bytes written
+share_sync: Callable[[int], None] = os.fsync
 
 
 class FailpointSyntaxError(ValueError):
@@ -100,8 +104,8 @@ def parse(spec: str) -> list[Rule]:
                 if not value.isdigit():
                     raise FailpointSyntaxError(f"{text!r}: {name} needs a count, not {value!r}")
                 setattr(rule, name, int(value))
-            elif name == "at" and value not in ("write", "fsync", "rename"):
-                raise FailpointSyntaxError(f"{text!r}: at=write, fsync or rename, not {value!r}")
+            elif name == "at" and value not in ("write", "fsync", "synced", "rename"):
+                raise FailpointSyntaxError(f"{text!r}: at=write, fsync, synced or rename, not {value!r}")
             else:
                 setattr(rule, name, value)
         rules.append(rule)
@@ -120,14 +124,17 @@ def rules() -> list[Rule]:
 def configure(spec: str | None) -> list[Rule]:
     """Install the rules of `spec` (None or "" turns every failpoint off): the test hook."""
     global _rules, log_write, log_sync, log_truncate, log_rename, meta_write, meta_sync, meta_truncate
+    global share_write, share_sync
     _rules = parse(spec or "")
     if not _rules:
         log_write, log_sync, log_truncate, log_rename = os.pwrite, os.fsync, os.ftruncate, os.replace
         meta_write, meta_sync, meta_truncate = os.write, os.fsync, os.ftruncate
+        share_write, share_sync = os.pwrite, os.fsync
         return []
     log_write = _writer("log", os.pwrite)
     meta_write = _writer("metadata", os.write)
-    log_sync, meta_sync = _syncer("log"), _syncer("metadata")
+    share_write = _writer("share", os.pwrite)
+    log_sync, meta_sync, share_sync = _syncer("log"), _syncer("metadata"), _syncer("share")
     log_truncate, meta_truncate = _truncater("log"), _truncater("metadata")
     log_rename = _renamer("log")
     log.warning("storage failpoints active: %s", spec)
@@ -147,6 +154,10 @@ def _at_write(rule: Rule) -> bool:
 
 def _at_fsync(rule: Rule) -> bool:
     return rule.fault == "fsync-eio" or (rule.fault == "crash" and rule.at == "fsync")
+
+
+def _after_fsync(rule: Rule) -> bool:
+    return rule.fault == "crash" and rule.at == "synced"
 
 
 def _at_truncate(rule: Rule) -> bool:
@@ -202,6 +213,8 @@ def _syncer(target: str) -> Callable[[int], None]:
         os.fsync(fd)
         if any(r.fault == "ledger" and r.applies(target, path) for r in _rules):
             record_fsynced(path, size)
+        if _firing(target, path, _after_fsync) is not None:
+            _crash(path)   # durable, and nobody told
     return sync
 
 
@@ -228,6 +241,13 @@ def _truncater(target: str) -> Callable[[int, int], None]:
             raise OSError(errno.EIO, os.strerror(errno.EIO))
         os.ftruncate(fd, size)
     return truncate
+
+
+def replaced(target: str, path: str, size: int) -> None:
+    """`path` was just replaced whole and durably (`storage.durable.replace_file`, which fsyncs
+    without these hooks): the ledger learns its size, so a power loss keeps it."""
+    if any(r.fault == "ledger" and r.applies(target, path) for r in _rules):
+        record_fsynced(path, size)
 
 
 def record_fsynced(path: str, size: int) -> None:

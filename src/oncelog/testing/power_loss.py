@@ -3,10 +3,10 @@
 A kill -9 loses nothing the kernel holds: the page cache survives the process. A power cut loses
 what no fsync covered. Brokers and controllers started with the storage failpoint `ledger`
 (ONCELOG_FAILPOINTS containing `ledger:any`, see `LEDGER`) append "<file> <size>" to a `.fsynced`
-file beside each partition segment and metadata log after every successful fsync. With every
-process killed, `lose_unsynced(root)` truncates each of those files to its last fsynced size (a
-file with no entry never had an fsync: it is emptied), which is the worst a power cut can do to
-them. What power loss does to files written by replace-and-rename (registries, checkpoints,
+file beside each partition segment, metadata log and share group state log after every successful
+fsync. With every process killed, `lose_unsynced(root)` truncates each of those files to its last
+fsynced size (a file with no entry never had an fsync: it is emptied), which is the worst a power
+cut can do to them. What power loss does to files written by replace-and-rename (registries, checkpoints,
 snapshots) is not emulated here: they all go through `storage.durable`, which fsyncs the file
 before the rename and the directory after it, and `tests/storage/test_durable.py` checks each
 writer's system calls against what a power cut keeps.
@@ -28,7 +28,7 @@ from oncelog.storage.failpoints import LEDGER as LEDGER_FILE
 from oncelog.storage.failpoints import read_ledger
 
 LEDGER = "ledger:any"  # the failpoint rule that keeps the ledger
-_TRACKED = re.compile(r"^(\d{20}\.log|metadata\.log)$")  # what the ledger covers
+_TRACKED = re.compile(r"^(\d{20}\.log|metadata\.log|share-state\.log)$")  # what the ledger covers
 
 
 class NoLedgerError(RuntimeError):

@@ -73,7 +73,7 @@ class GroupCoordinator:
                                                  owns, self.classic.release)
         # share groups (KIP-932): their state beside the groups' files, under the same leases
         self.share = ShareGroupCoordinator(
-            share_store or ShareStateStore(store.directory / "share-state", store.writing_group),
+            share_store or ShareStateStore(store.directory / "share-state", store.writing_group, shared=store.shared),
             now_ms, share_groups or ShareGroupConfig(), topics)
         self.offsets = GroupOffsets(store, now_ms, self.classic, self.consumer, retention_ms=offsets_retention_ms,
                                     retention_check_interval_ms=offsets_retention_check_interval_ms,

@@ -12,10 +12,19 @@ ShareSessionEpoch).
   again (their next heartbeat is answered UNKNOWN_MEMBER_ID, and clients rejoin); what matters
   across a crash is the share-partitions' state, which is persisted.
 - A share-partition is loaded (or initialized at `share.auto.offset.reset`: the log end by
-  default, the log start with `earliest`) on its first ShareFetch. Its state is written (fsynced)
-  after every change that must survive a crash and before the answer: acquisitions (so delivery
-  counts are never lost), acknowledgements, releases. Locks that run out are taken back on the
-  broker's tick and before every decision.
+  default, the log start with `earliest`) on its first ShareFetch. Locks that run out are taken
+  back on the broker's tick and before every decision.
+- Durability is a group commit per share group (`_GroupStateSync`, run by the broker's
+  `GroupCommit` on threads of its own): a change marks its share-partition dirty and `changed`
+  returns the number of the write that will carry it; one write (`storage.share_state`) takes
+  the whole state of every dirty share-partition of the group and one fsync makes it durable,
+  while the next write gathers what changed meanwhile. A request that changed state (acquired
+  records, so that no delivery count is lost and none is delivered past the limit across a crash;
+  accepted acknowledgements) is answered only once `durable(group, n)` says its write is on disk.
+  A write that fails is answered as failed to those who waited for it, and the next write of the
+  group writes every share-partition whole (memory may be ahead of the file after a failure, never
+  a write behind a success); while nothing new changes, that rewrite is tried again on the
+  broker's tick. So any write that succeeds covers every change made before it began.
 - Share sessions are keyed by (group, member id), as Kafka's ShareSessionCache: epoch 0 opens one
   (replacing an older one of the member, whose records go back), -1 closes it (its records go
   back), any other epoch must be the next one (INVALID_SHARE_SESSION_EPOCH; SHARE_SESSION_NOT_FOUND
@@ -25,16 +34,18 @@ ShareSessionEpoch).
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from oncelog.broker.logs.fsync_batcher import GroupCommit
 from oncelog.core.share.group import ShareAnswer, ShareGroup, ShareHeartbeat, TopicMetadata, heartbeat, leave, validate
 from oncelog.core.share.partition import Counts, SharePartition
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
-from oncelog.storage.share_state import ShareState, ShareStateStore, StaleStateEpoch
+from oncelog.storage.share_state import Pending, ShareState, ShareStateStore, StaleStateEpoch
 
 log = logging.getLogger(__name__)
 E = ErrorCode
@@ -61,6 +72,11 @@ class ShareSession:
 
 
 SpKey = tuple[str, uuid.UUID, int]   # (group, topic id, partition)
+# fsync threads of the share-state group commit (one write of a group in flight at a time)
+SYNC_THREADS = 2
+# after a failed write, how soon the rewrite of the group's state is tried again when nothing new
+# asks for a write (each new change tries at once)
+RETRY_MS = 1000
 GROUP_CONFIGS = ("share.auto.offset.reset", "share.isolation.level", "share.record.lock.duration.ms")
 
 
@@ -80,6 +96,86 @@ def check_group_config(name: str, value: str) -> None:
         raise KafkaProtocolError(E.INVALID_CONFIG, f"invalid value {value!r} for {name}")
 
 
+class _GroupStateSync:
+    """One share group's state log as `GroupCommit` sees a partition: its "offsets" count the
+    group's writes. `durable_end_offset` is the last write known to be on disk (with every change
+    made before it began), `sync_generation` moves when a write fails (its waiters are told False).
+    Storage owns the file (`ShareStateStore.write / sync / synced / sync_failed`); this owns what to
+    write and when."""
+
+    offline = False   # a failed write is retried, never given up: the group stays writable
+
+    def __init__(self, owner: ShareGroupCoordinator, group: str) -> None:
+        self.owner, self.group = owner, group
+        self.dirty: set[tuple[uuid.UUID, int]] = set()   # share-partitions changed since the last write began
+        self.writes = 0                 # writes begun
+        self.durable_end_offset = 0
+        self.sync_generation = 0
+        self.rewrite = False            # a write failed: the next one writes every share-partition whole
+        self.retry_at = 0
+        self.error: Exception | None = None
+        self.gone = False               # the group was deleted: nothing more is written
+
+    def next_write(self) -> int:
+        """The write that will cover every change made so far."""
+        return self.writes + 1 if self.dirty or self.rewrite else self.writes
+
+    # ------------------------------------------------------------------ GroupCommit's interface
+    def begin_sync(self, now: int) -> tuple[int, Pending] | None:
+        if self.gone:
+            return None
+        if self.rewrite:
+            if not self.dirty and now < self.retry_at:
+                return None     # a failed disk is not retried in a loop; the tick tries again
+            keys = self.dirty | {(tid, p) for g, tid, p in self.owner.partitions if g == self.group}
+        elif self.dirty:
+            keys = self.dirty
+        else:
+            return None
+        states = {}
+        for key in keys:
+            state = self.owner.state_of((self.group, *key))
+            if state is not None:   # (only a deleted group drops share-partitions, and it writes nothing)
+                states[key] = state
+        self.dirty, self.rewrite = set(), False
+        self.writes += 1
+        try:
+            pending = self.owner.store.write(self.group, states)
+        except (OSError, StaleStateEpoch) as e:
+            self._failed(e, now)
+            return None
+        if pending is None:          # durable already (the log was created or compacted)
+            self.durable_end_offset = self.writes
+            return None
+        return self.writes, pending
+
+    def run_sync(self, token: tuple[int, Pending]) -> None:
+        """On a GroupCommit thread."""
+        ShareStateStore.sync(token[1])
+
+    def end_sync(self, token: tuple[int, Pending], error: BaseException | None, now: int) -> None:
+        n, pending = token
+        if self.gone:
+            return   # deleted meanwhile (its file with it)
+        if error is None:
+            ShareStateStore.synced(pending)
+            self.durable_end_offset = max(self.durable_end_offset, n)
+            return
+        if isinstance(error, OSError):
+            ShareStateStore.sync_failed(pending, error)
+            self._failed(error, now)
+        else:
+            self._failed(OSError(f"fsync raised {error!r}"), now)
+
+    def _failed(self, e: Exception, now: int) -> None:
+        self.sync_generation += 1
+        self.rewrite = True
+        self.retry_at = now + RETRY_MS
+        self.error = e
+        log.error("share group %s: state write %d failed (%s); the requests it covered are answered with an "
+                  "error, and the group's state is written whole by the next write", self.group, self.writes, e)
+
+
 class ShareGroupCoordinator:
     def __init__(self, store: ShareStateStore, now_ms: Callable[[], int], config: ShareGroupConfig,
                  topics: Callable[[], TopicMetadata]) -> None:
@@ -96,6 +192,10 @@ class ShareGroupCoordinator:
         # a group's configs (share.auto.offset.reset, share.isolation.level,
         # share.record.lock.duration.ms): set with IncrementalAlterConfigs on the GROUP resource
         self.group_configs: dict[str, dict[str, str]] = {}
+        # the share-state group commit: one per group, fsyncs on threads of its own (not the
+        # produce path's: its fsync count and wake-ups are the logs')
+        self.commit = GroupCommit(now_ms, threads=SYNC_THREADS)
+        self._syncs: dict[str, _GroupStateSync] = {}
 
     # ------------------------------------------------------------------ group configs
     def group_config(self, group: str, name: str) -> str:
@@ -158,19 +258,11 @@ class ShareGroupCoordinator:
     def _release_member(self, group: str, member: str) -> None:
         for key, sp in self.partitions.items():
             if key[0] == group and sp.release_member(member):
-                self._persist_quietly(key, sp)
+                self.changed(key)
+        self.flush(group)
 
     def _held(self, group: str, member: str) -> int:
         return sum(len(sp.acquired_by(member)) for key, sp in self.partitions.items() if key[0] == group)
-
-    def _persist_quietly(self, key: SpKey, sp: SharePartition) -> None:
-        """A write no request waits for (records given back): one that fails is logged, and the
-        records stay given back in memory; after a crash they would come back anyway, with the
-        delivery counts last written."""
-        try:
-            self._persist(key, sp)
-        except (OSError, StaleStateEpoch) as e:
-            log.warning("share group %s: the state of %s-%d not written: %s", key[0], key[1], key[2], e)
 
     def expire(self) -> None:
         """The broker's tick: members whose session ran out leave; locks that ran out give
@@ -190,7 +282,9 @@ class ShareGroupCoordinator:
                 self.close_session(group, member)   # a member gone without closing it
         for key, sp in self.partitions.items():
             if sp.expire(now):
-                self._persist_quietly(key, sp)
+                self.changed(key)
+        for group in list(self._syncs):
+            self.flush(group)   # what changed, and a failed write's rewrite once it is due
 
     def listing(self) -> list[tuple[str, str]]:
         """(group id, state) of every share group this broker knows (members or persisted state)."""
@@ -212,6 +306,9 @@ class ShareGroupCoordinator:
         for key in [k for k in self.partitions if k[0] == group]:
             del self.partitions[key]
         self.group_configs.pop(group, None)
+        sync = self._syncs.pop(group, None)
+        if sync is not None:
+            sync.gone = True
         self.store.delete(group)
         return E.NONE
 
@@ -255,7 +352,8 @@ class ShareGroupCoordinator:
             key = (group, topic_id, p)
             sp = self.partitions.get(key)
             if sp is not None and sp.release_member(member):
-                self._persist_quietly(key, sp)
+                self.changed(key)
+        self.flush(group)
 
     # ------------------------------------------------------------------ share-partitions
     def share_partition(self, group: str, topic_id: uuid.UUID, partition: int, log_start: int, log_end: int
@@ -267,25 +365,83 @@ class ShareGroupCoordinator:
         if sp is None:
             c = self.config
             state = self.store.read(group, topic_id, partition)
-            if state is None:
+            if state is None:   # InitializeShareGroupState: written with the request's other changes
                 start = log_start if self.group_config(group, "share.auto.offset.reset") == "earliest" else log_end
-                state = self.store.initialize(group, topic_id, partition, 0, start)
+                state = ShareState(0, start, ())
+                self.changed(key)
             sp = SharePartition.loaded(state.start_offset, state.batches, c.delivery_count_limit,
                                        c.partition_max_record_locks, state.state_epoch)
             self.partitions[key] = sp
         if log_start > sp.start:
             sp.move_start(log_start)
+            self.changed(key)
         if log_end < sp.end:   # the log was truncated below what was fetched (a lost unflushed tail)
             sp.reset_to(min(sp.start, log_end))
+            self.changed(key)
         return sp
 
-    def persist(self, key: SpKey) -> None:
-        sp = self.partitions.get(key)
-        if sp is not None:
-            self._persist(key, sp)
+    # ------------------------------------------------------------------ durability (group commit)
+    def changed(self, key: SpKey) -> int:
+        """The share-partition's state changed: it goes into the group's next write, whose number
+        this returns (for `durable`)."""
+        sync = self._sync(key[0])
+        sync.dirty.add((key[1], key[2]))
+        return sync.next_write()
 
-    def _persist(self, key: SpKey, sp: SharePartition) -> None:
-        self.store.write(key[0], key[1], key[2], ShareState(sp.state_epoch, sp.start, tuple(sp.state_batches())))
+    def flush(self, group: str) -> None:
+        """Have the group's changes written now if no write of it is in flight (else the next one
+        takes them when it ends); nobody waits here."""
+        sync = self._syncs.get(group)
+        if sync is None or sync.next_write() <= sync.durable_end_offset:
+            return
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return   # no event loop (a test of the coordinator alone): the next request writes it
+        self.commit.appended(sync)
+
+    async def durable(self, group: str, n: int) -> Exception | None:
+        """Wait until the group's write `n` (from `changed`) or a later one is on disk: None, or
+        the error of the write that failed (the request answers it)."""
+        sync = self._syncs.get(group)
+        if sync is None:
+            return OSError(f"share group {group} was deleted")
+        waiting = self.commit.durable(sync, n)
+        if waiting is None or await waiting:
+            return None
+        return sync.error or OSError(f"share group {group}: the state write was not completed")
+
+    def was_durable(self, group: str, n: int) -> bool:
+        """Whether the group's write `n` is known to be on disk (no waiting)."""
+        sync = self._syncs.get(group)
+        return sync is not None and sync.durable_end_offset >= n
+
+    def state_of(self, key: SpKey) -> ShareState | None:
+        """What the store keeps of a share-partition (None: not loaded here)."""
+        sp = self.partitions.get(key)
+        if sp is None:
+            return None
+        return ShareState(sp.state_epoch, sp.start, tuple(sp.state_batches()))
+
+    def _sync(self, group: str) -> _GroupStateSync:
+        sync = self._syncs.get(group)
+        if sync is None:
+            sync = self._syncs[group] = _GroupStateSync(self, group)
+        return sync
+
+    def close(self) -> None:
+        """The broker stops: the writes in flight end, then what changed since is written and
+        fsynced here (a clean stop loses nothing; a crash loses only what nobody was told)."""
+        self.commit.close()
+        for group, sync in self._syncs.items():
+            token = sync.begin_sync(1 << 62)
+            if token is None:
+                continue
+            try:
+                sync.run_sync(token)
+                sync.end_sync(token, None, self.now_ms())
+            except OSError as e:
+                log.error("share group %s: its last state write at the stop failed: %s", group, e)
 
     def counts(self) -> Counts:
         out = Counts(**vars(self.totals))

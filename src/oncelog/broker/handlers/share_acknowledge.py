@@ -3,7 +3,8 @@
 epoch 0 is refused (a session is opened by ShareFetch; INVALID_SHARE_SESSION_EPOCH), -1
 acknowledges and then closes the session (what the member still holds goes back). Per partition:
 INVALID_RECORD_STATE when it names a record the member does not hold (nothing of that partition
-changes); each partition's new state is persisted before the answer.
+changes); the answer waits for the share group's state write that carries the acknowledgements
+(`share_fetch.answer_durably`: KAFKA_STORAGE_ERROR for each partition if it failed).
 
 Authorization as ShareFetch: READ on the group (top level) and READ on each topic."""
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from oncelog.broker.handlers.api_versions import share_groups_enabled
-from oncelog.broker.handlers.share_fetch import TP, PartitionAnswer, ack_batches, acknowledge, resolve
+from oncelog.broker.handlers.share_fetch import TP, PartitionAnswer, ack_batches, acknowledge, answer_durably, resolve
 from oncelog.broker.security.authorization import GROUP, Op, authorize
 from oncelog.broker.services import BrokerServices
 from oncelog.protocol import entities
@@ -60,11 +61,13 @@ async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
     except KafkaProtocolError as e:
         return answer(e.code, str(e), resolved.refused)
     answers: dict[TP, PartitionAnswer] = dict(resolved.refused)
+    acks = 0
     for tp, name in resolved.usable.items():
         a = answers.setdefault(tp, PartitionAnswer())
-        acknowledge(broker, group, member, tp, name, ack_batches(named[tp]), a)
+        acks = max(acks, acknowledge(broker, group, member, tp, name, ack_batches(named[tp]), a))
     if session is None:
         share.close_session(group, member)
+    await answer_durably(broker, group, member, answers, acks, 0)
     return answer(E.NONE, None, answers)
 
 

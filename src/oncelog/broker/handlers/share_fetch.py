@@ -7,9 +7,18 @@ acknowledgements, else the next epoch; errors top-level), the partitions named j
 the forgotten ones leave it (what the member held of them goes back); then the acknowledgements of
 each partition are applied (AcknowledgeErrorCode per partition: INVALID_RECORD_STATE when it names
 a record the member does not hold; nothing of that partition changes); then, when MaxRecords > 0,
-records are acquired from the session's partitions in turn (lowest available offset first, each
-acquisition persisted before the answer) and returned with their AcquiredRecords ranges and
-delivery counts, long polling up to MaxWait (waking on appends and on the next lock to run out).
+records are acquired from the session's partitions in turn (lowest available offset first) and
+returned with their AcquiredRecords ranges and delivery counts, long polling up to MaxWait (waking
+on appends and on the next lock to run out).
+
+Nothing is answered before the share group's state write that covers the request's changes is on
+disk (`ShareGroupCoordinator.durable`: one write and one fsync for every share-partition and every
+request of the group that changed meanwhile). A request's acknowledgements and acquisitions go
+into one write; a long poll that finds nothing at once has its acknowledgements written while it
+waits. If that write failed: the acknowledgements not
+known to be durable answer KAFKA_STORAGE_ERROR (NOT_LEADER_OR_FOLLOWER when another broker owns the
+group's state now), and the records acquired are not handed out (the partition answers the error;
+they go back with their delivery count, as Kafka rolls back a failed transition).
 
 v2 (KIP-1206): ShareAcquireMode 1 (record_limit) acquires at most MaxRecords exactly; 0
 (batch_optimized, and v1) whole batches, as Kafka does. RENEW acknowledgements (type 4, KIP-1222)
@@ -87,28 +96,55 @@ def resolve(broker: BrokerServices, pairs: Iterable[TP]) -> Resolved:
 
 
 def acknowledge(broker: BrokerServices, group: str, member: str, tp: TP, name: str,
-                batches: list[tuple[int, int, list[int]]], answer: PartitionAnswer) -> None:
-    """Apply one partition's acknowledgements, persisted before the answer."""
+                batches: list[tuple[int, int, list[int]]], answer: PartitionAnswer) -> int:
+    """Apply one partition's acknowledgements; the number of the group's state write that
+    carries them (0: nothing changed), which the answer must wait for (`answer_durably`)."""
     share = broker.groups.share
     answer.acked = True
     partition = broker.logs.get_partition(name, tp[1])
     if partition is None:
         answer.ack_error_code = broker.logs.partition_error(name, tp[1])
-        return
+        return 0
     try:
         sp = share.share_partition(group, tp[0], tp[1], partition.log_start_offset, partition.high_watermark)
     except OSError as e:
         answer.ack_error_code, answer.ack_error_message = _storage_code(e), str(e)
-        return
+        return 0
     try:
         sp.acknowledge(member, batches, broker.now_ms(), share.lock_ms(group))
     except InvalidRecordState as e:
         answer.ack_error_code, answer.ack_error_message = E.INVALID_RECORD_STATE, str(e)
+        return 0
+    if all(t == RENEW for _f, _l, types in batches for t in types):
+        return 0   # a lock's deadline is not stored (acquired records are stored as available)
+    return share.changed((group, tp[0], tp[1]))
+
+
+async def answer_durably(broker: BrokerServices, group: str, member: str, answers: dict[TP, PartitionAnswer],
+                         acks: int, acquired: int) -> None:
+    """Wait until the group's state write `max(acks, acquired)` (from `acknowledge` and
+    `_acquire`) is on disk. If it failed: acknowledgements whose own write `acks` is not known
+    to be durable answer the error, and what was acquired is not handed out."""
+    share = broker.groups.share
+    need = max(acks, acquired)
+    if not need:
         return
-    try:
-        share.persist((group, tp[0], tp[1]))
-    except (OSError, StaleStateEpoch) as e:
-        answer.ack_error_code, answer.ack_error_message = _storage_code(e), str(e)
+    error = await share.durable(group, need)
+    if error is None:
+        return
+    code, message = _storage_code(error), f"the share group's state was not written: {error}"
+    for (tid, p), a in answers.items():
+        if a.acquired:
+            sp = share.partitions.get((group, tid, p))
+            if sp is not None:
+                sp.unacquire(member, a.acquired)
+                share.changed((group, tid, p))
+            a.records, a.acquired = b"", []
+            a.error_code, a.error_message = code, message
+    if acks and not share.was_durable(group, acks):
+        for a in answers.values():
+            if a.acked and a.ack_error_code == E.NONE:
+                a.ack_error_code, a.ack_error_message = code, message
 
 
 def _storage_code(e: Exception) -> int:
@@ -151,13 +187,15 @@ async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
     except KafkaProtocolError as e:
         return top(e.code, str(e), resolved.refused)
     answers: dict[TP, PartitionAnswer] = dict(resolved.refused)
+    acks = acquired = 0   # the group's state writes that carry this request's changes
     for tp, name in resolved.usable.items():
         batches = ack_batches(named[tp])
         answer = answers.setdefault(tp, PartitionAnswer())
         if batches:
-            acknowledge(broker, group, member, tp, name, batches, answer)
+            acks = max(acks, acknowledge(broker, group, member, tp, name, batches, answer))
     if session is None:   # epoch -1: acknowledged, then closed
         share.close_session(group, member)
+        await answer_durably(broker, group, member, answers, acks, 0)
         return encode(broker, rb, answers, E.NONE, None, lock_ms)
     if forgotten:
         share.forget(group, member, session, forgotten)
@@ -170,7 +208,8 @@ async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
         deadline = time.monotonic() + entities.millis(r.max_wait) / 1000
         max_bytes = min(int(r.max_bytes), broker.config["fetch.max.bytes"])
         while True:
-            got = _acquire(broker, group, member, session.partitions, max_records, max_bytes, mode, answers)
+            got, write = _acquire(broker, group, member, session.partitions, max_records, max_bytes, mode, answers)
+            acquired = max(acquired, write)
             remaining = deadline - time.monotonic()
             if got or remaining <= 0:
                 break
@@ -178,18 +217,24 @@ async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
             next_lock = min((sp.next_deadline() for (g, tid, p), sp in share.partitions.items()
                              if g == group and (tid, p) in session.partitions), default=1 << 62)
             wait = min(remaining, max(0.005, (next_lock - broker.now_ms()) / 1000))
+            if acks or acquired:
+                # what changed so far is written while this waits (when records are there at
+                # once, as under load, the acknowledgements and acquisitions share one write)
+                share.flush(group)
             await broker.wait_for_data(wait)
             if share.sessions.get((group, member)) is not session:
                 break   # closed or replaced meanwhile: nothing more for this request
+    await answer_durably(broker, group, member, answers, acks, acquired)
     return encode(broker, rb, answers, E.NONE, None, lock_ms)
 
 
 def _acquire(broker: BrokerServices, group: str, member: str, partitions: set[TP], max_records: int,
-             max_bytes: int, mode: int, answers: dict[TP, PartitionAnswer]) -> int:
-    """Acquire up to `max_records` over the session's partitions; the number acquired."""
+             max_bytes: int, mode: int, answers: dict[TP, PartitionAnswer]) -> tuple[int, int]:
+    """Acquire up to `max_records` over the session's partitions: (the number acquired, the
+    group's state write that carries the changes, 0 if none)."""
     share = broker.groups.share
     committed = share.group_config(group, "share.isolation.level") == "read_committed"
-    total = 0
+    total = write = 0
     budget = max_bytes
     for tp in sorted(partitions, key=lambda tp: (str(tp[0]), tp[1])):
         if total >= max_records or budget <= 0:
@@ -203,11 +248,15 @@ def _acquire(broker: BrokerServices, group: str, member: str, partitions: set[TP
         if partition is None:
             answer.error_code = broker.logs.partition_error(name, tp[1])
             continue
+        key = (group, tp[0], tp[1])
+        fresh = key not in share.partitions
         try:
             sp = share.share_partition(group, tp[0], tp[1], partition.log_start_offset, partition.high_watermark)
         except OSError as e:
             answer.error_code, answer.error_message = _storage_code(e), str(e)
             continue
+        if fresh:   # its first state (or the one read) is on disk before the answer
+            write = max(write, share.changed(key))
         offset = sp.next_fetch_offset(broker.now_ms())
         upper = partition.last_stable_offset if committed else partition.high_watermark
         if offset >= upper:
@@ -228,15 +277,10 @@ def _acquire(broker: BrokerServices, group: str, member: str, partitions: set[TP
             aborted = _aborted_batches(headers, aborted_pids)
         batches = [(h.base_offset, h.last_offset, not h.is_control and i not in aborted)
                    for i, (_pos, h) in enumerate(headers)]
+        end = sp.end
         acquired = sp.acquire(member, batches, max_records - total, broker.now_ms(), share.lock_ms(group), mode)
-        try:
-            if acquired or sp.end > offset:   # (nothing acquired: archived control or aborted batches)
-                share.persist((group, tp[0], tp[1]))
-        except (OSError, StaleStateEpoch) as e:
-            # not durable: nothing may be handed out (its delivery count would be lost)
-            sp.release_member(member)
-            answer.error_code, answer.error_message = _storage_code(e), str(e)
-            continue
+        if acquired or sp.end != end:   # (nothing acquired: archived control or aborted batches)
+            write = max(write, share.changed(key))
         if not acquired:
             continue
         first, last = acquired[0].first_offset, acquired[-1].last_offset
@@ -247,7 +291,7 @@ def _acquire(broker: BrokerServices, group: str, member: str, partitions: set[TP
         answer.acquired = acquired
         total += sum(a.last_offset - a.first_offset + 1 for a in acquired)
         budget -= stop - start
-    return total
+    return total, write
 
 
 def _aborted_batches(headers: list[tuple[int, Any]], aborted: set[tuple[int, int]]) -> set[int]:

@@ -66,6 +66,10 @@ class GroupCommit:
             self._start(partition)
         return future
 
+    def waiting(self, partition) -> int:
+        """Answers waiting for the partition's records to be fsynced (for tests and metrics)."""
+        return len(self._waiters.get(partition, ()))
+
     def settle_all(self) -> None:
         """After work that may have cut a log outside a request (the periodic flush)."""
         for partition in list(self._waiters):

@@ -349,6 +349,8 @@ class Broker:
             conn.close()
         self.metrics.close()
         self.group_commit.close()
+        if self._groups is not None:
+            self._groups.share.close()   # its last writes, before the directories are let go
         await self.logs.close()
         if self._group_ownership is not None:
             self._group_ownership.close()

@@ -228,6 +228,23 @@ class SharePartition:
                     self.counts.rejected += 1
         self._advance()
 
+    def unacquire(self, member: str, acquired: Sequence[Acquired]) -> int:
+        """Acquisitions that were never handed out (their state write failed): back to AVAILABLE
+        with the delivery count they had, as Kafka rolls back a state transition whose write
+        failed. Offsets no longer held by `member` at that count (their lock ran out meanwhile)
+        are left as they are."""
+        n = 0
+        for a in acquired:
+            for offset in range(a.first_offset, a.last_offset + 1):
+                rec = self._records.get(offset)
+                if rec is not None and rec.state == ACQUIRED and rec.member == member \
+                        and rec.count == a.delivery_count:
+                    rec.state, rec.member, rec.deadline = AVAILABLE, None, NO_DEADLINE
+                    rec.count -= 1
+                    n += 1
+        self.counts.acquired -= n
+        return n
+
     def release_member(self, member: str) -> int:
         """The member left (or its share session closed): what it holds goes back, as RELEASE."""
         n = 0
@@ -282,20 +299,27 @@ class SharePartition:
     def state_batches(self) -> list[StateBatch]:
         """What the persister keeps (Kafka's WriteShareGroupState batches): runs over [start,
         end) with ACQUIRED written as AVAILABLE (after a restart nobody holds anything) and
-        finished offsets as ARCHIVED."""
+        finished offsets as ARCHIVED. One object per run, not per offset: this runs for every
+        share-partition a state write carries."""
         out: list[StateBatch] = []
+        records = self._records
+        first, run_state, run_count = self.start, -1, -1
         for offset in range(self.start, self.end):
-            rec = self._records.get(offset)
-            state, count = (ARCHIVED, 0) if rec is None else (
-                AVAILABLE if rec.state == ACQUIRED else rec.state, rec.count)
-            if state == ACKNOWLEDGED:
-                state = ARCHIVED   # both are finished; one state keeps the runs long
-            prev = out[-1] if out else None
-            if prev is not None and prev.state == state and prev.delivery_count == count \
-                    and prev.last_offset == offset - 1:
-                out[-1] = StateBatch(prev.first_offset, offset, state, count)
+            rec = records.get(offset)
+            if rec is None:
+                state, count = ARCHIVED, 0
             else:
-                out.append(StateBatch(offset, offset, state, count))
+                state, count = rec.state, rec.count
+                if state == ACQUIRED:
+                    state = AVAILABLE
+                elif state == ACKNOWLEDGED:
+                    state = ARCHIVED   # both are finished; one state keeps the runs long
+            if state != run_state or count != run_count:
+                if run_state >= 0:
+                    out.append(StateBatch(first, offset - 1, run_state, run_count))
+                first, run_state, run_count = offset, state, count
+        if run_state >= 0:
+            out.append(StateBatch(first, self.end - 1, run_state, run_count))
         return out
 
     @classmethod
@@ -317,10 +341,17 @@ class SharePartition:
 
 
 def _runs(taken: list[tuple[int, int]]) -> list[Acquired]:
+    """(offset, delivery count) in offset order as runs, one object per run."""
     out: list[Acquired] = []
-    for offset, count in taken:
-        if out and out[-1].last_offset == offset - 1 and out[-1].delivery_count == count:
-            out[-1] = Acquired(out[-1].first_offset, offset, count)
-        else:
-            out.append(Acquired(offset, offset, count))
+    first = last = count = -1
+    for offset, c in taken:
+        if offset == last + 1 and c == count and last >= 0:
+            last = offset
+            continue
+        if last >= 0:
+            out.append(Acquired(first, last, count))
+        first = last = offset
+        count = c
+    if last >= 0:
+        out.append(Acquired(first, last, count))
     return out
