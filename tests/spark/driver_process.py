@@ -11,7 +11,8 @@ that source record (the write task has produced the rows before it into its tran
 creates DIR/blocked and waits until DIR/release exists (at most 5 minutes, then it raises, so
 that a worker left behind ends). With --block-in-commit, the driver's commit() of that batch does
 the same after completing K of its task transactions (the sink's `_blockInCommit` hook). --option
-adds a sink option."""
+adds a sink option. --batch: a batch job instead (`spark.read` of all of S, `df.write` to D; the
+checkpoint is not used; a batch write with the option sinkId is batch 0 of that sink)."""
 from __future__ import annotations
 
 import argparse
@@ -29,6 +30,7 @@ def main() -> int:
     ap.add_argument("--flags")
     ap.add_argument("--block-in-commit")
     ap.add_argument("--option", action="append", default=[])
+    ap.add_argument("--batch", action="store_true")
     args = ap.parse_args()
 
     from pyspark.sql.functions import col, udf
@@ -49,6 +51,15 @@ def main() -> int:
                 time.sleep(0.05)
         return value
 
+    if args.batch:
+        (spark.read.format("oncelog").option("bootstrap.servers", args.bootstrap).option("subscribe", args.source)
+         .load().select(col("value"), col("partition"))
+         .write.format("oncelog").option("bootstrap.servers", args.bootstrap).option("topic", args.sink)
+         .options(**dict(o.split("=", 1) for o in args.option))
+         .options(**({"_blockInCommit": f"{args.block_in_commit}:{flags}"} if args.block_in_commit else {}))
+         .mode("append").save())
+        spark.stop()
+        return 0
     reader = (spark.readStream.format("oncelog").option("bootstrap.servers", args.bootstrap)
               .option("subscribe", args.source).option("startingOffsets", "earliest"))
     if args.min_partitions:

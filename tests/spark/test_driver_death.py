@@ -261,3 +261,60 @@ def test_a_zombie_driver_and_its_replacement_on_one_sink(spark_broker, make_topi
         counts = _ids(values)
         assert set(counts) == expect, f"{name}: {len(expect - set(counts))} rows missing"
         assert max(counts.values()) == 1, f"{name}: duplicates"
+
+
+def test_a_batch_write_with_a_sink_id_is_completed_by_the_next_run_after_a_kill_9(tmp_path):
+    """`df.write` with the option sinkId: the driver records its decision and completes the task
+    transactions as a streaming micro-batch's driver does. Killed -9 right after the first of four
+    task transactions committed, down 3x transaction.timeout.ms: the prepared ones outlive it, and
+    the job run again with the same sinkId completes them and writes nothing more (100 of 100
+    rows, once; a third run adds nothing). Before, a batch write recorded no decision and ignored
+    sinkId (and the hook): the coordinator aborted the three by their timeout and the rerun, a new
+    job, wrote all 100 again beside the first task's 25."""
+    from oncelog.client import Producer
+    from oncelog.testing.embedded import BrokerProcess
+    b = BrokerProcess(tmp_path / "data", {
+        "transaction.state.log.num.partitions": "3", "transaction.two.phase.commit.enable": "true",
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms": "100"}).start()
+    log = open(tmp_path / "drivers.log", "ab")
+    try:
+        bs = b.bootstrap
+        with AdminClient({"bootstrap.servers": bs}) as admin:
+            admin.create_topics(["src"], num_partitions=4)
+            admin.create_topics(["dst"], num_partitions=4)
+        with Producer({"bootstrap.servers": bs}) as p:
+            for part in range(4):
+                for i in range(QUARTER):
+                    p.send("src", f"{part}:{i}:".encode() + PAD, partition=part)
+            p.flush()
+        flags, timeout_ms = tmp_path / "flags", TXN_TIMEOUT_MS["true"]
+        flags.mkdir()
+        job = ["--batch", "--option", "sinkId=nightly-2026-11-28",
+               "--option", f"kafka.transaction.timeout.ms={timeout_ms}"]
+        ckpt = str(tmp_path / "unused")
+        first = _start(bs, "src", "dst", ckpt, log, *job, "--block-in-commit", "0:1", "--flags", str(flags))
+        try:
+            _wait("the driver to commit the first task transaction", lambda: (flags / "blocked").exists(), 300)
+        finally:
+            _kill_driver(first)
+        time.sleep(3 * timeout_ms / 1000)   # the fault: the driver stays down 3x the timeout
+        down = _ids(client_values(bs, "dst", 4, "read_committed"))
+        assert set(down.values()) == {1} and len(down) == QUARTER, down  # the first transaction only
+
+        expect = {f"{p}:{i}".encode() for p in range(4) for i in range(QUARTER)}
+        for run in ("second", "third"):
+            proc = _start(bs, "src", "dst", ckpt, log, *job)
+            try:
+                assert proc.wait(300) == 0, f"the {run} run failed (see {tmp_path}/drivers.log)"
+            finally:
+                if proc.poll() is None:
+                    _kill_driver(proc)
+            for name, values in (("oncelog", client_values(bs, "dst", 4, "read_committed")),
+                                 ("kafka-python", kafka_python_values(bs, "dst", 4))):
+                counts = _ids(values)
+                assert max(counts.values()) == 1, f"{name} after the {run} run: duplicates"
+                assert set(counts) == expect, f"{name} after the {run} run: {len(expect - set(counts))} rows missing"
+        assert _stable(bs, "dst", 4)   # nothing left open
+    finally:
+        log.close()
+        b.stop()

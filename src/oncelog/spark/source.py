@@ -267,14 +267,16 @@ def _task_context():
     return TaskContext.get()
 
 
-def _transactional(wo, streaming: bool = False) -> None:
+def _transactional(wo, decided: bool = False) -> None:
     """On the driver, before the writer is pickled to the tasks: the transaction timeout every
-    task uses (transactions.transaction_timeout), and, streaming, whether the tasks' transactions
-    are two-phase commit ones (transactions.two_phase; a batch job has no recorded decision to
-    complete them after its driver dies, so its transactions keep their timeout)."""
+    task uses (transactions.transaction_timeout), and, for a write whose driver records a
+    decision (streaming, or a batch write with a sinkId), whether the tasks' transactions are
+    two-phase commit ones (transactions.two_phase). A batch write without a sinkId records no
+    decision that could complete them after its driver dies, so its transactions keep their
+    timeout."""
     if wo.exactly_once:
         wo.client = transactions.transaction_timeout(wo.client)
-        wo.two_phase = streaming and transactions.two_phase(wo.client, wo.two_phase_option)
+        wo.two_phase = decided and transactions.two_phase(wo.client, wo.two_phase_option)
 
 
 def _commit_all(wo, messages) -> dict:
@@ -306,20 +308,50 @@ def _abort_all(wo, messages, prefix: str) -> None:
 class BatchWriter(DataSourceArrowWriter):
     """Exactly-once (the default): each task writes in its own transaction, `oncelog-write-
     <job uuid>-<partition>` (a retried attempt fences the earlier one), and the job's commit
-    completes them all; a failed job aborts them (docs/spark.md)."""
+    completes them all; a failed job aborts them (docs/spark.md).
+
+    With the option `sinkId`, a write the driver's death cannot tear: the write is batch
+    `BATCH_ID` of that sink, and goes as a streaming micro-batch goes (stream_transactions): the
+    tasks write their rows and markers in transactions of their own (two-phase commit ones where
+    the broker enables it), the driver records its decision under the sink's driver id, then
+    completes them. Run again with the same sinkId after any crash, the write completes what a
+    dead driver decided and writes nothing more; one that never got to a decision is written
+    anew (the dead run's transactions aborted). So a sinkId names one write: done once."""
+
+    BATCH_ID = 0
 
     def __init__(self, options, schema) -> None:
         self.wo = write_options(options)
-        self.fail_task = dict(options).get("_failwriteattempt0")   # test hook, see docs/spark.md
+        opts = dict(options)
+        self.fail_task = opts.get("_failwriteattempt0")   # test hook, see docs/spark.md
+        # test hook "<batch>:<k>:<dir>", as the stream writer's (sinkId writes are batch 0)
+        self.block = opts.get("_blockincommit")
         _check_write_schema(schema, self.wo)
-        _transactional(self.wo)
+        # a write with a sinkId has a decision that a later driver completes: its transactions
+        # may be two-phase commit ones; without one, nobody could complete them after a crash
+        self.decided = self.wo.exactly_once and self.wo.sink_id is not None
+        if self.decided:
+            produce.ensure_marker_topic(self.wo.client, self.wo.marker_topic)
+        _transactional(self.wo, decided=self.decided)
         # created once on the driver and pickled to every task: one prefix per write job
         self.txn_prefix = f"oncelog-write-{uuid.uuid4().hex}"
+        self.execution = stream_transactions.new_execution()
+        self.driver: tuple[int, int] | None = None
+
+    def __getstate__(self):
+        """As StreamWriter's: where Spark plans the write (the driver), before any task runs,
+        the sink's driver id is started, which fences an earlier driver of the same sinkId."""
+        if self.decided and self.driver is None:
+            self.driver = producers.start_driver(self.wo.client, str(self.wo.sink_id))
+        return self.__dict__
 
     def write(self, iterator) -> TaskCommit:
         ctx = _task_context()
         task, attempt = (ctx.partitionId(), ctx.attemptNumber()) if ctx else (0, 0)
         _maybe_fail(self.fail_task, task, attempt)
+        if self.decided:
+            return _write_decided(self.wo, self.execution, self.driver, iterator, str(self.wo.sink_id),
+                                  self.BATCH_ID, task, attempt, ctx.taskAttemptId() if ctx else 0)
         if not self.wo.exactly_once:
             rows = produce.produce_task(self.wo.client, iterator, self.wo.topic,
                                         self.wo.include_headers)
@@ -333,6 +365,16 @@ class BatchWriter(DataSourceArrowWriter):
         return TaskCommit(None, None, task, attempt, rows, txn=transactions.hand_over(producer))
 
     def commit(self, messages) -> None:
+        if self.decided:
+            done = [m for m in messages if m is not None]
+            offered = sorted((m for m in done if m.txn is not None), key=lambda m: m.opened_ms)
+            stream_transactions.commit_batch(
+                self.wo.client, self.wo.marker_topic, str(self.wo.sink_id), self.BATCH_ID,
+                [m.txn for m in offered], sum(m.rows for m in offered), execution=_execution(done),
+                two_phase=self.wo.two_phase, block=_block_hook(self.block, self.BATCH_ID), driver=_driver(done))
+            log.info("oncelog batch write %s committed: %d rows", self.wo.sink_id,
+                     sum(m.rows for m in offered))
+            return
         if self.wo.exactly_once:
             failed = _commit_all(self.wo, messages)
             if failed:   # Spark calls abort(), which aborts the others; the job fails
@@ -341,6 +383,15 @@ class BatchWriter(DataSourceArrowWriter):
                  sum(m.rows for m in messages if m is not None))
 
     def abort(self, messages) -> None:
+        if self.decided:
+            stream_transactions.abort_batch(
+                self.wo.client, self.wo.marker_topic, str(self.wo.sink_id), self.BATCH_ID,
+                [m.txn for m in messages if m is not None and m.txn is not None],
+                execution=_execution([m for m in messages if m is not None]), two_phase=self.wo.two_phase)
+            log.warning("oncelog batch write %s aborted: its task transactions are aborted, unless "
+                        "its driver had recorded them (then a run with the same sinkId completes "
+                        "them)", self.wo.sink_id)
+            return
         if self.wo.exactly_once:
             _abort_all(self.wo, messages, self.txn_prefix)
             log.warning("oncelog batch write aborted: nothing of it is visible to read_committed "
@@ -378,7 +429,7 @@ class StreamWriter(DataSourceStreamArrowWriter):
         self.checkpoint = opts.get("checkpointlocation")
         _check_write_schema(schema, self.wo)
         produce.ensure_marker_topic(self.wo.client, self.wo.marker_topic)
-        _transactional(self.wo, streaming=True)
+        _transactional(self.wo, decided=True)
         # made where Spark plans the batch's write (the driver) and pickled to its tasks: tells
         # this execution's transactions from a dead driver's (stream_transactions)
         self.execution = stream_transactions.new_execution()
@@ -428,42 +479,9 @@ class StreamWriter(DataSourceStreamArrowWriter):
         task, attempt = ctx.partitionId(), ctx.attemptNumber()
         if self.wo.exactly_once:
             _maybe_fail(self.fail_task, task, attempt)
-            return self._write_in_transaction(iterator, sink, batch_id, task, attempt,
-                                              ctx.taskAttemptId())
+            return _write_decided(self.wo, self.execution, self.driver, iterator, sink, batch_id, task,
+                                  attempt, ctx.taskAttemptId())
         return self._write_at_least_once(iterator, sink, batch_id, task, attempt)
-
-    def _write_in_transaction(self, iterator, sink: str, batch_id: int, task: int,
-                              attempt: int, attempt_id: int) -> TaskCommit:
-        wo = self.wo
-        markers = produce.scan_markers(wo.client, wo.marker_topic, sink, batch_id)
-        if task == 0:
-            stream_transactions.abort_before_batch(wo.client, sink, batch_id, self.execution,
-                                                   markers)
-        if batch_id in markers.batches or batch_id in markers.decisions:
-            # the rows of this batch are those its recorded transactions hold, whatever this
-            # replay's split: write nothing (and touch no transaction)
-            log.info("oncelog sink %s: batch %d already %s, writing nothing in this replay",
-                     sink, batch_id,
-                     "committed" if batch_id in markers.batches else "decided by its driver")
-            return TaskCommit(sink, batch_id, task, attempt, 0, skipped=True, execution=self.execution,
-                              driver=self.driver)
-        opened_ms = int(time.time() * 1000)
-        producer = transactions.open_transaction(wo.client, stream_transactions.transactional_id(
-            sink, batch_id, self.execution, task, attempt_id), wo.two_phase)
-        try:
-            rows = produce.write_batches(producer, iterator, wo.topic, wo.include_headers)
-            marker = producer.send(wo.marker_topic,
-                                   produce.task_marker(sink, batch_id, task, rows),
-                                   sink.encode(), partition=0)
-            producer.flush()
-            if marker.exception() is not None:
-                raise producers.DeliveryFailed(f"writing the task marker to {wo.marker_topic} "
-                                               f"failed: {marker.exception()!r}")
-        except BaseException:
-            transactions.drop(producer)
-            raise
-        return TaskCommit(sink, batch_id, task, attempt, rows, txn=transactions.hand_over(producer),
-                          opened_ms=opened_ms, execution=self.execution, driver=self.driver)
 
     def _write_at_least_once(self, iterator, sink: str, batch_id: int, task: int,
                              attempt: int) -> TaskCommit:
@@ -520,25 +538,7 @@ class StreamWriter(DataSourceStreamArrowWriter):
                                          [m.txn for m in offered],
                                          sum(m.rows for m in offered), self._crash(batchId),
                                          execution=_execution(done), two_phase=self.wo.two_phase,
-                                         block=self._block(batchId), driver=_driver(done))
-
-    def _block(self, batch_id: int):
-        if self.block is None:
-            return None
-        b, k, flags = str(self.block).split(":", 2)
-        if int(b) != batch_id:
-            return None
-
-        def block(done: int) -> None:
-            if done != int(k):
-                return
-            open(os.path.join(flags, "blocked"), "w").close()
-            deadline = time.monotonic() + 300
-            while not os.path.exists(os.path.join(flags, "release")):
-                if time.monotonic() > deadline:
-                    raise OncelogSparkError("_blockInCommit: never released")
-                time.sleep(0.05)
-        return block
+                                         block=_block_hook(self.block, batchId), driver=_driver(done))
 
     def _crash(self, batch_id: int) -> int | None:
         if self.crash is None:
@@ -570,6 +570,62 @@ class StreamWriter(DataSourceStreamArrowWriter):
         if done:
             self._mark(done[0].sink_id, batchId,
                        {m.task: (m.rows, m.fingerprint) for m in done}, _driver(done))
+
+
+def _write_decided(wo, execution: str, driver: tuple[int, int] | None, iterator, sink: str, batch_id: int,
+                   task: int, attempt: int, attempt_id: int) -> TaskCommit:
+    """A task of a batch that its driver decides (a streaming micro-batch, or a batch write with a
+    sinkId): its rows and its marker in a transaction of its own, handed over (prepared, with
+    two-phase commit) to the driver; nothing when the batch was decided already."""
+    markers = produce.scan_markers(wo.client, wo.marker_topic, sink, batch_id)
+    if task == 0:
+        stream_transactions.abort_before_batch(wo.client, sink, batch_id, execution, markers)
+    if batch_id in markers.batches or batch_id in markers.decisions:
+        # the rows of this batch are those its recorded transactions hold, whatever this
+        # replay's split: write nothing (and touch no transaction)
+        log.info("oncelog sink %s: batch %d already %s, writing nothing in this replay",
+                 sink, batch_id,
+                 "committed" if batch_id in markers.batches else "decided by its driver")
+        return TaskCommit(sink, batch_id, task, attempt, 0, skipped=True, execution=execution, driver=driver)
+    opened_ms = int(time.time() * 1000)
+    producer = transactions.open_transaction(wo.client, stream_transactions.transactional_id(
+        sink, batch_id, execution, task, attempt_id), wo.two_phase)
+    try:
+        rows = produce.write_batches(producer, iterator, wo.topic, wo.include_headers)
+        marker = producer.send(wo.marker_topic,
+                               produce.task_marker(sink, batch_id, task, rows),
+                               sink.encode(), partition=0)
+        producer.flush()
+        if marker.exception() is not None:
+            raise producers.DeliveryFailed(f"writing the task marker to {wo.marker_topic} "
+                                           f"failed: {marker.exception()!r}")
+    except BaseException:
+        transactions.drop(producer)
+        raise
+    return TaskCommit(sink, batch_id, task, attempt, rows, txn=transactions.hand_over(producer),
+                      opened_ms=opened_ms, execution=execution, driver=driver)
+
+
+def _block_hook(spec, batch_id: int):
+    """The test hook `_blockInCommit` "<batch>:<k>:<dir>": in commit() of that batch, after
+    completing k transactions, the driver creates <dir>/blocked and waits for <dir>/release (a
+    test kills it -9 meanwhile). None for other batches and without the option."""
+    if spec is None:
+        return None
+    b, k, flags = str(spec).split(":", 2)
+    if int(b) != batch_id:
+        return None
+
+    def block(done: int) -> None:
+        if done != int(k):
+            return
+        open(os.path.join(flags, "blocked"), "w").close()
+        deadline = time.monotonic() + 300
+        while not os.path.exists(os.path.join(flags, "release")):
+            if time.monotonic() > deadline:
+                raise OncelogSparkError("_blockInCommit: never released")
+            time.sleep(0.05)
+    return block
 
 
 def _driver(messages) -> tuple[int, int] | None:
