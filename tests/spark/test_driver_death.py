@@ -280,8 +280,8 @@ def test_a_batch_write_with_a_sink_id_is_completed_by_the_next_run_after_a_kill_
     try:
         bs = b.bootstrap
         with AdminClient({"bootstrap.servers": bs}) as admin:
-            admin.create_topics(["src"], num_partitions=4)
-            admin.create_topics(["dst"], num_partitions=4)
+            admin.create_topics(["src"], num_partitions=4)["src"].result()
+            admin.create_topics(["dst"], num_partitions=4)["dst"].result()
         with Producer({"bootstrap.servers": bs}) as p:
             for part in range(4):
                 for i in range(QUARTER):

@@ -147,17 +147,43 @@ def test_udf_failing_a_first_attempt_after_it_produced(small_batches, spark_brok
     until_the_failed_attempt_produced(scenario)
 
 
+@pytest.mark.parametrize("sink_id", [False, True])
 def test_batch_write_with_a_retried_task_writes_once(small_batches, spark_broker, make_topic,
-                                                     produce, write_opts):
+                                                     produce, write_opts, sink_id):
+    """With a sinkId every attempt has a transaction of its own (two-phase commit on this
+    broker: no timeout ends it), so the driver must abort the failed attempt's: nothing may be
+    left open holding read_committed readers back."""
     spark = small_batches
 
     def scenario() -> bool:
         src, dst = _source(produce, make_topic), make_topic(2)
         (read_topic(spark, spark_broker, src).select(*_failing({0}))
-         .write.format("oncelog").options(**write_opts).option("topic", dst).mode("append").save())
+         .write.format("oncelog").options(**write_opts).option("topic", dst)
+         .options(**({"sinkId": f"job-{dst}"} if sink_id else {})).mode("append").save())
         uncommitted = assert_exactly_once(spark, spark_broker, dst)
+        assert _stable(spark_broker, dst, 2), "a transaction of the job is still open"
         return any(n > 1 for n in uncommitted.values())
     until_the_failed_attempt_produced(scenario)
+
+
+def test_a_batch_write_with_a_sink_id_writes_once_however_often_it_runs(spark, spark_broker, make_topic,
+                                                                         produce, write_opts):
+    """A sinkId names one write: run again after it completed, the job writes nothing; without
+    one every run writes its rows (as before sinkId meant anything to a batch write); with
+    at-least-once, which records nothing a rerun could find, the option is refused."""
+    src, once, each = _source(produce, make_topic), make_topic(2), make_topic(2)
+    df = read_topic(spark, spark_broker, src).select("value", "partition")
+    for _ in range(2):
+        df.write.format("oncelog").options(**write_opts).option("topic", once) \
+            .option("sinkId", f"job-{once}").mode("append").save()
+        df.write.format("oncelog").options(**write_opts).option("topic", each).mode("append").save()
+    assert_exactly_once(spark, spark_broker, once)
+    assert _stable(spark_broker, once, 2), "a transaction of the job is still open"
+    assert set(_ids(client_values(spark_broker, each, 2, "read_committed")).values()) == {2}
+    with pytest.raises(Exception, match="sinkId on a batch write needs deliveryGuarantee=exactly-once"):
+        df.write.format("oncelog").options(**write_opts).option("topic", once) \
+            .option("sinkId", f"job-{once}-2").option("deliveryGuarantee", "at-least-once") \
+            .mode("append").save()
 
 
 def _stable(bootstrap, topic, partitions):

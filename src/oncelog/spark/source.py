@@ -327,9 +327,14 @@ class BatchWriter(DataSourceArrowWriter):
         # test hook "<batch>:<k>:<dir>", as the stream writer's (sinkId writes are batch 0)
         self.block = opts.get("_blockincommit")
         _check_write_schema(schema, self.wo)
+        if self.wo.sink_id is not None and not self.wo.exactly_once:
+            # a rerun would write every row again: refuse rather than let the sinkId promise once
+            raise OncelogSparkError("option sinkId on a batch write needs deliveryGuarantee="
+                                    "exactly-once (the default): an at-least-once write records "
+                                    "nothing that a rerun with the same sinkId could find")
         # a write with a sinkId has a decision that a later driver completes: its transactions
         # may be two-phase commit ones; without one, nobody could complete them after a crash
-        self.decided = self.wo.exactly_once and self.wo.sink_id is not None
+        self.decided = self.wo.sink_id is not None
         if self.decided:
             produce.ensure_marker_topic(self.wo.client, self.wo.marker_topic)
         _transactional(self.wo, decided=self.decided)
@@ -365,15 +370,22 @@ class BatchWriter(DataSourceArrowWriter):
         return TaskCommit(None, None, task, attempt, rows, txn=transactions.hand_over(producer))
 
     def commit(self, messages) -> None:
+        # Spark hands commit() and abort() the writer it pickled to the tasks (unlike a stream
+        # writer's, made anew): its execution and driver are the tasks', even when no task ran
         if self.decided:
-            done = [m for m in messages if m is not None]
-            offered = sorted((m for m in done if m.txn is not None), key=lambda m: m.opened_ms)
+            offered = sorted((m for m in messages if m is not None and m.txn is not None),
+                             key=lambda m: m.opened_ms)
+            rows = sum(m.rows for m in offered)
             stream_transactions.commit_batch(
                 self.wo.client, self.wo.marker_topic, str(self.wo.sink_id), self.BATCH_ID,
-                [m.txn for m in offered], sum(m.rows for m in offered), execution=_execution(done),
-                two_phase=self.wo.two_phase, block=_block_hook(self.block, self.BATCH_ID), driver=_driver(done))
-            log.info("oncelog batch write %s committed: %d rows", self.wo.sink_id,
-                     sum(m.rows for m in offered))
+                [m.txn for m in offered], rows, execution=self.execution, two_phase=self.wo.two_phase,
+                block=_block_hook(self.block, self.BATCH_ID), driver=self.driver)
+            if offered or not any(m is not None and m.skipped for m in messages):
+                log.info("oncelog batch write %s committed: %d rows", self.wo.sink_id, rows)
+            else:   # a user who reused a sinkId for new rows must hear that they were not written
+                log.warning("oncelog batch write %s: an earlier run with this sinkId had written or "
+                            "decided it; this run wrote none of its rows and completed what that run "
+                            "decided (a new write needs a new sinkId)", self.wo.sink_id)
             return
         if self.wo.exactly_once:
             failed = _commit_all(self.wo, messages)
@@ -387,7 +399,7 @@ class BatchWriter(DataSourceArrowWriter):
             stream_transactions.abort_batch(
                 self.wo.client, self.wo.marker_topic, str(self.wo.sink_id), self.BATCH_ID,
                 [m.txn for m in messages if m is not None and m.txn is not None],
-                execution=_execution([m for m in messages if m is not None]), two_phase=self.wo.two_phase)
+                execution=self.execution, two_phase=self.wo.two_phase)
             log.warning("oncelog batch write %s aborted: its task transactions are aborted, unless "
                         "its driver had recorded them (then a run with the same sinkId completes "
                         "them)", self.wo.sink_id)
