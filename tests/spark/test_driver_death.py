@@ -8,11 +8,13 @@ The drivers run in processes of their own (driver_process.py) so that the whole 
 Python workers, can be killed at once."""
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 
 import pytest
 from test_exactly_once import PAD, ROWS, _ids, client_values, kafka_python_values
@@ -163,6 +165,59 @@ QUARTER = 25          # rows per task: 4 task transactions of 25 rows, as the re
 TXN_TIMEOUT_MS = {"true": 3000, "false": 10000}
 
 
+@contextlib.contextmanager
+def _four_quarters(tmp_path):
+    """A broker of its own (two-phase commit enabled, the timeout sweeper every 100 ms) with
+    topics src and dst of 4 partitions and QUARTER rows in each of src's: four task transactions
+    of 25 rows. Yields its bootstrap and the drivers' log."""
+    from oncelog.client import Producer
+    from oncelog.testing.embedded import BrokerProcess
+    b = BrokerProcess(tmp_path / "data", {
+        "transaction.state.log.num.partitions": "3", "transaction.two.phase.commit.enable": "true",
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms": "100"}).start()
+    log = open(tmp_path / "drivers.log", "ab")
+    try:
+        bs = b.bootstrap
+        with AdminClient({"bootstrap.servers": bs}) as admin:
+            admin.create_topics(["src"], num_partitions=4)["src"].result()
+            admin.create_topics(["dst"], num_partitions=4)["dst"].result()
+        with Producer({"bootstrap.servers": bs}) as p:
+            for part in range(4):
+                for i in range(QUARTER):
+                    p.send("src", f"{part}:{i}:".encode() + PAD, partition=part)
+            p.flush()
+        yield bs, log
+    finally:
+        log.close()
+        b.stop()
+
+
+def _killed_after_the_first_commit(bs, ckpt, log, flags, timeout_ms: int, *opts) -> Counter:
+    """A driver (`opts`) that records its decision and commits the first of the four task
+    transactions is killed -9 there (its commit() blocks, the test kills the whole process tree)
+    and stays down 3x timeout_ms: the fault. Returns what read_committed readers see then: the
+    first transaction's QUARTER rows only."""
+    flags.mkdir()
+    first = _start(bs, "src", "dst", ckpt, log, *opts, "--block-in-commit", "0:1", "--flags", str(flags))
+    try:
+        _wait("the driver to commit the first task transaction", lambda: (flags / "blocked").exists(), 300)
+    finally:
+        _kill_driver(first)
+    time.sleep(3 * timeout_ms / 1000)   # the fault: the driver stays down 3x the timeout
+    down = _ids(client_values(bs, "dst", 4, "read_committed"))
+    assert set(down.values()) == {1} and len(down) == QUARTER, down
+    return down
+
+
+def _run_to_end(bs, ckpt, log, what: str, *opts) -> None:
+    proc = _start(bs, "src", "dst", ckpt, log, *opts)
+    try:
+        assert proc.wait(300) == 0, f"{what} failed (see {log.name})"
+    finally:
+        if proc.poll() is None:
+            _kill_driver(proc)
+
+
 @pytest.mark.parametrize("two_phase", ["true", pytest.param("false", marks=pytest.mark.slow)])
 def test_driver_killed_after_the_first_of_four_commits_and_down_3x_the_timeout(tmp_path, two_phase):
     """The review's scenario: a batch of four task transactions; the driver records its decision,
@@ -174,41 +229,11 @@ def test_driver_killed_after_the_first_of_four_commits_and_down_3x_the_timeout(t
     rows, once. Without it (twoPhaseCommit=false, the path for brokers without KIP-939) the
     coordinator aborts them: 25 of 100 rows visible, as the review measured, and the restarted
     query goes on instead of failing at every restart."""
-    from oncelog.testing.embedded import BrokerProcess
-    b = BrokerProcess(tmp_path / "data", {
-        "transaction.state.log.num.partitions": "3", "transaction.two.phase.commit.enable": "true",
-        "transaction.abort.timed.out.transaction.cleanup.interval.ms": "100"}).start()
-    log = open(tmp_path / "drivers.log", "ab")
-    try:
-        bs = b.bootstrap
-        with AdminClient({"bootstrap.servers": bs}) as admin:
-            admin.create_topics(["src"], num_partitions=4)["src"].result()
-            admin.create_topics(["dst"], num_partitions=4)["dst"].result()
-        from oncelog.client import Producer
-        with Producer({"bootstrap.servers": bs}) as p:
-            for part in range(4):
-                for i in range(QUARTER):
-                    p.send("src", f"{part}:{i}:".encode() + PAD, partition=part)
-            p.flush()
-        ckpt, flags = str(tmp_path / "ckpt"), tmp_path / "flags"
-        flags.mkdir()
-        timeout_ms = TXN_TIMEOUT_MS[two_phase]
+    with _four_quarters(tmp_path) as (bs, log):
+        ckpt, timeout_ms = str(tmp_path / "ckpt"), TXN_TIMEOUT_MS[two_phase]
         opts = ["--option", f"kafka.transaction.timeout.ms={timeout_ms}", "--option", f"twoPhaseCommit={two_phase}"]
-        first = _start(bs, "src", "dst", ckpt, log, "--block-in-commit", "0:1", "--flags", str(flags), *opts)
-        try:
-            _wait("the driver to commit the first task transaction", lambda: (flags / "blocked").exists(), 300)
-        finally:
-            _kill_driver(first)
-        time.sleep(3 * timeout_ms / 1000)   # the fault: the driver stays down 3x the timeout
-        down = _ids(client_values(bs, "dst", 4, "read_committed"))
-        assert set(down.values()) == {1} and len(down) == QUARTER, down  # the first transaction only
-
-        second = _start(bs, "src", "dst", ckpt, log, *opts)
-        try:
-            assert second.wait(300) == 0, f"the restarted query failed (see {tmp_path}/drivers.log)"
-        finally:
-            if second.poll() is None:
-                _kill_driver(second)
+        down = _killed_after_the_first_commit(bs, ckpt, log, tmp_path / "flags", timeout_ms, *opts)
+        _run_to_end(bs, ckpt, log, "the restarted query", *opts)
         expect = {f"{p}:{i}".encode() for p in range(4) for i in range(QUARTER)}
         for name, values in (("oncelog", client_values(bs, "dst", 4, "read_committed")),
                              ("kafka-python", kafka_python_values(bs, "dst", 4))):
@@ -221,9 +246,6 @@ def test_driver_killed_after_the_first_of_four_commits_and_down_3x_the_timeout(t
                 assert set(counts) == expect, f"{name}: {len(expect - set(counts))} rows missing"
             else:
                 assert seen == QUARTER, f"{name}: {seen}"
-    finally:
-        log.close()
-        b.stop()
 
 
 def test_a_zombie_driver_and_its_replacement_on_one_sink(spark_broker, make_topic, produce, tmp_path):
@@ -271,50 +293,17 @@ def test_a_batch_write_with_a_sink_id_is_completed_by_the_next_run_after_a_kill_
     rows, once; a third run adds nothing). Before, a batch write recorded no decision and ignored
     sinkId (and the hook): the coordinator aborted the three by their timeout and the rerun, a new
     job, wrote all 100 again beside the first task's 25."""
-    from oncelog.client import Producer
-    from oncelog.testing.embedded import BrokerProcess
-    b = BrokerProcess(tmp_path / "data", {
-        "transaction.state.log.num.partitions": "3", "transaction.two.phase.commit.enable": "true",
-        "transaction.abort.timed.out.transaction.cleanup.interval.ms": "100"}).start()
-    log = open(tmp_path / "drivers.log", "ab")
-    try:
-        bs = b.bootstrap
-        with AdminClient({"bootstrap.servers": bs}) as admin:
-            admin.create_topics(["src"], num_partitions=4)["src"].result()
-            admin.create_topics(["dst"], num_partitions=4)["dst"].result()
-        with Producer({"bootstrap.servers": bs}) as p:
-            for part in range(4):
-                for i in range(QUARTER):
-                    p.send("src", f"{part}:{i}:".encode() + PAD, partition=part)
-            p.flush()
-        flags, timeout_ms = tmp_path / "flags", TXN_TIMEOUT_MS["true"]
-        flags.mkdir()
+    with _four_quarters(tmp_path) as (bs, log):
+        timeout_ms, ckpt = TXN_TIMEOUT_MS["true"], str(tmp_path / "unused")
         job = ["--batch", "--option", "sinkId=nightly-2026-11-28",
                "--option", f"kafka.transaction.timeout.ms={timeout_ms}"]
-        ckpt = str(tmp_path / "unused")
-        first = _start(bs, "src", "dst", ckpt, log, *job, "--block-in-commit", "0:1", "--flags", str(flags))
-        try:
-            _wait("the driver to commit the first task transaction", lambda: (flags / "blocked").exists(), 300)
-        finally:
-            _kill_driver(first)
-        time.sleep(3 * timeout_ms / 1000)   # the fault: the driver stays down 3x the timeout
-        down = _ids(client_values(bs, "dst", 4, "read_committed"))
-        assert set(down.values()) == {1} and len(down) == QUARTER, down  # the first transaction only
-
+        _killed_after_the_first_commit(bs, ckpt, log, tmp_path / "flags", timeout_ms, *job)
         expect = {f"{p}:{i}".encode() for p in range(4) for i in range(QUARTER)}
         for run in ("second", "third"):
-            proc = _start(bs, "src", "dst", ckpt, log, *job)
-            try:
-                assert proc.wait(300) == 0, f"the {run} run failed (see {tmp_path}/drivers.log)"
-            finally:
-                if proc.poll() is None:
-                    _kill_driver(proc)
+            _run_to_end(bs, ckpt, log, f"the {run} run", *job)
             for name, values in (("oncelog", client_values(bs, "dst", 4, "read_committed")),
                                  ("kafka-python", kafka_python_values(bs, "dst", 4))):
                 counts = _ids(values)
                 assert max(counts.values()) == 1, f"{name} after the {run} run: duplicates"
                 assert set(counts) == expect, f"{name} after the {run} run: {len(expect - set(counts))} rows missing"
         assert _stable(bs, "dst", 4)   # nothing left open
-    finally:
-        log.close()
-        b.stop()
