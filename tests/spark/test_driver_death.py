@@ -219,6 +219,7 @@ def _run_to_end(bs, ckpt, log, what: str, *opts) -> None:
 
 
 @pytest.mark.parametrize("two_phase", ["true", pytest.param("false", marks=pytest.mark.slow)])
+@pytest.mark.timeout(600)   # two cold driver starts: 258 s once in CI, past the default 300 s once
 def test_driver_killed_after_the_first_of_four_commits_and_down_3x_the_timeout(tmp_path, two_phase):
     """The review's scenario: a batch of four task transactions; the driver records its decision,
     commits the first of the four and is killed -9 (its commit() blocks there, the test kills
@@ -288,6 +289,7 @@ def test_a_zombie_driver_and_its_replacement_on_one_sink(spark_broker, make_topi
 # three drivers started cold, one more than the other tests here: 162 s on an idle machine, near
 # the 300 s default once the machine is loaded (each JVM start then takes a minute or more)
 @pytest.mark.timeout(600)
+@pytest.mark.slow   # CI: test_exactly_once's sinkId tests (runs twice, writes once; a retried task)
 def test_a_batch_write_with_a_sink_id_is_completed_by_the_next_run_after_a_kill_9(tmp_path):
     """`df.write` with the option sinkId: the driver records its decision and completes the task
     transactions as a streaming micro-batch's driver does. Killed -9 right after the first of four
