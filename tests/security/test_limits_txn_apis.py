@@ -1,0 +1,182 @@
+"""Issue 36, resource bounds per principal for the transaction APIs: `mallory` has WRITE on
+transactional ids and topics prefixed `mallory-`, READ on those topics and on groups prefixed
+`mallory-`, nothing else. What is asserted is each bound's mechanism (the refusal and its code,
+what is kept, how much work one step of the event loop does), never a time: bench/txn_flood.py
+measures memory, `__transaction_state` growth and another client's ApiVersions latency.
+
+- InitProducerId: an id costs one record and one entry until `transactional.id.expiration.ms`
+  (Kafka's bound); the removal sweep writes its tombstones in bounded steps.
+- InitProducerId v6 (KIP-939): Enable2Pc needs TWO_PHASE_COMMIT; KeepPreparedTxn keeps the one
+  transaction (no entry, partition or record beyond one per keep) until the epoch is exhausted.
+- AddPartitionsToTxn: a partition named many times in one request costs as much as once; one
+  already in the transaction is not written again.
+- AddOffsetsToTxn: the group's offsets partition is written once per transaction.
+- EndTxn: the markers of a transaction on many partitions are written a bounded number per step.
+- TxnOffsetCommit: metadata longer than `offset.metadata.max.bytes` is refused
+  (OFFSET_METADATA_TOO_LARGE), as Kafka does.
+- DescribeTransactions: an id repeated in one request is described once (INVALID_REQUEST for the
+  repeats); other clients are served between two ids.
+- ListTransactions: other clients are served while the ids are authorized.
+
+In-process broker over real sockets (the test's event loop is the broker's), SASL PLAIN users."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from oncelog.broker.config import BrokerConfig
+from oncelog.broker.handlers import list_transactions
+from oncelog.core.txn.log_format import TRANSACTION_STATE_TOPIC
+from oncelog.protocol import entities
+from oncelog.protocol.api import ApiKey
+from oncelog.protocol.errors import ErrorCode as E
+from oncelog.testing.in_process import InProcessBroker
+from oncelog.testing.raw_client import AsyncRawConnection
+from oncelog.testing.secure import jaas
+
+K = ApiKey
+USERS = {"admin": "admin-pw", "mallory": "mallory-pw", "bob": "bob-pw"}
+TOPIC, GROUP, TXN, PREFIXED, LITERAL = 2, 3, 5, 4, 3
+READ, WRITE, ALLOW, TWO_PHASE_COMMIT = 3, 4, 3, 15
+PARTITIONS = 60
+
+
+@pytest.fixture
+async def secured(tmp_path, request):
+    overrides = getattr(request, "param", {})
+    config = {"log.dirs": str(tmp_path / "data"), "node.id": "1",
+              "listeners": "SASL_PLAINTEXT://127.0.0.1:0", "sasl.enabled.mechanisms": "PLAIN",
+              "listener.name.sasl_plaintext.plain.sasl.jaas.config": jaas(USERS),
+              "authorizer.class.name": "StandardAuthorizer", "super.users": "User:admin",
+              "transaction.state.log.num.partitions": "2", "offsets.topic.num.partitions": "2",
+              "transaction.two.phase.commit.enable": "true", **overrides}
+    broker = InProcessBroker(BrokerConfig(config))
+    host, port = (await broker.start())[:2]
+    conns: list[AsyncRawConnection] = []
+
+    async def login(user: str) -> AsyncRawConnection:
+        c = await AsyncRawConnection.open(host, port)
+        conns.append(c)
+        assert await c.plain_login(user, USERS[user]) == E.NONE
+        return c
+
+    admin = await login("admin")
+    ct = entities.nested(K.CREATE_TOPICS, 7, "request", "CreatableTopic")
+    r = await admin.call(K.CREATE_TOPICS, 7, topics=(
+        ct(name="mallory-t", num_partitions=PARTITIONS, replication_factor=1, assignments=(), configs=()),),
+        timeout=10000, validate_only=False)
+    assert int(r.topics[0].error_code) == 0
+    await allow(admin, (TXN, "mallory-", PREFIXED, WRITE), (TOPIC, "mallory-", PREFIXED, WRITE),
+                (TOPIC, "mallory-", PREFIXED, READ), (GROUP, "mallory-", PREFIXED, READ))
+    yield broker, login, admin
+    for c in conns:
+        await c.close()
+    await broker.stop()
+
+
+async def allow(admin: AsyncRawConnection, *acls) -> None:
+    acl = entities.nested(K.CREATE_ACLS, 3, "request", "AclCreation")
+    r = await admin.call(K.CREATE_ACLS, 3, creations=tuple(
+        acl(resource_type=rtype, resource_name=name, resource_pattern_type=pattern, principal="User:mallory",
+            host="*", operation=op, permission_type=ALLOW) for rtype, name, pattern, op in acls))
+    assert all(int(x.error_code) == 0 for x in r.results)
+
+
+async def init(conn: AsyncRawConnection, tid: str, version: int = 4, **fields) -> tuple[int, int, int]:
+    """InitProducerId, asked again while the coordinator loads (the first one creates
+    `__transaction_state`): (error, producer id, epoch)."""
+    for _ in range(200):
+        r = await conn.call(K.INIT_PRODUCER_ID, version, transactional_id=tid, transaction_timeout=60000,
+                            producer_id=-1, producer_epoch=-1, **fields)
+        if int(r.error_code) not in (E.COORDINATOR_LOAD_IN_PROGRESS, E.COORDINATOR_NOT_AVAILABLE):
+            break
+        await asyncio.sleep(0.05)
+    return int(r.error_code), int(r.producer_id), int(r.producer_epoch)
+
+
+async def add(conn: AsyncRawConnection, tid: str, pid: int, epoch: int, partitions) -> dict[int, int]:
+    """AddPartitionsToTxn v3 of partitions of `mallory-t`: error code -> how many partitions."""
+    tp = entities.nested(K.ADD_PARTITIONS_TO_TXN, 3, "request", "AddPartitionsToTxnTopic")
+    r = await conn.call(K.ADD_PARTITIONS_TO_TXN, 3, v3_and_below_transactional_id=tid, v3_and_below_producer_id=pid,
+                        v3_and_below_producer_epoch=epoch,
+                        v3_and_below_topics=(tp(name="mallory-t", partitions=tuple(partitions)),))
+    codes: dict[int, int] = {}
+    for t in r.results_by_topic_v3_and_below:
+        for p in t.results_by_partition:
+            codes[int(p.partition_error_code)] = codes.get(int(p.partition_error_code), 0) + 1
+    return codes
+
+
+def txn_log_end(broker, tid: str) -> int:
+    """The log end offset of the id's `__transaction_state` partition: one more per record."""
+    p = broker.txn.core.partition_of(tid)
+    return broker.logs.get_partition(TRANSACTION_STATE_TOPIC, p).log_end_offset
+
+
+def handled_order(broker, monkeypatch) -> list[int]:
+    """The API keys of the requests the broker answers, in the order it answers them."""
+    handled: list[int] = []
+    observe = broker.metrics.request_handled
+
+    def record(api_key, *args, **kw):
+        handled.append(int(api_key))
+        return observe(api_key, *args, **kw)
+
+    monkeypatch.setattr(broker.metrics, "request_handled", record)
+    return handled
+
+
+async def answered_before(first, bob: AsyncRawConnection):
+    """Send `first` (a coroutine making a request), then bob's ApiVersions; both answers."""
+    long = asyncio.ensure_future(first)
+    await asyncio.sleep(0)            # the long request is sent first
+    versions = asyncio.ensure_future(bob.call(K.API_VERSIONS, 3, client_software_name="t",
+                                              client_software_version="1"))
+    await versions
+    return await long
+
+
+# ------------------------------------------------------------------ DescribeTransactions
+
+async def test_a_transaction_repeated_in_one_describe_is_described_once(secured):
+    broker, login, _admin = secured
+    mallory = await login("mallory")
+    code, pid, epoch = await init(mallory, "mallory-x")
+    assert code == E.NONE
+    assert await add(mallory, "mallory-x", pid, epoch, range(PARTITIONS)) == {E.NONE: PARTITIONS}
+    r = await mallory.call(K.DESCRIBE_TRANSACTIONS, 0, transactional_ids=("mallory-x",) * 3000 + ("mallory-none",))
+    codes = [int(s.error_code) for s in r.transaction_states]
+    assert codes[0] == E.NONE and sum(len(t.partitions) for t in r.transaction_states[0].topics) == PARTITIONS
+    assert codes[1:3000] == [E.INVALID_REQUEST] * 2999        # no partition listed twice
+    assert sum(len(t.partitions) for s in r.transaction_states for t in s.topics) == PARTITIONS
+    assert codes[3000] == E.TRANSACTIONAL_ID_NOT_FOUND
+
+
+async def test_other_clients_are_served_between_two_transactions_of_one_describe(secured, monkeypatch):
+    broker, login, _admin = secured
+    mallory, bob = await login("mallory"), await login("bob")
+    for i in range(20):
+        assert (await init(mallory, f"mallory-{i}"))[0] == E.NONE
+    handled = handled_order(broker, monkeypatch)
+    r = await answered_before(mallory.call(K.DESCRIBE_TRANSACTIONS, 0, transactional_ids=tuple(
+        f"mallory-{i}" for i in range(20))), bob)
+    assert handled == [K.API_VERSIONS, K.DESCRIBE_TRANSACTIONS], handled   # the order the broker answered them
+    assert [int(s.error_code) for s in r.transaction_states] == [E.NONE] * 20
+
+
+# ------------------------------------------------------------------ ListTransactions
+
+async def test_other_clients_are_served_while_a_list_of_transactions_is_authorized(secured, monkeypatch):
+    """Every id the coordinator holds is decided on: the broker answers another client's
+    ApiVersions sent after a ListTransactions before it (it decided on every id in one step)."""
+    broker, login, _admin = secured
+    mallory, bob = await login("mallory"), await login("bob")
+    for i in range(100):
+        assert (await init(mallory, f"mallory-{i}"))[0] == E.NONE
+    monkeypatch.setattr(list_transactions, "CHUNK", 5)
+    handled = handled_order(broker, monkeypatch)
+    r = await answered_before(mallory.call(K.LIST_TRANSACTIONS, 1, state_filters=(), producer_id_filters=(),
+                                           duration_filter=-1), bob)
+    assert handled == [K.API_VERSIONS, K.LIST_TRANSACTIONS], handled
+    assert len(r.transaction_states) == 100
