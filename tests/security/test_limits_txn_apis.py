@@ -180,3 +180,52 @@ async def test_other_clients_are_served_while_a_list_of_transactions_is_authoriz
                                            duration_filter=-1), bob)
     assert handled == [K.API_VERSIONS, K.LIST_TRANSACTIONS], handled
     assert len(r.transaction_states) == 100
+
+
+# ------------------------------------------------------------------ TxnOffsetCommit (and OffsetCommit)
+
+async def committed(admin: AsyncRawConnection, group: str) -> dict[int, int]:
+    """The group's committed offsets of `mallory-t`, by partition (-1: none)."""
+    r = await admin.call(K.OFFSET_FETCH, 7, group_id=group, topics=None, require_stable=False)
+    return {int(p.partition_index): int(p.committed_offset) for t in r.topics if t.name == "mallory-t"
+            for p in t.partitions}
+
+
+async def test_a_transactional_offset_with_metadata_over_the_maximum_is_refused(secured):
+    _broker, login, admin = secured
+    mallory = await login("mallory")
+    code, pid, epoch = await init(mallory, "mallory-o")
+    assert code == E.NONE
+    r = await mallory.call(K.ADD_OFFSETS_TO_TXN, 3, transactional_id="mallory-o", producer_id=pid,
+                           producer_epoch=epoch, group_id="mallory-g")
+    assert int(r.error_code) == E.NONE
+    tp = entities.nested(K.TXN_OFFSET_COMMIT, 3, "request", "TxnOffsetCommitRequestTopic")
+    pp = entities.nested(K.TXN_OFFSET_COMMIT, 3, "request", "TxnOffsetCommitRequestPartition")
+    limit = 4096                                           # offset.metadata.max.bytes, Kafka's default
+    r = await mallory.call(K.TXN_OFFSET_COMMIT, 3, transactional_id="mallory-o", group_id="mallory-g",
+                           producer_id=pid, producer_epoch=epoch, generation_id=-1, member_id="",
+                           group_instance_id=None, topics=(tp(name="mallory-t", partitions=tuple(
+                               pp(partition_index=i, committed_offset=7, committed_leader_epoch=-1,
+                                  committed_metadata="m" * (limit + i)) for i in range(2))),))
+    assert [int(p.error_code) for p in r.topics[0].partitions] == [E.NONE, E.OFFSET_METADATA_TOO_LARGE]
+    r = await mallory.call(K.END_TXN, 3, transactional_id="mallory-o", producer_id=pid, producer_epoch=epoch,
+                           committed=True)
+    assert int(r.error_code) == E.NONE
+    for _ in range(200):   # the markers follow the answer
+        if (await committed(admin, "mallory-g")).get(0) == 7:
+            break
+        await asyncio.sleep(0.05)
+    assert await committed(admin, "mallory-g") == {0: 7}    # the refused partition kept nothing
+
+
+async def test_an_offset_with_metadata_over_the_maximum_is_refused(secured):
+    _broker, login, admin = secured
+    mallory = await login("mallory")
+    tp = entities.nested(K.OFFSET_COMMIT, 8, "request", "OffsetCommitRequestTopic")
+    pp = entities.nested(K.OFFSET_COMMIT, 8, "request", "OffsetCommitRequestPartition")
+    r = await mallory.call(K.OFFSET_COMMIT, 8, group_id="mallory-c", generation_id_or_member_epoch=-1, member_id="",
+                           group_instance_id=None, topics=(tp(name="mallory-t", partitions=tuple(
+                               pp(partition_index=i, committed_offset=5, committed_leader_epoch=-1,
+                                  committed_metadata="m" * (4096 + i)) for i in range(2))),))
+    assert [int(p.error_code) for p in r.topics[0].partitions] == [E.NONE, E.OFFSET_METADATA_TOO_LARGE]
+    assert await committed(admin, "mallory-c") == {0: 5}
