@@ -229,3 +229,43 @@ async def test_an_offset_with_metadata_over_the_maximum_is_refused(secured):
                                   committed_metadata="m" * (4096 + i)) for i in range(2))),))
     assert [int(p.error_code) for p in r.topics[0].partitions] == [E.NONE, E.OFFSET_METADATA_TOO_LARGE]
     assert await committed(admin, "mallory-c") == {0: 5}
+
+
+# ------------------------------------------------------------------ AddPartitionsToTxn, AddOffsetsToTxn
+
+async def test_a_partition_named_many_times_in_one_add_costs_as_much_as_once(secured, monkeypatch):
+    broker, login, _admin = secured
+    from oncelog.broker.handlers import add_partitions_to_txn
+    checked: list[tuple[str, int]] = []
+    exists = add_partitions_to_txn._exists
+
+    def counted(b, topic: str, index: int) -> bool:
+        checked.append((topic, index))
+        return exists(b, topic, index)
+
+    monkeypatch.setattr(add_partitions_to_txn, "_exists", counted)
+    mallory = await login("mallory")
+    code, pid, epoch = await init(mallory, "mallory-a")
+    assert code == E.NONE
+    before = txn_log_end(broker, "mallory-a")
+    assert await add(mallory, "mallory-a", pid, epoch, [0, 1] * 100_000) == {E.NONE: 2}   # one answer each
+    assert sorted(checked) == [("mallory-t", 0), ("mallory-t", 1)]                      # one check each
+    assert txn_log_end(broker, "mallory-a") == before + 1                               # one record
+    assert broker.txn.core.get("mallory-a").partitions == {("mallory-t", 0), ("mallory-t", 1)}
+    for _ in range(20):   # what the transaction holds already is not written again
+        assert await add(mallory, "mallory-a", pid, epoch, [1, 0]) == {E.NONE: 2}
+    assert txn_log_end(broker, "mallory-a") == before + 1
+
+
+async def test_the_offsets_partition_of_a_group_is_written_once_per_transaction(secured):
+    broker, login, _admin = secured
+    mallory = await login("mallory")
+    code, pid, epoch = await init(mallory, "mallory-b")
+    assert code == E.NONE
+    before = txn_log_end(broker, "mallory-b")
+    for _ in range(50):
+        r = await mallory.call(K.ADD_OFFSETS_TO_TXN, 3, transactional_id="mallory-b", producer_id=pid,
+                               producer_epoch=epoch, group_id="mallory-g")
+        assert int(r.error_code) == E.NONE
+    assert txn_log_end(broker, "mallory-b") == before + 1
+    assert len(broker.txn.core.get("mallory-b").partitions) == 1
