@@ -269,3 +269,58 @@ async def test_the_offsets_partition_of_a_group_is_written_once_per_transaction(
         assert int(r.error_code) == E.NONE
     assert txn_log_end(broker, "mallory-b") == before + 1
     assert len(broker.txn.core.get("mallory-b").partitions) == 1
+
+
+# ------------------------------------------------------------------ EndTxn
+
+class LoopSteps:
+    """Counts the event loop's iterations: a callback that schedules itself again runs once in each."""
+
+    def __init__(self) -> None:
+        self.step, self._stopped = 0, False
+        asyncio.get_running_loop().call_soon(self._tick)
+
+    def _tick(self) -> None:
+        if not self._stopped:
+            self.step += 1
+            asyncio.get_running_loop().call_soon(self._tick)
+
+    def stop(self) -> None:
+        self._stopped = True
+
+
+async def test_the_markers_of_a_transaction_on_many_partitions_are_written_a_bounded_number_per_step(
+        secured, monkeypatch):
+    broker, login, admin = secured
+    ct = entities.nested(K.CREATE_TOPICS, 7, "request", "CreatableTopic")
+    r = await admin.call(K.CREATE_TOPICS, 7, topics=(
+        ct(name="mallory-w", num_partitions=250, replication_factor=1, assignments=(), configs=()),),
+        timeout=30000, validate_only=False)
+    assert int(r.topics[0].error_code) == 0
+    mallory = await login("mallory")
+    code, pid, epoch = await init(mallory, "mallory-e")
+    assert code == E.NONE
+    tp = entities.nested(K.ADD_PARTITIONS_TO_TXN, 3, "request", "AddPartitionsToTxnTopic")
+    r = await mallory.call(K.ADD_PARTITIONS_TO_TXN, 3, v3_and_below_transactional_id="mallory-e",
+                           v3_and_below_producer_id=pid, v3_and_below_producer_epoch=epoch,
+                           v3_and_below_topics=(tp(name="mallory-w", partitions=tuple(range(250))),))
+    assert {int(p.partition_error_code) for p in r.results_by_topic_v3_and_below[0].results_by_partition} == {0}
+    steps, appended = LoopSteps(), []
+    write = broker.logs.write_txn_marker
+
+    async def counted(topic, *args, **kw):
+        appended.append(steps.step)
+        return await write(topic, *args, **kw)
+
+    monkeypatch.setattr(broker.logs, "write_txn_marker", counted)
+    r = await mallory.call(K.END_TXN, 3, transactional_id="mallory-e", producer_id=pid, producer_epoch=epoch,
+                           committed=True)
+    assert int(r.error_code) == E.NONE
+    for _ in range(400):   # the markers follow the answer
+        if broker.txn.core.get("mallory-e").state.display_name == "CompleteCommit":
+            break
+        await asyncio.sleep(0.05)
+    steps.stop()
+    assert len(appended) == 250
+    per_step = max(appended.count(s) for s in set(appended))
+    assert per_step <= 100, per_step   # marker_writer.LOCAL_MARKERS_PER_STEP (all 250 in one step before)
