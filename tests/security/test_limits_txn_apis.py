@@ -22,6 +22,7 @@ In-process broker over real sockets (the test's event loop is the broker's), SAS
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -51,7 +52,9 @@ async def secured(tmp_path, request):
               "authorizer.class.name": "StandardAuthorizer", "super.users": "User:admin",
               "transaction.state.log.num.partitions": "2", "offsets.topic.num.partitions": "2",
               "transaction.two.phase.commit.enable": "true", **overrides}
-    broker = InProcessBroker(BrokerConfig(config))
+    skew = [0.0]   # seconds the broker's clock runs ahead (`broker.skew`): timers fire when a test says
+    broker = InProcessBroker(BrokerConfig(config), clock=lambda: time.time() + skew[0])
+    broker.skew = skew
     host, port = (await broker.start())[:2]
     conns: list[AsyncRawConnection] = []
 
@@ -83,11 +86,12 @@ async def allow(admin: AsyncRawConnection, *acls) -> None:
     assert all(int(x.error_code) == 0 for x in r.results)
 
 
-async def init(conn: AsyncRawConnection, tid: str, version: int = 4, **fields) -> tuple[int, int, int]:
+async def init(conn: AsyncRawConnection, tid: str, version: int = 4, timeout_ms: int = 60000,
+               **fields) -> tuple[int, int, int]:
     """InitProducerId, asked again while the coordinator loads (the first one creates
     `__transaction_state`): (error, producer id, epoch)."""
     for _ in range(200):
-        r = await conn.call(K.INIT_PRODUCER_ID, version, transactional_id=tid, transaction_timeout=60000,
+        r = await conn.call(K.INIT_PRODUCER_ID, version, transactional_id=tid, transaction_timeout=timeout_ms,
                             producer_id=-1, producer_epoch=-1, **fields)
         if int(r.error_code) not in (E.COORDINATOR_LOAD_IN_PROGRESS, E.COORDINATOR_NOT_AVAILABLE):
             break
@@ -323,4 +327,66 @@ async def test_the_markers_of_a_transaction_on_many_partitions_are_written_a_bou
     steps.stop()
     assert len(appended) == 250
     per_step = max(appended.count(s) for s in set(appended))
-    assert per_step <= 100, per_step   # marker_writer.LOCAL_MARKERS_PER_STEP (all 250 in one step before)
+    assert per_step <= 32, per_step   # marker_writer.LOCAL_MARKERS_PER_STEP (all 250 in one step before)
+
+
+# ------------------------------------------------------------------ InitProducerId: what an id holds, and for how long
+
+def appends_per_step(broker, monkeypatch) -> tuple[LoopSteps, list[int]]:
+    """The loop step of every `__transaction_state` append from now on."""
+    steps, appended = LoopSteps(), []
+    append = broker.txn.append
+
+    async def counted(t):
+        appended.append(steps.step)
+        return await append(t)
+
+    monkeypatch.setattr(broker.txn, "append", counted)
+    return steps, appended
+
+
+@pytest.mark.parametrize("secured", [{"transaction.remove.expired.transaction.cleanup.interval.ms": "200"}],
+                         indirect=True)
+async def test_idle_transactional_ids_expire_and_are_removed_in_bounded_steps(secured, monkeypatch):
+    """An id costs an entry and a record until transactional.id.expiration.ms (Kafka's bound: no
+    rate or count per principal; `request_percentage` quotas slow a principal down), and the ids
+    one principal made expire together: their tombstones are appended a bounded number per step
+    (3,000 held the loop 0.28 s in one step)."""
+    broker, login, _admin = secured
+    mallory = await login("mallory")
+    for i in range(120):
+        assert (await init(mallory, f"mallory-{i}"))[0] == E.NONE
+    steps, appended = appends_per_step(broker, monkeypatch)
+    broker.skew[0] = 7 * 24 * 3600 + 60           # past transactional.id.expiration.ms (7 days)
+    for _ in range(400):
+        if all(broker.txn.core.get(f"mallory-{i}") is None for i in range(120)):
+            break
+        await asyncio.sleep(0.05)
+    steps.stop()
+    assert all(broker.txn.core.get(f"mallory-{i}") is None for i in range(120))   # nothing kept
+    assert len(appended) == 120                                                      # one tombstone each
+    assert max(appended.count(s) for s in set(appended)) <= 32                       # SWEEP_PER_STEP
+
+
+@pytest.mark.parametrize("secured", [{"transaction.abort.timed.out.transaction.cleanup.interval.ms": "200"}],
+                         indirect=True)
+async def test_open_transactions_are_aborted_at_their_timeout_in_bounded_steps(secured, monkeypatch):
+    """An open transaction holds its partitions (and the last stable offset there) at most
+    transaction.max.timeout.ms (INVALID_TRANSACTION_TIMEOUT above it), then is aborted; the
+    aborts of transactions that time out together are appended a bounded number per step."""
+    broker, login, _admin = secured
+    mallory = await login("mallory")
+    assert (await init(mallory, "mallory-long", timeout_ms=900_001))[0] == E.INVALID_TRANSACTION_TIMEOUT
+    for i in range(80):
+        code, pid, epoch = await init(mallory, f"mallory-{i}")
+        assert code == E.NONE
+        assert await add(mallory, f"mallory-{i}", pid, epoch, (i % PARTITIONS,)) == {E.NONE: 1}
+    steps, appended = appends_per_step(broker, monkeypatch)
+    broker.skew[0] = 61                            # past their 60 s timeout
+    for _ in range(400):
+        if all(broker.txn.core.get(f"mallory-{i}").state.display_name == "CompleteAbort" for i in range(80)):
+            break
+        await asyncio.sleep(0.05)
+    steps.stop()
+    assert all(broker.txn.core.get(f"mallory-{i}").partitions == frozenset() for i in range(80))
+    assert max(appended.count(s) for s in set(appended)) <= 32                       # SWEEP_PER_STEP
