@@ -229,7 +229,7 @@ class _Slots:
         except asyncio.CancelledError:
             if waiter.done() and not waiter.cancelled():
                 self.release()          # handed a slot just as it was cancelled: pass it on
-            else:
+            elif waiter in self._waiters:   # (a release may have passed over it already)
                 self._waiters.remove(waiter)
             raise
 
