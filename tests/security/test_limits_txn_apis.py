@@ -390,3 +390,33 @@ async def test_open_transactions_are_aborted_at_their_timeout_in_bounded_steps(s
     steps.stop()
     assert all(broker.txn.core.get(f"mallory-{i}").partitions == frozenset() for i in range(80))
     assert max(appended.count(s) for s in set(appended)) <= 32                       # SWEEP_PER_STEP
+
+
+async def test_a_two_phase_commit_transaction_is_kept_whole_and_only_with_its_right(secured):
+    """InitProducerId v6 (KIP-939): Enable2Pc needs TWO_PHASE_COMMIT beside WRITE (a 2PC
+    transaction is never aborted by its timeout: it holds its partitions' last stable offset until
+    its manager completes it, which only an administrator's ACL may allow); KeepPreparedTxn keeps
+    the one transaction, one record per keep, and is refused once the epoch is exhausted
+    (INVALID_TXN_STATE, tests/core/test_txn_coordinator.py)."""
+    broker, login, admin = secured
+    mallory = await login("mallory")
+    assert (await init(mallory, "mallory-2pc", version=6, enable2_pc=True))[0] == \
+        E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    assert broker.txn.core.get("mallory-2pc") is None                       # nothing made
+    await allow(admin, (TXN, "mallory-2pc", LITERAL, TWO_PHASE_COMMIT))
+    for _ in range(200):   # the broker follows the controller's ACLs
+        code, pid, epoch = await init(mallory, "mallory-2pc", version=6, enable2_pc=True)
+        if code != E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+            break
+        await asyncio.sleep(0.05)
+    assert code == E.NONE
+    assert await add(mallory, "mallory-2pc", pid, epoch, (0,)) == {E.NONE: 1}
+    before = txn_log_end(broker, "mallory-2pc")
+    for _ in range(30):
+        r = await mallory.call(K.INIT_PRODUCER_ID, 6, transactional_id="mallory-2pc", transaction_timeout=60000,
+                               producer_id=-1, producer_epoch=-1, enable2_pc=True, keep_prepared_txn=True)
+        assert int(r.error_code) == E.NONE and int(r.ongoing_txn_producer_id) == pid
+    assert txn_log_end(broker, "mallory-2pc") == before + 30                   # one record per keep
+    meta = broker.txn.core.get("mallory-2pc")
+    assert meta.state.display_name == "Ongoing" and meta.partitions == {("mallory-t", 0)}
+    assert [m.transactional_id for m in broker.txn.core._all()] == ["mallory-2pc"]
