@@ -650,3 +650,17 @@ def test_marker_progress(h):
     stopped.on_result(T0, E.NONE)
     stopped.on_result(T1, E.TRANSACTION_COORDINATOR_FENCED)
     assert not stopped.finished and stopped.stopped
+
+
+def test_keep_prepared_at_an_exhausted_epoch_is_refused():
+    """KIP-939: each KeepPreparedTxn bumps the epoch; at the last one the transaction's manager
+    is told INVALID_TXN_STATE (it must complete the transaction another way) rather than the id
+    rotated, so restarts cannot keep a transaction for ever."""
+    from oncelog.core.txn.state import TWO_PC_TIMEOUT_MS
+    h = Harness(two_phase_commit_enable=True)
+    h.seed(TransactionMetadata(TID, 7, EPOCH_EXHAUSTED_AT, TWO_PC_TIMEOUT_MS, S.ONGOING, frozenset({T0}),
+                               start_ms=NOW - 5, update_ms=NOW))
+    written = len(h.log)
+    a = h.coord.prepare_init_producer_id(TID, 60_000, NOW, enable_2pc=True, keep_prepared=True)
+    assert a == Answer(E.INVALID_TXN_STATE)
+    assert h.meta().partitions == frozenset({T0}) and len(h.log) == written

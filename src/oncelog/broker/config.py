@@ -121,6 +121,8 @@ _BROKER_ONLY = (
               "GROUP_MAX_SIZE_REACHED).", minimum=1),
     ConfigDef("group.share.max.share.sessions", "int", 2000, "Most share sessions of a broker (more get "
               "SHARE_SESSION_LIMIT_REACHED).", minimum=1),
+    ConfigDef("offset.metadata.max.bytes", "int", 4096, "Longest metadata string of a committed offset "
+              "(OffsetCommit, TxnOffsetCommit); a longer one is refused OFFSET_METADATA_TOO_LARGE.", minimum=0),
     ConfigDef("offsets.retention.minutes", "int", 10080, "How long committed offsets outlive their "
               "group: from when it became empty, or from the commit for a group without members.",
               minimum=1),

@@ -3,8 +3,10 @@ id is a standalone commit (a consumer using assign), accepted while the group ha
 v2-v4 may ask for their own retention time; v7+ names the static instance; v9 carries a consumer
 group member's epoch (KIP-848: STALE_MEMBER_EPOCH for another epoch, and such a member must use
 v9) and answers GROUP_ID_NOT_FOUND for a member of an unknown group. A partition the
-topic does not have gets UNKNOWN_TOPIC_OR_PARTITION. Needs READ on the group (else
-GROUP_AUTHORIZATION_FAILED for every partition) and READ on each topic (TOPIC_AUTHORIZATION_FAILED)."""
+topic does not have gets UNKNOWN_TOPIC_OR_PARTITION, one whose metadata is longer than
+`offset.metadata.max.bytes` OFFSET_METADATA_TOO_LARGE (Kafka's bound on what a commit keeps). Needs
+READ on the group (else GROUP_AUTHORIZATION_FAILED for every partition) and READ on each topic
+(TOPIC_AUTHORIZATION_FAILED)."""
 from __future__ import annotations
 
 from typing import Any
@@ -23,7 +25,8 @@ async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     require(broker, Op.READ, GROUP, str(r.group_id))
     readable = authorized_names(broker, Op.READ, TOPIC, (str(t.name) for t in r.topics))
-    offsets, unknown, denied = {}, set(), set()
+    offsets, unknown, denied, too_large = {}, set(), set(), set()
+    max_metadata = broker.config["offset.metadata.max.bytes"]
     for t in r.topics:
         for p in t.partitions:
             if str(t.name) not in readable:
@@ -31,6 +34,9 @@ async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
                 continue
             if not _exists(broker, str(t.name), int(p.partition_index)):
                 unknown.add((str(t.name), int(p.partition_index)))
+                continue
+            if p.committed_metadata is not None and len(p.committed_metadata) > max_metadata:
+                too_large.add((str(t.name), int(p.partition_index)))
                 continue
             offsets[(str(t.name), int(p.partition_index))] = Committed(
                 int(p.committed_offset), p.committed_metadata,
@@ -50,7 +56,8 @@ async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
             rb("OffsetCommitResponsePartition", partition_index=p.partition_index,
                error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED
                if (str(t.name), int(p.partition_index)) in denied else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-               if (str(t.name), int(p.partition_index)) in unknown else error)
+               if (str(t.name), int(p.partition_index)) in unknown else ErrorCode.OFFSET_METADATA_TOO_LARGE
+               if (str(t.name), int(p.partition_index)) in too_large else error)
             for p in t.partitions))
         for t in r.topics)
     return rb.encode(throttle_time=0, topics=topics)

@@ -8,7 +8,8 @@ A `Right` is an operation on a resource named by the request: `TOPIC` the topics
 its group, `TXN` its transactional id, `CLUSTER` the cluster. An entry needs every right of
 `all_of`, and one of each alternative group of `any_of`. `filtered`: a listing that leaves out
 what the caller may not see, refusing nothing; `broker_only`: the broker principal alone (§1.1 of
-docs/security.md), no ACL stands in; `open`: nothing needed."""
+docs/security.md), no ACL stands in; `open`: nothing needed. What filters a listing (this entry's
+or any other answer naming resources the request did not name) is declared in `LISTINGS`."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -104,6 +105,54 @@ API_RIGHTS: dict[int, tuple[ApiRights, ...]] = {
     K.SHARE_FETCH: (ApiRights((1, 2), (RG, RT)),),
     K.SHARE_ACKNOWLEDGE: (ApiRights((1, 2), (RG, RT)),),
 }
+
+
+@dataclass(frozen=True)
+class Listing:
+    """An answer that names resources the request did not name one by one: every topic (Metadata,
+    DescribeLogDirs and OffsetFetch with topics null), every group or transactional id (ListGroups,
+    ListTransactions), what a regex matches (ConsumerGroupHeartbeat), what a named group or
+    transaction holds (ConsumerGroupDescribe, ShareGroupDescribe, DescribeTransactions). Kafka
+    filters such answers instead of refusing them: a resource of type `lists` appears only for a
+    caller with `shown_by` on it (a right on the CLUSTER: on the cluster, for all of them), or with
+    `all_by` on the cluster. `reach`: the rights on what the request names that it needs to be
+    answered at all. `whole`: the answer (or the named resource holding one the caller may not
+    see) is refused whole, with the authorization error of `shown_by`'s resource type (Kafka 4's
+    ConsumerGroupDescribe rule; DescribeLogDirs v3+), instead of being answered without it.
+    `asks`: how the request asks for the listing."""
+    versions: tuple[int, int]
+    lists: ResourceType
+    shown_by: Right
+    asks: str
+    reach: tuple[Right, ...] = ()
+    all_by: Right | None = None
+    whole: bool = False
+    note: str = ""
+
+
+# Checked by tests/security/test_api_rights.py (a listing an API's schema allows but that is
+# declared nowhere fails it) and answered by the generated listing test there.
+LISTINGS: dict[int, tuple[Listing, ...]] = {
+    K.METADATA: (Listing((0, 12), TOPIC, DT, "topics null (v0: empty)"),),
+    K.OFFSET_FETCH: (Listing((2, 9), TOPIC, DT, "topics null", reach=(DG,)),),
+    K.LIST_GROUPS: (Listing((0, 5), GROUP, DG, "every group", all_by=DC),),
+    # the version's top-level error decides: v1-2 have none (an empty list), v3-4 refuse
+    K.DESCRIBE_LOG_DIRS: (Listing((1, 2), TOPIC, DC, "topics null"),
+                          Listing((3, 4), TOPIC, DC, "topics null", whole=True)),
+    K.DESCRIBE_TRANSACTIONS: (Listing((0, 0), TOPIC, DT, "the transaction's partitions", reach=(DX,)),),
+    K.LIST_TRANSACTIONS: (Listing((0, 1), TXN, DX, "every transactional id",
+                                  note="DESCRIBE C shows nothing more, as in Kafka"),),
+    K.CONSUMER_GROUP_HEARTBEAT: (Listing((1, 1), TOPIC, DT, "a regex subscription", reach=(RG,)),),
+    K.CONSUMER_GROUP_DESCRIBE: (Listing((0, 1), TOPIC, DT, "the group's topics", reach=(DG,), whole=True),),
+    K.SHARE_GROUP_DESCRIBE: (Listing((1, 1), TOPIC, DT, "the group's topics", reach=(DG,), whole=True),),
+}
+
+
+def listing_for(api_key: int, version: int) -> Listing | None:
+    for entry in LISTINGS.get(api_key, ()):
+        if entry.versions[0] <= version <= entry.versions[1]:
+            return entry
+    return None
 
 
 def rights_for(api_key: int, version: int) -> ApiRights | None:

@@ -26,6 +26,7 @@ on the controller after the records are durable and on every broker that follows
 """
 from __future__ import annotations
 
+import functools
 import ipaddress
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -86,7 +87,11 @@ def all_operations(resource_type: ResourceType) -> int:
     return bits
 
 
+@functools.lru_cache(maxsize=4096)
 def normalize_host(host: str) -> str:
+    """A client address as the ACLs' hosts are compared. Cached: every decision asks for the
+    caller's (parsing it was half of a decision's cost, which a listing pays once per resource),
+    and the addresses are those of the connections, not a request's."""
     try:
         return ipaddress.ip_address(host.split("%", 1)[0]).compressed
     except ValueError:

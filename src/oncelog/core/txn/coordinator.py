@@ -602,12 +602,13 @@ class TransactionCoordinator:
         return self._begin(part, p, meta.transactional_id, entry, after, reply)
 
     # ------------------------------------------------------------------ timers
-    def expire_timed_out(self, now_ms: int) -> list[Transition]:
+    def expire_timed_out(self, now_ms: int, partition: int | None = None) -> list[Transition]:
         """Ongoing transactions older than their timeout: fence the epoch and abort
-        (transaction.abort.timed.out.transaction.cleanup.interval.ms)."""
+        (transaction.abort.timed.out.transaction.cleanup.interval.ms). `partition`: only that
+        `__transaction_state` partition's (a sweep a step at a time)."""
         out = []
         for p, part in self._partitions.items():
-            if part.loading:
+            if part.loading or (partition is not None and p != partition):
                 continue
             for tid in sorted(part.ongoing):
                 entry = part.entries[tid]
@@ -620,12 +621,13 @@ class TransactionCoordinator:
                         out.append(t)
         return out
 
-    def expire_transactional_ids(self, now_ms: int) -> list[Transition]:
-        """Idle ids not updated for transactional.id.expiration.ms: tombstones to append."""
+    def expire_transactional_ids(self, now_ms: int, partition: int | None = None) -> list[Transition]:
+        """Idle ids not updated for transactional.id.expiration.ms: tombstones to append.
+        `partition`: only that `__transaction_state` partition's."""
         cutoff = now_ms - self.config.transactional_id_expiration_ms
         out = []
         for p, part in self._partitions.items():
-            if part.loading:
+            if part.loading or (partition is not None and p != partition):
                 continue
             for tid, entry in sorted(part.entries.items()):
                 meta = entry.meta
