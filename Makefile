@@ -25,10 +25,11 @@ $(RUN_STAMP): pyproject.toml | $(PY)
 # pyspark again: 2.2 CPU-s instead of 0.7, for each of the several workers a streaming query
 # starts (and Spark gives a worker 10 s to connect back). Moved aside, the workers import the
 # installed pyspark, the same version, compiled: test_streaming.py took 142 s instead of 217.
+PYSPARK_ZIP_ASIDE := for z in $(VENV)/lib/python*/site-packages/pyspark/python/lib/pyspark.zip; do \
+	if [ -f "$$z" ]; then mv "$$z" "$$z.unused"; fi; done
 $(TEST_STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet -e '.[test,bench]'
-	for z in $(VENV)/lib/python*/site-packages/pyspark/python/lib/pyspark.zip; do \
-		if [ -f "$$z" ]; then mv "$$z" "$$z.unused"; fi; done
+	$(PYSPARK_ZIP_ASIDE)
 	rm -f $(VENV)/.installed-*; touch $@ $(RUN_STAMP)
 
 install-test: $(TEST_STAMP)
@@ -62,7 +63,7 @@ PYTEST_PARALLEL := -n $(TEST_WORKERS) --dist loadgroup
 # every process would compile oncelog's sources again, about 1 s of CPU for each of the
 # suite's hundreds of broker starts, CLI calls and Spark workers. A .pyc is read whatever
 # that variable says.
-COMPILE := $(PY) -m compileall -q -j 0 src tests >/dev/null
+COMPILE := $(PY) -m compileall -q -j 0 src tests >/dev/null; $(PYSPARK_ZIP_ASIDE)
 test: $(TEST_STAMP) lint
 	$(COMPILE)
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_PARALLEL) -m "not slow" --durations=25 --junitxml=build/pytest-ci.xml
