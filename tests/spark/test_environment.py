@@ -30,10 +30,11 @@ def test_missing_pyarrow_says_what_to_do():
 
 
 def test_python_workers_import_the_installed_compiled_pyspark(spark):
-    """The Makefile (install-test and every test target) moves a pip-installed pyspark's python/lib/pyspark.zip aside: Spark puts it first
-    on its workers' PYTHONPATH, and a worker importing pyspark from a zip compiles it at every
-    start (2.2 CPU-s instead of 0.7; Spark gives a worker 10 s to connect back, and under CI's
-    load streaming queries failed with 'Python worker failed to connect back')."""
+    """The Makefile (install-test and every test target) moves a pip-installed pyspark's
+    python/lib/pyspark.zip aside: Spark puts it first on its workers' PYTHONPATH, and a worker
+    importing pyspark from a zip compiles it at every start (2.2 CPU-s instead of 0.7; Spark
+    gives a worker 10 s to connect back, and under CI's load streaming queries failed with
+    'Python worker failed to connect back')."""
     import pyspark
     where = spark.range(1).rdd.map(lambda _: __import__("pyspark").__file__).collect()
     assert where == [pyspark.__file__], f"workers import {where}: run the tests with make (it moves the zip aside)"
