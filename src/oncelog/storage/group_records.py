@@ -28,22 +28,19 @@ from __future__ import annotations
 import json
 import logging
 import os
-import struct
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from crc32c import crc32c
-
 from oncelog.core.groups.consumer_group import Changes, ConsumerGroupRecord, Member
 from oncelog.core.groups.reconciliation import Assignment, MemberState
+from oncelog.storage import frames as framing
 from oncelog.storage.durable import replace_file
 
 log = logging.getLogger(__name__)
 
-_FRAME = struct.Struct(">II")
 SUFFIX = ".records"
 # a log is compacted once it is larger than twice its live records and this much
 COMPACT_SLACK_BYTES = 256 << 10
@@ -73,18 +70,13 @@ class RecordLog:
         out = cls(path)
         values: dict[Key, Any] = {}
         pos = 0
-        while pos + _FRAME.size <= len(data):
-            length, crc = _FRAME.unpack_from(data, pos)
-            end = pos + _FRAME.size + length
-            payload = data[pos + _FRAME.size:end]
-            if len(payload) < length or crc32c(payload) != crc:
-                break
+        for start, end, payload in framing.frames(data):
             try:
                 record = json.loads(payload)
                 key = (record["k"], record.get("id", ""))
             except (ValueError, KeyError, TypeError):
                 break
-            out._note(key, data[pos:end], record["v"] is None)
+            out._note(key, data[start:end], record["v"] is None)
             if record["v"] is None:
                 values.pop(key, None)
             else:
@@ -227,7 +219,7 @@ def _frame(key: Key, value: Any) -> bytes:
         body["id"] = key[1]
     body["v"] = value
     payload = json.dumps(body, separators=(",", ":")).encode()
-    return _FRAME.pack(len(payload), crc32c(payload)) + payload
+    return framing.frame(payload)
 
 
 # ---------------------------------------------------------------------- records <-> the group

@@ -25,7 +25,6 @@ import errno
 import json
 import logging
 import os
-import struct
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,12 +32,12 @@ from typing import Any
 from crc32c import crc32c
 
 from oncelog.storage import failpoints as fp
+from oncelog.storage import frames as framing
 from oncelog.storage.dir_lock import DirectoryLock
 from oncelog.storage.durable import rename, replace_file
 
 log = logging.getLogger(__name__)
 
-_FRAME = struct.Struct(">II")
 LOG_FILE = "metadata.log"
 
 
@@ -77,16 +76,12 @@ class MetadataLog:
     def _recover(self) -> None:
         data = self.path.read_bytes() if self.path.exists() else b""
         pos = 0
-        while pos + _FRAME.size <= len(data):
-            length, crc = _FRAME.unpack_from(data, pos)
-            payload = data[pos + _FRAME.size:pos + _FRAME.size + length]
-            if len(payload) < length or crc32c(payload) != crc:
-                break
+        for _start, end, payload in framing.frames(data):
             try:
                 self._records.append(json.loads(payload))
             except ValueError:
                 break
-            pos += _FRAME.size + length
+            pos = end
         self._size = pos
         if pos < len(data) and not self.read_only:
             log.warning("%s: ignoring a torn or corrupt tail of %d bytes at position %d (truncated)",
@@ -112,20 +107,17 @@ class MetadataLog:
         first = len(self._records)
         if not records:
             return first
-        frames = bytearray()
-        for r in records:
-            payload = _canonical(r)
-            frames += _FRAME.pack(len(payload), crc32c(payload)) + payload
+        framed = b"".join(framing.frame(_canonical(r)) for r in records)
         try:
-            written = fp.meta_write(self._fd, frames)
-            if written != len(frames):
-                raise OSError(errno.ENOSPC, f"short write: {written} of {len(frames)} bytes")
+            written = fp.meta_write(self._fd, framed)
+            if written != len(framed):
+                raise OSError(errno.ENOSPC, f"short write: {written} of {len(framed)} bytes")
             fp.meta_sync(self._fd)
         except OSError as e:
             self._cut_back(e)
             raise MetadataLogError(f"{self.path}: append of {len(records)} record(s) failed ({e}); "
                                    "nothing was appended") from None
-        self._size += len(frames)
+        self._size += len(framed)
         self._records.extend(records)
         return first
 

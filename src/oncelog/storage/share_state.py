@@ -52,7 +52,6 @@ import json
 import logging
 import os
 import shutil
-import struct
 import urllib.parse
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -61,17 +60,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from crc32c import crc32c
-
 from oncelog.core.share.partition import StateBatch
 from oncelog.storage import failpoints as fp
+from oncelog.storage import frames as framing
 from oncelog.storage.durable import fsync_dir, replace_file
 
 log = logging.getLogger(__name__)
 
 _FORMAT = 1
 LOG_NAME = "share-state.log"
-_FRAME = struct.Struct(">II")
 # a log is compacted once it is larger than twice its live frames and this much
 COMPACT_SLACK_BYTES = 1 << 20
 
@@ -115,18 +112,13 @@ class GroupStateLog:
             out._read_legacy()
             return out
         pos = 0
-        while pos + _FRAME.size <= len(data):
-            length, crc = _FRAME.unpack_from(data, pos)
-            stop = pos + _FRAME.size + length
-            payload = data[pos + _FRAME.size:stop]
-            if len(payload) < length or crc32c(payload) != crc:
-                break
+        for start, stop, payload in framing.frames(data):
             try:
                 key, state = _decode(payload)
             except (ValueError, KeyError, TypeError) as e:
-                log.error("%s: a frame at byte %d does not decode (%s); the log ends there", path, pos, e)
+                log.error("%s: a frame at byte %d does not decode (%s); the log ends there", path, start, e)
                 break
-            out._note(key, data[pos:stop], state)
+            out._note(key, data[start:stop], state)
             pos = stop
         if pos < len(data):
             log.warning("%s: %d bytes after the last whole frame (a write the process did not finish) are "
@@ -379,7 +371,7 @@ def _frame(key: Key, state: ShareState | None) -> bytes:
         body.update(e=state.state_epoch, s=state.start_offset,
                     b=[(b.first_offset, b.last_offset, b.state, b.delivery_count) for b in state.batches])
     payload = json.dumps(body, separators=(",", ":")).encode()
-    return _FRAME.pack(len(payload), crc32c(payload)) + payload
+    return framing.frame(payload)
 
 
 def _decode(payload: bytes) -> tuple[Key, ShareState | None]:
