@@ -191,13 +191,15 @@ class GroupCoordinator:
             if group_id not in self.classic.groups and self.owns(group_id):
                 self.classic.group(group_id)
         self.consumer.reconcile()
+        self.share.unload(lambda group_id: not self.owns(group_id))
 
     def unload_partition(self, partition: int) -> None:
         """This broker lost `__consumer_offsets-<partition>` (its lease): the groups of it held in
-        memory are forgotten, classic and consumer groups alike (`broker.groups.ownership`)."""
+        memory are forgotten, classic, consumer and share groups alike (`broker.groups.ownership`)."""
         for group_id in [gid for gid in self.classic.groups if self.store.partition_of(gid) == partition]:
             self.classic.unload(group_id)
         self.consumer.unload_partition(partition)
+        self.share.unload(lambda group_id: self.store.partition_of(group_id) == partition)
 
     # ------------------------------------------------------------------ offsets (`offsets.GroupOffsets`)
     def commit(self, group_id: str, generation: int, member_id: str,

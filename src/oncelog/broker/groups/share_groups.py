@@ -45,6 +45,7 @@ from oncelog.broker.logs.fsync_batcher import GroupCommit
 from oncelog.core.share.group import ShareAnswer, ShareGroup, ShareHeartbeat, TopicMetadata, heartbeat, leave, validate
 from oncelog.core.share.partition import Counts, SharePartition
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
+from oncelog.storage.fence import Fenced
 from oncelog.storage.share_state import Pending, ShareState, ShareStateStore, StaleStateEpoch
 
 log = logging.getLogger(__name__)
@@ -103,7 +104,12 @@ class _GroupStateSync:
     Storage owns the file (`ShareStateStore.write / sync / synced / sync_failed`); this owns what to
     write and when."""
 
-    offline = False   # a failed write is retried, never given up: the group stays writable
+    @property
+    def offline(self) -> bool:
+        """GroupCommit: writes still waited for are answered as not stored. A failed write is
+        retried, never given up (the group stays writable); only a group deleted, or unloaded
+        because another broker coordinates it now, writes nothing more."""
+        return self.gone
 
     def __init__(self, owner: ShareGroupCoordinator, group: str) -> None:
         self.owner, self.group = owner, group
@@ -114,7 +120,7 @@ class _GroupStateSync:
         self.rewrite = False            # a write failed: the next one writes every share-partition whole
         self.retry_at = 0
         self.error: Exception | None = None
-        self.gone = False               # the group was deleted: nothing more is written
+        self.gone = False               # deleted, or unloaded (not coordinated here): nothing more is written
 
     def next_write(self) -> int:
         """The write that will cover every change made so far."""
@@ -155,12 +161,14 @@ class _GroupStateSync:
 
     def end_sync(self, token: tuple[int, Pending], error: BaseException | None, now: int) -> None:
         n, pending = token
-        if self.gone:
-            return   # deleted meanwhile (its file with it)
         if error is None:
-            ShareStateStore.synced(pending)
+            # a write made under the lease and fsynced is durable even if the group went since
             self.durable_end_offset = max(self.durable_end_offset, n)
+            if not self.gone:
+                ShareStateStore.synced(pending)
             return
+        if self.gone:
+            return   # deleted (its file with it), or another broker's now: nothing to cut back
         if isinstance(error, OSError):
             ShareStateStore.sync_failed(pending, error)
             self._failed(error, now)
@@ -311,6 +319,34 @@ class ShareGroupCoordinator:
             sync.gone = True
         self.store.delete(group)
         return E.NONE
+
+    def unload(self, lost: Callable[[str], bool]) -> None:
+        """This broker no longer coordinates the groups for which `lost` is true (it lost the lease
+        of their `__consumer_offsets` partition, `broker.groups.ownership`): what it held of them
+        in memory (members, share sessions, share-partitions, configs, their state log as last
+        read) is dropped without a write, and writes still waited for are answered as not stored
+        unless their fsync completed. A later owner, this broker included when a group comes back
+        to it, starts from the files; before, a broker that got a group back served its old
+        share-partitions from memory and wrote them over what the other owner had written."""
+        groups = {g for g in (*self.groups, *self.group_configs, *self._syncs,
+                              *(k[0] for k in self.partitions), *(k[0] for k in self.sessions)) if lost(g)}
+        if not groups:
+            return
+        for key in [k for k in self.partitions if k[0] in groups]:
+            for name, value in vars(self.partitions.pop(key).counts).items():
+                setattr(self.totals, name, getattr(self.totals, name) + value)   # metrics only grow
+        self.sessions = {k: v for k, v in self.sessions.items() if k[0] not in groups}
+        self._member_deadlines = {k: v for k, v in self._member_deadlines.items() if k[0] not in groups}
+        for group in groups:
+            self.groups.pop(group, None)
+            self.group_configs.pop(group, None)
+            self.store.forget(group)
+            sync = self._syncs.pop(group, None)
+            if sync is not None:
+                sync.gone = True
+                sync.error = Fenced(f"share group {group}", -1, -1)
+            log.info("share group %s: no longer coordinated here; its state in memory is dropped", group)
+        self.commit.settle_all()
 
     # ------------------------------------------------------------------ share sessions
     def session(self, group: str, member: str, epoch: int) -> ShareSession | None:

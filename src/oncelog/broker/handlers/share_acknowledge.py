@@ -12,7 +12,15 @@ from __future__ import annotations
 from typing import Any
 
 from oncelog.broker.handlers.api_versions import share_groups_enabled
-from oncelog.broker.handlers.share_fetch import TP, PartitionAnswer, ack_batches, acknowledge, answer_durably, resolve
+from oncelog.broker.handlers.share_fetch import (
+    TP,
+    PartitionAnswer,
+    ack_batches,
+    acknowledge,
+    answer_durably,
+    elsewhere,
+    resolve,
+)
 from oncelog.broker.security.authorization import GROUP, Op, authorize
 from oncelog.broker.services import BrokerServices
 from oncelog.protocol import entities
@@ -46,11 +54,13 @@ async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
     group, member = str(r.group_id or ""), str(r.member_id or "")
     if not authorize(broker, Op.READ, GROUP, group):
         return answer(E.GROUP_AUTHORIZATION_FAILED, None, {})
-    lock_ms = share.lock_ms(group)
     named: dict[TP, Any] = {}
     for t in r.topics:
         for p in t.partitions:
             named[(t.topic_id, int(p.partition_index))] = p
+    if not broker.coordinates(group):
+        return answer(E.NONE, None, elsewhere(named))
+    lock_ms = share.lock_ms(group)
     resolved = resolve(broker, named)
     epoch = int(r.share_session_epoch)
     if epoch == 0:

@@ -95,6 +95,13 @@ def resolve(broker: BrokerServices, pairs: Iterable[TP]) -> Resolved:
     return out
 
 
+def elsewhere(pairs: Iterable[TP]) -> dict[TP, PartitionAnswer]:
+    """The answers of a broker that does not coordinate the group (or no longer: it was paused,
+    and another took the group over): a share-partition lives with its group's coordinator
+    (docs/share-groups.md), so nothing is served from this broker's memory."""
+    return {tp: PartitionAnswer(E.NOT_LEADER_OR_FOLLOWER, ack_error_code=E.NOT_LEADER_OR_FOLLOWER) for tp in pairs}
+
+
 def acknowledge(broker: BrokerServices, group: str, member: str, tp: TP, name: str,
                 batches: list[tuple[int, int, list[int]]], answer: PartitionAnswer) -> int:
     """Apply one partition's acknowledgements; the number of the group's state write that
@@ -173,12 +180,14 @@ async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
         return top(E.GROUP_AUTHORIZATION_FAILED)
     if not member.strip():
         return top(E.INVALID_REQUEST, "MemberId can't be empty.")
-    lock_ms = share.lock_ms(group)
     # the request's partitions (a topic may come more than once: librdkafka does that)
     named: dict[TP, Any] = {}
     for t in r.topics:
         for p in t.partitions:
             named[(t.topic_id, int(p.partition_index))] = p
+    if not broker.coordinates(group):   # checks the group's lease: a lost one drops the group first
+        return top(E.NONE, None, elsewhere(named))
+    lock_ms = share.lock_ms(group)
     forgotten = {(t.topic_id, int(p)) for t in r.forgotten_topics_data for p in t.partitions}
     resolved = resolve(broker, named)
     epoch = int(r.share_session_epoch)
