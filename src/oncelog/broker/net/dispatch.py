@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from oncelog.broker.cluster.controller_client import ControllerUnavailable
 from oncelog.broker.handlers import APIS, api_versions
 from oncelog.broker.net.request_context import APPLIED, CLIENT, LISTENER, MUTE, PRINCIPAL
 from oncelog.broker.services import BrokerServices
@@ -91,6 +92,13 @@ class Dispatcher:
             log.info("%s v%d from %s refused: %s", api_name(api_key), version, peer or "?", e)
             refused = e.code
             body = api.error_response(version, request, e.code)
+        except ControllerUnavailable as e:
+            # a request the broker forwards (ACLs, quotas, features) while the controller restarts
+            # or cannot be reached: retriable, not a bug (the client asks again)
+            log.warning("%s v%d from %s: the controller is not reachable (%s); answered NOT_CONTROLLER",
+                        api_name(api_key), version, peer or "?", e)
+            refused = ErrorCode.NOT_CONTROLLER
+            body = api.error_response(version, request, refused)
         except Exception:
             log.exception("%s %s v%d (correlation id %d, client %r at %s); answered UNKNOWN_SERVER_ERROR",
                           HANDLER_BUG, api_name(api_key), version, header.correlation_id, header.client_id,
