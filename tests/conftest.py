@@ -48,6 +48,11 @@ settings.load_profile(TIER)
 # never pay it). `_child_site/hypothesis.py` refuses the import in those processes only.
 _CHILD_SITE = str(Path(__file__).parent / "_child_site")
 
+# Brokers and controllers are forked from a process that imported what they import once
+# (oncelog.testing.fork_server): 0.1 CPU-s a start instead of 0.8, over about 400 starts.
+# ONCELOG_TEST_FORK_SERVER=0 starts each with exec.
+os.environ.setdefault("ONCELOG_TEST_FORK_SERVER", "1")
+
 # The tests' Spark JVMs (their own session's and the drivers they start) run for seconds each:
 # the C1 compiler alone and the serial collector spend less of the two cores on compiling and
 # collecting than the server defaults tuned for long jobs. A user's setting wins.

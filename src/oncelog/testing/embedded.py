@@ -19,6 +19,8 @@ import threading
 import time
 from pathlib import Path
 
+from oncelog.testing import fork_server
+
 _BROKER_LOGS: dict[Path, None] = {}  # the log file of every broker process started, in order
 
 
@@ -57,7 +59,8 @@ def free_port() -> int:
     raise RuntimeError(f"no free port in {first}-{first + _WORKER_PORTS - 1} (worker {worker})")
 
 
-def wait_for_line(proc: subprocess.Popen, pattern: re.Pattern, timeout_s: float) -> re.Match | None:
+def wait_for_line(proc: subprocess.Popen | fork_server.ForkedProcess, pattern: re.Pattern,
+                  timeout_s: float) -> re.Match | None:
     """Reads the process's stdout until a line matches `pattern` (None: it exited or the time ran
     out), then keeps draining stdout in the background so the process never blocks on the pipe."""
     assert proc.stdout is not None
@@ -90,7 +93,7 @@ class ServerProcess:
         self.host, self.port = host, port
         self.log_file = Path(log_file) if log_file else None
         self.env = dict(env or {})
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen | fork_server.ForkedProcess | None = None
 
     def command(self) -> list[str]:
         return self.argv
@@ -116,10 +119,14 @@ class ServerProcess:
             handoff.flush()
             handoff.seek(0)
             cmd, fds = [*cmd, "--overrides-fd", str(handoff.fileno())], (handoff.fileno(),)
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
         try:
-            self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, pass_fds=fds,
-                                         stderr=log if log is not None else subprocess.STDOUT,
-                                         env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env})
+            if fork_server.enabled() and cmd[:3] == _oncelog():   # tests: forked, imports done once
+                self.proc = fork_server.ForkServer.get().spawn(
+                    cmd[3:], env=env, stderr=log.fileno() if log is not None else None, pass_fds=fds)
+            else:
+                self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, pass_fds=fds,
+                                             stderr=log if log is not None else subprocess.STDOUT, env=env)
         finally:
             if log is not None:
                 log.close()

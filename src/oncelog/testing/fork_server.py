@@ -1,0 +1,224 @@
+"""A fork server for the brokers and controllers a test suite starts (`testing.embedded`).
+
+The suite starts about 400 `oncelog serve` and `oncelog controller` processes. Each spent 0.8
+CPU-s importing what serving needs before it listened, 0.75 of its 0.8 s start: some 300 CPU-s of
+a CI run on a 2-core machine. Here one process per test process imports all that once and forks a
+child for each start (the zygote of Android, Spark's `pyspark.daemon`); the child then runs the
+command line's `main` as `python -m oncelog.cli.main ...` would.
+
+A forked server is a process of its own like an exec'd one: its own pid (kill -9, SIGSTOP and
+SIGTERM reach it alone), its own files, sockets and event loop, the environment, working directory
+and descriptors of its start, stdout and stderr where `ServerProcess` puts them, and the exit
+status of its `main`. What differs: `/proc/<pid>/cmdline` is the fork server's, the interpreter's
+own start-up settings (`PYTHON*` variables, the hash seed) are the fork server's, and a child is
+reaped by the fork server (`ForkedProcess.poll/wait` ask it, after its pidfd says it exited).
+
+Used when ONCELOG_TEST_FORK_SERVER=1 (tests/conftest.py sets it); `oncelog verify` and the
+benchmarks start their servers with exec, as before.
+
+    python -m oncelog.testing.fork_server FD     the server, on the SOCK_SEQPACKET socket FD
+"""
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import IO, Any
+
+ENV = "ONCELOG_TEST_FORK_SERVER"
+_MAX_MESSAGE = 1 << 20
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV) == "1"
+
+
+# ---------------------------------------------------------------------------------- the client
+
+class ForkedProcess:
+    """The part of `subprocess.Popen` that `ServerProcess` and tests use, for a forked child."""
+
+    def __init__(self, server: ForkServer, pid: int, args: list[str], stdout: IO[bytes]) -> None:
+        self.server, self.pid, self.args, self.stdout = server, pid, args, stdout
+        self.returncode: int | None = None
+        # the child stays a zombie of the fork server until it is reaped on our asking, so its
+        # pid cannot be reused before this opens it
+        self._pidfd = os.pidfd_open(pid)
+
+    def poll(self) -> int | None:
+        if self.returncode is None and select.select([self._pidfd], [], [], 0)[0]:
+            self._reap()
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            if not select.select([self._pidfd], [], [], timeout)[0]:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0)
+            self._reap()
+        assert self.returncode is not None
+        return self.returncode
+
+    def _reap(self) -> None:
+        self.returncode = int(self.server.request({"op": "reap", "pid": self.pid})["code"])
+        os.close(self._pidfd)
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+class ForkServer:
+    """The fork server of this process, started on first use."""
+
+    _current: ForkServer | None = None
+
+    @classmethod
+    def get(cls) -> ForkServer:
+        server = cls._current
+        if server is None or server.owner != os.getpid() or server.proc.poll() is not None:
+            server = cls._current = cls()
+        return server
+
+    def __init__(self) -> None:
+        self.owner = os.getpid()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.proc = subprocess.Popen([sys.executable, "-m", __name__, str(theirs.fileno())],
+                                     pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        theirs.close()
+        self.sock = ours
+        self._lock = threading.Lock()   # one request and its answer at a time (threads of `verify`)
+
+    def request(self, message: dict[str, Any], fds: list[int] | None = None) -> dict[str, Any]:
+        with self._lock:
+            socket.send_fds(self.sock, [json.dumps(message).encode()], fds or [])
+            answer = self.sock.recv(_MAX_MESSAGE)
+        if not answer:
+            raise RuntimeError("the fork server exited (its stderr is the test's)")
+        out: dict[str, Any] = json.loads(answer)
+        if "error" in out:
+            raise RuntimeError(f"the fork server could not start {message.get('argv')}: {out['error']}")
+        return out
+
+    def spawn(self, argv: list[str], *, env: dict[str, str], stderr: int | None,
+              pass_fds: tuple[int, ...] = ()) -> ForkedProcess:
+        """`python -m oncelog.cli.main *argv`, stdout to a pipe (the returned process's `stdout`),
+        stderr to the descriptor `stderr` (None: the same pipe); each of `pass_fds` that the
+        command line names is renumbered in it to where the child has it."""
+        read_end, write_end = os.pipe()
+        try:
+            fd_args = [argv.index(str(fd)) for fd in pass_fds]
+            pid = int(self.request({"op": "spawn", "argv": argv, "env": env, "cwd": os.getcwd(),
+                                    "fd_args": fd_args, "stderr_is_stdout": stderr is None},
+                                   [write_end, write_end if stderr is None else stderr, *pass_fds])["pid"])
+        except BaseException:
+            os.close(read_end)
+            raise
+        finally:
+            os.close(write_end)
+        return ForkedProcess(self, pid, argv, os.fdopen(read_end, "rb"))
+
+
+# ---------------------------------------------------------------------------------- the server
+
+def _child(request: dict[str, Any], fds: list[int]) -> int:
+    """In the forked child: become `python -m oncelog.cli.main *argv`; its exit code."""
+    import atexit
+    import logging
+    import random
+    import traceback
+
+    from oncelog.cli import main as cli
+    from oncelog.storage import failpoints
+    stdout, stderr, *passed = fds
+    os.dup2(stdout, 1)
+    os.dup2(stderr, 2)
+    for fd in {stdout, stderr}:
+        os.close(fd)
+    argv = list(request["argv"])
+    for position, fd in zip(request["fd_args"], passed):
+        argv[position] = str(fd)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    random.seed()                                         # not the fork server's sequence
+    failpoints.configure(os.environ.get(failpoints.ENV))   # read at import in an exec'd process
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    sys.argv = [str(Path(cli.__file__)), *argv]
+    code: int = 0
+    try:
+        cli.main()
+    except SystemExit as e:
+        if isinstance(e.code, int) or e.code is None:
+            code = e.code or 0
+        else:
+            print(e.code, file=sys.stderr)
+            code = 1
+    except BaseException:   # noqa: BLE001 - what the interpreter would print, and its exit status
+        traceback.print_exc()
+        code = 1
+    atexit._run_exitfuncs()
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    return code
+
+
+def _serve(sock: socket.socket) -> None:
+    # what the servers import, once (about 600 modules)
+    import oncelog.broker.net.server  # noqa: F401
+    import oncelog.cli.controller_command  # noqa: F401
+    import oncelog.cli.main  # noqa: F401
+    import oncelog.cli.serve  # noqa: F401
+    import oncelog.storage.failpoints  # noqa: F401
+    while True:
+        try:
+            data, fds, _flags, _addr = socket.recv_fds(sock, _MAX_MESSAGE, 16)
+        except ConnectionResetError:
+            return
+        if not data:
+            return   # the test process is gone
+        request = json.loads(data)
+        try:
+            if request["op"] == "spawn":
+                sys.stdout.flush()
+                sys.stderr.flush()
+                pid = os.fork()
+                if pid == 0:
+                    code = 1
+                    try:
+                        sock.close()
+                        code = _child(request, fds)
+                    finally:
+                        os._exit(code)
+                answer: dict[str, Any] = {"pid": pid}
+            elif request["op"] == "reap":
+                _pid, status = os.waitpid(int(request["pid"]), 0)
+                answer = {"code": os.waitstatus_to_exitcode(status)}
+            else:
+                answer = {"error": f"unknown request {request['op']!r}"}
+        except OSError as e:
+            answer = {"error": str(e)}
+        finally:
+            for fd in fds:
+                os.close(fd)
+        sock.send(json.dumps(answer).encode())
+
+
+if __name__ == "__main__":
+    _serve(socket.socket(fileno=int(sys.argv[1])))
