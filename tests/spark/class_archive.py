@@ -21,6 +21,8 @@ import sys
 import tempfile
 import time
 
+from sessions import session_pids
+
 ROWS = 50
 
 
@@ -40,18 +42,6 @@ def _job(bootstrap: str, checkpoint: str) -> None:
     (df.select(col("value"), col("partition")).write.format("oncelog").options(**opts)
      .option("topic", "src").mode("append").save())
     spark.stop()
-
-
-def _session_alive(sid: int) -> bool:
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        if int(stat[stat.rindex(")") + 2:].split()[3]) == sid:
-            return True
-    return False
 
 
 def build(target: str) -> None:
@@ -85,7 +75,7 @@ def build(target: str) -> None:
                 raise SystemExit(f"the archive's Spark job failed (exit {job.returncode})")
             # the JVM outlives its Python driver while it writes the archive
             deadline = time.monotonic() + 300
-            while _session_alive(job.pid):
+            while session_pids(job.pid):
                 if time.monotonic() > deadline:
                     raise SystemExit("the archiving JVM did not exit within 300 s")
                 time.sleep(0.2)

@@ -17,6 +17,7 @@ import time
 from collections import Counter
 
 import pytest
+from sessions import session_pids
 from test_exactly_once import PAD, ROWS, _ids, client_values, kafka_python_values
 
 from oncelog.client import AdminClient
@@ -32,30 +33,15 @@ def _start(bootstrap, src, dst, ckpt, log, *extra):
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
-def _session(sid: int) -> list[int]:
-    """Processes of session `sid` (the driver, its JVM, the JVM's Python daemon and workers,
-    which make a process group of their own but stay in the session)."""
-    out = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        if int(stat[stat.rindex(")") + 2:].split()[3]) == sid:
-            out.append(int(pid))
-    return out
-
-
 def _kill_driver(proc: subprocess.Popen) -> None:
-    for pid in _session(proc.pid):
+    for pid in session_pids(proc.pid):
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
     proc.wait(30)
     deadline = time.monotonic() + 30
-    while _session(proc.pid):
+    while session_pids(proc.pid):
         assert time.monotonic() < deadline, "processes of the killed driver survived"
         time.sleep(0.1)
 
