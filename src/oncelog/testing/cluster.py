@@ -198,7 +198,7 @@ class LocalCluster:
     # ---------------------------------------------------------------- observation
 
     def scrape(self, i: int) -> Counter[str]:
-        """Counters of broker i's /metrics, summed over labels other than api/error/kind."""
+        """Counters of broker i's /metrics, summed over labels other than api/error/kind/event."""
         from prometheus_client.parser import text_string_to_metric_families
         out: Counter[str] = Counter()
         try:
@@ -213,7 +213,7 @@ class LocalCluster:
                 if not s.name.endswith("_total"):
                     continue
                 label = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items())
-                                 if k in ("api", "error", "kind"))
+                                 if k in ("api", "error", "kind", "event"))
                 out[f"{s.name}{{{label}}}" if label else s.name] += int(s.value)
         return out
 
