@@ -33,10 +33,12 @@ def _names(allowed):
 @click.option("--records", default=10_000, show_default=True, help="Records in total, shared by the clients.")
 @click.option("--clients", default=",".join(WORKLOADS), show_default=True, callback=_names(tuple(WORKLOADS)),
               help="Producers that write concurrently.")
-@click.option("--workload", type=click.Choice(["produce", "transactions"]), default="produce",
+@click.option("--workload", type=click.Choice(["produce", "transactions", "share"]), default="produce",
               show_default=True, help="produce: idempotent producers write unique values. transactions: "
               "consume-transform-produce copy loops (oncelog, librdkafka) with aborts and zombie fencing; "
-              "the output must hold every input exactly once and no aborted record.")
+              "the output must hold every input exactly once and no aborted record. share: members of a "
+              "share group (oncelog, librdkafka) accept, release, reject and crash holding records; every "
+              "record must finish, none be delivered again once acknowledged, none past its delivery limit.")
 @click.option("--seed", default=0, show_default=True, help="Same seed, same fault schedule.")
 @click.option("--brokers", default=2, show_default=True)
 @click.option("--partitions", default=4, show_default=True)
@@ -66,6 +68,12 @@ def verify(faults, power_loss, records, clients, workload, seed, brokers, partit
     logging.basicConfig(level=logging.WARNING)
     if power_loss and "power-loss" not in faults:
         faults = (*faults, "power-loss")
+    source = click.get_current_context().get_parameter_source("clients")
+    if workload != "produce" and source == click.core.ParameterSource.DEFAULT:
+        # the default names the producers; the other workloads run the clients that have them
+        from oncelog.testing.share_verify import SHARE_CLIENTS
+        from oncelog.testing.txn_verify import TXN_CLIENTS
+        clients = SHARE_CLIENTS if workload == "share" else TXN_CLIENTS
     try:
         options = VerifyOptions(faults=faults, records=records, clients=clients, seed=seed, brokers=brokers,
                                 partitions=partitions, duration_s=duration, timeout_s=timeout,

@@ -53,6 +53,10 @@ class LocalCluster:
         self.proxies: dict[int, ThreadedFaultProxy] = {}
         self.metrics_ports: dict[int, int] = {}
         self.counters: Counter[str] = Counter()  # broker metrics summed over process lifetimes
+        # partitions that move together: a move of any of them moves them all (a share group's
+        # share-partitions live on the broker that coordinates the group and leads the partition,
+        # so its topic's partitions move with its `__consumer_offsets` partition)
+        self.colocated: list[tuple[str, int]] = []
 
     def start(self) -> LocalCluster:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -151,7 +155,14 @@ class LocalCluster:
         self.controller.start(timeout_s=RESTART_TIMEOUT_S)
 
     def move_leader(self, topic: str, partition: int, broker: int, timeout_s: float = 30) -> int:
-        """AlterPartitionReassignments on the controller; returns the Kafka error code (0 = moved)."""
+        """AlterPartitionReassignments on the controller; returns the Kafka error code (0 = moved).
+        A partition of `colocated` moves with the others (the first refusal's code)."""
+        if (topic, partition) in self.colocated:
+            codes = [self._move_one(t, p, broker, timeout_s) for t, p in self.colocated]
+            return next((code for code in codes if code), 0)
+        return self._move_one(topic, partition, broker, timeout_s)
+
+    def _move_one(self, topic: str, partition: int, broker: int, timeout_s: float) -> int:
         from oncelog.broker.cluster.controller_client import ControllerClient
 
         async def run() -> int:
@@ -187,7 +198,7 @@ class LocalCluster:
     # ---------------------------------------------------------------- observation
 
     def scrape(self, i: int) -> Counter[str]:
-        """Counters of broker i's /metrics, summed over labels other than api/error/kind."""
+        """Counters of broker i's /metrics, summed over labels other than api/error/kind/event."""
         from prometheus_client.parser import text_string_to_metric_families
         out: Counter[str] = Counter()
         try:
@@ -202,7 +213,7 @@ class LocalCluster:
                 if not s.name.endswith("_total"):
                     continue
                 label = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items())
-                                 if k in ("api", "error", "kind"))
+                                 if k in ("api", "error", "kind", "event"))
                 out[f"{s.name}{{{label}}}" if label else s.name] += int(s.value)
         return out
 

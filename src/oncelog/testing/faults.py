@@ -230,6 +230,8 @@ class FaultRunner:
     # pause: client processes that can be stopped in the middle of a transaction (the
     # transactions workload's `txn_workloads.PausableLoop`s); none: pauses hit brokers and the controller
     pausable_clients: list = field(default_factory=list)
+    # the share workload: its group, whose share-state log every other storage cycle aims at
+    share_state: str = ""
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
@@ -347,8 +349,9 @@ class FaultRunner:
         held = (self.rng.uniform(1.0, 3.0) if r < 0.4 else self.rng.uniform(group + 0.5, txn - 0.5) if r < 0.7
                 else self.rng.uniform(txn + 0.5, txn + 4.0))
         where = loop.pause(held)
-        return (f"SIGSTOP client {loop.name} {where} for {held:.1f}s ({_side(held, group, 'group session')}, "
-                f"{_side(held, txn, 'transaction timeout')})")
+        sides = (loop.sides(held) if hasattr(loop, "sides")   # a client of no transaction says what it outlasted
+                 else f"{_side(held, group, 'group session')}, {_side(held, txn, 'transaction timeout')}")
+        return f"SIGSTOP client {loop.name} {where} for {held:.1f}s ({sides})"
 
     def _move(self) -> str:
         p, b = self.rng.randrange(self.partitions), self.rng.randint(1, self.cluster.n)
@@ -422,12 +425,15 @@ class FaultRunner:
         # fsyncs: past those of opening the partitions; writes happen only for appends
         after = self.rng.randint(3, 12) if fault == "fsync" else self.rng.randint(0, 8)
         times = self.rng.randint(1, 3)
-        rule = f"{kind}:log:match={self.topic}-:after={after}:times={times}"
+        # a share workload's run aims every other cycle at its group's share-state log instead
+        target = "share" if self.share_state and self._storage_cycles % 2 == 1 else "log"
+        match = self.share_state if target == "share" else f"{self.topic}-"
+        rule = f"{kind}:{target}:match={match}:after={after}:times={times}"
         # every other fsync cycle fsyncs in the append path (Kafka's flush.messages=1) instead
         # of the group commit: both must leave nothing of a failed batch
         inline = fault == "fsync" and self._storage_cycles % 2 == 0
         self._storage_cycles += 1
-        seen = _count(b.log_file, f"failpoint {kind}:log fires")
+        seen = _count(b.log_file, f"failpoint {kind}:{target} fires")
         c.kill_broker(i)
         b.env = {**c.env, FAILPOINTS: ",".join(filter(None, (rule, c.env.get(FAILPOINTS))))}
         if inline:
@@ -441,7 +447,7 @@ class FaultRunner:
             start = time.monotonic()
             deadline, latest = start + self.rng.uniform(2.0, 4.0), start + 30.0
             while True:
-                fired_now = _count(b.log_file, f"failpoint {kind}:log fires") - seen
+                fired_now = _count(b.log_file, f"failpoint {kind}:{target} fires") - seen
                 now = time.monotonic()
                 if fired_now >= times or now >= latest or (now >= deadline and fired_now > 0):
                     break
@@ -451,7 +457,7 @@ class FaultRunner:
             b.env = dict(c.env)
             b.overrides.pop("log.flush.interval.messages", None)
             c.start_broker(i)
-        fired = _count(b.log_file, f"failpoint {kind}:log fires") - seen
+        fired = _count(b.log_file, f"failpoint {kind}:{target} fires") - seen
         return (f"{rule} on broker {i}{' (fsync in the append path)' if inline else ''}, leading "
                 f"{self.topic}-{p}{'' if not moved else f' (move refused: {moved})'}: fired {fired}x, "
                 "restarted clean")

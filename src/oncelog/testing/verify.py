@@ -32,7 +32,7 @@ from oncelog.testing.workloads import WORKLOADS, Workload, read_range
 log = logging.getLogger(__name__)
 
 CLIENTS = tuple(WORKLOADS)
-WORKLOAD_KINDS = ("produce", "transactions")
+WORKLOAD_KINDS = ("produce", "transactions", "share")
 
 
 @dataclass
@@ -47,7 +47,7 @@ class VerifyOptions:
     workdir: Path | None = None       # kept when given; a temporary directory otherwise
     timeout_s: float = 180
     security_protocol: str = "PLAINTEXT"   # or SASL_SSL: TLS + SCRAM-SHA-512 on every broker, through the proxies
-    workload: str = "produce"         # or "transactions": copy loops (testing.txn_verify)
+    workload: str = "produce"         # or "transactions": copy loops (testing.txn_verify); "share": share groups
 
     def __post_init__(self) -> None:
         if self.workload not in WORKLOAD_KINDS:
@@ -57,6 +57,11 @@ class VerifyOptions:
             if set(self.clients) - set(TXN_CLIENTS):
                 raise ValueError(f"the transactions workload runs {', '.join(TXN_CLIENTS)}, not "
                                  f"{', '.join(sorted(set(self.clients) - set(TXN_CLIENTS)))}")
+        if self.workload == "share":
+            from oncelog.testing.share_verify import SHARE_CLIENTS
+            if set(self.clients) - set(SHARE_CLIENTS):
+                raise ValueError(f"the share workload runs {', '.join(SHARE_CLIENTS)} share consumers, not "
+                                 f"{', '.join(sorted(set(self.clients) - set(SHARE_CLIENTS)))}")
         unknown = set(self.faults) - set(KNOWN_FAULTS)
         if unknown:
             raise ValueError(f"unknown faults {sorted(unknown)}; choose from {', '.join(KNOWN_FAULTS)}")
@@ -113,10 +118,14 @@ _BROKER_COUNTERS = {
 
 def run(options: VerifyOptions, progress=None):
     """Runs one verification; `progress(message)` is called as phases start. A VerifyResult, or
-    for the transactions workload a `txn_verify.TxnVerifyResult`."""
+    for the transactions workload a `txn_verify.TxnVerifyResult`, for the share workload a
+    `share_verify.ShareVerifyResult`."""
     if options.workload == "transactions":
         from oncelog.testing.txn_verify import run_transactions
         return run_transactions(options, progress)
+    if options.workload == "share":
+        from oncelog.testing.share_verify import run_share
+        return run_share(options, progress)
     say = progress or (lambda _msg: None)
     faults = set(options.faults)
     topic = "verify"
@@ -191,6 +200,9 @@ def _guard(w: Workload):
 
 def render(result) -> str:
     """The readable report."""
+    from oncelog.testing.share_verify import ShareVerifyResult, render_share
+    if isinstance(result, ShareVerifyResult):
+        return render_share(result)
     if not isinstance(result, VerifyResult):
         from oncelog.testing.txn_verify import render_transactions
         return render_transactions(result)

@@ -220,7 +220,9 @@ class AIOShareConsumer:
                      for f, la, k in out)
 
     async def _share_fetch(self, node: int, parts: set[tuple[str, int]], wait_ms: int, max_records: int | None = None,
-                           epoch: int | None = None) -> None:
+                           epoch: int | None = None) -> dict[tuple[str, int], int]:
+        """One ShareFetch to `node`, carrying the pending acknowledgements of `parts`; returns
+        the broker's answer to them per partition (an error code; a partition missing had none)."""
         conn = await self.cluster.connection(node)
         v = min(2, conn.version(ApiKey.SHARE_FETCH) or 1)
         rb = RequestBuilder(ApiKey.SHARE_FETCH, v)
@@ -229,10 +231,14 @@ class AIOShareConsumer:
         gone = known - parts
         renewing = any(k == RENEW for tp in parts for k in self.pending.get(tp, {}).values())
         topics: dict[uuid.UUID, list[Any]] = {}
+        carried: set[tuple[str, int]] = set()
         for topic, p in sorted(parts):
             tid = self._topic_id(topic)
+            batches = self._ack_batches(rb, (topic, p))
+            if batches:
+                carried.add((topic, p))
             topics.setdefault(tid, []).append(rb("FetchPartition", partition_index=p,
-                                                 acknowledgement_batches=self._ack_batches(rb, (topic, p))))
+                                                 acknowledgement_batches=batches))
         forgotten: dict[uuid.UUID, list[int]] = {}
         for topic, p in gone:
             forgotten.setdefault(self._topic_id(topic), []).append(p)
@@ -251,11 +257,15 @@ class AIOShareConsumer:
             self.session_parts.pop(node, None)
             if code not in _NEW_SESSION:
                 log.info("share fetch from broker %d: %s", node, ErrorCode(code).name)
-            return   # acknowledgements of that session are lost: those records come back by the broker's rules
+            # acknowledgements of that session are lost: those records come back by the broker's rules
+            return dict.fromkeys(carried, code)
+        acked = {(self.cluster.topic_names.get(t.topic_id, "?"), int(p.partition_index)): int(p.acknowledge_error_code)
+                 for t in r.responses for p in t.partitions}
+        answers = {tp: acked[tp] for tp in carried if tp in acked}
         if epoch == -1:
             self.sessions.pop(node, None)
             self.session_parts.pop(node, None)
-            return
+            return answers
         self.sessions[node] = epoch + 1 if epoch < 2**31 - 1 else 1
         self.session_parts[node] = set(parts)
         self.lock_ms = int(r.acquisition_lock_timeout.total_seconds() * 1000)
@@ -273,6 +283,7 @@ class AIOShareConsumer:
                     continue
                 self._take(tp, p.records, [(int(a.first_offset), int(a.last_offset), int(a.delivery_count))
                                            for a in p.acquired_records])
+        return answers
 
     def _take(self, tp: tuple[str, int], data: bytes | None, acquired: list[tuple[int, int, int]]) -> None:
         if not data or not acquired:
@@ -307,8 +318,10 @@ class AIOShareConsumer:
                                  ) -> dict[tuple[str, int], int]:
         epoch = self.sessions.get(node) if epoch is None else epoch
         if epoch is None:   # no session with that broker: a ShareFetch opens one and carries them
-            await self._share_fetch(node, parts | self.session_parts.get(node, set()), 0, max_records=0)
-            return {tp: E.NONE for tp in parts}
+            # (answered with the broker's answer to them: before, always NONE, so an application
+            # was told acknowledgements lost with a failed ShareFetch had been confirmed)
+            answers = await self._share_fetch(node, parts | self.session_parts.get(node, set()), 0, max_records=0)
+            return {tp: answers.get(tp, E.UNKNOWN_SERVER_ERROR) for tp in parts}
         conn = await self.cluster.connection(node)
         v = min(2, conn.version(ApiKey.SHARE_ACKNOWLEDGE) or 1)
         rb = RequestBuilder(ApiKey.SHARE_ACKNOWLEDGE, v)

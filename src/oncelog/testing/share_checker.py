@@ -1,0 +1,258 @@
+"""The checker of `oncelog verify --workload share` (`testing.share_verify`): what the members of a
+share group were given and what they acknowledged (`testing.share_child`'s events), judged against
+the records in the log and the share-partitions' final state.
+
+Anomalies (each a broken promise of KIP-932 as oncelog serves it, docs/share-groups.md):
+
+- `lost`: a record of the log that did not end finished: at the end (after the members and a
+  last sweeper drained the group) its offset is at or above its share-partition's start and not
+  ARCHIVED (the store writes ACKNOWLEDGED as ARCHIVED: both are finished) nor at the delivery
+  limit (archived when loaded), or above its end (never acquired).
+- `redelivered-after-ack`: a record delivered again (a higher delivery count) after an ACCEPT or
+  a REJECT of an earlier delivery was confirmed: "redeliveries only of what was not acknowledged".
+- `acknowledged-twice`: two confirmed ACCEPTs of one record.
+- `past-limit`: a delivery count above `group.share.delivery.count.limit`.
+- `count-not-increasing`: two deliveries of a record with the same delivery count, or a later one
+  with a lower count: acquisitions are written before records are handed out, so every delivery
+  counts one more, across crashes too.
+- `held-twice`: a record given to a second member while the first one's lock was certainly still
+  valid: acquired (no earlier than the start of the poll that returned it) less than the lock
+  duration before, and not given back since (no acknowledgement sent by the holder, no share
+  session of the holder dropped, no process fault of the brokers or the controller under way or
+  just over, all of which may end a lock early). Only oncelog's members tell when a record was
+  acquired (librdkafka may have fetched a record long before the poll that returns it), so only
+  records they held are checked.
+- `value-mismatch`: a delivery whose value is not the log's at its offset.
+
+An acknowledgement answered with an error has an unknown outcome: it counts as applied only if the
+record is never delivered again, as the produce workload's unknown outcomes do. What is counted,
+not judged: records archived by the delivery limit, rejected, redelivered; records finished with
+deliveries nobody logged (a response the proxy dropped after the broker acquired the records, a
+member killed between the fetch and its log line); records the expiry fault deleted before they
+were finished.
+"""
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+ACCEPT, RELEASE, REJECT = 1, 2, 3
+ARCHIVED = 4          # core.share.partition's state id (finished: acknowledged or archived)
+LOCK_MARGIN_S = 0.3   # the broker expires locks on its tick: never early, maybe a little late
+FAULT_SETTLE_S = 5.0  # after a process fault, what it did to locks may still be taking effect
+
+Key = tuple[int, int]   # (partition, offset)
+
+
+@dataclass
+class Delivery:
+    member: str
+    client: str
+    t: float
+    partition: int
+    offset: int
+    count: int
+    value: str
+    poll_t: float
+
+
+@dataclass
+class Ack:
+    member: str
+    t: float
+    partition: int
+    offset: int
+    count: int
+    kind: int
+    answered_t: float | None = None
+    error: str | None = None    # None with answered_t set: confirmed
+
+    @property
+    def confirmed(self) -> bool:
+        return self.answered_t is not None and self.error is None
+
+
+@dataclass
+class History:
+    """Everything the members logged, parsed (`add_events`)."""
+    deliveries: list[Delivery] = field(default_factory=list)
+    acks: list[Ack] = field(default_factory=list)
+    resets: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    errors: Counter = field(default_factory=Counter)
+    polls: Counter = field(default_factory=Counter)
+
+    def add_events(self, member: str, client: str, events: list[list[Any]]) -> None:
+        open_acks: dict[Key, Ack] = {}
+        for e in events:
+            kind = e[0]
+            if kind == "got":
+                _, t, p, o, count, value, poll_t = e
+                self.deliveries.append(Delivery(member, client, t, p, o, count, value, poll_t))
+            elif kind == "ack":
+                _, t, p, o, count, ack_kind = e
+                a = Ack(member, t, p, o, count, ack_kind)
+                self.acks.append(a)
+                open_acks[(p, o)] = a
+            elif kind == "ackd":
+                _, t, p, o, _kind, error = e
+                answered = open_acks.pop((p, o), None)
+                if answered is not None:
+                    answered.answered_t, answered.error = t, error
+            elif kind == "reset":
+                self.resets[member].append(e[1])
+            elif kind == "error":
+                self.errors[(member.split("#")[0], str(e[2])[:90])] += 1
+            elif kind == "poll":
+                self.polls[member] += 1
+
+
+@dataclass
+class Finding:
+    kind: str
+    partition: int
+    offset: int
+    detail: str
+    history: list[str] = field(default_factory=list)
+
+
+ANOMALIES = ("lost", "redelivered-after-ack", "acknowledged-twice", "past-limit", "count-not-increasing",
+             "held-twice", "value-mismatch")
+
+
+@dataclass
+class ShareReport:
+    records: int = 0
+    deliveries: int = 0
+    figures: Counter = field(default_factory=Counter)
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+    def counts(self) -> Counter:
+        return Counter(f.kind for f in self.findings)
+
+    def to_json(self) -> dict:
+        return {"ok": self.ok, "records": self.records, "deliveries": self.deliveries,
+                "figures": dict(self.figures), "anomalies": dict(self.counts()),
+                "findings": [f.__dict__ for f in self.findings[:200]]}
+
+
+def check_share(log: dict[int, list[tuple[int, bytes]]], history: History,
+                final: dict[int, tuple[int, list[tuple[int, int, int, int]]]], delivery_limit: int,
+                lock_s: float, fault_windows: list[tuple[float, float]],
+                deleted: dict[int, int] | None = None) -> ShareReport:
+    """`log`: partition -> [(offset, value)], every record the topic held (with what the expiry
+    fault deleted); `final`: partition -> (start offset, [(first, last, state, delivery count)]),
+    the share-partitions' state at the end; `fault_windows`: (begin, end) of each process fault on
+    the brokers or the controller (monotonic seconds); `deleted`: partition -> the log start the
+    expiry fault left (records below it may have been deleted before they were finished)."""
+    r = ShareReport()
+    values = {(p, o): v.decode(errors="replace") for p, recs in log.items() for o, v in recs}
+    r.records = len(values)
+    r.deliveries = len(history.deliveries)
+    by_key: dict[Key, list[Delivery]] = defaultdict(list)
+    for d in history.deliveries:
+        by_key[(d.partition, d.offset)].append(d)
+    acks_of: dict[Key, list[Ack]] = defaultdict(list)
+    for a in history.acks:
+        acks_of[(a.partition, a.offset)].append(a)
+    windows = sorted(fault_windows)
+
+    def trail(key: Key) -> list[str]:
+        lines = [f"{d.t:.2f} {d.member} got count {d.count} (poll began {d.poll_t:.2f})" for d in by_key[key]]
+        lines += [f"{a.t:.2f} {a.member} {('?', 'ACCEPT', 'RELEASE', 'REJECT')[a.kind] if 0 <= a.kind < 4 else a.kind}"
+                  f" count {a.count}: " + ("confirmed" if a.confirmed else f"unknown ({a.error or 'no answer'})")
+                  for a in acks_of[key]]
+        return sorted(lines)
+
+    def find(kind: str, key: Key, detail: str) -> None:
+        r.findings.append(Finding(kind, key[0], key[1], detail, trail(key)))
+
+    for key, ds in sorted(by_key.items()):
+        ds.sort(key=lambda d: d.t)
+        acks = acks_of[key]
+        expected = values.get(key)
+        if expected is not None and any(d.value != expected for d in ds):
+            find("value-mismatch", key, f"the log holds {expected!r}; given {sorted({d.value for d in ds})}")
+        counts = [d.count for d in ds]
+        if max(counts) > delivery_limit:
+            find("past-limit", key, f"delivered with count {max(counts)}, the limit is {delivery_limit}")
+        if any(b <= a for a, b in zip(counts, counts[1:])):
+            find("count-not-increasing", key, f"delivery counts in time order: {counts}")
+        done = [a for a in acks if a.kind in (ACCEPT, REJECT) and a.confirmed]
+        if done:
+            first = min(done, key=lambda a: a.count)
+            later = [d for d in ds if d.count > first.count]
+            if later:
+                find("redelivered-after-ack", key,
+                     f"{('?', 'ACCEPT', 'RELEASE', 'REJECT')[first.kind]} of delivery {first.count} by {first.member} "
+                     f"confirmed, then delivered to {later[0].member} with count {later[0].count}")
+        accepted = [a for a in acks if a.kind == ACCEPT and a.confirmed]
+        if len({(a.member, a.count) for a in accepted}) > 1:
+            find("acknowledged-twice", key, f"ACCEPT confirmed {len(accepted)} times")
+        _check_locks(key, ds, acks, history.resets, windows, lock_s, find)
+        r.figures["redelivered"] += len(ds) - 1
+        kinds = {a.kind for a in acks}
+        if REJECT in kinds:
+            r.figures["rejected"] += 1
+        if max(counts) >= delivery_limit and any(a.kind == RELEASE and a.count >= delivery_limit for a in acks):
+            r.figures["archived by the delivery limit (released at the limit)"] += 1
+
+    for p, (start, batches) in sorted(final.items()):
+        end = max((last + 1 for _f, last, _s, _c in batches), default=start)
+        states = {o: (s, c) for first, last, s, c in batches for o in range(max(first, start), last + 1)}
+        for (part, o), _v in sorted(values.items()):
+            if part != p or o < start:
+                continue
+            s = states.get(o)
+            if o >= end or s is None:
+                find("lost", (p, o), f"never acquired: the share-partition ends at {end} (start {start})")
+            elif s[0] != ARCHIVED and s[1] < delivery_limit:
+                # (read as a broker loads it: a record written as held at the limit is archived,
+                # `SharePartition.loaded`; a lock that runs out inside a fetch that takes nothing
+                # else is not written again, so the file may still say so)
+                find("lost", (p, o), f"not finished at the end: state {s[0]}, delivery count {s[1]} "
+                                     f"(start {start}, end {end})")
+    for p in log:
+        if p not in final and log[p]:
+            for o, _value in log[p]:
+                find("lost", (p, o), "its share-partition has no state at the end")
+
+    deleted = deleted or {}
+    for key in values:
+        acks = acks_of[key]
+        finished_seen = any(a.kind in (ACCEPT, REJECT) for a in acks) or any(
+            a.kind == RELEASE and a.count >= delivery_limit for a in acks)
+        if not finished_seen:
+            if key not in by_key and key[1] < deleted.get(key[0], -1):
+                r.figures["deleted by the expiry fault before anyone got them"] += 1
+            elif not any(f.partition == key[0] and f.offset == key[1] for f in r.findings):
+                r.figures["finished with deliveries nobody logged (dropped responses, killed members)"] += 1
+    r.figures["acknowledgements with unknown outcome"] = sum(1 for a in history.acks if not a.confirmed)
+    r.figures["delivered"] = len(by_key)
+    return r
+
+
+def _check_locks(key: Key, ds: list[Delivery], acks: list[Ack], resets: dict[str, list[float]],
+                 windows: list[tuple[float, float]], lock_s: float, find) -> None:
+    for i, held in enumerate(ds):
+        if held.client != "oncelog":
+            continue
+        valid_until = held.poll_t + lock_s - LOCK_MARGIN_S
+        for other in ds[i + 1:]:
+            if other.t >= valid_until or other.member == held.member and other.count == held.count:
+                continue
+            since = held.poll_t
+            if any(a.member == held.member and a.count == held.count and a.t <= other.t for a in acks):
+                continue   # the holder gave it back (or finished it) first
+            if any(since <= t <= other.t for t in resets.get(held.member, ())):
+                continue   # the holder's share session was dropped: what it held went back
+            if any(b <= other.t and e + FAULT_SETTLE_S >= since for b, e in windows):
+                continue   # a broker restarted, paused past its session, or the group moved
+            find("held-twice", key, f"{held.member} got it (count {held.count}) in a poll begun at "
+                                    f"{held.poll_t:.2f}, its lock valid until at least "
+                                    f"{valid_until + LOCK_MARGIN_S:.2f}; {other.member} got it "
+                                    f"(count {other.count}) at {other.t:.2f}")
