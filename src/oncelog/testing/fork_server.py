@@ -20,18 +20,25 @@ benchmarks start their servers with exec, as before.
 """
 from __future__ import annotations
 
+import importlib
 import json
 import os
+import runpy
 import select
 import signal
 import socket
 import subprocess
 import sys
 import threading
-from pathlib import Path
 from typing import IO, Any
 
 ENV = "ONCELOG_TEST_FORK_SERVER"
+# The command line a child runs, and what `oncelog serve` and `oncelog controller` import. Named, not
+# imported: the fork server runs the command line as a program, as exec would (the layers above
+# testing stay above it).
+COMMAND_LINE = "oncelog.cli.main"
+WARM = (COMMAND_LINE, "oncelog.cli.serve", "oncelog.cli.controller_command", "oncelog.broker.net.server",
+        "oncelog.storage.failpoints")
 _MAX_MESSAGE = 1 << 20
 
 
@@ -140,7 +147,6 @@ def _child(request: dict[str, Any], fds: list[int]) -> int:
     import random
     import traceback
 
-    from oncelog.cli import main as cli
     from oncelog.storage import failpoints
     stdout, stderr, *passed = fds
     os.dup2(stdout, 1)
@@ -156,10 +162,11 @@ def _child(request: dict[str, Any], fds: list[int]) -> int:
     random.seed()                                         # not the fork server's sequence
     failpoints.configure(os.environ.get(failpoints.ENV))   # read at import in an exec'd process
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    sys.argv = [str(Path(cli.__file__)), *argv]
+    sys.argv = [COMMAND_LINE, *argv]
     code: int = 0
     try:
-        cli.main()
+        # as `python -m oncelog.cli.main` runs it (sys.argv[0] becomes its file)
+        runpy.run_module(COMMAND_LINE, run_name="__main__", alter_sys=True)
     except SystemExit as e:
         if isinstance(e.code, int) or e.code is None:
             code = e.code or 0
@@ -180,12 +187,8 @@ def _child(request: dict[str, Any], fds: list[int]) -> int:
 
 
 def _serve(sock: socket.socket) -> None:
-    # what the servers import, once (about 600 modules)
-    import oncelog.broker.net.server  # noqa: F401
-    import oncelog.cli.controller_command  # noqa: F401
-    import oncelog.cli.main  # noqa: F401
-    import oncelog.cli.serve  # noqa: F401
-    import oncelog.storage.failpoints  # noqa: F401
+    for name in WARM:   # once, before any fork (about 600 modules)
+        importlib.import_module(name)
     while True:
         try:
             data, fds, _flags, _addr = socket.recv_fds(sock, _MAX_MESSAGE, 16)
