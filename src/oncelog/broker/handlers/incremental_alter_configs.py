@@ -21,6 +21,7 @@ from oncelog.core.topic_config import TOPIC_CONFIGS, alter_list, parse_topic_con
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
+from oncelog.storage.fence import Fenced
 
 API_KEY = ApiKey.INCREMENTAL_ALTER_CONFIGS
 TOPIC, BROKER, GROUP = 2, 4, 32
@@ -77,7 +78,14 @@ async def _alter_group(broker: BrokerServices, group: str, configs: Any, validat
             to_delete.append(c.name)
         else:
             raise KafkaProtocolError(ErrorCode.INVALID_CONFIG, f"{c.name}: APPEND/SUBTRACT apply to list configs only")
-    broker.groups.share.alter_group_configs(group, to_set, to_delete, validate_only)
+    if not validate_only and not broker.coordinates(group):
+        # a group's configs are kept with its state, under its coordinator's lease (Kafka keeps
+        # them in the metadata log, so any broker takes them; here the client asks the coordinator)
+        raise KafkaProtocolError(ErrorCode.NOT_COORDINATOR, f"group {group}'s configs are changed at its coordinator")
+    try:
+        broker.groups.share.alter_group_configs(group, to_set, to_delete, validate_only)
+    except Fenced:   # the group moved away between the check and the write
+        raise KafkaProtocolError(ErrorCode.NOT_COORDINATOR, f"group {group} is coordinated elsewhere now") from None
 
 
 async def _alter_topic(broker: BrokerServices, topic: str, configs: Any, validate_only: bool) -> None:
