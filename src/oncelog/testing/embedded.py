@@ -75,6 +75,25 @@ def wait_for_line(proc: subprocess.Popen | fork_server.ForkedProcess, pattern: r
             return None
 
 
+def close_stdin_and_wait(proc: subprocess.Popen, timeout_s: float) -> bool:
+    """Ends a child that finishes when its standard input closes (the workloads' clients): it is
+    continued if paused, its stdin closed, and it is waited for; killed if it has not exited
+    within `timeout_s` (then False)."""
+    proc.send_signal(signal.SIGCONT)
+    try:
+        assert proc.stdin is not None  # piped
+        proc.stdin.close()
+    except OSError:
+        pass
+    try:
+        proc.wait(timeout_s)
+        return True
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+        return False
+
+
 # the controller's broker session timeout in tests and `oncelog verify` (the default is 3 s): a
 # broker silent this long is dead and its partitions move
 SESSION_TIMEOUT_MS = 2000

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from oncelog.core.txn.log_format import CONSUMER_OFFSETS_TOPIC, partition_for
+from oncelog.testing.embedded import close_stdin_and_wait
 from oncelog.testing.fault_run import FaultRun, FaultRunResult
 from oncelog.testing.faults import (
     CLIENT_FAULTS,
@@ -161,17 +162,7 @@ class Member:
             proc = self.proc
             if proc is None or proc.poll() is not None:
                 return
-            proc.send_signal(signal.SIGCONT)
-            try:
-                assert proc.stdin is not None  # piped
-                proc.stdin.close()
-            except OSError:
-                pass
-            try:
-                proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
+            if not close_stdin_and_wait(proc, timeout_s):
                 notes.append(f"{self.name} did not close within {timeout_s:.0f}s; killed")
 
     def events(self) -> list[tuple[str, list]]:

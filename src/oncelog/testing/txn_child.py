@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from oncelog.storage.durable import replace_file
+from oncelog.testing.embedded import close_stdin_and_wait
 from oncelog.testing.txn_history import History, Op
 
 
@@ -75,17 +76,7 @@ class PausableLoop:
         proc = self.proc
         if proc is None:
             return
-        proc.send_signal(signal.SIGCONT)
-        try:
-            assert proc.stdin is not None  # piped
-            proc.stdin.close()
-        except OSError:
-            pass
-        try:
-            proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        if not close_stdin_and_wait(proc, timeout_s):
             self.w.notes.append(f"HARNESS: copy loop process {self.name} did not finish; killed")
         try:
             result = json.loads(self._out.read_text())
