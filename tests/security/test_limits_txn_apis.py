@@ -332,13 +332,15 @@ async def test_the_markers_of_a_transaction_on_many_partitions_are_written_a_bou
 
 # ------------------------------------------------------------------ InitProducerId: what an id holds, and for how long
 
-def appends_per_step(broker, monkeypatch) -> tuple[LoopSteps, list[int]]:
-    """The loop step of every `__transaction_state` append from now on."""
+def appends_per_step(broker, monkeypatch, target: str | None = None) -> tuple[LoopSteps, list[int]]:
+    """The loop step of every `__transaction_state` append from now on (`target`: only of the
+    transitions to that state)."""
     steps, appended = LoopSteps(), []
     append = broker.txn.append
 
     async def counted(t):
-        appended.append(steps.step)
+        if target is None or t.target.display_name == target:
+            appended.append(steps.step)
         return await append(t)
 
     monkeypatch.setattr(broker.txn, "append", counted)
@@ -381,7 +383,9 @@ async def test_open_transactions_are_aborted_at_their_timeout_in_bounded_steps(s
         code, pid, epoch = await init(mallory, f"mallory-{i}")
         assert code == E.NONE
         assert await add(mallory, f"mallory-{i}", pid, epoch, (i % PARTITIONS,)) == {E.NONE: 1}
-    steps, appended = appends_per_step(broker, monkeypatch)
+    # the sweep's aborts (the CompleteAbort records follow each one's markers, in whatever step:
+    # one of them once shared a step with 32 aborts of the next batch)
+    steps, appended = appends_per_step(broker, monkeypatch, target="PrepareAbort")
     broker.skew[0] = 61                            # past their 60 s timeout
     for _ in range(400):
         if all(broker.txn.core.get(f"mallory-{i}").state.display_name == "CompleteAbort" for i in range(80)):
@@ -389,6 +393,7 @@ async def test_open_transactions_are_aborted_at_their_timeout_in_bounded_steps(s
         await asyncio.sleep(0.05)
     steps.stop()
     assert all(broker.txn.core.get(f"mallory-{i}").partitions == frozenset() for i in range(80))
+    assert len(appended) == 80                                                       # one abort each
     assert max(appended.count(s) for s in set(appended)) <= 32                       # SWEEP_PER_STEP
 
 
