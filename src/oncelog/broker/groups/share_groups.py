@@ -441,7 +441,7 @@ class ShareGroupCoordinator:
         the error of the write that failed (the request answers it)."""
         sync = self._syncs.get(group)
         if sync is None:
-            return OSError(f"share group {group} was deleted")
+            return OSError(f"share group {group} was deleted, or is coordinated by another broker now")
         waiting = self.commit.durable(sync, n)
         if waiting is None or await waiting:
             return None
