@@ -17,8 +17,11 @@ def _refused_start(tmp_path, monkeypatch, forked: str) -> tuple[int, str]:
     s = ServerProcess(_oncelog("serve", "--log-dirs", str(tmp_path / "d"), "--listeners", "PLAINTEXT://127.0.0.1:0",
                                "--override", "num.partitions=many"),
                       log_file=log)
-    with pytest.raises(RuntimeError, match="did not start"):
-        s.start(timeout_s=30)
+    try:
+        with pytest.raises(RuntimeError, match="did not start"):
+            s.start(timeout_s=30)
+    finally:
+        s.stop()   # a server that started after all must not outlive the test
     assert s.proc is not None
     assert isinstance(s.proc, fork_server.ForkedProcess) == (forked == "1")
     return s.proc.wait(30), log.read_text().strip().splitlines()[-1]
