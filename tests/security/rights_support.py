@@ -151,14 +151,14 @@ def auth_codes(response) -> set[int]:
 class Secured:
     """The broker, `admin`'s connection, and alice's rights given and taken by admin."""
 
-    def __init__(self, broker: InProcessBroker, host: str, port: int) -> None:
-        self.broker, self.host, self.port = broker, host, port
+    def __init__(self, broker: InProcessBroker, host: str, port: int, users: dict[str, str]) -> None:
+        self.broker, self.host, self.port, self.users = broker, host, port, users
         self.conns: list[AsyncRawConnection] = []
         self.admin: AsyncRawConnection
 
     async def login(self, user: str) -> AsyncRawConnection:
         c = await AsyncRawConnection.open(self.host, self.port)
-        assert await c.plain_login(user, USERS[user]) == E.NONE
+        assert await c.plain_login(user, self.users[user]) == E.NONE
         self.conns.append(c)
         return c
 
@@ -201,14 +201,17 @@ class Secured:
 
 
 @asynccontextmanager
-async def secured_broker(data_dir, **extra: str) -> AsyncIterator[Secured]:
+async def secured_broker(data_dir, users: dict[str, str] = USERS, clock=None, **extra: str) -> AsyncIterator[Secured]:
+    """An in-process broker on SASL_PLAIN with the standard authorizer, `users` (admin its super
+    user, logged in as `admin`); `clock`: the broker's, when a test moves time."""
     broker = InProcessBroker(BrokerConfig({
         "log.dirs": str(data_dir), "node.id": "1", "listeners": "SASL_PLAINTEXT://127.0.0.1:0",
-        "sasl.enabled.mechanisms": "PLAIN", "listener.name.sasl_plaintext.plain.sasl.jaas.config": jaas(USERS),
+        "sasl.enabled.mechanisms": "PLAIN", "listener.name.sasl_plaintext.plain.sasl.jaas.config": jaas(users),
         "authorizer.class.name": "StandardAuthorizer", "super.users": "User:admin",
-        "transaction.state.log.num.partitions": "1", "offsets.topic.num.partitions": "1", **extra}))
+        "transaction.state.log.num.partitions": "1", "offsets.topic.num.partitions": "1", **extra}),
+        **({"clock": clock} if clock is not None else {}))
     host, port = (await broker.start())[:2]
-    s = Secured(broker, host, port)
+    s = Secured(broker, host, port, users)
     try:
         s.admin = await s.login("admin")
         yield s

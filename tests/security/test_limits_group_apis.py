@@ -19,14 +19,12 @@ import asyncio
 import uuid
 
 import pytest
+from tests.security.rights_support import create_topic, secured_broker
 
-from oncelog.broker.config import BrokerConfig
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode as E
-from oncelog.testing.in_process import InProcessBroker
 from oncelog.testing.raw_client import AsyncRawConnection
-from oncelog.testing.secure import jaas
 
 HB, DESCRIBE_CG = ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.CONSUMER_GROUP_DESCRIBE
 USERS = {"admin": "admin-pw", "mallory": "mallory-pw", "bob": "bob-pw"}
@@ -35,37 +33,15 @@ TOPIC, GROUP, LITERAL, PREFIXED, READ, DESCRIBE, ALLOW = 2, 3, 3, 4, 3, 8, 3
 
 @pytest.fixture
 async def secured(tmp_path, request):
-    overrides = getattr(request, "param", {})
-    config = {"log.dirs": str(tmp_path / "data"), "node.id": "1",
-              "listeners": "SASL_PLAINTEXT://127.0.0.1:0", "sasl.enabled.mechanisms": "PLAIN",
-              "listener.name.sasl_plaintext.plain.sasl.jaas.config": jaas(USERS),
-              "authorizer.class.name": "StandardAuthorizer", "super.users": "User:admin", **overrides}
-    broker = InProcessBroker(BrokerConfig(config))
-    host, port = (await broker.start())[:2]
-    conns: list[AsyncRawConnection] = []
-
-    async def login(user: str) -> AsyncRawConnection:
-        c = await AsyncRawConnection.open(host, port)
-        conns.append(c)
-        assert await c.plain_login(user, USERS[user]) == E.NONE
-        return c
-
-    admin = await login("admin")
-    ct = entities.nested(ApiKey.CREATE_TOPICS, 7, "request", "CreatableTopic")
-    r = await admin.call(ApiKey.CREATE_TOPICS, 7, topics=(
-        ct(name="m-t", num_partitions=4, replication_factor=1, assignments=(), configs=()),),
-        timeout=10000, validate_only=False)
-    assert int(r.topics[0].error_code) == 0
-    acl = entities.nested(ApiKey.CREATE_ACLS, 3, "request", "AclCreation")
-    r = await admin.call(ApiKey.CREATE_ACLS, 3, creations=tuple(
-        acl(resource_type=rtype, resource_name=name, resource_pattern_type=PREFIXED, principal="User:mallory",
-            host="*", operation=op, permission_type=ALLOW)
-        for rtype, name, op in ((GROUP, "m-", READ), (TOPIC, "m-", DESCRIBE))))
-    assert all(int(x.error_code) == 0 for x in r.results)
-    yield broker, login
-    for c in conns:
-        await c.close()
-    await broker.stop()
+    async with secured_broker(tmp_path / "data", USERS, **getattr(request, "param", {})) as s:
+        await create_topic(s, "m-t", 4)
+        acl = entities.nested(ApiKey.CREATE_ACLS, 3, "request", "AclCreation")
+        r = await s.admin.call(ApiKey.CREATE_ACLS, 3, creations=tuple(
+            acl(resource_type=rtype, resource_name=name, resource_pattern_type=PREFIXED, principal="User:mallory",
+                host="*", operation=op, permission_type=ALLOW)
+            for rtype, name, op in ((GROUP, "m-", READ), (TOPIC, "m-", DESCRIBE))))
+        assert all(int(x.error_code) == 0 for x in r.results)
+        yield s.broker, s.login
 
 
 async def join(conn: AsyncRawConnection, group: str) -> int:

@@ -25,16 +25,14 @@ import asyncio
 import time
 
 import pytest
+from tests.security.rights_support import create_topic, secured_broker
 
-from oncelog.broker.config import BrokerConfig
 from oncelog.broker.handlers import list_transactions
 from oncelog.core.txn.log_format import TRANSACTION_STATE_TOPIC
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode as E
-from oncelog.testing.in_process import InProcessBroker
 from oncelog.testing.raw_client import AsyncRawConnection
-from oncelog.testing.secure import jaas
 
 K = ApiKey
 USERS = {"admin": "admin-pw", "mallory": "mallory-pw", "bob": "bob-pw"}
@@ -45,37 +43,15 @@ PARTITIONS = 60
 
 @pytest.fixture
 async def secured(tmp_path, request):
-    overrides = getattr(request, "param", {})
-    config = {"log.dirs": str(tmp_path / "data"), "node.id": "1",
-              "listeners": "SASL_PLAINTEXT://127.0.0.1:0", "sasl.enabled.mechanisms": "PLAIN",
-              "listener.name.sasl_plaintext.plain.sasl.jaas.config": jaas(USERS),
-              "authorizer.class.name": "StandardAuthorizer", "super.users": "User:admin",
-              "transaction.state.log.num.partitions": "2", "offsets.topic.num.partitions": "2",
-              "transaction.two.phase.commit.enable": "true", **overrides}
     skew = [0.0]   # seconds the broker's clock runs ahead (`broker.skew`): timers fire when a test says
-    broker = InProcessBroker(BrokerConfig(config), clock=lambda: time.time() + skew[0])
-    broker.skew = skew
-    host, port = (await broker.start())[:2]
-    conns: list[AsyncRawConnection] = []
-
-    async def login(user: str) -> AsyncRawConnection:
-        c = await AsyncRawConnection.open(host, port)
-        conns.append(c)
-        assert await c.plain_login(user, USERS[user]) == E.NONE
-        return c
-
-    admin = await login("admin")
-    ct = entities.nested(K.CREATE_TOPICS, 7, "request", "CreatableTopic")
-    r = await admin.call(K.CREATE_TOPICS, 7, topics=(
-        ct(name="mallory-t", num_partitions=PARTITIONS, replication_factor=1, assignments=(), configs=()),),
-        timeout=10000, validate_only=False)
-    assert int(r.topics[0].error_code) == 0
-    await allow(admin, (TXN, "mallory-", PREFIXED, WRITE), (TOPIC, "mallory-", PREFIXED, WRITE),
-                (TOPIC, "mallory-", PREFIXED, READ), (GROUP, "mallory-", PREFIXED, READ))
-    yield broker, login, admin
-    for c in conns:
-        await c.close()
-    await broker.stop()
+    async with secured_broker(tmp_path / "data", USERS, clock=lambda: time.time() + skew[0], **{
+            "transaction.state.log.num.partitions": "2", "offsets.topic.num.partitions": "2",
+            "transaction.two.phase.commit.enable": "true", **getattr(request, "param", {})}) as s:
+        s.broker.skew = skew
+        await create_topic(s, "mallory-t", PARTITIONS)
+        await allow(s.admin, (TXN, "mallory-", PREFIXED, WRITE), (TOPIC, "mallory-", PREFIXED, WRITE),
+                    (TOPIC, "mallory-", PREFIXED, READ), (GROUP, "mallory-", PREFIXED, READ))
+        yield s.broker, s.login, s.admin
 
 
 async def allow(admin: AsyncRawConnection, *acls) -> None:

@@ -14,14 +14,12 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from tests.security.rights_support import create_topic, secured_broker
 
-from oncelog.broker.config import BrokerConfig
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode as E
-from oncelog.testing.in_process import InProcessBroker
 from oncelog.testing.raw_client import AsyncRawConnection
-from oncelog.testing.secure import jaas
 
 HB, DESCRIBE_CG = ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.CONSUMER_GROUP_DESCRIBE
 USERS = {"admin": "admin-pw", "alice": "alice-pw", "bob": "bob-pw"}
@@ -59,41 +57,20 @@ class Member:
 
 @pytest.fixture
 async def secured(tmp_path):
-    config = {"log.dirs": str(tmp_path / "data"), "node.id": "1",
-              "listeners": "SASL_PLAINTEXT://127.0.0.1:0", "sasl.enabled.mechanisms": "PLAIN",
-              "listener.name.sasl_plaintext.plain.sasl.jaas.config": jaas(USERS),
-              "authorizer.class.name": "StandardAuthorizer", "super.users": "User:admin"}
-    broker = InProcessBroker(BrokerConfig(config))
-    host, port = (await broker.start())[:2]
-    conns: list[AsyncRawConnection] = []
+    async with secured_broker(tmp_path / "data", USERS) as s:
+        ids = {t: await create_topic(s, t, n) for t, n in TOPICS.items()}
+        acl = entities.nested(ApiKey.CREATE_ACLS, 3, "request", "AclCreation")
 
-    async def login(user: str) -> AsyncRawConnection:
-        c = await AsyncRawConnection.open(host, port)
-        conns.append(c)
-        assert await c.plain_login(user, USERS[user]) == E.NONE
-        return c
+        def allow(user, rtype, name, pattern, op):
+            return acl(resource_type=rtype, resource_name=name, resource_pattern_type=pattern,
+                       principal=f"User:{user}", host="*", operation=op, permission_type=ALLOW)
 
-    admin = await login("admin")
-    ct = entities.nested(ApiKey.CREATE_TOPICS, 7, "request", "CreatableTopic")
-    r = await admin.call(ApiKey.CREATE_TOPICS, 7, topics=tuple(
-        ct(name=t, num_partitions=n, replication_factor=1, assignments=(), configs=()) for t, n in TOPICS.items()),
-        timeout=10000, validate_only=False)
-    assert [int(t.error_code) for t in r.topics] == [0, 0, 0]
-    ids = {str(t.name): t.topic_id for t in r.topics}
-    acl = entities.nested(ApiKey.CREATE_ACLS, 3, "request", "AclCreation")
-
-    def allow(user, rtype, name, pattern, op):
-        return acl(resource_type=rtype, resource_name=name, resource_pattern_type=pattern, principal=f"User:{user}",
-                   host="*", operation=op, permission_type=ALLOW)
-
-    r = await admin.call(ApiKey.CREATE_ACLS, 3, creations=(
-        allow("alice", GROUP, "g", LITERAL, READ), allow("bob", GROUP, "g", LITERAL, READ),
-        allow("alice", TOPIC, "public-", PREFIXED, READ), allow("bob", TOPIC, "secret-payroll-2026", LITERAL, READ)))
-    assert all(int(x.error_code) == 0 for x in r.results)
-    yield broker, login, admin, ids
-    for c in conns:
-        await c.close()
-    await broker.stop()
+        r = await s.admin.call(ApiKey.CREATE_ACLS, 3, creations=(
+            allow("alice", GROUP, "g", LITERAL, READ), allow("bob", GROUP, "g", LITERAL, READ),
+            allow("alice", TOPIC, "public-", PREFIXED, READ),
+            allow("bob", TOPIC, "secret-payroll-2026", LITERAL, READ)))
+        assert all(int(x.error_code) == 0 for x in r.results)
+        yield s.broker, s.login, s.admin, ids
 
 
 async def assigned_topics(admin: AsyncRawConnection, ids, member: Member) -> set[str]:
