@@ -1,6 +1,6 @@
 """The `transaction.version` feature (KIP-584, Kafka 4.0's TransactionVersion): ApiVersions
-reports it supported 0-2 and finalized at 2 by default (and `share.version` 0-1, finalized at 1,
-which lists the share-group APIs only while it is 1); UpdateFeatures (what kafka-features.sh
+reports it supported 0-2 and finalized at 2 by default (and `share.version` 0-2, finalized at 1,
+which lists the share-group APIs only while it is 1 or more); UpdateFeatures (what kafka-features.sh
 sends) changes it through the controller's metadata log, so it survives a restart, and its epoch
 only grows. Bad updates get Kafka's codes and change nothing."""
 from __future__ import annotations
@@ -98,7 +98,7 @@ def test_share_version_lists_the_share_group_apis_only_while_finalized(tmp_path)
         c = RawConnection(b.bootstrap)
         r = c.call(ApiKey.API_VERSIONS, 4, client_software_name="t", client_software_version="1")
         assert {str(f.name): (int(f.min_version), int(f.max_version)) for f in r.supported_features
-                }["share.version"] == (0, 1)
+                }["share.version"] == (0, 2)   # 2: KIP-1191's dead-letter topics
         assert {str(f.name): int(f.max_version_level) for f in r.finalized_features}["share.version"] == 1
         listed = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in r.api_keys}
         assert {k: listed.get(k) for k in SHARE} == SHARE

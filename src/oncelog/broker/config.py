@@ -121,6 +121,12 @@ _BROKER_ONLY = (
               "GROUP_MAX_SIZE_REACHED).", minimum=1),
     ConfigDef("group.share.max.share.sessions", "int", 2000, "Most share sessions of a broker (more get "
               "SHARE_SESSION_LIMIT_REACHED).", minimum=1),
+    # Dead-letter topics of share groups (KIP-1191; dynamic cluster configs, as in Kafka)
+    ConfigDef("errors.deadletterqueue.auto.create.topics.enable", "boolean", False, "Create a share group's "
+              "dead-letter topic (with errors.deadletterqueue.group.enable=true) when it is first written and "
+              "does not exist; false: a group whose topic does not exist archives without dead-letter records."),
+    ConfigDef("errors.deadletterqueue.topic.name.prefix", "string", "dlq.", "The prefix every share group's "
+              "dead-letter topic name must have (empty: any name)."),
     ConfigDef("offset.metadata.max.bytes", "int", 4096, "Longest metadata string of a committed offset "
               "(OffsetCommit, TxnOffsetCommit); a longer one is refused OFFSET_METADATA_TOO_LARGE.", minimum=0),
     ConfigDef("offsets.retention.minutes", "int", 10080, "How long committed offsets outlive their "

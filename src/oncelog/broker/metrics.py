@@ -342,7 +342,10 @@ def _share_families(b, resource_labels: bool) -> list:
     accepted, released, rejected, archived by the delivery limit, locks that ran out) and their
     lag: the high watermark minus the share-partition start offset (records not yet done with);
     and the fsyncs of their state logs (each covers every share-partition and request of a group
-    that changed while the one before ran: fewer than ShareFetch requests under load)."""
+    that changed while the one before ran: fewer than ShareFetch requests under load). Dead-letter
+    topics (KIP-1191): the events `dead_lettered` (records written to their group's dead-letter
+    topic, Kafka's DeadLetterQueueRecordCount) and `dead_letter_failed` (archived without one: the
+    topic refused them), and the dead letters still to write."""
     records = CounterMetricFamily("oncelog_share_records", "share-group records by event, over every "
                                   "share-partition this broker holds", labels=["event"])
     fsyncs = CounterMetricFamily("oncelog_share_state_fsyncs", "fsyncs of share groups' state logs "
@@ -350,6 +353,8 @@ def _share_families(b, resource_labels: bool) -> list:
     labels = ["group", "topic", "partition"] if resource_labels else []
     lag = GaugeMetricFamily("oncelog_share_group_lag", "high watermark minus the share-partition start offset"
                             + ("" if resource_labels else ", summed over every share-partition"), labels=labels)
+    pending = GaugeMetricFamily("oncelog_share_dead_letters_pending", "records rejected or archived at the "
+                                "delivery limit whose dead-letter record is not written yet (KIP-1191)")
     try:
         share = b.groups.share
         for event, n in vars(share.counts()).items():
@@ -367,9 +372,10 @@ def _share_families(b, resource_labels: bool) -> list:
                 lag.add_metric([group, name, str(index)], behind)
         if not resource_labels:
             lag.add_metric([], total)
+        pending.add_metric([], sum(len(sp.dead_letters()) for sp in share.partitions.values()))
     except RuntimeError as e:
         log.debug("share group metrics skipped this scrape: %s", e)
-    return [records, lag, fsyncs]
+    return [records, lag, fsyncs, pending]
 
 
 def _disk_families(b) -> list:

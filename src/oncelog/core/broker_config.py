@@ -81,6 +81,8 @@ _OTHER: dict[str, str] = {
     "remote.log.index.file.cache.total.size.bytes": "long", "remote.fetch.max.wait.ms": "int",
     "remote.log.manager.copy.max.bytes.per.second": "long", "remote.log.manager.fetch.max.bytes.per.second": "long",
     "remote.list.offsets.request.timeout.ms": "long",
+    # KIP-1191's cluster configs (GroupCoordinatorConfig's, dynamic since apache/kafka#22949)
+    "errors.deadletterqueue.auto.create.topics.enable": "boolean", "errors.deadletterqueue.topic.name.prefix": "string",
 }
 # DynamicLogConfig: every topic config's broker synonym but the message format's
 _LOG: dict[str, str] = {d.server_name: d.kind for d in TOPIC_CONFIGS.values()

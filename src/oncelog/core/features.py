@@ -2,9 +2,11 @@
 controller keeps each feature's level in its metadata log, every broker reports it in ApiVersions
 (FinalizedFeatures, with an epoch that only grows), and clients decide from it.
 
-oncelog has two. `share.version` (Kafka's ShareVersion), supported 0-1 and finalized at 1 for a
+oncelog has two. `share.version` (Kafka's ShareVersion), supported 0-2 and finalized at 1 for a
 new cluster as Kafka 4.2 does: at 1 the broker serves share groups (KIP-932) and ApiVersions lists
-their APIs; at 0 it lists none of them and answers them UNSUPPORTED_VERSION.
+their APIs; at 0 it lists none of them and answers them UNSUPPORTED_VERSION; at 2 (Kafka 4.4's
+SV_2) share groups may also have dead-letter topics (KIP-1191), each group opting in with its
+`errors.deadletterqueue.topic.name`.
 `transaction.version` (Kafka 4.0's `TransactionVersion`), supported 0-2 and finalized at 2
 unless an operator changes it (`kafka-features.sh` or `oncelog features`, through UpdateFeatures).
 At 2, clients that know it (Kafka's Java producer from 4.0, oncelog's producer) use Transactions
@@ -24,9 +26,11 @@ from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 
 TRANSACTION_VERSION = "transaction.version"
 # Kafka's ShareVersion: 1 serves share groups (KIP-932), production-ready and finalized for new
-# clusters from Kafka 4.2; 2 (KIP-1191's dead-letter topics, Kafka 4.4) is not served yet.
+# clusters from Kafka 4.2; 2 adds dead-letter topics (KIP-1191, Kafka 4.4), off until an operator
+# upgrades to it (and each group still opts in).
 SHARE_VERSION = "share.version"
-SUPPORTED: dict[str, tuple[int, int]] = {TRANSACTION_VERSION: (0, 2), SHARE_VERSION: (0, 1)}
+SHARE_VERSION_DLQ = 2
+SUPPORTED: dict[str, tuple[int, int]] = {TRANSACTION_VERSION: (0, 2), SHARE_VERSION: (0, 2)}
 DEFAULT_LEVELS: dict[str, int] = {TRANSACTION_VERSION: 2, SHARE_VERSION: 1}
 FEATURE_RECORD = "feature_level"
 

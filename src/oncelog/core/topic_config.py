@@ -219,6 +219,11 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in (
               "offset above everything they wrote (a reset for their client, not data loss).",
               "log.producer.state.max.remembered.producers.per.partition", minimum=0,
               maximum=ps.MAX_MAX_PRODUCERS),
+    # KIP-1191 (Kafka's TopicConfig.ERRORS_DEADLETTERQUEUE_GROUP_ENABLE_CONFIG): the topic's
+    # administrator lets share groups use it as their dead-letter topic
+    ConfigDef("errors.deadletterqueue.group.enable", "boolean", False, "Whether share groups may use this "
+              "topic as their dead-letter topic (errors.deadletterqueue.topic.name): the broker writes the "
+              "records a group rejects, or archives at its delivery limit, only to a topic that allows it."),
 )}
 
 SERVER_NAME_TO_TOPIC = {c.server_name: c.name for c in TOPIC_CONFIGS.values() if c.server_name}

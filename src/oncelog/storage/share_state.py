@@ -24,7 +24,10 @@ Frames, as `storage.group_records` frames them:
     length  uint32  (bytes of payload)
     crc     uint32  CRC-32C of payload
     payload         UTF-8 JSON {"t": topic id, "p": partition, "e": state epoch, "s": start
-                    offset, "b": [[first, last, state, delivery count], ...]}, or
+                    offset, "b": [[first, last, state, delivery count], ...], and, once the
+                    share-partition has dead letters (KIP-1191), "q": {"p": producer id, "e":
+                    producer epoch, "t": [dead-letter topic id, partition] or null, "n": next
+                    sequence, "l": [[offset, sequence, delivery count, reason], ...]}}, or
                     {"t", "p", "d": 1} when the share-partition's state was deleted
 The latest frame of a share-partition is its state (Kafka's ShareSnapshot; there are no deltas
 here, so no ShareUpdate). Recovery reads frames up to the first torn or corrupt one (a crash
@@ -60,7 +63,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from oncelog.core.share.partition import StateBatch
+from oncelog.core.share.partition import DeadLetter, DeadLetterState, StateBatch
 from oncelog.storage import failpoints as fp
 from oncelog.storage import frames as framing
 from oncelog.storage.durable import fsync_dir, replace_file
@@ -84,6 +87,7 @@ class ShareState:
     state_epoch: int
     start_offset: int
     batches: tuple[StateBatch, ...]
+    dead_letters: DeadLetterState | None = None   # KIP-1191: what it owes its dead-letter topic
 
 
 @dataclass
@@ -370,6 +374,11 @@ def _frame(key: Key, state: ShareState | None) -> bytes:
     else:
         body.update(e=state.state_epoch, s=state.start_offset,
                     b=[(b.first_offset, b.last_offset, b.state, b.delivery_count) for b in state.batches])
+        dl = state.dead_letters
+        if dl is not None and (dl.producer_id >= 0 or dl.pending or dl.next_sequence):
+            body["q"] = {"p": dl.producer_id, "e": dl.producer_epoch, "t": list(dl.target) if dl.target else None,
+                         "n": dl.next_sequence,
+                         "l": [(d.offset, d.sequence, d.delivery_count, d.reason) for d in dl.pending]}
     payload = json.dumps(body, separators=(",", ":")).encode()
     return framing.frame(payload)
 
@@ -379,5 +388,13 @@ def _decode(payload: bytes) -> tuple[Key, ShareState | None]:
     key = (uuid.UUID(body["t"]), int(body["p"]))
     if body.get("d"):
         return key, None
+    q = body.get("q")
+    dead_letters = None
+    if q is not None:
+        target = q["t"]
+        dead_letters = DeadLetterState(
+            int(q["p"]), int(q["e"]), (str(target[0]), int(target[1])) if target else None, int(q["n"]),
+            tuple(DeadLetter(int(o), int(seq), int(c), int(r)) for o, seq, c, r in q["l"]))
     return key, ShareState(int(body["e"]), int(body["s"]),
-                           tuple(StateBatch(int(f), int(la), int(s), int(c)) for f, la, s, c in body["b"]))
+                           tuple(StateBatch(int(f), int(la), int(s), int(c)) for f, la, s, c in body["b"]),
+                           dead_letters)

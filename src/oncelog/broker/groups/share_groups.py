@@ -44,6 +44,7 @@ from typing import Any
 from oncelog.broker.logs.fsync_batcher import GroupCommit
 from oncelog.core.share.group import ShareAnswer, ShareGroup, ShareHeartbeat, TopicMetadata, heartbeat, leave, validate
 from oncelog.core.share.partition import Counts, SharePartition
+from oncelog.core.topic_names import invalid_topic_reason
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.storage.fence import Fenced
 from oncelog.storage.share_state import Pending, ShareState, ShareStateStore, StaleStateEpoch
@@ -78,7 +79,12 @@ SYNC_THREADS = 2
 # after a failed write, how soon the rewrite of the group's state is tried again when nothing new
 # asks for a write (each new change tries at once)
 RETRY_MS = 1000
-GROUP_CONFIGS = ("share.auto.offset.reset", "share.isolation.level", "share.record.lock.duration.ms")
+# KIP-1191's group configs (Kafka's GroupConfig.ERRORS_DEADLETTERQUEUE_*): the group's dead-letter
+# topic (blank: none) and whether its records carry the original key and value
+DLQ_TOPIC_NAME = "errors.deadletterqueue.topic.name"
+DLQ_COPY_RECORD = "errors.deadletterqueue.copy.record.enable"
+GROUP_CONFIGS = ("share.auto.offset.reset", "share.isolation.level", "share.record.lock.duration.ms",
+                 DLQ_TOPIC_NAME, DLQ_COPY_RECORD)
 
 
 def check_group_config(name: str, value: str) -> None:
@@ -90,11 +96,29 @@ def check_group_config(name: str, value: str) -> None:
         ok = value in ("read_committed", "read_uncommitted")
     elif name == "share.record.lock.duration.ms":
         ok = value.isdigit() and int(value) >= 1
+    elif name == DLQ_COPY_RECORD:
+        ok = value.strip().lower() in ("true", "false")
+    elif name == DLQ_TOPIC_NAME:
+        check_dlq_topic_name(value)
     else:
         raise KafkaProtocolError(E.INVALID_CONFIG, f"{name} is not a share group config "
                                                    f"(served: {', '.join(GROUP_CONFIGS)})")
     if not ok:
         raise KafkaProtocolError(E.INVALID_CONFIG, f"invalid value {value!r} for {name}")
+
+
+def check_dlq_topic_name(value: str) -> None:
+    """`errors.deadletterqueue.topic.name`: blank (no dead-letter topic), else a topic name that
+    does not start with `__` (Kafka's GroupConfig check: the internal topics' prefix), and, beyond
+    Kafka (which finds out at the first write), a legal topic name."""
+    name = value.strip()
+    if not name:
+        return
+    if name.startswith("__"):
+        raise KafkaProtocolError(E.INVALID_CONFIG, f"{DLQ_TOPIC_NAME}: DLQ topic name must not start with '__'")
+    reason = invalid_topic_reason(name)
+    if reason is not None:
+        raise KafkaProtocolError(E.INVALID_CONFIG, f"{DLQ_TOPIC_NAME}: topic name is invalid: {reason}")
 
 
 class _GroupStateSync:
@@ -152,6 +176,7 @@ class _GroupStateSync:
             return None
         if pending is None:          # durable already (the log was created or compacted)
             self.durable_end_offset = self.writes
+            self.owner.on_durable(self.group)
             return None
         return self.writes, pending
 
@@ -166,6 +191,7 @@ class _GroupStateSync:
             self.durable_end_offset = max(self.durable_end_offset, n)
             if not self.gone:
                 ShareStateStore.synced(pending)
+                self.owner.on_durable(self.group)
             return
         if self.gone:
             return   # deleted (its file with it), or another broker's now: nothing to cut back
@@ -204,6 +230,11 @@ class ShareGroupCoordinator:
         # produce path's: its fsync count and wake-ups are the logs')
         self.commit = GroupCommit(now_ms, threads=SYNC_THREADS)
         self._syncs: dict[str, _GroupStateSync] = {}
+        # KIP-1191 (`broker.groups.share_dlq`, which sets both): whether a group has a dead-letter
+        # topic now (its REJECTed and limit-archived records go ARCHIVING with a dead letter), and
+        # what to do when a group's state write is on disk (write the dead letters it carries)
+        self.dead_letter: Callable[[str], bool] = lambda group: False
+        self.on_durable: Callable[[str], None] = lambda group: None
 
     # ------------------------------------------------------------------ group configs
     def group_config(self, group: str, name: str) -> str:
@@ -214,7 +245,8 @@ class ShareGroupCoordinator:
             return value
         return {"share.auto.offset.reset": self.config.auto_offset_reset,
                 "share.isolation.level": self.config.isolation_level,
-                "share.record.lock.duration.ms": str(self.config.record_lock_duration_ms)}[name]
+                "share.record.lock.duration.ms": str(self.config.record_lock_duration_ms),
+                DLQ_TOPIC_NAME: "", DLQ_COPY_RECORD: "false"}[name]
 
     def alter_group_configs(self, group: str, to_set: dict[str, str], to_delete: list[str],
                             validate_only: bool = False) -> None:
@@ -230,6 +262,17 @@ class ShareGroupCoordinator:
         configs = {k: v for k, v in {**self.group_configs.get(group, {}), **to_set}.items() if k not in to_delete}
         self.store.write_configs(group, configs)
         self.group_configs[group] = configs
+        self.refresh_dead_letter(group)
+
+    def refresh_dead_letter(self, group: str | None = None) -> None:
+        """Whether the share-partitions of `group` (all: None) dead-letter what they archive, as
+        the group's configs and the cluster's `share.version` say now."""
+        flags: dict[str, bool] = {}
+        for key, sp in self.partitions.items():
+            if group is None or key[0] == group:
+                if key[0] not in flags:
+                    flags[key[0]] = self.dead_letter(key[0])
+                sp.dead_letter = flags[key[0]]
 
     def lock_ms(self, group: str) -> int:
         return int(self.group_config(group, "share.record.lock.duration.ms"))
@@ -288,6 +331,7 @@ class ShareGroupCoordinator:
             g = self.groups.get(group)
             if (g is None or member not in g.members) and now - s.last_used_ms > self.config.session_timeout_ms:
                 self.close_session(group, member)   # a member gone without closing it
+        self.refresh_dead_letter()
         for key, sp in self.partitions.items():
             if sp.expire(now):
                 self.changed(key)
@@ -405,9 +449,15 @@ class ShareGroupCoordinator:
                 start = log_start if self.group_config(group, "share.auto.offset.reset") == "earliest" else log_end
                 state = ShareState(0, start, ())
                 self.changed(key)
+            dead_letter = self.dead_letter(group)
             sp = SharePartition.loaded(state.start_offset, state.batches, c.delivery_count_limit,
-                                       c.partition_max_record_locks, state.state_epoch)
+                                       c.partition_max_record_locks, state.state_epoch, state.dead_letters,
+                                       dead_letter)
             self.partitions[key] = sp
+            if dead_letter and len(sp.dead_letters()) != len(state.dead_letters.pending if state.dead_letters else ()):
+                self.changed(key)   # archived by the limit as it loaded: its new dead letters are written
+        else:
+            sp.dead_letter = self.dead_letter(group)
         if log_start > sp.start:
             sp.move_start(log_start)
             self.changed(key)
@@ -447,6 +497,11 @@ class ShareGroupCoordinator:
             return None
         return sync.error or OSError(f"share group {group}: the state write was not completed")
 
+    def covering_write(self, group: str) -> int:
+        """The group's write that covers every change made so far (0: none), for `durable`."""
+        sync = self._syncs.get(group)
+        return 0 if sync is None else sync.next_write()
+
     def was_durable(self, group: str, n: int) -> bool:
         """Whether the group's write `n` is known to be on disk (no waiting)."""
         sync = self._syncs.get(group)
@@ -457,7 +512,7 @@ class ShareGroupCoordinator:
         sp = self.partitions.get(key)
         if sp is None:
             return None
-        return ShareState(sp.state_epoch, sp.start, tuple(sp.state_batches()))
+        return ShareState(sp.state_epoch, sp.start, tuple(sp.state_batches()), sp.dead_letter_state())
 
     def _sync(self, group: str) -> _GroupStateSync:
         sync = self._syncs.get(group)

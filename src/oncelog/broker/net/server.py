@@ -27,6 +27,7 @@ from oncelog.broker.dynamic_config import DynamicBrokerConfig
 from oncelog.broker.groups.consumer_groups import consumer_group_config, topic_metadata
 from oncelog.broker.groups.coordinator import GroupCoordinator
 from oncelog.broker.groups.ownership import GroupOwnership
+from oncelog.broker.groups.share_dlq import ShareDeadLetters
 from oncelog.broker.groups.share_groups import share_group_config
 from oncelog.broker.logs.cluster_logs import ClusterLogs
 from oncelog.broker.logs.fsync_batcher import GroupCommit
@@ -73,6 +74,7 @@ class Broker:
         self._producer_ids: ProducerIdManager | None = None
         self._groups: GroupCoordinator | None = None
         self._group_ownership: GroupOwnership | None = None   # who coordinates a group
+        self.share_dlq: ShareDeadLetters | None = None   # share groups' dead-letter topics (KIP-1191)
         self._txn: TxnCoordinatorService | None = None
         self._security: SecurityFollower | None = None
         self._credentials: ControllerCredentials | None = None
@@ -218,6 +220,7 @@ class Broker:
             consumer_groups=consumer_group_config(c),
             topics=lambda: topic_metadata(self.logs.topics, is_internal), share_groups=share_group_config(c))
         self.group_ownership.unload = self.groups.unload_partition
+        self.share_dlq = ShareDeadLetters(self)
         self.inter_broker = InterBrokerLink.from_config(self.config, cluster_credential(self.config))
         await self._bind_listeners()
         if self.config["metrics.port"] >= 0:   # bound before registering: a port in use stops nothing started
@@ -348,6 +351,8 @@ class Broker:
         for conn in list(self.connections):
             conn.close()
         self.metrics.close()
+        if self.share_dlq is not None:   # its writes end before the partitions close (their records stay
+            await self.share_dlq.close()    # ARCHIVING: the next start writes them, once)
         self.group_commit.close()
         if self._groups is not None:
             self._groups.share.close()   # its last writes, before the directories are let go
@@ -368,6 +373,8 @@ class Broker:
             try:
                 self.group_ownership.reconcile()
                 self.groups.expire(consumer_groups=False)
+                if self.share_dlq is not None:
+                    self.share_dlq.tick()
                 await self.groups.consumer.expire_stepwise()
                 self.logs.tick(self.now_ms(), flush=self.group_commit.appended)
                 self.group_commit.settle_all()

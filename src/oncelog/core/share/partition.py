@@ -8,6 +8,8 @@ in one state:
 - ACQUIRED: held by one member until its lock runs out (`deadline`, now + the record lock
   duration at acquisition or at a RENEW);
 - ACKNOWLEDGED: the member accepted it; never delivered again;
+- ARCHIVING (KIP-1191): rejected, or past the delivery count limit, in a share group with a
+  dead-letter topic: never delivered again, and ARCHIVED once its dead-letter record is written;
 - ARCHIVED: rejected, past the delivery count limit, a gap in the log (compacted away), a control
   record or a record of an aborted transaction; never delivered again.
 Only AVAILABLE and ACQUIRED records (and finished ones above the first unfinished one) are kept
@@ -29,6 +31,19 @@ acknowledgement is refused with INVALID_RECORD_STATE and nothing changes. Locks 
 taken back before anything is decided (`expire`), so a record is never held by two members while
 a lock on it is valid.
 
+Dead letters (KIP-1191; `broker.groups.share_dlq` writes them): while `dead_letter` is set (the
+group names a dead-letter topic), a record REJECTed, or archived by the delivery limit, goes to
+ARCHIVING instead, and a `DeadLetter` (offset, sequence, delivery count, reason) joins the
+share-partition's pending dead letters. Sequences are given in the order records go ARCHIVING and
+are the sequence numbers of the idempotent producer (`producer_id`, `producer_epoch`) that writes
+them, so a dead letter written twice (a crash between the write and the state write that says so,
+an old owner paused mid-write) is a duplicate the dead-letter partition refuses; each producer
+epoch writes to one dead-letter partition (`target`), and `renumber` starts a new epoch (a new
+target, a dead letter given up). ARCHIVING records hold the start offset back, so pending dead
+letters are bounded by `max_in_flight` as in-flight records are; those whose record retention
+deleted meanwhile (below `start`) count against the same bound. The pending dead letters and the
+producer are persisted with the state, so a restart writes what was not written, once.
+
 Acquisition modes (ShareFetch v2, KIP-1206): BATCH_OPTIMIZED (0) acquires whole log batches and
 may pass MaxRecords to end on a batch boundary, as Kafka does; RECORD_LIMIT (1) never acquires
 more than MaxRecords.
@@ -38,12 +53,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-AVAILABLE, ACQUIRED, ACKNOWLEDGED, ARCHIVED = 0, 1, 2, 4   # Kafka's RecordState ids
-STATE_NAMES = {AVAILABLE: "AVAILABLE", ACQUIRED: "ACQUIRED", ACKNOWLEDGED: "ACKNOWLEDGED", ARCHIVED: "ARCHIVED"}
+AVAILABLE, ACQUIRED, ACKNOWLEDGED, ARCHIVING, ARCHIVED = 0, 1, 2, 3, 4   # Kafka's RecordState ids
+STATE_NAMES = {AVAILABLE: "AVAILABLE", ACQUIRED: "ACQUIRED", ACKNOWLEDGED: "ACKNOWLEDGED", ARCHIVING: "ARCHIVING",
+               ARCHIVED: "ARCHIVED"}
 GAP, ACCEPT, RELEASE, REJECT, RENEW = 0, 1, 2, 3, 4       # AcknowledgeType
 ACK_TYPES = (GAP, ACCEPT, RELEASE, REJECT, RENEW)
 BATCH_OPTIMIZED, RECORD_LIMIT = 0, 1                     # ShareAcquireMode
 NO_DEADLINE = 1 << 62
+# why a record is dead-lettered, and the text Kafka writes in its `__dlq.errors.message` header
+REJECTED, PAST_LIMIT = 1, 2
+DEAD_LETTER_REASONS = {REJECTED: "Offset rejected by client.",
+                       PAST_LIMIT: "Offset delivery count exceeded the threshold."}
+MAX_SEQUENCE = 2**31 - 1
 
 
 class InvalidRecordState(Exception):
@@ -78,10 +99,34 @@ class StateBatch:
     delivery_count: int
 
 
+@dataclass(frozen=True)
+class DeadLetter:
+    """A record owed to the group's dead-letter topic: its offset, the producer sequence its
+    dead-letter record is written with, its delivery count and why (REJECTED, PAST_LIMIT)."""
+    offset: int
+    sequence: int
+    delivery_count: int
+    reason: int
+
+
+@dataclass(frozen=True)
+class DeadLetterState:
+    """What a share-partition persists of its dead letters: the idempotent producer that writes
+    them (-1: none yet), the dead-letter partition its epoch writes to ((topic id, partition),
+    None: none yet), the next sequence to give, and the dead letters not yet written."""
+    producer_id: int = -1
+    producer_epoch: int = 0
+    target: tuple[str, int] | None = None
+    next_sequence: int = 0
+    pending: tuple[DeadLetter, ...] = ()
+
+
 @dataclass
 class Counts:
     """What happened, for metrics: records acquired, redelivered (acquired again), acknowledged,
-    released, rejected, archived by the delivery limit, locks that ran out."""
+    released, rejected, archived by the delivery limit, locks that ran out; records written to
+    the dead-letter topic, and records archived without their dead-letter record (the topic
+    refused them: KIP-1191's failed writes)."""
     acquired: int = 0
     redelivered: int = 0
     accepted: int = 0
@@ -89,6 +134,8 @@ class Counts:
     rejected: int = 0
     archived_by_limit: int = 0
     lock_expiries: int = 0
+    dead_lettered: int = 0
+    dead_letter_failed: int = 0
 
 
 class SharePartition:
@@ -102,6 +149,13 @@ class SharePartition:
         self._records: dict[int, _Rec] = {}
         self._next_deadline = NO_DEADLINE
         self.counts = Counts()
+        # KIP-1191: set while the group has a dead-letter topic (`broker.groups.share_groups`)
+        self.dead_letter = False
+        self.dlq_producer_id = -1
+        self.dlq_producer_epoch = 0
+        self.dlq_target: tuple[str, int] | None = None
+        self._dlq_next_sequence = 0
+        self._dead: list[DeadLetter] = []    # pending, in sequence order
 
     # ------------------------------------------------------------------ reading
     def state_of(self, offset: int) -> tuple[int, int, str | None]:
@@ -158,6 +212,8 @@ class SharePartition:
         taken: list[tuple[int, int]] = []      # (offset, delivery count)
         deadline = now + lock_ms
         stop = False
+        # dead letters whose record retention deleted still take a place in the in-flight bound
+        bound = self.max_in_flight - self._orphans()
         for first, last, acquirable in batches:
             if stop:
                 break
@@ -171,7 +227,7 @@ class SharePartition:
                 if rec is None:
                     if offset < self.end:
                         continue                      # finished
-                    if self.end - self.start >= self.max_in_flight:
+                    if self.end - self.start >= bound:
                         stop = True
                         break
                     self.end = offset + 1             # offsets skipped below it are gaps: finished
@@ -220,12 +276,13 @@ class SharePartition:
                 self._finish(rec, ACKNOWLEDGED)
                 self.counts.accepted += 1
             elif kind == RELEASE:
-                self._give_back(rec)
+                self._give_back(offset, rec)
                 self.counts.released += 1
-            else:   # REJECT, GAP
+            elif kind == REJECT:
+                self._dead_letter(offset, rec, REJECTED)
+                self.counts.rejected += 1
+            else:   # GAP
                 self._finish(rec, ARCHIVED)
-                if kind == REJECT:
-                    self.counts.rejected += 1
         self._advance()
 
     def unacquire(self, member: str, acquired: Sequence[Acquired]) -> int:
@@ -248,9 +305,9 @@ class SharePartition:
     def release_member(self, member: str) -> int:
         """The member left (or its share session closed): what it holds goes back, as RELEASE."""
         n = 0
-        for rec in self._records.values():
+        for offset, rec in self._records.items():
             if rec.state == ACQUIRED and rec.member == member:
-                self._give_back(rec)
+                self._give_back(offset, rec)
                 n += 1
         self._advance()
         return n
@@ -261,11 +318,11 @@ class SharePartition:
             return 0
         n = 0
         nxt = NO_DEADLINE
-        for rec in self._records.values():
+        for offset, rec in self._records.items():
             if rec.state != ACQUIRED:
                 continue
             if rec.deadline <= now:
-                self._give_back(rec)
+                self._give_back(offset, rec)
                 n += 1
             else:
                 nxt = min(nxt, rec.deadline)
@@ -274,12 +331,22 @@ class SharePartition:
         self._advance()
         return n
 
-    def _give_back(self, rec: _Rec) -> None:
+    def _give_back(self, offset: int, rec: _Rec) -> None:
         if rec.count >= self.delivery_limit:
-            self._finish(rec, ARCHIVED)
+            self._dead_letter(offset, rec, PAST_LIMIT)
             self.counts.archived_by_limit += 1
         else:
             rec.state, rec.member, rec.deadline = AVAILABLE, None, NO_DEADLINE
+
+    def _dead_letter(self, offset: int, rec: _Rec, reason: int) -> None:
+        """Rejected or past the limit: ARCHIVING with a dead letter when the group has a
+        dead-letter topic, else ARCHIVED."""
+        if not self.dead_letter:
+            self._finish(rec, ARCHIVED)
+            return
+        self._finish(rec, ARCHIVING)
+        self._dead.append(DeadLetter(offset, self._dlq_next_sequence, rec.count, reason))
+        self._dlq_next_sequence += 1
 
     @staticmethod
     def _finish(rec: _Rec, state: int) -> None:
@@ -298,8 +365,9 @@ class SharePartition:
     # ------------------------------------------------------------------ persistence
     def state_batches(self) -> list[StateBatch]:
         """What the persister keeps (Kafka's WriteShareGroupState batches): runs over [start,
-        end) with ACQUIRED written as AVAILABLE (after a restart nobody holds anything) and
-        finished offsets as ARCHIVED. One object per run, not per offset: this runs for every
+        end) with ACQUIRED written as AVAILABLE (after a restart nobody holds anything),
+        ARCHIVING as it is (its dead letter is in `dead_letter_state`) and finished offsets as
+        ARCHIVED. One object per run, not per offset: this runs for every
         share-partition a state write carries."""
         out: list[StateBatch] = []
         records = self._records
@@ -324,9 +392,19 @@ class SharePartition:
 
     @classmethod
     def loaded(cls, start: int, batches: Iterable[StateBatch], delivery_limit: int = 5,
-               max_in_flight: int = 2000, state_epoch: int = 0) -> SharePartition:
-        """The share-partition a persisted state describes; nothing is acquired in it."""
+               max_in_flight: int = 2000, state_epoch: int = 0, dead_letters: DeadLetterState | None = None,
+               dead_letter: bool = False) -> SharePartition:
+        """The share-partition a persisted state describes; nothing is acquired in it. A record
+        written as available at the delivery limit (held for its last delivery when the broker
+        stopped, or the limit was lowered) is archived by the limit: with `dead_letter`, as a
+        new dead letter (`dead_letter_state` then differs from the one loaded: write it)."""
         sp = cls(start, delivery_limit, max_in_flight, state_epoch)
+        sp.dead_letter = dead_letter
+        dl = dead_letters or DeadLetterState()
+        sp.dlq_producer_id, sp.dlq_producer_epoch, sp.dlq_target = dl.producer_id, dl.producer_epoch, dl.target
+        sp._dlq_next_sequence = dl.next_sequence
+        sp._dead = list(dl.pending)
+        owed = {d.offset for d in dl.pending}
         for b in batches:
             if b.last_offset < start:
                 continue
@@ -334,10 +412,70 @@ class SharePartition:
             if b.state in (AVAILABLE, ACQUIRED):
                 for offset in range(max(b.first_offset, start), b.last_offset + 1):
                     if b.delivery_count >= delivery_limit:
-                        continue   # the limit was lowered: archived
+                        rec = sp._records[offset] = _Rec(ACQUIRED, b.delivery_count)
+                        sp._give_back(offset, rec)   # archived by the limit (ARCHIVING with a dead letter)
+                        if rec.state == ARCHIVED:
+                            del sp._records[offset]
+                        continue
                     sp._records[offset] = _Rec(AVAILABLE, b.delivery_count)
+            elif b.state == ARCHIVING:
+                for offset in range(max(b.first_offset, start), b.last_offset + 1):
+                    if offset in owed:   # (else its dead letter was written or given up: finished)
+                        sp._records[offset] = _Rec(ARCHIVING, b.delivery_count)
         sp._advance()
         return sp
+
+    # ------------------------------------------------------------------ dead letters (KIP-1191)
+    def dead_letters(self) -> list[DeadLetter]:
+        """The dead letters not yet written, in sequence order."""
+        return list(self._dead)
+
+    def dead_letter_state(self) -> DeadLetterState:
+        return DeadLetterState(self.dlq_producer_id, self.dlq_producer_epoch, self.dlq_target,
+                               self._dlq_next_sequence, tuple(self._dead))
+
+    def renumber(self, producer_id: int, producer_epoch: int, target: tuple[str, int]) -> None:
+        """A new producer epoch (or producer) writing to `target`: the pending dead letters get
+        sequences from 0 in their order. Only while none of them is being written: a new epoch
+        starts at sequence 0 in the dead-letter partition, and its sequences must follow one
+        another there."""
+        self.dlq_producer_id, self.dlq_producer_epoch, self.dlq_target = producer_id, producer_epoch, target
+        self._dead = [DeadLetter(d.offset, i, d.delivery_count, d.reason) for i, d in enumerate(self._dead)]
+        self._dlq_next_sequence = len(self._dead)
+
+    def dead_lettered(self, last_sequence: int) -> int:
+        """The dead letters up to `last_sequence` are written (their records are ARCHIVED): how
+        many."""
+        n = 0
+        while self._dead and self._dead[0].sequence <= last_sequence:
+            self._archive(self._dead.pop(0))
+            n += 1
+        self.counts.dead_lettered += n
+        self._advance()
+        return n
+
+    def drop_dead_letters(self, count: int | None = None) -> int:
+        """The first `count` dead letters (all: None) are given up (the topic refuses them): their
+        records are ARCHIVED without a dead-letter record. The sequences after them then have a
+        gap: the writer starts a new epoch (`renumber`) before writing the rest."""
+        gone = self._dead if count is None else self._dead[:count]
+        self._dead = [] if count is None else self._dead[count:]
+        for d in gone:
+            self._archive(d)
+        self.counts.dead_letter_failed += len(gone)
+        self._advance()
+        return len(gone)
+
+    def _archive(self, d: DeadLetter) -> None:
+        rec = self._records.get(d.offset)
+        if rec is not None and rec.state == ARCHIVING:
+            self._finish(rec, ARCHIVED)
+
+    def _orphans(self) -> int:
+        """Pending dead letters whose offset is below `start` (retention deleted their records)."""
+        if not self._dead:
+            return 0
+        return sum(1 for d in self._dead if d.offset < self.start)
 
 
 def _runs(taken: list[tuple[int, int]]) -> list[Acquired]:
