@@ -117,10 +117,11 @@ class ShareDeadLetters:
     def __init__(self, broker: BrokerServices) -> None:
         self.broker = broker
         self._running: dict[SpKey, asyncio.Task] = {}
-        self._retry: dict[SpKey, tuple[int, int]] = {}   # key -> (not before, last pause ms)
+        # key -> (not before, last pause ms); monotonic time: a pause of the process, not of the log
+        self._retry: dict[SpKey, tuple[float, int]] = {}
         self._log_limit = LogLimit(burst=5, period_s=60.0)
         self._scanned: set[str] = set()   # groups whose stored dead letters were looked at here
-        self._next_scan = 0
+        self._next_scan = 0.0
         self.closed = False
         share = broker.groups.share
         share.dead_letter = self.enabled
@@ -148,7 +149,7 @@ class ShareDeadLetters:
             asyncio.get_running_loop()
         except RuntimeError:
             return   # no event loop (the broker's last state write at its stop): the next start writes them
-        now = self.broker.now_ms()
+        now = time.monotonic()
         for key, sp in list(self.broker.groups.share.partitions.items()):
             if (group is not None and key[0] != group) or not sp.dead_letters() or key in self._running:
                 continue
@@ -163,9 +164,9 @@ class ShareDeadLetters:
         partitions = self.broker.groups.share.partitions
         for key in [k for k in self._retry if k not in partitions]:
             del self._retry[key]
-        now = self.broker.now_ms()
+        now = time.monotonic()
         if now >= self._next_scan:
-            self._next_scan = now + SCAN_MS
+            self._next_scan = now + SCAN_MS / 1000
             try:
                 self._load_owed()
             except OSError as e:
@@ -215,7 +216,7 @@ class ShareDeadLetters:
         except NotNow as e:
             _, pause = self._retry.get(key, (0, 0))
             pause = min(RETRY_MAX_MS, max(RETRY_MS, pause * 2))
-            self._retry[key] = (self.broker.now_ms() + pause, pause)
+            self._retry[key] = (time.monotonic() + pause / 1000, pause)
             self._say(logging.WARNING, "share group %s: dead letters of %s-%d not written now (%s); tried again "
                       "in %d ms", key[0], self._source_name(key), key[2], e, pause)
         except asyncio.CancelledError:
@@ -223,7 +224,7 @@ class ShareDeadLetters:
         except Exception:
             log.exception("share group %s: writing the dead letters of %s-%d failed; tried again later",
                           key[0], self._source_name(key), key[2])
-            self._retry[key] = (self.broker.now_ms() + RETRY_MAX_MS, RETRY_MAX_MS)
+            self._retry[key] = (time.monotonic() + RETRY_MAX_MS / 1000, RETRY_MAX_MS)
         finally:
             if self._running.get(key) is asyncio.current_task():
                 del self._running[key]
@@ -236,7 +237,9 @@ class ShareDeadLetters:
         if not sp.dead_letters():
             return False
         # the records' move to ARCHIVING (with their dead letters) is on disk before any is written
-        error = await share.durable(group, share.covering_write(group))
+        # (0: nothing written since the group was loaded, which read them from the disk)
+        covering = share.covering_write(group)
+        error = await share.durable(group, covering) if covering else None
         if error is not None:
             raise NotNow(f"the group's state write failed: {error}")
         if not self._still(key, sp) or not sp.dead_letters():
@@ -342,9 +345,11 @@ class ShareDeadLetters:
         pid, epoch = sp.dlq_producer_id, max(sp.dlq_producer_epoch + 1, at_least)
         if pid < 0 or epoch > MAX_EPOCH:
             try:
-                pid, epoch = self.broker.producer_ids.producer_id_nowait(), 0
+                pid, epoch = await self.broker.producer_ids.generate_producer_id(), 0
             except KafkaProtocolError as e:
                 raise NotNow(f"no producer id yet: {e}") from None
+            if not self._still(key, sp) or not sp.dead_letters():
+                return
         sp.renumber(pid, epoch, (target.topic_id, target.partition))
         n = share.changed(key)
         share.flush(key[0])
