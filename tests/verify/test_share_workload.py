@@ -27,3 +27,19 @@ def test_share_groups_under_pauses_and_moves(tmp_path):
     fired = {e.fault for e in result.faults}
     assert {"pause", "move"} <= fired, text
     assert any("past" in e.what for e in result.faults if e.fault == "pause"), text
+
+
+@pytest.mark.timeout(600)
+def test_share_groups_with_a_dead_letter_topic_under_kills_and_power_loss(tmp_path):
+    """--share-dlq (KIP-1191): the mixed members' rejected records and the poison records archived
+    at the delivery limit each end in the group's dead-letter topic exactly once, while brokers
+    are killed -9 (and, in the full tier, every fault runs), across the writes around them."""
+    faults = (*ALL_FAULTS, "pause") if FULL else ("kill", "power-loss")
+    result = run(VerifyOptions(workload="share", share_dlq=True, faults=tuple(dict.fromkeys(faults)),
+                               records=size(600, 3000), seed=5, clients=("oncelog", "librdkafka"), workdir=tmp_path))
+    text = render(result)
+    assert result.ok, text
+    figures = result.report.figures
+    assert figures["dead-lettered: rejected"] > 0 and figures["dead-lettered: at the delivery limit"] > 0, text
+    assert {"kill", "power-loss"} <= {e.fault for e in result.faults}, text
+    assert not [n for n in result.notes if "dead letters" in n], text

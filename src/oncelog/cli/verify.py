@@ -39,6 +39,9 @@ def _names(allowed):
               "the output must hold every input exactly once and no aborted record. share: members of a "
               "share group (oncelog, librdkafka) accept, release, reject and crash holding records; every "
               "record must finish, none be delivered again once acknowledged, none past its delivery limit.")
+@click.option("--share-dlq", "share_dlq", is_flag=True,
+              help="share workload: the group has a dead-letter topic (KIP-1191, share.version 2); every record "
+                   "rejected or archived at the delivery limit must be in it exactly once.")
 @click.option("--seed", default=0, show_default=True, help="Same seed, same fault schedule.")
 @click.option("--brokers", default=2, show_default=True)
 @click.option("--partitions", default=4, show_default=True)
@@ -55,7 +58,7 @@ def _names(allowed):
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the JSON summary here.")
 @click.option("--workdir", type=click.Path(file_okay=False), help="Keep data and logs here (default: a "
               "temporary directory, removed afterwards).")
-def verify(faults, power_loss, records, clients, workload, seed, brokers, partitions, duration, timeout,
+def verify(faults, power_loss, records, clients, workload, share_dlq, seed, brokers, partitions, duration, timeout,
            security_protocol, json_path, workdir) -> None:
     """Run producers of several clients against a cluster on this machine while faults run, then
     read every partition and report duplicates, lost acknowledged writes, inconsistent offsets,
@@ -78,7 +81,7 @@ def verify(faults, power_loss, records, clients, workload, seed, brokers, partit
         options = VerifyOptions(faults=faults, records=records, clients=clients, seed=seed, brokers=brokers,
                                 partitions=partitions, duration_s=duration, timeout_s=timeout,
                                 security_protocol=security_protocol,
-                                workdir=Path(workdir) if workdir else None, workload=workload)
+                                workdir=Path(workdir) if workdir else None, workload=workload, share_dlq=share_dlq)
     except ValueError as e:
         raise click.BadParameter(str(e)) from None
     result = run(options, progress=lambda msg: click.echo(f"verify: {msg}", err=True))

@@ -24,6 +24,21 @@ Anomalies (each a broken promise of KIP-932 as oncelog serves it, docs/share-gro
   records they held are checked.
 - `value-mismatch`: a delivery whose value is not the log's at its offset.
 
+With a dead-letter topic (KIP-1191, `--share-dlq`), a record may also end "in the DLQ": a record
+REJECTed or archived at the delivery limit is ARCHIVED once its dead-letter record is written, and
+a record still ARCHIVING at the end counts as finished but must have its dead-letter record:
+
+- `dlq-missing`: a record whose REJECT was confirmed, or whose last delivery (at the limit) was
+  not accepted, or that the final state leaves ARCHIVING, without a dead-letter record;
+- `dlq-duplicate`: two dead-letter records for one record (KIP-1191 allows it "in rare
+  situations"; oncelog promises exactly one);
+- `dlq-unexpected`: a dead-letter record for a record whose ACCEPT was confirmed, or whose reason
+  does not match what happened (`Offset rejected by client.` without a REJECT sent at that
+  delivery count, `Offset delivery count exceeded the threshold.` below the limit);
+- `dlq-mismatch`: a dead-letter record whose headers name another topic or group, or whose value
+  (errors.deadletterqueue.copy.record.enable) is not the log's (a record retention deleted first
+  may have none).
+
 An acknowledgement answered with an error has an unknown outcome: it counts as applied only if the
 record is never delivered again, as the produce workload's unknown outcomes do. What is counted,
 not judged: records archived by the delivery limit, rejected, redelivered; records finished with
@@ -38,7 +53,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 ACCEPT, RELEASE, REJECT = 1, 2, 3
-ARCHIVED = 4          # core.share.partition's state id (finished: acknowledged or archived)
+ARCHIVING, ARCHIVED = 3, 4   # core.share.partition's state ids (ARCHIVED: acknowledged or archived)
+DLQ_REJECTED = "Offset rejected by client."
+DLQ_PAST_LIMIT = "Offset delivery count exceeded the threshold."
 LOCK_MARGIN_S = 0.3   # the broker expires locks on its tick: never early, maybe a little late
 FAULT_SETTLE_S = 5.0  # after a process fault, what it did to locks may still be taking effect
 
@@ -107,6 +124,20 @@ class History:
                 self.polls[member] += 1
 
 
+@dataclass(frozen=True)
+class DeadLetterRecord:
+    """A record of the group's dead-letter topic, read back: where it is, and its headers."""
+    dlq_partition: int
+    dlq_offset: int
+    topic: str
+    partition: int
+    offset: int
+    group: str
+    delivery_count: int
+    message: str
+    value: bytes | None
+
+
 @dataclass
 class Finding:
     kind: str
@@ -117,7 +148,7 @@ class Finding:
 
 
 ANOMALIES = ("lost", "redelivered-after-ack", "acknowledged-twice", "past-limit", "count-not-increasing",
-             "held-twice", "value-mismatch")
+             "held-twice", "value-mismatch", "dlq-missing", "dlq-duplicate", "dlq-unexpected", "dlq-mismatch")
 
 
 @dataclass
@@ -143,12 +174,15 @@ class ShareReport:
 def check_share(log: dict[int, list[tuple[int, bytes]]], history: History,
                 final: dict[int, tuple[int, list[tuple[int, int, int, int]]]], delivery_limit: int,
                 lock_s: float, fault_windows: list[tuple[float, float]],
-                deleted: dict[int, int] | None = None) -> ShareReport:
+                deleted: dict[int, int] | None = None, dead_letters: list[DeadLetterRecord] | None = None,
+                topic: str = "", group: str = "") -> ShareReport:
     """`log`: partition -> [(offset, value)], every record the topic held (with what the expiry
     fault deleted); `final`: partition -> (start offset, [(first, last, state, delivery count)]),
     the share-partitions' state at the end; `fault_windows`: (begin, end) of each process fault on
     the brokers or the controller (monotonic seconds); `deleted`: partition -> the log start the
-    expiry fault left (records below it may have been deleted before they were finished)."""
+    expiry fault left (records below it may have been deleted before they were finished);
+    `dead_letters`: every record of the group's dead-letter topic (None: the group has none), whose
+    headers must name `topic` and `group`."""
     r = ShareReport()
     values = {(p, o): v.decode(errors="replace") for p, recs in log.items() for o, v in recs}
     r.records = len(values)
@@ -210,7 +244,7 @@ def check_share(log: dict[int, list[tuple[int, bytes]]], history: History,
             s = states.get(o)
             if o >= end or s is None:
                 find("lost", (p, o), f"never acquired: the share-partition ends at {end} (start {start})")
-            elif s[0] != ARCHIVED and s[1] < delivery_limit:
+            elif s[0] not in (ARCHIVED, ARCHIVING) and s[1] < delivery_limit:
                 # (read as a broker loads it: a record written as held at the limit is archived,
                 # `SharePartition.loaded`; a lock that runs out inside a fetch that takes nothing
                 # else is not written again, so the file may still say so)
@@ -233,7 +267,60 @@ def check_share(log: dict[int, list[tuple[int, bytes]]], history: History,
                 r.figures["finished with deliveries nobody logged (dropped responses, killed members)"] += 1
     r.figures["acknowledgements with unknown outcome"] = sum(1 for a in history.acks if not a.confirmed)
     r.figures["delivered"] = len(by_key)
+    if dead_letters is not None:
+        archiving = {(p, o) for p, (start, batches) in final.items() for first, last, st, _c in batches
+                     if st == ARCHIVING for o in range(max(first, start), last + 1)}
+        _check_dead_letters(r, values, by_key, acks_of, dead_letters, archiving, delivery_limit, deleted,
+                            topic, group, find)
     return r
+
+
+def _check_dead_letters(r: ShareReport, values: dict[Key, str], by_key: dict[Key, list[Delivery]],
+                        acks_of: dict[Key, list[Ack]], dead_letters: list[DeadLetterRecord], archiving: set[Key],
+                        delivery_limit: int, deleted: dict[int, int], topic: str, group: str, find) -> None:
+    """Exactly one dead-letter record per record that ended rejected or at the delivery limit."""
+    dlq: dict[Key, list[DeadLetterRecord]] = defaultdict(list)
+    for d in dead_letters:
+        dlq[(d.partition, d.offset)].append(d)
+    for key, ds in sorted(dlq.items()):
+        if len(ds) > 1:
+            find("dlq-duplicate", key, f"{len(ds)} dead-letter records: "
+                 + ", ".join(f"dlq-{d.dlq_partition}@{d.dlq_offset} (count {d.delivery_count})" for d in ds))
+        acks = acks_of.get(key, [])
+        for d in ds:
+            expected = values.get(key)
+            if d.topic != topic or d.group != group:
+                find("dlq-mismatch", key, f"headers name topic {d.topic!r}, group {d.group!r}")
+            elif d.value is not None and expected is not None and d.value.decode(errors="replace") != expected:
+                find("dlq-mismatch", key, f"value {d.value!r}, the log holds {expected!r}")
+            elif d.value is None and expected is not None and key[1] >= deleted.get(key[0], -1):
+                find("dlq-mismatch", key, "no value copied, though the log still holds the record")
+            if any(a.kind == ACCEPT and a.confirmed for a in acks):
+                find("dlq-unexpected", key, "its ACCEPT was confirmed")
+            elif d.message == DLQ_REJECTED and not any(a.kind == REJECT and a.count == d.delivery_count
+                                                      for a in acks):
+                find("dlq-unexpected", key, f"rejected at delivery {d.delivery_count}, but no REJECT was sent then")
+            elif d.message == DLQ_PAST_LIMIT and d.delivery_count < delivery_limit:
+                find("dlq-unexpected", key, f"archived by the limit at delivery {d.delivery_count}, below "
+                                            f"{delivery_limit}")
+            elif d.message not in (DLQ_REJECTED, DLQ_PAST_LIMIT):
+                find("dlq-mismatch", key, f"reason {d.message!r}")
+        r.figures["dead-lettered: " + ("rejected" if ds[0].message == DLQ_REJECTED else "at the delivery limit")] += 1
+    for key in sorted(values):
+        if key in dlq:
+            continue
+        acks = acks_of.get(key, [])
+        last = max((g.count for g in by_key.get(key, [])), default=0)
+        accepted_last = any(a.kind == ACCEPT and a.count == last for a in acks)
+        why = None
+        if key in archiving:
+            why = "still ARCHIVING at the end: its dead-letter record was never written"
+        elif any(a.kind == REJECT and a.confirmed for a in acks):
+            why = "its REJECT was confirmed"
+        elif last >= delivery_limit and not accepted_last:
+            why = f"its last delivery ({last}, the limit) was not accepted"
+        if why is not None:
+            find("dlq-missing", key, why)
 
 
 def _check_locks(key: Key, ds: list[Delivery], acks: list[Ack], resets: dict[str, list[float]],

@@ -15,7 +15,13 @@ A share-partition lives on the broker that coordinates its group and leads the p
 `__consumer_offsets` partition are placed on one broker at the start and always move together
 (`LocalCluster.colocated`: the move fault and the storage faults' moves); a broker killed or
 paused past its session hands all of them to the other broker. The storage faults aim every other
-cycle at the group's share-state log instead of the topic's segments."""
+cycle at the group's share-state log instead of the topic's segments.
+
+`--share-dlq` gives the group a dead-letter topic (KIP-1191: `share.version` 2, the topic
+`dlq.verify-sharers` with `errors.deadletterqueue.group.enable`, the group's
+`errors.deadletterqueue.topic.name` and `copy.record.enable`), placed and moved with the others; the
+run waits for the brokers to owe no dead letters, reads the topic back, and the checker wants one
+dead-letter record per record that ended rejected or at the delivery limit (`dlq-*` anomalies)."""
 from __future__ import annotations
 
 import json
@@ -38,11 +44,12 @@ from oncelog.testing.faults import (
     PAUSE_GROUP_SESSION_MS,
     broker_overrides,
 )
-from oncelog.testing.share_checker import History, ShareReport, check_share
+from oncelog.testing.share_checker import DeadLetterRecord, History, ShareReport, check_share
 from oncelog.testing.workloads import OncelogWorkload, end_offsets, read_range
 
 SHARE_CLIENTS = ("oncelog", "librdkafka")
 TOPIC, GROUP = "verify-share", "verify-sharers"
+DLQ_TOPIC = "dlq." + GROUP          # the group's dead-letter topic with --share-dlq (the cluster's prefix)
 OFFSETS_PARTITIONS = 50          # offsets.topic.num.partitions, set for the run
 LOCK_MS = 4000                   # group.share.record.lock.duration.ms: a pause is drawn on both sides of it
 DELIVERY_LIMIT = 5               # group.share.delivery.count.limit
@@ -64,6 +71,8 @@ _BROKER_COUNTERS = {
     "oncelog_share_records_total{event=lock_expiries}": "share records: lock expiries",
     "oncelog_share_records_total{event=archived_by_limit}": "share records: archived by the limit",
     "oncelog_share_records_total{event=redelivered}": "share records: redelivered",
+    "oncelog_share_records_total{event=dead_lettered}": "share records: dead-lettered",
+    "oncelog_share_records_total{event=dead_letter_failed}": "share records: archived without a dead-letter record",
 }
 
 
@@ -206,8 +215,8 @@ def _wait_quiet(members: list[Member], quiet_s: float, timeout_s: float, notes: 
     notes.append(f"{what}: records still came after {timeout_s:.0f}s")
 
 
-def _place(fault_run: FaultRun, partitions: int, say) -> None:
-    """The topic's partitions and the group's `__consumer_offsets` partition on broker 1, moving
+def _place(fault_run: FaultRun, partitions: int, say, topics: tuple[str, ...] = (TOPIC,)) -> None:
+    """The topics' partitions and the group's `__consumer_offsets` partition on broker 1, moving
     together from now on."""
     from oncelog.protocol.api import ApiKey
     from oncelog.protocol.errors import ErrorCode
@@ -226,20 +235,22 @@ def _place(fault_run: FaultRun, partitions: int, say) -> None:
             raise TimeoutError(f"no coordinator for {GROUP}")
         time.sleep(0.2)
     offsets = (CONSUMER_OFFSETS_TOPIC, partition_for(GROUP, OFFSETS_PARTITIONS))
-    cluster.colocated = [offsets] + [(TOPIC, p) for p in range(partitions)]
-    say(f"placing {TOPIC}'s {partitions} partitions and {offsets[0]}-{offsets[1]} ({GROUP}'s) on broker 1")
-    cluster.place(TOPIC, dict.fromkeys(range(partitions), 1))
+    cluster.colocated = [offsets] + [(t, p) for t in topics for p in range(partitions)]
+    say(f"placing {', '.join(topics)}'s {partitions} partitions and {offsets[0]}-{offsets[1]} ({GROUP}'s) on broker 1")
+    for t in topics:
+        cluster.place(t, dict.fromkeys(range(partitions), 1))
     while coordinator() != 1:
         if time.monotonic() > deadline:
             raise TimeoutError(f"broker 1 never coordinated {GROUP}")
         time.sleep(0.2)
 
 
-def _group_configs(cluster) -> None:
+def _group_configs(cluster, dlq: bool = False) -> None:
     """share.auto.offset.reset=earliest (IncrementalAlterConfigs on the GROUP resource), sent to
     broker 1, the group's coordinator: another broker answers UNKNOWN_SERVER_ERROR (it cannot
     write the group's configs without the group's lease), and librdkafka's admin client sends it
-    to any broker."""
+    to any broker. `dlq`: share.version 2 first (UpdateFeatures, which the controller takes), and
+    the group's dead-letter topic, its records copied."""
     from oncelog.protocol import entities
     from oncelog.protocol.api import ApiKey
     from oncelog.protocol.errors import ErrorCode
@@ -247,11 +258,100 @@ def _group_configs(cluster) -> None:
     api = ApiKey.INCREMENTAL_ALTER_CONFIGS
     res = entities.nested(api, 1, "request", "AlterConfigsResource")
     cfg = entities.nested(api, 1, "request", "AlterableConfig")
+    configs = {"share.auto.offset.reset": "earliest"}
+    if dlq:
+        configs.update({"errors.deadletterqueue.topic.name": DLQ_TOPIC,
+                        "errors.deadletterqueue.copy.record.enable": "true"})
     with RawConnection(cluster.brokers[1].bootstrap, timeout_s=30) as raw:
-        r = raw.call(api, 1, validate_only=False, resources=(res(resource_type=32, resource_name=GROUP, configs=(
-            cfg(name="share.auto.offset.reset", config_operation=0, value="earliest"),)),))
+        if dlq:
+            mod = entities.module(ApiKey.UPDATE_FEATURES, 1, "request")
+            u = raw.call(ApiKey.UPDATE_FEATURES, 1, timeout=30000, validate_only=False, feature_updates=(
+                entities.make(mod.FeatureUpdateKey, feature="share.version", max_version_level=2, upgrade_type=1),))
+            if int(u.error_code) != ErrorCode.NONE:
+                raise RuntimeError(f"share.version=2: {u}")
+        r = raw.call(api, 1, validate_only=False, resources=(res(resource_type=32, resource_name=GROUP, configs=tuple(
+            cfg(name=k, config_operation=0, value=v) for k, v in configs.items())),))
     if r.responses[0].error_code.value != ErrorCode.NONE:
-        raise RuntimeError(f"setting {GROUP}'s share.auto.offset.reset: {r.responses[0]}")
+        raise RuntimeError(f"setting {GROUP}'s configs: {r.responses[0]}")
+
+
+def _create_dlq_topic(fault_run: FaultRun) -> None:
+    """The group's dead-letter topic, its administrator's consent given."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+    admin = AdminClient({"bootstrap.servers": fault_run.bootstrap, **fault_run.security, "log_level": 3})
+    admin.create_topics([NewTopic(DLQ_TOPIC, fault_run.options.partitions, 1,
+                                  config={"errors.deadletterqueue.group.enable": "true"})])[DLQ_TOPIC].result(30)
+
+
+def _bytes(value: str | bytes | None) -> bytes | None:
+    return value.encode() if isinstance(value, str) else value
+
+
+def _dead_letters_pending(cluster) -> int:
+    """Dead letters the running brokers still owe (their `oncelog_share_dead_letters_pending`);
+    -1 if a broker did not answer."""
+    import urllib.request
+    total = 0
+    for i, b in cluster.brokers.items():
+        if not b.running:
+            continue
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{cluster.metrics_ports[i]}/metrics", timeout=5) as r:
+                text = r.read().decode()
+        except OSError:
+            return -1
+        for line in text.splitlines():
+            if line.startswith("oncelog_share_dead_letters_pending "):
+                total += int(float(line.split()[1]))
+    return total
+
+
+def _wait_no_dead_letters_owed(cluster, timeout_s: float, notes: list[str]) -> None:
+    deadline = time.monotonic() + timeout_s
+    while (owed := _dead_letters_pending(cluster)) != 0:
+        if time.monotonic() > deadline:
+            notes.append(f"the brokers still owed {owed} dead letters after {timeout_s:.0f}s")
+            return
+        time.sleep(0.2)
+
+
+def _read_dead_letters(bootstrap: str, security: dict, timeout_s: float) -> list[DeadLetterRecord]:
+    """Every record of the dead-letter topic, with its headers."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+    marks = end_offsets(bootstrap, DLQ_TOPIC, security=security)
+    todo = {p for p, (lo, hi) in marks.items() if hi > lo}
+    out: list[DeadLetterRecord] = []
+    c = Consumer({"bootstrap.servers": bootstrap, **security, "group.id": "oncelog-verify-dlq", "log_level": 3,
+                  "enable.auto.commit": False, "enable.partition.eof": True})
+    try:
+        c.assign([TopicPartition(DLQ_TOPIC, p, marks[p][0]) for p in todo])
+        deadline = time.monotonic() + timeout_s
+        while todo and time.monotonic() < deadline:
+            for m in c.consume(1000, 0.5):
+                p, offset, err = m.partition(), m.offset(), m.error()
+                if p is None:
+                    continue
+                if err is not None and err.code() == KafkaError._PARTITION_EOF:
+                    if offset is not None and offset >= marks[p][1]:
+                        todo.discard(p)
+                    continue
+                if err or offset is None or p not in todo or offset >= marks[p][1]:
+                    continue
+                raw = m.headers() or []
+                pairs = list(raw.items()) if isinstance(raw, dict) else list(raw)
+                h = {str(k): v.decode(errors="replace") if isinstance(v, bytes) else str(v or "") for k, v in pairs}
+                out.append(DeadLetterRecord(p, offset, h.get("__dlq.errors.topic", ""),
+                                            int(h.get("__dlq.errors.partition", -1)),
+                                            int(h.get("__dlq.errors.offset", -1)), h.get("__dlq.errors.group", ""),
+                                            int(h.get("__dlq.errors.delivery.count", -1)),
+                                            h.get("__dlq.errors.message", ""), _bytes(m.value())))
+                if offset + 1 >= marks[p][1]:
+                    todo.discard(p)
+        if todo:
+            raise TimeoutError(f"could not read partitions {sorted(todo)} of {DLQ_TOPIC} to their end")
+        return out
+    finally:
+        c.close()
 
 
 def _final_state(data: Path) -> dict[int, tuple[int, list[tuple[int, int, int, int]]]]:
@@ -284,8 +384,11 @@ def run_share(options, progress=None) -> ShareVerifyResult:
             notes.append("giveup: the proxies' part only (responses dropped after the broker wrote, and slowed); "
                          "the producer that fills the topic keeps its own settings")
         fault_run.create_topic(TOPIC)
-        _place(fault_run, options.partitions, say)
-        _group_configs(fault_run.cluster)
+        dlq = options.share_dlq
+        if dlq:
+            _create_dlq_topic(fault_run)
+        _place(fault_run, options.partitions, say, (TOPIC, DLQ_TOPIC) if dlq else (TOPIC,))
+        _group_configs(fault_run.cluster, dlq)
         events_dir = fault_run.root / "share-events"
         events_dir.mkdir(exist_ok=True)
         members = []
@@ -327,6 +430,11 @@ def run_share(options, progress=None) -> ShareVerifyResult:
         sweeper.stop(notes)
         members.append(sweeper)
 
+        dead_letters = None
+        if dlq:
+            say("waiting until the brokers owe no dead letters, then reading the dead-letter topic back")
+            _wait_no_dead_letters_owed(fault_run.cluster, options.timeout_s, notes)
+            dead_letters = _read_dead_letters(fault_run.bootstrap, security, options.timeout_s)
         say("reading the topic back and the share-partitions' final state")
         log, _ = read_range(fault_run.bootstrap, TOPIC, timeout_s=options.timeout_s, security=security)
         log = fault_run.with_archive(log)
@@ -347,7 +455,8 @@ def run_share(options, progress=None) -> ShareVerifyResult:
                    if not e.what.startswith("SIGSTOP client")]
         archived = bool(runner is not None and runner.archive)
         report = check_share(log, history, final, DELIVERY_LIMIT, LOCK_MS / 1000, windows,
-                             deleted=starts if archived else None)
+                             deleted=starts if archived else None, dead_letters=dead_letters, topic=TOPIC,
+                             group=GROUP)
         clients = {}
         for m in members:
             if m.slot == "sweeper":
@@ -373,7 +482,8 @@ def run_share(options, progress=None) -> ShareVerifyResult:
 
 def render_share(result: ShareVerifyResult) -> str:
     o, r = result.options, result.report
-    lines = [f"oncelog verify --workload share: seed {o.seed}, {o.security_protocol}, faults "
+    lines = [f"oncelog verify --workload share{' --share-dlq' if o.share_dlq else ''}: seed {o.seed}, "
+             f"{o.security_protocol}, faults "
              f"{','.join(o.faults) or '-'}, clients {','.join(o.clients)}, {o.records} records, {o.brokers} brokers, "
              f"{o.partitions} partitions, {result.seconds:.0f}s", "",
              f"records in the log {r.records}, delivered {r.figures.get('delivered', 0)} "
@@ -385,7 +495,9 @@ def render_share(result: ShareVerifyResult) -> str:
         lines.append("OK: every record finished (acknowledged, or archived by a reject or the delivery limit), "
                      "none delivered again after a confirmed ACCEPT or REJECT, none acknowledged twice, none past "
                      "the delivery limit, delivery counts always growing, none given to a second member while "
-                     "the first one's lock was valid")
+                     "the first one's lock was valid"
+                     + ("; one dead-letter record for each record rejected or archived at the limit, none for "
+                        "any other" if o.share_dlq else ""))
     for kind, n in sorted(r.counts().items()):
         lines.append(f"ANOMALY {kind}: {n}")
     shown: Counter[str] = Counter()

@@ -48,6 +48,7 @@ class VerifyOptions:
     timeout_s: float = 180
     security_protocol: str = "PLAINTEXT"   # or SASL_SSL: TLS + SCRAM-SHA-512 on every broker, through the proxies
     workload: str = "produce"         # or "transactions": copy loops (testing.txn_verify); "share": share groups
+    share_dlq: bool = False           # share workload: the group has a dead-letter topic (KIP-1191)
 
     def __post_init__(self) -> None:
         if self.workload not in WORKLOAD_KINDS:
@@ -62,6 +63,8 @@ class VerifyOptions:
             if set(self.clients) - set(SHARE_CLIENTS):
                 raise ValueError(f"the share workload runs {', '.join(SHARE_CLIENTS)} share consumers, not "
                                  f"{', '.join(sorted(set(self.clients) - set(SHARE_CLIENTS)))}")
+        if self.share_dlq and self.workload != "share":
+            raise ValueError("--share-dlq is an option of the share workload")
         unknown = set(self.faults) - set(KNOWN_FAULTS)
         if unknown:
             raise ValueError(f"unknown faults {sorted(unknown)}; choose from {', '.join(KNOWN_FAULTS)}")

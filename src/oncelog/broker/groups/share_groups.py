@@ -31,6 +31,10 @@ ShareSessionEpoch).
   without a session). At most `group.share.max.share.sessions` sessions
   (SHARE_SESSION_LIMIT_REACHED beyond), and a member holds at most
   `group.share.partition.max.record.locks` records of a share-partition (the in-flight bound).
+- Dead-letter topics (KIP-1191) are `broker.groups.share_dlq`'s: it tells this coordinator which
+  groups have one (`dead_letter`: their share-partitions make REJECTed and limit-archived records
+  ARCHIVING, with dead letters kept in their state) and hears when a group's state write is on
+  disk (`on_durable`), after which it writes them.
 """
 from __future__ import annotations
 

@@ -7,8 +7,9 @@ validated before any is applied; an internal topic's `cleanup.policy` stays `com
 (`broker.security.internal_topics`). Needs ALTER_CONFIGS on the topic (TOPIC_AUTHORIZATION_FAILED) or
 the cluster for broker settings (CLUSTER_AUTHORIZATION_FAILED). On a GROUP resource: a share
 group's configs (`share.auto.offset.reset`, `share.isolation.level`,
-`share.record.lock.duration.ms`; SET and DELETE), ALTER_CONFIGS on the group
-(GROUP_AUTHORIZATION_FAILED)."""
+`share.record.lock.duration.ms`, KIP-1191's `errors.deadletterqueue.topic.name` and
+`errors.deadletterqueue.copy.record.enable`; SET and DELETE; other names INVALID_CONFIG),
+ALTER_CONFIGS on the group (GROUP_AUTHORIZATION_FAILED)."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
