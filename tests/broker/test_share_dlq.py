@@ -255,3 +255,33 @@ async def test_dead_letters_owed_at_a_restart_are_written_once(sb, failpoints):
     assert [headers(r)["__dlq.errors.offset"] for r in records] == ["0", "2"]
     await until(lambda: dead_letter_state(sb) == (0, 2, 0), "the dead letters marked written")
     assert end_offset(sb, DLQ) == 2
+
+
+async def test_dead_letters_waiting_for_their_topic_are_bounded_by_the_in_flight_records(sb, failpoints):
+    """A flood of REJECTs while the dead-letter partition cannot be written: what is owed stays
+    within group.share.partition.max.record.locks (ARCHIVING holds the share-partition's start),
+    the next fetch acquires nothing new, and once the partition takes writes again every dead
+    letter is written, once."""
+    import dataclasses
+    coordinator = sb["broker"].groups.share
+    coordinator.config = dataclasses.replace(coordinator.config, partition_max_record_locks=10)   # (read when loaded)
+    await features(sb, 2)
+    await create_topic(sb, DLQ, **{"errors.deadletterqueue.group.enable": "true"})
+    await group_dlq(sb)
+    tid = await sb["topic"]("t", records=30)
+    a = await sb["sharer"]("g", tid)
+    code, got = await a.fetch(epoch=0, max_records=100, mode=1, version=2)
+    assert offsets(got[0][2]) == list(range(10))   # the in-flight bound
+    failpoints(f"enospc:log:match={DLQ}-0:times=0")
+    await a.acknowledge([(0, 9, [REJECT])])
+    await until(lambda: sb["broker"].share_dlq._retry, "a failed write")
+    assert dead_letter_state(sb)[0] == 10
+    assert (await a.fetch(max_records=100, mode=1, version=2))[1] == {}   # nothing new while 10 are owed
+    failpoints(None)
+    sb["broker"].share_dlq._retry.clear()   # (its pause is wall-clock time: not waited for here)
+    records = await read(sb, DLQ, 10)
+    assert [int(headers(r)["__dlq.errors.offset"]) for r in records] == list(range(10))
+    await until(lambda: dead_letter_state(sb) == (0, 10, 0), "the dead letters marked written")
+    code, got = await a.fetch(max_records=100, mode=1, version=2)
+    assert offsets(got[0][2]) == list(range(10, 20))
+    assert end_offset(sb, DLQ) == 10
