@@ -6,6 +6,11 @@ tests/compat/test_share_groups.py. Authorization is the generated tests' (tests/
 lost lease's NOT_COORDINATOR tests/controller/test_share_group_ownership.py's."""
 from __future__ import annotations
 
+import asyncio
+import os
+import threading
+import time
+
 import pytest
 import test_share_group_protocol as protocol
 from test_share_group_protocol import ACCEPT, REJECT, Sharer, call, offsets
@@ -220,3 +225,48 @@ async def test_share_groups_off_answers_unsupported_version(share, api):
         assert (await alter(c, "g", {("t", 0): 0}))[0] == E.UNSUPPORTED_VERSION
     else:
         assert (await delete(c, "g", ["t"]))[0] == E.UNSUPPORTED_VERSION
+
+
+async def test_a_fetch_between_a_deletion_and_its_write_starts_afresh(share, monkeypatch, failpoints):
+    """The share session a member left open fetches t-0 after DeleteShareGroupOffsets dropped its
+    state and before the tombstone's write began (the group's previous write held in its fsync):
+    the fetch initializes t-0 afresh at share.auto.offset.reset, above the deleted state's epoch.
+    Before, it loaded the deleted state from the store, and the group's next write wrote that back
+    over the deletion, which had been answered as done."""
+    tid = await share["topic"](records=10)
+    await share["topic"]("u", records=10)
+    await share["group_config"]("g", share_auto_offset_reset="earliest")
+    c1, c2 = await share["conn"](), await share["conn"]()
+    for _ in range(2):   # t-0 at state epoch 1 (the first state is at 0, each reset one above)
+        assert await alter(c1, "g", {("t", 0): 0}) == (E.NONE, [(("t", 0), E.NONE)])
+    a = await consumed(share, "g", tid, 10, accept=10)    # t-0 starts at 10 now
+    assert await a.heartbeat(epoch=-1) == E.NONE           # left; its share session stays open
+    assert await alter(c1, "g", {("u", 0): 2}) == (E.NONE, [(("u", 0), E.NONE)])
+    coordinator = share["broker"].groups.share
+    sync = coordinator._syncs["g"]
+    failpoints("fsync-eio:share:after=1000000000")   # the share-state fsyncs go through os.fsync, never fail
+    gate = threading.Event()
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (gate.wait(30), real(fd))[1])
+
+    async def until(what, done) -> None:
+        deadline = time.monotonic() + 30
+        while not done():
+            assert time.monotonic() < deadline, what
+            await asyncio.sleep(0.005)
+
+    altering = asyncio.create_task(alter(c1, "g", {("u", 0): 3}))
+    await until("the alter's write in its fsync", lambda: coordinator.commit.waiting(sync) >= 1)
+    deleting = asyncio.create_task(delete(c2, "g", ["t"]))
+    await until("t-0 deleted, its write not begun", lambda: (tid, 0) in sync.tombstones)
+    fetching = asyncio.create_task(a.fetch(max_records=3, mode=1, version=2))
+    await until("t-0 loaded by the fetch", lambda: ("g", tid, 0) in coordinator.partitions)
+    gate.set()
+    assert await altering == (E.NONE, [(("u", 0), E.NONE)])
+    assert await deleting == (E.NONE, [("t", E.NONE)])
+    code, got = await fetching
+    assert code == E.NONE and got[0][2] == [(0, 2, 1)], got   # afresh: from the log start, first delivery
+    await share["restart"]()
+    c = await share["conn"]()
+    assert starts((await describe(c, "g", {"t": [0], "u": [0]}))[0]) == {
+        ("t", 0): (0, 10, E.NONE), ("u", 0): (3, 7, E.NONE)}

@@ -412,10 +412,12 @@ class ShareGroupCoordinator:
         sp = self.partitions.get(key)
         if sp is None:
             c = self.config
-            state = self.store.read(group, topic_id, partition)
+            stored = self.store.read(group, topic_id, partition)
+            state = stored if not self._deleted(key) else None
             if state is None:   # InitializeShareGroupState: written with the request's other changes
                 start = log_start if self.group_config(group, "share.auto.offset.reset") == "earliest" else log_end
-                state = ShareState(0, start, ())
+                # (above a deleted state's epoch while the store may still hold it)
+                state = ShareState(stored.state_epoch + 1 if stored is not None else 0, start, ())
                 self.changed(key)
             sp = SharePartition.loaded(state.start_offset, state.batches, c.delivery_count_limit,
                                        c.partition_max_record_locks, state.state_epoch)
@@ -433,15 +435,16 @@ class ShareGroupCoordinator:
         """ReadShareGroupStateSummary: the share-partition's state, from memory where it is loaded
         here, else as stored; None: it has none. The store is asked only for a share group: a
         lookup of any other id would keep a log object per id a client names."""
-        state = self.state_of((group, topic_id, partition))
-        if state is None and self.store.has_group(group):
+        key = (group, topic_id, partition)
+        state = self.state_of(key)
+        if state is None and self.store.has_group(group) and not self._deleted(key):
             state = self.store.read(group, topic_id, partition)
         return state
 
     def initialized(self, group: str) -> set[tuple[uuid.UUID, int]]:
         """The share-partitions of `group` that have a state (Kafka's initialized ones)."""
         out = {(tid, p) for g, tid, p in self.partitions if g == group}
-        out.update(self.store.partitions(group))
+        out.update(k for k in self.store.partitions(group) if not self._deleted((group, *k)))
         return out
 
     def is_empty(self, group: str) -> bool:
@@ -471,6 +474,13 @@ class ShareGroupCoordinator:
         sync.tombstones[(topic_id, partition)] = sync.writes + 1
         sync.dirty.add((topic_id, partition))
         return sync.next_write()
+
+    def _deleted(self, key: SpKey) -> bool:
+        """Whether the share-partition's state was deleted and its tombstone is not yet known to
+        be on disk: what the store still holds of it is not read (a ShareFetch meanwhile would
+        load the deleted state, and the group's next write would write it back)."""
+        sync = self._syncs.get(key[0])
+        return sync is not None and (key[1], key[2]) in sync.tombstones
 
     def _drop_loaded(self, key: SpKey) -> SharePartition | None:
         sp = self.partitions.pop(key, None)
