@@ -10,7 +10,8 @@ from tests.cli.oncelog_cli import oncelog
 
 OPERATIONS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
 # commands that print a listing or a description besides those named list / describe*
-LISTINGS = {"pid-blocks", "log-dirs", "find-hanging", "seek", "delete-records", "trim-prefix", "delete-offsets"}
+LISTINGS = {"pid-blocks", "log-dirs", "find-hanging", "seek", "delete-records", "trim-prefix", "delete-offsets",
+            "reset-offsets"}
 # a description of files rather than the cluster: its own text format, no table
 NOT_LISTINGS = {("log", "dump")}
 
