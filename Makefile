@@ -27,8 +27,10 @@ $(RUN_STAMP): pyproject.toml | $(PY)
 # installed pyspark, the same version, compiled: test_streaming.py took 142 s instead of 217.
 PYSPARK_ZIP_ASIDE := for z in $(VENV)/lib/python*/site-packages/pyspark/python/lib/pyspark.zip; do \
 	if [ -f "$$z" ]; then mv "$$z" "$$z.unused"; fi; done
+# --no-compile: pip would byte-compile all ~6,900 modules it installs, the test suites of pandas
+# and others included (35 CPU-s); COMPILE below compiles what runs, in parallel
 $(TEST_STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install --quiet -e '.[test,bench]'
+	$(PY) -m pip install --quiet --no-compile -e '.[test,bench]'
 	$(PYSPARK_ZIP_ASIDE)
 	rm -f $(VENV)/.installed-*; touch $@ $(RUN_STAMP)
 
@@ -63,8 +65,10 @@ PYTEST_PARALLEL := -n $(TEST_WORKERS) --dist loadgroup
 # Bytecode compiled once before the run: with PYTHONDONTWRITEBYTECODE set (as on CI's machines)
 # every process would compile oncelog's sources again, about 1 s of CPU for each of the
 # suite's hundreds of broker starts, CLI calls and Spark workers. A .pyc is read whatever
-# that variable says.
-COMPILE := $(PY) -m compileall -q -j 0 src tests >/dev/null; $(PYSPARK_ZIP_ASIDE)
+# that variable says. The installed packages are compiled here too (pip installs them without:
+# above), their own test suites left out.
+COMPILE := $(PY) -m compileall -q -j 0 src tests >/dev/null; \
+	$(PY) -m compileall -q -j 0 -x '/tests?/' $(VENV)/lib/python*/site-packages >/dev/null; $(PYSPARK_ZIP_ASIDE)
 # The Spark JVMs' class archive (tests/spark/class_archive.py, about 10 CPU-s less per JVM start)
 # is built while lint runs; without it the tests still run, their JVMs start slower.
 SPARK_CLASSES := build/spark-classes.jsa

@@ -43,11 +43,6 @@ settings.register_profile("all", print_blob=True)
 settings.register_profile("nightly", print_blob=True, deadline=None)
 settings.load_profile(TIER)
 
-# Servers and commands that tests start never import hypothesis: kio registers its strategies when
-# hypothesis is importable, which costs a third of each start (installs without the test extras
-# never pay it). `_child_site/hypothesis.py` refuses the import in those processes only.
-_CHILD_SITE = str(Path(__file__).parent / "_child_site")
-
 # Brokers and controllers are forked from a process that imported what they import once
 # (oncelog.testing.fork_server): 0.1 CPU-s a start instead of 0.8, over about 400 starts.
 # ONCELOG_TEST_FORK_SERVER=0 starts each with exec.
@@ -61,19 +56,6 @@ os.environ.setdefault("ONCELOG_TEST_FORK_SERVER", "1")
 _CLASS_ARCHIVE = Path(__file__).parent.parent / "build" / "spark-classes.jsa"
 os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC" + (
     f" -XX:SharedArchiveFile={_CLASS_ARCHIVE} -Xlog:cds=off,cds+dynamic=off" if _CLASS_ARCHIVE.exists() else ""))
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _children_without_hypothesis():
-    """Set in the process that runs tests (an xdist worker, or pytest alone), after its own
-    imports, so only the processes it starts see it."""
-    before = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (_CHILD_SITE, before)))
-    yield
-    if before is None:
-        os.environ.pop("PYTHONPATH", None)
-    else:
-        os.environ["PYTHONPATH"] = before
 
 
 def _xdist_group(item) -> str | None:

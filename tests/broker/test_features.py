@@ -89,7 +89,8 @@ def test_bad_updates_are_refused_and_change_nothing(broker, feature, level, code
 
 
 SHARE = {ApiKey.SHARE_GROUP_HEARTBEAT: (1, 1), ApiKey.SHARE_GROUP_DESCRIBE: (1, 1), ApiKey.SHARE_FETCH: (1, 2),
-         ApiKey.SHARE_ACKNOWLEDGE: (1, 2)}
+         ApiKey.SHARE_ACKNOWLEDGE: (1, 2), ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: (0, 1),
+         ApiKey.ALTER_SHARE_GROUP_OFFSETS: (0, 0), ApiKey.DELETE_SHARE_GROUP_OFFSETS: (0, 0)}
 
 
 def test_share_version_lists_the_share_group_apis_only_while_finalized(tmp_path):

@@ -233,6 +233,25 @@ async def test_share_session_epochs(share):
     assert (await a.fetch(epoch=2))[0] == E.SHARE_SESSION_NOT_FOUND
 
 
+async def test_acknowledgements_in_an_initial_share_fetch_are_refused_and_change_nothing(share):
+    """Kafka refuses acknowledgements in a ShareFetch at epoch 0 (INVALID_REQUEST): a session is
+    opened before anything is acknowledged in it. oncelog applied them, and oncelog's client
+    sent them that way whenever it had no session with the broker."""
+    tid = await share["topic"]()
+    await share["group_config"]("g", share_auto_offset_reset="earliest")
+    await share["produce"]("t", 4)
+    a = await share["sharer"]("g", tid)
+    _c, got = await a.fetch(epoch=0, max_records=4)
+    assert offsets(got[0][2]) == [0, 1, 2, 3]
+    code, parts = await a.fetch(epoch=0, acks=[(0, 1, [ACCEPT])], max_records=0)
+    assert (code, parts) == (E.INVALID_REQUEST, {}), (code, parts)
+    # the session and the records are as they were: 0-1 are still a's to acknowledge, at epoch 1
+    code, parts = await a.acknowledge([(0, 1, [ACCEPT]), (2, 3, [RELEASE])], epoch=1)
+    assert (code, parts) == (E.NONE, {0: E.NONE})
+    _c, got = await a.fetch(max_records=4)
+    assert got[0][2] == [(2, 3, 2)]   # only the released ones come back
+
+
 async def test_a_closed_session_and_a_member_that_leaves_give_their_records_back(share):
     tid = await share["topic"]()
     await share["group_config"]("g", share_auto_offset_reset="earliest")

@@ -1,5 +1,7 @@
-"""Running `oncelog` as a user does: a subprocess (tests/conftest.py refuses tests that import
-oncelog.cli), its stdout, stderr and exit code; JSON outputs parsed."""
+"""Running `oncelog` as a user does: a process of its own (tests/conftest.py refuses tests that
+import oncelog.cli), its stdout, stderr and exit code; JSON outputs parsed. Under the suite's fork
+server (ONCELOG_TEST_FORK_SERVER=1) the process is forked from one that imported the command line
+once, as the brokers are (oncelog.testing.fork_server)."""
 from __future__ import annotations
 
 import json
@@ -7,6 +9,8 @@ import os
 import subprocess
 import sys
 from dataclasses import dataclass
+
+from oncelog.testing import fork_server
 
 
 @dataclass
@@ -41,6 +45,9 @@ def oncelog(*args: str, bootstrap: str | None = None, stdin: str | bytes | None 
     environment = {k: v for k, v in os.environ.items() if k != "ONCELOG_BOOTSTRAP_SERVER"}
     environment.update(env or {})
     data = stdin.encode() if isinstance(stdin, str) else stdin
-    p = subprocess.run(argv, input=data if data is not None else b"", capture_output=True, timeout=timeout,
-                       env=environment)
+    if fork_server.enabled():
+        p = fork_server.run(argv[3:], input=data or b"", env=environment, timeout=timeout)
+    else:
+        p = subprocess.run(argv, input=data if data is not None else b"", capture_output=True, timeout=timeout,
+                           env=environment)
     return Result(p.returncode, p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace"))

@@ -12,6 +12,8 @@ import pytest
 from oncelog.client import ACCEPT, RELEASE, AdminClient, NewTopic, Producer, ShareConsumer
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
+from oncelog.protocol.errors import ErrorCode
+from oncelog.testing.embedded import BrokerProcess
 from oncelog.testing.raw_client import RawConnection
 
 pytestmark = pytest.mark.processes
@@ -92,3 +94,56 @@ def test_implicit_mode_accepts_the_last_poll_and_close_gives_back_what_is_held(b
         b.close()
     assert not {o for o, _c in rest} & (set(first) | set(held))
     assert sorted(first + held + [o for o, _c in rest]) == list(range(N))
+
+
+def test_commit_sync_after_the_broker_lost_the_share_session_says_what_the_broker_answered(tmp_path):
+    """A broker killed -9 and restarted forgets its share sessions. The member's next commit is
+    refused (SHARE_SESSION_NOT_FOUND); the one after finds no session and opens one before it
+    acknowledges (Kafka refuses acknowledgements in the ShareFetch that opens a session; the
+    client sent them there). What commit_sync reports is the truth: a record reported
+    acknowledged never comes back, one reported refused does (its lock runs out)."""
+    topic = "oncelog-share-restart"
+    b = BrokerProcess(tmp_path / "data", {"group.share.record.lock.duration.ms": "2000"}).start()
+    try:
+        setup(b.bootstrap, topic)
+        config = {"bootstrap.servers": b.bootstrap, "group.id": topic, "share.acknowledgement.mode": "explicit",
+                  "max.poll.records": 20}
+        a = ShareConsumer(config)
+        try:
+            a.subscribe([topic])
+            got: list = []
+            deadline = time.monotonic() + 30
+            while len(got) < 20:
+                assert time.monotonic() < deadline, len(got)
+                got += a.poll(0.5)
+            b.restart(clean=False)
+            answered: dict[int, int] = {}
+            for part in (got[:10], got[10:20]):
+                for r in part:
+                    a.acknowledge(r, ACCEPT)
+                codes = a.commit_sync()
+                assert set(codes) == {(topic, 0)}, codes
+                answered.update((r.offset, codes[(topic, 0)]) for r in part)
+            assert answered[got[0].offset] == ErrorCode.SHARE_SESSION_NOT_FOUND, answered
+            # the second is answered per record (the restarted broker no longer counts them as
+            # this member's: INVALID_RECORD_STATE), not refused whole as a ShareFetch opening a
+            # session with acknowledgements in it is (INVALID_REQUEST, what the client sent before)
+            assert {answered[r.offset] for r in got[10:]} <= {0, ErrorCode.INVALID_RECORD_STATE}, answered
+            confirmed = {o for o, code in answered.items() if code == 0}
+            refused = set(answered) - confirmed
+            # read the rest: confirmed records never again, refused ones again once their lock ran out
+            again: set[int] = set()
+            deadline = time.monotonic() + 60
+            seen = {r.offset for r in got}
+            while len(seen) < N or not refused <= again:
+                assert time.monotonic() < deadline, (len(seen), sorted(refused - again))
+                for r in a.poll(0.5):
+                    if r.offset in answered:
+                        again.add(r.offset)
+                    seen.add(r.offset)
+                    a.acknowledge(r, ACCEPT)
+            assert not confirmed & again, sorted(confirmed & again)
+        finally:
+            a.close()
+    finally:
+        b.stop()

@@ -326,3 +326,42 @@ def test_a_paused_member_cannot_accept_what_its_lock_no_longer_covers(share_brok
     finally:
         child.kill()
         child.wait(10)
+
+
+def test_offsets_reset_before_a_kill_9_are_where_a_share_consumer_starts_after_it(share_broker):
+    """AlterShareGroupOffsets (oncelog's AdminClient: confluent-kafka 2.16's AdminClient has no
+    share-group offsets methods, nor librdkafka 2.16) on a group whose records were all accepted,
+    then the broker killed -9 and started again on its data: confluent-kafka's ShareConsumer is
+    given the records from the new start offset, each as a first delivery."""
+    from oncelog.client import AdminClient
+    from oncelog.client.types import TopicPartition
+    topic, n = "share-reset-kill", 100
+    tp = TopicPartition(topic, 0)
+    boot = share_broker.bootstrap
+    setup(boot, topic, n)
+    s = Sharer("before-reset", boot, topic).start()
+    run_until([s], lambda: len(s.confirmed) >= n, 60)   # (stops and closes it: it leaves the group)
+    deadline = time.monotonic() + 30
+    admin = AdminClient({"bootstrap.servers": boot})
+    try:
+        assert admin.list_share_group_offsets(topic)[tp][::2] == (n, 0)   # (start offset, lag)
+        while True:   # the member's leave reaches the coordinator after its close
+            try:
+                admin.alter_share_group_offsets(topic, {tp: 40})
+                break
+            except Exception as e:  # noqa: BLE001 - NON_EMPTY_GROUP until the member is gone
+                assert "NON_EMPTY_GROUP" in str(e) and time.monotonic() < deadline, e
+                time.sleep(0.05)
+        assert admin.list_share_group_offsets(topic)[tp][::2] == (40, n - 40)
+    finally:
+        admin.close()
+    share_broker.kill()
+    share_broker.start(timeout_s=90)
+    admin = AdminClient({"bootstrap.servers": boot})
+    try:
+        assert admin.list_share_group_offsets(topic)[tp][::2] == (40, n - 40)
+    finally:
+        admin.close()
+    after = Sharer("after-kill", boot, topic).start()
+    run_until([after], lambda: len(after.given) >= n - 40, 60)
+    assert sorted(after.given) == [(o, 1) for o in range(40, n)]

@@ -114,6 +114,21 @@ def read_from_the_start(raw: Raw, group: str) -> int:
     return r.responses[0].error_code.value
 
 
+def offsets_answers(raw: Raw, group: str) -> tuple[tuple[int, dict], int, int]:
+    """DescribeShareGroupOffsets ((group error, {partition: start offset})), and the top-level
+    codes of an AlterShareGroupOffsets and a DeleteShareGroupOffsets of TOPIC, at one broker."""
+    dg = entities.nested(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, 1, "request", "DescribeShareGroupOffsetsRequestGroup")
+    d = raw.call(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, 1, groups=(dg(group_id=group, topics=None),)).groups[0]
+    at = entities.nested(ApiKey.ALTER_SHARE_GROUP_OFFSETS, 0, "request", "AlterShareGroupOffsetsRequestTopic")
+    ap = entities.nested(ApiKey.ALTER_SHARE_GROUP_OFFSETS, 0, "request", "AlterShareGroupOffsetsRequestPartition")
+    a = raw.call(ApiKey.ALTER_SHARE_GROUP_OFFSETS, 0, group_id=group, topics=(
+        at(topic_name=TOPIC, partitions=(ap(partition_index=0, start_offset=0),)),))
+    dt = entities.nested(ApiKey.DELETE_SHARE_GROUP_OFFSETS, 0, "request", "DeleteShareGroupOffsetsRequestTopic")
+    x = raw.call(ApiKey.DELETE_SHARE_GROUP_OFFSETS, 0, group_id=group, topics=(dt(topic_name=TOPIC),))
+    return ((d.error_code.value, {int(p.partition_index): int(p.start_offset) for t in d.topics for p in t.partitions}),
+            a.error_code.value, x.error_code.value)
+
+
 def leads(raw: Raw, broker: int, group: str) -> bool:
     return coordinator(raw, group, 0) == broker and topics(raw).get(TOPIC, [(-1, -1)])[0][0] == broker
 
@@ -150,6 +165,12 @@ def test_a_broker_that_gets_a_share_group_back_serves_it_from_the_files(cluster)
         os.kill(cluster.brokers[1].proc.pid, signal.SIGCONT)
 
     b1 = Raw(cluster.brokers[1].bootstrap)   # the paused broker's old connection is gone or stale
+    # the group's offsets are its coordinator's: broker 1, whose lease was taken while it was
+    # paused, answers NOT_COORDINATOR (before anything from memory); broker 2 has B's acceptances
+    # and refuses to change the offsets of a group with a member
+    assert offsets_answers(b1, group) == ((E.NOT_COORDINATOR, {}), E.NOT_COORDINATOR, E.NOT_COORDINATOR)
+    assert offsets_answers(Raw(cluster.brokers[2].bootstrap), group) == (
+        (E.NONE, {0: 20}), E.NON_EMPTY_GROUP, E.NON_EMPTY_GROUP)
     eventually(lambda: cluster.move_leader(CONSUMER_OFFSETS_TOPIC, partition_for(group, OFFSETS_PARTITIONS), 1) == 0
                and cluster.move_leader(TOPIC, 0, 1) == 0, "moving the group and the partition back to broker 1")
     eventually(lambda: leads(b1, 1, group), "broker 1 leading and coordinating again")

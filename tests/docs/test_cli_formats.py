@@ -3,25 +3,23 @@
 describes takes it, and each has its JSON shape in the document."""
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
+
+from tests.cli.oncelog_cli import oncelog
 
 OPERATIONS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
 # commands that print a listing or a description besides those named list / describe*
-LISTINGS = {"pid-blocks", "log-dirs", "find-hanging", "seek", "delete-records", "trim-prefix", "delete-offsets"}
+LISTINGS = {"pid-blocks", "log-dirs", "find-hanging", "seek", "delete-records", "trim-prefix", "delete-offsets",
+            "reset-offsets"}
 # a description of files rather than the cluster: its own text format, no table
 NOT_LISTINGS = {("log", "dump")}
 
 
 def _help(*args: str) -> str:
-    env = {k: v for k, v in os.environ.items() if k != "ONCELOG_BOOTSTRAP_SERVER"}
-    r = subprocess.run([sys.executable, "-m", "oncelog.cli.main", *args, "--help"], capture_output=True, text=True,
-                       timeout=60, env=env)
-    assert r.returncode == 0, r.stderr
-    return r.stdout
+    r = oncelog(*args, "--help", timeout=60)
+    assert r.code == 0, r.err
+    return r.out
 
 
 def _subcommands(text: str) -> list[str]:

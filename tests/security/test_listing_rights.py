@@ -54,7 +54,8 @@ TOPIC, GROUP, TXN, CLUSTER = (ResourceType.TOPIC, ResourceType.GROUP, ResourceTy
                               ResourceType.CLUSTER)
 # each group listing reads a group of its kind
 GROUPS = {K.OFFSET_FETCH: GROUP_NAME, K.LIST_GROUPS: GROUP_NAME, K.CONSUMER_GROUP_DESCRIBE: "rights-cg",
-          K.SHARE_GROUP_DESCRIBE: "rights-share", K.CONSUMER_GROUP_HEARTBEAT: "rights-regex"}
+          K.SHARE_GROUP_DESCRIBE: "rights-share", K.CONSUMER_GROUP_HEARTBEAT: "rights-regex",
+          K.DESCRIBE_SHARE_GROUP_OFFSETS: "rights-share-offsets"}
 ALL_NAMES = [(TOPIC, TOPIC_NAME), (TXN, TXN_NAME), (CLUSTER, CLUSTER_NAME)] + [(GROUP, g) for g in set(GROUPS.values())]
 
 # shaped like a listing by its schema, and why it is not one
@@ -172,6 +173,12 @@ async def world(tmp_path_factory):
                                member_id=str(uuid.uuid4()), member_epoch=0, rack_id=None,
                                subscribed_topic_names=(TOPIC_NAME,))
         assert int(r.error_code) == E.NONE
+        # an empty share group with a state on the topic (its start offset set by admin)
+        at = entities.nested(K.ALTER_SHARE_GROUP_OFFSETS, 0, "request", "AlterShareGroupOffsetsRequestTopic")
+        ap = entities.nested(K.ALTER_SHARE_GROUP_OFFSETS, 0, "request", "AlterShareGroupOffsetsRequestPartition")
+        r = await s.admin.call(K.ALTER_SHARE_GROUP_OFFSETS, 0, group_id=GROUPS[K.DESCRIBE_SHARE_GROUP_OFFSETS],
+                               topics=(at(topic_name=TOPIC_NAME, partitions=(ap(partition_index=0, start_offset=0),)),))
+        assert int(r.error_code) == E.NONE and int(r.responses[0].partitions[0].error_code) == E.NONE
         yield s, await s.login("alice"), topic_id
 
 
@@ -195,6 +202,9 @@ def listing_request(api: int, version: int):
         K.SHARE_GROUP_DESCRIBE: {"group_ids": (group,), "include_authorized_operations": False},
     }.get(api, {})
     names = {f.name for f in dataclasses.fields(r)}
+    if api == K.DESCRIBE_SHARE_GROUP_OFFSETS:   # a batch of groups, each with topics null: all
+        g = entities.nested(api, version, "request", "DescribeShareGroupOffsetsRequestGroup")
+        changes["groups"] = (g(group_id=group, topics=None),)
     if api == K.OFFSET_FETCH and "groups" in names:   # v8+: a batch of groups
         g = build(entities.nested(api, version, "request", "OffsetFetchRequestGroup"))
         changes["groups"] = (dataclasses.replace(g, group_id=group, topics=None, **{

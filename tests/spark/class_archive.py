@@ -63,10 +63,7 @@ def build(target: str) -> None:
                         p.send("src", f"{part}:{i}".encode(), partition=part)
                 p.flush()
             # the tests' JVM options (tests/conftest.py), and the archive's
-            # (and without hypothesis in the Python processes, as the tests' children: tests/_child_site)
-            site = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_child_site")
-            env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, (site, os.environ.get("PYTHONPATH")))),
-                       SPARK_SUBMIT_OPTS=" ".join(
+            env = dict(os.environ, SPARK_SUBMIT_OPTS=" ".join(
                 (os.environ.get("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"),
                  f"-XX:ArchiveClassesAtExit={partial}")))
             job = subprocess.Popen([sys.executable, __file__, "--job", broker.bootstrap,

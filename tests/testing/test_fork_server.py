@@ -1,6 +1,9 @@
 """The fork server (oncelog.testing.fork_server) starts brokers that behave as exec'd ones do
 where tests look: exit status, stderr, a kill -9, the environment of their start."""
+import json
 import signal
+import subprocess
+import sys
 
 import pytest
 
@@ -46,3 +49,31 @@ def test_a_forked_broker_is_killed_alone_and_reads_the_environment_of_its_start(
         p.flush()
     assert b.stop() == 0
     assert list((tmp_path / "data").rglob(".fsynced")), "the failpoints of the start's environment were not used"
+
+
+def test_a_forked_command_reads_its_stdin_and_answers_as_an_exec_d_one_does(tmp_path):
+    """tests/cli's commands run forked (oncelog_cli.oncelog): stdin, stdout, stderr and the exit
+    code are those of `python -m oncelog.cli.main`, and stderr carries no line of the fork
+    server's own (runpy warned on every command once the command line was imported)."""
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+
+    def both(argv: list[str], stdin: bytes = b"") -> tuple[subprocess.CompletedProcess, ...]:
+        execd = subprocess.run([sys.executable, "-m", fork_server.COMMAND_LINE, *argv], input=stdin,
+                               capture_output=True, timeout=60, env=env)
+        return execd, fork_server.run(argv, input=stdin, env=env, timeout=60)
+
+    refused = both(["consume", "t", "--bootstrap-server", "127.0.0.1:1"])
+    line = b"oncelog: cannot reach 127.0.0.1:1: connection refused (is a broker running there?)\n"
+    assert [(r.returncode, r.stdout, r.stderr) for r in refused] == [(3, b"", line)] * 2
+    b = BrokerProcess(tmp_path / "data").start()
+    try:
+        at = ["--bootstrap-server", b.bootstrap]
+        for produced in both(["produce", "t", "--format", "json", *at], stdin=b"one\ntwo\nthree\n"):
+            assert produced.returncode == 0 and produced.stderr == b"", produced
+            assert [json.loads(line)["partition"] >= 0 for line in produced.stdout.splitlines()] == [True] * 3
+        for read in both(["consume", "t", "-n", "6", *at]):
+            assert (read.returncode, sorted(read.stdout.split())) == (0, sorted([b"one", b"two", b"three"] * 2)), read
+        with pytest.raises(subprocess.TimeoutExpired):   # killed at its timeout, as subprocess.run does
+            fork_server.run(["consume", "t", *at], env=env, timeout=3)
+    finally:
+        b.stop()

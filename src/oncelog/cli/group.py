@@ -50,6 +50,8 @@ def list_(fmt, target: Target) -> None:
 async def _describe(admin, name: str) -> dict:
     from oncelog.client.types import TopicPartition
     described = await admin.describe_group(name)
+    if described.type == "share":
+        return await _describe_share(admin, described)
     committed = await admin.list_group_offsets(name)
     if described.state == "Dead" and not committed:
         raise CommandError(f"group {name} does not exist", REFUSED)
@@ -71,15 +73,32 @@ async def _describe(admin, name: str) -> dict:
                         "host": m.host, "assignment": _partitions(m.assignment)}
                        for m in described.members],
            "partitions": rows}
-    if described.type == "share":      # KIP-932: members share partitions; epochs, no committed offsets
-        out["group_epoch"], out["assignment_epoch"] = described.group_epoch, described.assignment_epoch
-        for row, m in zip(out["members"], described.members):
-            row["member_epoch"] = m.member_epoch
     if described.type == "consumer":   # KIP-848: the epochs, and what each member is moving to
         out["group_epoch"], out["assignment_epoch"] = described.group_epoch, described.assignment_epoch
         for row, m in zip(out["members"], described.members):
             row["member_epoch"], row["target_assignment"] = m.member_epoch, _partitions(m.target)
     return out
+
+
+async def _describe_share(admin, described) -> dict:
+    """A share group (KIP-932): members share partitions and have epochs; per share-partition
+    (each the group has a state for) its start offset and lag (DescribeShareGroupOffsets, as
+    kafka-share-groups --describe --offsets), no committed offsets."""
+    from oncelog.client.aio.admin_base import AdminError
+    from oncelog.client.errors import KafkaClientError
+    try:
+        offsets = await admin.list_share_group_offsets(described.group)
+    except AdminError:
+        raise
+    except KafkaClientError:   # a broker before DescribeShareGroupOffsets: the members alone
+        offsets = {}
+    return {"group": described.group, "type": "share", "state": described.state, "protocol": described.protocol,
+            "group_epoch": described.group_epoch, "assignment_epoch": described.assignment_epoch,
+            "members": [{"member_id": m.member_id, "instance_id": m.instance_id, "client_id": m.client_id,
+                         "host": m.host, "assignment": _partitions(m.assignment), "member_epoch": m.member_epoch}
+                        for m in described.members],
+            "partitions": [{"topic": tp.topic, "partition": tp.partition, "start_offset": o.start_offset,
+                            "lag": o.lag} for tp, o in sorted(offsets.items()) if o.start_offset is not None]}
 
 
 def _partitions(tps) -> list[dict]:
@@ -111,23 +130,32 @@ def describe(names, all_groups, fmt, target: Target) -> None:
         _print_description(d)
 
 
-def _print_description(d: dict) -> None:
+def _print_description(d: dict, sections: tuple[str, ...] = ("members", "offsets")) -> None:
+    """`sections`: what a share group shows besides its state (kafka-share-groups' --members,
+    --offsets, --state)."""
     total = sum(r["lag"] or 0 for r in d["partitions"])
     kind = (f", {d['type']} group at epoch {d['group_epoch']} (assignment epoch {d['assignment_epoch']})"
             if d["type"] in ("consumer", "share") else "")
     click.echo(f"group {d['group']}: {d['state']}{kind}" + (f", assignor {d['protocol']}" if d["type"] != "classic"
                                                           else f", protocol {d['protocol']}" if d["protocol"] else "")
                + f", {len(d['members'])} members, total lag {total}")
-    click.echo()
+    if d["type"] != "share" or sections:
+        click.echo()
     if d["type"] == "consumer" and d["members"]:
         print_table(["MEMBER", "EPOCH", "CLIENT-ID", "HOST", "ASSIGNED", "TARGET"],
                     [[m["member_id"], m["member_epoch"], m["client_id"], m["host"], _short(m["assignment"]),
                       _short(m["target_assignment"])] for m in d["members"]])
         click.echo()
     if d["type"] == "share":
-        print_table(["MEMBER", "EPOCH", "CLIENT-ID", "HOST", "ASSIGNED"],
-                    [[m["member_id"], m["member_epoch"], m["client_id"], m["host"], _short(m["assignment"])]
-                     for m in d["members"]])
+        if "members" in sections and d["members"]:
+            print_table(["MEMBER", "EPOCH", "CLIENT-ID", "HOST", "ASSIGNED"],
+                        [[m["member_id"], m["member_epoch"], m["client_id"], m["host"], _short(m["assignment"])]
+                         for m in d["members"]])
+            if "offsets" in sections:
+                click.echo()
+        if "offsets" in sections:
+            print_table(["TOPIC", "PARTITION", "START-OFFSET", "LAG"],
+                        [[r["topic"], r["partition"], r["start_offset"], _dash(r["lag"])] for r in d["partitions"]])
         return
     print_table(["TOPIC", "PARTITION", "COMMITTED-OFFSET", "LOG-END-OFFSET", "LAG", "MEMBER"],
                 [[r["topic"], r["partition"], _dash(r["committed_offset"]), _dash(r["log_end_offset"]),

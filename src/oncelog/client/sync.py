@@ -486,7 +486,7 @@ async def _call(fn):
 
 class AdminClient(_SyncWrapper):
     """create_topics, delete_topics, describe_configs, alter_configs (incremental), list_topics,
-    delete_records, describe_producers, list_transactions."""
+    delete_records, describe_producers, list_transactions, and share groups' offsets."""
 
     _name = "oncelog-admin"
 
@@ -542,6 +542,21 @@ class AdminClient(_SyncWrapper):
 
     def list_transactions(self, states=None, duration_ms: int = -1) -> list[dict]:
         return self._run(self._impl.list_transactions(list(states) if states else None, duration_ms))
+
+    def list_share_group_offsets(self, group: str, partitions=None) -> dict:
+        """{TopicPartition: SharePartitionOffset(start_offset, leader_epoch, lag)} of a share
+        group (Kafka's Admin.listShareGroupOffsets); `partitions` None: every one it has a state
+        for."""
+        return self._run(self._impl.list_share_group_offsets(group, None if partitions is None else list(partitions)))
+
+    def alter_share_group_offsets(self, group: str, offsets: dict) -> None:
+        """Set the start offsets {TopicPartition: offset} of a share group without members
+        (AdminError NON_EMPTY_GROUP otherwise)."""
+        self._run(self._impl.alter_share_group_offsets(group, dict(offsets)))
+
+    def delete_share_group_offsets(self, group: str, topics) -> dict:
+        """Delete a share group's state of whole topics: {topic: error code} (NONE: deleted)."""
+        return self._run(self._impl.delete_share_group_offsets(group, list(topics)))
 
     def describe_transaction(self, transactional_id: str):
         """DescribeTransactions for one id (a TransactionDescription); AdminError when unknown

@@ -57,6 +57,9 @@ class ApiKey(IntEnum):
     SHARE_GROUP_DESCRIBE = 77
     SHARE_FETCH = 78
     SHARE_ACKNOWLEDGE = 79
+    DESCRIBE_SHARE_GROUP_OFFSETS = 90
+    ALTER_SHARE_GROUP_OFFSETS = 91
+    DELETE_SHARE_GROUP_OFFSETS = 92
     # controller listener
     SASL_HANDSHAKE = 17
     SASL_AUTHENTICATE = 36
@@ -132,11 +135,17 @@ BROKER_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.SHARE_GROUP_DESCRIBE: (1, 1),
     ApiKey.SHARE_FETCH: (1, 2),          # v2: BatchSize, ShareAcquireMode (KIP-1206), IsRenewAck (KIP-1222)
     ApiKey.SHARE_ACKNOWLEDGE: (1, 2),    # v2: IsRenewAck
+    # the share groups' admin APIs (kafka-share-groups.sh --describe --offsets, --reset-offsets,
+    # --delete-offsets); DescribeShareGroupOffsets v1: each share-partition's lag (KIP-1226, 4.2)
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: (0, 1),
+    ApiKey.ALTER_SHARE_GROUP_OFFSETS: (0, 0),
+    ApiKey.DELETE_SHARE_GROUP_OFFSETS: (0, 0),
 }
 
 # APIs that ApiVersions lists (and the broker serves) only while share groups are enabled
 SHARE_APIS = frozenset({ApiKey.SHARE_GROUP_HEARTBEAT, ApiKey.SHARE_GROUP_DESCRIBE, ApiKey.SHARE_FETCH,
-                        ApiKey.SHARE_ACKNOWLEDGE})
+                        ApiKey.SHARE_ACKNOWLEDGE, ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS,
+                        ApiKey.ALTER_SHARE_GROUP_OFFSETS, ApiKey.DELETE_SHARE_GROUP_OFFSETS})
 
 # Security (issue 18, docs/security.md "Versions"): what client listeners will advertise once the
 # handlers exist; not in BROKER_VERSIONS until then. ACL APIs start at v1 (Kafka 4 removed v0, and
@@ -199,7 +208,8 @@ FIRST_FLEXIBLE: dict[int, int] = {
     ApiKey.BROKER_REGISTRATION: 0, ApiKey.BROKER_HEARTBEAT: 0, ApiKey.ALLOCATE_PRODUCER_IDS: 0,
     ApiKey.UPDATE_FEATURES: 0, ApiKey.DESCRIBE_LOG_DIRS: 2,
     ApiKey.SHARE_GROUP_HEARTBEAT: 0, ApiKey.SHARE_GROUP_DESCRIBE: 0, ApiKey.SHARE_FETCH: 0,
-    ApiKey.SHARE_ACKNOWLEDGE: 0,
+    ApiKey.SHARE_ACKNOWLEDGE: 0, ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: 0, ApiKey.ALTER_SHARE_GROUP_OFFSETS: 0,
+    ApiKey.DELETE_SHARE_GROUP_OFFSETS: 0,
 }
 
 # kio's package name per API (kio.schema.<name>.v<N>.request / .response)
@@ -234,6 +244,9 @@ KIO_NAMES: dict[int, str] = {
     ApiKey.ALLOCATE_PRODUCER_IDS: "allocate_producer_ids", ApiKey.UPDATE_FEATURES: "update_features",
     ApiKey.SHARE_GROUP_HEARTBEAT: "share_group_heartbeat", ApiKey.SHARE_GROUP_DESCRIBE: "share_group_describe",
     ApiKey.SHARE_FETCH: "share_fetch", ApiKey.SHARE_ACKNOWLEDGE: "share_acknowledge",
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: "describe_share_group_offsets",
+    ApiKey.ALTER_SHARE_GROUP_OFFSETS: "alter_share_group_offsets",
+    ApiKey.DELETE_SHARE_GROUP_OFFSETS: "delete_share_group_offsets",
 }
 
 

@@ -38,6 +38,9 @@ class DiskSpace:
         self.max_age_s = max_age_s
         self._clock = clock
         self._read: dict[Path, tuple[float, Usage]] = {}
+        # a partition directory's data directory, found once: resolving a path is a few system
+        # calls, and Produce asks for every partition of every request
+        self._owner: dict[str, Path | None] = {}
         self._refusals = LogLimit(burst=3, period_s=60.0)
 
     def usage(self, directory: Path) -> Usage:
@@ -54,11 +57,15 @@ class DiskSpace:
         return usage
 
     def data_directory(self, path: str | Path) -> Path | None:
+        key = str(path)
+        if key in self._owner:
+            return self._owner[key]
         p = Path(path).resolve()
-        for d in self.directories:
-            if p.is_relative_to(d):
-                return d
-        return None
+        found = next((d for d in self.directories if p.is_relative_to(d)), None)
+        if len(self._owner) >= 100_000:   # bounded: topics come and go
+            self._owner.clear()
+        self._owner[key] = found
+        return found
 
     def produce_refusal(self, partition_directory: str | Path) -> str | None:
         """Why client records may not be appended to this partition now, or None."""

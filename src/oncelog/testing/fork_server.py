@@ -13,8 +13,9 @@ status of its `main`. What differs: `/proc/<pid>/cmdline` is the fork server's, 
 own start-up settings (`PYTHON*` variables, the hash seed) are the fork server's, and a child is
 reaped by the fork server (`ForkedProcess.poll/wait` ask it, after its pidfd says it exited).
 
-Used when ONCELOG_TEST_FORK_SERVER=1 (tests/conftest.py sets it); `oncelog verify` and the
-benchmarks start their servers with exec, as before.
+Used when ONCELOG_TEST_FORK_SERVER=1 (tests/conftest.py sets it), for the servers and for the
+tests' other `oncelog` commands (`run`, as `subprocess.run`: each exec'd one spent 0.9 CPU-s
+starting); `oncelog verify` and the benchmarks start their servers with exec, as before.
 
     python -m oncelog.testing.fork_server FD     the server, on the SOCK_SEQPACKET socket FD
 """
@@ -29,6 +30,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 from typing import IO, Any
 
@@ -38,7 +40,11 @@ ENV = "ONCELOG_TEST_FORK_SERVER"
 # testing stay above it).
 COMMAND_LINE = "oncelog.cli.main"
 WARM = (COMMAND_LINE, "oncelog.cli.serve", "oncelog.cli.controller_command", "oncelog.broker.net.server",
-        "oncelog.storage.failpoints")
+        "oncelog.storage.failpoints",
+        # the other commands' modules: 0.18 CPU-s more, once
+        *(f"oncelog.cli.{name}" for name in ("connect", "topic", "produce", "consume", "group", "admin", "acl",
+                                             "user", "cluster", "cluster_info", "transactions", "share_group",
+                                             "log_dump", "logs", "quota", "startup")))
 _MAX_MESSAGE = 1 << 20
 
 
@@ -51,7 +57,7 @@ def enabled() -> bool:
 class ForkedProcess:
     """The part of `subprocess.Popen` that `ServerProcess` and tests use, for a forked child."""
 
-    def __init__(self, server: ForkServer, pid: int, args: list[str], stdout: IO[bytes]) -> None:
+    def __init__(self, server: ForkServer, pid: int, args: list[str], stdout: IO[bytes] | None) -> None:
         self.server, self.pid, self.args, self.stdout = server, pid, args, stdout
         self.returncode: int | None = None
         # the child stays a zombie of the fork server until it is reaped on our asking, so its
@@ -120,22 +126,48 @@ class ForkServer:
         return out
 
     def spawn(self, argv: list[str], *, env: dict[str, str], stderr: int | None,
-              pass_fds: tuple[int, ...] = ()) -> ForkedProcess:
-        """`python -m oncelog.cli.main *argv`, stdout to a pipe (the returned process's `stdout`),
-        stderr to the descriptor `stderr` (None: the same pipe); each of `pass_fds` that the
-        command line names is renumbered in it to where the child has it."""
-        read_end, write_end = os.pipe()
+              pass_fds: tuple[int, ...] = (), stdin: int | None = None,
+              stdout: int | None = None) -> ForkedProcess:
+        """`python -m oncelog.cli.main *argv`, stdout to the descriptor `stdout` or else to a
+        pipe (the returned process's `stdout`), stderr to the descriptor `stderr` (None: where
+        stdout goes), stdin from `stdin` (None: the fork server's, /dev/null); each of `pass_fds`
+        that the command line names is renumbered in it to where the child has it."""
+        read_end, write_end = os.pipe() if stdout is None else (None, stdout)
         try:
             fd_args = [argv.index(str(fd)) for fd in pass_fds]
+            stdin_fds = [] if stdin is None else [stdin]
             pid = int(self.request({"op": "spawn", "argv": argv, "env": env, "cwd": os.getcwd(),
-                                    "fd_args": fd_args, "stderr_is_stdout": stderr is None},
-                                   [write_end, write_end if stderr is None else stderr, *pass_fds])["pid"])
+                                    "fd_args": fd_args, "stdin": stdin is not None},
+                                   [write_end, write_end if stderr is None else stderr, *stdin_fds,
+                                    *pass_fds])["pid"])
         except BaseException:
-            os.close(read_end)
+            if read_end is not None:
+                os.close(read_end)
             raise
         finally:
-            os.close(write_end)
-        return ForkedProcess(self, pid, argv, os.fdopen(read_end, "rb"))
+            if read_end is not None:
+                os.close(write_end)
+        return ForkedProcess(self, pid, argv, os.fdopen(read_end, "rb") if read_end is not None else None)
+
+
+def run(argv: list[str], *, input: bytes = b"", env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+    """`subprocess.run([python, "-m", "oncelog.cli.main", *argv], input=input, capture_output=True,
+    timeout=timeout, env=env)`, forked: stdin, stdout and stderr are anonymous files, so nothing
+    waits on a full pipe."""
+    with tempfile.TemporaryFile() as stdin, tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        stdin.write(input)
+        stdin.flush()
+        stdin.seek(0)
+        proc = ForkServer.get().spawn(argv, env=env, stdin=stdin.fileno(), stdout=out.fileno(), stderr=err.fileno())
+        try:
+            code = proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(proc.args, code, out.read(), err.read())
 
 
 # ---------------------------------------------------------------------------------- the server
@@ -149,6 +181,10 @@ def _child(request: dict[str, Any], fds: list[int]) -> int:
 
     from oncelog.storage import failpoints
     stdout, stderr, *passed = fds
+    if request.get("stdin"):
+        stdin, *passed = passed
+        os.dup2(stdin, 0)
+        os.close(stdin)
     os.dup2(stdout, 1)
     os.dup2(stderr, 2)
     for fd in {stdout, stderr}:
@@ -163,6 +199,9 @@ def _child(request: dict[str, Any], fds: list[int]) -> int:
     failpoints.configure(os.environ.get(failpoints.ENV))   # read at import in an exec'd process
     signal.signal(signal.SIGINT, signal.default_int_handler)
     sys.argv = [COMMAND_LINE, *argv]
+    # runpy runs the module's code afresh as __main__ (what it imports stays warm); left in
+    # sys.modules, the module would make runpy warn on stderr, which exec'd commands never print
+    sys.modules.pop(COMMAND_LINE, None)
     code: int = 0
     try:
         # as `python -m oncelog.cli.main` runs it (sys.argv[0] becomes its file)

@@ -149,6 +149,9 @@ class _GroupStateSync:
         self.retry_at = 0
         self.error: Exception | None = None
         self.gone = False               # deleted, or unloaded (not coordinated here): nothing more is written
+        # share-partitions whose state was deleted (DeleteShareGroupOffsets) -> the write that
+        # last carried the deletion: written again by every rewrite until one such write succeeds
+        self.tombstones: dict[tuple[uuid.UUID, int], int] = {}
 
     def next_write(self) -> int:
         """The write that will cover every change made so far."""
@@ -161,18 +164,25 @@ class _GroupStateSync:
         if self.rewrite:
             if not self.dirty and now < self.retry_at:
                 return None     # a failed disk is not retried in a loop; the tick tries again
-            keys = self.dirty | {(tid, p) for g, tid, p in self.owner.partitions if g == self.group}
+            keys = (self.dirty | set(self.tombstones)
+                    | {(tid, p) for g, tid, p in self.owner.partitions if g == self.group})
         elif self.dirty:
             keys = self.dirty
         else:
             return None
-        states = {}
+        states: dict[tuple[uuid.UUID, int], ShareState | None] = {}
         for key in keys:
             state = self.owner.state_of((self.group, *key))
-            if state is not None:   # (only a deleted group drops share-partitions, and it writes nothing)
+            if state is not None:
                 states[key] = state
+                self.tombstones.pop(key, None)   # initialized again since its deletion
+            elif key in self.tombstones:
+                states[key] = None               # DeleteShareGroupState
         self.dirty, self.rewrite = set(), False
         self.writes += 1
+        for key, state in states.items():
+            if state is None:
+                self.tombstones[key] = self.writes
         try:
             pending = self.owner.store.write(self.group, states)
         except (OSError, StaleStateEpoch) as e:
@@ -180,6 +190,7 @@ class _GroupStateSync:
             return None
         if pending is None:          # durable already (the log was created or compacted)
             self.durable_end_offset = self.writes
+            self.tombstones = {k: w for k, w in self.tombstones.items() if w > self.writes}
             self.owner.on_durable(self.group)
             return None
         return self.writes, pending
@@ -193,6 +204,7 @@ class _GroupStateSync:
         if error is None:
             # a write made under the lease and fsynced is durable even if the group went since
             self.durable_end_offset = max(self.durable_end_offset, n)
+            self.tombstones = {k: w for k, w in self.tombstones.items() if w > n}
             if not self.gone:
                 ShareStateStore.synced(pending)
                 self.owner.on_durable(self.group)
@@ -448,10 +460,12 @@ class ShareGroupCoordinator:
         sp = self.partitions.get(key)
         if sp is None:
             c = self.config
-            state = self.store.read(group, topic_id, partition)
+            stored = self.store.read(group, topic_id, partition)
+            state = stored if not self._deleted(key) else None
             if state is None:   # InitializeShareGroupState: written with the request's other changes
                 start = log_start if self.group_config(group, "share.auto.offset.reset") == "earliest" else log_end
-                state = ShareState(0, start, ())
+                # (above a deleted state's epoch while the store may still hold it)
+                state = ShareState(stored.state_epoch + 1 if stored is not None else 0, start, ())
                 self.changed(key)
             dead_letter = self.dead_letter(group)
             sp = SharePartition.loaded(state.start_offset, state.batches, c.delivery_count_limit,
@@ -468,6 +482,65 @@ class ShareGroupCoordinator:
         if log_end < sp.end:   # the log was truncated below what was fetched (a lost unflushed tail)
             sp.reset_to(min(sp.start, log_end))
             self.changed(key)
+        return sp
+
+    # ------------------------------------------------------------------ offsets (APIs 90-92)
+    def summary(self, group: str, topic_id: uuid.UUID, partition: int) -> ShareState | None:
+        """ReadShareGroupStateSummary: the share-partition's state, from memory where it is loaded
+        here, else as stored; None: it has none. The store is asked only for a share group: a
+        lookup of any other id would keep a log object per id a client names."""
+        key = (group, topic_id, partition)
+        state = self.state_of(key)
+        if state is None and self.store.has_group(group) and not self._deleted(key):
+            state = self.store.read(group, topic_id, partition)
+        return state
+
+    def initialized(self, group: str) -> set[tuple[uuid.UUID, int]]:
+        """The share-partitions of `group` that have a state (Kafka's initialized ones)."""
+        out = {(tid, p) for g, tid, p in self.partitions if g == group}
+        out.update(k for k in self.store.partitions(group) if not self._deleted((group, *k)))
+        return out
+
+    def is_empty(self, group: str) -> bool:
+        g = self.groups.get(group)
+        return g is None or not g.members
+
+    def reset(self, group: str, topic_id: uuid.UUID, partition: int, offset: int) -> int:
+        """AlterShareGroupOffsets (the group has no members): the share-partition starts again at
+        `offset` with nothing in flight, at a state epoch above the one it had; what a member
+        that left still held of it is gone with it. The number of the group's write that carries
+        it (`durable`)."""
+        key = (group, topic_id, partition)
+        old = self._drop_loaded(key)
+        stored = self.store.read(group, topic_id, partition) if old is None else None
+        epoch = old.state_epoch if old is not None else stored.state_epoch if stored is not None else -1
+        c = self.config
+        self.partitions[key] = SharePartition(offset, c.delivery_count_limit, c.partition_max_record_locks, epoch + 1)
+        return self.changed(key)
+
+    def drop(self, group: str, topic_id: uuid.UUID, partition: int) -> int:
+        """DeleteShareGroupOffsets: the share-partition's state goes (DeleteShareGroupState: a
+        tombstone in the group's next write, and in every rewrite until one succeeds), so its next
+        ShareFetch initializes it at `share.auto.offset.reset`. The write's number, as `reset`."""
+        key = (group, topic_id, partition)
+        self._drop_loaded(key)
+        sync = self._sync(group)
+        sync.tombstones[(topic_id, partition)] = sync.writes + 1
+        sync.dirty.add((topic_id, partition))
+        return sync.next_write()
+
+    def _deleted(self, key: SpKey) -> bool:
+        """Whether the share-partition's state was deleted and its tombstone is not yet known to
+        be on disk: what the store still holds of it is not read (a ShareFetch meanwhile would
+        load the deleted state, and the group's next write would write it back)."""
+        sync = self._syncs.get(key[0])
+        return sync is not None and (key[1], key[2]) in sync.tombstones
+
+    def _drop_loaded(self, key: SpKey) -> SharePartition | None:
+        sp = self.partitions.pop(key, None)
+        if sp is not None:
+            for name, value in vars(sp.counts).items():
+                setattr(self.totals, name, getattr(self.totals, name) + value)   # metrics only grow
         return sp
 
     # ------------------------------------------------------------------ durability (group commit)

@@ -191,6 +191,10 @@ async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
     forgotten = {(t.topic_id, int(p)) for t in r.forgotten_topics_data for p in t.partitions}
     resolved = resolve(broker, named)
     epoch = int(r.share_session_epoch)
+    if epoch == 0 and any(ack_batches(p) for p in named.values()):
+        # Kafka's answer (SharePartitionManager.newContext): a session is opened before anything
+        # is acknowledged in it; the records stay as they are
+        return top(E.INVALID_REQUEST, "Acknowledge data present in the initial ShareFetch (share session epoch 0).")
     try:
         session = share.session(group, member, epoch)
     except KafkaProtocolError as e:

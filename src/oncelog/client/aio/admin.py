@@ -12,6 +12,7 @@ from oncelog.client.aio.admin_base import request as _request
 from oncelog.client.aio.admin_cluster import BROKER_RESOURCE, TOPIC_RESOURCE, ClusterAdmin, alter_configs
 from oncelog.client.aio.admin_groups import GroupAdmin
 from oncelog.client.aio.admin_security import QuotaAdmin, SecurityAdmin
+from oncelog.client.aio.admin_share_groups import ShareGroupAdmin
 from oncelog.client.aio.admin_transactions import TransactionAdmin
 from oncelog.client.aio.cluster import Cluster
 from oncelog.client.errors import KafkaClientError
@@ -49,7 +50,7 @@ async def describe_topic_config(cluster: Cluster, topic: str, keys: list[str] | 
     return await _request(cluster, ApiKey.DESCRIBE_CONFIGS, build, parse)
 
 
-class AIOAdminClient(GroupAdmin, SecurityAdmin, QuotaAdmin, ClusterAdmin, TransactionAdmin):
+class AIOAdminClient(GroupAdmin, ShareGroupAdmin, SecurityAdmin, QuotaAdmin, ClusterAdmin, TransactionAdmin):
     def __init__(self, config: dict) -> None:
         config_keys.check(config, "admin")
         self.config = dict(config)

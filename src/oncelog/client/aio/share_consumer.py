@@ -221,20 +221,23 @@ class AIOShareConsumer:
 
     async def _share_fetch(self, node: int, parts: set[tuple[str, int]], wait_ms: int, max_records: int | None = None,
                            epoch: int | None = None) -> dict[tuple[str, int], int]:
-        """One ShareFetch to `node`, carrying the pending acknowledgements of `parts`; returns
-        the broker's answer to them per partition (an error code; a partition missing had none)."""
+        """One ShareFetch to `node`, carrying the pending acknowledgements of `parts` unless it
+        opens the share session (epoch 0: the broker refuses acknowledgements there, as Kafka's
+        does, and they wait for the session's next request); returns the broker's answer to them
+        per partition (an error code; a partition missing had none), or the request's error for
+        every partition of `parts` when it failed."""
         conn = await self.cluster.connection(node)
         v = min(2, conn.version(ApiKey.SHARE_FETCH) or 1)
         rb = RequestBuilder(ApiKey.SHARE_FETCH, v)
         epoch = self.sessions.get(node, 0) if epoch is None else epoch
         known = self.session_parts.get(node, set()) if epoch != 0 else set()
         gone = known - parts
-        renewing = any(k == RENEW for tp in parts for k in self.pending.get(tp, {}).values())
+        renewing = epoch != 0 and any(k == RENEW for tp in parts for k in self.pending.get(tp, {}).values())
         topics: dict[uuid.UUID, list[Any]] = {}
         carried: set[tuple[str, int]] = set()
         for topic, p in sorted(parts):
             tid = self._topic_id(topic)
-            batches = self._ack_batches(rb, (topic, p))
+            batches = self._ack_batches(rb, (topic, p)) if epoch != 0 else ()
             if batches:
                 carried.add((topic, p))
             topics.setdefault(tid, []).append(rb("FetchPartition", partition_index=p,
@@ -258,7 +261,7 @@ class AIOShareConsumer:
             if code not in _NEW_SESSION:
                 log.info("share fetch from broker %d: %s", node, ErrorCode(code).name)
             # acknowledgements of that session are lost: those records come back by the broker's rules
-            return dict.fromkeys(carried, code)
+            return dict.fromkeys(carried or parts, code)
         acked = {(self.cluster.topic_names.get(t.topic_id, "?"), int(p.partition_index)): int(p.acknowledge_error_code)
                  for t in r.responses for p in t.partitions}
         answers = {tp: acked[tp] for tp in carried if tp in acked}
@@ -317,11 +320,13 @@ class AIOShareConsumer:
     async def _share_acknowledge(self, node: int, parts: set[tuple[str, int]], epoch: int | None = None
                                  ) -> dict[tuple[str, int], int]:
         epoch = self.sessions.get(node) if epoch is None else epoch
-        if epoch is None:   # no session with that broker: a ShareFetch opens one and carries them
-            # (answered with the broker's answer to them: before, always NONE, so an application
-            # was told acknowledgements lost with a failed ShareFetch had been confirmed)
-            answers = await self._share_fetch(node, parts | self.session_parts.get(node, set()), 0, max_records=0)
-            return {tp: answers.get(tp, E.UNKNOWN_SERVER_ERROR) for tp in parts}
+        if epoch is None:   # no session with that broker: a ShareFetch opens one, fetching nothing
+            opened = await self._share_fetch(node, parts | self.session_parts.get(node, set()), 0, max_records=0)
+            epoch = self.sessions.get(node)
+            if epoch is None:   # not opened: the acknowledgements are not sent, and say why
+                for tp in parts:
+                    self.pending.pop(tp, None)
+                return {tp: opened.get(tp, E.UNKNOWN_SERVER_ERROR) for tp in parts}
         conn = await self.cluster.connection(node)
         v = min(2, conn.version(ApiKey.SHARE_ACKNOWLEDGE) or 1)
         rb = RequestBuilder(ApiKey.SHARE_ACKNOWLEDGE, v)

@@ -40,6 +40,9 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     # share groups (KIP-932; aio.share_consumer): ShareFetch/ShareAcknowledge v2 where served
     ApiKey.SHARE_GROUP_HEARTBEAT: (1, 1), ApiKey.SHARE_GROUP_DESCRIBE: (1, 1), ApiKey.SHARE_FETCH: (1, 2),
     ApiKey.SHARE_ACKNOWLEDGE: (1, 2),
+    # the share groups' offsets (kafka-share-groups.sh's requests; v1 of Describe: the lag)
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: (0, 1), ApiKey.ALTER_SHARE_GROUP_OFFSETS: (0, 0),
+    ApiKey.DELETE_SHARE_GROUP_OFFSETS: (0, 0),
 }
 
 

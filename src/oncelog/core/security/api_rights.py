@@ -104,6 +104,10 @@ API_RIGHTS: dict[int, tuple[ApiRights, ...]] = {
     K.SHARE_GROUP_DESCRIBE: (ApiRights((1, 1), (DG,), note="and DESCRIBE T of every topic of the group"),),
     K.SHARE_FETCH: (ApiRights((1, 2), (RG, RT)),),
     K.SHARE_ACKNOWLEDGE: (ApiRights((1, 2), (RG, RT)),),
+    # Kafka's KafkaApis: Describe DESCRIBE G and T, Alter READ G and T, Delete DELETE G and READ T
+    K.DESCRIBE_SHARE_GROUP_OFFSETS: (ApiRights((0, 1), (DG, DT), note="topics null: filtered by DESCRIBE T"),),
+    K.ALTER_SHARE_GROUP_OFFSETS: (ApiRights((0, 0), (RG, RT)),),
+    K.DELETE_SHARE_GROUP_OFFSETS: (ApiRights((0, 0), (XG, RT)),),
 }
 
 
@@ -145,6 +149,7 @@ LISTINGS: dict[int, tuple[Listing, ...]] = {
     K.CONSUMER_GROUP_HEARTBEAT: (Listing((1, 1), TOPIC, DT, "a regex subscription", reach=(RG,)),),
     K.CONSUMER_GROUP_DESCRIBE: (Listing((0, 1), TOPIC, DT, "the group's topics", reach=(DG,), whole=True),),
     K.SHARE_GROUP_DESCRIBE: (Listing((1, 1), TOPIC, DT, "the group's topics", reach=(DG,), whole=True),),
+    K.DESCRIBE_SHARE_GROUP_OFFSETS: (Listing((0, 1), TOPIC, DT, "topics null", reach=(DG,)),),
 }
 
 
