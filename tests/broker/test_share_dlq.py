@@ -285,3 +285,26 @@ async def test_dead_letters_waiting_for_their_topic_are_bounded_by_the_in_flight
     code, got = await a.fetch(max_records=100, mode=1, version=2)
     assert offsets(got[0][2]) == list(range(10, 20))
     assert end_offset(sb, DLQ) == 10
+
+
+async def test_an_offsets_reset_keeps_the_dead_letters_owed(sb, failpoints):
+    """AlterShareGroupOffsets starts a share-partition afresh; the records it rejected stay
+    rejected: their dead letters are still written, once."""
+    from test_share_group_offsets import alter as alter_offsets
+    await features(sb, 2)
+    await create_topic(sb, DLQ, **{"errors.deadletterqueue.group.enable": "true"})
+    await group_dlq(sb)
+    _tid, a = await rejecting(sb, 5)
+    failpoints(f"enospc:log:match={DLQ}-0:times=0")
+    await a.acknowledge([(0, 4, [REJECT, REJECT, ACCEPT, REJECT, ACCEPT])])
+    await until(lambda: sb["broker"].share_dlq._retry, "a failed write")
+    assert await a.heartbeat(epoch=-1) == E.NONE
+    assert await alter_offsets(await sb["conn"](), "g", {("t", 0): 0}) == (E.NONE, [(("t", 0), E.NONE)])
+    sp = next(iter(sb["broker"].groups.share.partitions.values()))
+    assert sp.start == 0 and [d.offset for d in sp.dead_letters()] == [0, 1, 3]
+    failpoints(None)
+    sb["broker"].share_dlq._retry.clear()
+    records = await read(sb, DLQ, 3)
+    assert [int(headers(r)["__dlq.errors.offset"]) for r in records] == [0, 1, 3]
+    await until(lambda: dead_letter_state(sb)[0] == 0, "the dead letters written")
+    assert end_offset(sb, DLQ) == 3

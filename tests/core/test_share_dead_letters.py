@@ -95,3 +95,16 @@ def test_renumbering_starts_the_pending_dead_letters_at_zero():
     assert [(d.offset, d.sequence) for d in sp.dead_letters()] == [(1, 0), (2, 1)]
     assert sp.dead_letter_state().next_sequence == 2
     assert sp.state_of(0)[0] == ARCHIVED and sp.state_of(3)[0] == AVAILABLE
+
+
+def test_dead_letters_a_reset_forgot_still_take_their_place_in_the_bound():
+    sp = SharePartition(0, delivery_limit=5, max_in_flight=4)
+    sp.dead_letter = True
+    fill(sp, 3)
+    sp.acknowledge("m", [(0, 2, [REJECT])], 0, LOCK)
+    sp.reset_to(0)   # an administrator's reset: the records are forgotten, their dead letters are not
+    assert len(sp.dead_letters()) == 3
+    got = sp.acquire("m", [(0, 9, True)], 10, 0, LOCK)
+    assert [(a.first_offset, a.last_offset) for a in got] == [(0, 0)]   # 4 places, 3 owed
+    sp.dead_lettered(2)
+    assert sp.state_of(0)[0] != ARCHIVED   # the record delivered again is not the one written

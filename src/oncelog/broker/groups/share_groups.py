@@ -508,14 +508,17 @@ class ShareGroupCoordinator:
     def reset(self, group: str, topic_id: uuid.UUID, partition: int, offset: int) -> int:
         """AlterShareGroupOffsets (the group has no members): the share-partition starts again at
         `offset` with nothing in flight, at a state epoch above the one it had; what a member
-        that left still held of it is gone with it. The number of the group's write that carries
-        it (`durable`)."""
+        that left still held of it is gone with it; the dead letters it owes (KIP-1191) are kept.
+        The number of the group's write that carries it (`durable`)."""
         key = (group, topic_id, partition)
         old = self._drop_loaded(key)
         stored = self.store.read(group, topic_id, partition) if old is None else None
         epoch = old.state_epoch if old is not None else stored.state_epoch if stored is not None else -1
         c = self.config
-        self.partitions[key] = SharePartition(offset, c.delivery_count_limit, c.partition_max_record_locks, epoch + 1)
+        # dead letters owed (KIP-1191) are owed still: rejected records stay rejected
+        owed = old.dead_letter_state() if old is not None else stored.dead_letters if stored is not None else None
+        self.partitions[key] = SharePartition.loaded(offset, (), c.delivery_count_limit, c.partition_max_record_locks,
+                                                     epoch + 1, owed, self.dead_letter(group))
         return self.changed(key)
 
     def drop(self, group: str, topic_id: uuid.UUID, partition: int) -> int:

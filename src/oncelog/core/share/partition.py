@@ -41,7 +41,7 @@ an old owner paused mid-write) is a duplicate the dead-letter partition refuses;
 epoch writes to one dead-letter partition (`target`), and `renumber` starts a new epoch (a new
 target, a dead letter given up). ARCHIVING records hold the start offset back, so pending dead
 letters are bounded by `max_in_flight` as in-flight records are; those whose record retention
-deleted meanwhile (below `start`) count against the same bound. The pending dead letters and the
+deleted meanwhile, or an administrator's reset forgot, count against the same bound. The pending dead letters and the
 producer are persisted with the state, so a restart writes what was not written, once.
 
 Acquisition modes (ShareFetch v2, KIP-1206): BATCH_OPTIMIZED (0) acquires whole log batches and
@@ -472,10 +472,15 @@ class SharePartition:
             self._finish(rec, ARCHIVED)
 
     def _orphans(self) -> int:
-        """Pending dead letters whose offset is below `start` (retention deleted their records)."""
+        """Pending dead letters whose record is not ARCHIVING here, so not already counted in
+        [start, end): retention deleted it, or an administrator's reset (`reset_to`, a new
+        share-partition) forgot it. Each takes a place in the in-flight bound all the same."""
         if not self._dead:
             return 0
-        return sum(1 for d in self._dead if d.offset < self.start)
+        records = self._records
+        inside = sum(1 for o in {d.offset for d in self._dead}
+                     if (r := records.get(o)) is not None and r.state == ARCHIVING)
+        return len(self._dead) - inside
 
 
 def _runs(taken: list[tuple[int, int]]) -> list[Acquired]:
