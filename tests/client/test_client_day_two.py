@@ -1,7 +1,7 @@
 """What an application developer coming from Kafka's clients expects of oncelog's, against a real
 broker (issue 39): `auto.offset.reset` defaults to latest, a misspelt setting is refused naming
-the nearest known one (confluent-kafka's "No such configuration property"), create_topics
-returns a future per topic, the consumer pauses, resumes and unsubscribes, and the asyncio
+the nearest known one (confluent-kafka's "No such configuration property"), create_topics and delete_topics
+return a future per topic, the consumer pauses, resumes and unsubscribes, and the asyncio
 consumer iterates with `async for`."""
 from __future__ import annotations
 
@@ -97,7 +97,7 @@ def test_a_consumer_without_a_position_starts_at_the_end(shared_broker, unique_t
 # ------------------------------------------------------------------ create_topics futures
 
 @pytest.mark.processes
-def test_create_topics_returns_a_future_per_topic(shared_broker, unique_topic):
+def test_create_and_delete_topics_return_a_future_per_topic(shared_broker, unique_topic):
     b = shared_broker.bootstrap
     with AdminClient({"bootstrap.servers": b}) as a:
         a.create_topics([f"{unique_topic}-taken"])[f"{unique_topic}-taken"].result(60)
@@ -111,6 +111,15 @@ def test_create_topics_returns_a_future_per_topic(shared_broker, unique_topic):
         assert a.list_topics()[f"{unique_topic}-new"] == 2
         # exist_ok: an existing topic's future succeeds
         assert a.create_topics([f"{unique_topic}-taken"], exist_ok=True)[f"{unique_topic}-taken"].result(60) is None
+
+        # delete_topics likewise (confluent-kafka's): a future per topic, the unknown one refused
+        gone = a.delete_topics([f"{unique_topic}-new", f"{unique_topic}-never"])
+        assert set(gone) == {f"{unique_topic}-new", f"{unique_topic}-never"}
+        assert gone[f"{unique_topic}-new"].result(60) is None
+        with pytest.raises(AdminError) as unknown:
+            gone[f"{unique_topic}-never"].result(60)
+        assert unknown.value.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        assert f"{unique_topic}-new" not in a.list_topics() and f"{unique_topic}-taken" in a.list_topics()
 
 
 # ------------------------------------------------------------------ pause, resume, unsubscribe
