@@ -1,6 +1,8 @@
 """docs/coming-from-kafka.md stays true: its table of broker defaults names oncelog's real
-defaults, and its Python snippet runs as written against a broker (the list of APIs not served
-is tests/docs/test_api_table.py's)."""
+defaults; its table of client defaults too, and every client default it leaves out is the Java
+client's; its command-line table names commands that exist and parse, and every command;
+the Python client's section names methods and fields the classes have; its Python snippet runs
+as written against a broker (the list of APIs not served is tests/docs/test_api_table.py's)."""
 from __future__ import annotations
 
 import re
@@ -40,3 +42,166 @@ def test_the_asyncio_snippet_runs_as_written(shared_broker):
     r = subprocess.run([sys.executable, "-c", source], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert re.fullmatch(r"written at offset \d+\nb'hello'\n", r.stdout), r.stdout
+
+
+# ------------------------------------------------------------------ client defaults
+
+# The Java client's defaults (Kafka 4.x ProducerConfig, ConsumerConfig, AdminClientConfig) of the
+# settings oncelog's client takes: "every setting they take has the Java client's default, except
+# these", and the table's Java column, are checked against it.
+JAVA_DEFAULTS = {
+    ("producer", "acks"): "all", ("producer", "batch.size"): "16384", ("producer", "buffer.memory"): "33554432",
+    ("producer", "compression.type"): "none", ("producer", "delivery.timeout.ms"): "120000",
+    ("producer", "enable.idempotence"): "true", ("producer", "linger.ms"): "5", ("producer", "max.block.ms"): "60000",
+    ("producer", "max.in.flight.requests.per.connection"): "5", ("producer", "max.request.size"): "1048576",
+    ("producer", "metadata.max.age.ms"): "300000", ("producer", "partitioner.adaptive.partitioning.enable"): "true",
+    ("producer", "partitioner.ignore.keys"): "false", ("producer", "retries"): "2147483647",
+    ("producer", "retry.backoff.ms"): "100", ("producer", "request.timeout.ms"): "30000",
+    ("producer", "transaction.timeout.ms"): "60000", ("producer", "client.id"): "producer-N",
+    ("consumer", "auto.offset.reset"): "latest", ("consumer", "check.crcs"): "true",
+    ("consumer", "fetch.max.bytes"): "52428800", ("consumer", "fetch.max.wait.ms"): "500",
+    ("consumer", "fetch.min.bytes"): "1", ("consumer", "isolation.level"): "read_uncommitted",
+    ("consumer", "max.partition.fetch.bytes"): "1048576", ("consumer", "session.timeout.ms"): "45000",
+    ("consumer", "heartbeat.interval.ms"): "3000", ("consumer", "max.poll.interval.ms"): "300000",
+    ("consumer", "enable.auto.commit"): "true", ("consumer", "auto.commit.interval.ms"): "5000",
+    ("consumer", "group.protocol"): "classic",
+    ("consumer", "partition.assignment.strategy"): "range, cooperative-sticky",
+    ("consumer", "allow.auto.create.topics"): "true", ("consumer", "request.timeout.ms"): "30000",
+    ("consumer", "client.id"): "consumer-<group>-N", ("admin", "request.timeout.ms"): "30000",
+    ("admin", "client.id"): "adminclient-N",
+}
+
+
+def oncelog_client_defaults() -> dict[tuple[str, str], str]:
+    """What oncelog's clients use when a setting is not given, read from the objects they build."""
+    from oncelog.client.aio.admin import AIOAdminClient
+    from oncelog.client.aio.consumer import AIOConsumer
+    from oncelog.client.aio.group import RANGE, GroupConfig
+    from oncelog.client.config import ProducerConfig
+    from oncelog.protocol.compression import codec_for_name
+
+    given = {"bootstrap.servers": "127.0.0.1:1"}
+    p = ProducerConfig.from_dict(given)
+    c = AIOConsumer(given)
+    g = GroupConfig.from_dict({"group.id": "g"})
+    a = AIOAdminClient(given)
+    flag = lambda v: str(v).lower()   # noqa: E731
+    return {
+        ("producer", "acks"): {-1: "all"}.get(p.acks, str(p.acks)), ("producer", "batch.size"): str(p.batch_size),
+        ("producer", "buffer.memory"): str(p.buffer_memory),
+        ("producer", "compression.type"): "none" if p.compression == codec_for_name("none") else str(p.compression),
+        ("producer", "delivery.timeout.ms"): str(p.delivery_timeout_ms),
+        ("producer", "enable.idempotence"): p.idempotence.value, ("producer", "linger.ms"): str(p.linger_ms),
+        ("producer", "max.block.ms"): str(p.max_block_ms),
+        ("producer", "max.in.flight.requests.per.connection"): str(p.max_in_flight),
+        ("producer", "max.request.size"): str(p.max_request_size),
+        ("producer", "metadata.max.age.ms"): str(p.metadata_max_age_ms),
+        ("producer", "partitioner.adaptive.partitioning.enable"): flag(p.partitioner_adaptive),
+        ("producer", "partitioner.ignore.keys"): flag(p.partitioner_ignore_keys),
+        ("producer", "retries"): str(p.retries),
+        ("producer", "retry.backoff.ms"): str(p.retry_backoff_ms),
+        ("producer", "request.timeout.ms"): str(p.request_timeout_ms),
+        ("producer", "transaction.timeout.ms"): str(p.transaction_timeout_ms), ("producer", "client.id"): p.client_id,
+        ("consumer", "auto.offset.reset"): c.reset, ("consumer", "check.crcs"): flag(c.check_crcs),
+        ("consumer", "fetch.max.bytes"): str(c.max_bytes), ("consumer", "fetch.max.wait.ms"): str(c.max_wait_ms),
+        ("consumer", "fetch.min.bytes"): str(c.min_bytes),
+        ("consumer", "isolation.level"): ["read_uncommitted", "read_committed"][c.isolation_level],
+        ("consumer", "max.partition.fetch.bytes"): str(c.partition_max_bytes),
+        ("consumer", "session.timeout.ms"): str(g.session_timeout_ms),
+        ("consumer", "heartbeat.interval.ms"): str(g.heartbeat_interval_ms),
+        ("consumer", "max.poll.interval.ms"): str(g.max_poll_interval_ms),
+        ("consumer", "enable.auto.commit"): flag(g.auto_commit),
+        ("consumer", "auto.commit.interval.ms"): str(g.auto_commit_interval_ms),
+        # None: KIP-848's protocol where the coordinator serves it, else classic (client/aio/group.py)
+        ("consumer", "group.protocol"): g.protocol or "consumer",
+        ("consumer", "partition.assignment.strategy"): RANGE,
+        ("consumer", "allow.auto.create.topics"): flag(c.cluster.allow_auto_create),
+        ("consumer", "request.timeout.ms"): str(int(c.cluster.timeout_s * 1000)),
+        ("consumer", "client.id"): c.cluster.client_id,
+        ("admin", "request.timeout.ms"): str(int(a.cluster.timeout_s * 1000)),
+        ("admin", "client.id"): a.cluster.client_id,
+    }
+
+
+def test_the_client_defaults_table_is_oncelogs_and_every_other_default_is_javas():
+    from oncelog.client import config_keys
+    section = _section(PAGE.read_text(), "## Client defaults that differ")
+    rows = re.findall(r"^\| `([a-z.]+)`( \((?:producer|consumer)\))? \| ([^|]+) \| [^|]+ \| ([^|]+) \|", section, re.M)
+    assert len(rows) >= 6
+    ours = oncelog_client_defaults()
+    assert {key for _kind, key in ours} <= config_keys.ANY
+    listed = set()
+    for name, only, java, shown in rows:
+        kinds = [only.strip(" ()")] if only else [k for k in ("producer", "consumer", "admin") if (k, name) in ours]
+        values = re.findall(r"`([^`]+)`", shown)
+        assert values, (name, shown)
+        for kind in kinds:
+            listed.add((kind, name))
+            assert ours[(kind, name)] in values, (kind, name, ours[(kind, name)], shown)
+            assert JAVA_DEFAULTS[(kind, name)].split("-")[0] in java, (kind, name, java)
+        if name == "client.id":
+            assert set(values) == {ours[(k, name)] for k in kinds}
+    for key, java in JAVA_DEFAULTS.items():
+        if key not in listed:
+            assert ours[key] == java, f"{key}: oncelog's default {ours[key]!r}, Java's {java!r}: a row of the table"
+
+
+# ------------------------------------------------------------------ the command line
+
+def _cli_spans(section: str) -> list[tuple[str, str]]:
+    """(Kafka's column, each `oncelog ...` span of the oncelog column) of the table's rows."""
+    out = []
+    for kafka, ours in re.findall(r"^\| (.+?) \| (.+?) \| .*\|$", section, re.M):
+        out += [(kafka, span) for span in re.findall(r"`oncelog ([^`]+)`", ours)]
+    return out
+
+
+def _expand(words: list[str]) -> list[list[str]]:
+    """`topic create/list` -> [topic create], [topic list]."""
+    if not words:
+        return [[]]
+    head = words[0].split("/") if "/" in words[0] and not words[0].startswith("-") else [words[0]]
+    return [[h, *rest] for h in head for rest in _expand(words[1:])]
+
+
+def test_the_command_line_table_names_commands_that_parse_and_every_command():
+    from docs_cli import ask
+    section = _section(PAGE.read_text(), "## The command line")
+    spans = _cli_spans(section)
+    assert len(spans) >= 15
+    argvs = []
+    for kafka, span in spans:
+        words = span.replace("[", "").replace("]", "").split()
+        if words[-1] == "...":   # "(same names)": the tool's subcommands, from Kafka's column
+            words = [*words[:-1], re.search(r"\.sh ([\w/-]+)", kafka).group(1)]
+        argvs += _expand(words)
+    tree, errors = ask(argvs)
+    wrong = []
+    for argv, error in zip(argvs, errors):
+        path = " ".join(argv)
+        if path in tree and tree[path]["commands"]:
+            continue     # a group named as a whole (`oncelog acl`)
+        if error is not None and "Missing argument" not in error and "Missing option" not in error:
+            wrong.append(f"oncelog {path}: {error}")   # the table leaves out arguments, not names
+    assert not wrong, wrong
+    named = {argv[0] for argv in argvs}
+    assert named == set(tree[""]["commands"]), set(tree[""]["commands"]) ^ named
+
+
+# ------------------------------------------------------------------ the Python client
+
+def test_the_python_client_section_names_what_the_client_has():
+    from oncelog.client import AdminClient, Consumer, Producer
+    from oncelog.client.types import ConsumerRecord
+    section = _section(PAGE.read_text(), "## The Python client")
+    classes = {"Producer": Producer, "Consumer": Consumer, "AdminClient": AdminClient}
+    for cls, method in re.findall(r"`(Producer|Consumer|AdminClient)\.(\w+)", section):
+        assert hasattr(classes[cls], method), f"{cls}.{method}"
+    assert "there is **no `poll()`**" in section and not hasattr(Producer, "poll") and not hasattr(Producer, "__len__")
+    consumer = section[section.index("- `Consumer.poll(timeout)`"):section.index("\n- **`auto.offset.reset`")]
+    same = consumer[consumer.index("`assign`"):consumer.index("are confluent-kafka's")]
+    for name in re.findall(r"`(\w+)", re.sub(r"\([^)]*\)", "", same)):
+        assert hasattr(Consumer, name), f"Consumer.{name}"
+    fields = consumer[consumer.index("named tuple whose"):consumer.index("are attributes")]
+    assert set(re.findall(r"`(\w+)`", fields)) <= set(ConsumerRecord._fields)
+    assert "`async for record in consumer`" in section
