@@ -12,10 +12,11 @@ import time
 
 import pytest
 
-from oncelog.client import AdminClient, Consumer, Producer, config_keys
+from oncelog.client import AdminClient, Consumer, Producer, ShareConsumer, config_keys
 from oncelog.client.aio.admin import AIOAdminClient
 from oncelog.client.aio.admin_base import AdminError
 from oncelog.client.aio.consumer import AIOConsumer
+from oncelog.client.aio.share_consumer import AIOShareConsumer
 from oncelog.client.errors import ConfigError
 from oncelog.client.types import TopicPartition
 from oncelog.protocol.errors import ErrorCode
@@ -51,10 +52,12 @@ def _poll_until(c: Consumer, want: int, timeout_s: float = 30) -> list:
     (lambda cfg: AdminClient(cfg), "request.timout.ms", "request.timeout.ms"),
     (lambda cfg: AIOConsumer(cfg), "isolaton.level", "isolation.level"),
     (lambda cfg: AIOAdminClient(cfg), "securty.protocol", "security.protocol"),
+    (lambda cfg: ShareConsumer(cfg), "share.acknowledgment.mode", "share.acknowledgement.mode"),
+    (lambda cfg: AIOShareConsumer(cfg), "max.pol.records", "max.poll.records"),
 ])
 def test_a_misspelt_setting_is_refused_naming_the_nearest(make, key, near):
     with pytest.raises(ConfigError) as refused:
-        make({"bootstrap.servers": NOWHERE, key: "5"})
+        make({"bootstrap.servers": NOWHERE, "group.id": "g", key: "5"})
     assert str(refused.value) == f'No such configuration property: "{key}" (did you mean "{near}"?)'
 
 
