@@ -1,9 +1,10 @@
 """docs/coming-from-kafka.md stays true: its table of broker defaults names oncelog's real
-defaults; every broker setting is Kafka's or a row of its table of those Kafka does not have;
-its table of client defaults too, and every client default it leaves out is the Java
-client's; its command-line table names commands that exist and parse, and every command;
-the Python client's section names methods and fields the classes have; its Python snippet runs
-as written against a broker (the list of APIs not served is tests/docs/test_api_table.py's)."""
+defaults, and every Kafka setting it leaves out has Kafka's default; every broker setting is
+Kafka's or a row of its table of those Kafka does not have; its table of client defaults too, and
+every client default it leaves out is the Java client's; its command-line table names commands
+that exist and parse, and every command; the Python client's section names methods and fields the
+classes have; its Python snippet runs as written against a broker (the list of APIs not served is
+tests/docs/test_api_table.py's)."""
 from __future__ import annotations
 
 import re
@@ -24,54 +25,85 @@ def _section(text: str, heading: str) -> str:
     return text[start:end if end >= 0 else len(text)]
 
 
-def test_the_broker_defaults_table_is_oncelogs():
+def test_the_broker_defaults_table_is_oncelogs_and_every_other_default_is_kafkas():
     rows = re.findall(r"^\| `([a-z.]+)` \| [^|]+ \| ([^|]+) \|", _section(PAGE.read_text(), "## Broker defaults"),
                       re.M)
     assert len(rows) >= 8
     defaults = BrokerConfig.load(None, {})
     for name, shown in rows:
         value = defaults[name]
-        text = shown.strip().strip("`").split(" ")[0].strip("`")
-        assert text == str(value).lower() if isinstance(value, bool) else text == str(value), (name, shown, value)
+        shown = shown.strip()
+        if shown.startswith("("):     # "(empty: ...)"
+            assert value == "", (name, shown, value)
+            continue
+        assert shown.strip("`").split(" ")[0].strip("`") == _shown(value), (name, shown, value)
+    listed = {name for name, _ in rows}
+    for name, kafka in KAFKA_BROKER_DEFAULTS.items():
+        if kafka is not None and name not in listed:
+            assert _shown(defaults[name]) == kafka, \
+                f"{name}: oncelog's default {defaults[name]!r}, Kafka's {kafka!r}: a row of the table"
 
 
 # Kafka's broker configs (KafkaConfig and the configs it includes, Kafka 4.x) that oncelog takes under
-# the same name. A setting added to oncelog is either one of these or a row of the page's table of
-# settings Kafka does not have: the test below fails until it is classified.
-KAFKA_BROKER_CONFIGS = frozenset({
-    "add.partitions.to.txn.retry.backoff.max.ms", "add.partitions.to.txn.retry.backoff.ms", "advertised.listeners",
-    "allow.everyone.if.no.acl.found", "authorizer.class.name", "auto.create.topics.enable",
-    "broker.heartbeat.interval.ms", "compression.type", "connection.failed.authentication.delay.ms",
-    "connections.max.idle.ms", "connections.max.reauth.ms", "controller.listener.names",
-    "controller.quorum.bootstrap.servers", "default.replication.factor", "fetch.max.bytes",
-    "group.consumer.assignors", "group.consumer.heartbeat.interval.ms", "group.consumer.max.heartbeat.interval.ms",
-    "group.consumer.max.session.timeout.ms", "group.consumer.max.size", "group.consumer.min.heartbeat.interval.ms",
-    "group.consumer.min.session.timeout.ms", "group.consumer.session.timeout.ms",
-    "group.coordinator.rebalance.protocols", "group.initial.rebalance.delay.ms", "group.max.session.timeout.ms",
-    "group.min.session.timeout.ms", "group.share.delivery.count.limit", "group.share.heartbeat.interval.ms",
-    "group.share.max.share.sessions", "group.share.max.size", "group.share.partition.max.record.locks",
-    "group.share.record.lock.duration.ms", "group.share.session.timeout.ms", "inter.broker.listener.name",
-    "listener.security.protocol.map", "listeners", "log.cleaner.dedupe.buffer.size",
-    "log.cleaner.delete.retention.ms", "log.cleaner.enable", "log.cleaner.max.compaction.lag.ms",
-    "log.cleaner.min.cleanable.ratio", "log.cleaner.min.compaction.lag.ms", "log.cleanup.policy", "log.dirs",
-    "log.flush.interval.messages", "log.flush.interval.ms", "log.index.interval.bytes", "log.message.format.version",
-    "log.message.timestamp.type", "log.retention.bytes", "log.retention.check.interval.ms", "log.retention.hours",
-    "log.retention.minutes", "log.retention.ms", "log.roll.hours", "log.roll.ms", "log.segment.bytes",
-    "log.segment.delete.delay.ms", "max.connection.creation.rate", "max.connections", "max.connections.per.ip",
-    "max.connections.per.ip.overrides", "message.max.bytes", "node.id", "num.partitions",
-    "offset.metadata.max.bytes", "offsets.retention.check.interval.ms", "offsets.retention.minutes",
-    "offsets.topic.num.partitions", "producer.id.expiration.check.interval.ms", "producer.id.expiration.ms",
-    "quota.window.num", "quota.window.size.seconds", "sasl.enabled.mechanisms",
-    "sasl.mechanism.inter.broker.protocol", "sasl.server.max.receive.size", "security.inter.broker.protocol",
-    "socket.request.max.bytes", "ssl.cipher.suites", "ssl.client.auth", "ssl.enabled.protocols", "ssl.key.password",
-    "ssl.keystore.certificate.chain", "ssl.keystore.key", "ssl.keystore.location", "ssl.keystore.password",
-    "ssl.keystore.type", "ssl.principal.mapping.rules", "ssl.truststore.certificates", "ssl.truststore.location",
-    "ssl.truststore.password", "ssl.truststore.type", "super.users",
-    "transaction.abort.timed.out.transaction.cleanup.interval.ms", "transaction.max.timeout.ms",
-    "transaction.partition.verification.enable", "transaction.remove.expired.transaction.cleanup.interval.ms",
-    "transaction.state.log.num.partitions", "transaction.state.log.segment.bytes",
-    "transaction.two.phase.commit.enable", "transactional.id.expiration.ms",
-})
+# the same name, with Kafka's default as oncelog writes it. A setting added to oncelog is either one
+# of these or a row of the page's table of settings Kafka does not have; a default that differs
+# from Kafka's is a row of its table of defaults: the tests fail until it is said.
+KAFKA_BROKER_DEFAULTS: dict[str, str | None] = {
+    "add.partitions.to.txn.retry.backoff.max.ms": "100", "add.partitions.to.txn.retry.backoff.ms": "20",
+    "advertised.listeners": "", "allow.everyone.if.no.acl.found": "false", "authorizer.class.name": "",
+    "auto.create.topics.enable": "true", "broker.heartbeat.interval.ms": "2000", "compression.type": "producer",
+    "connection.failed.authentication.delay.ms": "100", "connections.max.idle.ms": "600000",
+    "connections.max.reauth.ms": "0", "controller.listener.names": "", "controller.quorum.bootstrap.servers": "",
+    "default.replication.factor": "1", "fetch.max.bytes": "57671680", "group.consumer.assignors": "uniform,range",
+    "group.consumer.heartbeat.interval.ms": "5000", "group.consumer.max.heartbeat.interval.ms": "15000",
+    "group.consumer.max.session.timeout.ms": "60000", "group.consumer.max.size": "2147483647",
+    "group.consumer.min.heartbeat.interval.ms": "5000", "group.consumer.min.session.timeout.ms": "45000",
+    "group.consumer.session.timeout.ms": "45000", "group.coordinator.rebalance.protocols": "classic,consumer",
+    "group.initial.rebalance.delay.ms": "3000", "group.max.session.timeout.ms": "1800000",
+    "group.min.session.timeout.ms": "6000", "group.share.delivery.count.limit": "5",
+    "group.share.heartbeat.interval.ms": "5000", "group.share.max.share.sessions": "2000",
+    "group.share.max.size": "200", "group.share.partition.max.record.locks": "2000",
+    "group.share.record.lock.duration.ms": "30000", "group.share.session.timeout.ms": "45000",
+    "inter.broker.listener.name": "",
+    "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+    "listeners": "PLAINTEXT://:9092", "log.cleaner.dedupe.buffer.size": "134217728",
+    "log.cleaner.delete.retention.ms": "86400000", "log.cleaner.enable": "true",
+    "log.cleaner.max.compaction.lag.ms": "9223372036854775807", "log.cleaner.min.cleanable.ratio": "0.5",
+    "log.cleaner.min.compaction.lag.ms": "0", "log.cleanup.policy": "delete", "log.dirs": "/tmp/kraft-combined-logs",
+    "log.flush.interval.messages": "9223372036854775807",
+    "log.flush.interval.ms": "9223372036854775807",   # null: log.flush.scheduler.interval.ms, Long.MAX_VALUE
+    "log.index.interval.bytes": "4096",
+    "log.message.format.version": "3.0",              # 3.0-IV1, Kafka 3.x's (gone in 4.0)
+    "log.message.timestamp.type": "CreateTime", "log.retention.bytes": "-1",
+    "log.retention.check.interval.ms": "300000",
+    "log.retention.ms": "604800000",                  # null: log.retention.hours=168
+    "log.retention.hours": None, "log.retention.minutes": None, "log.roll.hours": None,   # through the ms names
+    "log.roll.ms": "604800000",                       # null: log.roll.hours=168
+    "log.segment.bytes": "1073741824", "log.segment.delete.delay.ms": "60000",
+    "max.connection.creation.rate": "2147483647", "max.connections": "2147483647",
+    "max.connections.per.ip": "2147483647", "max.connections.per.ip.overrides": "", "message.max.bytes": "1048588",
+    "node.id": "-1", "num.partitions": "1", "offset.metadata.max.bytes": "4096",
+    "offsets.retention.check.interval.ms": "600000", "offsets.retention.minutes": "10080",
+    "offsets.topic.num.partitions": "50", "producer.id.expiration.check.interval.ms": "600000",
+    "producer.id.expiration.ms": "86400000", "quota.window.num": "11", "quota.window.size.seconds": "1",
+    "sasl.enabled.mechanisms": "GSSAPI", "sasl.mechanism.inter.broker.protocol": "GSSAPI",
+    "sasl.server.max.receive.size": "524288", "security.inter.broker.protocol": "PLAINTEXT",
+    "socket.request.max.bytes": "104857600", "ssl.cipher.suites": "", "ssl.client.auth": "none",
+    "ssl.enabled.protocols": "TLSv1.2,TLSv1.3", "ssl.key.password": "", "ssl.keystore.certificate.chain": "",
+    "ssl.keystore.key": "", "ssl.keystore.location": "", "ssl.keystore.password": "", "ssl.keystore.type": "JKS",
+    "ssl.principal.mapping.rules": "DEFAULT", "ssl.truststore.certificates": "", "ssl.truststore.location": "",
+    "ssl.truststore.password": "", "ssl.truststore.type": "JKS", "super.users": "",
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": "10000", "transaction.max.timeout.ms": "900000",
+    "transaction.partition.verification.enable": "true",
+    "transaction.remove.expired.transaction.cleanup.interval.ms": "3600000",
+    "transaction.state.log.num.partitions": "50", "transaction.state.log.segment.bytes": "104857600",
+    "transaction.two.phase.commit.enable": "false", "transactional.id.expiration.ms": "604800000",
+}
+KAFKA_BROKER_CONFIGS = frozenset(KAFKA_BROKER_DEFAULTS)
+
+
+def _shown(value) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def test_every_broker_setting_is_kafkas_or_in_the_table_of_those_kafka_does_not_have():
@@ -94,7 +126,7 @@ def test_every_broker_setting_is_kafkas_or_in_the_table_of_those_kafka_does_not_
         if shown.startswith("("):
             assert value == "", (name, value)
         else:
-            assert shown == (str(value).lower() if isinstance(value, bool) else str(value)), (name, shown, value)
+            assert shown == _shown(value), (name, shown, value)
 
 
 @pytest.mark.processes
