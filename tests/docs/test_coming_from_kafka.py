@@ -300,3 +300,31 @@ def test_the_python_client_section_names_what_the_client_has():
     fields = consumer[consumer.index("named tuple whose"):consumer.index("are attributes")]
     assert set(re.findall(r"`(\w+)`", fields)) <= set(ConsumerRecord._fields)
     assert "`async for record in consumer`" in section
+
+
+# ------------------------------------------------------------------ topic configs
+
+# Kafka's topic configs (TopicConfig, Kafka 3.9 and 4.x, those 4.0 removed included)
+KAFKA_TOPIC_CONFIGS = frozenset({
+    "cleanup.policy", "compression.type", "compression.gzip.level", "compression.lz4.level", "compression.zstd.level",
+    "delete.retention.ms", "file.delete.delay.ms", "flush.messages", "flush.ms",
+    "follower.replication.throttled.replicas",
+    "index.interval.bytes", "leader.replication.throttled.replicas", "local.retention.bytes", "local.retention.ms",
+    "max.compaction.lag.ms", "max.message.bytes", "message.downconversion.enable", "message.format.version",
+    "message.timestamp.after.max.ms", "message.timestamp.before.max.ms", "message.timestamp.difference.max.ms",
+    "message.timestamp.type", "min.cleanable.dirty.ratio", "min.compaction.lag.ms", "min.insync.replicas",
+    "preallocate", "remote.storage.enable", "remote.log.copy.disable", "remote.log.delete.on.disable",
+    "retention.bytes", "retention.ms", "segment.bytes", "segment.index.bytes", "segment.jitter.ms", "segment.ms",
+    "unclean.leader.election.enable",
+})
+
+
+def test_every_kafka_topic_config_oncelog_refuses_is_named():
+    from oncelog.core.topic_config import TOPIC_CONFIGS
+    section = _section(PAGE.read_text(), "## Settings without effect")
+    said = section[section.index("**Topic configs of features oncelog lacks**"):]
+    said = said[:said.index("\n- ")]
+    named = set(re.findall(r"`([a-z][a-z0-9.]+)`", said))
+    refused = KAFKA_TOPIC_CONFIGS - set(TOPIC_CONFIGS)
+    assert refused <= named, f"Kafka topic configs oncelog refuses, not named: {refused - named}"
+    assert not named & set(TOPIC_CONFIGS), named & set(TOPIC_CONFIGS)
