@@ -1,7 +1,7 @@
 """What an application developer coming from Kafka's clients expects of oncelog's, against a real
 broker (issue 39): `auto.offset.reset` defaults to latest, a misspelt setting is refused naming
-the nearest known one (confluent-kafka's "No such configuration property"), create_topics
-returns a future per topic, the consumer pauses, resumes and unsubscribes, and the asyncio
+the nearest known one (confluent-kafka's "No such configuration property"), create_topics and delete_topics
+return a future per topic, the consumer pauses, resumes and unsubscribes, and the asyncio
 consumer iterates with `async for`."""
 from __future__ import annotations
 
@@ -12,10 +12,11 @@ import time
 
 import pytest
 
-from oncelog.client import AdminClient, Consumer, Producer, config_keys
+from oncelog.client import AdminClient, Consumer, Producer, ShareConsumer, config_keys
 from oncelog.client.aio.admin import AIOAdminClient
 from oncelog.client.aio.admin_base import AdminError
 from oncelog.client.aio.consumer import AIOConsumer
+from oncelog.client.aio.share_consumer import AIOShareConsumer
 from oncelog.client.errors import ConfigError
 from oncelog.client.types import TopicPartition
 from oncelog.protocol.errors import ErrorCode
@@ -51,10 +52,12 @@ def _poll_until(c: Consumer, want: int, timeout_s: float = 30) -> list:
     (lambda cfg: AdminClient(cfg), "request.timout.ms", "request.timeout.ms"),
     (lambda cfg: AIOConsumer(cfg), "isolaton.level", "isolation.level"),
     (lambda cfg: AIOAdminClient(cfg), "securty.protocol", "security.protocol"),
+    (lambda cfg: ShareConsumer(cfg), "share.acknowledgment.mode", "share.acknowledgement.mode"),
+    (lambda cfg: AIOShareConsumer(cfg), "max.pol.records", "max.poll.records"),
 ])
 def test_a_misspelt_setting_is_refused_naming_the_nearest(make, key, near):
     with pytest.raises(ConfigError) as refused:
-        make({"bootstrap.servers": NOWHERE, key: "5"})
+        make({"bootstrap.servers": NOWHERE, "group.id": "g", key: "5"})
     assert str(refused.value) == f'No such configuration property: "{key}" (did you mean "{near}"?)'
 
 
@@ -97,7 +100,7 @@ def test_a_consumer_without_a_position_starts_at_the_end(shared_broker, unique_t
 # ------------------------------------------------------------------ create_topics futures
 
 @pytest.mark.processes
-def test_create_topics_returns_a_future_per_topic(shared_broker, unique_topic):
+def test_create_and_delete_topics_return_a_future_per_topic(shared_broker, unique_topic):
     b = shared_broker.bootstrap
     with AdminClient({"bootstrap.servers": b}) as a:
         a.create_topics([f"{unique_topic}-taken"])[f"{unique_topic}-taken"].result(60)
@@ -111,6 +114,15 @@ def test_create_topics_returns_a_future_per_topic(shared_broker, unique_topic):
         assert a.list_topics()[f"{unique_topic}-new"] == 2
         # exist_ok: an existing topic's future succeeds
         assert a.create_topics([f"{unique_topic}-taken"], exist_ok=True)[f"{unique_topic}-taken"].result(60) is None
+
+        # delete_topics likewise (confluent-kafka's): a future per topic, the unknown one refused
+        gone = a.delete_topics([f"{unique_topic}-new", f"{unique_topic}-never"])
+        assert set(gone) == {f"{unique_topic}-new", f"{unique_topic}-never"}
+        assert gone[f"{unique_topic}-new"].result(60) is None
+        with pytest.raises(AdminError) as unknown:
+            gone[f"{unique_topic}-never"].result(60)
+        assert unknown.value.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        assert f"{unique_topic}-new" not in a.list_topics() and f"{unique_topic}-taken" in a.list_topics()
 
 
 # ------------------------------------------------------------------ pause, resume, unsubscribe

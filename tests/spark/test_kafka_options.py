@@ -1,6 +1,7 @@
 """Every option of Spark's Kafka connector either acts or is refused by name (issue 39, item 4):
-the timestamp options against the same data read by confluent-kafka, minOffsetsPerTrigger /
-maxTriggerDelay, fetchOffset.*, groupIdPrefix, and refusals of what the connector cannot honour."""
+the timestamp options, minPartitions and maxRecordsPerPartition against the same data read by
+confluent-kafka, minOffsetsPerTrigger / maxTriggerDelay, fetchOffset.*, kafkaConsumer.pollTimeoutMs,
+groupIdPrefix, and refusals of what the connector cannot honour."""
 import json
 import time
 
@@ -192,6 +193,38 @@ def test_a_starting_time_after_every_record_fails_or_starts_at_the_end(shared_br
         _planned(bs, timed_topic, startingTimestamp=future)
     assert _planned(bs, timed_topic, startingTimestamp=future,
                     startingOffsetsByTimestampStrategy="latest") == set()
+
+
+def test_min_partitions_and_max_records_per_partition_split_what_confluent_reads(shared_broker, timed_topic):
+    """Spark's KafkaOffsetRangeCalculator: at least minPartitions input partitions, none holding
+    more than maxRecordsPerPartition offsets, together every record confluent-kafka reads once."""
+    from oncelog.spark.source import BatchReader
+    bs = shared_broker.bootstrap
+    want = set(_confluent_range(bs, timed_topic, 0, None))
+    assert len(want) == RECORDS
+    for options, least, most in (({"minPartitions": "7"}, 7, RECORDS), ({"maxRecordsPerPartition": "12"}, 2, 12),
+                                 ({"minPartitions": "3", "maxRecordsPerPartition": "40"}, 3, 40)):
+        pieces = [r.range for r in BatchReader({"bootstrap.servers": bs, "subscribe": timed_topic,
+                                                **options}).partitions() if r.range.topic]
+        assert len(pieces) >= least and all(0 < r.end - r.start <= most for r in pieces), (options, pieces)
+        offsets = [(r.partition, o) for r in pieces for o in range(r.start, r.end)]
+        assert len(offsets) == len(set(offsets)) and set(offsets) == want, options
+
+
+def test_a_read_that_sees_no_record_for_the_poll_timeout_fails_naming_it(shared_broker):
+    """kafkaConsumer.pollTimeoutMs: a read task that gets nothing for that long fails (here a range
+    past the end of an empty partition; in life a broker that stopped answering)."""
+    from oncelog.spark.arrow_io import read_range
+    from oncelog.spark.plan import OffsetRange
+    topic = f"spark-empty-{time.time_ns()}"
+    with AdminClient({"bootstrap.servers": shared_broker.bootstrap}) as admin:
+        admin.create_topics([topic])[topic].result()
+    ro = read_options({"bootstrap.servers": shared_broker.bootstrap, "subscribe": topic,
+                       "kafkaConsumer.pollTimeoutMs": "300"}, streaming=False)
+    assert ro.poll_timeout_ms == 300
+    with pytest.raises(OncelogSparkError, match=rf"{topic}-0: no records at offset 0 for "
+                                                r"kafkaConsumer.pollTimeoutMs=300 while reading up to 5"):
+        list(read_range(ro.client, OffsetRange(topic, 0, 0, 5), False, True, ro.poll_timeout_ms))
 
 
 def test_min_offsets_per_trigger_holds_batches_until_enough_or_max_delay(shared_broker):

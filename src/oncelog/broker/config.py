@@ -348,7 +348,8 @@ class BrokerConfig:
 
 
 def read_properties(path: Path) -> dict[str, str]:
-    """Java .properties as Kafka uses them: `key=value` or `key: value`, # and ! comments."""
+    """Java .properties as Kafka uses them (core/properties.py): `key=value` or `key: value`, # and !
+    comments, continuation lines."""
     return parse_properties(path.read_text(), str(path))
 
 

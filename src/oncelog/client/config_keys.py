@@ -44,8 +44,14 @@ CONSUMER = COMMON | frozenset({
 
 ADMIN = COMMON
 
-KINDS: dict[str, frozenset[str]] = {"producer": PRODUCER, "consumer": CONSUMER, "admin": ADMIN}
-ANY = PRODUCER | CONSUMER | ADMIN
+# a share group's member (client/aio/share_consumer.py, KIP-932; confluent-kafka's ShareConsumer)
+SHARE_CONSUMER = COMMON | frozenset({
+    "group.id", "share.acknowledgement.mode", "max.poll.records", "fetch.max.wait.ms",
+})
+
+KINDS: dict[str, frozenset[str]] = {"producer": PRODUCER, "consumer": CONSUMER, "admin": ADMIN,
+                                    "share consumer": SHARE_CONSUMER}
+ANY = PRODUCER | CONSUMER | ADMIN | SHARE_CONSUMER
 
 
 def check(config: Mapping, kind: str) -> None:

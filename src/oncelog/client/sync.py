@@ -500,8 +500,20 @@ class AdminClient(_SyncWrapper):
         e.g. TOPIC_ALREADY_EXISTS unless exist_ok=True). `topics`: names or NewTopics; keywords
         num_partitions, replication_factor, config, timeout_ms, exist_ok for plain names."""
         names = [t.name if isinstance(t, NewTopic) else str(t) for t in topics]
+        return self._future_per_topic(names, self._impl.create_topics_each(list(topics), **kw))
+
+    def delete_topics(self, names, **kw) -> dict[str, concurrent.futures.Future]:
+        """confluent-kafka's delete_topics: at once, a future per topic whose result() is None
+        once the topic is deleted, or raises its refusal (AdminError, e.g.
+        UNKNOWN_TOPIC_OR_PARTITION). Keyword: timeout_ms."""
+        names = [str(n) for n in names]
+        return self._future_per_topic(names, self._impl.delete_topics_each(names, **kw))
+
+    def _future_per_topic(self, names: list[str], request) -> dict[str, concurrent.futures.Future]:
+        """A future per name, settled from `request`'s {name: refusal or None}; a request that
+        fails as a whole fails every future."""
         futures: dict[str, concurrent.futures.Future] = {n: concurrent.futures.Future() for n in names}
-        whole = asyncio.run_coroutine_threadsafe(self._impl.create_topics_each(list(topics), **kw), self._lt.loop)
+        whole = asyncio.run_coroutine_threadsafe(request, self._lt.loop)
 
         def settle(done: concurrent.futures.Future) -> None:
             try:
@@ -518,9 +530,6 @@ class AdminClient(_SyncWrapper):
                     f.set_exception(error)
         whole.add_done_callback(settle)
         return futures
-
-    def delete_topics(self, names, **kw) -> None:
-        self._run(self._impl.delete_topics(list(names), **kw))
 
     def describe_configs(self, topic: str, keys=None) -> dict:
         return self._run(self._impl.describe_configs(topic, keys))

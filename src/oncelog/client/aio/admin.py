@@ -121,20 +121,28 @@ class AIOAdminClient(GroupAdmin, ShareGroupAdmin, SecurityAdmin, QuotaAdmin, Clu
         return {t.name: outcomes.get(t.name) for t in new}
 
     async def delete_topics(self, names: list[str], *, timeout_ms: int = 30000) -> None:
+        """Deletes them all, or raises the first topic's refusal (AdminError)."""
+        for error in (await self.delete_topics_each(names, timeout_ms=timeout_ms)).values():
+            if error is not None:
+                raise error
+
+    async def delete_topics_each(self, names: list[str], *, timeout_ms: int = 30000) -> dict[str, AdminError | None]:
+        """One DeleteTopics request: each topic's refusal (AdminError, e.g. UNKNOWN_TOPIC_OR_PARTITION),
+        or None once it is deleted (the sync AdminClient's futures per topic)."""
         def build(v):
             if v >= 6:
                 raise KafkaClientError("DeleteTopics v6+ not used")
             return RequestBuilder(ApiKey.DELETE_TOPICS, v).encode(topic_names=tuple(names), timeout=timeout_ms)
 
-        def parse(v, body):
+        def parse(v, body) -> dict[str, AdminError | None]:
             r = wire.decode(ApiKey.DELETE_TOPICS, v, body)
-            for t in r.responses:
-                if t.error_code:
-                    raise AdminError(t.error_code, f"delete topic {t.name}",
-                                     getattr(t, "error_message", None))
-        await _request(self.cluster, ApiKey.DELETE_TOPICS, build, parse, controller=True)
+            return {t.name: AdminError(t.error_code, f"delete topic {t.name}", getattr(t, "error_message", None))
+                    if t.error_code else None for t in r.responses}
+        outcomes = await _request(self.cluster, ApiKey.DELETE_TOPICS, build, parse, controller=True)
         for n in names:
-            self.cluster.topics.pop(n, None)
+            if outcomes.get(n) is None:
+                self.cluster.topics.pop(n, None)
+        return {n: outcomes.get(n) for n in names}
 
     async def describe_configs(self, topic: str, keys: list[str] | None = None) -> dict[str, str | None]:
         return await describe_topic_config(self.cluster, topic, keys)

@@ -23,6 +23,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
+from oncelog.client import config_keys
 from oncelog.client.aio import wire
 from oncelog.client.aio.admin_groups import find_coordinator
 from oncelog.client.aio.cluster import Cluster
@@ -55,6 +56,7 @@ class ShareRecord(NamedTuple):
 
 class AIOShareConsumer:
     def __init__(self, config: dict) -> None:
+        config_keys.check(config, "share consumer")
         if not config.get("bootstrap.servers"):
             raise KafkaClientError("bootstrap.servers is required")
         if not config.get("group.id"):
