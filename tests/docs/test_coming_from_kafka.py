@@ -54,6 +54,8 @@ KAFKA_BROKER_DEFAULTS: dict[str, str | None] = {
     "auto.create.topics.enable": "true", "broker.heartbeat.interval.ms": "2000", "compression.type": "producer",
     "connection.failed.authentication.delay.ms": "100", "connections.max.idle.ms": "600000",
     "connections.max.reauth.ms": "0", "controller.listener.names": "", "controller.quorum.bootstrap.servers": "",
+    # KIP-1191's (Kafka 4.4's GroupCoordinatorConfig, dynamic)
+    "errors.deadletterqueue.auto.create.topics.enable": "false", "errors.deadletterqueue.topic.name.prefix": "dlq.",
     "default.replication.factor": "1", "fetch.max.bytes": "57671680", "group.consumer.assignors": "uniform,range",
     "group.consumer.heartbeat.interval.ms": "5000", "group.consumer.max.heartbeat.interval.ms": "15000",
     "group.consumer.max.session.timeout.ms": "60000", "group.consumer.max.size": "2147483647",
