@@ -349,6 +349,33 @@ async def test_group_configs_are_validated_and_describe_answers_only_share_group
     assert d.groups[0].error_code.value == E.GROUP_ID_NOT_FOUND
 
 
+async def test_describe_configs_answers_a_groups_configs_with_their_source_across_a_restart(share):
+    """DescribeConfigs of a GROUP resource (kafka-configs.sh --describe --entity-type groups): each
+    share-group config, GROUP_CONFIG where it is set on the group, the default elsewhere; a group
+    nobody configured gets the defaults. It was refused as an unsupported resource type."""
+    async def describe(group: str) -> dict[str, tuple[str, int]]:
+        c = await share["conn"]()
+        res = entities.nested(ApiKey.DESCRIBE_CONFIGS, 4, "request", "DescribeConfigsResource")
+        r = await call(c, ApiKey.DESCRIBE_CONFIGS, 4, resources=(res(resource_type=32, resource_name=group,
+                                                                     configuration_keys=None),),
+                       include_synonyms=False, include_documentation=True)
+        assert r.results[0].error_code.value == E.NONE, r.results[0]
+        assert all(x.documentation for x in r.results[0].configs)
+        return {x.name: (x.value, int(x.config_source)) for x in r.results[0].configs}
+
+    default, group_config = 5, 8
+    fresh = await describe("nobody-configured-this")
+    assert fresh["share.auto.offset.reset"] == ("latest", default)
+    assert fresh["share.record.lock.duration.ms"][1] == default
+    assert fresh["errors.deadletterqueue.topic.name"] == ("", default)
+    await share["group_config"]("g", share_auto_offset_reset="earliest", share_record_lock_duration_ms="15000")
+    await share["restart"]()
+    got = await describe("g")
+    assert got["share.auto.offset.reset"] == ("earliest", group_config)
+    assert got["share.record.lock.duration.ms"] == ("15000", group_config)
+    assert got["share.isolation.level"] == ("read_uncommitted", default)
+
+
 def count_fsyncs(monkeypatch) -> list[int]:
     """Every fsync the process makes from here on (the share-state hook calls os.fsync through the
     failpoint layer once a rule is set, and this one never fires)."""

@@ -257,8 +257,19 @@ class ShareGroupCoordinator:
         if group not in self.group_configs:
             self.group_configs[group] = self.store.read_configs(group)
         value = self.group_configs[group].get(name)
-        if value is not None:
-            return value
+        return value if value is not None else self.group_config_default(name)
+
+    def describe_group_configs(self, group: str) -> list[tuple[str, str, bool]]:
+        """DescribeConfigs on a GROUP resource: (name, effective value, set on the group) for each
+        config served. A group nobody configured is answered with the defaults, as Kafka answers,
+        and is not remembered (any name may be asked for)."""
+        configs = self.group_configs.get(group)
+        if configs is None:
+            configs = self.store.read_configs(group)
+        return [(name, configs[name] if name in configs else self.group_config_default(name), name in configs)
+                for name in GROUP_CONFIGS]
+
+    def group_config_default(self, name: str) -> str:
         return {"share.auto.offset.reset": self.config.auto_offset_reset,
                 "share.isolation.level": self.config.isolation_level,
                 "share.record.lock.duration.ms": str(self.config.record_lock_duration_ms),

@@ -1,9 +1,11 @@
 """DescribeConfigs (API 32), v1-v4: a topic's effective configuration with the source of each
 value (topic override, dynamic broker config, broker setting, or default), and the broker's
 settings with their dynamic values (`broker.dynamic_config`; read-only unless Kafka changes the
-name at runtime, password values hidden). Needs
-DESCRIBE_CONFIGS on the topic (TOPIC_AUTHORIZATION_FAILED) or the cluster for broker settings
-(CLUSTER_AUTHORIZATION_FAILED)."""
+name at runtime, password values hidden), and a share group's configs (KIP-932, KIP-1191: set on
+the group, GROUP_CONFIG, or the broker's default), answered by the group's coordinator, which keeps
+them with the group's state (NOT_COORDINATOR elsewhere). Needs DESCRIBE_CONFIGS on the topic
+(TOPIC_AUTHORIZATION_FAILED), the cluster for broker settings (CLUSTER_AUTHORIZATION_FAILED) or the
+group (GROUP_AUTHORIZATION_FAILED)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -17,9 +19,21 @@ from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode
 
 API_KEY = ApiKey.DESCRIBE_CONFIGS
-TOPIC, BROKER = 2, 4
+TOPIC, BROKER, GROUP = 2, 4, 32
 # Kafka's ConfigSource ids
-TOPIC_CONFIG, DEFAULT_CONFIG = 1, 5
+TOPIC_CONFIG, DEFAULT_CONFIG, GROUP_CONFIG = 1, 5, 8
+# the share-group configs' types and documentation (Kafka's GroupConfig)
+_GROUP_CONFIG_DOCS = {
+    "share.auto.offset.reset": ("string", "Where a share group starts reading a partition it has no state for: "
+                                          "earliest or latest."),
+    "share.isolation.level": ("string", "read_committed: the group reads committed transactions only; "
+                                        "read_uncommitted: every record."),
+    "share.record.lock.duration.ms": ("int", "How long a member holds the records it acquired."),
+    "errors.deadletterqueue.topic.name": ("string", "The topic a rejected record, or one past the delivery "
+                                                    "count limit, is written to (KIP-1191); blank: none."),
+    "errors.deadletterqueue.copy.record.enable": ("boolean", "Whether dead-letter records carry the original "
+                                                             "key and value (KIP-1191)."),
+}
 # Kafka's ConfigType ids
 _TYPES = {"boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5, "double": 6, "list": 7, "class": 8,
           "password": 9}
@@ -57,6 +71,13 @@ async def handle(broker: BrokerServices, version: int, request: Any) -> bytes:
             else:
                 code, message = ErrorCode.INVALID_REQUEST, (f"Unexpected broker id, expected {broker.node_id} or "
                                                             f"empty string, but received {rname}")
+        elif rtype == GROUP:
+            if broker.coordinates(rname):
+                entries = [(n, v, GROUP_CONFIG if own else DEFAULT_CONFIG, _GROUP_CONFIG_DOCS[n][1],
+                            _GROUP_CONFIG_DOCS[n][0], False, False)
+                           for n, v, own in broker.groups.share.describe_group_configs(rname)]
+            else:
+                code, message = ErrorCode.NOT_COORDINATOR, f"group {rname}'s configs are kept by its coordinator"
         else:
             code, message = ErrorCode.INVALID_REQUEST, f"resource type {rtype} is not supported"
         keys = set(res.configuration_keys) if res.configuration_keys is not None else None
