@@ -365,3 +365,15 @@ def test_offsets_reset_before_a_kill_9_are_where_a_share_consumer_starts_after_i
     after = Sharer("after-kill", boot, topic).start()
     run_until([after], lambda: len(after.given) >= n - 40, 60)
     assert sorted(after.given) == [(o, 1) for o in range(40, n)]
+
+
+def test_confluent_kafka_reads_back_the_group_configs_it_set(share_broker):
+    """kafka-configs.sh --describe --entity-type groups, through confluent-kafka's AdminClient: the
+    configs set on the group come back as GROUP_CONFIG (8), the others as the broker's defaults."""
+    group = "share-described"
+    group_configs(share_broker.bootstrap, group, **{"share.record.lock.duration.ms": "12000"})
+    admin = AdminClient({"bootstrap.servers": share_broker.bootstrap})
+    [future] = admin.describe_configs([ConfigResource(ConfigResource.Type.GROUP, group)]).values()
+    got = {name: (entry.value, int(entry.source)) for name, entry in future.result(30).items()}
+    assert got["share.record.lock.duration.ms"] == ("12000", 8), got
+    assert got["share.auto.offset.reset"][1] == 5 and "errors.deadletterqueue.topic.name" in got, got
