@@ -1,0 +1,60 @@
+"""Acknowledgement batches forged by a member (KIP-932's ShareFetch / ShareAcknowledge), as an
+attacker sends them: batches that overlap (one offset acknowledged twice in one request, with two
+types) and a GAP batch naming an enormous range of offsets the share-partition has finished (or
+never had). Kafka refuses both before anything changes (KafkaApis.validateAcknowledgementBatches:
+batches in order, not overlapping); the broker must neither apply an offset twice (an ACCEPTed
+record RELEASEd again is delivered again, a record REJECTed twice has two dead letters) nor spend
+time in proportion to a range a client names."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from test_share_dlq_crash import RECORDS, member, setup
+from test_share_group_protocol import ACCEPT, REJECT, RELEASE, offsets, share  # noqa: F401 (fixture)
+
+from oncelog.protocol.errors import ErrorCode as E
+from oncelog.testing.embedded import BrokerProcess
+
+GAP = 0
+
+
+async def test_overlapping_acknowledgement_batches_are_refused_and_change_nothing(share):  # noqa: F811
+    tid = await share["topic"]()
+    await share["group_config"]("g", share_auto_offset_reset="earliest")
+    await share["produce"]("t", 10)
+    a, b = await share["sharer"]("g", tid), await share["sharer"]("g", tid)
+    _c, got = await a.fetch(epoch=0, max_records=10)
+    assert offsets(got[0][2]) == list(range(10))
+    await b.fetch(epoch=0, max_records=0)
+    # offset 0 accepted, then released in the same request: before, both were applied (the
+    # accepted record went back and was delivered to b); offset 3 rejected twice; 5 after 6
+    for acks in ([(0, 0, [ACCEPT]), (0, 0, [RELEASE])], [(3, 3, [REJECT]), (3, 3, [REJECT])],
+                 [(0, 2, [ACCEPT]), (2, 4, [RELEASE])], [(6, 6, [ACCEPT]), (5, 5, [ACCEPT])]):
+        code, parts = await a.acknowledge(acks)
+        assert code == E.NONE and parts[0] == E.INVALID_RECORD_STATE, (acks, parts)
+    _c, got = await b.fetch(max_records=10)
+    assert got.get(0, (0, 0, []))[2] == [], got     # a still holds all ten: nothing went back
+    code, parts = await a.acknowledge([(0, 9, [ACCEPT])])
+    assert code == E.NONE and parts[0] == E.NONE
+
+
+@pytest.mark.processes
+@pytest.mark.timeout(120)
+async def test_a_gap_batch_over_a_huge_range_is_answered_at_once(tmp_path):
+    """A GAP acknowledgement over offsets below the share-partition's end (finished, or never
+    there) was checked offset by offset: 2**62 offsets kept the broker's event loop busy for
+    ever (no other request of any client answered). Against a real broker process, so the test
+    can give up on it."""
+    b = BrokerProcess(tmp_path / "data").start()
+    try:
+        topic_id = await setup(b)
+        s = await member(b, topic_id)
+        # negative offsets and offsets below the start: nothing in flight, so GAP may name them
+        code, parts = await asyncio.wait_for(s.acknowledge([(-(2 ** 62), -1, [GAP])]), 15)
+        assert code == E.NONE and parts[0] in (E.NONE, E.INVALID_RECORD_STATE), parts
+        # and the broker still serves: the member accepts what it holds
+        code, parts = await asyncio.wait_for(s.acknowledge([(0, RECORDS - 1, [ACCEPT])]), 15)
+        assert code == E.NONE and parts[0] == E.NONE, parts
+    finally:
+        b.kill()
