@@ -1,8 +1,8 @@
 """Acknowledgement batches forged by a member (KIP-932's ShareFetch / ShareAcknowledge), as an
 attacker sends them: batches that overlap (one offset acknowledged twice in one request, with two
 types) and a GAP batch naming an enormous range of offsets the share-partition has finished (or
-never had). Kafka refuses both before anything changes (KafkaApis.validateAcknowledgementBatches:
-batches in order, not overlapping); the broker must neither apply an offset twice (an ACCEPTed
+never had). Kafka refuses overlapping batches before anything changes
+(KafkaApis.validateAcknowledgementBatches); the broker must neither apply an offset twice (an ACCEPTed
 record RELEASEd again is delivered again, a record REJECTed twice has two dead letters) nor spend
 time in proportion to a range a client names."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ import asyncio
 
 import pytest
 from test_share_dlq_crash import RECORDS, member, setup
-from test_share_group_protocol import ACCEPT, REJECT, RELEASE, offsets, share  # noqa: F401 (fixture)
+from test_share_group_protocol import ACCEPT, REJECT, RELEASE, Sharer, offsets, share  # noqa: F401 (fixture)
 
 from oncelog.protocol.errors import ErrorCode as E
 from oncelog.testing.embedded import BrokerProcess
@@ -28,9 +28,9 @@ async def test_overlapping_acknowledgement_batches_are_refused_and_change_nothin
     assert offsets(got[0][2]) == list(range(10))
     await b.fetch(epoch=0, max_records=0)
     # offset 0 accepted, then released in the same request: before, both were applied (the
-    # accepted record went back and was delivered to b); offset 3 rejected twice; 5 after 6
+    # accepted record went back and was delivered to b); offset 3 rejected twice; 2 in two ranges
     for acks in ([(0, 0, [ACCEPT]), (0, 0, [RELEASE])], [(3, 3, [REJECT]), (3, 3, [REJECT])],
-                 [(0, 2, [ACCEPT]), (2, 4, [RELEASE])], [(6, 6, [ACCEPT]), (5, 5, [ACCEPT])]):
+                 [(0, 2, [ACCEPT]), (2, 4, [RELEASE])], [(6, 9, [ACCEPT]), (5, 6, [ACCEPT])]):
         code, parts = await a.acknowledge(acks)
         assert code == E.NONE and parts[0] == E.INVALID_RECORD_STATE, (acks, parts)
     _c, got = await b.fetch(max_records=10)
@@ -58,3 +58,33 @@ async def test_a_gap_batch_over_a_huge_range_is_answered_at_once(tmp_path):
         assert code == E.NONE and parts[0] == E.NONE, parts
     finally:
         b.kill()
+
+
+async def test_share_sessions_of_ids_that_never_joined_do_not_lock_other_groups_out(share):  # noqa: F811
+    """The broker's share sessions are bounded (group.share.max.share.sessions) for every group
+    together. Before, a client with READ on a group of its own filled the bound with sessions of
+    made-up member ids (no heartbeat, nothing closes them before the session timeout, renewable)
+    and every other group's members were refused SHARE_SESSION_LIMIT_REACHED. A member of its
+    group now takes the place of such a session; made-up ids cannot take a member's."""
+    import dataclasses
+    coordinator = share["broker"].groups.share
+    coordinator.config = dataclasses.replace(coordinator.config, max_share_sessions=4)
+    tid = await share["topic"](records=3)
+    attacker = await share["sharer"]("mine", tid)   # a real member of its own group
+    assert (await attacker.fetch(epoch=0, max_records=0))[0] == E.NONE
+    codes = []
+    for _ in range(5):
+        forged = Sharer(attacker.conn, "mine", tid)  # a made-up member id, never joined
+        codes.append((await forged.fetch(epoch=0, max_records=0))[0])
+    assert codes == [E.NONE] * 3 + [E.SHARE_SESSION_LIMIT_REACHED] * 2, codes
+    victims = [await share["sharer"]("theirs", tid) for _ in range(3)]
+    for v in victims:
+        assert (await v.fetch(epoch=0, max_records=0))[0] == E.NONE
+    # the bound is all members' now: a made-up id cannot take a member's place, nor a member another's
+    assert (await Sharer(attacker.conn, "mine", tid).fetch(epoch=0, max_records=0))[0] == \
+        E.SHARE_SESSION_LIMIT_REACHED
+    assert (await (await share["sharer"]("theirs", tid)).fetch(epoch=0, max_records=0))[0] == \
+        E.SHARE_SESSION_LIMIT_REACHED
+    assert (await attacker.fetch(max_records=0))[0] == E.NONE
+    for v in victims:
+        assert (await v.fetch(max_records=0))[0] == E.NONE
