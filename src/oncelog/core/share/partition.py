@@ -51,6 +51,7 @@ more than MaxRecords.
 """
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -262,11 +263,13 @@ class SharePartition:
         for (_f, previous_last), (first, last) in zip(spans, spans[1:]):
             if first <= previous_last:
                 raise InvalidRecordState(f"acknowledgement batch {first}-{last} overlaps another one")
+        in_flight: list[int] | None = None
         for first, last, types in batches:
             if last < first or not types or (len(types) != 1 and len(types) != last - first + 1):
                 raise InvalidRecordState(f"malformed acknowledgement batch {first}-{last}")
-            if any(kind not in ACK_TYPES for kind in types):
-                raise InvalidRecordState(f"unknown acknowledge type in {list(types)}")
+            bad = next((kind for kind in types if kind not in ACK_TYPES), None)
+            if bad is not None:
+                raise InvalidRecordState(f"unknown acknowledge type {bad}")
             offsets: Iterable[int] = range(first, last + 1)
             if len(types) == 1 and last - first + 1 > len(self._records):
                 # one type over more offsets than are in flight: only a GAP below `end` may name
@@ -274,7 +277,9 @@ class SharePartition:
                 # work is bounded by what is in flight, not by the range the client names
                 if types[0] != GAP or last >= self.end:
                     raise InvalidRecordState(f"offsets {first}-{last} are not acquired by this member")
-                offsets = sorted(o for o in self._records if first <= o <= last)
+                if in_flight is None:
+                    in_flight = sorted(self._records)   # once per request: many such batches cost no more
+                offsets = in_flight[bisect_left(in_flight, first):bisect_right(in_flight, last)]
             for offset in offsets:
                 kind = types[0] if len(types) == 1 else types[offset - first]
                 rec = self._records.get(offset)
