@@ -88,3 +88,19 @@ async def test_share_sessions_of_ids_that_never_joined_do_not_lock_other_groups_
     assert (await attacker.fetch(max_records=0))[0] == E.NONE
     for v in victims:
         assert (await v.fetch(max_records=0))[0] == E.NONE
+
+
+async def test_partitions_a_topic_does_not_have_do_not_join_the_share_session(share):  # noqa: F811
+    """ShareFetch checked a topic id, never the partition index: any index joined the member's
+    share session for good, so one request naming thousands of partitions a topic does not have
+    made every later fetch of that session walk (and answer) all of them: a session without bound
+    in memory and in work. They are answered UNKNOWN_TOPIC_OR_PARTITION and not kept."""
+    tid = await share["topic"](records=3)
+    await share["group_config"]("g", share_auto_offset_reset="earliest")
+    a = await share["sharer"]("g", tid)
+    bogus = tuple(range(1, 3001)) + (-1, 2**31 - 1)
+    code, got = await a.fetch(epoch=0, max_records=0, partitions=(0, *bogus))
+    assert code == E.NONE and {got[p][0] for p in bogus} == {E.UNKNOWN_TOPIC_OR_PARTITION}
+    code, got = await a.fetch(max_records=10, partitions=())
+    assert code == E.NONE and set(got) == {0} and offsets(got[0][2]) == [0, 1, 2], (code, sorted(got)[:5])
+    assert share["broker"].groups.share.sessions[("g", a.member_id)].partitions == {(tid, 0)}
