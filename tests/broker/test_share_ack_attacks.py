@@ -104,3 +104,18 @@ async def test_partitions_a_topic_does_not_have_do_not_join_the_share_session(sh
     code, got = await a.fetch(max_records=10, partitions=())
     assert code == E.NONE and set(got) == {0} and offsets(got[0][2]) == [0, 1, 2], (code, sorted(got)[:5])
     assert share["broker"].groups.share.sessions[("g", a.member_id)].partitions == {(tid, 0)}
+
+
+@pytest.mark.xfail(strict=True, reason="not fixed: ShareFetch serves a member id that never joined the group "
+                                       "(requiring membership broke a restarted broker's first fetch in "
+                                       "tests/client/test_share_consumer.py; the lead decides)")
+async def test_a_member_id_that_never_joined_acquires_nothing(share):  # noqa: F811
+    """A share session is opened for any member id: a client with READ on the group and the topic
+    that never sends a heartbeat acquires records of any partition of the topic, assigned to it or
+    not, past group.share.max.size, and while the group is Empty, which is what
+    AlterShareGroupOffsets and DeleteShareGroupOffsets take to mean that nobody consumes."""
+    tid = await share["topic"](records=5)
+    await share["group_config"]("g", share_auto_offset_reset="earliest")
+    stranger = Sharer(await share["conn"](), "g", tid)   # never heartbeats
+    code, got = await stranger.fetch(epoch=0, max_records=10)
+    assert code == E.UNKNOWN_MEMBER_ID or not got.get(0, (0, 0, []))[2], (code, got)
