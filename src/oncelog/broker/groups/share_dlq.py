@@ -33,7 +33,11 @@ own (a producer id from the controller's blocks, KIP-730, kept in its state), ea
 with the sequence it was given when its record went ARCHIVING. Before a write, the dead-letter
 partition's producer state says how far that producer got: dead letters up to its last sequence
 are in the log already (written before a crash or a pause, and not yet marked) and are only
-marked; the rest are appended, and a batch written twice is a duplicate the partition refuses.
+marked, once the batches the partition remembers for the producer are read and have them (their
+headers: the producer id is in every dead-letter batch's header and a Produce may carry any id, so
+a client writing to the topic could otherwise advance the sequences and have dead letters marked
+that were never written; if they are not there, a new producer writes them); the rest are
+appended, and a batch written twice is a duplicate the partition refuses.
 A record goes ARCHIVED only once its dead-letter record is fsynced (a power cut keeps no mark
 without its record), and a dead letter is written only once the state write that made it is on
 disk (a crash cannot leave a dead-letter record for a record that comes back). Each producer
@@ -274,9 +278,21 @@ class ShareDeadLetters:
             return True
         if entry is not None and entry.epoch == epoch and entry.last_sequence >= head.sequence:
             # in the log already: written before a crash (or by this broker paused before it lost the
-            # group, its successor's write refused as a duplicate), not yet marked
+            # group, its successor's write refused as a duplicate), not yet marked -- if the log has
+            # them as this share-partition's: the producer id is in every dead-letter batch's header
+            # and a Produce may carry any id, so a client writing to the topic could advance its
+            # sequences and have dead letters marked that were never written
+            found = self._in_log(key, sp, partition, entry.batches)
+            if found < head.sequence:
+                self._say(logging.WARNING, "share group %s: %s-%d has sequences of dead-letter producer %d "
+                          "epoch %d that are not this share-partition's dead letters (a client wrote under its "
+                          "id): its dead letters go out as a new producer", group, target.topic, target.partition,
+                          pid, epoch)
+                sp.dlq_producer_id = -1
+                await self._new_epoch(key, sp, target, "a client wrote under the dead-letter producer id")
+                return True
             await self._durable(partition, partition.log_end_offset)
-            self._written(key, sp, entry.last_sequence)
+            self._written(key, sp, found)
             return True
         expected = 0 if entry is None or entry.epoch < epoch else entry.last_sequence + 1
         if head.sequence != expected:
@@ -387,6 +403,32 @@ class ShareDeadLetters:
         batch = encode_batch(records, producer_id=sp.dlq_producer_id, producer_epoch=sp.dlq_producer_epoch,
                              base_sequence=sp.dead_letters()[0].sequence)
         return bytes(batch), len(records)
+
+    def _in_log(self, key: SpKey, sp: SharePartition, partition: Partition,
+                batches: tuple[tuple[int, int, int, int], ...]) -> int:
+        """The last sequence up to which the owed dead letters are in `partition`'s log as this
+        share-partition's records (their `__dlq.errors.*` headers), read from the producer's
+        batches the partition remembers (first sequence, last sequence, base offset, timestamp);
+        below the head's sequence: not found."""
+        group, _tid, index = key
+        source_name = self._source_name(key)
+        owed = sp.dead_letters()
+        found = owed[0].sequence - 1
+        for d in owed:
+            at = next((base + d.sequence - first for first, last, base, _ts in batches if first <= d.sequence <= last),
+                      None)
+            if at is None:
+                break
+            try:
+                data = partition.read(at, COPY_READ_BYTES, min_one=True)
+                record = next((r for _h, rs in iter_record_batches(data) for r in rs if r.offset == at), None)
+            except (KafkaProtocolError, OSError, ValueError):
+                break
+            want = {k: v for k, v in _headers(source_name, index, group, d) if k != HEADER_MESSAGE}
+            if record is None or {k: v for k, v in record.headers if k in want} != want:
+                break
+            found = d.sequence
+        return found
 
     async def _durable(self, partition: Partition, offset: int) -> None:
         """A record goes ARCHIVED only once its dead-letter record is fsynced."""

@@ -29,7 +29,8 @@ ShareSessionEpoch).
   (replacing an older one of the member, whose records go back), -1 closes it (its records go
   back), any other epoch must be the next one (INVALID_SHARE_SESSION_EPOCH; SHARE_SESSION_NOT_FOUND
   without a session). At most `group.share.max.share.sessions` sessions
-  (SHARE_SESSION_LIMIT_REACHED beyond), and a member holds at most
+  (SHARE_SESSION_LIMIT_REACHED beyond; a member of its group opening one closes the least recently
+  used session of an id that is no member of its group instead), and a member holds at most
   `group.share.partition.max.record.locks` records of a share-partition (the in-flight bound).
 - Dead-letter topics (KIP-1191) are `broker.groups.share_dlq`'s: it tells this coordinator which
   groups have one (`dead_letter`: their share-partitions make REJECTed and limit-archived records
@@ -426,7 +427,8 @@ class ShareGroupCoordinator:
         key = (group, member)
         current = self.sessions.get(key)
         if epoch == 0:
-            if current is None and len(self.sessions) >= self.config.max_share_sessions:
+            if current is None and len(self.sessions) >= self.config.max_share_sessions \
+                    and not (self._is_member(group, member) and self._evict_stray_session()):
                 raise KafkaProtocolError(E.SHARE_SESSION_LIMIT_REACHED,
                                          f"the broker has {len(self.sessions)} share sessions "
                                          f"(group.share.max.share.sessions)")
@@ -446,6 +448,25 @@ class ShareGroupCoordinator:
                                      f"share session epoch {epoch}, expected {current.epoch}")
         current.epoch = current.epoch + 1 if current.epoch < 2**31 - 1 else 1
         return current
+
+    def _is_member(self, group: str, member: str) -> bool:
+        g = self.groups.get(group)
+        return g is not None and member in g.members
+
+    def _evict_stray_session(self) -> bool:
+        """The bound is reached and a member of its group opens a session: the least recently used
+        session whose member id is no member of its group (a member gone, a client not yet joined
+        again after a restart, or an id made up) is closed to make room, as its records go back.
+        Else ids that never joined, which nothing times out before the session timeout, would fill
+        the broker's bound for every group together and lock every other group's members out."""
+        stray = [(s.last_used_ms, key) for key, s in self.sessions.items() if not self._is_member(*key)]
+        if not stray:
+            return False
+        _used, (group, member) = min(stray)
+        log.info("share group %s: share session of %s (no member of the group) closed to make room "
+                 "(group.share.max.share.sessions)", group, member)
+        self.close_session(group, member)
+        return True
 
     def close_session(self, group: str, member: str) -> None:
         """ShareFetch/ShareAcknowledge with epoch -1, after its acknowledgements: what the member

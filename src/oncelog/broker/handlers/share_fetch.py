@@ -29,7 +29,8 @@ the records of aborted transactions (and control records) are archived, never de
 
 Authorization: READ on the group (GROUP_AUTHORIZATION_FAILED, top level) and READ on each topic
 (TOPIC_AUTHORIZATION_FAILED for its partitions, which are not served). Topics are named by id; an
-unknown id is UNKNOWN_TOPIC_ID.
+unknown id is UNKNOWN_TOPIC_ID, a partition the topic does not have UNKNOWN_TOPIC_OR_PARTITION (it
+does not join the session).
 """
 from __future__ import annotations
 
@@ -89,6 +90,14 @@ def resolve(broker: BrokerServices, pairs: Iterable[TP]) -> Resolved:
     readable = authorized_names(broker, Op.READ, TOPIC, set(names.values()))
     for tp, name in names.items():
         if name in readable:
+            info = broker.logs.topics.get(name)
+            if info is not None and not 0 <= tp[1] < info.partitions:
+                # (after READ: no more is told than to a reader) a partition the topic does not
+                # have never joins a share session: any index would, and every later fetch of
+                # the session would walk and answer it
+                out.refused[tp] = PartitionAnswer(E.UNKNOWN_TOPIC_OR_PARTITION,
+                                                  ack_error_code=E.UNKNOWN_TOPIC_OR_PARTITION)
+                continue
             out.usable[tp] = name
         else:
             out.refused[tp] = PartitionAnswer(E.TOPIC_AUTHORIZATION_FAILED, ack_error_code=E.TOPIC_AUTHORIZATION_FAILED)

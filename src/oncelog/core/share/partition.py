@@ -26,10 +26,11 @@ ACQUIRED written as AVAILABLE, as Kafka writes it) before the records are handed
 
 Acknowledgements (ShareFetch/ShareAcknowledge batches): 0 GAP, 1 ACCEPT, 2 RELEASE, 3 REJECT,
 4 RENEW (KIP-1222). Every offset acknowledged must be ACQUIRED by that member with its lock still
-valid (a GAP may also name an offset already finished), else the whole partition's
-acknowledgement is refused with INVALID_RECORD_STATE and nothing changes. Locks that ran out are
-taken back before anything is decided (`expire`), so a record is never held by two members while
-a lock on it is valid.
+valid (a GAP may also name an offset already finished), and named once (batches that overlap are
+refused), else the whole partition's acknowledgement is refused with INVALID_RECORD_STATE and
+nothing changes; the work is bounded by the records in flight and the request's types, never by
+the range a batch names. Locks that ran out are taken back before anything is decided (`expire`),
+so a record is never held by two members while a lock on it is valid.
 
 Dead letters (KIP-1191; `broker.groups.share_dlq` writes them): while `dead_letter` is set (the
 group names a dead-letter topic), a record REJECTed, or archived by the delivery limit, goes to
@@ -50,6 +51,7 @@ more than MaxRecords.
 """
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -254,13 +256,32 @@ class SharePartition:
         changed) if any offset is not the member's to acknowledge."""
         self.expire(now)
         plan: list[tuple[int, int]] = []
+        # no offset named twice (Kafka's validateAcknowledgementBatches refuses overlapping
+        # batches): the plan would apply it twice (ACCEPTed then RELEASEd: delivered again;
+        # REJECTed twice: two dead letters)
+        spans = sorted((first, last) for first, last, _types in batches)
+        for (_f, previous_last), (first, last) in zip(spans, spans[1:]):
+            if first <= previous_last:
+                raise InvalidRecordState(f"acknowledgement batch {first}-{last} overlaps another one")
+        in_flight: list[int] | None = None
         for first, last, types in batches:
             if last < first or not types or (len(types) != 1 and len(types) != last - first + 1):
                 raise InvalidRecordState(f"malformed acknowledgement batch {first}-{last}")
-            for i, offset in enumerate(range(first, last + 1)):
-                kind = types[0] if len(types) == 1 else types[i]
-                if kind not in ACK_TYPES:
-                    raise InvalidRecordState(f"unknown acknowledge type {kind}")
+            bad = next((kind for kind in types if kind not in ACK_TYPES), None)
+            if bad is not None:
+                raise InvalidRecordState(f"unknown acknowledge type {bad}")
+            offsets: Iterable[int] = range(first, last + 1)
+            if len(types) == 1 and last - first + 1 > len(self._records):
+                # one type over more offsets than are in flight: only a GAP below `end` may name
+                # offsets without a record (finished), so only those with one are looked at; the
+                # work is bounded by what is in flight, not by the range the client names
+                if types[0] != GAP or last >= self.end:
+                    raise InvalidRecordState(f"offsets {first}-{last} are not acquired by this member")
+                if in_flight is None:
+                    in_flight = sorted(self._records)   # once per request: many such batches cost no more
+                offsets = in_flight[bisect_left(in_flight, first):bisect_right(in_flight, last)]
+            for offset in offsets:
+                kind = types[0] if len(types) == 1 else types[offset - first]
                 rec = self._records.get(offset)
                 if kind == GAP and (rec is None and offset < self.end):
                     continue
