@@ -1,10 +1,11 @@
 """The share workload's liveness check (`testing.share_checker`, `starved`, issue 37): a member
 alive and polling for long, given nothing while the others were given records all along, is a
 finding; a member paused or killed meanwhile (its polls stop), a short stall, and the end of a
-run (nobody is given anything) are not."""
+run (nobody is given anything) are not. And `spinning`: an oncelog member answered
+NOT_LEADER_OR_FOLLOWER far more often than its back-off (retry.backoff.ms) allows."""
 from __future__ import annotations
 
-from oncelog.testing.share_checker import ACCEPT, STARVED_S, History, check_share, starved_stretches
+from oncelog.testing.share_checker import ACCEPT, STARVED_S, History, check_share, spinning, starved_stretches
 
 RECORDS = 400
 
@@ -50,3 +51,26 @@ def test_a_member_given_records_now_and_then_a_paused_one_and_a_short_stall_are_
 def test_polling_on_after_the_group_ran_dry_is_not_starving():
     # the others' last record comes at 40 s: the stretch is judged up to it only
     assert starved_stretches(run(every(0, 10) + every(38, 90), stuck_gets=[9.9])) == []
+
+
+def spin_history(answers_per_poll: int) -> History:
+    """An oncelog member polling every 0.5 s for 10 s, answered NOT_LEADER_OR_FOLLOWER
+    `answers_per_poll` times during each poll (counted at the next poll's start, on a change)."""
+    h = History()
+    events: list[list] = []
+    for i in range(20):
+        t = i * 0.5
+        if i:
+            events.append(["fetch-errors", t, {"6": i * answers_per_poll}])
+        events.append(["poll", t])
+    h.add_events("oncelog-mixed#1", "oncelog", events)
+    return h
+
+
+def test_a_member_answered_not_leader_hundreds_of_times_a_second_is_spinning():
+    # backing off 100 ms with 4 partitions: at most 4 answers per 100 ms, 20 in a poll of 0.5 s
+    assert spinning(spin_history(20)) == []
+    [(member, _since, _until, n)] = spinning(spin_history(300))
+    assert member == "oncelog-mixed#1" and n > 100
+    report = check_share({}, spin_history(300), {}, 5, 4.0, [])
+    assert [f.kind for f in report.findings] == ["spinning"]

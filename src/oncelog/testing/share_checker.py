@@ -32,6 +32,12 @@ Anomalies (each a broken promise of KIP-932 as oncelog serves it, docs/share-gro
   whole run). A finding the run fails on, not a warning: faults end its stretch (a member paused
   or killed stops polling; the brokers' faults last seconds, well below `STARVED_S`). Such a
   finding names the member, not a record (partition and offset -1).
+- `spinning` (oncelog's members, issue 37): more than `SPIN_ANSWERS` NOT_LEADER_OR_FOLLOWER
+  answers to a member's ShareFetch within `SPIN_WINDOW_S`. Such an answer comes at once, and the
+  client backs off `retry.backoff.ms` (100) before asking again: at most about 10 requests a
+  second, each naming at most the topic's 4 partitions, 84 answers in 2 s. Asking again at once
+  (the bug) gave hundreds a second. Counted from the members' `fetch-errors` events (logged at a
+  poll's start), so a window is known to a poll or so.
 
 With a dead-letter topic (KIP-1191, `--share-dlq`), a record may also end "in the DLQ": a record
 REJECTed or archived at the delivery limit is ARCHIVED once its dead-letter record is written, and
@@ -70,6 +76,8 @@ LOCK_MARGIN_S = 0.3   # the broker expires locks on its tick: never early, maybe
 FAULT_SETTLE_S = 5.0  # after a process fault, what it did to locks may still be taking effect
 STARVED_S = 25.0      # a member polling this long without a record, while others get them: `starved`
 STARVED_OTHERS = 50   # ... at least this many records given to the others meanwhile
+SPIN_ANSWERS = 100    # NOT_LEADER_OR_FOLLOWER answers to one member within SPIN_WINDOW_S: `spinning`
+SPIN_WINDOW_S = 2.0
 POLL_GAP_S = 3.0      # polls further apart than this: the member was not polling (paused, stuck in a call)
 
 Key = tuple[int, int]   # (partition, offset)
@@ -113,6 +121,7 @@ class History:
     polls: Counter = field(default_factory=Counter)
     poll_times: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     fetch_errors: dict[str, dict[str, int]] = field(default_factory=dict)   # oncelog's members: code -> count
+    not_leader: dict[str, list[tuple[float, int]]] = field(default_factory=lambda: defaultdict(list))  # (t, count)
 
     def add_events(self, member: str, client: str, events: list[list[Any]]) -> None:
         open_acks: dict[Key, Ack] = {}
@@ -140,6 +149,7 @@ class History:
                 self.poll_times[member].append(e[1])
             elif kind == "fetch-errors":
                 self.fetch_errors[member] = dict(e[2])
+                self.not_leader[member].append((e[1], int(e[2].get(str(NOT_LEADER_OR_FOLLOWER), 0))))
 
 
 @dataclass(frozen=True)
@@ -166,7 +176,7 @@ class Finding:
 
 
 ANOMALIES = ("lost", "redelivered-after-ack", "acknowledged-twice", "past-limit", "count-not-increasing",
-             "held-twice", "value-mismatch", "starved", "dlq-missing", "dlq-duplicate", "dlq-unexpected",
+             "held-twice", "value-mismatch", "starved", "spinning", "dlq-missing", "dlq-duplicate", "dlq-unexpected",
              "dlq-mismatch")
 
 
@@ -294,12 +304,40 @@ def check_share(log: dict[int, list[tuple[int, bytes]]], history: History,
         r.findings.append(Finding("starved", -1, -1, (
             f"{member} polled from {since:.2f} to {until:.2f} ({until - since:.1f} s) and got no record, while the "
             f"others were given {others}" + (f"; its ShareFetch answers' errors so far: {errors}" if errors else ""))))
+    for member, since, until, n in spinning(history):
+        r.findings.append(Finding("spinning", -1, -1, (
+            f"{member} was answered NOT_LEADER_OR_FOLLOWER {n} times between {since:.2f} and {until:.2f}: "
+            f"it asked again without backing off")))
     if dead_letters is not None:
         archiving = {(p, o) for p, (start, batches) in final.items() for first, last, st, _c in batches
                      if st == ARCHIVING for o in range(max(first, start), last + 1)}
         _check_dead_letters(r, values, by_key, acks_of, dead_letters, archiving, delivery_limit, deleted,
                             topic, group, find)
     return r
+
+
+def spinning(history: History, most: int = SPIN_ANSWERS, window_s: float = SPIN_WINDOW_S
+             ) -> list[tuple[str, float, float, int]]:
+    """(member, begin, end, answers) of the first window of each member in which its ShareFetch
+    were answered NOT_LEADER_OR_FOLLOWER more than `most` times within `window_s`."""
+    out: list[tuple[str, float, float, int]] = []
+    for member, changes in sorted(history.not_leader.items()):
+        # the count at each poll's start (it is logged there when it changed)
+        changes = sorted(changes)
+        series: list[tuple[float, int]] = []
+        count = k = 0
+        for t in sorted(history.poll_times.get(member, ())):
+            while k < len(changes) and changes[k][0] <= t:
+                count, k = changes[k][1], k + 1
+            series.append((t, count))
+        j = 0
+        for t, count in series:
+            while series[j][0] < t - window_s:
+                j += 1
+            if count - series[j][1] > most:
+                out.append((member, series[j][0], t, count - series[j][1]))
+                break
+    return out
 
 
 def starved_stretches(history: History, min_s: float = STARVED_S, min_others: int = STARVED_OTHERS,

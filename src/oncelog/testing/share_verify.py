@@ -496,7 +496,7 @@ def render_share(result: ShareVerifyResult) -> str:
                      "none delivered again after a confirmed ACCEPT or REJECT, none acknowledged twice, none past "
                      "the delivery limit, delivery counts always growing, none given to a second member while "
                      "the first one's lock was valid, no member polling without a record for long while the "
-                     "others were given records"
+                     "others were given records, none asking again without backing off"
                      + ("; one dead-letter record for each record rejected or archived at the limit, none for "
                         "any other" if o.share_dlq else ""))
     for kind, n in sorted(r.counts().items()):
