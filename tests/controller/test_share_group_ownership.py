@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 import uuid
 
 import pytest
 from test_pause_fencing import OFFSETS_PARTITIONS, Raw, coordinator, create_topic, eventually, place_group, topics
 
-from oncelog.client import Producer
+from oncelog.client import Producer, ShareConsumer
 from oncelog.core.txn.log_format import CONSUMER_OFFSETS_TOPIC, partition_for
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
@@ -178,3 +179,55 @@ def test_a_broker_that_gets_a_share_group_back_serves_it_from_the_files(cluster)
     eventually(lambda: c.join() == E.NONE, "member C joining at broker 1")
     got = c.take(10)
     assert got == list(range(20, 30)), f"broker 1 handed out {got}: records accepted before were delivered again"
+
+
+def test_an_oncelog_member_follows_the_share_partition_to_its_new_broker_without_spinning(cluster):
+    """Issue 37: a member whose partition and group moved to another broker kept asking the old
+    one. Its background metadata refresh after a NOT_LEADER_OR_FOLLOWER named no topic (the
+    topics were never kept in the client's wanted set), so it never learned the new leader, and
+    it asked again at once, without backing off: hundreds of ShareFetch a second answered
+    NOT_LEADER_OR_FOLLOWER, and no record for the rest of the run (`oncelog verify --workload
+    share --faults kill,pause,move,power-loss --seed 7`). It must get the records from the new
+    broker, having backed off between the answers it got meanwhile."""
+    b1 = Raw(cluster.brokers[1].bootstrap)
+    group = "followers"
+    create_topic(b1, TOPIC, 1)
+    place_group(cluster, b1, group, 1)
+    assert cluster.move_leader(TOPIC, 0, 1) == 0
+    eventually(lambda: leads(b1, 1, group), "broker 1 leading the partition and coordinating the group")
+    assert read_from_the_start(b1, group) == E.NONE
+
+    def produce(first: int) -> None:
+        with Producer({"bootstrap.servers": cluster.bootstrap}) as p:
+            for i in range(first, first + 10):
+                p.send(TOPIC, f"r{i}".encode(), partition=0)
+            p.flush()
+
+    def take(member: ShareConsumer, count: int) -> list[int]:
+        got: list[int] = []
+
+        def more() -> bool:
+            got.extend(r.offset for r in member.poll(0.2))
+            member.commit_sync()
+            return len(got) >= count
+        eventually(more, f"{count} records", timeout_s=30, every_s=0)
+        return got
+
+    produce(0)
+    member = ShareConsumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, "fetch.max.wait.ms": 200})
+    try:
+        member.subscribe([TOPIC])
+        assert sorted(take(member, 10)) == list(range(10))
+        b2 = Raw(cluster.brokers[2].bootstrap)
+        eventually(lambda: cluster.move_leader(CONSUMER_OFFSETS_TOPIC, partition_for(group, OFFSETS_PARTITIONS), 2)
+                   == 0 and cluster.move_leader(TOPIC, 0, 2) == 0, "moving the group and the partition to broker 2")
+        eventually(lambda: leads(b2, 2, group), "broker 2 leading and coordinating")
+        produce(10)
+        began = time.monotonic()
+        assert sorted(take(member, 10)) == list(range(10, 20))
+        took = time.monotonic() - began
+        misled = member._impl.fetch_errors[E.NOT_LEADER_OR_FOLLOWER]
+        # retry.backoff.ms (100) between two of them: at most about ten a second, plus a few
+        assert misled <= 10 * took + 5, f"{misled} NOT_LEADER_OR_FOLLOWER answers in {took:.1f} s: no back-off"
+    finally:
+        member.close()

@@ -46,7 +46,7 @@ ADMIN = COMMON
 
 # a share group's member (client/aio/share_consumer.py, KIP-932; confluent-kafka's ShareConsumer)
 SHARE_CONSUMER = COMMON | frozenset({
-    "group.id", "share.acknowledgement.mode", "max.poll.records", "fetch.max.wait.ms",
+    "group.id", "share.acknowledgement.mode", "max.poll.records", "fetch.max.wait.ms", "retry.backoff.ms",
 })
 
 KINDS: dict[str, frozenset[str]] = {"producer": PRODUCER, "consumer": CONSUMER, "admin": ADMIN,

@@ -23,6 +23,21 @@ Anomalies (each a broken promise of KIP-932 as oncelog serves it, docs/share-gro
   acquired (librdkafka may have fetched a record long before the poll that returns it), so only
   records they held are checked.
 - `value-mismatch`: a delivery whose value is not the log's at its offset.
+- `starved` (liveness, issue 37): a member alive and polling without a break for `STARVED_S` or
+  more that got nothing while the other members were given at least `STARVED_OTHERS` records
+  meanwhile. Every member is assigned a partition of a topic filled evenly at a pace, and shares
+  it with members that long-poll as it does, so a member that gets nothing for that long is not
+  waiting its turn: it asks where nobody serves its partition (oncelog's members kept asking the
+  partition's old leader, hundreds of NOT_LEADER_OR_FOLLOWER a second, and got no record for the
+  whole run). A finding the run fails on, not a warning: faults end its stretch (a member paused
+  or killed stops polling; the brokers' faults last seconds, well below `STARVED_S`). Such a
+  finding names the member, not a record (partition and offset -1).
+- `spinning` (oncelog's members, issue 37): more than `SPIN_ANSWERS` NOT_LEADER_OR_FOLLOWER
+  answers to a member's ShareFetch within `SPIN_WINDOW_S`. Such an answer comes at once, and the
+  client backs off `retry.backoff.ms` (100) before asking again: at most about 10 requests a
+  second, each naming at most the topic's 4 partitions, 84 answers in 2 s. Asking again at once
+  (the bug) gave hundreds a second. Counted from the members' `fetch-errors` events (logged at a
+  poll's start), so a window is known to a poll or so.
 
 With a dead-letter topic (KIP-1191, `--share-dlq`), a record may also end "in the DLQ": a record
 REJECTed or archived at the delivery limit is ARCHIVED once its dead-letter record is written, and
@@ -53,11 +68,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 ACCEPT, RELEASE, REJECT = 1, 2, 3
+NOT_LEADER_OR_FOLLOWER = 6   # protocol.errors.ErrorCode's
 ARCHIVING, ARCHIVED = 3, 4   # core.share.partition's state ids (ARCHIVED: acknowledged or archived)
 DLQ_REJECTED = "Offset rejected by client."
 DLQ_PAST_LIMIT = "Offset delivery count exceeded the threshold."
 LOCK_MARGIN_S = 0.3   # the broker expires locks on its tick: never early, maybe a little late
 FAULT_SETTLE_S = 5.0  # after a process fault, what it did to locks may still be taking effect
+STARVED_S = 25.0      # a member polling this long without a record, while others get them: `starved`
+STARVED_OTHERS = 50   # ... at least this many records given to the others meanwhile
+SPIN_ANSWERS = 100    # NOT_LEADER_OR_FOLLOWER answers to one member within SPIN_WINDOW_S: `spinning`
+SPIN_WINDOW_S = 2.0
+POLL_GAP_S = 3.0      # polls further apart than this: the member was not polling (paused, stuck in a call)
 
 Key = tuple[int, int]   # (partition, offset)
 
@@ -98,6 +119,9 @@ class History:
     resets: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     errors: Counter = field(default_factory=Counter)
     polls: Counter = field(default_factory=Counter)
+    poll_times: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    fetch_errors: dict[str, dict[str, int]] = field(default_factory=dict)   # oncelog's members: code -> count
+    not_leader: dict[str, list[tuple[float, int]]] = field(default_factory=lambda: defaultdict(list))  # (t, count)
 
     def add_events(self, member: str, client: str, events: list[list[Any]]) -> None:
         open_acks: dict[Key, Ack] = {}
@@ -122,6 +146,10 @@ class History:
                 self.errors[(member.split("#")[0], str(e[2])[:90])] += 1
             elif kind == "poll":
                 self.polls[member] += 1
+                self.poll_times[member].append(e[1])
+            elif kind == "fetch-errors":
+                self.fetch_errors[member] = dict(e[2])
+                self.not_leader[member].append((e[1], int(e[2].get(str(NOT_LEADER_OR_FOLLOWER), 0))))
 
 
 @dataclass(frozen=True)
@@ -148,7 +176,8 @@ class Finding:
 
 
 ANOMALIES = ("lost", "redelivered-after-ack", "acknowledged-twice", "past-limit", "count-not-increasing",
-             "held-twice", "value-mismatch", "dlq-missing", "dlq-duplicate", "dlq-unexpected", "dlq-mismatch")
+             "held-twice", "value-mismatch", "starved", "spinning", "dlq-missing", "dlq-duplicate", "dlq-unexpected",
+             "dlq-mismatch")
 
 
 @dataclass
@@ -267,12 +296,83 @@ def check_share(log: dict[int, list[tuple[int, bytes]]], history: History,
                 r.figures["finished with deliveries nobody logged (dropped responses, killed members)"] += 1
     r.figures["acknowledgements with unknown outcome"] = sum(1 for a in history.acks if not a.confirmed)
     r.figures["delivered"] = len(by_key)
+    # (the brokers count every client's; this tells oncelog's part of them)
+    r.figures["NOT_LEADER_OR_FOLLOWER answers to oncelog's members' ShareFetch"] = sum(
+        counts.get(str(NOT_LEADER_OR_FOLLOWER), 0) for counts in history.fetch_errors.values())
+    for member, since, until, others in starved_stretches(history):
+        errors = history.fetch_errors.get(member)
+        r.findings.append(Finding("starved", -1, -1, (
+            f"{member} polled from {since:.2f} to {until:.2f} ({until - since:.1f} s) and got no record, while the "
+            f"others were given {others}" + (f"; its ShareFetch answers' errors so far: {errors}" if errors else ""))))
+    for member, since, until, n in spinning(history):
+        r.findings.append(Finding("spinning", -1, -1, (
+            f"{member} was answered NOT_LEADER_OR_FOLLOWER {n} times between {since:.2f} and {until:.2f}: "
+            f"it asked again without backing off")))
     if dead_letters is not None:
         archiving = {(p, o) for p, (start, batches) in final.items() for first, last, st, _c in batches
                      if st == ARCHIVING for o in range(max(first, start), last + 1)}
         _check_dead_letters(r, values, by_key, acks_of, dead_letters, archiving, delivery_limit, deleted,
                             topic, group, find)
     return r
+
+
+def spinning(history: History, most: int = SPIN_ANSWERS, window_s: float = SPIN_WINDOW_S
+             ) -> list[tuple[str, float, float, int]]:
+    """(member, begin, end, answers) of the first window of each member in which its ShareFetch
+    were answered NOT_LEADER_OR_FOLLOWER more than `most` times within `window_s`."""
+    out: list[tuple[str, float, float, int]] = []
+    for member, changes in sorted(history.not_leader.items()):
+        # the count at each poll's start (it is logged there when it changed)
+        changes = sorted(changes)
+        series: list[tuple[float, int]] = []
+        count = k = 0
+        for t in sorted(history.poll_times.get(member, ())):
+            while k < len(changes) and changes[k][0] <= t:
+                count, k = changes[k][1], k + 1
+            series.append((t, count))
+        j = 0
+        for t, count in series:
+            while series[j][0] < t - window_s:
+                j += 1
+            if count - series[j][1] > most:
+                out.append((member, series[j][0], t, count - series[j][1]))
+                break
+    return out
+
+
+def starved_stretches(history: History, min_s: float = STARVED_S, min_others: int = STARVED_OTHERS,
+                      gap_s: float = POLL_GAP_S) -> list[tuple[str, float, float, int]]:
+    """(member, begin, end, records given to the others meanwhile) of every stretch in which the
+    member polled (no two polls more than `gap_s` apart) and got nothing, while the others were
+    given at least `min_others` records, the first and the last of them at least `min_s` apart."""
+    out: list[tuple[str, float, float, int]] = []
+    got: dict[str, list[float]] = defaultdict(list)
+    for d in history.deliveries:
+        got[d.member].append(d.t)
+    for member, polls in sorted(history.poll_times.items()):
+        own = sorted(got.get(member, ()))
+        others = sorted(d.t for d in history.deliveries if d.member != member)
+        stretches: list[tuple[float, float]] = []
+        begin = prev = -1.0
+        i = 0
+        for t in sorted(polls):
+            fed = False
+            while i < len(own) and own[i] <= t:   # the poll begun at `prev` returned records
+                fed, i = True, i + 1
+            if prev < 0 or fed or t - prev > gap_s:
+                if prev >= 0:
+                    stretches.append((begin, prev))
+                begin = t
+            prev = t
+        if prev >= 0 and i >= len(own):
+            stretches.append((begin, prev))
+        for b, e in stretches:
+            fed_others = [t for t in others if b <= t <= e]
+            # judged from the first to the last record the others got: a stretch that goes on
+            # after the group ran dry (the end of the run) is not one of records available
+            if len(fed_others) >= min_others and fed_others[-1] - fed_others[0] >= min_s:
+                out.append((member, fed_others[0], fed_others[-1], len(fed_others)))
+    return out
 
 
 def _check_dead_letters(r: ShareReport, values: dict[Key, str], by_key: dict[Key, list[Delivery]],

@@ -21,6 +21,8 @@ clock, which every process of the run shares:
     ["reset", t]                              (oncelog) a share session was dropped during the call
                                               that began at t: what the member held went back
     ["error", t, text]
+    ["fetch-errors", t, {code: n}]            (oncelog) the per-partition error codes of its
+                                              ShareFetch answers so far, when they changed
 
 Its standard input closing tells it to close the consumer (what it still holds goes back) and exit.
 """
@@ -87,10 +89,14 @@ def run_oncelog(spec: dict, log: Log, stop: threading.Event) -> None:
         return await heartbeat(epoch)
     impl._heartbeat = watched
     fetched_in: dict[tuple[int, int], float] = {}   # records left in the client's buffer: the poll that fetched them
+    errors_told: dict[int, int] = {}
     c.subscribe([spec["topic"]])
     try:
         while not stop.is_set():
             t0 = time.monotonic()
+            if dict(impl.fetch_errors) != errors_told:
+                errors_told = dict(impl.fetch_errors)
+                log("fetch-errors", t0, {str(k): v for k, v in errors_told.items()})
             log("poll", t0)
             before = dict(impl.sessions)
             try:

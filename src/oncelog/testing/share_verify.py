@@ -495,7 +495,8 @@ def render_share(result: ShareVerifyResult) -> str:
         lines.append("OK: every record finished (acknowledged, or archived by a reject or the delivery limit), "
                      "none delivered again after a confirmed ACCEPT or REJECT, none acknowledged twice, none past "
                      "the delivery limit, delivery counts always growing, none given to a second member while "
-                     "the first one's lock was valid"
+                     "the first one's lock was valid, no member polling without a record for long while the "
+                     "others were given records, none asking again without backing off"
                      + ("; one dead-letter record for each record rejected or archived at the limit, none for "
                         "any other" if o.share_dlq else ""))
     for kind, n in sorted(r.counts().items()):
@@ -505,7 +506,8 @@ def render_share(result: ShareVerifyResult) -> str:
         shown[f.kind] += 1
         if shown[f.kind] > 3:
             continue
-        lines.append(f"  {f.kind} {TOPIC}-{f.partition}@{f.offset}: {f.detail}")
+        where = "" if f.partition < 0 else f" {TOPIC}-{f.partition}@{f.offset}"   # (starved: a member's)
+        lines.append(f"  {f.kind}{where}: {f.detail}")
         lines += [f"      {h}" for h in f.history[:8]]
     return "\n".join(lines)
 

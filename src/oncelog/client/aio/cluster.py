@@ -6,6 +6,7 @@ import asyncio
 import logging
 import random
 import time
+from collections.abc import Iterable
 
 from oncelog.client.aio.connection import AuthenticationError, BrokerConnectionError, Connection
 from oncelog.client.errors import KafkaClientError
@@ -237,10 +238,22 @@ class Cluster:
         for fn in self.listeners:
             fn(info)
 
+    def want(self, topics: Iterable[str]) -> None:
+        """Keep `topics` in every refresh from now on, the background ones (`request_refresh`)
+        too: without them a refresh asked for no topic and never learned their new leaders."""
+        self._wanted.update(topics)
+
     def request_refresh(self) -> None:
         """Refresh in the background once (coalesced)."""
         if self._refresh is None or self._refresh.done():
             self._refresh = asyncio.ensure_future(self._refresh_quietly())
+
+    async def refreshed(self, timeout_s: float) -> None:
+        """A background refresh (`request_refresh`), waited for at most `timeout_s` (it goes on
+        after that; a failed one is retried at the next need)."""
+        self.request_refresh()
+        assert self._refresh is not None
+        await asyncio.wait({self._refresh}, timeout=timeout_s)
 
     async def _refresh_quietly(self) -> None:
         try:

@@ -19,7 +19,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
@@ -69,6 +69,7 @@ class AIOShareConsumer:
         self.explicit = mode == "explicit"
         self.max_records = int(config.get("max.poll.records", 500))
         self.max_wait_ms = int(config.get("fetch.max.wait.ms", 500))
+        self.retry_backoff_s = int(config.get("retry.backoff.ms", 100)) / 1000
         self.cluster = Cluster(config["bootstrap.servers"], str(config.get("client.id", "oncelog-share-consumer")),
                                int(config.get("request.timeout.ms", 30000)), allow_auto_create=False,
                                address_map=config.get("oncelog.address.map"),
@@ -87,6 +88,10 @@ class AIOShareConsumer:
         self._hb: asyncio.Task | None = None
         self._left = False
         self.error: BaseException | None = None
+        # per-partition error codes of ShareFetch answers, counted (what `oncelog verify` reports
+        # per member: which client a broker's NOT_LEADER_OR_FOLLOWER answers went to)
+        self.fetch_errors: Counter[int] = Counter()
+        self._misled = False   # a partition answered an error in this fetch round (NOT_LEADER_OR_FOLLOWER, ...)
 
     async def start(self) -> AIOShareConsumer:
         await self.cluster.any_connection()
@@ -98,6 +103,7 @@ class AIOShareConsumer:
         if not self.topics:
             raise KafkaClientError("subscribe needs at least one topic")
         self.epoch = 0 if self.epoch <= 0 else self.epoch
+        self.cluster.want(self.topics)   # the refreshes after a NOT_LEADER_OR_FOLLOWER learn their leaders
         if self._hb is None:
             self._hb = asyncio.ensure_future(self._heartbeat_loop())
 
@@ -204,10 +210,23 @@ class AIOShareConsumer:
             await self.cluster.refresh(self.topics)
         by_node = self._leaders(wanted)
         calls = [self._share_fetch(node, parts, min(wait_ms, self.max_wait_ms)) for node, parts in by_node.items()]
+        self._misled = False
         for result in await asyncio.gather(*calls, return_exceptions=True):
             if isinstance(result, BaseException):
                 log.debug("share fetch failed: %r", result)
-                self.cluster.request_refresh()
+                self._misled = True
+        if self._misled:
+            await self._after_error()
+
+    async def _after_error(self) -> None:
+        """A partition answered an error (NOT_LEADER_OR_FOLLOWER: the broker neither leads it nor
+        coordinates the group now), or a request failed: learn the leaders again and back off
+        `retry.backoff.ms` before the next ShareFetch, as Kafka's clients do. Such an answer comes
+        at once, without the long poll: asking again at once spun, hundreds of requests a second
+        to the same broker."""
+        began = time.monotonic()
+        await self.cluster.refreshed(self.retry_backoff_s)
+        await asyncio.sleep(max(0.0, self.retry_backoff_s - (time.monotonic() - began)))
 
     def _ack_batches(self, rb: RequestBuilder, tp: tuple[str, int]) -> tuple[Any, ...]:
         acks = self.pending.pop(tp, {})
@@ -260,8 +279,9 @@ class AIOShareConsumer:
         if code != E.NONE:
             self.sessions.pop(node, None)
             self.session_parts.pop(node, None)
-            if code not in _NEW_SESSION:
+            if code not in _NEW_SESSION:   # (a session error: a new session at once)
                 log.info("share fetch from broker %d: %s", node, ErrorCode(code).name)
+                self._misled = True
             # acknowledgements of that session are lost: those records come back by the broker's rules
             return dict.fromkeys(carried or parts, code)
         acked = {(self.cluster.topic_names.get(t.topic_id, "?"), int(p.partition_index)): int(p.acknowledge_error_code)
@@ -284,7 +304,9 @@ class AIOShareConsumer:
                 if int(p.acknowledge_error_code):
                     log.info("acknowledgements of %s-%d refused: %s", *tp, int(p.acknowledge_error_code))
                 if int(p.error_code):
-                    self.cluster.request_refresh()
+                    self.fetch_errors[int(p.error_code)] += 1
+                    log.debug("share fetch of %s-%d from broker %d: %s", *tp, node, ErrorCode(int(p.error_code)).name)
+                    self._misled = True
                     continue
                 self._take(tp, p.records, [(int(a.first_offset), int(a.last_offset), int(a.delivery_count))
                                            for a in p.acquired_records])
