@@ -17,6 +17,17 @@ again during the joins (as in the issue's reproduction). Measured:
   fences the abandoned members after `group.consumer.session.timeout.ms` (45 s, Kafka's minimum).
 --baseline SRC runs the same flood first against the broker of another source tree (e.g. a
 checkout of main before the fix: `--baseline /path/to/main/src`) and prints the ratios.
+
+    .venv/bin/python bench/group_flood.py --commits 30 [--commit-partitions 2000] [--metadata 4096]
+                                          [--txn] [--baseline SRC]
+
+--commits N instead: one client commits the offsets of every partition of a topic of
+--commit-partitions partitions, N times in a row, for one group (OffsetCommit v8 of a consumer using
+assign; with --txn, each time a transaction of its own: AddOffsetsToTxn, TxnOffsetCommit v3 and
+EndTxn, whose marker makes the offsets the group's); each offset carries --metadata characters of
+metadata (4,096 is `offset.metadata.max.bytes`). Measured: the commits' latency (p50, max), and
+another client's ApiVersions latency meanwhile (issue 36: each commit rewrote and fsynced the
+group's whole offsets file, or the producer's pending offsets, on the event loop).
 """
 from __future__ import annotations
 
@@ -175,6 +186,93 @@ def flood(args, src: str | None) -> dict:
             broker.stop()
 
 
+def commits(args, src: str | None) -> dict:
+    with tempfile.TemporaryDirectory(prefix="oncelog-bench-commits-") as d:
+        env = {"PYTHONPATH": src} if src else {}
+        broker = BrokerProcess(Path(d) / "data", env=env).start()
+        try:
+            n = args.commit_partitions
+            with RawConnection(broker.bootstrap, timeout_s=120) as c:
+                ct = entities.nested(ApiKey.CREATE_TOPICS, 7, "request", "CreatableTopic")
+                r = c.call(ApiKey.CREATE_TOPICS, 7, topics=(ct(name="commits", num_partitions=n, replication_factor=1,
+                                                               assignments=(), configs=()),),
+                           timeout=60000, validate_only=False)
+                assert int(r.topics[0].error_code) == 0, r
+                pid = epoch = -1
+                if args.txn:
+                    deadline = time.monotonic() + 60
+                    while True:   # the transaction log's partitions are created by the first request
+                        r = c.call(ApiKey.INIT_PRODUCER_ID, 4, transactional_id="bench-commits",
+                                   transaction_timeout=60000, producer_id=-1, producer_epoch=-1)
+                        if int(r.error_code) == 0 or time.monotonic() > deadline:
+                            break
+                        time.sleep(0.1)
+                    assert int(r.error_code) == 0, r
+                    pid, epoch = int(r.producer_id), int(r.producer_epoch)
+                prober = Prober(broker.bootstrap)
+                prober.start()
+                metadata = "m" * args.metadata
+                latencies = []
+                for i in range(args.commits + 1):   # the first one, not measured, creates the group
+                    prober.phase = "commits" if i else None
+                    t = time.perf_counter()
+                    if args.txn:
+                        code = _txn_commit(c, pid, epoch, n, i, metadata)
+                    else:
+                        tp = entities.nested(ApiKey.OFFSET_COMMIT, 8, "request", "OffsetCommitRequestTopic")
+                        pp = entities.nested(ApiKey.OFFSET_COMMIT, 8, "request", "OffsetCommitRequestPartition")
+                        r = c.call(ApiKey.OFFSET_COMMIT, 8, group_id="bench-commits", generation_id_or_member_epoch=-1,
+                                   member_id="", group_instance_id=None, topics=(tp(name="commits", partitions=tuple(
+                                       pp(partition_index=p, committed_offset=i, committed_leader_epoch=-1,
+                                          committed_metadata=metadata) for p in range(n))),))
+                        code = {int(p.error_code) for t in r.topics for p in t.partitions}
+                    if i:
+                        latencies.append(time.perf_counter() - t)
+                    assert code in ({0}, 0), code
+                prober.phase = None
+                prober.stop.set()
+                prober.join()
+            probe = prober.samples.get("commits", [])
+            size = sum(p.stat().st_size for p in (Path(d) / "data" / "__consumer_offsets").rglob("*") if p.is_file())
+            return {"commit_ms": (pct(latencies, 0.5) * 1000, max(latencies) * 1000),
+                    "probe": {"commits": (pct(probe, 0.5) * 1000, pct(probe, 0.99) * 1000, max(probe) * 1000,
+                                          len(probe))},
+                    "offsets_bytes": size}
+        finally:
+            broker.stop()
+
+
+def _txn_commit(c: RawConnection, pid: int, epoch: int, n: int, i: int, metadata: str) -> int:
+    """One transaction that commits the offsets of `n` partitions: its code (0 throughout)."""
+    while True:   # the previous transaction's markers may still be on their way
+        r = c.call(ApiKey.ADD_OFFSETS_TO_TXN, 3, transactional_id="bench-commits", producer_id=pid,
+                   producer_epoch=epoch, group_id="bench-commits")
+        if int(r.error_code) != 51:   # CONCURRENT_TRANSACTIONS
+            break
+        time.sleep(0.005)
+    assert int(r.error_code) == 0, r
+    tp = entities.nested(ApiKey.TXN_OFFSET_COMMIT, 3, "request", "TxnOffsetCommitRequestTopic")
+    pp = entities.nested(ApiKey.TXN_OFFSET_COMMIT, 3, "request", "TxnOffsetCommitRequestPartition")
+    r = c.call(ApiKey.TXN_OFFSET_COMMIT, 3, transactional_id="bench-commits", group_id="bench-commits",
+               producer_id=pid, producer_epoch=epoch, generation_id=-1, member_id="", group_instance_id=None,
+               topics=(tp(name="commits", partitions=tuple(
+                   pp(partition_index=p, committed_offset=i, committed_leader_epoch=-1, committed_metadata=metadata)
+                   for p in range(n))),))
+    codes = {int(p.error_code) for t in r.topics for p in t.partitions}
+    assert codes == {0}, codes
+    r = c.call(ApiKey.END_TXN, 3, transactional_id="bench-commits", producer_id=pid, producer_epoch=epoch,
+               committed=True)
+    return int(r.error_code)
+
+
+def report_commits(name: str, r: dict) -> None:
+    print(f"{name}:")
+    print(f"  commit latency p50 {r['commit_ms'][0]:8.2f} ms  max {r['commit_ms'][1]:8.2f} ms")
+    p50, p99, mx, n = r["probe"]["commits"]
+    print(f"  ApiVersions during the commits: p50 {p50:7.2f} ms  p99 {p99:7.2f} ms  max {mx:8.2f} ms  ({n} samples)")
+    print(f"  the offsets' files: {r['offsets_bytes'] / 1e6:.2f} MB")
+
+
 def report(name: str, r: dict) -> None:
     print(f"{name}:")
     for mark in MARKS:
@@ -194,8 +292,24 @@ def main() -> None:
     ap.add_argument("--window", type=int, default=50)
     ap.add_argument("--expire", action="store_true")
     ap.add_argument("--baseline", help="another source tree's src/ to run first, for the ratios")
+    ap.add_argument("--commits", type=int, default=0, help="instead: this many commits of every partition")
+    ap.add_argument("--commit-partitions", type=int, default=2000)
+    ap.add_argument("--metadata", type=int, default=4096, help="characters of metadata per committed offset")
+    ap.add_argument("--txn", action="store_true", help="--commits as transactions (TxnOffsetCommit, EndTxn)")
     args = ap.parse_args()
     results = {}
+    if args.commits:
+        if args.baseline:
+            print(f"baseline ({args.baseline}):", flush=True)
+            results["baseline"] = commits(args, args.baseline)
+        print("this tree:", flush=True)
+        results["this"] = commits(args, None)
+        for name, r in results.items():
+            report_commits(name, r)
+        if "baseline" in results:
+            print(f"baseline / this, ApiVersions p99 during the commits: "
+                  f"{results['baseline']['probe']['commits'][1] / results['this']['probe']['commits'][1]:.1f}x")
+        return
     if args.baseline:
         print(f"baseline ({args.baseline}):", flush=True)
         results["baseline"] = flood(args, args.baseline)

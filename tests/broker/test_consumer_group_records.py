@@ -53,12 +53,13 @@ async def broker(tmp_path, request):
 
 
 class DiskWrites:
-    """Bytes the process writes (os.write, os.pwrite: the durable helper and the record logs) to
-    files of the groups' directory."""
+    """Bytes the process writes (os.write, os.pwrite and the record logs' hook for it: the durable
+    helper and the record logs) to files of the groups' directory."""
 
     def __init__(self, monkeypatch, directory: Path) -> None:
+        from oncelog.storage import failpoints
         self.directory, self.bytes = str(directory), 0
-        real_write, real_pwrite = os.write, os.pwrite
+        real_write, real_pwrite, real_hook = os.write, os.pwrite, failpoints.group_write
 
         def write(fd, data):
             self._count(fd, data)
@@ -68,8 +69,13 @@ class DiskWrites:
             self._count(fd, data)
             return real_pwrite(fd, data, offset)
 
+        def hook(fd, data, offset):
+            self._count(fd, data)
+            return real_hook(fd, data, offset)
+
         monkeypatch.setattr(os, "write", write)
         monkeypatch.setattr(os, "pwrite", pwrite)
+        monkeypatch.setattr(failpoints, "group_write", hook)
 
     def _count(self, fd: int, data) -> None:
         try:

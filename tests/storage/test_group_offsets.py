@@ -88,8 +88,8 @@ def test_idle_producers_state_expires_but_never_with_offsets_pending(tmp_path):
     store.apply_marker(PID + 1, 0, 0, False, PARTITION, 1000)
     assert store.expire_producers(1000 + 99, 100) == 0
     assert store.expire_producers(1000 + 100, 100) == 1
-    assert [str(p.relative_to(tmp_path / "txn-offsets")) for p in (tmp_path / "txn-offsets").glob("*/*.json")] \
-        == [f"{PARTITION}/{PID}.json"]
+    assert [str(p.relative_to(tmp_path / "txn-offsets")) for p in (tmp_path / "txn-offsets").glob("*/*")] \
+        == [f"{PARTITION}/{PID}.records"]
     assert GroupOffsetStore(tmp_path).pending() == {PID: {GROUP: {TP: Committed(1, None)}}}
 
 

@@ -4,14 +4,18 @@ group ids, offsets and the store), and transactional offsets (KIP-447).
 - OffsetCommit: a consumer group's commit is checked by its member epoch (`consumer_groups`), a
   classic group's by its generation and state (`core.groups.classic.ClassicGroups.commit_error`);
   a commit to a group nobody knows creates an offsets-only classic group (a consumer using
-  `assign`). Offsets are fsynced before the answer (`storage.group_offsets`).
+  `assign`). A commit appends the records of its partitions to the group's offset log
+  (`storage.group_offsets`), and is answered once the group commit's fsync, off the event loop,
+  covered them (`record_sync`): its work is in proportion to the partitions it names, not to the
+  offsets the group holds, and other clients are served while the disk works (issue 36).
 - Retention (`offsets.retention.minutes`): offsets outlive an empty group for that long counted from
   when it became empty; offsets of a group without members (commits from `assign` users) expire by
   commit time, and a Stable consumer group (classic protocol `consumer`, or KIP-848) loses only
   offsets of topics it no longer subscribes to. An offset with a transactional commit pending for
   its partition stays.
 - TxnOffsetCommit: kept pending, durable, until the transaction's marker on the group's
-  `__consumer_offsets` partition, which makes them visible (COMMIT) or drops them (ABORT).
+  `__consumer_offsets` partition, which makes them visible (COMMIT) or drops them (ABORT); written
+  and answered as a commit is (appended to the producer's pending log there).
 A file that cannot be written is answered NOT_COORDINATOR (`storage_failed`).
 """
 from __future__ import annotations
@@ -20,6 +24,7 @@ import logging
 from collections.abc import Callable
 
 from oncelog.broker.groups.consumer_groups import ConsumerGroupCoordinator
+from oncelog.broker.groups.record_sync import RecordSync
 from oncelog.core.groups.classic import ClassicGroups
 from oncelog.core.groups.classic_group import CONSUMER_PROTOCOL, EMPTY, STABLE
 from oncelog.core.txn.log_format import CONSUMER_OFFSETS_TOPIC
@@ -34,9 +39,11 @@ E = ErrorCode
 class GroupOffsets:
     def __init__(self, store: GroupOffsetStore, now_ms: Callable[[], int], classic: ClassicGroups,
                  consumer: ConsumerGroupCoordinator, *, retention_ms: int, retention_check_interval_ms: int,
-                 producer_id_expiration_ms: int, started_ms: int) -> None:
-        """`started_ms`: when the coordinator started, the commit time of offsets stored without one."""
+                 producer_id_expiration_ms: int, started_ms: int, sync: RecordSync | None = None) -> None:
+        """`started_ms`: when the coordinator started, the commit time of offsets stored without one;
+        `sync`: the group commit the durable variants wait on."""
         self.store = store
+        self.sync = sync or RecordSync(now_ms)
         self.now_ms = now_ms
         self.classic = classic
         self.consumer = consumer
@@ -50,27 +57,44 @@ class GroupOffsets:
     # ------------------------------------------------------------------ offsets
     def commit(self, group_id: str, generation: int, member_id: str,
                offsets: dict[tuple[str, int], Committed], instance_id: str | None = None,
-               retention_ms: int = -1, api_version: int = 8) -> int:
+               retention_ms: int = -1, api_version: int = 8, sync: bool = True) -> int:
         """`retention_ms`: OffsetCommit v2-v4's retention time (-1: `offsets.retention.minutes`);
-        `generation`: a consumer group member's epoch (v9+)."""
+        `generation`: a consumer group member's epoch (v9+). `sync=False`: written, not yet
+        fsynced (`commit_durably` waits for that)."""
         cg = self.consumer.group(group_id)
         if cg is not None:
             error = self.consumer.validate_commit(cg, member_id, generation, api_version, offsets)
-            return error or self._store_commit(group_id, offsets, retention_ms)
+            return error or self._store_commit(group_id, offsets, retention_ms, sync)
         g = self.classic.group(group_id)
         if g is None:
             if generation >= 0:  # a member of a generation this coordinator does not know
                 return E.GROUP_ID_NOT_FOUND if api_version >= 9 else E.ILLEGAL_GENERATION
             g = self.classic.new_group(group_id, self.now_ms())  # offsets only: a consumer using assign()
         error = self.classic.commit_error(g, generation, member_id, instance_id, self.now_ms())
-        return error or self._store_commit(group_id, offsets, retention_ms)
+        return error or self._store_commit(group_id, offsets, retention_ms, sync)
 
-    def _store_commit(self, group_id: str, offsets: dict[tuple[str, int], Committed], retention_ms: int) -> int:
+    async def commit_durably(self, group_id: str, generation: int, member_id: str,
+                             offsets: dict[tuple[str, int], Committed], instance_id: str | None = None,
+                             retention_ms: int = -1, api_version: int = 8) -> int:
+        """`commit`, answered once the group commit's fsync covered it (NOT_COORDINATOR if that
+        failed: the client finds the coordinator again and retries)."""
+        error = self.commit(group_id, generation, member_id, offsets, instance_id, retention_ms, api_version,
+                            sync=False)
+        if error:
+            return error
+        return E.NONE if await self.flushed(group_id) else E.NOT_COORDINATOR
+
+    async def flushed(self, group_id: str) -> bool:
+        """Whether every offset written to the group so far is on disk (waiting for it if not)."""
+        return await self.sync.flushed(self.store.offsets_log(group_id))
+
+    def _store_commit(self, group_id: str, offsets: dict[tuple[str, int], Committed], retention_ms: int,
+                      sync: bool = True) -> int:
         now = self.now_ms()
         expire = now + retention_ms if retention_ms >= 0 else -1
         try:
             self.store.commit(group_id, {k: c._replace(commit_timestamp=now, expire_timestamp=expire)
-                                         for k, c in offsets.items()})
+                                         for k, c in offsets.items()}, sync)
         except OSError as e:
             return storage_failed(group_id, "offset commit", e)
         return E.NONE
@@ -181,10 +205,10 @@ class GroupOffsets:
 
     # ------------------------------------------------------------ transactional offsets
     def txn_commit(self, group_id: str, producer_id: int, producer_epoch: int, generation: int, member_id: str,
-                   instance_id: str | None, offsets: dict[tuple[str, int], Committed]) -> int:
+                   instance_id: str | None, offsets: dict[tuple[str, int], Committed], sync: bool = True) -> int:
         """TxnOffsetCommit (KIP-447): kept pending, durable, until the transaction's marker; an
         epoch older than the group's offsets partition knows of the producer is
-        INVALID_PRODUCER_EPOCH."""
+        INVALID_PRODUCER_EPOCH. `sync=False`: written, not yet fsynced (`txn_commit_durably`)."""
         cg = self.consumer.group(group_id)
         if generation >= 0 or member_id or instance_id is not None:
             # Member data (v3+): validated as a commit is; without it (v0-2, aiokafka, kafkajs)
@@ -193,21 +217,35 @@ class GroupOffsets:
                 error = self.consumer.validate_commit(cg, member_id, generation, None, offsets)
                 if error:
                     return error
-                return self._store_txn_commit(group_id, producer_id, producer_epoch, offsets)
+                return self._store_txn_commit(group_id, producer_id, producer_epoch, offsets, sync)
             g = self.classic.group(group_id)
             if g is None:
                 return E.ILLEGAL_GENERATION if generation >= 0 else E.UNKNOWN_MEMBER_ID
             error = self.classic.validate_commit(g, generation, member_id, instance_id)
             if error:
                 return error
-        return self._store_txn_commit(group_id, producer_id, producer_epoch, offsets)
+        return self._store_txn_commit(group_id, producer_id, producer_epoch, offsets, sync)
+
+    async def txn_commit_durably(self, group_id: str, producer_id: int, producer_epoch: int, generation: int,
+                                 member_id: str, instance_id: str | None,
+                                 offsets: dict[tuple[str, int], Committed]) -> int:
+        """`txn_commit`, answered once the group commit's fsync covered it (NOT_COORDINATOR if
+        that failed). A marker that settles the producer's offsets meanwhile rewrites its log
+        whole, durably, with what this wrote: this is then answered as stored."""
+        error = self.txn_commit(group_id, producer_id, producer_epoch, generation, member_id, instance_id, offsets,
+                                sync=False)
+        if error:
+            return error
+        pending = self.store.pending_log(self.store.partition_of(group_id), producer_id)
+        return E.NONE if await self.sync.flushed(pending) else E.NOT_COORDINATOR
 
     def _store_txn_commit(self, group_id: str, producer_id: int, producer_epoch: int,
-                          offsets: dict[tuple[str, int], Committed]) -> int:
+                          offsets: dict[tuple[str, int], Committed], sync: bool = True) -> int:
         now = self.now_ms()
         try:
             return self.store.add_pending(producer_id, producer_epoch, group_id,
-                                          {k: c._replace(commit_timestamp=now) for k, c in offsets.items()}, now)
+                                          {k: c._replace(commit_timestamp=now) for k, c in offsets.items()}, now,
+                                          sync)
         except OSError as e:
             return storage_failed(group_id, "transactional offset commit", e)
 

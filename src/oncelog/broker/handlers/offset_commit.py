@@ -1,4 +1,6 @@
-"""OffsetCommit (API 8), v2-v9: durable before it is acknowledged. Generation -1 with no member
+"""OffsetCommit (API 8), v2-v9: durable before it is acknowledged (the records of the partitions it
+names appended to the group's offset log, answered after the group commit's fsync, off the event
+loop: `broker.groups.offsets`). Generation -1 with no member
 id is a standalone commit (a consumer using assign), accepted while the group has no members.
 v2-v4 may ask for their own retention time; v7+ names the static instance; v9 carries a consumer
 group member's epoch (KIP-848: STALE_MEMBER_EPOCH for another epoch, and such a member must use
@@ -46,7 +48,7 @@ async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
     if not broker.coordinates(str(r.group_id)):
         error = ErrorCode.NOT_COORDINATOR
     elif offsets:
-        error = broker.groups.commit(
+        error = await broker.groups.commit_durably(
             str(r.group_id), generation, r.member_id, offsets, getattr(r, "group_instance_id", None),
             entities.millis(getattr(r, "retention_time", None)), api_version=version)
     else:

@@ -75,10 +75,10 @@ async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
         code = codes[offsets_tp]
         if code:
             error = verification_error(code, API_KEY, version)
-        elif offsets:   # no await since the check: no marker came in between
-            error = groups.txn_commit(group, pid, int(r.producer_epoch), int(getattr(r, "generation_id", -1)),
-                                      str(getattr(r, "member_id", "") or ""), getattr(r, "group_instance_id", None),
-                                      offsets)
+        elif offsets:   # written with no await since the check: no marker came in between
+            error = await groups.txn_commit_durably(
+                group, pid, int(r.producer_epoch), int(getattr(r, "generation_id", -1)),
+                str(getattr(r, "member_id", "") or ""), getattr(r, "group_instance_id", None), offsets)
     error = for_version(API_KEY, version, error)
     return rb.encode(throttle_time=0, topics=tuple(
         rb("TxnOffsetCommitResponseTopic", name=t.name, partitions=tuple(

@@ -350,7 +350,7 @@ class Broker:
         self.metrics.close()
         self.group_commit.close()
         if self._groups is not None:
-            self._groups.share.close()   # its last writes, before the directories are let go
+            self._groups.close()   # the last writes, before the directories are let go
         await self.logs.close()
         if self._group_ownership is not None:
             self._group_ownership.close()
