@@ -24,10 +24,9 @@ import pytest
 import oncelog
 from oncelog.core.txn.partition import CompletedTxn
 from oncelog.protocol.records import Record, encode_batch
-from oncelog.storage import cleaner, cluster_credential, durable, txn_index
+from oncelog.storage import cleaner, cluster_credential, durable, group_records, txn_index
 from oncelog.storage import failpoints as fp
 from oncelog.storage import producer_snapshots as snaps
-from oncelog.storage import group_records
 from oncelog.storage.group_offsets import Committed, GroupMeta, GroupOffsetStore
 from oncelog.storage.group_records import RecordLog
 from oncelog.storage.log import LogConfig, PartitionLog
@@ -283,7 +282,8 @@ def w_cluster_credential(d):
 WRITERS = {f.__name__[2:]: f for f in (
     w_segment_index, w_log_start_offset, w_txn_index, w_txn_index_set_aside, w_cleaner_checkpoint,
     w_cleaner_swap, w_producer_snapshot, w_producer_snapshot_set_aside, w_topic_registry, w_topic_deletion,
-    w_group_offsets, w_group_records_compaction, w_metadata_snapshot, w_metadata_snapshot_set_aside, w_cluster_credential)}
+    w_group_offsets, w_group_records_compaction, w_metadata_snapshot, w_metadata_snapshot_set_aside,
+    w_cluster_credential)}
 
 
 @pytest.mark.parametrize("writer", sorted(WRITERS))

@@ -596,11 +596,12 @@ class GroupOffsetStore:
     def _new_pending_log(self, partition: int, producer_id: int) -> RecordLog:
         """An empty log (durable with its first append's fsync, which fsyncs its directory)."""
         path = self._pending_path(partition, producer_id)
+        new_dirs = []
         if not path.parent.exists():
             path.parent.mkdir(exist_ok=True)
-            fsync_dir(self.pending_dir)
+            new_dirs.append(self.pending_dir)   # its entry, fsynced with the log's first append
         try:
-            log_ = RecordLog.create_empty(path)
+            log_ = RecordLog.create_empty(path, new_dirs)
         except FileExistsError:   # a leftover nobody reads (this broker found none): replaced
             log_ = RecordLog.create_whole(path, ())
         log_.guard = self._partition_guard(partition)

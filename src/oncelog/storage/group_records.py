@@ -95,6 +95,7 @@ class RecordLog:
     # around a compaction's rename: the owner's lease (`storage.group_offsets`), checked there
     guard: Callable[[], AbstractContextManager[None]] = nullcontext
     dir_unsynced: bool = False                      # created or replaced since its directory's fsync
+    new_dirs: tuple[Path, ...] = ()                 # directories created for it, fsynced with its own
     compacting: list[bytes] | None = None           # frames appended while a compaction runs
     compact_after: int = 0                          # `writes` before a compaction is tried again
     aside: str = field(default_factory=lambda: f".{secrets.token_hex(4)}{ASIDE_SUFFIX}")
@@ -150,13 +151,15 @@ class RecordLog:
         return out
 
     @classmethod
-    def create_empty(cls, path: Path) -> RecordLog:
+    def create_empty(cls, path: Path, new_dirs: Sequence[Path] = ()) -> RecordLog:
         """A new, empty log (FileExistsError if there is a file): not durable until the fsync
-        of its first append, which fsyncs the directory too."""
+        of its first append, which fsyncs its directory too, and `new_dirs` (directories just
+        created for it, each in the next: their entries must be on disk as well)."""
         os.close(os.open(path, _NEW_FILE, 0o644))
         out = cls(path)
         out.inode = os.stat(path).st_ino
         out.dir_unsynced = True
+        out.new_dirs = tuple(new_dirs)
         return out
 
     def _note(self, key: Key, frame: bytes, tombstone: bool) -> None:
@@ -195,7 +198,8 @@ class RecordLog:
                 if sync:
                     fp.group_sync(fd)
                     if self.dir_unsynced:
-                        fsync_dir(self.path.parent)
+                        for directory in (self.path.parent, *self.new_dirs):
+                            fsync_dir(directory)
             except OSError as e:
                 self._cut_back(fd, self.size, e)
                 raise
@@ -207,6 +211,7 @@ class RecordLog:
         if sync:
             self.synced = self.size
             self.dir_unsynced = False
+            self.new_dirs = ()
             self.durable_end_offset = self.writes
         if self.compacting is not None:
             self.compacting.append(data)
@@ -231,7 +236,8 @@ class RecordLog:
         if self.synced >= self.size and not self.dir_unsynced:
             self.durable_end_offset = self.writes   # (e.g. a sync append covered the rest)
             return None
-        return ("fsync", self.generation, self.size, self.writes, self.dir_unsynced)
+        return ("fsync", self.generation, self.size, self.writes,
+                (self.path.parent, *self.new_dirs) if self.dir_unsynced else ())
 
     def run_sync(self, token: tuple[Any, ...]) -> None:
         """On a group-commit thread (touches no state)."""
@@ -239,8 +245,8 @@ class RecordLog:
             write_aside(self.path, b"".join(token[2]), suffix=self.aside)
             return
         self.fsync(self.path)
-        if token[4]:
-            fsync_dir(self.path.parent)
+        for directory in token[4]:
+            fsync_dir(directory)
 
     @staticmethod
     def fsync(path: Path) -> None:
@@ -255,14 +261,15 @@ class RecordLog:
         if token[0] == "compact":
             self._end_compaction(token, error)
             return
-        _kind, generation, size, writes, directory = token
+        _kind, generation, size, writes, directories = token
         if self.closed:
             return
         if error is None:
             if generation == self.generation:   # else replaced whole since (durably: `write_whole`)
                 self.synced = max(self.synced, size)
-                if directory:
+                if directories:
                     self.dir_unsynced = False
+                    self.new_dirs = ()
                 if not self.dir_unsynced:
                     self.durable_end_offset = max(self.durable_end_offset, writes)
             return
@@ -299,6 +306,7 @@ class RecordLog:
 
     def _install(self, aside: Path, base: int, data: bytes, writes: int) -> None:
         """The compaction's file, with the frames appended while it was written, in place."""
+        fp.replaced("groups", str(aside), base)   # (the power-loss ledger: fsynced off the loop)
         if data:
             fd = os.open(aside, os.O_WRONLY)
             try:

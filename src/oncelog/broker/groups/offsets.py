@@ -85,8 +85,14 @@ class GroupOffsets:
         return E.NONE if await self.flushed(group_id) else E.NOT_COORDINATOR
 
     async def flushed(self, group_id: str) -> bool:
-        """Whether every offset written to the group so far is on disk (waiting for it if not)."""
-        return await self.sync.flushed(self.store.offsets_log(group_id))
+        """Whether every offset written to the group so far is on disk (waiting for it if not);
+        False if its fsync failed (what memory held is read again from the file, which the
+        failure cut back)."""
+        log_ = self.store.offsets_log(group_id)
+        if log_ is not None and log_.offline:
+            self.store.get(group_id)   # read again: what a failure left
+            log_ = self.store.offsets_log(group_id)
+        return await self.sync.flushed(log_)
 
     def _store_commit(self, group_id: str, offsets: dict[tuple[str, int], Committed], retention_ms: int,
                       sync: bool = True) -> int:
