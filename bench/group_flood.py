@@ -32,6 +32,7 @@ group's whole offsets file, or the producer's pending offsets, on the event loop
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import statistics
 import sys
 import tempfile
@@ -42,8 +43,9 @@ from pathlib import Path
 
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
+from oncelog.protocol.primitives import Reader
 from oncelog.testing.embedded import BrokerProcess
-from oncelog.testing.raw_client import RawConnection
+from oncelog.testing.raw_client import RawConnection, request_body
 
 HB = ApiKey.CONSUMER_GROUP_HEARTBEAT
 MARKS = (250, 1000, 1250)
@@ -69,6 +71,42 @@ class Prober(threading.Thread):
             if phase is not None:
                 self.samples.setdefault(phase, []).append(took)
             time.sleep(0.01)
+
+
+def _probe(bootstrap: str, out, stop) -> None:
+    """ApiVersions every 10 ms until `stop`; (start, latency) of each, sent back at the end."""
+    conn = RawConnection(bootstrap, timeout_s=60)
+    samples = []
+    while not stop.is_set():
+        t = time.monotonic()
+        assert conn.api_versions() == 0
+        samples.append((t, time.monotonic() - t))
+        time.sleep(0.01)
+    out.send(samples)
+
+
+class ProcessProber:
+    """`Prober` in a process of its own, so that this process's work (encoding requests of
+    thousands of partitions holds its interpreter lock for tens of ms) never delays a probe;
+    the phases are windows of the system's monotonic clock."""
+
+    def __init__(self, bootstrap: str) -> None:
+        ctx = multiprocessing.get_context("fork")
+        self._stop = ctx.Event()
+        self._out, child = ctx.Pipe(duplex=False)
+        self._proc = ctx.Process(target=_probe, args=(bootstrap, child, self._stop), daemon=True)
+        self._proc.start()
+        self.windows: dict[str, tuple[float, float]] = {}
+
+    def during(self, phase: str, start: float, end: float) -> None:
+        self.windows[phase] = (start, end)
+
+    def finish(self) -> dict[str, list[float]]:
+        self._stop.set()
+        samples = self._out.recv()
+        self._proc.join(30)
+        return {phase: [took for t, took in samples if start <= t <= end]
+                for phase, (start, end) in self.windows.items()}
 
 
 class Joiner:
@@ -209,30 +247,34 @@ def commits(args, src: str | None) -> dict:
                         time.sleep(0.1)
                     assert int(r.error_code) == 0, r
                     pid, epoch = int(r.producer_id), int(r.producer_epoch)
-                prober = Prober(broker.bootstrap)
-                prober.start()
+                prober = ProcessProber(broker.bootstrap)
                 metadata = "m" * args.metadata
+                # each commit's request encoded beforehand: encoding thousands of partitions in this
+                # process would hold its interpreter lock while the commit is measured
+                tp = entities.nested(ApiKey.OFFSET_COMMIT, 8, "request", "OffsetCommitRequestTopic")
+                pp = entities.nested(ApiKey.OFFSET_COMMIT, 8, "request", "OffsetCommitRequestPartition")
+                bodies = [_txn_commit_body(pid, epoch, n, i, metadata) if args.txn else request_body(
+                    ApiKey.OFFSET_COMMIT, 8, dict(group_id="bench-commits", generation_id_or_member_epoch=-1,
+                                                  member_id="", group_instance_id=None, topics=(tp(
+                                                      name="commits", partitions=tuple(
+                                                          pp(partition_index=p, committed_offset=i,
+                                                             committed_leader_epoch=-1, committed_metadata=metadata)
+                                                          for p in range(n))),)))
+                          for i in range(args.commits + 1)]
                 latencies = []
-                for i in range(args.commits + 1):   # the first one, not measured, creates the group
-                    prober.phase = "commits" if i else None
+                for i, body in enumerate(bodies):   # the first one, not measured, creates the group
+                    if i == 1:
+                        start = time.monotonic()
                     t = time.perf_counter()
                     if args.txn:
-                        code = _txn_commit(c, pid, epoch, n, i, metadata)
+                        code = _txn_commit(c, pid, epoch, body)
                     else:
-                        tp = entities.nested(ApiKey.OFFSET_COMMIT, 8, "request", "OffsetCommitRequestTopic")
-                        pp = entities.nested(ApiKey.OFFSET_COMMIT, 8, "request", "OffsetCommitRequestPartition")
-                        r = c.call(ApiKey.OFFSET_COMMIT, 8, group_id="bench-commits", generation_id_or_member_epoch=-1,
-                                   member_id="", group_instance_id=None, topics=(tp(name="commits", partitions=tuple(
-                                       pp(partition_index=p, committed_offset=i, committed_leader_epoch=-1,
-                                          committed_metadata=metadata) for p in range(n))),))
-                        code = {int(p.error_code) for t in r.topics for p in t.partitions}
+                        code = _codes(c.exchange(ApiKey.OFFSET_COMMIT, 8, body))
                     if i:
                         latencies.append(time.perf_counter() - t)
                     assert code in ({0}, 0), code
-                prober.phase = None
-                prober.stop.set()
-                prober.join()
-            probe = prober.samples.get("commits", [])
+                prober.during("commits", start, time.monotonic())
+            probe = prober.finish()["commits"]
             size = sum(p.stat().st_size for p in (Path(d) / "data" / "__consumer_offsets").rglob("*") if p.is_file())
             return {"commit_ms": (pct(latencies, 0.5) * 1000, max(latencies) * 1000),
                     "probe": {"commits": (pct(probe, 0.5) * 1000, pct(probe, 0.99) * 1000, max(probe) * 1000,
@@ -242,8 +284,34 @@ def commits(args, src: str | None) -> dict:
             broker.stop()
 
 
-def _txn_commit(c: RawConnection, pid: int, epoch: int, n: int, i: int, metadata: str) -> int:
-    """One transaction that commits the offsets of `n` partitions: its code (0 throughout)."""
+def _codes(body: bytes) -> set[int]:
+    """The error codes of an OffsetCommit/TxnOffsetCommit answer (v8 / v3: flexible), read by hand
+    (kio would hold this process's interpreter lock for thousands of partitions)."""
+    r = Reader(body)
+    r.i32()                                        # throttle time
+    codes = set()
+    for _t in range(r.uvarint() - 1):
+        r.string(True)
+        for _p in range(r.uvarint() - 1):
+            r.i32()
+            codes.add(r.i16())
+            r.uvarint()                            # tagged fields
+        r.uvarint()
+    return codes
+
+
+def _txn_commit_body(pid: int, epoch: int, n: int, i: int, metadata: str) -> bytes:
+    tp = entities.nested(ApiKey.TXN_OFFSET_COMMIT, 3, "request", "TxnOffsetCommitRequestTopic")
+    pp = entities.nested(ApiKey.TXN_OFFSET_COMMIT, 3, "request", "TxnOffsetCommitRequestPartition")
+    return request_body(ApiKey.TXN_OFFSET_COMMIT, 3, dict(
+        transactional_id="bench-commits", group_id="bench-commits", producer_id=pid, producer_epoch=epoch,
+        generation_id=-1, member_id="", group_instance_id=None, topics=(tp(name="commits", partitions=tuple(
+            pp(partition_index=p, committed_offset=i, committed_leader_epoch=-1, committed_metadata=metadata)
+            for p in range(n))),)))
+
+
+def _txn_commit(c: RawConnection, pid: int, epoch: int, body: bytes) -> int:
+    """One transaction that commits the offsets in `body`: its code (0 throughout)."""
     while True:   # the previous transaction's markers may still be on their way
         r = c.call(ApiKey.ADD_OFFSETS_TO_TXN, 3, transactional_id="bench-commits", producer_id=pid,
                    producer_epoch=epoch, group_id="bench-commits")
@@ -251,14 +319,7 @@ def _txn_commit(c: RawConnection, pid: int, epoch: int, n: int, i: int, metadata
             break
         time.sleep(0.005)
     assert int(r.error_code) == 0, r
-    tp = entities.nested(ApiKey.TXN_OFFSET_COMMIT, 3, "request", "TxnOffsetCommitRequestTopic")
-    pp = entities.nested(ApiKey.TXN_OFFSET_COMMIT, 3, "request", "TxnOffsetCommitRequestPartition")
-    r = c.call(ApiKey.TXN_OFFSET_COMMIT, 3, transactional_id="bench-commits", group_id="bench-commits",
-               producer_id=pid, producer_epoch=epoch, generation_id=-1, member_id="", group_instance_id=None,
-               topics=(tp(name="commits", partitions=tuple(
-                   pp(partition_index=p, committed_offset=i, committed_leader_epoch=-1, committed_metadata=metadata)
-                   for p in range(n))),))
-    codes = {int(p.error_code) for t in r.topics for p in t.partitions}
+    codes = _codes(c.exchange(ApiKey.TXN_OFFSET_COMMIT, 3, body))
     assert codes == {0}, codes
     r = c.call(ApiKey.END_TXN, 3, transactional_id="bench-commits", producer_id=pid, producer_epoch=epoch,
                committed=True)

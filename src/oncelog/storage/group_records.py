@@ -176,9 +176,13 @@ class RecordLog:
         `shared`: other brokers may have written the file since (ownership moved away and back),
         which is refused rather than written over. `sync=False`: written, not fsynced; the
         caller answers nobody before the group commit's fsync covered `writes`."""
+        return self.append_frames([(key, _frame(key, value), value is None) for key, value in records], shared, sync)
+
+    def append_frames(self, frames: Sequence[tuple[Key, bytes, bool]], shared: bool, sync: bool = True) -> int:
+        """`append` of records framed by the caller ((key, frame, tombstone): `frame_payload`),
+        for a writer of many records of one shape (a commit of thousands of offsets)."""
         if self.failed or self.closed:
             raise OSError(f"{self.path} refuses appends until it is read again: {self.failed or 'closed'}")
-        frames = [(key, _frame(key, value), value is None) for key, value in records]
         data = b"".join(f for _k, f, _t in frames)
         if not data:
             return 0
@@ -378,13 +382,25 @@ def framed(records: Iterable[tuple[Key, Any]]) -> list[tuple[Key, bytes]]:
     return [(key, _frame(key, value)) for key, value in records if value is not None]
 
 
+_JSON = json.JSONEncoder(separators=(",", ":"))   # (made once: json.dumps with options makes one per call)
+
+
 def _frame(key: Key, value: Any) -> bytes:
     body: dict[str, Any] = {"k": key[0]}
     if key[1]:
         body["id"] = key[1]
     body["v"] = value
-    payload = json.dumps(body, separators=(",", ":")).encode()
-    return framing.frame(payload)
+    return framing.frame(_JSON.encode(body).encode())
+
+
+def frame_payload(key: Key, value_json: str | None) -> bytes:
+    """The frame of a record whose value the caller wrote as JSON text (None: a tombstone)."""
+    kind, id_ = key
+    head = f'{{"k":{_quote(kind)},"id":{_quote(id_)},"v":' if id_ else f'{{"k":{_quote(kind)},"v":'
+    return framing.frame(f"{head}{value_json if value_json is not None else 'null'}}}".encode())
+
+
+_quote = json.encoder.encode_basestring_ascii   # a JSON string literal (C)
 
 
 # ---------------------------------------------------------------------- records <-> the group

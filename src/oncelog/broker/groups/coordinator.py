@@ -44,7 +44,7 @@ from oncelog.core.groups.classic_group import (
 )
 from oncelog.core.groups.consumer_group import TopicMetadata
 from oncelog.protocol.errors import ErrorCode
-from oncelog.storage.group_offsets import Committed, GroupMeta, GroupOffsetStore, MemberMeta
+from oncelog.storage.group_offsets import Committed, Frame, GroupMeta, GroupOffsetStore, MemberMeta
 from oncelog.storage.share_state import ShareStateStore
 
 log = logging.getLogger(__name__)
@@ -243,15 +243,17 @@ class GroupCoordinator:
         return self.offsets.expire_offsets(now)
 
     def txn_commit(self, group_id: str, producer_id: int, producer_epoch: int, generation: int, member_id: str,
-                   instance_id: str | None, offsets: dict[tuple[str, int], Committed]) -> int:
+                   instance_id: str | None, offsets: dict[tuple[str, int], Committed], sync: bool = True,
+                   frames: list[Frame] | None = None) -> int:
         return self.offsets.txn_commit(group_id, producer_id, producer_epoch, generation, member_id, instance_id,
-                                       offsets)
+                                       offsets, sync, frames)
 
-    async def txn_commit_durably(self, group_id: str, producer_id: int, producer_epoch: int, generation: int,
-                                 member_id: str, instance_id: str | None,
-                                 offsets: dict[tuple[str, int], Committed]) -> int:
-        return await self.offsets.txn_commit_durably(group_id, producer_id, producer_epoch, generation, member_id,
-                                                     instance_id, offsets)
+    async def txn_records(self, group_id: str, offsets: dict[tuple[str, int], Committed]
+                          ) -> tuple[dict[tuple[str, int], Committed], list[Frame]]:
+        return await self.offsets.txn_records(group_id, offsets)
+
+    async def txn_flushed(self, group_id: str, producer_id: int) -> int:
+        return await self.offsets.txn_flushed(group_id, producer_id)
 
     def begin_txn_commit(self, producer_id: int) -> list[bool]:
         return self.offsets.begin_txn_commit(producer_id)

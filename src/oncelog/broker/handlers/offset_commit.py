@@ -15,7 +15,7 @@ from typing import Any
 
 from oncelog.broker.security.authorization import GROUP, TOPIC, Op, authorized_names, require
 from oncelog.broker.services import BrokerServices
-from oncelog.protocol import entities
+from oncelog.protocol import entities, offset_commit_answers
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode
 from oncelog.storage.group_offsets import Committed
@@ -24,7 +24,6 @@ API_KEY = ApiKey.OFFSET_COMMIT
 
 
 async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
-    rb = entities.ResponseBuilder(API_KEY, version)
     require(broker, Op.READ, GROUP, str(r.group_id))
     readable = authorized_names(broker, Op.READ, TOPIC, (str(t.name) for t in r.topics))
     offsets, unknown, denied, too_large = {}, set(), set(), set()
@@ -53,16 +52,11 @@ async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
             entities.millis(getattr(r, "retention_time", None)), api_version=version)
     else:
         error = ErrorCode.NONE
-    topics = tuple(
-        rb("OffsetCommitResponseTopic", name=t.name, partitions=tuple(
-            rb("OffsetCommitResponsePartition", partition_index=p.partition_index,
-               error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED
-               if (str(t.name), int(p.partition_index)) in denied else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-               if (str(t.name), int(p.partition_index)) in unknown else ErrorCode.OFFSET_METADATA_TOO_LARGE
-               if (str(t.name), int(p.partition_index)) in too_large else error)
-            for p in t.partitions))
-        for t in r.topics)
-    return rb.encode(throttle_time=0, topics=topics)
+    # written by hand: a commit may name thousands of partitions (`protocol.offset_commit_answers`)
+    return offset_commit_answers.offset_commit(version, [
+        (str(t.name), [(int(p.partition_index), offset_commit_answers.partition_code(
+            (str(t.name), int(p.partition_index)), error, denied, unknown, too_large)) for p in t.partitions])
+        for t in r.topics])
 
 
 def _exists(broker: BrokerServices, topic: str, index: int) -> bool:
