@@ -77,6 +77,7 @@ from oncelog.storage.group_records import (
     framed,
     member_from_json,
     member_json,
+    records_of,
 )
 
 log = logging.getLogger(__name__)
@@ -318,12 +319,28 @@ class GroupOffsetStore:
                 offsets, meta, legacy = self._entry(group)
                 path = self._records_path(group)
                 self.close_consumer(group)
-                log_ = self._records[group] = RecordLog.create(path, whole())
-                log_.guard = self.writing_group_factory(group)
                 self._record_names.add(group)
                 if meta != GroupMeta() or legacy is not None:
+                    # a classic group's record, or the whole-file format, becomes the log: the log
+                    # durable first, then the file without it
+                    log_ = self._records[group] = RecordLog.create(path, whole())
+                    log_.guard = self.writing_group_factory(group)
                     self._write(group, offsets, GroupMeta(), None)
-                return log_.size
+                    return log_.size
+                try:   # a new group: its records appended as any change's (fsynced as the caller says)
+                    log_ = RecordLog.create_empty(path)
+                except FileExistsError:   # a leftover no group reads: replaced
+                    log_ = RecordLog.create(path, whole())
+                    log_.guard = self.writing_group_factory(group)
+                    self._records[group] = log_
+                    return log_.size
+                log_.guard = self.writing_group_factory(group)
+                self._records[group] = log_
+                try:
+                    return log_.append(records_of(whole()), self.shared, sync)
+                except OSError:
+                    self._drop_records(group)   # no group of this id after all
+                    raise
             written = log_.append(changed_records(changes), self.shared, sync)
             if sync and log_.due():   # (else the group commit compacts it, off the event loop)
                 grown = log_.size
