@@ -52,11 +52,13 @@ async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
             entities.millis(getattr(r, "retention_time", None)), api_version=version)
     else:
         error = ErrorCode.NONE
-    # written by hand: a commit may name thousands of partitions (`protocol.offset_commit_answers`)
-    return offset_commit_answers.offset_commit(version, [
-        (str(t.name), [(int(p.partition_index), offset_commit_answers.partition_code(
-            (str(t.name), int(p.partition_index)), error, denied, unknown, too_large)) for p in t.partitions])
-        for t in r.topics])
+    # written by hand, its errors counted here: a commit may name thousands of partitions
+    # (`protocol.offset_commit_answers`)
+    topics = [(str(t.name), [(int(p.partition_index), offset_commit_answers.partition_code(
+        (str(t.name), int(p.partition_index)), error, denied, unknown, too_large)) for p in t.partitions])
+        for t in r.topics]
+    broker.metrics.count_errors("OffsetCommit", (code for _t, ps in topics for _i, code in ps))
+    return offset_commit_answers.offset_commit(version, topics)
 
 
 def _exists(broker: BrokerServices, topic: str, index: int) -> bool:

@@ -83,10 +83,11 @@ async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
             if not error:   # answered once fsynced (a marker meanwhile answers it stored)
                 error = await groups.txn_flushed(group, pid)
     error = for_version(API_KEY, version, error)
-    return offset_commit_answers.txn_offset_commit(version, [
-        (str(t.name), [(int(p.partition_index), offset_commit_answers.partition_code(
-            (str(t.name), int(p.partition_index)), error, denied, unknown, too_large)) for p in t.partitions])
-        for t in r.topics])
+    topics = [(str(t.name), [(int(p.partition_index), offset_commit_answers.partition_code(
+        (str(t.name), int(p.partition_index)), error, denied, unknown, too_large)) for p in t.partitions])
+        for t in r.topics]
+    broker.metrics.count_errors("TxnOffsetCommit", (code for _t, ps in topics for _i, code in ps))
+    return offset_commit_answers.txn_offset_commit(version, topics)
 
 
 def error_response(version: int, request: Any, code: int) -> bytes:
