@@ -111,3 +111,25 @@ def test_a_failed_compaction_leaves_the_old_file_and_waits_before_trying_again(t
     assert log.path.read_bytes() == before and log.failed is None and log.sync_generation == 0
     token = log.begin_sync(NOW)                          # the appends are fsynced, not compacted again at once
     assert token is not None and token[0] == "fsync"
+
+
+def test_the_appends_a_compaction_let_wait_get_their_fsync_before_another_compaction(tmp_path):
+    """Appends during a compaction are answered after the fsync that follows it; were the log due
+    again at once, another compaction first would make them wait again (under a steady stream of
+    large commits, for ever)."""
+    log = _log(tmp_path)
+    token = log.begin_sync(NOW)
+    assert token is not None and token[0] == "compact"
+    log.run_sync(token)
+    for i in range(20):   # far more than the live records: due again once installed
+        log.append([(("offset", f"new-{i}"), {"pad": "y" * 500}), (("offset", f"new-{i}"), None)], shared=False,
+                   sync=False)
+    log.end_sync(token, None, NOW)
+    assert log.due()
+    token = log.begin_sync(NOW)
+    assert token is not None and token[0] == "fsync"
+    log.run_sync(token)
+    log.end_sync(token, None, NOW)
+    assert log.durable_end_offset == log.writes
+    token = log.begin_sync(NOW)
+    assert token is not None and token[0] == "compact"   # then it may compact again

@@ -98,6 +98,7 @@ class RecordLog:
     new_dirs: tuple[Path, ...] = ()                 # directories created for it, fsynced with its own
     compacting: list[bytes] | None = None           # frames appended while a compaction runs
     compact_after: int = 0                          # `writes` before a compaction is tried again
+    just_compacted: bool = False                    # the last job was a compaction: an fsync next
     aside: str = field(default_factory=lambda: f".{secrets.token_hex(4)}{ASIDE_SUFFIX}")
 
     @classmethod
@@ -234,9 +235,12 @@ class RecordLog:
         everything appended is durable."""
         if self.offline:
             return None
-        if self.compacting is None and self.writes >= self.compact_after and self.due():
+        # never two compactions in a row: the appends they let wait get their fsync between two
+        if self.compacting is None and self.writes >= self.compact_after and self.due() and not self.just_compacted:
             self.compacting = []
+            self.just_compacted = True
             return ("compact", self.generation, tuple(self.latest.values()), self.writes)
+        self.just_compacted = False
         if self.synced >= self.size and not self.dir_unsynced:
             self.durable_end_offset = self.writes   # (e.g. a sync append covered the rest)
             return None
