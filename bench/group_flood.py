@@ -277,7 +277,7 @@ def commits(args, src: str | None) -> dict:
             probe = prober.finish()["commits"]
             size = sum(p.stat().st_size for p in (Path(d) / "data" / "__consumer_offsets").rglob("*") if p.is_file())
             return {"commit_ms": (pct(latencies, 0.5) * 1000, max(latencies) * 1000),
-                    "probe": {"commits": (pct(probe, 0.5) * 1000, pct(probe, 0.99) * 1000, max(probe) * 1000,
+                    "probe": {"commits": (pct(probe, 0.5) * 1000, pct(probe, 0.99) * 1000, max(probe, default=0) * 1000,
                                           len(probe))},
                     "offsets_bytes": size}
         finally:
@@ -359,25 +359,19 @@ def main() -> None:
     ap.add_argument("--txn", action="store_true", help="--commits as transactions (TxnOffsetCommit, EndTxn)")
     args = ap.parse_args()
     results = {}
+    run, show = (commits, report_commits) if args.commits else (flood, report)
+    if args.baseline:
+        print(f"baseline ({args.baseline}):", flush=True)
+        results["baseline"] = run(args, args.baseline)
+    print("this tree:", flush=True)
+    results["this"] = run(args, None)
+    for name, r in results.items():
+        show(name, r)
     if args.commits:
-        if args.baseline:
-            print(f"baseline ({args.baseline}):", flush=True)
-            results["baseline"] = commits(args, args.baseline)
-        print("this tree:", flush=True)
-        results["this"] = commits(args, None)
-        for name, r in results.items():
-            report_commits(name, r)
         if "baseline" in results:
             print(f"baseline / this, ApiVersions p99 during the commits: "
                   f"{results['baseline']['probe']['commits'][1] / results['this']['probe']['commits'][1]:.1f}x")
         return
-    if args.baseline:
-        print(f"baseline ({args.baseline}):", flush=True)
-        results["baseline"] = flood(args, args.baseline)
-    print("this tree:", flush=True)
-    results["this"] = flood(args, None)
-    for name, r in results.items():
-        report(name, r)
     flat = results["this"]["join_ms"][MARKS[-1]] / results["this"]["join_ms"][MARKS[0]]
     print(f"join cost at {MARKS[-1]} / at {MARKS[0]} members: {flat:.2f}")
     if "baseline" in results:

@@ -7,11 +7,9 @@ and epoch 0 (oncelog sent -1 for the producer id and epoch). Raw requests to an 
 the answer's bytes are read by `protocol.describe_transactions` (kio refuses a negative time)."""
 from __future__ import annotations
 
-import asyncio
-import time
-
 import pytest
 from test_dedup_raw import Conn
+from tests.security.rights_support import init_producer_id
 
 from oncelog.broker.config import BrokerConfig
 from oncelog.protocol import describe_transactions as wire
@@ -35,13 +33,7 @@ async def conn(tmp_path):
 
 
 async def _init(c: Conn, tid: str) -> int:
-    deadline = time.monotonic() + 30
-    while True:   # the first one creates __transaction_state
-        r = await c.call(ApiKey.INIT_PRODUCER_ID, 3, transactional_id=tid, transaction_timeout=60000, producer_id=-1,
-                         producer_epoch=-1)
-        if int(r.error_code) == E.NONE or time.monotonic() > deadline:
-            break
-        await asyncio.sleep(0.05)
+    r = await init_producer_id(c, tid)
     assert int(r.error_code) == E.NONE, r
     return int(r.producer_id)
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 from test_dedup_raw import Conn
+from tests.security.rights_support import init_producer_id
 
 from oncelog.broker.config import BrokerConfig
 from oncelog.protocol import entities
@@ -88,13 +89,7 @@ class Client:
         return _offsets(await self.conn.call(K.OFFSET_FETCH, 7, **_fetch_request(group)))
 
     async def init(self, tid: str) -> tuple[int, int]:
-        deadline = time.monotonic() + 30
-        while True:   # the first one creates __transaction_state
-            r = await self.conn.call(K.INIT_PRODUCER_ID, 3, transactional_id=tid, transaction_timeout=60000,
-                                     producer_id=-1, producer_epoch=-1)
-            if int(r.error_code) == E.NONE or time.monotonic() > deadline:
-                break
-            await asyncio.sleep(0.05)
+        r = await init_producer_id(self.conn, tid)
         assert int(r.error_code) == E.NONE, r
         return int(r.producer_id), int(r.producer_epoch)
 

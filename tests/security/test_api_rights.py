@@ -31,6 +31,7 @@ from tests.security.rights_support import (
     build,
     commit_offset,
     create_topic,
+    error_codes,
     fields_of,
     schema_version,
     secured_broker,
@@ -177,24 +178,6 @@ async def _answer(c: AsyncRawConnection, api: int, version: int):
     return entities.decode_response(api, version, body)
 
 
-def _codes(response) -> set[int]:
-    out: set[int] = set()
-
-    def walk(x) -> None:
-        if dataclasses.is_dataclass(x):
-            for f in dataclasses.fields(x):
-                v = getattr(x, f.name)
-                if f.metadata.get("kafka_type") == "error_code":
-                    out.add(int(v))
-                else:
-                    walk(v)
-        elif isinstance(x, tuple | list):
-            for item in x:
-                walk(item)
-    walk(response)
-    return out
-
-
 @pytest.fixture
 async def sasl(tmp_path):
     async with secured_broker(tmp_path / "data") as s:
@@ -226,7 +209,7 @@ async def test_before_authentication_only_the_login_is_served(sasl, api, version
         await _login_steps(c, PRE_AUTH_ORDER.index(api))
         answer = await _answer(c, api, version)
         assert answer is not None, f"{api_name(api)} v{version} not answered at its place in the login"
-        assert _codes(answer) == {E.NONE}, answer
+        assert error_codes(answer) == {E.NONE}, answer
         return
     for steps in range(len(PRE_AUTH_ORDER)):
         c = await connect()
@@ -235,7 +218,7 @@ async def test_before_authentication_only_the_login_is_served(sasl, api, version
         if steps < PRE_AUTH_ORDER.index(ApiKey.SASL_AUTHENTICATE):
             assert answer is None, f"{api_name(api)} v{version} answered after {steps} login steps: {answer}"
         else:   # Kafka's "Unexpected Kafka request ... during SASL authentication": the refusal, then closed
-            assert answer is None or _codes(answer) == {E.ILLEGAL_SASL_STATE}, answer
+            assert answer is None or error_codes(answer) == {E.ILLEGAL_SASL_STATE}, answer
             with pytest.raises((asyncio.IncompleteReadError, ConnectionError)):
                 await asyncio.wait_for(c.call(ApiKey.API_VERSIONS, 3, client_software_name="x",
                                               client_software_version="1"), 10)
@@ -250,7 +233,7 @@ async def test_after_authentication_the_login_apis_need_no_right_and_grant_nothi
     alice = await s.login("alice")
     answer = await _answer(alice, api, BROKER_VERSIONS[api][1])
     assert answer is not None
-    assert _codes(answer) == ({E.NONE} if api == ApiKey.API_VERSIONS else {E.ILLEGAL_SASL_STATE}), answer
+    assert error_codes(answer) == ({E.NONE} if api == ApiKey.API_VERSIONS else {E.ILLEGAL_SASL_STATE}), answer
     topic = entities.nested(ApiKey.METADATA, 12, "request", "MetadataRequestTopic")
     r = await alice.call(ApiKey.METADATA, 12, topics=(topic(name=TOPIC_NAME, topic_id=None),),
                          allow_auto_topic_creation=False, include_topic_authorized_operations=False)
