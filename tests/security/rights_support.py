@@ -127,8 +127,7 @@ def fields_of(request) -> dict:
     return {f.name: getattr(request, f.name) for f in dataclasses.fields(request)}
 
 
-def error_codes(response) -> set[int]:
-    """Every error code of an answer, wherever its schema puts one."""
+def auth_codes(response) -> set[int]:
     out: set[int] = set()
 
     def walk(x) -> None:
@@ -136,7 +135,8 @@ def error_codes(response) -> set[int]:
             for f in dataclasses.fields(x):
                 v = getattr(x, f.name)
                 if f.metadata.get("kafka_type") == "error_code":
-                    out.add(int(v))
+                    if int(v) in AUTH_ERRORS:
+                        out.add(int(v))
                 else:
                     walk(v)
         elif isinstance(x, tuple | list):
@@ -144,10 +144,6 @@ def error_codes(response) -> set[int]:
                 walk(item)
     walk(response)
     return out
-
-
-def auth_codes(response) -> set[int]:
-    return error_codes(response) & AUTH_ERRORS
 
 
 # ------------------------------------------------------------------ the broker and the rights
