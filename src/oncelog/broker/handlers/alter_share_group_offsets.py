@@ -39,6 +39,18 @@ UNINITIALIZED = -1
 NO_TOPIC_ID = uuid.UUID(int=0)
 
 
+def refusal(broker: BrokerServices, operation: Op, group: str) -> tuple[int, str | None] | None:
+    """The whole answer's error of an Alter or DeleteShareGroupOffsets before any topic is looked
+    at: share groups off, `operation` on the group refused, or an empty group id."""
+    if not share_groups_enabled(broker):
+        return E.UNSUPPORTED_VERSION, "Share groups are not enabled (share.version is 0)."
+    if not authorize(broker, operation, GROUP, group):
+        return E.GROUP_AUTHORIZATION_FAILED, None
+    if not group:
+        return E.INVALID_GROUP_ID, "The group id is empty."
+    return None
+
+
 async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     share = broker.groups.share
@@ -47,12 +59,9 @@ async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
     def top(code: int, message: str | None = None) -> bytes:
         return rb.encode(throttle_time=0, error_code=code, error_message=message, responses=())
 
-    if not share_groups_enabled(broker):
-        return top(E.UNSUPPORTED_VERSION, "Share groups are not enabled (share.version is 0).")
-    if not authorize(broker, Op.READ, GROUP, group):
-        return top(E.GROUP_AUTHORIZATION_FAILED)
-    if not group:
-        return top(E.INVALID_GROUP_ID, "The group id is empty.")
+    refused = refusal(broker, Op.READ, group)
+    if refused is not None:
+        return top(*refused)
     readable = authorized_names(broker, Op.READ, TOPIC, (str(t.topic_name) for t in r.topics))
     # (topic, partition) -> [code, message]; the partitions to write, in the request's order
     answers: dict[str, dict[int, list[Any]]] = {}

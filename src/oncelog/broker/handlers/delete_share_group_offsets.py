@@ -16,11 +16,10 @@ Bounded per request: a topic named twice is deleted once (its other entries INVA
 request writes at most one tombstone per share-partition the group has."""
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
-from oncelog.broker.handlers.api_versions import share_groups_enabled
-from oncelog.broker.security.authorization import GROUP, TOPIC, Op, authorize, authorized_names
+from oncelog.broker.handlers.alter_share_group_offsets import NO_TOPIC_ID, refusal
+from oncelog.broker.security.authorization import TOPIC, Op, authorized_names
 from oncelog.broker.services import BrokerServices
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
@@ -30,7 +29,6 @@ from oncelog.storage.share_state import StaleStateEpoch
 
 API_KEY = ApiKey.DELETE_SHARE_GROUP_OFFSETS
 E = ErrorCode
-NO_TOPIC_ID = uuid.UUID(int=0)
 
 
 async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
@@ -41,12 +39,9 @@ async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
     def top(code: int, message: str | None = None) -> bytes:
         return rb.encode(throttle_time=0, error_code=code, error_message=message, responses=())
 
-    if not share_groups_enabled(broker):
-        return top(E.UNSUPPORTED_VERSION, "Share groups are not enabled (share.version is 0).")
-    if not authorize(broker, Op.DELETE, GROUP, group):
-        return top(E.GROUP_AUTHORIZATION_FAILED)
-    if not group:
-        return top(E.INVALID_GROUP_ID, "The group id is empty.")
+    refused = refusal(broker, Op.DELETE, group)
+    if refused is not None:
+        return top(*refused)
     readable = authorized_names(broker, Op.READ, TOPIC, (str(t.topic_name) for t in r.topics))
     answers: list[tuple[str, int, str | None]] = []   # (topic, code, message), in the request's order
     wanted: list[str] = []
