@@ -53,12 +53,13 @@ async def broker(tmp_path, request):
 
 
 class DiskWrites:
-    """Bytes the process writes (os.write, os.pwrite: the durable helper and the record logs) to
-    files of the groups' directory."""
+    """Bytes the process writes (os.write, os.pwrite and the record logs' hook for it: the durable
+    helper and the record logs) to files of the groups' directory."""
 
     def __init__(self, monkeypatch, directory: Path) -> None:
+        from oncelog.storage import failpoints
         self.directory, self.bytes = str(directory), 0
-        real_write, real_pwrite = os.write, os.pwrite
+        real_write, real_pwrite, real_hook = os.write, os.pwrite, failpoints.group_write
 
         def write(fd, data):
             self._count(fd, data)
@@ -68,8 +69,13 @@ class DiskWrites:
             self._count(fd, data)
             return real_pwrite(fd, data, offset)
 
+        def hook(fd, data, offset):
+            self._count(fd, data)
+            return real_hook(fd, data, offset)
+
         monkeypatch.setattr(os, "write", write)
         monkeypatch.setattr(os, "pwrite", pwrite)
+        monkeypatch.setattr(failpoints, "group_write", hook)
 
     def _count(self, fd: int, data) -> None:
         try:
@@ -278,3 +284,33 @@ async def test_a_failed_fsync_answers_not_coordinator_and_the_group_is_read_agai
     assert await c.heartbeat(0) == E.NONE                       # its retry joins
     await settle(a, c)
     assert len((await describe(a)).members) == 2
+
+
+async def test_a_groups_records_are_fsynced_and_compacted_off_the_event_loop(broker, monkeypatch):
+    """Every fsync a heartbeat waits for runs on a group-commit thread, the group's first (its log
+    created) and its compactions' included: a compaction on the loop wrote the group whole (0.6 MB
+    at 1,250 members) and fsynced it twice while other clients waited (issue 36's heartbeat
+    burst)."""
+    import threading
+
+    from test_offset_records import Disk
+
+    from oncelog.storage import group_records
+    b, consumer = broker
+    monkeypatch.setattr(group_records, "COMPACT_SLACK_BYTES", 4096)
+    disk = Disk(monkeypatch, Path(b.config.log_dirs[0]) / "__consumer_offsets")
+    loop_thread = threading.get_ident()
+    stay = [await consumer("g") for _ in range(4)]
+    for m in stay:
+        assert await m.heartbeat(0) == E.NONE
+    records = b.groups.store.consumer_log("g")
+    assert records is not None
+    for _ in range(8):
+        guest = await consumer("g")
+        assert await guest.heartbeat(0) == E.NONE
+        await settle(*stay, guest, rounds=3)
+        assert await guest.heartbeat(-1) == E.NONE
+    assert records.generation > 0                              # compacted
+    assert disk.fsync_threads, "nothing was fsynced: the case no longer exercises it"
+    assert loop_thread not in disk.fsync_threads
+    assert group_records.RecordLog.read(records.path)[1] == b.groups.consumer.groups["g"].record()

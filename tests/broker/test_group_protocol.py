@@ -594,15 +594,16 @@ async def test_a_storage_error_is_answered_not_coordinator_and_changes_nothing(c
     """A group's file that cannot be written: the commit is answered NOT_COORDINATOR (Kafka's
     answer to a storage error on __consumer_offsets; clients look for the coordinator and retry),
     the leader's SyncGroup too, and the group rebalances instead of going Stable."""
-    from oncelog.storage import group_offsets
+    from oncelog.storage import failpoints, group_offsets
     broker, _clock, member = cluster
     a = await member("g40")
     assert await a.join() == E.NONE and (await a.sync({a.member_id: b"A"}))[0] == E.NONE
     assert await a.commit({("t", 0): 1}) == [E.NONE]
 
-    def full_disk(path, data):
+    def full_disk(*_args):
         raise OSError(28, "No space left on device")
-    monkeypatch.setattr(group_offsets, "_write_json", full_disk)
+    monkeypatch.setattr(group_offsets, "_write_json", full_disk)      # the group's record
+    monkeypatch.setattr(failpoints, "group_write", full_disk)         # its offset log
     assert await a.commit({("t", 0): 2}) == [E.NOT_COORDINATOR]
     assert await a.committed("t", 0) == 1
     rejoin = asyncio.ensure_future(a.join())

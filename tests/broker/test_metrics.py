@@ -66,6 +66,30 @@ def test_message_too_large_in_produce_is_counted(metered):
     assert errors(metered, "Produce", "MESSAGE_TOO_LARGE") == before + 1
 
 
+def test_offset_commit_errors_are_counted_per_partition(metered):
+    """OffsetCommit counts its partitions' errors as it builds its answer (its answer is not read
+    back, issue 36): one per refused partition, none for the partitions taken."""
+    from oncelog.protocol import entities
+    from oncelog.protocol.api import ApiKey
+    from oncelog.testing.raw_client import RawConnection
+    admin = AdminClient({"bootstrap.servers": metered.bootstrap})
+    try:
+        admin.create_topics(["committed"], num_partitions=2)["committed"].result()
+    finally:
+        admin.close()
+    before = errors(metered, "OffsetCommit", "UNKNOWN_TOPIC_OR_PARTITION"), errors(metered, "OffsetCommit", "NONE")
+    t = entities.nested(ApiKey.OFFSET_COMMIT, 8, "request", "OffsetCommitRequestTopic")
+    pp = entities.nested(ApiKey.OFFSET_COMMIT, 8, "request", "OffsetCommitRequestPartition")
+    with RawConnection(metered.bootstrap) as c:
+        r = c.call(ApiKey.OFFSET_COMMIT, 8, group_id="counted", generation_id_or_member_epoch=-1, member_id="",
+                   group_instance_id=None, topics=(t(name="committed", partitions=tuple(
+                       pp(partition_index=i, committed_offset=1, committed_leader_epoch=-1, committed_metadata="")
+                       for i in (0, 1, 5, 6, 7))),))
+    assert [int(p.error_code) for p in r.topics[0].partitions] == [0, 0, 3, 3, 3]
+    assert errors(metered, "OffsetCommit", "UNKNOWN_TOPIC_OR_PARTITION") == before[0] + 3
+    assert errors(metered, "OffsetCommit", "NONE") == before[1] == 0
+
+
 def test_admin_errors_are_counted_from_the_responses(metered):
     admin = AdminClient({"bootstrap.servers": metered.bootstrap})
     try:

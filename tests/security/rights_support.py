@@ -127,7 +127,8 @@ def fields_of(request) -> dict:
     return {f.name: getattr(request, f.name) for f in dataclasses.fields(request)}
 
 
-def auth_codes(response) -> set[int]:
+def error_codes(response) -> set[int]:
+    """Every error code of an answer, wherever its schema puts one."""
     out: set[int] = set()
 
     def walk(x) -> None:
@@ -135,8 +136,7 @@ def auth_codes(response) -> set[int]:
             for f in dataclasses.fields(x):
                 v = getattr(x, f.name)
                 if f.metadata.get("kafka_type") == "error_code":
-                    if int(v) in AUTH_ERRORS:
-                        out.add(int(v))
+                    out.add(int(v))
                 else:
                     walk(v)
         elif isinstance(x, tuple | list):
@@ -144,6 +144,10 @@ def auth_codes(response) -> set[int]:
                 walk(item)
     walk(response)
     return out
+
+
+def auth_codes(response) -> set[int]:
+    return error_codes(response) & AUTH_ERRORS
 
 
 # ------------------------------------------------------------------ the broker and the rights

@@ -24,10 +24,11 @@ import pytest
 import oncelog
 from oncelog.core.txn.partition import CompletedTxn
 from oncelog.protocol.records import Record, encode_batch
-from oncelog.storage import cleaner, cluster_credential, durable, txn_index
+from oncelog.storage import cleaner, cluster_credential, durable, group_records, txn_index
 from oncelog.storage import failpoints as fp
 from oncelog.storage import producer_snapshots as snaps
-from oncelog.storage.group_offsets import Committed, GroupOffsetStore
+from oncelog.storage.group_offsets import Committed, GroupMeta, GroupOffsetStore
+from oncelog.storage.group_records import RecordLog
 from oncelog.storage.log import LogConfig, PartitionLog
 from oncelog.storage.log_manager import LogManager
 from oncelog.storage.metadata_log import MetadataLog
@@ -231,7 +232,27 @@ def w_topic_deletion(d):
 
 
 def w_group_offsets(d):
-    GroupOffsetStore(d).commit("g", {("t", 0): Committed(5, None)})
+    store = GroupOffsetStore(d)
+    store.commit("g", {("t", 0): Committed(5, None)})
+    store.set_meta("g", GroupMeta("consumer", 1))
+    store.add_pending(7, 0, "g", {("t", 0): Committed(6, None)}, NOW)
+    store.apply_marker(7, 0, 0, True, store.partition_of("g"), NOW)   # the producer's log rewritten whole
+
+
+def w_group_records_compaction(d):
+    """A record log compacted off the event loop (`RecordLog.begin_sync / run_sync / end_sync`,
+    as the group commit drives it): the new file fsynced before its rename, the directory after
+    (by the fsync that follows)."""
+    d.mkdir()
+    log = RecordLog.create_empty(d / "g.offsets")
+    for i in range(3):
+        log.append([(("offset", "x"), {"v": "m" * 4000, "i": i})], shared=False, sync=False)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(group_records, "COMPACT_SLACK_BYTES", 0)
+        while (token := log.begin_sync(NOW)) is not None:
+            log.run_sync(token)
+            log.end_sync(token, None, NOW)
+    assert log.generation == 1 and log.durable_end_offset == log.writes
 
 
 def w_metadata_snapshot(d):
@@ -261,7 +282,8 @@ def w_cluster_credential(d):
 WRITERS = {f.__name__[2:]: f for f in (
     w_segment_index, w_log_start_offset, w_txn_index, w_txn_index_set_aside, w_cleaner_checkpoint,
     w_cleaner_swap, w_producer_snapshot, w_producer_snapshot_set_aside, w_topic_registry, w_topic_deletion,
-    w_group_offsets, w_metadata_snapshot, w_metadata_snapshot_set_aside, w_cluster_credential)}
+    w_group_offsets, w_group_records_compaction, w_metadata_snapshot, w_metadata_snapshot_set_aside,
+    w_cluster_credential)}
 
 
 @pytest.mark.parametrize("writer", sorted(WRITERS))

@@ -88,8 +88,8 @@ def test_idle_producers_state_expires_but_never_with_offsets_pending(tmp_path):
     store.apply_marker(PID + 1, 0, 0, False, PARTITION, 1000)
     assert store.expire_producers(1000 + 99, 100) == 0
     assert store.expire_producers(1000 + 100, 100) == 1
-    assert [str(p.relative_to(tmp_path / "txn-offsets")) for p in (tmp_path / "txn-offsets").glob("*/*.json")] \
-        == [f"{PARTITION}/{PID}.json"]
+    assert [str(p.relative_to(tmp_path / "txn-offsets")) for p in (tmp_path / "txn-offsets").glob("*/*")] \
+        == [f"{PARTITION}/{PID}.records"]
     assert GroupOffsetStore(tmp_path).pending() == {PID: {GROUP: {TP: Committed(1, None)}}}
 
 
@@ -153,3 +153,19 @@ def test_files_of_one_producer_for_every_partition_are_split(tmp_path):
     assert store.pending() == {PID: {GROUP: {TP: Committed(8, "")}, other: {TP: Committed(9, "")}}}
     store.take(PARTITION, 0)
     assert store.apply_marker(PID, 2, 1, True, PARTITION, 6)[0] == E.INVALID_PRODUCER_EPOCH   # its epoch kept
+
+
+def test_offsets_written_by_hand_read_back_exactly(tmp_path):
+    """A commit's records are JSON written by hand (`_offset_text`, 5 times cheaper than
+    json.dumps): every name, metadata and number reads back as it was committed."""
+    from oncelog.storage import group_offsets
+    odd = {("in", 0): Committed(0, None), ("in", 1): Committed(2**62, 'quote " backslash \\ é \u2028 \x00 ⛄'),
+           ("a:b", 7): Committed(5, "", leader_epoch=3, commit_timestamp=17, expire_timestamp=-1)}
+    for tp, c in odd.items():
+        assert json.loads(group_offsets._offset_text(tp, c)) == group_offsets._offset_json(tp, c)
+    store = GroupOffsetStore(tmp_path)
+    store.commit("g:\"x\"", odd)
+    assert store.add_pending(PID, 0, "g:\"x\"", odd, 1) == E.NONE
+    again = GroupOffsetStore(tmp_path)
+    assert again.get("g:\"x\"") == odd
+    assert again.pending() == {PID: {"g:\"x\"": odd}}

@@ -48,9 +48,11 @@ from oncelog.protocol.errors import error_code
 
 log = logging.getLogger(__name__)
 
-# Produce and Fetch count their partitions' errors as they build their answers (the hot path: their
-# responses are not read back); every other response's errors are counted from its bytes
-_ERRORS_COUNTED_BY_HANDLER = frozenset({ApiKey.PRODUCE, ApiKey.FETCH})
+# Produce and Fetch (the hot path), OffsetCommit and TxnOffsetCommit (an answer per partition, of
+# thousands: reading one back cost more than writing it) count their partitions' errors as they
+# build their answers; every other response's errors are counted from its bytes
+_ERRORS_COUNTED_BY_HANDLER = frozenset({ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.OFFSET_COMMIT,
+                                        ApiKey.TXN_OFFSET_COMMIT})
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 

@@ -25,7 +25,8 @@ from kio.schema.errors import ErrorCode as KioErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import DecodeError
 
-from oncelog.protocol.api import KIO_NAMES, api_name
+from oncelog.protocol import describe_transactions
+from oncelog.protocol.api import KIO_NAMES, ApiKey, api_name
 from oncelog.protocol.primitives import Buf
 
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
@@ -120,6 +121,7 @@ class MalformedResponse(ValueError):
 
 
 _DECODE_ERRORS = (DecodeError, ValueError, IndexError, TypeError, OverflowError)
+_DESCRIBE_TRANSACTIONS = ApiKey.DESCRIBE_TRANSACTIONS
 
 
 def decode_request(api_key: int, version: int, body: Buf) -> Any:
@@ -132,6 +134,8 @@ def decode_request(api_key: int, version: int, body: Buf) -> Any:
 
 def decode_response(api_key: int, version: int, body: Buf) -> Any:
     try:
+        if api_key == _DESCRIBE_TRANSACTIONS and version == 0:   # a start time of -1, which kio refuses
+            return describe_transactions.decode_response(bytes(body))
         value, _size = entity_reader(entity_class(api_key, version, "response"))(bytes(body), 0)
     except _DECODE_ERRORS as e:
         raise MalformedResponse(f"{api_name(api_key)} v{version} response does not decode: "

@@ -13,6 +13,10 @@ module (`tests/storage/test_durable.py` scans the source for any that does not).
 `rename(src, dst)` is steps 3 and 4 for a file that is already complete (the cleaner's segment
 swap, setting a corrupt file aside); `create_exclusive` links instead of renaming, so it never
 replaces a file; `fsync_dir` is step 4 alone, after a file is created or removed.
+`write_aside` and `install` split `replace_file` for a writer that must not wait for the disk on
+its own thread (a record log's compaction, `storage.group_records`): steps 1 and 2 under a name
+of the caller's (on a thread), then step 3 alone; the caller owes step 4 and counts nothing of
+the new file as durable before its `fsync_dir` returned.
 
 Error policy (one for every writer): any failure of any step raises `DurableWriteError`, an
 `OSError` that keeps the errno, and the temp file is removed. Before step 3 the old file is
@@ -94,6 +98,36 @@ def replace_file(path: StrPath, data: bytes | str, *, mode: int = 0o644, durable
         raise _failed("rename", path, e) from e
     if durable:
         fsync_dir(path.parent)
+
+
+def write_aside(path: StrPath, data: bytes, *, suffix: str) -> Path:
+    """Steps 1 and 2 of `replace_file` under `<name><suffix>` beside `path` (any thread): the
+    new contents, fsynced, under a name nobody reads; `install` puts them in place. The same
+    error policy (the temp file removed on failure)."""
+    tmp = Path(path).with_name(Path(path).name + suffix)
+    _discard(tmp)
+    try:
+        _write_new(tmp, data, 0o644, fsync=True)
+    except OSError as e:
+        _discard(tmp)
+        raise _failed("write", tmp, e) from e
+    return tmp
+
+
+def install(tmp: StrPath, path: StrPath, *, via: Callable[[StrPath, StrPath], object] | None = None) -> None:
+    """Step 3 alone: `tmp` (from `write_aside`) replaces `path`. Not durable until the caller's
+    `fsync_dir(path's directory)` returned: until then a power cut may bring back the old file
+    (whose durable contents the caller must not have cut). `via`: the failpoint hook."""
+    try:
+        (via or os.replace)(tmp, path)
+    except OSError as e:
+        _discard(Path(tmp))
+        raise _failed("rename", path, e) from e
+
+
+def discard(path: StrPath) -> None:
+    """Remove a temp file of `write_aside` that will not be installed."""
+    _discard(Path(path))
 
 
 def rename(src: StrPath, dst: StrPath, *, via: Callable[[StrPath, StrPath], object] | None = None) -> None:

@@ -1,5 +1,7 @@
 """Storage failpoints: faults injected into the writes, fsyncs and cuts of partition segments, of
-the controller's metadata log and of share groups' state logs, for tests and `oncelog verify`.
+the controller's metadata log, of share groups' state logs and of the groups' record logs
+(committed offsets, consumer groups, pending transactional offsets), for tests and `oncelog
+verify`.
 
 Off unless the environment variable ONCELOG_FAILPOINTS is set when this module is imported (a
 broker or controller process reads it once at start), or a test calls `configure()`. When off,
@@ -16,12 +18,15 @@ ONCELOG_FAILPOINTS holds rules separated by commas, each `fault:target[:option=v
              crash         SIGKILL this process right after a write (its bytes are in the page
                            cache, not synced), with `at=fsync` right before an fsync, with
                            `at=synced` right after an fsync returned (before anyone is told),
-                           or with `at=rename` right before a rename (the cleaner's segment swap)
+                           or with `at=rename` right before a rename (the cleaner's segment swap,
+                           a group record log's compaction)
              ledger        after every successful fsync, append "<file> <size>" to `.fsynced`
                            in the file's directory: what a power loss would leave (see
                            oncelog.testing.power_loss)
     targets  log (partition segments), metadata (the controller's metadata log), share (share
-             groups' state logs, `storage.share_state`; writes and fsyncs only), any
+             groups' state logs, `storage.share_state`; writes and fsyncs only), groups (the
+             groups' record logs, `storage.group_records`: appends, their fsyncs, cuts and
+             compactions' renames), any
     options  after=N   let the first N matching calls through (default 0)
              times=N   fire N times, then never again (default 1; 0 = every matching call)
              match=S   only files whose path contains S (e.g. a topic-partition "orders-0")
@@ -48,7 +53,7 @@ log = logging.getLogger(__name__)
 ENV = "ONCELOG_FAILPOINTS"
 LEDGER = ".fsynced"
 FAULTS = ("fsync-eio", "shortwrite", "enospc", "truncate-eio", "crash", "ledger")
-TARGETS = ("log", "metadata", "share", "any")
+TARGETS = ("log", "metadata", "share", "groups", "any")
 
 # The hooks storage calls. Off: the os functions themselves.
 log_write: Callable[..., int] = os.pwrite          # (fd, data, offset) -> bytes written
@@ -60,6 +65,10 @@ meta_sync: Callable[[int], None] = os.fsync
 meta_truncate: Callable[[int, int], None] = os.ftruncate
 share_write: Callable[..., int] = os.pwrite        # (fd, data, offset) -> bytes written
 share_sync: Callable[[int], None] = os.fsync
+group_write: Callable[..., int] = os.pwrite        # (fd, data, offset) -> bytes written
+group_sync: Callable[[int], None] = os.fsync
+group_truncate: Callable[[int, int], None] = os.ftruncate
+group_rename: Callable[..., None] = os.replace    # (src, dst): a compaction's new file put in place
 
 
 class FailpointSyntaxError(ValueError):
@@ -124,13 +133,16 @@ def rules() -> list[Rule]:
 def configure(spec: str | None) -> list[Rule]:
     """Install the rules of `spec` (None or "" turns every failpoint off): the test hook."""
     global _rules, log_write, log_sync, log_truncate, log_rename, meta_write, meta_sync, meta_truncate
-    global share_write, share_sync
+    global share_write, share_sync, group_write, group_sync, group_truncate, group_rename
     _rules = parse(spec or "")
     if not _rules:
         log_write, log_sync, log_truncate, log_rename = os.pwrite, os.fsync, os.ftruncate, os.replace
         meta_write, meta_sync, meta_truncate = os.write, os.fsync, os.ftruncate
         share_write, share_sync = os.pwrite, os.fsync
+        group_write, group_sync, group_truncate, group_rename = os.pwrite, os.fsync, os.ftruncate, os.replace
         return []
+    group_write, group_sync = _writer("groups", os.pwrite), _syncer("groups")
+    group_truncate, group_rename = _truncater("groups"), _renamer("groups")
     log_write = _writer("log", os.pwrite)
     meta_write = _writer("metadata", os.write)
     share_write = _writer("share", os.pwrite)

@@ -1,27 +1,40 @@
-"""Consumer groups' durable state: one small JSON file per group, replaced atomically and fsynced
-(file and directory) before the request that changed it is answered, so a crash never loses or
-half-writes a commit or a generation.
+"""Consumer groups' durable state, written before the request that changed it is answered, so a
+crash never loses or half-writes a commit or a generation. What Kafka's compacted
+`__consumer_offsets` keeps of a group is in files of the group's:
 
-A group's file holds what Kafka's compacted `__consumer_offsets` keeps of it: the latest offset
-committed for each partition (with its commit time, and an explicit expiry from OffsetCommit
-v2-v4, for `offsets.retention.minutes`) and the latest group metadata record (Kafka's
-GroupMetadataValue: protocol type, generation, protocol, leader, and each member's id, group
-instance id, client id and host, timeouts, subscription and assignment; plus since when the group
-has been empty). A KIP-848 consumer group's records (`core.groups.ConsumerGroupRecord`: group and
+- `<group>.offsets`: its committed offsets, a record log (`storage.group_records`) of Kafka's
+  OffsetCommit records, the latest per partition winning (the offset, its metadata and leader
+  epoch, its commit time, and an explicit expiry from OffsetCommit v2-v4, for
+  `offsets.retention.minutes`; a deleted offset is a tombstone). A commit appends the records of
+  the partitions it names, nothing else (issue 36: each commit rewrote and fsynced the group's
+  whole file, 8.5 MB for 2,000 partitions at the largest metadata allowed, on the event loop); the
+  log is compacted as the consumer groups' are. `commit(..., sync=False)` leaves the fsync to the
+  caller's group commit (`broker.groups.record_sync`).
+- `<group>.json`, replaced atomically and fsynced (file and directory): the latest group metadata
+  record (Kafka's GroupMetadataValue: protocol type, generation, protocol, leader, and each
+  member's id, group instance id, client id and host, timeouts, subscription and assignment; plus
+  since when the group has been empty), written when a classic group's generation changes. Files
+  written before offset logs hold the offsets too (format 3 and earlier); they still load, and
+  move to the group's offset log at its next commit (the log is written whole and durable first,
+  then the file without them: a crash between the two leaves both, and the log wins).
+A KIP-848 consumer group's records (`core.groups.ConsumerGroupRecord`: group and
 assignment epochs, each member's metadata, current and target assignment, the subscribed topics'
 metadata and resolved regexes) are in a record log of their own beside it (`<group>.records`,
 `storage.group_records`), to which a heartbeat appends only what it changed; files of format 3
 that hold a consumer group whole still load, and move to a record log at the group's next change.
-A group is of one type at a time. Replacing the offsets file is its compaction: nothing older
-than the latest state is kept, and loading reads one file per group instead of replaying a log.
-Files written before the group record existed (format 2: protocol type and empty-since only;
-format 1: a bare list of offsets) still load, as groups without members.
+A group is of one type at a time. Files written before the group record existed (format 2:
+protocol type and empty-since only; format 1: a bare list of offsets) still load, as groups
+without members.
 
-Transactional offsets waiting for their transaction's marker live in one file per offsets
-partition and producer id (`txn-offsets/<N>/<producer id>.json`), with what that `__consumer_offsets`
-partition remembers of the producer (`core.txn.offsets`: its epoch and the coordinator epoch of its
-last marker), so a marker checked after a restart meets the same state. (Files of one producer for
-every partition, `txn-offsets/<producer id>.json`, written before issue 34, are split at open.)
+Transactional offsets waiting for their transaction's marker live in one record log per offsets
+partition and producer id (`txn-offsets/<N>/<producer id>.records`), with what that
+`__consumer_offsets` partition remembers of the producer (`core.txn.offsets`: its epoch and the
+coordinator epoch of its last marker, one record), so a marker checked after a restart meets the
+same state. A TxnOffsetCommit appends the records of its partitions (and the producer's); the
+marker rewrites the log whole, small again (the producer's record alone). JSON files of one
+(partition, producer) (`<producer id>.json`, before record logs) still load and become a log at
+the next write; files of one producer for every partition, `txn-offsets/<producer id>.json`,
+written before issue 34, are split at open.
 
 In a cluster on one machine the brokers share this directory, and the groups of offsets partition
 N are written only by N's owner, under its lease (`storage.fence`, `fences/<N>.epoch`): `take(N,
@@ -41,7 +54,7 @@ import logging
 import os
 import urllib.parse
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,19 +66,27 @@ from oncelog.core.txn.offsets import OffsetsProducer, add_offsets, expired, take
 from oncelog.storage.durable import fsync_dir, replace_file
 from oncelog.storage.fence import Fenced, Lease
 from oncelog.storage.group_records import (
+    ASIDE_SUFFIX,
     SUFFIX,
+    Key,
     RecordLog,
     assignment_from_json,
     assignment_json,
     changed_records,
+    frame_payload,
+    framed,
     member_from_json,
     member_json,
+    records_of,
 )
 
 log = logging.getLogger(__name__)
 
 _FORMAT = 3
-_PENDING_FORMAT = 3          # one (offsets partition, producer) per file
+_PENDING_FORMAT = 3          # one (offsets partition, producer) per JSON file (before record logs)
+OFFSETS_SUFFIX = ".offsets"  # a group's committed offsets (`storage.group_records`)
+_PRODUCER: Key = ("producer", "")
+Frame = tuple[Key, bytes, bool]   # (key, frame, tombstone): `RecordLog.append_frames`
 _PENDING_FORMAT_BY_PID = 2   # every partition of one producer in one file (before issue 34)
 
 
@@ -124,6 +145,10 @@ class GroupOffsetStore:
         # consumer groups' record logs (`storage.group_records`): those read or written here
         self._records: dict[str, RecordLog] = {}
         self._record_names = {urllib.parse.unquote(p.name[:-len(SUFFIX)]) for p in self.directory.glob("*" + SUFFIX)}
+        # groups' offset logs: those read or written here, with the offsets they hold
+        self._offsets: dict[str, tuple[RecordLog, dict[tuple[str, int], Committed]]] = {}
+        self._offsets_names = {urllib.parse.unquote(p.name[:-len(OFFSETS_SUFFIX)])
+                               for p in self.directory.glob("*" + OFFSETS_SUFFIX)}
         # Transactional offsets (TxnOffsetCommit) waiting for their transaction's marker, with the
         # offsets partitions' producer state: producer id -> offsets partition -> entry, one
         # fsynced file per (partition, producer), so a marker that arrives after a restart still
@@ -133,9 +158,13 @@ class GroupOffsetStore:
         self.fences_dir = self.directory / "fences"
         self._leases: dict[int, Lease] = {}
         self._producers: dict[int, dict[int, OffsetsProducer]] = {}
+        self._pending_logs: dict[tuple[int, int], RecordLog] = {}   # (partition, producer id) -> its log
+        for leftover in [*self.directory.glob("*" + ASIDE_SUFFIX), *self.pending_dir.glob("*/*" + ASIDE_SUFFIX)]:
+            _unlink(leftover)   # a compaction a crash interrupted: the log it was of is whole
         self._split_files_by_producer()
-        for path in self.pending_dir.glob("*/*.json"):
-            self._producers.setdefault(int(path.stem), {})[int(path.parent.name)] = self._read_entry(path)
+        if not shared:
+            for partition, producer_id in self._pending_keys():
+                self._load_pending(partition, producer_id)
 
     # ------------------------------------------------------------ ownership (a cluster)
     def partition_of(self, group: str) -> int:
@@ -196,8 +225,10 @@ class GroupOffsetStore:
     def groups(self) -> list[str]:
         if self.shared:
             return sorted({urllib.parse.unquote(p.stem) for p in self.directory.glob("*.json")}
-                          | {urllib.parse.unquote(p.name[:-len(SUFFIX)]) for p in self.directory.glob("*" + SUFFIX)})
-        return sorted(set(self._groups) | self._record_names)
+                          | {urllib.parse.unquote(p.name[:-len(SUFFIX)]) for p in self.directory.glob("*" + SUFFIX)}
+                          | {urllib.parse.unquote(p.name[:-len(OFFSETS_SUFFIX)])
+                             for p in self.directory.glob("*" + OFFSETS_SUFFIX)})
+        return sorted(set(self._groups) | self._record_names | self._offsets_names)
 
     def _entry(self, group: str) -> _Entry:
         if self.shared:
@@ -209,7 +240,49 @@ class GroupOffsetStore:
         return self._groups.get(group, ({}, GroupMeta(), None))
 
     def get(self, group: str) -> dict[tuple[str, int], Committed]:
-        return self._entry(group)[0]
+        """The group's committed offsets (the store's own dict: read it, never keep it across an
+        await)."""
+        entry = self._offsets_entry(group)
+        return entry[1] if entry is not None else self._entry(group)[0]
+
+    def _offsets_entry(self, group: str) -> tuple[RecordLog, dict[tuple[str, int], Committed]] | None:
+        """The group's offset log and its offsets; None when it has none (yet). Read again from
+        the file when shared and another broker wrote it since, or after a failure cut it."""
+        cached = self._offsets.get(group)
+        path = self._offsets_path(group)
+        if cached is not None and not cached[0].offline:
+            if not self.shared:
+                return cached
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                st = None
+            if st is not None and st.st_ino == cached[0].inode and st.st_size == cached[0].end:
+                return cached
+        elif cached is None and not self.shared and group not in self._offsets_names:
+            return None
+        if cached is not None:
+            cached[0].closed = True
+            del self._offsets[group]
+        try:
+            log_, values = RecordLog.load(path)
+        except FileNotFoundError:
+            self._offsets_names.discard(group)
+            return None
+        log_.guard = self.writing_group_factory(group)
+        offsets = {(v["topic"], v["partition"]): _committed(v) for (kind, _id), v in values.items() if kind == "offset"}
+        self._offsets[group] = entry = (log_, offsets)
+        self._offsets_names.add(group)
+        return entry
+
+    def offsets_log(self, group: str) -> RecordLog | None:
+        """The group's offset log as this broker last wrote it (what a commit waits on)."""
+        entry = self._offsets.get(group)
+        return entry[0] if entry is not None else None
+
+    def writing_group_factory(self, group: str) -> Callable[[], AbstractContextManager[None]]:
+        """What a log of the group holds around a write of its own (a compaction's rename)."""
+        return lambda: self.writing_group(group)
 
     def meta(self, group: str) -> GroupMeta:
         return self._entry(group)[1]
@@ -218,11 +291,12 @@ class GroupOffsetStore:
         """The group's KIP-848 records, read from its record log (recovered; kept open for the
         appends that follow); None when it is not a consumer group."""
         path = self._records_path(group)
+        self.close_consumer(group)
         try:
             records, record = RecordLog.read(path)
         except FileNotFoundError:
-            self._records.pop(group, None)
             return self._entry(group)[2]   # written whole, before record logs (format 3)
+        records.guard = self.writing_group_factory(group)
         self._records[group] = records
         return record
 
@@ -238,19 +312,37 @@ class GroupOffsetStore:
         `whole()` the group after it, written whole when the group has no log yet (`new`: it was
         just created; a classic record of an empty classic group of that id goes). The bytes
         written, compactions aside (what a heartbeat costs the disk). `sync=False`: not fsynced
-        yet (`RecordLog.unsynced`): the caller answers nobody before it is."""
+        yet: the caller answers nobody before the group commit covered `consumer_log(group).writes`."""
         with self._writing(self.partition_of(group)):
             log_ = None if new else self._records.get(group)
             if log_ is None:
                 offsets, meta, legacy = self._entry(group)
                 path = self._records_path(group)
-                log_ = self._records[group] = RecordLog.create(path, whole())
+                self.close_consumer(group)
                 self._record_names.add(group)
                 if meta != GroupMeta() or legacy is not None:
+                    # a classic group's record, or the whole-file format, becomes the log: the log
+                    # durable first, then the file without it
+                    log_ = self._records[group] = RecordLog.create(path, whole())
+                    log_.guard = self.writing_group_factory(group)
                     self._write(group, offsets, GroupMeta(), None)
-                return log_.size
+                    return log_.size
+                try:   # a new group: its records appended as any change's (fsynced as the caller says)
+                    log_ = RecordLog.create_empty(path)
+                except FileExistsError:   # a leftover no group reads: replaced
+                    log_ = RecordLog.create(path, whole())
+                    log_.guard = self.writing_group_factory(group)
+                    self._records[group] = log_
+                    return log_.size
+                log_.guard = self.writing_group_factory(group)
+                self._records[group] = log_
+                try:
+                    return log_.append(records_of(whole()), self.shared, sync)
+                except OSError:
+                    self._drop_records(group)   # no group of this id after all
+                    raise
             written = log_.append(changed_records(changes), self.shared, sync)
-            if log_.due():
+            if sync and log_.due():   # (else the group commit compacts it, off the event loop)
                 grown = log_.size
                 log_.compact()
                 log.info("group %s: records compacted from %d to %d bytes", group, grown, log_.size)
@@ -262,8 +354,11 @@ class GroupOffsetStore:
 
     def close_consumer(self, group: str) -> None:
         """This broker no longer coordinates the group: what it knew of its log is forgotten (the
-        next owner, or this one later, reads the file again)."""
-        self._records.pop(group, None)
+        next owner, or this one later, reads the file again); its appends still waiting for an
+        fsync are answered as not stored, and a compaction of it under way is not installed."""
+        records = self._records.pop(group, None)
+        if records is not None:
+            records.closed = True
 
     def drop_consumer(self, group: str) -> None:
         """The group is no longer a consumer group: its records go, its offsets stay."""
@@ -274,7 +369,7 @@ class GroupOffsetStore:
                 self._write(group, offsets, meta, None)
 
     def _drop_records(self, group: str) -> None:
-        self._records.pop(group, None)
+        self.close_consumer(group)
         self._record_names.discard(group)
         _unlink(self._records_path(group))
 
@@ -284,11 +379,63 @@ class GroupOffsetStore:
     def _records_path(self, group: str) -> Path:
         return self.directory / (urllib.parse.quote(group, safe="") + SUFFIX)
 
-    def commit(self, group: str, offsets: Mapping[tuple[str, int], Committed]) -> None:
-        """Offsets join the group's; its metadata record stays as it is."""
+    def _offsets_path(self, group: str) -> Path:
+        return self.directory / (urllib.parse.quote(group, safe="") + OFFSETS_SUFFIX)
+
+    def commit(self, group: str, offsets: Mapping[tuple[str, int], Committed], sync: bool = True,
+               frames: Sequence[Frame] | None = None) -> None:
+        """Offsets join the group's: their records appended to its offset log, and only theirs;
+        fsynced unless `sync=False` (then nobody is answered before the group commit covered
+        `offsets_log(group).writes`). Its metadata record stays as it is. `frames`: the
+        records as `offset_frames(offsets)` made them (a caller that spread the work)."""
         with self._writing(self.partition_of(group)):
-            current, meta, consumer = self._entry(group)
-            self._write(group, {**current, **offsets}, meta, consumer)
+            entry = self._offsets_entry(group)
+            if entry is None:
+                entry = self._new_offsets_log(group, offsets)
+                if entry is None:
+                    return   # written whole with the file's offsets (durable)
+            log_, current = entry
+            log_.append_frames(frames if frames is not None else offset_frames(offsets.items()), self.shared, sync)
+            current.update(offsets)
+            if sync and log_.due():
+                grown = log_.size
+                log_.compact()
+                log.info("group %s: offsets compacted from %d to %d bytes", group, grown, log_.size)
+
+    def _new_offsets_log(self, group: str, offsets: Mapping[tuple[str, int], Committed]
+                         ) -> tuple[RecordLog, dict[tuple[str, int], Committed]] | None:
+        """The group's first offset log: empty (its first append makes it durable), or, when the
+        group's file holds offsets (written before offset logs), those and `offsets` whole and
+        durable, then the file without them (None: nothing left to append)."""
+        path = self._offsets_path(group)
+        legacy, meta, consumer = self._entry(group)
+        if legacy:
+            merged = {**legacy, **offsets}
+            log_ = RecordLog.create_whole(path, [(_offset_key(tp), _offset_json(tp, c)) for tp, c in merged.items()])
+            log_.guard = self.writing_group_factory(group)
+            self._offsets[group] = (log_, merged)
+            self._offsets_names.add(group)
+            self._write(group, {}, meta, consumer)
+            return None
+        try:
+            log_ = RecordLog.create_empty(path)
+        except FileExistsError:   # one this broker did not know of (written since it looked): read it
+            self._offsets_names.add(group)
+            found = self._offsets_entry(group)
+            if found is None:
+                raise
+            return found
+        log_.guard = self.writing_group_factory(group)
+        entry = self._offsets[group] = (log_, {})
+        self._offsets_names.add(group)
+        return entry
+
+    def _drop_offsets(self, group: str) -> None:
+        entry = self._offsets.pop(group, None)
+        if entry is not None:
+            entry[0].closed = True
+        self._offsets_names.discard(group)
+        _unlink(self._offsets_path(group))
 
     def set_meta(self, group: str, meta: GroupMeta) -> None:
         """The group's metadata record, beside its offsets."""
@@ -298,17 +445,35 @@ class GroupOffsetStore:
                 self._write(group, offsets, meta, consumer)
 
     def remove(self, group: str, partitions: Iterable[tuple[str, int]] | None = None) -> None:
-        """Forget some offsets of a group (all of them, and the group, when `partitions` is None).
-        A group left without offsets keeps its file only while its record has members."""
+        """Forget some offsets of a group (tombstones in its offset log, fsynced; all of them,
+        and the group, when `partitions` is None). A group left without offsets keeps its file
+        only while its record has members."""
         with self._writing(self.partition_of(group)):
             offsets, meta, consumer = self._entry(group)
-            gone = None if partitions is None else set(partitions)
-            kept = {} if gone is None else {k: v for k, v in offsets.items() if k not in gone}
+            entry = self._offsets_entry(group)
             if partitions is None:
                 self._drop_records(group)
-            if kept or (gone is not None and (meta.members or (consumer is not None and consumer.members))):
-                self._write(group, kept, meta, consumer)
+                self._drop_offsets(group)
+                self._groups.pop(group, None)
+                _unlink(self._path(group))
                 return
+            gone = set(partitions)
+            if entry is not None:
+                log_, current = entry
+                removed = [tp for tp in gone if tp in current]
+                if removed:
+                    log_.append([(_offset_key(tp), None) for tp in removed], self.shared)
+                    for tp in removed:
+                        del current[tp]
+                left = bool(current)
+            else:
+                kept = {k: v for k, v in offsets.items() if k not in gone}
+                left = bool(kept)
+            if left or meta.members or (consumer is not None and consumer.members):
+                if entry is None and len(kept) != len(offsets):
+                    self._write(group, kept, meta, consumer)
+                return
+            self._drop_offsets(group)
             self._groups.pop(group, None)
             _unlink(self._path(group))
 
@@ -324,6 +489,8 @@ class GroupOffsetStore:
 
     def _write(self, group: str, offsets: dict[tuple[str, int], Committed], meta: GroupMeta,
                consumer: ConsumerGroupRecord | None) -> None:
+        if offsets and self._offsets_entry(group) is not None:
+            offsets = {}   # the offset log holds them (a file from before it, rewritten: without them)
         data: dict[str, Any] = {"format": _FORMAT, "protocol_type": meta.protocol_type,
                                 "empty_since_ms": meta.empty_since_ms, "generation": meta.generation,
                                 "protocol": meta.protocol, "leader": meta.leader,
@@ -339,13 +506,11 @@ class GroupOffsetStore:
         """producer id -> group -> offsets not yet made visible, of offsets partition `partition`
         (all when None). Shared: read from the files."""
         if self.shared:
-            pattern = f"{partition}/*.json" if partition is not None else "*/*.json"
             producers: dict[int, dict[int, OffsetsProducer]] = {}
-            for path in self.pending_dir.glob(pattern):
-                try:
-                    producers.setdefault(int(path.stem), {})[int(path.parent.name)] = self._read_entry(path)
-                except FileNotFoundError:
-                    continue   # settled meanwhile
+            for part, pid in self._pending_keys(partition):
+                entry = self._pending_entry(part, pid)
+                if entry is not None:   # (else settled meanwhile)
+                    producers.setdefault(pid, {})[part] = entry
         else:
             producers = self._producers
         out: dict[int, dict[str, dict[tuple[str, int], Committed]]] = {}
@@ -356,40 +521,126 @@ class GroupOffsetStore:
                 out[pid] = groups
         return out
 
+    def _pending_keys(self, partition: int | None = None) -> set[tuple[int, int]]:
+        """(partition, producer id) of the files of pending offsets (logs and older JSON files)."""
+        where = str(partition) if partition is not None else "*"
+        return {(int(path.parent.name), int(path.name.split(".", 1)[0]))
+                for pattern in (f"{where}/*.json", f"{where}/*{SUFFIX}") for path in self.pending_dir.glob(pattern)}
+
     def _entry_path(self, partition: int, producer_id: int) -> Path:
         return self.pending_dir / str(partition) / f"{producer_id}.json"
 
-    def _producer_entry(self, partition: int, producer_id: int) -> OffsetsProducer | None:
-        """What offsets partition `partition` keeps of the producer (from its file when shared)."""
-        if self.shared:
+    def _pending_path(self, partition: int, producer_id: int) -> Path:
+        return self.pending_dir / str(partition) / f"{producer_id}{SUFFIX}"
+
+    def _pending_entry(self, partition: int, producer_id: int) -> OffsetsProducer | None:
+        """What offsets partition `partition` keeps of the producer. From memory, unless shared
+        and another broker wrote the file since, or a failure cut the log: then from the file."""
+        current = self._pending_logs.get((partition, producer_id))
+        known = self._producers.get(producer_id, {}).get(partition)
+        if current is not None and not current.offline:
+            if not self.shared:
+                return known
             try:
-                return self._read_entry(self._entry_path(partition, producer_id))
+                st = os.stat(current.path)
+                if st.st_ino == current.inode and st.st_size == current.end:
+                    return known
             except FileNotFoundError:
-                return None
-        return self._producers.get(producer_id, {}).get(partition)
+                pass
+        elif current is None and not self.shared:
+            return known   # (every file was read at open)
+        return self._load_pending(partition, producer_id)
+
+    def _load_pending(self, partition: int, producer_id: int) -> OffsetsProducer | None:
+        """The producer's state on `partition` read from its files (its log, or a JSON file of
+        before logs)."""
+        key = (partition, producer_id)
+        current = self._pending_logs.pop(key, None)
+        if current is not None:
+            current.closed = True
+        try:
+            log_, values = RecordLog.load(self._pending_path(partition, producer_id))
+        except FileNotFoundError:
+            try:
+                entry: OffsetsProducer | None = self._read_entry(self._entry_path(partition, producer_id))
+            except FileNotFoundError:
+                entry = None
+        else:
+            log_.guard = self._partition_guard(partition)
+            self._pending_logs[key] = log_
+            entry = _producer_from(values)
+        if entry is None:
+            self._forget_producer(partition, producer_id)
+        else:
+            self._producers.setdefault(producer_id, {})[partition] = entry
+        return entry
+
+    def pending_log(self, partition: int, producer_id: int) -> RecordLog | None:
+        """The producer's log of pending offsets on `partition` as this broker last wrote it."""
+        return self._pending_logs.get((partition, producer_id))
+
+    def _partition_guard(self, partition: int) -> Callable[[], AbstractContextManager[None]]:
+        return lambda: self._writing(partition)
+
+    def _forget_producer(self, partition: int, producer_id: int) -> None:
+        parts = self._producers.get(producer_id, {})
+        parts.pop(partition, None)
+        if not parts:
+            self._producers.pop(producer_id, None)
 
     def add_pending(self, producer_id: int, producer_epoch: int, group: str,
-                    offsets: Mapping[tuple[str, int], Committed], now_ms: int) -> int:
-        """A TxnOffsetCommit's offsets, pending on the group's offsets partition; durable
-        (fsynced) before it returns NONE. INVALID_PRODUCER_EPOCH for an epoch older than that
-        partition knows of the producer."""
+                    offsets: Mapping[tuple[str, int], Committed], now_ms: int, sync: bool = True,
+                    frames: Sequence[Frame] | None = None) -> int:
+        """A TxnOffsetCommit's offsets, pending on the group's offsets partition: their records
+        (and the producer's) appended to the producer's log there, and only theirs; durable
+        (fsynced) before it returns NONE, unless `sync=False` (then nobody is answered before
+        the group commit covered `pending_log(...).writes`). INVALID_PRODUCER_EPOCH for an epoch
+        older than that partition knows of the producer. `frames`: `pending_frames(group, offsets)`."""
         partition = self.partition_of(group)
         with self._writing(partition):
-            code, _message, entry = add_offsets(self._producer_entry(partition, producer_id), producer_epoch, group,
+            code, _message, entry = add_offsets(self._pending_entry(partition, producer_id), producer_epoch, group,
                                                 offsets, now_ms)
-            if entry is not None:
-                self._write_entry(partition, producer_id, entry)
+            if entry is None:
+                return code
+            log_ = self._pending_logs.get((partition, producer_id))
+            if log_ is None:
+                if self._entry_path(partition, producer_id).exists():   # a JSON file of before: whole
+                    self._write_entry(partition, producer_id, entry)
+                    return code
+                log_ = self._new_pending_log(partition, producer_id)
+            log_.append_frames([(_PRODUCER, frame_payload(_PRODUCER, json.dumps(_producer_json(entry))), False),
+                                *(frames if frames is not None else pending_frames(group, offsets.items()))],
+                               self.shared, sync)
+            self._producers.setdefault(producer_id, {})[partition] = entry
+            if sync and log_.due():
+                log_.compact()
             return code
+
+    def _new_pending_log(self, partition: int, producer_id: int) -> RecordLog:
+        """An empty log (durable with its first append's fsync, which fsyncs its directory)."""
+        path = self._pending_path(partition, producer_id)
+        new_dirs = []
+        if not path.parent.exists():
+            path.parent.mkdir(exist_ok=True)
+            new_dirs.append(self.pending_dir)   # its entry, fsynced with the log's first append
+        try:
+            log_ = RecordLog.create_empty(path, new_dirs)
+        except FileExistsError:   # a leftover nobody reads (this broker found none): replaced
+            log_ = RecordLog.create_whole(path, ())
+        log_.guard = self._partition_guard(partition)
+        self._pending_logs[(partition, producer_id)] = log_
+        return log_
 
     def apply_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
                      partition: int, now_ms: int, transaction_version: int = 0) -> tuple[int, str | None]:
         """The transaction's marker on `__consumer_offsets-<partition>`, checked as a data
         partition checks it (`core.txn.offsets.take_marker`); only a marker taken settles the
-        producer's pending offsets there: COMMIT commits them to their groups, ABORT drops them.
-        The producer's file is written last, so a marker repeated after a crash finds what is
-        left. Returns (code, why refused)."""
+        producer's pending offsets there: COMMIT commits them to their groups (appended to their
+        offset logs, fsynced), ABORT drops them. The producer's log is rewritten last (whole: its
+        record alone), so a marker repeated after a crash finds what is left. Returns (code, why
+        refused)."""
         with self._writing(partition):
-            code, message, entry, settled = take_marker(self._producer_entry(partition, producer_id), producer_id,
+            code, message, entry, settled = take_marker(self._pending_entry(partition, producer_id), producer_id,
                                                         producer_epoch, coordinator_epoch, now_ms, transaction_version)
             if code:
                 return code, message
@@ -406,33 +657,50 @@ class GroupOffsetStore:
         Returns how many entries went."""
         removed = 0
         if self.shared:
-            entries = [(int(path.parent.name), int(path.stem)) for path in self.pending_dir.glob("*/*.json")]
+            entries = sorted(self._pending_keys())
         else:
             entries = [(p, pid) for pid, parts in self._producers.items() for p in parts]
         for partition, pid in entries:
             if not self.owns(partition):
                 continue
             with self._writing(partition):
-                entry = self._producer_entry(partition, pid)
+                entry = self._pending_entry(partition, pid)
                 if entry is not None and expired(entry, now_ms, expiration_ms):
                     self._write_entry(partition, pid, None)
                     removed += 1
         return removed
 
     def _write_entry(self, partition: int, producer_id: int, entry: OffsetsProducer | None) -> None:
-        path = self._entry_path(partition, producer_id)
+        """The producer's state on `partition` written whole (its log replaced, durably; None:
+        its files removed). An append of it still waiting for its fsync is answered as durable:
+        the new file holds what it wrote (or settled it)."""
+        key = (partition, producer_id)
+        legacy = self._entry_path(partition, producer_id)
+        current = self._pending_logs.get(key)
         if entry is None:
-            parts = self._producers.get(producer_id, {})
-            parts.pop(partition, None)
-            if not parts:
-                self._producers.pop(producer_id, None)
-            _unlink(path)
+            self._forget_producer(partition, producer_id)
+            if current is not None:
+                current.closed = True
+                del self._pending_logs[key]
+            _unlink(self._pending_path(partition, producer_id))
+            _unlink(legacy)
             return
-        path.parent.mkdir(exist_ok=True)
-        _write_json(path, {"format": _PENDING_FORMAT, "epoch": entry.epoch,
-                           "coordinator_epoch": entry.coordinator_epoch, "updated_ms": entry.updated_ms,
-                           "groups": {g: _offsets_json(o) for g, o in sorted(entry.pending.items())}})
+        records = [(_PRODUCER, _producer_json(entry)), *((_pending_key(group, tp), _pending_json(group, tp, c))
+                                                         for group, offsets in sorted(entry.pending.items())
+                                                         for tp, c in offsets.items())]
+        if current is not None and not current.offline:
+            current.write_whole(framed(records))
+        else:
+            path = self._pending_path(partition, producer_id)
+            if not path.parent.exists():
+                path.parent.mkdir(exist_ok=True)
+                fsync_dir(self.pending_dir)
+            if current is not None:
+                current.closed = True
+            current = self._pending_logs[key] = RecordLog.create_whole(path, records)
+            current.guard = self._partition_guard(partition)
         self._producers.setdefault(producer_id, {})[partition] = entry
+        _unlink(legacy)   # (after the log is durable: a crash between leaves both, and the log wins)
 
     @staticmethod
     def _read_entry(path: Path) -> OffsetsProducer:
@@ -456,7 +724,8 @@ class GroupOffsetStore:
                 except FileNotFoundError:
                     continue   # another broker split it
                 for partition, entry in entries.items():
-                    if not self._entry_path(partition, int(path.stem)).exists():
+                    if not (self._entry_path(partition, int(path.stem)).exists()
+                            or self._pending_path(partition, int(path.stem)).exists()):
                         self._write_entry(partition, int(path.stem), entry)
                 _unlink(path)
         finally:
@@ -501,6 +770,77 @@ def _offsets_from_json(entries: list[dict[str, Any]]) -> dict[tuple[str, int], C
     return {(e["topic"], e["partition"]): Committed(
         e["offset"], e.get("metadata"), e.get("leader_epoch", -1), e.get("commit_timestamp", -1),
         e.get("expire_timestamp", -1)) for e in entries}
+
+
+def _offset_key(tp: tuple[str, int]) -> Key:
+    # the id is only compared: unique whatever the topic's name holds (the partition has no ':')
+    return "offset", f"{tp[1]}:{tp[0]}"
+
+
+def _offset_text(tp: tuple[str, int], c: Committed) -> str:
+    """`_offset_json` written as JSON text by hand (a commit of 2,000 offsets spent 40 ms in
+    json.dumps on the event loop)."""
+    return (f'{{"topic":{_quote(tp[0])},"partition":{tp[1]},"offset":{c.offset},'
+            f'"metadata":{"null" if c.metadata is None else _quote(c.metadata)},"leader_epoch":{c.leader_epoch},'
+            f'"commit_timestamp":{c.commit_timestamp},"expire_timestamp":{c.expire_timestamp}}}')
+
+
+def _offset_frame(key: Key, text: str) -> Frame:
+    return key, frame_payload(key, text), False
+
+
+def offset_frames(offsets: Iterable[tuple[tuple[str, int], Committed]]) -> list[Frame]:
+    """The records of committed offsets, framed (pure: a caller may make them in parts, between
+    other work, and hand them to `commit`)."""
+    return [_offset_frame(_offset_key(tp), _offset_text(tp, c)) for tp, c in offsets]
+
+
+def pending_frames(group: str, offsets: Iterable[tuple[tuple[str, int], Committed]]) -> list[Frame]:
+    """The records of a group's pending transactional offsets, framed (as `offset_frames`)."""
+    prefix = f'{{"group":{_quote(group)},'
+    return [_offset_frame(_pending_key(group, tp), prefix + _offset_text(tp, c)[1:]) for tp, c in offsets]
+
+
+_quote = json.encoder.encode_basestring_ascii   # a JSON string literal (C)
+
+
+def _offset_json(tp: tuple[str, int], c: Committed) -> dict[str, Any]:
+    """Kafka's OffsetCommit record's value, with its key's topic and partition."""
+    return {"topic": tp[0], "partition": tp[1], "offset": c.offset, "metadata": c.metadata,
+            "leader_epoch": c.leader_epoch, "commit_timestamp": c.commit_timestamp,
+            "expire_timestamp": c.expire_timestamp}
+
+
+def _committed(v: dict[str, Any]) -> Committed:
+    return Committed(v["offset"], v.get("metadata"), v.get("leader_epoch", -1), v.get("commit_timestamp", -1),
+                     v.get("expire_timestamp", -1))
+
+
+def _pending_key(group: str, tp: tuple[str, int]) -> Key:
+    # unique whatever the names hold: the partition has no ':', the topic's length delimits it
+    return "pending", f"{tp[1]}:{len(tp[0])}:{tp[0]}:{group}"
+
+
+def _pending_json(group: str, tp: tuple[str, int], c: Committed) -> dict[str, Any]:
+    return {"group": group, **_offset_json(tp, c)}
+
+
+def _producer_json(p: OffsetsProducer) -> dict[str, Any]:
+    return {"epoch": p.epoch, "coordinator_epoch": p.coordinator_epoch, "updated_ms": p.updated_ms}
+
+
+def _producer_from(values: Mapping[Key, Any]) -> OffsetsProducer | None:
+    """What a producer's log of pending offsets holds (None: nothing, not even its record)."""
+    state = values.get(_PRODUCER)
+    pending: dict[str, dict[tuple[str, int], Committed]] = {}
+    for (kind, _id), v in values.items():
+        if kind == "pending":
+            pending.setdefault(v["group"], {})[(v["topic"], v["partition"])] = _committed(v)
+    if state is None and not pending:
+        return None
+    state = state or {}
+    return OffsetsProducer(state.get("epoch", -1), state.get("coordinator_epoch", -1), state.get("updated_ms", -1),
+                           pending)
 
 
 def _write_json(path: Path, data: Any) -> None:

@@ -30,6 +30,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from oncelog.broker.groups.record_sync import RecordSync
 from oncelog.core.groups.consumer_group import (
     LEAVE_EPOCH,
     STATIC_LEAVE_EPOCH,
@@ -43,7 +44,6 @@ from oncelog.core.groups.reconciliation import MemberState
 from oncelog.core.groups.subscriptions import forget, resolve
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.storage.group_offsets import GroupOffsetStore
-from oncelog.storage.group_records import RecordLog
 from oncelog.storage.topic_registry import TopicInfo
 
 log = logging.getLogger(__name__)
@@ -77,7 +77,7 @@ class Outcome:
 class ConsumerGroupCoordinator:
     def __init__(self, store: GroupOffsetStore, now_ms: Callable[[], int], config: ConsumerGroupConfig,
                  topics: Callable[[], TopicMetadata], owns: Callable[[str], bool],
-                 release_classic: Callable[[str], bool]) -> None:
+                 release_classic: Callable[[str], bool], sync: RecordSync | None = None) -> None:
         """`topics`: the cluster's topics a subscription may name (internal ones left out);
         `release_classic(group id)`: True if no classic group of that id is in use (an empty one
         is forgotten), so a consumer group may take the id."""
@@ -95,10 +95,7 @@ class ConsumerGroupCoordinator:
         self._regexes: dict[str, tuple[int, frozenset[str]]] = {}   # regex -> (image version, matches)
         # (group, member) -> what the member may DESCRIBE, from its last heartbeat taken
         self.visibility: dict[tuple[str, str], TopicFilter] = {}
-        # answers waiting for their group's records to be on disk: (generation, size, future)
-        # by record log (`id`): (generation, size, future)
-        self._waiting: dict[int, list[tuple[int, int, asyncio.Future[bool]]]] = {}
-        self._syncing: dict[int, asyncio.Task[None]] = {}
+        self.sync = sync or RecordSync(now_ms)   # the group commit of the records' fsyncs
 
     # ------------------------------------------------------------------ heartbeats
     async def heartbeat_durably(self, rq: Heartbeat, version: int, visible: TopicFilter | None = None) -> Outcome:
@@ -118,61 +115,18 @@ class ConsumerGroupCoordinator:
         return outcome
 
     async def flushed(self, group_id: str) -> bool:
-        """True once everything written to the group's record log so far is on disk; False if
-        its fsync failed (the group is unloaded: read again from what is on disk)."""
+        """True once everything written to the group's record log so far is on disk (the group
+        commit, `record_sync`); False if its fsync failed (the group is unloaded: read again from
+        what is on disk)."""
         records = self.store.consumer_log(group_id)
-        pending = records.unsynced() if records is not None else None
-        if records is None or pending is None:
+        if await self.sync.flushed(records):
             return True
-        waiter: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        key = id(records)
-        self._waiting.setdefault(key, []).append((pending[1], pending[2], waiter))
-        if key not in self._syncing:
-            self._syncing[key] = asyncio.create_task(self._sync(group_id, records))
-        return await waiter
-
-    async def _sync(self, group_id: str, records: RecordLog) -> None:
-        """fsync a group's record log off the event loop while heartbeats wait on it (group
-        commit: each fsync covers every write before it began). The log object is the one the
-        waiters wrote to, even if the group was unloaded meanwhile (its bytes are owed an fsync
-        all the same)."""
-        key = id(records)
-        try:
-            while self._waiting.get(key):
-                pending = records.unsynced()
-                if pending is None:
-                    self._settle(key, records)
-                    continue
-                path, generation, size = pending
-                try:
-                    await asyncio.to_thread(records.fsync, path)
-                except OSError as e:
-                    log.error("group %s: fsync of its records failed: %s; the group is read again", group_id, e)
-                    records.sync_failed(generation, e)
-                    for *_t, waiter in self._waiting.pop(key, []):
-                        if not waiter.done():
-                            waiter.set_result(False)
-                    if group_id in self.groups and self.store.consumer_log(group_id) is records:
-                        self._unload(group_id)
-                    continue
-                records.synced_to(generation, size)
-                self._settle(key, records)
-        finally:
-            self._syncing.pop(key, None)
-
-    def _settle(self, key: int, records: RecordLog) -> None:
-        """Answer the waiters whose writes are on disk (a log replaced whole since is durable)."""
-        left = []
-        for generation, size, waiter in self._waiting.get(key, []):
-            if generation != records.generation or records.synced >= size:
-                if not waiter.done():
-                    waiter.set_result(True)
-            else:
-                left.append((generation, size, waiter))
-        if left:
-            self._waiting[key] = left
-        else:
-            self._waiting.pop(key, None)
+        if records is not None and records.failed is not None and self.store.consumer_log(group_id) is records:
+            log.error("group %s: its records could not be made durable (%s); the group is read again", group_id,
+                      records.failed)
+            if group_id in self.groups:
+                self._unload(group_id)
+        return False
 
     def heartbeat(self, rq: Heartbeat, version: int, visible: TopicFilter | None = None,
                   sync: bool = True) -> Outcome:

@@ -29,6 +29,7 @@ from typing import Any, cast
 
 from oncelog.broker.groups.consumer_groups import ConsumerGroupConfig, ConsumerGroupCoordinator
 from oncelog.broker.groups.offsets import GroupOffsets, storage_failed
+from oncelog.broker.groups.record_sync import RecordSync
 from oncelog.broker.groups.share_groups import ShareGroupConfig, ShareGroupCoordinator
 from oncelog.core.groups.classic import ClassicGroups, Waiting
 from oncelog.core.groups.classic_group import (
@@ -43,7 +44,7 @@ from oncelog.core.groups.classic_group import (
 )
 from oncelog.core.groups.consumer_group import TopicMetadata
 from oncelog.protocol.errors import ErrorCode
-from oncelog.storage.group_offsets import Committed, GroupMeta, GroupOffsetStore, MemberMeta
+from oncelog.storage.group_offsets import Committed, Frame, GroupMeta, GroupOffsetStore, MemberMeta
 from oncelog.storage.share_state import ShareStateStore
 
 log = logging.getLogger(__name__)
@@ -69,8 +70,10 @@ class GroupCoordinator:
         self.owns = owns
         self.started_ms = now_ms()
         self.classic = ClassicGroups(self, initial_rebalance_delay_ms, min_session_timeout_ms, max_session_timeout_ms)
+        # the fsyncs of the groups' record logs (consumer groups' records, offsets), off the loop
+        self.record_sync = RecordSync(now_ms)
         self.consumer = ConsumerGroupCoordinator(store, now_ms, consumer_groups or ConsumerGroupConfig(), topics,
-                                                 owns, self.classic.release)
+                                                 owns, self.classic.release, self.record_sync)
         # share groups (KIP-932): their state beside the groups' files, under the same leases
         self.share = ShareGroupCoordinator(
             share_store or ShareStateStore(store.directory / "share-state", store.writing_group, shared=store.shared),
@@ -78,7 +81,7 @@ class GroupCoordinator:
         self.offsets = GroupOffsets(store, now_ms, self.classic, self.consumer, retention_ms=offsets_retention_ms,
                                     retention_check_interval_ms=offsets_retention_check_interval_ms,
                                     producer_id_expiration_ms=producer_id_expiration_ms,
-                                    started_ms=self.started_ms)
+                                    started_ms=self.started_ms, sync=self.record_sync)
         # the event-loop timer running each classic group's rebalance deadline
         self._timers: dict[tuple[Group, str], tuple[Deadline, asyncio.TimerHandle]] = {}
         if not store.shared:
@@ -169,6 +172,11 @@ class GroupCoordinator:
                       + [(gid, CONSUMER_PROTOCOL, state, "consumer") for gid, state in self.consumer.listing()]
                       + [(gid, "share", state, "share") for gid, state in self.share.listing()])
 
+    def close(self) -> None:
+        """The broker stops: the groups' fsyncs in flight end, the share groups' last writes."""
+        self.record_sync.close()
+        self.share.close()
+
     def expire(self, consumer_groups: bool = True) -> None:
         """The broker's tick: which groups are this broker's, sessions, pending member ids, and
         (every `offsets.retention.check.interval.ms`) offsets and idle producers' offsets state.
@@ -207,8 +215,19 @@ class GroupCoordinator:
                retention_ms: int = -1, api_version: int = 8) -> int:
         return self.offsets.commit(group_id, generation, member_id, offsets, instance_id, retention_ms, api_version)
 
+    async def commit_durably(self, group_id: str, generation: int, member_id: str,
+                             offsets: dict[tuple[str, int], Committed], instance_id: str | None = None,
+                             retention_ms: int = -1, api_version: int = 8) -> int:
+        return await self.offsets.commit_durably(group_id, generation, member_id, offsets, instance_id, retention_ms,
+                                                 api_version)
+
     def committed(self, group_id: str) -> dict[tuple[str, int], Committed]:
         return self.offsets.committed(group_id)
+
+    async def offsets_flushed(self, group_id: str) -> bool:
+        """Whether what the group's offsets hold is on disk, waiting for it if a commit's fsync
+        is under way (what an OffsetFetch answers never goes back after a crash)."""
+        return await self.offsets.flushed(group_id)
 
     def unstable(self, group_id: str) -> set[tuple[str, int]]:
         return self.offsets.unstable(group_id)
@@ -224,9 +243,17 @@ class GroupCoordinator:
         return self.offsets.expire_offsets(now)
 
     def txn_commit(self, group_id: str, producer_id: int, producer_epoch: int, generation: int, member_id: str,
-                   instance_id: str | None, offsets: dict[tuple[str, int], Committed]) -> int:
+                   instance_id: str | None, offsets: dict[tuple[str, int], Committed], sync: bool = True,
+                   frames: list[Frame] | None = None) -> int:
         return self.offsets.txn_commit(group_id, producer_id, producer_epoch, generation, member_id, instance_id,
-                                       offsets)
+                                       offsets, sync, frames)
+
+    async def txn_records(self, group_id: str, offsets: dict[tuple[str, int], Committed]
+                          ) -> tuple[dict[tuple[str, int], Committed], list[Frame]]:
+        return await self.offsets.txn_records(group_id, offsets)
+
+    async def txn_flushed(self, group_id: str, producer_id: int) -> int:
+        return await self.offsets.txn_flushed(group_id, producer_id)
 
     def begin_txn_commit(self, producer_id: int) -> list[bool]:
         return self.offsets.begin_txn_commit(producer_id)

@@ -4,39 +4,50 @@ group ids, offsets and the store), and transactional offsets (KIP-447).
 - OffsetCommit: a consumer group's commit is checked by its member epoch (`consumer_groups`), a
   classic group's by its generation and state (`core.groups.classic.ClassicGroups.commit_error`);
   a commit to a group nobody knows creates an offsets-only classic group (a consumer using
-  `assign`). Offsets are fsynced before the answer (`storage.group_offsets`).
+  `assign`). A commit appends the records of its partitions to the group's offset log
+  (`storage.group_offsets`), and is answered once the group commit's fsync, off the event loop,
+  covered them (`record_sync`): its work is in proportion to the partitions it names, not to the
+  offsets the group holds, and other clients are served while the disk works (issue 36).
 - Retention (`offsets.retention.minutes`): offsets outlive an empty group for that long counted from
   when it became empty; offsets of a group without members (commits from `assign` users) expire by
   commit time, and a Stable consumer group (classic protocol `consumer`, or KIP-848) loses only
   offsets of topics it no longer subscribes to. An offset with a transactional commit pending for
   its partition stays.
 - TxnOffsetCommit: kept pending, durable, until the transaction's marker on the group's
-  `__consumer_offsets` partition, which makes them visible (COMMIT) or drops them (ABORT).
+  `__consumer_offsets` partition, which makes them visible (COMMIT) or drops them (ABORT); written
+  and answered as a commit is (appended to the producer's pending log there).
 A file that cannot be written is answered NOT_COORDINATOR (`storage_failed`).
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 
 from oncelog.broker.groups.consumer_groups import ConsumerGroupCoordinator
+from oncelog.broker.groups.record_sync import RecordSync
 from oncelog.core.groups.classic import ClassicGroups
 from oncelog.core.groups.classic_group import CONSUMER_PROTOCOL, EMPTY, STABLE
 from oncelog.core.txn.log_format import CONSUMER_OFFSETS_TOPIC
 from oncelog.protocol.errors import ErrorCode
 from oncelog.storage.fence import Busy, Fenced
-from oncelog.storage.group_offsets import Committed, GroupOffsetStore
+from oncelog.storage.group_offsets import Committed, Frame, GroupOffsetStore, offset_frames, pending_frames
 
 log = logging.getLogger(__name__)
 E = ErrorCode
+# a commit's records are framed in parts of about this many bytes of metadata, the event loop
+# serving other requests between two (2,000 offsets of 4 KB metadata are 8 MB of records)
+FRAMING_STEP_BYTES = 256 << 10
 
 
 class GroupOffsets:
     def __init__(self, store: GroupOffsetStore, now_ms: Callable[[], int], classic: ClassicGroups,
                  consumer: ConsumerGroupCoordinator, *, retention_ms: int, retention_check_interval_ms: int,
-                 producer_id_expiration_ms: int, started_ms: int) -> None:
-        """`started_ms`: when the coordinator started, the commit time of offsets stored without one."""
+                 producer_id_expiration_ms: int, started_ms: int, sync: RecordSync | None = None) -> None:
+        """`started_ms`: when the coordinator started, the commit time of offsets stored without one;
+        `sync`: the group commit the durable variants wait on."""
         self.store = store
+        self.sync = sync or RecordSync(now_ms)
         self.now_ms = now_ms
         self.classic = classic
         self.consumer = consumer
@@ -50,27 +61,65 @@ class GroupOffsets:
     # ------------------------------------------------------------------ offsets
     def commit(self, group_id: str, generation: int, member_id: str,
                offsets: dict[tuple[str, int], Committed], instance_id: str | None = None,
-               retention_ms: int = -1, api_version: int = 8) -> int:
+               retention_ms: int = -1, api_version: int = 8, sync: bool = True,
+               frames: list[Frame] | None = None) -> int:
         """`retention_ms`: OffsetCommit v2-v4's retention time (-1: `offsets.retention.minutes`);
-        `generation`: a consumer group member's epoch (v9+)."""
+        `generation`: a consumer group member's epoch (v9+). `sync=False`: written, not yet
+        fsynced (`commit_durably` waits for that). `frames`: the stamped offsets' records
+        (`commit_durably`)."""
         cg = self.consumer.group(group_id)
         if cg is not None:
             error = self.consumer.validate_commit(cg, member_id, generation, api_version, offsets)
-            return error or self._store_commit(group_id, offsets, retention_ms)
+            return error or self._store_commit(group_id, offsets, retention_ms, sync, frames)
         g = self.classic.group(group_id)
         if g is None:
             if generation >= 0:  # a member of a generation this coordinator does not know
                 return E.GROUP_ID_NOT_FOUND if api_version >= 9 else E.ILLEGAL_GENERATION
             g = self.classic.new_group(group_id, self.now_ms())  # offsets only: a consumer using assign()
         error = self.classic.commit_error(g, generation, member_id, instance_id, self.now_ms())
-        return error or self._store_commit(group_id, offsets, retention_ms)
+        return error or self._store_commit(group_id, offsets, retention_ms, sync, frames)
 
-    def _store_commit(self, group_id: str, offsets: dict[tuple[str, int], Committed], retention_ms: int) -> int:
+    async def commit_durably(self, group_id: str, generation: int, member_id: str,
+                             offsets: dict[tuple[str, int], Committed], instance_id: str | None = None,
+                             retention_ms: int = -1, api_version: int = 8) -> int:
+        """`commit`, answered once the group commit's fsync covered it (NOT_COORDINATOR if that
+        failed: the client finds the coordinator again and retries). The records are made first,
+        in parts between which other requests are served; then the commit is checked and written
+        in one step, as Kafka checks and appends under the group's lock."""
+        stamped = self._stamped(offsets, retention_ms)
+        frames = await _in_parts(stamped, offset_frames)
+        if not self.consumer.owns(group_id):   # moved to another broker meanwhile
+            return E.NOT_COORDINATOR
+        error = self.commit(group_id, generation, member_id, stamped, instance_id, retention_ms, api_version,
+                            sync=False, frames=frames)
+        if error:
+            return error
+        return E.NONE if await self.flushed(group_id) else E.NOT_COORDINATOR
+
+    async def flushed(self, group_id: str) -> bool:
+        """Whether every offset written to the group so far is on disk (waiting for it if not);
+        False if its fsync failed (what memory held is read again from the file, which the
+        failure cut back)."""
+        log_ = self.store.offsets_log(group_id)
+        if log_ is not None and log_.offline:
+            self.store.get(group_id)   # read again: what a failure left
+            log_ = self.store.offsets_log(group_id)
+        return await self.sync.flushed(log_)
+
+    def _stamped(self, offsets: dict[tuple[str, int], Committed],
+                 retention_ms: int) -> dict[tuple[str, int], Committed]:
+        """The offsets with their commit time (and OffsetCommit v2-v4's expiry)."""
         now = self.now_ms()
         expire = now + retention_ms if retention_ms >= 0 else -1
+        return {k: c._replace(commit_timestamp=now, expire_timestamp=expire) for k, c in offsets.items()}
+
+    def _store_commit(self, group_id: str, offsets: dict[tuple[str, int], Committed], retention_ms: int,
+                      sync: bool = True, frames: list[Frame] | None = None) -> int:
         try:
-            self.store.commit(group_id, {k: c._replace(commit_timestamp=now, expire_timestamp=expire)
-                                         for k, c in offsets.items()})
+            if frames is None:
+                self.store.commit(group_id, self._stamped(offsets, retention_ms), sync)
+            else:   # stamped already
+                self.store.commit(group_id, offsets, sync, frames)
         except OSError as e:
             return storage_failed(group_id, "offset commit", e)
         return E.NONE
@@ -181,10 +230,11 @@ class GroupOffsets:
 
     # ------------------------------------------------------------ transactional offsets
     def txn_commit(self, group_id: str, producer_id: int, producer_epoch: int, generation: int, member_id: str,
-                   instance_id: str | None, offsets: dict[tuple[str, int], Committed]) -> int:
+                   instance_id: str | None, offsets: dict[tuple[str, int], Committed], sync: bool = True,
+                   frames: list[Frame] | None = None) -> int:
         """TxnOffsetCommit (KIP-447): kept pending, durable, until the transaction's marker; an
         epoch older than the group's offsets partition knows of the producer is
-        INVALID_PRODUCER_EPOCH."""
+        INVALID_PRODUCER_EPOCH. `sync=False`: written, not yet fsynced (`txn_commit_durably`)."""
         cg = self.consumer.group(group_id)
         if generation >= 0 or member_id or instance_id is not None:
             # Member data (v3+): validated as a commit is; without it (v0-2, aiokafka, kafkajs)
@@ -193,21 +243,40 @@ class GroupOffsets:
                 error = self.consumer.validate_commit(cg, member_id, generation, None, offsets)
                 if error:
                     return error
-                return self._store_txn_commit(group_id, producer_id, producer_epoch, offsets)
+                return self._store_txn_commit(group_id, producer_id, producer_epoch, offsets, sync, frames)
             g = self.classic.group(group_id)
             if g is None:
                 return E.ILLEGAL_GENERATION if generation >= 0 else E.UNKNOWN_MEMBER_ID
             error = self.classic.validate_commit(g, generation, member_id, instance_id)
             if error:
                 return error
-        return self._store_txn_commit(group_id, producer_id, producer_epoch, offsets)
+        return self._store_txn_commit(group_id, producer_id, producer_epoch, offsets, sync, frames)
+
+    async def txn_records(self, group_id: str, offsets: dict[tuple[str, int], Committed]
+                          ) -> tuple[dict[tuple[str, int], Committed], list[Frame]]:
+        """A TxnOffsetCommit's offsets with their commit time, and their records, made in parts
+        between which other requests are served (as `commit_durably`'s). Before the check that
+        the transaction holds the offsets partition: nothing may wait between that check and
+        `txn_commit(..., frames=...)`, or a marker could come in between."""
+        now = self.now_ms()
+        stamped = {k: c._replace(commit_timestamp=now) for k, c in offsets.items()}
+        return stamped, await _in_parts(stamped, lambda part: pending_frames(group_id, part))
+
+    async def txn_flushed(self, group_id: str, producer_id: int) -> int:
+        """After `txn_commit(..., sync=False)`: NONE once the group commit's fsync covered it,
+        NOT_COORDINATOR if that failed. A marker that settled the producer's offsets meanwhile
+        rewrote its log whole, durably, with what the commit wrote: that is answered NONE."""
+        pending = self.store.pending_log(self.store.partition_of(group_id), producer_id)
+        return E.NONE if await self.sync.flushed(pending) else E.NOT_COORDINATOR
 
     def _store_txn_commit(self, group_id: str, producer_id: int, producer_epoch: int,
-                          offsets: dict[tuple[str, int], Committed]) -> int:
+                          offsets: dict[tuple[str, int], Committed], sync: bool = True,
+                          frames: list[Frame] | None = None) -> int:
         now = self.now_ms()
         try:
-            return self.store.add_pending(producer_id, producer_epoch, group_id,
-                                          {k: c._replace(commit_timestamp=now) for k, c in offsets.items()}, now)
+            if frames is None:
+                offsets = {k: c._replace(commit_timestamp=now) for k, c in offsets.items()}
+            return self.store.add_pending(producer_id, producer_epoch, group_id, offsets, now, sync, frames)
         except OSError as e:
             return storage_failed(group_id, "transactional offset commit", e)
 
@@ -260,6 +329,23 @@ class GroupOffsets:
         for groups in self.store.pending().values():
             out.update(groups.get(group_id, ()))
         return out
+
+
+async def _in_parts(offsets: dict[tuple[str, int], Committed],
+                   make: Callable[[list[tuple[tuple[str, int], Committed]]], list[Frame]]) -> list[Frame]:
+    """`make` over the offsets in parts of about FRAMING_STEP_BYTES of metadata, the event loop
+    serving other requests between two (a small commit is made in one go, without a yield)."""
+    items = list(offsets.items())
+    frames: list[Frame] = []
+    start = size = 0
+    for i, (_tp, c) in enumerate(items):
+        size += 64 + len(c.metadata or "")
+        if size >= FRAMING_STEP_BYTES:
+            frames += make(items[start:i + 1])
+            start, size = i + 1, 0
+            await asyncio.sleep(0)
+    frames += make(items[start:])
+    return frames
 
 
 def storage_failed(group_id: str, what: str, e: OSError) -> int:

@@ -16,7 +16,6 @@ from typing import Any
 from oncelog.broker.security.authorization import TXN_ID, Op, authorize, describable_topics
 from oncelog.broker.services import BrokerServices
 from oncelog.protocol import describe_transactions as wire
-from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode
 
@@ -24,8 +23,9 @@ API_KEY = ApiKey.DESCRIBE_TRANSACTIONS
 
 
 def _failed(code: int, tid: str) -> bytes:
-    # Kafka's usual values of an error entry (`entities.make_error`'s)
-    return wire.encode_state(code, tid, "", 0, 0, -1, -1, ())
+    # Kafka's values of an error entry: its generated class's defaults (handleDescribeTransactions
+    # sets only the id and the code), producer id and epoch 0, not -1
+    return wire.encode_error(code, tid)
 
 
 async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
@@ -51,15 +51,13 @@ async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
         for topic, index in sorted(meta.partitions):
             if topic in described:
                 topics.setdefault(topic, []).append(index)
-        # the start time as kio wrote it: -1 (no transaction started) became the epoch
+        # the start time as Kafka sends it: -1 while no transaction started (kio wrote 0, the
+        # epoch, and Kafka's admin tools showed a transaction running since 1970)
         states.append(wire.encode_state(ErrorCode.NONE, tid, meta.state.display_name, meta.timeout_ms,
-                                        max(meta.start_ms, 0), meta.producer_id, meta.producer_epoch,
+                                        meta.start_ms, meta.producer_id, meta.producer_epoch,
                                         list(topics.items())))
     return wire.encode_response(0, states)
 
 
 def error_response(version: int, request: Any, code: int) -> bytes:
-    rb = entities.ResponseBuilder(API_KEY, version)
-    return rb.encode_error(code, transaction_states=tuple(
-        rb.error("TransactionState", code, transactional_id=tid, transaction_state="", transaction_start_time=0)
-        for tid in request.transactional_ids))
+    return wire.encode_response(0, [wire.encode_error(code, str(tid)) for tid in request.transactional_ids])

@@ -1,4 +1,6 @@
-"""OffsetCommit (API 8), v2-v9: durable before it is acknowledged. Generation -1 with no member
+"""OffsetCommit (API 8), v2-v9: durable before it is acknowledged (the records of the partitions it
+names appended to the group's offset log, answered after the group commit's fsync, off the event
+loop: `broker.groups.offsets`). Generation -1 with no member
 id is a standalone commit (a consumer using assign), accepted while the group has no members.
 v2-v4 may ask for their own retention time; v7+ names the static instance; v9 carries a consumer
 group member's epoch (KIP-848: STALE_MEMBER_EPOCH for another epoch, and such a member must use
@@ -13,7 +15,7 @@ from typing import Any
 
 from oncelog.broker.security.authorization import GROUP, TOPIC, Op, authorized_names, require
 from oncelog.broker.services import BrokerServices
-from oncelog.protocol import entities
+from oncelog.protocol import entities, offset_commit_answers
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode
 from oncelog.storage.group_offsets import Committed
@@ -22,7 +24,6 @@ API_KEY = ApiKey.OFFSET_COMMIT
 
 
 async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
-    rb = entities.ResponseBuilder(API_KEY, version)
     require(broker, Op.READ, GROUP, str(r.group_id))
     readable = authorized_names(broker, Op.READ, TOPIC, (str(t.name) for t in r.topics))
     offsets, unknown, denied, too_large = {}, set(), set(), set()
@@ -46,21 +47,18 @@ async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
     if not broker.coordinates(str(r.group_id)):
         error = ErrorCode.NOT_COORDINATOR
     elif offsets:
-        error = broker.groups.commit(
+        error = await broker.groups.commit_durably(
             str(r.group_id), generation, r.member_id, offsets, getattr(r, "group_instance_id", None),
             entities.millis(getattr(r, "retention_time", None)), api_version=version)
     else:
         error = ErrorCode.NONE
-    topics = tuple(
-        rb("OffsetCommitResponseTopic", name=t.name, partitions=tuple(
-            rb("OffsetCommitResponsePartition", partition_index=p.partition_index,
-               error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED
-               if (str(t.name), int(p.partition_index)) in denied else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-               if (str(t.name), int(p.partition_index)) in unknown else ErrorCode.OFFSET_METADATA_TOO_LARGE
-               if (str(t.name), int(p.partition_index)) in too_large else error)
-            for p in t.partitions))
-        for t in r.topics)
-    return rb.encode(throttle_time=0, topics=topics)
+    # written by hand, its errors counted here: a commit may name thousands of partitions
+    # (`protocol.offset_commit_answers`)
+    topics = [(str(t.name), [(int(p.partition_index), offset_commit_answers.partition_code(
+        (str(t.name), int(p.partition_index)), error, denied, unknown, too_large)) for p in t.partitions])
+        for t in r.topics]
+    broker.metrics.count_errors("OffsetCommit", (code for _t, ps in topics for _i, code in ps))
+    return offset_commit_answers.offset_commit(version, topics)
 
 
 def _exists(broker: BrokerServices, topic: str, index: int) -> bool:

@@ -3,7 +3,9 @@ v7 `require_stable` (KIP-447): a partition with transactional offsets still pend
 UNSTABLE_OFFSET_COMMIT (retriable) instead of an offset its transaction may yet replace.
 v8 asks for several groups at once, each answered with its own error; v9 names the member and its
 epoch, checked for a consumer group (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH; Kafka's
-validateOffsetFetch), not for a classic one.
+validateOffsetFetch), not for a classic one. A commit whose fsync is under way is waited for
+(Kafka reads a group at its last committed offset): an offset answered never goes back after a
+crash (NOT_COORDINATOR if that fsync failed).
 Needs DESCRIBE on the group (else GROUP_AUTHORIZATION_FAILED, for that group); topics need
 DESCRIBE: a named one is answered TOPIC_AUTHORIZATION_FAILED, and with null topics those not
 described are left out."""
@@ -36,8 +38,8 @@ async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
     stable = bool(getattr(r, "require_stable", False))
     if version < FIRST_BATCHED:
         require(broker, Op.DESCRIBE, GROUP, str(r.group_id))
-        error, topics = _group(broker, rb, str(r.group_id), r.topics, stable, None, -1,
-                               "OffsetFetchResponseTopic", "OffsetFetchResponsePartition")
+        error, topics = await _group(broker, rb, str(r.group_id), r.topics, stable, None, -1,
+                                     "OffsetFetchResponseTopic", "OffsetFetchResponsePartition")
         return rb.encode(throttle_time=0, topics=topics, error_code=error)
     groups = []
     for g in r.groups:
@@ -45,18 +47,20 @@ async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
             groups.append(rb("OffsetFetchResponseGroup", group_id=g.group_id, topics=(),
                              error_code=E.GROUP_AUTHORIZATION_FAILED))
             continue
-        error, topics = _group(broker, rb, str(g.group_id), g.topics, stable, getattr(g, "member_id", None),
-                               int(getattr(g, "member_epoch", -1)), "OffsetFetchResponseTopics",
-                               "OffsetFetchResponsePartitions")
+        error, topics = await _group(broker, rb, str(g.group_id), g.topics, stable, getattr(g, "member_id", None),
+                                     int(getattr(g, "member_epoch", -1)), "OffsetFetchResponseTopics",
+                                     "OffsetFetchResponsePartitions")
         groups.append(rb("OffsetFetchResponseGroup", group_id=g.group_id, topics=topics, error_code=error))
     return rb.encode(throttle_time=0, groups=tuple(groups))
 
 
-def _group(broker: BrokerServices, rb: entities.ResponseBuilder, group_id: str, asked: Any, stable: bool,
-           member_id: str | None, member_epoch: int,
-           topic_cls: str, partition_cls: str) -> tuple[int, tuple[Any, ...]]:
+async def _group(broker: BrokerServices, rb: entities.ResponseBuilder, group_id: str, asked: Any, stable: bool,
+                 member_id: str | None, member_epoch: int,
+                 topic_cls: str, partition_cls: str) -> tuple[int, tuple[Any, ...]]:
     """(group error, topics) for one group."""
     if not broker.coordinates(group_id):
+        return E.NOT_COORDINATOR, ()
+    if not await broker.groups.offsets_flushed(group_id) or not broker.coordinates(group_id):
         return E.NOT_COORDINATOR, ()
     error = broker.groups.consumer.validate_fetch(group_id, member_id, member_epoch)
     if error:

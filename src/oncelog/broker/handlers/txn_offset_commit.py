@@ -24,7 +24,7 @@ from oncelog.broker.security.authorization import GROUP, TOPIC, TXN_ID, Op, auth
 from oncelog.broker.services import BrokerServices
 from oncelog.broker.txn import add_partitions
 from oncelog.core.txn.errors import for_version, verification_error
-from oncelog.protocol import entities
+from oncelog.protocol import entities, offset_commit_answers
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode
 from oncelog.storage.group_offsets import Committed
@@ -35,7 +35,6 @@ FIRST_V2 = 5   # TxnOffsetCommit v5+: Transactions V2 (the group's offsets parti
 
 
 async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
-    rb = entities.ResponseBuilder(API_KEY, version)
     group = str(r.group_id)
     require(broker, Op.WRITE, TXN_ID, str(r.transactional_id))
     require(broker, Op.READ, GROUP, group)
@@ -67,6 +66,8 @@ async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
     else:
         # a marker for the producer while it waits ends the transaction it asked about
         pid, groups = int(r.producer_id), broker.groups
+        # the records first (in parts, other requests served between): no wait after the check
+        stamped, frames = await groups.txn_records(group, offsets)
         offsets_tp = broker.txn.core.offsets_partition(group)
         codes = await add_partitions.check(
             broker, str(r.transactional_id), pid, int(r.producer_epoch), [offsets_tp], version >= FIRST_V2,
@@ -75,19 +76,18 @@ async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
         code = codes[offsets_tp]
         if code:
             error = verification_error(code, API_KEY, version)
-        elif offsets:   # no await since the check: no marker came in between
+        else:   # written with no await since the check: no marker came in between
             error = groups.txn_commit(group, pid, int(r.producer_epoch), int(getattr(r, "generation_id", -1)),
                                       str(getattr(r, "member_id", "") or ""), getattr(r, "group_instance_id", None),
-                                      offsets)
+                                      stamped, sync=False, frames=frames)
+            if not error:   # answered once fsynced (a marker meanwhile answers it stored)
+                error = await groups.txn_flushed(group, pid)
     error = for_version(API_KEY, version, error)
-    return rb.encode(throttle_time=0, topics=tuple(
-        rb("TxnOffsetCommitResponseTopic", name=t.name, partitions=tuple(
-            rb("TxnOffsetCommitResponsePartition", partition_index=p.partition_index,
-               error_code=E.TOPIC_AUTHORIZATION_FAILED if (str(t.name), int(p.partition_index)) in denied
-               else E.UNKNOWN_TOPIC_OR_PARTITION if (str(t.name), int(p.partition_index)) in unknown
-               else E.OFFSET_METADATA_TOO_LARGE if (str(t.name), int(p.partition_index)) in too_large else error)
-            for p in t.partitions))
-        for t in r.topics))
+    topics = [(str(t.name), [(int(p.partition_index), offset_commit_answers.partition_code(
+        (str(t.name), int(p.partition_index)), error, denied, unknown, too_large)) for p in t.partitions])
+        for t in r.topics]
+    broker.metrics.count_errors("TxnOffsetCommit", (code for _t, ps in topics for _i, code in ps))
+    return offset_commit_answers.txn_offset_commit(version, topics)
 
 
 def error_response(version: int, request: Any, code: int) -> bytes:

@@ -355,7 +355,7 @@ class Broker:
             await self.share_dlq.close()    # ARCHIVING: the next start writes them, once)
         self.group_commit.close()
         if self._groups is not None:
-            self._groups.share.close()   # its last writes, before the directories are let go
+            self._groups.close()   # the last writes, before the directories are let go
         await self.logs.close()
         if self._group_ownership is not None:
             self._group_ownership.close()

@@ -9,7 +9,15 @@ its group, `TXN` its transactional id, `CLUSTER` the cluster. An entry needs eve
 `all_of`, and one of each alternative group of `any_of`. `filtered`: a listing that leaves out
 what the caller may not see, refusing nothing; `broker_only`: the broker principal alone (§1.1 of
 docs/security.md), no ACL stands in; `open`: nothing needed. What filters a listing (this entry's
-or any other answer naming resources the request did not name) is declared in `LISTINGS`."""
+or any other answer naming resources the request did not name) is declared in `LISTINGS`.
+
+`pre_auth`: served on a SASL listener before the connection is authenticated, in the order of
+`PRE_AUTH_ORDER` (Kafka's SaslServerAuthenticator: ApiVersions, then SaslHandshake, then
+SaslAuthenticate); every other request before that closes the connection unanswered (or, between
+the handshake and the token, answered ILLEGAL_SASL_STATE first), so it needs no right because it
+is never served to anyone not yet known. After authentication SaslHandshake and SaslAuthenticate
+are answered ILLEGAL_SASL_STATE (no re-authentication asked), needing no right and granting
+nothing. tests/security/test_api_rights.py generates both checks from these entries."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -35,6 +43,7 @@ class ApiRights:
     filtered: bool = False
     broker_only: bool = False
     open: bool = False
+    pre_auth: bool = False
     note: str = ""
 
 
@@ -61,8 +70,8 @@ API_RIGHTS: dict[int, tuple[ApiRights, ...]] = {
     K.SYNC_GROUP: (ApiRights((0, 5), (RG,)),),
     K.DESCRIBE_GROUPS: (ApiRights((0, 5), (DG,)),),
     K.LIST_GROUPS: (ApiRights((0, 5), filtered=True, note="DESCRIBE C: all; else by DESCRIBE G"),),
-    K.SASL_HANDSHAKE: (ApiRights((0, 1), open=True),),
-    K.API_VERSIONS: (ApiRights((0, 4), open=True),),
+    K.SASL_HANDSHAKE: (ApiRights((0, 1), open=True, pre_auth=True, note="the login itself"),),
+    K.API_VERSIONS: (ApiRights((0, 4), open=True, pre_auth=True, note="the versions the login may use"),),
     K.CREATE_TOPICS: (ApiRights((2, 7), any_of=((_r(Op.CREATE, CLUSTER), _r(Op.CREATE, TOPIC)),)),),
     K.DELETE_TOPICS: (ApiRights((1, 6), (_r(Op.DELETE, TOPIC),)),),
     K.DELETE_RECORDS: (ApiRights((0, 2), (_r(Op.DELETE, TOPIC),)),),
@@ -83,7 +92,7 @@ API_RIGHTS: dict[int, tuple[ApiRights, ...]] = {
     K.DESCRIBE_CONFIGS: (ApiRights((1, 4), (_r(Op.DESCRIBE_CONFIGS, TOPIC),),
                                    note="BROKER resources: on the cluster; GROUP: on the group"),),
     K.ALTER_CONFIGS: (ApiRights((0, 2), (_r(Op.ALTER_CONFIGS, TOPIC),)),),
-    K.SASL_AUTHENTICATE: (ApiRights((0, 2), open=True),),
+    K.SASL_AUTHENTICATE: (ApiRights((0, 2), open=True, pre_auth=True, note="the login itself"),),
     K.CREATE_PARTITIONS: (ApiRights((0, 3), (AT,)),),
     K.DELETE_GROUPS: (ApiRights((0, 2), (XG,)),),
     K.INCREMENTAL_ALTER_CONFIGS: (ApiRights((0, 1), (_r(Op.ALTER_CONFIGS, TOPIC),)),),
@@ -109,6 +118,10 @@ API_RIGHTS: dict[int, tuple[ApiRights, ...]] = {
     K.ALTER_SHARE_GROUP_OFFSETS: (ApiRights((0, 0), (RG, RT)),),
     K.DELETE_SHARE_GROUP_OFFSETS: (ApiRights((0, 0), (XG, RT)),),
 }
+
+
+# the APIs served before authentication, in the order a login sends them
+PRE_AUTH_ORDER = (K.API_VERSIONS, K.SASL_HANDSHAKE, K.SASL_AUTHENTICATE)
 
 
 @dataclass(frozen=True)
