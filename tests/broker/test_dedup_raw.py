@@ -94,13 +94,14 @@ class Conn(AsyncRawConnection):
         return entity_reader(response_type)(body, 0)[0]
 
 
-def produce_body(version: int, topic: str | uuid.UUID, partition: int, records: bytes, acks: int = -1) -> bytes:
+def produce_body(version: int, topic: str | uuid.UUID, partition: int, records: bytes, acks: int = -1,
+                 timeout_ms: int = 30000) -> bytes:
     flexible = version >= 9
     if not flexible:
         name = topic.encode()
-        return (struct.pack(">hhi", -1, acks, 30000) + struct.pack(">i", 1) + struct.pack(">h", len(name)) + name
+        return (struct.pack(">hhi", -1, acks, timeout_ms) + struct.pack(">i", 1) + struct.pack(">h", len(name)) + name
                 + struct.pack(">i", 1) + struct.pack(">ii", partition, len(records)) + records)
-    out = [b"\x00", struct.pack(">hi", acks, 30000), uvarint(2)]
+    out = [b"\x00", struct.pack(">hi", acks, timeout_ms), uvarint(2)]
     if version >= 13:
         out.append(topic.bytes)
     else:

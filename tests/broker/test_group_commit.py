@@ -213,3 +213,52 @@ async def test_a_lone_acks_all_produce_is_answered_after_exactly_one_fsync(tmp_p
     finally:
         await c.conn.close()
         await broker.stop()
+
+
+async def test_an_fsync_slower_than_the_request_timeout_is_answered_request_timed_out_in_order(tmp_path, monkeypatch):
+    """The fsync held past the first request's timeout (200 ms): it is answered
+    REQUEST_TIMED_OUT while the fsync still runs, and the two requests behind it (a Produce with
+    a long timeout, appended meanwhile, and a Metadata, which waits for every answer before it)
+    are answered after it, in order, once the fsync returns; the Produce's batch is then kept."""
+    from test_dedup_raw import Client, Conn, parse_produce, produce_body, start_broker
+
+    real = Partition.run_sync
+    gate = threading.Semaphore(0)
+
+    def held(self, token):
+        gate.acquire()
+        real(self, token)
+    broker, host, port = await start_broker(tmp_path)
+    c = Client(await Conn.open(host, port))
+    try:
+        await c.create_topic("slow")
+        monkeypatch.setattr(Partition, "run_sync", held)
+        w = c.conn.writer
+        for cid, seq, timeout_ms in ((200, 0, 200), (201, 2, 30_000)):
+            body = produce_body(9, "slow", 0, bytes(batch(seq)), acks=-1, timeout_ms=timeout_ms)
+            header = struct.pack(">hhih", 0, 9, cid, 4) + b"test" + b"\x00"
+            w.write(struct.pack(">i", len(header) + len(body)) + header + body)
+        metadata = struct.pack(">hhih", 3, 1, 202, 4) + b"test" + struct.pack(">i", -1)
+        w.write(struct.pack(">i", len(metadata)) + metadata)
+        await w.drain()
+
+        async def answer() -> tuple[int, bytes]:
+            size = struct.unpack(">i", await c.conn.reader.readexactly(4))[0]
+            data = await c.conn.reader.readexactly(size)
+            return struct.unpack(">i", data[:4])[0], data
+        cid, data = await asyncio.wait_for(answer(), 10)   # while the fsync is still held
+        first = parse_produce(9, data[5:])[0]
+        assert cid == 200 and first["error_code"] == 7 and first["base_offset"] == -1   # REQUEST_TIMED_OUT
+        gate.release()
+        gate.release()
+        cid, data = await asyncio.wait_for(answer(), 10)
+        assert cid == 201 and parse_produce(9, data[5:])[0]["error_code"] == 0
+        cid, _data = await asyncio.wait_for(answer(), 10)
+        assert cid == 202
+        partition = broker.logs.get_partition("slow", 0)
+        assert partition.durable_end_offset == 4
+    finally:
+        for _ in range(4):
+            gate.release()
+        await c.conn.close()
+        await broker.stop()

@@ -34,8 +34,9 @@ A transactional id on a request of plain batches is ignored, as Kafka ignores it
 Durability: appends run at once, in order; on a topic without write.caching an acks=all answer
 (a new batch or a duplicate's original) then waits for the group commit to fsync it
 (broker.group_commit), as Kafka's delayed produce waits for the high watermark. That wait alone
-does not hold up the Produce requests behind it on the connection (`request_context.applied`):
-they are appended meanwhile and join the same fsync; the answers go out in order. A batch whose
+does not hold up the Produce requests behind it on the connection (the handler returns a
+`broker.net.later.Later`): they are appended meanwhile and join the same fsync; the answers go out
+in order. A batch whose
 fsync failed is answered KAFKA_STORAGE_ERROR (storage cut it: a retry is appended afresh), one
 still not durable after the request's timeout REQUEST_TIMED_OUT. acks=1 is answered from the page
 cache; its records become visible with the next fsync.
@@ -50,11 +51,12 @@ throttle time and the connection is muted for it (KIP-219); the records are appe
 from __future__ import annotations
 
 import asyncio
+import functools
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from oncelog.broker.net.request_context import applied
+from oncelog.broker.net.later import Later
 from oncelog.broker.security.authorization import TOPIC, TXN_ID, Op, authorize, authorized_names
 from oncelog.broker.security.internal_topics import refusal
 from oncelog.broker.security.quotas import throttle
@@ -73,7 +75,7 @@ API_KEY = 0
 FIRST_V2 = 12   # Produce v12+: Transactions V2 (the leader adds the partition to the transaction)
 
 
-async def handle(broker: BrokerServices, version: int, request: wire.ProduceRequest) -> bytes | None:
+async def handle(broker: BrokerServices, version: int, request: wire.ProduceRequest) -> bytes | Later | None:
     now = broker.now_ms()
     refuse = _refusal(request)
     tid = request.transactional_id
@@ -106,8 +108,7 @@ async def handle(broker: BrokerServices, version: int, request: wire.ProduceRequ
     if request.acks == 0:
         return None
     if waits:
-        applied()  # the Produce requests behind this one may be appended while it waits
-        return await _answer_when_durable(broker, version, topics, waits, request.timeout_ms, throttle_ms)
+        return _answer_when_durable(broker, version, topics, waits, request.timeout_ms, throttle_ms)
     return wire.encode_response(version, topics, throttle_ms)
 
 
@@ -122,8 +123,8 @@ class _Append:
     header: BatchHeader | None   # of its transactional batch, else None
 
 
-# an acks=all answer waiting for its fsync: the future says whether the batch was kept
-_Wait = tuple[wire.PartitionResponse, "asyncio.Future[bool]"]
+# an acks=all answer waiting for its fsync, and the offset its records end below
+_Wait = tuple[wire.PartitionResponse, Partition, int]
 # one verification attempt's guards: a guard per partition asked about (`core.txn.verification`)
 _Token = list[tuple[tuple[str, int], Partition, Guard]]
 
@@ -243,9 +244,8 @@ def _append(broker: BrokerServices, version: int, request: wire.ProduceRequest, 
             if partition.write_caching:
                 appended = appended or (result.error_code == 0 and "duplicate" not in result.extra)
             elif request.acks == -1 and result.error_code == 0:
-                waiting = group_commit.durable(partition, result.last_offset + 1)
-                if waiting is not None:
-                    waits.append((response, waiting))
+                if partition.durable_end_offset <= result.last_offset:
+                    waits.append((response, partition, result.last_offset + 1))
             else:
                 group_commit.appended(partition)  # visible once fsynced; a failure may have cut
     return appended, waits
@@ -256,45 +256,49 @@ def _topic_name(broker: BrokerServices, key: wire.TopicKey | None) -> str | None
     return broker.logs.topic_name(key) if isinstance(key, uuid.UUID) else key
 
 
-async def _answer_when_durable(broker: BrokerServices, version: int, topics: list[wire.TopicResponse],
-                               waits: list[_Wait], timeout_ms: int, throttle_ms: int) -> bytes:
-    await _all_or_timeout([w for _r, w in waits], max(timeout_ms, 0) / 1000)
-    for response, waiting in waits:
-        if not waiting.done():
-            code, message = ErrorCode.REQUEST_TIMED_OUT, "the batch was not fsynced within the request timeout"
-        elif not waiting.result():
-            code, message = ErrorCode.KAFKA_STORAGE_ERROR, "the batch's fsync failed; it was not kept"
-        else:
-            continue
-        response.error_code, response.base_offset, response.log_append_time = code, -1, -1
-        response.error_message = message
-        broker.metrics.errors.labels("Produce", code.name).inc()
-    return wire.encode_response(version, topics, throttle_ms)
+def _answer_when_durable(broker: BrokerServices, version: int, topics: list[wire.TopicResponse],
+                         waits: list[_Wait], timeout_ms: int, throttle_ms: int) -> Later:
+    """The answer once every waiting batch is fsynced (or cut by a failed fsync: KAFKA_STORAGE_ERROR),
+    or after the request's timeout (REQUEST_TIMED_OUT for what is still not durable): encoded
+    in the group commit's own completion, without a trip through the event loop
+    (`broker.net.later`)."""
+    answer = Later()
+    left = len(waits)
+    outcome: dict[int, bool] = {}   # index in waits -> kept
 
+    def finish() -> None:
+        timer.cancel()
+        for i, (response, _partition, _offset) in enumerate(waits):
+            kept = outcome.get(i)
+            if kept:
+                continue
+            if kept is None:
+                code, message = ErrorCode.REQUEST_TIMED_OUT, "the batch was not fsynced within the request timeout"
+            else:
+                code, message = ErrorCode.KAFKA_STORAGE_ERROR, "the batch's fsync failed; it was not kept"
+            response.error_code, response.base_offset, response.log_append_time = code, -1, -1
+            response.error_message = message
+            broker.metrics.errors.labels("Produce", code.name).inc()
+        answer.resolve(wire.encode_response(version, topics, throttle_ms))
 
-def _all_or_timeout(futures: list[asyncio.Future[bool]], timeout_s: float) -> asyncio.Future[None]:
-    """Done once every future is, or after `timeout_s` (the futures are left alone: the group
-    commit still resolves them). asyncio.wait's sets, per-future waiter and task bookkeeping
-    cost a lone acks=all Produce more than the rest of its answer."""
-    loop = asyncio.get_running_loop()
-    gate: asyncio.Future[None] = loop.create_future()
-    left = len(futures)
-
-    def one_done(_future: asyncio.Future[bool]) -> None:
+    def told(i: int, kept: bool) -> None:
         nonlocal left
+        if answer.done:
+            return
+        outcome[i] = kept
         left -= 1
-        if left == 0 and not gate.done():
-            gate.set_result(None)
+        if left == 0:
+            finish()
 
     def expired() -> None:
-        if not gate.done():
-            gate.set_result(None)
+        if not answer.done:
+            finish()
 
-    for future in futures:
-        future.add_done_callback(one_done)
-    timer = loop.call_later(timeout_s, expired)
-    gate.add_done_callback(lambda _gate: timer.cancel())
-    return gate
+    timer = asyncio.get_running_loop().call_later(max(timeout_ms, 0) / 1000, expired)
+    for i, (_response, partition, offset) in enumerate(waits):
+        if not broker.group_commit.when_durable(partition, offset, functools.partial(told, i)):
+            told(i, True)
+    return answer
 
 
 def _refusal(request: wire.ProduceRequest) -> tuple[int, str] | None:

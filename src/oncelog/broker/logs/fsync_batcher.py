@@ -42,7 +42,7 @@ class GroupCommit:
         self._threads: list[threading.Thread] = []
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._syncing: set = set()       # partitions with an fsync in flight
-        self._waiters: dict = {}         # partition -> deque[(offset, generation, future)]
+        self._waiters: dict = {}         # partition -> deque[(offset, generation, future or callback)]
         self._closed = False
         self.fsyncs = 0                  # completed fsyncs (for metrics and tests)
 
@@ -58,13 +58,17 @@ class GroupCommit:
         if partition.durable_end_offset >= offset:
             return None
         future = asyncio.get_running_loop().create_future()
-        queue = self._waiters.get(partition)
-        if queue is None:
-            queue = self._waiters[partition] = deque()
-        queue.append((offset, partition.sync_generation, future))
-        if partition not in self._syncing:
-            self._start(partition)
+        self._wait(partition, offset, future)
         return future
+
+    def when_durable(self, partition, offset: int, callback: Callable[[bool], None]) -> bool:
+        """`durable` for a caller that wants no loop hop (`broker.net.later`): False when every
+        record below `offset` is fsynced already; otherwise True, and `callback(kept)` is called
+        as the fsync's outcome is known, from the loop, before anything else runs."""
+        if partition.durable_end_offset >= offset:
+            return False
+        self._wait(partition, offset, callback)
+        return True
 
     def waiting(self, partition) -> int:
         """Answers waiting for the partition's records to be fsynced (for tests and metrics)."""
@@ -84,12 +88,19 @@ class GroupCommit:
             thread.join()
         self._threads.clear()
         for waiting in self._waiters.values():
-            for _offset, _generation, future in waiting:
-                if not future.done():
-                    future.set_result(False)
+            for _offset, _generation, waiter in waiting:
+                _tell(waiter, False)
         self._waiters.clear()
 
     # ------------------------------------------------------------------ internals
+    def _wait(self, partition, offset: int, waiter) -> None:
+        queue = self._waiters.get(partition)
+        if queue is None:
+            queue = self._waiters[partition] = deque()
+        queue.append((offset, partition.sync_generation, waiter))
+        if partition not in self._syncing:
+            self._start(partition)
+
     def _start(self, partition) -> None:
         if self._closed:
             return
@@ -137,7 +148,7 @@ class GroupCommit:
             return
         durable, generation, offline = partition.durable_end_offset, partition.sync_generation, partition.offline
         while queue:
-            offset, since, future = queue[0]
+            offset, since, waiter = queue[0]
             if offset <= durable:
                 ok = True
             elif since != generation or offline:
@@ -145,7 +156,17 @@ class GroupCommit:
             else:
                 break
             queue.popleft()
-            if not future.done():
-                future.set_result(ok)
+            _tell(waiter, ok)
         if not queue:
             del self._waiters[partition]
+
+
+def _tell(waiter, kept: bool) -> None:
+    if isinstance(waiter, asyncio.Future):
+        if not waiter.done():
+            waiter.set_result(kept)
+        return
+    try:
+        waiter(kept)
+    except Exception:  # noqa: BLE001 - one waiter's bug must not leave the others waiting
+        log.exception("a group commit waiter failed")

@@ -20,6 +20,7 @@ from collections.abc import Coroutine, Generator
 from typing import TYPE_CHECKING, Any, Protocol
 
 from oncelog.broker.net.dispatch import BadRequest, Response
+from oncelog.broker.net.later import Later
 from oncelog.broker.security.authentication import ConnectionAuth, ListenerSecurity
 from oncelog.core.security.principal import ANONYMOUS, NoMatchingRule
 from oncelog.protocol.api import ApiKey
@@ -60,9 +61,9 @@ class Connection(asyncio.BufferedProtocol):
     server mutes a channel until its response is sent: a request that waits (a long-poll Fetch, a
     JoinGroup, a Produce's KIP-890 verification by another broker) holds up the requests behind
     it, which are read meanwhile. The one exception: a Produce that has appended everything and
-    only waits for its fsync (it calls `request_context.applied()` before it first waits) lets
-    the Produce requests behind it start, so that their appends join the same group commit; its
-    answer still goes out first. Any other request waits until every answer before it is out."""
+    only waits for its fsync (its handler returns a `Later` answer) lets the Produce requests
+    behind it start, so that their appends join the same group commit; its answer still goes out
+    first. Any other request waits until every answer before it is out."""
 
     def __init__(self, broker: ConnectionOwner, security: ListenerSecurity) -> None:
         self.broker = broker
@@ -72,7 +73,7 @@ class Connection(asyncio.BufferedProtocol):
         # the reader's own method as the protocol's: asyncio calls it once per read, with no hop between
         self.get_buffer = self.decoder.get_buffer  # type: ignore[method-assign]
         self.queue: deque[memoryview] = deque()
-        self.outbox: deque = deque()  # answers in request order: bytes, or tasks still waiting
+        self.outbox: deque = deque()  # answers in request order: bytes, or Laters still waiting
         self.outbox_empty = asyncio.Event()
         self.outbox_empty.set()
         # None until connection_made, which asyncio calls before any other callback
@@ -85,7 +86,6 @@ class Connection(asyncio.BufferedProtocol):
         self.closing = False
         self.busy = False
         self.current: asyncio.Future | None = None  # the waiting request that holds up the ones behind it
-        self.only_answer_waits = False  # the request just started called request_context.applied()
         self.muted = False            # KIP-219: no reads while a quota throttle lasts
         self._muted_until = 0.0
         self.listener = security.name
@@ -173,8 +173,6 @@ class Connection(asyncio.BufferedProtocol):
                 return
             if answered:
                 self._send(result)
-            elif self.only_answer_waits:
-                self._pipeline(result)
             else:
                 self.busy = True
                 self.current = result
@@ -188,10 +186,14 @@ class Connection(asyncio.BufferedProtocol):
     def _may_start(self, frame: memoryview) -> bool:
         return not self.outbox or (_is_produce(frame) and len(self.outbox) < _MAX_QUEUED_FRAMES)
 
-    def _send(self, response: Response | None) -> None:
+    def _send(self, response: Response | Later | None) -> None:
         if response is None or self.closing:
             return
-        if self.outbox:
+        if isinstance(response, Later):
+            self.outbox.append(response)
+            self.outbox_empty.clear()
+            response.on_done(self._flush_outbox)   # at once if it is done already
+        elif self.outbox:
             self.outbox.append(response)
         else:
             self._write(response)
@@ -220,27 +222,17 @@ class Connection(asyncio.BufferedProtocol):
         if parts:
             self.transport.writelines(parts)
 
-    def _pipeline(self, task: asyncio.Future) -> None:
-        self.outbox.append(task)
-        self.outbox_empty.clear()
-        task.add_done_callback(self._flush_outbox)
-
-    def _flush_outbox(self, _task=None) -> None:
+    def _flush_outbox(self, _later: Later | None = None) -> None:
         """Write the answers at the head of the outbox that are ready, in order."""
         while self.outbox:
             head = self.outbox[0]
-            if isinstance(head, asyncio.Future):
-                if not head.done():
+            if isinstance(head, Later):
+                if not head.done:
                     return
                 self.outbox.popleft()
-                if head.cancelled():
-                    continue
                 try:
                     response = head.result()
-                except BadRequest as e:
-                    self._refuse(str(e))
-                    return
-                except Exception:  # noqa: BLE001 - as above
+                except Exception:  # noqa: BLE001 - a handler bug: logged, the connection closed, the broker stays up
                     self._internal_error()
                     return
             else:
@@ -272,13 +264,9 @@ class Connection(asyncio.BufferedProtocol):
             self.transport.resume_reading()
 
 
-    def _handle(self, frame: memoryview) -> Coroutine[Any, Any, Response | None]:
-        self.only_answer_waits = False
+    def _handle(self, frame: memoryview) -> Coroutine[Any, Any, Response | Later | None]:
         return self.broker.dispatcher.handle(frame, self.peer_host, self.auth.principal, self.security.name,
-                                             self.mute, self._applied)
-
-    def _applied(self) -> None:
-        self.only_answer_waits = True
+                                             self.mute)
 
     async def _authenticate(self, frame: memoryview) -> bool:
         """A frame the authenticator takes; True when it is a request to handle after all."""
@@ -376,9 +364,6 @@ class Connection(asyncio.BufferedProtocol):
                         continue
                     answered, response = _start(self._handle(frame))
                     if not answered:
-                        if self.only_answer_waits:
-                            self._pipeline(response)
-                            continue
                         response = await response
             except BadRequest as e:
                 self._refuse(str(e))

@@ -13,17 +13,18 @@ import logging
 import struct
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from oncelog.broker.cluster.controller_client import ControllerUnavailable
 from oncelog.broker.handlers import APIS, api_versions
-from oncelog.broker.net.request_context import APPLIED, CLIENT, LISTENER, MUTE, PRINCIPAL
+from oncelog.broker.net.later import Later
+from oncelog.broker.net.request_context import CLIENT, LISTENER, MUTE, PRINCIPAL
 from oncelog.broker.services import BrokerServices
 from oncelog.core.security.principal import ANONYMOUS, KafkaPrincipal
 from oncelog.protocol.api import BROKER_VERSIONS, ApiKey, api_name
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
 from oncelog.protocol.fetch import OpaqueRecords
-from oncelog.protocol.headers import correlation_id_of, read_request_header, response_header
+from oncelog.protocol.headers import RequestHeader, correlation_id_of, read_request_header, response_header
 from oncelog.protocol.primitives import I32
 
 log = logging.getLogger("oncelog.broker")
@@ -52,10 +53,10 @@ class Dispatcher:
         self._observer = observer
 
     async def handle(self, frame: memoryview, peer: str = "", principal: KafkaPrincipal = ANONYMOUS,
-                     listener: str = "", mute: Callable[[int], None] | None = None,
-                     applied: Callable[[], None] | None = None) -> Response | None:
-        """The framed response to one request, or None when it gets none (Produce with acks=0);
-        raises BadRequest for bytes that make no request this broker serves."""
+                     listener: str = "", mute: Callable[[int], None] | None = None) -> Response | Later | None:
+        """The framed response to one request, or None when it gets none (Produce with acks=0),
+        or a `Later` of it (a Produce waiting for its fsync); raises BadRequest for bytes that
+        make no request this broker serves."""
         try:
             header = read_request_header(frame)
         except _MALFORMED as e:
@@ -72,8 +73,6 @@ class Dispatcher:
             raise BadRequest(f"{api_name(api_key)} v{version} is not supported "
                              f"(this broker serves v{supported[0]}-v{supported[1]})")
         started = time.perf_counter()
-        refused: int = ErrorCode.NONE
-        bug = False
         try:
             request = api.decode(version, frame[header.body_offset:])
         except _MALFORMED as e:
@@ -81,36 +80,75 @@ class Dispatcher:
                              f"(correlation id {header.correlation_id}): {e}") from None
         CLIENT.set((header.client_id, peer))
         MUTE.set(mute)
-        APPLIED.set(applied)
         PRINCIPAL.set(principal)
         LISTENER.set(listener)
         quotas = self._services.quotas
         try:
             handling = api.handle(self._services, version, request)
-            body = await (quotas.handle_timed(handling) if quotas.request.overrides else handling)
-        except KafkaProtocolError as e:
+            body: Response | Later | _Refused | None = await (
+                quotas.handle_timed(handling) if quotas.request.overrides else handling)
+        except Exception as e:  # noqa: BLE001 - the one boundary: every exception gets an answer
+            body = self._refused(header, request, peer, e)
+        if isinstance(body, Later):
+            # what is left is its answer (an acks=all Produce waiting for its fsync)
+            out = Later()
+
+            def answer(later: Later) -> None:
+                try:
+                    done: Response | _Refused | None
+                    try:
+                        done = later.result()
+                    except Exception as e:  # noqa: BLE001 - answered as any handler's exception
+                        done = self._refused(header, request, peer, e)
+                    out.resolve(self._answer(header, len(frame), done, started))
+                except Exception as e:  # noqa: BLE001 - the connection closes on it, logged
+                    out.fail(e)
+            body.on_done(answer)
+            return out
+        return self._answer(header, len(frame), body, started)
+
+    def _refused(self, header: RequestHeader, request: object, peer: str, e: Exception) -> _Refused:
+        """The answer to a request its handler raised on: a `KafkaProtocolError`'s code for the
+        whole request; NOT_CONTROLLER when the controller could not be reached; else a bug,
+        logged, UNKNOWN_SERVER_ERROR."""
+        api_key, version = header.api_key, header.api_version
+        api = APIS[api_key]
+        bug = False
+        if isinstance(e, KafkaProtocolError):
             log.info("%s v%d from %s refused: %s", api_name(api_key), version, peer or "?", e)
-            refused = e.code
-            body = api.error_response(version, request, e.code)
-        except ControllerUnavailable as e:
+            code = e.code
+        elif isinstance(e, ControllerUnavailable):
             # a request the broker forwards (ACLs, quotas, features) while the controller restarts
             # or cannot be reached: retriable, not a bug (the client asks again)
             log.warning("%s v%d from %s: the controller is not reachable (%s); answered NOT_CONTROLLER",
                         api_name(api_key), version, peer or "?", e)
-            refused = ErrorCode.NOT_CONTROLLER
-            body = api.error_response(version, request, refused)
-        except Exception:
-            log.exception("%s %s v%d (correlation id %d, client %r at %s); answered UNKNOWN_SERVER_ERROR",
-                          HANDLER_BUG, api_name(api_key), version, header.correlation_id, header.client_id,
-                          peer or "?")
+            code = ErrorCode.NOT_CONTROLLER
+        else:
+            log.error("%s %s v%d (correlation id %d, client %r at %s); answered UNKNOWN_SERVER_ERROR",
+                      HANDLER_BUG, api_name(api_key), version, header.correlation_id, header.client_id,
+                      peer or "?", exc_info=e)
             bug = True
-            refused = ErrorCode.UNKNOWN_SERVER_ERROR
-            body = api.error_response(version, request, refused)
+            code = ErrorCode.UNKNOWN_SERVER_ERROR
+        return _Refused(api.error_response(version, request, code), code, bug)
+
+    def _answer(self, header: RequestHeader, request_bytes: int, body: Response | _Refused | None,
+                started: float) -> Response | None:
+        """The framed answer, observed."""
+        refused: int = ErrorCode.NONE
+        bug = False
+        if isinstance(body, _Refused):
+            body, refused, bug = body
         response = None if body is None else _framed(
-            response_header(api_key, version, header.correlation_id), body)
-        self._observer.request_handled(api_key, version, len(frame), body, response_size(response),
-                                       refused, bug, time.perf_counter() - started)
+            response_header(header.api_key, header.api_version, header.correlation_id), body)
+        self._observer.request_handled(header.api_key, header.api_version, request_bytes, body,
+                                       response_size(response), refused, bug, time.perf_counter() - started)
         return response
+
+
+class _Refused(NamedTuple):
+    body: Response | None
+    code: int
+    bug: bool
 
 
 # What a handler bug's log line starts with: tests fail when a broker logged one

@@ -14,16 +14,6 @@ PRINCIPAL: ContextVar[KafkaPrincipal] = ContextVar("oncelog_request_principal", 
 # Mutes the request's connection for that many ms after its answer (KIP-219 quota throttling);
 # None outside a client connection.
 MUTE: ContextVar[Callable[[int], None] | None] = ContextVar("oncelog_request_mute", default=None)
-# Called by a handler that has applied all it will apply and now only waits to answer (an acks=all
-# Produce waiting for its fsync): the Produce requests behind it on the connection may start. Only
-# a call before the handler first waits counts; None outside a client connection.
-APPLIED: ContextVar[Callable[[], None] | None] = ContextVar("oncelog_request_applied", default=None)
 # the name of the listener the request came in on (Metadata answers with that listener's addresses)
 LISTENER: ContextVar[str] = ContextVar("oncelog_request_listener", default="")
 
-
-def applied() -> None:
-    """The request being handled has applied everything; what is left is waiting to answer."""
-    call = APPLIED.get()
-    if call is not None:
-        call()
