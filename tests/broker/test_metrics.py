@@ -251,3 +251,46 @@ def test_per_topic_traffic_process_gauges_kafka_api_names_and_no_created_series(
     assert values[("process_resident_memory_bytes", ())] > 0
     assert ("process_cpu_seconds_total", ()) in values
     assert [name for name, _labels in values if name.endswith("_created")] == []
+
+
+def test_request_counters_and_the_latency_histogram_as_prometheus_reads_them():
+    """The per-API and per-topic counters are plain numbers the loop adds to (issue 38); what a
+    scrape renders from them is Prometheus's: a request's latency in the first bucket whose bound
+    is at least it (a bound itself included), cumulative buckets, +Inf equal to the count, which
+    equals the requests counter; topics summed without resource labels."""
+    from prometheus_client import generate_latest
+
+    from oncelog.broker.metrics import BrokerMetrics
+
+    def samples(m: BrokerMetrics) -> dict[tuple[str, tuple], float]:
+        text = generate_latest(m.registry).decode()
+        return {(s.name, tuple(sorted(s.labels.items()))): s.value
+                for family in text_string_to_metric_families(text) for s in family.samples}
+
+    m = BrokerMetrics(lambda: [])
+    for seconds in (0.0005, 0.0007, 0.02, 100.0):
+        m.observe(0, 1000, 50, seconds)
+    m.produced("a", 100, 4)
+    m.produced("b", 10, 1)
+    m.fetched("a", 30, 2)
+    got = samples(m)
+    produce = (("api", "Produce"),)
+    bucket = "oncelog_request_latency_seconds_bucket"
+    assert got[(bucket, (("api", "Produce"), ("le", "0.0005")))] == 1
+    assert got[(bucket, (("api", "Produce"), ("le", "0.001")))] == 2
+    assert got[(bucket, (("api", "Produce"), ("le", "0.025")))] == 3
+    assert got[(bucket, (("api", "Produce"), ("le", "30.0")))] == 3
+    assert got[(bucket, (("api", "Produce"), ("le", "+Inf")))] == 4
+    assert got[("oncelog_request_latency_seconds_count", produce)] == 4
+    assert got[("oncelog_request_latency_seconds_sum", produce)] == pytest.approx(100.0212)
+    assert got[("oncelog_requests_total", produce)] == 4
+    assert got[("oncelog_request_bytes_total", produce)] == 4000
+    assert got[("oncelog_response_bytes_total", produce)] == 200
+    assert got[("oncelog_topic_bytes_in_total", (("topic", "a"),))] == 100
+    assert got[("oncelog_topic_messages_in_total", (("topic", "b"),))] == 1
+    assert got[("oncelog_topic_messages_out_total", (("topic", "a"),))] == 2
+
+    summed = BrokerMetrics(lambda: [], resource_labels=False)
+    summed.produced("a", 100, 4)
+    summed.produced("b", 10, 1)
+    assert samples(summed)[("oncelog_topic_bytes_in_total", ())] == 110
