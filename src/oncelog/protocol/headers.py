@@ -13,6 +13,7 @@ from oncelog.protocol.api import ApiKey, is_flexible
 from oncelog.protocol.primitives import I32, Buf, Reader, string
 
 _REQUEST_HEAD = struct.Struct(">hhi")
+_REQUEST_HEAD_AND_ID = struct.Struct(">hhih")   # ... and the client id's length
 
 
 class RequestHeader(NamedTuple):
@@ -24,15 +25,32 @@ class RequestHeader(NamedTuple):
 
 
 def read_request_header(frame: Buf) -> RequestHeader:
-    """Parse the header; raises ValueError on a frame too short to hold one."""
-    if len(frame) < 8:
-        raise ValueError(f"request of {len(frame)} bytes is shorter than a request header")
-    r = Reader(frame)
-    api_key, version, correlation_id = r.i16(), r.i16(), r.i32()
-    client_id = r.string(compact=False) if len(frame) >= 10 else None
+    """Parse the header; raises ValueError on a frame too short to hold one. One unpack for the
+    fixed fields and the client id's length (every request pays for this: a Reader's five
+    calls took 4 microseconds, issue 38)."""
+    size = len(frame)
+    if size < 8:
+        raise ValueError(f"request of {size} bytes is shorter than a request header")
+    if size < 10:
+        api_key, version, correlation_id = _REQUEST_HEAD.unpack_from(frame)
+        client_id, pos = None, 8
+    else:
+        api_key, version, correlation_id, n = _REQUEST_HEAD_AND_ID.unpack_from(frame)
+        pos = 10
+        client_id = None
+        if n >= 0:
+            if n > size - pos:
+                raise ValueError(f"field of {n} bytes runs past the end of the message")
+            client_id = bytes(frame[pos:pos + n]).decode()
+            pos += n
     if is_flexible(api_key, version):
-        r.skip_tags()
-    return RequestHeader(api_key, version, correlation_id, client_id, r.pos)
+        if pos < size and frame[pos] == 0:
+            pos += 1   # no tagged fields, as nearly always
+        else:
+            r = Reader(frame, pos)
+            r.skip_tags()
+            pos = r.pos
+    return RequestHeader(api_key, version, correlation_id, client_id, pos)
 
 
 def request_header(api_key: int, version: int, correlation_id: int, client_id: str | None) -> bytes:
