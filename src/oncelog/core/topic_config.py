@@ -13,6 +13,7 @@ older version, or edited by hand) is reported and the default used, so it cannot
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -115,8 +116,10 @@ def _message_format(value: str) -> None:
 CLEANUP_POLICIES = ("compact", "delete")
 
 
+@functools.lru_cache(maxsize=64)
 def cleanup_policies(value: str) -> frozenset[str]:
-    """The policies of a `cleanup.policy` value ("compact,delete" -> {"compact", "delete"})."""
+    """The policies of a `cleanup.policy` value ("compact,delete" -> {"compact", "delete"});
+    cached: storage asks it of every append (`LogConfig.compact`)."""
     return frozenset(p.strip().lower() for p in str(value).split(",") if p.strip())
 
 
