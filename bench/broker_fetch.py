@@ -141,7 +141,7 @@ def follow_case(pid: int, bootstrap: str, seconds: float, producers: int) -> dic
     c.consume(1, 0.5)   # connected and fetching before the producers start
     procs = [multiprocessing.Process(target=_produce_until, args=(bootstrap, topic, stop, counter))
              for _ in range(producers)]
-    cpu0, t0 = process_cpu_seconds(pid), time.perf_counter()
+    cpu0, t0, mine0 = process_cpu_seconds(pid), time.perf_counter(), process_cpu_seconds(os.getpid())
     for proc in procs:
         proc.start()
     got = 0
@@ -149,6 +149,7 @@ def follow_case(pid: int, bootstrap: str, seconds: float, producers: int) -> dic
         got += sum(1 for m in c.consume(10000, 0.2) if m.error() is None)
     stop.set()
     window, got_in_window = time.perf_counter() - t0, got
+    consumer_cores = (process_cpu_seconds(os.getpid()) - mine0) / window   # librdkafka's threads too
     for proc in procs:
         proc.join(120)
     produced = counter.value
@@ -162,6 +163,7 @@ def follow_case(pid: int, bootstrap: str, seconds: float, producers: int) -> dic
         raise RuntimeError(f"consumed {got} of {produced}")
     return {"produced_per_sec": produced / window, "consumed_per_sec": got_in_window / window,
             "ratio": got_in_window / produced if produced else 0.0, "catch_up_s": caught_up,
+            "consumer_cores": consumer_cores,
             "cpu_per_m_moved": cpu / (produced + got) * 1e6}
 
 
@@ -173,7 +175,9 @@ def follow(brokers: dict, args) -> None:
             results.setdefault(name, []).append(r)
             print(f"{name:8s} {args.producers} producers + 1 consumer: {r['produced_per_sec']:9,.0f}/s produced, "
                   f"{r['consumed_per_sec']:9,.0f}/s consumed meanwhile ({r['ratio']:.2f}x), caught up "
-                  f"{r['catch_up_s']:.1f} s after; broker CPU {r['cpu_per_m_moved']:5.2f} s per M moved  "
+                  f"{r['catch_up_s']:.1f} s after, the consumer's process used {r['consumer_cores']:.2f} cores "
+                  "meanwhile; "
+                  f"broker CPU {r['cpu_per_m_moved']:5.2f} s per M moved  "
                   f"(load {os.getloadavg()[0]:.1f})", flush=True)
     print()
     print("| broker | produced/s | consumed/s in the same window | consumed / produced | caught up after (s) | "

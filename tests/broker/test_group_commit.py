@@ -262,3 +262,47 @@ async def test_an_fsync_slower_than_the_request_timeout_is_answered_request_time
             gate.release()
         await c.conn.close()
         await broker.stop()
+
+
+@pytest.mark.handler_bug
+async def test_an_answer_that_cannot_be_made_after_its_fsync_is_a_handler_bug_not_a_hung_connection(tmp_path, monkeypatch):
+    """The answer of an acks=all Produce is made once its fsync returns (`broker.net.later`): if
+    making it raises, the request is answered UNKNOWN_SERVER_ERROR and logged as a handler bug,
+    and the connection goes on (a Metadata behind it is answered); the Later it waited on is not
+    left unresolved at the head of the connection's outbox, holding every answer behind it."""
+    from test_dedup_raw import Client, Conn, parse_produce, produce_body, start_broker
+
+    from oncelog.broker.handlers import produce as handler
+
+    broker, host, port = await start_broker(tmp_path)
+    c = Client(await Conn.open(host, port))
+    try:
+        await c.create_topic("bug")
+        real = handler.wire.encode_response
+        calls = []
+
+        def broken(version, topics, throttle_ms=0):   # the first answer only (the refusal is made too)
+            calls.append(version)
+            if len(calls) == 1:
+                raise RuntimeError("an answer that cannot be encoded")
+            return real(version, topics, throttle_ms)
+        monkeypatch.setattr(handler.wire, "encode_response", broken)
+        w = c.conn.writer
+        body = produce_body(9, "bug", 0, bytes(batch(0)), acks=-1)
+        header = struct.pack(">hhih", 0, 9, 300, 4) + b"test" + b"\x00"
+        w.write(struct.pack(">i", len(header) + len(body)) + header + body)
+        metadata = struct.pack(">hhih", 3, 1, 301, 4) + b"test" + struct.pack(">i", -1)
+        w.write(struct.pack(">i", len(metadata)) + metadata)
+        await w.drain()
+
+        async def answer() -> tuple[int, bytes]:
+            size = struct.unpack(">i", await c.conn.reader.readexactly(4))[0]
+            data = await c.conn.reader.readexactly(size)
+            return struct.unpack(">i", data[:4])[0], data
+        cid, data = await asyncio.wait_for(answer(), 10)
+        assert cid == 300 and parse_produce(9, data[5:])[0]["error_code"] == -1   # UNKNOWN_SERVER_ERROR
+        cid, _data = await asyncio.wait_for(answer(), 10)
+        assert cid == 301
+    finally:
+        await c.conn.close()
+        await broker.stop()

@@ -268,18 +268,23 @@ def _answer_when_durable(broker: BrokerServices, version: int, topics: list[wire
 
     def finish() -> None:
         timer.cancel()
-        for i, (response, _partition, _offset) in enumerate(waits):
-            kept = outcome.get(i)
-            if kept:
-                continue
-            if kept is None:
-                code, message = ErrorCode.REQUEST_TIMED_OUT, "the batch was not fsynced within the request timeout"
-            else:
-                code, message = ErrorCode.KAFKA_STORAGE_ERROR, "the batch's fsync failed; it was not kept"
-            response.error_code, response.base_offset, response.log_append_time = code, -1, -1
-            response.error_message = message
-            broker.metrics.errors.labels("Produce", code.name).inc()
-        answer.resolve(wire.encode_response(version, topics, throttle_ms))
+        try:
+            for i, (response, _partition, _offset) in enumerate(waits):
+                kept = outcome.get(i)
+                if kept:
+                    continue
+                if kept is None:
+                    code, message = ErrorCode.REQUEST_TIMED_OUT, "the batch was not fsynced within the request timeout"
+                else:
+                    code, message = ErrorCode.KAFKA_STORAGE_ERROR, "the batch's fsync failed; it was not kept"
+                response.error_code, response.base_offset, response.log_append_time = code, -1, -1
+                response.error_message = message
+                broker.metrics.errors.labels("Produce", code.name).inc()
+            body = wire.encode_response(version, topics, throttle_ms)
+        except Exception as e:  # noqa: BLE001 - a bug: the dispatch answers it (a Later never resolved would hang the connection)
+            answer.fail(e)
+            return
+        answer.resolve(body)
 
     def told(i: int, kept: bool) -> None:
         nonlocal left

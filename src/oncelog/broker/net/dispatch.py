@@ -100,9 +100,11 @@ class Dispatcher:
                         done = later.result()
                     except Exception as e:  # noqa: BLE001 - answered as any handler's exception
                         done = self._refused(header, request, peer, e)
-                    out.resolve(self._answer(header, len(frame), done, started))
+                    response = self._answer(header, len(frame), done, started)
                 except Exception as e:  # noqa: BLE001 - the connection closes on it, logged
                     out.fail(e)
+                    return
+                out.resolve(response)
             body.on_done(answer)
             return out
         return self._answer(header, len(frame), body, started)

@@ -1,6 +1,12 @@
 """An answer that is not ready when its handler returns: an acks=all Produce that has appended
 everything and waits only for its fsync.
 
+The callbacks run where the Later is resolved (the group commit's completion, or another
+request's handling): not in the request's own context, so they must not read its context
+variables (`request_context`). With request quotas, the request's time is counted until it returns
+its Later: the answer's encoding after the fsync is not (byte-rate quotas count the records
+before, as ever).
+
 Why not a task or an asyncio future: each step through one of those is a trip through the event
 loop (a future runs its callbacks on the next pass), and a lone durable Produce took four of them
 between its fsync's end and its answer's write (the fsync's future, the request's timeout gate,
@@ -14,14 +20,17 @@ does not hold up the channel's next Produce, and sends the answers in request or
 """
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 
 class Later:
     """Resolved once, with a value or an exception; each callback runs when it is (at once if
-    it already is), with the Later itself. A callback must not raise: the resolver does not
-    expect it (the group commit would stop settling the other waiters)."""
+    it already is), with the Later itself. A callback that raises is logged and the others
+    still run: the resolver (the group commit settling its waiters) must not be stopped by it."""
 
     __slots__ = ("done", "_value", "_error", "_callbacks")
 
@@ -46,7 +55,7 @@ class Later:
 
     def on_done(self, callback: Callable[[Later], None]) -> None:
         if self._callbacks is None:
-            callback(self)
+            _run(callback, self)
         else:
             self._callbacks.append(callback)
 
@@ -68,4 +77,11 @@ class Later:
         self.done, self._value, self._error = True, value, error
         callbacks, self._callbacks = self._callbacks, None
         for callback in callbacks or ():
-            callback(self)
+            _run(callback, self)
+
+
+def _run(callback: Callable[[Later], None], later: Later) -> None:
+    try:
+        callback(later)
+    except Exception:  # noqa: BLE001 - see Later: logged, the other callbacks still run
+        log.exception("a callback of a Later answer failed")
