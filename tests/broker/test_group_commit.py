@@ -265,7 +265,7 @@ async def test_an_fsync_slower_than_the_request_timeout_is_answered_request_time
 
 
 @pytest.mark.handler_bug
-async def test_an_answer_that_cannot_be_made_after_its_fsync_is_a_handler_bug_not_a_hung_connection(tmp_path, monkeypatch):
+async def test_an_answer_that_cannot_be_made_after_its_fsync_is_a_handler_bug_not_a_hang(tmp_path, monkeypatch):
     """The answer of an acks=all Produce is made once its fsync returns (`broker.net.later`): if
     making it raises, the request is answered UNKNOWN_SERVER_ERROR and logged as a handler bug,
     and the connection goes on (a Metadata behind it is answered); the Later it waited on is not
