@@ -149,30 +149,59 @@ async def test_a_duplicate_is_answered_only_once_its_original_is_durable(partiti
 
 # ---------------------------------------------------------------- through the broker's connection
 
-async def test_pipelined_produce_requests_share_an_fsync_and_are_answered_in_order(tmp_path, monkeypatch):
-    """Three Produce requests sent back to back on one connection: all three are appended while
-    the first fsync runs, the second fsync covers the other two, and the answers come in order."""
-    from test_dedup_raw import Client, Conn, parse_produce, produce_body, start_broker
+def send_produce(writer, topic: str, seq: int, correlation_id: int, timeout_ms: int = 30_000) -> None:
+    """An acks=all Produce v9 of `batch(seq)`, written without waiting for its answer."""
+    from test_dedup_raw import produce_body
 
+    body = produce_body(9, topic, 0, bytes(batch(seq)), acks=-1, timeout_ms=timeout_ms)
+    header = struct.pack(">hhih", 0, 9, correlation_id, 4) + b"test" + b"\x00"
+    writer.write(struct.pack(">i", len(header) + len(body)) + header + body)
+
+
+def send_metadata(writer, correlation_id: int) -> None:
+    """A Metadata v1 of every topic: a request that must wait for every answer before it."""
+    metadata = struct.pack(">hhih", 3, 1, correlation_id, 4) + b"test" + struct.pack(">i", -1)
+    writer.write(struct.pack(">i", len(metadata)) + metadata)
+
+
+def hold_fsyncs(monkeypatch) -> tuple[threading.Semaphore, list[int]]:
+    """Every Partition's fsync waits for a release of the semaphore returned; the list gets
+    the end offset each fsync covers, as it starts."""
     real = Partition.run_sync
     gate = threading.Semaphore(0)
-    calls = []
+    calls: list[int] = []
 
     def held(self, token):
         calls.append(token.end_offset)
         gate.acquire()
         real(self, token)
+    monkeypatch.setattr(Partition, "run_sync", held)
+    return gate, calls
+
+
+async def read_answer(reader) -> tuple[int, bytes]:
+    """(correlation id, the answer's bytes from the correlation id on), within 10 s."""
+    async def read() -> tuple[int, bytes]:
+        size = struct.unpack(">i", await reader.readexactly(4))[0]
+        data = await reader.readexactly(size)
+        return struct.unpack(">i", data[:4])[0], data
+    return await asyncio.wait_for(read(), 10)
+
+
+async def test_pipelined_produce_requests_share_an_fsync_and_are_answered_in_order(tmp_path, monkeypatch):
+    """Three Produce requests sent back to back on one connection: all three are appended while
+    the first fsync runs, the second fsync covers the other two, and the answers come in order."""
+    from test_dedup_raw import Client, Conn, parse_produce, start_broker
+
     broker, host, port = await start_broker(tmp_path)
     c = Client(await Conn.open(host, port))
+    gate = threading.Semaphore(0)
     try:
         await c.create_topic("p")
-        monkeypatch.setattr(Partition, "run_sync", held)
-        w = c.conn.writer
+        gate, calls = hold_fsyncs(monkeypatch)
         for i, seq in enumerate((0, 2, 4)):
-            body = produce_body(9, "p", 0, bytes(batch(seq)), acks=-1)
-            header = struct.pack(">hhih", 0, 9, 100 + i, 4) + b"test" + b"\x00"
-            w.write(struct.pack(">i", len(header) + len(body)) + header + body)
-        await w.drain()
+            send_produce(c.conn.writer, "p", seq, 100 + i)
+        await c.conn.writer.drain()
         deadline = asyncio.get_running_loop().time() + 10
         partition = broker.logs.get_partition("p", 0)
         while (partition.log_end_offset < 6 or not calls) and asyncio.get_running_loop().time() < deadline:
@@ -182,9 +211,7 @@ async def test_pipelined_produce_requests_share_an_fsync_and_are_answered_in_ord
         gate.release()
         answers = []
         for _ in range(3):
-            size = struct.unpack(">i", await c.conn.reader.readexactly(4))[0]
-            data = await c.conn.reader.readexactly(size)
-            cid = struct.unpack(">i", data[:4])[0]
+            cid, data = await read_answer(c.conn.reader)
             answers.append((cid, parse_produce(9, data[5:])[0]["base_offset"]))
         assert answers == [(100, 0), (101, 2), (102, 4)]
         assert calls == [2, 6]                                   # one fsync for the last two
@@ -220,40 +247,26 @@ async def test_an_fsync_slower_than_the_request_timeout_is_answered_request_time
     REQUEST_TIMED_OUT while the fsync still runs, and the two requests behind it (a Produce with
     a long timeout, appended meanwhile, and a Metadata, which waits for every answer before it)
     are answered after it, in order, once the fsync returns; the Produce's batch is then kept."""
-    from test_dedup_raw import Client, Conn, parse_produce, produce_body, start_broker
+    from test_dedup_raw import Client, Conn, parse_produce, start_broker
 
-    real = Partition.run_sync
-    gate = threading.Semaphore(0)
-
-    def held(self, token):
-        gate.acquire()
-        real(self, token)
     broker, host, port = await start_broker(tmp_path)
     c = Client(await Conn.open(host, port))
+    gate = threading.Semaphore(0)
     try:
         await c.create_topic("slow")
-        monkeypatch.setattr(Partition, "run_sync", held)
-        w = c.conn.writer
-        for cid, seq, timeout_ms in ((200, 0, 200), (201, 2, 30_000)):
-            body = produce_body(9, "slow", 0, bytes(batch(seq)), acks=-1, timeout_ms=timeout_ms)
-            header = struct.pack(">hhih", 0, 9, cid, 4) + b"test" + b"\x00"
-            w.write(struct.pack(">i", len(header) + len(body)) + header + body)
-        metadata = struct.pack(">hhih", 3, 1, 202, 4) + b"test" + struct.pack(">i", -1)
-        w.write(struct.pack(">i", len(metadata)) + metadata)
-        await w.drain()
-
-        async def answer() -> tuple[int, bytes]:
-            size = struct.unpack(">i", await c.conn.reader.readexactly(4))[0]
-            data = await c.conn.reader.readexactly(size)
-            return struct.unpack(">i", data[:4])[0], data
-        cid, data = await asyncio.wait_for(answer(), 10)   # while the fsync is still held
+        gate, _calls = hold_fsyncs(monkeypatch)
+        send_produce(c.conn.writer, "slow", 0, 200, timeout_ms=200)
+        send_produce(c.conn.writer, "slow", 2, 201)
+        send_metadata(c.conn.writer, 202)
+        await c.conn.writer.drain()
+        cid, data = await read_answer(c.conn.reader)   # while the fsync is still held
         first = parse_produce(9, data[5:])[0]
         assert cid == 200 and first["error_code"] == 7 and first["base_offset"] == -1   # REQUEST_TIMED_OUT
         gate.release()
         gate.release()
-        cid, data = await asyncio.wait_for(answer(), 10)
+        cid, data = await read_answer(c.conn.reader)
         assert cid == 201 and parse_produce(9, data[5:])[0]["error_code"] == 0
-        cid, _data = await asyncio.wait_for(answer(), 10)
+        cid, _data = await read_answer(c.conn.reader)
         assert cid == 202
         partition = broker.logs.get_partition("slow", 0)
         assert partition.durable_end_offset == 4
@@ -270,7 +283,7 @@ async def test_an_answer_that_cannot_be_made_after_its_fsync_is_a_handler_bug_no
     making it raises, the request is answered UNKNOWN_SERVER_ERROR and logged as a handler bug,
     and the connection goes on (a Metadata behind it is answered); the Later it waited on is not
     left unresolved at the head of the connection's outbox, holding every answer behind it."""
-    from test_dedup_raw import Client, Conn, parse_produce, produce_body, start_broker
+    from test_dedup_raw import Client, Conn, parse_produce, start_broker
 
     from oncelog.broker.handlers import produce as handler
 
@@ -287,21 +300,12 @@ async def test_an_answer_that_cannot_be_made_after_its_fsync_is_a_handler_bug_no
                 raise RuntimeError("an answer that cannot be encoded")
             return real(version, topics, throttle_ms)
         monkeypatch.setattr(handler.wire, "encode_response", broken)
-        w = c.conn.writer
-        body = produce_body(9, "bug", 0, bytes(batch(0)), acks=-1)
-        header = struct.pack(">hhih", 0, 9, 300, 4) + b"test" + b"\x00"
-        w.write(struct.pack(">i", len(header) + len(body)) + header + body)
-        metadata = struct.pack(">hhih", 3, 1, 301, 4) + b"test" + struct.pack(">i", -1)
-        w.write(struct.pack(">i", len(metadata)) + metadata)
-        await w.drain()
-
-        async def answer() -> tuple[int, bytes]:
-            size = struct.unpack(">i", await c.conn.reader.readexactly(4))[0]
-            data = await c.conn.reader.readexactly(size)
-            return struct.unpack(">i", data[:4])[0], data
-        cid, data = await asyncio.wait_for(answer(), 10)
+        send_produce(c.conn.writer, "bug", 0, 300)
+        send_metadata(c.conn.writer, 301)
+        await c.conn.writer.drain()
+        cid, data = await read_answer(c.conn.reader)
         assert cid == 300 and parse_produce(9, data[5:])[0]["error_code"] == -1   # UNKNOWN_SERVER_ERROR
-        cid, _data = await asyncio.wait_for(answer(), 10)
+        cid, _data = await read_answer(c.conn.reader)
         assert cid == 301
     finally:
         await c.conn.close()
