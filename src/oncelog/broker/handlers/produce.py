@@ -246,6 +246,9 @@ def _append(broker: BrokerServices, version: int, request: wire.ProduceRequest, 
             elif request.acks == -1 and result.error_code == 0:
                 if partition.durable_end_offset <= result.last_offset:
                     waits.append((response, partition, result.last_offset + 1))
+                    # the fsync starts now, while the rest of the request is handled: its thread's
+                    # wake-up overlaps that work (the answer's callback is registered below)
+                    group_commit.appended(partition)
             else:
                 group_commit.appended(partition)  # visible once fsynced; a failure may have cut
     return appended, waits
