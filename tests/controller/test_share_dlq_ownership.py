@@ -28,21 +28,6 @@ pytestmark = pytest.mark.processes
 DLQ, GROUP, REJECT = "dlq.sharers", "sharers", 3
 
 
-class Rejecter(Sharer):
-    def reject(self, offsets: list[int]) -> int:
-        ab = entities.nested(ACK, 1, "request", "AcknowledgementBatch")
-        ap = entities.nested(ACK, 1, "request", "AcknowledgePartition")
-        at = entities.nested(ACK, 1, "request", "AcknowledgeTopic")
-        r = self.raw.call(ACK, 1, group_id=self.group, member_id=self.member_id,
-                          share_session_epoch=self.session_epoch, topics=(at(topic_id=self.tid, partitions=(
-                              ap(partition_index=0, acknowledgement_batches=(
-                                  ab(first_offset=min(offsets), last_offset=max(offsets),
-                                     acknowledge_types=(REJECT,)),)),)),))
-        assert r.error_code.value == E.NONE, r
-        self.session_epoch += 1
-        return r.responses[0].partitions[0].error_code.value
-
-
 def configure(raw: Raw) -> None:
     mod = entities.module(ApiKey.UPDATE_FEATURES, 1, "request")
     u = raw.call(ApiKey.UPDATE_FEATURES, 1, timeout=30000, validate_only=False, feature_updates=(
@@ -93,10 +78,10 @@ def test_dead_letters_are_written_once_by_the_owner_of_the_group(cluster):  # no
     eventually(lambda: leads(b1, 1, GROUP) and topics(b1)[DLQ][0][0] == 2, "broker 1 coordinating, broker 2 the DLQ")
     configure(b1)
 
-    a = Rejecter(b1, GROUP, tid)
+    a = Sharer(b1, GROUP, tid)
     assert a.join() == E.NONE
     eventually(lambda: a.fetch(10)[1] == list(range(10)), "member A holding the records")
-    assert a.reject(list(range(5))) == E.NONE   # broker 1 does not lead dlq.sharers-0: owed
+    assert a.acknowledge(list(range(5)), REJECT) == E.NONE   # broker 1 does not lead dlq.sharers-0: owed
     assert dead_letter_offsets(cluster.bootstrap) == []
 
     os.kill(cluster.brokers[1].proc.pid, signal.SIGSTOP)
@@ -114,6 +99,6 @@ def test_dead_letters_are_written_once_by_the_owner_of_the_group(cluster):  # no
     eventually(lambda: topics(b1)[DLQ][0][0] == 1, "broker 1 leading the dead-letter partition")
     # broker 1 answers for the group no more (it dropped the group it held when its lease was lost):
     # from then on nothing of it can be written from its memory
-    stale = Rejecter(b1, GROUP, tid)
+    stale = Sharer(b1, GROUP, tid)
     eventually(lambda: stale.join() == E.NOT_COORDINATOR, "broker 1 no longer coordinating the group")
     assert sorted(dead_letter_offsets(cluster.bootstrap)) == list(range(5))

@@ -79,6 +79,10 @@ class Sharer:
                                     for o in range(int(a.first_offset), int(a.last_offset) + 1)]
 
     def accept(self, offsets: list[int]) -> int:
+        return self.acknowledge(offsets, ACCEPT)
+
+    def acknowledge(self, offsets: list[int], kind: int) -> int:
+        """ShareAcknowledge of min(offsets)..max(offsets) as `kind`: the partition's error code."""
         ab = entities.nested(ACK, 1, "request", "AcknowledgementBatch")
         ap = entities.nested(ACK, 1, "request", "AcknowledgePartition")
         at = entities.nested(ACK, 1, "request", "AcknowledgeTopic")
@@ -86,7 +90,7 @@ class Sharer:
                           share_session_epoch=self.session_epoch, topics=(at(topic_id=self.tid, partitions=(
                               ap(partition_index=0, acknowledgement_batches=(
                                   ab(first_offset=min(offsets), last_offset=max(offsets),
-                                     acknowledge_types=(ACCEPT,)),)),)),))
+                                     acknowledge_types=(kind,)),)),)),))
         assert r.error_code.value == E.NONE, r
         self.session_epoch += 1
         return r.responses[0].partitions[0].error_code.value

@@ -19,6 +19,7 @@ Bounded per request: a partition named twice is altered once (its other entries 
 so a request writes at most one state per existing partition of the topics it names."""
 from __future__ import annotations
 
+import functools
 import uuid
 from typing import Any
 
@@ -51,13 +52,33 @@ def refusal(broker: BrokerServices, operation: Op, group: str) -> tuple[int, str
     return None
 
 
+def whole_answer(rb: entities.ResponseBuilder, code: int, message: str | None = None) -> bytes:
+    """An Alter or DeleteShareGroupOffsets answer without topics: `code` for the whole request."""
+    return rb.encode(throttle_time=0, error_code=code, error_message=message, responses=())
+
+
+async def stored(share: Any, group: str, write: int) -> tuple[int, str] | None:
+    """The group's share-state changes up to `write` (0: none) flushed and made durable: None,
+    or why not: NOT_COORDINATOR for the whole answer when the fence or a newer state epoch refused
+    them (another broker holds the group now), else KAFKA_STORAGE_ERROR for what was changed."""
+    if not write:
+        return None
+    share.flush(group)
+    error = await share.durable(group, write)
+    if error is None:
+        return None
+    why = f"the share group's state was not written: {error}"
+    if isinstance(error, (Fenced, StaleStateEpoch)):
+        return E.NOT_COORDINATOR, why
+    return E.KAFKA_STORAGE_ERROR, why
+
+
 async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
     rb = entities.ResponseBuilder(API_KEY, version)
     share = broker.groups.share
     group = str(r.group_id or "")
 
-    def top(code: int, message: str | None = None) -> bytes:
-        return rb.encode(throttle_time=0, error_code=code, error_message=message, responses=())
+    top = functools.partial(whole_answer, rb)
 
     refused = refusal(broker, Op.READ, group)
     if refused is not None:
@@ -98,15 +119,12 @@ async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
             write = max(write, share.reset(group, tid, index, offset))
         elif (tid, index) in initialized:
             write = max(write, share.drop(group, tid, index))
-    if write:
-        share.flush(group)
-        error = await share.durable(group, write)
-        if error is not None:
-            # refused by the fence or a newer state epoch: another broker holds the group now
-            if isinstance(error, (Fenced, StaleStateEpoch)):
-                return top(E.NOT_COORDINATOR, f"the share group's state was not written: {error}")
-            for name, index, _offset in wanted:
-                answers[name][index] = [E.KAFKA_STORAGE_ERROR, f"the share group's state was not written: {error}"]
+    failed = await stored(share, group, write)
+    if failed is not None:
+        if failed[0] == E.NOT_COORDINATOR:
+            return top(*failed)
+        for name, index, _offset in wanted:
+            answers[name][index] = list(failed)
     topics = []
     for name, parts in answers.items():
         info = broker.logs.topics.get(name)

@@ -16,16 +16,15 @@ Bounded per request: a topic named twice is deleted once (its other entries INVA
 request writes at most one tombstone per share-partition the group has."""
 from __future__ import annotations
 
+import functools
 from typing import Any
 
-from oncelog.broker.handlers.alter_share_group_offsets import NO_TOPIC_ID, refusal
+from oncelog.broker.handlers.alter_share_group_offsets import NO_TOPIC_ID, refusal, stored, whole_answer
 from oncelog.broker.security.authorization import TOPIC, Op, authorized_names
 from oncelog.broker.services import BrokerServices
 from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode
-from oncelog.storage.fence import Fenced
-from oncelog.storage.share_state import StaleStateEpoch
 
 API_KEY = ApiKey.DELETE_SHARE_GROUP_OFFSETS
 E = ErrorCode
@@ -36,8 +35,7 @@ async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
     share = broker.groups.share
     group = str(r.group_id or "")
 
-    def top(code: int, message: str | None = None) -> bytes:
-        return rb.encode(throttle_time=0, error_code=code, error_message=message, responses=())
+    top = functools.partial(whole_answer, rb)
 
     refused = refusal(broker, Op.DELETE, group)
     if refused is not None:
@@ -76,15 +74,10 @@ async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
         for p in parts:
             write = max(write, share.drop(group, info.topic_id, p))
         deleted.append(name)
-    code, message = E.NONE, None
-    if write:
-        share.flush(group)
-        error = await share.durable(group, write)
-        if error is not None:
-            # refused by the fence or a newer state epoch: another broker holds the group now
-            if isinstance(error, (Fenced, StaleStateEpoch)):
-                return top(E.NOT_COORDINATOR, f"the share group's state was not written: {error}")
-            code, message = E.KAFKA_STORAGE_ERROR, f"the share group's state was not written: {error}"
+    failed = await stored(share, group, write)
+    if failed is not None and failed[0] == E.NOT_COORDINATOR:
+        return top(*failed)
+    code, message = failed or (E.NONE, None)
     answers += [(name, code, message) for name in deleted]
     topics = []
     for name, c, m in answers:
