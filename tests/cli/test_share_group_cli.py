@@ -10,9 +10,9 @@ import uuid
 import pytest
 from oncelog_cli import oncelog
 
-from oncelog.protocol import entities
 from oncelog.protocol.api import ApiKey
 from oncelog.testing.raw_client import RawConnection
+from oncelog.testing.share_verify import set_group_configs
 
 pytestmark = pytest.mark.processes
 
@@ -20,12 +20,7 @@ pytestmark = pytest.mark.processes
 def test_two_share_group_consoles_print_each_record_once(shared_broker, unique_topic):
     b, t, g = shared_broker.bootstrap, unique_topic, f"{unique_topic}-sharers"
     assert oncelog("topic", "create", t, bootstrap=b).code == 0
-    res = entities.nested(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, "request", "AlterConfigsResource")
-    cfg = entities.nested(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, "request", "AlterableConfig")
-    r = RawConnection(b).call(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, validate_only=False, resources=(res(
-        resource_type=32, resource_name=g, configs=(
-            cfg(name="share.auto.offset.reset", config_operation=0, value="earliest"),)),))
-    assert int(r.responses[0].error_code) == 0
+    _configure_earliest(b, g)
     assert oncelog("produce", t, stdin="".join(f"v{i}\n" for i in range(40)), bootstrap=b).code == 0
     argv = [sys.executable, "-m", "oncelog.cli.main", "consume", t, "--share-group", g, "-n", "20",
             "--format", "%o\\n", "--bootstrap-server", b]
@@ -44,12 +39,8 @@ def test_two_share_group_consoles_print_each_record_once(shared_broker, unique_t
 
 
 def _configure_earliest(b: str, group: str) -> None:
-    res = entities.nested(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, "request", "AlterConfigsResource")
-    cfg = entities.nested(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, "request", "AlterableConfig")
-    r = RawConnection(b).call(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, validate_only=False, resources=(res(
-        resource_type=32, resource_name=group, configs=(
-            cfg(name="share.auto.offset.reset", config_operation=0, value="earliest"),)),))
-    assert int(r.responses[0].error_code) == 0
+    with RawConnection(b) as raw:
+        set_group_configs(raw, group, {"share.auto.offset.reset": "earliest"})
 
 
 def _consume(b: str, topic: str, group: str, n: int) -> list[int]:

@@ -10,11 +10,10 @@ from collections import Counter
 import pytest
 
 from oncelog.client import ACCEPT, RELEASE, AdminClient, NewTopic, Producer, ShareConsumer
-from oncelog.protocol import entities
-from oncelog.protocol.api import ApiKey
 from oncelog.protocol.errors import ErrorCode
 from oncelog.testing.embedded import BrokerProcess
 from oncelog.testing.raw_client import RawConnection
+from oncelog.testing.share_verify import set_group_configs
 
 pytestmark = pytest.mark.processes
 N = 300
@@ -26,12 +25,8 @@ def setup(boot: str, topic: str) -> None:
         admin.create_topics([NewTopic(topic, 1)])
     finally:
         admin.close()
-    res = entities.nested(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, "request", "AlterConfigsResource")
-    cfg = entities.nested(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, "request", "AlterableConfig")
-    r = RawConnection(boot).call(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, validate_only=False, resources=(res(
-        resource_type=32, resource_name=topic, configs=(
-            cfg(name="share.auto.offset.reset", config_operation=0, value="earliest"),)),))
-    assert int(r.responses[0].error_code) == 0
+    with RawConnection(boot) as raw:
+        set_group_configs(raw, topic, {"share.auto.offset.reset": "earliest"})
     with Producer({"bootstrap.servers": boot}) as p:
         for i in range(N):
             p.send(topic, value=f"v{i}".encode())

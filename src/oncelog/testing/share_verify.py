@@ -255,9 +255,6 @@ def _group_configs(cluster, dlq: bool = False) -> None:
     from oncelog.protocol.api import ApiKey
     from oncelog.protocol.errors import ErrorCode
     from oncelog.testing.raw_client import RawConnection
-    api = ApiKey.INCREMENTAL_ALTER_CONFIGS
-    res = entities.nested(api, 1, "request", "AlterConfigsResource")
-    cfg = entities.nested(api, 1, "request", "AlterableConfig")
     configs = {"share.auto.offset.reset": "earliest"}
     if dlq:
         configs.update({"errors.deadletterqueue.topic.name": DLQ_TOPIC,
@@ -269,10 +266,22 @@ def _group_configs(cluster, dlq: bool = False) -> None:
                 entities.make(mod.FeatureUpdateKey, feature="share.version", max_version_level=2, upgrade_type=1),))
             if int(u.error_code) != ErrorCode.NONE:
                 raise RuntimeError(f"share.version=2: {u}")
-        r = raw.call(api, 1, validate_only=False, resources=(res(resource_type=32, resource_name=GROUP, configs=tuple(
-            cfg(name=k, config_operation=0, value=v) for k, v in configs.items())),))
+        set_group_configs(raw, GROUP, configs)
+
+
+def set_group_configs(raw, group: str, configs: dict[str, str]) -> None:
+    """A group's configs set (IncrementalAlterConfigs SET on the GROUP resource) through the raw
+    connection `raw` (`testing.raw_client.RawConnection`); raises if they are refused."""
+    from oncelog.protocol import entities
+    from oncelog.protocol.api import ApiKey
+    from oncelog.protocol.errors import ErrorCode
+    api = ApiKey.INCREMENTAL_ALTER_CONFIGS
+    res = entities.nested(api, 1, "request", "AlterConfigsResource")
+    cfg = entities.nested(api, 1, "request", "AlterableConfig")
+    r = raw.call(api, 1, validate_only=False, resources=(res(resource_type=32, resource_name=group, configs=tuple(
+        cfg(name=k, config_operation=0, value=v) for k, v in configs.items())),))
     if r.responses[0].error_code.value != ErrorCode.NONE:
-        raise RuntimeError(f"setting {GROUP}'s configs: {r.responses[0]}")
+        raise RuntimeError(f"setting {group}'s configs: {r.responses[0]}")
 
 
 def _create_dlq_topic(fault_run: FaultRun) -> None:
