@@ -1,5 +1,5 @@
 """`broker.net.later.Later`: callbacks run as it is resolved (no trip through the event loop),
-once, in order; `then` hands on a value or an exception."""
+once, in order; one that raises is logged and stops no other."""
 from __future__ import annotations
 
 import pytest
@@ -27,20 +27,16 @@ def test_it_is_resolved_once():
     assert later.result() == 1
 
 
-def test_then_hands_on_a_value_or_the_exception():
-    source = Later()
-    doubled = source.then(lambda v: v * 2)
-    source.resolve(21)
-    assert doubled.done and doubled.result() == 42
+def test_a_failed_later_raises_its_exception_and_a_raising_callback_stops_no_other(caplog):
+    seen = []
+    later = Later()
 
-    failing = Later()
-    step = failing.then(lambda v: v * 2)
-    failing.fail(ValueError("bad"))
+    def broken(_done: Later) -> None:
+        raise RuntimeError("a callback's bug")
+    later.on_done(broken)
+    later.on_done(lambda done: seen.append(done.done))
+    later.fail(ValueError("bad"))
     with pytest.raises(ValueError, match="bad"):
-        step.result()
-
-    raising = Later()
-    broken = raising.then(lambda _v: 1 // 0)
-    raising.resolve(1)
-    with pytest.raises(ZeroDivisionError):
-        broken.result()
+        later.result()
+    assert seen == [True]
+    assert "a callback of a Later answer failed" in caplog.text

@@ -59,18 +59,6 @@ class Later:
         else:
             self._callbacks.append(callback)
 
-    def then(self, step: Callable[[Any], Any]) -> Later:
-        """A Later of `step(value)`, failed with what this one failed with or what `step` raises."""
-        out = Later()
-
-        def go(done: Later) -> None:
-            try:
-                out.resolve(step(done.result()))
-            except Exception as e:  # noqa: BLE001 - handed on to whoever reads the result
-                out.fail(e)
-        self.on_done(go)
-        return out
-
     def _settle(self, value: Any, error: BaseException | None) -> None:
         if self.done:
             return
