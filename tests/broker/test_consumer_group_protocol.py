@@ -272,6 +272,31 @@ async def test_a_member_leaving_frees_only_its_partitions(cluster):
     assert (await describe(a)).group_state == "Stable"
 
 
+async def test_a_join_sent_without_its_full_fields_after_a_leave_is_taken_as_the_join_it_means(cluster):
+    """librdkafka (2.15, 2.16) that subscribes again while its leave is in flight sends its join as
+    a plain heartbeat: epoch 0 and the subscription, neither RebalanceTimeoutMs nor TopicPartitions.
+    Kafka answers INVALID_REQUEST, fatal for that consumer; oncelog takes it as a join. The same
+    join from the member id of a static member that left for a while is still refused."""
+    _state, _clock, consumer, _restart = cluster
+    a, b, s = await consumer("g"), await consumer("g"), await consumer("g", instance="i1")
+    assert await a.heartbeat(0) == E.NONE and await b.heartbeat(0) == E.NONE and await s.heartbeat(0) == E.NONE
+    await settle(a, b, s)
+    assert await b.heartbeat(epoch=-1) == E.NONE and await s.heartbeat(epoch=-2) == E.NONE
+
+    async def partial_join(c: Consumer):
+        return await c.call(HB, 1, group_id="g", member_id=c.member_id, member_epoch=0,
+                            subscribed_topic_names=("t",), rebalance_timeout=-1, topic_partitions=None)
+
+    assert (await partial_join(s)).error_code.value == E.INVALID_REQUEST
+    r = await partial_join(b)
+    assert r.error_code.value == E.NONE and r.assignment is not None
+    b.epoch, b.owned = int(r.member_epoch), {t.topic_id: set(t.partitions) for t in r.assignment.topic_partitions}
+    await settle(a, b)
+    # s keeps its two for its next incarnation; b is given its share back from a
+    assert (len(a.partitions()), len(b.partitions())) == (2, 2)
+    assert a.partitions() | b.partitions() | s.partitions() == set(range(6))
+
+
 async def test_a_silent_member_is_fenced_after_its_session_and_one_that_keeps_partitions_after_its_rebalance_timeout(
         cluster):
     state, clock, consumer, _restart = cluster

@@ -32,7 +32,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from tests.tiers import examples
 
 from oncelog.core.groups.consumer_group import STABLE, ConsumerGroup
-from oncelog.core.groups.heartbeat import Heartbeat, Settings, fence, heartbeat, leave, validate
+from oncelog.core.groups.heartbeat import Heartbeat, Settings, complete_rejoin, fence, heartbeat, leave, validate
 from oncelog.protocol.errors import ErrorCode as E
 from oncelog.protocol.errors import KafkaProtocolError
 from oncelog.storage.group_records import changed_records, group_from
@@ -70,7 +70,8 @@ class ConsumerGroupMachine(RuleBasedStateMachine):
 
     # ------------------------------------------------------------------ the client's side
     def _send(self, c: Client, epoch: int, **kw) -> tuple[int, object]:
-        rq = Heartbeat("g", c.member_id, epoch, c.instance_id, owned=kw.pop("owned", c.owned), **kw)
+        rq = complete_rejoin(Heartbeat("g", c.member_id, epoch, c.instance_id, owned=kw.pop("owned", c.owned), **kw),
+                             self.group)
         validate(rq, 1, self.settings)
         before = self.group.copy()
         try:
@@ -109,12 +110,17 @@ class ConsumerGroupMachine(RuleBasedStateMachine):
         if c.pending is not None:
             c.owned, c.pending = {t: frozenset(ps) for t, ps in c.pending.items() if ps}, None
 
-    @rule(name=st.sampled_from(NAMES))
-    def join(self, name: str) -> None:
+    @rule(name=st.sampled_from(NAMES), partial=st.booleans())
+    def join(self, name: str, partial: bool) -> None:
+        """`partial`: a dynamic member joins as librdkafka does when it subscribes again during
+        its leave, without rebalance timeout and owned partitions (`complete_rejoin`)."""
         c = self.clients[name]
         if c.joined:
             return
-        code, answer = self._send(c, 0, rebalance_timeout_ms=30000, subscribed_topic_names=c.topics, owned={})
+        if partial and c.instance_id is None:
+            code, answer = self._send(c, 0, rebalance_timeout_ms=-1, subscribed_topic_names=c.topics, owned=None)
+        else:
+            code, answer = self._send(c, 0, rebalance_timeout_ms=30000, subscribed_topic_names=c.topics, owned={})
         if code == E.UNRELEASED_INSTANCE_ID:
             return  # its previous incarnation has not left
         assert code == E.NONE, code
@@ -240,7 +246,7 @@ class ConsumerGroupMachine(RuleBasedStateMachine):
                 if c.joined:
                     self._heartbeat(c, apply=True)
                 else:
-                    self.join(name)
+                    self.join(name, partial=False)
         g = self.group
         assert g.state == STABLE, (g.state, g.group_epoch, g.assignment_epoch,
                                    {m.member_id: (m.member_epoch, m.state) for m in g.members.values()})

@@ -39,7 +39,16 @@ from oncelog.core.groups.consumer_group import (
     OwnershipError,
     TopicMetadata,
 )
-from oncelog.core.groups.heartbeat import Answer, Heartbeat, Settings, fence, heartbeat, leave, validate
+from oncelog.core.groups.heartbeat import (
+    Answer,
+    Heartbeat,
+    Settings,
+    complete_rejoin,
+    fence,
+    heartbeat,
+    leave,
+    validate,
+)
 from oncelog.core.groups.reconciliation import MemberState
 from oncelog.core.groups.subscriptions import forget, resolve
 from oncelog.protocol.errors import ErrorCode, KafkaProtocolError
@@ -134,11 +143,12 @@ class ConsumerGroupCoordinator:
         are filtered by them, now and at every later resolution while it is a member. `sync=False`:
         the records are written, not fsynced (`heartbeat_durably` waits for that)."""
         settings = self.config.settings
+        g = self.group(rq.group_id)
+        rq = complete_rejoin(rq, g)
         try:
             validate(rq, version, settings)
         except KafkaProtocolError as e:
             return Outcome(e.code, e.message)
-        g = self.group(rq.group_id)
         if g is None:
             if rq.member_epoch != 0:
                 return Outcome(E.GROUP_ID_NOT_FOUND, f"Consumer group {rq.group_id} not found.")

@@ -28,6 +28,13 @@ the group still holds at another epoch: it was told FENCED_MEMBER_EPOCH) starts 
 incarnation's partitions released first so nothing is owned twice. Kafka answers such a join
 FENCED_MEMBER_EPOCH again (UNRELEASED_INSTANCE_ID, fatal, for a static member) until the member's
 session runs out.
+
+A second one (`complete_rejoin`): librdkafka (2.15, 2.16) that subscribes again while its leave is
+in flight sends its join as a plain heartbeat: epoch 0 and the new subscription, but neither
+RebalanceTimeoutMs nor TopicPartitions. Kafka answers INVALID_REQUEST, fatal for the consumer,
+which then never consumes again (librdkafka's own test 0045_subscribe_many_updates fails so on a
+slow machine). Such a join of a dynamic member is taken as the join it means: owning nothing,
+with max.poll.interval.ms's default as its rebalance timeout.
 """
 from __future__ import annotations
 
@@ -126,6 +133,25 @@ def validate(rq: Heartbeat, version: int, settings: Settings) -> None:
     if rq.server_assignor is not None and rq.server_assignor not in settings.assignors:
         raise _refuse(E.UNSUPPORTED_ASSIGNOR, f"ServerAssignor {rq.server_assignor} is not supported. "
                                               f"Supported assignors: {', '.join(settings.assignors)}.")
+
+
+REJOIN_REBALANCE_TIMEOUT_MS = 300_000  # max.poll.interval.ms's default, what librdkafka sends when it does
+
+
+def complete_rejoin(rq: Heartbeat, group: ConsumerGroup | None) -> Heartbeat:
+    """The join librdkafka sends without its full fields when it subscribes again during its leave
+    (module docstring), completed: it owns nothing and gets the default rebalance timeout. Only
+    that shape (a subscription, no rebalance timeout, no TopicPartitions at all, no instance id)
+    of a member the group does not hold as static; any other request is returned as it is, for
+    `validate` to judge as Kafka does."""
+    if not (rq.member_epoch == JOIN_EPOCH and rq.rebalance_timeout_ms == -1 and rq.owned is None
+            and rq.instance_id is None
+            and (rq.subscribed_topic_names is not None or rq.subscribed_topic_regex is not None)):
+        return rq
+    held = group.members.get(rq.member_id) if group is not None else None
+    if held is not None and held.instance_id is not None:
+        return rq
+    return replace(rq, rebalance_timeout_ms=REJOIN_REBALANCE_TIMEOUT_MS, owned={})
 
 
 def heartbeat(group: ConsumerGroup, rq: Heartbeat, topics: TopicMetadata, settings: Settings,
