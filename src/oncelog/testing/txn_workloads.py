@@ -564,7 +564,10 @@ class LibrdkafkaLoop(CopyLoop):
             # committed offsets. Copied with the new generation's metadata (which the coordinator
             # accepts for a partition the member keeps), they would be read again from there and
             # copied twice (seen once in CI: 50 records of a partition kept across an eager
-            # rebalance). Dropped, and every partition back at the committed offsets.
+            # rebalance). Dropped, and every partition back at the committed offsets; counted, so
+            # that a run's report shows how often it happens.
+            if msgs:
+                self.w.count("polls dropped: a rebalance ran inside them")
             self.rewind()
             return []
         return [(m.partition(), m.offset(), m.value()) for m in msgs if m.error() is None]
