@@ -24,7 +24,7 @@ import tempfile
 import threading
 import time
 
-from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 sys.path.insert(0, os.path.dirname(__file__))
@@ -39,16 +39,16 @@ PAD = b"x" * (1024 - STAMP.size)
 def measure(bootstrap: str, topic: str, rate: int, seconds: float) -> list[float]:
     """Latencies in ms of the records after the first second."""
     got: dict[int, float] = {}
-    ready = threading.Event()
     stop = threading.Event()
     errors: list[str] = []
 
     def consume() -> None:
         c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"e2e-{topic}", "enable.auto.commit": False})
-        c.assign([TopicPartition(topic, 0, OFFSET_END)])
+        # the topic is new: from its start is every record the producer writes, whenever the
+        # consumer's first fetch happens
+        c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
         while not stop.is_set():
             m = c.poll(0.05)
-            ready.set()
             if m is None:
                 continue
             if m.error():
@@ -63,8 +63,6 @@ def measure(bootstrap: str, topic: str, rate: int, seconds: float) -> list[float
 
     reader = threading.Thread(target=consume, daemon=True)
     reader.start()
-    ready.wait(30)
-    time.sleep(1.0)   # the consumer's position at the end is known before anything is written
     p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all"})
     total = int(rate * seconds)
     started = time.perf_counter()
@@ -85,6 +83,14 @@ def measure(bootstrap: str, topic: str, rate: int, seconds: float) -> list[float
     return [got[s] for s in range(int(rate), total)]
 
 
+def _measured(name: str, bootstrap: str, pid: int, topic_config: dict, args) -> tuple[str, list[float], float]:
+    """(name, latencies, the broker's CPU seconds meanwhile) on a new topic of a started broker."""
+    create(bootstrap, "e2e", topic_config)
+    cpu = process_cpu_seconds(pid)
+    lat = measure(bootstrap, "e2e", args.rate, args.seconds)
+    return name, lat, process_cpu_seconds(pid) - cpu
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rate", type=int, default=10_000)
@@ -96,10 +102,7 @@ def main() -> None:
         for name, topic_config in (("oncelog durable", {}), ("oncelog write.caching", {"write.caching": "true"})):
             broker = BrokerProcess(os.path.join(tmp, name.replace(" ", "-")), {}).start()
             try:
-                create(broker.bootstrap, "e2e", topic_config)
-                cpu = process_cpu_seconds(broker.proc.pid)
-                lat = measure(broker.bootstrap, "e2e", args.rate, args.seconds)
-                rows.append((name, lat, process_cpu_seconds(broker.proc.pid) - cpu))
+                rows.append(_measured(name, broker.bootstrap, broker.proc.pid, topic_config, args))
             finally:
                 broker.stop()
         binary = find_tansu()
@@ -108,10 +111,7 @@ def main() -> None:
         else:
             tansu = TansuProcess(binary).start()
             try:
-                create(tansu.bootstrap, "e2e")
-                cpu = process_cpu_seconds(tansu.proc.pid)
-                lat = measure(tansu.bootstrap, "e2e", args.rate, args.seconds)
-                rows.append(("tansu", lat, process_cpu_seconds(tansu.proc.pid) - cpu))
+                rows.append(_measured("tansu", tansu.bootstrap, tansu.proc.pid, {}, args))
             finally:
                 tansu.kill()
     finally:
