@@ -35,8 +35,8 @@ OFFSETS_PARTITION = partition_for(GROUP, 50)
 class Producer:
     """One transactional producer speaking raw requests on its own connection."""
 
-    def __init__(self, conn: Conn, peer: ControllerClient) -> None:
-        self.conn, self.peer = conn, peer
+    def __init__(self, conn: Conn, peer: ControllerClient, broker: InProcessBroker) -> None:
+        self.conn, self.peer, self.broker = conn, peer, broker
         self.pid, self.epoch, self.seq = -1, -1, 0
 
     async def call(self, api: int, version: int, **fields):
@@ -79,6 +79,18 @@ class Producer:
                                                                 committed_leader_epoch=-1,
                                                                 committed_metadata=""),)),))
         assert r.topics[0].partitions[0].error_code.value == E.NONE
+
+    async def offset_commit_v5(self, offset: int, epoch: int) -> int:
+        """TxnOffsetCommit v5 (Transactions V2: the broker adds the offsets partition) of `offset`
+        at `epoch`: its code."""
+        t = entities.nested(ApiKey.TXN_OFFSET_COMMIT, 5, "request", "TxnOffsetCommitRequestTopic")
+        p = entities.nested(ApiKey.TXN_OFFSET_COMMIT, 5, "request", "TxnOffsetCommitRequestPartition")
+        r = await self.call(ApiKey.TXN_OFFSET_COMMIT, 5, transactional_id=TID, group_id=GROUP, producer_id=self.pid,
+                            producer_epoch=epoch, generation_id=-1, member_id="", group_instance_id=None,
+                            topics=(t(name=TOPIC, partitions=(p(partition_index=0, committed_offset=offset,
+                                                                committed_leader_epoch=-1,
+                                                                committed_metadata=""),)),))
+        return r.topics[0].partitions[0].error_code.value
 
     async def end(self, commit: bool) -> None:
         r = await self.call(ApiKey.END_TXN, 3, transactional_id=TID, producer_id=self.pid,
@@ -127,7 +139,7 @@ async def producer(tmp_path):
     host, port = (await broker.start())[:2]
     conn = await Conn.open(host, port)
     peer = as_broker(f"{host}:{port}", tmp_path / "data")
-    p = Producer(conn, peer)
+    p = Producer(conn, peer, broker)
     ct = entities.nested(ApiKey.CREATE_TOPICS, 7, "request", "CreatableTopic")
     r = await p.call(ApiKey.CREATE_TOPICS, 7, timeout=10000, validate_only=False, topics=(
         ct(name=TOPIC, num_partitions=1, replication_factor=1, assignments=(), configs=()),))
@@ -181,3 +193,36 @@ async def test_a_deposed_coordinators_commit_cannot_commit_the_offsets_of_a_late
     assert await p.committed() == (E.NONE, 10)
     await p.end(commit=False)
     assert await p.committed(require_stable=True) == (E.NONE, 10)
+
+
+async def test_the_previous_transactions_marker_does_not_void_a_transactions_v2_offset_commit(producer):
+    """Transactions V2: the next transaction's TxnOffsetCommit (at the epoch EndTxn bumped to)
+    waits for its verification while the previous transaction's marker, at that same epoch,
+    lands on the offsets partition: it ended the transaction before, so the commit is stored
+    (Kafka's `updateProducers` keeps a TV2 guard through a marker at its epoch). Before, it was
+    refused TRANSACTION_ABORTABLE and the transaction aborted. The marker that ends the commit's
+    own transaction (above its epoch) makes the offset visible."""
+    p = producer
+    deadline = time.monotonic() + 30
+    while (await p.committed())[0] != E.NONE:         # the group's coordinator loads
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.05)
+    release, asked = asyncio.Event(), []
+
+    async def verifier(tid, pid, epoch, partitions, add):
+        asked.append((pid, epoch, add))
+        await release.wait()
+        return dict.fromkeys(partitions, E.NONE)
+    p.broker.txn_check = verifier
+    epoch = p.epoch + 1
+    commit = asyncio.create_task(p.offset_commit_v5(30, epoch))
+    while not asked:
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.01)
+    assert asked == [(p.pid, epoch, True)]
+    assert (await p.marker(epoch, 0, commit=True))[CONSUMER_OFFSETS_TOPIC] == E.NONE   # the previous one's
+    release.set()
+    assert await commit == E.NONE
+    assert await p.committed(require_stable=True) == (E.UNSTABLE_OFFSET_COMMIT, -1)
+    assert (await p.marker(epoch + 1, 0, commit=True))[CONSUMER_OFFSETS_TOPIC] == E.NONE
+    assert await p.committed(require_stable=True) == (E.NONE, 30)

@@ -11,9 +11,10 @@ import struct
 from types import SimpleNamespace
 
 from test_dedup_raw import Client, Conn, parse_produce, produce_body, start_broker
-from test_transactions_partition import A, Txn, batch, with_txn_id
+from test_transactions_partition import NOW, A, Txn, batch, with_txn_id
 
 from oncelog.protocol.errors import ErrorCode as E
+from oncelog.protocol.records import Record, encode_batch
 
 TOPIC = "verified"
 
@@ -164,6 +165,55 @@ def test_overlapping_checks_of_one_producer_share_its_guard(tmp_path):
             release.set()
             assert await _answers(first.client.conn, 1) == [(101, E.TRANSACTION_ABORTABLE)]
             assert await _answers(second.conn, 1) == [(201, E.TRANSACTION_ABORTABLE)]
+            assert partition.txns.open_transactions() == []
+        finally:
+            await broker.stop()
+    asyncio.run(run())
+
+
+def _epoch_batch(seq: int, epoch: int) -> bytes:
+    """A transactional batch of producer A at `epoch` (Transactions V2 bumps it every transaction)."""
+    return encode_batch([Record(0, NOW, None, b"a-%d-%d" % (epoch, seq), [])], producer_id=A,
+                        producer_epoch=epoch, base_sequence=seq, transactional=True)
+
+
+def test_the_previous_transactions_marker_does_not_void_a_transactions_v2_check(tmp_path):
+    """Transactions V2: EndTxn bumps the epoch and its markers carry the new one, which is also
+    the next transaction's. The next transaction's first batch here waits for its check (the
+    coordinator retries CONCURRENT_TRANSACTIONS while the markers go out) and the previous
+    transaction's marker lands meanwhile, at the check's own epoch: it ended the transaction
+    before, not this one, and must not void the check (Kafka's `updateProducers`: a TV2 check
+    keeps its guard through a marker at its epoch). Before, the batch was refused
+    TRANSACTION_ABORTABLE and the transaction aborted (once in CI, under kills and moves). A
+    marker above the check's epoch (the transaction ended by a fence or a timeout) still voids it."""
+    async def run():
+        broker, host, port = await start_broker(tmp_path)
+        reach = _reach(tmp_path, host, port)
+        try:
+            t = Txn(Client(await Conn.open(host, port)), TOPIC, reach)
+            await t.client.create_topic(TOPIC)
+            partition = broker.logs.get_partition(TOPIC, 0)
+            release, calls = _slow_verifier(broker)
+            release.set()
+            assert (await t.produce(_epoch_batch(0, 0), version=12))["error_code"] == E.NONE  # transaction N
+
+            release.clear()
+            n_plus_1 = asyncio.create_task(t.produce(_epoch_batch(0, 1), version=12))
+            await _until(lambda: len(calls) == 2)
+            marker = Txn(Client(await Conn.open(host, port)), TOPIC, reach)
+            assert await marker.marker(A, commit=True, epoch=1) == 0   # transaction N's, at the bumped epoch
+            release.set()
+            assert (await n_plus_1)["error_code"] == E.NONE
+            assert partition.txns.open_transactions() == [(A, 2)]   # N at 0, its marker at 1
+
+            # N+1 ends by a fence while N+2's first batch waits: its marker (epoch 2) voids the check
+            assert await marker.marker(A, commit=False, epoch=2) == 0
+            release.clear()
+            n_plus_2 = asyncio.create_task(t.produce(_epoch_batch(0, 2), version=12))
+            await _until(lambda: len(calls) == 3)
+            assert await marker.marker(A, commit=False, epoch=3) == 0
+            release.set()
+            assert (await n_plus_2)["error_code"] == E.TRANSACTION_ABORTABLE
             assert partition.txns.open_transactions() == []
         finally:
             await broker.stop()

@@ -17,9 +17,13 @@ aborted transactions overlapping the fetched range; the indexes hold exactly the
 transactions with the LSO at their completion, and a rebuilt index equals the live one.
 
 KIP-890 verification (`VerificationGuards`): checks of a producer's first transactional batch
-start (alone, or two at once as pipelined requests), overlap and end in any order; a check's
-guard is valid exactly when no marker for its producer was appended since it started, whatever
-the producer's other checks did, and a valid check appends its batch.
+start (alone, or two at once as pipelined requests), at the producer's epoch or the next one,
+Transactions V1 or V2, overlap and end in any order; markers come at the producer's epoch (V1) or
+the next (V2, the epoch bumped by EndTxn). A check's guard is valid when no marker for its
+producer was appended since it started, whatever the producer's other checks did; a check whose
+batch is appended (guard valid, epoch not below the partition's) was not ended by any marker since
+it started (a V1 transaction is ended by a marker at its epoch or above, a V2 one by a marker
+above its epoch: one at its epoch was the previous transaction's).
 """
 from __future__ import annotations
 
@@ -33,7 +37,7 @@ from tests.tiers import examples
 
 from oncelog.core.txn.partition import AbortedTxnIndex, PartitionTxns, collect_aborted
 from oncelog.core.txn.read_committed import ReadCommittedFilter
-from oncelog.core.txn.verification import Guard, VerificationGuards
+from oncelog.core.txn.verification import VerificationGuards
 from oncelog.protocol.errors import ErrorCode as E
 
 PIDS = [1, 2, 3, 4]
@@ -47,6 +51,7 @@ class Batch:
     txn: bool
     control: bool = False
     abort: bool = False
+    epoch: int = 0
 
 
 def model_transactions(log: list[Batch]):
@@ -78,7 +83,13 @@ class PartitionMachine(RuleBasedStateMachine):
         self.txns = PartitionTxns()
         self.snapshots: dict[int, list] = {0: []}  # offset -> open transactions (at each roll, as storage takes them)
         self.guards = VerificationGuards()
-        self.checks: list[tuple[int, Guard, int]] = []  # (pid, guard, log length when it started)
+        # [pid, guard, log length when it started, the batch's epoch, Transactions V2, whether a
+        # check of the producer at another epoch or version overlapped it (they share a guard)]
+        self.checks: list[list] = []
+
+    def _epoch(self, pid: int) -> int:
+        """The producer's epoch in the partition: its markers raise it."""
+        return max((b.epoch for b in self.log if b.control and b.pid == pid), default=0)
 
     def _segment_of(self, offset: int) -> int:
         return self.segments[bisect_right(self.segments, offset) - 1]
@@ -136,9 +147,10 @@ class PartitionMachine(RuleBasedStateMachine):
         self.leo += n
         self._apply(self.txns, b, index_too=False)
 
-    @rule(pid=st.sampled_from(PIDS), abort=st.booleans())
-    def marker(self, pid, abort):
-        b = Batch(self.leo, self.leo, pid, True, control=True, abort=abort)
+    @rule(pid=st.sampled_from(PIDS), abort=st.booleans(), v2=st.booleans())
+    def marker(self, pid, abort, v2=False):
+        """`v2`: the coordinator bumped the epoch at EndTxn and the marker carries the new one."""
+        b = Batch(self.leo, self.leo, pid, True, control=True, abort=abort, epoch=self._epoch(pid) + v2)
         open_ = {p: f for p, f, m, _a in model_transactions(self.log) if m is None}
         c = self.txns.prepare_marker(pid, b.base, abort)
         if pid not in open_:
@@ -153,7 +165,7 @@ class PartitionMachine(RuleBasedStateMachine):
             if abort:
                 self.indexes[self._segment_of(b.base)].append(c)
             self.txns.complete(c)
-        self.guards.clear(pid)  # as storage does after every marker
+        self.guards.clear(pid, b.epoch)  # as storage does after every marker
 
     @rule(pid=st.sampled_from(PIDS), batches=st.integers(1, 3), abort=st.booleans())
     def whole_transaction(self, pid, batches, abort):
@@ -163,32 +175,44 @@ class PartitionMachine(RuleBasedStateMachine):
         self.marker(pid, abort)
 
     # ------------------------------------------------------------------ KIP-890 verification
-    @rule(pid=st.sampled_from(PIDS))
-    def start_verification(self, pid):
-        """A Produce with the producer's first batch here asks the coordinator and waits."""
-        self.checks.append((pid, self.guards.begin(pid), len(self.log)))
+    @rule(pid=st.sampled_from(PIDS), next_epoch=st.booleans(), v2=st.booleans())
+    def start_verification(self, pid, next_epoch=False, v2=False):
+        """A Produce with the producer's first batch here asks the coordinator and waits; at the
+        next epoch when the producer's EndTxn bumped it before its marker reached here."""
+        epoch = self._epoch(pid) + next_epoch
+        check = [pid, self.guards.begin(pid, epoch, v2), len(self.log), epoch, v2, False]
+        for other in self.checks:
+            if other[0] == pid and (other[3], other[4]) != (epoch, v2):
+                other[5] = check[5] = True
+        self.checks.append(check)
 
-    @rule(pid=st.sampled_from(PIDS))
-    def pipelined_verifications(self, pid):
+    @rule(pid=st.sampled_from(PIDS), next_epoch=st.booleans(), v2=st.booleans())
+    def pipelined_verifications(self, pid, next_epoch, v2):
         """Two requests of one producer start their checks back to back (two connections, or a
         broker that let the second start while the first waited)."""
-        self.start_verification(pid)
-        self.start_verification(pid)
+        self.start_verification(pid, next_epoch, v2)
+        self.start_verification(pid, next_epoch, v2)
 
     @precondition(lambda self: self.checks)
     @rule(data=st.data(), coordinator_ok=st.booleans())
     def finish_verification(self, data, coordinator_ok):
         """Any check in flight gets its answer (peers answer in any order)."""
-        pid, guard, started = self.checks.pop(data.draw(st.integers(0, len(self.checks) - 1)))
-        ended = any(b.control and b.pid == pid for b in self.log[started:])
-        if any(p == pid for p, _g, _s in self.checks):
+        pid, guard, started, epoch, v2, mixed = self.checks.pop(data.draw(st.integers(0, len(self.checks) - 1)))
+        markers = [b for b in self.log[started:] if b.control and b.pid == pid]
+        ended = any(m.epoch > epoch or (m.epoch == epoch and not v2) for m in markers)
+        if any(c[0] == pid for c in self.checks):
             event("a check answered while another of its producer waits")
-        assert self.guards.valid(pid, guard) == (not ended)
-        if not ended and coordinator_ok:
+        valid = self.guards.valid(pid, guard)
+        if not markers or (v2 and not mixed and all(m.epoch == epoch for m in markers)):
+            assert valid, "a check voided by no marker, or by the previous V2 transaction's"
+        # storage refuses a batch below the partition's epoch before it looks at the guard
+        appended = valid and epoch >= self._epoch(pid) and coordinator_ok
+        assert not (appended and ended), "a batch appended after the marker that ended its transaction"
+        if appended:
             self.produce(pid, True, 1)
-            event("a verified batch appended")
+            event("a verified batch appended" + (" after the previous transaction's marker" if markers else ""))
         self.guards.end(pid, guard)
-        if ended:
+        if markers and not valid:
             event("a check voided by a marker")
 
     @precondition(lambda self: self.leo > self.segments[-1])
@@ -304,7 +328,7 @@ class PartitionMachine(RuleBasedStateMachine):
     # ------------------------------------------------------------------ invariants
     @invariant()
     def guards_only_for_checks_in_flight(self):
-        assert len(self.guards) <= len({pid for pid, _g, _s in self.checks})
+        assert len(self.guards) <= len({c[0] for c in self.checks})
         if not self.checks:
             assert len(self.guards) == 0
 

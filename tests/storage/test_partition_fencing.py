@@ -79,12 +79,12 @@ def test_a_batch_that_would_open_a_transaction_needs_a_valid_guard(tmp_path):
     p = owner(tmp_path, 0)
     r = p.append_from_client(batch(0, transactional=True), NOW, verify=True)    # no guard: never verified
     assert r.error_code == E.INVALID_TXN_STATE and r.extra.get("unverified") and not p.txns.has_open(PID)
-    guard = p.verification_guards.begin(PID)
+    guard = p.verification_guards.begin(PID, 0, False)
     p.append_marker(PID, 0, 0, True, NOW)          # the transaction ended while the check waited
     r = p.append_from_client(batch(0, transactional=True), NOW, verify=True, guard=guard)
     assert r.error_code == E.INVALID_TXN_STATE and not p.txns.has_open(PID)
     p.verification_guards.end(PID, guard)
-    guard = p.verification_guards.begin(PID)
+    guard = p.verification_guards.begin(PID, 0, False)
     assert p.append_from_client(batch(0, transactional=True), NOW, verify=True, guard=guard).error_code == E.NONE
     p.verification_guards.end(PID, guard)
     # the transaction is open now: the next batch needs no guard

@@ -465,7 +465,7 @@ class Partition:
             self._map_end = self.log.log_end_offset
         finally:
             self._in_append = False
-        self.verification_guards.clear(producer_id)
+        self.verification_guards.clear(producer_id, producer_epoch)
         if self._roll_pending:
             self._roll_pending = False
             self.take_snapshot(sync=False)

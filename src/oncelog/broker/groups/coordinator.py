@@ -28,7 +28,7 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from oncelog.broker.groups.consumer_groups import ConsumerGroupConfig, ConsumerGroupCoordinator
-from oncelog.broker.groups.offsets import GroupOffsets, storage_failed
+from oncelog.broker.groups.offsets import GroupOffsets, TxnCommitCheck, storage_failed
 from oncelog.broker.groups.record_sync import RecordSync
 from oncelog.broker.groups.share_groups import ShareGroupConfig, ShareGroupCoordinator
 from oncelog.core.groups.classic import ClassicGroups, Waiting
@@ -255,11 +255,11 @@ class GroupCoordinator:
     async def txn_flushed(self, group_id: str, producer_id: int) -> int:
         return await self.offsets.txn_flushed(group_id, producer_id)
 
-    def begin_txn_commit(self, producer_id: int) -> list[bool]:
-        return self.offsets.begin_txn_commit(producer_id)
+    def begin_txn_commit(self, producer_id: int, producer_epoch: int, v2: bool) -> TxnCommitCheck:
+        return self.offsets.begin_txn_commit(producer_id, producer_epoch, v2)
 
-    def end_txn_commit(self, producer_id: int, token: list[bool]) -> None:
-        self.offsets.end_txn_commit(producer_id, token)
+    def end_txn_commit(self, producer_id: int, check: TxnCommitCheck) -> None:
+        self.offsets.end_txn_commit(producer_id, check)
 
     def complete_txn(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
                      partition: int, transaction_version: int = 0) -> int:

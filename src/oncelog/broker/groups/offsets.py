@@ -29,6 +29,7 @@ from oncelog.broker.groups.record_sync import RecordSync
 from oncelog.core.groups.classic import ClassicGroups
 from oncelog.core.groups.classic_group import CONSUMER_PROTOCOL, EMPTY, STABLE
 from oncelog.core.txn.log_format import CONSUMER_OFFSETS_TOPIC
+from oncelog.core.txn.verification import voids
 from oncelog.protocol.errors import ErrorCode
 from oncelog.storage.fence import Busy, Fenced
 from oncelog.storage.group_offsets import Committed, Frame, GroupOffsetStore, offset_frames, pending_frames
@@ -38,6 +39,15 @@ E = ErrorCode
 # a commit's records are framed in parts of about this many bytes of metadata, the event loop
 # serving other requests between two (2,000 offsets of 4 KB metadata are 8 MB of records)
 FRAMING_STEP_BYTES = 256 << 10
+
+
+class TxnCommitCheck:
+    """One TxnOffsetCommit waiting for its verification, at `epoch` (`v2`: Transactions V2)."""
+
+    __slots__ = ("epoch", "v2", "valid")
+
+    def __init__(self, epoch: int, v2: bool) -> None:
+        self.epoch, self.v2, self.valid = epoch, v2, True
 
 
 class GroupOffsets:
@@ -56,7 +66,7 @@ class GroupOffsets:
         self.producer_expiration_ms = producer_id_expiration_ms
         self.started_ms = started_ms
         self._next_retention_ms = started_ms + retention_check_interval_ms
-        self._txn_guards: dict[int, list[list[bool]]] = {}  # producer id -> TxnOffsetCommits waiting
+        self._txn_guards: dict[int, list[TxnCommitCheck]] = {}  # producer id -> TxnOffsetCommits waiting
 
     # ------------------------------------------------------------------ offsets
     def commit(self, group_id: str, generation: int, member_id: str,
@@ -280,20 +290,20 @@ class GroupOffsets:
         except OSError as e:
             return storage_failed(group_id, "transactional offset commit", e)
 
-    def begin_txn_commit(self, producer_id: int) -> list[bool]:
-        """A TxnOffsetCommit of `producer_id` is about to wait (for its verification): the token
-        stays [True] unless a marker for the producer arrives meanwhile (Kafka's
-        VerificationGuard): the commit then belongs to a transaction that already ended, and
-        writing it would leave offsets pending for ever."""
-        token = [True]
-        self._txn_guards.setdefault(producer_id, []).append(token)
-        return token
+    def begin_txn_commit(self, producer_id: int, producer_epoch: int, v2: bool) -> TxnCommitCheck:
+        """A TxnOffsetCommit of `producer_id` is about to wait (for its verification): its check
+        stays valid unless a marker for the producer that voids it arrives meanwhile (Kafka's
+        VerificationGuard, `core.txn.verification.voids`): the commit then belongs to a
+        transaction that already ended, and writing it would leave offsets pending for ever."""
+        check = TxnCommitCheck(producer_epoch, v2)
+        self._txn_guards.setdefault(producer_id, []).append(check)
+        return check
 
-    def end_txn_commit(self, producer_id: int, token: list[bool]) -> None:
-        tokens = self._txn_guards.get(producer_id, [])
-        if token in tokens:
-            tokens.remove(token)
-        if not tokens:
+    def end_txn_commit(self, producer_id: int, check: TxnCommitCheck) -> None:
+        checks = self._txn_guards.get(producer_id, [])
+        if check in checks:
+            checks.remove(check)
+        if not checks:
             self._txn_guards.pop(producer_id, None)
 
     def complete_txn(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
@@ -318,8 +328,9 @@ class GroupOffsets:
             log.warning("%s marker of producer %d (epoch %d) refused on %s-%d: %s", "COMMIT" if commit else "ABORT",
                         producer_id, producer_epoch, CONSUMER_OFFSETS_TOPIC, partition, why)
             return code
-        for token in self._txn_guards.get(producer_id, ()):
-            token[0] = False
+        for check in self._txn_guards.get(producer_id, ()):
+            if voids(producer_epoch, check.epoch, check.v2):
+                check.valid = False
         return E.NONE
 
     def unstable(self, group_id: str) -> set[tuple[str, int]]:

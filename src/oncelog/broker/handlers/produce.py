@@ -348,7 +348,7 @@ async def _check_transactional(broker: BrokerServices, version: int, tid: str | 
     out = {}
     for (pid, epoch), partitions in producers.items():
         codes = await add_partitions.check(broker, tid, pid, epoch, list(partitions), add,
-                                           *_guards(pid, partitions, checks))
+                                           *_guards(pid, epoch, add, partitions, checks))
         for (topic, index), code in codes.items():
             if code:
                 what = "could not be added to" if add else "is not in"
@@ -358,13 +358,13 @@ async def _check_transactional(broker: BrokerServices, version: int, tid: str | 
     return out
 
 
-def _guards(pid: int, partitions: dict[tuple[str, int], Partition], checks: _Checks
+def _guards(pid: int, epoch: int, v2: bool, partitions: dict[tuple[str, int], Partition], checks: _Checks
             ) -> tuple[Callable[[], _Token], Callable[[_Token], bool], Callable[[_Token], None]]:
-    """begin/valid/end of one attempt's verification guards (`core.txn.verification`). Each
-    partition's latest guard is held until its batch is appended (`_Checks`), where storage
-    checks it again."""
+    """begin/valid/end of one attempt's verification guards (`core.txn.verification`; `v2`: the
+    request is Transactions V2). Each partition's latest guard is held until its batch is
+    appended (`_Checks`), where storage checks it again."""
     def begin() -> _Token:
-        token = [(key, p, p.verification_guards.begin(pid)) for key, p in partitions.items()]
+        token = [(key, p, p.verification_guards.begin(pid, epoch, v2)) for key, p in partitions.items()]
         for key, p, g in token:
             checks.guards[key] = g
             checks.held.append((p, pid, g))

@@ -69,10 +69,11 @@ async def handle(broker: BrokerServices, version: int, r: Any) -> bytes:
         # the records first (in parts, other requests served between): no wait after the check
         stamped, frames = await groups.txn_records(group, offsets)
         offsets_tp = broker.txn.core.offsets_partition(group)
+        epoch, v2 = int(r.producer_epoch), version >= FIRST_V2
         codes = await add_partitions.check(
-            broker, str(r.transactional_id), pid, int(r.producer_epoch), [offsets_tp], version >= FIRST_V2,
-            lambda: groups.begin_txn_commit(pid), lambda token: token[0],
-            lambda token: groups.end_txn_commit(pid, token))
+            broker, str(r.transactional_id), pid, epoch, [offsets_tp], v2,
+            lambda: groups.begin_txn_commit(pid, epoch, v2), lambda check: check.valid,
+            lambda check: groups.end_txn_commit(pid, check))
         code = codes[offsets_tp]
         if code:
             error = verification_error(code, API_KEY, version)

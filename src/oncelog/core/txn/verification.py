@@ -11,17 +11,32 @@ Checks of one producer that overlap (its requests on two connections; one connec
 one request at a time) share one guard, as `maybeCreateVerificationStateEntry` returns the
 existing entry: a check must not void another's. The guard is dropped when the last check holding
 it ends, or by a marker.
+
+Transactions V2 bumps the epoch at every EndTxn and writes the markers at the new epoch, which is
+the next transaction's: a marker at a TV2 check's own epoch ended the transaction before it, and
+keeps the guard (Kafka's `UnifiedLog.updateProducers`). A check of an older epoch sharing that
+guard is refused by the epoch check that precedes the guard's at append (the marker raised the
+partition's epoch above it).
 """
 from __future__ import annotations
+
+
+def voids(marker_epoch: int, check_epoch: int, v2: bool) -> bool:
+    """Whether a marker for a producer at `marker_epoch` voids its check of a batch (or a
+    TxnOffsetCommit) at `check_epoch`: always, unless the check is Transactions V2 and the marker
+    is at its epoch (the previous transaction's marker)."""
+    return not (v2 and marker_epoch == check_epoch)
 
 
 class Guard:
     """One producer's guard; `checks` counts the checks holding it."""
 
-    __slots__ = ("checks",)
+    __slots__ = ("checks", "epoch", "epoch_bump")
 
-    def __init__(self) -> None:
+    def __init__(self, epoch: int, epoch_bump: bool) -> None:
         self.checks = 0
+        self.epoch = epoch            # the highest epoch of the checks that took it
+        self.epoch_bump = epoch_bump  # every one of them Transactions V2 (the epoch bumps per transaction)
 
 
 class VerificationGuards:
@@ -31,11 +46,15 @@ class VerificationGuards:
     def __len__(self) -> int:
         return len(self._guards)
 
-    def begin(self, producer_id: int) -> Guard:
-        """The guard of a check that starts now: the producer's current one, or a new one."""
+    def begin(self, producer_id: int, epoch: int, epoch_bump: bool) -> Guard:
+        """The guard of a check of the producer's batch at `epoch` that starts now: the producer's
+        current one, or a new one. `epoch_bump`: the batch's transaction is Transactions V2."""
         guard = self._guards.get(producer_id)
         if guard is None:
-            guard = self._guards[producer_id] = Guard()
+            guard = self._guards[producer_id] = Guard(epoch, epoch_bump)
+        else:
+            guard.epoch = max(guard.epoch, epoch)
+            guard.epoch_bump = guard.epoch_bump and epoch_bump
         guard.checks += 1
         return guard
 
@@ -49,6 +68,10 @@ class VerificationGuards:
         if guard.checks == 0 and self._guards.get(producer_id) is guard:
             del self._guards[producer_id]
 
-    def clear(self, producer_id: int) -> None:
-        """A marker for the producer: every check in flight for it is void."""
-        self._guards.pop(producer_id, None)
+    def clear(self, producer_id: int, marker_epoch: int) -> None:
+        """A marker for the producer at `marker_epoch`: every check in flight for it is void,
+        unless they are Transactions V2 checks at that epoch (the marker ended the transaction
+        before theirs)."""
+        guard = self._guards.get(producer_id)
+        if guard is not None and voids(marker_epoch, guard.epoch, guard.epoch_bump):
+            del self._guards[producer_id]
