@@ -60,7 +60,8 @@ lint: $(TEST_STAMP)
 # fastest of 3 and 4 on a 2-core machine once servers stopped compiling their sources (most
 # tests wait on sockets and processes): `.ci/run` took 1,065-1,265 s with 4 (three runs), 1,258 s with 3;
 # 1,047-1,154 s with 4 (five runs) once brokers were forked (testing/fork_server.py) and Spark's JVMs had a class archive;
-# 696-868 s (six quiet runs) once the tests' commands were forked too and pip stopped byte-compiling.
+# 696-868 s (six quiet runs) once the tests' commands were forked too and pip stopped byte-compiling;
+# 620-752 s (seven fresh-clone runs, 2026-11-29).
 TEST_WORKERS ?= 4
 PYTEST_PARALLEL := -n $(TEST_WORKERS) --dist loadgroup
 # Bytecode compiled once before the run: with PYTHONDONTWRITEBYTECODE set (as on CI's machines)
