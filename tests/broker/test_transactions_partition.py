@@ -19,6 +19,7 @@ from test_dedup_raw import Client, Conn, parse_produce, produce_body, uvarint
 
 from oncelog.client.aio.consumer import AIOConsumer
 from oncelog.client.types import TopicPartition
+from oncelog.protocol import entities
 from oncelog.protocol import fetch as fetch_wire
 from oncelog.protocol.api import ApiKey
 from oncelog.protocol.entities import RequestBuilder
@@ -68,7 +69,16 @@ class Txn:
         body = with_txn_id(produce_body(version, self.topic, 0, records), version, tid)
         return parse_produce(version, await self.client.conn.raw(0, version, body, version >= 9))[0]
 
-    async def marker(self, pid: int, commit: bool, epoch: int = 0, coordinator_epoch: int = 0) -> int:
+    async def marker(self, pid: int, commit: bool, epoch: int = 0, coordinator_epoch: int = 0,
+                     transaction_version: int = 0) -> int:
+        """WriteTxnMarkers v1, or v2 (KIP-1228) when `transaction_version` is given."""
+        if transaction_version:
+            mod = entities.module(ApiKey.WRITE_TXN_MARKERS, 2, "request")
+            r = await self.coordinator.request(ApiKey.WRITE_TXN_MARKERS, 2, markers=(entities.make(
+                mod.WritableTxnMarker, producer_id=pid, producer_epoch=epoch, transaction_result=commit,
+                coordinator_epoch=coordinator_epoch, transaction_version=transaction_version,
+                topics=(entities.make(mod.WritableTxnMarkerTopic, name=self.topic, partition_indexes=(0,)),)),))
+            return r.markers[0].topics[0].partitions[0].error_code.value
         req = wtm_req.WriteTxnMarkersRequest(markers=(wtm_req.WritableTxnMarker(
             producer_id=ProducerId(pid), producer_epoch=i16(epoch), transaction_result=commit,
             topics=(wtm_req.WritableTxnMarkerTopic(name=TopicName(self.topic), partition_indexes=(i32(0),)),),

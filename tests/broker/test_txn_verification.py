@@ -181,11 +181,12 @@ def test_the_previous_transactions_marker_does_not_void_a_transactions_v2_check(
     """Transactions V2: EndTxn bumps the epoch and its markers carry the new one, which is also
     the next transaction's. The next transaction's first batch here waits for its check (the
     coordinator retries CONCURRENT_TRANSACTIONS while the markers go out) and the previous
-    transaction's marker lands meanwhile, at the check's own epoch: it ended the transaction
-    before, not this one, and must not void the check (Kafka's `updateProducers`: a TV2 check
-    keeps its guard through a marker at its epoch). Before, the batch was refused
-    TRANSACTION_ABORTABLE and the transaction aborted (once in CI, under kills and moves). A
-    marker above the check's epoch (the transaction ended by a fence or a timeout) still voids it."""
+    transaction's marker (V2, WriteTxnMarkers v2) lands meanwhile, at the check's own epoch: it
+    ended the transaction before, not this one, and must not void the check (Kafka's
+    `updateProducers`: a TV2 check keeps its guard through a marker at its epoch). Before, the
+    batch was refused TRANSACTION_ABORTABLE and the transaction aborted (once in CI, under kills
+    and moves). A marker above the check's epoch (the transaction ended by a fence or a timeout)
+    still voids it, and so does a V1 marker at its epoch (an EndTxn v4 that bumped nothing)."""
     async def run():
         broker, host, port = await start_broker(tmp_path)
         reach = _reach(tmp_path, host, port)
@@ -201,7 +202,7 @@ def test_the_previous_transactions_marker_does_not_void_a_transactions_v2_check(
             n_plus_1 = asyncio.create_task(t.produce(_epoch_batch(0, 1), version=12))
             await _until(lambda: len(calls) == 2)
             marker = Txn(Client(await Conn.open(host, port)), TOPIC, reach)
-            assert await marker.marker(A, commit=True, epoch=1) == 0   # transaction N's, at the bumped epoch
+            assert await marker.marker(A, commit=True, epoch=1, transaction_version=2) == 0   # N's, at the bumped epoch
             release.set()
             assert (await n_plus_1)["error_code"] == E.NONE
             assert partition.txns.open_transactions() == [(A, 2)]   # N at 0, its marker at 1
@@ -211,9 +212,18 @@ def test_the_previous_transactions_marker_does_not_void_a_transactions_v2_check(
             release.clear()
             n_plus_2 = asyncio.create_task(t.produce(_epoch_batch(0, 2), version=12))
             await _until(lambda: len(calls) == 3)
-            assert await marker.marker(A, commit=False, epoch=3) == 0
+            assert await marker.marker(A, commit=False, epoch=3, transaction_version=2) == 0
             release.set()
             assert (await n_plus_2)["error_code"] == E.TRANSACTION_ABORTABLE
+            assert partition.txns.open_transactions() == []
+
+            # a V1 marker at the check's own epoch may end the check's own transaction: voided
+            release.clear()
+            at_3 = asyncio.create_task(t.produce(_epoch_batch(0, 3), version=12))
+            await _until(lambda: len(calls) == 4)
+            assert await marker.marker(A, commit=False, epoch=3) == 0
+            release.set()
+            assert (await at_3)["error_code"] == E.TRANSACTION_ABORTABLE
             assert partition.txns.open_transactions() == []
         finally:
             await broker.stop()

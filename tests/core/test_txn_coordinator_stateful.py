@@ -307,7 +307,10 @@ class CoordinatorMachine(RuleBasedStateMachine):
         if tid in self.model_pending and self.model_pending[tid] != "complete":
             return self._offer(decision, "", None, tid, i, E.CONCURRENT_TRANSACTIONS)
         if m.state == S.ONGOING:
-            after = replace(m, state=S.PREPARE_COMMIT if commit else S.PREPARE_ABORT, update=self.now, last_pid=m.pid)
+            # the Prepare* records the EndTxn's version: a V1 end of a transaction a V2 add
+            # labelled V2 bumped nothing, and its markers say so
+            after = replace(m, state=S.PREPARE_COMMIT if commit else S.PREPARE_ABORT, update=self.now, last_pid=m.pid,
+                            ctv=TV_0)
             return self._offer(decision, "end", after, tid, i, None)
         table = {(S.COMPLETE_COMMIT, True): E.NONE, (S.COMPLETE_ABORT, False): E.NONE,
                  (S.PREPARE_COMMIT, True): E.CONCURRENT_TRANSACTIONS,

@@ -22,8 +22,9 @@ Transactions V1 or V2, overlap and end in any order; markers come at the produce
 the next (V2, the epoch bumped by EndTxn). A check's guard is valid when no marker for its
 producer was appended since it started, whatever the producer's other checks did; a check whose
 batch is appended (guard valid, epoch not below the partition's) was not ended by any marker since
-it started (a V1 transaction is ended by a marker at its epoch or above, a V2 one by a marker
-above its epoch: one at its epoch was the previous transaction's).
+it started (a marker above its epoch, or at it, ends it, unless both are V2: a V2 marker at a V2
+check's epoch was the previous transaction's; a V1 marker there may be its own transaction's,
+from a client mixing EndTxn v4 with Produce v12).
 """
 from __future__ import annotations
 
@@ -52,6 +53,7 @@ class Batch:
     control: bool = False
     abort: bool = False
     epoch: int = 0
+    v2: bool = False   # a marker of a Transactions V2 transaction (written at the bumped epoch)
 
 
 def model_transactions(log: list[Batch]):
@@ -150,7 +152,7 @@ class PartitionMachine(RuleBasedStateMachine):
     @rule(pid=st.sampled_from(PIDS), abort=st.booleans(), v2=st.booleans())
     def marker(self, pid, abort, v2=False):
         """`v2`: the coordinator bumped the epoch at EndTxn and the marker carries the new one."""
-        b = Batch(self.leo, self.leo, pid, True, control=True, abort=abort, epoch=self._epoch(pid) + v2)
+        b = Batch(self.leo, self.leo, pid, True, control=True, abort=abort, epoch=self._epoch(pid) + v2, v2=v2)
         open_ = {p: f for p, f, m, _a in model_transactions(self.log) if m is None}
         c = self.txns.prepare_marker(pid, b.base, abort)
         if pid not in open_:
@@ -165,7 +167,7 @@ class PartitionMachine(RuleBasedStateMachine):
             if abort:
                 self.indexes[self._segment_of(b.base)].append(c)
             self.txns.complete(c)
-        self.guards.clear(pid, b.epoch)  # as storage does after every marker
+        self.guards.clear(pid, b.epoch, b.v2)  # as storage does after every marker
 
     @rule(pid=st.sampled_from(PIDS), batches=st.integers(1, 3), abort=st.booleans())
     def whole_transaction(self, pid, batches, abort):
@@ -193,17 +195,31 @@ class PartitionMachine(RuleBasedStateMachine):
         self.start_verification(pid, next_epoch, v2)
         self.start_verification(pid, next_epoch, v2)
 
+    @rule(pid=st.sampled_from(PIDS), next_epoch=st.booleans(), v2=st.booleans(), marker_v2=st.booleans(),
+          abort=st.booleans(), coordinator_ok=st.booleans())
+    def marker_during_a_check(self, pid, next_epoch, v2, marker_v2, abort, coordinator_ok):
+        """The race itself, in one step: a check starts, a marker of the producer lands, the
+        check is answered (the rules above reach it too, rarely)."""
+        self.start_verification(pid, next_epoch, v2)
+        self.marker(pid, abort, marker_v2)
+        self._finish(len(self.checks) - 1, coordinator_ok)
+
     @precondition(lambda self: self.checks)
     @rule(data=st.data(), coordinator_ok=st.booleans())
     def finish_verification(self, data, coordinator_ok):
         """Any check in flight gets its answer (peers answer in any order)."""
-        pid, guard, started, epoch, v2, mixed = self.checks.pop(data.draw(st.integers(0, len(self.checks) - 1)))
+        self._finish(data.draw(st.integers(0, len(self.checks) - 1)), coordinator_ok)
+
+    def _finish(self, k: int, coordinator_ok: bool) -> None:
+        pid, guard, started, epoch, v2, mixed = self.checks.pop(k)
         markers = [b for b in self.log[started:] if b.control and b.pid == pid]
-        ended = any(m.epoch > epoch or (m.epoch == epoch and not v2) for m in markers)
+        # a V2 marker at the check's epoch ended the V2 transaction before; any other marker at
+        # it, or one above it, may have ended the check's own (a client mixing versions)
+        ended = any(m.epoch > epoch or (m.epoch == epoch and not (v2 and m.v2)) for m in markers)
         if any(c[0] == pid for c in self.checks):
             event("a check answered while another of its producer waits")
         valid = self.guards.valid(pid, guard)
-        if not markers or (v2 and not mixed and all(m.epoch == epoch for m in markers)):
+        if not markers or (v2 and not mixed and all(m.epoch == epoch and m.v2 for m in markers)):
             assert valid, "a check voided by no marker, or by the previous V2 transaction's"
         # storage refuses a batch below the partition's epoch before it looks at the guard
         appended = valid and epoch >= self._epoch(pid) and coordinator_ok

@@ -45,6 +45,7 @@ from oncelog.core.compaction import LastBatch, keyless_records
 from oncelog.core.producer_state import ProducerStateConfig, ProducerStateManager
 from oncelog.core.sequence import distance_below, last_sequence_of
 from oncelog.core.txn.partition import AbortedQuery, PartitionTxns, collect_aborted
+from oncelog.core.txn.state import TV_2
 from oncelog.core.txn.verification import Guard, VerificationGuards
 from oncelog.protocol import compression
 from oncelog.protocol import records as rec
@@ -465,7 +466,7 @@ class Partition:
             self._map_end = self.log.log_end_offset
         finally:
             self._in_append = False
-        self.verification_guards.clear(producer_id, producer_epoch)
+        self.verification_guards.clear(producer_id, producer_epoch, transaction_version >= TV_2)
         if self._roll_pending:
             self._roll_pending = False
             self.take_snapshot(sync=False)

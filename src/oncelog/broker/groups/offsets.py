@@ -29,6 +29,7 @@ from oncelog.broker.groups.record_sync import RecordSync
 from oncelog.core.groups.classic import ClassicGroups
 from oncelog.core.groups.classic_group import CONSUMER_PROTOCOL, EMPTY, STABLE
 from oncelog.core.txn.log_format import CONSUMER_OFFSETS_TOPIC
+from oncelog.core.txn.state import TV_2
 from oncelog.core.txn.verification import voids
 from oncelog.protocol.errors import ErrorCode
 from oncelog.storage.fence import Busy, Fenced
@@ -329,7 +330,7 @@ class GroupOffsets:
                         producer_id, producer_epoch, CONSUMER_OFFSETS_TOPIC, partition, why)
             return code
         for check in self._txn_guards.get(producer_id, ()):
-            if voids(producer_epoch, check.epoch, check.v2):
+            if voids(producer_epoch, transaction_version >= TV_2, check.epoch, check.v2):
                 check.valid = False
         return E.NONE
 

@@ -532,8 +532,12 @@ class TransactionCoordinator:
         meta = entry.meta
         state = meta.state
         if state == S.ONGOING:
+            # the markers say what ended the transaction: an EndTxn v4 bumped nothing, even when a
+            # Produce v12 labelled the transaction V2 (Kafka's prepareAbortOrCommit records the
+            # EndTxn's version); as V2 markers at this epoch they would keep the checks of this
+            # very transaction's late batches (`core.txn.verification`)
             after = meta.evolve(state=S.PREPARE_COMMIT if commit else S.PREPARE_ABORT, update_ms=now_ms,
-                                last_producer_id=meta.producer_id)
+                                last_producer_id=meta.producer_id, client_transaction_version=transaction_version)
             return self._begin(part, p, transactional_id, entry, after, OK)
         if state == (S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT):
             return OK

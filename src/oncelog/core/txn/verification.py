@@ -13,19 +13,22 @@ existing entry: a check must not void another's. The guard is dropped when the l
 it ends, or by a marker.
 
 Transactions V2 bumps the epoch at every EndTxn and writes the markers at the new epoch, which is
-the next transaction's: a marker at a TV2 check's own epoch ended the transaction before it, and
-keeps the guard (Kafka's `UnifiedLog.updateProducers`). A check of an older epoch sharing that
-guard is refused by the epoch check that precedes the guard's at append (the marker raised the
-partition's epoch above it).
+the next transaction's: a V2 marker at a V2 check's own epoch ended the transaction before it,
+and keeps the guard (Kafka's `UnifiedLog.updateProducers`). A check of an older epoch sharing
+that guard is refused by the epoch check that precedes the guard's at append (the marker raised
+the partition's epoch above it). A V1 marker (its EndTxn bumped nothing) voids every check: at
+the check's own epoch it may have ended the check's own transaction, as it does when a client
+mixes EndTxn v4 with Produce v12 in one transaction.
 """
 from __future__ import annotations
 
 
-def voids(marker_epoch: int, check_epoch: int, v2: bool) -> bool:
+def voids(marker_epoch: int, marker_v2: bool, check_epoch: int, check_v2: bool) -> bool:
     """Whether a marker for a producer at `marker_epoch` voids its check of a batch (or a
-    TxnOffsetCommit) at `check_epoch`: always, unless the check is Transactions V2 and the marker
-    is at its epoch (the previous transaction's marker)."""
-    return not (v2 and marker_epoch == check_epoch)
+    TxnOffsetCommit) at `check_epoch`: always, unless both are Transactions V2 and the marker is
+    at the check's epoch (the previous transaction's marker, written at the epoch its EndTxn
+    bumped to)."""
+    return not (marker_v2 and check_v2 and marker_epoch == check_epoch)
 
 
 class Guard:
@@ -68,10 +71,10 @@ class VerificationGuards:
         if guard.checks == 0 and self._guards.get(producer_id) is guard:
             del self._guards[producer_id]
 
-    def clear(self, producer_id: int, marker_epoch: int) -> None:
-        """A marker for the producer at `marker_epoch`: every check in flight for it is void,
-        unless they are Transactions V2 checks at that epoch (the marker ended the transaction
-        before theirs)."""
+    def clear(self, producer_id: int, marker_epoch: int, marker_v2: bool) -> None:
+        """A marker for the producer at `marker_epoch` (`marker_v2`: of a Transactions V2
+        transaction): every check in flight for it is void, unless marker and checks are V2 and
+        at that epoch (the marker ended the transaction before theirs)."""
         guard = self._guards.get(producer_id)
-        if guard is not None and voids(marker_epoch, guard.epoch, guard.epoch_bump):
+        if guard is not None and voids(marker_epoch, marker_v2, guard.epoch, guard.epoch_bump):
             del self._guards[producer_id]
