@@ -274,9 +274,9 @@ async def _add_offsets_v3(p: Producer) -> None:
     assert r.error_code.value == E.NONE
 
 
-def _produce_v12(p: Producer) -> asyncio.Task:
+def _produce_v12(p: Producer, seq: int = 0) -> asyncio.Task:
     records = encode_batch([Record(0, int(time.time() * 1000), None, b"x", [])], producer_id=p.pid,
-                           producer_epoch=p.epoch, base_sequence=0, transactional=True)
+                           producer_epoch=p.epoch, base_sequence=seq, transactional=True)
     body = with_txn_id(produce_body(12, TOPIC, 0, bytes(records)), 12, TID)
     return asyncio.create_task(p.conn.raw(ApiKey.PRODUCE, 12, body, True))
 
@@ -312,3 +312,44 @@ async def test_a_v1_abort_voids_the_v2_batch_of_its_own_transaction(producer):
     release.set()
     assert parse_produce(12, await produce)[0]["error_code"] == E.TRANSACTION_ABORTABLE
     assert p.broker.logs.get_partition(TOPIC, 0).txns.open_transactions() == []
+
+
+async def test_a_v1_end_of_a_transaction_labelled_v2_completes_and_the_next_ones_run(producer):
+    """A batch of Produce v12 (an implicit add: the transaction is labelled V2), ended by EndTxn
+    v3 at its own epoch: its markers must say V1. Before, they said V2 at the open transaction's
+    epoch, which the partition's strict V2 rule refused (INVALID_PRODUCER_EPOCH): the transaction
+    stayed in PrepareCommit for good and the partition's last stable offset with it (found by a
+    review). The transactions after it, V2 and V1, end normally."""
+    p = producer
+    await _coordinator_loaded(p)
+    e = p.epoch
+    partition = p.broker.logs.get_partition(TOPIC, 0)
+
+    async def produce_v12(seq: int) -> int:
+        return parse_produce(12, await _produce_v12(p, seq))[0]["error_code"]
+
+    async def completed(expect: str) -> None:
+        deadline = time.monotonic() + 30
+        while (state := await p.state()) != expect:
+            assert time.monotonic() < deadline, state
+            await asyncio.sleep(0.02)
+        assert partition.txns.open_transactions() == []
+
+    async def end(version: int, commit: bool) -> tuple[int, int]:
+        r = await p.call(ApiKey.END_TXN, version, transactional_id=TID, producer_id=p.pid,
+                         producer_epoch=p.epoch, committed=commit)
+        return r.error_code.value, int(getattr(r, "producer_epoch", p.epoch))
+
+    assert await produce_v12(0) == E.NONE
+    assert (await end(3, commit=True))[0] == E.NONE
+    await completed("CompleteCommit")
+    assert await produce_v12(1) == E.NONE            # the next one, V2 all the way: bumps
+    assert await end(5, commit=True) == (E.NONE, e + 1)
+    await completed("CompleteCommit")
+    p.epoch = e + 1
+    assert await produce_v12(0) == E.NONE            # V2 add, V1 end again, at e + 1
+    assert (await end(3, commit=False))[0] == E.NONE
+    await completed("CompleteAbort")
+    await p.transaction(5)                           # and a V1 transaction after it
+    await p.end(commit=True)
+    assert await p.committed() == (E.NONE, 5)
