@@ -77,6 +77,10 @@ class VerifyOptions:
             raise ValueError(f"security protocol {self.security_protocol}: PLAINTEXT or SASL_SSL")
         if "move" in self.faults and self.brokers < 2:
             raise ValueError("the move fault needs at least 2 brokers")
+        if self.workdir is not None and "," in str(self.workdir):
+            # it becomes the brokers' log.dirs, a comma-separated list as in Kafka
+            raise ValueError(f"the work directory {str(self.workdir)!r} has a comma: brokers would read "
+                             "it as several log directories")
 
     def duration(self) -> float | None:
         if self.duration_s is not None:
