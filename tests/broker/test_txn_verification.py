@@ -24,13 +24,20 @@ def _reach(tmp_path, host: str, port: int) -> SimpleNamespace:
     return SimpleNamespace(bootstrap=f"{host}:{port}", data_dir=tmp_path / "data")
 
 
+async def _broker_with_topic(tmp_path):
+    """An in-process broker, TOPIC created, and a transactional producer's connection to it:
+    (broker, host, port, what its markers need, the producer)."""
+    broker, host, port = await start_broker(tmp_path)
+    reach = _reach(tmp_path, host, port)
+    t = Txn(Client(await Conn.open(host, port)), TOPIC, reach)
+    await t.client.create_topic(TOPIC)
+    return broker, host, port, reach, t
+
+
 def test_verification_hook(tmp_path):
     async def run():
-        broker, host, port = await start_broker(tmp_path)
-        reach = _reach(tmp_path, host, port)
+        broker, host, port, reach, t = await _broker_with_topic(tmp_path)
         try:
-            t = Txn(Client(await Conn.open(host, port)), TOPIC, reach)
-            await t.client.create_topic(TOPIC)
             calls = []
             added: set[int] = set()
 
@@ -188,11 +195,8 @@ def test_the_previous_transactions_marker_does_not_void_a_transactions_v2_check(
     and moves). A marker above the check's epoch (the transaction ended by a fence or a timeout)
     still voids it, and so does a V1 marker at its epoch (an EndTxn v4 that bumped nothing)."""
     async def run():
-        broker, host, port = await start_broker(tmp_path)
-        reach = _reach(tmp_path, host, port)
+        broker, host, port, reach, t = await _broker_with_topic(tmp_path)
         try:
-            t = Txn(Client(await Conn.open(host, port)), TOPIC, reach)
-            await t.client.create_topic(TOPIC)
             partition = broker.logs.get_partition(TOPIC, 0)
             release, calls = _slow_verifier(broker)
             release.set()
