@@ -34,12 +34,12 @@ def voids(marker_epoch: int, marker_v2: bool, check_epoch: int, check_v2: bool) 
 class Guard:
     """One producer's guard; `checks` counts the checks holding it."""
 
-    __slots__ = ("checks", "epoch", "epoch_bump")
+    __slots__ = ("checks", "epoch", "v2")
 
-    def __init__(self, epoch: int, epoch_bump: bool) -> None:
+    def __init__(self, epoch: int, v2: bool) -> None:
         self.checks = 0
-        self.epoch = epoch            # the highest epoch of the checks that took it
-        self.epoch_bump = epoch_bump  # every one of them Transactions V2 (the epoch bumps per transaction)
+        self.epoch = epoch  # the highest epoch of the checks that took it
+        self.v2 = v2        # every one of them Transactions V2 (the epoch bumps per transaction)
 
 
 class VerificationGuards:
@@ -49,15 +49,15 @@ class VerificationGuards:
     def __len__(self) -> int:
         return len(self._guards)
 
-    def begin(self, producer_id: int, epoch: int, epoch_bump: bool) -> Guard:
+    def begin(self, producer_id: int, epoch: int, v2: bool) -> Guard:
         """The guard of a check of the producer's batch at `epoch` that starts now: the producer's
-        current one, or a new one. `epoch_bump`: the batch's transaction is Transactions V2."""
+        current one, or a new one. `v2`: the batch's transaction is Transactions V2."""
         guard = self._guards.get(producer_id)
         if guard is None:
-            guard = self._guards[producer_id] = Guard(epoch, epoch_bump)
+            guard = self._guards[producer_id] = Guard(epoch, v2)
         else:
             guard.epoch = max(guard.epoch, epoch)
-            guard.epoch_bump = guard.epoch_bump and epoch_bump
+            guard.v2 = guard.v2 and v2
         guard.checks += 1
         return guard
 
@@ -76,5 +76,5 @@ class VerificationGuards:
         transaction): every check in flight for it is void, unless marker and checks are V2 and
         at that epoch (the marker ended the transaction before theirs)."""
         guard = self._guards.get(producer_id)
-        if guard is not None and voids(marker_epoch, marker_v2, guard.epoch, guard.epoch_bump):
+        if guard is not None and voids(marker_epoch, marker_v2, guard.epoch, guard.v2):
             del self._guards[producer_id]
