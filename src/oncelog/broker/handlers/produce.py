@@ -18,7 +18,9 @@ transaction (AddPartitionsToTxn VerifyOnly; skipped with
 transaction.partition.verification.enable=false), from v12 (Transactions V2) to add it. A refusal
 is answered per version (`core.txn.errors.verification_error`: INVALID_TXN_STATE below v11,
 INVALID_PRODUCER_EPOCH for a fenced epoch). A verification guard, cleared by a marker for the
-producer, refuses a batch whose transaction ended while it waited; it is checked again where the
+producer that may have ended the batch's transaction (under Transactions V2 not by the previous
+transaction's, `core.txn.verification`), refuses a batch whose transaction ended while it
+waited; it is checked again where the
 batch is appended, for every transactional batch of the request (Kafka's
 `batchMissingRequiredVerification`): one that would open a transaction in its partition without a
 guard still valid — its producer's transaction there ended while another partition of the request
